@@ -1,0 +1,21 @@
+//! The interface between a worker and the code that measures one kind of kernel.
+
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult};
+
+/// Measures requests of one kind (`cpu`, `diagnostics`, …) inside a worker.
+///
+/// The worker calls [`Backend::benchmark`] on its main thread and catches panics, so an
+/// implementation may panic on a bug without killing the worker; it should still return errors as
+/// [`BenchError`] values.
+pub trait Backend {
+    /// The name requests select it by (see `Kernel::backend`).
+    fn name(&self) -> &'static str;
+
+    /// Runs and times one request.
+    ///
+    /// # Errors
+    ///
+    /// A [`BenchError`] when the request is invalid, does not compile or load, or the measurement
+    /// fails; the worker lives on and answers the next request.
+    fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError>;
+}

@@ -1,0 +1,245 @@
+//! The timing loop, as triton's `do_bench`.
+
+use std::time::Instant;
+
+use tunebox_protocol::{BenchError, TimingConfig, TimingStats};
+
+use crate::stats::summarize;
+
+/// Number of runs used to estimate the cost of one run (triton uses 5).
+const ESTIMATE_RUNS: u32 = 5;
+
+/// One kernel, ready to run: what [`do_bench`] needs from a backend.
+pub trait Runner {
+    /// Runs the kernel once and waits for it to finish.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn run(&mut self) -> Result<(), BenchError>;
+
+    /// Evicts the kernel's data from the caches (CPU: write a buffer twice the last-level cache;
+    /// GPU: twice the L2), so every timed rep starts cold.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn flush(&mut self) -> Result<(), BenchError>;
+
+    /// Runs the kernel once and returns its duration in ms. The default times [`Runner::run`]
+    /// with the monotonic clock; a GPU backend overrides it with device events.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn run_timed(&mut self) -> Result<f64, BenchError> {
+        let start = Instant::now();
+        self.run()?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
+}
+
+/// Times `runner` as triton's `do_bench` does, and summarizes the reps.
+///
+/// 1. Estimate: [`ESTIMATE_RUNS`] runs, each after a flush; `estimate_ms` is their mean wall time
+///    (flush included, as triton).
+/// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`.
+/// 3. Reps: `rep_ms / estimate_ms` runs clamped to `[min_reps, max_reps]`, each preceded by a
+///    flush outside the timed window (when `config.flush_cache`), each timed by
+///    [`Runner::run_timed`].
+///
+/// # Errors
+///
+/// [`BenchError::InvalidRequest`] for a config with a negative or non-finite budget, zero
+/// `min_reps` or `max_reps < min_reps`; any error of the runner, unchanged.
+pub fn do_bench<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+) -> Result<TimingStats, BenchError> {
+    validate(config)?;
+    let flush = |runner: &mut R| {
+        if config.flush_cache {
+            runner.flush()
+        } else {
+            Ok(())
+        }
+    };
+
+    let start = Instant::now();
+    for _ in 0..ESTIMATE_RUNS {
+        flush(runner)?;
+        runner.run()?;
+    }
+    let estimate_ms = start.elapsed().as_secs_f64() * 1e3 / f64::from(ESTIMATE_RUNS);
+
+    let warmup_reps = count(config.warmup_ms, estimate_ms, 1, config.max_reps);
+    let reps = count(config.rep_ms, estimate_ms, config.min_reps, config.max_reps);
+    log::debug!("do_bench: estimate {estimate_ms:.4} ms, {warmup_reps} warmup, {reps} reps");
+
+    for _ in 0..warmup_reps {
+        runner.run()?;
+    }
+    let mut samples = Vec::with_capacity(reps as usize);
+    for _ in 0..reps {
+        flush(runner)?;
+        samples.push(runner.run_timed()?);
+    }
+    Ok(summarize(&samples, warmup_reps))
+}
+
+/// `budget_ms / estimate_ms`, clamped to `[min, max]`; `max` when the estimate is zero.
+fn count(budget_ms: f64, estimate_ms: f64, min: u32, max: u32) -> u32 {
+    let n = if estimate_ms > 0.0 {
+        budget_ms / estimate_ms
+    } else {
+        f64::from(max)
+    };
+    // `as` saturates for out-of-range floats, and the clamp bounds the rest.
+    (n as u32).clamp(min, max)
+}
+
+fn validate(config: &TimingConfig) -> Result<(), BenchError> {
+    let bad = |detail: String| Err(BenchError::InvalidRequest { detail });
+    for (name, value) in [("warmup_ms", config.warmup_ms), ("rep_ms", config.rep_ms)] {
+        if !value.is_finite() || value < 0.0 {
+            return bad(format!(
+                "timing.{name} is {value}; it must be a finite number of ms, 0 or more"
+            ));
+        }
+    }
+    if config.min_reps == 0 {
+        return bad("timing.min_reps is 0; it must be at least 1".into());
+    }
+    if config.max_reps < config.min_reps {
+        return bad(format!(
+            "timing.max_reps ({}) is below timing.min_reps ({})",
+            config.max_reps, config.min_reps
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner whose runs "take" a scripted time and count what was called.
+    #[derive(Default)]
+    struct Scripted {
+        runs: u32,
+        flushes: u32,
+        fail_after: Option<u32>,
+    }
+
+    impl Runner for Scripted {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.runs += 1;
+            match self.fail_after {
+                Some(n) if self.runs > n => Err(BenchError::Failed {
+                    message: "boom".into(),
+                }),
+                _ => Ok(()),
+            }
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            self.flushes += 1;
+            Ok(())
+        }
+        fn run_timed(&mut self) -> Result<f64, BenchError> {
+            self.run()?;
+            Ok(f64::from(self.runs))
+        }
+    }
+
+    #[test]
+    fn counts_follow_budget_and_bounds() {
+        assert_eq!(count(100.0, 1.0, 5, 1000), 100);
+        assert_eq!(count(100.0, 50.0, 5, 1000), 5);
+        assert_eq!(count(100.0, 0.001, 5, 1000), 1000);
+        assert_eq!(count(100.0, 0.0, 5, 1000), 1000);
+        assert_eq!(count(0.0, 1.0, 1, 1000), 1);
+    }
+
+    #[test]
+    fn flushes_before_every_timed_rep_only() {
+        let mut runner = Scripted::default();
+        let config = TimingConfig {
+            min_reps: 7,
+            max_reps: 7,
+            ..TimingConfig::default()
+        };
+        let stats = do_bench(&mut runner, &config).unwrap();
+        assert_eq!(stats.reps, 7);
+        assert_eq!(stats.warmup_reps, 7);
+        // 5 estimate runs and 7 reps are flushed; the 7 warmup runs are not.
+        assert_eq!(runner.flushes, ESTIMATE_RUNS + 7);
+        assert_eq!(runner.runs, ESTIMATE_RUNS + 7 + 7);
+    }
+
+    #[test]
+    fn no_flush_when_disabled() {
+        let mut runner = Scripted::default();
+        let config = TimingConfig {
+            flush_cache: false,
+            min_reps: 3,
+            max_reps: 3,
+            ..TimingConfig::default()
+        };
+        do_bench(&mut runner, &config).unwrap();
+        assert_eq!(runner.flushes, 0);
+    }
+
+    #[test]
+    fn runner_error_ends_the_measurement() {
+        let mut runner = Scripted {
+            fail_after: Some(8),
+            ..Scripted::default()
+        };
+        let err = do_bench(&mut runner, &TimingConfig::default()).unwrap_err();
+        assert_eq!(
+            err,
+            BenchError::Failed {
+                message: "boom".into()
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected_with_the_field_name() {
+        let cases = [
+            (
+                TimingConfig {
+                    rep_ms: f64::NAN,
+                    ..TimingConfig::default()
+                },
+                "timing.rep_ms",
+            ),
+            (
+                TimingConfig {
+                    warmup_ms: -1.0,
+                    ..TimingConfig::default()
+                },
+                "timing.warmup_ms",
+            ),
+            (
+                TimingConfig {
+                    min_reps: 0,
+                    ..TimingConfig::default()
+                },
+                "timing.min_reps",
+            ),
+            (
+                TimingConfig {
+                    min_reps: 10,
+                    max_reps: 2,
+                    ..TimingConfig::default()
+                },
+                "timing.max_reps",
+            ),
+        ];
+        for (config, field) in cases {
+            let err = do_bench(&mut Scripted::default(), &config).unwrap_err();
+            assert!(err.to_string().contains(field), "{err} should name {field}");
+        }
+    }
+}

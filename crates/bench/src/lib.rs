@@ -1,0 +1,47 @@
+//! The measuring method shared by tunebox backends.
+//!
+//! A backend (`tunebox-cpu`, the worker's diagnostics backend, later CUDA) implements
+//! [`Backend`]: given a [`BenchmarkRequest`](tunebox_protocol::BenchmarkRequest), measure it and
+//! return a [`BenchmarkResult`](tunebox_protocol::BenchmarkResult) or a
+//! [`BenchError`](tunebox_protocol::BenchError). To time a kernel it implements [`Runner`] (run
+//! once, flush caches, optionally time one run itself) and calls [`do_bench`], which follows
+//! triton's `do_bench`: estimate one run, derive warmup and rep counts from the budget, flush before
+//! every timed rep, and summarize the reps as [`TimingStats`](tunebox_protocol::TimingStats)
+//! (median, mean, min, max, p20, p80, stddev, in ms). [`HostTensor`] allocates and fills a tensor
+//! from its [`TensorSpec`](tunebox_protocol::TensorSpec) identically in every worker, so that a
+//! reference and a candidate see the same inputs.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use tunebox_bench::{do_bench, Runner};
+//! use tunebox_protocol::{BenchError, TimingConfig};
+//!
+//! struct Sleepy;
+//! impl Runner for Sleepy {
+//!     fn run(&mut self) -> Result<(), BenchError> {
+//!         std::thread::sleep(Duration::from_micros(200));
+//!         Ok(())
+//!     }
+//!     fn flush(&mut self) -> Result<(), BenchError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let config = TimingConfig { warmup_ms: 1.0, rep_ms: 5.0, ..TimingConfig::default() };
+//! let stats = do_bench(&mut Sleepy, &config).unwrap();
+//! assert!(stats.median_ms >= 0.2);
+//! assert!(stats.reps >= config.min_reps);
+//! ```
+#![deny(missing_docs)]
+
+mod backend;
+mod do_bench;
+mod stats;
+mod tensor;
+
+pub use backend::Backend;
+pub use do_bench::{Runner, do_bench};
+pub use stats::{quantile, summarize};
+pub use tensor::HostTensor;

@@ -1,0 +1,240 @@
+//! Host tensors allocated and initialized from a spec.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+
+use tunebox_protocol::{BenchError, DType, Init, TensorData, TensorSpec};
+
+/// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
+const ALIGN: usize = 64;
+
+/// A contiguous, 64-byte aligned host buffer holding one tensor, filled from its spec's
+/// [`Init`].
+///
+/// `Init::Random { seed }` produces the same bytes in every process for the same spec, so a
+/// reference and a candidate measured in different workers see the same inputs.
+#[derive(Debug)]
+pub struct HostTensor {
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: the buffer is owned exclusively by this value (like a `Vec<u8>`); moving it to another
+// thread moves that ownership.
+unsafe impl Send for HostTensor {}
+
+impl HostTensor {
+    /// Allocates and initializes the tensor described by `spec`.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] when the size overflows or exceeds the machine's physical
+    /// memory (the message gives the size it would need); [`BenchError::Failed`] when the
+    /// allocation itself fails.
+    pub fn allocate(spec: &TensorSpec) -> Result<Self, BenchError> {
+        let len = checked_len(spec)?;
+        // Never allocate zero bytes: the allocator forbids it, and a kernel may still read the
+        // pointer. `len` stays the logical size.
+        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).map_err(|_| {
+            BenchError::InvalidRequest {
+                detail: format!("tensor `{}` is too large: {len} bytes", spec.name),
+            }
+        })?;
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(|| BenchError::Failed {
+            message: format!(
+                "out of memory allocating {len} bytes for tensor `{}`",
+                spec.name
+            ),
+        })?;
+        let mut tensor = HostTensor {
+            name: spec.name.clone(),
+            dtype: spec.dtype,
+            shape: spec.shape.clone(),
+            ptr,
+            len,
+            layout,
+        };
+        tensor.fill(spec.init);
+        Ok(tensor)
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the tensor holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, in native byte order.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` points to an allocation of at least `len` initialized (zeroed, then
+        // filled) bytes owned by `self`, borrowed shared for the returned lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, mutably.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Pointer to the first element, to pass to a kernel. Valid while `self` lives.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// A copy of the contents, to send back to the parent.
+    pub fn to_data(&self) -> TensorData {
+        TensorData {
+            name: self.name.clone(),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            bytes: self.bytes().to_vec(),
+        }
+    }
+
+    fn fill(&mut self, init: Init) {
+        let dtype = self.dtype;
+        let bytes = self.bytes_mut();
+        match init {
+            Init::Zeros => {} // allocated zeroed
+            Init::Ones => match dtype {
+                DType::F32 => fill_elements(bytes, || 1f32.to_ne_bytes()),
+                DType::F64 => fill_elements(bytes, || 1f64.to_ne_bytes()),
+                DType::I32 => fill_elements(bytes, || 1i32.to_ne_bytes()),
+                DType::I64 => fill_elements(bytes, || 1i64.to_ne_bytes()),
+                DType::U8 => bytes.fill(1),
+            },
+            Init::Random { seed } => {
+                let mut rng = fastrand::Rng::with_seed(seed);
+                match dtype {
+                    DType::F32 => fill_elements(bytes, || (rng.f32() * 2.0 - 1.0).to_ne_bytes()),
+                    DType::F64 => fill_elements(bytes, || (rng.f64() * 2.0 - 1.0).to_ne_bytes()),
+                    DType::I32 => fill_elements(bytes, || rng.i32(-100..100).to_ne_bytes()),
+                    DType::I64 => fill_elements(bytes, || rng.i64(-100..100).to_ne_bytes()),
+                    DType::U8 => fill_elements(bytes, || [rng.u8(..)]),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for HostTensor {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was returned by `alloc_zeroed(self.layout)` and is freed only here.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// The spec's size in bytes, refused when it overflows or cannot fit in this machine's memory.
+fn checked_len(spec: &TensorSpec) -> Result<usize, BenchError> {
+    let invalid = |detail: String| BenchError::InvalidRequest { detail };
+    let bytes = spec.byte_len().ok_or_else(|| {
+        invalid(format!(
+            "tensor `{}` with shape {:?} has more bytes than fit in 64 bits",
+            spec.name, spec.shape
+        ))
+    })?;
+    if let Some(physical) = physical_memory_bytes()
+        && bytes > physical
+    {
+        return Err(invalid(format!(
+            "tensor `{}` ({} {:?}) needs {bytes} bytes ({:.1} GiB) but this machine has {:.1} GiB \
+             of memory; reduce its shape",
+            spec.name,
+            spec.dtype.name(),
+            spec.shape,
+            bytes as f64 / GIB,
+            physical as f64 / GIB,
+        )));
+    }
+    usize::try_from(bytes).map_err(|_| invalid(format!("tensor `{}` is too large", spec.name)))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Total physical memory from `/proc/meminfo`, or `None` where it cannot be read.
+fn physical_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Writes `next()` into every `N`-byte element of `bytes`, in order.
+fn fill_elements<const N: usize>(bytes: &mut [u8], mut next: impl FnMut() -> [u8; N]) {
+    for element in bytes.chunks_exact_mut(N) {
+        element.copy_from_slice(&next());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dtype: DType, shape: &[u64], init: Init) -> TensorSpec {
+        TensorSpec {
+            name: "t".into(),
+            dtype,
+            shape: shape.to_vec(),
+            init,
+            output: false,
+        }
+    }
+
+    #[test]
+    fn init_kinds() {
+        let zeros = HostTensor::allocate(&spec(DType::F32, &[3, 4], Init::Zeros)).unwrap();
+        assert_eq!(zeros.len(), 48);
+        assert!(zeros.bytes().iter().all(|&b| b == 0));
+        let ones = HostTensor::allocate(&spec(DType::I64, &[5], Init::Ones)).unwrap();
+        assert_eq!(ones.bytes()[..8], 1i64.to_ne_bytes());
+        assert_eq!(ones.bytes()[32..], 1i64.to_ne_bytes());
+        assert_eq!(ones.to_data().shape, vec![5]);
+    }
+
+    #[test]
+    fn random_is_reproducible_and_in_range() {
+        let s = spec(DType::F64, &[1000], Init::Random { seed: 7 });
+        let a = HostTensor::allocate(&s).unwrap();
+        let b = HostTensor::allocate(&s).unwrap();
+        assert_eq!(a.bytes(), b.bytes());
+        let other = HostTensor::allocate(&spec(DType::F64, &[1000], Init::Random { seed: 8 }));
+        assert_ne!(a.bytes(), other.unwrap().bytes());
+        for chunk in a.bytes().chunks_exact(8) {
+            let v = f64::from_ne_bytes(chunk.try_into().unwrap());
+            assert!((-1.0..1.0).contains(&v), "{v}");
+        }
+    }
+
+    #[test]
+    fn empty_and_aligned() {
+        let mut t = HostTensor::allocate(&spec(DType::U8, &[0, 10], Init::Ones)).unwrap();
+        assert!(t.is_empty());
+        assert_eq!(t.as_mut_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn huge_shapes_fail_before_allocating() {
+        let err = HostTensor::allocate(&spec(DType::F32, &[1 << 40, 1 << 30], Init::Zeros))
+            .unwrap_err();
+        assert!(err.to_string().contains("64 bits"), "{err}");
+        let err = HostTensor::allocate(&spec(DType::F32, &[1 << 20, 1 << 20], Init::Zeros))
+            .unwrap_err();
+        assert!(err.to_string().contains("needs 4398046511104 bytes"), "{err}");
+    }
+}

@@ -1,0 +1,54 @@
+//! The wire vocabulary between a tunebox parent and its worker processes.
+//!
+//! A parent (`tunebox-process`'s `TuningProcess`, usually driven by `tunebox-pool`) spawns a
+//! worker (`tunebox-worker`) and talks to it over [ipc-channel]. Everything that crosses that
+//! boundary is defined here, and nothing else in tunebox derives `Serialize`:
+//!
+//! - the handshake: the worker connects to the parent's one-shot server and sends
+//!   [`Bootstrap::Hello`] carrying [`Hello`] (its [`PROTOCOL_VERSION`], pid, backends, and the two
+//!   channels of the session);
+//! - the session: [`Request`]s (`Ping`, `Benchmark`, `Shutdown`) and [`Response`]s, matched by id;
+//! - the payload: a [`BenchmarkRequest`] (a [`Kernel`], its [`TensorSpec`]s and scalars, a
+//!   [`TimingConfig`]) answered by a [`BenchmarkResult`] ([`TimingStats`] in ms plus the output
+//!   tensors) or a [`BenchError`] (errors as data: the task failed, the worker lives).
+//!
+//! See `docs/protocol.md` in the repository for every message and the failure semantics.
+//!
+//! # Example
+//!
+//! ```
+//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel, Request, RequestBody};
+//!
+//! // A request that makes the worker sleep for 5 ms: diagnostics need no compiler or GPU.
+//! let request = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 5 }));
+//! assert_eq!(request.kernel.backend(), "diagnostics");
+//! let message = Request { id: 1, body: RequestBody::Benchmark(Box::new(request)) };
+//! assert_eq!(message.id, 1);
+//! ```
+//!
+//! [ipc-channel]: https://docs.rs/ipc-channel
+#![deny(missing_docs)]
+
+mod env;
+mod error;
+mod message;
+mod request;
+mod result;
+
+pub use env::{PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
+pub use error::BenchError;
+pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
+pub use request::{
+    BenchmarkRequest, CKernel, DType, Define, DiagnosticTask, Init, Kernel, Scalar, TensorSpec,
+    TimingConfig,
+};
+pub use result::{BenchmarkResult, TensorData, TimingStats};
+
+/// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
+/// and a worker refuses to start when the parent announces another one in
+/// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Exit code of a worker that refused to start because the parent speaks another
+/// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.
+pub const EXIT_PROTOCOL_MISMATCH: i32 = 86;

@@ -1,0 +1,72 @@
+//! Handshake and session messages.
+
+use ipc_channel::ipc::{IpcReceiver, IpcSender};
+use serde::{Deserialize, Serialize};
+
+use crate::{BenchError, BenchmarkRequest, BenchmarkResult};
+
+/// The one message a worker sends on the parent's one-shot bootstrap server.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Bootstrap {
+    /// The worker is up and these are its channels.
+    Hello(Hello),
+    /// Sent by the parent to itself to release a thread blocked in `accept` when the worker never
+    /// connected. A worker never sends it.
+    Cancel,
+}
+
+/// The worker's greeting: who it is, and the two channels of the session.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Hello {
+    /// The worker's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION); must equal the parent's.
+    pub protocol_version: u32,
+    /// The worker's process id.
+    pub pid: u32,
+    /// Names of the backends the worker can run (`"cpu"`, `"diagnostics"`, …).
+    pub backends: Vec<String>,
+    /// Where the parent sends [`Request`]s.
+    pub requests: IpcSender<Request>,
+    /// Where the parent receives [`Response`]s. The worker holds the only sender, so this
+    /// receiver reports a disconnect as soon as the worker dies.
+    pub responses: IpcReceiver<Response>,
+}
+
+/// A request from the parent; the worker answers each with one [`Response`] of the same `id`,
+/// except `Shutdown`, which it answers by exiting.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    /// Chosen by the parent, unique within one worker session.
+    pub id: u64,
+    /// What to do.
+    pub body: RequestBody,
+}
+
+/// What a [`Request`] asks for.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RequestBody {
+    /// Answer [`ResponseBody::Pong`] at once (liveness and round-trip measurements).
+    Ping,
+    /// Run one benchmark and answer [`ResponseBody::Benchmark`].
+    Benchmark(Box<BenchmarkRequest>),
+    /// Exit cleanly without answering.
+    Shutdown,
+}
+
+/// A worker's answer to the [`Request`] with the same `id`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Response {
+    /// The id of the request this answers.
+    pub id: u64,
+    /// The answer.
+    pub body: ResponseBody,
+}
+
+/// What a [`Response`] carries.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ResponseBody {
+    /// Answer to [`RequestBody::Ping`].
+    Pong,
+    /// Answer to [`RequestBody::Benchmark`]: the measurement, or why there is none. An `Err` means
+    /// the task failed and the worker lives on.
+    Benchmark(Result<BenchmarkResult, BenchError>),
+}

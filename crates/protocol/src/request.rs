@@ -1,0 +1,277 @@
+//! What a parent asks a worker to measure.
+
+use serde::{Deserialize, Serialize};
+
+/// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
+///
+/// The worker allocates the tensors from their specs, calls the kernel once (its outputs are
+/// returned for verification), then times it as triton's `do_bench` does (see [`TimingConfig`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkRequest {
+    /// What to run; also selects the backend ([`Kernel::backend`]).
+    pub kernel: Kernel,
+    /// Tensors, passed to the kernel as pointers in this order.
+    pub tensors: Vec<TensorSpec>,
+    /// Integer scalars, passed after the tensors, in this order, as `int64_t`.
+    pub scalars: Vec<Scalar>,
+    /// Warmup and repetition budget.
+    pub timing: TimingConfig,
+}
+
+impl BenchmarkRequest {
+    /// A request for `kernel` with no tensors, no scalars and the default [`TimingConfig`].
+    pub fn new(kernel: Kernel) -> Self {
+        Self {
+            kernel,
+            tensors: Vec::new(),
+            scalars: Vec::new(),
+            timing: TimingConfig::default(),
+        }
+    }
+}
+
+/// The code to benchmark. The variant decides which backend of the worker runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// C source compiled into a shared object by the worker's `cpu` backend.
+    C(CKernel),
+    /// A scripted behaviour of the worker's `diagnostics` backend (sleep, crash, hang, …), used
+    /// by tests and `tunebox doctor` to exercise every failure path without a compiler or GPU.
+    Diagnostic(DiagnosticTask),
+}
+
+impl Kernel {
+    /// Name of the backend that runs this kernel: `"cpu"` or `"diagnostics"`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Kernel::C(_) => "cpu",
+            Kernel::Diagnostic(_) => "diagnostics",
+        }
+    }
+}
+
+/// A C kernel: a source text, an entry function, and the defines of one choice.
+///
+/// The entry is called as `entry(tensor_0, …, tensor_n, scalar_0, …, scalar_m)`: each tensor as a
+/// pointer to its element type (`float *` for f32, …), each scalar as `int64_t`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CKernel {
+    /// The C source text.
+    pub source: String,
+    /// Name shown for the source in compiler messages (usually its path).
+    pub source_name: String,
+    /// The function to call.
+    pub entry: String,
+    /// `-DNAME=VALUE` defines: the choice's parameters.
+    pub defines: Vec<Define>,
+    /// Compiler flags, e.g. `["-O3", "-march=native"]`. `-fPIC -shared` are always added.
+    pub flags: Vec<String>,
+    /// The C compiler to run (a name on `PATH` or a path), e.g. `"cc"`.
+    pub compiler: String,
+}
+
+/// One preprocessor define, passed to the compiler as `-DNAME=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Define {
+    /// Macro name, a C identifier.
+    pub name: String,
+    /// Macro value, verbatim.
+    pub value: String,
+}
+
+impl Define {
+    /// `NAME=VALUE`.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// A tensor the worker allocates, initializes and passes to the kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// Name used in errors and verification reports.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions, outermost first; the tensor is contiguous (row-major).
+    pub shape: Vec<u64>,
+    /// Initial contents.
+    pub init: Init,
+    /// Whether the worker returns this tensor's contents after the first call, for verification.
+    pub output: bool,
+}
+
+impl TensorSpec {
+    /// Number of elements, or `None` if the product of the shape overflows `u64`.
+    pub fn num_elements(&self) -> Option<u64> {
+        self.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
+    }
+
+    /// Size in bytes, or `None` on overflow.
+    pub fn byte_len(&self) -> Option<u64> {
+        self.num_elements()?.checked_mul(self.dtype.size_bytes() as u64)
+    }
+}
+
+/// Element type of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    /// 32-bit float (`float`).
+    F32,
+    /// 64-bit float (`double`).
+    F64,
+    /// 32-bit signed integer (`int32_t`).
+    I32,
+    /// 64-bit signed integer (`int64_t`).
+    I64,
+    /// Unsigned byte (`uint8_t`).
+    U8,
+}
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8];
+
+    /// Size of one element in bytes.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::U8 => 1,
+        }
+    }
+
+    /// The short name used in manifests: `f32`, `f64`, `i32`, `i64`, `u8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+        }
+    }
+
+    /// Parses a manifest name ([`DType::name`]).
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+/// Initial contents of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Init {
+    /// All zero bytes.
+    Zeros,
+    /// All elements one.
+    Ones,
+    /// Uniform pseudo-random values from `seed`: floats in [-1, 1), signed integers in
+    /// [-100, 100), bytes in [0, 255]. The same seed gives the same contents in every worker.
+    Random {
+        /// Seed of the generator.
+        seed: u64,
+    },
+}
+
+/// A named integer argument, passed as `int64_t` after the tensors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scalar {
+    /// Name used in errors.
+    pub name: String,
+    /// Value.
+    pub value: i64,
+}
+
+/// How long to warm up and measure, as triton's `do_bench(warmup=25, rep=100)`.
+///
+/// The worker estimates one run (cache flush included), then runs `warmup_ms / estimate` untimed
+/// warmup calls and `rep_ms / estimate` timed reps, each count clamped to
+/// `[min_reps, max_reps]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimingConfig {
+    /// Warmup budget in ms (default 25).
+    pub warmup_ms: f64,
+    /// Measurement budget in ms (default 100).
+    pub rep_ms: f64,
+    /// Fewest timed reps (default 5).
+    pub min_reps: u32,
+    /// Most timed reps, and most warmup calls (default 1000).
+    pub max_reps: u32,
+    /// Flush the last-level cache before every timed rep, outside the timed window (default on).
+    pub flush_cache: bool,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        Self {
+            warmup_ms: 25.0,
+            rep_ms: 100.0,
+            min_reps: 5,
+            max_reps: 1000,
+            flush_cache: true,
+        }
+    }
+}
+
+/// Scripted worker behaviours of the `diagnostics` backend. Each exercises one way a real
+/// candidate can succeed or fail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DiagnosticTask {
+    /// Sleep `ms` milliseconds, then succeed with a result of that duration.
+    Sleep {
+        /// Duration in ms.
+        ms: u64,
+    },
+    /// Busy-wait `ms` milliseconds; with `block_signals`, SIGTERM, SIGINT and SIGALRM are
+    /// blocked first (a candidate that ignores polite signals).
+    Spin {
+        /// Duration in ms.
+        ms: u64,
+        /// Block SIGTERM/SIGINT/SIGALRM while spinning.
+        block_signals: bool,
+    },
+    /// Never return.
+    Hang,
+    /// Call `abort()` (SIGABRT).
+    Abort,
+    /// Die of SIGSEGV, as a kernel that dereferences a bad pointer.
+    Segfault,
+    /// Exit at once with `code`, without answering.
+    Exit {
+        /// Exit status.
+        code: i32,
+    },
+    /// Panic with `message` inside the backend; the worker answers `BenchError::Panic`.
+    Panic {
+        /// Panic message.
+        message: String,
+    },
+    /// Fail with `BenchError::Failed { message }`; the worker lives.
+    Fail {
+        /// Error message.
+        message: String,
+    },
+    /// Succeed, returning `bytes` as a `u8` output tensor named `echo`.
+    Echo {
+        /// Bytes to return.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// Succeed, returning the value of the worker's environment variable `name` (empty when
+    /// unset) as a `u8` output tensor named after the variable.
+    EnvVar {
+        /// Variable name.
+        name: String,
+    },
+    /// Write `stdout_bytes` to stdout and `stderr_bytes` to stderr with raw `write(2)`, then
+    /// succeed.
+    Print {
+        /// Bytes to write to stdout.
+        stdout_bytes: u64,
+        /// Bytes to write to stderr.
+        stderr_bytes: u64,
+    },
+}

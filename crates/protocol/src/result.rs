@@ -1,0 +1,63 @@
+//! What a worker answers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::DType;
+
+/// A successful measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchmarkResult {
+    /// Statistics over the timed reps, in ms.
+    pub stats: TimingStats,
+    /// The tensors marked `output`, as they were after the first (untimed) call.
+    pub outputs: Vec<TensorData>,
+}
+
+/// Statistics over the timed reps of one measurement. All times in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimingStats {
+    /// Median rep time: the figure to rank by (triton's `do_bench` default).
+    pub median_ms: f64,
+    /// Mean rep time.
+    pub mean_ms: f64,
+    /// Fastest rep.
+    pub min_ms: f64,
+    /// Slowest rep.
+    pub max_ms: f64,
+    /// 20th percentile (linear interpolation, as numpy and triton).
+    pub p20_ms: f64,
+    /// 80th percentile.
+    pub p80_ms: f64,
+    /// Sample standard deviation.
+    pub stddev_ms: f64,
+    /// Number of timed reps.
+    pub reps: u32,
+    /// Number of untimed warmup calls before them.
+    pub warmup_reps: u32,
+}
+
+impl TimingStats {
+    /// Relative spread `(p80 - p20) / median`: about 0.01 for a quiet measurement, above 0.1 for a
+    /// noisy one. Zero when the median is zero.
+    pub fn noise(&self) -> f64 {
+        if self.median_ms > 0.0 {
+            (self.p80_ms - self.p20_ms) / self.median_ms
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Contents of a tensor returned by the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorData {
+    /// The tensor's name from its spec.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<u64>,
+    /// Raw element bytes in native byte order, row-major.
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+}
