@@ -230,11 +230,14 @@ mod tests {
 
     #[test]
     fn huge_shapes_fail_before_allocating() {
-        let err = HostTensor::allocate(&spec(DType::F32, &[1 << 40, 1 << 30], Init::Zeros))
-            .unwrap_err();
+        let err =
+            HostTensor::allocate(&spec(DType::F32, &[1 << 40, 1 << 30], Init::Zeros)).unwrap_err();
         assert!(err.to_string().contains("64 bits"), "{err}");
-        let err = HostTensor::allocate(&spec(DType::F32, &[1 << 20, 1 << 20], Init::Zeros))
-            .unwrap_err();
-        assert!(err.to_string().contains("needs 4398046511104 bytes"), "{err}");
+        let err =
+            HostTensor::allocate(&spec(DType::F32, &[1 << 20, 1 << 20], Init::Zeros)).unwrap_err();
+        assert!(
+            err.to_string().contains("needs 4398046511104 bytes"),
+            "{err}"
+        );
     }
 }

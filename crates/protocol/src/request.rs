@@ -112,7 +112,8 @@ impl TensorSpec {
 
     /// Size in bytes, or `None` on overflow.
     pub fn byte_len(&self) -> Option<u64> {
-        self.num_elements()?.checked_mul(self.dtype.size_bytes() as u64)
+        self.num_elements()?
+            .checked_mul(self.dtype.size_bytes() as u64)
     }
 }
 

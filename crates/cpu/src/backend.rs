@@ -1,0 +1,174 @@
+//! The `cpu` backend: compile (a cache hit), load, call once, time.
+
+use std::ffi::c_void;
+use std::path::Path;
+
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use tunebox_bench::{Backend, HostTensor, Runner, do_bench};
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Kernel};
+
+use crate::compile::TRAMPOLINE_SYMBOL;
+use crate::error::with_sources;
+use crate::{CacheDir, CacheFlusher, CpuError, Signature, compile};
+
+/// The one C signature every artifact is called through:
+/// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
+type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
+
+/// Runs [`Kernel::C`] requests on the CPU; its [`Backend::name`] is `"cpu"`.
+///
+/// For each request it [`compile`]s the kernel (normally a cache hit: the parent precompiled it),
+/// loads the shared object, allocates and initializes every tensor with
+/// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
+/// are after that call, then times it with [`do_bench`], flushing the last-level cache with a
+/// [`CacheFlusher`] before every timed rep (when `timing.flush_cache`). The shared object is
+/// unloaded before `benchmark` returns, so no library handle outlives its request.
+///
+/// A kernel that writes its inputs changes what later reps see; this backend does not restore
+/// them.
+#[derive(Debug)]
+pub struct CpuBackend {
+    cache: CacheDir,
+    /// Allocated on the first request that flushes, then reused.
+    flusher: Option<CacheFlusher>,
+}
+
+impl CpuBackend {
+    /// A backend that compiles into and loads from `cache`.
+    pub fn new(cache: CacheDir) -> Self {
+        Self {
+            cache,
+            flusher: None,
+        }
+    }
+
+    /// A backend using [`CacheDir::from_env`].
+    ///
+    /// # Errors
+    ///
+    /// [`CpuError::NoCacheDir`] when no cache directory can be derived from the environment.
+    pub fn from_env() -> Result<Self, CpuError> {
+        CacheDir::from_env().map(Self::new)
+    }
+
+    /// The cache directory this backend uses.
+    pub fn cache_dir(&self) -> &CacheDir {
+        &self.cache
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        let Kernel::C(kernel) = &request.kernel else {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "the cpu backend runs C kernels only; this request is for the `{}` backend",
+                    request.kernel.backend()
+                ),
+            });
+        };
+        let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
+        let library = KernelLibrary::load(artifact.path())?;
+
+        let mut tensors = request
+            .tensors
+            .iter()
+            .map(HostTensor::allocate)
+            .collect::<Result<Vec<_>, _>>()?;
+        let pointers: Vec<*mut c_void> =
+            tensors.iter_mut().map(|t| t.as_mut_ptr().cast()).collect();
+        let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
+        let flusher = if request.timing.flush_cache {
+            Some(self.flusher.get_or_insert_with(CacheFlusher::new))
+        } else {
+            None
+        };
+        let mut runner = CpuRunner {
+            library: &library,
+            tensors: &pointers,
+            scalars: &scalars,
+            flusher,
+        };
+
+        runner.run()?;
+        let outputs = request
+            .tensors
+            .iter()
+            .zip(&tensors)
+            .filter(|(spec, _)| spec.output)
+            .map(|(_, tensor)| tensor.to_data())
+            .collect();
+        let stats = do_bench(&mut runner, &request.timing)?;
+        // Unload now: no library handle outlives its request.
+        drop(library);
+        Ok(BenchmarkResult { stats, outputs })
+    }
+}
+
+/// A loaded artifact and its trampoline; unloaded on drop.
+struct KernelLibrary {
+    trampoline: Trampoline,
+    /// Keeps the code behind `trampoline` mapped; never used otherwise.
+    _library: Library,
+}
+
+impl KernelLibrary {
+    /// `dlopen`s the artifact with `RTLD_NOW` (an unresolved symbol fails here, not mid-run) and
+    /// `RTLD_LOCAL`, and resolves the trampoline.
+    fn load(path: &Path) -> Result<Self, BenchError> {
+        let load_error = |detail: String| BenchError::Load {
+            path: path.display().to_string(),
+            detail,
+        };
+        // SAFETY: loading runs the object's initializers. The object was built by `compile` from
+        // the request's own C source; running that code is exactly what this worker exists for,
+        // and a fault in it costs only this worker process.
+        let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+            .map_err(|e| load_error(with_sources(&e)))?;
+        // SAFETY: every artifact defines `tunebox_trampoline` in the trampoline that `compile`
+        // appends, with the C type `void (void *const *, const int64_t *)`, which is `Trampoline`.
+        // The pointer is copied out of the symbol but stored next to `library`, which keeps it
+        // mapped for as long as `self` lives.
+        let trampoline = unsafe { library.get::<Trampoline>(TRAMPOLINE_SYMBOL) }
+            .map(|symbol| *symbol)
+            .map_err(|e| load_error(format!("no `{TRAMPOLINE_SYMBOL}`: {}", with_sources(&e))))?;
+        Ok(Self {
+            trampoline,
+            _library: library,
+        })
+    }
+}
+
+/// One request's kernel, bound to its arguments, as [`do_bench`] drives it.
+struct CpuRunner<'a> {
+    library: &'a KernelLibrary,
+    /// One pointer per tensor, in the order of the request (and of the compiled signature).
+    tensors: &'a [*mut c_void],
+    /// The scalars, in order.
+    scalars: &'a [i64],
+    flusher: Option<&'a mut CacheFlusher>,
+}
+
+impl Runner for CpuRunner<'_> {
+    fn run(&mut self) -> Result<(), BenchError> {
+        // SAFETY: the library was compiled for `Signature::of(request)` (the signature is part of
+        // its cache key), so the trampoline reads exactly `tensors.len()` pointers and
+        // `scalars.len()` scalars, both arrays live for `'a`. Each pointer is the buffer of a live
+        // `HostTensor` of at least the spec's byte length, and no Rust reference to those buffers
+        // exists during the call. What the kernel does with them is the kernel's own behaviour;
+        // the worker process is the isolation boundary for it.
+        unsafe { (self.library.trampoline)(self.tensors.as_ptr(), self.scalars.as_ptr()) };
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), BenchError> {
+        if let Some(flusher) = self.flusher.as_deref_mut() {
+            flusher.flush();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,634 @@
+//! Compiling a C kernel and its trampoline into a cached shared object.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use tunebox_protocol::{BenchmarkRequest, CKernel, DType};
+
+use crate::{CacheDir, CpuError};
+
+/// Symbol of the generated trampoline in every artifact.
+pub(crate) const TRAMPOLINE_SYMBOL: &str = "tunebox_trampoline";
+
+/// Flags added after the kernel's own, so they win: build a shared object, and turn the
+/// diagnostics of a call that does not match the entry's prototype into errors (gcc 14 and clang
+/// 16 already do; older ones only warn, and the kernel would then crash at run time instead).
+const FIXED_FLAGS: [&str; 5] = [
+    "-fPIC",
+    "-shared",
+    "-Werror=implicit-function-declaration",
+    "-Werror=incompatible-pointer-types",
+    "-Werror=int-conversion",
+];
+
+/// Bump when the artifact layout or the trampoline's contract changes, so that old cache entries
+/// are never loaded by a new tunebox.
+const KEY_VERSION: &str = "tunebox-cpu artifact v1";
+
+/// At most this much compiler output is kept in an error (the first errors are the useful ones).
+const MAX_LOG_BYTES: usize = 64 * 1024;
+
+/// The arguments a kernel is called with: one pointer per tensor, then `scalars` `int64_t`s.
+///
+/// It decides the generated trampoline, so it is part of the cache key: compile with the
+/// signature of the request you will run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Signature {
+    /// Element type of each tensor argument, in order (`f32` is passed as `float *`, …).
+    pub tensors: Vec<DType>,
+    /// Number of `int64_t` scalar arguments after the tensors.
+    pub scalars: usize,
+}
+
+impl Signature {
+    /// `tensors` pointer arguments of these element types, then `scalars` `int64_t`s.
+    pub fn new(tensors: impl Into<Vec<DType>>, scalars: usize) -> Self {
+        Self {
+            tensors: tensors.into(),
+            scalars,
+        }
+    }
+
+    /// The signature `request`'s kernel is called with: its tensors' dtypes and its scalar count.
+    pub fn of(request: &BenchmarkRequest) -> Self {
+        Self {
+            tensors: request.tensors.iter().map(|t| t.dtype).collect(),
+            scalars: request.scalars.len(),
+        }
+    }
+}
+
+/// A compiled kernel in the cache: a shared object exporting
+/// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    path: PathBuf,
+    key: String,
+    cached: bool,
+}
+
+impl Artifact {
+    /// The shared object, `<cache dir>/<key>.so`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The cache key: 64 hex digits of a blake3 hash over everything that affects the object.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether the object was already in the cache, so no compiler ran.
+    pub fn was_cached(&self) -> bool {
+        self.cached
+    }
+}
+
+/// Compiles `kernel`, called with `signature`, into a shared object in `cache`, or finds it there.
+///
+/// # What is compiled
+///
+/// One translation unit: `#line 1 "<source_name>"`, the kernel's source, then a generated
+/// trampoline (under `#line 1 "<tunebox trampoline>"`):
+///
+/// ```c
+/// void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {
+///     entry((float *)tensors[0], (double *)tensors[1], scalars[0]);
+/// }
+/// ```
+///
+/// The trampoline calls the entry through the entry's own prototype, so C's argument conversions
+/// apply (a `const float *` parameter accepts a `float *`), and the compiler checks the call:
+/// with `-Werror=incompatible-pointer-types -Werror=int-conversion
+/// -Werror=implicit-function-declaration` a wrong arity, a wrong pointer type or a missing entry
+/// is a compile error, not a crash. Every artifact is called through this one C signature, so
+/// there is no limit on the number of arguments (this supersedes the "arity dispatch up to 16" of
+/// the original issue). Compiler messages about the kernel cite `source_name` and its own line
+/// numbers.
+///
+/// The command is `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -shared -Werror=… -o <tmp>.so
+/// <tmp>.c`, run with the working directory of the caller (so relative `-I` flags resolve there).
+///
+/// # Cache
+///
+/// The artifact is `<cache>/<key>.so`, where the key is a blake3 hash of the source, source name,
+/// entry, defines, flags, compiler command, compiler identity (the first lines of
+/// `<compiler> --version`, run once per compiler per process), the host CPU (model name and
+/// feature flags from `/proc/cpuinfo`, so `-march=native` objects are never shared between
+/// different CPUs through a shared home) and the trampoline. When the file exists no compiler
+/// runs; this is what a worker sees after the parent has precompiled. Otherwise the object is
+/// built into a temporary file in the same directory and renamed into place, so concurrent
+/// compilations of one key (threads or processes) never expose a partial file. Temporary files
+/// are removed on every path.
+///
+/// Safe to call from many threads at once (e.g. with rayon).
+///
+/// # Errors
+///
+/// - [`CpuError::EmptySource`], [`CpuError::EmptyEntry`], [`CpuError::InvalidEntry`],
+///   [`CpuError::InvalidDefine`]: the kernel description is unusable; nothing was run.
+/// - [`CpuError::CompilerNotFound`] / [`CpuError::CompilerSpawn`]: the compiler could not be run.
+/// - [`CpuError::Compile`]: the compiler rejected the kernel; carries the command line and output.
+/// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used.
+pub fn compile(
+    kernel: &CKernel,
+    signature: &Signature,
+    cache: &CacheDir,
+) -> Result<Artifact, CpuError> {
+    validate(kernel)?;
+    let trampoline = trampoline(&kernel.entry, signature);
+    let identity = compiler_identity(&kernel.compiler)?;
+    let key = cache_key(kernel, &trampoline, &identity, host_cpu());
+    let dir = cache.ensure()?;
+    let path = dir.join(format!("{key}.so"));
+    if path.is_file() {
+        log::debug!(
+            "cpu: cache hit for `{}`: {}",
+            kernel.source_name,
+            path.display()
+        );
+        return Ok(Artifact {
+            path,
+            key,
+            cached: true,
+        });
+    }
+    build(kernel, &trampoline, dir, &path)?;
+    Ok(Artifact {
+        path,
+        key,
+        cached: false,
+    })
+}
+
+/// Runs the compiler into a temporary object in `dir` and renames it to `path`.
+fn build(kernel: &CKernel, trampoline: &str, dir: &Path, path: &Path) -> Result<(), CpuError> {
+    let io_err = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CpuError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let temp = |suffix: &str| {
+        tempfile::Builder::new()
+            .prefix(".tunebox-")
+            .suffix(suffix)
+            .tempfile_in(dir)
+    };
+
+    let mut source_file = temp(".c").map_err(io_err("create a temporary source file in", dir))?;
+    source_file
+        .write_all(combined_source(kernel, trampoline).as_bytes())
+        .map_err(io_err("write the kernel source to", source_file.path()))?;
+    // Closed before the compiler reads it; removed when dropped, on every path.
+    let source_path = source_file.into_temp_path();
+    let object_path = temp(".so")
+        .map_err(io_err("create a temporary object file in", dir))?
+        .into_temp_path();
+
+    let mut args: Vec<String> = kernel.flags.clone();
+    args.extend(
+        kernel
+            .defines
+            .iter()
+            .map(|d| format!("-D{}={}", d.name, d.value)),
+    );
+    args.extend(FIXED_FLAGS.iter().map(|f| (*f).to_owned()));
+    args.push("-o".into());
+    args.push(object_path.to_string_lossy().into_owned());
+    args.push(source_path.to_string_lossy().into_owned());
+    let command = render_command(&kernel.compiler, &args);
+    log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
+
+    let output = Command::new(&kernel.compiler)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| spawn_error(&kernel.compiler, e))?;
+    if !output.status.success() {
+        return Err(CpuError::Compile {
+            command,
+            log: compiler_log(&output),
+        });
+    }
+    object_path
+        .persist(path)
+        .map_err(|e| io_err("move the compiled kernel to", path)(e.error))
+}
+
+fn validate(kernel: &CKernel) -> Result<(), CpuError> {
+    let source_name = || kernel.source_name.clone();
+    if kernel.source.trim().is_empty() {
+        return Err(CpuError::EmptySource {
+            source_name: source_name(),
+        });
+    }
+    if kernel.entry.is_empty() {
+        return Err(CpuError::EmptyEntry {
+            source_name: source_name(),
+        });
+    }
+    if !is_c_identifier(&kernel.entry) {
+        return Err(CpuError::InvalidEntry {
+            source_name: source_name(),
+            entry: kernel.entry.clone(),
+        });
+    }
+    if let Some(define) = kernel.defines.iter().find(|d| !is_c_identifier(&d.name)) {
+        return Err(CpuError::InvalidDefine {
+            source_name: source_name(),
+            name: define.name.clone(),
+        });
+    }
+    if kernel.compiler.trim().is_empty() {
+        return Err(CpuError::CompilerNotFound {
+            compiler: kernel.compiler.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn is_c_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn c_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U8 => "uint8_t",
+    }
+}
+
+/// The C trampoline that calls `entry` with `signature`'s arguments, one per line so that a
+/// diagnostic points at the offending argument.
+pub(crate) fn trampoline(entry: &str, signature: &Signature) -> String {
+    let mut args = String::new();
+    for (i, dtype) in signature.tensors.iter().enumerate() {
+        let sep = if args.is_empty() { "" } else { "," };
+        let _ = write!(args, "{sep}\n        ({} *)tensors[{i}]", c_type(*dtype));
+    }
+    for i in 0..signature.scalars {
+        let sep = if args.is_empty() { "" } else { "," };
+        let _ = write!(args, "{sep}\n        scalars[{i}]");
+    }
+    format!(
+        "#line 1 \"<tunebox trampoline>\"\n\
+         #include <stdint.h>\n\
+         __attribute__((visibility(\"default\")))\n\
+         void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars);\n\
+         void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars) {{\n    \
+             (void)tensors;\n    \
+             (void)scalars;\n    \
+             {entry}({args});\n\
+         }}\n"
+    )
+}
+
+/// The translation unit: the user's source under its own name and line numbers, then the
+/// trampoline.
+fn combined_source(kernel: &CKernel, trampoline: &str) -> String {
+    let mut text = format!("#line 1 \"{}\"\n", c_string_body(&kernel.source_name));
+    text.push_str(&kernel.source);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(trampoline);
+    text
+}
+
+/// `s` escaped for the inside of a C string literal; control characters become `?`.
+fn c_string_body(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            c if c.is_control() => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Feeds length-prefixed fields to blake3, so that no two different field lists hash alike.
+struct KeyHasher(blake3::Hasher);
+
+impl KeyHasher {
+    fn field(&mut self, bytes: impl AsRef<[u8]>) -> &mut Self {
+        let bytes = bytes.as_ref();
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    fn list<'a>(&mut self, items: impl ExactSizeIterator<Item = &'a str>) -> &mut Self {
+        self.field((items.len() as u64).to_le_bytes());
+        for item in items {
+            self.field(item);
+        }
+        self
+    }
+}
+
+pub(crate) fn cache_key(
+    kernel: &CKernel,
+    trampoline: &str,
+    compiler_identity: &str,
+    host_cpu: &str,
+) -> String {
+    let mut h = KeyHasher(blake3::Hasher::new());
+    h.field(KEY_VERSION)
+        .field(&kernel.source)
+        .field(&kernel.source_name)
+        .field(&kernel.entry)
+        .field((kernel.defines.len() as u64).to_le_bytes());
+    for define in &kernel.defines {
+        h.field(&define.name).field(&define.value);
+    }
+    h.list(kernel.flags.iter().map(String::as_str))
+        .list(FIXED_FLAGS.into_iter())
+        .field(&kernel.compiler)
+        .field(compiler_identity)
+        .field(host_cpu)
+        .field(trampoline);
+    h.0.finalize().to_hex().to_string()
+}
+
+fn spawn_error(compiler: &str, source: io::Error) -> CpuError {
+    if source.kind() == io::ErrorKind::NotFound {
+        CpuError::CompilerNotFound {
+            compiler: compiler.to_owned(),
+        }
+    } else {
+        CpuError::CompilerSpawn {
+            compiler: compiler.to_owned(),
+            source,
+        }
+    }
+}
+
+/// The first two lines of `<compiler> --version`, memoized per compiler name for the life of the
+/// process (the lock is held while probing, so each compiler is probed once).
+fn compiler_identity(compiler: &str) -> Result<String, CpuError> {
+    static IDENTITIES: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    let mut identities = IDENTITIES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(identity) = identities.get(compiler) {
+        return Ok(identity.clone());
+    }
+    let output = Command::new(compiler)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| spawn_error(compiler, e))?;
+    let text = if output.stdout.is_empty() {
+        &output.stderr
+    } else {
+        &output.stdout
+    };
+    let mut identity: String = String::from_utf8_lossy(text)
+        .lines()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !output.status.success() {
+        log::warn!(
+            "cpu: `{compiler} --version` failed ({}); cached kernels will not notice a compiler \
+             upgrade",
+            output.status
+        );
+        let _ = write!(identity, "\n{}", output.status);
+    }
+    identities.insert(compiler.to_owned(), identity.clone());
+    Ok(identity)
+}
+
+/// The host CPU as `/proc/cpuinfo` describes it, read once per process.
+fn host_cpu() -> &'static str {
+    static HOST_CPU: OnceLock<String> = OnceLock::new();
+    HOST_CPU.get_or_init(|| {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        cpu_description(&cpuinfo)
+    })
+}
+
+/// The architecture, the first core's model (x86 `model name`; arm `CPU implementer/part/…`)
+/// and its feature flags (a hypervisor can mask features of an identically named model).
+pub(crate) fn cpu_description(cpuinfo: &str) -> String {
+    let field = |key: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            (k.trim() == key).then(|| v.trim())
+        })
+    };
+    let mut description = std::env::consts::ARCH.to_owned();
+    for key in [
+        "model name",
+        "CPU implementer",
+        "CPU variant",
+        "CPU part",
+        "flags",
+        "Features",
+    ] {
+        if let Some(value) = field(key) {
+            let _ = write!(description, "\n{key}: {value}");
+        }
+    }
+    description
+}
+
+/// `compiler args…`, quoted for a POSIX shell so it can be pasted.
+fn render_command(compiler: &str, args: &[String]) -> String {
+    std::iter::once(compiler)
+        .chain(args.iter().map(String::as_str))
+        .map(shell_quote)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=./,:+@%^".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// The compiler's stderr then stdout, at most [`MAX_LOG_BYTES`] of it.
+fn compiler_log(output: &Output) -> String {
+    let mut log = String::from_utf8_lossy(&output.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !stdout.trim().is_empty() {
+        if !log.is_empty() && !log.ends_with('\n') {
+            log.push('\n');
+        }
+        log.push_str(&stdout);
+    }
+    if log.trim().is_empty() {
+        return format!(
+            "the compiler exited with {} and printed nothing",
+            output.status
+        );
+    }
+    if log.len() > MAX_LOG_BYTES {
+        let mut cut = MAX_LOG_BYTES;
+        while !log.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let dropped = log.len() - cut;
+        log.truncate(cut);
+        let _ = write!(log, "\n[… {dropped} more bytes of compiler output]");
+    }
+    log
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunebox_protocol::Define;
+
+    fn kernel() -> CKernel {
+        CKernel {
+            source: "void k(float *a) { a[0] = 1; }".into(),
+            source_name: "k.c".into(),
+            entry: "k".into(),
+            defines: vec![Define::new("BLOCK", "32")],
+            flags: vec!["-O2".into()],
+            compiler: "cc".into(),
+        }
+    }
+
+    #[test]
+    fn trampoline_casts_tensors_and_passes_scalars() {
+        let text = trampoline("add", &Signature::new([DType::F32, DType::U8], 2));
+        assert!(
+            text.contains(
+                "void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {"
+            )
+        );
+        assert!(text.contains(
+            "    add(\n        (float *)tensors[0],\n        (uint8_t *)tensors[1],\n        \
+             scalars[0],\n        scalars[1]);\n"
+        ));
+        assert!(trampoline("nop", &Signature::new([], 0)).contains("    nop();\n"));
+    }
+
+    #[test]
+    fn source_keeps_user_lines_and_escapes_the_name() {
+        let mut k = kernel();
+        k.source_name = "dir\\a \"b\"\n.c".into();
+        let text = combined_source(&k, "T");
+        assert!(
+            text.starts_with("#line 1 \"dir\\\\a \\\"b\\\"?.c\"\nvoid k"),
+            "{text}"
+        );
+        assert!(text.ends_with("}\nT"));
+    }
+
+    #[test]
+    fn key_covers_every_input() {
+        let base = kernel();
+        let t = trampoline("k", &Signature::new([DType::F32], 0));
+        let key = cache_key(&base, &t, "gcc 12", "cpu A");
+        assert_eq!(key.len(), 64);
+        assert_eq!(key, cache_key(&base, &t, "gcc 12", "cpu A"));
+        let variants: [fn(&mut CKernel); 6] = [
+            |k| k.source.push(' '),
+            |k| k.source_name = "other.c".into(),
+            |k| k.defines[0].value = "64".into(),
+            |k| k.defines.push(Define::new("X", "1")),
+            |k| k.flags.push("-march=native".into()),
+            |k| k.compiler = "clang".into(),
+        ];
+        for change in variants {
+            let mut k = base.clone();
+            change(&mut k);
+            assert_ne!(cache_key(&k, &t, "gcc 12", "cpu A"), key, "{k:?}");
+        }
+        assert_ne!(cache_key(&base, &t, "gcc 13", "cpu A"), key);
+        assert_ne!(cache_key(&base, &t, "gcc 12", "cpu B"), key);
+        let t2 = trampoline("k", &Signature::new([DType::F64], 0));
+        assert_ne!(cache_key(&base, &t2, "gcc 12", "cpu A"), key);
+        // Field boundaries matter: moving a character between two fields changes the key.
+        let mut a = base.clone();
+        a.flags = vec!["-O".into(), "2".into()];
+        let mut b = base.clone();
+        b.flags = vec!["-O2".into()];
+        assert_ne!(cache_key(&a, &t, "i", "c"), cache_key(&b, &t, "i", "c"));
+    }
+
+    #[test]
+    fn validation() {
+        let check = |change: fn(&mut CKernel)| {
+            let mut k = kernel();
+            change(&mut k);
+            validate(&k).unwrap_err()
+        };
+        assert!(matches!(
+            check(|k| k.source = " \n".into()),
+            CpuError::EmptySource { .. }
+        ));
+        assert!(matches!(
+            check(|k| k.entry.clear()),
+            CpuError::EmptyEntry { .. }
+        ));
+        assert!(matches!(
+            check(|k| k.entry = "f(); x".into()),
+            CpuError::InvalidEntry { .. }
+        ));
+        assert!(matches!(
+            check(|k| k.entry = "1f".into()),
+            CpuError::InvalidEntry { .. }
+        ));
+        assert!(matches!(
+            check(|k| k.defines[0].name = "A=B".into()),
+            CpuError::InvalidDefine { .. }
+        ));
+        assert!(matches!(
+            check(|k| k.compiler.clear()),
+            CpuError::CompilerNotFound { .. }
+        ));
+        assert!(validate(&kernel()).is_ok());
+    }
+
+    #[test]
+    fn cpu_description_reads_x86_and_arm() {
+        let x86 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu avx2\n\
+                   processor\t: 1\nmodel name\t: AMD EPYC 7B13\n";
+        let d = cpu_description(x86);
+        assert!(
+            d.contains("model name: AMD EPYC 7B13") && d.contains("flags: fpu avx2"),
+            "{d}"
+        );
+        let arm =
+            "processor\t: 0\nFeatures\t: fp asimd\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n";
+        let d = cpu_description(arm);
+        assert!(
+            d.contains("CPU part: 0xd0c") && d.contains("Features: fp asimd"),
+            "{d}"
+        );
+        assert_ne!(cpu_description(x86), cpu_description(arm));
+    }
+
+    #[test]
+    fn commands_are_shell_quoted() {
+        let args = ["-O3".to_owned(), "-DNAME=a b".to_owned(), "it's".to_owned()];
+        assert_eq!(
+            render_command("cc", &args),
+            r"cc -O3 '-DNAME=a b' 'it'\''s'"
+        );
+    }
+}

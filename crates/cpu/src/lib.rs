@@ -1,0 +1,70 @@
+//! The CPU backend of tunebox: compile C kernels into cached shared objects, load and time them.
+//!
+//! [`compile`] turns a [`CKernel`](tunebox_protocol::CKernel) called with a [`Signature`] into an
+//! [`Artifact`]: a shared object in a content-addressed [`CacheDir`], built by the system C
+//! compiler together with a generated trampoline that calls the kernel's entry with its tensor
+//! pointers and `int64_t` scalars (so the compiler checks the call, and any number of arguments
+//! works). A parent (`tunebox-cli`) calls it in parallel to surface compile errors early; the
+//! worker calls it again and gets a cache hit. [`CpuBackend`] is the worker's
+//! [`Backend`](tunebox_bench::Backend) for [`Kernel::C`](tunebox_protocol::Kernel::C) requests:
+//! it loads the artifact, allocates the tensors ([`HostTensor`](tunebox_bench::HostTensor)),
+//! calls the kernel once for its outputs and times it with
+//! [`do_bench`](tunebox_bench::do_bench), evicting the last-level cache with a [`CacheFlusher`]
+//! before every timed rep. Compile failures are [`CpuError`]s, which become
+//! [`BenchError`](tunebox_protocol::BenchError)s on the wire.
+//!
+//! # Example
+//!
+//! ```
+//! use tunebox_bench::Backend;
+//! use tunebox_cpu::{CacheDir, CpuBackend};
+//! use tunebox_protocol::{
+//!     BenchmarkRequest, CKernel, DType, Init, Kernel, Scalar, TensorSpec, TimingConfig,
+//! };
+//!
+//! let kernel = CKernel {
+//!     source: "#include <stdint.h>\n\
+//!              void scale(const float *x, float *y, int64_t n) {\n\
+//!                  for (int64_t i = 0; i < n; i++) y[i] = FACTOR * x[i];\n\
+//!              }\n"
+//!         .into(),
+//!     source_name: "scale.c".into(),
+//!     entry: "scale".into(),
+//!     defines: vec![tunebox_protocol::Define::new("FACTOR", "2.0f")],
+//!     flags: vec!["-O2".into()],
+//!     compiler: "cc".into(),
+//! };
+//! let tensor = |name: &str, init, output| TensorSpec {
+//!     name: name.into(),
+//!     dtype: DType::F32,
+//!     shape: vec![4],
+//!     init,
+//!     output,
+//! };
+//! let request = BenchmarkRequest {
+//!     kernel: Kernel::C(kernel),
+//!     tensors: vec![tensor("x", Init::Ones, false), tensor("y", Init::Zeros, true)],
+//!     scalars: vec![Scalar { name: "n".into(), value: 4 }],
+//!     timing: TimingConfig { warmup_ms: 1.0, rep_ms: 2.0, flush_cache: false, ..Default::default() },
+//! };
+//!
+//! let cache = tempfile::tempdir()?;
+//! let mut backend = CpuBackend::new(CacheDir::new(cache.path()));
+//! let result = backend.benchmark(&request)?;
+//! assert_eq!(result.outputs[0].bytes, [2f32.to_ne_bytes(); 4].concat());
+//! assert!(result.stats.reps >= 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+mod backend;
+mod cache;
+mod compile;
+mod error;
+mod flush;
+
+pub use backend::CpuBackend;
+pub use cache::{CACHE_DIR_ENV, CacheDir};
+pub use compile::{Artifact, Signature, compile};
+pub use error::CpuError;
+pub use flush::CacheFlusher;

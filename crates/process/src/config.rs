@@ -1,0 +1,190 @@
+//! How to start a worker.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
+pub const WORKER_PATH_ENV: &str = "TUNEBOX_WORKER";
+
+/// Where a worker's stdout or stderr goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// The parent's own stream.
+    Inherit,
+    /// Discarded (`/dev/null`).
+    Null,
+    /// Appended to a file (created if missing).
+    File(PathBuf),
+    /// Read by a parent thread into a ring buffer keeping the last `tail_bytes` bytes, which crash
+    /// errors quote. The child can never block on a full pipe.
+    Capture {
+        /// How many trailing bytes to keep.
+        tail_bytes: usize,
+    },
+}
+
+/// A device the worker is pinned to: the value of its `CUDA_VISIBLE_DEVICES`, verbatim (an index
+/// such as `0`, a `GPU-…` UUID or a `MIG-…` identifier).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeviceToken(String);
+
+impl DeviceToken {
+    /// The token as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for DeviceToken {
+    fn from(token: &str) -> Self {
+        DeviceToken(token.to_owned())
+    }
+}
+
+impl From<String> for DeviceToken {
+    fn from(token: String) -> Self {
+        DeviceToken(token)
+    }
+}
+
+impl std::fmt::Display for DeviceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How to start (and restart) a worker; a builder.
+///
+/// ```
+/// use std::time::Duration;
+/// use tunebox_process::{Output, ProcessConfig};
+///
+/// let config = ProcessConfig::new()
+///     .worker("target/release/tunebox-worker")
+///     .env("OMP_NUM_THREADS", "1")
+///     .stdout(Output::Null)
+///     .stderr(Output::Capture { tail_bytes: 16 * 1024 })
+///     .handshake_timeout(Duration::from_secs(10));
+/// assert_eq!(config.handshake_timeout_value(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProcessConfig {
+    pub(crate) worker: Option<PathBuf>,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) device: Option<DeviceToken>,
+    pub(crate) stdout: Output,
+    pub(crate) stderr: Output,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) maximum_uses: Option<u64>,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        ProcessConfig {
+            worker: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            device: None,
+            stdout: Output::Inherit,
+            stderr: Output::Capture {
+                tail_bytes: 64 * 1024,
+            },
+            handshake_timeout: Duration::from_secs(30),
+            maximum_uses: None,
+        }
+    }
+}
+
+impl ProcessConfig {
+    /// Defaults: worker from [`WORKER_PATH_ENV`] or the current executable, stdout inherited,
+    /// stderr captured (last 64 KiB), 30 s handshake timeout, unlimited uses.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The worker executable. Without it, [`WORKER_PATH_ENV`] is used, and without that the
+    /// current executable, which must then call `tunebox_worker::run_if_worker` first thing in
+    /// `main` (the `tunebox` CLI does).
+    pub fn worker(mut self, path: impl Into<PathBuf>) -> Self {
+        self.worker = Some(path.into());
+        self
+    }
+
+    /// Arguments passed to the worker executable.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        self
+    }
+
+    /// Sets an environment variable in the worker (only there: the parent's environment is never
+    /// modified). tunebox's own bootstrap variables take precedence.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Pins the worker to a device: it gets `CUDA_VISIBLE_DEVICES=<token>`, on every restart.
+    /// `None` leaves the variable as inherited.
+    pub fn device(mut self, device: Option<DeviceToken>) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Where the worker's stdout goes (default: inherited).
+    pub fn stdout(mut self, output: Output) -> Self {
+        self.stdout = output;
+        self
+    }
+
+    /// Where the worker's stderr goes (default: captured, last 64 KiB).
+    pub fn stderr(mut self, output: Output) -> Self {
+        self.stderr = output;
+        self
+    }
+
+    /// How long a starting worker may take to connect (default 30 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Replace the worker after this many benchmark requests (TVM's `maximum_process_uses`);
+    /// `None` (the default) never does.
+    pub fn maximum_uses(mut self, uses: Option<u64>) -> Self {
+        self.maximum_uses = uses;
+        self
+    }
+
+    /// The configured handshake timeout.
+    pub fn handshake_timeout_value(&self) -> Duration {
+        self.handshake_timeout
+    }
+
+    /// The device the worker is pinned to.
+    pub fn device_value(&self) -> Option<&DeviceToken> {
+        self.device.as_ref()
+    }
+
+    /// The executable a worker is started from: [`ProcessConfig::worker`], else
+    /// [`WORKER_PATH_ENV`], else the current executable.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of `std::env::current_exe` when that is needed and fails.
+    pub fn resolve_worker(&self) -> std::io::Result<PathBuf> {
+        if let Some(path) = &self.worker {
+            return Ok(path.clone());
+        }
+        if let Some(path) = std::env::var_os(WORKER_PATH_ENV).filter(|p| !p.is_empty()) {
+            return Ok(PathBuf::from(path));
+        }
+        std::env::current_exe()
+    }
+}

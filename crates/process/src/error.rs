@@ -1,0 +1,102 @@
+//! Everything that can go wrong with one worker process.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tunebox_protocol::BenchError;
+
+use crate::exit::describe_exit;
+
+/// What went wrong with a request or the worker that serves it.
+///
+/// The variants tell the three outcomes that Inductor's and TVM's workers blur apart:
+/// [`Remote`](ProcessError::Remote) (the task failed, the worker lives),
+/// [`Timeout`](ProcessError::Timeout) (the parent killed the worker at the deadline) and
+/// [`WorkerCrashed`](ProcessError::WorkerCrashed) (the worker died by itself).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The worker executable could not be started (missing, not executable, out of resources).
+    #[error("could not start the worker `{}`", path.display())]
+    Spawn {
+        /// The executable that was run.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The worker did not connect within the handshake timeout; it was killed.
+    #[error("the worker did not connect within {after:?}; it was killed")]
+    HandshakeTimeout {
+        /// The handshake timeout.
+        after: Duration,
+    },
+    /// The worker exited before connecting.
+    #[error("the worker exited before connecting: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
+    ExitedBeforeHandshake {
+        /// Exit code, if it exited.
+        exit_code: Option<i32>,
+        /// Signal number, if a signal killed it.
+        signal: Option<i32>,
+        /// The end of its stderr, when captured.
+        stderr_tail: String,
+    },
+    /// The worker speaks another protocol version.
+    #[error(
+        "protocol version mismatch: the worker `{}` speaks {worker}, this parent speaks {parent}; \
+         use a worker from the same tunebox release",
+        path.display()
+    )]
+    ProtocolMismatch {
+        /// The worker executable.
+        path: PathBuf,
+        /// The worker's version, when it said (a worker that refused to start does not).
+        worker: String,
+        /// Ours.
+        parent: u32,
+    },
+    /// The request did not finish within its timeout; the worker's process group was SIGKILLed and
+    /// reaped before this was returned.
+    #[error("timed out after {after:?}; the worker was killed")]
+    Timeout {
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// The worker died while serving a request.
+    #[error("the worker crashed: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
+    WorkerCrashed {
+        /// Exit code, if it exited.
+        exit_code: Option<i32>,
+        /// Signal number, if a signal killed it (11 = SIGSEGV, 6 = SIGABRT, 9 = SIGKILL).
+        signal: Option<i32>,
+        /// The end of its stderr, when captured.
+        stderr_tail: String,
+    },
+    /// The worker sent something the protocol does not allow, or the channel broke; the worker
+    /// was killed.
+    #[error("protocol error: {detail}")]
+    Protocol {
+        /// What was wrong.
+        detail: String,
+    },
+    /// The task failed inside the worker, which lives on (a compile error, a bad request, a
+    /// caught panic, …).
+    #[error(transparent)]
+    Remote(#[from] BenchError),
+}
+
+impl ProcessError {
+    /// Whether the worker is gone after this error (it crashed, timed out or broke the protocol),
+    /// as opposed to a task error that left it serving.
+    pub fn worker_lost(&self) -> bool {
+        !matches!(self, ProcessError::Remote(_))
+    }
+}
+
+/// ` — stderr:\n<tail>` when there is a tail.
+fn quote(tail: &str) -> String {
+    if tail.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n--- worker stderr (tail) ---\n{}", tail.trim_end())
+    }
+}

@@ -1,0 +1,50 @@
+//! One isolated tunebox worker process: spawn, handshake, requests with deadlines, kill, restart.
+//!
+//! [`TuningProcess`] is the parent's handle on one worker (`tunebox-worker`, or any binary that
+//! calls `tunebox_worker::run_if_worker`), as PyTorch Inductor's `TuningProcess` and TVM's
+//! `PopenWorker`. [`ProcessConfig`] says how to start it ([`Output`] for its stdout and stderr,
+//! a [`DeviceToken`] to pin it to a GPU), and [`ProcessError`] tells apart what can go wrong: a task
+//! error (the worker lives), a timeout (the parent killed it) and a crash (it died by itself).
+//! `tunebox-pool` runs many of these; the protocol types come from `tunebox-protocol`.
+//!
+//! Guarantees (Linux):
+//! - every wait has a deadline enforced in the parent; a timed-out worker's process group is
+//!   SIGKILLed and reaped before the error is returned;
+//! - a worker that dies is reported as soon as its channel closes, with its exit code or signal
+//!   and the tail of its stderr;
+//! - workers lead their own process group, have stdin closed, no core dumps, and die with the
+//!   parent process (`PR_SET_PDEATHSIG`, armed from a spawner thread that lives as long as the
+//!   process);
+//! - replies are matched to requests by id, so a late reply is never taken for another's.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tunebox_process::{ProcessConfig, ProcessError, TuningProcess};
+//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
+//!
+//! let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("tunebox-worker"))?;
+//! println!("round trip: {:?}", worker.ping(Duration::from_secs(1))?);
+//! let hang = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang));
+//! let err = worker.benchmark(hang, Duration::from_millis(300)).unwrap_err();
+//! assert!(matches!(err, ProcessError::Timeout { .. }));
+//! // The next request gets a fresh worker.
+//! worker.ping(Duration::from_secs(5))?;
+//! assert_eq!(worker.restarts(), 1);
+//! # Ok::<(), ProcessError>(())
+//! ```
+#![deny(missing_docs)]
+
+mod capture;
+mod config;
+mod error;
+mod exit;
+mod handshake;
+mod process;
+mod spawn;
+mod worker;
+
+pub use config::{DeviceToken, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use error::ProcessError;
+pub use process::TuningProcess;

@@ -1,0 +1,113 @@
+//! Starting a worker process: the one place that builds worker `Command`s.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc::{self, Sender};
+
+use tunebox_protocol::{PARENT_PID_ENV, PROTOCOL_VERSION, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
+
+use crate::capture::Tail;
+use crate::{Output, ProcessConfig};
+
+/// A started worker process and the tails of its captured streams.
+pub(crate) struct Spawned {
+    pub(crate) child: Child,
+    pub(crate) stdout: Option<Tail>,
+    pub(crate) stderr: Option<Tail>,
+}
+
+/// Starts `exe` as a worker that will connect to the bootstrap server `server_name`.
+///
+/// The child leads its own process group (so the whole group can be killed), has stdin closed,
+/// gets the bootstrap variables and the config's environment, and is forked from the spawner
+/// thread (see [`spawn_on_spawner_thread`]).
+pub(crate) fn spawn_worker(
+    exe: &Path,
+    config: &ProcessConfig,
+    server_name: &str,
+) -> io::Result<Spawned> {
+    let mut command = Command::new(exe);
+    command.args(&config.args);
+    command.envs(config.env.iter().map(|(k, v)| (k, v)));
+    if let Some(device) = &config.device {
+        command.env("CUDA_VISIBLE_DEVICES", device.as_str());
+    }
+    command
+        .env(WORKER_SERVER_ENV, server_name)
+        .env(PARENT_PID_ENV, std::process::id().to_string())
+        .env(PROTOCOL_VERSION_ENV, PROTOCOL_VERSION.to_string())
+        .stdin(Stdio::null())
+        .stdout(stdio(&config.stdout)?)
+        .stderr(stdio(&config.stderr)?)
+        .process_group(0);
+
+    let mut child = spawn_on_spawner_thread(command)?;
+    let stdout = match (&config.stdout, child.stdout.take()) {
+        (Output::Capture { tail_bytes }, Some(pipe)) => {
+            Some(Tail::drain(pipe, *tail_bytes, "stdout"))
+        }
+        _ => None,
+    };
+    let stderr = match (&config.stderr, child.stderr.take()) {
+        (Output::Capture { tail_bytes }, Some(pipe)) => {
+            Some(Tail::drain(pipe, *tail_bytes, "stderr"))
+        }
+        _ => None,
+    };
+    Ok(Spawned {
+        child,
+        stdout,
+        stderr,
+    })
+}
+
+fn stdio(output: &Output) -> io::Result<Stdio> {
+    Ok(match output {
+        Output::Inherit => Stdio::inherit(),
+        Output::Null => Stdio::null(),
+        Output::File(path) => OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?
+            .into(),
+        Output::Capture { .. } => Stdio::piped(),
+    })
+}
+
+type SpawnJob = (Command, Sender<io::Result<Child>>);
+
+/// Spawns `command` from a thread that lives as long as the process.
+///
+/// The worker arms `PR_SET_PDEATHSIG`, and Linux delivers that signal when the *thread* that
+/// forked the child exits, not the process. Spawning from a pool thread or a short-lived
+/// caller thread would kill the worker with that thread; the spawner thread never exits, so a
+/// worker dies exactly when its parent process does.
+fn spawn_on_spawner_thread(command: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<io::Result<Sender<SpawnJob>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, incoming) = mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("tunebox-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    // The caller blocks on `reply` until this answers, so the send succeeds.
+                    let _ = reply.send(command.spawn());
+                }
+            })?;
+        Ok(jobs)
+    });
+    let spawner = spawner
+        .as_ref()
+        .map_err(|e| io::Error::new(e.kind(), format!("no spawner thread: {e}")))?;
+    let (reply, result) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+    result
+        .recv()
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?
+}

@@ -1,0 +1,154 @@
+//! A backend of scripted behaviours, for tests and `tunebox doctor`.
+
+use std::time::{Duration, Instant};
+
+use tunebox_bench::{Backend, summarize};
+use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, DType, DiagnosticTask, Kernel, TensorData,
+};
+
+/// Runs [`DiagnosticTask`]s: each reproduces one way a real candidate succeeds or fails (sleeps,
+/// spins with signals blocked, hangs, aborts, segfaults, exits, panics, fails, echoes, floods its
+/// output), so that every path of the process and pool crates is tested without a compiler or GPU.
+///
+/// A successful task's result has one rep whose time is the task's wall time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DiagnosticsBackend;
+
+impl Backend for DiagnosticsBackend {
+    fn name(&self) -> &'static str {
+        "diagnostics"
+    }
+
+    fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        let Kernel::Diagnostic(task) = &request.kernel else {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "the diagnostics backend got a `{}` kernel",
+                    request.kernel.backend()
+                ),
+            });
+        };
+        let start = Instant::now();
+        let outputs = run(task)?;
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(BenchmarkResult {
+            stats: summarize(&[elapsed_ms], 0),
+            outputs,
+        })
+    }
+}
+
+fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
+    match task {
+        DiagnosticTask::Sleep { ms } => std::thread::sleep(Duration::from_millis(*ms)),
+        DiagnosticTask::Spin { ms, block_signals } => spin(*ms, *block_signals),
+        DiagnosticTask::Hang => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+        DiagnosticTask::Abort => std::process::abort(),
+        DiagnosticTask::Segfault => segfault(),
+        DiagnosticTask::Exit { code } => std::process::exit(*code),
+        DiagnosticTask::Panic { message } => panic!("{message}"),
+        DiagnosticTask::Fail { message } => {
+            return Err(BenchError::Failed {
+                message: message.clone(),
+            });
+        }
+        DiagnosticTask::Echo { bytes } => return Ok(vec![bytes_output("echo", bytes.clone())]),
+        DiagnosticTask::EnvVar { name } => {
+            let value = std::env::var_os(name).unwrap_or_default();
+            return Ok(vec![bytes_output(name, value.into_encoded_bytes())]);
+        }
+        DiagnosticTask::Print {
+            stdout_bytes,
+            stderr_bytes,
+        } => {
+            write_raw(libc::STDOUT_FILENO, *stdout_bytes);
+            write_raw(libc::STDERR_FILENO, *stderr_bytes);
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn bytes_output(name: &str, bytes: Vec<u8>) -> TensorData {
+    TensorData {
+        name: name.to_owned(),
+        dtype: DType::U8,
+        shape: vec![bytes.len() as u64],
+        bytes,
+    }
+}
+
+/// Busy-waits `ms` ms, optionally with SIGTERM, SIGINT and SIGALRM blocked, like native code that
+/// ignores every polite request to stop.
+fn spin(ms: u64, block_signals: bool) {
+    let deadline = Instant::now() + Duration::from_millis(ms);
+    let guard = block_signals.then(SignalBlock::new);
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+    drop(guard);
+}
+
+/// Blocks SIGTERM, SIGINT and SIGALRM on this thread until dropped.
+struct SignalBlock {
+    previous: libc::sigset_t,
+}
+
+impl SignalBlock {
+    fn new() -> Self {
+        // SAFETY: `sigset_t` is plain data; both sets are initialized by `sigemptyset` before use
+        // and only passed by pointer to the libc functions that fill or read them.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigemptyset(&mut previous);
+            for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGALRM] {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            SignalBlock { previous }
+        }
+    }
+}
+
+impl Drop for SignalBlock {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new` on the same thread (the guard is not Send:
+        // `sigset_t` is plain data, but the guard lives only inside `spin`).
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Dies of SIGSEGV. The default action is restored first: the Rust runtime's SIGSEGV handler only
+/// reports stack overflows and would otherwise swallow a raised (not faulted) signal.
+fn segfault() -> ! {
+    // SAFETY: resetting a signal disposition to its default and raising it are async-signal-safe
+    // calls with valid arguments; the process terminates.
+    unsafe {
+        libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+        libc::raise(libc::SIGSEGV);
+    }
+    unreachable!("SIGSEGV with its default action terminates the process")
+}
+
+/// Writes `count` bytes of text to `fd` with raw `write(2)`, bypassing Rust's buffering.
+fn write_raw(fd: libc::c_int, mut count: u64) {
+    let chunk = [b'x'; 8192];
+    let mut line = chunk;
+    line[chunk.len() - 1] = b'\n';
+    while count > 0 {
+        let n = count.min(line.len() as u64) as usize;
+        // SAFETY: `line` is a live buffer of at least `n` bytes.
+        let written = unsafe { libc::write(fd, line.as_ptr().cast(), n) };
+        if written <= 0 {
+            // EPIPE, a closed descriptor or a full disk: stop writing, the task still succeeds.
+            break;
+        }
+        count -= written as u64;
+    }
+}

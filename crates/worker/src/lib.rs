@@ -1,0 +1,49 @@
+//! The tunebox worker: the child process that runs candidates so the parent never has to.
+//!
+//! A parent (`tunebox-process`) starts a worker with the name of its bootstrap server in
+//! [`WORKER_SERVER_ENV`](tunebox_protocol::WORKER_SERVER_ENV). The worker then:
+//!
+//! 1. arms `PR_SET_PDEATHSIG` (and checks that the parent did not already die), turns core dumps
+//!    off, and checks the parent's protocol version ([`run_from_env`]);
+//! 2. connects and sends `Hello` with its request and response channels;
+//! 3. serves requests ([`serve`]) with the backends of a [`Registry`] (`cpu` from `tunebox-cpu`,
+//!    and [`DiagnosticsBackend`]), catching backend panics as `BenchError::Panic`;
+//! 4. exits on `Shutdown`, or when the parent's end of the channel closes.
+//!
+//! Binaries other than `tunebox-worker` can serve as workers too: call [`run_if_worker`] first
+//! thing in `main` (the `tunebox` CLI does), and a parent can spawn that binary itself.
+//!
+//! # Example
+//!
+//! Serving over in-process channels, as the tests do:
+//!
+//! ```
+//! use ipc_channel::ipc;
+//! use tunebox_protocol::{Request, RequestBody, Response, ResponseBody};
+//! use tunebox_worker::{serve, Registry};
+//!
+//! let (request_tx, request_rx) = ipc::channel::<Request>().unwrap();
+//! let (response_tx, response_rx) = ipc::channel::<Response>().unwrap();
+//! let server = std::thread::spawn(move || {
+//!     serve(&request_rx, &response_tx, &mut Registry::diagnostics_only())
+//! });
+//! request_tx.send(Request { id: 7, body: RequestBody::Ping }).unwrap();
+//! let response = response_rx.recv().unwrap();
+//! assert_eq!(response.id, 7);
+//! assert!(matches!(response.body, ResponseBody::Pong));
+//! request_tx.send(Request { id: 8, body: RequestBody::Shutdown }).unwrap();
+//! server.join().unwrap().unwrap();
+//! ```
+#![deny(missing_docs)]
+
+mod bootstrap;
+mod diagnostics;
+mod error;
+mod registry;
+mod serve;
+
+pub use bootstrap::{run_from_env, run_if_worker};
+pub use diagnostics::DiagnosticsBackend;
+pub use error::WorkerError;
+pub use registry::Registry;
+pub use serve::serve;

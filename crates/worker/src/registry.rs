@@ -1,0 +1,88 @@
+//! The backends a worker can dispatch to.
+
+use tunebox_bench::Backend;
+use tunebox_cpu::CpuBackend;
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult};
+
+use crate::DiagnosticsBackend;
+
+/// The backends of one worker, looked up by the name a request's kernel selects
+/// (`Kernel::backend`).
+pub struct Registry {
+    backends: Vec<Box<dyn Backend>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry {
+            backends: Vec::new(),
+        }
+    }
+
+    /// The backends of the `tunebox-worker` binary: `cpu` (its cache directory from the
+    /// environment, see `tunebox_cpu::CacheDir::from_env`) and `diagnostics`. When no cache
+    /// directory can be derived, `cpu` answers every request with that error.
+    pub fn standard() -> Self {
+        let cpu: Box<dyn Backend> = match CpuBackend::from_env() {
+            Ok(cpu) => Box::new(cpu),
+            Err(e) => Box::new(Unavailable {
+                name: "cpu",
+                reason: e.to_string(),
+            }),
+        };
+        Registry::new().with(cpu).with(Box::new(DiagnosticsBackend))
+    }
+
+    /// Only the `diagnostics` backend.
+    pub fn diagnostics_only() -> Self {
+        Registry::new().with(Box::new(DiagnosticsBackend))
+    }
+
+    /// Adds a backend; it replaces one of the same name.
+    pub fn with(mut self, backend: Box<dyn Backend>) -> Self {
+        self.backends.retain(|b| b.name() != backend.name());
+        self.backends.push(backend);
+        self
+    }
+
+    /// The names of the registered backends, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.backends.iter().map(|b| b.name().to_owned()).collect()
+    }
+
+    /// The backend called `name`.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut (dyn Backend + 'static)> {
+        self.backends
+            .iter_mut()
+            .find(|b| b.name() == name)
+            .map(|b| b.as_mut())
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::standard()
+    }
+}
+
+/// A backend that could not be set up: it answers every request with the reason.
+struct Unavailable {
+    name: &'static str,
+    reason: String,
+}
+
+impl Backend for Unavailable {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn benchmark(&mut self, _: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        Err(BenchError::Failed {
+            message: format!(
+                "the `{}` backend is unavailable: {}",
+                self.name, self.reason
+            ),
+        })
+    }
+}

@@ -1,0 +1,183 @@
+//! The work loop.
+
+use std::panic::{self, AssertUnwindSafe};
+
+use ipc_channel::IpcError;
+use ipc_channel::ipc::{IpcReceiver, IpcSender};
+use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, Request, RequestBody, Response, ResponseBody,
+};
+
+use crate::{Registry, WorkerError};
+
+/// Serves requests until `Shutdown` arrives or the parent's end of `requests` closes.
+///
+/// Every `Benchmark` request gets exactly one response with its id. A backend that panics is
+/// answered with [`BenchError::Panic`] and the loop goes on.
+///
+/// # Errors
+///
+/// [`WorkerError::Ipc`] when a request cannot be decoded or a response cannot be sent (the parent
+/// is gone or the channel is broken); the worker should then exit.
+pub fn serve(
+    requests: &IpcReceiver<Request>,
+    responses: &IpcSender<Response>,
+    registry: &mut Registry,
+) -> Result<(), WorkerError> {
+    loop {
+        let request = match requests.recv() {
+            Ok(request) => request,
+            // The parent dropped its sender: it is shutting down or gone.
+            Err(IpcError::Disconnected) => return Ok(()),
+            Err(e) => {
+                return Err(WorkerError::Ipc {
+                    during: "receiving a request",
+                    detail: e.to_string(),
+                });
+            }
+        };
+        let body = match request.body {
+            RequestBody::Ping => ResponseBody::Pong,
+            RequestBody::Benchmark(benchmark) => {
+                log::debug!(
+                    "request {}: {} kernel",
+                    request.id,
+                    benchmark.kernel.backend()
+                );
+                ResponseBody::Benchmark(dispatch(registry, &benchmark))
+            }
+            RequestBody::Shutdown => return Ok(()),
+        };
+        responses
+            .send(Response {
+                id: request.id,
+                body,
+            })
+            .map_err(|e| WorkerError::Ipc {
+                during: "sending a response",
+                detail: e.to_string(),
+            })?;
+    }
+}
+
+/// Runs `request` on its backend, turning a panic into [`BenchError::Panic`].
+fn dispatch(
+    registry: &mut Registry,
+    request: &BenchmarkRequest,
+) -> Result<BenchmarkResult, BenchError> {
+    let name = request.kernel.backend();
+    let available = registry.names();
+    let Some(backend) = registry.get_mut(name) else {
+        return Err(BenchError::UnknownBackend {
+            backend: name.to_owned(),
+            available,
+        });
+    };
+    // A panicking backend may leave its own state half-updated; backends keep no state that a
+    // later request trusts blindly (caches are re-validated), so going on is sound.
+    panic::catch_unwind(AssertUnwindSafe(|| backend.benchmark(request))).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+        Err(BenchError::Panic { message })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use ipc_channel::ipc;
+    use tunebox_protocol::{DiagnosticTask, Kernel};
+
+    use super::*;
+
+    fn with_worker(test: impl FnOnce(&IpcSender<Request>, &IpcReceiver<Response>)) {
+        let (request_tx, request_rx) = ipc::channel::<Request>().unwrap();
+        let (response_tx, response_rx) = ipc::channel::<Response>().unwrap();
+        let server = std::thread::spawn(move || {
+            serve(&request_rx, &response_tx, &mut Registry::diagnostics_only())
+        });
+        test(&request_tx, &response_rx);
+        drop(request_tx);
+        server.join().unwrap().unwrap();
+    }
+
+    fn benchmark(id: u64, task: DiagnosticTask) -> Request {
+        Request {
+            id,
+            body: RequestBody::Benchmark(Box::new(BenchmarkRequest::new(Kernel::Diagnostic(task)))),
+        }
+    }
+
+    fn result(response: Response) -> Result<BenchmarkResult, BenchError> {
+        match response.body {
+            ResponseBody::Benchmark(result) => result,
+            other => panic!("expected a benchmark response, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn panics_become_errors_and_the_loop_goes_on() {
+        with_worker(|tx, rx| {
+            let message = "kernel exploded".to_owned();
+            tx.send(benchmark(1, DiagnosticTask::Panic { message }))
+                .unwrap();
+            let response = rx.recv().unwrap();
+            assert_eq!(response.id, 1);
+            assert_eq!(
+                result(response),
+                Err(BenchError::Panic {
+                    message: "kernel exploded".into()
+                })
+            );
+            tx.send(benchmark(2, DiagnosticTask::Echo { bytes: vec![1, 2] }))
+                .unwrap();
+            let response = rx.recv().unwrap();
+            assert_eq!(response.id, 2);
+            assert_eq!(result(response).unwrap().outputs[0].bytes, vec![1, 2]);
+        });
+    }
+
+    #[test]
+    fn unknown_backend_names_the_available_ones() {
+        with_worker(|tx, rx| {
+            let mut request = BenchmarkRequest::new(Kernel::C(tunebox_protocol::CKernel {
+                source: "void f(void) {}".into(),
+                source_name: "f.c".into(),
+                entry: "f".into(),
+                defines: vec![],
+                flags: vec![],
+                compiler: "cc".into(),
+            }));
+            request.timing.min_reps = 1;
+            tx.send(Request {
+                id: 3,
+                body: RequestBody::Benchmark(Box::new(request)),
+            })
+            .unwrap();
+            let err = result(rx.recv().unwrap()).unwrap_err();
+            assert_eq!(
+                err,
+                BenchError::UnknownBackend {
+                    backend: "cpu".into(),
+                    available: vec!["diagnostics".into()]
+                }
+            );
+        });
+    }
+
+    #[test]
+    fn shutdown_ends_the_loop() {
+        let (request_tx, request_rx) = ipc::channel::<Request>().unwrap();
+        let (response_tx, _response_rx) = ipc::channel::<Response>().unwrap();
+        request_tx
+            .send(Request {
+                id: 1,
+                body: RequestBody::Shutdown,
+            })
+            .unwrap();
+        // `request_tx` is still alive: only the Shutdown message can end the loop.
+        serve(&request_rx, &response_tx, &mut Registry::diagnostics_only()).unwrap();
+    }
+}
