@@ -6,7 +6,9 @@
 //! one `Result` per request, in input order: a candidate that crashes, hangs past the timeout or
 //! fails costs its own result (and a worker restart), never the others'. Errors are
 //! [`PoolError`]s; [`TuningProcessPool::benchmark_or_inf`] gives Inductor's view, where a failed
-//! choice times `+inf`.
+//! choice times `+inf`. [`verify_outputs`] checks a candidate's outputs against a reference's
+//! within a [`Tolerance`] (as `numpy.allclose`), and [`Status`] names a candidate's outcome
+//! (`ok`, `wrong`, `compile_error`, `error`, `crashed`, `timeout`).
 //!
 //! # Example
 //!
@@ -36,6 +38,10 @@
 
 mod error;
 mod pool;
+mod status;
+mod verify;
 
 pub use error::PoolError;
 pub use pool::{PoolBuilder, TuningProcessPool};
+pub use status::Status;
+pub use verify::{TensorComparison, Tolerance, Verification, verify_outputs};

@@ -1,0 +1,6 @@
+//! Cross-crate integration tests: `TuningProcess` and `TuningProcessPool` driving the real worker
+//! binary through every way a candidate can succeed or fail.
+
+mod pool;
+mod process;
+mod util;

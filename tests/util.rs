@@ -1,0 +1,90 @@
+//! Helpers shared by the integration tests.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tunebox_process::{Output, ProcessConfig};
+use tunebox_protocol::{
+    BenchmarkRequest, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar, TensorSpec,
+    TimingConfig,
+};
+
+/// Path of the worker binary built by this package.
+pub(crate) fn worker_exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tunebox-test-worker"))
+}
+
+/// A compile cache shared by all tests of this run, so nothing goes to `~/.cache`.
+pub(crate) fn cache_root() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
+        .path()
+}
+
+/// A worker config: the test worker, a private cache, stdout discarded, stderr captured.
+pub(crate) fn config() -> ProcessConfig {
+    ProcessConfig::new()
+        .worker(worker_exe())
+        .env("TUNEBOX_CACHE_DIR", cache_root())
+        .stdout(Output::Null)
+        .stderr(Output::Capture {
+            tail_bytes: 16 * 1024,
+        })
+        .handshake_timeout(Duration::from_secs(20))
+}
+
+/// A diagnostics request.
+pub(crate) fn diag(task: DiagnosticTask) -> BenchmarkRequest {
+    BenchmarkRequest::new(Kernel::Diagnostic(task))
+}
+
+/// A generous timeout for tasks that should succeed.
+pub(crate) const LONG: Duration = Duration::from_secs(30);
+
+/// `y[i] = 2 * x[i] + OFFSET` over `n` floats; `OFFSET` other than 1 is a wrong answer.
+pub(crate) const AXPY: &str = "#include <stdint.h>\n\
+void axpy(const float *x, float *y, int64_t n) {\n\
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+}\n";
+
+/// A request for a C kernel called as `entry(x, y, n)` with `x` random and `y` the output.
+pub(crate) fn c_request(source: &str, entry: &str, offset: &str) -> BenchmarkRequest {
+    let n = 4096;
+    let tensor = |name: &str, init, output| TensorSpec {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: vec![n],
+        init,
+        output,
+    };
+    BenchmarkRequest {
+        kernel: Kernel::C(CKernel {
+            source: source.into(),
+            source_name: "kernel.c".into(),
+            entry: entry.into(),
+            defines: vec![tunebox_protocol::Define::new("OFFSET", offset)],
+            flags: vec!["-O2".into()],
+            compiler: "cc".into(),
+        }),
+        tensors: vec![
+            tensor("x", Init::Random { seed: 1 }, false),
+            tensor("y", Init::Zeros, true),
+        ],
+        scalars: vec![Scalar {
+            name: "n".into(),
+            value: n as i64,
+        }],
+        timing: TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 5.0,
+            flush_cache: false,
+            ..TimingConfig::default()
+        },
+    }
+}
+
+/// Whether `pid` exists at all (running or zombie).
+pub(crate) fn pid_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
