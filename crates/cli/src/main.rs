@@ -1,0 +1,108 @@
+//! `tunebox`: tune kernel families in isolated worker processes and rank them.
+//!
+//! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
+//! `TuningProcess` can use it without a second binary).
+
+mod manifest;
+mod report;
+mod space;
+mod tune;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use clap::{Parser, Subcommand};
+
+use crate::tune::TuneOptions;
+
+/// Benchmark kernel candidates in isolated worker processes and rank them.
+#[derive(Parser)]
+#[command(name = "tunebox", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile, benchmark and verify every choice of a manifest; print them ranked.
+    Tune {
+        /// The TOML manifest describing the kernel family.
+        manifest: PathBuf,
+        /// Also write the results as JSON to this file.
+        #[arg(long, value_name = "PATH")]
+        json: Option<PathBuf>,
+        /// Worker processes measuring in parallel. The default, 1, measures one choice at a time:
+        /// concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb
+        /// each other.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        workers: usize,
+        /// Per-choice timeout in seconds (overrides the manifest's `timeout_s`).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<f64>,
+        /// No progress on stderr.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Only list the choices that survive the restrictions; compile and run nothing.
+        #[arg(long)]
+        list: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tunebox_worker::run_if_worker(tunebox_worker::Registry::standard);
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tunebox: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Tune {
+            manifest,
+            json,
+            workers,
+            timeout,
+            quiet,
+            list,
+        } => {
+            if list {
+                for choice in tune::list(&manifest)? {
+                    println!("{}", choice.label());
+                }
+                return Ok(());
+            }
+            ensure!(workers >= 1, "--workers must be at least 1");
+            let timeout = timeout
+                .map(|t| {
+                    ensure!(
+                        t.is_finite() && t > 0.0,
+                        "--timeout must be a positive number of seconds"
+                    );
+                    Ok(Duration::from_secs_f64(t))
+                })
+                .transpose()?;
+            let report = tune::tune(&TuneOptions {
+                manifest,
+                workers,
+                timeout,
+                quiet,
+            })?;
+            report::print_table(&report, &mut std::io::stdout().lock())?;
+            if let Some(path) = json {
+                report::write_json(&report, &path)?;
+                if !quiet {
+                    eprintln!("tunebox: wrote {}", path.display());
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,617 @@
+//! The tuning manifest: a TOML file describing one kernel family, read and checked.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use indexmap::IndexMap;
+use serde::Deserialize;
+use tunebox_pool::Tolerance;
+use tunebox_protocol::{DType, Init, Scalar, TensorSpec, TimingConfig};
+
+use crate::space::{Choice, ParamValue, Restriction};
+
+/// Per-choice timeout when the manifest does not set `timeout_s`.
+const DEFAULT_TIMEOUT_S: f64 = 60.0;
+/// Compiler flags when the manifest's kernel does not set `flags`.
+const DEFAULT_FLAGS: [&str; 2] = ["-O3", "-march=native"];
+
+/// A manifest, read and validated: every path resolved, every source read.
+#[derive(Debug)]
+pub(crate) struct Manifest {
+    /// The manifest's path, as given.
+    pub(crate) path: PathBuf,
+    /// `name`, or the file stem.
+    pub(crate) name: String,
+    pub(crate) kernel: KernelSource,
+    pub(crate) tensors: Vec<TensorSpec>,
+    pub(crate) scalars: Vec<Scalar>,
+    pub(crate) params: IndexMap<String, Vec<ParamValue>>,
+    pub(crate) restrictions: Vec<Restriction>,
+    pub(crate) timing: TimingConfig,
+    pub(crate) timeout: Duration,
+    pub(crate) verify: Option<Verify>,
+}
+
+/// A C source and how to compile and call it.
+#[derive(Debug, Clone)]
+pub(crate) struct KernelSource {
+    /// The path as written in the manifest (shown in compiler messages).
+    pub(crate) source_name: String,
+    /// The source text.
+    pub(crate) text: String,
+    /// The directory holding the source, put on the include path.
+    pub(crate) dir: PathBuf,
+    pub(crate) entry: String,
+    pub(crate) flags: Vec<String>,
+    pub(crate) compiler: String,
+}
+
+/// How choices are checked.
+#[derive(Debug)]
+pub(crate) struct Verify {
+    pub(crate) tolerance: Tolerance,
+    pub(crate) reference: Reference,
+}
+
+/// What produces the reference outputs.
+#[derive(Debug)]
+pub(crate) enum Reference {
+    /// A choice of the kernel itself.
+    Choice(Choice),
+    /// A separate source with the same signature.
+    Source(KernelSource),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: Option<String>,
+    seed: Option<u64>,
+    timeout_s: Option<f64>,
+    #[serde(default)]
+    restrictions: Vec<String>,
+    kernel: RawKernel,
+    #[serde(default)]
+    tensors: Vec<RawTensor>,
+    #[serde(default)]
+    scalars: Vec<RawScalar>,
+    #[serde(default)]
+    params: IndexMap<String, Vec<toml::Value>>,
+    timing: Option<RawTiming>,
+    verify: Option<RawVerify>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    source: PathBuf,
+    entry: String,
+    flags: Option<Vec<String>>,
+    compiler: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor {
+    name: String,
+    dtype: String,
+    shape: Vec<i64>,
+    #[serde(default = "default_init")]
+    init: String,
+    #[serde(default)]
+    output: bool,
+}
+
+fn default_init() -> String {
+    "random".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScalar {
+    name: String,
+    value: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTiming {
+    warmup_ms: Option<f64>,
+    rep_ms: Option<f64>,
+    min_reps: Option<u32>,
+    max_reps: Option<u32>,
+    flush_cache: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVerify {
+    rtol: Option<f64>,
+    atol: Option<f64>,
+    reference: RawReference,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReference {
+    choice: Option<IndexMap<String, toml::Value>>,
+    source: Option<PathBuf>,
+    entry: Option<String>,
+    flags: Option<Vec<String>>,
+}
+
+impl Manifest {
+    /// Reads and validates the manifest at `path`. `compiler` is the C compiler to use when the
+    /// manifest names none (the caller passes `$CC` or `cc`).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the file, the field and what to change: unreadable file, TOML syntax,
+    /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
+    /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
+    pub(crate) fn load(path: &Path, compiler: &str) -> Result<Manifest> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the manifest {}", path.display()))?;
+        let raw: RawManifest = toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        Manifest::from_raw(raw, path, compiler)
+            .with_context(|| format!("invalid manifest {}", path.display()))
+    }
+
+    fn from_raw(raw: RawManifest, path: &Path, compiler: &str) -> Result<Manifest> {
+        let dir = parent_dir(path);
+        let default_flags = || DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect();
+        let kernel = KernelSource::read(
+            dir,
+            &raw.kernel.source,
+            raw.kernel.entry,
+            raw.kernel.flags.unwrap_or_else(default_flags),
+            raw.kernel.compiler.unwrap_or_else(|| compiler.to_owned()),
+            "kernel",
+        )?;
+        let seed = raw.seed.unwrap_or(0);
+        let tensors = raw
+            .tensors
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| tensor(i, t, seed))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, t) in tensors.iter().enumerate() {
+            if let Some(first) = tensors[..i].iter().position(|u| u.name == t.name) {
+                bail!(
+                    "tensors[{i}].name: `{}` is also the name of tensors[{first}]",
+                    t.name
+                );
+            }
+        }
+        let scalars = raw
+            .scalars
+            .into_iter()
+            .map(|s| Scalar {
+                name: s.name,
+                value: s.value,
+            })
+            .collect();
+        let mut params = IndexMap::new();
+        for (name, values) in raw.params {
+            ensure!(
+                is_identifier(&name),
+                "params.{name}: a parameter name must be a C identifier (it becomes -D{name}=…)"
+            );
+            ensure!(
+                !values.is_empty(),
+                "params.{name} has no values; give it at least one, e.g. {name} = [1]"
+            );
+            let values = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    ParamValue::from_toml(v).with_context(|| format!("params.{name}[{i}]"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            params.insert(name, values);
+        }
+        let restrictions = raw
+            .restrictions
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                Restriction::parse(text, &params).with_context(|| format!("restrictions[{i}]"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let timing = timing(raw.timing)?;
+        let timeout_s = raw.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S);
+        ensure!(
+            timeout_s.is_finite() && timeout_s > 0.0,
+            "timeout_s = {timeout_s}: it must be a positive number of seconds"
+        );
+        let verify = raw
+            .verify
+            .map(|v| verify(v, dir, &params, &kernel, &tensors))
+            .transpose()?;
+        let name = raw.name.unwrap_or_else(|| {
+            path.file_stem()
+                .map_or_else(|| "kernel".into(), |s| s.to_string_lossy().into_owned())
+        });
+        Ok(Manifest {
+            path: path.to_owned(),
+            name,
+            kernel,
+            tensors,
+            scalars,
+            params,
+            restrictions,
+            timing,
+            timeout: Duration::from_secs_f64(timeout_s),
+            verify,
+        })
+    }
+}
+
+impl KernelSource {
+    fn read(
+        dir: &Path,
+        source: &Path,
+        entry: String,
+        flags: Vec<String>,
+        compiler: String,
+        field: &str,
+    ) -> Result<KernelSource> {
+        let path = dir.join(source);
+        let bytes = std::fs::read(&path).with_context(|| {
+            format!(
+                "{field}.source: cannot read {} (paths are relative to the manifest)",
+                path.display()
+            )
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{field}.source: {} is not UTF-8 text (invalid byte at offset {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            )
+        })?;
+        ensure!(
+            !text.trim().is_empty(),
+            "{field}.source: {} is empty",
+            path.display()
+        );
+        ensure!(
+            is_identifier(&entry),
+            "{field}.entry = {entry:?}: it must be the name of a C function"
+        );
+        let dir = parent_dir(&path);
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+        Ok(KernelSource {
+            source_name: source.display().to_string(),
+            text,
+            dir,
+            entry,
+            flags,
+            compiler,
+        })
+    }
+}
+
+fn tensor(index: usize, raw: RawTensor, seed: u64) -> Result<TensorSpec> {
+    let field = format!("tensors[{index}]");
+    ensure!(!raw.name.is_empty(), "{field}.name is empty");
+    let dtype = DType::from_name(&raw.dtype).with_context(|| {
+        format!(
+            "{field}.dtype = {:?}: unknown dtype; use one of {}",
+            raw.dtype,
+            DType::ALL.map(DType::name).join(", ")
+        )
+    })?;
+    let shape = raw
+        .shape
+        .iter()
+        .map(|&d| {
+            u64::try_from(d).ok().filter(|&d| d > 0).with_context(|| {
+                format!(
+                    "{field}.shape = {:?}: every dimension must be at least 1",
+                    raw.shape
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let init = match raw.init.as_str() {
+        "random" => Init::Random {
+            seed: seed.wrapping_add(index as u64),
+        },
+        "zeros" => Init::Zeros,
+        "ones" => Init::Ones,
+        other => bail!("{field}.init = {other:?}: use \"random\", \"zeros\" or \"ones\""),
+    };
+    let spec = TensorSpec {
+        name: raw.name,
+        dtype,
+        shape,
+        init,
+        output: raw.output,
+    };
+    ensure!(
+        spec.byte_len().is_some(),
+        "{field}.shape = {:?}: the tensor would need more than 2^64 bytes",
+        spec.shape
+    );
+    Ok(spec)
+}
+
+fn timing(raw: Option<RawTiming>) -> Result<TimingConfig> {
+    let mut timing = TimingConfig::default();
+    let Some(raw) = raw else {
+        return Ok(timing);
+    };
+    for (name, value) in [("warmup_ms", raw.warmup_ms), ("rep_ms", raw.rep_ms)] {
+        if let Some(value) = value {
+            ensure!(
+                value.is_finite() && value >= 0.0,
+                "timing.{name} = {value}: it must be a number of ms, 0 or more"
+            );
+        }
+    }
+    timing.warmup_ms = raw.warmup_ms.unwrap_or(timing.warmup_ms);
+    timing.rep_ms = raw.rep_ms.unwrap_or(timing.rep_ms);
+    timing.min_reps = raw.min_reps.unwrap_or(timing.min_reps);
+    timing.max_reps = raw.max_reps.unwrap_or(timing.max_reps.max(timing.min_reps));
+    timing.flush_cache = raw.flush_cache.unwrap_or(timing.flush_cache);
+    ensure!(timing.min_reps >= 1, "timing.min_reps must be at least 1");
+    ensure!(
+        timing.max_reps >= timing.min_reps,
+        "timing.max_reps ({}) must not be below timing.min_reps ({})",
+        timing.max_reps,
+        timing.min_reps
+    );
+    Ok(timing)
+}
+
+fn verify(
+    raw: RawVerify,
+    dir: &Path,
+    params: &IndexMap<String, Vec<ParamValue>>,
+    kernel: &KernelSource,
+    tensors: &[TensorSpec],
+) -> Result<Verify> {
+    let tolerance = Tolerance {
+        rtol: raw.rtol.unwrap_or(1e-5),
+        atol: raw.atol.unwrap_or(1e-8),
+    };
+    for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
+        ensure!(
+            value.is_finite() && value >= 0.0,
+            "verify.{name} = {value}: it must be 0 or more"
+        );
+    }
+    ensure!(
+        tensors.iter().any(|t| t.output),
+        "verify: no tensor has `output = true`, so there is nothing to compare"
+    );
+    let reference = match raw.reference {
+        RawReference {
+            choice: Some(choice),
+            source: None,
+            entry: None,
+            flags: None,
+        } => Reference::Choice(reference_choice(choice, params)?),
+        RawReference {
+            choice: None,
+            source: Some(source),
+            entry,
+            flags,
+        } => Reference::Source(KernelSource::read(
+            dir,
+            &source,
+            entry.unwrap_or_else(|| kernel.entry.clone()),
+            flags.unwrap_or_else(|| kernel.flags.clone()),
+            kernel.compiler.clone(),
+            "verify.reference",
+        )?),
+        _ => bail!(
+            "verify.reference: give either `choice = {{ … }}` (a choice of this kernel) or \
+             `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel)"
+        ),
+    };
+    Ok(Verify {
+        tolerance,
+        reference,
+    })
+}
+
+fn reference_choice(
+    raw: IndexMap<String, toml::Value>,
+    params: &IndexMap<String, Vec<ParamValue>>,
+) -> Result<Choice> {
+    for name in raw.keys() {
+        ensure!(
+            params.contains_key(name),
+            "verify.reference.choice.{name}: `{name}` is not a param (params: {})",
+            params.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    params
+        .keys()
+        .map(|name| {
+            let value = raw.get(name).with_context(|| {
+                format!(
+                    "verify.reference.choice: give a value for every param; `{name}` is missing"
+                )
+            })?;
+            let value = ParamValue::from_toml(value)
+                .with_context(|| format!("verify.reference.choice.{name}"))?;
+            Ok((name.clone(), value))
+        })
+        .collect::<Result<IndexMap<_, _>>>()
+        .map(Choice::new)
+}
+
+/// The directory holding `path`: `.` for a bare file name.
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// Whether `name` is a C identifier.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `manifest` and a kernel source into a temporary directory and loads it.
+    fn load(manifest: &str) -> Result<Manifest> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *x) { x[0] = 1; }\n").unwrap();
+        std::fs::write(dir.path().join("bad.c"), b"\xff\xfe not utf-8").unwrap();
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, manifest).unwrap();
+        Manifest::load(&path, "cc")
+    }
+
+    const KERNEL: &str = "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n";
+
+    fn error(manifest: &str) -> String {
+        format!("{:#}", load(manifest).unwrap_err())
+    }
+
+    #[test]
+    fn minimal_manifest_gets_defaults() {
+        let m = load(KERNEL).unwrap();
+        assert_eq!(m.name, "m");
+        assert_eq!(m.kernel.flags, ["-O3", "-march=native"]);
+        assert_eq!(m.kernel.compiler, "cc");
+        assert_eq!(m.timeout, Duration::from_secs(60));
+        assert_eq!(m.timing, TimingConfig::default());
+        assert!(m.params.is_empty() && m.verify.is_none());
+    }
+
+    #[test]
+    fn full_manifest() {
+        let m = load(&format!(
+            "name = \"x\"\nseed = 5\ntimeout_s = 2.5\nrestrictions = [\"A * B <= 8\"]\n{KERNEL}\
+             flags = [\"-O2\"]\n\
+             [[tensors]]\nname = \"x\"\ndtype = \"f64\"\nshape = [4, 2]\n\
+             [[tensors]]\nname = \"y\"\ndtype = \"i32\"\nshape = [3]\ninit = \"zeros\"\noutput = true\n\
+             [[scalars]]\nname = \"n\"\nvalue = 8\n\
+             [params]\nA = [1, 2, 4]\nB = [2, 4]\n\
+             [timing]\nwarmup_ms = 5\nrep_ms = 20\n\
+             [verify]\natol = 0.5\nreference = {{ choice = {{ A = 1, B = 2 }} }}\n"
+        ))
+        .unwrap();
+        assert_eq!(m.name, "x");
+        assert_eq!(m.timeout, Duration::from_millis(2500));
+        assert_eq!(m.tensors[0].init, Init::Random { seed: 5 });
+        assert_eq!(m.tensors[0].shape, [4, 2]);
+        assert!(m.tensors[1].output);
+        assert_eq!(m.scalars[0].value, 8);
+        assert_eq!(m.params["A"].len(), 3);
+        assert_eq!(m.restrictions.len(), 1);
+        assert_eq!((m.timing.warmup_ms, m.timing.rep_ms), (5.0, 20.0));
+        let verify = m.verify.unwrap();
+        assert_eq!(verify.tolerance.atol, 0.5);
+        assert!(matches!(verify.reference, Reference::Choice(_)));
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_fix() {
+        let cases = [
+            ("", "missing field `kernel`"),
+            (&format!("{KERNEL}colour = 1\n"), "unknown field `colour`"),
+            (
+                &format!("{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f16\"\nshape = [1]\n"),
+                "tensors[0].dtype = \"f16\": unknown dtype; use one of f32, f64, i32, i64, u8",
+            ),
+            (
+                &format!("{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4, -1]\n"),
+                "every dimension must be at least 1",
+            ),
+            (
+                &format!("{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [0]\n"),
+                "every dimension must be at least 1",
+            ),
+            (
+                &format!("{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = \"big\"\n"),
+                "invalid type",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [1]\ninit = \"rand\"\n"
+                ),
+                "init = \"rand\"",
+            ),
+            (
+                &format!("{KERNEL}[params]\nBM = []\n"),
+                "params.BM has no values",
+            ),
+            (&format!("{KERNEL}[params]\nBM = [[1]]\n"), "params.BM[0]"),
+            (
+                &format!("restrictions = [\"BM <\"]\n{KERNEL}[params]\nBM = [1]\n"),
+                "restrictions[0]",
+            ),
+            (
+                &format!("restrictions = [\"BX < 4\"]\n{KERNEL}[params]\nBM = [1]\n"),
+                "`BX` is not a param",
+            ),
+            (
+                "[kernel]\nsource = \"missing.c\"\nentry = \"k\"\n",
+                "cannot read",
+            ),
+            ("[kernel]\nsource = \"bad.c\"\nentry = \"k\"\n", "not UTF-8"),
+            (
+                "[kernel]\nsource = \"k.c\"\nentry = \"k-1\"\n",
+                "must be the name of a C function",
+            ),
+            (&format!("timeout_s = 0\n{KERNEL}"), "timeout_s = 0"),
+            (
+                &format!("{KERNEL}[timing]\nrep_ms = -1\n"),
+                "timing.rep_ms = -1",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\n[verify]\nreference = {{ source = \"k.c\" }}\n"
+                ),
+                "no tensor has `output = true`",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\noutput = true\n[params]\nA = [1]\n[verify]\nreference = {{ choice = {{ B = 1 }} }}\n"
+                ),
+                "`B` is not a param",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\noutput = true\n[verify]\nreference = {{ }}\n"
+                ),
+                "give either `choice",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\n[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\n"
+                ),
+                "also the name of tensors[0]",
+            ),
+            (
+                &format!(
+                    "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [4294967296, 4294967296]\n"
+                ),
+                "more than 2^64 bytes",
+            ),
+        ];
+        for (manifest, expected) in cases {
+            let message = error(manifest);
+            assert!(
+                message.contains(expected),
+                "{manifest:?}\n  gave: {message}\n  wanted: {expected}"
+            );
+        }
+    }
+}

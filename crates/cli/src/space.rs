@@ -1,0 +1,299 @@
+//! The search space: parameter values, choices, restrictions.
+
+use anyhow::{Context, Result, bail, ensure};
+use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Node, Value};
+use indexmap::IndexMap;
+use serde::Serialize;
+use tunebox_protocol::Define;
+
+/// Most choices a space may have before restrictions are applied.
+const MAX_SPACE: u128 = 10_000_000;
+
+/// One value of a parameter, as written in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum ParamValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+impl ParamValue {
+    pub(crate) fn from_toml(value: &toml::Value) -> Result<ParamValue> {
+        Ok(match value {
+            toml::Value::Integer(i) => ParamValue::Int(*i),
+            toml::Value::Float(f) => ParamValue::Float(*f),
+            toml::Value::Boolean(b) => ParamValue::Bool(*b),
+            toml::Value::String(s) => ParamValue::Str(s.clone()),
+            other => bail!(
+                "{other} is a {}; a parameter value must be an integer, float, boolean or string",
+                other.type_str()
+            ),
+        })
+    }
+
+    /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
+    /// or 0, strings verbatim.
+    pub(crate) fn define_text(&self) -> String {
+        match self {
+            ParamValue::Int(i) => i.to_string(),
+            ParamValue::Float(f) => format!("{f:?}"),
+            ParamValue::Bool(b) => u8::from(*b).to_string(),
+            ParamValue::Str(s) => s.clone(),
+        }
+    }
+
+    fn to_eval(&self) -> Value<DefaultNumericTypes> {
+        match self {
+            ParamValue::Int(i) => Value::Int(*i),
+            ParamValue::Float(f) => Value::Float(*f),
+            ParamValue::Bool(b) => Value::Boolean(*b),
+            ParamValue::Str(s) => Value::String(s.clone()),
+        }
+    }
+}
+
+impl std::fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            other => f.write_str(&other.define_text()),
+        }
+    }
+}
+
+/// One point of the space: a value for every parameter, in the manifest's order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Choice(IndexMap<String, ParamValue>);
+
+impl Choice {
+    pub(crate) fn new(values: IndexMap<String, ParamValue>) -> Choice {
+        Choice(values)
+    }
+
+    /// `BM=32 BN=64`, or `(no params)`.
+    pub(crate) fn label(&self) -> String {
+        if self.0.is_empty() {
+            return "(no params)".into();
+        }
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The choice as compiler defines.
+    pub(crate) fn defines(&self) -> Vec<Define> {
+        self.0
+            .iter()
+            .map(|(k, v)| Define::new(k, v.define_text()))
+            .collect()
+    }
+}
+
+/// A boolean expression over parameters that a choice must satisfy (`BM * BN <= 4096`).
+#[derive(Debug)]
+pub(crate) struct Restriction {
+    text: String,
+    node: Node<DefaultNumericTypes>,
+}
+
+impl Restriction {
+    /// Parses `text`, checking that every name it uses is a parameter and that it evaluates to
+    /// a boolean for the first value of every parameter (evalexpr accepts some incomplete
+    /// expressions, such as `A <`, until they are evaluated).
+    pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
+        let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(text)
+            .map_err(|e| anyhow::anyhow!("{text:?} does not parse: {e}"))?;
+        for name in node.iter_variable_identifiers() {
+            ensure!(
+                params.contains_key(name),
+                "{text:?}: `{name}` is not a param (params: {})",
+                params.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        let restriction = Restriction {
+            text: text.to_owned(),
+            node,
+        };
+        let mut context = HashMapContext::<DefaultNumericTypes>::new();
+        for (name, values) in params {
+            if let Some(first) = values.first() {
+                bind(&mut context, name, first)?;
+            }
+        }
+        restriction.allows(&context)?;
+        Ok(restriction)
+    }
+
+    /// Whether `choice` satisfies the restriction.
+    fn allows(&self, context: &HashMapContext<DefaultNumericTypes>) -> Result<bool> {
+        self.node
+            .eval_boolean_with_context(context)
+            .with_context(|| {
+                format!(
+                    "restriction {:?} is not a boolean expression here",
+                    self.text
+                )
+            })
+    }
+}
+
+/// Every choice of the space (the cartesian product of the parameters' values, the first
+/// parameter varying slowest) that satisfies every restriction. One empty choice when there are
+/// no parameters.
+pub(crate) fn choices(
+    params: &IndexMap<String, Vec<ParamValue>>,
+    restrictions: &[Restriction],
+) -> Result<Vec<Choice>> {
+    let size = params
+        .values()
+        .map(|v| v.len() as u128)
+        .try_fold(1u128, u128::checked_mul)
+        .unwrap_or(u128::MAX);
+    ensure!(
+        size <= MAX_SPACE,
+        "the space has {size} choices before restrictions; at most {MAX_SPACE} are supported \
+         (remove values or split the run)"
+    );
+    let names: Vec<&String> = params.keys().collect();
+    let mut out = Vec::new();
+    let mut index = vec![0usize; names.len()];
+    let mut context = HashMapContext::<DefaultNumericTypes>::new();
+    'space: loop {
+        let values: IndexMap<String, ParamValue> = names
+            .iter()
+            .zip(&index)
+            .map(|(name, &i)| ((*name).clone(), params[*name][i].clone()))
+            .collect();
+        for (name, value) in &values {
+            bind(&mut context, name, value)?;
+        }
+        let mut allowed = true;
+        for restriction in restrictions {
+            if !restriction.allows(&context)? {
+                allowed = false;
+                break;
+            }
+        }
+        if allowed {
+            out.push(Choice(values));
+        }
+        // Odometer increment, last parameter fastest.
+        for position in (0..names.len()).rev() {
+            index[position] += 1;
+            if index[position] < params[names[position]].len() {
+                continue 'space;
+            }
+            index[position] = 0;
+        }
+        break;
+    }
+    Ok(out)
+}
+
+fn bind(
+    context: &mut HashMapContext<DefaultNumericTypes>,
+    name: &str,
+    value: &ParamValue,
+) -> Result<()> {
+    context
+        .set_value(name.to_owned(), value.to_eval())
+        .map_err(|e| anyhow::anyhow!("cannot bind {name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
+        spec.iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    v.iter().map(|&i| ParamValue::Int(i)).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cartesian_product_in_manifest_order() {
+        let p = params(&[("A", &[1, 2]), ("B", &[10, 20, 30])]);
+        let all = choices(&p, &[]).unwrap();
+        let labels: Vec<String> = all.iter().map(Choice::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "A=1 B=10", "A=1 B=20", "A=1 B=30", "A=2 B=10", "A=2 B=20", "A=2 B=30"
+            ]
+        );
+    }
+
+    #[test]
+    fn restrictions_filter() {
+        let p = params(&[("BM", &[16, 32, 64]), ("BN", &[16, 32, 64])]);
+        let r = [
+            Restriction::parse("BM * BN <= 1024", &p).unwrap(),
+            Restriction::parse("BM >= BN && BM % 16 == 0", &p).unwrap(),
+        ];
+        let labels: Vec<String> = choices(&p, &r).unwrap().iter().map(Choice::label).collect();
+        assert_eq!(
+            labels,
+            ["BM=16 BN=16", "BM=32 BN=16", "BM=32 BN=32", "BM=64 BN=16"]
+        );
+    }
+
+    #[test]
+    fn no_params_is_one_choice() {
+        let all = choices(&IndexMap::new(), &[]).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].label(), "(no params)");
+        assert!(all[0].defines().is_empty());
+    }
+
+    #[test]
+    fn malformed_restrictions_are_caught_when_parsed() {
+        let p = params(&[("A", &[1])]);
+        for text in ["A + 1", "A <", "A == \"x\" + 1.5"] {
+            let err = Restriction::parse(text, &p).unwrap_err();
+            assert!(
+                format!("{err:#}").contains("not a boolean"),
+                "{text}: {err:#}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_spaces_are_refused_before_enumeration() {
+        let values: Vec<i64> = (0..100).collect();
+        let p = params(&[
+            ("A", &values),
+            ("B", &values),
+            ("C", &values),
+            ("D", &values),
+        ]);
+        let err = choices(&p, &[]).unwrap_err();
+        assert!(err.to_string().contains("100000000 choices"), "{err}");
+    }
+
+    #[test]
+    fn define_texts() {
+        assert_eq!(ParamValue::Int(-3).define_text(), "-3");
+        assert_eq!(ParamValue::Float(0.5).define_text(), "0.5");
+        assert_eq!(ParamValue::Float(2.0).define_text(), "2.0");
+        assert_eq!(ParamValue::Bool(true).define_text(), "1");
+        assert_eq!(ParamValue::Str("float4".into()).define_text(), "float4");
+        assert_eq!(
+            serde_json::to_string(&Choice::new(IndexMap::from([
+                ("A".to_string(), ParamValue::Int(1)),
+                ("T".to_string(), ParamValue::Str("f".into())),
+            ])))
+            .unwrap(),
+            r#"{"A":1,"T":"f"}"#
+        );
+    }
+}

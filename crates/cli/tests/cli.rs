@@ -1,0 +1,160 @@
+//! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tunebox(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tunebox"))
+        .args(args)
+        .current_dir(dir)
+        .env("TUNEBOX_CACHE_DIR", dir.join("cache"))
+        .env_remove("TUNEBOX_WORKER")
+        .output()
+        .expect("tunebox runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// A kernel family with one choice per outcome.
+const FAMILY: &str = r#"#include <stdint.h>
+#include <stdlib.h>
+#if MODE == 5
+#error "MODE 5 does not compile"
+#endif
+void family(const float *x, float *y, int64_t n) {
+    if (MODE == 1) *(volatile float *)16 = 1.0f;
+    if (MODE == 2) abort();
+    if (MODE == 3) for (volatile int spin = 1; spin;) {}
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + (MODE == 4 ? 1.5f : 1.0f);
+}
+"#;
+
+const MANIFEST: &str = r#"
+timeout_s = 2
+[kernel]
+source = "family.c"
+entry = "family"
+flags = ["-O2"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [1024]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [1024]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 1024
+[params]
+MODE = [0, 1, 2, 3, 4, 5]
+[timing]
+warmup_ms = 1
+rep_ms = 5
+flush_cache = false
+[verify]
+rtol = 1e-6
+atol = 1e-6
+reference = { choice = { MODE = 0 } }
+"#;
+
+#[test]
+fn tune_reports_every_status_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
+    let out = tunebox(dir.path(), &["tune", "family.toml", "--json", "out.json", "--workers", "2"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{}", text(&out.stderr));
+    for status in ["ok", "crashed", "timeout", "wrong", "compile_error"] {
+        assert!(stdout.contains(status), "{status} missing from:\n{stdout}");
+    }
+    assert!(stdout.contains("best: MODE=0"), "{stdout}");
+
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap()).unwrap();
+    assert_eq!(json["backend"], "cpu");
+    assert_eq!(json["tunebox_version"], env!("CARGO_PKG_VERSION"));
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6);
+    let status_of = |mode: i64| {
+        results
+            .iter()
+            .find(|r| r["choice"]["MODE"] == mode)
+            .map(|r| r["status"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(
+        (0..6).map(status_of).collect::<Vec<_>>(),
+        ["ok", "crashed", "crashed", "timeout", "wrong", "compile_error"]
+    );
+    // Ranked: the ok choice first, with its timing; failures after, with their error.
+    assert_eq!(results[0]["status"], "ok");
+    assert!(results[0]["median_ms"].as_f64().unwrap() > 0.0);
+    assert!(results[0]["reps"].as_u64().unwrap() >= 5);
+    assert!(results[0]["error"].is_null());
+    assert_eq!(json["best"]["choice"]["MODE"], 0);
+    let wrong = results.iter().find(|r| r["status"] == "wrong").unwrap();
+    assert!((wrong["max_abs_error"].as_f64().unwrap() - 0.5).abs() < 1e-6);
+    assert_eq!(wrong["mismatches"], 1024);
+    let crashed = results.iter().find(|r| r["choice"]["MODE"] == 1).unwrap();
+    assert!(crashed["error"].as_str().unwrap().contains("SIGSEGV"), "{crashed}");
+    let broken = results.iter().find(|r| r["status"] == "compile_error").unwrap();
+    assert!(broken["error"].as_str().unwrap().contains("MODE 5 does not compile"));
+}
+
+#[test]
+fn invalid_manifests_exit_non_zero_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    let bad = MANIFEST.replace("dtype = \"f32\"\nshape = [1024]\n[[tensors]]", "dtype = \"f16\"\nshape = [1024]\n[[tensors]]");
+    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+    let out = tunebox(dir.path(), &["tune", "bad.toml"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("bad.toml"), "{stderr}");
+    assert!(stderr.contains("tensors[0].dtype = \"f16\""), "{stderr}");
+
+    let out = tunebox(dir.path(), &["tune", "missing.toml"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cannot read the manifest missing.toml"));
+}
+
+#[test]
+fn list_shows_the_choices_after_restrictions() {
+    let out = tunebox(&examples(), &["tune", "--list", "matmul-cpu.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let choices = text(&out.stdout).lines().count();
+    assert!(choices >= 24, "the matmul example needs at least 24 choices, has {choices}");
+}
+
+#[test]
+fn faults_example_reports_each_kind_of_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("faults.json");
+    let out = tunebox(
+        &examples(),
+        &["tune", "faults-cpu.toml", "--workers", "2", "--quiet", "--json", json.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let statuses: Vec<&str> = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    for status in ["ok", "crashed", "timeout", "wrong", "compile_error"] {
+        assert!(statuses.contains(&status), "{status} missing from {statuses:?}");
+    }
+}
