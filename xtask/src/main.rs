@@ -10,8 +10,14 @@ fn main() -> ExitCode {
     let result = match task.as_deref() {
         Some("ci") => ci(),
         Some("help" | "--help" | "-h") | None => {
-            println!("usage: cargo xtask ci\n\n  ci    fmt check, clippy -D warnings, docs -D warnings, tests");
-            return if task.is_some() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+            println!(
+                "usage: cargo xtask ci\n\n  ci    fmt check, clippy -D warnings, docs -D warnings, tests"
+            );
+            return if task.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
         }
         Some(other) => Err(format!("unknown task `{other}`; run `cargo xtask help`")),
     };
@@ -27,7 +33,14 @@ fn main() -> ExitCode {
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--", "--check"], &[])?;
     cargo(
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         &[],
     )?;
     cargo(

@@ -41,7 +41,7 @@ pub trait Runner {
 
 /// Times `runner` as triton's `do_bench` does, and summarizes the reps.
 ///
-/// 1. Estimate: [`ESTIMATE_RUNS`] runs, each after a flush; `estimate_ms` is their mean wall time
+/// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean wall time
 ///    (flush included, as triton).
 /// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`.
 /// 3. Reps: `rep_ms / estimate_ms` runs clamped to `[min_reps, max_reps]`, each preceded by a

@@ -73,16 +73,31 @@ fn tune_reports_every_status_and_writes_json() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
     std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
-    let out = tunebox(dir.path(), &["tune", "family.toml", "--json", "out.json", "--workers", "2"]);
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "family.toml",
+            "--json",
+            "out.json",
+            "--workers",
+            "2",
+        ],
+    );
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
     for status in ["ok", "crashed", "timeout", "wrong", "compile_error"] {
         assert!(stdout.contains(status), "{status} missing from:\n{stdout}");
     }
     assert!(stdout.contains("best: MODE=0"), "{stdout}");
 
     let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
     assert_eq!(json["backend"], "cpu");
     assert_eq!(json["tunebox_version"], env!("CARGO_PKG_VERSION"));
     let results = json["results"].as_array().unwrap();
@@ -96,7 +111,14 @@ fn tune_reports_every_status_and_writes_json() {
     };
     assert_eq!(
         (0..6).map(status_of).collect::<Vec<_>>(),
-        ["ok", "crashed", "crashed", "timeout", "wrong", "compile_error"]
+        [
+            "ok",
+            "crashed",
+            "crashed",
+            "timeout",
+            "wrong",
+            "compile_error"
+        ]
     );
     // Ranked: the ok choice first, with its timing; failures after, with their error.
     assert_eq!(results[0]["status"], "ok");
@@ -108,16 +130,30 @@ fn tune_reports_every_status_and_writes_json() {
     assert!((wrong["max_abs_error"].as_f64().unwrap() - 0.5).abs() < 1e-6);
     assert_eq!(wrong["mismatches"], 1024);
     let crashed = results.iter().find(|r| r["choice"]["MODE"] == 1).unwrap();
-    assert!(crashed["error"].as_str().unwrap().contains("SIGSEGV"), "{crashed}");
-    let broken = results.iter().find(|r| r["status"] == "compile_error").unwrap();
-    assert!(broken["error"].as_str().unwrap().contains("MODE 5 does not compile"));
+    assert!(
+        crashed["error"].as_str().unwrap().contains("SIGSEGV"),
+        "{crashed}"
+    );
+    let broken = results
+        .iter()
+        .find(|r| r["status"] == "compile_error")
+        .unwrap();
+    assert!(
+        broken["error"]
+            .as_str()
+            .unwrap()
+            .contains("MODE 5 does not compile")
+    );
 }
 
 #[test]
 fn invalid_manifests_exit_non_zero_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
-    let bad = MANIFEST.replace("dtype = \"f32\"\nshape = [1024]\n[[tensors]]", "dtype = \"f16\"\nshape = [1024]\n[[tensors]]");
+    let bad = MANIFEST.replace(
+        "dtype = \"f32\"\nshape = [1024]\n[[tensors]]",
+        "dtype = \"f16\"\nshape = [1024]\n[[tensors]]",
+    );
     std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
     let out = tunebox(dir.path(), &["tune", "bad.toml"]);
     assert!(!out.status.success());
@@ -135,7 +171,10 @@ fn list_shows_the_choices_after_restrictions() {
     let out = tunebox(&examples(), &["tune", "--list", "matmul-cpu.toml"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let choices = text(&out.stdout).lines().count();
-    assert!(choices >= 24, "the matmul example needs at least 24 choices, has {choices}");
+    assert!(
+        choices >= 24,
+        "the matmul example needs at least 24 choices, has {choices}"
+    );
 }
 
 #[test]
@@ -144,7 +183,15 @@ fn faults_example_reports_each_kind_of_failure() {
     let json = dir.path().join("faults.json");
     let out = tunebox(
         &examples(),
-        &["tune", "faults-cpu.toml", "--workers", "2", "--quiet", "--json", json.to_str().unwrap()],
+        &[
+            "tune",
+            "faults-cpu.toml",
+            "--workers",
+            "2",
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -155,6 +202,9 @@ fn faults_example_reports_each_kind_of_failure() {
         .map(|r| r["status"].as_str().unwrap())
         .collect();
     for status in ["ok", "crashed", "timeout", "wrong", "compile_error"] {
-        assert!(statuses.contains(&status), "{status} missing from {statuses:?}");
+        assert!(
+            statuses.contains(&status),
+            "{status} missing from {statuses:?}"
+        );
     }
 }
