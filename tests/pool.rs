@@ -8,7 +8,7 @@ use tunebox_pool::{PoolError, Status, Tolerance, TuningProcessPool, verify_outpu
 use tunebox_process::ProcessError;
 use tunebox_protocol::DiagnosticTask;
 
-use crate::util::{AXPY, c_request, config, diag};
+use crate::util::{AXPY, bytes, c_request, config, diag};
 
 fn pool(workers: usize, timeout: Duration) -> TuningProcessPool {
     TuningProcessPool::builder()
@@ -32,7 +32,7 @@ fn results_come_back_in_input_order_with_their_statuses() {
         diag(DiagnosticTask::Panic {
             message: "boom".into(),
         }),
-        diag(DiagnosticTask::Echo { bytes: vec![5] }),
+        diag(DiagnosticTask::Echo { bytes: bytes(&[5]) }),
         c_request(AXPY, "axpy", "1.0f"),
     ];
     let seen = Mutex::new(Vec::new());
@@ -98,7 +98,7 @@ fn wrong_answers_are_caught_by_verification() {
 fn a_hung_task_does_not_hold_back_the_others() {
     let pool = pool(2, Duration::from_secs(3));
     let mut requests = vec![diag(DiagnosticTask::Hang)];
-    requests.extend((0..20).map(|i| diag(DiagnosticTask::Echo { bytes: vec![i] })));
+    requests.extend((0..20u8).map(|i| diag(DiagnosticTask::Echo { bytes: bytes(&[i]) })));
     let start = std::time::Instant::now();
     let results = pool.benchmark(&requests);
     assert!(matches!(
@@ -142,7 +142,7 @@ fn every_worker_is_a_distinct_process() {
     );
     let parents: HashSet<Vec<u8>> = results
         .into_iter()
-        .map(|r| r.unwrap().outputs[0].bytes.clone())
+        .map(|r| r.unwrap().outputs[0].bytes.to_vec())
         .collect();
     assert_eq!(
         parents,

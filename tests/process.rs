@@ -6,7 +6,12 @@ use std::time::{Duration, Instant};
 use tunebox_process::{ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{BenchError, DiagnosticTask};
 
-use crate::util::{AXPY, LONG, c_request, config, diag, pid_exists, worker_exe};
+use tunebox_process::{DeviceToken, InitRequest, Output};
+
+use crate::util::{
+    AXPY, LONG, bytes, c_request, config, diag, kill, launcher_exe, pid_exists, wait_gone,
+    worker_exe,
+};
 
 /// What a misbehaving task must produce.
 #[derive(Debug)]
@@ -139,7 +144,12 @@ fn every_misbehaviour_gets_its_outcome_and_the_next_task_succeeds() {
         }
         // The next task succeeds, on the same worker or a fresh one.
         let echo = worker
-            .benchmark(diag(DiagnosticTask::Echo { bytes: vec![42] }), LONG)
+            .benchmark(
+                diag(DiagnosticTask::Echo {
+                    bytes: bytes(&[42]),
+                }),
+                LONG,
+            )
             .unwrap_or_else(|e| panic!("{name}: the next task failed: {e}"));
         assert_eq!(echo.outputs[0].bytes, vec![42], "{name}");
     }
@@ -206,7 +216,7 @@ fn stale_replies_are_discarded() {
     worker.put(diag(DiagnosticTask::Sleep { ms: 50 })).unwrap();
     // A second put before get: the reply to the first is stale when it arrives.
     worker
-        .put(diag(DiagnosticTask::Echo { bytes: vec![7] }))
+        .put(diag(DiagnosticTask::Echo { bytes: bytes(&[7]) }))
         .unwrap();
     let result = worker.get(LONG).unwrap();
     assert_eq!(result.outputs[0].bytes, vec![7]);
@@ -312,8 +322,8 @@ fn ping_kill_and_lazy_restart() {
     worker.ping(LONG).unwrap();
     assert_ne!(worker.pid(), Some(first));
     assert_eq!(worker.restarts(), 1);
-    worker.shutdown(Duration::from_secs(5));
-    worker.shutdown(Duration::from_secs(5));
+    worker.shutdown(Duration::from_secs(5)).unwrap();
+    worker.shutdown(Duration::from_secs(5)).unwrap();
     assert_eq!(worker.pid(), None);
 }
 
@@ -360,3 +370,339 @@ fn unconfigured_worker_resolution_uses_the_environment_variable_or_current_exe()
         std::path::PathBuf::from("/x/w")
     );
 }
+
+#[test]
+fn exit_without_reply_is_seen_at_once_not_at_the_deadline() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let start = Instant::now();
+    let err = worker
+        .benchmark(
+            diag(DiagnosticTask::Exit { code: 0 }),
+            Duration::from_secs(30),
+        )
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    assert!(
+        matches!(
+            err,
+            ProcessError::WorkerCrashed {
+                exit_code: Some(0),
+                signal: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        elapsed < Duration::from_millis(500),
+        "seen after {elapsed:?}"
+    );
+}
+
+#[test]
+fn a_worker_ignoring_signals_is_killed_at_the_deadline() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let pid = worker.pid().unwrap();
+    let timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = worker
+        .benchmark(
+            diag(DiagnosticTask::Spin {
+                ms: 60_000,
+                block_signals: true,
+            }),
+            timeout,
+        )
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    assert!(matches!(err, ProcessError::Timeout { .. }), "{err:?}");
+    assert!(
+        elapsed >= timeout && elapsed < timeout + Duration::from_millis(200),
+        "{elapsed:?}"
+    );
+    assert!(!pid_exists(pid), "no zombie");
+    worker.ping(LONG).unwrap();
+    assert_ne!(worker.pid(), Some(pid));
+}
+
+#[test]
+fn a_non_executable_worker_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-executable");
+    std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+    let start = Instant::now();
+    let err = TuningProcess::spawn(config().worker(&path)).unwrap_err();
+    assert!(matches!(err, ProcessError::Spawn { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn floods_of_output_never_block_in_any_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let modes = [
+        Output::Null,
+        Output::File(dir.path().join("out.log")),
+        Output::Capture { tail_bytes: 4096 },
+    ];
+    for mode in modes {
+        let mut worker =
+            TuningProcess::spawn(config().stdout(mode.clone()).stderr(mode.clone())).unwrap();
+        for round in 0..2 {
+            let start = Instant::now();
+            worker
+                .benchmark(
+                    diag(DiagnosticTask::Print {
+                        stdout_bytes: 2 << 20,
+                        stderr_bytes: 2 << 20,
+                    }),
+                    LONG,
+                )
+                .unwrap();
+            let elapsed = start.elapsed();
+            assert!(
+                elapsed < Duration::from_secs(1),
+                "{mode:?} round {round}: {elapsed:?}"
+            );
+        }
+        if let Output::Capture { tail_bytes } = mode {
+            let tail = worker.stdout_tail();
+            assert_eq!(tail.len(), tail_bytes, "the tail is bounded");
+            assert!(tail.ends_with("x\n"));
+        }
+    }
+    let logged = std::fs::metadata(dir.path().join("out.log")).unwrap().len();
+    assert_eq!(
+        logged,
+        2 * 2 * (4 << 20) / 2,
+        "both streams, both rounds, appended"
+    );
+    // Inherited streams: through a launcher whose own output goes nowhere.
+    let status = std::process::Command::new(launcher_exe())
+        .args(["flood", worker_exe().to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "inherited output blocked or was slow: {status}"
+    );
+}
+
+/// Starts the launcher in `mode` and reads the worker pid it prints.
+fn launch(mode: &str) -> (std::process::Child, u32) {
+    let mut launcher = std::process::Command::new(launcher_exe())
+        .args([mode, worker_exe().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(launcher.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pid = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a pid, got {line:?}"));
+    (launcher, pid)
+}
+
+#[test]
+fn a_busy_worker_dies_with_its_parent() {
+    let (mut launcher, worker) = launch("busy");
+    assert!(pid_exists(worker));
+    kill(launcher.id(), 9);
+    launcher.wait().unwrap();
+    let gone = wait_gone(worker, Duration::from_secs(1));
+    assert!(gone.is_some(), "worker {worker} outlived its parent by 1 s");
+}
+
+#[test]
+fn a_worker_outlives_the_thread_that_spawned_it() {
+    let (mut launcher, worker) = launch("thread");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        pid_exists(worker),
+        "the worker died with its spawning thread"
+    );
+    kill(launcher.id(), 9);
+    launcher.wait().unwrap();
+    assert!(wait_gone(worker, Duration::from_secs(1)).is_some());
+}
+
+fn env_of(worker: &mut TuningProcess, name: &str) -> String {
+    let result = worker
+        .benchmark(diag(DiagnosticTask::EnvVar { name: name.into() }), LONG)
+        .unwrap();
+    String::from_utf8(result.outputs[0].bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn device_pinning_and_environment_survive_restarts() {
+    let mut worker = TuningProcess::spawn(
+        config()
+            .device(Some(DeviceToken::from("B")))
+            .env("TUNEBOX_TEST_VALUE", "42"),
+    )
+    .unwrap();
+    assert_eq!(env_of(&mut worker, "CUDA_VISIBLE_DEVICES"), "B");
+    assert_eq!(env_of(&mut worker, "TUNEBOX_TEST_VALUE"), "42");
+    worker
+        .benchmark(diag(DiagnosticTask::Segfault), LONG)
+        .unwrap_err();
+    assert_eq!(env_of(&mut worker, "CUDA_VISIBLE_DEVICES"), "B");
+    assert_eq!(env_of(&mut worker, "TUNEBOX_TEST_VALUE"), "42");
+    assert_eq!(worker.restarts(), 1);
+    // The parent's own environment was never touched.
+    assert_eq!(std::env::var_os("TUNEBOX_TEST_VALUE"), None);
+}
+
+#[test]
+fn killed_while_idle_then_healthy() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let pid = worker.pid().unwrap();
+    kill(pid, 9);
+    while pid_exists(pid)
+        && !matches!(
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")),
+            Ok(true)
+        )
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Nothing was lost: the next request runs on a new worker.
+    let echo = worker
+        .benchmark(diag(DiagnosticTask::Echo { bytes: bytes(&[1]) }), LONG)
+        .unwrap();
+    assert_eq!(echo.outputs[0].bytes, vec![1]);
+    assert_ne!(worker.pid(), Some(pid));
+    assert!(!pid_exists(pid), "the dead worker was reaped");
+}
+
+#[test]
+fn a_reply_sent_before_death_is_delivered() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let pid = worker.pid().unwrap();
+    worker
+        .put(diag(DiagnosticTask::Echo { bytes: bytes(&[3]) }))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    kill(pid, 9);
+    let result = worker.get(LONG).unwrap();
+    assert_eq!(result.outputs[0].bytes, vec![3]);
+}
+
+#[test]
+fn the_initializer_runs_on_every_start_and_is_not_a_use() {
+    let init = InitRequest::new(diag(DiagnosticTask::Remember {
+        bytes: bytes(&[9, 9]),
+    }));
+    for maximum_uses in [None, Some(2)] {
+        let mut worker = TuningProcess::spawn(
+            config()
+                .initializer(init.clone())
+                .maximum_uses(maximum_uses),
+        )
+        .unwrap();
+        let mut pids = Vec::new();
+        for _ in 0..6 {
+            let result = worker
+                .benchmark(diag(DiagnosticTask::Recall), LONG)
+                .unwrap();
+            assert_eq!(result.outputs[0].bytes, vec![9, 9], "initializer state");
+            pids.push(worker.pid().unwrap());
+        }
+        let distinct = pids.iter().collect::<std::collections::HashSet<_>>().len();
+        assert_eq!(
+            distinct,
+            if maximum_uses.is_some() { 3 } else { 1 },
+            "{pids:?}"
+        );
+    }
+}
+
+#[test]
+fn initializer_failures_are_reported_not_retried_in_a_loop() {
+    let failing = [
+        DiagnosticTask::Fail {
+            message: "no such device".into(),
+        },
+        DiagnosticTask::Segfault,
+    ];
+    for task in failing {
+        let start = Instant::now();
+        let err = TuningProcess::spawn(config().initializer(InitRequest::new(diag(task.clone()))))
+            .unwrap_err();
+        assert!(
+            matches!(err, ProcessError::InitializerFailed { .. }),
+            "{err:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(2));
+        // A lazy handle reports the same on each request, without a respawn loop.
+        let mut worker = TuningProcess::lazy(config().initializer(InitRequest::new(diag(task))));
+        for _ in 0..2 {
+            let err = worker.ping(LONG).unwrap_err();
+            assert!(
+                matches!(err, ProcessError::InitializerFailed { .. }),
+                "{err:?}"
+            );
+            assert_eq!(worker.pid(), None);
+        }
+    }
+    let err = TuningProcess::spawn(config().initializer(InitRequest::new(diag(
+        DiagnosticTask::Fail {
+            message: "no such device".into(),
+        },
+    ))))
+    .unwrap_err();
+    assert!(err.to_string().contains("no such device"), "{err}");
+}
+
+#[test]
+fn put_never_blocks_on_a_worker_that_stopped_reading() {
+    let send_timeout = Duration::from_millis(500);
+    let mut worker = TuningProcess::spawn(config().send_timeout(send_timeout)).unwrap();
+    let pid = worker.pid().unwrap();
+    kill(pid, SIGSTOP);
+    // Each put abandons the previous request; the stopped worker reads none of them, so its
+    // socket buffer fills and a send would block. The guard must kill the worker instead.
+    let start = Instant::now();
+    let source = format!("{AXPY}/*{}*/", "x".repeat(64 * 1024));
+    let err = (0..10_000)
+        .find_map(|_| worker.put(c_request(&source, "axpy", "1.0f")).err())
+        .expect("a stopped worker cannot take requests forever");
+    let elapsed = start.elapsed();
+    assert!(
+        matches!(err, ProcessError::SendTimeout { after } if after == send_timeout),
+        "{err:?}"
+    );
+    assert!(
+        elapsed < send_timeout + Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    assert!(!pid_exists(pid), "the stopped worker was killed and reaped");
+    worker.ping(LONG).unwrap();
+}
+
+#[test]
+fn oversized_requests_are_refused_before_sending() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let source = format!("{AXPY}/*{}*/", "x".repeat(200 * 1024));
+    let err = worker.put(c_request(&source, "axpy", "1.0f")).unwrap_err();
+    assert!(
+        matches!(err, ProcessError::RequestTooLarge { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("#include"), "{err}");
+    // Large payloads travel as shared memory and are fine.
+    let big = vec![0xA5u8; 16 << 20];
+    let echo = worker
+        .benchmark(diag(DiagnosticTask::Echo { bytes: bytes(&big) }), LONG)
+        .unwrap();
+    assert!(echo.outputs[0].bytes == big);
+}
+
+/// SIGSTOP on Linux.
+const SIGSTOP: i32 = 19;

@@ -39,6 +39,11 @@ pub(crate) fn diag(task: DiagnosticTask) -> BenchmarkRequest {
     BenchmarkRequest::new(Kernel::Diagnostic(task))
 }
 
+/// A payload for echo-like diagnostic tasks.
+pub(crate) fn bytes(data: &[u8]) -> tunebox_protocol::Bytes {
+    tunebox_protocol::Bytes::copy_from_slice(data).expect("a payload")
+}
+
 /// A generous timeout for tasks that should succeed.
 pub(crate) const LONG: Duration = Duration::from_secs(30);
 
@@ -87,4 +92,42 @@ pub(crate) fn c_request(source: &str, entry: &str, offset: &str) -> BenchmarkReq
 /// Whether `pid` exists at all (running or zombie).
 pub(crate) fn pid_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Path of the launcher binary: a parent process the tests can kill.
+pub(crate) fn launcher_exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tunebox-test-launcher"))
+}
+
+/// Sends `signal` to `pid`.
+pub(crate) fn kill(pid: u32, signal: i32) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill(1) runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// Whether `pid` is dead: gone, or a zombie. An orphan re-parented to this sandbox's init may stay
+/// a zombie for a while; it is dead all the same.
+pub(crate) fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits up to `limit` for `pid` to die (see [`is_dead`]); returns how long it took, or `None`.
+pub(crate) fn wait_gone(pid: u32, limit: Duration) -> Option<Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if is_dead(pid) {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
 }

@@ -3,7 +3,7 @@
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 
-use tunebox_protocol::{BenchError, DType, Init, TensorData, TensorSpec};
+use tunebox_protocol::{BenchError, Bytes, DType, Init, TensorData, TensorSpec};
 
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
@@ -97,14 +97,21 @@ impl HostTensor {
         self.ptr.as_ptr()
     }
 
-    /// A copy of the contents, to send back to the parent.
-    pub fn to_data(&self) -> TensorData {
-        TensorData {
+    /// A copy of the contents, to send back to the parent (into shared memory when large).
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::Failed`] when the shared-memory region cannot be created.
+    pub fn to_data(&self) -> Result<TensorData, BenchError> {
+        let bytes = Bytes::copy_from_slice(self.bytes()).map_err(|e| BenchError::Failed {
+            message: format!("cannot return output `{}`: {e}", self.name),
+        })?;
+        Ok(TensorData {
             name: self.name.clone(),
             dtype: self.dtype,
             shape: self.shape.clone(),
-            bytes: self.bytes().to_vec(),
-        }
+            bytes,
+        })
     }
 
     fn fill(&mut self, init: Init) {
@@ -204,7 +211,7 @@ mod tests {
         let ones = HostTensor::allocate(&spec(DType::I64, &[5], Init::Ones)).unwrap();
         assert_eq!(ones.bytes()[..8], 1i64.to_ne_bytes());
         assert_eq!(ones.bytes()[32..], 1i64.to_ne_bytes());
-        assert_eq!(ones.to_data().shape, vec![5]);
+        assert_eq!(ones.to_data().unwrap().shape, vec![5]);
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Backend for CpuBackend {
             .zip(&tensors)
             .filter(|(spec, _)| spec.output)
             .map(|(_, tensor)| tensor.to_data())
-            .collect();
+            .collect::<Result<_, _>>()?;
         let stats = do_bench(&mut runner, &request.timing)?;
         // Unload now: no library handle outlives its request.
         drop(library);

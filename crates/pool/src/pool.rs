@@ -170,7 +170,8 @@ impl TuningProcessPool {
         std::thread::scope(|scope| {
             for worker in &self.workers {
                 scope.spawn(move || {
-                    worker
+                    // A worker that had died while idle is reaped all the same.
+                    let _ = worker
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .shutdown(grace);

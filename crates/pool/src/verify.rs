@@ -210,6 +210,8 @@ fn array<const N: usize>(chunk: &[u8]) -> [u8; N] {
 
 #[cfg(test)]
 mod tests {
+    use tunebox_protocol::Bytes;
+
     use super::*;
 
     fn f32s(name: &str, values: &[f32]) -> TensorData {
@@ -217,7 +219,7 @@ mod tests {
             name: name.into(),
             dtype: DType::F32,
             shape: vec![values.len() as u64],
-            bytes: values.iter().flat_map(|v| v.to_ne_bytes()).collect(),
+            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
         }
     }
 
@@ -280,7 +282,7 @@ mod tests {
             name: "n".into(),
             dtype: DType::I64,
             shape: vec![1],
-            bytes: v.to_ne_bytes().to_vec(),
+            bytes: Bytes::copy_from_slice(&v.to_ne_bytes()).unwrap(),
         };
         let exact = Tolerance {
             rtol: 0.0,

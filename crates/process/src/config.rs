@@ -4,6 +4,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tunebox_protocol::BenchmarkRequest;
+
 /// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
 pub const WORKER_PATH_ENV: &str = "TUNEBOX_WORKER";
 
@@ -22,6 +24,33 @@ pub enum Output {
         /// How many trailing bytes to keep.
         tail_bytes: usize,
     },
+}
+
+/// What a worker runs right after it starts, before serving requests (TVM's `initializer`):
+/// load a library, create a device context, fill a cache, set up state for later requests.
+///
+/// It is a [`BenchmarkRequest`] whose result is discarded; an error, crash or timeout is
+/// `ProcessError::InitializerFailed`.
+#[derive(Debug, Clone)]
+pub struct InitRequest {
+    pub(crate) request: BenchmarkRequest,
+    pub(crate) timeout: Duration,
+}
+
+impl InitRequest {
+    /// Runs `request` on each new worker, with a 60 s timeout.
+    pub fn new(request: BenchmarkRequest) -> Self {
+        InitRequest {
+            request,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// How long the initializer may run.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
 }
 
 /// A device the worker is pinned to: the value of its `CUDA_VISIBLE_DEVICES`, verbatim (an index
@@ -77,7 +106,9 @@ pub struct ProcessConfig {
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) send_timeout: Duration,
     pub(crate) maximum_uses: Option<u64>,
+    pub(crate) initializer: Option<InitRequest>,
 }
 
 impl Default for ProcessConfig {
@@ -92,14 +123,17 @@ impl Default for ProcessConfig {
                 tail_bytes: 64 * 1024,
             },
             handshake_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(10),
             maximum_uses: None,
+            initializer: None,
         }
     }
 }
 
 impl ProcessConfig {
     /// Defaults: worker from [`WORKER_PATH_ENV`] or the current executable, stdout inherited,
-    /// stderr captured (last 64 KiB), 30 s handshake timeout, unlimited uses.
+    /// stderr captured (last 64 KiB), 30 s handshake timeout, 10 s send timeout, unlimited uses,
+    /// no initializer.
     pub fn new() -> Self {
         Self::default()
     }
@@ -152,6 +186,22 @@ impl ProcessConfig {
     /// How long a starting worker may take to connect (default 30 s).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long a worker may take to accept a request that does not fit in the socket buffer,
+    /// or that queues behind an uncollected one, before it is killed (default 10 s). This is
+    /// what keeps `put` from blocking forever on a worker that stopped reading.
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = timeout;
+        self
+    }
+
+    /// Runs `init` on every freshly started worker, before its first request (TVM's
+    /// `initializer`). It does not count as a use. When it fails, the worker is killed and the
+    /// request that needed it gets `ProcessError::InitializerFailed`.
+    pub fn initializer(mut self, init: InitRequest) -> Self {
+        self.initializer = Some(init);
         self
     }
 

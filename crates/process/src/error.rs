@@ -61,6 +61,32 @@ pub enum ProcessError {
         /// The timeout that expired.
         after: Duration,
     },
+    /// The request carries more inline data (source text, names, flags) than one message may;
+    /// nothing was sent.
+    #[error(
+        "the request carries {bytes} bytes inline, more than the {limit} one message may carry; \
+         move code into a header next to the source and #include it"
+    )]
+    RequestTooLarge {
+        /// Inline bytes of the request.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The worker did not take a request within the send timeout (it stopped reading); it was
+    /// killed.
+    #[error("the worker did not accept the request within {after:?}; it was killed")]
+    SendTimeout {
+        /// The send timeout.
+        after: Duration,
+    },
+    /// The initializer failed on a fresh worker (task error, crash or timeout); the worker was
+    /// killed. The next request tries again with a new worker.
+    #[error("the worker's initializer failed: {message}")]
+    InitializerFailed {
+        /// What went wrong.
+        message: String,
+    },
     /// The worker died while serving a request.
     #[error("the worker crashed: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
     WorkerCrashed {

@@ -38,6 +38,7 @@
 
 mod capture;
 mod config;
+mod devices;
 mod error;
 mod exit;
 mod handshake;
@@ -45,6 +46,7 @@ mod process;
 mod spawn;
 mod worker;
 
-pub use config::{DeviceToken, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
 pub use error::ProcessError;
 pub use process::TuningProcess;

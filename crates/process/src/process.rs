@@ -2,15 +2,20 @@
 
 use std::time::{Duration, Instant};
 
-use ipc_channel::{IpcError, TryRecvError};
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Request, RequestBody, ResponseBody};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, Request, RequestBody, ResponseBody,
+};
 
 use crate::handshake;
-use crate::worker::{Worker, exit_parts};
-use crate::{ProcessConfig, ProcessError};
+use crate::worker::{ReceiveFailure, SendFailure, Worker, exit_parts};
+use crate::{InitRequest, ProcessConfig, ProcessError};
 
 /// How long a worker that closed its channel may take to be reaped before it is killed.
 const DEATH_GRACE: Duration = Duration::from_secs(1);
+
+/// Requests whose inline payload exceeds this are sent with a guard (see `Worker::send`): with
+/// another message queued they might not fit in the socket buffer at once.
+const UNGUARDED_SEND_BYTES: usize = 32 * 1024;
 
 /// One isolated worker process, as Inductor's `TuningProcess` and TVM's `PopenWorker`.
 ///
@@ -46,20 +51,22 @@ pub struct TuningProcess {
 }
 
 impl TuningProcess {
-    /// Starts a worker now and completes the handshake.
+    /// Starts a worker now, completes the handshake and runs the initializer.
     ///
     /// # Errors
     ///
     /// [`ProcessError::Spawn`], [`ProcessError::ExitedBeforeHandshake`],
-    /// [`ProcessError::HandshakeTimeout`], [`ProcessError::ProtocolMismatch`] or
-    /// [`ProcessError::Protocol`]; the child, if any, has been reaped.
+    /// [`ProcessError::HandshakeTimeout`], [`ProcessError::ProtocolMismatch`],
+    /// [`ProcessError::Protocol`] or [`ProcessError::InitializerFailed`]; the child, if any, has
+    /// been reaped.
     pub fn spawn(config: ProcessConfig) -> Result<TuningProcess, ProcessError> {
         let mut process = TuningProcess::lazy(config);
         process.ensure_started()?;
         Ok(process)
     }
 
-    /// A handle whose worker starts on the first [`put`](TuningProcess::put).
+    /// A handle whose worker starts on the first [`put`](TuningProcess::put) or
+    /// [`ping`](TuningProcess::ping).
     pub fn lazy(config: ProcessConfig) -> TuningProcess {
         TuningProcess {
             config,
@@ -71,14 +78,19 @@ impl TuningProcess {
     }
 
     /// Sends a benchmark request; its reply is what the next [`get`](TuningProcess::get)
-    /// returns. Starts a worker first if there is none (never started, crashed, timed out,
-    /// killed) or if the current one reached `maximum_uses`. A reply to an earlier request that
-    /// was never collected is discarded.
+    /// returns. First starts a worker if there is none (never started, crashed, timed out,
+    /// killed) or replaces the current one if it has served `maximum_uses` requests. A reply to
+    /// an earlier request that was never collected is discarded when it arrives.
+    ///
+    /// `put` never blocks indefinitely: a request that may not fit in the socket buffer, or that
+    /// queues behind an uncollected one, is sent with a guard, and a worker that does not take it
+    /// within the config's `send_timeout` is killed ([`ProcessError::SendTimeout`]).
     ///
     /// # Errors
     ///
-    /// The start-up errors of [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`]
-    /// when the worker died just before the send.
+    /// [`ProcessError::RequestTooLarge`] before anything is sent; the start-up errors of
+    /// [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`] when the worker died
+    /// before taking the request; [`ProcessError::SendTimeout`].
     pub fn put(&mut self, request: BenchmarkRequest) -> Result<(), ProcessError> {
         let retire = self
             .worker
@@ -87,9 +99,20 @@ impl TuningProcess {
             .is_some_and(|(worker, max)| worker.uses >= max);
         if retire {
             log::debug!("worker reached maximum_uses; replacing it");
-            self.shutdown(Duration::from_millis(100));
+            // The retired worker's exit status is of no interest.
+            let _ = self.shutdown(Duration::from_millis(100));
         }
-        self.send(RequestBody::Benchmark(Box::new(request)))?;
+        let inline = request.inline_bytes();
+        if inline > MAX_INLINE_REQUEST_BYTES {
+            return Err(ProcessError::RequestTooLarge {
+                bytes: inline,
+                limit: MAX_INLINE_REQUEST_BYTES,
+            });
+        }
+        self.send(
+            RequestBody::Benchmark(Box::new(request)),
+            inline > UNGUARDED_SEND_BYTES,
+        )?;
         if let Some(worker) = &mut self.worker {
             worker.uses += 1;
         }
@@ -105,7 +128,8 @@ impl TuningProcess {
     ///   and reaped before this returns, however the worker behaves (blocked signals, native
     ///   spin).
     /// - [`ProcessError::WorkerCrashed`]: the worker died; reported as soon as its channel closes,
-    ///   with its exit code or signal and its stderr tail.
+    ///   with its exit code or signal and its stderr tail. A reply it sent before dying is still
+    ///   returned.
     /// - [`ProcessError::Protocol`]: no request is pending, or the worker sent a malformed reply
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
@@ -131,14 +155,15 @@ impl TuningProcess {
         self.get(timeout)
     }
 
-    /// Round trip of a `Ping`, starting the worker if needed. Returns the round-trip time.
+    /// Round trip of a `Ping`, starting the worker if needed. Returns the round-trip time. Any
+    /// uncollected benchmark reply is abandoned.
     ///
     /// # Errors
     ///
     /// As [`get`](TuningProcess::get), and the start-up errors.
     pub fn ping(&mut self, timeout: Duration) -> Result<Duration, ProcessError> {
         let start = Instant::now();
-        self.send(RequestBody::Ping)?;
+        self.send(RequestBody::Ping, false)?;
         match self.receive(timeout)? {
             ResponseBody::Pong => Ok(start.elapsed()),
             other => Err(self.protocol_violation(format!("expected Pong, got {other:?}"))),
@@ -175,6 +200,14 @@ impl TuningProcess {
             .unwrap_or_default()
     }
 
+    /// The captured stderr of the current worker (empty unless stderr is `Output::Capture`).
+    pub fn stderr_tail(&self) -> String {
+        self.worker
+            .as_ref()
+            .map(Worker::stderr_tail)
+            .unwrap_or_default()
+    }
+
     /// SIGKILLs the worker's process group and reaps it. A pending request is forgotten. The
     /// next `put` starts a new worker. Does nothing when no worker runs.
     pub fn kill(&mut self) {
@@ -184,88 +217,116 @@ impl TuningProcess {
         self.pending = None;
     }
 
-    /// Asks the worker to exit, waits up to `grace` for it, then kills it; reaps it in every case.
-    /// Idempotent; a later `put` starts a new worker.
-    pub fn shutdown(&mut self, grace: Duration) {
-        if let Some(mut worker) = self.worker.take() {
-            let id = self.next_id();
-            if worker
-                .requests
-                .send(Request {
-                    id,
-                    body: RequestBody::Shutdown,
-                })
-                .is_ok()
-            {
-                worker.wait_or_kill(grace);
-            } else {
-                worker.kill();
-            }
-        }
+    /// Asks the worker to exit, waits up to `grace` for it, then SIGKILLs its process group;
+    /// reaps it in every case. Idempotent: without a worker it does nothing. A later `put`
+    /// starts a new worker.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcessError::WorkerCrashed`] when the worker had already died (for example killed from
+    /// outside while idle) before it could be asked; it is reaped all the same.
+    pub fn shutdown(&mut self, grace: Duration) -> Result<(), ProcessError> {
         self.pending = None;
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(());
+        };
+        self.next_id += 1;
+        let shutdown = Request {
+            id: self.next_id,
+            body: RequestBody::Shutdown,
+        };
+        if worker.send(shutdown, Some(grace)).is_ok() {
+            let mut worker = self.worker.take().expect("checked above");
+            worker.wait_or_kill(grace);
+            Ok(())
+        } else {
+            Err(self.crashed())
+        }
     }
 
+    /// Starts a worker if there is none, and runs the initializer on it.
     fn ensure_started(&mut self) -> Result<&mut Worker, ProcessError> {
         if self.worker.is_none() {
             let worker = handshake::start(&self.config)?;
             self.starts += 1;
             log::debug!("worker started, pid {}", worker.pid);
             self.worker = Some(worker);
+            if let Some(init) = self.config.initializer.clone() {
+                self.initialize(&init)?;
+            }
         }
         Ok(self.worker.as_mut().expect("a worker was just started"))
     }
 
-    fn next_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
+    /// Runs the initializer on the fresh worker. A failure kills the worker and is
+    /// [`ProcessError::InitializerFailed`]; the next request tries again with a new worker.
+    fn initialize(&mut self, init: &InitRequest) -> Result<(), ProcessError> {
+        let result = self
+            .send(RequestBody::Benchmark(Box::new(init.request.clone())), true)
+            .and_then(|()| self.receive(init.timeout));
+        let message = match result {
+            Ok(ResponseBody::Benchmark(Ok(_))) => return Ok(()),
+            Ok(ResponseBody::Benchmark(Err(e))) => e.to_string(),
+            Ok(other) => format!("unexpected reply {other:?}"),
+            Err(e) => e.to_string(),
+        };
+        self.kill();
+        Err(ProcessError::InitializerFailed { message })
     }
 
-    fn send(&mut self, body: RequestBody) -> Result<(), ProcessError> {
-        let id = self.next_id();
-        self.pending = None;
-        let worker = self.ensure_started()?;
-        if let Err(e) = worker.requests.send(Request { id, body }) {
-            // The worker's end is closed: it died while idle (or was killed from outside).
+    fn send(&mut self, body: RequestBody, large: bool) -> Result<(), ProcessError> {
+        // A request queued behind an uncollected one may wait for the worker to finish it.
+        let guard = (large || self.pending.is_some()).then_some(self.config.send_timeout);
+        if self.pending.is_none()
+            && self
+                .worker
+                .as_mut()
+                .is_some_and(|w| !matches!(w.child.try_wait(), Ok(None)))
+        {
+            // The worker died while idle (killed from outside, say): nothing was lost, so replace
+            // it instead of failing this request.
             let error = self.crashed();
-            log::debug!("send failed ({e}); {error}");
-            return Err(error);
+            log::warn!("worker died while idle: {error}");
         }
-        self.pending = Some(id);
-        Ok(())
+        self.pending = None;
+        self.ensure_started()?;
+        self.next_id += 1;
+        let id = self.next_id;
+        let worker = self.worker.as_ref().expect("started above");
+        match worker.send(Request { id, body }, guard) {
+            Ok(()) => {
+                self.pending = Some(id);
+                Ok(())
+            }
+            Err(SendFailure::Closed) => Err(self.crashed()),
+            Err(SendFailure::TimedOut) => {
+                self.kill();
+                Err(ProcessError::SendTimeout {
+                    after: self.config.send_timeout,
+                })
+            }
+        }
     }
 
-    /// Waits for the reply to the pending request, discarding stale ones.
+    /// Waits for the reply to the pending request.
     fn receive(&mut self, timeout: Duration) -> Result<ResponseBody, ProcessError> {
-        let Some(pending) = self.pending else {
+        let (Some(id), Some(worker)) = (self.pending, self.worker.as_ref()) else {
             return Err(ProcessError::Protocol {
                 detail: "get() without a pending request: call put() first".into(),
             });
         };
-        let Some(worker) = self.worker.as_mut() else {
-            return Err(ProcessError::Protocol {
-                detail: "no worker: the pending request was lost".into(),
-            });
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            match worker.responses.try_recv_timeout(remaining) {
-                Ok(response) if response.id == pending => {
-                    self.pending = None;
-                    return Ok(response.body);
-                }
-                Ok(stale) => log::debug!("discarding stale reply {}", stale.id),
-                Err(TryRecvError::Empty) => {
-                    if Instant::now() < deadline {
-                        continue;
-                    }
-                    self.kill();
-                    return Err(ProcessError::Timeout { after: timeout });
-                }
-                Err(TryRecvError::IpcError(IpcError::Disconnected)) => return Err(self.crashed()),
-                Err(TryRecvError::IpcError(e)) => {
-                    return Err(self.protocol_violation(format!("unreadable reply: {e}")));
-                }
+        match worker.receive(id, Instant::now() + timeout) {
+            Ok(body) => {
+                self.pending = None;
+                Ok(body)
+            }
+            Err(ReceiveFailure::TimedOut) => {
+                self.kill();
+                Err(ProcessError::Timeout { after: timeout })
+            }
+            Err(ReceiveFailure::Closed) => Err(self.crashed()),
+            Err(ReceiveFailure::Garbled(e)) => {
+                Err(self.protocol_violation(format!("unreadable reply: {e}")))
             }
         }
     }

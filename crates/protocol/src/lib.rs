@@ -29,12 +29,14 @@
 //! [ipc-channel]: https://docs.rs/ipc-channel
 #![deny(missing_docs)]
 
+mod bytes;
 mod env;
 mod error;
 mod message;
 mod request;
 mod result;
 
+pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use env::{PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Bytes;
+
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
 /// The worker allocates the tensors from their specs, calls the kernel once (its outputs are
@@ -27,6 +29,34 @@ impl BenchmarkRequest {
             scalars: Vec::new(),
             timing: TimingConfig::default(),
         }
+    }
+
+    /// Approximate size in bytes of the variable-length data this request carries inline (source
+    /// text, names, flags); compare with
+    /// [`MAX_INLINE_REQUEST_BYTES`](crate::MAX_INLINE_REQUEST_BYTES).
+    pub fn inline_bytes(&self) -> usize {
+        let kernel = match &self.kernel {
+            Kernel::C(c) => {
+                c.source.len()
+                    + c.source_name.len()
+                    + c.entry.len()
+                    + c.compiler.len()
+                    + c.flags.iter().map(String::len).sum::<usize>()
+                    + c.defines
+                        .iter()
+                        .map(|d| d.name.len() + d.value.len())
+                        .sum::<usize>()
+            }
+            // Large payloads travel as shared memory: only a handle is inline.
+            Kernel::Diagnostic(_) => 0,
+        };
+        let tensors: usize = self
+            .tensors
+            .iter()
+            .map(|t| t.name.len() + 8 * t.shape.len())
+            .sum();
+        let scalars: usize = self.scalars.iter().map(|s| s.name.len() + 8).sum();
+        kernel + tensors + scalars
     }
 }
 
@@ -258,9 +288,17 @@ pub enum DiagnosticTask {
     /// Succeed, returning `bytes` as a `u8` output tensor named `echo`.
     Echo {
         /// Bytes to return.
-        #[serde(with = "serde_bytes")]
-        bytes: Vec<u8>,
+        bytes: Bytes,
     },
+    /// Succeed, keeping `bytes` in the worker's memory for a later [`DiagnosticTask::Recall`]
+    /// (state that an initializer sets up for the tasks after it).
+    Remember {
+        /// Bytes to keep.
+        bytes: Bytes,
+    },
+    /// Succeed, returning the bytes of the last [`DiagnosticTask::Remember`] in this worker
+    /// process (empty if none) as a `u8` output tensor named `recall`.
+    Recall,
     /// Succeed, returning the value of the worker's environment variable `name` (empty when
     /// unset) as a `u8` output tensor named after the variable.
     EnvVar {

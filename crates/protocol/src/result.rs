@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::DType;
+use crate::{Bytes, DType};
 
 /// A successful measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,7 +57,14 @@ pub struct TensorData {
     pub dtype: DType,
     /// Dimensions.
     pub shape: Vec<u64>,
-    /// Raw element bytes in native byte order, row-major.
-    #[serde(with = "serde_bytes")]
-    pub bytes: Vec<u8>,
+    /// Raw element bytes in native byte order, row-major (shared memory when large).
+    pub bytes: Bytes,
+}
+
+impl BenchmarkResult {
+    /// How many of the outputs travel as shared memory (at most
+    /// [`MAX_SHARED_PAYLOADS`](crate::MAX_SHARED_PAYLOADS) fit in one message).
+    pub fn shared_payloads(&self) -> usize {
+        self.outputs.iter().filter(|o| o.bytes.is_shared()).count()
+    }
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use tunebox_bench::{Backend, summarize};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, DType, DiagnosticTask, Kernel, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, DType, DiagnosticTask, Kernel, TensorData,
 };
 
 /// Runs [`DiagnosticTask`]s: each reproduces one way a real candidate succeeds or fails (sleeps,
@@ -12,8 +12,11 @@ use tunebox_protocol::{
 /// output), so that every path of the process and pool crates is tested without a compiler or GPU.
 ///
 /// A successful task's result has one rep whose time is the task's wall time.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DiagnosticsBackend;
+#[derive(Debug, Default, Clone)]
+pub struct DiagnosticsBackend {
+    /// What the last `Remember` kept.
+    remembered: Bytes,
+}
 
 impl Backend for DiagnosticsBackend {
     fn name(&self) -> &'static str {
@@ -30,7 +33,14 @@ impl Backend for DiagnosticsBackend {
             });
         };
         let start = Instant::now();
-        let outputs = run(task)?;
+        let outputs = match task {
+            DiagnosticTask::Remember { bytes } => {
+                self.remembered = bytes.clone();
+                Vec::new()
+            }
+            DiagnosticTask::Recall => vec![bytes_output("recall", self.remembered.clone())],
+            other => run(other)?,
+        };
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(BenchmarkResult {
             stats: summarize(&[elapsed_ms], 0),
@@ -58,7 +68,11 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
         DiagnosticTask::Echo { bytes } => return Ok(vec![bytes_output("echo", bytes.clone())]),
         DiagnosticTask::EnvVar { name } => {
             let value = std::env::var_os(name).unwrap_or_default();
-            return Ok(vec![bytes_output(name, value.into_encoded_bytes())]);
+            let bytes =
+                Bytes::from_vec(value.into_encoded_bytes()).map_err(|e| BenchError::Failed {
+                    message: e.to_string(),
+                })?;
+            return Ok(vec![bytes_output(name, bytes)]);
         }
         DiagnosticTask::Print {
             stdout_bytes,
@@ -67,11 +81,14 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
             write_raw(libc::STDOUT_FILENO, *stdout_bytes);
             write_raw(libc::STDERR_FILENO, *stderr_bytes);
         }
+        DiagnosticTask::Remember { .. } | DiagnosticTask::Recall => {
+            unreachable!("stateful tasks are handled by the backend")
+        }
     }
     Ok(Vec::new())
 }
 
-fn bytes_output(name: &str, bytes: Vec<u8>) -> TensorData {
+fn bytes_output(name: &str, bytes: Bytes) -> TensorData {
     TensorData {
         name: name.to_owned(),
         dtype: DType::U8,

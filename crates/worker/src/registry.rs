@@ -31,12 +31,14 @@ impl Registry {
                 reason: e.to_string(),
             }),
         };
-        Registry::new().with(cpu).with(Box::new(DiagnosticsBackend))
+        Registry::new()
+            .with(cpu)
+            .with(Box::new(DiagnosticsBackend::default()))
     }
 
     /// Only the `diagnostics` backend.
     pub fn diagnostics_only() -> Self {
-        Registry::new().with(Box::new(DiagnosticsBackend))
+        Registry::new().with(Box::new(DiagnosticsBackend::default()))
     }
 
     /// Adds a backend; it replaces one of the same name.

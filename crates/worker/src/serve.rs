@@ -5,7 +5,8 @@ use std::panic::{self, AssertUnwindSafe};
 use ipc_channel::IpcError;
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, Request, RequestBody, Response, ResponseBody,
+    BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Request, RequestBody,
+    Response, ResponseBody,
 };
 
 use crate::{Registry, WorkerError};
@@ -75,14 +76,25 @@ fn dispatch(
     };
     // A panicking backend may leave its own state half-updated; backends keep no state that a
     // later request trusts blindly (caches are re-validated), so going on is sound.
-    panic::catch_unwind(AssertUnwindSafe(|| backend.benchmark(request))).unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
-        Err(BenchError::Panic { message })
-    })
+    let result = panic::catch_unwind(AssertUnwindSafe(|| backend.benchmark(request)))
+        .unwrap_or_else(|payload| {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+            Err(BenchError::Panic { message })
+        })?;
+    if result.shared_payloads() > MAX_SHARED_PAYLOADS {
+        return Err(BenchError::InvalidRequest {
+            detail: format!(
+                "{} large outputs cannot travel in one reply (at most {MAX_SHARED_PAYLOADS}); \
+                 mark fewer tensors as outputs",
+                result.shared_payloads()
+            ),
+        });
+    }
+    Ok(result)
 }
 
 #[cfg(test)]
@@ -131,7 +143,8 @@ mod tests {
                     message: "kernel exploded".into()
                 })
             );
-            tx.send(benchmark(2, DiagnosticTask::Echo { bytes: vec![1, 2] }))
+            let bytes = tunebox_protocol::Bytes::from_vec(vec![1, 2]).unwrap();
+            tx.send(benchmark(2, DiagnosticTask::Echo { bytes }))
                 .unwrap();
             let response = rx.recv().unwrap();
             assert_eq!(response.id, 2);
