@@ -706,3 +706,38 @@ fn oversized_requests_are_refused_before_sending() {
 
 /// SIGSTOP on Linux.
 const SIGSTOP: i32 = 19;
+
+/// A kernel that writes garbage into every socket it can reach, as a buggy kernel scribbling over
+/// file descriptors it does not own would.
+const SCRIBBLER: &str = r#"#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+void axpy(const float *x, float *y, int64_t n) {
+    static const char junk[] = "\x40\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\x7f garbage";
+    for (int fd = 3; fd < 256; fd++) {
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) (void)!write(fd, junk, sizeof junk);
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;
+}
+"#;
+
+#[test]
+fn a_kernel_scribbling_on_the_channel_is_an_error_at_the_deadline_not_a_hang() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let timeout = Duration::from_secs(2);
+    let start = Instant::now();
+    let err = worker
+        .benchmark(c_request(SCRIBBLER, "axpy", "1.0f"), timeout)
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    assert!(
+        matches!(
+            err,
+            ProcessError::Protocol { .. } | ProcessError::WorkerCrashed { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(elapsed < timeout + Duration::from_secs(2), "{elapsed:?}");
+    worker.ping(LONG).unwrap();
+}

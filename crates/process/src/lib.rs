@@ -43,7 +43,9 @@ mod error;
 mod exit;
 mod handshake;
 mod process;
+mod quiet_panic;
 mod spawn;
+mod watchdog;
 mod worker;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};

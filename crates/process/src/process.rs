@@ -7,7 +7,7 @@ use tunebox_protocol::{
 };
 
 use crate::handshake;
-use crate::worker::{ReceiveFailure, SendFailure, Worker, exit_parts};
+use crate::worker::{ReceiveFailure, SendFailure, Worker, deadline_after, exit_parts};
 use crate::{InitRequest, ProcessConfig, ProcessError};
 
 /// How long a worker that closed its channel may take to be reaped before it is killed.
@@ -315,7 +315,7 @@ impl TuningProcess {
                 detail: "get() without a pending request: call put() first".into(),
             });
         };
-        match worker.receive(id, Instant::now() + timeout) {
+        match worker.receive(id, deadline_after(timeout)) {
             Ok(body) => {
                 self.pending = None;
                 Ok(body)
@@ -328,6 +328,11 @@ impl TuningProcess {
             Err(ReceiveFailure::Garbled(e)) => {
                 Err(self.protocol_violation(format!("unreadable reply: {e}")))
             }
+            Err(ReceiveFailure::Stuck) => Err(self.protocol_violation(format!(
+                "no complete reply within {timeout:?}: the worker's channel holds a partial or \
+                 garbled message (did the kernel write to file descriptors it does not own?); \
+                 the worker was killed"
+            ))),
         }
     }
 

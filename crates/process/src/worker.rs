@@ -2,7 +2,6 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
@@ -11,9 +10,21 @@ use rustix::process::{Pid, Signal};
 use tunebox_protocol::{Request, Response, ResponseBody};
 
 use crate::capture::Tail;
+use crate::quiet_panic::catch_quietly;
+use crate::watchdog;
 
 /// How long to wait for a dead worker's stderr pipe to reach its end before quoting it.
 const TAIL_GRACE: Duration = Duration::from_millis(100);
+
+/// How long after a receive deadline the watchdog kills a worker whose read is still blocked.
+const STUCK_GRACE: Duration = Duration::from_millis(250);
+
+/// `now + duration`, saturating far in the future instead of overflowing.
+pub(crate) fn deadline_after(duration: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(duration)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
 
 /// One running worker process.
 pub(crate) struct Worker {
@@ -43,58 +54,57 @@ pub(crate) enum ReceiveFailure {
     Closed,
     /// A message could not be decoded.
     Garbled(String),
+    /// A read blocked past the deadline on a partial message; the watchdog killed the worker.
+    Stuck,
 }
 
 impl Worker {
-    /// Sends `request`. With `guard`, the send runs on a helper thread and the worker's process
-    /// group is SIGKILLed if it has not taken the message within `guard`, which makes the send
-    /// fail: a worker that stopped reading can never block the caller. Unguarded sends are for
-    /// messages that fit in the socket buffer of a worker with nothing else queued.
+    /// Sends `request`. With `guard`, the watchdog kills the worker if the send has not
+    /// completed within `guard` (a worker that stopped reading with its socket buffer full),
+    /// which fails the send: the caller is never blocked indefinitely. Messages are never
+    /// fragmented (large payloads travel as shared memory), so killing the peer always releases
+    /// a blocked send.
     pub(crate) fn send(
         &self,
         request: Request,
         guard: Option<Duration>,
     ) -> Result<(), SendFailure> {
-        let Some(limit) = guard else {
-            return self.requests.send(request).map_err(|_| SendFailure::Closed);
-        };
-        let requests = &self.requests;
-        std::thread::scope(|scope| {
-            let (done, finished) = mpsc::channel();
-            let sender = std::thread::Builder::new()
-                .name("tunebox-send".into())
-                .spawn_scoped(scope, move || {
-                    let _ = done.send(requests.send(request).is_ok());
-                });
-            if sender.is_err() {
-                // Without a helper thread the send could block forever: report the worker as
-                // unusable (the caller kills and replaces it).
-                return Err(SendFailure::Closed);
-            }
-            match finished.recv_timeout(limit) {
-                Ok(true) => Ok(()),
-                Ok(false) | Err(mpsc::RecvTimeoutError::Disconnected) => Err(SendFailure::Closed),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // Killing the worker closes its socket, which fails the blocked send; the
-                    // scope then joins the sender thread.
-                    signal_group(self.pid, Signal::KILL);
-                    let _ = rustix::process::kill_process(pid(self.pid), Signal::KILL);
-                    Err(SendFailure::TimedOut)
-                }
-            }
-        })
+        let armed = guard.map(|limit| watchdog::arm(self.pid, deadline_after(limit)));
+        let sent = self.requests.send(request);
+        match (sent, armed) {
+            (Ok(()), _) => Ok(()),
+            (Err(_), Some(armed)) if armed.fired() => Err(SendFailure::TimedOut),
+            (Err(_), _) => Err(SendFailure::Closed),
+        }
     }
 
     /// Waits until `deadline` for the response to request `id`, discarding responses to other
     /// (earlier, abandoned) requests.
+    ///
+    /// ipc-channel reads the rest of a message without a timeout once its first bytes arrived,
+    /// so a worker that writes a partial or garbled message into its channel could block this
+    /// read; the watchdog kills such a worker shortly after the deadline
+    /// ([`ReceiveFailure::Stuck`]).
     pub(crate) fn receive(
         &self,
         id: u64,
         deadline: Instant,
     ) -> Result<ResponseBody, ReceiveFailure> {
+        let armed = watchdog::arm(self.pid, deadline + STUCK_GRACE);
+        match self.receive_until(id, deadline) {
+            Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if armed.fired() => {
+                Err(ReceiveFailure::Stuck)
+            }
+            other => other,
+        }
+    }
+
+    fn receive_until(&self, id: u64, deadline: Instant) -> Result<ResponseBody, ReceiveFailure> {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            match self.responses.try_recv_timeout(remaining) {
+            let received = catch_quietly(|| self.responses.try_recv_timeout(remaining))
+                .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
+            match received {
                 Ok(response) if response.id == id => return Ok(response.body),
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 // ipc-channel polls with millisecond granularity: check the clock, not the error.
@@ -159,16 +169,23 @@ pub(crate) fn kill_group(child: &mut Child) -> Option<ExitStatus> {
     child.wait().ok()
 }
 
-fn pid(raw: u32) -> Pid {
-    i32::try_from(raw)
-        .ok()
-        .and_then(Pid::from_raw)
-        .expect("a child's pid is a positive i32")
+fn pid(raw: u32) -> Option<Pid> {
+    i32::try_from(raw).ok().and_then(Pid::from_raw)
 }
 
-fn signal_group(leader: u32, signal: Signal) {
-    // ESRCH (the group is already empty) is the expected outcome after a clean exit.
-    let _ = rustix::process::kill_process_group(pid(leader), signal);
+/// Sends `signal` to the process group led by `leader`.
+pub(crate) fn signal_group(leader: u32, signal: Signal) {
+    if let Some(pid) = pid(leader) {
+        // ESRCH (the group is already empty) is the expected outcome after a clean exit.
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+/// Sends `signal` to the process `raw`.
+pub(crate) fn signal_process(raw: u32, signal: Signal) {
+    if let Some(pid) = pid(raw) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
 }
 
 /// `(exit_code, signal)` of an exit status.
