@@ -39,14 +39,24 @@ pub trait Runner {
     }
 }
 
+/// The flushes of the timed reps may make a measurement take at most this many times
+/// `rep_ms` of wall time.
+const FLUSH_WALL_FACTOR: f64 = 10.0;
+
 /// Times `runner` as triton's `do_bench` does, and summarizes the reps.
 ///
-/// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean wall time
-///    (flush included, as triton).
+/// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean time as measured by
+///    [`Runner::run_timed`], and `flush_ms` the mean time of a flush.
 /// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`.
 /// 3. Reps: `rep_ms / estimate_ms` runs clamped to `[min_reps, max_reps]`, each preceded by a
 ///    flush outside the timed window (when `config.flush_cache`), each timed by
 ///    [`Runner::run_timed`].
+///
+/// One difference from triton: its estimate includes the cache flush, which on a GPU costs
+/// microseconds. A CPU flush (writing twice the last-level cache) costs milliseconds and would
+/// leave a fast kernel with a handful of reps, so the estimate here is the kernel's own time,
+/// and the rep count is instead capped so that reps and their flushes take at most
+/// 10 × `rep_ms` of wall time (never below `min_reps`).
 ///
 /// # Errors
 ///
@@ -57,24 +67,39 @@ pub fn do_bench<R: Runner + ?Sized>(
     config: &TimingConfig,
 ) -> Result<TimingStats, BenchError> {
     validate(config)?;
-    let flush = |runner: &mut R| {
+    let flush = |runner: &mut R| -> Result<f64, BenchError> {
         if config.flush_cache {
-            runner.flush()
+            let start = Instant::now();
+            runner.flush()?;
+            Ok(start.elapsed().as_secs_f64() * 1e3)
         } else {
-            Ok(())
+            Ok(0.0)
         }
     };
 
-    let start = Instant::now();
+    let (mut kernel_ms, mut flush_ms) = (0.0, 0.0);
     for _ in 0..ESTIMATE_RUNS {
-        flush(runner)?;
-        runner.run()?;
+        flush_ms += flush(runner)?;
+        kernel_ms += runner.run_timed()?;
     }
-    let estimate_ms = start.elapsed().as_secs_f64() * 1e3 / f64::from(ESTIMATE_RUNS);
+    let estimate_ms = kernel_ms / f64::from(ESTIMATE_RUNS);
+    let flush_ms = flush_ms / f64::from(ESTIMATE_RUNS);
 
     let warmup_reps = count(config.warmup_ms, estimate_ms, 1, config.max_reps);
-    let reps = count(config.rep_ms, estimate_ms, config.min_reps, config.max_reps);
-    log::debug!("do_bench: estimate {estimate_ms:.4} ms, {warmup_reps} warmup, {reps} reps");
+    let mut reps = count(config.rep_ms, estimate_ms, config.min_reps, config.max_reps);
+    if config.flush_cache && flush_ms > 0.0 {
+        let wall_cap = count(
+            FLUSH_WALL_FACTOR * config.rep_ms,
+            estimate_ms + flush_ms,
+            config.min_reps,
+            config.max_reps,
+        );
+        reps = reps.min(wall_cap);
+    }
+    log::debug!(
+        "do_bench: estimate {estimate_ms:.4} ms (+ {flush_ms:.3} ms flush), {warmup_reps} warmup, \
+         {reps} reps"
+    );
 
     for _ in 0..warmup_reps {
         runner.run()?;
@@ -174,6 +199,50 @@ mod tests {
         // 5 estimate runs and 7 reps are flushed; the 7 warmup runs are not.
         assert_eq!(runner.flushes, ESTIMATE_RUNS + 7);
         assert_eq!(runner.runs, ESTIMATE_RUNS + 7 + 7);
+    }
+
+    /// A runner whose kernel takes `kernel_ms` and whose flush takes `flush_ms` (simulated).
+    struct Costly {
+        kernel_ms: f64,
+        flush_ms: u64,
+    }
+
+    impl Runner for Costly {
+        fn run(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            std::thread::sleep(std::time::Duration::from_millis(self.flush_ms));
+            Ok(())
+        }
+        fn run_timed(&mut self) -> Result<f64, BenchError> {
+            Ok(self.kernel_ms)
+        }
+    }
+
+    #[test]
+    fn the_estimate_excludes_the_flush_and_flushes_cap_the_wall_time() {
+        let config = TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 20.0,
+            min_reps: 3,
+            max_reps: 1000,
+            flush_cache: true,
+        };
+        // Without a flush cost, 20 ms of a 0.5 ms kernel is 40 reps.
+        let mut cheap = Costly {
+            kernel_ms: 0.5,
+            flush_ms: 0,
+        };
+        assert_eq!(do_bench(&mut cheap, &config).unwrap().reps, 40);
+        // A 5 ms flush caps the reps at 10 x 20 ms / (0.5 + 5) ms = 36 (or a little less when
+        // sleeping overshoots), far more than triton's 20 / 5.5 = 3.
+        let mut flushed = Costly {
+            kernel_ms: 0.5,
+            flush_ms: 5,
+        };
+        let reps = do_bench(&mut flushed, &config).unwrap().reps;
+        assert!((20..=36).contains(&reps), "{reps}");
     }
 
     #[test]

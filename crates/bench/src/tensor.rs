@@ -97,6 +97,12 @@ impl HostTensor {
         self.ptr.as_ptr()
     }
 
+    /// Fills the tensor with `0xFF` bytes: NaN for floats, -1 for signed integers, 255 for bytes.
+    /// Values a correct kernel overwrites and a verification never mistakes for a result.
+    pub fn poison(&mut self) {
+        self.bytes_mut().fill(0xFF);
+    }
+
     /// A copy of the contents, to send back to the parent (into shared memory when large).
     ///
     /// # Errors
@@ -226,6 +232,14 @@ mod tests {
             let v = f64::from_ne_bytes(chunk.try_into().unwrap());
             assert!((-1.0..1.0).contains(&v), "{v}");
         }
+    }
+
+    #[test]
+    fn poison_is_nan_for_floats() {
+        let mut t = HostTensor::allocate(&spec(DType::F32, &[4], Init::Ones)).unwrap();
+        t.poison();
+        let first = f32::from_ne_bytes(t.bytes()[..4].try_into().unwrap());
+        assert!(first.is_nan());
     }
 
     #[test]

@@ -15,7 +15,11 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use clap::{Parser, Subcommand};
 
+use crate::manifest::MAX_TIMEOUT_S;
 use crate::tune::TuneOptions;
+
+/// Most worker processes a run may start.
+const MAX_WORKERS: usize = 512;
 
 /// Benchmark kernel candidates in isolated worker processes and rank them.
 #[derive(Parser)]
@@ -39,9 +43,17 @@ enum Command {
         /// each other.
         #[arg(long, default_value_t = 1, value_name = "N")]
         workers: usize,
-        /// Per-choice timeout in seconds (overrides the manifest's `timeout_s`).
+        /// Per-choice timeout in seconds (overrides the manifest's `timeout_s`). It covers every
+        /// call of the choice: the first call, the estimate, warmup and timed reps, and the
+        /// final verification call.
         #[arg(long, value_name = "SECS")]
         timeout: Option<f64>,
+        /// Benchmarks a worker process runs before it is replaced (TVM's
+        /// `maximum_process_uses`). The default, 1, gives every choice a fresh process, so that
+        /// nothing a choice does to its process (floating-point modes, signal handlers, leaked
+        /// threads or memory) can change the next choice's result; 0 means unlimited.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        max_process_uses: u64,
         /// No progress on stderr.
         #[arg(long, short)]
         quiet: bool,
@@ -70,6 +82,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
             workers,
             timeout,
+            max_process_uses,
             quiet,
             list,
         } => {
@@ -79,12 +92,16 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 return Ok(());
             }
-            ensure!(workers >= 1, "--workers must be at least 1");
+            ensure!(
+                (1..=MAX_WORKERS).contains(&workers),
+                "--workers must be between 1 and {MAX_WORKERS}"
+            );
             let timeout = timeout
                 .map(|t| {
                     ensure!(
-                        t.is_finite() && t > 0.0,
-                        "--timeout must be a positive number of seconds"
+                        t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
+                        "--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S} \
+                         (a week)"
                     );
                     Ok(Duration::from_secs_f64(t))
                 })
@@ -93,7 +110,9 @@ fn run(cli: Cli) -> Result<()> {
                 manifest,
                 workers,
                 timeout,
+                max_process_uses: (max_process_uses > 0).then_some(max_process_uses),
                 quiet,
+                json: json.clone(),
             })?;
             report::print_table(&report, &mut std::io::stdout().lock())?;
             if let Some(path) = json {

@@ -13,6 +13,10 @@ use crate::space::{Choice, ParamValue, Restriction};
 
 /// Per-choice timeout when the manifest does not set `timeout_s`.
 const DEFAULT_TIMEOUT_S: f64 = 60.0;
+/// Longest per-choice timeout: a week.
+pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Most timed reps (and warmup calls) one choice may ask for.
+const MAX_REPS: u32 = 1_000_000;
 /// Compiler flags when the manifest's kernel does not set `flags`.
 const DEFAULT_FLAGS: [&str; 2] = ["-O3", "-march=native"];
 
@@ -38,6 +42,8 @@ pub(crate) struct Manifest {
 pub(crate) struct KernelSource {
     /// The path as written in the manifest (shown in compiler messages).
     pub(crate) source_name: String,
+    /// The resolved path.
+    pub(crate) path: PathBuf,
     /// The source text.
     pub(crate) text: String,
     /// The directory holding the source, put on the include path.
@@ -153,8 +159,14 @@ impl Manifest {
     pub(crate) fn load(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
-        let raw: RawManifest = toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let raw: RawManifest = toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {}{}",
+                path.display(),
+                e.to_string().trim_end(),
+                misplaced_key_hint(&e.to_string())
+            )
+        })?;
         Manifest::from_raw(raw, path, compiler)
             .with_context(|| format!("invalid manifest {}", path.display()))
     }
@@ -210,6 +222,14 @@ impl Manifest {
                     ParamValue::from_toml(v).with_context(|| format!("params.{name}[{i}]"))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            for (i, value) in values.iter().enumerate() {
+                if let Some(first) = values[..i].iter().position(|v| v == value) {
+                    bail!(
+                        "params.{name}[{i}] = {value} repeats params.{name}[{first}]; each value \
+                         would be measured twice"
+                    );
+                }
+            }
             params.insert(name, values);
         }
         let restrictions = raw
@@ -223,8 +243,9 @@ impl Manifest {
         let timing = timing(raw.timing)?;
         let timeout_s = raw.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S);
         ensure!(
-            timeout_s.is_finite() && timeout_s > 0.0,
-            "timeout_s = {timeout_s}: it must be a positive number of seconds"
+            timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= MAX_TIMEOUT_S,
+            "timeout_s = {timeout_s}: it must be a number of seconds above 0 and at most \
+             {MAX_TIMEOUT_S} (a week)"
         );
         let verify = raw
             .verify
@@ -285,6 +306,7 @@ impl KernelSource {
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
         Ok(KernelSource {
             source_name: source.display().to_string(),
+            path: path.clone(),
             text,
             dir,
             entry,
@@ -363,6 +385,11 @@ fn timing(raw: Option<RawTiming>) -> Result<TimingConfig> {
         "timing.max_reps ({}) must not be below timing.min_reps ({})",
         timing.max_reps,
         timing.min_reps
+    );
+    ensure!(
+        timing.max_reps <= MAX_REPS,
+        "timing.max_reps = {}: at most {MAX_REPS} reps are supported",
+        timing.max_reps
     );
     Ok(timing)
 }
@@ -444,6 +471,24 @@ fn reference_choice(
         })
         .collect::<Result<IndexMap<_, _>>>()
         .map(Choice::new)
+}
+
+/// Keys that belong at the top of a manifest, before the first `[table]`.
+const TOP_LEVEL_KEYS: [&str; 4] = ["name", "seed", "timeout_s", "restrictions"];
+
+/// A hint for the usual TOML mistake: a top-level key written after a `[table]` header, which
+/// makes it part of that table.
+fn misplaced_key_hint(message: &str) -> String {
+    TOP_LEVEL_KEYS
+        .iter()
+        .find(|key| message.contains(&format!("unknown field `{key}`")))
+        .map(|key| {
+            format!(
+                "\nhint: `{key}` is a top-level key; in TOML it must come before the first \
+                 [table] header, or it belongs to that table"
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// The directory holding `path`: `.` for a bare file name.
@@ -571,6 +616,19 @@ mod tests {
                 "must be the name of a C function",
             ),
             (&format!("timeout_s = 0\n{KERNEL}"), "timeout_s = 0"),
+            (&format!("timeout_s = 1e30\n{KERNEL}"), "at most 604800"),
+            (
+                &format!("{KERNEL}[timing]\nmin_reps = 5\nmax_reps = 4000000000\n"),
+                "at most 1000000 reps",
+            ),
+            (
+                &format!("{KERNEL}[params]\nA = [1, 2, 1]\n"),
+                "params.A[2] = 1 repeats params.A[0]",
+            ),
+            (
+                &format!("{KERNEL}[params]\nA = [1]\n[timing]\nrep_ms = 5\ntimeout_s = 2\n"),
+                "must come before the first [table]",
+            ),
             (
                 &format!("{KERNEL}[timing]\nrep_ms = -1\n"),
                 "timing.rep_ms = -1",

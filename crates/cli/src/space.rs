@@ -162,19 +162,25 @@ pub(crate) fn choices(
     let names: Vec<&String> = params.keys().collect();
     let mut out = Vec::new();
     let mut index = vec![0usize; names.len()];
-    let mut context = HashMapContext::<DefaultNumericTypes>::new();
     'space: loop {
         let values: IndexMap<String, ParamValue> = names
             .iter()
             .zip(&index)
             .map(|(name, &i)| ((*name).clone(), params[*name][i].clone()))
             .collect();
+        // A fresh context per choice: evalexpr keeps a variable's first type, and a param may
+        // mix integers, floats, booleans and strings.
+        let mut context = HashMapContext::<DefaultNumericTypes>::new();
         for (name, value) in &values {
             bind(&mut context, name, value)?;
         }
         let mut allowed = true;
-        for restriction in restrictions {
-            if !restriction.allows(&context)? {
+        for (i, restriction) in restrictions.iter().enumerate() {
+            let choice = Choice(values.clone());
+            if !restriction
+                .allows(&context)
+                .with_context(|| format!("restrictions[{i}] for the choice {}", choice.label()))?
+            {
                 allowed = false;
                 break;
             }
@@ -244,6 +250,25 @@ mod tests {
         assert_eq!(
             labels,
             ["BM=16 BN=16", "BM=32 BN=16", "BM=32 BN=32", "BM=64 BN=16"]
+        );
+    }
+
+    #[test]
+    fn params_may_mix_value_types() {
+        let p: IndexMap<String, Vec<ParamValue>> = IndexMap::from([(
+            "U".to_string(),
+            vec![
+                ParamValue::Int(1),
+                ParamValue::Float(2.5),
+                ParamValue::Str("4".into()),
+                ParamValue::Bool(true),
+            ],
+        )]);
+        assert_eq!(choices(&p, &[]).unwrap().len(), 4);
+        let err = choices(&p, &[Restriction::parse("U > 0", &p).unwrap()]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("restrictions[0] for the choice U=4"),
+            "{err:#}"
         );
     }
 

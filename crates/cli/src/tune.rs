@@ -1,6 +1,6 @@
 //! `tunebox tune`: enumerate, precompile, benchmark, verify, rank.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -10,7 +10,7 @@ use tunebox_pool::{PoolError, Status, TuningProcessPool, Verification, verify_ou
 use tunebox_process::{Output, ProcessConfig};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, Kernel, TimingStats};
 
-use crate::manifest::{KernelSource, Manifest, Reference};
+use crate::manifest::{KernelSource, Manifest, Reference, Verify};
 use crate::space::{self, Choice};
 
 /// What `tune` was asked to do.
@@ -19,7 +19,11 @@ pub(crate) struct TuneOptions {
     pub(crate) manifest: PathBuf,
     pub(crate) workers: usize,
     pub(crate) timeout: Option<Duration>,
+    /// Benchmarks per worker process before it is replaced (`None`: unlimited).
+    pub(crate) max_process_uses: Option<u64>,
     pub(crate) quiet: bool,
+    /// Where the JSON report will go (checked before the run).
+    pub(crate) json: Option<PathBuf>,
 }
 
 /// What became of one choice.
@@ -61,8 +65,19 @@ fn compiler() -> String {
 /// An invalid manifest.
 pub(crate) fn list(path: &std::path::Path) -> Result<Vec<Choice>> {
     let manifest = Manifest::load(path, &compiler())?;
-    space::choices(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", path.display()))
+    choices(&manifest)
+}
+
+/// The manifest's choices; an error when restrictions leave none.
+fn choices(manifest: &Manifest) -> Result<Vec<Choice>> {
+    let choices = space::choices(&manifest.params, &manifest.restrictions)
+        .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
+    ensure!(
+        !choices.is_empty(),
+        "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to `params`",
+        manifest.path.display()
+    );
+    Ok(choices)
 }
 
 /// Runs a tuning session as the manifest describes.
@@ -74,13 +89,10 @@ pub(crate) fn list(path: &std::path::Path) -> Result<Vec<Choice>> {
 pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     let start = Instant::now();
     let manifest = Manifest::load(&options.manifest, &compiler())?;
-    let choices = space::choices(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-    ensure!(
-        !choices.is_empty(),
-        "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to `params`",
-        manifest.path.display()
-    );
+    if let Some(json) = &options.json {
+        check_output_path(json, &manifest)?;
+    }
+    let choices = choices(&manifest)?;
     let progress = Progress::new(options.quiet);
     let requests: Vec<BenchmarkRequest> = choices
         .iter()
@@ -97,6 +109,12 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     // Compile everything in parallel first, so compile errors surface early and workers only
     // load cached objects.
     let cache = CacheDir::from_env()?;
+    std::fs::create_dir_all(cache.path()).with_context(|| {
+        format!(
+            "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
+            cache.path().display()
+        )
+    })?;
     progress.note(&format!(
         "compiling {} choices with {} threads…",
         requests.len(),
@@ -107,10 +125,14 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     if let Some((label, request)) = &reference
         && let Err(e) = precompile(request, &cache)
     {
-        bail!("the reference {label} does not compile: {e}");
+        bail!(
+            "the reference {label} does not compile: {}",
+            error_chain(&e)
+        );
     }
 
-    let workers = options.workers.max(1);
+    // More workers than choices would only cost start-up time.
+    let workers = options.workers.clamp(1, requests.len());
     let timeout = options.timeout.unwrap_or(manifest.timeout);
     let pool = TuningProcessPool::builder()
         .workers(workers)
@@ -120,7 +142,8 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 .stdout(Output::Capture { tail_bytes: 4096 })
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
-                }),
+                })
+                .maximum_uses(options.max_process_uses),
         )
         .build()
         .context("could not start the workers")?;
@@ -161,7 +184,7 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 choice,
                 status: Status::CompileError,
                 stats: None,
-                error: Some(e.to_string()),
+                error: Some(error_chain(&e)),
                 verification: None,
             },
             Ok(()) => {
@@ -186,6 +209,55 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         elapsed: start.elapsed(),
         workers,
     })
+}
+
+/// An error and its causes, `outer: inner: innermost`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Refuses a `--json` path that would overwrite the manifest or a kernel source, or whose
+/// directory does not exist, before any time is spent.
+fn check_output_path(json: &Path, manifest: &Manifest) -> Result<()> {
+    let same = |other: &Path| {
+        json.canonicalize()
+            .ok()
+            .zip(other.canonicalize().ok())
+            .is_some_and(|(a, b)| a == b)
+    };
+    let mut inputs = vec![manifest.path.clone(), manifest.kernel.path.clone()];
+    if let Some(Verify {
+        reference: Reference::Source(source),
+        ..
+    }) = &manifest.verify
+    {
+        inputs.push(source.path.clone());
+    }
+    if let Some(input) = inputs.iter().find(|input| same(input)) {
+        bail!(
+            "--json {} would overwrite the input {}; write the report elsewhere",
+            json.display(),
+            input.display()
+        );
+    }
+    let dir = match json.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    ensure!(
+        dir.is_dir(),
+        "--json {}: the directory {} does not exist",
+        json.display(),
+        dir.display()
+    );
+    Ok(())
 }
 
 /// The request measuring `choice` of `source`.
@@ -243,17 +315,43 @@ fn judge(
         Ok(measured) => {
             let verification = reference
                 .zip(manifest.verify.as_ref())
-                .map(|(reference, v)| verify_outputs(reference, &measured.outputs, v.tolerance));
-            let wrong = verification.as_ref().is_some_and(|v| !v.passed());
+                .map(|(reference, v)| {
+                    let first = verify_outputs(reference, &measured.outputs, v.tolerance);
+                    // Backends that make no call after the reps return no such outputs.
+                    let after = if measured.outputs_after_reps.is_empty() {
+                        first.clone()
+                    } else {
+                        verify_outputs(reference, &measured.outputs_after_reps, v.tolerance)
+                    };
+                    (first, after)
+                });
+            let error = verification.as_ref().and_then(|(first, after)| {
+                if !first.passed() {
+                    Some(first.summary())
+                } else if !after.passed() {
+                    Some(format!(
+                        "correct on the first call, wrong on a call after the timed reps (the \
+                         kernel must overwrite its outputs on every call): {}",
+                        after.summary()
+                    ))
+                } else {
+                    None
+                }
+            });
             ChoiceResult {
                 choice,
-                status: if wrong { Status::Wrong } else { Status::Ok },
+                status: if error.is_some() {
+                    Status::Wrong
+                } else {
+                    Status::Ok
+                },
                 stats: Some(measured.stats),
-                error: verification
-                    .as_ref()
-                    .filter(|v| !v.passed())
-                    .map(Verification::summary),
-                verification,
+                error,
+                verification: verification.map(
+                    |(first, after)| {
+                        if first.passed() { after } else { first }
+                    },
+                ),
             }
         }
     }

@@ -208,3 +208,152 @@ fn faults_example_reports_each_kind_of_failure() {
         );
     }
 }
+
+/// Kernels that pass a first-call check but must not pass verification, and one that corrupts
+/// its process for whoever runs next.
+const SNEAKY: &str = r#"#include <fenv.h>
+#include <stdint.h>
+void sneaky(const float *x, float *y, int64_t n) {
+    static int calls = 0;
+    calls++;
+    if (MODE == 1) { /* accumulates instead of overwriting */
+        for (int64_t i = 0; i < n; i++) y[i] += x[i] * 0.1f + 0.3f;
+        return;
+    }
+    if (MODE == 2 && calls > 3) return; /* stops working after a few calls */
+    if (MODE == 3) fesetround(FE_UPWARD); /* leaves its process rounding upward */
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * 0.1f + 0.3f; /* rounds */
+}
+"#;
+
+fn sneaky_manifest(modes: &str) -> String {
+    MANIFEST
+        .replace("source = \"family.c\"", "source = \"sneaky.c\"")
+        .replace("entry = \"family\"", "entry = \"sneaky\"")
+        .replace("MODE = [0, 1, 2, 3, 4, 5]", &format!("MODE = [{modes}]"))
+        .replace("rtol = 1e-6\natol = 1e-6", "rtol = 0\natol = 0")
+}
+
+fn statuses(json: &Path) -> Vec<(i64, String)> {
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let mut statuses: Vec<(i64, String)> = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["choice"]["MODE"].as_i64().unwrap(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    statuses.sort();
+    statuses
+}
+
+#[test]
+fn kernels_that_only_work_on_the_first_call_are_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sneaky.c"), SNEAKY).unwrap();
+    std::fs::write(dir.path().join("m.toml"), sneaky_manifest("0, 1, 2")).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &["tune", "m.toml", "--json", "r.json", "--quiet"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        statuses(&dir.path().join("r.json")),
+        [(0, "ok".into()), (1, "wrong".into()), (2, "wrong".into())]
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let stopped = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["choice"]["MODE"] == 2)
+        .unwrap();
+    assert!(
+        stopped["error"]
+            .as_str()
+            .unwrap()
+            .contains("wrong on a call after the timed reps"),
+        "{stopped}"
+    );
+}
+
+#[test]
+fn a_choice_that_corrupts_its_process_cannot_change_the_next_result() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("sneaky.c"), SNEAKY).unwrap();
+    std::fs::write(dir.path().join("m.toml"), sneaky_manifest("3, 0")).unwrap();
+    // By default every choice gets a fresh worker: MODE 3 is wrong, MODE 0 is not affected.
+    let out = tunebox(
+        dir.path(),
+        &["tune", "m.toml", "--json", "fresh.json", "--quiet"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        statuses(&dir.path().join("fresh.json")),
+        [(0, "ok".into()), (3, "wrong".into())]
+    );
+    // Reusing workers lets MODE 3's rounding mode leak into MODE 0's inputs: the reason for the
+    // default.
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "m.toml",
+            "--json",
+            "reused.json",
+            "--quiet",
+            "--max-process-uses",
+            "0",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        statuses(&dir.path().join("reused.json")),
+        [(0, "wrong".into()), (3, "wrong".into())]
+    );
+}
+
+#[test]
+fn bad_options_are_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["tune", "family.toml", "--json", "family.toml"],
+            "would overwrite the input",
+        ),
+        (
+            &["tune", "family.toml", "--json", "family.c"],
+            "would overwrite the input",
+        ),
+        (
+            &["tune", "family.toml", "--json", "missing/r.json"],
+            "does not exist",
+        ),
+        (
+            &["tune", "family.toml", "--timeout", "1e30"],
+            "--timeout must be",
+        ),
+        (
+            &["tune", "family.toml", "--workers", "100000"],
+            "--workers must be",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = tunebox(dir.path(), args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("family.toml")).unwrap(),
+        MANIFEST
+    );
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{Backend, HostTensor, Runner, do_bench};
-use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Kernel};
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Kernel, TensorData};
 
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
@@ -21,7 +21,10 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
 /// are after that call, then times it with [`do_bench`], flushing the last-level cache with a
-/// [`CacheFlusher`] before every timed rep (when `timing.flush_cache`). The shared object is
+/// [`CacheFlusher`] before every timed rep (when `timing.flush_cache`). When there are outputs,
+/// it then fills them with `0xFF` bytes ([`HostTensor::poison`]), calls the kernel once more and
+/// returns those outputs too (`outputs_after_reps`), so that a kernel which does not overwrite its
+/// outputs on every call cannot pass verification. The shared object is
 /// unloaded before `benchmark` returns, so no library handle outlives its request.
 ///
 /// A kernel that writes its inputs changes what later reps see; this backend does not restore
@@ -95,18 +98,41 @@ impl Backend for CpuBackend {
         };
 
         runner.run()?;
-        let outputs = request
-            .tensors
-            .iter()
-            .zip(&tensors)
-            .filter(|(spec, _)| spec.output)
-            .map(|(_, tensor)| tensor.to_data())
-            .collect::<Result<_, _>>()?;
+        let outputs = output_data(request, &tensors)?;
         let stats = do_bench(&mut runner, &request.timing)?;
+        // One more call on poisoned outputs: a kernel must overwrite them completely every time.
+        let mut outputs_after_reps = Vec::new();
+        if !outputs.is_empty() {
+            for (spec, tensor) in request.tensors.iter().zip(tensors.iter_mut()) {
+                if spec.output {
+                    tensor.poison();
+                }
+            }
+            runner.run()?;
+            outputs_after_reps = output_data(request, &tensors)?;
+        }
         // Unload now: no library handle outlives its request.
         drop(library);
-        Ok(BenchmarkResult { stats, outputs })
+        Ok(BenchmarkResult {
+            stats,
+            outputs,
+            outputs_after_reps,
+        })
     }
+}
+
+/// Copies of the tensors marked `output`, in request order.
+fn output_data(
+    request: &BenchmarkRequest,
+    tensors: &[HostTensor],
+) -> Result<Vec<TensorData>, BenchError> {
+    request
+        .tensors
+        .iter()
+        .zip(tensors)
+        .filter(|(spec, _)| spec.output)
+        .map(|(_, tensor)| tensor.to_data())
+        .collect()
 }
 
 /// A loaded artifact and its trampoline; unloaded on drop.

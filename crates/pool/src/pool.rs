@@ -48,15 +48,22 @@ impl PoolBuilder {
         if self.workers == 0 {
             return Err(PoolError::NoWorkers { requested: 0 });
         }
+        // Start the workers in parallel; where a thread cannot be had, start inline.
         let started: Vec<_> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.workers)
-                .map(|_| scope.spawn(|| TuningProcess::spawn(self.config.clone())))
+                .map(|_| {
+                    std::thread::Builder::new()
+                        .name("tunebox-pool-start".into())
+                        .spawn_scoped(scope, || TuningProcess::spawn(self.config.clone()))
+                })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                .map(|handle| match handle {
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(_) => TuningProcess::spawn(self.config.clone()),
                 })
                 .collect()
         });
@@ -126,23 +133,31 @@ impl TuningProcessPool {
         let next = AtomicUsize::new(0);
         let slots: Vec<Mutex<Option<Result<BenchmarkResult, PoolError>>>> =
             requests.iter().map(|_| Mutex::new(None)).collect();
+        let drain = |worker: &Mutex<TuningProcess>| {
+            let mut worker = worker.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(request) = requests.get(index) else {
+                    break;
+                };
+                let result = worker
+                    .benchmark(request.clone(), self.timeout)
+                    .map_err(PoolError::from);
+                on_result(index, &result);
+                *slots[index].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+            }
+        };
         std::thread::scope(|scope| {
+            let mut running = 0;
             for worker in self.workers.iter().take(requests.len()) {
-                let (next, slots, on_result) = (&next, &slots, &on_result);
-                scope.spawn(move || {
-                    let mut worker = worker.lock().unwrap_or_else(PoisonError::into_inner);
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(request) = requests.get(index) else {
-                            break;
-                        };
-                        let result = worker
-                            .benchmark(request.clone(), self.timeout)
-                            .map_err(PoolError::from);
-                        on_result(index, &result);
-                        *slots[index].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
-                    }
-                });
+                let spawned = std::thread::Builder::new()
+                    .name("tunebox-pool".into())
+                    .spawn_scoped(scope, || drain(worker));
+                running += usize::from(spawned.is_ok());
+            }
+            if running == 0 {
+                // Not a single thread to be had: run everything here, on the first worker.
+                drain(&self.workers[0]);
             }
         });
         slots

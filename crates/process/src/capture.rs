@@ -81,7 +81,7 @@ impl Tail {
     /// The captured bytes as text, after waiting up to `grace` for the stream to reach its end
     /// (so that what a dying worker wrote last is included).
     pub(crate) fn text(&self, grace: Duration) -> String {
-        let deadline = Instant::now() + grace;
+        let deadline = crate::worker::deadline_after(grace);
         let mut state = self.lock();
         while !state.closed {
             let now = Instant::now();

@@ -10,7 +10,7 @@ use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
 use tunebox_protocol::{Bootstrap, EXIT_PROTOCOL_MISMATCH, Hello, PROTOCOL_VERSION};
 
 use crate::spawn::{Spawned, spawn_worker};
-use crate::worker::{Worker, exit_parts, kill_group};
+use crate::worker::{Worker, deadline_after, exit_parts, kill_group};
 use crate::{ProcessConfig, ProcessError};
 
 /// How often the parent checks whether a starting worker died before connecting.
@@ -79,7 +79,7 @@ fn wait_for_hello(
     spawned: &mut Spawned,
     timeout: Duration,
 ) -> Result<Hello, Failure> {
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(timeout);
     loop {
         if let Some(accepted) = acceptor.poll(EXIT_POLL) {
             acceptor.join();

@@ -129,7 +129,7 @@ impl Worker {
     /// the process group is SIGKILLed (helpers the worker started go with it) and the worker is
     /// reaped.
     pub(crate) fn wait_or_kill(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             match self.child.try_wait() {
                 Ok(Some(status)) => {

@@ -218,16 +218,16 @@ pub struct Scalar {
 
 /// How long to warm up and measure, as triton's `do_bench(warmup=25, rep=100)`.
 ///
-/// The worker estimates one run (cache flush included), then runs `warmup_ms / estimate` untimed
-/// warmup calls and `rep_ms / estimate` timed reps, each count clamped to
-/// `[min_reps, max_reps]`.
+/// The worker estimates one run, then runs `warmup_ms / estimate` untimed warmup calls and
+/// `rep_ms / estimate` timed reps, each count clamped to `[min_reps, max_reps]` (see
+/// `tunebox_bench::do_bench` for the cap that keeps cache flushes from dominating).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimingConfig {
     /// Warmup budget in ms (default 25).
     pub warmup_ms: f64,
     /// Measurement budget in ms (default 100).
     pub rep_ms: f64,
-    /// Fewest timed reps (default 5).
+    /// Fewest timed reps (default 10).
     pub min_reps: u32,
     /// Most timed reps, and most warmup calls (default 1000).
     pub max_reps: u32,
@@ -240,7 +240,7 @@ impl Default for TimingConfig {
         Self {
             warmup_ms: 25.0,
             rep_ms: 100.0,
-            min_reps: 5,
+            min_reps: 10,
             max_reps: 1000,
             flush_cache: true,
         }

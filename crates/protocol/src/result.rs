@@ -9,8 +9,14 @@ use crate::{Bytes, DType};
 pub struct BenchmarkResult {
     /// Statistics over the timed reps, in ms.
     pub stats: TimingStats,
-    /// The tensors marked `output`, as they were after the first (untimed) call.
+    /// The tensors marked `output`, as they were after the first (untimed) call on freshly
+    /// initialized tensors.
     pub outputs: Vec<TensorData>,
+    /// The same tensors after one more call made once the timed reps are done, with the output
+    /// tensors first filled with `0xFF` bytes (NaN for floats, -1 for signed integers). A kernel
+    /// that does not overwrite its outputs completely on every call (accumulates into them, or
+    /// stops writing after a few calls) shows here. Empty when the backend makes no such call.
+    pub outputs_after_reps: Vec<TensorData>,
 }
 
 /// Statistics over the timed reps of one measurement. All times in milliseconds.
@@ -65,6 +71,10 @@ impl BenchmarkResult {
     /// How many of the outputs travel as shared memory (at most
     /// [`MAX_SHARED_PAYLOADS`](crate::MAX_SHARED_PAYLOADS) fit in one message).
     pub fn shared_payloads(&self) -> usize {
-        self.outputs.iter().filter(|o| o.bytes.is_shared()).count()
+        self.outputs
+            .iter()
+            .chain(&self.outputs_after_reps)
+            .filter(|o| o.bytes.is_shared())
+            .count()
     }
 }

@@ -45,6 +45,7 @@ impl Backend for DiagnosticsBackend {
         Ok(BenchmarkResult {
             stats: summarize(&[elapsed_ms], 0),
             outputs,
+            outputs_after_reps: Vec::new(),
         })
     }
 }
@@ -100,9 +101,10 @@ fn bytes_output(name: &str, bytes: Bytes) -> TensorData {
 /// Busy-waits `ms` ms, optionally with SIGTERM, SIGINT and SIGALRM blocked, like native code that
 /// ignores every polite request to stop.
 fn spin(ms: u64, block_signals: bool) {
-    let deadline = Instant::now() + Duration::from_millis(ms);
+    // `None`: so far away that it never comes.
+    let deadline = Instant::now().checked_add(Duration::from_millis(ms));
     let guard = block_signals.then(SignalBlock::new);
-    while Instant::now() < deadline {
+    while deadline.is_none_or(|deadline| Instant::now() < deadline) {
         std::hint::spin_loop();
     }
     drop(guard);
