@@ -1,7 +1,17 @@
-//! Where compiled kernels are kept.
+//! Where compiled kernels are kept, and how the headers a cached kernel read are tracked.
+//!
+//! One compilation is found in two steps, as in ccache's "direct mode". The *base key* hashes
+//! everything known before compiling (source, defines, flags, compiler, CPU, trampoline). Its
+//! *dependency manifest* `<base>.deps` lists the files the compiler read (from `-MD -MF`) the last
+//! few times that base key was compiled. An artifact is `<base>-<deps>.so`, where `<deps>` hashes
+//! those files' paths and contents. A lookup hashes the listed files as they are now and hits when
+//! that artifact exists.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::DirBuilder;
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -11,10 +21,11 @@ use crate::CpuError;
 /// subdirectory.
 pub const CACHE_DIR_ENV: &str = "TUNEBOX_CACHE_DIR";
 
-/// The directory holding compiled kernels, one `<blake3 hex key>.so` per distinct compilation.
+/// The directory holding compiled kernels: per base key a dependency manifest `<base>.deps` and
+/// one `<base>-<deps>.so` per variant of the headers it includes (see [`compile`](crate::compile())).
 ///
 /// The directory is created (mode 0700, with any missing parents) on first use by
-/// [`compile`](crate::compile), not by the constructors. Share one between the parent, which
+/// [`compile`](crate::compile()), not by the constructors. Share one between the parent, which
 /// precompiles, and its workers, which then only load: [`CacheDir::from_env`] resolves to the same
 /// place in both as long as they share an environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +86,261 @@ impl CacheDir {
     }
 }
 
+/// Feeds length-prefixed fields to blake3, so that no two different field lists hash alike.
+pub(crate) struct KeyHasher(blake3::Hasher);
+
+impl KeyHasher {
+    pub(crate) fn new() -> Self {
+        Self(blake3::Hasher::new())
+    }
+
+    pub(crate) fn field(&mut self, bytes: impl AsRef<[u8]>) -> &mut Self {
+        let bytes = bytes.as_ref();
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    pub(crate) fn list<'a>(&mut self, items: impl ExactSizeIterator<Item = &'a str>) -> &mut Self {
+        self.field((items.len() as u64).to_le_bytes());
+        for item in items {
+            self.field(item);
+        }
+        self
+    }
+
+    /// 64 hex digits.
+    pub(crate) fn finish(&self) -> String {
+        self.0.finalize().to_hex().to_string()
+    }
+}
+
+/// Bump when the meaning of the dependency hash changes.
+const DEPS_VERSION: &str = "tunebox-cpu deps hash v1";
+
+/// blake3 of `path`'s bytes as they are now. Only regular files are read: a path in a damaged
+/// manifest could name a device or a FIFO, which would never end (or never open).
+pub(crate) fn file_digest(path: &Path) -> io::Result<blake3::Hash> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(std::fs::File::open(path)?)?;
+    Ok(hasher.finalize())
+}
+
+/// The hash naming one variant of a base key: the dependencies' paths and content digests, in
+/// order (64 hex digits).
+pub(crate) fn deps_hash<'a>(
+    deps: impl ExactSizeIterator<Item = (&'a Path, blake3::Hash)>,
+) -> String {
+    let mut h = KeyHasher::new();
+    h.field(DEPS_VERSION)
+        .field((deps.len() as u64).to_le_bytes());
+    for (path, digest) in deps {
+        h.field(path.as_os_str().as_bytes())
+            .field(digest.as_bytes());
+    }
+    h.finish()
+}
+
+/// The key of one artifact, `<base>-<deps>`; the artifact is `<dir>/<key>.so`.
+pub(crate) fn artifact_key(base: &str, deps: &str) -> String {
+    format!("{base}-{deps}")
+}
+
+/// The artifact of `key` in `dir`.
+pub(crate) fn artifact_path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{key}.so"))
+}
+
+/// An artifact of `base` in `dir` built from the current contents of one of the dependency lists
+/// in its manifest, as `(key, path)`; `None` (a miss) when the manifest is missing or corrupt, a
+/// listed file is gone or unreadable, or no such artifact exists. Lists are tried most recent
+/// first and each file is hashed at most once.
+pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
+    let manifest = Manifest::read(dir, base)?;
+    let mut digests: HashMap<&Path, Option<blake3::Hash>> = HashMap::new();
+    'lists: for list in &manifest.lists {
+        let mut deps = Vec::with_capacity(list.len());
+        for path in list {
+            let digest = *digests
+                .entry(path)
+                .or_insert_with(|| match file_digest(path) {
+                    Ok(digest) => Some(digest),
+                    Err(e) => {
+                        log::debug!("cpu: dependency `{}` of {base}: {e}", path.display());
+                        None
+                    }
+                });
+            match digest {
+                Some(digest) => deps.push((path.as_path(), digest)),
+                None => continue 'lists,
+            }
+        }
+        let key = artifact_key(base, &deps_hash(deps.into_iter()));
+        let path = artifact_path(dir, &key);
+        if path.is_file() {
+            return Some((key, path));
+        }
+    }
+    None
+}
+
+/// The dependency manifest `<dir>/<base>.deps` of one base key: the lists of files its
+/// translation unit read, most recently compiled first, at most [`Manifest::MAX_LISTS`] of them.
+///
+/// The format is text, one item per line: `tunebox-cpu deps v1`, `base <key>`, then per list
+/// `list <n>` and its `n` paths (bytes; `\\` and `\n` escape a backslash and a newline), then
+/// `end`. Anything else, including any truncation, reads as no manifest (a miss).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Manifest {
+    lists: Vec<Vec<PathBuf>>,
+}
+
+impl Manifest {
+    /// Lists kept per manifest: enough for headers edited back and forth, or toggled `#include`s.
+    pub(crate) const MAX_LISTS: usize = 8;
+    /// A larger manifest is treated as corrupt rather than read into memory.
+    const MAX_BYTES: u64 = 4 << 20;
+    const MAGIC: &'static str = "tunebox-cpu deps v1";
+
+    /// `<dir>/<base>.deps`.
+    pub(crate) fn path(dir: &Path, base: &str) -> PathBuf {
+        dir.join(format!("{base}.deps"))
+    }
+
+    /// The manifest of `base` in `dir`; `None` when it is missing, unreadable or corrupt.
+    pub(crate) fn read(dir: &Path, base: &str) -> Option<Self> {
+        let path = Self::path(dir, base);
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(&path)
+            .and_then(|file| file.take(Self::MAX_BYTES + 1).read_to_end(&mut bytes));
+        if let Err(e) = read {
+            if e.kind() != io::ErrorKind::NotFound {
+                log::warn!("cpu: ignoring unreadable `{}`: {e}", path.display());
+            }
+            return None;
+        }
+        let manifest = (bytes.len() as u64 <= Self::MAX_BYTES)
+            .then(|| Self::decode(&bytes, base))
+            .flatten();
+        if manifest.is_none() {
+            log::warn!("cpu: ignoring corrupt `{}`", path.display());
+        }
+        manifest
+    }
+
+    /// This manifest with `list` first (and no other copy of it), at most [`Self::MAX_LISTS`]
+    /// lists long.
+    pub(crate) fn with_first(mut self, list: Vec<PathBuf>) -> Self {
+        self.lists.retain(|l| *l != list);
+        self.lists.insert(0, list);
+        self.lists.truncate(Self::MAX_LISTS);
+        self
+    }
+
+    /// Writes the manifest of `base` into `dir` atomically: a temporary file in `dir` renamed over
+    /// `<base>.deps`, so readers see the old manifest or the new one, never a mix. Of concurrent
+    /// writers the last rename wins; a list lost that way costs one recompilation later.
+    pub(crate) fn write(&self, dir: &Path, base: &str) -> Result<(), CpuError> {
+        let path = Self::path(dir, base);
+        let io_err = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CpuError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let mut file = tempfile::Builder::new()
+            .prefix(".tunebox-")
+            .suffix(".deps")
+            .tempfile_in(dir)
+            .map_err(io_err("create a temporary dependency manifest in", dir))?;
+        file.write_all(&self.encode(base))
+            .map_err(io_err("write the dependency manifest", file.path()))?;
+        file.persist(&path)
+            .map_err(|e| io_err("move the dependency manifest to", &path)(e.error))?;
+        Ok(())
+    }
+
+    fn encode(&self, base: &str) -> Vec<u8> {
+        let mut out = format!("{}\nbase {base}\n", Self::MAGIC).into_bytes();
+        for list in &self.lists {
+            out.extend_from_slice(format!("list {}\n", list.len()).as_bytes());
+            for path in list {
+                for &b in path.as_os_str().as_bytes() {
+                    match b {
+                        b'\\' => out.extend_from_slice(b"\\\\"),
+                        b'\n' => out.extend_from_slice(b"\\n"),
+                        b => out.push(b),
+                    }
+                }
+                out.push(b'\n');
+            }
+        }
+        out.extend_from_slice(b"end\n");
+        out
+    }
+
+    fn decode(bytes: &[u8], base: &str) -> Option<Self> {
+        // Every line, the last included, ends with `\n`: a manifest cut anywhere is refused.
+        let body = bytes.strip_suffix(b"\n")?;
+        let mut lines = body.split(|&b| b == b'\n');
+        if lines.next()? != Self::MAGIC.as_bytes()
+            || lines.next()?.strip_prefix(b"base ")? != base.as_bytes()
+        {
+            return None;
+        }
+        let mut lists = Vec::new();
+        loop {
+            let line = lines.next()?;
+            if line == b"end" {
+                break;
+            }
+            let count: usize = std::str::from_utf8(line.strip_prefix(b"list ")?)
+                .ok()?
+                .parse()
+                .ok()?;
+            let mut list = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                list.push(unescape_path(lines.next()?)?);
+            }
+            lists.push(list);
+        }
+        if lines.next().is_some() || lists.is_empty() {
+            return None;
+        }
+        lists.truncate(Self::MAX_LISTS);
+        Some(Self { lists })
+    }
+}
+
+fn unescape_path(line: &[u8]) -> Option<PathBuf> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut bytes = line.iter();
+    while let Some(&b) = bytes.next() {
+        out.push(match b {
+            b'\\' => match bytes.next()? {
+                b'\\' => b'\\',
+                b'n' => b'\n',
+                _ => return None,
+            },
+            b => b,
+        });
+    }
+    (!out.is_empty()).then(|| PathBuf::from(OsString::from_vec(out)))
+}
+
+/// `OsStr` bytes as a path (for tests and the dependency file parser).
+pub(crate) fn path_from_bytes(bytes: Vec<u8>) -> PathBuf {
+    PathBuf::from(OsString::from_vec(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +351,106 @@ mod tests {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| OsString::from(v))
         })
+    }
+
+    const BASE: &str = "b4se";
+
+    fn manifest() -> Manifest {
+        let weird = path_from_bytes(b"/in c\\lude/new\nline/caf\xe9.h".to_vec());
+        Manifest::default()
+            .with_first(vec!["/usr/include/stdint.h".into(), "local.h".into()])
+            .with_first(vec![weird, "/usr/include/stdint.h".into()])
+    }
+
+    #[test]
+    fn manifest_round_trips_any_path() {
+        let m = manifest();
+        let bytes = m.encode(BASE);
+        assert_eq!(Manifest::decode(&bytes, BASE), Some(m.clone()));
+        assert!(
+            bytes.starts_with(
+                b"tunebox-cpu deps v1\nbase b4se\nlist 2\n/in c\\\\lude/new\\nline/caf"
+            )
+        );
+        assert!(bytes.ends_with(b"\nlist 2\n/usr/include/stdint.h\nlocal.h\nend\n"));
+        // Another base key's manifest is not this one's.
+        assert_eq!(Manifest::decode(&bytes, "other"), None);
+    }
+
+    #[test]
+    fn every_truncated_or_extended_manifest_is_refused() {
+        let bytes = manifest().encode(BASE);
+        for len in 0..bytes.len() {
+            assert_eq!(Manifest::decode(&bytes[..len], BASE), None, "{len}");
+        }
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"list 0\n");
+        assert_eq!(Manifest::decode(&longer, BASE), None);
+        let empty = Manifest::default().encode(BASE);
+        assert_eq!(Manifest::decode(&empty, BASE), None, "no list");
+    }
+
+    #[test]
+    fn manifest_keeps_recent_distinct_lists() {
+        let list = |i: usize| vec![PathBuf::from(format!("h{i}.h"))];
+        let mut m = Manifest::default();
+        for i in 0..20 {
+            m = m.with_first(list(i % 10));
+        }
+        assert_eq!(m.lists.len(), Manifest::MAX_LISTS);
+        assert_eq!(m.lists[0], list(9));
+        assert_eq!(m.lists[7], list(2));
+        let m = m.with_first(list(5));
+        assert_eq!(m.lists[..3], [list(5), list(9), list(8)]);
+        assert_eq!(m.lists.len(), Manifest::MAX_LISTS);
+    }
+
+    #[test]
+    fn manifest_files_are_written_whole_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Manifest::read(dir.path(), BASE), None);
+        manifest().write(dir.path(), BASE).unwrap();
+        assert_eq!(Manifest::read(dir.path(), BASE), Some(manifest()));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["b4se.deps"]);
+    }
+
+    #[test]
+    fn lookup_hashes_paths_and_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = dir.path().join("h.h");
+        std::fs::write(&header, "1").unwrap();
+        let deps =
+            |contents: &[u8]| deps_hash([(header.as_path(), blake3::hash(contents))].into_iter());
+        assert_ne!(deps(b"1"), deps(b"2"));
+        assert_ne!(
+            deps(b"1"),
+            deps_hash([(Path::new("other.h"), blake3::hash(b"1"))].into_iter())
+        );
+        Manifest::default()
+            .with_first(vec![header.clone()])
+            .write(dir.path(), BASE)
+            .unwrap();
+        assert_eq!(lookup(dir.path(), BASE), None, "no artifact yet");
+        let key = artifact_key(BASE, &deps(b"1"));
+        std::fs::write(artifact_path(dir.path(), &key), "").unwrap();
+        assert_eq!(
+            lookup(dir.path(), BASE),
+            Some((key.clone(), dir.path().join(format!("{key}.so"))))
+        );
+        std::fs::write(&header, "2").unwrap();
+        assert_eq!(lookup(dir.path(), BASE), None, "edited");
+        std::fs::remove_file(&header).unwrap();
+        assert_eq!(lookup(dir.path(), BASE), None, "deleted");
+        // Never read a device (or a FIFO) named by a damaged manifest.
+        Manifest::default()
+            .with_first(vec!["/dev/zero".into()])
+            .write(dir.path(), BASE)
+            .unwrap();
+        assert_eq!(lookup(dir.path(), BASE), None, "a device");
     }
 
     #[test]

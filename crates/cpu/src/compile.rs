@@ -1,14 +1,17 @@
 //! Compiling a C kernel and its trampoline into a cached shared object.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use tunebox_protocol::{BenchmarkRequest, CKernel, DType};
 
+use crate::cache::{self, KeyHasher, Manifest};
 use crate::{CacheDir, CpuError};
 
 /// Symbol of the generated trampoline in every artifact.
@@ -27,10 +30,18 @@ const FIXED_FLAGS: [&str; 5] = [
 
 /// Bump when the artifact layout or the trampoline's contract changes, so that old cache entries
 /// are never loaded by a new tunebox.
-const KEY_VERSION: &str = "tunebox-cpu artifact v1";
+const KEY_VERSION: &str = "tunebox-cpu artifact v2";
 
 /// At most this much compiler output is kept in an error (the first errors are the useful ones).
 const MAX_LOG_BYTES: usize = 64 * 1024;
+
+/// Compilations tried before giving up on a header that changes while it is being compiled.
+const BUILD_ATTEMPTS: usize = 3;
+
+/// File timestamps come from a coarse clock (one kernel tick, up to 10 ms, behind the real time):
+/// a file whose timestamp is this close before a compilation started may have been written after
+/// the compiler read it.
+const TIMESTAMP_SLACK: Duration = Duration::from_millis(20);
 
 /// The arguments a kernel is called with: one pointer per tensor, then `scalars` `int64_t`s.
 ///
@@ -77,7 +88,10 @@ impl Artifact {
         &self.path
     }
 
-    /// The cache key: 64 hex digits of a blake3 hash over everything that affects the object.
+    /// The cache key, `<base>-<deps>`: 64 hex digits of a blake3 hash over the compilation's
+    /// inputs (source, defines, flags, compiler, CPU, trampoline), a `-`, then 64 of a blake3 hash
+    /// over the paths and contents of every file the compiler read (the headers). See
+    /// [`compile`]'s "Cache" section.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -110,20 +124,49 @@ impl Artifact {
 /// the original issue). Compiler messages about the kernel cite `source_name` and its own line
 /// numbers.
 ///
-/// The command is `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -shared -Werror=… -o <tmp>.so
-/// <tmp>.c`, run with the working directory of the caller (so relative `-I` flags resolve there).
+/// The command is `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -shared -Werror=… -MD -MF
+/// <tmp>.d -o <tmp>.so <tmp>.c`, run with the working directory of the caller (so relative `-I`
+/// flags resolve there). `-MD -MF` (gcc and clang have both) makes the compiler list every file it
+/// read; a compiler that writes no such list is refused ([`CpuError::NoDependencies`]).
 ///
 /// # Cache
 ///
-/// The artifact is `<cache>/<key>.so`, where the key is a blake3 hash of the source, source name,
-/// entry, defines, flags, compiler command, compiler identity (the first lines of
+/// Lookups work like ccache's "direct mode". The *base key* is a blake3 hash of the source,
+/// source name, entry, defines, flags, compiler command, compiler identity (the first lines of
 /// `<compiler> --version`, run once per compiler per process), the host CPU (model name and
 /// feature flags from `/proc/cpuinfo`, so `-march=native` objects are never shared between
-/// different CPUs through a shared home) and the trampoline. When the file exists no compiler
-/// runs; this is what a worker sees after the parent has precompiled. Otherwise the object is
-/// built into a temporary file in the same directory and renamed into place, so concurrent
-/// compilations of one key (threads or processes) never expose a partial file. Temporary files
-/// are removed on every path.
+/// different CPUs through a shared home) and the trampoline. The headers are not known before
+/// compiling, so they are tracked in two files per base key:
+///
+/// - `<cache>/<base>.deps`, the dependency manifest: the lists of files (headers, `-include`d
+///   files, …) that the compiler read, from its `-MD` output, for the last few compilations of
+///   this base key (at most 8, the most recent first), as the compiler named them: a header found
+///   through a relative `-I` is listed relative to the working directory.
+/// - `<cache>/<base>-<deps>.so`, one artifact per variant, where `<deps>` is a blake3 hash of
+///   the listed paths and of the contents of those files. Variants coexist: a header edited and
+///   then restored finds its first artifact again without compiling.
+///
+/// A lookup reads the manifest and, for each list, hashes the files as they are now (each at
+/// most once, typically 10 to 30 small headers); when `<base>-<deps>.so` exists no compiler runs
+/// ([`Artifact::was_cached`]), which is what a worker sees after the parent has precompiled. A
+/// missing or corrupt manifest, a listed file that is gone or unreadable, or a hash with no
+/// artifact is a miss: the kernel is compiled, the object renamed into place, then the manifest
+/// rewritten with the new list first. So editing a header, adding an `#include` to it, or
+/// deleting it (then the compiler reports the missing file) always recompiles.
+///
+/// A header that changes while it is being compiled (its modification or status-change time falls
+/// within the compilation) is not recorded: the kernel is compiled again, up to three times, then
+/// [`CpuError::DependencyChanged`]. Like ccache's direct mode, a lookup does not notice a *new*
+/// file that would now be found earlier on the include path (e.g. a `vadd.h` created in an
+/// earlier `-I` directory than the one the cached build used), nor files the compiler reads
+/// without reporting them (`.incbin` data in inline assembly); change a define or flag, or clear
+/// the cache, in those cases. A `-MMD` among the kernel's flags makes the compiler leave system
+/// headers out of its list, so they are then not tracked.
+///
+/// Every file is written to a temporary file in the cache directory and renamed into place, so
+/// concurrent compilations of one kernel (threads or processes) never expose a partial object or
+/// manifest; of concurrent manifest writers the last one wins, which at worst costs a later
+/// recompilation. Temporary files are removed on every path.
 ///
 /// Safe to call from many threads at once (e.g. with rayon).
 ///
@@ -133,7 +176,10 @@ impl Artifact {
 ///   [`CpuError::InvalidDefine`]: the kernel description is unusable; nothing was run.
 /// - [`CpuError::CompilerNotFound`] / [`CpuError::CompilerSpawn`]: the compiler could not be run.
 /// - [`CpuError::Compile`]: the compiler rejected the kernel; carries the command line and output.
-/// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used.
+/// - [`CpuError::NoDependencies`]: the compiler wrote no dependency list (no `-MD -MF` support).
+/// - [`CpuError::DependencyChanged`]: a file the kernel includes kept changing during compilation.
+/// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used, or a file
+///   the kernel includes could not be read after compiling.
 pub fn compile(
     kernel: &CKernel,
     signature: &Signature,
@@ -142,10 +188,9 @@ pub fn compile(
     validate(kernel)?;
     let trampoline = trampoline(&kernel.entry, signature);
     let identity = compiler_identity(&kernel.compiler)?;
-    let key = cache_key(kernel, &trampoline, &identity, host_cpu());
+    let base = cache_key(kernel, &trampoline, &identity, host_cpu());
     let dir = cache.ensure()?;
-    let path = dir.join(format!("{key}.so"));
-    if path.is_file() {
+    if let Some((key, path)) = cache::lookup(dir, &base) {
         log::debug!(
             "cpu: cache hit for `{}`: {}",
             kernel.source_name,
@@ -157,7 +202,7 @@ pub fn compile(
             cached: true,
         });
     }
-    build(kernel, &trampoline, dir, &path)?;
+    let (key, path) = build(kernel, &trampoline, dir, &base)?;
     Ok(Artifact {
         path,
         key,
@@ -165,16 +210,24 @@ pub fn compile(
     })
 }
 
-/// Runs the compiler into a temporary object in `dir` and renames it to `path`.
-fn build(kernel: &CKernel, trampoline: &str, dir: &Path, path: &Path) -> Result<(), CpuError> {
-    let io_err = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| CpuError::Io {
-            action,
-            path,
-            source,
-        }
-    };
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CpuError + use<> {
+    let path = path.to_path_buf();
+    move |source| CpuError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Compiles into temporary files in `dir`, then renames the object to `<base>-<deps>.so` and
+/// records the files the compiler read in the manifest of `base`. Returns the artifact's key and
+/// path.
+fn build(
+    kernel: &CKernel,
+    trampoline: &str,
+    dir: &Path,
+    base: &str,
+) -> Result<(String, PathBuf), CpuError> {
     let temp = |suffix: &str| {
         tempfile::Builder::new()
             .prefix(".tunebox-")
@@ -188,38 +241,271 @@ fn build(kernel: &CKernel, trampoline: &str, dir: &Path, path: &Path) -> Result<
         .map_err(io_err("write the kernel source to", source_file.path()))?;
     // Closed before the compiler reads it; removed when dropped, on every path.
     let source_path = source_file.into_temp_path();
-    let object_path = temp(".so")
-        .map_err(io_err("create a temporary object file in", dir))?
-        .into_temp_path();
 
-    let mut args: Vec<String> = kernel.flags.clone();
-    args.extend(
-        kernel
-            .defines
-            .iter()
-            .map(|d| format!("-D{}={}", d.name, d.value)),
-    );
-    args.extend(FIXED_FLAGS.iter().map(|f| (*f).to_owned()));
-    args.push("-o".into());
-    args.push(object_path.to_string_lossy().into_owned());
-    args.push(source_path.to_string_lossy().into_owned());
-    let command = render_command(&kernel.compiler, &args);
-    log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
+    let mut changed = None;
+    for attempt in 1..=BUILD_ATTEMPTS {
+        if let Some(Changed {
+            stamp: Some(stamp), ..
+        }) = &changed
+        {
+            // Start the next attempt late enough that an unchanged file passes.
+            let ready = *stamp + TIMESTAMP_SLACK;
+            if let Ok(wait) = ready.duration_since(SystemTime::now()) {
+                std::thread::sleep(wait.min(TIMESTAMP_SLACK));
+            }
+        }
+        // Both removed when dropped, on every path (the object only if not persisted).
+        let object_path = temp(".so")
+            .map_err(io_err("create a temporary object file in", dir))?
+            .into_temp_path();
+        let depfile_path = temp(".d")
+            .map_err(io_err("create a temporary dependency file in", dir))?
+            .into_temp_path();
 
-    let output = Command::new(&kernel.compiler)
-        .args(&args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| spawn_error(&kernel.compiler, e))?;
-    if !output.status.success() {
-        return Err(CpuError::Compile {
-            command,
-            log: compiler_log(&output),
-        });
+        let mut args: Vec<String> = kernel.flags.clone();
+        args.extend(
+            kernel
+                .defines
+                .iter()
+                .map(|d| format!("-D{}={}", d.name, d.value)),
+        );
+        args.extend(FIXED_FLAGS.iter().map(|f| (*f).to_owned()));
+        args.extend(["-MD".into(), "-MF".into()]);
+        args.push(depfile_path.to_string_lossy().into_owned());
+        args.push("-o".into());
+        args.push(object_path.to_string_lossy().into_owned());
+        args.push(source_path.to_string_lossy().into_owned());
+        let command = render_command(&kernel.compiler, &args);
+        log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
+
+        let started = SystemTime::now();
+        let output = Command::new(&kernel.compiler)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| spawn_error(&kernel.compiler, e))?;
+        if !output.status.success() {
+            return Err(CpuError::Compile {
+                command,
+                log: compiler_log(&output),
+            });
+        }
+        let deps = read_dependencies(kernel, &depfile_path, &source_path)?;
+        match digest_dependencies(&deps, started)? {
+            Ok(digests) => {
+                let key = cache::artifact_key(
+                    base,
+                    &cache::deps_hash(deps.iter().map(PathBuf::as_path).zip(digests)),
+                );
+                let path = cache::artifact_path(dir, &key);
+                // The object first: a manifest never names a list without its artifact.
+                object_path
+                    .persist(&path)
+                    .map_err(|e| io_err("move the compiled kernel to", &path)(e.error))?;
+                Manifest::read(dir, base)
+                    .unwrap_or_default()
+                    .with_first(deps)
+                    .write(dir, base)?;
+                return Ok((key, path));
+            }
+            Err(change) => {
+                log::warn!(
+                    "cpu: `{}`, included by `{}`, changed while it was compiled (attempt \
+                     {attempt} of {BUILD_ATTEMPTS})",
+                    change.path.display(),
+                    kernel.source_name
+                );
+                changed = Some(change);
+            }
+        }
     }
-    object_path
-        .persist(path)
-        .map_err(|e| io_err("move the compiled kernel to", path)(e.error))
+    let path = changed.map(|c| c.path).unwrap_or_default();
+    Err(CpuError::DependencyChanged {
+        source_name: kernel.source_name.clone(),
+        path,
+    })
+}
+
+/// A dependency that changed while the compiler may have been reading it.
+#[derive(Debug)]
+struct Changed {
+    path: PathBuf,
+    /// Its newest timestamp, if it still exists.
+    stamp: Option<SystemTime>,
+}
+
+/// The files the compiler read, from the dependency file it wrote, without the temporary source
+/// itself and without repeats, in the compiler's order.
+fn read_dependencies(
+    kernel: &CKernel,
+    depfile: &Path,
+    source: &Path,
+) -> Result<Vec<PathBuf>, CpuError> {
+    let no_deps = || CpuError::NoDependencies {
+        compiler: kernel.compiler.clone(),
+        path: depfile.to_path_buf(),
+    };
+    let text = match std::fs::read(depfile) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(no_deps()),
+        Err(e) => {
+            return Err(io_err(
+                "read the dependency list the C compiler wrote to",
+                depfile,
+            )(e));
+        }
+    };
+    let mut deps = parse_depfile(&text).ok_or_else(no_deps)?;
+    let before = deps.len();
+    deps.retain(|d| d != source);
+    if deps.len() == before {
+        log::warn!(
+            "cpu: the dependency list of `{}` does not name its source `{}`",
+            kernel.source_name,
+            source.display()
+        );
+    }
+    let mut seen = HashSet::new();
+    deps.retain(|d| seen.insert(d.clone()));
+    Ok(deps)
+}
+
+/// The digest of each of `deps`' contents, in order; `Err(Changed)` when one was modified (or
+/// its status changed) at or after `started` (less [`TIMESTAMP_SLACK`]) and before its digest
+/// was taken, or is gone, since then the object may have been built from other contents.
+/// Timestamps after the check (a clock ahead of ours) are not a change.
+fn digest_dependencies(
+    deps: &[PathBuf],
+    started: SystemTime,
+) -> Result<Result<Vec<blake3::Hash>, Changed>, CpuError> {
+    let since = started.checked_sub(TIMESTAMP_SLACK).unwrap_or(started);
+    let mut digests = Vec::with_capacity(deps.len());
+    let mut stamps = Vec::with_capacity(deps.len());
+    for path in deps {
+        let gone = || Changed {
+            path: path.clone(),
+            stamp: None,
+        };
+        let digest = match cache::file_digest(path) {
+            Ok(digest) => digest,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(gone())),
+            Err(e) => return Err(io_err("read the included file", path)(e)),
+        };
+        let metadata = match std::fs::metadata(path) {
+            Ok(metadata) => metadata,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(gone())),
+            Err(e) => return Err(io_err("read the status of", path)(e)),
+        };
+        digests.push(digest);
+        stamps.push(newest_stamp(&metadata));
+    }
+    let checked = SystemTime::now();
+    for (path, stamp) in deps.iter().zip(stamps) {
+        if stamp >= since && stamp <= checked {
+            return Ok(Err(Changed {
+                path: path.clone(),
+                stamp: Some(stamp),
+            }));
+        }
+    }
+    Ok(Ok(digests))
+}
+
+/// The later of a file's modification and status-change times.
+fn newest_stamp(metadata: &std::fs::Metadata) -> SystemTime {
+    let at = |secs: i64, nanos: i64| {
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
+            return SystemTime::UNIX_EPOCH;
+        };
+        SystemTime::UNIX_EPOCH + Duration::new(secs, nanos)
+    };
+    at(metadata.mtime(), metadata.mtime_nsec()).max(at(metadata.ctime(), metadata.ctime_nsec()))
+}
+
+/// The prerequisites of the first rule of a Makefile-style dependency file as gcc and clang write
+/// it for `-MD`: `target…: prerequisite… \` continued over lines. The targets end at the first
+/// `:` followed by white space or the end of the line (a `:` inside a path, as in a cache directory
+/// named `a:b`, is followed by more of the path). Decodes the escapes of both compilers: `\ ` is a
+/// space inside a name (and `2n+1` backslashes before a space are `n` backslashes and a space),
+/// `\#` is `#`, `$$` is `$`; a backslash before a newline continues the line. Other rules (from a
+/// user's `-MP`) are ignored. `None` when there is no rule.
+pub(crate) fn parse_depfile(text: &[u8]) -> Option<Vec<PathBuf>> {
+    let mut tokens: Vec<Vec<u8>> = Vec::new();
+    let mut token = Vec::new();
+    let mut in_targets = true;
+    fn end_token(token: &mut Vec<u8>, tokens: &mut Vec<Vec<u8>>) {
+        if !token.is_empty() {
+            tokens.push(std::mem::take(token));
+        }
+    }
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'\\' => {
+                let run = text[i..].iter().take_while(|&&b| b == b'\\').count();
+                let next = text.get(i + run).copied();
+                match next {
+                    Some(b' ' | b'\t') => {
+                        token.extend(std::iter::repeat_n(b'\\', run / 2));
+                        if run % 2 == 1 {
+                            token.extend(next);
+                        } else {
+                            end_token(&mut token, &mut tokens);
+                        }
+                        i += run + 1;
+                    }
+                    Some(b'#') => {
+                        token.extend(std::iter::repeat_n(b'\\', run - 1));
+                        token.push(b'#');
+                        i += run + 1;
+                    }
+                    Some(b'\n') => {
+                        token.extend(std::iter::repeat_n(b'\\', run - 1));
+                        end_token(&mut token, &mut tokens);
+                        i += run + 1;
+                    }
+                    Some(b'\r') if text.get(i + run + 1) == Some(&b'\n') => {
+                        token.extend(std::iter::repeat_n(b'\\', run - 1));
+                        end_token(&mut token, &mut tokens);
+                        i += run + 2;
+                    }
+                    _ => {
+                        token.extend(std::iter::repeat_n(b'\\', run));
+                        i += run;
+                    }
+                }
+            }
+            b'$' if text.get(i + 1) == Some(&b'$') => {
+                token.push(b'$');
+                i += 2;
+            }
+            b' ' | b'\t' | b'\r' => {
+                end_token(&mut token, &mut tokens);
+                i += 1;
+            }
+            b'\n' => {
+                end_token(&mut token, &mut tokens);
+                if !in_targets {
+                    break;
+                }
+                i += 1;
+            }
+            b':' if in_targets
+                && matches!(text.get(i + 1), None | Some(b' ' | b'\t' | b'\r' | b'\n')) =>
+            {
+                end_token(&mut token, &mut tokens);
+                tokens.clear();
+                in_targets = false;
+                i += 1;
+            }
+            b => {
+                token.push(b);
+                i += 1;
+            }
+        }
+    }
+    end_token(&mut token, &mut tokens);
+    (!in_targets).then(|| tokens.into_iter().map(cache::path_from_bytes).collect())
 }
 
 fn validate(kernel: &CKernel) -> Result<(), CpuError> {
@@ -323,33 +609,14 @@ fn c_string_body(s: &str) -> String {
     out
 }
 
-/// Feeds length-prefixed fields to blake3, so that no two different field lists hash alike.
-struct KeyHasher(blake3::Hasher);
-
-impl KeyHasher {
-    fn field(&mut self, bytes: impl AsRef<[u8]>) -> &mut Self {
-        let bytes = bytes.as_ref();
-        self.0.update(&(bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
-        self
-    }
-
-    fn list<'a>(&mut self, items: impl ExactSizeIterator<Item = &'a str>) -> &mut Self {
-        self.field((items.len() as u64).to_le_bytes());
-        for item in items {
-            self.field(item);
-        }
-        self
-    }
-}
-
+/// The base key: everything known about a compilation before running it (not the headers).
 pub(crate) fn cache_key(
     kernel: &CKernel,
     trampoline: &str,
     compiler_identity: &str,
     host_cpu: &str,
 ) -> String {
-    let mut h = KeyHasher(blake3::Hasher::new());
+    let mut h = KeyHasher::new();
     h.field(KEY_VERSION)
         .field(&kernel.source)
         .field(&kernel.source_name)
@@ -364,7 +631,7 @@ pub(crate) fn cache_key(
         .field(compiler_identity)
         .field(host_cpu)
         .field(trampoline);
-    h.0.finalize().to_hex().to_string()
+    h.finish()
 }
 
 fn spawn_error(compiler: &str, source: io::Error) -> CpuError {
@@ -621,6 +888,64 @@ mod tests {
             "{d}"
         );
         assert_ne!(cpu_description(x86), cpu_description(arm));
+    }
+
+    fn paths(names: &[&str]) -> Vec<PathBuf> {
+        names.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn depfile_as_gcc_writes_it() {
+        // gcc 12, for a cache directory and an include directory named `a b#c$d:e`.
+        let text =
+            b"a\\ b\\#c$$d:e/o\\ x.so: a\\ b\\#c$$d:e/src\\ x.c /usr/include/stdc-predef.h \\\n \
+                     /usr/include/stdint.h \\\n /usr/include/features.h a\\ b\\#c$$d:e/v\\ h.h\n";
+        assert_eq!(
+            parse_depfile(text).unwrap(),
+            paths(&[
+                "a b#c$d:e/src x.c",
+                "/usr/include/stdc-predef.h",
+                "/usr/include/stdint.h",
+                "/usr/include/features.h",
+                "a b#c$d:e/v h.h",
+            ])
+        );
+    }
+
+    #[test]
+    fn depfile_edge_cases() {
+        // CRLF line ends and continuations; several targets; no trailing newline.
+        assert_eq!(
+            parse_depfile(b"t1 t2: a.c \\\r\n  b.h\r\n").unwrap(),
+            paths(&["a.c", "b.h"])
+        );
+        assert_eq!(
+            parse_depfile(b"t: a.c b.h").unwrap(),
+            paths(&["a.c", "b.h"])
+        );
+        // Phony rules from a user's `-MP` are not prerequisites.
+        assert_eq!(
+            parse_depfile(b"t: a.c b.h\n\nb.h:\n").unwrap(),
+            paths(&["a.c", "b.h"])
+        );
+        // Backslashes: 2n+1 before a space are n and a space, 2n end the name after n; others
+        // are literal; `\#` is `#`.
+        assert_eq!(
+            parse_depfile(b"t: a\\\\\\ b c\\\\ d\\e f\\#g\n").unwrap(),
+            paths(&["a\\ b", "c\\", "d\\e", "f#g"])
+        );
+        // A single `$` is literal; `$$` is one.
+        assert_eq!(parse_depfile(b"t: $a $$b\n").unwrap(), paths(&["$a", "$b"]));
+        // A target with no prerequisites; no rule at all.
+        assert_eq!(parse_depfile(b"t:\n").unwrap(), paths(&[]));
+        assert_eq!(parse_depfile(b""), None);
+        assert_eq!(parse_depfile(b"just words\n"), None);
+        assert_eq!(parse_depfile(b"c:/no/separator\n"), None);
+        // Non-UTF-8 names survive.
+        assert_eq!(
+            parse_depfile(b"t: caf\xe9.h\n").unwrap(),
+            vec![cache::path_from_bytes(b"caf\xe9.h".to_vec())]
+        );
     }
 
     #[test]

@@ -2,11 +2,11 @@
 
 use std::error::Error;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use tunebox_protocol::BenchError;
 
-/// Why [`compile`](crate::compile) (or finding the cache directory) failed.
+/// Why [`compile`](crate::compile()) (or finding the cache directory) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CpuError {
@@ -47,10 +47,7 @@ pub enum CpuError {
         name: String,
     },
     /// The compiler could not be found (or the kernel names none).
-    #[error(
-        "C compiler `{compiler}` was not found; install a C compiler, or set CC to one that is on \
-         PATH (e.g. CC=gcc or CC=/usr/bin/clang)"
-    )]
+    #[error("{}", compiler_not_found(compiler))]
     CompilerNotFound {
         /// The compiler as named by the kernel.
         compiler: String,
@@ -71,23 +68,55 @@ pub enum CpuError {
         /// The compiler's stderr then stdout (bounded; user diagnostics cite `source_name`).
         log: String,
     },
+    /// The compiler succeeded but wrote no dependency list for `-MD -MF`, so the headers the kernel
+    /// includes could not be tracked in the cache.
+    #[error(
+        "C compiler `{compiler}` wrote no dependency list to `{}`; tunebox passes `-MD -MF <file>` \
+         (as gcc and clang understand it) to notice edited headers, so use such a compiler",
+        path.display()
+    )]
+    NoDependencies {
+        /// The compiler as named by the kernel.
+        compiler: String,
+        /// The file it was asked to write.
+        path: PathBuf,
+    },
+    /// A file the kernel includes changed while it was being compiled, on every attempt, so no
+    /// object built from known contents could be cached.
+    #[error(
+        "`{}`, included by C kernel `{source_name}`, changed while the kernel was being compiled; \
+         compile again once it has stopped changing",
+        path.display()
+    )]
+    DependencyChanged {
+        /// The kernel's `source_name`.
+        source_name: String,
+        /// The file that changed.
+        path: PathBuf,
+    },
     /// None of `TUNEBOX_CACHE_DIR`, `XDG_CACHE_HOME` and `HOME` is set.
     #[error(
         "no cache directory for compiled kernels: set TUNEBOX_CACHE_DIR (or XDG_CACHE_HOME or HOME)"
     )]
     NoCacheDir,
     /// The cache directory could not be created.
-    #[error("could not create the kernel cache directory `{}`", path.display())]
+    #[error(
+        "could not create the kernel cache directory `{}`; set TUNEBOX_CACHE_DIR to a writable \
+         directory",
+        path.display()
+    )]
     CacheDir {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
         source: io::Error,
     },
-    /// Another I/O operation in the cache directory failed.
+    /// Another I/O operation failed: in the cache directory, or reading a file the kernel includes
+    /// after compiling it. The message names what was being done and the path; the OS's reason is
+    /// the [`source`](Error::source).
     #[error("could not {action} `{}`", path.display())]
     Io {
-        /// What was being done, e.g. "write the kernel source to".
+        /// What was being done, worded to precede the path, e.g. "write the kernel source to".
         action: &'static str,
         /// The file or directory involved.
         path: PathBuf,
@@ -108,17 +137,33 @@ impl From<CpuError> for BenchError {
             | CpuError::EmptyEntry { .. }
             | CpuError::InvalidEntry { .. }
             | CpuError::InvalidDefine { .. } => BenchError::InvalidRequest { detail: message },
-            CpuError::CompilerNotFound { compiler } | CpuError::CompilerSpawn { compiler, .. } => {
-                BenchError::Compile {
-                    command: compiler,
-                    log: message,
-                }
-            }
-            CpuError::NoCacheDir | CpuError::CacheDir { .. } | CpuError::Io { .. } => {
-                BenchError::Failed { message }
-            }
+            CpuError::CompilerNotFound { compiler }
+            | CpuError::CompilerSpawn { compiler, .. }
+            | CpuError::NoDependencies { compiler, .. } => BenchError::Compile {
+                command: compiler,
+                log: message,
+            },
+            CpuError::DependencyChanged { .. }
+            | CpuError::NoCacheDir
+            | CpuError::CacheDir { .. }
+            | CpuError::Io { .. } => BenchError::Failed { message },
         }
     }
+}
+
+/// The message of [`CpuError::CompilerNotFound`]: a bare name was looked up on PATH, a path was
+/// not, and an empty name names nothing.
+fn compiler_not_found(compiler: &str) -> String {
+    const REMEDY: &str = "with CC or the manifest's `kernel.compiler` (e.g. gcc or /usr/bin/clang)";
+    if compiler.trim().is_empty() {
+        return format!("no C compiler is named; name one {REMEDY}");
+    }
+    let on_path = if Path::new(compiler).components().count() > 1 {
+        ""
+    } else {
+        " on PATH"
+    };
+    format!("C compiler `{compiler}` was not found{on_path}; install it, or name another {REMEDY}")
 }
 
 /// `err`'s message followed by those of its sources, joined by `: ` (for the wire, where only a
@@ -155,11 +200,51 @@ mod tests {
     }
 
     #[test]
-    fn missing_compiler_names_it_and_cc() {
+    fn missing_compiler_names_it_and_both_ways_to_choose_another() {
+        let message = |compiler: &str| {
+            CpuError::CompilerNotFound {
+                compiler: compiler.into(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            message("nocc"),
+            "C compiler `nocc` was not found on PATH; install it, or name another with CC or \
+             the manifest's `kernel.compiler` (e.g. gcc or /usr/bin/clang)"
+        );
+        assert!(
+            message("/opt/x/cc").starts_with("C compiler `/opt/x/cc` was not found; install it"),
+            "{}",
+            message("/opt/x/cc")
+        );
+        assert!(
+            message("").starts_with("no C compiler is named; name one with CC or"),
+            "{}",
+            message("")
+        );
         let err = BenchError::from(CpuError::CompilerNotFound {
             compiler: "nocc".into(),
         });
         let text = err.to_string();
         assert!(text.contains("`nocc`") && text.contains("CC"), "{text}");
+    }
+
+    #[test]
+    fn cache_dir_message_says_what_to_do_and_keeps_the_cause_in_source() {
+        let err = CpuError::CacheDir {
+            path: "/ro/tunebox/cpu".into(),
+            source: io::Error::new(io::ErrorKind::PermissionDenied, "permission denied"),
+        };
+        assert_eq!(
+            err.to_string(),
+            "could not create the kernel cache directory `/ro/tunebox/cpu`; set \
+             TUNEBOX_CACHE_DIR to a writable directory"
+        );
+        assert_eq!(err.source().unwrap().to_string(), "permission denied");
+        assert_eq!(
+            with_sources(&err),
+            "could not create the kernel cache directory `/ro/tunebox/cpu`; set \
+             TUNEBOX_CACHE_DIR to a writable directory: permission denied"
+        );
     }
 }

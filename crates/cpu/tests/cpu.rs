@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use tunebox_bench::Backend;
-use tunebox_cpu::{CacheDir, CpuBackend, CpuError, Signature, compile};
+use tunebox_cpu::{Artifact, CacheDir, CpuBackend, CpuError, Signature, compile};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, CKernel, DType, Define, DiagnosticTask, Init, Kernel, Scalar,
     TensorSpec, TimingConfig,
@@ -83,6 +83,22 @@ fn compile_error(kernel: &CKernel, signature: &Signature) -> (String, String) {
     }
 }
 
+/// The files an artifact occupies in its cache directory: `<base>.deps` and `<key>.so`, for each
+/// of `artifacts`, sorted and without repeats.
+fn cache_files<'a>(artifacts: impl IntoIterator<Item = &'a Artifact>) -> Vec<String> {
+    let mut names: Vec<String> = artifacts
+        .into_iter()
+        .flat_map(|a| {
+            let (base, deps) = a.key().split_once('-').unwrap();
+            assert_eq!((base.len(), deps.len()), (64, 64), "{}", a.key());
+            [format!("{base}.deps"), format!("{}.so", a.key())]
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Files in `dir`, sorted.
 fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
@@ -120,9 +136,10 @@ fn runs_a_kernel_and_returns_its_outputs() {
     // A second request reuses the cached artifact and the flush buffer.
     let again = backend.benchmark(&request).unwrap();
     assert_eq!(again.outputs, result.outputs);
+    // One dependency manifest and one object.
     assert_eq!(
         entries(cache.path()).len(),
-        1,
+        2,
         "{:?}",
         entries(cache.path())
     );
@@ -259,8 +276,8 @@ fn second_compile_is_a_cache_hit() {
         fs::metadata(second.path()).unwrap().modified().unwrap(),
         mtime
     );
-    // No temporary source or object is left behind.
-    assert_eq!(entries(cache_dir.path()), [format!("{}.so", first.key())]);
+    // No temporary source, object or dependency file is left behind.
+    assert_eq!(entries(cache_dir.path()), cache_files([&first]));
 }
 
 #[test]
@@ -279,7 +296,11 @@ fn different_defines_flags_or_signature_give_different_artifacts() {
     native.flags.push("-march=native".into());
     let native = compile(&native, &add_signature(), &cache).unwrap();
     assert_ne!(native.path(), base.path());
-    assert_eq!(entries(cache_dir.path()).len(), 3);
+    assert_eq!(
+        entries(cache_dir.path()),
+        cache_files([&base, &defined, &native])
+    );
+    assert_eq!(entries(cache_dir.path()).len(), 6);
 }
 
 #[test]
@@ -307,7 +328,8 @@ fn missing_compiler_is_a_clear_error() {
     );
     let text = err.to_string();
     assert!(
-        text.contains("`tunebox-no-such-cc`") && text.contains("set CC"),
+        text.contains("`tunebox-no-such-cc` was not found on PATH")
+            && text.contains("CC or the manifest's `kernel.compiler`"),
         "{text}"
     );
 }
@@ -358,10 +380,7 @@ fn concurrent_compiles_of_one_key_share_one_artifact() {
             .collect()
     });
     assert!(artifacts.iter().all(|a| a.path() == artifacts[0].path()));
-    assert_eq!(
-        entries(cache_dir.path()),
-        [format!("{}.so", artifacts[0].key())]
-    );
+    assert_eq!(entries(cache_dir.path()), cache_files([&artifacts[0]]));
 }
 
 #[test]
@@ -407,4 +426,376 @@ fn backend_errors_travel_as_bench_errors() {
         matches!(&err, BenchError::Load { detail, .. } if detail.contains("tunebox_missing")),
         "{err}"
     );
+}
+
+// Headers the kernel includes: the cache tracks their contents (`<base>.deps`).
+
+const SCALE: &str = "#include <stdint.h>\n\
+                     #include \"scale.h\"\n\
+                     void scale(const float *x, float *y, int64_t n) {\n\
+                     \x20   for (int64_t i = 0; i < n; i++) y[i] = SCALE * x[i];\n\
+                     }\n";
+
+/// A kernel that includes `scale.h` from `include_dir`, as the CLI does with `-I<source dir>`.
+fn scale_kernel(include_dir: &Path) -> CKernel {
+    CKernel {
+        source: SCALE.into(),
+        source_name: "scale.c".into(),
+        entry: "scale".into(),
+        defines: vec![],
+        flags: vec!["-O2".into(), format!("-I{}", include_dir.display())],
+        compiler: "cc".into(),
+    }
+}
+
+fn scale_signature() -> Signature {
+    Signature::new([DType::F32, DType::F32], 1)
+}
+
+/// Runs `kernel` (a `scale`) through the backend on ones and returns `y[0]`, i.e. `SCALE`.
+fn run_scale(cache: &CacheDir, kernel: &CKernel) -> f32 {
+    let request = BenchmarkRequest {
+        kernel: Kernel::C(kernel.clone()),
+        tensors: vec![
+            tensor("x", DType::F32, 4, Init::Ones, false),
+            tensor("y", DType::F32, 4, Init::Zeros, true),
+        ],
+        scalars: vec![Scalar {
+            name: "n".into(),
+            value: 4,
+        }],
+        timing: TimingConfig {
+            flush_cache: false,
+            ..quick_timing()
+        },
+    };
+    let result = CpuBackend::new(cache.clone()).benchmark(&request).unwrap();
+    floats(&result.outputs[0].bytes)[0]
+}
+
+fn write(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+}
+
+#[test]
+fn edited_headers_are_recompiled_and_variants_coexist() {
+    let include = tempfile::tempdir().unwrap();
+    let header = include.path().join("scale.h");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let kernel = scale_kernel(include.path());
+    let compile = || compile(&kernel, &scale_signature(), &cache);
+
+    write(&header, "#define SCALE 2.0f\n");
+    let two = compile().unwrap();
+    assert!(!two.was_cached());
+    let again = compile().unwrap();
+    assert!(again.was_cached());
+    assert_eq!((again.path(), again.key()), (two.path(), two.key()));
+    assert_eq!(run_scale(&cache, &kernel), 2.0);
+
+    // The bug: an edited header used to load the stale object.
+    write(&header, "#define SCALE 3.0f\n");
+    let three = compile().unwrap();
+    assert!(!three.was_cached());
+    assert_ne!(three.path(), two.path());
+    assert_eq!(three.key()[..64], two.key()[..64], "same base key");
+    assert_eq!(run_scale(&cache, &kernel), 3.0);
+
+    // Edited back: the first variant is still there.
+    write(&header, "#define SCALE 2.0f\n");
+    let back = compile().unwrap();
+    assert!(back.was_cached());
+    assert_eq!(back.path(), two.path());
+    assert_eq!(run_scale(&cache, &kernel), 2.0);
+    assert_eq!(entries(cache_dir.path()), cache_files([&two, &three]));
+
+    // A deleted header is a compile error, not a stale hit.
+    fs::remove_file(&header).unwrap();
+    match compile() {
+        Err(CpuError::Compile { log, .. }) => assert!(log.contains("scale.h"), "{log}"),
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_header_that_gains_an_include_is_rebuilt() {
+    let include = tempfile::tempdir().unwrap();
+    let header = include.path().join("scale.h");
+    let extra = include.path().join("extra.h");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let kernel = scale_kernel(include.path());
+    let compile = || compile(&kernel, &scale_signature(), &cache).unwrap();
+
+    write(&header, "#define SCALE 2.0f\n");
+    let plain = compile();
+    assert_eq!(run_scale(&cache, &kernel), 2.0);
+
+    // The header now includes another one: a new dependency list.
+    write(&extra, "#define EXTRA 4.0f\n");
+    write(
+        &header,
+        "#include \"extra.h\"\n#define SCALE (EXTRA + 1.0f)\n",
+    );
+    let nested = compile();
+    assert!(!nested.was_cached());
+    assert_eq!(run_scale(&cache, &kernel), 5.0);
+
+    // The nested header is tracked too.
+    write(&extra, "#define EXTRA 6.0f\n");
+    let nested6 = compile();
+    assert!(!nested6.was_cached());
+    assert_ne!(nested6.path(), nested.path());
+    assert_eq!(run_scale(&cache, &kernel), 7.0);
+
+    // Both lists are in the manifest: going back to either is a hit.
+    write(&header, "#define SCALE 2.0f\n");
+    let back = compile();
+    assert!(back.was_cached());
+    assert_eq!(back.path(), plain.path());
+    assert_eq!(run_scale(&cache, &kernel), 2.0);
+    // `extra.h` is no dependency of this variant: deleting it changes nothing.
+    fs::remove_file(&extra).unwrap();
+    assert_eq!(compile().path(), plain.path());
+    write(&extra, "#define EXTRA 6.0f\n");
+    write(
+        &header,
+        "#include \"extra.h\"\n#define SCALE (EXTRA + 1.0f)\n",
+    );
+    let forth = compile();
+    assert!(forth.was_cached());
+    assert_eq!(forth.path(), nested6.path());
+    assert_eq!(run_scale(&cache, &kernel), 7.0);
+}
+
+#[test]
+fn a_corrupt_manifest_is_a_miss() {
+    let include = tempfile::tempdir().unwrap();
+    write(&include.path().join("scale.h"), "#define SCALE 2.0f\n");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let kernel = scale_kernel(include.path());
+    let compile = || compile(&kernel, &scale_signature(), &cache).unwrap();
+
+    let first = compile();
+    let base = &first.key()[..64];
+    let manifest = cache_dir.path().join(format!("{base}.deps"));
+    let good = fs::read(&manifest).unwrap();
+    let text = String::from_utf8(good.clone()).unwrap();
+    assert!(text.starts_with(&format!("tunebox-cpu deps v1\nbase {base}\nlist ")));
+    assert!(
+        text.contains("/scale.h\n") && text.ends_with("\nend\n"),
+        "{text}"
+    );
+
+    let corruptions: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("without its last newline", good[..good.len() - 1].to_vec()),
+        ("garbage", (0..=255u8).cycle().take(5000).collect()),
+        (
+            "a huge count",
+            format!("tunebox-cpu deps v1\nbase {base}\nlist 18446744073709551615\nend\n").into(),
+        ),
+        (
+            "a missing file",
+            format!("tunebox-cpu deps v1\nbase {base}\nlist 1\n/nonexistent/x.h\nend\n").into(),
+        ),
+        (
+            "another base",
+            text.replace(&format!("base {base}"), &format!("base {}", "0".repeat(64)))
+                .into(),
+        ),
+        ("a bad escape", text.replace("scale.h", "scale\\q.h").into()),
+    ];
+    for (what, bytes) in corruptions {
+        fs::write(&manifest, &bytes).unwrap();
+        let rebuilt = compile();
+        assert!(!rebuilt.was_cached(), "{what}");
+        assert_eq!(rebuilt.path(), first.path(), "{what}");
+        // Rewritten with the current list first (a valid but stale list may follow it).
+        let rewritten = fs::read(&manifest).unwrap();
+        assert!(
+            rewritten.starts_with(&good[..good.len() - "end\n".len()])
+                && rewritten.ends_with(b"end\n"),
+            "{what}: {}",
+            String::from_utf8_lossy(&rewritten)
+        );
+        assert!(compile().was_cached(), "{what}");
+    }
+
+    // A manifest whose artifact is gone is a miss too.
+    fs::remove_file(first.path()).unwrap();
+    let rebuilt = compile();
+    assert!(!rebuilt.was_cached());
+    assert!(rebuilt.path().is_file());
+    assert_eq!(entries(cache_dir.path()), cache_files([&first]));
+}
+
+#[test]
+fn odd_characters_in_paths_are_tracked() {
+    // Spaces, `#`, `$` and `:` are all escaped (or not) differently in the compiler's `-MD` output.
+    let root = tempfile::tempdir().unwrap();
+    let include = root.path().join("inc lude #1 $x:y");
+    let cache_dir = root.path().join("cache dir #2 $HOME a:b");
+    fs::create_dir(&include).unwrap();
+    let header = include.join("scale.h");
+    write(&header, "#define SCALE 2.0f\n");
+    let cache = CacheDir::new(&cache_dir);
+    let kernel = scale_kernel(&include);
+    let compile = || compile(&kernel, &scale_signature(), &cache).unwrap();
+
+    let first = compile();
+    assert!(!first.was_cached());
+    assert!(compile().was_cached());
+    let manifest = fs::read(cache_dir.join(format!("{}.deps", &first.key()[..64]))).unwrap();
+    let manifest = String::from_utf8(manifest).unwrap();
+    assert!(
+        manifest.contains(&format!("\n{}\n", header.display())),
+        "{manifest}"
+    );
+    assert!(
+        !manifest.contains(".tunebox-"),
+        "the temporary source is dropped: {manifest}"
+    );
+
+    write(&header, "#define SCALE 5.0f\n");
+    assert!(!compile().was_cached());
+    assert_eq!(run_scale(&cache, &kernel), 5.0);
+}
+
+#[test]
+fn concurrent_compiles_with_a_header_agree() {
+    let include = tempfile::tempdir().unwrap();
+    let header = include.path().join("scale.h");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let kernel = scale_kernel(include.path());
+    let many = || -> Vec<Artifact> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6)
+                .map(|_| s.spawn(|| compile(&kernel, &scale_signature(), &cache)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap())
+                .collect()
+        })
+    };
+
+    write(&header, "#define SCALE 2.0f\n");
+    let first = many();
+    assert!(first.iter().all(|a| a.path() == first[0].path()));
+    write(&header, "#define SCALE 3.0f\n");
+    let second = many();
+    assert!(second.iter().all(|a| a.path() == second[0].path()));
+    assert_ne!(second[0].path(), first[0].path());
+    assert_eq!(run_scale(&cache, &kernel), 3.0);
+    // No temporary file is left, and the manifest still finds both variants.
+    assert_eq!(
+        entries(cache_dir.path()),
+        cache_files([&first[0], &second[0]])
+    );
+    write(&header, "#define SCALE 2.0f\n");
+    assert!(
+        many()
+            .iter()
+            .all(|a| a.was_cached() && a.path() == first[0].path())
+    );
+}
+
+/// A compiler that runs `cc`, then rewrites `header` (always, or only the first time).
+fn header_rewriting_compiler(dir: &Path, header: &Path, always: bool) -> String {
+    let script = dir.join(if always { "cc-always" } else { "cc-once" });
+    let marker = dir.join("rewritten");
+    let rewrite = format!("echo '#define SCALE 9.0f' > '{}'", header.display());
+    let body = if always {
+        rewrite
+    } else {
+        format!(
+            "if [ ! -e '{m}' ]; then : > '{m}'; {rewrite}; fi",
+            m = marker.display()
+        )
+    };
+    write(
+        &script,
+        &format!("#!/bin/sh\ncc \"$@\" || exit $?\n[ \"$1\" = --version ] && exit 0\n{body}\n"),
+    );
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    // Another test's fork may briefly hold the new script open for writing (ETXTBSY): wait until
+    // it can be executed.
+    for _ in 0..100 {
+        match std::process::Command::new(&script)
+            .arg("--version")
+            .output()
+        {
+            Err(e) if e.raw_os_error() == Some(26) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => {
+                assert!(other.unwrap().status.success());
+                break;
+            }
+        }
+    }
+    script.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_header_changed_during_compilation_is_not_cached_stale() {
+    let include = tempfile::tempdir().unwrap();
+    let header = include.path().join("scale.h");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+
+    // Rewritten once, while the first attempt compiles: the second attempt builds what is there.
+    write(&header, "#define SCALE 2.0f\n");
+    let mut kernel = scale_kernel(include.path());
+    kernel.compiler = header_rewriting_compiler(include.path(), &header, false);
+    let built = compile(&kernel, &scale_signature(), &cache).unwrap();
+    assert!(!built.was_cached());
+    assert_eq!(fs::read_to_string(&header).unwrap(), "#define SCALE 9.0f\n");
+    assert_eq!(run_scale(&cache, &kernel), 9.0);
+
+    // Rewritten on every attempt: an error, and nothing cached.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    kernel.compiler = header_rewriting_compiler(include.path(), &header, true);
+    match compile(&kernel, &scale_signature(), &cache) {
+        Err(CpuError::DependencyChanged { path, source_name }) => {
+            assert_eq!((path, source_name.as_str()), (header.clone(), "scale.c"));
+        }
+        other => panic!("expected DependencyChanged, got {other:?}"),
+    }
+    assert_eq!(entries(cache_dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_cache_hit_runs_no_compiler_and_is_cheap() {
+    let include = tempfile::tempdir().unwrap();
+    write(&include.path().join("scale.h"), "#define SCALE 2.0f\n");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let kernel = scale_kernel(include.path());
+    let first = compile(&kernel, &scale_signature(), &cache).unwrap();
+
+    let mut times: Vec<std::time::Duration> = (0..101)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            let hit = compile(&kernel, &scale_signature(), &cache).unwrap();
+            let elapsed = start.elapsed();
+            assert!(hit.was_cached() && hit.path() == first.path());
+            elapsed
+        })
+        .collect();
+    times.sort();
+    let median = times[times.len() / 2];
+    eprintln!(
+        "cache hit: median {median:?}, min {:?}, max {:?}",
+        times[0],
+        times[times.len() - 1]
+    );
+    // A compiler run takes tens of milliseconds; a hit hashes a few headers.
+    assert!(median < std::time::Duration::from_millis(10), "{median:?}");
 }
