@@ -60,7 +60,11 @@ pub(crate) fn print_table(report: &Report, out: &mut impl Write) -> std::io::Res
         .trim_end()
         .to_owned()
     };
-    writeln!(out, "{}: {} on {}", report.name, report.kernel, report.device)?;
+    writeln!(
+        out,
+        "{}: {} on {}",
+        report.name, report.kernel, report.device
+    )?;
     writeln!(out, "{}", line(&header.map(String::from)))?;
     for row in &rows {
         writeln!(out, "{}", line(row))?;

@@ -142,9 +142,9 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 .stdout(Output::Capture { tail_bytes: 4096 })
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
-                })
-                .maximum_uses(options.max_process_uses),
+                }),
         )
+        .maximum_process_uses(options.max_process_uses)
         .build()
         .context("could not start the workers")?;
 

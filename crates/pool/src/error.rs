@@ -9,10 +9,58 @@ pub enum PoolError {
     /// [`ProcessError`]). The pool replaced the worker where needed and went on.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// The pool was shut down before the task finished (it was queued, or its worker was killed
+    /// by the shutdown), or `submit` was called after shutdown.
+    #[error("the pool was shut down")]
+    ShutDown,
+    /// The task was cancelled through its handle.
+    #[error("the task was cancelled")]
+    Cancelled,
+    /// No worker can be started any more (each failed to start several times in a row); the
+    /// last start-up error is the source.
+    #[error("no worker can be started")]
+    Unavailable {
+        /// Why the last worker could not start.
+        #[source]
+        source: ProcessError,
+    },
     /// A pool needs at least one worker.
     #[error("a pool needs at least one worker; {requested} were requested")]
     NoWorkers {
         /// The number requested.
         requested: usize,
     },
+    /// More devices were requested than `CUDA_VISIBLE_DEVICES` exposes.
+    #[error(
+        "{requested} devices were requested but only {visible} are visible (CUDA_VISIBLE_DEVICES)"
+    )]
+    NotEnoughDevices {
+        /// Devices requested.
+        requested: usize,
+        /// Devices visible.
+        visible: usize,
+    },
+    /// `CUDA_VISIBLE_DEVICES` hides every device, so a GPU pool has nothing to run on.
+    #[error(
+        "CUDA_VISIBLE_DEVICES hides every device; set it to the GPUs to use, or use Devices::Cpu"
+    )]
+    NoDevices,
+    /// `CUDA_VISIBLE_DEVICES` is unset and the number of GPUs could not be determined.
+    #[error(
+        "CUDA_VISIBLE_DEVICES is unset and this build cannot count the GPUs; set \
+         CUDA_VISIBLE_DEVICES, or use Devices::List or Devices::Cpu"
+    )]
+    DeviceCountUnknown,
+}
+
+impl PoolError {
+    /// Whether the candidate exceeded its timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, PoolError::Process(ProcessError::Timeout { .. }))
+    }
+
+    /// Whether the candidate's worker died while running it.
+    pub fn is_crash(&self) -> bool {
+        matches!(self, PoolError::Process(ProcessError::WorkerCrashed { .. }))
+    }
 }

@@ -1,25 +1,34 @@
 //! Benchmark many candidates across isolated tunebox worker processes.
 //!
-//! [`TuningProcessPool`] owns N [`TuningProcess`](tunebox_process::TuningProcess)es, built with
-//! [`PoolBuilder`]. [`TuningProcessPool::benchmark`] hands each
-//! [`BenchmarkRequest`](tunebox_protocol::BenchmarkRequest) to the next free worker and returns
-//! one `Result` per request, in input order: a candidate that crashes, hangs past the timeout or
-//! fails costs its own result (and a worker restart), never the others'. Errors are
-//! [`PoolError`]s; [`TuningProcessPool::benchmark_or_inf`] gives Inductor's view, where a failed
-//! choice times `+inf`. [`verify_outputs`] checks a candidate's outputs against a reference's
-//! within a [`Tolerance`] (as `numpy.allclose`), and [`Status`] names a candidate's outcome
-//! (`ok`, `wrong`, `compile_error`, `error`, `crashed`, `timeout`).
+//! Two faces over one engine of worker threads, each owning a
+//! [`TuningProcess`](tunebox_process::TuningProcess) and taking tasks from one queue:
+//!
+//! - [`TuningProcessPool`] is PyTorch Inductor's: one worker per device ([`Devices`]),
+//!   [`benchmark`](TuningProcessPool::benchmark) returns one `Result` per
+//!   [`BenchmarkRequest`](tunebox_protocol::BenchmarkRequest) in input order, and
+//!   [`benchmark_or_inf`](TuningProcessPool::benchmark_or_inf) gives Inductor's "a failed choice
+//!   times `+inf`".
+//! - [`PoolExecutor`] is TVM's `PopenPoolExecutor`: `max_workers`, [`submit`](PoolExecutor::submit)
+//!   returning a [`TaskHandle`], and [`map_with_error_catching`](PoolExecutor::map_with_error_catching)
+//!   returning a [`MapResult`] ([`StatusKind`]) per task.
+//!
+//! Both are built with a [`PoolBuilder`] (timeout, `maximum_process_uses`, initializer, output).
+//! A candidate that crashes, hangs past its timeout or fails costs its own result; its worker is
+//! replaced at once, off the next task's path; other candidates never wait for it. Errors are
+//! [`PoolError`]s. [`verify_outputs`] checks a candidate's outputs against a reference's within a
+//! [`Tolerance`] (as `numpy.allclose`), and [`Status`] names a tuning outcome (`ok`, `wrong`,
+//! `compile_error`, `error`, `crashed`, `timeout`).
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use tunebox_pool::TuningProcessPool;
+//! use tunebox_pool::{Devices, TuningProcessPool};
 //! use tunebox_process::ProcessConfig;
 //! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
 //!
 //! let pool = TuningProcessPool::builder()
-//!     .workers(2)
+//!     .devices(Devices::Cpu(2))
 //!     .timeout(Duration::from_secs(1))
 //!     .process_config(ProcessConfig::new().worker("tunebox-worker"))
 //!     .build()?;
@@ -29,19 +38,29 @@
 //!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang)),
 //!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 1 })),
 //! ];
-//! let results = pool.benchmark(&requests);
-//! assert!(results[0].is_ok() && results[3].is_ok());
-//! assert!(results[1].is_err() && results[2].is_err());
+//! let timings = pool.benchmark_or_inf(&requests);
+//! assert!(timings[0] >= 5.0 && timings[3] >= 1.0);
+//! assert_eq!(timings[1], f64::INFINITY); // crashed
+//! assert_eq!(timings[2], f64::INFINITY); // timed out
 //! # Ok::<(), tunebox_pool::PoolError>(())
 //! ```
 #![deny(missing_docs)]
 
+mod builder;
+mod devices;
+mod engine;
 mod error;
+mod executor;
+mod handle;
 mod pool;
 mod status;
 mod verify;
 
+pub use builder::PoolBuilder;
+pub use devices::Devices;
 pub use error::PoolError;
-pub use pool::{PoolBuilder, TuningProcessPool};
+pub use executor::{ExecutorKind, MapResult, PoolExecutor, StatusKind};
+pub use handle::TaskHandle;
+pub use pool::{PoolKind, TuningProcessPool};
 pub use status::Status;
 pub use verify::{TensorComparison, Tolerance, Verification, verify_outputs};

@@ -1,172 +1,111 @@
-//! `TuningProcessPool`: N workers, one candidate per free worker.
+//! `TuningProcessPool`: Inductor's face of the pool.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::mpsc;
 use std::time::Duration;
 
-use tunebox_process::{ProcessConfig, TuningProcess};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
 
 use crate::PoolError;
+use crate::builder::PoolBuilder;
+use crate::engine::{Engine, TaskResult};
 
-/// Builds a [`TuningProcessPool`].
-#[derive(Debug, Clone)]
-pub struct PoolBuilder {
-    workers: usize,
-    timeout: Duration,
-    config: ProcessConfig,
-}
+/// Marker for a [`PoolBuilder`] that builds a [`TuningProcessPool`].
+#[derive(Debug, Clone, Copy)]
+pub struct PoolKind;
 
-impl PoolBuilder {
-    /// Number of worker processes (default: the number of CPUs).
-    pub fn workers(mut self, workers: usize) -> Self {
-        self.workers = workers;
-        self
-    }
-
-    /// Per-candidate timeout, from sending the request to its reply (default 60 s). A
-    /// candidate that exceeds it is `ProcessError::Timeout` and its worker is replaced.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How each worker is started (executable, environment, output, handshake timeout, …).
-    pub fn process_config(mut self, config: ProcessConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Starts every worker (in parallel) and returns the pool.
+impl PoolBuilder<PoolKind> {
+    /// Starts every worker (in parallel, each with its initializer) and returns the pool.
     ///
     /// # Errors
     ///
-    /// [`PoolError::NoWorkers`] for zero workers; the first worker's start-up error
-    /// ([`PoolError::Process`]) when a worker cannot be started, with every started worker
-    /// killed and reaped.
+    /// A device error ([`PoolError::NoWorkers`], [`PoolError::NoDevices`],
+    /// [`PoolError::NotEnoughDevices`], [`PoolError::DeviceCountUnknown`]) before anything
+    /// starts; the first worker's start-up error ([`PoolError::Process`], e.g.
+    /// `InitializerFailed`), with every started worker killed and reaped.
     pub fn build(self) -> Result<TuningProcessPool, PoolError> {
-        if self.workers == 0 {
-            return Err(PoolError::NoWorkers { requested: 0 });
-        }
-        // Start the workers in parallel; where a thread cannot be had, start inline.
-        let started: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.workers)
-                .map(|_| {
-                    std::thread::Builder::new()
-                        .name("tunebox-pool-start".into())
-                        .spawn_scoped(scope, || TuningProcess::spawn(self.config.clone()))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| match handle {
-                    Ok(handle) => handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    Err(_) => TuningProcess::spawn(self.config.clone()),
-                })
-                .collect()
-        });
-        let mut workers = Vec::with_capacity(started.len());
-        for worker in started {
-            workers.push(Mutex::new(worker?));
-        }
+        let configs = self.worker_configs()?;
         Ok(TuningProcessPool {
-            workers,
-            timeout: self.timeout,
+            engine: Engine::start(configs, self.timeout)?,
         })
     }
 }
 
-/// A set of isolated workers that benchmark candidates in parallel, as Inductor's
+/// Isolated workers that benchmark candidates in parallel, one per device, as Inductor's
 /// `TuningProcessPool`.
 ///
-/// Every candidate runs on the next free worker; its result lands at its own index. A
-/// candidate that crashes or times out costs its result and a worker restart (started lazily by
-/// the next candidate on that worker), never the other candidates'. Dropping the pool kills and
-/// reaps every worker.
-#[derive(Debug)]
+/// Every candidate runs on the next free worker and its result lands at its own index. A
+/// candidate that crashes or times out costs its result and a worker restart, made right away so
+/// that the next candidate does not wait for it; the other candidates are unaffected. Dropping
+/// the pool kills and reaps every worker.
 pub struct TuningProcessPool {
-    workers: Vec<Mutex<TuningProcess>>,
-    timeout: Duration,
+    engine: Engine,
 }
 
 impl TuningProcessPool {
-    /// A builder with the defaults: one worker per CPU, 60 s timeout, default [`ProcessConfig`].
-    pub fn builder() -> PoolBuilder {
-        PoolBuilder {
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            timeout: Duration::from_secs(60),
-            config: ProcessConfig::new(),
-        }
+    /// A builder with the defaults: one unpinned worker per CPU, 60 s timeout, workers started
+    /// as `ProcessConfig::new()` says, never recycled, no initializer.
+    pub fn builder() -> PoolBuilder<PoolKind> {
+        PoolBuilder::new()
     }
 
     /// Number of workers.
     pub fn size(&self) -> usize {
-        self.workers.len()
+        self.engine.size()
     }
 
     /// The per-candidate timeout.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.engine.timeout()
     }
 
     /// Benchmarks every request, each on the next free worker. Returns one result per request,
     /// in input order.
-    pub fn benchmark(
-        &self,
-        requests: &[BenchmarkRequest],
-    ) -> Vec<Result<BenchmarkResult, PoolError>> {
+    pub fn benchmark(&self, requests: &[BenchmarkRequest]) -> Vec<TaskResult> {
         self.benchmark_with(requests, |_, _| {})
     }
 
-    /// As [`benchmark`](TuningProcessPool::benchmark), calling `on_result(index, &result)` as
-    /// each candidate finishes (from the thread that ran it), e.g. to show progress.
+    /// As [`benchmark`](TuningProcessPool::benchmark), calling `on_result(index, &result)` on
+    /// the calling thread as each candidate finishes (in completion order), e.g. to show
+    /// progress. No lock of the pool is held while it runs.
     pub fn benchmark_with<F>(
         &self,
         requests: &[BenchmarkRequest],
-        on_result: F,
-    ) -> Vec<Result<BenchmarkResult, PoolError>>
+        mut on_result: F,
+    ) -> Vec<TaskResult>
     where
-        F: Fn(usize, &Result<BenchmarkResult, PoolError>) + Sync,
+        F: FnMut(usize, &TaskResult),
     {
-        let next = AtomicUsize::new(0);
-        let slots: Vec<Mutex<Option<Result<BenchmarkResult, PoolError>>>> =
-            requests.iter().map(|_| Mutex::new(None)).collect();
-        let drain = |worker: &Mutex<TuningProcess>| {
-            let mut worker = worker.lock().unwrap_or_else(PoisonError::into_inner);
-            loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(request) = requests.get(index) else {
-                    break;
-                };
-                let result = worker
-                    .benchmark(request.clone(), self.timeout)
-                    .map_err(PoolError::from);
-                on_result(index, &result);
-                *slots[index].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+        let (done_tx, done_rx) = mpsc::channel();
+        let mut results: Vec<Option<TaskResult>> = Vec::with_capacity(requests.len());
+        let mut completions = Vec::with_capacity(requests.len());
+        for (index, request) in requests.iter().enumerate() {
+            let notify = Some((done_tx.clone(), index));
+            match self.engine.submit(request.clone(), None, notify) {
+                Ok(completion) => {
+                    completions.push(Some(completion));
+                    results.push(None);
+                }
+                Err(e) => {
+                    let result = Err(e);
+                    on_result(index, &result);
+                    completions.push(None);
+                    results.push(Some(result));
+                }
             }
-        };
-        std::thread::scope(|scope| {
-            let mut running = 0;
-            for worker in self.workers.iter().take(requests.len()) {
-                let spawned = std::thread::Builder::new()
-                    .name("tunebox-pool".into())
-                    .spawn_scoped(scope, || drain(worker));
-                running += usize::from(spawned.is_ok());
+        }
+        drop(done_tx);
+        let mut pending = completions.iter().flatten().count();
+        while pending > 0 {
+            let Ok(index) = done_rx.recv() else { break };
+            if let Some(completion) = &completions[index] {
+                completion.peek(|result| on_result(index, result));
+                results[index] = completion.take(None);
+                pending -= 1;
             }
-            if running == 0 {
-                // Not a single thread to be had: run everything here, on the first worker.
-                drain(&self.workers[0]);
-            }
-        });
-        slots
+        }
+        results
             .into_iter()
-            .map(|slot| {
-                slot.into_inner()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .expect("every index below requests.len() was claimed by a worker thread")
-            })
+            .map(|r| r.expect("every submitted task resolves"))
             .collect()
     }
 
@@ -175,23 +114,24 @@ impl TuningProcessPool {
     pub fn benchmark_or_inf(&self, requests: &[BenchmarkRequest]) -> Vec<f64> {
         self.benchmark(requests)
             .into_iter()
-            .map(|r| r.map_or(f64::INFINITY, |r| r.stats.median_ms))
+            .map(|r| r.map_or(f64::INFINITY, |r: BenchmarkResult| r.stats.median_ms))
             .collect()
     }
 
-    /// Asks every worker to exit, waiting up to `grace` for each (in parallel), then kills what
-    /// remains. Idempotent; a later `benchmark` restarts workers.
+    /// Stops the pool: queued candidates resolve to [`PoolError::ShutDown`], busy workers are
+    /// killed (their candidates resolve to `ShutDown`), idle workers are asked to exit and given
+    /// `grace`; returns once every worker is reaped (within `grace` plus a few ms). Idempotent;
+    /// the pool accepts nothing afterwards.
     pub fn shutdown(&self, grace: Duration) {
-        std::thread::scope(|scope| {
-            for worker in &self.workers {
-                scope.spawn(move || {
-                    // A worker that had died while idle is reaped all the same.
-                    let _ = worker
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .shutdown(grace);
-                });
-            }
-        });
+        self.engine.shutdown(false, grace);
+    }
+}
+
+impl std::fmt::Debug for TuningProcessPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TuningProcessPool")
+            .field("size", &self.size())
+            .field("timeout", &self.timeout())
+            .finish()
     }
 }

@@ -8,10 +8,13 @@ use tunebox_protocol::{
 
 use crate::handshake;
 use crate::worker::{ReceiveFailure, SendFailure, Worker, deadline_after, exit_parts};
-use crate::{InitRequest, ProcessConfig, ProcessError};
+use crate::{InitRequest, KillSwitch, ProcessConfig, ProcessError};
 
 /// How long a worker that closed its channel may take to be reaped before it is killed.
 const DEATH_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a worker retired after `maximum_uses` may take to exit before it is killed.
+const RETIRE_GRACE: Duration = Duration::from_millis(100);
 
 /// Requests whose inline payload exceeds this are sent with a guard (see `Worker::send`): with
 /// another message queued they might not fit in the socket buffer at once.
@@ -48,6 +51,8 @@ pub struct TuningProcess {
     /// The id `get` waits for.
     pending: Option<u64>,
     starts: u64,
+    /// Knows the running worker's pid; cleared before the worker is reaped.
+    switch: KillSwitch,
 }
 
 impl TuningProcess {
@@ -74,6 +79,7 @@ impl TuningProcess {
             next_id: 0,
             pending: None,
             starts: 0,
+            switch: KillSwitch::default(),
         }
     }
 
@@ -92,16 +98,6 @@ impl TuningProcess {
     /// [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`] when the worker died
     /// before taking the request; [`ProcessError::SendTimeout`].
     pub fn put(&mut self, request: BenchmarkRequest) -> Result<(), ProcessError> {
-        let retire = self
-            .worker
-            .as_ref()
-            .zip(self.config.maximum_uses)
-            .is_some_and(|(worker, max)| worker.uses >= max);
-        if retire {
-            log::debug!("worker reached maximum_uses; replacing it");
-            // The retired worker's exit status is of no interest.
-            let _ = self.shutdown(Duration::from_millis(100));
-        }
         let inline = request.inline_bytes();
         if inline > MAX_INLINE_REQUEST_BYTES {
             return Err(ProcessError::RequestTooLarge {
@@ -211,7 +207,7 @@ impl TuningProcess {
     /// SIGKILLs the worker's process group and reaps it. A pending request is forgotten. The
     /// next `put` starts a new worker. Does nothing when no worker runs.
     pub fn kill(&mut self) {
-        if let Some(mut worker) = self.worker.take() {
+        if let Some(mut worker) = self.take_worker() {
             worker.kill();
         }
         self.pending = None;
@@ -236,12 +232,52 @@ impl TuningProcess {
             body: RequestBody::Shutdown,
         };
         if worker.send(shutdown, Some(grace)).is_ok() {
-            let mut worker = self.worker.take().expect("checked above");
+            let mut worker = self.take_worker().expect("checked above");
             worker.wait_or_kill(grace);
             Ok(())
         } else {
             Err(self.crashed())
         }
+    }
+
+    /// A handle that kills the current (and any future) worker of this process from another
+    /// thread. See [`KillSwitch`].
+    pub fn kill_switch(&self) -> KillSwitch {
+        self.switch.clone()
+    }
+
+    /// Makes sure a worker is running and can take a request: replaces one that reached
+    /// `maximum_uses` or died, and starts one (with its initializer) if there is none. A pool
+    /// calls this right after a task, so the next task does not pay the start-up.
+    ///
+    /// # Errors
+    ///
+    /// The start-up errors of [`spawn`](TuningProcess::spawn).
+    pub fn ensure_running(&mut self) -> Result<(), ProcessError> {
+        let exhausted = self
+            .worker
+            .as_ref()
+            .zip(self.config.maximum_uses)
+            .is_some_and(|(worker, max)| worker.uses >= max);
+        if exhausted {
+            log::debug!("worker reached maximum_uses; replacing it");
+            // The retired worker's exit status is of no interest.
+            let _ = self.shutdown(RETIRE_GRACE);
+        } else if self
+            .worker
+            .as_mut()
+            .is_some_and(|w| !matches!(w.child.try_wait(), Ok(None)))
+        {
+            let error = self.crashed();
+            log::warn!("worker died while idle: {error}");
+        }
+        self.ensure_started().map(drop)
+    }
+
+    /// Takes the worker out, clearing the kill switch first so it can never signal a reaped pid.
+    fn take_worker(&mut self) -> Option<Worker> {
+        self.switch.set(None);
+        self.worker.take()
     }
 
     /// Starts a worker if there is none, and runs the initializer on it.
@@ -250,6 +286,7 @@ impl TuningProcess {
             let worker = handshake::start(&self.config)?;
             self.starts += 1;
             log::debug!("worker started, pid {}", worker.pid);
+            self.switch.set(Some(worker.pid));
             self.worker = Some(worker);
             if let Some(init) = self.config.initializer.clone() {
                 self.initialize(&init)?;
@@ -277,16 +314,10 @@ impl TuningProcess {
     fn send(&mut self, body: RequestBody, large: bool) -> Result<(), ProcessError> {
         // A request queued behind an uncollected one may wait for the worker to finish it.
         let guard = (large || self.pending.is_some()).then_some(self.config.send_timeout);
-        if self.pending.is_none()
-            && self
-                .worker
-                .as_mut()
-                .is_some_and(|w| !matches!(w.child.try_wait(), Ok(None)))
-        {
-            // The worker died while idle (killed from outside, say): nothing was lost, so replace
-            // it instead of failing this request.
-            let error = self.crashed();
-            log::warn!("worker died while idle: {error}");
+        if self.pending.is_none() {
+            // Replaces a worker that reached maximum_uses or died while idle (killed from
+            // outside, say): nothing was lost, so this request goes to a fresh one.
+            self.ensure_running()?;
         }
         self.pending = None;
         self.ensure_started()?;
@@ -339,7 +370,7 @@ impl TuningProcess {
     /// Reaps a worker whose channel closed and describes its death.
     fn crashed(&mut self) -> ProcessError {
         self.pending = None;
-        let Some(mut worker) = self.worker.take() else {
+        let Some(mut worker) = self.take_worker() else {
             return ProcessError::Protocol {
                 detail: "no worker".into(),
             };

@@ -1,0 +1,119 @@
+//! One builder for both pool faces.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use tunebox_process::{InitRequest, Output, ProcessConfig};
+
+use crate::Devices;
+
+/// Builds a [`TuningProcessPool`](crate::TuningProcessPool) (from
+/// `TuningProcessPool::builder()`) or a [`PoolExecutor`](crate::PoolExecutor) (from
+/// `PoolExecutor::builder()`); `K` says which.
+#[derive(Debug, Clone)]
+pub struct PoolBuilder<K> {
+    pub(crate) devices: Devices,
+    pub(crate) timeout: Duration,
+    pub(crate) config: ProcessConfig,
+    pub(crate) stdout: Option<Output>,
+    pub(crate) stderr: Option<Output>,
+    pub(crate) maximum_process_uses: Option<u64>,
+    pub(crate) initializer: Option<InitRequest>,
+    kind: PhantomData<K>,
+}
+
+impl<K> PoolBuilder<K> {
+    pub(crate) fn new() -> Self {
+        PoolBuilder {
+            devices: Devices::Cpu(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            timeout: Duration::from_secs(60),
+            config: ProcessConfig::new(),
+            stdout: None,
+            stderr: None,
+            maximum_process_uses: None,
+            initializer: None,
+            kind: PhantomData,
+        }
+    }
+
+    /// One worker per device (default: one unpinned worker per CPU).
+    pub fn devices(mut self, devices: Devices) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// `n` workers not pinned to a device: `devices(Devices::Cpu(n))`.
+    pub fn workers(self, n: usize) -> Self {
+        self.devices(Devices::Cpu(n))
+    }
+
+    /// `n` workers not pinned to a device, as TVM's `max_workers`.
+    pub fn max_workers(self, n: usize) -> Self {
+        self.workers(n)
+    }
+
+    /// Per-task timeout, from handing the task to a worker to its reply (default 60 s). A task
+    /// that exceeds it fails with a timeout and its worker is replaced.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How each worker is started (executable, environment, handshake timeout, output, …). The
+    /// pool sets each worker's device on top of it, and the builder's `maximum_process_uses`,
+    /// initializer and outputs when they are given.
+    pub fn process_config(mut self, config: ProcessConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Where workers' stdout goes (overrides the process config's).
+    pub fn stdout(mut self, output: Output) -> Self {
+        self.stdout = Some(output);
+        self
+    }
+
+    /// Where workers' stderr goes (overrides the process config's).
+    pub fn stderr(mut self, output: Output) -> Self {
+        self.stderr = Some(output);
+        self
+    }
+
+    /// Replace a worker after it ran this many tasks (TVM's `maximum_process_uses`); `None`
+    /// (default) never does. Replacements start right after the last use, off the next task's
+    /// path.
+    pub fn maximum_process_uses(mut self, uses: Option<u64>) -> Self {
+        self.maximum_process_uses = uses;
+        self
+    }
+
+    /// Run `init` on every worker after each start (TVM's `initializer`).
+    pub fn initializer(mut self, init: InitRequest) -> Self {
+        self.initializer = Some(init);
+        self
+    }
+
+    /// The config of each worker.
+    pub(crate) fn worker_configs(&self) -> Result<Vec<ProcessConfig>, crate::PoolError> {
+        let devices = self.devices.resolve()?;
+        Ok(devices
+            .into_iter()
+            .map(|device| {
+                let mut config = self.config.clone().device(device);
+                if self.maximum_process_uses.is_some() {
+                    config = config.maximum_uses(self.maximum_process_uses);
+                }
+                if let Some(init) = &self.initializer {
+                    config = config.initializer(init.clone());
+                }
+                if let Some(stdout) = &self.stdout {
+                    config = config.stdout(stdout.clone());
+                }
+                if let Some(stderr) = &self.stderr {
+                    config = config.stderr(stderr.clone());
+                }
+                config
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,462 @@
+//! The machinery under both pool faces: worker threads, each owning one `TuningProcess`, pulling
+//! tasks from one queue.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tunebox_process::{KillSwitch, ProcessConfig, ProcessError, TuningProcess};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
+
+use crate::PoolError;
+
+/// Consecutive start-up failures after which a worker slot gives up.
+const MAX_START_FAILURES: u32 = 3;
+
+/// How long idle workers may take to exit cleanly when a pool is dropped.
+const DROP_GRACE: Duration = Duration::from_millis(200);
+
+/// The outcome of one task.
+pub(crate) type TaskResult = Result<BenchmarkResult, PoolError>;
+
+/// The result slot of one task, shared by the worker that runs it and the handle that waits.
+pub(crate) struct Completion {
+    outcome: Mutex<Outcome>,
+    ready: Condvar,
+    cancelled: AtomicBool,
+    /// Told the task's index when it completes (`benchmark_with` progress).
+    notify: Option<(Sender<usize>, usize)>,
+}
+
+enum Outcome {
+    Pending,
+    Ready(TaskResult),
+    Taken,
+}
+
+impl Completion {
+    fn new(notify: Option<(Sender<usize>, usize)>) -> Arc<Completion> {
+        Arc::new(Completion {
+            outcome: Mutex::new(Outcome::Pending),
+            ready: Condvar::new(),
+            cancelled: AtomicBool::new(false),
+            notify,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Outcome> {
+        self.outcome.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stores the result unless one is there already (the first resolution wins).
+    fn resolve(&self, result: TaskResult) {
+        let mut outcome = self.lock();
+        if matches!(*outcome, Outcome::Pending) {
+            *outcome = Outcome::Ready(result);
+            drop(outcome);
+            self.ready.notify_all();
+            if let Some((tx, index)) = &self.notify {
+                // The receiver may be gone (the caller gave up); nothing to tell then.
+                let _ = tx.send(*index);
+            }
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        !matches!(*self.lock(), Outcome::Pending)
+    }
+
+    /// Waits until `deadline` (`None`: forever) and takes the result.
+    pub(crate) fn take(&self, deadline: Option<Instant>) -> Option<TaskResult> {
+        let mut outcome = self.lock();
+        loop {
+            match std::mem::replace(&mut *outcome, Outcome::Taken) {
+                Outcome::Ready(result) => return Some(result),
+                Outcome::Taken => panic!("a task's result is taken once, by its handle"),
+                Outcome::Pending => *outcome = Outcome::Pending,
+            }
+            outcome = match deadline {
+                None => self
+                    .ready
+                    .wait(outcome)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    self.ready
+                        .wait_timeout(outcome, deadline - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Applies `f` to the result without taking it; `None` while pending.
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&TaskResult) -> R) -> Option<R> {
+        match &*self.lock() {
+            Outcome::Ready(result) => Some(f(result)),
+            _ => None,
+        }
+    }
+}
+
+struct Task {
+    request: BenchmarkRequest,
+    timeout: Duration,
+    completion: Arc<Completion>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Run what is queued, then stop.
+    Draining,
+    /// Stop now: queued tasks are resolved `ShutDown`, running ones killed.
+    Closed,
+}
+
+struct State {
+    queue: VecDeque<Task>,
+    phase: Phase,
+    /// Worker threads still able to run tasks.
+    live: usize,
+    /// Why the last worker gave up, once none is left.
+    unavailable: Option<String>,
+    /// How long idle workers get to exit cleanly when the pool stops.
+    grace: Duration,
+}
+
+/// One worker's presence in the shared state: what it runs and how to kill it.
+struct Slot {
+    kill: KillSwitch,
+    running: Mutex<Option<Arc<Completion>>>,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    slots: Vec<Slot>,
+    timeout: Duration,
+}
+
+/// Worker threads and the queue they serve.
+pub(crate) struct Engine {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Starts one worker per config (all in parallel) and a thread to serve each.
+    ///
+    /// # Errors
+    ///
+    /// The first start-up error; every worker that did start is killed and reaped.
+    pub(crate) fn start(
+        configs: Vec<ProcessConfig>,
+        timeout: Duration,
+    ) -> Result<Engine, PoolError> {
+        if configs.is_empty() {
+            return Err(PoolError::NoWorkers { requested: 0 });
+        }
+        let processes = start_all(configs)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                phase: Phase::Open,
+                live: processes.len(),
+                unavailable: None,
+                grace: DROP_GRACE,
+            }),
+            work: Condvar::new(),
+            slots: processes
+                .iter()
+                .map(|p| Slot {
+                    kill: p.kill_switch(),
+                    running: Mutex::new(None),
+                })
+                .collect(),
+            timeout,
+        });
+        let mut threads = Vec::with_capacity(processes.len());
+        for (index, process) in processes.into_iter().enumerate() {
+            let worker_shared = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("tunebox-pool-{index}"))
+                .spawn(move || serve(&worker_shared, index, process));
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    // The process was moved into the failed closure and dropped (killed); the
+                    // slot simply never serves.
+                    log::warn!("no thread for pool worker {index}: {e}");
+                    shared.lose_worker(format!("no thread for worker {index}: {e}"));
+                }
+            }
+        }
+        if threads.is_empty() {
+            return Err(PoolError::NoWorkers {
+                requested: shared.slots.len(),
+            });
+        }
+        Ok(Engine {
+            shared,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Queues a task.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::ShutDown`] after shutdown; [`PoolError::Unavailable`] when no worker is
+    /// left. Nothing is queued or started then.
+    pub(crate) fn submit(
+        &self,
+        request: BenchmarkRequest,
+        timeout: Option<Duration>,
+        notify: Option<(Sender<usize>, usize)>,
+    ) -> Result<Arc<Completion>, PoolError> {
+        let completion = Completion::new(notify);
+        let mut state = self.shared.lock();
+        if state.phase != Phase::Open {
+            return Err(PoolError::ShutDown);
+        }
+        if let Some(reason) = &state.unavailable {
+            return Err(unavailable(reason));
+        }
+        state.queue.push_back(Task {
+            request,
+            timeout: timeout.unwrap_or(self.shared.timeout),
+            completion: completion.clone(),
+        });
+        drop(state);
+        self.shared.work.notify_one();
+        Ok(completion)
+    }
+
+    /// Stops the pool. With `drain`, queued tasks still run; otherwise they are resolved
+    /// `ShutDown` and running tasks are killed (and resolved `ShutDown`). Idle workers are asked
+    /// to exit and given `grace`. Returns once every worker thread has ended and every worker
+    /// process is reaped. Idempotent.
+    pub(crate) fn shutdown(&self, drain: bool, grace: Duration) {
+        let abandoned = {
+            let mut state = self.shared.lock();
+            state.grace = grace;
+            if drain && state.phase == Phase::Open {
+                state.phase = Phase::Draining;
+                VecDeque::new()
+            } else if !drain {
+                state.phase = Phase::Closed;
+                std::mem::take(&mut state.queue)
+            } else {
+                VecDeque::new()
+            }
+        };
+        self.shared.work.notify_all();
+        for task in abandoned {
+            task.completion.resolve(Err(PoolError::ShutDown));
+        }
+        if !drain {
+            for slot in &self.shared.slots {
+                if slot
+                    .running
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some()
+                {
+                    slot.kill.kill();
+                }
+            }
+        }
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        for thread in threads {
+            // A worker thread never panics on its own; if one did, the pool is still stopped.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Stops at once: queued tasks resolve `ShutDown`, running ones are killed, every worker is
+    /// reaped. Takes no lock that a caller's code could hold.
+    fn drop(&mut self) {
+        self.shutdown(false, DROP_GRACE);
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next task for a worker; `None` when the worker should stop.
+    fn next_task(&self) -> Option<Task> {
+        let mut state = self.lock();
+        loop {
+            match state.phase {
+                Phase::Closed => return None,
+                Phase::Draining if state.queue.is_empty() => return None,
+                _ => {}
+            }
+            if let Some(task) = state.queue.pop_front() {
+                return Some(task);
+            }
+            state = self
+                .work
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.lock().phase == Phase::Closed
+    }
+
+    /// A worker gave up; when none is left, every queued task fails.
+    fn lose_worker(&self, reason: String) {
+        let abandoned = {
+            let mut state = self.lock();
+            state.live = state.live.saturating_sub(1);
+            if state.live > 0 {
+                return;
+            }
+            state.unavailable = Some(reason.clone());
+            std::mem::take(&mut state.queue)
+        };
+        for task in abandoned {
+            task.completion.resolve(Err(unavailable(&reason)));
+        }
+    }
+
+    /// Cancels a task: removed from the queue if it is still there, its worker killed if it is
+    /// running. Returns whether the task was still pending.
+    pub(crate) fn cancel(&self, completion: &Arc<Completion>) -> bool {
+        if completion.is_done() {
+            return false;
+        }
+        completion.cancelled.store(true, Ordering::Release);
+        let queued = {
+            let mut state = self.lock();
+            let position = state
+                .queue
+                .iter()
+                .position(|t| Arc::ptr_eq(&t.completion, completion));
+            position.and_then(|p| state.queue.remove(p))
+        };
+        if queued.is_none() {
+            for slot in &self.slots {
+                let running = slot.running.lock().unwrap_or_else(PoisonError::into_inner);
+                if running.as_ref().is_some_and(|r| Arc::ptr_eq(r, completion)) {
+                    slot.kill.kill();
+                }
+            }
+        }
+        completion.resolve(Err(PoolError::Cancelled));
+        true
+    }
+}
+
+fn unavailable(reason: &str) -> PoolError {
+    PoolError::Unavailable {
+        source: ProcessError::Protocol {
+            detail: reason.to_owned(),
+        },
+    }
+}
+
+/// Starts every worker in parallel; on any failure, the others are dropped (killed, reaped).
+fn start_all(configs: Vec<ProcessConfig>) -> Result<Vec<TuningProcess>, PoolError> {
+    let started: Vec<Result<TuningProcess, ProcessError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = configs
+            .iter()
+            .map(|config| {
+                let spawned = std::thread::Builder::new()
+                    .name("tunebox-pool-start".into())
+                    .spawn_scoped(scope, || TuningProcess::spawn(config.clone()));
+                (config, spawned)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(config, handle)| match handle {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to be had: start it here.
+                Err(_) => TuningProcess::spawn(config.clone()),
+            })
+            .collect()
+    });
+    started
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(PoolError::from)
+}
+
+/// A worker thread: keeps its process ready, runs tasks one at a time.
+fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
+    let slot = &shared.slots[index];
+    let mut failures = 0;
+    loop {
+        if shared.closed() {
+            break;
+        }
+        // Replace a crashed, timed-out or retired worker now, before the next task arrives.
+        if let Err(e) = process.ensure_running() {
+            failures += 1;
+            log::warn!("pool worker {index} could not start ({failures} in a row): {e}");
+            if failures >= MAX_START_FAILURES {
+                shared.lose_worker(format!(
+                    "worker {index} failed to start {failures} times in a row; last error: {e}"
+                ));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20 << failures));
+            continue;
+        }
+        failures = 0;
+        let Some(task) = shared.next_task() else {
+            break;
+        };
+        *slot.running.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(task.completion.clone());
+        // A cancel that raced with the hand-over already resolved the task.
+        let result = if task.completion.is_done() {
+            None
+        } else {
+            Some(process.benchmark(task.request, task.timeout))
+        };
+        *slot.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let Some(result) = result else { continue };
+        let result = match result {
+            Err(e) if task.completion.cancelled.load(Ordering::Acquire) && e.worker_lost() => {
+                Err(PoolError::Cancelled)
+            }
+            Err(e) if e.worker_lost() && shared.closed() => Err(PoolError::ShutDown),
+            other => other.map_err(PoolError::from),
+        };
+        task.completion.resolve(result);
+    }
+    // Idle (or drained): exit cleanly. A killed worker is reaped here too.
+    let grace = shared.lock().grace;
+    let _ = process.shutdown(grace);
+}

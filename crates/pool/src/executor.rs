@@ -1,0 +1,184 @@
+//! `PoolExecutor`: TVM's face of the pool.
+
+use std::time::Duration;
+
+use tunebox_process::ProcessError;
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
+
+use crate::builder::PoolBuilder;
+use crate::engine::Engine;
+use crate::{PoolError, TaskHandle};
+
+/// Marker for a [`PoolBuilder`] that builds a [`PoolExecutor`].
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutorKind;
+
+impl PoolBuilder<ExecutorKind> {
+    /// Starts `max_workers` workers (in parallel, each with its initializer).
+    ///
+    /// # Errors
+    ///
+    /// As `PoolBuilder::<PoolKind>::build`: [`PoolError::NoWorkers`] for zero workers, the
+    /// first worker's start-up error (e.g. `InitializerFailed`) with every started worker
+    /// reaped.
+    pub fn build(self) -> Result<PoolExecutor, PoolError> {
+        let configs = self.worker_configs()?;
+        Ok(PoolExecutor {
+            engine: Engine::start(configs, self.timeout)?,
+        })
+    }
+}
+
+/// How a task ended, as TVM's `StatusKind` (plus `Crashed`, which TVM folds into its
+/// exceptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusKind {
+    /// The task produced a result.
+    Complete,
+    /// The task failed: an error inside the worker, a cancellation, a shutdown, a worker that
+    /// could not start.
+    Exception,
+    /// The task exceeded its timeout; its worker was killed.
+    Timeout,
+    /// The task's worker died while running it.
+    Crashed,
+}
+
+/// The outcome of one task of [`PoolExecutor::map_with_error_catching`], as TVM's `MapResult`.
+#[derive(Debug)]
+pub struct MapResult {
+    /// How the task ended.
+    pub status: StatusKind,
+    /// The result, when `status` is `Complete`.
+    pub value: Option<BenchmarkResult>,
+    /// The error, for every other status.
+    pub error: Option<PoolError>,
+}
+
+impl MapResult {
+    fn from_result(result: Result<BenchmarkResult, PoolError>) -> MapResult {
+        match result {
+            Ok(value) => MapResult {
+                status: StatusKind::Complete,
+                value: Some(value),
+                error: None,
+            },
+            Err(error) => MapResult {
+                status: match &error {
+                    PoolError::Process(ProcessError::Timeout { .. }) => StatusKind::Timeout,
+                    PoolError::Process(ProcessError::WorkerCrashed { .. }) => StatusKind::Crashed,
+                    _ => StatusKind::Exception,
+                },
+                value: None,
+                error: Some(error),
+            },
+        }
+    }
+}
+
+/// A pool of `max_workers` isolated workers taking tasks one by one, as TVM's
+/// `PopenPoolExecutor`.
+///
+/// [`submit`](PoolExecutor::submit) queues a task and returns its [`TaskHandle`];
+/// [`map_with_error_catching`](PoolExecutor::map_with_error_catching) runs many and returns a
+/// [`MapResult`] per task, in input order. A worker that crashes, times out or reaches
+/// `maximum_process_uses` is replaced right away, so that the next task does not pay the
+/// start-up. Dropping the executor stops it as `shutdown(false)` does.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tunebox_pool::{PoolExecutor, StatusKind};
+/// use tunebox_process::ProcessConfig;
+/// use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
+///
+/// let executor = PoolExecutor::builder()
+///     .max_workers(2)
+///     .timeout(Duration::from_secs(1))
+///     .maximum_process_uses(Some(100))
+///     .process_config(ProcessConfig::new().worker("tunebox-worker"))
+///     .build()?;
+/// let handle = executor.submit(BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep {
+///     ms: 5,
+/// })))?;
+/// assert!(handle.wait()?.stats.median_ms >= 5.0);
+/// let tasks = vec![
+///     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang)),
+///     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Abort)),
+/// ];
+/// let results = executor.map_with_error_catching(tasks);
+/// assert_eq!(results[0].status, StatusKind::Timeout);
+/// assert_eq!(results[1].status, StatusKind::Crashed);
+/// # Ok::<(), tunebox_pool::PoolError>(())
+/// ```
+pub struct PoolExecutor {
+    engine: Engine,
+}
+
+impl PoolExecutor {
+    /// A builder with the defaults: one worker per CPU, 60 s timeout, never recycled, no
+    /// initializer.
+    pub fn builder() -> PoolBuilder<ExecutorKind> {
+        PoolBuilder::new()
+    }
+
+    /// Number of workers.
+    pub fn max_workers(&self) -> usize {
+        self.engine.size()
+    }
+
+    /// Queues `request` with the executor's timeout; it runs on the first free worker.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::ShutDown`] after shutdown (nothing is started); [`PoolError::Unavailable`]
+    /// when no worker can be started any more.
+    pub fn submit(&self, request: BenchmarkRequest) -> Result<TaskHandle, PoolError> {
+        self.submit_with_timeout(request, self.engine.timeout())
+    }
+
+    /// Queues `request` with its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`submit`](PoolExecutor::submit).
+    pub fn submit_with_timeout(
+        &self,
+        request: BenchmarkRequest,
+        timeout: Duration,
+    ) -> Result<TaskHandle, PoolError> {
+        let completion = self.engine.submit(request, Some(timeout), None)?;
+        Ok(TaskHandle {
+            completion,
+            shared: self.engine.shared().clone(),
+        })
+    }
+
+    /// Runs every request and returns their outcomes in input order; no task's failure affects
+    /// another's (TVM's `map_with_error_catching`).
+    pub fn map_with_error_catching<I>(&self, requests: I) -> Vec<MapResult>
+    where
+        I: IntoIterator<Item = BenchmarkRequest>,
+    {
+        let handles: Vec<_> = requests.into_iter().map(|r| self.submit(r)).collect();
+        handles
+            .into_iter()
+            .map(|handle| MapResult::from_result(handle.and_then(TaskHandle::wait)))
+            .collect()
+    }
+
+    /// Stops the executor. With `wait`, queued tasks still run and the call returns when they
+    /// are done; without, queued tasks resolve to [`PoolError::ShutDown`] and running ones are
+    /// killed (and resolve to `ShutDown`). Either way every worker is reaped before it returns.
+    /// Idempotent; `submit` fails with `ShutDown` afterwards.
+    pub fn shutdown(&self, wait: bool) {
+        self.engine.shutdown(wait, Duration::from_millis(500));
+    }
+}
+
+impl std::fmt::Debug for PoolExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolExecutor")
+            .field("max_workers", &self.max_workers())
+            .finish()
+    }
+}
