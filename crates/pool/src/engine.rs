@@ -218,6 +218,10 @@ impl Engine {
         self.shared.timeout
     }
 
+    pub(crate) fn worker_pids(&self) -> Vec<Option<u32>> {
+        self.shared.slots.iter().map(|s| s.kill.pid()).collect()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

@@ -126,6 +126,11 @@ impl PoolExecutor {
         self.engine.size()
     }
 
+    /// The pid of each worker process (`None` while one is being replaced), by worker index.
+    pub fn worker_pids(&self) -> Vec<Option<u32>> {
+        self.engine.worker_pids()
+    }
+
     /// Queues `request` with the executor's timeout; it runs on the first free worker.
     ///
     /// # Errors

@@ -58,6 +58,11 @@ impl TuningProcessPool {
         self.engine.timeout()
     }
 
+    /// The pid of each worker process (`None` while one is being replaced), by worker index.
+    pub fn worker_pids(&self) -> Vec<Option<u32>> {
+        self.engine.worker_pids()
+    }
+
     /// Benchmarks every request, each on the next free worker. Returns one result per request,
     /// in input order.
     pub fn benchmark(&self, requests: &[BenchmarkRequest]) -> Vec<TaskResult> {

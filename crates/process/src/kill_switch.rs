@@ -31,6 +31,11 @@ impl KillSwitch {
         }
     }
 
+    /// The pid of the running worker, if any.
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records the running worker's pid (`None`: no worker, or about to be reaped).
     pub(crate) fn set(&self, pid: Option<u32>) {
         *self.pid.lock().unwrap_or_else(PoisonError::into_inner) = pid;

@@ -299,6 +299,14 @@ pub enum DiagnosticTask {
     /// Succeed, returning the bytes of the last [`DiagnosticTask::Remember`] in this worker
     /// process (empty if none) as a `u8` output tensor named `recall`.
     Recall,
+    /// Succeed, returning the worker's pid as decimal text in a `u8` output tensor named `pid`.
+    Pid,
+    /// Fail with `BenchError::Failed` if the file `path` exists, else succeed: a task whose
+    /// outcome a test can switch from outside (an initializer that starts failing, say).
+    FailIfExists {
+        /// The file to look for.
+        path: String,
+    },
     /// Succeed, returning the value of the worker's environment variable `name` (empty when
     /// unset) as a `u8` output tensor named after the variable.
     EnvVar {

@@ -61,6 +61,22 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
         DiagnosticTask::Segfault => segfault(),
         DiagnosticTask::Exit { code } => std::process::exit(*code),
         DiagnosticTask::Panic { message } => panic!("{message}"),
+        DiagnosticTask::Pid => {
+            let bytes =
+                Bytes::from_vec(std::process::id().to_string().into_bytes()).map_err(|e| {
+                    BenchError::Failed {
+                        message: e.to_string(),
+                    }
+                })?;
+            return Ok(vec![bytes_output("pid", bytes)]);
+        }
+        DiagnosticTask::FailIfExists { path } => {
+            if std::path::Path::new(path).exists() {
+                return Err(BenchError::Failed {
+                    message: format!("{path} exists"),
+                });
+            }
+        }
         DiagnosticTask::Fail { message } => {
             return Err(BenchError::Failed {
                 message: message.clone(),
