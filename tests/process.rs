@@ -741,3 +741,56 @@ fn a_kernel_scribbling_on_the_channel_is_an_error_at_the_deadline_not_a_hang() {
     assert!(elapsed < timeout + Duration::from_secs(2), "{elapsed:?}");
     worker.ping(LONG).unwrap();
 }
+
+#[test]
+fn the_kill_switch_kills_from_another_thread_and_is_reported_once() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let switch = worker.kill_switch();
+    assert_eq!(switch.pid(), worker.pid());
+    let killer = std::thread::spawn({
+        let switch = switch.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(200));
+            switch.kill()
+        }
+    });
+    let start = Instant::now();
+    let err = worker
+        .benchmark(diag(DiagnosticTask::Sleep { ms: 30_000 }), LONG)
+        .unwrap_err();
+    assert!(killer.join().unwrap());
+    assert!(
+        matches!(
+            err,
+            ProcessError::WorkerCrashed {
+                signal: Some(9),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(switch.pid(), None, "cleared before the worker was reaped");
+
+    // A kill between requests fails the next request instead of being papered over, once.
+    worker.ping(LONG).unwrap();
+    let pid = worker.pid().unwrap();
+    assert!(switch.kill());
+    let err = worker.ping(LONG).unwrap_err();
+    assert!(matches!(err, ProcessError::WorkerCrashed { .. }), "{err:?}");
+    assert!(!pid_exists(pid));
+    worker.ping(LONG).unwrap();
+    assert_ne!(worker.pid(), Some(pid));
+}
+
+#[test]
+fn core_dumps_are_off_in_workers() {
+    let worker = TuningProcess::spawn(config()).unwrap();
+    let limits =
+        std::fs::read_to_string(format!("/proc/{}/limits", worker.pid().unwrap())).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
+}

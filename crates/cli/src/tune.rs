@@ -126,8 +126,8 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         && let Err(e) = precompile(request, &cache)
     {
         bail!(
-            "the reference {label} does not compile: {}",
-            error_chain(&e)
+            "the reference {label} does not compile: {:#}",
+            anyhow::Error::new(e)
         );
     }
 
@@ -184,7 +184,7 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 choice,
                 status: Status::CompileError,
                 stats: None,
-                error: Some(error_chain(&e)),
+                error: Some(format!("{:#}", anyhow::Error::new(e))),
                 verification: None,
             },
             Ok(()) => {
@@ -209,18 +209,6 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         elapsed: start.elapsed(),
         workers,
     })
-}
-
-/// An error and its causes, `outer: inner: innermost`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Refuses a `--json` path that would overwrite the manifest or a kernel source, or whose

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tunebox_process::{InitRequest, Output, ProcessConfig};
 
-use crate::Devices;
+use crate::engine::Engine;
+use crate::{Devices, PoolError};
 
 /// Builds a [`TuningProcessPool`](crate::TuningProcessPool) (from
 /// `TuningProcessPool::builder()`) or a [`PoolExecutor`](crate::PoolExecutor) (from
@@ -93,8 +94,13 @@ impl<K> PoolBuilder<K> {
         self
     }
 
+    /// Starts the workers: one per device, configured as built.
+    pub(crate) fn start(&self) -> Result<Engine, PoolError> {
+        Engine::start(self.worker_configs()?, self.timeout)
+    }
+
     /// The config of each worker.
-    pub(crate) fn worker_configs(&self) -> Result<Vec<ProcessConfig>, crate::PoolError> {
+    fn worker_configs(&self) -> Result<Vec<ProcessConfig>, PoolError> {
         let devices = self.devices.resolve()?;
         Ok(devices
             .into_iter()

@@ -443,20 +443,35 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
         };
         *slot.running.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(task.completion.clone());
-        // A cancel that raced with the hand-over already resolved the task.
+        // A cancel that raced with the hand-over already resolved the task; a shutdown that
+        // did is resolved here. One that comes later kills the worker through the kill switch,
+        // which fails the request even if it was not sent yet.
         let result = if task.completion.is_done() {
             None
+        } else if shared.closed() {
+            Some(Err(PoolError::ShutDown))
         } else {
-            Some(process.benchmark(task.request, task.timeout))
+            Some(
+                process
+                    .benchmark(task.request, task.timeout)
+                    .map_err(PoolError::from),
+            )
         };
-        *slot.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        {
+            let mut running = slot.running.lock().unwrap_or_else(PoisonError::into_inner);
+            *running = None;
+            // A kill aimed at this task that lost the race with its reply must not fail the
+            // next task; the killed worker is replaced before then all the same.
+            slot.kill.take_killed();
+        }
         let Some(result) = result else { continue };
+        let lost = |e: &PoolError| matches!(e, PoolError::Process(e) if e.worker_lost());
         let result = match result {
-            Err(e) if task.completion.cancelled.load(Ordering::Acquire) && e.worker_lost() => {
+            Err(e) if lost(&e) && task.completion.cancelled.load(Ordering::Acquire) => {
                 Err(PoolError::Cancelled)
             }
-            Err(e) if e.worker_lost() && shared.closed() => Err(PoolError::ShutDown),
-            other => other.map_err(PoolError::from),
+            Err(e) if lost(&e) && shared.closed() => Err(PoolError::ShutDown),
+            other => other,
         };
         task.completion.resolve(result);
     }

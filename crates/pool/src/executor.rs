@@ -22,9 +22,8 @@ impl PoolBuilder<ExecutorKind> {
     /// first worker's start-up error (e.g. `InitializerFailed`) with every started worker
     /// reaped.
     pub fn build(self) -> Result<PoolExecutor, PoolError> {
-        let configs = self.worker_configs()?;
         Ok(PoolExecutor {
-            engine: Engine::start(configs, self.timeout)?,
+            engine: self.start()?,
         })
     }
 }

@@ -23,9 +23,8 @@ impl PoolBuilder<PoolKind> {
     /// starts; the first worker's start-up error ([`PoolError::Process`], e.g.
     /// `InitializerFailed`), with every started worker killed and reaped.
     pub fn build(self) -> Result<TuningProcessPool, PoolError> {
-        let configs = self.worker_configs()?;
         Ok(TuningProcessPool {
-            engine: Engine::start(configs, self.timeout)?,
+            engine: self.start()?,
         })
     }
 }

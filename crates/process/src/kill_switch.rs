@@ -1,5 +1,6 @@
 //! Killing a worker from another thread, safely.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::process::Signal;
@@ -7,14 +8,19 @@ use rustix::process::Signal;
 use crate::worker::{signal_group, signal_process};
 
 /// Kills the current worker of a [`TuningProcess`](crate::TuningProcess) from any thread, for
-/// example while another thread is blocked in its `get`: that `get` then returns
-/// `ProcessError::WorkerCrashed` (killed by SIGKILL) and the next request starts a new worker.
+/// example while another thread is blocked in its `get`.
+///
+/// The kill is reported exactly once, by the handle's request in progress or its next one: a
+/// `get` waiting on the killed worker, or a `put` that had not sent its request yet, returns
+/// `ProcessError::WorkerCrashed` instead of silently starting a new worker; the request after
+/// that starts a new worker.
 ///
 /// Cloneable and `Send`. It never signals a process that has been reaped: the owning handle
 /// clears the pid under the same lock before reaping, so a reused pid is never hit.
 #[derive(Debug, Clone, Default)]
 pub struct KillSwitch {
     pid: Arc<Mutex<Option<u32>>>,
+    killed: Arc<AtomicBool>,
 }
 
 impl KillSwitch {
@@ -22,6 +28,7 @@ impl KillSwitch {
     /// one to kill.
     pub fn kill(&self) -> bool {
         let pid = self.pid.lock().unwrap_or_else(PoisonError::into_inner);
+        self.killed.store(true, Ordering::Release);
         if let Some(pid) = *pid {
             signal_group(pid, Signal::KILL);
             signal_process(pid, Signal::KILL);
@@ -34,6 +41,12 @@ impl KillSwitch {
     /// The pid of the running worker, if any.
     pub fn pid(&self) -> Option<u32> {
         *self.pid.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a kill is yet to be reported by the handle; clears it, so that no request fails
+    /// for it. A scheduler calls this when the task a kill was aimed at finished anyway.
+    pub fn take_killed(&self) -> bool {
+        self.killed.swap(false, Ordering::AcqRel)
     }
 
     /// Records the running worker's pid (`None`: no worker, or about to be reaped).

@@ -314,6 +314,19 @@ impl TuningProcess {
     fn send(&mut self, body: RequestBody, large: bool) -> Result<(), ProcessError> {
         // A request queued behind an uncollected one may wait for the worker to finish it.
         let guard = (large || self.pending.is_some()).then_some(self.config.send_timeout);
+        if self.switch.take_killed() {
+            // A kill through the KillSwitch is reported to this request, not papered over by
+            // starting a new worker for it.
+            self.pending = None;
+            return Err(match self.worker {
+                Some(_) => self.crashed(),
+                None => ProcessError::WorkerCrashed {
+                    exit_code: None,
+                    signal: Some(9),
+                    stderr_tail: String::new(),
+                },
+            });
+        }
         if self.pending.is_none() {
             // Replaces a worker that reached maximum_uses or died while idle (killed from
             // outside, say): nothing was lost, so this request goes to a fresh one.
@@ -370,6 +383,8 @@ impl TuningProcess {
     /// Reaps a worker whose channel closed and describes its death.
     fn crashed(&mut self) -> ProcessError {
         self.pending = None;
+        // A kill through the switch is reported by this error.
+        self.switch.take_killed();
         let Some(mut worker) = self.take_worker() else {
             return ProcessError::Protocol {
                 detail: "no worker".into(),
