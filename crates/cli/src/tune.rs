@@ -175,11 +175,12 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     });
     pool.shutdown(Duration::from_millis(500));
 
-    let mut measured = runnable.into_iter().zip(measured);
-    let mut next = measured.next();
-    let mut results = Vec::with_capacity(choices.len());
-    for (index, (choice, compiled)) in choices.into_iter().zip(compiled).enumerate() {
-        let result = match compiled {
+    // `measured` follows the compiled choices in order.
+    let mut measured = measured.into_iter();
+    let mut results: Vec<ChoiceResult> = choices
+        .into_iter()
+        .zip(compiled)
+        .map(|(choice, compiled)| match compiled {
             Err(e) => ChoiceResult {
                 choice,
                 status: Status::CompileError,
@@ -188,14 +189,13 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 verification: None,
             },
             Ok(()) => {
-                let (at, result) = next.take().expect("one measurement per compiled choice");
-                debug_assert_eq!(at, index);
-                next = measured.next();
+                let result = measured
+                    .next()
+                    .expect("one measurement per compiled choice");
                 judge(choice, result, reference_outputs.as_deref(), &manifest)
             }
-        };
-        results.push(result);
-    }
+        })
+        .collect();
     rank(&mut results);
     Ok(Report {
         manifest: manifest.path.clone(),
