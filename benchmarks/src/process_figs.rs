@@ -1,0 +1,434 @@
+//! Figures of one worker process: `TuningProcess` from the outside.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tunebox_process::{Output, ProcessError, TuningProcess};
+use tunebox_protocol::{
+    BenchmarkRequest, Bytes, CKernel, DiagnosticTask, Kernel, Scalar, TimingConfig,
+};
+
+use crate::floors::{self, BIG};
+use crate::report::{Figure, Kind, Target, Unit};
+use crate::setup::{LONG, Setup, diag, ms, trivial};
+use crate::stats::{Summary, collect};
+
+/// A started worker that answered one trivial request.
+pub(crate) fn warm_process(setup: &Setup) -> Result<TuningProcess> {
+    let mut process = TuningProcess::spawn(setup.config()).context("starting a worker")?;
+    process
+        .benchmark(trivial(), LONG)
+        .context("the first trivial request")?;
+    Ok(process)
+}
+
+/// Makes sure `process` has a live, warm worker (after a crash or timeout killed the last one).
+fn rewarm(process: &mut TuningProcess) -> Result<()> {
+    process.ensure_running().context("restarting the worker")?;
+    process.ping(LONG).context("ping after restart")?;
+    Ok(())
+}
+
+/// Cold start: `TuningProcess::spawn` → first trivial result, and the clean shutdown after it.
+///
+/// # Errors
+///
+/// A worker fails to start or answer.
+pub(crate) fn cold_start(setup: &Setup) -> Result<Vec<Figure>> {
+    let n = setup.n(100, 20);
+    eprintln!("bench: cold start ({n})");
+    let mut shutdowns = Vec::with_capacity(n);
+    let starts = collect(5, n, || {
+        let start = Instant::now();
+        let mut process = TuningProcess::spawn(setup.config()).context("spawn")?;
+        process
+            .benchmark(trivial(), LONG)
+            .context("first request")?;
+        let cold = start.elapsed();
+        let stop = Instant::now();
+        process
+            .shutdown(Duration::from_secs(1))
+            .context("shutdown")?;
+        shutdowns.push(ms(stop.elapsed()));
+        Ok(ms(cold))
+    })?;
+    // The warmup runs' shutdowns are in front.
+    let shutdowns = &shutdowns[shutdowns.len() - n..];
+    Ok(vec![
+        Figure::from_samples(
+            "cold_start",
+            "cold start: spawn → first trivial result",
+            Kind::Target,
+            Unit::Millis,
+            &starts,
+        )?
+        .target(Target::at_most(3.0, "issue 9"))
+        .anchors(
+            "Inductor-style 73 ms (+ import torch), TVM 1461 ms, ProcessPoolExecutor(spawn) 87 ms",
+        ),
+        Figure::from_samples(
+            "clean_shutdown",
+            "clean shutdown of an idle worker",
+            Kind::Info,
+            Unit::Millis,
+            shutdowns,
+        )?
+        .note("TuningProcess::shutdown: Shutdown message, wait for the exit, reap"),
+    ])
+}
+
+/// Time for an aborting task to come back as `WorkerCrashed` (`TuningProcess::benchmark`), with
+/// stderr captured (the default) and, for comparison, discarded.
+///
+/// # Errors
+///
+/// A worker fails to start, or the abort is reported as something else than a crash.
+pub(crate) fn crash_to_error(setup: &Setup) -> Result<Vec<Figure>> {
+    let n = setup.n(60, 10);
+    let mut figures = Vec::new();
+    for capture in [true, false] {
+        let how = if capture {
+            "stderr captured"
+        } else {
+            "stderr discarded"
+        };
+        eprintln!("bench: crash → error, {how} ({n})");
+        let config = if capture {
+            setup.config()
+        } else {
+            setup.config().stderr(Output::Null)
+        };
+        let mut process = TuningProcess::spawn(config).context("starting a worker")?;
+        let samples = collect(3, n, || {
+            rewarm(&mut process)?;
+            let start = Instant::now();
+            let result = process.benchmark(diag(DiagnosticTask::Abort), LONG);
+            let elapsed = start.elapsed();
+            match result {
+                Err(ProcessError::WorkerCrashed {
+                    signal: Some(6), ..
+                }) => Ok(ms(elapsed)),
+                other => bail!("expected a SIGABRT crash, got {other:?}"),
+            }
+        })?;
+        let summary = Summary::of(&samples)?;
+        let figure = if capture {
+            Figure::new(
+                "crash_to_error",
+                "crash → error (WorkerCrashed)",
+                Kind::Target,
+                Unit::Millis,
+                summary,
+            )
+            .target(Target::at_most(1.0, "issue 9"))
+            .anchors("Inductor-style 1.3 ms, TVM 13.7 ms")
+            .note("abort() in the task → Err(WorkerCrashed { signal: 6 }), worker reaped; stderr captured (the default)")
+        } else {
+            Figure::new(
+                "crash_to_error_no_capture",
+                "crash → error, stderr discarded",
+                Kind::Info,
+                Unit::Millis,
+                summary,
+            )
+            .note("as above with Output::Null for stderr: no drain thread to wait for")
+        };
+        figures.push(figure.samples(&samples));
+    }
+    Ok(figures)
+}
+
+/// Overshoot of a 100 ms timeout on a hung task, and whether the worker was reaped by the time
+/// the error came back.
+///
+/// # Errors
+///
+/// A worker fails to start, or the hang is reported as something else than a timeout.
+pub(crate) fn timeout_overshoot(setup: &Setup) -> Result<Figure> {
+    let n = setup.n(20, 5);
+    eprintln!("bench: timeout overshoot ({n})");
+    let timeout = Duration::from_millis(100);
+    let mut process = warm_process(setup)?;
+    let mut unreaped = Vec::new();
+    let samples = collect(1, n, || {
+        rewarm(&mut process)?;
+        let pid = process.pid().context("the worker has no pid")?;
+        let start = Instant::now();
+        let result = process.benchmark(diag(DiagnosticTask::Hang), timeout);
+        let elapsed = start.elapsed();
+        if !matches!(result, Err(ProcessError::Timeout { .. })) {
+            bail!("expected a timeout, got {result:?}");
+        }
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            unreaped.push(pid);
+        }
+        Ok(ms(elapsed.saturating_sub(timeout)))
+    })?;
+    let reaped = unreaped.is_empty();
+    let mut figure = Figure::from_samples(
+        "timeout_overshoot",
+        "timeout overshoot (100 ms on a hung task)",
+        Kind::Target,
+        Unit::Millis,
+        &samples,
+    )?
+    .target(Target::at_most(5.0, "issue 9"))
+    .condition("reaped", reaped)
+    .anchors("Inductor-style 1 ms (child left a zombie), TVM 19 ms");
+    figure = if reaped {
+        figure.note("error time − 100 ms; /proc/<pid> gone when the error returned, every time")
+    } else {
+        figure.note(format!(
+            "workers still in /proc after the error: {unreaped:?}"
+        ))
+    };
+    Ok(figure)
+}
+
+/// Whether `pid` is dead: gone from `/proc`, or a zombie (an orphan re-parented to this
+/// sandbox's init may stay a zombie for a while).
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// How long a worker outlives its launcher once the launcher is SIGKILLed mid-task.
+///
+/// # Errors
+///
+/// The launcher cannot be started or does not report its worker.
+pub(crate) fn orphan_cleanup(setup: &Setup) -> Result<Figure> {
+    let n = setup.n(20, 5);
+    eprintln!("bench: orphan cleanup ({n})");
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let limit = Duration::from_secs(2);
+    let mut survivors = Vec::new();
+    let samples = collect(1, n, || {
+        let mut launcher = Command::new(&exe)
+            .arg("launch-busy")
+            .arg(&setup.worker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the launcher")?;
+        let stdout = launcher.stdout.take().context("the launcher's stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context("reading the worker's pid")?;
+        let worker: u32 = line
+            .trim()
+            .parse()
+            .with_context(|| format!("the launcher printed {line:?}, not a pid"))?;
+        // Let the worker take its task.
+        std::thread::sleep(Duration::from_millis(10));
+        let launcher_pid = libc::pid_t::try_from(launcher.id()).context("pid out of range")?;
+        let start = Instant::now();
+        // SAFETY: kill(2) with a pid of our own child, which is not reaped yet.
+        if unsafe { libc::kill(launcher_pid, libc::SIGKILL) } != 0 {
+            bail!("kill: {}", std::io::Error::last_os_error());
+        }
+        // Poll every 20 µs: fine enough for a 50 ms target, without taking a CPU from the
+        // processes that are exiting.
+        while !is_dead(worker) && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        let elapsed = start.elapsed();
+        launcher.wait().context("reaping the launcher")?;
+        if !is_dead(worker) {
+            survivors.push(worker);
+            // Not ours to reap, but ours to stop.
+            if let Ok(pid) = libc::pid_t::try_from(worker) {
+                // SAFETY: kill(2) of the worker our launcher started; it is still alive.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        Ok(ms(elapsed))
+    })?;
+    let none_survived = survivors.is_empty();
+    let figure = Figure::from_samples(
+        "orphan_cleanup",
+        "orphan cleanup: launcher SIGKILLed → worker dead",
+        Kind::Target,
+        Unit::Millis,
+        &samples,
+    )?
+    .target(Target::at_most(50.0, "issue 9"))
+    .condition("all dead within 2 s", none_survived)
+    .anchors("busy workers lived until their task ended (seconds)");
+    Ok(if none_survived {
+        figure.note(
+            "from kill(launcher, SIGKILL) until /proc/<worker>/stat is gone or a zombie \
+             (this sandbox's init may not reap orphans at once)",
+        )
+    } else {
+        figure.note(format!(
+            "workers alive 2 s after their launcher died: {survivors:?}"
+        ))
+    })
+}
+
+/// A C kernel that busy-waits `ns` nanoseconds on `CLOCK_MONOTONIC`.
+const SPIN_SOURCE: &str = "#include <stdint.h>\n\
+#include <time.h>\n\
+static int64_t now_ns(void) {\n\
+    struct timespec t;\n\
+    clock_gettime(CLOCK_MONOTONIC, &t);\n\
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;\n\
+}\n\
+void spin(int64_t ns) {\n\
+    int64_t start = now_ns();\n\
+    while (now_ns() - start < ns) {}\n\
+}\n";
+
+/// The spin kernel for 100 µs, timed as triton's do_bench with 500 reps and no cache flush.
+fn spin_request() -> BenchmarkRequest {
+    BenchmarkRequest {
+        kernel: Kernel::C(CKernel {
+            source: SPIN_SOURCE.into(),
+            source_name: "spin.c".into(),
+            entry: "spin".into(),
+            defines: Vec::new(),
+            flags: vec!["-O2".into()],
+            compiler: std::env::var("CC").unwrap_or_else(|_| "cc".into()),
+        }),
+        tensors: Vec::new(),
+        scalars: vec![Scalar {
+            name: "ns".into(),
+            value: 100_000,
+        }],
+        timing: TimingConfig {
+            warmup_ms: 5.0,
+            rep_ms: 50.0,
+            min_reps: 10,
+            max_reps: 1000,
+            flush_cache: false,
+        },
+    }
+}
+
+/// CPU timing overhead: median reported for a kernel that spins exactly 100 µs, minus 100 µs.
+///
+/// # Errors
+///
+/// The kernel does not compile or run.
+pub(crate) fn cpu_timing_overhead(setup: &Setup) -> Result<Figure> {
+    let n = setup.n(10, 3);
+    eprintln!("bench: CPU timing overhead ({n} measurements of 500 reps)");
+    let mut process = warm_process(setup)?;
+    let mut reps = 0;
+    let samples = collect(1, n, || {
+        let result = process
+            .benchmark(spin_request(), LONG)
+            .context("the 100 µs spin kernel (is a C compiler installed?)")?;
+        reps = result.stats.reps;
+        Ok((result.stats.median_ms - 0.1) * 1e3)
+    })?;
+    Ok(Figure::from_samples(
+        "cpu_timing_overhead",
+        "CPU timing overhead (100 µs spin kernel)",
+        Kind::Target,
+        Unit::Micros,
+        &samples,
+    )?
+    .target(Target::at_most(2.0, "issue 9"))
+    .note(format!(
+        "each sample: the median of {reps} timed reps of one Kernel::C request, minus 100 µs"
+    )))
+}
+
+/// 256 MiB to the worker and back, as it exists today: `DiagnosticTask::Echo` with a payload in
+/// shared memory (`Bytes`), checksum of the returned bytes; plus the handoff of a payload made
+/// once and re-sent (a stand-in for issue 5's reusable `SharedBuffer`, which is not built yet).
+///
+/// # Errors
+///
+/// A worker fails, or the bytes come back changed.
+pub(crate) fn big_echo(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Result<Vec<Figure>> {
+    let n = setup.n(10, 3);
+    let expected = floors::checksum(source);
+    let mut process = warm_process(setup)?;
+    let mut round_trip = |payload: Bytes, verify: bool| -> Result<f64> {
+        let start = Instant::now();
+        let result = process
+            .benchmark(diag(DiagnosticTask::Echo { bytes: payload }), LONG)
+            .context("echo of 256 MiB")?;
+        let returned = &result.outputs.first().context("no echo output")?.bytes;
+        if returned.len() != BIG {
+            bail!("{} bytes came back instead of {BIG}", returned.len());
+        }
+        if verify && floors::checksum(returned) != expected {
+            bail!("the bytes came back changed");
+        }
+        let elapsed = start.elapsed();
+        // Unmapping is left out of the figure.
+        drop(result);
+        Ok(ms(elapsed))
+    };
+
+    eprintln!("bench: 256 MiB echo, fresh payload + checksum ({n})");
+    let mut copies = Vec::new();
+    let fresh = collect(1, n, || {
+        let start = Instant::now();
+        let payload = Bytes::copy_from_slice(source).context("a 256 MiB payload")?;
+        let copy = ms(start.elapsed());
+        copies.push(copy);
+        Ok(copy + round_trip(payload, true)?)
+    })?;
+    let copy = Summary::of(&copies[1..])?;
+    let reused = Bytes::copy_from_slice(source).context("a 256 MiB payload")?;
+    eprintln!("bench: 256 MiB echo, reused payload + checksum ({n})");
+    let reused_checked = collect(1, n, || round_trip(reused.clone(), true))?;
+    eprintln!("bench: 256 MiB echo, reused payload, handoff only ({n})");
+    let handoff = collect(1, n, || round_trip(reused.clone(), false))?;
+
+    let not_built = "the reusable SharedBuffer of issue 5 is not built yet";
+    Ok(vec![
+        Figure::from_samples(
+            "big_roundtrip_fresh",
+            "256 MiB to worker and back (fresh Bytes + checksum)",
+            Kind::Target,
+            Unit::Millis,
+            &fresh,
+        )?
+        .target(Target::at_most(
+            1.5 * memcpy_ms,
+            "1.5× memcpy; defined for issue 5's SharedBuffer",
+        ))
+        .anchors("Inductor-style pipe 281 ms, TVM 765 ms")
+        .note(format!(
+            "{not_built}: measures what exists today, Bytes::copy_from_slice into a new \
+             shared-memory region (median {:.1} ms of the total), Echo, checksum of the returned \
+             mapping",
+            copy.median
+        )),
+        Figure::from_samples(
+            "big_roundtrip_reused",
+            "256 MiB round trip, reused payload + checksum",
+            Kind::Info,
+            Unit::Millis,
+            &reused_checked,
+        )?
+        .note(format!(
+            "{not_built}: one Bytes made once and cloned per request (dup + mmap, no copy); \
+             checksum of the returned mapping"
+        )),
+        Figure::from_samples(
+            "big_handoff_reused",
+            "256 MiB handoff only, reused payload",
+            Kind::Info,
+            Unit::Millis,
+            &handoff,
+        )?
+        .note(format!(
+            "{not_built}: as above without the checksum; issue 5's handoff target is < 5 ms"
+        )),
+    ])
+}
