@@ -2,7 +2,7 @@
 //! tasks from one queue.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -19,6 +19,26 @@ const MAX_START_FAILURES: u32 = 3;
 /// How long idle workers may take to exit cleanly when a pool is dropped.
 const DROP_GRACE: Duration = Duration::from_millis(200);
 
+/// How long a thread about to sleep (a worker thread waiting for a task, a caller waiting for a
+/// result) first watches for what it waits for, yielding its CPU in between. Waking a sleeping
+/// thread on another CPU costs 50-90 µs on some VMs; a task submitted or finished within this
+/// window is picked up without that wake-up. The cost is at most this much CPU time per wait.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Watches `ready` for up to [`SPIN`], yielding between looks. Returns whether it became true.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= SPIN {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// The outcome of one task.
 pub(crate) type TaskResult = Result<BenchmarkResult, PoolError>;
 
@@ -26,6 +46,8 @@ pub(crate) type TaskResult = Result<BenchmarkResult, PoolError>;
 pub(crate) struct Completion {
     outcome: Mutex<Outcome>,
     ready: Condvar,
+    /// Set once the outcome is `Ready`, readable without the lock.
+    done: AtomicBool,
     cancelled: AtomicBool,
     /// Told the task's index when it completes (`benchmark_with` progress).
     notify: Option<(Sender<usize>, usize)>,
@@ -42,6 +64,7 @@ impl Completion {
         Arc::new(Completion {
             outcome: Mutex::new(Outcome::Pending),
             ready: Condvar::new(),
+            done: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
             notify,
         })
@@ -56,6 +79,7 @@ impl Completion {
         let mut outcome = self.lock();
         if matches!(*outcome, Outcome::Pending) {
             *outcome = Outcome::Ready(result);
+            self.done.store(true, Ordering::Release);
             drop(outcome);
             self.ready.notify_all();
             if let Some((tx, index)) = &self.notify {
@@ -66,11 +90,12 @@ impl Completion {
     }
 
     pub(crate) fn is_done(&self) -> bool {
-        !matches!(*self.lock(), Outcome::Pending)
+        self.done.load(Ordering::Acquire)
     }
 
     /// Waits until `deadline` (`None`: forever) and takes the result.
     pub(crate) fn take(&self, deadline: Option<Instant>) -> Option<TaskResult> {
+        spin_until(|| self.is_done());
         let mut outcome = self.lock();
         loop {
             match std::mem::replace(&mut *outcome, Outcome::Taken) {
@@ -122,6 +147,7 @@ enum Phase {
 }
 
 struct State {
+    /// Tasks not yet taken by a worker. `Shared::queued` mirrors its length.
     queue: VecDeque<Task>,
     phase: Phase,
     /// Worker threads still able to run tasks.
@@ -141,6 +167,10 @@ struct Slot {
 pub(crate) struct Shared {
     state: Mutex<State>,
     work: Condvar,
+    /// The queue's length, readable without the lock (spinning workers watch it).
+    queued: AtomicUsize,
+    /// Set when the pool starts to stop, readable without the lock.
+    stopping: AtomicBool,
     slots: Vec<Slot>,
     timeout: Duration,
 }
@@ -174,6 +204,8 @@ impl Engine {
                 grace: DROP_GRACE,
             }),
             work: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
             slots: processes
                 .iter()
                 .map(|p| Slot {
@@ -251,6 +283,7 @@ impl Engine {
             timeout: timeout.unwrap_or(self.shared.timeout),
             completion: completion.clone(),
         });
+        self.shared.queued.store(state.queue.len(), Ordering::Release);
         drop(state);
         self.shared.work.notify_one();
         Ok(completion)
@@ -264,11 +297,13 @@ impl Engine {
         let abandoned = {
             let mut state = self.shared.lock();
             state.grace = grace;
+            self.shared.stopping.store(true, Ordering::Release);
             if drain && state.phase == Phase::Open {
                 state.phase = Phase::Draining;
                 VecDeque::new()
             } else if !drain {
                 state.phase = Phase::Closed;
+                self.shared.queued.store(0, Ordering::Release);
                 std::mem::take(&mut state.queue)
             } else {
                 VecDeque::new()
@@ -322,12 +357,21 @@ impl Shared {
                 _ => {}
             }
             if let Some(task) = state.queue.pop_front() {
+                self.queued.store(state.queue.len(), Ordering::Release);
                 return Some(task);
             }
-            state = self
-                .work
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            // Watch for a task (or a shutdown) for a moment before going to sleep.
+            drop(state);
+            let woke = spin_until(|| {
+                self.queued.load(Ordering::Acquire) > 0 || self.stopping.load(Ordering::Acquire)
+            });
+            state = self.lock();
+            if !woke && state.queue.is_empty() && state.phase == Phase::Open {
+                state = self
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
         }
     }
 
@@ -344,6 +388,7 @@ impl Shared {
                 return;
             }
             state.unavailable = Some(reason.clone());
+            self.queued.store(0, Ordering::Release);
             std::mem::take(&mut state.queue)
         };
         for task in abandoned {
@@ -364,7 +409,9 @@ impl Shared {
                 .queue
                 .iter()
                 .position(|t| Arc::ptr_eq(&t.completion, completion));
-            position.and_then(|p| state.queue.remove(p))
+            let removed = position.and_then(|p| state.queue.remove(p));
+            self.queued.store(state.queue.len(), Ordering::Release);
+            removed
         };
         if queued.is_none() {
             for slot in &self.slots {

@@ -65,7 +65,19 @@ impl TuningProcessPool {
     /// Benchmarks every request, each on the next free worker. Returns one result per request,
     /// in input order.
     pub fn benchmark(&self, requests: &[BenchmarkRequest]) -> Vec<TaskResult> {
-        self.benchmark_with(requests, |_, _| {})
+        let submitted: Vec<_> = requests
+            .iter()
+            .map(|request| self.engine.submit(request.clone(), None, None))
+            .collect();
+        submitted
+            .into_iter()
+            .map(|completion| {
+                completion.and_then(|c| {
+                    c.take(None)
+                        .expect("waiting without a deadline returns a result")
+                })
+            })
+            .collect()
     }
 
     /// As [`benchmark`](TuningProcessPool::benchmark), calling `on_result(index, &result)` on
@@ -100,11 +112,14 @@ impl TuningProcessPool {
         drop(done_tx);
         let mut pending = completions.iter().flatten().count();
         while pending > 0 {
-            let Ok(index) = done_rx.recv() else { break };
-            if let Some(completion) = &completions[index] {
-                completion.peek(|result| on_result(index, result));
-                results[index] = completion.take(None);
-                pending -= 1;
+            // Drain what is ready before blocking: one wake-up serves many completions.
+            let Ok(first) = done_rx.recv() else { break };
+            for index in std::iter::once(first).chain(done_rx.try_iter()) {
+                if let Some(completion) = &completions[index] {
+                    completion.peek(|result| on_result(index, result));
+                    results[index] = completion.take(None);
+                    pending -= 1;
+                }
             }
         }
         results

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
-use rustix::process::{Pid, Signal};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, PidfdFlags, Signal};
 use tunebox_protocol::{Request, Response, ResponseBody};
 
 use crate::capture::Tail;
@@ -15,6 +16,9 @@ use crate::watchdog;
 
 /// How long to wait for a dead worker's stderr pipe to reach its end before quoting it.
 const TAIL_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a receive looks for a reply without sleeping before it blocks.
+const RECEIVE_SPIN: Duration = Duration::from_micros(50);
 
 /// How long after a receive deadline the watchdog kills a worker whose read is still blocked.
 const STUCK_GRACE: Duration = Duration::from_millis(250);
@@ -100,9 +104,20 @@ impl Worker {
     }
 
     fn receive_until(&self, id: u64, deadline: Instant) -> Result<ResponseBody, ReceiveFailure> {
+        // Look without sleeping for a moment first: a quick reply is then taken without the
+        // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
+        let spin_until = Instant::now() + RECEIVE_SPIN;
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let received = catch_quietly(|| self.responses.try_recv_timeout(remaining))
+            let now = Instant::now();
+            let wait = if now < spin_until {
+                Duration::ZERO
+            } else {
+                deadline.saturating_duration_since(now)
+            };
+            if wait.is_zero() && now < spin_until {
+                std::thread::yield_now();
+            }
+            let received = catch_quietly(|| self.responses.try_recv_timeout(wait))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
                 Ok(response) if response.id == id => return Ok(response.body),
@@ -129,18 +144,15 @@ impl Worker {
     /// the process group is SIGKILLed (helpers the worker started go with it) and the worker is
     /// reaped.
     pub(crate) fn wait_or_kill(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = deadline_after(timeout);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    signal_group(self.pid, Signal::KILL);
-                    return Some(status);
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(500));
-                }
-                _ => return self.kill(),
+        if let Ok(None) = self.child.try_wait() {
+            wait_for_exit(self.pid, timeout);
+        }
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                signal_group(self.pid, Signal::KILL);
+                Some(status)
             }
+            _ => self.kill(),
         }
     }
 
@@ -159,6 +171,39 @@ impl Worker {
             .map(|t| t.text(TAIL_GRACE))
             .unwrap_or_default()
     }
+}
+
+/// Waits up to `timeout` for the process `raw` (our unreaped child) to exit, without reaping it:
+/// a pidfd becomes readable at the exit, so this wakes at once instead of polling. Where pidfds
+/// are unavailable (Linux before 5.3), it polls every 200 µs.
+fn wait_for_exit(raw: u32, timeout: Duration) {
+    let deadline = deadline_after(timeout);
+    if let Some(pidfd) = pid(raw).and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
+    {
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timespec = Timespec {
+                tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
+                tv_nsec: left.subsec_nanos().into(),
+            };
+            match rustix::event::poll(&mut fds, Some(&timespec)) {
+                Err(rustix::io::Errno::INTR) => continue,
+                _ => return,
+            }
+        }
+    }
+    while Instant::now() < deadline && is_running(raw) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Whether `/proc` shows `raw` neither gone nor a zombie.
+fn is_running(raw: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{raw}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// SIGKILLs the process group led by `child` and reaps `child`.
