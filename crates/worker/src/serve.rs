@@ -2,7 +2,9 @@
 
 use std::panic::{self, AssertUnwindSafe};
 
-use ipc_channel::IpcError;
+use std::time::{Duration, Instant};
+
+use ipc_channel::{IpcError, TryRecvError};
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Request, RequestBody,
@@ -26,7 +28,7 @@ pub fn serve(
     registry: &mut Registry,
 ) -> Result<(), WorkerError> {
     loop {
-        let request = match requests.recv() {
+        let request = match next_request(requests) {
             Ok(request) => request,
             // The parent dropped its sender: it is shutting down or gone.
             Err(IpcError::Disconnected) => return Ok(()),
@@ -59,6 +61,24 @@ pub fn serve(
                 detail: e.to_string(),
             })?;
     }
+}
+
+/// How long the worker looks for its next request without sleeping, after each answer.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// The next request. A parent that sends requests back to back usually sends the next one
+/// within microseconds of an answer; looking for it a moment before sleeping spares the cost of
+/// waking this process, which is 50-90 µs across CPUs on some VMs.
+fn next_request(requests: &IpcReceiver<Request>) -> Result<Request, IpcError> {
+    let start = Instant::now();
+    while start.elapsed() < SPIN {
+        match requests.try_recv_timeout(Duration::ZERO) {
+            Ok(request) => return Ok(request),
+            Err(TryRecvError::Empty) => std::thread::yield_now(),
+            Err(TryRecvError::IpcError(e)) => return Err(e),
+        }
+    }
+    requests.recv()
 }
 
 /// Runs `request` on its backend, turning a panic into [`BenchError::Panic`].
