@@ -121,3 +121,57 @@ fn failed_handshakes_leave_no_accept_threads_or_socket_files() {
     assert_eq!(socket_files(), sockets_before, "socket files left behind");
     assert!(open_fds() <= fds_before + 2);
 }
+
+/// Memory-backed files (`memfd:` links) among this process's descriptors.
+fn memfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|fds| {
+            fds.filter_map(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("/memfd:"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let executor = tunebox_pool::PoolExecutor::builder()
+        .max_workers(2)
+        .timeout(LONG)
+        .process_config(config())
+        .build()
+        .unwrap();
+    let mut buffer = tunebox_protocol::SharedBuffer::new(64 * 1024).unwrap();
+    buffer.get_mut().unwrap().fill(7);
+    let task = || {
+        let mut request = diag(DiagnosticTask::Checksum);
+        request.tensors.push(tunebox_protocol::TensorSpec {
+            name: "in".into(),
+            dtype: tunebox_protocol::DType::U8,
+            shape: vec![buffer.len() as u64],
+            init: tunebox_protocol::Init::Data(buffer.share()),
+            output: false,
+            reset: false,
+        });
+        request
+    };
+    // Warm up, then count.
+    for result in executor.map_with_error_catching((0..100).map(|_| task())) {
+        assert!(result.value.is_some());
+    }
+    let (fds_before, memfds_before) = (open_fds(), memfds());
+    for result in executor.map_with_error_catching((0..20_000).map(|_| task())) {
+        assert!(result.value.is_some(), "{:?}", result.error);
+    }
+    let (fds_after, memfds_after) = (open_fds(), memfds());
+    assert!(
+        fds_after <= fds_before + 4,
+        "descriptors: {fds_before} before, {fds_after} after 20,000 tasks"
+    );
+    assert!(
+        memfds_after <= memfds_before + 4,
+        "memfds: {memfds_before} before, {memfds_after} after 20,000 tasks"
+    );
+}

@@ -4,4 +4,5 @@
 mod executor;
 mod pool;
 mod process;
+mod shared;
 mod util;

@@ -62,6 +62,7 @@ pub(crate) fn c_request(source: &str, entry: &str, offset: &str) -> BenchmarkReq
         shape: vec![n],
         init,
         output,
+        reset: false,
     };
     BenchmarkRequest {
         kernel: Kernel::C(CKernel {

@@ -26,6 +26,17 @@ pub trait Runner {
     /// A backend error; it ends the measurement.
     fn flush(&mut self) -> Result<(), BenchError>;
 
+    /// Puts back what a call may have changed and must not (inputs the kernel writes, tensors
+    /// reset before every call), outside the timed window. Called before every call. The
+    /// default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn restore(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
+
     /// Runs the kernel once and returns its duration in ms. The default times [`Runner::run`]
     /// with the monotonic clock; a GPU backend overrides it with device events.
     ///
@@ -44,6 +55,9 @@ pub trait Runner {
 const FLUSH_WALL_FACTOR: f64 = 10.0;
 
 /// Times `runner` as triton's `do_bench` does, and summarizes the reps.
+///
+/// Before every call, [`Runner::restore`] puts back what the kernel may not keep (outside the
+/// timed window).
 ///
 /// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean time as measured by
 ///    [`Runner::run_timed`], and `flush_ms` the mean time of a flush.
@@ -79,6 +93,7 @@ pub fn do_bench<R: Runner + ?Sized>(
 
     let (mut kernel_ms, mut flush_ms) = (0.0, 0.0);
     for _ in 0..ESTIMATE_RUNS {
+        runner.restore()?;
         flush_ms += flush(runner)?;
         kernel_ms += runner.run_timed()?;
     }
@@ -102,10 +117,12 @@ pub fn do_bench<R: Runner + ?Sized>(
     );
 
     for _ in 0..warmup_reps {
+        runner.restore()?;
         runner.run()?;
     }
     let mut samples = Vec::with_capacity(reps as usize);
     for _ in 0..reps {
+        runner.restore()?;
         flush(runner)?;
         samples.push(runner.run_timed()?);
     }

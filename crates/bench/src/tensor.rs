@@ -18,6 +18,7 @@ pub struct HostTensor {
     name: String,
     dtype: DType,
     shape: Vec<u64>,
+    init: Init,
     ptr: NonNull<u8>,
     len: usize,
     layout: Layout,
@@ -52,15 +53,32 @@ impl HostTensor {
                 spec.name
             ),
         })?;
+        if let Init::Data(data) = &spec.init
+            && data.len() != len
+        {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "tensor `{}`: its data has {} bytes, but {} × {:?} needs {len}",
+                    spec.name,
+                    data.len(),
+                    spec.dtype.name(),
+                    spec.shape
+                ),
+            });
+        }
         let mut tensor = HostTensor {
             name: spec.name.clone(),
             dtype: spec.dtype,
             shape: spec.shape.clone(),
+            init: spec.init.clone(),
             ptr,
             len,
             layout,
         };
-        tensor.fill(spec.init);
+        // The allocation is zeroed already; writing zeros again would only fault in every page.
+        if !matches!(tensor.init, Init::Zeros) {
+            tensor.reset();
+        }
         Ok(tensor)
     }
 
@@ -120,27 +138,48 @@ impl HostTensor {
         })
     }
 
-    fn fill(&mut self, init: Init) {
-        let dtype = self.dtype;
-        let bytes = self.bytes_mut();
-        match init {
-            Init::Zeros => {} // allocated zeroed
-            Init::Ones => match dtype {
-                DType::F32 => fill_elements(bytes, || 1f32.to_ne_bytes()),
-                DType::F64 => fill_elements(bytes, || 1f64.to_ne_bytes()),
-                DType::I32 => fill_elements(bytes, || 1i32.to_ne_bytes()),
-                DType::I64 => fill_elements(bytes, || 1i64.to_ne_bytes()),
-                DType::U8 => bytes.fill(1),
-            },
-            Init::Random { seed } => {
-                let mut rng = fastrand::Rng::with_seed(seed);
-                match dtype {
-                    DType::F32 => fill_elements(bytes, || (rng.f32() * 2.0 - 1.0).to_ne_bytes()),
-                    DType::F64 => fill_elements(bytes, || (rng.f64() * 2.0 - 1.0).to_ne_bytes()),
-                    DType::I32 => fill_elements(bytes, || rng.i32(-100..100).to_ne_bytes()),
-                    DType::I64 => fill_elements(bytes, || rng.i64(-100..100).to_ne_bytes()),
-                    DType::U8 => fill_elements(bytes, || [rng.u8(..)]),
-                }
+    /// Writes the spec's initial contents again (for `reset` tensors and restored inputs).
+    pub fn reset(&mut self) {
+        let init = std::mem::replace(&mut self.init, Init::Zeros);
+        fill(self.dtype, &init, self.bytes_mut());
+        self.init = init;
+    }
+
+    /// Whether the contents still equal the spec's initial contents (to detect a kernel that
+    /// writes an input). Costs one pass over the tensor (and a regeneration for random ones).
+    pub fn is_pristine(&self) -> bool {
+        match &self.init {
+            Init::Zeros => self.bytes().iter().all(|&b| b == 0),
+            Init::Data(data) => **data == *self.bytes(),
+            init => {
+                let mut fresh = vec![0u8; self.len];
+                fill(self.dtype, init, &mut fresh);
+                fresh == self.bytes()
+            }
+        }
+    }
+}
+
+/// Writes `init`'s contents for `dtype` elements into `bytes`.
+fn fill(dtype: DType, init: &Init, bytes: &mut [u8]) {
+    match *init {
+        Init::Zeros => bytes.fill(0),
+        Init::Data(ref data) => bytes.copy_from_slice(data),
+        Init::Ones => match dtype {
+            DType::F32 => fill_elements(bytes, || 1f32.to_ne_bytes()),
+            DType::F64 => fill_elements(bytes, || 1f64.to_ne_bytes()),
+            DType::I32 => fill_elements(bytes, || 1i32.to_ne_bytes()),
+            DType::I64 => fill_elements(bytes, || 1i64.to_ne_bytes()),
+            DType::U8 => bytes.fill(1),
+        },
+        Init::Random { seed } => {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            match dtype {
+                DType::F32 => fill_elements(bytes, || (rng.f32() * 2.0 - 1.0).to_ne_bytes()),
+                DType::F64 => fill_elements(bytes, || (rng.f64() * 2.0 - 1.0).to_ne_bytes()),
+                DType::I32 => fill_elements(bytes, || rng.i32(-100..100).to_ne_bytes()),
+                DType::I64 => fill_elements(bytes, || rng.i64(-100..100).to_ne_bytes()),
+                DType::U8 => fill_elements(bytes, || [rng.u8(..)]),
             }
         }
     }
@@ -206,6 +245,7 @@ mod tests {
             shape: shape.to_vec(),
             init,
             output: false,
+            reset: false,
         }
     }
 
@@ -232,6 +272,41 @@ mod tests {
             let v = f64::from_ne_bytes(chunk.try_into().unwrap());
             assert!((-1.0..1.0).contains(&v), "{v}");
         }
+    }
+
+    #[test]
+    fn data_init_copies_the_callers_bytes_and_checks_the_size() {
+        let mut buffer = tunebox_protocol::SharedBuffer::new(8).unwrap();
+        buffer
+            .get_mut()
+            .unwrap()
+            .copy_from_slice(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        let mut t =
+            HostTensor::allocate(&spec(DType::I32, &[2], Init::Data(buffer.share()))).unwrap();
+        assert_eq!(t.bytes(), &[1, 0, 0, 0, 2, 0, 0, 0]);
+        assert!(t.is_pristine());
+        t.bytes_mut()[0] = 9;
+        assert!(!t.is_pristine());
+        t.reset();
+        assert!(t.is_pristine());
+        let err =
+            HostTensor::allocate(&spec(DType::I32, &[3], Init::Data(buffer.share()))).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("has 8 bytes, but i32 × [3] needs 12"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn random_tensors_know_when_they_were_written() {
+        let mut t =
+            HostTensor::allocate(&spec(DType::F32, &[64], Init::Random { seed: 3 })).unwrap();
+        assert!(t.is_pristine());
+        t.bytes_mut()[5] ^= 1;
+        assert!(!t.is_pristine());
+        t.reset();
+        assert!(t.is_pristine());
     }
 
     #[test]

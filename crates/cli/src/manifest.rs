@@ -352,6 +352,7 @@ fn tensor(index: usize, raw: RawTensor, seed: u64) -> Result<TensorSpec> {
         shape,
         init,
         output: raw.output,
+        reset: false,
     };
     ensure!(
         spec.byte_len().is_some(),

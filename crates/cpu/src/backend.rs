@@ -92,31 +92,59 @@ impl Backend for CpuBackend {
         };
         let mut runner = CpuRunner {
             library: &library,
-            tensors: &pointers,
+            pointers: &pointers,
             scalars: &scalars,
+            tensors: &mut tensors,
+            restore: request
+                .tensors
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| spec.reset)
+                .map(|(i, _)| i)
+                .collect(),
             flusher,
         };
 
+        // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         runner.run()?;
-        let outputs = output_data(request, &tensors)?;
+        let outputs = output_data(request, runner.tensors)?;
+        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
+        let mutated: Vec<usize> = request
+            .tensors
+            .iter()
+            .zip(runner.tensors.iter())
+            .enumerate()
+            .filter(|(_, (spec, tensor))| !spec.output && !spec.reset && !tensor.is_pristine())
+            .map(|(i, _)| i)
+            .collect();
+        let mutated_inputs = mutated
+            .iter()
+            .map(|&i| request.tensors[i].name.clone())
+            .collect();
+        runner.restore.extend(mutated);
+
         let stats = do_bench(&mut runner, &request.timing)?;
+
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();
         if !outputs.is_empty() {
-            for (spec, tensor) in request.tensors.iter().zip(tensors.iter_mut()) {
-                if spec.output {
+            runner.restore()?;
+            for (spec, tensor) in request.tensors.iter().zip(runner.tensors.iter_mut()) {
+                if spec.output && !spec.reset {
                     tensor.poison();
                 }
             }
             runner.run()?;
-            outputs_after_reps = output_data(request, &tensors)?;
+            outputs_after_reps = output_data(request, runner.tensors)?;
         }
+        drop(runner);
         // Unload now: no library handle outlives its request.
         drop(library);
         Ok(BenchmarkResult {
             stats,
             outputs,
             outputs_after_reps,
+            mutated_inputs,
         })
     }
 }
@@ -172,22 +200,35 @@ impl KernelLibrary {
 /// One request's kernel, bound to its arguments, as [`do_bench`] drives it.
 struct CpuRunner<'a> {
     library: &'a KernelLibrary,
-    /// One pointer per tensor, in the order of the request (and of the compiled signature).
-    tensors: &'a [*mut c_void],
+    /// One pointer per tensor (the allocations' own pointers), in the order of the request and
+    /// of the compiled signature.
+    pointers: &'a [*mut c_void],
     /// The scalars, in order.
     scalars: &'a [i64],
+    /// The tensors behind `pointers`, to restore between calls.
+    tensors: &'a mut [HostTensor],
+    /// Indices of the tensors re-initialized before every call.
+    restore: Vec<usize>,
     flusher: Option<&'a mut CacheFlusher>,
 }
 
 impl Runner for CpuRunner<'_> {
     fn run(&mut self) -> Result<(), BenchError> {
         // SAFETY: the library was compiled for `Signature::of(request)` (the signature is part of
-        // its cache key), so the trampoline reads exactly `tensors.len()` pointers and
-        // `scalars.len()` scalars, both arrays live for `'a`. Each pointer is the buffer of a live
-        // `HostTensor` of at least the spec's byte length, and no Rust reference to those buffers
-        // exists during the call. What the kernel does with them is the kernel's own behaviour;
+        // its cache key), so the trampoline reads exactly `pointers.len()` pointers and
+        // `scalars.len()` scalars, both arrays live for `'a`. Each pointer is the allocation
+        // pointer of a live `HostTensor` (`self.tensors`, borrowed for `'a`) of at least the
+        // spec's byte length, and no Rust reference to those buffers exists during the call
+        // (`restore` and `poison` borrow them only between calls). What the kernel does with them is the kernel's own behaviour;
         // the worker process is the isolation boundary for it.
-        unsafe { (self.library.trampoline)(self.tensors.as_ptr(), self.scalars.as_ptr()) };
+        unsafe { (self.library.trampoline)(self.pointers.as_ptr(), self.scalars.as_ptr()) };
+        Ok(())
+    }
+
+    fn restore(&mut self) -> Result<(), BenchError> {
+        for &i in &self.restore {
+            self.tensors[i].reset();
+        }
         Ok(())
     }
 

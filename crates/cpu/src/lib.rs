@@ -40,6 +40,7 @@
 //!     shape: vec![4],
 //!     init,
 //!     output,
+//!     reset: false,
 //! };
 //! let request = BenchmarkRequest {
 //!     kernel: Kernel::C(kernel),

@@ -39,6 +39,7 @@ fn tensor(name: &str, dtype: DType, len: u64, init: Init, output: bool) -> Tenso
         shape: vec![len],
         init,
         output,
+        reset: false,
     }
 }
 

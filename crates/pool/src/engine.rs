@@ -283,7 +283,9 @@ impl Engine {
             timeout: timeout.unwrap_or(self.shared.timeout),
             completion: completion.clone(),
         });
-        self.shared.queued.store(state.queue.len(), Ordering::Release);
+        self.shared
+            .queued
+            .store(state.queue.len(), Ordering::Release);
         drop(state);
         self.shared.work.notify_one();
         Ok(completion)

@@ -73,6 +73,16 @@ pub enum ProcessError {
         /// The limit.
         limit: usize,
     },
+    /// The request carries more shared-memory buffers than one message can pass (each is a file
+    /// descriptor); nothing was sent.
+    #[error(
+        "the request carries more shared buffers than one message can pass (at most {limit}); \
+         pack several tensors into one buffer or split the request"
+    )]
+    TooManyBuffers {
+        /// The most one request may carry.
+        limit: usize,
+    },
     /// The worker did not take a request within the send timeout (it stopped reading); it was
     /// killed.
     #[error("the worker did not accept the request within {after:?}; it was killed")]

@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
-    BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, Request, RequestBody, ResponseBody,
+    BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS, Request,
+    RequestBody, ResponseBody,
 };
 
 use crate::handshake;
@@ -94,7 +95,8 @@ impl TuningProcess {
     ///
     /// # Errors
     ///
-    /// [`ProcessError::RequestTooLarge`] before anything is sent; the start-up errors of
+    /// [`ProcessError::RequestTooLarge`] or [`ProcessError::TooManyBuffers`] before anything is
+    /// sent; the start-up errors of
     /// [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`] when the worker died
     /// before taking the request; [`ProcessError::SendTimeout`].
     pub fn put(&mut self, request: BenchmarkRequest) -> Result<(), ProcessError> {
@@ -103,6 +105,11 @@ impl TuningProcess {
             return Err(ProcessError::RequestTooLarge {
                 bytes: inline,
                 limit: MAX_INLINE_REQUEST_BYTES,
+            });
+        }
+        if request.shared_payloads() > MAX_SHARED_PAYLOADS {
+            return Err(ProcessError::TooManyBuffers {
+                limit: MAX_SHARED_PAYLOADS,
             });
         }
         self.send(

@@ -178,7 +178,8 @@ impl Worker {
 /// are unavailable (Linux before 5.3), it polls every 200 µs.
 fn wait_for_exit(raw: u32, timeout: Duration) {
     let deadline = deadline_after(timeout);
-    if let Some(pidfd) = pid(raw).and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
+    if let Some(pidfd) =
+        pid(raw).and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
     {
         let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
         loop {

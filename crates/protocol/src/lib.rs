@@ -35,6 +35,7 @@ mod error;
 mod message;
 mod request;
 mod result;
+mod shared;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use env::{PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
@@ -45,6 +46,7 @@ pub use request::{
     TimingConfig,
 };
 pub use result::{BenchmarkResult, TensorData, TimingStats};
+pub use shared::{SharedBuffer, SharedData, checksum};
 
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Bytes;
+use crate::{Bytes, SharedData};
 
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
@@ -29,6 +29,25 @@ impl BenchmarkRequest {
             scalars: Vec::new(),
             timing: TimingConfig::default(),
         }
+    }
+
+    /// How many shared-memory regions this request carries (each travels as a file
+    /// descriptor; one message carries at most
+    /// [`MAX_SHARED_PAYLOADS`](crate::MAX_SHARED_PAYLOADS)).
+    pub fn shared_payloads(&self) -> usize {
+        let data = self
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.init, Init::Data(_)))
+            .count();
+        let bytes = match &self.kernel {
+            Kernel::Diagnostic(DiagnosticTask::Echo { bytes })
+            | Kernel::Diagnostic(DiagnosticTask::Remember { bytes }) => {
+                usize::from(bytes.is_shared())
+            }
+            _ => 0,
+        };
+        data + bytes
     }
 
     /// Approximate size in bytes of the variable-length data this request carries inline (source
@@ -132,6 +151,12 @@ pub struct TensorSpec {
     pub init: Init,
     /// Whether the worker returns this tensor's contents after the first call, for verification.
     pub output: bool,
+    /// Re-initialize this tensor to its `init` contents before every call, outside the timed
+    /// window (triton's `restore_value` / `reset_to_zero`): for in-place kernels and kernels that
+    /// accumulate into their outputs. Inputs a kernel turns out to modify are restored before
+    /// every call without it.
+    #[serde(default)]
+    pub reset: bool,
 }
 
 impl TensorSpec {
@@ -193,7 +218,7 @@ impl DType {
 }
 
 /// Initial contents of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Init {
     /// All zero bytes.
     Zeros,
@@ -205,6 +230,9 @@ pub enum Init {
         /// Seed of the generator.
         seed: u64,
     },
+    /// The caller's bytes (native byte order, row-major), which must be exactly dtype × shape
+    /// long. The worker copies them into the tensor; the buffer itself is only read.
+    Data(SharedData),
 }
 
 /// A named integer argument, passed as `int64_t` after the tensors.
@@ -299,6 +327,11 @@ pub enum DiagnosticTask {
     /// Succeed, returning the bytes of the last [`DiagnosticTask::Remember`] in this worker
     /// process (empty if none) as a `u8` output tensor named `recall`.
     Recall,
+    /// Succeed, returning one `u64` checksum (the wrapping sum of the bytes read as
+    /// little-endian `u64` words, then the remaining bytes) per tensor initialized from
+    /// `Init::Data`, read straight from the shared mapping: a round trip that touches every page
+    /// of the caller's buffers without copying them.
+    Checksum,
     /// Succeed, returning the worker's pid as decimal text in a `u8` output tensor named `pid`.
     Pid,
     /// Fail with `BenchError::Failed` if the file `path` exists, else succeed: a task whose

@@ -17,6 +17,10 @@ pub struct BenchmarkResult {
     /// that does not overwrite its outputs completely on every call (accumulates into them, or
     /// stops writing after a few calls) shows here. Empty when the backend makes no such call.
     pub outputs_after_reps: Vec<TensorData>,
+    /// Inputs (tensors not marked `output`) the kernel wrote on its first call. Each was restored
+    /// to its initial contents before every later call, so the measurement is not corrupted; a
+    /// caller may still want to know.
+    pub mutated_inputs: Vec<String>,
 }
 
 /// Statistics over the timed reps of one measurement. All times in milliseconds.

@@ -2,16 +2,18 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_bench::{Backend, summarize};
+use tunebox_bench::{Backend, HostTensor, summarize};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, DType, DiagnosticTask, Kernel, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, DType, DiagnosticTask, Init, Kernel,
+    TensorData, checksum,
 };
 
 /// Runs [`DiagnosticTask`]s: each reproduces one way a real candidate succeeds or fails (sleeps,
 /// spins with signals blocked, hangs, aborts, segfaults, exits, panics, fails, echoes, floods its
 /// output), so that every path of the process and pool crates is tested without a compiler or GPU.
 ///
-/// A successful task's result has one rep whose time is the task's wall time.
+/// A successful task's result has one rep whose time is the task's wall time, and returns the
+/// request's tensors marked `output` as they were initialized (an identity kernel).
 #[derive(Debug, Default, Clone)]
 pub struct DiagnosticsBackend {
     /// What the last `Remember` kept.
@@ -33,19 +35,26 @@ impl Backend for DiagnosticsBackend {
             });
         };
         let start = Instant::now();
-        let outputs = match task {
+        let mut outputs = match task {
             DiagnosticTask::Remember { bytes } => {
                 self.remembered = bytes.clone();
                 Vec::new()
             }
             DiagnosticTask::Recall => vec![bytes_output("recall", self.remembered.clone())],
+            DiagnosticTask::Checksum => vec![checksums(request)?],
             other => run(other)?,
         };
+        // Tensors marked `output` come back as initialized: an identity kernel, for round trips
+        // of caller data.
+        for spec in request.tensors.iter().filter(|t| t.output) {
+            outputs.push(HostTensor::allocate(spec)?.to_data()?);
+        }
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(BenchmarkResult {
             stats: summarize(&[elapsed_ms], 0),
             outputs,
             outputs_after_reps: Vec::new(),
+            mutated_inputs: Vec::new(),
         })
     }
 }
@@ -98,11 +107,33 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
             write_raw(libc::STDOUT_FILENO, *stdout_bytes);
             write_raw(libc::STDERR_FILENO, *stderr_bytes);
         }
-        DiagnosticTask::Remember { .. } | DiagnosticTask::Recall => {
-            unreachable!("stateful tasks are handled by the backend")
+        DiagnosticTask::Remember { .. } | DiagnosticTask::Recall | DiagnosticTask::Checksum => {
+            unreachable!("tasks that need the backend or the request are handled by the backend")
         }
     }
     Ok(Vec::new())
+}
+
+/// One `u64` checksum per tensor initialized from caller data, read straight from the mapping.
+fn checksums(request: &BenchmarkRequest) -> Result<TensorData, BenchError> {
+    let sums: Vec<u8> = request
+        .tensors
+        .iter()
+        .filter_map(|t| match &t.init {
+            Init::Data(data) => Some(checksum(data)),
+            _ => None,
+        })
+        .flat_map(u64::to_ne_bytes)
+        .collect();
+    let count = sums.len() as u64 / 8;
+    Ok(TensorData {
+        name: "checksum".into(),
+        dtype: DType::I64,
+        shape: vec![count],
+        bytes: Bytes::from_vec(sums).map_err(|e| BenchError::Failed {
+            message: e.to_string(),
+        })?,
+    })
 }
 
 fn bytes_output(name: &str, bytes: Bytes) -> TensorData {

@@ -4,8 +4,8 @@ use std::panic::{self, AssertUnwindSafe};
 
 use std::time::{Duration, Instant};
 
-use ipc_channel::{IpcError, TryRecvError};
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
+use ipc_channel::{IpcError, TryRecvError};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Request, RequestBody,
     Response, ResponseBody,
