@@ -24,7 +24,9 @@ fn data_tensor(name: &str, buffer: &SharedBuffer, output: bool) -> TensorSpec {
 
 fn patterned(len: usize) -> SharedBuffer {
     // A 4 KiB pattern that is not a multiple of a word, so every offset differs.
-    let pattern: Vec<u8> = (0..4093u32).map(|i| (i.wrapping_mul(31) >> 3) as u8).collect();
+    let pattern: Vec<u8> = (0..4093u32)
+        .map(|i| (i.wrapping_mul(31) >> 3) as u8)
+        .collect();
     let mut buffer = SharedBuffer::new(len).unwrap();
     for chunk in buffer.get_mut().unwrap().chunks_mut(pattern.len()) {
         chunk.copy_from_slice(&pattern[..chunk.len()]);

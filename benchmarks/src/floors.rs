@@ -100,20 +100,6 @@ pub(crate) fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(31) >> 3) as u8).collect()
 }
 
-/// A checksum that reads every byte: the wrapping sum of the native-endian 64-bit words, plus
-/// the trailing bytes.
-pub(crate) fn checksum(bytes: &[u8]) -> u64 {
-    let mut words = bytes.chunks_exact(8);
-    let sum = words
-        .by_ref()
-        .map(|w| u64::from_ne_bytes(w.try_into().expect("chunks of 8")))
-        .fold(0u64, u64::wrapping_add);
-    words
-        .remainder()
-        .iter()
-        .fold(sum, |s, &b| s.wrapping_add(u64::from(b)))
-}
-
 /// memcpy of 256 MiB between two buffers whose pages are already mapped, in ms, with the
 /// bandwidth in the note.
 ///
@@ -143,20 +129,4 @@ pub(crate) fn memcpy_figure(setup: &Setup, source: &[u8]) -> Result<Figure> {
     )
     .note(format!("{gbps:.1} GB/s"))
     .samples(&samples))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn checksum_reads_every_byte() {
-        let mut bytes = pattern(1003);
-        let sum = checksum(&bytes);
-        bytes[1002] ^= 1;
-        assert_ne!(checksum(&bytes), sum, "the trailing bytes count");
-        bytes[1002] ^= 1;
-        bytes[0] ^= 0x80;
-        assert_ne!(checksum(&bytes), sum, "the words count");
-    }
 }

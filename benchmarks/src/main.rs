@@ -157,7 +157,7 @@ fn run(options: Options) -> Result<ExitCode> {
                 let memcpy = floors::memcpy_figure(&setup, &source)?;
                 let memcpy_ms = memcpy.summary.median;
                 figures.push(memcpy);
-                figures.extend(process_figs::big_echo(&setup, &source, memcpy_ms)?);
+                figures.extend(process_figs::big_transfers(&setup, &source, memcpy_ms)?);
             }
             "throughput" => figures.extend(pool_figs::throughput(&setup)?),
             "respawn" => figures.extend(pool_figs::crash_to_next(&setup)?),

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use tunebox_process::{Output, ProcessError, TuningProcess};
 use tunebox_protocol::{
-    BenchmarkRequest, Bytes, CKernel, DiagnosticTask, Kernel, Scalar, TimingConfig,
+    BenchmarkRequest, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar, SharedBuffer,
+    TensorSpec, TimingConfig, checksum,
 };
 
-use crate::floors::{self, BIG};
+use crate::floors::BIG;
 use crate::report::{Figure, Kind, Target, Unit};
 use crate::setup::{LONG, Setup, diag, ms, trivial};
 use crate::stats::{Summary, collect};
@@ -344,91 +345,137 @@ pub(crate) fn cpu_timing_overhead(setup: &Setup) -> Result<Figure> {
     )))
 }
 
-/// 256 MiB to the worker and back, as it exists today: `DiagnosticTask::Echo` with a payload in
-/// shared memory (`Bytes`), checksum of the returned bytes; plus the handoff of a payload made
-/// once and re-sent (a stand-in for issue 5's reusable `SharedBuffer`, which is not built yet).
+/// Large caller data through a reused [`SharedBuffer`] (issue 5): the round trip (handoff, the
+/// worker reading every page in place, its checksum back) and the handoff alone, for 16 and
+/// 256 MiB; and, for context, the cost of a fresh buffer per request.
 ///
 /// # Errors
 ///
-/// A worker fails, or the bytes come back changed.
-pub(crate) fn big_echo(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Result<Vec<Figure>> {
-    let n = setup.n(10, 3);
-    let expected = floors::checksum(source);
+/// A worker fails, or the checksum comes back wrong.
+pub(crate) fn big_transfers(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Result<Vec<Figure>> {
+    let n = setup.n(20, 5);
     let mut process = warm_process(setup)?;
-    let mut round_trip = |payload: Bytes, verify: bool| -> Result<f64> {
+    let mut figures = Vec::new();
+    for (len, label) in [(16 << 20, "16 MiB"), (BIG, "256 MiB")] {
+        let data = &source[..len];
+        let expected = checksum(data);
+        let buffer = SharedBuffer::from_slice(data).context("a shared buffer")?;
+        // `Checksum` reads the buffer in place; a trivial task carrying it is the handoff alone.
+        let mut round_trip = |buffer: &SharedBuffer| -> Result<f64> {
+            let start = Instant::now();
+            let result = process
+                .benchmark(request(DiagnosticTask::Checksum, buffer), LONG)
+                .context("checksum of a shared buffer")?;
+            let elapsed = ms(start.elapsed());
+            let bytes = &result.outputs.first().context("no checksum")?.bytes;
+            let sum = u64::from_ne_bytes(bytes[..8].try_into().context("a short checksum")?);
+            if sum != expected {
+                bail!("the worker read different bytes than were written");
+            }
+            Ok(elapsed)
+        };
+        eprintln!("bench: {label} round trip, reused SharedBuffer ({n})");
+        let trips = collect(1, n, || round_trip(&buffer))?;
+        eprintln!("bench: {label} handoff, reused SharedBuffer ({n})");
+        let handoffs = collect(1, n, || {
+            let start = Instant::now();
+            process
+                .benchmark(request(DiagnosticTask::Sleep { ms: 0 }, &buffer), LONG)
+                .context("handoff of a shared buffer")?;
+            Ok(ms(start.elapsed()))
+        })?;
+        let scale = len as f64 / BIG as f64;
+        let (trip_target, handoff_target) = if len == BIG {
+            (
+                Target::at_most(1.5 * memcpy_ms, "1.5× memcpy (issue 5)"),
+                Target::at_most(5.0, "issue 5"),
+            )
+        } else {
+            (
+                Target::at_most(1.5 * memcpy_ms * scale, "1.5× memcpy of 16 MiB (issue 5)"),
+                Target::at_most(5.0, "issue 5"),
+            )
+        };
+        figures.push(
+            Figure::from_samples(
+                if len == BIG {
+                    "big_roundtrip_reused"
+                } else {
+                    "mid_roundtrip_reused"
+                },
+                format!("{label} to worker and back (reused SharedBuffer, checksum back)"),
+                if len == BIG { Kind::Target } else { Kind::Info },
+                Unit::Millis,
+                &trips,
+            )?
+            .target(trip_target)
+            .anchors(if len == BIG {
+                "Inductor-style pipe 281 ms, TVM 765 ms"
+            } else {
+                ""
+            })
+            .note(format!(
+                "{label}: the handle crosses the socket, the worker reads every page in place \
+                 (DiagnosticTask::Checksum) and sends its checksum back; the buffer is reused"
+            )),
+        );
+        figures.push(
+            Figure::from_samples(
+                if len == BIG {
+                    "big_handoff_reused"
+                } else {
+                    "mid_handoff_reused"
+                },
+                format!("{label} handoff only (reused SharedBuffer)"),
+                if len == BIG { Kind::Target } else { Kind::Info },
+                Unit::Millis,
+                &handoffs,
+            )?
+            .target(handoff_target)
+            .note(format!(
+                "{label}: a trivial task carrying the buffer's handle, not reading it"
+            )),
+        );
+    }
+    eprintln!(
+        "bench: 256 MiB round trip, fresh SharedBuffer each time ({})",
+        setup.n(5, 2)
+    );
+    let fresh = collect(1, setup.n(5, 2), || {
         let start = Instant::now();
-        let result = process
-            .benchmark(diag(DiagnosticTask::Echo { bytes: payload }), LONG)
-            .context("echo of 256 MiB")?;
-        let returned = &result.outputs.first().context("no echo output")?.bytes;
-        if returned.len() != BIG {
-            bail!("{} bytes came back instead of {BIG}", returned.len());
-        }
-        if verify && floors::checksum(returned) != expected {
-            bail!("the bytes came back changed");
-        }
-        let elapsed = start.elapsed();
-        // Unmapping is left out of the figure.
-        drop(result);
-        Ok(ms(elapsed))
-    };
-
-    eprintln!("bench: 256 MiB echo, fresh payload + checksum ({n})");
-    let mut copies = Vec::new();
-    let fresh = collect(1, n, || {
-        let start = Instant::now();
-        let payload = Bytes::copy_from_slice(source).context("a 256 MiB payload")?;
-        let copy = ms(start.elapsed());
-        copies.push(copy);
-        Ok(copy + round_trip(payload, true)?)
+        let buffer = SharedBuffer::from_slice(source).context("a shared buffer")?;
+        process
+            .benchmark(request(DiagnosticTask::Checksum, &buffer), LONG)
+            .context("checksum of a fresh buffer")?;
+        Ok(ms(start.elapsed()))
     })?;
-    let copy = Summary::of(&copies[1..])?;
-    let reused = Bytes::copy_from_slice(source).context("a 256 MiB payload")?;
-    eprintln!("bench: 256 MiB echo, reused payload + checksum ({n})");
-    let reused_checked = collect(1, n, || round_trip(reused.clone(), true))?;
-    eprintln!("bench: 256 MiB echo, reused payload, handoff only ({n})");
-    let handoff = collect(1, n, || round_trip(reused.clone(), false))?;
-
-    let not_built = "the reusable SharedBuffer of issue 5 is not built yet";
-    Ok(vec![
+    figures.push(
         Figure::from_samples(
             "big_roundtrip_fresh",
-            "256 MiB to worker and back (fresh Bytes + checksum)",
-            Kind::Target,
+            "256 MiB round trip, fresh SharedBuffer each time",
+            Kind::Info,
             Unit::Millis,
             &fresh,
         )?
-        .target(Target::at_most(
-            1.5 * memcpy_ms,
-            "1.5× memcpy; defined for issue 5's SharedBuffer",
-        ))
-        .anchors("Inductor-style pipe 281 ms, TVM 765 ms")
-        .note(format!(
-            "{not_built}: measures what exists today, Bytes::copy_from_slice into a new \
-             shared-memory region (median {:.1} ms of the total), Echo, checksum of the returned \
-             mapping",
-            copy.median
-        )),
-        Figure::from_samples(
-            "big_roundtrip_reused",
-            "256 MiB round trip, reused payload + checksum",
-            Kind::Info,
-            Unit::Millis,
-            &reused_checked,
-        )?
-        .note(format!(
-            "{not_built}: one Bytes made once and cloned per request (dup + mmap, no copy); \
-             checksum of the returned mapping"
-        )),
-        Figure::from_samples(
-            "big_handoff_reused",
-            "256 MiB handoff only, reused payload",
-            Kind::Info,
-            Unit::Millis,
-            &handoff,
-        )?
-        .note(format!(
-            "{not_built}: as above without the checksum; issue 5's handoff target is < 5 ms"
-        )),
-    ])
+        .note(
+            "creating the region (a new memfd faulted in and filled) dominates: why buffers are \
+             meant to be reused"
+                .to_owned(),
+        ),
+    );
+    Ok(figures)
+}
+
+/// A diagnostic task carrying `buffer` as a `u8` tensor initialized from it (not an output).
+fn request(task: DiagnosticTask, buffer: &SharedBuffer) -> BenchmarkRequest {
+    let mut request = diag(task);
+    request.tensors.push(TensorSpec {
+        name: "data".into(),
+        dtype: DType::U8,
+        shape: vec![buffer.len() as u64],
+        init: Init::Data(buffer.share()),
+        output: false,
+        reset: false,
+    });
+    request
 }

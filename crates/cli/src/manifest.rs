@@ -7,7 +7,9 @@ use anyhow::{Context, Result, bail, ensure};
 use indexmap::IndexMap;
 use serde::Deserialize;
 use tunebox_pool::Tolerance;
-use tunebox_protocol::{DType, Init, Scalar, TensorSpec, TimingConfig};
+use tunebox_protocol::{
+    Bytes, DType, Init, Scalar, SharedBuffer, SharedData, TensorData, TensorSpec, TimingConfig,
+};
 
 use crate::space::{Choice, ParamValue, Restriction};
 
@@ -67,6 +69,8 @@ pub(crate) enum Reference {
     Choice(Choice),
     /// A separate source with the same signature.
     Source(KernelSource),
+    /// The expected outputs, read from files (the caller's answer).
+    Outputs(Vec<TensorData>),
 }
 
 #[derive(Deserialize)]
@@ -103,14 +107,12 @@ struct RawTensor {
     name: String,
     dtype: String,
     shape: Vec<i64>,
-    #[serde(default = "default_init")]
-    init: String,
+    /// `"random"` (default), `"zeros"`, `"ones"`, or `{ file = "path" }`.
+    init: Option<toml::Value>,
     #[serde(default)]
     output: bool,
-}
-
-fn default_init() -> String {
-    "random".into()
+    #[serde(default)]
+    reset: bool,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +147,7 @@ struct RawReference {
     source: Option<PathBuf>,
     entry: Option<String>,
     flags: Option<Vec<String>>,
+    outputs: Option<IndexMap<String, PathBuf>>,
 }
 
 impl Manifest {
@@ -187,7 +190,7 @@ impl Manifest {
             .tensors
             .into_iter()
             .enumerate()
-            .map(|(i, t)| tensor(i, t, seed))
+            .map(|(i, t)| tensor(i, t, seed, dir))
             .collect::<Result<Vec<_>>>()?;
         for (i, t) in tensors.iter().enumerate() {
             if let Some(first) = tensors[..i].iter().position(|u| u.name == t.name) {
@@ -316,7 +319,7 @@ impl KernelSource {
     }
 }
 
-fn tensor(index: usize, raw: RawTensor, seed: u64) -> Result<TensorSpec> {
+fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorSpec> {
     let field = format!("tensors[{index}]");
     ensure!(!raw.name.is_empty(), "{field}.name is empty");
     let dtype = DType::from_name(&raw.dtype).with_context(|| {
@@ -338,28 +341,77 @@ fn tensor(index: usize, raw: RawTensor, seed: u64) -> Result<TensorSpec> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let init = match raw.init.as_str() {
-        "random" => Init::Random {
-            seed: seed.wrapping_add(index as u64),
-        },
-        "zeros" => Init::Zeros,
-        "ones" => Init::Ones,
-        other => bail!("{field}.init = {other:?}: use \"random\", \"zeros\" or \"ones\""),
-    };
     let spec = TensorSpec {
         name: raw.name,
         dtype,
         shape,
-        init,
+        init: Init::Zeros,
         output: raw.output,
-        reset: false,
+        reset: raw.reset,
     };
+    let Some(bytes) = spec.byte_len() else {
+        bail!(
+            "{field}.shape = {:?}: the tensor would need more than 2^64 bytes",
+            spec.shape
+        );
+    };
+    let init = match &raw.init {
+        None => Init::Random {
+            seed: seed.wrapping_add(index as u64),
+        },
+        Some(toml::Value::String(name)) => match name.as_str() {
+            "random" => Init::Random {
+                seed: seed.wrapping_add(index as u64),
+            },
+            "zeros" => Init::Zeros,
+            "ones" => Init::Ones,
+            other => bail!(
+                "{field}.init = {other:?}: use \"random\", \"zeros\", \"ones\" or \
+                 {{ file = \"path\" }}"
+            ),
+        },
+        Some(toml::Value::Table(table))
+            if table.len() == 1 && table.get("file").is_some_and(toml::Value::is_str) =>
+        {
+            let file = table["file"].as_str().expect("checked above");
+            Init::Data(
+                read_data(&dir.join(file), bytes, &spec)
+                    .with_context(|| format!("{field}.init"))?,
+            )
+        }
+        Some(other) => bail!(
+            "{field}.init = {other}: use \"random\", \"zeros\", \"ones\" or {{ file = \"path\" }}"
+        ),
+    };
+    Ok(TensorSpec { init, ..spec })
+}
+
+/// Reads a tensor's contents from a raw binary file (native byte order, row-major) into shared
+/// memory, once: every choice's request then carries only a handle.
+fn read_data(path: &Path, bytes: u64, spec: &TensorSpec) -> Result<SharedData> {
+    let len = std::fs::metadata(path)
+        .with_context(|| {
+            format!(
+                "cannot read {} (paths are relative to the manifest)",
+                path.display()
+            )
+        })?
+        .len();
     ensure!(
-        spec.byte_len().is_some(),
-        "{field}.shape = {:?}: the tensor would need more than 2^64 bytes",
+        len == bytes,
+        "{} has {len} bytes, but {} × {:?} needs {bytes}",
+        path.display(),
+        spec.dtype.name(),
         spec.shape
     );
-    Ok(spec)
+    let len = usize::try_from(len).context("the file is too large for this machine")?;
+    let mut buffer = SharedBuffer::new(len)
+        .with_context(|| format!("cannot hold {} in shared memory", path.display()))?;
+    let contents = buffer.get_mut().expect("a new buffer has no other handle");
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, contents))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(buffer.share())
 }
 
 fn timing(raw: Option<RawTiming>) -> Result<TimingConfig> {
@@ -422,12 +474,21 @@ fn verify(
             source: None,
             entry: None,
             flags: None,
+            outputs: None,
         } => Reference::Choice(reference_choice(choice, params)?),
+        RawReference {
+            choice: None,
+            source: None,
+            entry: None,
+            flags: None,
+            outputs: Some(files),
+        } => Reference::Outputs(reference_outputs(&files, dir, tensors)?),
         RawReference {
             choice: None,
             source: Some(source),
             entry,
             flags,
+            outputs: None,
         } => Reference::Source(KernelSource::read(
             dir,
             &source,
@@ -437,14 +498,47 @@ fn verify(
             "verify.reference",
         )?),
         _ => bail!(
-            "verify.reference: give either `choice = {{ … }}` (a choice of this kernel) or \
-             `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel)"
+            "verify.reference: give one of `choice = {{ … }}` (a choice of this kernel), \
+             `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel), \
+             or `outputs = {{ NAME = \"file\", … }}` (the expected output of each output tensor)"
         ),
     };
     Ok(Verify {
         tolerance,
         reference,
     })
+}
+
+/// The expected contents of every output tensor, from raw binary files.
+fn reference_outputs(
+    files: &IndexMap<String, PathBuf>,
+    dir: &Path,
+    tensors: &[TensorSpec],
+) -> Result<Vec<TensorData>> {
+    for name in files.keys() {
+        ensure!(
+            tensors.iter().any(|t| t.output && &t.name == name),
+            "verify.reference.outputs.{name}: no tensor `{name}` has `output = true`"
+        );
+    }
+    tensors
+        .iter()
+        .filter(|t| t.output)
+        .map(|spec| {
+            let field = format!("verify.reference.outputs.{}", spec.name);
+            let file = files.get(&spec.name).with_context(|| {
+                format!("{field} is missing: give the expected contents of every output tensor")
+            })?;
+            let bytes = spec.byte_len().expect("checked when the tensor was read");
+            let data = read_data(&dir.join(file), bytes, spec).with_context(|| field.clone())?;
+            Ok(TensorData {
+                name: spec.name.clone(),
+                dtype: spec.dtype,
+                shape: spec.shape.clone(),
+                bytes: Bytes::copy_from_slice(&data).with_context(|| field.clone())?,
+            })
+        })
+        .collect()
 }
 
 fn reference_choice(
@@ -650,7 +744,7 @@ mod tests {
                 &format!(
                     "{KERNEL}[[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [1]\noutput = true\n[verify]\nreference = {{ }}\n"
                 ),
-                "give either `choice",
+                "give one of `choice",
             ),
             (
                 &format!(

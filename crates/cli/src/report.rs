@@ -159,6 +159,8 @@ struct JsonResult<'a> {
     max_abs_error: Option<f64>,
     max_rel_error: Option<f64>,
     mismatches: Option<u64>,
+    /// Inputs the kernel wrote (restored before every call).
+    mutated_inputs: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -199,6 +201,7 @@ pub(crate) fn write_json(report: &Report, path: &Path) -> Result<()> {
                     max_abs_error: v.and_then(|v| finite(v.max_abs_error())),
                     max_rel_error: v.and_then(|v| finite(v.max_rel_error())),
                     mismatches: v.map(|v| v.mismatches()),
+                    mutated_inputs: &r.mutated_inputs,
                 }
             })
             .collect(),

@@ -35,6 +35,8 @@ pub(crate) struct ChoiceResult {
     /// Why it failed (the full message), for every status but `ok`.
     pub(crate) error: Option<String>,
     pub(crate) verification: Option<Verification>,
+    /// Inputs the kernel wrote on its first call; restored before every later call.
+    pub(crate) mutated_inputs: Vec<String>,
 }
 
 /// The outcome of a tuning run, ranked.
@@ -98,12 +100,16 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         .iter()
         .map(|c| request(&manifest, &manifest.kernel, c))
         .collect();
-    let reference = manifest.verify.as_ref().map(|v| match &v.reference {
-        Reference::Choice(choice) => (choice.label(), request(&manifest, &manifest.kernel, choice)),
-        Reference::Source(source) => (
+    // A reference to run, unless the expected outputs were given as files.
+    let reference = manifest.verify.as_ref().and_then(|v| match &v.reference {
+        Reference::Choice(choice) => {
+            Some((choice.label(), request(&manifest, &manifest.kernel, choice)))
+        }
+        Reference::Source(source) => Some((
             format!("{} ({})", source.entry, source.source_name),
             request(&manifest, source, &Choice::new(Default::default())),
-        ),
+        )),
+        Reference::Outputs(_) => None,
     });
 
     // Compile everything in parallel first, so compile errors surface early and workers only
@@ -148,8 +154,8 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         .build()
         .context("could not start the workers")?;
 
-    let reference_outputs = match &reference {
-        Some((label, request)) => {
+    let reference_outputs = match (&reference, manifest.verify.as_ref().map(|v| &v.reference)) {
+        (Some((label, request)), _) => {
             progress.note(&format!("running the reference {label}…"));
             let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
             Some(
@@ -158,7 +164,8 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                     .outputs,
             )
         }
-        None => None,
+        (None, Some(Reference::Outputs(outputs))) => Some(outputs.clone()),
+        _ => None,
     };
 
     let runnable: Vec<usize> = (0..requests.len())
@@ -187,6 +194,7 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
                 stats: None,
                 error: Some(format!("{:#}", anyhow::Error::new(e))),
                 verification: None,
+                mutated_inputs: Vec::new(),
             },
             Ok(()) => {
                 let result = measured
@@ -299,6 +307,7 @@ fn judge(
             stats: None,
             error: Some(e.to_string()),
             verification: None,
+            mutated_inputs: Vec::new(),
         },
         Ok(measured) => {
             let verification = reference
@@ -340,6 +349,7 @@ fn judge(
                         if first.passed() { after } else { first }
                     },
                 ),
+                mutated_inputs: measured.mutated_inputs,
             }
         }
     }

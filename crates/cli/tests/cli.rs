@@ -357,3 +357,82 @@ fn bad_options_are_refused_before_any_work() {
         MANIFEST
     );
 }
+
+/// `y = 2x + 1` over caller data; SCRIBBLE also doubles `x` on every call.
+const FROM_FILES: &str = r#"#include <stdint.h>
+void scale(float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) { y[i] = 2.0f * x[i] + 1.0f; if (SCRIBBLE) x[i] *= 2.0f; }
+}
+"#;
+
+#[test]
+fn inputs_and_expected_outputs_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1000usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let y: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
+    std::fs::write(dir.path().join("x.bin"), bytes(&x)).unwrap();
+    std::fs::write(dir.path().join("y.bin"), bytes(&y)).unwrap();
+    std::fs::write(dir.path().join("scale.c"), FROM_FILES).unwrap();
+    let manifest = format!(
+        r#"
+[kernel]
+source = "scale.c"
+entry = "scale"
+flags = ["-O2"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [{n}]
+init = {{ file = "x.bin" }}
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [{n}]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = {n}
+[params]
+SCRIBBLE = [0, 1]
+[timing]
+warmup_ms = 1
+rep_ms = 5
+flush_cache = false
+[verify]
+rtol = 0
+atol = 0
+reference = {{ outputs = {{ y = "y.bin" }} }}
+"#
+    );
+    std::fs::write(dir.path().join("m.toml"), &manifest).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &["tune", "m.toml", "--json", "r.json", "--quiet"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    for result in json["results"].as_array().unwrap() {
+        // Both are right: the one that writes its input is restored before every call.
+        assert_eq!(result["status"], "ok", "{result}");
+        let scribbles = result["choice"]["SCRIBBLE"] == 1;
+        assert_eq!(
+            result["mutated_inputs"] == serde_json::json!(["x"]),
+            scribbles,
+            "{result}"
+        );
+    }
+    // A file of the wrong size is named with the size it needs.
+    std::fs::write(dir.path().join("x.bin"), [0u8; 12]).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("tensors[0].init"), "{stderr}");
+    assert!(
+        stderr.contains("has 12 bytes, but f32 × [1000] needs 4000"),
+        "{stderr}"
+    );
+}
