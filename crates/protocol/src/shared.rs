@@ -4,6 +4,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ipc_channel::ipc::IpcSharedMemory;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -31,7 +32,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// ```
 pub struct SharedBuffer {
     memory: Arc<IpcSharedMemory>,
+    id: u64,
 }
+
+/// Source of [`SharedBuffer`] ids, unique within a process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl SharedBuffer {
     /// A zero-filled region of `len` bytes (zero-length buffers work and use no memory).
@@ -82,6 +87,7 @@ impl SharedBuffer {
     pub fn share(&self) -> SharedData {
         SharedData {
             memory: self.memory.clone(),
+            id: self.id,
         }
     }
 }
@@ -93,10 +99,27 @@ impl fmt::Debug for SharedBuffer {
 }
 
 /// A read-only handle to a [`SharedBuffer`]'s contents, as requests carry it. Reads as a
-/// `&[u8]`; crosses the process boundary as a file descriptor.
-#[derive(Clone, PartialEq)]
+/// `&[u8]`; crosses the process boundary as a file descriptor, with the buffer's id so that a
+/// worker can keep using the mapping it already has for the same buffer (no page faults on
+/// reuse).
+#[derive(Clone)]
 pub struct SharedData {
     memory: Arc<IpcSharedMemory>,
+    id: u64,
+}
+
+impl SharedData {
+    /// The id of the buffer this handle shares, unique among the buffers of the process that
+    /// created it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl PartialEq for SharedData {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
 }
 
 impl Deref for SharedData {
@@ -115,14 +138,15 @@ impl fmt::Debug for SharedData {
 
 impl Serialize for SharedData {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.memory.serialize(serializer)
+        (self.id, &*self.memory).serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for SharedData {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        IpcSharedMemory::deserialize(deserializer).map(|memory| SharedData {
+        <(u64, IpcSharedMemory)>::deserialize(deserializer).map(|(id, memory)| SharedData {
             memory: Arc::new(memory),
+            id,
         })
     }
 }
@@ -147,6 +171,7 @@ fn create(len: usize, make: impl FnOnce() -> IpcSharedMemory) -> std::io::Result
     panic::catch_unwind(AssertUnwindSafe(make))
         .map(|memory| SharedBuffer {
             memory: Arc::new(memory),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
         .map_err(|_| {
             std::io::Error::other(format!(

@@ -39,6 +39,7 @@
 mod bootstrap;
 mod diagnostics;
 mod error;
+mod mappings;
 mod registry;
 mod serve;
 

@@ -11,6 +11,7 @@ use tunebox_protocol::{
     Response, ResponseBody,
 };
 
+use crate::mappings::Mappings;
 use crate::{Registry, WorkerError};
 
 /// Serves requests until `Shutdown` arrives or the parent's end of `requests` closes.
@@ -27,6 +28,7 @@ pub fn serve(
     responses: &IpcSender<Response>,
     registry: &mut Registry,
 ) -> Result<(), WorkerError> {
+    let mut mappings = Mappings::default();
     loop {
         let request = match next_request(requests) {
             Ok(request) => request,
@@ -41,7 +43,8 @@ pub fn serve(
         };
         let body = match request.body {
             RequestBody::Ping => ResponseBody::Pong,
-            RequestBody::Benchmark(benchmark) => {
+            RequestBody::Benchmark(mut benchmark) => {
+                mappings.intern(&mut benchmark);
                 log::debug!(
                     "request {}: {} kernel",
                     request.id,
