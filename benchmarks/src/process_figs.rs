@@ -311,6 +311,7 @@ fn spin_request() -> BenchmarkRequest {
             min_reps: 10,
             max_reps: 1000,
             flush_cache: false,
+            ..TimingConfig::default()
         },
     }
 }

@@ -1,6 +1,6 @@
 //! The interface between a worker and the code that measures one kind of kernel.
 
-use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult};
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, DeviceInfo};
 
 /// Measures requests of one kind (`cpu`, `diagnostics`, …) inside a worker.
 ///
@@ -18,4 +18,25 @@ pub trait Backend {
     /// A [`BenchError`] when the request is invalid, does not compile or load, or the measurement
     /// fails; the worker lives on and answers the next request.
     fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError>;
+
+    /// Does everything [`Backend::benchmark`] would before measuring (compile into the cache,
+    /// load, check the launch), so that compiles can be spread over a pool's workers ahead of the
+    /// measurements. The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::benchmark`].
+    fn prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
+        let _ = request;
+        Ok(())
+    }
+
+    /// The devices this backend can run on (GPUs); empty for backends without devices.
+    ///
+    /// # Errors
+    ///
+    /// Why the backend cannot see its devices (no driver, …).
+    fn devices(&mut self) -> Result<Vec<DeviceInfo>, BenchError> {
+        Ok(Vec::new())
+    }
 }

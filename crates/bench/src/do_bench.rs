@@ -37,6 +37,21 @@ pub trait Runner {
         Ok(())
     }
 
+    /// Runs the kernel `calls` times back to back and returns the total duration in ms (hot
+    /// mode). The default times `calls` [`Runner::run`]s with the monotonic clock; a GPU backend
+    /// records one pair of events around the launches.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn run_batch_timed(&mut self, calls: u32) -> Result<f64, BenchError> {
+        let start = Instant::now();
+        for _ in 0..calls {
+            self.run()?;
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
+
     /// Runs the kernel once and returns its duration in ms. The default times [`Runner::run`]
     /// with the monotonic clock; a GPU backend overrides it with device events.
     ///
@@ -49,6 +64,11 @@ pub trait Runner {
         Ok(start.elapsed().as_secs_f64() * 1e3)
     }
 }
+
+/// In hot mode, a timed batch of back-to-back calls lasts about this long (ms).
+const HOT_BATCH_MS: f64 = 1.0;
+/// Most calls in one hot batch.
+const MAX_HOT_BATCH: u32 = 10_000;
 
 /// The flushes of the timed reps may make a measurement take at most this many times
 /// `rep_ms` of wall time.
@@ -65,6 +85,12 @@ const FLUSH_WALL_FACTOR: f64 = 10.0;
 /// 3. Reps: `rep_ms / estimate_ms` runs clamped to `[min_reps, max_reps]`, each preceded by a
 ///    flush outside the timed window (when `config.flush_cache`), each timed by
 ///    [`Runner::run_timed`].
+///
+/// In hot mode (`config.hot`), each timed sample is a batch of back-to-back calls lasting about
+/// 1 ms ([`Runner::run_batch_timed`]), without a flush, divided by its size. With
+/// `config.max_noise`, sampling stops once `min_reps` are done and the relative standard
+/// deviation is at most `max_noise`, or after `max_time_ms` (nvbench's criterion); the stats say
+/// which (`stopped`).
 ///
 /// One difference from triton: its estimate includes the cache flush, which on a GPU costs
 /// microseconds. A CPU flush (writing twice the last-level cache) costs milliseconds and would
@@ -120,13 +146,73 @@ pub fn do_bench<R: Runner + ?Sized>(
         runner.restore()?;
         runner.run()?;
     }
-    let mut samples = Vec::with_capacity(reps as usize);
-    for _ in 0..reps {
-        runner.restore()?;
-        flush(runner)?;
-        samples.push(runner.run_timed()?);
+
+    // Hot mode: each sample is a batch of back-to-back calls, long enough to hide the cost of
+    // timing it, divided by its size; no flush.
+    let batch = if config.hot {
+        count(HOT_BATCH_MS, estimate_ms, 1, MAX_HOT_BATCH)
+    } else {
+        1
+    };
+    if config.hot {
+        reps = count(
+            config.rep_ms,
+            estimate_ms * f64::from(batch),
+            config.min_reps,
+            config.max_reps,
+        );
     }
-    Ok(summarize(&samples, warmup_reps))
+    let time_limit_ms = config
+        .max_noise
+        .map(|_| config.max_time_ms.unwrap_or(1000.0));
+    let started = Instant::now();
+    let mut samples = Vec::with_capacity(reps as usize);
+    let mut stopped = "reps";
+    loop {
+        runner.restore()?;
+        if config.hot {
+            samples.push(runner.run_batch_timed(batch)? / f64::from(batch));
+        } else {
+            flush(runner)?;
+            samples.push(runner.run_timed()?);
+        }
+        let done = samples.len() as u32;
+        if done >= config.max_reps {
+            break;
+        }
+        match (config.max_noise, time_limit_ms) {
+            (Some(max_noise), Some(limit)) => {
+                if done >= config.min_reps && relative_stddev(&samples) <= max_noise {
+                    stopped = "noise";
+                    break;
+                }
+                if done >= config.min_reps && started.elapsed().as_secs_f64() * 1e3 >= limit {
+                    stopped = "time";
+                    break;
+                }
+            }
+            _ if done >= reps => break,
+            _ => {}
+        }
+    }
+    let mut stats = summarize(&samples, warmup_reps);
+    stats.stopped = stopped.into();
+    Ok(stats)
+}
+
+/// Standard deviation over mean of `samples` (0 for fewer than two).
+fn relative_stddev(samples: &[f64]) -> f64 {
+    let n = samples.len() as f64;
+    if samples.len() < 2 {
+        return 0.0;
+    }
+    let mean = samples.iter().sum::<f64>() / n;
+    let variance = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    if mean > 0.0 {
+        variance.sqrt() / mean
+    } else {
+        0.0
+    }
 }
 
 /// `budget_ms / estimate_ms`, clamped to `[min, max]`; `max` when the estimate is zero.
@@ -148,6 +234,18 @@ fn validate(config: &TimingConfig) -> Result<(), BenchError> {
                 "timing.{name} is {value}; it must be a finite number of ms, 0 or more"
             ));
         }
+    }
+    if let Some(noise) = config.max_noise
+        && !(noise.is_finite() && noise > 0.0)
+    {
+        return bad(format!(
+            "timing.max_noise is {noise}; it must be above 0, e.g. 0.005"
+        ));
+    }
+    if let Some(limit) = config.max_time_ms
+        && !(limit.is_finite() && limit > 0.0)
+    {
+        return bad(format!("timing.max_time_ms is {limit}; it must be above 0"));
     }
     if config.min_reps == 0 {
         return bad("timing.min_reps is 0; it must be at least 1".into());
@@ -245,6 +343,7 @@ mod tests {
             min_reps: 3,
             max_reps: 1000,
             flush_cache: true,
+            ..TimingConfig::default()
         };
         // Without a flush cost, 20 ms of a 0.5 ms kernel is 40 reps.
         let mut cheap = Costly {
@@ -260,6 +359,76 @@ mod tests {
         };
         let reps = do_bench(&mut flushed, &config).unwrap().reps;
         assert!((20..=36).contains(&reps), "{reps}");
+    }
+
+    #[test]
+    fn hot_mode_times_batches_and_divides() {
+        let mut runner = Costly {
+            kernel_ms: 0.01,
+            flush_ms: 0,
+        };
+        let config = TimingConfig {
+            hot: true,
+            min_reps: 3,
+            max_reps: 50,
+            rep_ms: 10.0,
+            ..TimingConfig::default()
+        };
+        let stats = do_bench(&mut runner, &config).unwrap();
+        assert_eq!(stats.stopped, "reps");
+        assert!((3..=50).contains(&stats.reps), "{}", stats.reps);
+    }
+
+    /// A runner whose reps cycle through fixed times.
+    struct Noisy {
+        times: Vec<f64>,
+        next: usize,
+    }
+
+    impl Runner for Noisy {
+        fn run(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+        fn run_timed(&mut self) -> Result<f64, BenchError> {
+            self.next += 1;
+            Ok(self.times[self.next % self.times.len()])
+        }
+    }
+
+    #[test]
+    fn noise_stopping_stops_early_when_quiet_and_at_the_time_limit_otherwise() {
+        let config = TimingConfig {
+            min_reps: 5,
+            max_reps: 100_000,
+            max_noise: Some(0.01),
+            max_time_ms: Some(50.0),
+            ..TimingConfig::default()
+        };
+        let mut quiet = Noisy {
+            times: vec![1.0],
+            next: 0,
+        };
+        let stats = do_bench(&mut quiet, &config).unwrap();
+        assert_eq!((stats.stopped.as_str(), stats.reps), ("noise", 5));
+        let mut noisy = Noisy {
+            times: vec![1.0, 2.0],
+            next: 0,
+        };
+        let stats = do_bench(&mut noisy, &config).unwrap();
+        assert_eq!(stats.stopped, "time");
+        let bad = TimingConfig {
+            max_noise: Some(0.0),
+            ..config
+        };
+        assert!(
+            do_bench(&mut quiet, &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("max_noise")
+        );
     }
 
     #[test]

@@ -288,7 +288,7 @@ fn request(manifest: &Manifest, source: &KernelSource, choice: &Choice) -> Bench
 fn precompile(request: &BenchmarkRequest, cache: &CacheDir) -> Result<(), CpuError> {
     match &request.kernel {
         Kernel::C(kernel) => tunebox_cpu::compile(kernel, &Signature::of(request), cache).map(drop),
-        Kernel::Diagnostic(_) => Ok(()),
+        Kernel::Cuda(_) | Kernel::Diagnostic(_) => Ok(()),
     }
 }
 

@@ -50,6 +50,7 @@ fn quick_timing() -> TimingConfig {
         min_reps: 3,
         max_reps: 20,
         flush_cache: true,
+        ..TimingConfig::default()
     }
 }
 

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
-    BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS, Request,
-    RequestBody, ResponseBody,
+    BenchError, BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS,
+    Probe, Request, RequestBody, ResponseBody,
 };
 
 use crate::handshake;
@@ -100,22 +100,9 @@ impl TuningProcess {
     /// [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`] when the worker died
     /// before taking the request; [`ProcessError::SendTimeout`].
     pub fn put(&mut self, request: BenchmarkRequest) -> Result<(), ProcessError> {
-        let inline = request.inline_bytes();
-        if inline > MAX_INLINE_REQUEST_BYTES {
-            return Err(ProcessError::RequestTooLarge {
-                bytes: inline,
-                limit: MAX_INLINE_REQUEST_BYTES,
-            });
-        }
-        if request.shared_payloads() > MAX_SHARED_PAYLOADS {
-            return Err(ProcessError::TooManyBuffers {
-                limit: MAX_SHARED_PAYLOADS,
-            });
-        }
-        self.send(
-            RequestBody::Benchmark(Box::new(request)),
-            inline > UNGUARDED_SEND_BYTES,
-        )?;
+        self.check_sendable(&request)?;
+        let large = request.inline_bytes() > UNGUARDED_SEND_BYTES;
+        self.send(RequestBody::Benchmark(Box::new(request)), large)?;
         if let Some(worker) = &mut self.worker {
             worker.uses += 1;
         }
@@ -137,11 +124,60 @@ impl TuningProcess {
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
         match self.receive(timeout)? {
-            ResponseBody::Benchmark(result) => result.map_err(ProcessError::Remote),
+            ResponseBody::Benchmark(result) => result.map_err(|e| self.remote(e)),
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
             }
         }
+    }
+
+    /// Does everything `benchmark` would before measuring (compile into the cache, load, check
+    /// the launch), as a worker's backend defines it: compiles spread over a pool's workers
+    /// ahead of the measurements.
+    ///
+    /// # Errors
+    ///
+    /// As [`benchmark`](TuningProcess::benchmark).
+    pub fn prepare(
+        &mut self,
+        request: BenchmarkRequest,
+        timeout: Duration,
+    ) -> Result<(), ProcessError> {
+        self.check_sendable(&request)?;
+        let large = request.inline_bytes() > UNGUARDED_SEND_BYTES;
+        self.send(RequestBody::Prepare(Box::new(request)), large)?;
+        match self.receive(timeout)? {
+            ResponseBody::Prepared(result) => result.map_err(|e| self.remote(e)),
+            other => {
+                Err(self.protocol_violation(format!("expected a prepare reply, got {other:?}")))
+            }
+        }
+    }
+
+    /// The worker's backends and the devices they see (`tunebox devices`, and how a GPU pool
+    /// counts the GPUs when `CUDA_VISIBLE_DEVICES` is unset). Starts the worker if needed.
+    ///
+    /// # Errors
+    ///
+    /// As [`ping`](TuningProcess::ping).
+    pub fn probe(&mut self, timeout: Duration) -> Result<Probe, ProcessError> {
+        self.send(RequestBody::Probe, false)?;
+        match self.receive(timeout)? {
+            ResponseBody::Probe(probe) => Ok(probe),
+            other => Err(self.protocol_violation(format!("expected a probe reply, got {other:?}"))),
+        }
+    }
+
+    /// A task error from the worker. One that ends the worker (a sticky device fault: it
+    /// answers, then exits) also reaps it now, so the next request starts a fresh one at once.
+    fn remote(&mut self, error: BenchError) -> ProcessError {
+        if error.ends_worker()
+            && let Some(mut worker) = self.take_worker()
+        {
+            worker.wait_or_kill(DEATH_GRACE);
+            self.pending = None;
+        }
+        ProcessError::Remote(error)
     }
 
     /// [`put`](TuningProcess::put) then [`get`](TuningProcess::get).
@@ -245,6 +281,23 @@ impl TuningProcess {
         } else {
             Err(self.crashed())
         }
+    }
+
+    /// Refuses, before anything is sent, a request no single message can carry.
+    fn check_sendable(&self, request: &BenchmarkRequest) -> Result<(), ProcessError> {
+        let inline = request.inline_bytes();
+        if inline > MAX_INLINE_REQUEST_BYTES {
+            return Err(ProcessError::RequestTooLarge {
+                bytes: inline,
+                limit: MAX_INLINE_REQUEST_BYTES,
+            });
+        }
+        if request.shared_payloads() > MAX_SHARED_PAYLOADS {
+            return Err(ProcessError::TooManyBuffers {
+                limit: MAX_SHARED_PAYLOADS,
+            });
+        }
+        Ok(())
     }
 
     /// A handle that kills the current (and any future) worker of this process from another

@@ -43,10 +43,51 @@ pub enum BenchError {
         /// The panic message.
         message: String,
     },
+    /// A library the backend loads at run time is missing (`libcuda.so.1`, …).
+    #[error("{library} could not be loaded: {detail}")]
+    DriverUnavailable {
+        /// The library.
+        library: String,
+        /// Why (the loader's message), and what to do.
+        detail: String,
+    },
+    /// The run-time compiler (NVRTC) is missing.
+    #[error("the CUDA compiler (NVRTC) is unavailable: {detail}")]
+    CompilerUnavailable {
+        /// Why, and what to do.
+        detail: String,
+    },
+    /// The launch configuration breaks a device limit; the worker lives.
+    #[error("invalid launch: {detail}")]
+    InvalidLaunch {
+        /// The violated limit, with the requested and allowed values.
+        detail: String,
+    },
+    /// The device reported an error running the kernel. A `sticky` one leaves the device context
+    /// unusable: the worker answers with it and exits, and the next request gets a new worker.
+    #[error("device error {code} ({name}): {message}{}", if *sticky { " (the context is lost; the worker restarts)" } else { "" })]
+    DeviceFault {
+        /// The CUDA error code (700 = illegal address, 710 = assert, …).
+        code: i32,
+        /// Its name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+        name: String,
+        /// The driver's description.
+        message: String,
+        /// Whether the context is lost.
+        sticky: bool,
+    },
     /// The backend failed for another reason (out of memory, I/O, …).
     #[error("{message}")]
     Failed {
         /// What failed.
         message: String,
     },
+}
+
+impl BenchError {
+    /// Whether the worker exits after answering with this error (a sticky device fault), so
+    /// that the next request runs in a fresh process.
+    pub fn ends_worker(&self) -> bool {
+        matches!(self, BenchError::DeviceFault { sticky: true, .. })
+    }
 }

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod bytes;
+mod cuda;
 mod env;
 mod error;
 mod message;
@@ -38,6 +39,7 @@ mod result;
 mod shared;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
+pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
 pub use env::{PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};

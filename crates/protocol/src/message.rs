@@ -3,7 +3,7 @@
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use serde::{Deserialize, Serialize};
 
-use crate::{BenchError, BenchmarkRequest, BenchmarkResult};
+use crate::{BenchError, BenchmarkRequest, BenchmarkResult, Probe};
 
 /// The one message a worker sends on the parent's one-shot bootstrap server.
 #[derive(Debug, Serialize, Deserialize)]
@@ -48,6 +48,11 @@ pub enum RequestBody {
     Ping,
     /// Run one benchmark and answer [`ResponseBody::Benchmark`].
     Benchmark(Box<BenchmarkRequest>),
+    /// Do everything but measure (compile into the cache, load, check the launch) and answer
+    /// [`ResponseBody::Prepared`]: compiles spread over a pool's workers before benchmarking.
+    Prepare(Box<BenchmarkRequest>),
+    /// List the backends and devices, answered by [`ResponseBody::Probe`].
+    Probe,
     /// Exit cleanly without answering.
     Shutdown,
 }
@@ -67,6 +72,10 @@ pub enum ResponseBody {
     /// Answer to [`RequestBody::Ping`].
     Pong,
     /// Answer to [`RequestBody::Benchmark`]: the measurement, or why there is none. An `Err` means
-    /// the task failed and the worker lives on.
+    /// the task failed; the worker lives on unless [`BenchError::ends_worker`].
     Benchmark(Result<BenchmarkResult, BenchError>),
+    /// Answer to [`RequestBody::Prepare`].
+    Prepared(Result<(), BenchError>),
+    /// Answer to [`RequestBody::Probe`].
+    Probe(Probe),
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bytes, SharedData};
+use crate::{Bytes, CudaCode, CudaKernel, SharedData};
 
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
@@ -42,9 +42,11 @@ impl BenchmarkRequest {
             .count();
         let bytes = match &self.kernel {
             Kernel::Diagnostic(DiagnosticTask::Echo { bytes })
-            | Kernel::Diagnostic(DiagnosticTask::Remember { bytes }) => {
-                usize::from(bytes.is_shared())
-            }
+            | Kernel::Diagnostic(DiagnosticTask::Remember { bytes })
+            | Kernel::Cuda(CudaKernel {
+                code: CudaCode::Cubin(bytes),
+                ..
+            }) => usize::from(bytes.is_shared()),
             _ => 0,
         };
         data + bytes
@@ -62,6 +64,19 @@ impl BenchmarkRequest {
                     + c.compiler.len()
                     + c.flags.iter().map(String::len).sum::<usize>()
                     + c.defines
+                        .iter()
+                        .map(|d| d.name.len() + d.value.len())
+                        .sum::<usize>()
+            }
+            Kernel::Cuda(k) => {
+                let code = match &k.code {
+                    CudaCode::Source { text, name } => text.len() + name.len(),
+                    CudaCode::Ptx(text) => text.len(),
+                    CudaCode::Cubin(_) => 0,
+                };
+                code + k.entry.len()
+                    + k.options.iter().map(String::len).sum::<usize>()
+                    + k.defines
                         .iter()
                         .map(|d| d.name.len() + d.value.len())
                         .sum::<usize>()
@@ -84,16 +99,19 @@ impl BenchmarkRequest {
 pub enum Kernel {
     /// C source compiled into a shared object by the worker's `cpu` backend.
     C(CKernel),
+    /// A CUDA kernel for the worker's `cuda` backend.
+    Cuda(CudaKernel),
     /// A scripted behaviour of the worker's `diagnostics` backend (sleep, crash, hang, …), used
     /// by tests and `tunebox doctor` to exercise every failure path without a compiler or GPU.
     Diagnostic(DiagnosticTask),
 }
 
 impl Kernel {
-    /// Name of the backend that runs this kernel: `"cpu"` or `"diagnostics"`.
+    /// Name of the backend that runs this kernel: `"cpu"`, `"cuda"` or `"diagnostics"`.
     pub fn backend(&self) -> &'static str {
         match self {
             Kernel::C(_) => "cpu",
+            Kernel::Cuda(_) => "cuda",
             Kernel::Diagnostic(_) => "diagnostics",
         }
     }
@@ -261,6 +279,20 @@ pub struct TimingConfig {
     pub max_reps: u32,
     /// Flush the last-level cache before every timed rep, outside the timed window (default on).
     pub flush_cache: bool,
+    /// Hot mode: time batches of back-to-back calls between one pair of timestamps, without a
+    /// flush, and report the time per call. For kernels of a few µs, where the per-launch
+    /// overhead of timing each call would dominate. Default off (cold).
+    #[serde(default)]
+    pub hot: bool,
+    /// nvbench-style stopping: once `min_reps` are done, stop as soon as the relative standard
+    /// deviation of the reps falls below this (e.g. 0.005). `None` (default): the rep count
+    /// follows `rep_ms`.
+    #[serde(default)]
+    pub max_noise: Option<f64>,
+    /// With `max_noise`: stop after this much measuring time in ms even if the noise is still
+    /// above it (default 1000 when `max_noise` is set).
+    #[serde(default)]
+    pub max_time_ms: Option<f64>,
 }
 
 impl Default for TimingConfig {
@@ -271,6 +303,9 @@ impl Default for TimingConfig {
             min_reps: 10,
             max_reps: 1000,
             flush_cache: true,
+            hot: false,
+            max_noise: None,
+            max_time_ms: None,
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct TimingStats {
     pub reps: u32,
     /// Number of untimed warmup calls before them.
     pub warmup_reps: u32,
+    /// Why sampling stopped: `"reps"` (the rep budget), `"noise"` (relative standard deviation
+    /// below `max_noise`), `"time"` (`max_time_ms` reached), or `"single"` (one measurement).
+    pub stopped: String,
 }
 
 impl TimingStats {

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
+use tunebox_bench::Backend;
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Request, RequestBody,
-    Response, ResponseBody,
+    BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Probe, Request,
+    RequestBody, Response, ResponseBody,
 };
 
 use crate::mappings::Mappings;
@@ -50,9 +51,24 @@ pub fn serve(
                     request.id,
                     benchmark.kernel.backend()
                 );
-                ResponseBody::Benchmark(dispatch(registry, &benchmark))
+                ResponseBody::Benchmark(dispatch(registry, &benchmark, |backend, request| {
+                    backend.benchmark(request)
+                }))
             }
+            RequestBody::Prepare(mut benchmark) => {
+                mappings.intern(&mut benchmark);
+                ResponseBody::Prepared(dispatch(registry, &benchmark, |backend, request| {
+                    backend.prepare(request)
+                }))
+            }
+            RequestBody::Probe => ResponseBody::Probe(probe(registry)),
             RequestBody::Shutdown => return Ok(()),
+        };
+        // A sticky device fault leaves the backend unusable: answer, then exit, so that the next
+        // request gets a fresh process.
+        let ends = match &body {
+            ResponseBody::Benchmark(Err(e)) | ResponseBody::Prepared(Err(e)) => e.ends_worker(),
+            _ => false,
         };
         responses
             .send(Response {
@@ -63,6 +79,32 @@ pub fn serve(
                 during: "sending a response",
                 detail: e.to_string(),
             })?;
+        if ends {
+            log::warn!("the device context is lost; the worker exits");
+            return Ok(());
+        }
+    }
+}
+
+/// Every backend's devices, and the backends that cannot list theirs.
+fn probe(registry: &mut Registry) -> Probe {
+    let backends = registry.names();
+    let mut devices = Vec::new();
+    let mut unavailable = Vec::new();
+    for name in &backends {
+        let Some(backend) = registry.get_mut(name) else {
+            continue;
+        };
+        match panic::catch_unwind(AssertUnwindSafe(|| backend.devices())) {
+            Ok(Ok(found)) => devices.extend(found),
+            Ok(Err(e)) => unavailable.push((name.clone(), e)),
+            Err(payload) => unavailable.push((name.clone(), panic_error(payload))),
+        }
+    }
+    Probe {
+        backends,
+        devices,
+        unavailable,
     }
 }
 
@@ -84,11 +126,12 @@ fn next_request(requests: &IpcReceiver<Request>) -> Result<Request, IpcError> {
     requests.recv()
 }
 
-/// Runs `request` on its backend, turning a panic into [`BenchError::Panic`].
-fn dispatch(
+/// Runs `operation` with the backend of `request`, turning a panic into [`BenchError::Panic`].
+fn dispatch<T: SharedPayloads>(
     registry: &mut Registry,
     request: &BenchmarkRequest,
-) -> Result<BenchmarkResult, BenchError> {
+    operation: impl FnOnce(&mut dyn Backend, &BenchmarkRequest) -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
     let name = request.kernel.backend();
     let available = registry.names();
     let Some(backend) = registry.get_mut(name) else {
@@ -99,15 +142,8 @@ fn dispatch(
     };
     // A panicking backend may leave its own state half-updated; backends keep no state that a
     // later request trusts blindly (caches are re-validated), so going on is sound.
-    let result = panic::catch_unwind(AssertUnwindSafe(|| backend.benchmark(request)))
-        .unwrap_or_else(|payload| {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
-            Err(BenchError::Panic { message })
-        })?;
+    let result = panic::catch_unwind(AssertUnwindSafe(|| operation(backend, request)))
+        .unwrap_or_else(|payload| Err(panic_error(payload)))?;
     if result.shared_payloads() > MAX_SHARED_PAYLOADS {
         return Err(BenchError::InvalidRequest {
             detail: format!(
@@ -118,6 +154,33 @@ fn dispatch(
         });
     }
     Ok(result)
+}
+
+/// What a caught panic said.
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> BenchError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+    BenchError::Panic { message }
+}
+
+/// Replies that may carry shared-memory regions.
+trait SharedPayloads {
+    fn shared_payloads(&self) -> usize;
+}
+
+impl SharedPayloads for BenchmarkResult {
+    fn shared_payloads(&self) -> usize {
+        BenchmarkResult::shared_payloads(self)
+    }
+}
+
+impl SharedPayloads for () {
+    fn shared_payloads(&self) -> usize {
+        0
+    }
 }
 
 #[cfg(test)]
