@@ -495,3 +495,23 @@ fn wait_timeout_returns_the_handle_while_running() {
     assert!(!handle.is_finished());
     assert!(handle.wait_timeout(LONG).unwrap().is_ok());
 }
+
+#[test]
+fn a_gpu_pool_without_a_device_mask_counts_the_gpus_through_a_probe_worker() {
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        return; // The mask decides; covered by the device-token tests.
+    }
+    let start = Instant::now();
+    match TuningProcessPool::builder()
+        .devices(Devices::Visible)
+        .process_config(config())
+        .build()
+    {
+        // A machine with GPUs and a CUDA backend: one worker per GPU.
+        Ok(pool) => assert!(pool.size() >= 1),
+        // This machine has none: a clear error, not a panic, and soon.
+        Err(PoolError::NoDevices | PoolError::DeviceCountUnknown { .. }) => {}
+        Err(other) => panic!("unexpected error: {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(30));
+}

@@ -794,3 +794,78 @@ fn core_dumps_are_off_in_workers() {
         .unwrap();
     assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
 }
+
+#[test]
+fn a_sticky_device_fault_replaces_the_worker_and_a_non_sticky_one_does_not() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let first = worker.pid().unwrap();
+    let err = worker
+        .benchmark(
+            diag(DiagnosticTask::DeviceFault {
+                code: 1,
+                sticky: false,
+            }),
+            LONG,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProcessError::Remote(BenchError::DeviceFault { sticky: false, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        worker.pid(),
+        Some(first),
+        "a non-sticky fault keeps the worker"
+    );
+    let err = worker
+        .benchmark(
+            diag(DiagnosticTask::DeviceFault {
+                code: 700,
+                sticky: true,
+            }),
+            LONG,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProcessError::Remote(BenchError::DeviceFault {
+                code: 700,
+                sticky: true,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    // The worker answered, exited and was reaped; the next request gets a fresh one.
+    assert_eq!(worker.pid(), None);
+    assert!(!pid_exists(first));
+    worker.ping(LONG).unwrap();
+    assert_eq!(worker.restarts(), 1);
+}
+
+#[test]
+fn probe_lists_backends_and_prepare_answers() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let probe = worker.probe(LONG).unwrap();
+    assert!(probe.backends.contains(&"cpu".to_owned()), "{probe:?}");
+    assert!(
+        probe.backends.contains(&"diagnostics".to_owned()),
+        "{probe:?}"
+    );
+    worker
+        .prepare(c_request(AXPY, "axpy", "1.0f"), LONG)
+        .unwrap();
+    let pid = worker.pid();
+    let err = worker
+        .prepare(c_request("not C", "axpy", "1.0f"), LONG)
+        .unwrap_err();
+    assert!(
+        matches!(err, ProcessError::Remote(BenchError::Compile { .. })),
+        "{err:?}"
+    );
+    assert_eq!(worker.pid(), pid, "a compile error keeps the worker");
+}

@@ -3,6 +3,7 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
+mod devices;
 mod manifest;
 mod report;
 mod space;
@@ -31,6 +32,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID),
+    /// probed in a worker process: the `tunebox` process itself never loads a GPU library.
+    Devices {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compile, benchmark and verify every choice of a manifest; print them ranked.
     Tune {
         /// The TOML manifest describing the kernel family.
@@ -77,6 +85,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Devices { json } => devices::print(json),
         Command::Tune {
             manifest,
             json,

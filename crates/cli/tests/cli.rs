@@ -436,3 +436,24 @@ reference = {{ outputs = {{ y = "y.bin" }} }}
         "{stderr}"
     );
 }
+
+#[test]
+fn devices_are_probed_in_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tunebox(dir.path(), &["devices", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backends: Vec<&str> = json["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap())
+        .collect();
+    assert!(backends.contains(&"cpu"), "{json}");
+    // Without a GPU driver, the GPU backend (when built in) says why instead of panicking.
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out.stderr)
+    );
+}

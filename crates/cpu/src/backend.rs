@@ -65,17 +65,12 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    fn prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
+        self.load(request).map(drop)
+    }
+
     fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
-        let Kernel::C(kernel) = &request.kernel else {
-            return Err(BenchError::InvalidRequest {
-                detail: format!(
-                    "the cpu backend runs C kernels only; this request is for the `{}` backend",
-                    request.kernel.backend()
-                ),
-            });
-        };
-        let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
-        let library = KernelLibrary::load(artifact.path())?;
+        let library = self.load(request)?;
 
         let mut tensors = request
             .tensors
@@ -146,6 +141,22 @@ impl Backend for CpuBackend {
             outputs_after_reps,
             mutated_inputs,
         })
+    }
+}
+
+impl CpuBackend {
+    /// Compiles the request's kernel (normally a cache hit) and loads it.
+    fn load(&self, request: &BenchmarkRequest) -> Result<KernelLibrary, BenchError> {
+        let Kernel::C(kernel) = &request.kernel else {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "the cpu backend runs C kernels only; this request is for the `{}` backend",
+                    request.kernel.backend()
+                ),
+            });
+        };
+        let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
+        KernelLibrary::load(artifact.path())
     }
 }
 

@@ -3,7 +3,13 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use tunebox_process::{InitRequest, Output, ProcessConfig};
+use tunebox_process::{
+    DeviceToken, InitRequest, Output, ProcessConfig, TuningProcess, VisibleDevices,
+};
+
+/// How long a probe worker may take to list its devices (creating a CUDA context can take
+/// seconds).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 use crate::engine::Engine;
 use crate::{Devices, PoolError};
@@ -99,9 +105,41 @@ impl<K> PoolBuilder<K> {
         Engine::start(self.worker_configs()?, self.timeout)
     }
 
+    /// One device per worker. When `CUDA_VISIBLE_DEVICES` is unset, a probe worker counts the
+    /// GPUs (the parent itself never loads a GPU library) and they are numbered from 0.
+    fn device_slots(&self) -> Result<Vec<Option<DeviceToken>>, PoolError> {
+        match self.devices.resolve() {
+            Err(PoolError::DeviceCountUnknown { .. }) => {
+                let count = self.count_gpus()?;
+                let tokens = (0..count)
+                    .map(|i| DeviceToken::from(i.to_string()))
+                    .collect();
+                self.devices.resolve_with(VisibleDevices::List(tokens))
+            }
+            other => other,
+        }
+    }
+
+    /// The number of GPUs a worker sees, asked of a short-lived worker.
+    fn count_gpus(&self) -> Result<usize, PoolError> {
+        let mut worker = TuningProcess::spawn(self.config.clone())?;
+        let probe = worker.probe(PROBE_TIMEOUT)?;
+        // The probe worker's exit status is of no interest.
+        let _ = worker.shutdown(Duration::from_millis(500));
+        if probe.devices.is_empty() {
+            return Err(match probe.unavailable.first() {
+                Some((backend, why)) => PoolError::DeviceCountUnknown {
+                    reason: format!("{backend}: {why}"),
+                },
+                None => PoolError::NoDevices,
+            });
+        }
+        Ok(probe.devices.len())
+    }
+
     /// The config of each worker.
     fn worker_configs(&self) -> Result<Vec<ProcessConfig>, PoolError> {
-        let devices = self.devices.resolve()?;
+        let devices = self.device_slots()?;
         Ok(devices
             .into_iter()
             .map(|device| {

@@ -25,7 +25,8 @@ impl Devices {
     /// # Errors
     ///
     /// [`PoolError::NoWorkers`], [`PoolError::NoDevices`], [`PoolError::NotEnoughDevices`],
-    /// [`PoolError::DeviceCountUnknown`].
+    /// [`PoolError::DeviceCountUnknown`] when `CUDA_VISIBLE_DEVICES` is unset (a pool then counts
+    /// the GPUs through a probe worker).
     pub fn resolve(&self) -> Result<Vec<Option<DeviceToken>>, PoolError> {
         self.resolve_with(visible_devices_from_env())
     }
@@ -35,7 +36,9 @@ impl Devices {
         visible: VisibleDevices,
     ) -> Result<Vec<Option<DeviceToken>>, PoolError> {
         let visible_list = || match &visible {
-            VisibleDevices::All => Err(PoolError::DeviceCountUnknown),
+            VisibleDevices::All => Err(PoolError::DeviceCountUnknown {
+                reason: "CUDA_VISIBLE_DEVICES is unset".into(),
+            }),
             VisibleDevices::List(tokens) if tokens.is_empty() => Err(PoolError::NoDevices),
             VisibleDevices::List(tokens) => Ok(tokens.clone()),
         };
@@ -106,7 +109,7 @@ mod tests {
         ));
         assert!(matches!(
             Devices::Visible.resolve_with(parse_visible_devices(None)),
-            Err(PoolError::DeviceCountUnknown)
+            Err(PoolError::DeviceCountUnknown { .. })
         ));
         // CPU pools ignore the mask.
         assert_eq!(

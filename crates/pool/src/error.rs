@@ -45,12 +45,15 @@ pub enum PoolError {
         "CUDA_VISIBLE_DEVICES hides every device; set it to the GPUs to use, or use Devices::Cpu"
     )]
     NoDevices,
-    /// `CUDA_VISIBLE_DEVICES` is unset and the number of GPUs could not be determined.
+    /// `CUDA_VISIBLE_DEVICES` is unset and a probe worker could not count the GPUs.
     #[error(
-        "CUDA_VISIBLE_DEVICES is unset and this build cannot count the GPUs; set \
+        "CUDA_VISIBLE_DEVICES is unset and the GPUs could not be counted ({reason}); set \
          CUDA_VISIBLE_DEVICES, or use Devices::List or Devices::Cpu"
     )]
-    DeviceCountUnknown,
+    DeviceCountUnknown {
+        /// Why the probe worker saw no GPU.
+        reason: String,
+    },
 }
 
 impl PoolError {

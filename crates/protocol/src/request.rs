@@ -367,6 +367,14 @@ pub enum DiagnosticTask {
     /// `Init::Data`, read straight from the shared mapping: a round trip that touches every page
     /// of the caller's buffers without copying them.
     Checksum,
+    /// Fail as a GPU fault would: `BenchError::DeviceFault` with `code` and `sticky`; a sticky
+    /// one makes the worker exit after answering, as a lost CUDA context does.
+    DeviceFault {
+        /// The CUDA error code to report (700 = illegal address).
+        code: i32,
+        /// Whether the context is lost.
+        sticky: bool,
+    },
     /// Succeed, returning the worker's pid as decimal text in a `u8` output tensor named `pid`.
     Pid,
     /// Fail with `BenchError::Failed` if the file `path` exists, else succeed: a task whose

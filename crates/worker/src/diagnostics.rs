@@ -79,6 +79,14 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
                 })?;
             return Ok(vec![bytes_output("pid", bytes)]);
         }
+        DiagnosticTask::DeviceFault { code, sticky } => {
+            return Err(BenchError::DeviceFault {
+                code: *code,
+                name: "DIAGNOSTIC_DEVICE_FAULT".into(),
+                message: "a scripted device fault".into(),
+                sticky: *sticky,
+            });
+        }
         DiagnosticTask::FailIfExists { path } => {
             if std::path::Path::new(path).exists() {
                 return Err(BenchError::Failed {
