@@ -4,6 +4,7 @@
 //! `TuningProcess` can use it without a second binary).
 
 mod devices;
+mod launch;
 mod manifest;
 mod report;
 mod space;

@@ -11,6 +11,7 @@ use tunebox_protocol::{
     Bytes, DType, Init, Scalar, SharedBuffer, SharedData, TensorData, TensorSpec, TimingConfig,
 };
 
+use crate::launch::{Launch, RawLaunch};
 use crate::space::{Choice, ParamValue, Restriction};
 
 /// Per-choice timeout when the manifest does not set `timeout_s`.
@@ -37,9 +38,20 @@ pub(crate) struct Manifest {
     pub(crate) timing: TimingConfig,
     pub(crate) timeout: Duration,
     pub(crate) verify: Option<Verify>,
+    /// Grid, block and shared memory (CUDA kernels only).
+    pub(crate) launch: Option<Launch>,
 }
 
-/// A C source and how to compile and call it.
+/// The language of a kernel source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Language {
+    /// C, compiled by the system compiler and run on the CPU.
+    C,
+    /// CUDA C++, compiled by NVRTC in a worker and run on a GPU.
+    Cuda,
+}
+
+/// A kernel source and how to compile and call it.
 #[derive(Debug, Clone)]
 pub(crate) struct KernelSource {
     /// The path as written in the manifest (shown in compiler messages).
@@ -51,6 +63,8 @@ pub(crate) struct KernelSource {
     /// The directory holding the source, put on the include path.
     pub(crate) dir: PathBuf,
     pub(crate) entry: String,
+    pub(crate) language: Language,
+    /// C compiler flags, or NVRTC options for CUDA.
     pub(crate) flags: Vec<String>,
     pub(crate) compiler: String,
 }
@@ -67,8 +81,9 @@ pub(crate) struct Verify {
 pub(crate) enum Reference {
     /// A choice of the kernel itself.
     Choice(Choice),
-    /// A separate source with the same signature.
-    Source(KernelSource),
+    /// A separate source with the same signature (C on the CPU, or CUDA with its own launch;
+    /// `None`: the kernel's launch without params).
+    Source(Box<KernelSource>, Option<Box<Launch>>),
     /// The expected outputs, read from files (the caller's answer).
     Outputs(Vec<TensorData>),
 }
@@ -90,6 +105,9 @@ struct RawManifest {
     params: IndexMap<String, Vec<toml::Value>>,
     timing: Option<RawTiming>,
     verify: Option<RawVerify>,
+    /// Kernel Tuner's problem size: one to three integers or expressions (CUDA kernels).
+    problem_size: Option<Vec<toml::Value>>,
+    launch: Option<RawLaunch>,
 }
 
 #[derive(Deserialize)]
@@ -97,7 +115,11 @@ struct RawManifest {
 struct RawKernel {
     source: PathBuf,
     entry: String,
+    /// `"c"` or `"cuda"`; by default from the extension (`.cu`, `.cuh`: CUDA).
+    language: Option<String>,
     flags: Option<Vec<String>>,
+    /// NVRTC options (CUDA).
+    options: Option<Vec<String>>,
     compiler: Option<String>,
 }
 
@@ -130,6 +152,9 @@ struct RawTiming {
     min_reps: Option<u32>,
     max_reps: Option<u32>,
     flush_cache: Option<bool>,
+    hot: Option<bool>,
+    max_noise: Option<f64>,
+    max_time_ms: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -148,6 +173,8 @@ struct RawReference {
     entry: Option<String>,
     flags: Option<Vec<String>>,
     outputs: Option<IndexMap<String, PathBuf>>,
+    /// The reference's own launch (a CUDA reference source whose geometry differs).
+    launch: Option<RawLaunch>,
 }
 
 impl Manifest {
@@ -176,12 +203,32 @@ impl Manifest {
 
     fn from_raw(raw: RawManifest, path: &Path, compiler: &str) -> Result<Manifest> {
         let dir = parent_dir(path);
-        let default_flags = || DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect();
+        let language = language(&raw.kernel)?;
+        let flags = match language {
+            Language::C => {
+                ensure!(
+                    raw.kernel.options.is_none(),
+                    "kernel.options: NVRTC options apply to CUDA kernels; a C kernel takes `flags`"
+                );
+                raw.kernel
+                    .flags
+                    .unwrap_or_else(|| DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect())
+            }
+            Language::Cuda => {
+                ensure!(
+                    raw.kernel.flags.is_none() && raw.kernel.compiler.is_none(),
+                    "kernel.flags / kernel.compiler: a CUDA kernel is compiled by NVRTC; give its \
+                     options as `options = [\"--use_fast_math\"]`"
+                );
+                raw.kernel.options.unwrap_or_default()
+            }
+        };
         let kernel = KernelSource::read(
             dir,
             &raw.kernel.source,
             raw.kernel.entry,
-            raw.kernel.flags.unwrap_or_else(default_flags),
+            language,
+            flags,
             raw.kernel.compiler.unwrap_or_else(|| compiler.to_owned()),
             "kernel",
         )?;
@@ -250,9 +297,32 @@ impl Manifest {
             "timeout_s = {timeout_s}: it must be a number of seconds above 0 and at most \
              {MAX_TIMEOUT_S} (a week)"
         );
+        let launch = match (language, raw.launch) {
+            (Language::Cuda, launch) => Some(
+                Launch::from_raw(
+                    launch.unwrap_or_default(),
+                    raw.problem_size.as_deref(),
+                    &params,
+                )
+                .context("launch")?,
+            ),
+            (Language::C, Some(_)) => {
+                bail!("launch: [launch] applies to CUDA kernels; this kernel is C")
+            }
+            (Language::C, None) => None,
+        };
         let verify = raw
             .verify
-            .map(|v| verify(v, dir, &params, &kernel, &tensors))
+            .map(|v| {
+                verify(
+                    v,
+                    dir,
+                    &params,
+                    &kernel,
+                    &tensors,
+                    raw.problem_size.as_deref(),
+                )
+            })
             .transpose()?;
         let name = raw.name.unwrap_or_else(|| {
             path.file_stem()
@@ -269,6 +339,7 @@ impl Manifest {
             timing,
             timeout: Duration::from_secs_f64(timeout_s),
             verify,
+            launch,
         })
     }
 }
@@ -278,6 +349,7 @@ impl KernelSource {
         dir: &Path,
         source: &Path,
         entry: String,
+        language: Language,
         flags: Vec<String>,
         compiler: String,
         field: &str,
@@ -313,6 +385,7 @@ impl KernelSource {
             text,
             dir,
             entry,
+            language,
             flags,
             compiler,
         })
@@ -432,6 +505,20 @@ fn timing(raw: Option<RawTiming>) -> Result<TimingConfig> {
     timing.min_reps = raw.min_reps.unwrap_or(timing.min_reps);
     timing.max_reps = raw.max_reps.unwrap_or(timing.max_reps.max(timing.min_reps));
     timing.flush_cache = raw.flush_cache.unwrap_or(timing.flush_cache);
+    timing.hot = raw.hot.unwrap_or(timing.hot);
+    for (name, value) in [
+        ("max_noise", raw.max_noise),
+        ("max_time_ms", raw.max_time_ms),
+    ] {
+        if let Some(value) = value {
+            ensure!(
+                value.is_finite() && value > 0.0,
+                "timing.{name} = {value}: it must be above 0"
+            );
+        }
+    }
+    timing.max_noise = raw.max_noise;
+    timing.max_time_ms = raw.max_time_ms;
     ensure!(timing.min_reps >= 1, "timing.min_reps must be at least 1");
     ensure!(
         timing.max_reps >= timing.min_reps,
@@ -453,6 +540,7 @@ fn verify(
     params: &IndexMap<String, Vec<ParamValue>>,
     kernel: &KernelSource,
     tensors: &[TensorSpec],
+    problem_size: Option<&[toml::Value]>,
 ) -> Result<Verify> {
     let tolerance = Tolerance {
         rtol: raw.rtol.unwrap_or(1e-5),
@@ -475,6 +563,7 @@ fn verify(
             entry: None,
             flags: None,
             outputs: None,
+            launch: None,
         } => Reference::Choice(reference_choice(choice, params)?),
         RawReference {
             choice: None,
@@ -482,6 +571,7 @@ fn verify(
             entry: None,
             flags: None,
             outputs: Some(files),
+            launch: None,
         } => Reference::Outputs(reference_outputs(&files, dir, tensors)?),
         RawReference {
             choice: None,
@@ -489,14 +579,36 @@ fn verify(
             entry,
             flags,
             outputs: None,
-        } => Reference::Source(KernelSource::read(
-            dir,
-            &source,
-            entry.unwrap_or_else(|| kernel.entry.clone()),
-            flags.unwrap_or_else(|| kernel.flags.clone()),
-            kernel.compiler.clone(),
-            "verify.reference",
-        )?),
+            launch,
+        } => {
+            let language = language_of(&source, None)?;
+            let flags = flags.unwrap_or_else(|| match (language, kernel.language) {
+                (a, b) if a == b => kernel.flags.clone(),
+                (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
+                (Language::Cuda, _) => Vec::new(),
+            });
+            let reference = KernelSource::read(
+                dir,
+                &source,
+                entry.unwrap_or_else(|| kernel.entry.clone()),
+                language,
+                flags,
+                kernel.compiler.clone(),
+                "verify.reference",
+            )?;
+            let launch = match (language, launch) {
+                (Language::Cuda, Some(raw)) => Some(Box::new(
+                    Launch::from_raw(raw, problem_size, &IndexMap::new())
+                        .context("verify.reference.launch")?,
+                )),
+                (Language::Cuda, None) => None,
+                (Language::C, Some(_)) => {
+                    bail!("verify.reference.launch applies to a CUDA reference source")
+                }
+                (Language::C, None) => None,
+            };
+            Reference::Source(Box::new(reference), launch)
+        }
         _ => bail!(
             "verify.reference: give one of `choice = {{ … }}` (a choice of this kernel), \
              `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel), \
@@ -568,8 +680,25 @@ fn reference_choice(
         .map(Choice::new)
 }
 
+/// The kernel's language: `language`, else by its source's extension.
+fn language(raw: &RawKernel) -> Result<Language> {
+    language_of(&raw.source, raw.language.as_deref())
+}
+
+fn language_of(source: &Path, given: Option<&str>) -> Result<Language> {
+    match given {
+        Some("c") => Ok(Language::C),
+        Some("cuda") => Ok(Language::Cuda),
+        Some(other) => bail!("kernel.language = {other:?}: use \"c\" or \"cuda\""),
+        None => Ok(match source.extension().and_then(|e| e.to_str()) {
+            Some("cu" | "cuh") => Language::Cuda,
+            _ => Language::C,
+        }),
+    }
+}
+
 /// Keys that belong at the top of a manifest, before the first `[table]`.
-const TOP_LEVEL_KEYS: [&str; 4] = ["name", "seed", "timeout_s", "restrictions"];
+const TOP_LEVEL_KEYS: [&str; 5] = ["name", "seed", "timeout_s", "restrictions", "problem_size"];
 
 /// A hint for the usual TOML mistake: a top-level key written after a `[table]` header, which
 /// makes it part of that table.
@@ -659,6 +788,38 @@ mod tests {
         let verify = m.verify.unwrap();
         assert_eq!(verify.tolerance.atol, 0.5);
         assert!(matches!(verify.reference, Reference::Choice(_)));
+    }
+
+    #[test]
+    fn cuda_kernels_by_extension_with_kernel_tuner_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("k.cu"),
+            "extern \"C\" __global__ void k(float *x) {}\n",
+        )
+        .unwrap();
+        let path = dir.path().join("m.toml");
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+        write(
+            "problem_size = [1000]\n[kernel]\nsource = \"k.cu\"\nentry = \"k\"\noptions = [\"-std=c++17\"]\n\
+             [params]\nblock_size_x = [128, 256]\n",
+        );
+        let m = Manifest::load(&path, "cc").unwrap();
+        assert_eq!(m.kernel.language, Language::Cuda);
+        assert_eq!(m.kernel.flags, ["-std=c++17"]);
+        let choices = crate::space::choices(&m.params, &m.restrictions).unwrap();
+        let launch = m.launch.as_ref().unwrap().config(&choices[1]).unwrap();
+        assert_eq!((launch.block, launch.grid), ([256, 1, 1], [4, 1, 1]));
+
+        write("[kernel]\nsource = \"k.cu\"\nentry = \"k\"\nflags = [\"-O3\"]\n");
+        let err = format!("{:#}", Manifest::load(&path, "cc").unwrap_err());
+        assert!(err.contains("give its options as `options"), "{err}");
+        write("[kernel]\nsource = \"k.cu\"\nentry = \"k\"\n");
+        let err = format!("{:#}", Manifest::load(&path, "cc").unwrap_err());
+        assert!(err.contains("problem_size"), "{err}");
+        write("[kernel]\nsource = \"k.cu\"\nentry = \"k\"\nlanguage = \"hip\"\n");
+        let err = format!("{:#}", Manifest::load(&path, "cc").unwrap_err());
+        assert!(err.contains("use \"c\" or \"cuda\""), "{err}");
     }
 
     #[test]

@@ -85,6 +85,19 @@ impl Choice {
             .join(" ")
     }
 
+    /// An expression context with every parameter bound to its value here.
+    ///
+    /// # Errors
+    ///
+    /// A value evalexpr cannot hold (none today).
+    pub(crate) fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
+        let mut context = HashMapContext::<DefaultNumericTypes>::new();
+        for (name, value) in &self.0 {
+            bind(&mut context, name, value)?;
+        }
+        Ok(context)
+    }
+
     /// The choice as compiler defines.
     pub(crate) fn defines(&self) -> Vec<Define> {
         self.0

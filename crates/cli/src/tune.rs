@@ -7,10 +7,13 @@ use anyhow::{Context, Result, bail, ensure};
 use rayon::prelude::*;
 use tunebox_cpu::{CacheDir, CpuError, Signature};
 use tunebox_pool::{PoolError, Status, TuningProcessPool, Verification, verify_outputs};
-use tunebox_process::{Output, ProcessConfig};
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, Kernel, TimingStats};
+use tunebox_process::{Output, ProcessConfig, TuningProcess};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TimingStats,
+};
 
-use crate::manifest::{KernelSource, Manifest, Reference, Verify};
+use crate::launch::Launch;
+use crate::manifest::{KernelSource, Language, Manifest, Reference, Verify};
 use crate::space::{self, Choice};
 
 /// What `tune` was asked to do.
@@ -96,24 +99,52 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     }
     let choices = choices(&manifest)?;
     let progress = Progress::new(options.quiet);
-    let requests: Vec<BenchmarkRequest> = choices
-        .iter()
-        .map(|c| request(&manifest, &manifest.kernel, c))
-        .collect();
-    // A reference to run, unless the expected outputs were given as files.
-    let reference = manifest.verify.as_ref().and_then(|v| match &v.reference {
-        Reference::Choice(choice) => {
-            Some((choice.label(), request(&manifest, &manifest.kernel, choice)))
+    // A choice whose request cannot be built (its launch geometry fails) is an error at once.
+    let mut early: Vec<Option<(Status, String)>> = vec![None; choices.len()];
+    let mut requests: Vec<Option<BenchmarkRequest>> = Vec::with_capacity(choices.len());
+    for (i, choice) in choices.iter().enumerate() {
+        match request(
+            &manifest,
+            &manifest.kernel,
+            manifest.launch.as_ref(),
+            choice,
+        ) {
+            Ok(request) => requests.push(Some(request)),
+            Err(e) => {
+                early[i] = Some((Status::Error, format!("{e:#}")));
+                requests.push(None);
+            }
         }
-        Reference::Source(source) => Some((
-            format!("{} ({})", source.entry, source.source_name),
-            request(&manifest, source, &Choice::new(Default::default())),
+    }
+    // A reference to run, unless the expected outputs were given as files.
+    let reference = match manifest.verify.as_ref().map(|v| &v.reference) {
+        Some(Reference::Choice(choice)) => Some((
+            choice.label(),
+            request(
+                &manifest,
+                &manifest.kernel,
+                manifest.launch.as_ref(),
+                choice,
+            )
+            .with_context(|| format!("the reference {}", choice.label()))?,
         )),
-        Reference::Outputs(_) => None,
-    });
+        Some(Reference::Source(source, launch)) => {
+            let label = format!("{} ({})", source.entry, source.source_name);
+            let launch = launch.as_deref().or(manifest.launch.as_ref());
+            let request = request(&manifest, source, launch, &Choice::new(Default::default()))
+                .with_context(|| {
+                    format!(
+                        "the reference {label} (a CUDA reference whose launch uses params needs \
+                         its own `launch` in verify.reference)"
+                    )
+                })?;
+            Some((label, request))
+        }
+        Some(Reference::Outputs(_)) | None => None,
+    };
 
-    // Compile everything in parallel first, so compile errors surface early and workers only
-    // load cached objects.
+    // C kernels compile here, in parallel, so that compile errors surface early and workers only
+    // load cached objects; CUDA kernels compile in the workers (below).
     let cache = CacheDir::from_env()?;
     std::fs::create_dir_all(cache.path()).with_context(|| {
         format!(
@@ -121,13 +152,30 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
             cache.path().display()
         )
     })?;
-    progress.note(&format!(
-        "compiling {} choices with {} threads…",
-        requests.len(),
-        rayon::current_num_threads()
-    ));
-    let compiled: Vec<Result<(), CpuError>> =
-        requests.par_iter().map(|r| precompile(r, &cache)).collect();
+    let c_kernels = requests
+        .iter()
+        .flatten()
+        .filter(|r| matches!(r.kernel, Kernel::C(_)))
+        .count();
+    if c_kernels > 0 {
+        progress.note(&format!(
+            "compiling {c_kernels} choices with {} threads…",
+            rayon::current_num_threads()
+        ));
+    }
+    let compiled: Vec<Option<String>> = requests
+        .par_iter()
+        .map(|r| {
+            r.as_ref()
+                .and_then(|r| precompile(r, &cache).err())
+                .map(|e| format!("{:#}", anyhow::Error::new(e)))
+        })
+        .collect();
+    for (slot, error) in early.iter_mut().zip(compiled) {
+        if let Some(error) = error {
+            *slot = Some((Status::CompileError, error));
+        }
+    }
     if let Some((label, request)) = &reference
         && let Err(e) = precompile(request, &cache)
     {
@@ -136,6 +184,14 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
             anyhow::Error::new(e)
         );
     }
+
+    // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing driver is
+    // one clear error rather than an error per choice.
+    let gpu = if manifest.kernel.language == Language::Cuda {
+        Some(probe_gpu()?)
+    } else {
+        None
+    };
 
     // More workers than choices would only cost start-up time.
     let workers = options.workers.clamp(1, requests.len());
@@ -154,6 +210,39 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         .build()
         .context("could not start the workers")?;
 
+    // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
+    let to_prepare: Vec<usize> = (0..requests.len())
+        .filter(|&i| {
+            early[i].is_none()
+                && matches!(&requests[i], Some(r) if matches!(r.kernel, Kernel::Cuda(_)))
+        })
+        .collect();
+    if let Some((label, request)) = &reference
+        && matches!(request.kernel, Kernel::Cuda(_))
+        && let Err(e) = pool.prepare(std::slice::from_ref(request)).remove(0)
+    {
+        bail!("the reference {label} could not be prepared: {e}");
+    }
+    if !to_prepare.is_empty() {
+        progress.note(&format!(
+            "compiling {} choices on {workers} worker(s)…",
+            to_prepare.len()
+        ));
+        let batch: Vec<BenchmarkRequest> = to_prepare
+            .iter()
+            .map(|&i| {
+                requests[i]
+                    .clone()
+                    .expect("only built requests are prepared")
+            })
+            .collect();
+        for (&i, result) in to_prepare.iter().zip(pool.prepare(&batch)) {
+            if let Err(e) = result {
+                early[i] = Some((Status::of_error(&e), format!("{:#}", anyhow::Error::new(e))));
+            }
+        }
+    }
+
     let reference_outputs = match (&reference, manifest.verify.as_ref().map(|v| &v.reference)) {
         (Some((label, request)), _) => {
             progress.note(&format!("running the reference {label}…"));
@@ -169,37 +258,40 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     };
 
     let runnable: Vec<usize> = (0..requests.len())
-        .filter(|&i| compiled[i].is_ok())
+        .filter(|&i| early[i].is_none())
         .collect();
     progress.note(&format!(
         "benchmarking {} choices on {workers} worker(s), timeout {:?}…",
         runnable.len(),
         timeout
     ));
-    let to_run: Vec<BenchmarkRequest> = runnable.iter().map(|&i| requests[i].clone()).collect();
+    let to_run: Vec<BenchmarkRequest> = runnable
+        .iter()
+        .map(|&i| requests[i].clone().expect("runnable choices have requests"))
+        .collect();
     let measured = pool.benchmark_with(&to_run, |i, result| {
         progress.finished(to_run.len(), &choices[runnable[i]], result);
     });
     pool.shutdown(Duration::from_millis(500));
 
-    // `measured` follows the compiled choices in order.
+    // `measured` follows the runnable choices in order.
     let mut measured = measured.into_iter();
     let mut results: Vec<ChoiceResult> = choices
         .into_iter()
-        .zip(compiled)
-        .map(|(choice, compiled)| match compiled {
-            Err(e) => ChoiceResult {
+        .zip(early)
+        .map(|(choice, early)| match early {
+            Some((status, error)) => ChoiceResult {
                 choice,
-                status: Status::CompileError,
+                status,
                 stats: None,
-                error: Some(format!("{:#}", anyhow::Error::new(e))),
+                error: Some(error),
                 verification: None,
                 mutated_inputs: Vec::new(),
             },
-            Ok(()) => {
+            None => {
                 let result = measured
                     .next()
-                    .expect("one measurement per compiled choice");
+                    .expect("one measurement per runnable choice");
                 judge(choice, result, reference_outputs.as_deref(), &manifest)
             }
         })
@@ -212,7 +304,7 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
             "{} ({})",
             manifest.kernel.entry, manifest.kernel.source_name
         ),
-        device: cpu_model(),
+        device: gpu.unwrap_or_else(cpu_model),
         results,
         elapsed: start.elapsed(),
         workers,
@@ -230,7 +322,7 @@ fn check_output_path(json: &Path, manifest: &Manifest) -> Result<()> {
     };
     let mut inputs = vec![manifest.path.clone(), manifest.kernel.path.clone()];
     if let Some(Verify {
-        reference: Reference::Source(source),
+        reference: Reference::Source(source, _),
         ..
     }) = &manifest.verify
     {
@@ -256,13 +348,21 @@ fn check_output_path(json: &Path, manifest: &Manifest) -> Result<()> {
     Ok(())
 }
 
-/// The request measuring `choice` of `source`.
-fn request(manifest: &Manifest, source: &KernelSource, choice: &Choice) -> BenchmarkRequest {
+/// The request measuring `choice` of `source`, launched as `launch` says (CUDA).
+///
+/// # Errors
+///
+/// The launch geometry cannot be evaluated for this choice, or a CUDA kernel has none.
+fn request(
+    manifest: &Manifest,
+    source: &KernelSource,
+    launch: Option<&Launch>,
+    choice: &Choice,
+) -> Result<BenchmarkRequest> {
     let mut flags = source.flags.clone();
     flags.push(format!("-I{}", source.dir.display()));
-    let verify = manifest.verify.is_some();
-    BenchmarkRequest {
-        kernel: Kernel::C(CKernel {
+    let kernel = match source.language {
+        Language::C => Kernel::C(CKernel {
             source: source.text.clone(),
             source_name: source.source_name.clone(),
             entry: source.entry.clone(),
@@ -270,6 +370,23 @@ fn request(manifest: &Manifest, source: &KernelSource, choice: &Choice) -> Bench
             flags,
             compiler: source.compiler.clone(),
         }),
+        Language::Cuda => Kernel::Cuda(CudaKernel {
+            code: CudaCode::Source {
+                text: source.text.clone(),
+                name: source.source_name.clone(),
+            },
+            entry: source.entry.clone(),
+            defines: choice.defines(),
+            options: flags,
+            launch: launch
+                .context("a CUDA kernel needs a launch geometry")?
+                .config(choice)
+                .context("launch")?,
+        }),
+    };
+    let verify = manifest.verify.is_some();
+    Ok(BenchmarkRequest {
+        kernel,
         // Outputs travel back only when there is something to compare them with.
         tensors: manifest
             .tensors
@@ -282,7 +399,7 @@ fn request(manifest: &Manifest, source: &KernelSource, choice: &Choice) -> Bench
             .collect(),
         scalars: manifest.scalars.clone(),
         timing: manifest.timing.clone(),
-    }
+    })
 }
 
 fn precompile(request: &BenchmarkRequest, cache: &CacheDir) -> Result<(), CpuError> {
@@ -365,6 +482,43 @@ fn rank(results: &mut [ChoiceResult]) {
         let (ka, kb) = (key(a), key(b));
         ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
     });
+}
+
+/// The GPU a worker sees, e.g. `NVIDIA H200 (sm_90, 132 SMs)`.
+///
+/// # Errors
+///
+/// No worker can start, or its `cuda` backend is missing or sees no GPU (the error says why:
+/// no driver, no device).
+fn probe_gpu() -> Result<String> {
+    let mut worker = TuningProcess::spawn(ProcessConfig::new())
+        .context("could not start a worker to look for a GPU")?;
+    let probe = worker
+        .probe(Duration::from_secs(60))
+        .context("the probe worker failed")?;
+    // The probe worker's exit status is of no interest.
+    let _ = worker.shutdown(Duration::from_millis(500));
+    if let Some(device) = probe.devices.first() {
+        return Ok(format!(
+            "{} (sm_{}{}, {} SMs)",
+            device.name, device.compute_capability.0, device.compute_capability.1, device.sm_count
+        ));
+    }
+    match probe
+        .unavailable
+        .iter()
+        .find(|(backend, _)| backend == "cuda")
+    {
+        Some((_, why)) => {
+            bail!("this manifest needs a GPU, but the cuda backend is unavailable: {why}")
+        }
+        None if !probe.backends.iter().any(|b| b == "cuda") => {
+            bail!("this manifest needs a GPU, but the worker has no cuda backend")
+        }
+        None => {
+            bail!("this manifest needs a GPU, but the worker sees none (CUDA_VISIBLE_DEVICES?)")
+        }
+    }
 }
 
 /// The CPU's model name and core count, e.g. `AMD EPYC (2 cores)`.

@@ -457,3 +457,32 @@ fn devices_are_probed_in_a_worker() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_gpu_manifest_without_a_gpu_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("scale.cu"),
+        "extern \"C\" __global__ void scale(float *x, long long n) {\n\
+         long long i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("m.toml"),
+        "problem_size = [4096]\n[kernel]\nsource = \"scale.cu\"\nentry = \"scale\"\n\
+         [[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4096]\n\
+         [[scalars]]\nname = \"n\"\nvalue = 4096\n[params]\nblock_size_x = [128, 256]\n",
+    )
+    .unwrap();
+    let listed = tunebox(dir.path(), &["tune", "--list", "m.toml"]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert_eq!(text(&listed.stdout).lines().count(), 2);
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // A machine with a GPU runs it; `cargo xtask gpu-test` covers that.
+    }
+    let out = tunebox(dir.path(), &["tune", "m.toml"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("this manifest needs a GPU"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -135,6 +135,8 @@ struct Task {
     request: BenchmarkRequest,
     timeout: Duration,
     completion: Arc<Completion>,
+    /// Prepare (compile, load) instead of measuring; resolves with an empty result.
+    prepare: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +272,26 @@ impl Engine {
         timeout: Option<Duration>,
         notify: Option<(Sender<usize>, usize)>,
     ) -> Result<Arc<Completion>, PoolError> {
+        self.submit_task(request, timeout, notify, false)
+    }
+
+    /// Queues a task that prepares `request` (compile, load) without measuring it; it resolves
+    /// with [`prepared`].
+    pub(crate) fn submit_prepare(
+        &self,
+        request: BenchmarkRequest,
+        timeout: Option<Duration>,
+    ) -> Result<Arc<Completion>, PoolError> {
+        self.submit_task(request, timeout, None, true)
+    }
+
+    fn submit_task(
+        &self,
+        request: BenchmarkRequest,
+        timeout: Option<Duration>,
+        notify: Option<(Sender<usize>, usize)>,
+        prepare: bool,
+    ) -> Result<Arc<Completion>, PoolError> {
         let completion = Completion::new(notify);
         let mut state = self.shared.lock();
         if state.phase != Phase::Open {
@@ -282,6 +304,7 @@ impl Engine {
             request,
             timeout: timeout.unwrap_or(self.shared.timeout),
             completion: completion.clone(),
+            prepare,
         });
         self.shared
             .queued
@@ -428,6 +451,27 @@ impl Shared {
     }
 }
 
+/// What a prepare task resolves with: nothing was measured.
+pub(crate) fn prepared() -> BenchmarkResult {
+    BenchmarkResult {
+        stats: tunebox_protocol::TimingStats {
+            median_ms: f64::NAN,
+            mean_ms: f64::NAN,
+            min_ms: f64::NAN,
+            max_ms: f64::NAN,
+            p20_ms: f64::NAN,
+            p80_ms: f64::NAN,
+            stddev_ms: f64::NAN,
+            reps: 0,
+            warmup_reps: 0,
+            stopped: "prepared".into(),
+        },
+        outputs: Vec::new(),
+        outputs_after_reps: Vec::new(),
+        mutated_inputs: Vec::new(),
+    }
+}
+
 fn unavailable(reason: &str) -> PoolError {
     PoolError::Unavailable {
         source: ProcessError::Protocol {
@@ -500,11 +544,14 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
         } else if shared.closed() {
             Some(Err(PoolError::ShutDown))
         } else {
-            Some(
+            let result = if task.prepare {
                 process
-                    .benchmark(task.request, task.timeout)
-                    .map_err(PoolError::from),
-            )
+                    .prepare(task.request, task.timeout)
+                    .map(|()| prepared())
+            } else {
+                process.benchmark(task.request, task.timeout)
+            };
+            Some(result.map_err(PoolError::from))
         };
         {
             let mut running = slot.running.lock().unwrap_or_else(PoisonError::into_inner);

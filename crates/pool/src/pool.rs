@@ -128,6 +128,27 @@ impl TuningProcessPool {
             .collect()
     }
 
+    /// Prepares every request (compile into the cache, load, check the launch) on the workers, in
+    /// parallel, without measuring: compile errors surface before any benchmark, and the
+    /// benchmarks that follow only load cached artifacts. One result per request, in input
+    /// order.
+    pub fn prepare(&self, requests: &[BenchmarkRequest]) -> Vec<Result<(), PoolError>> {
+        let submitted: Vec<_> = requests
+            .iter()
+            .map(|request| self.engine.submit_prepare(request.clone(), None))
+            .collect();
+        submitted
+            .into_iter()
+            .map(|completion| {
+                completion.and_then(|c| {
+                    c.take(None)
+                        .expect("waiting without a deadline returns a result")
+                        .map(drop)
+                })
+            })
+            .collect()
+    }
+
     /// Median time in ms of each request, `f64::INFINITY` for a request that failed in any way:
     /// Inductor's convention, where a failed choice is never picked.
     pub fn benchmark_or_inf(&self, requests: &[BenchmarkRequest]) -> Vec<f64> {

@@ -29,13 +29,24 @@ impl Status {
     pub fn of(result: &Result<BenchmarkResult, PoolError>) -> Status {
         match result {
             Ok(_) => Status::Ok,
-            Err(PoolError::Process(e)) => match e {
+            Err(e) => Status::of_error(e),
+        }
+    }
+
+    /// The classification of a failure: `compile_error`, `timeout`, `crashed` (a dead worker, or
+    /// a device fault that lost the GPU context), else `error`.
+    pub fn of_error(error: &PoolError) -> Status {
+        match error {
+            PoolError::Process(e) => match e {
                 ProcessError::Remote(BenchError::Compile { .. }) => Status::CompileError,
+                ProcessError::Remote(BenchError::DeviceFault { sticky: true, .. }) => {
+                    Status::Crashed
+                }
                 ProcessError::Timeout { .. } => Status::Timeout,
                 ProcessError::WorkerCrashed { .. } => Status::Crashed,
                 _ => Status::Error,
             },
-            Err(_) => Status::Error,
+            _ => Status::Error,
         }
     }
 
