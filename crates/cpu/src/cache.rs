@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::fs::DirBuilder;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::CpuError;
@@ -71,17 +71,38 @@ impl CacheDir {
     }
 
     /// Creates the directory and its missing parents with mode 0700 (objects built with
-    /// `-march=native` and the kernels' sources are the user's own), and returns its path. An
-    /// existing directory keeps its mode.
+    /// `-march=native` and the kernels' sources are the user's own), and returns its path.
+    ///
+    /// An existing directory must belong to this user and be writable by nobody else: compiled
+    /// objects in it are loaded and run, so a directory others can write to would let them run
+    /// code as this user.
+    ///
+    /// # Errors
+    ///
+    /// [`CpuError::CacheDir`] when it cannot be created or inspected, or is not private.
     pub(crate) fn ensure(&self) -> Result<&Path, CpuError> {
+        let error = |source| CpuError::CacheDir {
+            path: self.path.clone(),
+            source,
+        };
         DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.path)
-            .map_err(|source| CpuError::CacheDir {
-                path: self.path.clone(),
-                source,
-            })?;
+            .map_err(error)?;
+        let metadata = std::fs::metadata(&self.path).map_err(error)?;
+        let me = rustix::process::geteuid().as_raw();
+        if metadata.uid() != me || metadata.mode() & 0o022 != 0 {
+            return Err(error(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "it belongs to uid {} with mode {:o}; it must be yours and writable only by \
+                     you (chmod 700), because its compiled kernels are loaded and run",
+                    metadata.uid(),
+                    metadata.mode() & 0o7777
+                ),
+            )));
+        }
         Ok(&self.path)
     }
 }
@@ -184,10 +205,59 @@ pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
         let key = artifact_key(base, &deps_hash(deps.into_iter()));
         let path = artifact_path(dir, &key);
         if path.is_file() {
-            return Some((key, path));
+            if digest_matches(&path) {
+                return Some((key, path));
+            }
+            log::warn!(
+                "cpu: `{}` does not match its recorded hash (truncated or tampered); rebuilding",
+                path.display()
+            );
         }
     }
     None
+}
+
+/// The file recording the blake3 hash of an artifact: `<artifact>.blake3`.
+fn digest_path(artifact: &Path) -> PathBuf {
+    let mut name = artifact.as_os_str().to_owned();
+    name.push(".blake3");
+    PathBuf::from(name)
+}
+
+/// Records `digest` as the hash of `artifact`, atomically (a temporary file renamed into place).
+pub(crate) fn record_digest(
+    dir: &Path,
+    artifact: &Path,
+    digest: &blake3::Hash,
+) -> Result<(), CpuError> {
+    let path = digest_path(artifact);
+    let io = |action: &'static str| {
+        let path = path.clone();
+        move |source| CpuError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let mut file = tempfile::Builder::new()
+        .prefix(".tunebox-")
+        .suffix(".blake3")
+        .tempfile_in(dir)
+        .map_err(io("create a temporary hash file for"))?;
+    file.write_all(digest.to_hex().as_bytes())
+        .map_err(io("write the hash file"))?;
+    file.persist(&path)
+        .map_err(|e| io("move the hash file to")(e.error))?;
+    Ok(())
+}
+
+/// Whether `artifact`'s contents hash to what was recorded when it was built. A missing or
+/// unreadable record, or a different hash, is a mismatch.
+fn digest_matches(artifact: &Path) -> bool {
+    let Ok(recorded) = std::fs::read_to_string(digest_path(artifact)) else {
+        return false;
+    };
+    file_digest(artifact).is_ok_and(|actual| actual.to_hex().as_str() == recorded.trim())
 }
 
 /// The dependency manifest `<dir>/<base>.deps` of one base key: the lists of files its
@@ -436,7 +506,10 @@ mod tests {
             .unwrap();
         assert_eq!(lookup(dir.path(), BASE), None, "no artifact yet");
         let key = artifact_key(BASE, &deps(b"1"));
-        std::fs::write(artifact_path(dir.path(), &key), "").unwrap();
+        let artifact = artifact_path(dir.path(), &key);
+        std::fs::write(&artifact, "").unwrap();
+        assert_eq!(lookup(dir.path(), BASE), None, "no recorded hash yet");
+        record_digest(dir.path(), &artifact, &blake3::hash(b"")).unwrap();
         assert_eq!(
             lookup(dir.path(), BASE),
             Some((key.clone(), dir.path().join(format!("{key}.so"))))

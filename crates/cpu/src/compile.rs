@@ -163,6 +163,12 @@ impl Artifact {
 /// the cache, in those cases. A `-MMD` among the kernel's flags makes the compiler leave system
 /// headers out of its list, so they are then not tracked.
 ///
+/// Each artifact's blake3 hash is recorded in `<cache>/<base>-<deps>.so.blake3` when it is built,
+/// and a lookup loads an artifact only when its contents still match: a truncated, damaged or
+/// tampered object (or one without a record) is rebuilt, never loaded. The cache directory must
+/// belong to the user and be writable only by them ([`CpuError::CacheDir`] otherwise), since the
+/// objects in it are loaded and run.
+///
 /// Every file is written to a temporary file in the cache directory and renamed into place, so
 /// concurrent compilations of one kernel (threads or processes) never expose a partial object or
 /// manifest; of concurrent manifest writers the last one wins, which at worst costs a later
@@ -178,7 +184,8 @@ impl Artifact {
 /// - [`CpuError::Compile`]: the compiler rejected the kernel; carries the command line and output.
 /// - [`CpuError::NoDependencies`]: the compiler wrote no dependency list (no `-MD -MF` support).
 /// - [`CpuError::DependencyChanged`]: a file the kernel includes kept changing during compilation.
-/// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used, or a file
+/// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used (or is
+///   writable by others), or a file
 ///   the kernel includes could not be read after compiling.
 pub fn compile(
     kernel: &CKernel,
@@ -298,10 +305,16 @@ fn build(
                     &cache::deps_hash(deps.iter().map(PathBuf::as_path).zip(digests)),
                 );
                 let path = cache::artifact_path(dir, &key);
+                // Record the object's hash before it is renamed into place: a lookup loads an
+                // object only when its recorded hash matches, so a truncated or tampered one is
+                // rebuilt, never loaded.
+                let digest = cache::file_digest(&object_path)
+                    .map_err(io_err("hash the compiled kernel", &object_path))?;
                 // The object first: a manifest never names a list without its artifact.
                 object_path
                     .persist(&path)
                     .map_err(|e| io_err("move the compiled kernel to", &path)(e.error))?;
+                cache::record_digest(dir, &path, &digest)?;
                 Manifest::read(dir, base)
                     .unwrap_or_default()
                     .with_first(deps)

@@ -93,7 +93,11 @@ fn cache_files<'a>(artifacts: impl IntoIterator<Item = &'a Artifact>) -> Vec<Str
         .flat_map(|a| {
             let (base, deps) = a.key().split_once('-').unwrap();
             assert_eq!((base.len(), deps.len()), (64, 64), "{}", a.key());
-            [format!("{base}.deps"), format!("{}.so", a.key())]
+            [
+                format!("{base}.deps"),
+                format!("{}.so", a.key()),
+                format!("{}.so.blake3", a.key()),
+            ]
         })
         .collect();
     names.sort();
@@ -138,10 +142,10 @@ fn runs_a_kernel_and_returns_its_outputs() {
     // A second request reuses the cached artifact and the flush buffer.
     let again = backend.benchmark(&request).unwrap();
     assert_eq!(again.outputs, result.outputs);
-    // One dependency manifest and one object.
+    // One dependency manifest, one object and its recorded hash.
     assert_eq!(
         entries(cache.path()).len(),
-        2,
+        3,
         "{:?}",
         entries(cache.path())
     );
@@ -302,7 +306,7 @@ fn different_defines_flags_or_signature_give_different_artifacts() {
         entries(cache_dir.path()),
         cache_files([&base, &defined, &native])
     );
-    assert_eq!(entries(cache_dir.path()).len(), 6);
+    assert_eq!(entries(cache_dir.path()).len(), 9);
 }
 
 #[test]
@@ -800,4 +804,76 @@ fn a_cache_hit_runs_no_compiler_and_is_cheap() {
     );
     // A compiler run takes tens of milliseconds; a hit hashes a few headers.
     assert!(median < std::time::Duration::from_millis(10), "{median:?}");
+}
+
+#[test]
+fn a_tampered_or_truncated_artifact_is_rebuilt_not_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(dir.path().join("cpu"));
+    let first = compile(&add_kernel(), &add_signature(), &cache).unwrap();
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 3] = [
+        ("flipped byte", |p| {
+            let mut bytes = fs::read(p).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xFF;
+            fs::write(p, bytes).unwrap();
+        }),
+        ("truncated", |p| {
+            let bytes = fs::read(p).unwrap();
+            fs::write(p, &bytes[..bytes.len() / 3]).unwrap();
+        }),
+        ("hash record removed", |p| {
+            let mut record = p.as_os_str().to_owned();
+            record.push(".blake3");
+            fs::remove_file(record).unwrap();
+        }),
+    ];
+    for (what, damage) in damages {
+        damage(first.path());
+        let damaged = fs::read(first.path()).unwrap();
+        let again = compile(&add_kernel(), &add_signature(), &cache).unwrap();
+        assert!(
+            !again.was_cached(),
+            "{what}: a damaged artifact must not be a hit"
+        );
+        assert_eq!(again.path(), first.path(), "{what}");
+        let rebuilt = fs::read(again.path()).unwrap();
+        assert!(
+            rebuilt.starts_with(b"\x7fELF"),
+            "{what}: rebuilt as a shared object"
+        );
+        if what != "hash record removed" {
+            assert_ne!(rebuilt, damaged, "{what}: the damaged bytes were replaced");
+        }
+        assert!(
+            compile(&add_kernel(), &add_signature(), &cache)
+                .unwrap()
+                .was_cached(),
+            "{what}: the rebuilt artifact is a hit again"
+        );
+    }
+}
+
+#[test]
+fn a_cache_directory_others_can_write_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("shared");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = compile(&add_kernel(), &add_signature(), &CacheDir::new(&open)).unwrap_err();
+    assert!(matches!(err, CpuError::CacheDir { .. }), "{err:?}");
+    let chain = format!("{:?}", anyhow_chain(&err));
+    assert!(chain.contains("chmod 700"), "{chain}");
+}
+
+fn anyhow_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
