@@ -2,6 +2,7 @@
 //! binary through every way a candidate can succeed or fail.
 
 mod executor;
+mod fuzz;
 mod pool;
 mod process;
 mod shared;

@@ -44,4 +44,4 @@ mod tensor;
 pub use backend::Backend;
 pub use do_bench::{Runner, do_bench};
 pub use stats::{quantile, summarize};
-pub use tensor::HostTensor;
+pub use tensor::{HostTensor, physical_memory_bytes};

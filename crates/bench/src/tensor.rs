@@ -220,7 +220,7 @@ fn checked_len(spec: &TensorSpec) -> Result<usize, BenchError> {
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Total physical memory from `/proc/meminfo`, or `None` where it cannot be read.
-fn physical_memory_bytes() -> Option<u64> {
+pub fn physical_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

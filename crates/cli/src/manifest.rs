@@ -62,6 +62,8 @@ pub(crate) struct KernelSource {
     pub(crate) text: String,
     /// The directory holding the source, put on the include path.
     pub(crate) dir: PathBuf,
+    /// Whether the source lies outside the manifest's folder (allowed, and reported).
+    pub(crate) outside: bool,
     pub(crate) entry: String,
     pub(crate) language: Language,
     /// C compiler flags, or NVRTC options for CUDA.
@@ -239,6 +241,21 @@ impl Manifest {
             .enumerate()
             .map(|(i, t)| tensor(i, t, seed, dir))
             .collect::<Result<Vec<_>>>()?;
+        let total: u64 = tensors
+            .iter()
+            .map(|t| t.byte_len().unwrap_or(u64::MAX))
+            .fold(0u64, u64::saturating_add);
+        if let Some(memory) = tunebox_bench::physical_memory_bytes()
+            && total > memory
+        {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            bail!(
+                "tensors: together they need {total} bytes ({:.1} GiB), more than this machine's \
+                 {:.1} GiB of memory; reduce their shapes",
+                gib(total),
+                gib(memory)
+            );
+        }
         for (i, t) in tensors.iter().enumerate() {
             if let Some(first) = tensors[..i].iter().position(|u| u.name == t.name) {
                 bail!(
@@ -377,11 +394,16 @@ impl KernelSource {
             is_identifier(&entry),
             "{field}.entry = {entry:?}: it must be the name of a C function"
         );
+        let outside = match (path.canonicalize(), dir.canonicalize()) {
+            (Ok(file), Ok(root)) => !file.starts_with(root),
+            _ => false,
+        };
         let dir = parent_dir(&path);
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
         Ok(KernelSource {
             source_name: source.display().to_string(),
             path: path.clone(),
+            outside,
             text,
             dir,
             entry,

@@ -86,6 +86,9 @@ pub(crate) fn print_table(report: &Report, out: &mut impl Write) -> std::io::Res
         report.elapsed.as_secs_f64(),
         report.workers
     )?;
+    for note in &report.notes {
+        writeln!(out, "note: {note}")?;
+    }
     if let Some(best) = best(report) {
         let stats = best.stats.as_ref().expect("ok results have stats");
         writeln!(
@@ -141,6 +144,7 @@ struct JsonReport<'a> {
     elapsed_s: f64,
     results: Vec<JsonResult<'a>>,
     best: Option<JsonBest<'a>>,
+    notes: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -205,6 +209,7 @@ pub(crate) fn write_json(report: &Report, path: &Path) -> Result<()> {
                 }
             })
             .collect(),
+        notes: &report.notes,
         best: best(report).map(|r| JsonBest {
             choice: &r.choice,
             median_ms: r.stats.as_ref().expect("ok results have stats").median_ms,

@@ -53,6 +53,8 @@ pub(crate) struct Report {
     pub(crate) results: Vec<ChoiceResult>,
     pub(crate) elapsed: Duration,
     pub(crate) workers: usize,
+    /// Things the user should know about the run (sources outside the manifest's folder, …).
+    pub(crate) notes: Vec<String>,
 }
 
 /// The C compiler: `$CC`, else `cc`.
@@ -297,6 +299,21 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         })
         .collect();
     rank(&mut results);
+    let mut notes = Vec::new();
+    let mut sources = vec![&manifest.kernel];
+    if let Some(Verify {
+        reference: Reference::Source(source, _),
+        ..
+    }) = &manifest.verify
+    {
+        sources.push(source);
+    }
+    for source in sources.into_iter().filter(|s| s.outside) {
+        notes.push(format!(
+            "the source {} lies outside the manifest's folder",
+            source.source_name
+        ));
+    }
     Ok(Report {
         manifest: manifest.path.clone(),
         name: manifest.name.clone(),
@@ -308,6 +325,7 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
         results,
         elapsed: start.elapsed(),
         workers,
+        notes,
     })
 }
 

@@ -486,3 +486,60 @@ fn a_gpu_manifest_without_a_gpu_is_one_clear_error() {
     assert!(stderr.contains("this manifest needs a GPU"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn hostile_manifests_get_errors_naming_the_field_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("m")).unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    let cases = [
+        (
+            MANIFEST.replace(
+                "shape = [1024]\n[[tensors]]",
+                "shape = [100000, 100000, 100000]\n[[tensors]]",
+            ),
+            "more than this machine's",
+        ),
+        (
+            MANIFEST.replace("dtype = \"f32\"", "dtype = 32"),
+            "invalid type",
+        ),
+        (
+            MANIFEST.replace("[params]", "[params]\nTILE = []"),
+            "params.TILE has no values",
+        ),
+        (
+            MANIFEST.replace(
+                "timeout_s = 2",
+                "timeout_s = 2\nrestrictions = [\"MODE <\"]",
+            ),
+            "restrictions[0]",
+        ),
+        (
+            MANIFEST.replace("output = true", "output = true\ncolour = 1"),
+            "unknown field `colour`",
+        ),
+    ];
+    for (manifest, expected) in cases {
+        let manifest = manifest.replace("source = \"family.c\"", "source = \"../family.c\"");
+        std::fs::write(dir.path().join("m/bad.toml"), manifest).unwrap();
+        let out = tunebox(dir.path(), &["tune", "m/bad.toml"]);
+        assert!(!out.status.success(), "{expected}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{expected}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // A source outside the manifest's folder is allowed, and said.
+    let outside = MANIFEST
+        .replace("source = \"family.c\"", "source = \"../family.c\"")
+        .replace("MODE = [0, 1, 2, 3, 4, 5]", "MODE = [0]");
+    std::fs::write(dir.path().join("m/outside.toml"), outside).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m/outside.toml", "--quiet"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout)
+            .contains("note: the source ../family.c lies outside the manifest's folder"),
+        "{}",
+        text(&out.stdout)
+    );
+}

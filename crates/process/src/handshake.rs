@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
 use tunebox_protocol::{Bootstrap, EXIT_PROTOCOL_MISMATCH, Hello, PROTOCOL_VERSION};
 
+use crate::quiet_panic::catch_quietly;
 use crate::spawn::{Spawned, spawn_worker};
 use crate::worker::{Worker, deadline_after, exit_parts, kill_group};
 use crate::{ProcessConfig, ProcessError};
@@ -184,7 +185,11 @@ impl Acceptor {
         let thread = std::thread::Builder::new()
             .name("tunebox-accept".into())
             .spawn(move || {
-                let _ = tx.send(server.accept().map_err(|e| e.to_string()));
+                // ipc-channel can panic decoding a corrupt greeting (a channel index out of
+                // range): that is a protocol error of this worker, not a parent crash.
+                let accepted = catch_quietly(|| server.accept().map_err(|e| e.to_string()))
+                    .unwrap_or_else(|panic| Err(format!("malformed greeting: {panic}")));
+                let _ = tx.send(accepted);
             });
         let thread = match thread {
             Ok(thread) => Some(thread),

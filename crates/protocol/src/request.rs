@@ -375,6 +375,13 @@ pub enum DiagnosticTask {
         /// Whether the context is lost.
         sticky: bool,
     },
+    /// Write `bytes` into every socket the worker has open (its IPC channels included), then
+    /// succeed: a kernel scribbling garbage over file descriptors it does not own, to test that
+    /// the parent turns any such mess into an error for this task only.
+    WriteToSockets {
+        /// The garbage.
+        bytes: Bytes,
+    },
     /// Succeed, returning the worker's pid as decimal text in a `u8` output tensor named `pid`.
     Pid,
     /// Fail with `BenchError::Failed` if the file `path` exists, else succeed: a task whose

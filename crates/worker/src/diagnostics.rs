@@ -87,6 +87,7 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
                 sticky: *sticky,
             });
         }
+        DiagnosticTask::WriteToSockets { bytes } => write_to_sockets(bytes),
         DiagnosticTask::FailIfExists { path } => {
             if std::path::Path::new(path).exists() {
                 return Err(BenchError::Failed {
@@ -208,6 +209,23 @@ fn segfault() -> ! {
         libc::raise(libc::SIGSEGV);
     }
     unreachable!("SIGSEGV with its default action terminates the process")
+}
+
+/// Writes `bytes` into every open socket descriptor below 1024, once each, ignoring errors.
+fn write_to_sockets(bytes: &[u8]) {
+    for fd in 3..1024 {
+        // SAFETY: `fstat` only fills `stat`, a plain struct; an unused descriptor is EBADF.
+        let is_socket = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut stat) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+        };
+        if is_socket {
+            // SAFETY: `bytes` is a live buffer of `bytes.len()` bytes; writing to a socket we do
+            // not own is the point of this task, and errors are ignored.
+            let _ =
+                unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT) };
+        }
+    }
 }
 
 /// Writes `count` bytes of text to `fd` with raw `write(2)`, bypassing Rust's buffering.
