@@ -8,6 +8,10 @@
 #[path = "util.rs"]
 mod util;
 
+#[allow(dead_code)]
+#[path = "soak.rs"]
+mod soak;
+
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -174,4 +178,13 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
         memfds_after <= memfds_before + 4,
         "memfds: {memfds_before} before, {memfds_after} after 20,000 tasks"
     );
+}
+
+#[test]
+fn a_short_soak_leaves_everything_as_it_was() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let soak = soak::run(util::worker_exe(), 2_000);
+    let violations = soak.violations();
+    assert!(violations.is_empty(), "{violations:#?}\n{soak:#?}");
+    assert_eq!(soak.counts.values().sum::<u64>(), 2_000);
 }

@@ -382,6 +382,12 @@ pub enum DiagnosticTask {
         /// The garbage.
         bytes: Bytes,
     },
+    /// Allocate `bytes`, touch every page and never free them, then succeed: a candidate that
+    /// leaks memory, which only replacing its worker (`maximum_uses`) reclaims.
+    Leak {
+        /// Bytes to leak.
+        bytes: u64,
+    },
     /// Succeed, returning the worker's pid as decimal text in a `u8` output tensor named `pid`.
     Pid,
     /// Fail with `BenchError::Failed` if the file `path` exists, else succeed: a task whose

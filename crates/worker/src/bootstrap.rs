@@ -43,6 +43,7 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
     let server = std::env::var(WORKER_SERVER_ENV).map_err(|_| WorkerError::NotAWorker {
         var: WORKER_SERVER_ENV,
     })?;
+    quiet_panic_hook();
     check_protocol_version()?;
     arm_parent_death_signal()?;
     disable_core_dumps()?;
@@ -64,6 +65,16 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
         .map_err(|e| ipc("sending Hello", e))?;
     drop(bootstrap);
     serve(&request_rx, &response_tx, registry)
+}
+
+/// Backend panics are caught and answered; the hook only notes them on stderr (which crash
+/// errors quote), without a backtrace: capturing one under `RUST_BACKTRACE=1` can take longer
+/// than a short task's timeout. `TUNEBOX_WORKER_BACKTRACE=1` keeps the default hook.
+fn quiet_panic_hook() {
+    if std::env::var_os("TUNEBOX_WORKER_BACKTRACE").is_some_and(|v| v == "1") {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| eprintln!("tunebox-worker: {info}")));
 }
 
 fn ipc(during: &'static str, error: impl std::fmt::Display) -> WorkerError {

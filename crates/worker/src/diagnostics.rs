@@ -88,6 +88,13 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
             });
         }
         DiagnosticTask::WriteToSockets { bytes } => write_to_sockets(bytes),
+        DiagnosticTask::Leak { bytes } => {
+            let len = usize::try_from(*bytes).map_err(|_| BenchError::InvalidRequest {
+                detail: format!("cannot leak {bytes} bytes on this machine"),
+            })?;
+            // Written, so that the pages are really taken; never freed.
+            std::mem::forget(vec![1u8; len]);
+        }
         DiagnosticTask::FailIfExists { path } => {
             if std::path::Path::new(path).exists() {
                 return Err(BenchError::Failed {
