@@ -5,11 +5,16 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// Runs `tunebox` in `dir`, with compiled kernels cached under cargo's scratch directory for
+/// tests (never in `dir`: the examples folder is part of the repository).
 fn tunebox(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tunebox"))
         .args(args)
         .current_dir(dir)
-        .env("TUNEBOX_CACHE_DIR", dir.join("cache"))
+        .env(
+            "TUNEBOX_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
+        )
         .env_remove("TUNEBOX_WORKER")
         .output()
         .expect("tunebox runs")
