@@ -3,6 +3,7 @@
 
 mod executor;
 mod fuzz;
+mod gpu;
 mod pool;
 mod process;
 mod shared;

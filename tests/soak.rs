@@ -12,7 +12,7 @@ use tunebox_protocol::{BenchmarkRequest, Bytes, DiagnosticTask, Kernel};
 
 /// What a soak task is, and what it must end as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
+pub(crate) enum Kind {
     Ok,
     Error,
     Panic,
@@ -77,16 +77,16 @@ impl Kind {
 
 /// Process-wide resources of this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resources {
-    pub fds: usize,
-    pub memfds: usize,
-    pub threads: usize,
-    pub rss_kib: u64,
-    pub zombies: usize,
+pub(crate) struct Resources {
+    pub(crate) fds: usize,
+    pub(crate) memfds: usize,
+    pub(crate) threads: usize,
+    pub(crate) rss_kib: u64,
+    pub(crate) zombies: usize,
 }
 
 impl Resources {
-    pub fn now() -> Resources {
+    pub(crate) fn now() -> Resources {
         let fd_targets: Vec<PathBuf> = std::fs::read_dir("/proc/self/fd")
             .map(|d| {
                 d.filter_map(Result::ok)
@@ -157,20 +157,20 @@ fn leftovers(cwd: &Path) -> (usize, usize) {
 
 /// The outcome of a soak.
 #[derive(Debug)]
-pub struct Soak {
-    pub tasks: u64,
-    pub elapsed: Duration,
-    pub counts: BTreeMap<String, u64>,
-    pub wrong: Vec<String>,
-    pub before: Resources,
-    pub after: Resources,
-    pub socket_files: (usize, usize),
-    pub core_files: (usize, usize),
+pub(crate) struct Soak {
+    pub(crate) tasks: u64,
+    pub(crate) elapsed: Duration,
+    pub(crate) counts: BTreeMap<String, u64>,
+    pub(crate) wrong: Vec<String>,
+    pub(crate) before: Resources,
+    pub(crate) after: Resources,
+    pub(crate) socket_files: (usize, usize),
+    pub(crate) core_files: (usize, usize),
 }
 
 impl Soak {
     /// Every invariant, as a list of violations (empty: the soak passed).
-    pub fn violations(&self) -> Vec<String> {
+    pub(crate) fn violations(&self) -> Vec<String> {
         let mut out = self.wrong.clone();
         let (b, a) = (self.before, self.after);
         if a.fds > b.fds + 4 {
@@ -209,7 +209,7 @@ impl Soak {
 
 /// Runs `tasks` tasks (the mix of [`Kind::of`]) through a pool of 2 workers that are replaced
 /// every 200 uses, with a 100 ms timeout, and measures the parent before and after.
-pub fn run(worker: &Path, tasks: u64) -> Soak {
+pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
     let cwd = std::env::current_dir().expect("a working directory");
     let (sockets_before, cores_before) = leftovers(&cwd);
     let config = ProcessConfig::new()

@@ -6,9 +6,20 @@
 //!   runs the overhead benchmarks (issue 9), prints their table and writes
 //!   `target/bench/summary.json`. `--quick` runs fewer iterations (a smoke test, under a minute);
 //!   `--strict` fails when a target is missed. See `docs/performance.md`.
+//! - `soak [TASKS]`: builds the soak in release and runs it: 100,000 tasks (by default) of every
+//!   kind (ok, error, panic, abort, segfault, timeout, exit, output floods, memory leaks) through
+//!   a pool of 2 recycling workers, then checks that every task got one result of the right kind
+//!   and that the parent's descriptors, memfds, threads, RSS and children are back to their
+//!   baseline, with no socket or core file left (issue 7).
+//! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
+//!   `tunebox-cuda` on this machine, one at a time, printing what ran.
+//! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
+//!   stripped, into `target/gpu-bundle/` with the CUDA examples and a `run.sh` that runs them on
+//!   a GPU machine without a Rust toolchain (see `docs/gpu.md`).
 
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 const USAGE: &str = "usage: cargo xtask <task>
@@ -17,7 +28,13 @@ const USAGE: &str = "usage: cargo xtask <task>
   bench [--quick] [--strict]
                             overhead benchmarks (release build): prints the table and writes
                             target/bench/summary.json; --quick: fewer iterations (smoke test);
-                            --strict: fail when a target is missed";
+                            --strict: fail when a target is missed
+  soak [TASKS]              TASKS (default 100000) tasks of every kind through a recycling
+                            pool, then a check that nothing leaked (release build)
+  gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
+                            one at a time)
+  gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
+                            in target/gpu-bundle/, to copy to a GPU machine and run there";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,6 +42,9 @@ fn main() -> ExitCode {
     let result = match task.as_deref() {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
+        Some("soak") => soak(&args[1..]),
+        Some("gpu-test") => gpu_test(),
+        Some("gpu-bundle") => gpu_bundle(),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
             return if task.is_some() {
@@ -62,6 +82,32 @@ fn ci() -> Result<(), String> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     cargo(&["test", "--workspace"], &[])
+}
+
+/// `cargo xtask soak [TASKS]`.
+fn soak(args: &[String]) -> Result<(), String> {
+    let tasks = match args {
+        [] => "100000".to_owned(),
+        [n] if n.parse::<u64>().is_ok() => n.clone(),
+        _ => return Err("usage: cargo xtask soak [TASKS]".into()),
+    };
+    let root = workspace_root();
+    cargo(
+        &["build", "--release", "--package", "tunebox-tests", "--bins"],
+        &[],
+    )?;
+    let release = target_dir(&root).join("release");
+    let status = Command::new(release.join("tunebox-soak"))
+        .arg(&tasks)
+        .arg("--worker")
+        .arg(release.join("tunebox-test-worker"))
+        .status()
+        .map_err(|e| format!("cannot run tunebox-soak: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the soak failed ({status})"))
+    }
 }
 
 /// `cargo xtask bench [--quick] [--strict]`.
@@ -145,3 +191,230 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
         Err(format!("`cargo {}` failed ({status})", args.join(" ")))
     }
 }
+
+/// The packages whose test executables hold GPU tests.
+const GPU_TEST_PACKAGES: &[&str] = &["tunebox-cuda"];
+
+/// Test targets of those packages that go into the bundle: the library's unit tests (NVRTC)
+/// and `gpu`. The others (`no_gpu`, `mock_driver`, `examples`) are for machines without a GPU.
+const GPU_TEST_TARGETS: &[&str] = &["tunebox_cuda", "gpu"];
+
+/// A profile for the bundle, defined on the command line: release without debug info,
+/// stripped, in its own target subdirectory (so it never invalidates `target/release`).
+const BUNDLE_PROFILE: &[&str] = &[
+    "--config",
+    "profile.gpu-bundle-build.inherits=\"release\"",
+    "--config",
+    "profile.gpu-bundle-build.debug=false",
+    "--config",
+    "profile.gpu-bundle-build.strip=true",
+    "--profile",
+    "gpu-bundle-build",
+];
+
+/// `cargo xtask gpu-test`.
+fn gpu_test() -> Result<(), String> {
+    let mut args = vec!["test"];
+    for package in GPU_TEST_PACKAGES {
+        args.extend(["--package", package]);
+    }
+    args.extend(["--", "--ignored", "--nocapture", "--test-threads=1"]);
+    eprintln!("xtask: running the GPU tests (they need an NVIDIA GPU, driver R580+, and NVRTC)");
+    cargo(&args, &[])
+}
+
+/// `cargo xtask gpu-bundle`.
+fn gpu_bundle() -> Result<(), String> {
+    let root = workspace_root();
+    let target = target_dir(&root);
+    let bundle = target.join("gpu-bundle");
+    let mut build = vec!["build"];
+    build.extend(BUNDLE_PROFILE);
+    build.extend(["--package", "tunebox-cli", "--package", "tunebox-worker"]);
+    cargo(&build, &[])?;
+    let executables = gpu_test_executables()?;
+
+    if bundle.exists() {
+        fs::remove_dir_all(&bundle)
+            .map_err(|e| format!("cannot clear {}: {e}", bundle.display()))?;
+    }
+    for dir in ["tests", "examples/kernels"] {
+        fs::create_dir_all(bundle.join(dir))
+            .map_err(|e| format!("cannot create {}: {e}", bundle.join(dir).display()))?;
+    }
+    let built = target.join("gpu-bundle-build");
+    for binary in ["tunebox", "tunebox-worker"] {
+        copy(&built.join(binary), &bundle.join(binary))?;
+    }
+    for (name, path) in &executables {
+        copy(path, &bundle.join("tests").join(name))?;
+    }
+    let examples = root.join("examples");
+    for file in [
+        "matmul-cuda.toml",
+        "faults-cuda.toml",
+        "kernels/matmul.cu",
+        "kernels/faults.cu",
+        "kernels/matmul_ref.c",
+    ] {
+        copy(&examples.join(file), &bundle.join("examples").join(file))?;
+    }
+    let script = bundle.join("run.sh");
+    fs::write(&script, RUN_SH).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    make_executable(&script)?;
+
+    let bytes = dir_size(&bundle);
+    println!(
+        "xtask: {} ({:.1} MiB): {} test executables, tunebox, tunebox-worker, examples, run.sh",
+        bundle.display(),
+        bytes as f64 / (1024.0 * 1024.0),
+        executables.len()
+    );
+    println!("xtask: on the GPU machine: OUT=<dir> ./run.sh   (see docs/gpu.md)");
+    Ok(())
+}
+
+/// Builds the GPU test executables (`cargo test --no-run`, bundle profile) and returns
+/// `(name in the bundle, path)` for each target of [`GPU_TEST_TARGETS`].
+fn gpu_test_executables() -> Result<Vec<(String, PathBuf)>, String> {
+    let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec!["test", "--no-run", "--message-format=json"];
+    args.extend(BUNDLE_PROFILE);
+    for package in GPU_TEST_PACKAGES {
+        args.extend(["--package", package]);
+    }
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let output = Command::new(&cargo_bin)
+        .args(&args)
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {cargo_bin}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`cargo {}` failed ({})",
+            args.join(" "),
+            output.status
+        ));
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
+            continue;
+        }
+        let (Some(name), Some(executable)) = (
+            json_string_after(line, "\"target\":{", "\"name\":\""),
+            json_string_after(line, "", "\"executable\":\""),
+        ) else {
+            continue;
+        };
+        if GPU_TEST_TARGETS.contains(&name.as_str()) {
+            found.push((name, PathBuf::from(executable)));
+        }
+    }
+    if found.len() != GPU_TEST_TARGETS.len() {
+        return Err(format!(
+            "expected the test executables {GPU_TEST_TARGETS:?}, found {:?}",
+            found.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        ));
+    }
+    Ok(found)
+}
+
+/// The JSON string that follows `key` after the first `scope` in `line` (cargo's messages: no
+/// escapes in target names and paths of this workspace; a string with one is skipped).
+fn json_string_after(line: &str, scope: &str, key: &str) -> Option<String> {
+    let scoped = &line[line.find(scope)? + scope.len()..];
+    let value = &scoped[scoped.find(key)? + key.len()..];
+    let value = &value[..value.find('"')?];
+    (!value.contains('\\')).then(|| value.to_owned())
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    fs::copy(from, to)
+        .map(drop)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))
+}
+
+fn make_executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot make {} executable: {e}", path.display()))
+}
+
+/// Total size in bytes of the files under `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&entry.path()),
+            _ => entry.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
+/// The bundle's script: GPU tests, then the CUDA examples, with logs and a summary in `$OUT`.
+const RUN_SH: &str = r#"#!/bin/bash
+# tunebox GPU bundle (made by `cargo xtask gpu-bundle`): runs the CUDA backend's GPU tests and the
+# CUDA examples on this machine's GPU. Needs the NVIDIA driver (R580+, CUDA 13) and NVRTC 13
+# (libnvrtc.so.13 + libnvrtc-builtins; found under /usr/local/cuda or /usr, /opt when not on the
+# loader path), and a C compiler (cc) for the matmul example's CPU reference.
+#
+#   OUT=/some/dir ./run.sh        results in $OUT (default: ./out), at most 8 files:
+#     summary.txt figures.txt devices.txt tests.log matmul-cuda.log matmul-cuda.json
+#     faults-cuda.log faults-cuda.json
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here" || exit 1
+out=${OUT:-$here/out}
+mkdir -p "$out"
+export TUNEBOX_CACHE_DIR=$(mktemp -d)
+export TUNEBOX_WORKER="$here/tunebox-worker"
+export RUST_BACKTRACE=1
+
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc.so.13 '; then
+  nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.13 /usr/local/cuda*/targets/*/lib/libnvrtc.so.13 2>/dev/null | head -n 1)
+  [ -n "$nvrtc" ] || nvrtc=$(find /usr /opt -name 'libnvrtc.so.13' 2>/dev/null | head -n 1)
+  if [ -n "$nvrtc" ]; then
+    export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+
+summary="$out/summary.txt"
+: >"$summary"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+note "tunebox gpu bundle, $(date -u +%Y-%m-%dT%H:%M:%SZ), LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+
+{ nvidia-smi -L 2>&1; echo; ./tunebox devices 2>&1; } >"$out/devices.txt"
+note "devices: $(head -n 1 "$out/devices.txt")"
+
+: >"$out/tests.log"
+for t in tests/*; do
+  start=$(date +%s)
+  if "./$t" --ignored --nocapture --test-threads=1 >>"$out/tests.log" 2>&1; then
+    note "PASS $t ($(( $(date +%s) - start )) s)"
+  else
+    note "FAIL $t ($(( $(date +%s) - start )) s)"; status=1
+  fi
+done
+
+for example in matmul-cuda faults-cuda; do
+  start=$(date +%s)
+  if timeout 600 ./tunebox tune "examples/$example.toml" --json "$out/$example.json" >"$out/$example.log" 2>&1; then
+    note "PASS tunebox tune examples/$example.toml ($(( $(date +%s) - start )) s)"
+  else
+    note "FAIL tunebox tune examples/$example.toml ($(( $(date +%s) - start )) s)"; status=1
+  fi
+done
+
+grep -h 'tunebox-figure:' "$out/tests.log" | sed 's/^.*tunebox-figure: //' >"$out/figures.txt"
+cat "$out/figures.txt" >>"$summary"
+echo "--- figures"; cat "$out/figures.txt"
+echo "--- test results"; grep -E '^test result|FAILED|panicked' "$out/tests.log" | head -n 40
+for example in matmul-cuda faults-cuda; do echo "--- $example"; head -n 60 "$out/$example.log"; done
+rm -rf "$TUNEBOX_CACHE_DIR"
+exit $status
+"#;

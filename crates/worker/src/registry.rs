@@ -2,6 +2,7 @@
 
 use tunebox_bench::Backend;
 use tunebox_cpu::CpuBackend;
+use tunebox_cuda::CudaBackend;
 use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult};
 
 use crate::DiagnosticsBackend;
@@ -21,8 +22,9 @@ impl Registry {
     }
 
     /// The backends of the `tunebox-worker` binary: `cpu` (its cache directory from the
-    /// environment, see `tunebox_cpu::CacheDir::from_env`) and `diagnostics`. When no cache
-    /// directory can be derived, `cpu` answers every request with that error.
+    /// environment, see `tunebox_cpu::CacheDir::from_env`), `cuda` (loads the driver and NVRTC
+    /// on first use; on a machine without them it answers with why) and `diagnostics`. When no
+    /// cache directory can be derived, `cpu` answers every request with that error.
     pub fn standard() -> Self {
         let cpu: Box<dyn Backend> = match CpuBackend::from_env() {
             Ok(cpu) => Box::new(cpu),
@@ -33,6 +35,7 @@ impl Registry {
         };
         Registry::new()
             .with(cpu)
+            .with(Box::new(CudaBackend::new()))
             .with(Box::new(DiagnosticsBackend::default()))
     }
 

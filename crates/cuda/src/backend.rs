@@ -1,0 +1,360 @@
+//! The `cuda` backend: compile (a cache hit), load, check the launch, allocate, call once, time.
+
+use cudarc::driver::sys::CUfunction_attribute as F;
+use tunebox_bench::{Backend, Runner, do_bench};
+use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, TensorData,
+};
+
+use crate::CacheDir;
+use crate::compile;
+use crate::device::{self, DeviceLimits};
+use crate::driver::{self, Context, Device, Event, Function, Module, Stream};
+use crate::launch::{FunctionLimits, check_parameters, validate_launch};
+use crate::probe;
+use crate::tensors::DeviceTensor;
+use crate::timing::{Arguments, CudaRunner, DelayKernel, L2Flusher};
+
+/// Runs [`Kernel::Cuda`] requests on the worker's first visible GPU; its [`Backend::name`] is
+/// `"cuda"`.
+///
+/// Construction is cheap and cannot fail: nothing is loaded until the first request, so a worker
+/// registers this backend on every machine, and on one without a GPU each request is answered
+/// with [`BenchError::DriverUnavailable`] (or [`BenchError::CompilerUnavailable`] for a source
+/// when NVRTC is missing).
+///
+/// For each request it compiles the kernel ([`CacheDir`]: normally a cache hit after
+/// [`Backend::prepare`]), loads the module, checks the launch configuration against the device
+/// and the kernel ([`validate_launch`]), allocates and initializes every tensor on the device,
+/// calls the kernel once and returns the tensors marked `output` as they are after that call,
+/// then times it with [`do_bench`] and CUDA events (cold: the L2 flushed before every rep;
+/// hot: batches of launches between one pair of events). Inputs the first call wrote, and
+/// `reset` tensors, are restored before every later call. When there are outputs, they are then
+/// filled with `0xFF`, the kernel is called once more, and those outputs are returned too
+/// (`outputs_after_reps`), as the cpu backend does.
+///
+/// A sticky device fault (see [`stickiness`](crate::stickiness)) is returned as
+/// [`BenchError::DeviceFault`] with `sticky: true`; the worker exits after answering it, and
+/// this backend refuses every later request with the same error.
+#[derive(Debug)]
+pub struct CudaBackend {
+    cache: Option<CacheDir>,
+    device: Option<DeviceState>,
+    /// Set by a sticky fault: the context is gone, and every later request gets this error.
+    lost: Option<BenchError>,
+}
+
+/// The device this backend measures on, set up by the first request. Fields drop in order:
+/// the flusher, the delay kernel and the stream before the context.
+#[derive(Debug)]
+struct DeviceState {
+    flusher: Option<L2Flusher>,
+    /// `None` until loaded; `Some(None)` when it could not be (timings then include the launch
+    /// latency).
+    delay: Option<Option<DelayKernel>>,
+    stream: Stream,
+    limits: DeviceLimits,
+    context: Context,
+}
+
+// SAFETY: the driver handles in the device state (context, stream, module, function, device
+// memory) are not tied to the thread that created them: the driver API accepts them from any
+// thread whose current context is theirs, and every entry point of `CudaBackend` makes the
+// context current on the calling thread (`CudaBackend::device` → `Context::bind`) before any
+// other call, and dropping the state binds it too. The state is only reached through `&mut CudaBackend`, so no two threads use it at
+// once.
+unsafe impl Send for DeviceState {}
+
+impl Drop for DeviceState {
+    /// Makes the context current on the dropping thread, so that the fields' releases (which
+    /// follow) reach it.
+    fn drop(&mut self) {
+        if let Err(e) = self.context.bind() {
+            log::debug!("cuda: releasing the device state: {e}");
+        }
+    }
+}
+
+impl CudaBackend {
+    /// A backend caching compiled kernels in [`CacheDir::from_env`] (or nowhere, when the
+    /// environment names no cache directory). Touches neither the disk nor the driver.
+    pub fn new() -> Self {
+        Self::with_cache(CacheDir::from_env())
+    }
+
+    /// A backend caching compiled kernels in `cache`, or nowhere with `None`.
+    pub fn with_cache(cache: Option<CacheDir>) -> Self {
+        Self {
+            cache,
+            device: None,
+            lost: None,
+        }
+    }
+
+    /// The cache directory, if any.
+    pub fn cache_dir(&self) -> Option<&CacheDir> {
+        self.cache.as_ref()
+    }
+
+    /// The device state, set up on first use, with its context current on this thread.
+    fn device(&mut self) -> Result<&mut DeviceState, BenchError> {
+        probe::driver()?;
+        if self.device.is_none() {
+            if driver::device_count()? == 0 {
+                return Err(BenchError::DriverUnavailable {
+                    library: probe::DRIVER_LIBRARY.into(),
+                    detail: format!(
+                        "the driver sees no GPU (CUDA_VISIBLE_DEVICES={:?})",
+                        std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default()
+                    ),
+                });
+            }
+            let context = Context::retain(Device::get(0)?)?;
+            let limits = device::limits(&context.device())?;
+            let stream = Stream::new()?;
+            self.device = Some(DeviceState {
+                flusher: None,
+                delay: None,
+                stream,
+                limits,
+                context,
+            });
+        }
+        let state = self.device.as_mut().expect("set above");
+        state.context.bind()?;
+        Ok(state)
+    }
+
+    /// Remembers a sticky fault: the context is lost, so the device state is abandoned without
+    /// any further driver call (freeing into a lost context only fails again), and every later
+    /// request gets `error`.
+    fn note(&mut self, result: &Result<impl Sized, BenchError>) {
+        if let Err(error) = result
+            && error.ends_worker()
+        {
+            log::warn!("cuda: the context is lost: {error}");
+            std::mem::forget(self.device.take());
+            self.lost = Some(error.clone());
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), BenchError> {
+        match &self.lost {
+            Some(error) => Err(error.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn run(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        let kernel = cuda_kernel(request)?;
+        compile::validate(kernel)?;
+        let cache = self.cache.clone();
+        let state = self.device()?;
+        let loaded = Loaded::new(kernel, request, &state.limits, cache.as_ref())?;
+
+        let stream = &state.stream;
+        let tensors = request
+            .tensors
+            .iter()
+            .map(|spec| DeviceTensor::new(spec, stream))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
+        let cold = request.timing.flush_cache && !request.timing.hot;
+        if cold && state.flusher.is_none() {
+            state.flusher = Some(L2Flusher::new(state.limits.l2_cache_bytes)?);
+        }
+        if state.delay.is_none() {
+            state.delay = Some(match DelayKernel::load() {
+                Ok(delay) => Some(delay),
+                Err(e) if e.ends_worker() => return Err(e),
+                Err(e) => {
+                    log::warn!("cuda: no delay kernel ({e}); timings include launch latency");
+                    None
+                }
+            });
+        }
+        let mut runner = CudaRunner {
+            function: &loaded.function,
+            launch: kernel.launch,
+            arguments: Arguments::new(&tensors, &scalars),
+            stream,
+            tensors: &tensors,
+            restore: request
+                .tensors
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| spec.reset)
+                .map(|(i, _)| i)
+                .collect(),
+            flusher: if cold { state.flusher.as_mut() } else { None },
+            delay: state.delay.as_ref().and_then(Option::as_ref),
+            start: Event::new()?,
+            end: Event::new()?,
+        };
+        debug_assert_eq!(runner.arguments.len(), tensors.len() + scalars.len());
+
+        // The first call runs on freshly initialized tensors; its outputs are the ones verified.
+        runner.run()?;
+        let outputs = output_data(&tensors, stream)?;
+        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
+        let mut mutated = Vec::new();
+        for (i, tensor) in tensors.iter().enumerate() {
+            let spec = tensor.spec();
+            if !spec.output && !spec.reset && !tensor.is_pristine(stream)? {
+                mutated.push(i);
+            }
+        }
+        let mutated_inputs = mutated
+            .iter()
+            .map(|&i| request.tensors[i].name.clone())
+            .collect();
+        runner.restore.extend(mutated);
+
+        let stats = do_bench(&mut runner, &request.timing)?;
+
+        // One more call on poisoned outputs: a kernel must overwrite them completely every time.
+        let mut outputs_after_reps = Vec::new();
+        if !outputs.is_empty() {
+            runner.restore()?;
+            for tensor in &tensors {
+                if tensor.spec().output && !tensor.spec().reset {
+                    tensor.poison(stream)?;
+                }
+            }
+            runner.run()?;
+            outputs_after_reps = output_data(&tensors, stream)?;
+        }
+        drop(runner);
+        // Everything enqueued has completed (the last call synchronized): free the tensors,
+        // then unload the module.
+        drop(tensors);
+        drop(loaded);
+        Ok(BenchmarkResult {
+            stats,
+            outputs,
+            outputs_after_reps,
+            mutated_inputs,
+        })
+    }
+
+    fn run_prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
+        let kernel = cuda_kernel(request)?;
+        compile::validate(kernel)?;
+        let cache = self.cache.clone();
+        let state = self.device()?;
+        Loaded::new(kernel, request, &state.limits, cache.as_ref()).map(drop)
+    }
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        self.check_alive()?;
+        let result = self.run(request);
+        self.note(&result);
+        result
+    }
+
+    /// Compiles the kernel into the cache, loads it and checks its launch configuration and
+    /// parameters, without allocating tensors or measuring.
+    fn prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
+        self.check_alive()?;
+        let result = self.run_prepare(request);
+        self.note(&result);
+        result
+    }
+
+    /// Every visible GPU, in ordinal order.
+    fn devices(&mut self) -> Result<Vec<DeviceInfo>, BenchError> {
+        // Device queries need no context: nothing to bind.
+        self.check_alive()?;
+        probe::driver()?;
+        (0..driver::device_count()?)
+            .map(|ordinal| device::info(&Device::get(ordinal)?))
+            .collect()
+    }
+}
+
+/// The request's CUDA kernel.
+fn cuda_kernel(request: &BenchmarkRequest) -> Result<&CudaKernel, BenchError> {
+    match &request.kernel {
+        Kernel::Cuda(kernel) => Ok(kernel),
+        other => Err(BenchError::InvalidRequest {
+            detail: format!(
+                "the cuda backend runs CUDA kernels only; this request is for the `{}` backend",
+                other.backend()
+            ),
+        }),
+    }
+}
+
+/// A kernel loaded and checked, ready to launch.
+struct Loaded {
+    function: Function,
+    /// Keeps `function` loaded; unloaded on drop.
+    _module: Module,
+}
+
+impl Loaded {
+    /// Compiles (or finds in the cache) and loads `kernel`, checks its launch configuration and
+    /// parameters, and opts in to the shared memory the launch needs.
+    fn new(
+        kernel: &CudaKernel,
+        request: &BenchmarkRequest,
+        limits: &DeviceLimits,
+        cache: Option<&CacheDir>,
+    ) -> Result<Self, BenchError> {
+        let (artifact, origin) = compile::artifact(kernel, limits.arch(), cache)?;
+        let module = Module::load(&artifact.image, artifact.kind, &origin)?;
+        let function = module.function(&artifact.lowered_name, &origin)?;
+        let attribute = |a| -> Result<u32, BenchError> {
+            Ok(u32::try_from(function.attribute(a)?).unwrap_or(0))
+        };
+        let function_limits = FunctionLimits {
+            max_threads_per_block: attribute(F::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            registers_per_thread: attribute(F::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_shared_bytes: attribute(F::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            max_dynamic_shared_bytes: attribute(
+                F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            )?,
+        };
+        let plan = validate_launch(&kernel.launch, &kernel.entry, limits, &function_limits)?;
+        if let Some(bytes) = plan.opt_in_dynamic_shared_bytes {
+            let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+            function.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+        }
+        if probe::driver()?.has_param_info {
+            match function.parameter_sizes() {
+                Some(sizes) => check_parameters(
+                    &kernel.entry,
+                    &sizes,
+                    request.tensors.len(),
+                    request.scalars.len(),
+                )?,
+                None => log::debug!("cuda: the driver cannot list the parameters of `{origin}`"),
+            }
+        }
+        Ok(Self {
+            function,
+            _module: module,
+        })
+    }
+}
+
+/// Copies of the tensors marked `output`, in request order (waits for the stream).
+fn output_data(tensors: &[DeviceTensor], stream: &Stream) -> Result<Vec<TensorData>, BenchError> {
+    tensors
+        .iter()
+        .filter(|t| t.spec().output)
+        .map(|t| t.to_data(stream))
+        .collect()
+}
