@@ -25,10 +25,24 @@ const DEFAULT_BLOCK_X: i64 = 256;
 pub(crate) struct RawLaunch {
     block: Option<Vec<toml::Value>>,
     grid: Option<Vec<toml::Value>>,
-    grid_div_x: Option<Vec<String>>,
-    grid_div_y: Option<Vec<String>>,
-    grid_div_z: Option<Vec<String>>,
+    /// Each a list of divisors (multiplied, as Kernel Tuner's) or one expression.
+    grid_div_x: Option<toml::Value>,
+    grid_div_y: Option<toml::Value>,
+    grid_div_z: Option<toml::Value>,
     shared_mem: Option<toml::Value>,
+    /// The problem size here rather than at the top level (moved there when read).
+    pub(crate) problem_size: Option<Vec<toml::Value>>,
+}
+
+impl RawLaunch {
+    /// `grid_div_x`, `grid_div_y` or `grid_div_z` (`d` = 0, 1, 2).
+    pub(crate) fn grid_div_mut(&mut self, d: usize) -> &mut Option<toml::Value> {
+        match d {
+            0 => &mut self.grid_div_x,
+            1 => &mut self.grid_div_y,
+            _ => &mut self.grid_div_z,
+        }
+    }
 }
 
 /// An integer expression over params (and the problem size).
@@ -136,16 +150,20 @@ impl Launch {
                 for (d, div) in divs.iter().enumerate() {
                     let field = format!("launch.grid_div_{}", ["x", "y", "z"][d]);
                     divisors[d] = match div {
-                        Some(names) => names
+                        Some(toml::Value::Array(items)) => items
                             .iter()
-                            .map(|n| {
-                                IntExpr::parse(
-                                    &toml::Value::String(n.clone()),
-                                    &param_names,
-                                    &field,
-                                )
+                            .enumerate()
+                            .map(|(i, item)| {
+                                IntExpr::parse(item, &param_names, &format!("{field}[{i}]"))
                             })
                             .collect::<Result<_>>()?,
+                        Some(item @ (toml::Value::String(_) | toml::Value::Integer(_))) => {
+                            vec![IntExpr::parse(item, &param_names, &field)?]
+                        }
+                        Some(other) => bail!(
+                            "{field} = {other}: give a list of divisors ([\"block_size_x\", \
+                             \"TILE\"], multiplied) or one expression (\"block_size_x * TILE\")"
+                        ),
                         None if params.contains_key(BLOCK_PARAMS[d]) => vec![
                             IntExpr::parse(
                                 &toml::Value::String(BLOCK_PARAMS[d].into()),
@@ -377,7 +395,7 @@ mod tests {
     fn explicit_geometry_and_grid_div() {
         let p = params(&[("BM", &[64]), ("BN", &[32]), ("BK", &[8])]);
         let l = launch(
-            "block = [\"BN\", \"BM / 8\", 1]\ngrid_div_x = [\"BN\"]\ngrid_div_y = [\"BM\"]\nshared_mem = \"(BM + BN) * BK * 4\"",
+            "block = [\"BN\", \"BM / 8\", 1]\ngrid_div_x = [\"BN\"]\ngrid_div_y = \"BM\"\nshared_mem = \"(BM + BN) * BK * 4\"",
             Some("[\"512\", 512]"),
             &p,
         )

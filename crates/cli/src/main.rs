@@ -3,36 +3,112 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
+mod cache;
 mod devices;
+mod doctor;
+mod fingerprint;
+mod interrupt;
 mod launch;
 mod manifest;
+mod measure;
+mod merge;
+mod metrics;
+mod progress;
 mod report;
+mod results;
+mod shard;
 mod space;
+mod strategy;
 mod tune;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
-use clap::{Parser, Subcommand};
+use anyhow::{Result, bail, ensure};
+use clap::{Args, Parser, Subcommand};
 
+use crate::interrupt::EXIT_INTERRUPTED;
 use crate::manifest::MAX_TIMEOUT_S;
-use crate::tune::TuneOptions;
+use crate::report::TableOptions;
+use crate::results::{Report, Selection};
+use crate::shard::ShardSpec;
+use crate::strategy::Strategy;
+use crate::tune::{CacheMode, TuneOptions};
 
 /// Most worker processes a run may start.
 const MAX_WORKERS: usize = 512;
 
 /// Benchmark kernel candidates in isolated worker processes and rank them.
+///
+/// A manifest (TOML) names a kernel, its arguments and the params whose combinations are the
+/// choices; `tunebox tune` compiles every choice, measures each in a fresh worker process (a
+/// choice that crashes, hangs or computes garbage costs its own result only), verifies its
+/// outputs, and prints them ranked. See docs/manifest.md for every manifest field.
 #[derive(Parser)]
-#[command(name = "tunebox", version, about, propagate_version = true)]
+#[command(
+    name = "tunebox",
+    version,
+    about,
+    long_about,
+    propagate_version = true,
+    after_help = "Examples:
+  tunebox tune examples/matmul-cpu.toml
+  tunebox tune examples/matmul-cpu.toml --strategy random --budget 10 --refine 3
+  tunebox tune big.toml --shard auto --json results/shard-$SLURM_ARRAY_TASK_ID.json
+  tunebox merge results/*.json --json merged.json
+  tunebox report merged.json
+  tunebox doctor"
+)]
 struct Cli {
+    /// Debug logs on stderr (-vv: trace); RUST_LOG works too.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Compile, benchmark and verify the choices of a manifest; print them ranked.
+    #[command(after_help = TUNE_EXAMPLES)]
+    Tune(TuneArgs),
+    /// Print the ranked table of a JSON report or a results cache again.
+    #[command(after_help = "Examples:
+  tunebox report results.json
+  tunebox report examples/matmul-cpu.tunebox-cache.jsonl --top 10
+  tunebox report results.json --csv results.csv")]
+    Report {
+        /// A JSON report (`tune --json`, `merge --json`) or a results cache (`*.jsonl`).
+        file: PathBuf,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Combine the results of shards (JSON reports or results caches) into one ranking.
+    ///
+    /// Refuses files of different manifests or tunebox versions, reports choices that no file has
+    /// (naming the missing shards) or that several files have, and ranks the results of each
+    /// device apart unless --across-devices.
+    #[command(after_help = "Examples:
+  tunebox merge results/shard-*.json --json merged.json
+  tunebox merge a100.json h100.json --across-devices")]
+    Merge {
+        /// The shards' results.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Rank results from different devices together (by default each device is ranked on
+        /// its own: timings from different hardware do not compare).
+        #[arg(long)]
+        across_devices: bool,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Check the C compiler, the kernel cache, spawning a worker, a CPU benchmark, and the CUDA
+    /// driver and NVRTC (through a worker); say how to fix what fails.
+    ///
+    /// Exits 0 when everything CPU tuning needs works (CUDA is optional).
+    Doctor,
     /// List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID),
     /// probed in a worker process: the `tunebox` process itself never loads a GPU library.
     Devices {
@@ -40,43 +116,123 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Compile, benchmark and verify every choice of a manifest; print them ranked.
-    Tune {
-        /// The TOML manifest describing the kernel family.
-        manifest: PathBuf,
-        /// Also write the results as JSON to this file.
-        #[arg(long, value_name = "PATH")]
-        json: Option<PathBuf>,
-        /// Worker processes measuring in parallel. The default, 1, measures one choice at a time:
-        /// concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb
-        /// each other.
-        #[arg(long, default_value_t = 1, value_name = "N")]
-        workers: usize,
-        /// Per-choice timeout in seconds (overrides the manifest's `timeout_s`). It covers every
-        /// call of the choice: the first call, the estimate, warmup and timed reps, and the
-        /// final verification call.
-        #[arg(long, value_name = "SECS")]
-        timeout: Option<f64>,
-        /// Benchmarks a worker process runs before it is replaced (TVM's
-        /// `maximum_process_uses`). The default, 1, gives every choice a fresh process, so that
-        /// nothing a choice does to its process (floating-point modes, signal handlers, leaked
-        /// threads or memory) can change the next choice's result; 0 means unlimited.
-        #[arg(long, default_value_t = 1, value_name = "N")]
-        max_process_uses: u64,
-        /// No progress on stderr.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Only list the choices that survive the restrictions; compile and run nothing.
-        #[arg(long)]
-        list: bool,
-    },
+}
+
+const TUNE_EXAMPLES: &str = "Examples:
+  tunebox tune examples/matmul-cpu.toml                  all choices, ranked
+  tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
+  tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
+  tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
+  tunebox tune m.toml --max-time 600 --refine 5          10 minutes, then the best 5 again
+  tunebox tune m.toml --shard 2/8 --json shard-2.json    shard 2 of 8 (numbered from 0)
+  tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array
+
+A re-run skips the choices its results cache already has (Ctrl-C, a kill or a lost node lose
+nothing finished); --fresh measures everything again.";
+
+/// Where a report goes besides the table.
+#[derive(Args)]
+struct OutputArgs {
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Also write the results as CSV (one row per choice, a column per param and metric).
+    #[arg(long, value_name = "PATH")]
+    csv: Option<PathBuf>,
+    /// Show only the best N rows of the table (per device).
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    /// The TOML manifest describing the kernel family (docs/manifest.md).
+    manifest: PathBuf,
+    /// Only list the choices this run would measure (after restrictions, strategy and shard);
+    /// compile and run nothing.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside
+    /// the manifest].
+    #[arg(long, value_name = "PATH", conflicts_with = "no_cache")]
+    cache: Option<PathBuf>,
+    /// Neither read nor write a results cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Measure every choice again, ignoring the results cache (new results are still added).
+    #[arg(long)]
+    fresh: bool,
+    /// Worker processes measuring in parallel. The default, 1, measures one choice at a time:
+    /// concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb
+    /// each other. Compilation is always parallel.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    workers: usize,
+    /// Per-choice timeout in seconds (overrides the manifest's `timeout_s`). It covers every
+    /// call of the choice: the first call, the estimate, warmup and timed reps, and the final
+    /// verification call.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`).
+    /// The default, 1, gives every choice a fresh process, so that nothing a choice does to its
+    /// process (floating-point modes, signal handlers, leaked threads or memory) can change the
+    /// next choice's result; 0 means unlimited.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    max_process_uses: u64,
+    /// How to pick the choices: all of them, or a random sample of --budget.
+    /// [default: brute-force; random with --budget]
+    #[arg(long, value_enum)]
+    strategy: Option<Strategy>,
+    /// Measure a random sample of N choices (implies --strategy random).
+    #[arg(long, value_name = "N")]
+    budget: Option<usize>,
+    /// Seed of the random sample (every shard of a run must use the same).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    seed: u64,
+    /// Start no new choice after SECS seconds (finished ones are kept and cached; a re-run
+    /// measures the rest).
+    #[arg(long, value_name = "SECS")]
+    max_time: Option<f64>,
+    /// Re-measure the best K choices at the end with 4x rep_ms and rank them by that median
+    /// (a quick screen, then a careful look at the candidates that matter).
+    #[arg(long, value_name = "K")]
+    refine: Option<usize>,
+    /// Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their
+    /// stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes'
+    /// JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default:
+    /// MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them.
+    #[arg(long, value_name = "K/N|auto", value_parser = shard::parse)]
+    shard: Option<ShardSpec>,
+    /// The number of shards, for --shard auto: required in a Kubernetes Indexed Job (its
+    /// `completions`); in a Slurm array it makes SLURM_ARRAY_TASK_ID the shard index (submit
+    /// --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7).
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 fn main() -> ExitCode {
     tunebox_worker::run_if_worker(tunebox_worker::Registry::standard);
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let cli = Cli::parse();
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"));
+    match cli.verbose {
+        0 => {}
+        1 => {
+            logger.filter_level(log::LevelFilter::Debug);
+        }
+        _ => {
+            logger.filter_level(log::LevelFilter::Trace);
+        }
+    }
+    logger.init();
+    match run(cli) {
+        Ok(code) => code,
+        // `tunebox … | head`: the reader has seen enough.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tunebox: error: {e:#}");
             ExitCode::FAILURE
@@ -84,54 +240,185 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let verbose = cli.verbose > 0;
     match cli.command {
-        Command::Devices { json } => devices::print(json),
-        Command::Tune {
-            manifest,
-            json,
-            workers,
-            timeout,
-            max_process_uses,
-            quiet,
-            list,
+        Command::Devices { json } => devices::print(json).map(|()| ExitCode::SUCCESS),
+        Command::Doctor => {
+            let ok = doctor::run(&mut std::io::stdout().lock())?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Report { file, output } => {
+            let reports = report::load(&file)?;
+            for (i, report) in reports.iter().enumerate() {
+                if i > 0 {
+                    writeln!(std::io::stdout())?;
+                }
+                emit(report, &output, reports.len() == 1, true)?;
+            }
+            if reports.len() > 1 && (output.json.is_some() || output.csv.is_some()) {
+                bail!(
+                    "{} holds results of {} manifests; --json and --csv need one (merge the \
+                     results of one manifest with `tunebox merge`)",
+                    file.display(),
+                    reports.len()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Merge {
+            files,
+            across_devices,
+            output,
         } => {
-            if list {
-                for choice in tune::list(&manifest)? {
-                    println!("{}", choice.label());
-                }
-                return Ok(());
+            let report = merge::merge(&files, across_devices)?;
+            for note in report
+                .info
+                .notes
+                .iter()
+                .filter(|n| n.starts_with("MISSING"))
+            {
+                eprintln!("tunebox: warning: {note}");
             }
-            ensure!(
-                (1..=MAX_WORKERS).contains(&workers),
-                "--workers must be between 1 and {MAX_WORKERS}"
-            );
-            let timeout = timeout
-                .map(|t| {
-                    ensure!(
-                        t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
-                        "--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S} \
-                         (a week)"
-                    );
-                    Ok(Duration::from_secs_f64(t))
-                })
-                .transpose()?;
-            let report = tune::tune(&TuneOptions {
-                manifest,
-                workers,
-                timeout,
-                max_process_uses: (max_process_uses > 0).then_some(max_process_uses),
-                quiet,
-                json: json.clone(),
-            })?;
-            report::print_table(&report, &mut std::io::stdout().lock())?;
-            if let Some(path) = json {
-                report::write_json(&report, &path)?;
-                if !quiet {
-                    eprintln!("tunebox: wrote {}", path.display());
-                }
+            emit(&report, &output, true, true)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tune(args) => tune(args, verbose),
+    }
+}
+
+/// Prints the table and writes the requested files.
+fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool) -> Result<()> {
+    let options = TableOptions {
+        width: report::terminal_width(),
+        top: output.top,
+    };
+    report::print_table(report, &mut std::io::stdout().lock(), options)?;
+    if write_files {
+        if let Some(path) = &output.json {
+            report::write_json(report, path)?;
+            if announce {
+                eprintln!("tunebox: wrote {}", path.display());
             }
-            Ok(())
+        }
+        if let Some(path) = &output.csv {
+            report::write_csv(report, path)?;
+            if announce {
+                eprintln!("tunebox: wrote {}", path.display());
+            }
         }
     }
+    Ok(())
+}
+
+fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
+    let selection = selection(&args)?;
+    let shard = shard::resolve(args.shard, args.shards, |name| std::env::var(name).ok())?;
+    if args.list {
+        let plan = tune::plan(&args.manifest, &selection, shard)?;
+        let mut out = std::io::stdout().lock();
+        for &i in &plan.selected {
+            writeln!(out, "{}", plan.choices[i].label())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    ensure!(
+        (1..=MAX_WORKERS).contains(&args.workers),
+        "--workers must be between 1 and {MAX_WORKERS}"
+    );
+    let seconds = |flag: &str, value: Option<f64>| {
+        value
+            .map(|t| {
+                ensure!(
+                    t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
+                    "{flag} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S} \
+                     (a week)"
+                );
+                Ok(Duration::from_secs_f64(t))
+            })
+            .transpose()
+    };
+    let timeout = seconds("--timeout", args.timeout)?;
+    let max_time = seconds("--max-time", args.max_time)?;
+    let mut output = args.output;
+    if let (Some(shard), None) = (shard, &output.json) {
+        let stem = args
+            .manifest
+            .file_stem()
+            .map_or_else(|| "tunebox".into(), |s| s.to_string_lossy().into_owned());
+        output.json = Some(PathBuf::from(format!(
+            "{stem}.shard-{}-of-{}.json",
+            shard.index, shard.count
+        )));
+    }
+    let cache = match (args.no_cache, args.cache) {
+        (true, _) => CacheMode::Off,
+        (false, Some(path)) => CacheMode::Path(path),
+        (false, None) => CacheMode::Default,
+    };
+    let options = TuneOptions {
+        manifest: args.manifest,
+        workers: args.workers,
+        timeout,
+        max_process_uses: (args.max_process_uses > 0).then_some(args.max_process_uses),
+        quiet: args.quiet,
+        verbose,
+        json: output.json.clone(),
+        csv: output.csv.clone(),
+        cache,
+        fresh: args.fresh,
+        selection,
+        max_time,
+        refine: args.refine,
+        shard,
+    };
+    let stop = interrupt::stop();
+    let report = tune::tune(&options, &stop)?;
+    emit(&report, &output, true, !args.quiet)?;
+    if report.info.interrupted {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The strategy, budget and seed: `--budget` alone means a random sample.
+fn selection(args: &TuneArgs) -> Result<Selection> {
+    let strategy = match (args.strategy, args.budget) {
+        (Some(Strategy::BruteForce), Some(_)) => bail!(
+            "--budget samples choices at random; drop --strategy brute-force, or drop --budget \
+             to measure every choice"
+        ),
+        (Some(Strategy::Random), None) => {
+            bail!("--strategy random needs --budget N, the number of choices to sample")
+        }
+        (Some(strategy), _) => strategy,
+        (None, Some(_)) => Strategy::Random,
+        (None, None) => Strategy::BruteForce,
+    };
+    if let Some(budget) = args.budget {
+        ensure!(budget > 0, "--budget must be at least 1");
+    }
+    if let Some(refine) = args.refine {
+        ensure!(
+            refine > 0,
+            "--refine must be at least 1 (the number of choices to re-measure)"
+        );
+    }
+    Ok(Selection {
+        strategy: strategy.name().to_owned(),
+        budget: args.budget.filter(|_| strategy == Strategy::Random),
+        seed: args.seed,
+    })
 }

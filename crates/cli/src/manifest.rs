@@ -12,6 +12,7 @@ use tunebox_protocol::{
 };
 
 use crate::launch::{Launch, RawLaunch};
+use crate::metrics::Metrics;
 use crate::space::{Choice, ParamValue, Restriction};
 
 /// Per-choice timeout when the manifest does not set `timeout_s`.
@@ -40,6 +41,8 @@ pub(crate) struct Manifest {
     pub(crate) verify: Option<Verify>,
     /// Grid, block and shared memory (CUDA kernels only).
     pub(crate) launch: Option<Launch>,
+    /// Named expressions over params, scalars and time, reported per choice.
+    pub(crate) metrics: Metrics,
 }
 
 /// The language of a kernel source.
@@ -98,34 +101,63 @@ struct RawManifest {
     timeout_s: Option<f64>,
     #[serde(default)]
     restrictions: Vec<String>,
-    kernel: RawKernel,
+    kernel: Option<RawKernel>,
     #[serde(default)]
     tensors: Vec<RawTensor>,
     #[serde(default)]
     scalars: Vec<RawScalar>,
-    #[serde(default)]
-    params: IndexMap<String, Vec<toml::Value>>,
+    params: Option<IndexMap<String, Vec<toml::Value>>>,
     timing: Option<RawTiming>,
     verify: Option<RawVerify>,
-    /// Kernel Tuner's problem size: one to three integers or expressions (CUDA kernels).
+    /// Kernel Tuner's problem size: one to three integers or expressions (CUDA kernels; also
+    /// `problem_size_x/y/z` in metrics).
     problem_size: Option<Vec<toml::Value>>,
     launch: Option<RawLaunch>,
+    /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
+    #[serde(default)]
+    metrics: IndexMap<String, String>,
+    // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
+    /// `params`.
+    tune_params: Option<IndexMap<String, Vec<toml::Value>>>,
+    /// `kernel.entry`.
+    kernel_name: Option<String>,
+    /// `kernel.source`.
+    kernel_source: Option<PathBuf>,
+    /// `kernel.language`.
+    lang: Option<String>,
+    /// `kernel.flags` (C) or `kernel.options` (CUDA).
+    compiler_options: Option<Vec<String>>,
+    /// `verify.reference`: output files, a reference choice, or a reference source.
+    answer: Option<toml::Value>,
+    /// `verify.atol` with `answer` (Kernel Tuner's default: 1e-6).
+    atol: Option<f64>,
+    /// Timed reps per choice: `timing.min_reps = timing.max_reps = iterations`.
+    iterations: Option<u32>,
+    /// `launch.grid_div_x/y/z`.
+    grid_div_x: Option<toml::Value>,
+    grid_div_y: Option<toml::Value>,
+    grid_div_z: Option<toml::Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawKernel {
-    source: PathBuf,
-    entry: String,
+    #[serde(alias = "kernel_source")]
+    source: Option<PathBuf>,
+    #[serde(alias = "kernel_name")]
+    entry: Option<String>,
     /// `"c"` or `"cuda"`; by default from the extension (`.cu`, `.cuh`: CUDA).
+    #[serde(alias = "lang")]
     language: Option<String>,
     flags: Option<Vec<String>>,
     /// NVRTC options (CUDA).
     options: Option<Vec<String>>,
+    /// Kernel Tuner's name for `flags` (C) or `options` (CUDA).
+    compiler_options: Option<Vec<String>>,
     compiler: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawTensor {
     name: String,
@@ -167,7 +199,7 @@ struct RawVerify {
     reference: RawReference,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawReference {
     choice: Option<IndexMap<String, toml::Value>>,
@@ -204,34 +236,56 @@ impl Manifest {
     }
 
     fn from_raw(raw: RawManifest, path: &Path, compiler: &str) -> Result<Manifest> {
+        let mut raw = kernel_tuner_aliases(raw)?;
         let dir = parent_dir(path);
-        let language = language(&raw.kernel)?;
+        let raw_kernel = raw.kernel.take().unwrap_or_default();
+        let source = raw_kernel.source.clone().context(
+            "kernel.source is missing: name the kernel's source file, e.g. [kernel] source = \
+             \"kernels/matmul.c\" (or Kernel Tuner's top-level kernel_source = \"…\")",
+        )?;
+        let entry = raw_kernel.entry.clone().context(
+            "kernel.entry is missing: name the function to call, e.g. [kernel] entry = \"matmul\" \
+             (or Kernel Tuner's top-level kernel_name = \"…\")",
+        )?;
+        let language = language_of(&source, raw_kernel.language.as_deref())?;
         let flags = match language {
             Language::C => {
                 ensure!(
-                    raw.kernel.options.is_none(),
+                    raw_kernel.options.is_none(),
                     "kernel.options: NVRTC options apply to CUDA kernels; a C kernel takes `flags`"
                 );
-                raw.kernel
+                ensure!(
+                    raw_kernel.flags.is_none() || raw_kernel.compiler_options.is_none(),
+                    "kernel.flags and compiler_options: give the C compiler's flags once"
+                );
+                raw_kernel
                     .flags
+                    .or(raw_kernel.compiler_options)
                     .unwrap_or_else(|| DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect())
             }
             Language::Cuda => {
                 ensure!(
-                    raw.kernel.flags.is_none() && raw.kernel.compiler.is_none(),
+                    raw_kernel.flags.is_none() && raw_kernel.compiler.is_none(),
                     "kernel.flags / kernel.compiler: a CUDA kernel is compiled by NVRTC; give its \
                      options as `options = [\"--use_fast_math\"]`"
                 );
-                raw.kernel.options.unwrap_or_default()
+                ensure!(
+                    raw_kernel.options.is_none() || raw_kernel.compiler_options.is_none(),
+                    "kernel.options and compiler_options: give the NVRTC options once"
+                );
+                raw_kernel
+                    .options
+                    .or(raw_kernel.compiler_options)
+                    .unwrap_or_default()
             }
         };
         let kernel = KernelSource::read(
             dir,
-            &raw.kernel.source,
-            raw.kernel.entry,
+            &source,
+            entry,
             language,
             flags,
-            raw.kernel.compiler.unwrap_or_else(|| compiler.to_owned()),
+            raw_kernel.compiler.unwrap_or_else(|| compiler.to_owned()),
             "kernel",
         )?;
         let seed = raw.seed.unwrap_or(0);
@@ -264,8 +318,7 @@ impl Manifest {
                 );
             }
         }
-        let scalars = raw
-            .scalars
+        let scalars: Vec<Scalar> = std::mem::take(&mut raw.scalars)
             .into_iter()
             .map(|s| Scalar {
                 name: s.name,
@@ -273,7 +326,7 @@ impl Manifest {
             })
             .collect();
         let mut params = IndexMap::new();
-        for (name, values) in raw.params {
+        for (name, values) in raw.params.take().unwrap_or_default() {
             ensure!(
                 is_identifier(&name),
                 "params.{name}: a parameter name must be a C identifier (it becomes -D{name}=…)"
@@ -307,14 +360,14 @@ impl Manifest {
                 Restriction::parse(text, &params).with_context(|| format!("restrictions[{i}]"))
             })
             .collect::<Result<Vec<_>>>()?;
-        let timing = timing(raw.timing)?;
+        let timing = timing(raw.timing.take(), raw.iterations)?;
         let timeout_s = raw.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S);
         ensure!(
             timeout_s.is_finite() && timeout_s > 0.0 && timeout_s <= MAX_TIMEOUT_S,
             "timeout_s = {timeout_s}: it must be a number of seconds above 0 and at most \
              {MAX_TIMEOUT_S} (a week)"
         );
-        let launch = match (language, raw.launch) {
+        let launch = match (language, raw.launch.take()) {
             (Language::Cuda, launch) => Some(
                 Launch::from_raw(
                     launch.unwrap_or_default(),
@@ -328,8 +381,10 @@ impl Manifest {
             }
             (Language::C, None) => None,
         };
+        let metrics = Metrics::parse(&raw.metrics, &params, &scalars, raw.problem_size.as_deref())?;
         let verify = raw
             .verify
+            .take()
             .map(|v| {
                 verify(
                     v,
@@ -357,8 +412,206 @@ impl Manifest {
             timeout: Duration::from_secs_f64(timeout_s),
             verify,
             launch,
+            metrics,
         })
     }
+}
+
+/// Moves Kernel Tuner's spellings (`tune_params`, `kernel_name`, `kernel_source`, `lang`,
+/// `compiler_options`, `answer` + `atol`, `grid_div_x/y/z`, `problem_size` in `[launch]`) to
+/// tunebox's fields, refusing a field given both ways.
+fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
+    if let Some(tune_params) = raw.tune_params.take() {
+        ensure!(
+            raw.params.is_none(),
+            "params and tune_params: give the parameters once (tune_params is Kernel Tuner's name \
+             for params)"
+        );
+        raw.params = Some(tune_params);
+    }
+    let top_level = raw.kernel_name.is_some()
+        || raw.kernel_source.is_some()
+        || raw.lang.is_some()
+        || raw.compiler_options.is_some();
+    match (&mut raw.kernel, top_level) {
+        (None, false) => bail!(
+            "missing [kernel]: name the source and the function, e.g.\n  [kernel]\n  source = \
+             \"kernels/matmul.c\"\n  entry = \"matmul\"\n(or Kernel Tuner's top-level \
+             kernel_source and kernel_name)"
+        ),
+        (Some(kernel), true) => {
+            for (field, given, taken) in [
+                (
+                    "kernel_name",
+                    raw.kernel_name.is_some(),
+                    kernel.entry.is_some(),
+                ),
+                (
+                    "kernel_source",
+                    raw.kernel_source.is_some(),
+                    kernel.source.is_some(),
+                ),
+                ("lang", raw.lang.is_some(), kernel.language.is_some()),
+                (
+                    "compiler_options",
+                    raw.compiler_options.is_some(),
+                    kernel.flags.is_some()
+                        || kernel.options.is_some()
+                        || kernel.compiler_options.is_some(),
+                ),
+            ] {
+                ensure!(
+                    !(given && taken),
+                    "{field}: given both at the top level and in [kernel]; give it once"
+                );
+            }
+            kernel.entry = kernel.entry.take().or(raw.kernel_name.take());
+            kernel.source = kernel.source.take().or(raw.kernel_source.take());
+            kernel.language = kernel.language.take().or(raw.lang.take());
+            kernel.compiler_options = kernel
+                .compiler_options
+                .take()
+                .or(raw.compiler_options.take());
+        }
+        (Some(_), false) => {}
+        (kernel @ None, true) => {
+            let k = kernel.get_or_insert_with(RawKernel::default);
+            k.entry = raw.kernel_name.take();
+            k.source = raw.kernel_source.take();
+            k.language = raw.lang.take();
+            k.compiler_options = raw.compiler_options.take();
+        }
+    }
+    let divs = [
+        ("grid_div_x", raw.grid_div_x.take()),
+        ("grid_div_y", raw.grid_div_y.take()),
+        ("grid_div_z", raw.grid_div_z.take()),
+    ];
+    if divs.iter().any(|(_, d)| d.is_some()) {
+        let launch = raw.launch.get_or_insert_with(RawLaunch::default);
+        for (d, (field, value)) in divs.into_iter().enumerate() {
+            if let Some(value) = value {
+                let slot = launch.grid_div_mut(d);
+                ensure!(
+                    slot.is_none(),
+                    "{field}: given both at the top level and in [launch]; give it once"
+                );
+                *slot = Some(value);
+            }
+        }
+    }
+    if let Some(problem) = raw.launch.as_mut().and_then(|l| l.problem_size.take()) {
+        ensure!(
+            raw.problem_size.is_none(),
+            "problem_size: given both at the top level and in [launch]; give it once"
+        );
+        raw.problem_size = Some(problem);
+    }
+    if let Some(iterations) = raw.iterations {
+        ensure!(
+            (1..=MAX_REPS).contains(&iterations),
+            "iterations = {iterations}: give 1 to {MAX_REPS} timed reps per choice"
+        );
+        if let Some(t) = &raw.timing {
+            ensure!(
+                t.min_reps.is_none() && t.max_reps.is_none(),
+                "iterations and timing.min_reps/max_reps: iterations sets both; give one or the \
+                 other"
+            );
+        }
+    }
+    match (raw.answer.take(), raw.atol) {
+        (Some(answer), atol) => {
+            ensure!(
+                raw.verify.is_none(),
+                "answer and [verify]: answer is Kernel Tuner's name for verify.reference; give one \
+                 of them"
+            );
+            let reference = answer_reference(answer, &mut raw.tensors)?;
+            let atol = atol.unwrap_or(KT_ATOL);
+            raw.verify = Some(RawVerify {
+                rtol: None,
+                atol: Some(atol),
+                reference,
+            });
+        }
+        (None, Some(_)) => bail!(
+            "atol: a top-level atol goes with answer (Kernel Tuner's); with [verify], set \
+             verify.atol"
+        ),
+        (None, None) => {}
+    }
+    Ok(raw)
+}
+
+/// Kernel Tuner's default `atol`.
+const KT_ATOL: f64 = 1e-6;
+
+/// `answer` as a reference: `{ choice = {…} }`, `{ source = "…", … }`, `{ outputs = {…} }`, a table
+/// of output files by tensor name, or Kernel Tuner's list (one entry per tensor, then per scalar:
+/// a file, or `""`/`false` for an argument that is not checked). Tensors given a file become
+/// outputs.
+fn answer_reference(answer: toml::Value, tensors: &mut [RawTensor]) -> Result<RawReference> {
+    const FORMS: &str = "give answer as a table of expected-output files by tensor name \
+        (answer = { C = \"C.bin\" }), a list with one entry per tensor (a file, or \"\" for \
+        arguments that are not checked), a reference choice (answer = { choice = { BM = 32 } }), \
+        or a reference source (answer = { source = \"ref.c\", entry = \"ref\" })";
+    let files: IndexMap<String, PathBuf> = match answer {
+        toml::Value::Table(table)
+            if ["choice", "source", "outputs"]
+                .iter()
+                .any(|k| table.contains_key(*k)) =>
+        {
+            let reference: RawReference = toml::Value::Table(table)
+                .try_into()
+                .map_err(|e| anyhow::anyhow!("answer: {}", e.to_string().trim_end()))?;
+            match &reference.outputs {
+                Some(outputs) => outputs.clone(),
+                None => return Ok(reference),
+            }
+        }
+        toml::Value::Table(table) => table
+            .into_iter()
+            .map(|(name, file)| match file {
+                toml::Value::String(file) => Ok((name, PathBuf::from(file))),
+                other => bail!("answer.{name} = {other}: {FORMS}"),
+            })
+            .collect::<Result<_>>()?,
+        toml::Value::Array(entries) => {
+            let mut files = IndexMap::new();
+            for (i, entry) in entries.iter().enumerate() {
+                match entry {
+                    toml::Value::String(s) if s.is_empty() => {}
+                    toml::Value::Boolean(false) => {}
+                    toml::Value::String(file) => {
+                        let tensor = tensors.get(i).with_context(|| {
+                            format!(
+                                "answer[{i}] = {file:?}: there are only {} tensors; the entries \
+                                 after them (scalars) must be \"\"",
+                                tensors.len()
+                            )
+                        })?;
+                        files.insert(tensor.name.clone(), PathBuf::from(file));
+                    }
+                    other => bail!("answer[{i}] = {other}: {FORMS}"),
+                }
+            }
+            ensure!(!files.is_empty(), "answer: no entry names a file; {FORMS}");
+            files
+        }
+        other => bail!("answer = {other}: {FORMS}"),
+    };
+    for name in files.keys() {
+        let tensor = tensors
+            .iter_mut()
+            .find(|t| &t.name == name)
+            .with_context(|| format!("answer.{name}: there is no tensor `{name}`"))?;
+        tensor.output = true;
+    }
+    Ok(RawReference {
+        outputs: Some(files),
+        ..RawReference::default()
+    })
 }
 
 impl KernelSource {
@@ -509,8 +762,12 @@ fn read_data(path: &Path, bytes: u64, spec: &TensorSpec) -> Result<SharedData> {
     Ok(buffer.share())
 }
 
-fn timing(raw: Option<RawTiming>) -> Result<TimingConfig> {
+fn timing(raw: Option<RawTiming>, iterations: Option<u32>) -> Result<TimingConfig> {
     let mut timing = TimingConfig::default();
+    if let Some(iterations) = iterations {
+        timing.min_reps = iterations;
+        timing.max_reps = iterations;
+    }
     let Some(raw) = raw else {
         return Ok(timing);
     };
@@ -702,16 +959,16 @@ fn reference_choice(
         .map(Choice::new)
 }
 
-/// The kernel's language: `language`, else by its source's extension.
-fn language(raw: &RawKernel) -> Result<Language> {
-    language_of(&raw.source, raw.language.as_deref())
-}
-
+/// A source's language: `given` (`"c"` or `"cuda"`, any case, as Kernel Tuner's `lang`), else by
+/// the source's extension.
 fn language_of(source: &Path, given: Option<&str>) -> Result<Language> {
-    match given {
+    match given.map(str::to_ascii_lowercase).as_deref() {
         Some("c") => Ok(Language::C),
         Some("cuda") => Ok(Language::Cuda),
-        Some(other) => bail!("kernel.language = {other:?}: use \"c\" or \"cuda\""),
+        Some(_) => bail!(
+            "kernel.language = {:?}: use \"c\" or \"cuda\"",
+            given.unwrap_or_default()
+        ),
         None => Ok(match source.extension().and_then(|e| e.to_str()) {
             Some("cu" | "cuh") => Language::Cuda,
             _ => Language::C,
@@ -720,7 +977,23 @@ fn language_of(source: &Path, given: Option<&str>) -> Result<Language> {
 }
 
 /// Keys that belong at the top of a manifest, before the first `[table]`.
-const TOP_LEVEL_KEYS: [&str; 5] = ["name", "seed", "timeout_s", "restrictions", "problem_size"];
+const TOP_LEVEL_KEYS: [&str; 15] = [
+    "name",
+    "seed",
+    "timeout_s",
+    "restrictions",
+    "problem_size",
+    "kernel_name",
+    "kernel_source",
+    "lang",
+    "compiler_options",
+    "answer",
+    "atol",
+    "iterations",
+    "grid_div_x",
+    "grid_div_y",
+    "grid_div_z",
+];
 
 /// A hint for the usual TOML mistake: a top-level key written after a `[table]` header, which
 /// makes it part of that table.
@@ -845,9 +1118,130 @@ mod tests {
     }
 
     #[test]
+    fn kernel_tuner_names() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *x, float *y) {}\n").unwrap();
+        std::fs::write(dir.path().join("y.bin"), [0u8; 16]).unwrap();
+        let path = dir.path().join("m.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Manifest::load(&path, "cc")
+        };
+        let tensors = "[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n\
+                       [[tensors]]\nname = \"y\"\ndtype = \"f32\"\nshape = [4]\n\
+                       [[scalars]]\nname = \"n\"\nvalue = 4\n";
+        let kt = "kernel_name = \"k\"\nkernel_source = \"k.c\"\nlang = \"C\"\n\
+                  compiler_options = [\"-O1\"]\niterations = 7\natol = 0.5\n";
+        let m = load(&format!(
+            "{kt}answer = [\"\", \"y.bin\", \"\"]\n[tune_params]\nA = [1, 2]\n\
+             [metrics]\n\"GB/s\" = \"8 * n / time\"\n{tensors}"
+        ))
+        .unwrap();
+        assert_eq!(
+            (m.kernel.entry.as_str(), m.kernel.language),
+            ("k", Language::C)
+        );
+        assert_eq!(m.kernel.flags, ["-O1"]);
+        assert_eq!((m.timing.min_reps, m.timing.max_reps), (7, 7));
+        assert_eq!(m.params["A"].len(), 2);
+        assert_eq!(m.metrics.names(), ["GB/s"]);
+        assert!(m.tensors[1].output && !m.tensors[0].output);
+        let verify = m.verify.unwrap();
+        assert_eq!(verify.tolerance.atol, 0.5);
+        assert!(matches!(verify.reference, Reference::Outputs(ref o) if o[0].name == "y"));
+        // The table form, and a reference choice.
+        let m = load(&format!(
+            "{kt}answer = {{ y = \"y.bin\" }}\n[tune_params]\nA = [1]\n{tensors}"
+        ))
+        .unwrap();
+        assert!(matches!(m.verify.unwrap().reference, Reference::Outputs(_)));
+        let with_output = tensors.replace(
+            "shape = [4]\n[[scalars]]",
+            "shape = [4]\noutput = true\n[[scalars]]",
+        );
+        let m = load(&format!(
+            "{kt}answer = {{ choice = {{ A = 1 }} }}\n[tune_params]\nA = [1, 2]\n{with_output}"
+        ))
+        .unwrap();
+        let verify = m.verify.unwrap();
+        assert!(matches!(verify.reference, Reference::Choice(_)));
+        let cases = [
+            (
+                format!("{kt}[params]\nA = [1]\n[tune_params]\nA = [1]\n{tensors}"),
+                "params and tune_params",
+            ),
+            (
+                format!("{kt}[kernel]\nentry = \"k\"\n{tensors}"),
+                "kernel_name: given both",
+            ),
+            (
+                format!("{kt}answer = {{ z = \"y.bin\" }}\n{tensors}"),
+                "answer.z: there is no tensor `z`",
+            ),
+            (
+                format!("{kt}answer = [\"\", \"\", \"y.bin\"]\n{tensors}"),
+                "answer[2] = \"y.bin\": there are only 2 tensors",
+            ),
+            (
+                format!("{kt}answer = 3\n{tensors}"),
+                "give answer as a table",
+            ),
+            (
+                format!("{kt}[timing]\nmin_reps = 3\n{tensors}"),
+                "iterations and timing.min_reps",
+            ),
+            (
+                "kernel_name = \"k\"\natol = 1\n".to_string(),
+                "a top-level atol goes with answer",
+            ),
+            (
+                "kernel_source = \"k.c\"\n".to_string(),
+                "kernel.entry is missing",
+            ),
+            (
+                format!(
+                    "{}[metrics]\nx = \"time * Q\"\n{tensors}",
+                    kt.replace("atol = 0.5\n", "")
+                ),
+                "metrics.x = \"time * Q\": `Q` is not a param",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = format!("{:#}", load(&text).unwrap_err());
+            assert!(
+                err.contains(expected),
+                "{text}\n  gave: {err}\n  wanted: {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn kernel_tuner_examples_match_the_tunebox_ones() {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let load = |name: &str| Manifest::load(&examples.join(name), "cc").unwrap();
+        let choices = |m: &Manifest| crate::space::choices(&m.params, &m.restrictions).unwrap();
+        for (kt, native) in [
+            ("matmul-cpu-kt.toml", "matmul-cpu.toml"),
+            ("matmul-cuda-kt.toml", "matmul-cuda.toml"),
+        ] {
+            let (kt, native) = (load(kt), load(native));
+            assert_eq!(choices(&kt), choices(&native));
+            assert_eq!(kt.kernel.flags, native.kernel.flags);
+            assert_eq!(kt.kernel.language, native.kernel.language);
+            assert_eq!((kt.timing.min_reps, kt.timing.max_reps), (7, 7));
+            assert_eq!(kt.metrics.names(), ["GFLOP/s"]);
+            if let (Some(a), Some(b)) = (&kt.launch, &native.launch) {
+                for choice in choices(&kt) {
+                    assert_eq!(a.config(&choice).unwrap(), b.config(&choice).unwrap());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn errors_name_the_field_and_the_fix() {
         let cases = [
-            ("", "missing field `kernel`"),
+            ("", "missing [kernel]"),
             (&format!("{KERNEL}colour = 1\n"), "unknown field `colour`"),
             (
                 &format!("{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f16\"\nshape = [1]\n"),

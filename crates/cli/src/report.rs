@@ -1,75 +1,230 @@
-//! Printing a ranked table and writing JSON.
+//! Reports: the ranked table (fitted to the terminal), JSON and CSV files, and reading reports
+//! back from a JSON report or a results cache (`tunebox report`, `tunebox merge`).
 
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use serde::Serialize;
+use anyhow::{Context, Result, bail};
 use tunebox_pool::Status;
 
-use crate::space::Choice;
-use crate::tune::{ChoiceResult, Report};
+use crate::cache;
+use crate::metrics::format_value;
+use crate::results::{
+    ChoiceResult, Report, ReportJson, ResultJson, RunInfo, best, choices, define_line,
+    rank_by_device,
+};
 
 /// Widest the error column gets in the table.
 const ERROR_WIDTH: usize = 60;
+/// Narrowest the error column gets on a narrow terminal.
+const MIN_ERROR_WIDTH: usize = 16;
 
-/// Writes the ranked table and a summary to `out`.
-pub(crate) fn print_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
-    let rows: Vec<[String; 6]> = report
-        .results
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let ok = r.status == Status::Ok;
-            [
-                if ok { (i + 1).to_string() } else { "-".into() },
-                r.choice.label(),
-                r.stats
-                    .as_ref()
-                    .map_or("-".into(), |s| format!("{:.4}", s.median_ms)),
-                r.stats
-                    .as_ref()
-                    .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
-                r.status.to_string(),
-                r.error.as_deref().map(short_error).unwrap_or_default(),
-            ]
-        })
-        .collect();
-    let header = ["rank", "choice", "median ms", "spread", "status", "error"];
-    let mut widths = header.map(str::len);
+/// How to print a table.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TableOptions {
+    /// The terminal's width; `None`: not a terminal (errors are cut at 60 characters).
+    pub(crate) width: Option<usize>,
+    /// Rows shown per device (the rest are counted).
+    pub(crate) top: Option<usize>,
+}
+
+/// The width of the terminal on stdout: `$COLUMNS` when set, else the terminal's, else `None`.
+pub(crate) fn terminal_width() -> Option<usize> {
+    if let Some(columns) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+    {
+        return Some(columns);
+    }
+    console::Term::stdout()
+        .size_checked()
+        .map(|(_, columns)| usize::from(columns))
+}
+
+/// Writes the ranked table of each device, a summary, and the best choice.
+pub(crate) fn print_table(
+    report: &Report,
+    out: &mut impl Write,
+    options: TableOptions,
+) -> std::io::Result<()> {
+    let info = &report.info;
+    let groups = report.groups();
+    if groups.is_empty() {
+        writeln!(out, "{}", title(info, &info.header.device))?;
+        writeln!(out, "no results")?;
+    }
+    for (g, (device, members)) in groups.iter().enumerate() {
+        if g > 0 {
+            writeln!(out)?;
+        }
+        writeln!(out, "{}", title(info, device))?;
+        print_rows(members, info, out, options)?;
+    }
+    writeln!(out)?;
+    print_summary(report, out)?;
+    for (device, members) in &groups {
+        match best(members.iter().copied()) {
+            Some(best) => {
+                let on = if groups.len() > 1 {
+                    format!(" on {device}")
+                } else {
+                    String::new()
+                };
+                let median = best.median_ms().unwrap_or(f64::NAN);
+                let metrics: Vec<String> = best
+                    .metrics
+                    .iter()
+                    .map(|(name, value)| format!(", {} {name}", format_value(*value)))
+                    .collect();
+                writeln!(
+                    out,
+                    "best{on}: {} at {median:.4} ms{}",
+                    best.choice.label(),
+                    metrics.concat()
+                )?;
+                let defines = define_line(&best.choice);
+                if !defines.is_empty() {
+                    writeln!(out, "      {defines}")?;
+                    writeln!(out, "      best = {}", best.choice.toml())?;
+                }
+            }
+            None if groups.len() > 1 => writeln!(out, "no choice succeeded on {device}")?,
+            None => writeln!(out, "no choice succeeded")?,
+        }
+    }
+    Ok(())
+}
+
+/// `matmul-512: matmul (kernels/matmul.c) on AMD EPYC (2 cores), shard 1/4`.
+fn title(info: &RunInfo, device: &str) -> String {
+    let h = &info.header;
+    let mut title = format!("{}: {} on {device}", h.name, h.kernel);
+    if let Some(shard) = h.shard {
+        title.push_str(&format!(", shard {shard}"));
+    }
+    if let Some(budget) = h
+        .selection
+        .budget
+        .filter(|_| h.selection.strategy == "random")
+    {
+        title.push_str(&format!(
+            ", random sample of {} of {} choices (seed {})",
+            budget.min(h.space_size),
+            h.space_size,
+            h.selection.seed
+        ));
+    }
+    title
+}
+
+fn print_rows(
+    members: &[&ChoiceResult],
+    info: &RunInfo,
+    out: &mut impl Write,
+    options: TableOptions,
+) -> std::io::Result<()> {
+    let metrics = &info.header.metrics;
+    let shown = options.top.unwrap_or(usize::MAX).min(members.len());
+    let mut header: Vec<String> = vec!["rank".into(), "choice".into()];
+    if info.across_devices {
+        header.push("device".into());
+    }
+    header.push("median ms".into());
+    header.extend(metrics.iter().cloned());
+    header.extend(["spread".into(), "status".into(), "error".into()]);
+    let columns = header.len();
+    let mut rank = 0;
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(shown);
+    for r in &members[..shown] {
+        let ok = r.status == Status::Ok;
+        let mut row = vec![
+            if ok {
+                rank += 1;
+                rank.to_string()
+            } else {
+                "-".into()
+            },
+            r.choice.label(),
+        ];
+        if info.across_devices {
+            row.push(r.device.clone());
+        }
+        row.push(r.median_ms().map_or("-".into(), |m| {
+            format!(
+                "{m:.4}{}",
+                if r.screen_median_ms.is_some() {
+                    "*"
+                } else {
+                    ""
+                }
+            )
+        }));
+        for name in metrics {
+            row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
+        }
+        row.push(
+            r.stats
+                .as_ref()
+                .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
+        );
+        row.push(r.status.to_string());
+        row.push(String::new());
+        rows.push(row);
+    }
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: &[String; 6]| {
-        format!(
-            "{:>w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:<w4$}  {}",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            cells[4],
-            cells[5],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-            w4 = widths[4],
-        )
-        .trim_end()
-        .to_owned()
+    // The error column takes what the terminal has left.
+    let fixed: usize = widths[..columns - 1].iter().sum::<usize>() + 2 * (columns - 1);
+    let error_width = options.width.map_or(ERROR_WIDTH, |w| {
+        w.saturating_sub(fixed).clamp(MIN_ERROR_WIDTH, ERROR_WIDTH)
+    });
+    for (row, r) in rows.iter_mut().zip(members) {
+        row[columns - 1] = r
+            .error
+            .as_deref()
+            .map(|e| short_error(e, error_width))
+            .unwrap_or_default();
+    }
+    // Numbers right-aligned; the choice, the device, the status and the error left-aligned.
+    let left = |c: usize| c == 1 || (c == 2 && info.across_devices) || c >= columns - 2;
+    let line = |cells: &[String]| {
+        let mut text = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            if c > 0 {
+                text.push_str("  ");
+            }
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            if left(c) {
+                text.push_str(cell);
+                text.push_str(&" ".repeat(pad));
+            } else {
+                text.push_str(&" ".repeat(pad));
+                text.push_str(cell);
+            }
+        }
+        text.trim_end().to_owned()
     };
-    writeln!(
-        out,
-        "{}: {} on {}",
-        report.name, report.kernel, report.device
-    )?;
-    writeln!(out, "{}", line(&header.map(String::from)))?;
+    writeln!(out, "{}", line(&header))?;
     for row in &rows {
         writeln!(out, "{}", line(row))?;
     }
-    writeln!(out)?;
+    if shown < members.len() {
+        writeln!(
+            out,
+            "… {} more (--top shows {shown}; --json and --csv have them all)",
+            members.len() - shown
+        )?;
+    }
+    Ok(())
+}
+
+fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let info = &report.info;
     let mut counts: Vec<(Status, usize)> = Vec::new();
     for r in &report.results {
         match counts.iter_mut().find(|(s, _)| *s == r.status) {
@@ -77,147 +232,298 @@ pub(crate) fn print_table(report: &Report, out: &mut impl Write) -> std::io::Res
             None => counts.push((r.status, 1)),
         }
     }
+    counts.sort();
     let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    writeln!(
-        out,
-        "{} choices ({}) in {:.1} s with {} worker(s); spread = (p80 - p20) / median",
-        report.results.len(),
-        counts.join(", "),
-        report.elapsed.as_secs_f64(),
-        report.workers
-    )?;
-    for note in &report.notes {
-        writeln!(out, "note: {note}")?;
+    let mut line = choices(report.results.len());
+    if !counts.is_empty() {
+        line.push_str(&format!(" ({})", counts.join(", ")));
     }
-    if let Some(best) = best(report) {
-        let stats = best.stats.as_ref().expect("ok results have stats");
+    if info.elapsed_s > 0.0 && info.merged_from.is_empty() {
+        line.push_str(&format!(" in {:.1} s", info.elapsed_s));
+    }
+    if info.workers > 0 {
+        line.push_str(&format!(" with {} worker(s)", info.workers));
+    }
+    if report.results.iter().any(|r| r.stats.is_some()) {
+        line.push_str("; spread = (p80 - p20) / median");
+    }
+    writeln!(out, "{line}")?;
+    if let Some(cache) = &info.cache
+        && cache.hits > 0
+    {
         writeln!(
             out,
-            "best: {} at {:.4} ms",
-            best.choice.label(),
-            stats.median_ms
+            "cache: {} of them from {} (measured earlier; --fresh re-measures)",
+            cache.hits, cache.path
         )?;
-        let defines: Vec<String> = best
-            .choice
-            .defines()
+    }
+    let by_reason = |reason: &str| {
+        info.not_measured
             .iter()
-            .map(|d| format!("-D{}={}", d.name, d.value))
-            .collect();
-        if !defines.is_empty() {
-            writeln!(out, "      {}", defines.join(" "))?;
+            .filter(|n| n.reason == reason)
+            .count()
+    };
+    let (interrupted, timed_out) = (by_reason("interrupted"), by_reason("max_time"));
+    if info.interrupted || interrupted > 0 {
+        writeln!(
+            out,
+            "interrupted: {} not measured; run the same command again to measure only those \
+             (finished choices are in the results cache)",
+            choices(interrupted)
+        )?;
+    }
+    if timed_out > 0 {
+        writeln!(
+            out,
+            "--max-time reached: {} not measured; run again to measure them (finished \
+             choices come from the results cache)",
+            choices(timed_out)
+        )?;
+    }
+    if let Some(refine) = info.refine
+        && report.results.iter().any(|r| r.screen_median_ms.is_some())
+    {
+        writeln!(
+            out,
+            "* re-measured with {}x rep_ms (--refine {}); these rank first, by the re-measured \
+             median",
+            refine.rep_factor, refine.top
+        )?;
+    }
+    if !info.merged_from.is_empty() {
+        let mut line = format!("merged from {} files", info.merged_from.len());
+        if info.elapsed_s > 0.0 {
+            line.push_str(&format!(" (the slowest took {:.1} s)", info.elapsed_s));
         }
-    } else {
-        writeln!(out, "no choice succeeded")?;
+        writeln!(out, "{line}")?;
+    }
+    for note in &info.notes {
+        writeln!(out, "note: {note}")?;
     }
     Ok(())
 }
 
-fn best(report: &Report) -> Option<&ChoiceResult> {
-    report.results.first().filter(|r| r.status == Status::Ok)
-}
-
-/// The first meaningful line of an error, cut to [`ERROR_WIDTH`] characters: for compiler output
-/// the first `error:` line, else the first line.
-fn short_error(error: &str) -> String {
+/// The first meaningful line of an error, cut to `width` characters: for compiler output the
+/// first `error:` line, else the first line.
+fn short_error(error: &str, width: usize) -> String {
     let line = error
         .lines()
         .find(|l| l.contains("error:") || l.contains("#error"))
         .or_else(|| error.lines().next())
         .unwrap_or("")
         .trim();
-    if line.chars().count() > ERROR_WIDTH {
-        let cut: String = line.chars().take(ERROR_WIDTH - 1).collect();
+    if line.chars().count() > width {
+        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
         format!("{cut}…")
     } else {
         line.to_owned()
     }
 }
 
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    tunebox_version: &'static str,
-    manifest: String,
-    name: &'a str,
-    kernel: &'a str,
-    backend: &'static str,
-    device: &'a str,
-    elapsed_s: f64,
-    results: Vec<JsonResult<'a>>,
-    best: Option<JsonBest<'a>>,
-    notes: &'a [String],
-}
-
-#[derive(Serialize)]
-struct JsonResult<'a> {
-    choice: &'a Choice,
-    status: &'static str,
-    median_ms: Option<f64>,
-    mean_ms: Option<f64>,
-    min_ms: Option<f64>,
-    max_ms: Option<f64>,
-    p20_ms: Option<f64>,
-    p80_ms: Option<f64>,
-    stddev_ms: Option<f64>,
-    reps: Option<u32>,
-    error: Option<&'a str>,
-    max_abs_error: Option<f64>,
-    max_rel_error: Option<f64>,
-    mismatches: Option<u64>,
-    /// Inputs the kernel wrote (restored before every call).
-    mutated_inputs: &'a [String],
-}
-
-#[derive(Serialize)]
-struct JsonBest<'a> {
-    choice: &'a Choice,
-    median_ms: f64,
-}
-
 /// Writes the report as JSON to `path`.
+///
+/// # Errors
+///
+/// The file cannot be written.
 pub(crate) fn write_json(report: &Report, path: &Path) -> Result<()> {
-    let finite = |v: f64| v.is_finite().then_some(v);
-    let json = JsonReport {
-        tunebox_version: env!("CARGO_PKG_VERSION"),
-        manifest: report.manifest.display().to_string(),
-        name: &report.name,
-        kernel: &report.kernel,
-        backend: "cpu",
-        device: &report.device,
-        elapsed_s: report.elapsed.as_secs_f64(),
-        results: report
-            .results
-            .iter()
-            .map(|r| {
-                let s = r.stats.as_ref();
-                let v = r.verification.as_ref();
-                JsonResult {
-                    choice: &r.choice,
-                    status: r.status.as_str(),
-                    median_ms: s.map(|s| s.median_ms),
-                    mean_ms: s.map(|s| s.mean_ms),
-                    min_ms: s.map(|s| s.min_ms),
-                    max_ms: s.map(|s| s.max_ms),
-                    p20_ms: s.map(|s| s.p20_ms),
-                    p80_ms: s.map(|s| s.p80_ms),
-                    stddev_ms: s.map(|s| s.stddev_ms),
-                    reps: s.map(|s| s.reps),
-                    error: r.error.as_deref(),
-                    max_abs_error: v.and_then(|v| finite(v.max_abs_error())),
-                    max_rel_error: v.and_then(|v| finite(v.max_rel_error())),
-                    mismatches: v.map(|v| v.mismatches()),
-                    mutated_inputs: &r.mutated_inputs,
-                }
-            })
-            .collect(),
-        notes: &report.notes,
-        best: best(report).map(|r| JsonBest {
-            choice: &r.choice,
-            median_ms: r.stats.as_ref().expect("ok results have stats").median_ms,
-        }),
-    };
-    let mut text = serde_json::to_string_pretty(&json)?;
+    let mut text = serde_json::to_string_pretty(&report.to_json())?;
     text.push('\n');
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the results as CSV to `path`: one row per choice, in rank order, one column per param
+/// and metric.
+///
+/// # Errors
+///
+/// The file cannot be written.
+pub(crate) fn write_csv(report: &Report, path: &Path) -> Result<()> {
+    std::fs::write(path, csv(report)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn csv(report: &Report) -> String {
+    let mut params: Vec<String> = Vec::new();
+    for r in &report.results {
+        for (name, _) in r.choice.values() {
+            if !params.contains(name) {
+                params.push(name.clone());
+            }
+        }
+    }
+    let metrics = &report.info.header.metrics;
+    let mut header: Vec<String> = vec!["rank".into(), "index".into()];
+    header.extend(params.iter().cloned());
+    header.push("status".into());
+    for field in [
+        "median_ms",
+        "mean_ms",
+        "min_ms",
+        "max_ms",
+        "p20_ms",
+        "p80_ms",
+        "stddev_ms",
+        "reps",
+    ] {
+        header.push(field.into());
+    }
+    header.extend(metrics.iter().cloned());
+    for field in ["refined", "screen_median_ms", "cached", "device", "error"] {
+        header.push(field.into());
+    }
+    let mut text = csv_line(&header);
+    let json = report.to_json();
+    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for r in &json.results {
+        let mut row: Vec<String> = vec![
+            r.rank.map(|r| r.to_string()).unwrap_or_default(),
+            r.index.to_string(),
+        ];
+        let values: Vec<(&String, &crate::space::ParamValue)> = r.choice.values().collect();
+        for name in &params {
+            row.push(
+                values
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        row.push(r.status.clone());
+        for v in [
+            r.median_ms,
+            r.mean_ms,
+            r.min_ms,
+            r.max_ms,
+            r.p20_ms,
+            r.p80_ms,
+            r.stddev_ms,
+        ] {
+            row.push(opt(v));
+        }
+        row.push(r.reps.map(|r| r.to_string()).unwrap_or_default());
+        for name in metrics {
+            row.push(opt(r.metrics.get(name).copied()));
+        }
+        row.push(r.refined.to_string());
+        row.push(opt(r.screen_median_ms));
+        row.push(r.cached.to_string());
+        row.push(r.device.clone());
+        // The error's meaningful line: one row per choice (the JSON has the whole message).
+        row.push(
+            r.error
+                .as_deref()
+                .map(|e| short_error(e, usize::MAX))
+                .unwrap_or_default(),
+        );
+        text.push_str(&csv_line(&row));
+    }
+    text
+}
+
+/// One CSV record (RFC 4180): fields with a comma, quote or line break are quoted.
+fn csv_line(fields: &[String]) -> String {
+    let quoted: Vec<String> = fields
+        .iter()
+        .map(|f| {
+            if f.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", f.replace('"', "\"\""))
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    format!("{}\n", quoted.join(","))
+}
+
+/// Reads a JSON report (`tunebox tune --json`, `tunebox merge --json`) or a results cache: one
+/// report per manifest (a cache may hold several).
+///
+/// # Errors
+///
+/// The file cannot be read or is neither.
+pub(crate) fn load(path: &Path) -> Result<Vec<Report>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let json_error = match serde_json::from_str::<ReportJson>(&text) {
+        Ok(json) => {
+            return json
+                .into_report()
+                .map(|r| vec![r])
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+        }
+        Err(e) => e,
+    };
+    let (lines, unreadable) = cache::parse_lines(&text);
+    if lines.is_empty() {
+        bail!(
+            "{} is neither a tunebox JSON report (tune --json) nor a results cache \
+             (*.tunebox-cache.jsonl): {json_error}",
+            path.display()
+        );
+    }
+    let mut reports: Vec<Report> = Vec::new();
+    let mut kept: Vec<Vec<(String, usize, bool, ResultJson)>> = Vec::new();
+    for line in lines {
+        let position = match reports
+            .iter()
+            .position(|r| r.info.header.manifest_hash == line.header.manifest_hash)
+        {
+            Some(p) => p,
+            None => {
+                let mut notes = vec![format!("from the results cache {}", path.display())];
+                if unreadable > 0 {
+                    notes.push(format!("{unreadable} unreadable lines were skipped"));
+                }
+                reports.push(Report {
+                    info: RunInfo {
+                        header: line.header.clone(),
+                        elapsed_s: 0.0,
+                        workers: 0,
+                        refine: None,
+                        cache: None,
+                        interrupted: false,
+                        not_measured: Vec::new(),
+                        notes,
+                        merged_from: Vec::new(),
+                        missing: Vec::new(),
+                        across_devices: false,
+                    },
+                    results: Vec::new(),
+                });
+                kept.push(Vec::new());
+                reports.len() - 1
+            }
+        };
+        let header = &mut reports[position].info.header;
+        if header.shard != line.header.shard {
+            header.shard = None;
+        }
+        // One result per device and choice: a refined one over a screening one, else the last.
+        let device = line.header.device.clone();
+        let index = line.result.index;
+        let refined = line.result.refined;
+        let entries = &mut kept[position];
+        match entries
+            .iter_mut()
+            .find(|(d, i, _, _)| *d == device && *i == index)
+        {
+            Some(entry) if refined || !entry.2 => *entry = (device, index, refined, line.result),
+            Some(_) => {}
+            None => entries.push((device, index, refined, line.result)),
+        }
+    }
+    for (report, entries) in reports.iter_mut().zip(kept) {
+        let device = report.info.header.device.clone();
+        for (d, _, _, mut result) in entries {
+            result.device = d;
+            let result = result
+                .into_result(&device)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            report.results.push(result);
+        }
+        rank_by_device(&mut report.results);
+    }
+    Ok(reports)
 }
 
 #[cfg(test)]
@@ -228,12 +534,24 @@ mod tests {
     fn short_errors() {
         let log =
             "compilation failed: `cc …`\nk.c: In function 'f':\nk.c:3:5: error: expected ';'\n";
-        assert_eq!(short_error(log), "k.c:3:5: error: expected ';'");
+        assert_eq!(short_error(log, 60), "k.c:3:5: error: expected ';'");
         assert_eq!(
-            short_error("the worker crashed: killed by signal 11 (SIGSEGV)\n--- tail"),
+            short_error(
+                "the worker crashed: killed by signal 11 (SIGSEGV)\n--- tail",
+                60
+            ),
             "the worker crashed: killed by signal 11 (SIGSEGV)"
         );
         let long = "x".repeat(200);
-        assert_eq!(short_error(&long).chars().count(), ERROR_WIDTH);
+        assert_eq!(short_error(&long, 60).chars().count(), 60);
+        assert_eq!(short_error(&long, 20).chars().count(), 20);
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_quoting() {
+        assert_eq!(
+            csv_line(&["a".into(), "b,c".into(), "say \"hi\"".into()]),
+            "a,\"b,c\",\"say \"\"hi\"\"\"\n"
+        );
     }
 }

@@ -3,14 +3,15 @@
 use anyhow::{Context, Result, bail, ensure};
 use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Node, Value};
 use indexmap::IndexMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tunebox_protocol::Define;
 
 /// Most choices a space may have before restrictions are applied.
 const MAX_SPACE: u128 = 10_000_000;
 
-/// One value of a parameter, as written in the manifest.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One value of a parameter, as written in the manifest (and in reports: a JSON number, boolean
+/// or string).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum ParamValue {
     Int(i64),
@@ -64,7 +65,7 @@ impl std::fmt::Display for ParamValue {
 }
 
 /// One point of the space: a value for every parameter, in the manifest's order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub(crate) struct Choice(IndexMap<String, ParamValue>);
 
@@ -105,6 +106,127 @@ impl Choice {
             .map(|(k, v)| Define::new(k, v.define_text()))
             .collect()
     }
+
+    /// The parameters and their values, in the manifest's order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = (&String, &ParamValue)> {
+        self.0.iter()
+    }
+
+    /// The choice as an inline TOML table: `{ BM = 32, T = "f" }`.
+    pub(crate) fn toml(&self) -> String {
+        let entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    ParamValue::Int(i) => toml::Value::Integer(*i),
+                    ParamValue::Float(f) => toml::Value::Float(*f),
+                    ParamValue::Bool(b) => toml::Value::Boolean(*b),
+                    ParamValue::Str(s) => toml::Value::String(s.clone()),
+                };
+                format!("{k} = {value}")
+            })
+            .collect();
+        if entries.is_empty() {
+            "{}".into()
+        } else {
+            format!("{{ {} }}", entries.join(", "))
+        }
+    }
+}
+
+/// Rewrites the Python spellings Kernel Tuner's restrictions use into evalexpr's: `and`, `or`,
+/// `not` (with Python's precedence: `not A == B` negates the comparison), `True`, `False`, `**`
+/// and `//`, outside string literals. Other text is kept as is.
+pub(crate) fn from_python(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut chars = text.chars().peekable();
+    // Parenthesis depth, and the depth of every `not` whose operand is still open.
+    let mut depth = 0usize;
+    let mut open_nots: Vec<usize> = Vec::new();
+    let close = |out: &mut String, open_nots: &mut Vec<usize>, depth: usize| {
+        while open_nots.last() == Some(&depth) {
+            open_nots.pop();
+            out.push(')');
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            // A string literal, single- or double-quoted, is copied double-quoted, unchanged.
+            '"' | '\'' => {
+                out.push('"');
+                while let Some(d) = chars.next() {
+                    if d == c {
+                        break;
+                    }
+                    out.push(d);
+                    if d == '\\'
+                        && let Some(escaped) = chars.next()
+                    {
+                        out.push(escaped);
+                    }
+                }
+                out.push('"');
+            }
+            '(' => {
+                depth += 1;
+                out.push('(');
+            }
+            ')' => {
+                close(&mut out, &mut open_nots, depth);
+                depth = depth.saturating_sub(1);
+                out.push(')');
+            }
+            ',' => {
+                close(&mut out, &mut open_nots, depth);
+                out.push(',');
+            }
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                out.push('^');
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                chars.next();
+                out.push('/');
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let mut word = String::from(c);
+                while let Some(&d) = chars.peek() {
+                    if !(d.is_ascii_alphanumeric() || d == '_') {
+                        break;
+                    }
+                    word.push(d);
+                    chars.next();
+                }
+                match word.as_str() {
+                    "and" | "or" => {
+                        // Trim the space before the operator so that a closing `)` hugs its
+                        // operand; the space is put back after it.
+                        let trimmed = out.trim_end().len();
+                        let gap = out.split_off(trimmed);
+                        close(&mut out, &mut open_nots, depth);
+                        out.push_str(&gap);
+                        out.push_str(if word == "and" { "&&" } else { "||" });
+                    }
+                    "not" => {
+                        while chars.peek().is_some_and(|d| d.is_whitespace()) {
+                            chars.next();
+                        }
+                        out.push_str("!(");
+                        open_nots.push(depth);
+                    }
+                    "True" => out.push_str("true"),
+                    "False" => out.push_str("false"),
+                    other => out.push_str(other),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    while open_nots.pop().is_some() {
+        out.push(')');
+    }
+    out
 }
 
 /// A boolean expression over parameters that a choice must satisfy (`BM * BN <= 4096`).
@@ -119,7 +241,7 @@ impl Restriction {
     /// a boolean for the first value of every parameter (evalexpr accepts some incomplete
     /// expressions, such as `A <`, until they are evaluated).
     pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
-        let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(text)
+        let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(&from_python(text))
             .map_err(|e| anyhow::anyhow!("{text:?} does not parse: {e}"))?;
         for name in node.iter_variable_identifiers() {
             ensure!(
@@ -316,6 +438,36 @@ mod tests {
         ]);
         let err = choices(&p, &[]).unwrap_err();
         assert!(err.to_string().contains("100000000 choices"), "{err}");
+    }
+
+    #[test]
+    fn kernel_tuner_restrictions_in_python_spelling() {
+        assert_eq!(
+            from_python("A * B <= 8 and not (A == 2 or B ** 2 > 4) and 'x' != \"and\""),
+            "A * B <= 8 && !((A == 2 || B ^ 2 > 4)) && \"x\" != \"and\""
+        );
+        assert_eq!(
+            from_python("not A == 1 or B // 2 > 1"),
+            "!(A == 1) || B / 2 > 1"
+        );
+        assert_eq!(from_python("f(not A, B)"), "f(!(A), B)");
+        let p = params(&[("BM", &[16, 32, 64]), ("BN", &[16, 32])]);
+        let r = [Restriction::parse("BM >= BN and not BM == 64", &p).unwrap()];
+        let labels: Vec<String> = choices(&p, &r).unwrap().iter().map(Choice::label).collect();
+        assert_eq!(labels, ["BM=16 BN=16", "BM=32 BN=16", "BM=32 BN=32"]);
+    }
+
+    #[test]
+    fn choices_round_trip_through_json_and_print_as_toml() {
+        let choice = Choice::new(IndexMap::from([
+            ("A".to_string(), ParamValue::Int(1)),
+            ("F".to_string(), ParamValue::Float(2.0)),
+            ("B".to_string(), ParamValue::Bool(true)),
+            ("T".to_string(), ParamValue::Str("f".into())),
+        ]));
+        let json = serde_json::to_string(&choice).unwrap();
+        assert_eq!(serde_json::from_str::<Choice>(&json).unwrap(), choice);
+        assert_eq!(choice.toml(), "{ A = 1, F = 2.0, B = true, T = \"f\" }");
     }
 
     #[test]

@@ -1,20 +1,41 @@
-//! `tunebox tune`: enumerate, precompile, benchmark, verify, rank.
+//! `tunebox tune`: select (strategy, shard), take what the results cache has, precompile,
+//! benchmark, verify, cache each result as it finishes, refine the best, rank.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use rayon::prelude::*;
-use tunebox_cpu::{CacheDir, CpuError, Signature};
-use tunebox_pool::{PoolError, Status, TuningProcessPool, Verification, verify_outputs};
-use tunebox_process::{Output, ProcessConfig, TuningProcess};
-use tunebox_protocol::{
-    BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TimingStats,
-};
+use tunebox_cpu::CacheDir;
+use tunebox_pool::Status;
+use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
-use crate::launch::Launch;
-use crate::manifest::{KernelSource, Language, Manifest, Reference, Verify};
+use crate::cache::{self, CacheLine, ResultsCache};
+use crate::fingerprint;
+use crate::interrupt::Stop;
+use crate::manifest::{Language, Manifest, Reference, Verify};
+use crate::measure::{self, Bench};
+use crate::progress::Progress;
+use crate::results::{
+    CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
+    ShardInfo, choices as plural, rank,
+};
 use crate::space::{self, Choice};
+use crate::{shard, strategy};
+
+/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds.
+const REFINE_FACTOR: f64 = 4.0;
+/// Most timed reps a refined measurement may ask for.
+const MAX_REPS: u32 = 1_000_000;
+
+/// Where results are cached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CacheMode {
+    /// Beside the JSON report, else beside the manifest.
+    Default,
+    Path(PathBuf),
+    Off,
+}
 
 /// What `tune` was asked to do.
 #[derive(Debug)]
@@ -25,58 +46,45 @@ pub(crate) struct TuneOptions {
     /// Benchmarks per worker process before it is replaced (`None`: unlimited).
     pub(crate) max_process_uses: Option<u64>,
     pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
     /// Where the JSON report will go (checked before the run).
     pub(crate) json: Option<PathBuf>,
-}
-
-/// What became of one choice.
-#[derive(Debug)]
-pub(crate) struct ChoiceResult {
-    pub(crate) choice: Choice,
-    pub(crate) status: Status,
-    pub(crate) stats: Option<TimingStats>,
-    /// Why it failed (the full message), for every status but `ok`.
-    pub(crate) error: Option<String>,
-    pub(crate) verification: Option<Verification>,
-    /// Inputs the kernel wrote on its first call; restored before every later call.
-    pub(crate) mutated_inputs: Vec<String>,
-}
-
-/// The outcome of a tuning run, ranked.
-#[derive(Debug)]
-pub(crate) struct Report {
-    pub(crate) manifest: PathBuf,
-    pub(crate) name: String,
-    pub(crate) kernel: String,
-    pub(crate) device: String,
-    /// `ok` by median ascending, then the others by status and input order.
-    pub(crate) results: Vec<ChoiceResult>,
-    pub(crate) elapsed: Duration,
-    pub(crate) workers: usize,
-    /// Things the user should know about the run (sources outside the manifest's folder, …).
-    pub(crate) notes: Vec<String>,
+    /// Where the CSV table will go (checked before the run).
+    pub(crate) csv: Option<PathBuf>,
+    pub(crate) cache: CacheMode,
+    /// Ignore what the cache holds (new results are still appended).
+    pub(crate) fresh: bool,
+    pub(crate) selection: Selection,
+    /// Start no new choice after this long.
+    pub(crate) max_time: Option<Duration>,
+    /// Re-measure the best this many choices with more reps.
+    pub(crate) refine: Option<usize>,
+    pub(crate) shard: Option<ShardInfo>,
 }
 
 /// The C compiler: `$CC`, else `cc`.
-fn compiler() -> String {
+pub(crate) fn compiler() -> String {
     std::env::var("CC")
         .ok()
         .filter(|c| !c.trim().is_empty())
         .unwrap_or_else(|| "cc".into())
 }
 
-/// The choices of the manifest at `path` that satisfy its restrictions.
+/// A manifest, its choices, and the indices of those this run measures, in order.
+pub(crate) struct Plan {
+    pub(crate) manifest: Manifest,
+    pub(crate) choices: Vec<Choice>,
+    pub(crate) selected: Vec<usize>,
+}
+
+/// Reads the manifest and selects the choices to measure: the strategy's selection, then the
+/// shard's part of it.
 ///
 /// # Errors
 ///
-/// An invalid manifest.
-pub(crate) fn list(path: &std::path::Path) -> Result<Vec<Choice>> {
+/// An invalid manifest, or restrictions that leave no choice.
+pub(crate) fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::load(path, &compiler())?;
-    choices(&manifest)
-}
-
-/// The manifest's choices; an error when restrictions leave none.
-fn choices(manifest: &Manifest) -> Result<Vec<Choice>> {
     let choices = space::choices(&manifest.params, &manifest.restrictions)
         .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
     ensure!(
@@ -84,222 +92,614 @@ fn choices(manifest: &Manifest) -> Result<Vec<Choice>> {
         "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to `params`",
         manifest.path.display()
     );
-    Ok(choices)
+    let selected = strategy::select(choices.len(), selection)
+        .into_iter()
+        .filter(|&i| shard::owns(shard, i))
+        .collect();
+    Ok(Plan {
+        manifest,
+        choices,
+        selected,
+    })
 }
 
-/// Runs a tuning session as the manifest describes.
+/// A choice still to measure.
+struct Todo {
+    index: usize,
+    request: BenchmarkRequest,
+    key: String,
+}
+
+/// Runs a tuning session as the manifest and options say.
 ///
 /// # Errors
 ///
-/// An invalid manifest, an empty space, no usable cache directory, workers that cannot start,
-/// or a reference that fails; a choice that fails is a result, not an error.
-pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
+/// An invalid manifest, an empty space, unusable output paths, no usable cache directory,
+/// workers that cannot start, or a reference that fails; a choice that fails is a result, not an
+/// error, and so is a run stopped by `stop` or `--max-time` (its report lists what was not
+/// measured).
+pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
     let start = Instant::now();
-    let manifest = Manifest::load(&options.manifest, &compiler())?;
-    if let Some(json) = &options.json {
-        check_output_path(json, &manifest)?;
+    let deadline = options.max_time.map(|t| start + t);
+    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    let Plan {
+        manifest,
+        choices,
+        selected,
+    } = plan(&options.manifest, &options.selection, options.shard)?;
+    for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
+        if let Some(path) = path {
+            check_output_path(flag, path, &manifest)?;
+        }
     }
-    let choices = choices(&manifest)?;
-    let progress = Progress::new(options.quiet);
-    // A choice whose request cannot be built (its launch geometry fails) is an error at once.
-    let mut early: Vec<Option<(Status, String)>> = vec![None; choices.len()];
-    let mut requests: Vec<Option<BenchmarkRequest>> = Vec::with_capacity(choices.len());
-    for (i, choice) in choices.iter().enumerate() {
-        match request(
+    let cache_path = match &options.cache {
+        CacheMode::Default => Some(cache::default_path(
+            &options.manifest,
+            options.json.as_deref(),
+        )),
+        CacheMode::Path(path) => Some(path.clone()),
+        CacheMode::Off => None,
+    };
+    if let Some(path) = &cache_path {
+        check_output_path("--cache", path, &manifest)?;
+        for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
+            ensure!(
+                other.as_deref() != Some(path.as_path()),
+                "--cache and {flag} are the same file {}; give them different paths",
+                path.display()
+            );
+        }
+    }
+    let progress = Progress::new(options.quiet, options.verbose);
+    let timeout = options.timeout.unwrap_or(manifest.timeout);
+
+    // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing driver is
+    // one clear error rather than an error per choice.
+    let (device, backend) = match manifest.kernel.language {
+        Language::Cuda => (measure::probe_gpu()?, "cuda"),
+        Language::C => (measure::cpu_model(), "cpu"),
+    };
+    let setup = fingerprint::setup_hash(&manifest);
+    let header = RunHeader {
+        tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
+        manifest: manifest.path.display().to_string(),
+        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, &choices),
+        name: manifest.name.clone(),
+        kernel: format!(
+            "{} ({})",
+            manifest.kernel.entry, manifest.kernel.source_name
+        ),
+        backend: backend.to_owned(),
+        device: device.clone(),
+        space_size: choices.len(),
+        selection: options.selection.clone(),
+        shard: options.shard,
+        metrics: manifest.metrics.names(),
+    };
+    let mut notes = source_notes(&manifest);
+    if let Some(shard) = options.shard {
+        progress.note(&format!(
+            "shard {shard}: {} of the {} choices",
+            selected.len(),
+            choices.len()
+        ));
+    }
+
+    let mut cache = cache_path
+        .as_deref()
+        .map(|path| ResultsCache::open(path, options.fresh))
+        .transpose()?;
+    if let Some(c) = &cache
+        && c.unreadable() > 0
+    {
+        notes.push(format!(
+            "{} unreadable lines of the results cache {} were ignored (cut short by a kill?)",
+            c.unreadable(),
+            c.path().display()
+        ));
+    }
+
+    // Requests and cache keys; what the cache has is done.
+    let mut results: Vec<ChoiceResult> = Vec::with_capacity(selected.len());
+    let mut not_measured: Vec<NotMeasured> = Vec::new();
+    let mut todo: Vec<Todo> = Vec::new();
+    let mut hits = 0;
+    for &index in &selected {
+        let choice = &choices[index];
+        let request = match measure::request(
             &manifest,
             &manifest.kernel,
             manifest.launch.as_ref(),
             choice,
         ) {
-            Ok(request) => requests.push(Some(request)),
+            Ok(request) => request,
+            // A choice whose request cannot be built (its launch fails) is an error at once.
             Err(e) => {
-                early[i] = Some((Status::Error, format!("{e:#}")));
-                requests.push(None);
+                let error = format!("{e:#}");
+                results.push(ChoiceResult::failed(
+                    index,
+                    choice.clone(),
+                    Status::Error,
+                    error,
+                    &device,
+                ));
+                continue;
             }
+        };
+        let key = fingerprint::key(
+            &setup,
+            &device,
+            &request,
+            &choice.label(),
+            options.max_process_uses,
+        );
+        if let Some(result) = cached(
+            cache.as_ref(),
+            &key,
+            timeout,
+            index,
+            choice,
+            &manifest,
+            &device,
+        ) {
+            results.push(result);
+            hits += 1;
+            continue;
         }
+        todo.push(Todo {
+            index,
+            request,
+            key,
+        });
     }
-    // A reference to run, unless the expected outputs were given as files.
-    let reference = match manifest.verify.as_ref().map(|v| &v.reference) {
-        Some(Reference::Choice(choice)) => Some((
-            choice.label(),
-            request(
-                &manifest,
-                &manifest.kernel,
-                manifest.launch.as_ref(),
-                choice,
-            )
-            .with_context(|| format!("the reference {}", choice.label()))?,
-        )),
-        Some(Reference::Source(source, launch)) => {
-            let label = format!("{} ({})", source.entry, source.source_name);
-            let launch = launch.as_deref().or(manifest.launch.as_ref());
-            let request = request(&manifest, source, launch, &Choice::new(Default::default()))
-                .with_context(|| {
-                    format!(
-                        "the reference {label} (a CUDA reference whose launch uses params needs \
-                         its own `launch` in verify.reference)"
-                    )
-                })?;
-            Some((label, request))
-        }
-        Some(Reference::Outputs(_)) | None => None,
-    };
+    if hits > 0
+        && let Some(c) = &cache
+    {
+        progress.note(&format!(
+            "skipped {} already measured (results cache {}; --fresh re-measures them)",
+            plural(hits),
+            c.path().display()
+        ));
+    }
 
     // C kernels compile here, in parallel, so that compile errors surface early and workers only
     // load cached objects; CUDA kernels compile in the workers (below).
-    let cache = CacheDir::from_env()?;
-    std::fs::create_dir_all(cache.path()).with_context(|| {
-        format!(
-            "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
-            cache.path().display()
-        )
-    })?;
-    let c_kernels = requests
-        .iter()
-        .flatten()
-        .filter(|r| matches!(r.kernel, Kernel::C(_)))
-        .count();
-    if c_kernels > 0 {
-        progress.note(&format!(
-            "compiling {c_kernels} choices with {} threads…",
-            rayon::current_num_threads()
-        ));
-    }
-    let compiled: Vec<Option<String>> = requests
-        .par_iter()
-        .map(|r| {
-            r.as_ref()
-                .and_then(|r| precompile(r, &cache).err())
-                .map(|e| format!("{:#}", anyhow::Error::new(e)))
-        })
+    let reference = measure::reference_request(&manifest)?;
+    let kernel_cache = CacheDir::from_env()?;
+    let c_todo: Vec<usize> = (0..todo.len())
+        .filter(|&p| matches!(todo[p].request.kernel, Kernel::C(_)))
         .collect();
-    for (slot, error) in early.iter_mut().zip(compiled) {
-        if let Some(error) = error {
-            *slot = Some((Status::CompileError, error));
+    let mut skipped: Vec<(usize, &str)> = Vec::new();
+    let mut compile_failed: Vec<(usize, String)> = Vec::new();
+    if !c_todo.is_empty() {
+        std::fs::create_dir_all(kernel_cache.path()).with_context(|| {
+            format!(
+                "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
+                kernel_cache.path().display()
+            )
+        })?;
+        if let Some((label, request)) = &reference
+            && let Err(e) = measure::precompile(request, &kernel_cache)
+        {
+            bail!(
+                "the reference {label} does not compile: {:#}",
+                anyhow::Error::new(e)
+            );
         }
-    }
-    if let Some((label, request)) = &reference
-        && let Err(e) = precompile(request, &cache)
-    {
-        bail!(
-            "the reference {label} does not compile: {:#}",
-            anyhow::Error::new(e)
+        progress.phase(
+            "compiling",
+            c_todo.len(),
+            &format!(
+                "compiling {} with {} threads…",
+                plural(c_todo.len()),
+                rayon::current_num_threads()
+            ),
         );
-    }
-
-    // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing driver is
-    // one clear error rather than an error per choice.
-    let gpu = if manifest.kernel.language == Language::Cuda {
-        Some(probe_gpu()?)
-    } else {
-        None
-    };
-
-    // More workers than choices would only cost start-up time.
-    let workers = options.workers.clamp(1, requests.len());
-    let timeout = options.timeout.unwrap_or(manifest.timeout);
-    let pool = TuningProcessPool::builder()
-        .workers(workers)
-        .timeout(timeout)
-        .process_config(
-            ProcessConfig::new()
-                .stdout(Output::Capture { tail_bytes: 4096 })
-                .stderr(Output::Capture {
-                    tail_bytes: 16 * 1024,
-                }),
-        )
-        .maximum_process_uses(options.max_process_uses)
-        .build()
-        .context("could not start the workers")?;
-
-    // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
-    let to_prepare: Vec<usize> = (0..requests.len())
-        .filter(|&i| {
-            early[i].is_none()
-                && matches!(&requests[i], Some(r) if matches!(r.kernel, Kernel::Cuda(_)))
-        })
-        .collect();
-    if let Some((label, request)) = &reference
-        && matches!(request.kernel, Kernel::Cuda(_))
-        && let Err(e) = pool.prepare(std::slice::from_ref(request)).remove(0)
-    {
-        bail!("the reference {label} could not be prepared: {e}");
-    }
-    if !to_prepare.is_empty() {
-        progress.note(&format!(
-            "compiling {} choices on {workers} worker(s)…",
-            to_prepare.len()
-        ));
-        let batch: Vec<BenchmarkRequest> = to_prepare
-            .iter()
-            .map(|&i| {
-                requests[i]
-                    .clone()
-                    .expect("only built requests are prepared")
+        let outcomes: Vec<Option<Result<(), String>>> = c_todo
+            .par_iter()
+            .map(|&p| {
+                if stop.requested() || past_deadline() {
+                    return None;
+                }
+                let outcome = measure::precompile(&todo[p].request, &kernel_cache)
+                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)));
+                progress.compiled(outcome.is_err());
+                Some(outcome)
             })
             .collect();
-        for (&i, result) in to_prepare.iter().zip(pool.prepare(&batch)) {
-            if let Err(e) = result {
-                early[i] = Some((Status::of_error(&e), format!("{:#}", anyhow::Error::new(e))));
+        progress.end_phase();
+        for (&p, outcome) in c_todo.iter().zip(outcomes) {
+            match outcome {
+                None => skipped.push((p, stop_reason(stop))),
+                // Ctrl-C reaches the compilers too (they share our process group): a compile
+                // that failed then says nothing about the choice.
+                Some(Err(_)) if stop.requested() => skipped.push((p, "interrupted")),
+                Some(Err(error)) => compile_failed.push((p, error)),
+                Some(Ok(())) => {}
             }
         }
     }
-
-    let reference_outputs = match (&reference, manifest.verify.as_ref().map(|v| &v.reference)) {
-        (Some((label, request)), _) => {
-            progress.note(&format!("running the reference {label}…"));
-            let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
-            Some(
-                result
-                    .map_err(|e| anyhow::anyhow!("the reference {label} failed: {e}"))?
-                    .outputs,
-            )
+    let failed: Vec<usize> = compile_failed.iter().map(|(p, _)| *p).collect();
+    let mut runnable: Vec<usize> = (0..todo.len())
+        .filter(|&p| !failed.contains(&p) && !skipped.iter().any(|(s, _)| *s == p))
+        .collect();
+    // Every result goes through here: cached (with its key) unless transient, then kept.
+    let mut record = |result: ChoiceResult, key: Option<&str>, cache: &mut Option<ResultsCache>| {
+        if let (Some(c), Some(key)) = (cache.as_mut(), key)
+            && let Err(e) = c.append(CacheLine::new(key.to_owned(), &header, timeout, &result))
+        {
+            progress.note(&format!("warning: {e:#}; results are no longer cached"));
+            *cache = None;
         }
-        (None, Some(Reference::Outputs(outputs))) => Some(outputs.clone()),
-        _ => None,
+        results.push(result);
     };
+    for (p, error) in compile_failed {
+        let t = &todo[p];
+        let result = ChoiceResult::failed(
+            t.index,
+            choices[t.index].clone(),
+            Status::CompileError,
+            error,
+            &device,
+        );
+        record(result, Some(&t.key), &mut cache);
+    }
 
-    let runnable: Vec<usize> = (0..requests.len())
-        .filter(|&i| early[i].is_none())
-        .collect();
-    progress.note(&format!(
-        "benchmarking {} choices on {workers} worker(s), timeout {:?}…",
-        runnable.len(),
-        timeout
-    ));
-    let to_run: Vec<BenchmarkRequest> = runnable
-        .iter()
-        .map(|&i| requests[i].clone().expect("runnable choices have requests"))
-        .collect();
-    let measured = pool.benchmark_with(&to_run, |i, result| {
-        progress.finished(to_run.len(), &choices[runnable[i]], result);
-    });
-    pool.shutdown(Duration::from_millis(500));
+    // The pool, started only when something needs measuring.
+    let refine = options.refine.filter(|&k| k > 0);
+    let mut bench: Option<Bench> = None;
+    let workers = options
+        .workers
+        .clamp(1, runnable.len().max(refine.unwrap_or(1)).max(1));
+    if !runnable.is_empty() && !stop.requested() && !past_deadline() {
+        match open_bench(
+            &manifest,
+            reference.as_ref(),
+            workers,
+            timeout,
+            options,
+            stop,
+            &progress,
+        ) {
+            Ok(b) => bench = Some(b),
+            Err(_) if stop.requested() => {}
+            Err(e) => return Err(e),
+        }
+    }
 
-    // `measured` follows the runnable choices in order.
-    let mut measured = measured.into_iter();
-    let mut results: Vec<ChoiceResult> = choices
-        .into_iter()
-        .zip(early)
-        .map(|(choice, early)| match early {
-            Some((status, error)) => ChoiceResult {
-                choice,
-                status,
-                stats: None,
-                error: Some(error),
-                verification: None,
-                mutated_inputs: Vec::new(),
-            },
-            None => {
-                let result = measured
-                    .next()
-                    .expect("one measurement per runnable choice");
-                judge(choice, result, reference_outputs.as_deref(), &manifest)
+    if let Some(bench) = &bench {
+        // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
+        let cuda: Vec<usize> = runnable
+            .iter()
+            .copied()
+            .filter(|&p| matches!(todo[p].request.kernel, Kernel::Cuda(_)))
+            .collect();
+        if !cuda.is_empty() {
+            progress.note(&format!(
+                "compiling {} on {workers} worker(s)…",
+                plural(cuda.len())
+            ));
+            let batch: Vec<BenchmarkRequest> =
+                cuda.iter().map(|&p| todo[p].request.clone()).collect();
+            for (&p, outcome) in cuda.iter().zip(bench.pool.prepare(&batch)) {
+                let Err(e) = outcome else { continue };
+                runnable.retain(|&q| q != p);
+                if measure::is_transient(&e) {
+                    skipped.push((p, stop_reason(stop)));
+                    continue;
+                }
+                let t = &todo[p];
+                let result = ChoiceResult::failed(
+                    t.index,
+                    choices[t.index].clone(),
+                    Status::of_error(&e),
+                    format!("{:#}", anyhow::Error::new(e)),
+                    &device,
+                );
+                record(result, Some(&t.key), &mut cache);
             }
-        })
-        .collect();
+        }
+
+        progress.phase(
+            "benchmarking",
+            runnable.len(),
+            &format!(
+                "benchmarking {} on {workers} worker(s), timeout {timeout:?}…",
+                plural(runnable.len())
+            ),
+        );
+        let requests: Vec<BenchmarkRequest> =
+            runnable.iter().map(|&p| todo[p].request.clone()).collect();
+        let unstarted = measure::run_all(
+            &bench.pool,
+            &requests,
+            || stop.requested() || past_deadline(),
+            |i, result| {
+                let t = &todo[runnable[i]];
+                if matches!(&result, Err(e) if measure::is_transient(e)) && stop.requested() {
+                    skipped.push((runnable[i], "interrupted"));
+                    return;
+                }
+                let transient = matches!(&result, Err(e) if measure::is_transient(e));
+                let r = measure::judge(
+                    t.index,
+                    choices[t.index].clone(),
+                    result,
+                    bench.reference.as_deref(),
+                    &manifest,
+                    &device,
+                );
+                progress.finished(&r.choice.label(), r.status, r.median_ms());
+                record(r, (!transient).then_some(t.key.as_str()), &mut cache);
+            },
+        );
+        progress.end_phase();
+        for i in unstarted {
+            skipped.push((runnable[i], stop_reason(stop)));
+        }
+    } else {
+        for &p in &runnable {
+            skipped.push((p, stop_reason(stop)));
+        }
+    }
+
+    // Early elimination: the best few are measured again, longer, and ranked by that.
+    if let Some(top) = refine
+        && !stop.requested()
+    {
+        refine_best(
+            top,
+            &mut results,
+            &mut bench,
+            RefineContext {
+                manifest: &manifest,
+                setup: &setup,
+                device: &device,
+                header: &header,
+                timeout,
+                reference: reference.as_ref(),
+                options,
+                stop,
+                progress: &progress,
+            },
+            &mut cache,
+        )?;
+    }
+    if let Some(bench) = &bench {
+        bench.pool.shutdown(Duration::from_millis(500));
+    }
+    stop.unwatch();
+
+    for (p, reason) in skipped {
+        let t = &todo[p];
+        not_measured.push(NotMeasured {
+            index: t.index,
+            choice: choices[t.index].clone(),
+            reason: reason.to_owned(),
+        });
+    }
+    not_measured.sort_by_key(|n| n.index);
     rank(&mut results);
-    let mut notes = Vec::new();
+    Ok(Report {
+        info: RunInfo {
+            header,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            workers: if bench.is_some() { workers } else { 0 },
+            refine: refine.map(|top| RefineInfo {
+                top,
+                rep_factor: REFINE_FACTOR,
+            }),
+            cache: cache_path.map(|path| CacheInfo {
+                path: path.display().to_string(),
+                hits,
+            }),
+            interrupted: stop.requested(),
+            not_measured,
+            notes,
+            merged_from: Vec::new(),
+            missing: Vec::new(),
+            across_devices: false,
+        },
+        results,
+    })
+}
+
+/// Why a choice was not started: the run was interrupted, else the time budget ran out.
+fn stop_reason(stop: &Stop) -> &'static str {
+    if stop.requested() {
+        "interrupted"
+    } else {
+        "max_time"
+    }
+}
+
+/// The cached result of `key`, re-labelled for this run (and its metrics recomputed: the
+/// manifest's metrics may have changed since).
+fn cached(
+    cache: Option<&ResultsCache>,
+    key: &str,
+    timeout: Duration,
+    index: usize,
+    choice: &Choice,
+    manifest: &Manifest,
+    device: &str,
+) -> Option<ChoiceResult> {
+    let line = cache?.lookup(key, timeout)?;
+    let mut result = line.result.clone().into_result(device).ok()?;
+    result.index = index;
+    result.choice = choice.clone();
+    result.cached = true;
+    result.device = device.to_owned();
+    if let Some(median) = result.median_ms() {
+        result.metrics = manifest.metrics.evaluate(choice, median);
+    }
+    Some(result)
+}
+
+/// Starts the pool (watched by `stop`) and runs the reference.
+fn open_bench(
+    manifest: &Manifest,
+    reference: Option<&(String, BenchmarkRequest)>,
+    workers: usize,
+    timeout: Duration,
+    options: &TuneOptions,
+    stop: &Stop,
+    progress: &Progress,
+) -> Result<Bench> {
+    let pool = measure::start_pool(workers, timeout, options.max_process_uses)?;
+    stop.watch(std::sync::Arc::clone(&pool));
+    let reference = measure::reference_outputs(manifest, &pool, reference, |m| progress.note(m))?;
+    Ok(Bench { pool, reference })
+}
+
+/// What refining needs from the run.
+struct RefineContext<'a> {
+    manifest: &'a Manifest,
+    setup: &'a str,
+    device: &'a str,
+    header: &'a RunHeader,
+    timeout: Duration,
+    reference: Option<&'a (String, BenchmarkRequest)>,
+    options: &'a TuneOptions,
+    stop: &'a Stop,
+    progress: &'a Progress,
+}
+
+/// The manifest's timing, stretched for a refined measurement.
+pub(crate) fn refined_timing(timing: &TimingConfig) -> TimingConfig {
+    let scale = |reps: u32| ((f64::from(reps) * REFINE_FACTOR) as u32).clamp(1, MAX_REPS);
+    let mut refined = timing.clone();
+    refined.rep_ms *= REFINE_FACTOR;
+    if timing.min_reps == timing.max_reps {
+        refined.min_reps = scale(timing.min_reps);
+    }
+    refined.max_reps = scale(timing.max_reps).max(refined.min_reps);
+    refined.max_time_ms = timing.max_time_ms.map(|t| t * REFINE_FACTOR);
+    refined
+}
+
+/// Re-measures the `top` best `ok` results with [`refined_timing`] (from the cache when it has
+/// them), replacing their results and keeping the screening median.
+fn refine_best(
+    top: usize,
+    results: &mut [ChoiceResult],
+    bench: &mut Option<Bench>,
+    cx: RefineContext<'_>,
+    cache: &mut Option<ResultsCache>,
+) -> Result<()> {
+    let mut best: Vec<usize> = (0..results.len())
+        .filter(|&p| results[p].status == Status::Ok && results[p].stats.is_some())
+        .collect();
+    best.sort_by(|&a, &b| {
+        let (a, b) = (&results[a], &results[b]);
+        a.median_ms()
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.median_ms().unwrap_or(f64::INFINITY))
+            .then(a.index.cmp(&b.index))
+    });
+    best.truncate(top);
+    let mut todo: Vec<(usize, BenchmarkRequest, String)> = Vec::new();
+    for p in best {
+        let screen = results[p].median_ms();
+        let choice = results[p].choice.clone();
+        let mut request = measure::request(
+            cx.manifest,
+            &cx.manifest.kernel,
+            cx.manifest.launch.as_ref(),
+            &choice,
+        )?;
+        request.timing = refined_timing(&request.timing);
+        let key = fingerprint::key(
+            cx.setup,
+            cx.device,
+            &request,
+            &choice.label(),
+            cx.options.max_process_uses,
+        );
+        let hit = cached(
+            cache.as_ref(),
+            &key,
+            cx.timeout,
+            results[p].index,
+            &choice,
+            cx.manifest,
+            cx.device,
+        );
+        match hit {
+            Some(mut refined) => {
+                refined.screen_median_ms = screen;
+                results[p] = refined;
+            }
+            None => todo.push((p, request, key)),
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    if bench.is_none() {
+        let workers = cx.options.workers.clamp(1, todo.len());
+        match open_bench(
+            cx.manifest,
+            cx.reference,
+            workers,
+            cx.timeout,
+            cx.options,
+            cx.stop,
+            cx.progress,
+        ) {
+            Ok(b) => *bench = Some(b),
+            Err(_) if cx.stop.requested() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    let bench = bench.as_ref().expect("started above");
+    cx.progress.phase(
+        "refining",
+        todo.len(),
+        &format!(
+            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms…",
+            plural(todo.len())
+        ),
+    );
+    let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
+    measure::run_all(
+        &bench.pool,
+        &requests,
+        || cx.stop.requested(),
+        |i, result| {
+            if matches!(&result, Err(e) if measure::is_transient(e)) {
+                return; // The screening result stands.
+            }
+            let (p, _, key) = &todo[i];
+            let screen = results[*p].median_ms();
+            let mut refined = measure::judge(
+                results[*p].index,
+                results[*p].choice.clone(),
+                result,
+                bench.reference.as_deref(),
+                cx.manifest,
+                cx.device,
+            );
+            cx.progress
+                .finished(&refined.choice.label(), refined.status, refined.median_ms());
+            refined.screen_median_ms = screen;
+            if let Some(c) = cache.as_mut()
+                && let Err(e) =
+                    c.append(CacheLine::new(key.clone(), cx.header, cx.timeout, &refined))
+            {
+                cx.progress
+                    .note(&format!("warning: {e:#}; results are no longer cached"));
+                *cache = None;
+            }
+            results[*p] = refined;
+        },
+    );
+    cx.progress.end_phase();
+    Ok(())
+}
+
+/// Notes about the sources (outside the manifest's folder).
+fn source_notes(manifest: &Manifest) -> Vec<String> {
     let mut sources = vec![&manifest.kernel];
     if let Some(Verify {
         reference: Reference::Source(source, _),
@@ -308,32 +708,23 @@ pub(crate) fn tune(options: &TuneOptions) -> Result<Report> {
     {
         sources.push(source);
     }
-    for source in sources.into_iter().filter(|s| s.outside) {
-        notes.push(format!(
-            "the source {} lies outside the manifest's folder",
-            source.source_name
-        ));
-    }
-    Ok(Report {
-        manifest: manifest.path.clone(),
-        name: manifest.name.clone(),
-        kernel: format!(
-            "{} ({})",
-            manifest.kernel.entry, manifest.kernel.source_name
-        ),
-        device: gpu.unwrap_or_else(cpu_model),
-        results,
-        elapsed: start.elapsed(),
-        workers,
-        notes,
-    })
+    sources
+        .into_iter()
+        .filter(|s| s.outside)
+        .map(|s| {
+            format!(
+                "the source {} lies outside the manifest's folder",
+                s.source_name
+            )
+        })
+        .collect()
 }
 
-/// Refuses a `--json` path that would overwrite the manifest or a kernel source, or whose
-/// directory does not exist, before any time is spent.
-fn check_output_path(json: &Path, manifest: &Manifest) -> Result<()> {
+/// Refuses an output path (`flag` names it) that would overwrite the manifest or a kernel
+/// source, or whose directory does not exist, before any time is spent.
+pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
     let same = |other: &Path| {
-        json.canonicalize()
+        path.canonicalize()
             .ok()
             .zip(other.canonicalize().ok())
             .is_some_and(|(a, b)| a == b)
@@ -348,242 +739,42 @@ fn check_output_path(json: &Path, manifest: &Manifest) -> Result<()> {
     }
     if let Some(input) = inputs.iter().find(|input| same(input)) {
         bail!(
-            "--json {} would overwrite the input {}; write the report elsewhere",
-            json.display(),
+            "{flag} {} would overwrite the input {}; write it elsewhere",
+            path.display(),
             input.display()
         );
     }
-    let dir = match json.parent() {
+    let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
     ensure!(
         dir.is_dir(),
-        "--json {}: the directory {} does not exist",
-        json.display(),
+        "{flag} {}: the directory {} does not exist",
+        path.display(),
         dir.display()
     );
     Ok(())
 }
 
-/// The request measuring `choice` of `source`, launched as `launch` says (CUDA).
-///
-/// # Errors
-///
-/// The launch geometry cannot be evaluated for this choice, or a CUDA kernel has none.
-fn request(
-    manifest: &Manifest,
-    source: &KernelSource,
-    launch: Option<&Launch>,
-    choice: &Choice,
-) -> Result<BenchmarkRequest> {
-    let mut flags = source.flags.clone();
-    flags.push(format!("-I{}", source.dir.display()));
-    let kernel = match source.language {
-        Language::C => Kernel::C(CKernel {
-            source: source.text.clone(),
-            source_name: source.source_name.clone(),
-            entry: source.entry.clone(),
-            defines: choice.defines(),
-            flags,
-            compiler: source.compiler.clone(),
-        }),
-        Language::Cuda => Kernel::Cuda(CudaKernel {
-            code: CudaCode::Source {
-                text: source.text.clone(),
-                name: source.source_name.clone(),
-            },
-            entry: source.entry.clone(),
-            defines: choice.defines(),
-            options: flags,
-            launch: launch
-                .context("a CUDA kernel needs a launch geometry")?
-                .config(choice)
-                .context("launch")?,
-        }),
-    };
-    let verify = manifest.verify.is_some();
-    Ok(BenchmarkRequest {
-        kernel,
-        // Outputs travel back only when there is something to compare them with.
-        tensors: manifest
-            .tensors
-            .iter()
-            .cloned()
-            .map(|mut t| {
-                t.output &= verify;
-                t
-            })
-            .collect(),
-        scalars: manifest.scalars.clone(),
-        timing: manifest.timing.clone(),
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn precompile(request: &BenchmarkRequest, cache: &CacheDir) -> Result<(), CpuError> {
-    match &request.kernel {
-        Kernel::C(kernel) => tunebox_cpu::compile(kernel, &Signature::of(request), cache).map(drop),
-        Kernel::Cuda(_) | Kernel::Diagnostic(_) => Ok(()),
-    }
-}
-
-/// Turns a pool result into a choice result, verifying outputs when there is a reference.
-fn judge(
-    choice: Choice,
-    result: Result<BenchmarkResult, PoolError>,
-    reference: Option<&[tunebox_protocol::TensorData]>,
-    manifest: &Manifest,
-) -> ChoiceResult {
-    let status = Status::of(&result);
-    match result {
-        Err(e) => ChoiceResult {
-            choice,
-            status,
-            stats: None,
-            error: Some(e.to_string()),
-            verification: None,
-            mutated_inputs: Vec::new(),
-        },
-        Ok(measured) => {
-            let verification = reference
-                .zip(manifest.verify.as_ref())
-                .map(|(reference, v)| {
-                    let first = verify_outputs(reference, &measured.outputs, v.tolerance);
-                    // Backends that make no call after the reps return no such outputs.
-                    let after = if measured.outputs_after_reps.is_empty() {
-                        first.clone()
-                    } else {
-                        verify_outputs(reference, &measured.outputs_after_reps, v.tolerance)
-                    };
-                    (first, after)
-                });
-            let error = verification.as_ref().and_then(|(first, after)| {
-                if !first.passed() {
-                    Some(first.summary())
-                } else if !after.passed() {
-                    Some(format!(
-                        "correct on the first call, wrong on a call after the timed reps (the \
-                         kernel must overwrite its outputs on every call): {}",
-                        after.summary()
-                    ))
-                } else {
-                    None
-                }
-            });
-            ChoiceResult {
-                choice,
-                status: if error.is_some() {
-                    Status::Wrong
-                } else {
-                    Status::Ok
-                },
-                stats: Some(measured.stats),
-                error,
-                verification: verification.map(
-                    |(first, after)| {
-                        if first.passed() { after } else { first }
-                    },
-                ),
-                mutated_inputs: measured.mutated_inputs,
-            }
-        }
-    }
-}
-
-/// Sorts `ok` results by median, then the rest by status, keeping input order among equals.
-fn rank(results: &mut [ChoiceResult]) {
-    results.sort_by(|a, b| {
-        let key = |r: &ChoiceResult| match (r.status, &r.stats) {
-            (Status::Ok, Some(stats)) => (0, stats.median_ms),
-            (status, _) => (1 + status as u8, 0.0),
+    #[test]
+    fn refined_timing_stretches_the_budget() {
+        let t = TimingConfig::default();
+        let r = refined_timing(&t);
+        assert_eq!(r.rep_ms, 4.0 * t.rep_ms);
+        assert_eq!(r.min_reps, t.min_reps);
+        assert_eq!(r.max_reps, 4 * t.max_reps);
+        // Kernel Tuner's fixed iterations: four times as many.
+        let fixed = TimingConfig {
+            min_reps: 7,
+            max_reps: 7,
+            ..TimingConfig::default()
         };
-        let (ka, kb) = (key(a), key(b));
-        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
-    });
-}
-
-/// The GPU a worker sees, e.g. `NVIDIA H200 (sm_90, 132 SMs)`.
-///
-/// # Errors
-///
-/// No worker can start, or its `cuda` backend is missing or sees no GPU (the error says why:
-/// no driver, no device).
-fn probe_gpu() -> Result<String> {
-    let mut worker = TuningProcess::spawn(ProcessConfig::new())
-        .context("could not start a worker to look for a GPU")?;
-    let probe = worker
-        .probe(Duration::from_secs(60))
-        .context("the probe worker failed")?;
-    // The probe worker's exit status is of no interest.
-    let _ = worker.shutdown(Duration::from_millis(500));
-    if let Some(device) = probe.devices.first() {
-        return Ok(format!(
-            "{} (sm_{}{}, {} SMs)",
-            device.name, device.compute_capability.0, device.compute_capability.1, device.sm_count
-        ));
-    }
-    match probe
-        .unavailable
-        .iter()
-        .find(|(backend, _)| backend == "cuda")
-    {
-        Some((_, why)) => {
-            bail!("this manifest needs a GPU, but the cuda backend is unavailable: {why}")
-        }
-        None if !probe.backends.iter().any(|b| b == "cuda") => {
-            bail!("this manifest needs a GPU, but the worker has no cuda backend")
-        }
-        None => {
-            bail!("this manifest needs a GPU, but the worker sees none (CUDA_VISIBLE_DEVICES?)")
-        }
-    }
-}
-
-/// The CPU's model name and core count, e.g. `AMD EPYC (2 cores)`.
-fn cpu_model() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model} ({cores} cores)")
-}
-
-/// Progress lines on stderr.
-struct Progress {
-    quiet: bool,
-    done: std::sync::atomic::AtomicUsize,
-}
-
-impl Progress {
-    fn new(quiet: bool) -> Progress {
-        Progress {
-            quiet,
-            done: Default::default(),
-        }
-    }
-
-    fn note(&self, message: &str) {
-        if !self.quiet {
-            eprintln!("tunebox: {message}");
-        }
-    }
-
-    fn finished(&self, total: usize, choice: &Choice, result: &Result<BenchmarkResult, PoolError>) {
-        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if self.quiet {
-            return;
-        }
-        let outcome = match result {
-            Ok(r) => format!("{:.4} ms", r.stats.median_ms),
-            Err(_) => Status::of(result).to_string(),
-        };
-        let width = total.to_string().len();
-        eprintln!("  [{done:>width$}/{total}] {} {outcome}", choice.label());
+        let r = refined_timing(&fixed);
+        assert_eq!((r.min_reps, r.max_reps), (28, 28));
     }
 }

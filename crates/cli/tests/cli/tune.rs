@@ -1,77 +1,10 @@
-//! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
+//! `tunebox tune`: statuses, verification, process isolation, inputs from files, bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use serde_json::Value;
 
-/// Runs `tunebox` in `dir`, with compiled kernels cached under cargo's scratch directory for
-/// tests (never in `dir`: the examples folder is part of the repository).
-fn tunebox(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tunebox"))
-        .args(args)
-        .current_dir(dir)
-        .env(
-            "TUNEBOX_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-cache"),
-        )
-        .env_remove("TUNEBOX_WORKER")
-        .output()
-        .expect("tunebox runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
-
-/// A kernel family with one choice per outcome.
-const FAMILY: &str = r#"#include <stdint.h>
-#include <stdlib.h>
-#if MODE == 5
-#error "MODE 5 does not compile"
-#endif
-void family(const float *x, float *y, int64_t n) {
-    if (MODE == 1) *(volatile float *)16 = 1.0f;
-    if (MODE == 2) abort();
-    if (MODE == 3) for (volatile int spin = 1; spin;) {}
-    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + (MODE == 4 ? 1.5f : 1.0f);
-}
-"#;
-
-const MANIFEST: &str = r#"
-timeout_s = 2
-[kernel]
-source = "family.c"
-entry = "family"
-flags = ["-O2"]
-[[tensors]]
-name = "x"
-dtype = "f32"
-shape = [1024]
-[[tensors]]
-name = "y"
-dtype = "f32"
-shape = [1024]
-init = "zeros"
-output = true
-[[scalars]]
-name = "n"
-value = 1024
-[params]
-MODE = [0, 1, 2, 3, 4, 5]
-[timing]
-warmup_ms = 1
-rep_ms = 5
-flush_cache = false
-[verify]
-rtol = 1e-6
-atol = 1e-6
-reference = { choice = { MODE = 0 } }
-"#;
+use crate::util::{FAMILY, MANIFEST, examples, text, tunebox};
 
 #[test]
 fn tune_reports_every_status_and_writes_json() {
@@ -547,4 +480,34 @@ fn hostile_manifests_get_errors_naming_the_field_and_the_fix() {
         "{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn doctor_checks_what_tuning_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tunebox(dir.path(), &["doctor"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for line in [
+        "✓ C compiler: ",
+        "✓ C kernel build: ",
+        "✓ kernel cache: ",
+        "✓ worker: started in ",
+        "✓ CPU benchmark: ",
+        "everything CPU tuning needs works",
+    ] {
+        assert!(stdout.contains(line), "{line} missing from:\n{stdout}");
+    }
+    // CUDA is checked through a worker, whatever this machine has, and never fails the doctor.
+    assert!(stdout.contains(" CUDA driver"), "{stdout}");
+    // A missing compiler is a failure, with its fix.
+    let out = crate::util::tunebox_env(dir.path(), &["doctor"], &[("CC", "no-such-cc")]);
+    assert!(!out.status.success());
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("✗ C compiler: `no-such-cc --version` does not run"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("    fix: install a C compiler"), "{stdout}");
+    assert!(!text(&out.stderr).contains("panicked"));
 }

@@ -1,0 +1,261 @@
+//! Hashes that identify measurements: the results cache's keys and the manifest hash that shards
+//! must share.
+//!
+//! A key covers everything that determines a choice's measurement: the tunebox version, the
+//! kernel's source text and the contents of the local headers it includes (`#include "…"`), the
+//! entry, language, flags or options, the C compiler and its version, the defines, tensors (with
+//! their init, seed or data), scalars, timing, launch geometry, verification (tolerance and
+//! reference), worker reuse, and the device. Not the timeout: a cached timeout is reused only
+//! when it was given at least as long (see `cache.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tunebox_protocol::{BenchmarkRequest, Init, Kernel, TensorSpec};
+
+use crate::launch::Launch;
+use crate::manifest::{KernelSource, Language, Manifest, Reference};
+use crate::space::Choice;
+
+/// Most local headers followed from one source.
+const MAX_HEADERS: usize = 256;
+
+/// A hasher with unambiguous fields (each is length-prefixed).
+struct Hasher(blake3::Hasher);
+
+impl Hasher {
+    fn new(domain: &str) -> Hasher {
+        let mut h = Hasher(blake3::Hasher::new());
+        h.field(domain.as_bytes());
+        h.field(env!("CARGO_PKG_VERSION").as_bytes());
+        h
+    }
+
+    fn field(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    fn text(&mut self, text: &str) -> &mut Self {
+        self.field(text.as_bytes())
+    }
+
+    fn finish(&self) -> String {
+        self.0.finalize().to_hex()[..32].to_owned()
+    }
+}
+
+/// What every choice of a manifest shares: the kernel (with its headers and compiler), tensors,
+/// scalars and verification. Computed once per run.
+pub(crate) fn setup_hash(manifest: &Manifest) -> String {
+    let mut h = Hasher::new("tunebox setup");
+    source(&mut h, &manifest.kernel);
+    for t in &manifest.tensors {
+        tensor(&mut h, t);
+    }
+    for s in &manifest.scalars {
+        h.text(&s.name).text(&s.value.to_string());
+    }
+    match &manifest.verify {
+        None => {
+            h.text("no verify");
+        }
+        Some(v) => {
+            h.text(&format!("{:?}", v.tolerance));
+            match &v.reference {
+                Reference::Choice(choice) => {
+                    h.text("choice").text(&choice.label());
+                }
+                Reference::Source(reference, launch) => {
+                    h.text("source").text(&format!("{launch:?}"));
+                    source(&mut h, reference);
+                }
+                Reference::Outputs(outputs) => {
+                    h.text("outputs");
+                    for o in outputs {
+                        h.text(&o.name).field(&o.bytes);
+                    }
+                }
+            }
+        }
+    }
+    h.finish()
+}
+
+/// The manifest hash: the setup, the timing, and every choice after restrictions (with its
+/// launch, for CUDA). Two files with the same manifest hash hold results of the same space,
+/// measured the same way (on possibly different devices).
+pub(crate) fn manifest_hash(setup: &str, manifest: &Manifest, choices: &[Choice]) -> String {
+    let mut h = Hasher::new("tunebox manifest");
+    h.text(setup).text(&format!("{:?}", manifest.timing));
+    for choice in choices {
+        h.text(&choice_identity(choice, manifest.launch.as_ref()));
+    }
+    h.finish()
+}
+
+/// The cache key of one choice's request on `device`, with workers replaced after
+/// `max_process_uses` choices (`None`: never).
+pub(crate) fn key(
+    setup: &str,
+    device: &str,
+    request: &BenchmarkRequest,
+    label: &str,
+    max_process_uses: Option<u64>,
+) -> String {
+    let mut h = Hasher::new("tunebox choice");
+    h.text(setup)
+        .text(device)
+        .text(label)
+        .text(&format!("{:?}", request.timing))
+        .text(&format!("{max_process_uses:?}"));
+    match &request.kernel {
+        Kernel::Cuda(k) => {
+            h.text(&format!("{:?}", k.launch));
+        }
+        Kernel::C(_) | Kernel::Diagnostic(_) => {}
+    }
+    h.finish()
+}
+
+/// A text that identifies a choice together with its launch (for the manifest hash).
+pub(crate) fn choice_identity(choice: &Choice, launch: Option<&Launch>) -> String {
+    let label = choice.label();
+    match launch.map(|l| l.config(choice)) {
+        Some(Ok(config)) => format!("{label} {config:?}"),
+        Some(Err(e)) => format!("{label} {e:#}"),
+        None => label,
+    }
+}
+
+fn source(h: &mut Hasher, s: &KernelSource) {
+    h.text(match s.language {
+        Language::C => "c",
+        Language::Cuda => "cuda",
+    })
+    .text(&s.entry)
+    .text(&s.text);
+    for flag in &s.flags {
+        h.text(flag);
+    }
+    if s.language == Language::C {
+        h.text(&s.compiler).text(&compiler_version(&s.compiler));
+    }
+    for (path, contents) in local_headers(&s.text, &s.dir, &s.flags) {
+        h.text(&path.display().to_string()).field(&contents);
+    }
+}
+
+fn tensor(h: &mut Hasher, t: &TensorSpec) {
+    h.text(&t.name)
+        .text(t.dtype.name())
+        .text(&format!("{:?} {} {}", t.shape, t.output, t.reset));
+    match &t.init {
+        Init::Zeros => h.text("zeros"),
+        Init::Ones => h.text("ones"),
+        Init::Random { seed } => h.text("random").text(&seed.to_string()),
+        Init::Data(data) => h.text("data").field(blake3::hash(data).as_bytes()),
+    };
+}
+
+/// The first line of `compiler --version` (`cc (Debian 12.2.0-14) 12.2.0`), or `""` when it
+/// cannot be run (compiling will then say why).
+pub(crate) fn compiler_version(compiler: &str) -> String {
+    Command::new(compiler)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// The local headers a source includes (`#include "name"`), followed recursively: looked up
+/// beside the including file, then in the `-I` directories of `flags`. System headers
+/// (`#include <…>`) belong to the compiler, whose version is hashed instead.
+fn local_headers(text: &str, dir: &Path, flags: &[String]) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut include_dirs: Vec<PathBuf> = Vec::new();
+    let mut flags = flags.iter();
+    while let Some(flag) = flags.next() {
+        if flag == "-I" {
+            if let Some(d) = flags.next() {
+                include_dirs.push(PathBuf::from(d));
+            }
+        } else if let Some(d) = flag.strip_prefix("-I") {
+            include_dirs.push(PathBuf::from(d));
+        }
+    }
+    let mut found: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut pending: Vec<(String, PathBuf)> = included(text)
+        .into_iter()
+        .map(|name| (name, dir.to_owned()))
+        .collect();
+    while let Some((name, from)) = pending.pop() {
+        if found.len() >= MAX_HEADERS {
+            break;
+        }
+        let candidates =
+            std::iter::once(from.join(&name)).chain(include_dirs.iter().map(|d| d.join(&name)));
+        for path in candidates {
+            let Ok(contents) = std::fs::read(&path) else {
+                continue;
+            };
+            let path = path.canonicalize().unwrap_or(path);
+            if !found.iter().any(|(p, _)| *p == path) {
+                let parent = path.parent().map(Path::to_owned).unwrap_or_default();
+                pending.extend(
+                    included(&String::from_utf8_lossy(&contents))
+                        .into_iter()
+                        .map(|n| (n, parent.clone())),
+                );
+                found.push((path, contents));
+            }
+            break;
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The names of `#include "name"` lines.
+fn included(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim_start().strip_prefix('#')?.trim_start();
+            let rest = rest.strip_prefix("include")?.trim_start();
+            let rest = rest.strip_prefix('"')?;
+            Some(rest[..rest.find('"')?].to_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_headers_are_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("inc")).unwrap();
+        std::fs::write(dir.path().join("a.h"), "#include \"inc/b.h\"\n").unwrap();
+        std::fs::write(dir.path().join("inc/b.h"), "# include \"c.h\"\n").unwrap();
+        std::fs::write(dir.path().join("inc/c.h"), "int c;\n").unwrap();
+        let source = "#include <stdint.h>\n#include \"a.h\"\n#include \"missing.h\"\n";
+        let headers = local_headers(source, dir.path(), &[]);
+        let names: Vec<String> = headers
+            .iter()
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        for name in ["a.h", "b.h", "c.h"] {
+            assert!(names.contains(&name.to_string()), "{names:?}");
+        }
+    }
+}

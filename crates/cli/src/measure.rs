@@ -1,0 +1,353 @@
+//! Measuring choices in a pool: building requests, the reference, feeding the workers one choice
+//! at a time (so that a time budget or Ctrl-C stops new choices from starting), and judging
+//! each result against the reference.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tunebox_cpu::{CacheDir, CpuError, Signature};
+use tunebox_pool::{PoolError, Status, TuningProcessPool, verify_outputs};
+use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
+};
+
+use crate::launch::Launch;
+use crate::manifest::{KernelSource, Language, Manifest, Reference};
+use crate::results::{Check, ChoiceResult};
+use crate::space::Choice;
+
+/// How long the probe worker may take (creating a CUDA context can take seconds).
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The request measuring `choice` of `source`, launched as `launch` says (CUDA).
+///
+/// # Errors
+///
+/// The launch geometry cannot be evaluated for this choice, or a CUDA kernel has none.
+pub(crate) fn request(
+    manifest: &Manifest,
+    source: &KernelSource,
+    launch: Option<&Launch>,
+    choice: &Choice,
+) -> Result<BenchmarkRequest> {
+    let mut flags = source.flags.clone();
+    flags.push(format!("-I{}", source.dir.display()));
+    let kernel = match source.language {
+        Language::C => Kernel::C(CKernel {
+            source: source.text.clone(),
+            source_name: source.source_name.clone(),
+            entry: source.entry.clone(),
+            defines: choice.defines(),
+            flags,
+            compiler: source.compiler.clone(),
+        }),
+        Language::Cuda => Kernel::Cuda(CudaKernel {
+            code: CudaCode::Source {
+                text: source.text.clone(),
+                name: source.source_name.clone(),
+            },
+            entry: source.entry.clone(),
+            defines: choice.defines(),
+            options: flags,
+            launch: launch
+                .context("a CUDA kernel needs a launch geometry")?
+                .config(choice)
+                .context("launch")?,
+        }),
+    };
+    let verify = manifest.verify.is_some();
+    Ok(BenchmarkRequest {
+        kernel,
+        // Outputs travel back only when there is something to compare them with.
+        tensors: manifest
+            .tensors
+            .iter()
+            .cloned()
+            .map(|mut t| {
+                t.output &= verify;
+                t
+            })
+            .collect(),
+        scalars: manifest.scalars.clone(),
+        timing: manifest.timing.clone(),
+    })
+}
+
+/// Compiles a C request into the cache (other kernels compile in their workers).
+pub(crate) fn precompile(request: &BenchmarkRequest, cache: &CacheDir) -> Result<(), CpuError> {
+    match &request.kernel {
+        Kernel::C(kernel) => tunebox_cpu::compile(kernel, &Signature::of(request), cache).map(drop),
+        Kernel::Cuda(_) | Kernel::Diagnostic(_) => Ok(()),
+    }
+}
+
+/// The reference to run, if the manifest verifies against a kernel (rather than files): its
+/// label and request.
+///
+/// # Errors
+///
+/// The reference's launch cannot be evaluated.
+pub(crate) fn reference_request(manifest: &Manifest) -> Result<Option<(String, BenchmarkRequest)>> {
+    Ok(match manifest.verify.as_ref().map(|v| &v.reference) {
+        Some(Reference::Choice(choice)) => Some((
+            choice.label(),
+            request(manifest, &manifest.kernel, manifest.launch.as_ref(), choice)
+                .with_context(|| format!("the reference {}", choice.label()))?,
+        )),
+        Some(Reference::Source(source, launch)) => {
+            let label = format!("{} ({})", source.entry, source.source_name);
+            let launch = launch.as_deref().or(manifest.launch.as_ref());
+            let request = request(manifest, source, launch, &Choice::new(Default::default()))
+                .with_context(|| {
+                    format!(
+                        "the reference {label} (a CUDA reference whose launch uses params needs \
+                         its own `launch` in verify.reference)"
+                    )
+                })?;
+            Some((label, request))
+        }
+        Some(Reference::Outputs(_)) | None => None,
+    })
+}
+
+/// A pool of workers and the reference outputs to judge choices by.
+pub(crate) struct Bench {
+    pub(crate) pool: Arc<TuningProcessPool>,
+    pub(crate) reference: Option<Vec<TensorData>>,
+}
+
+/// Starts `workers` workers.
+///
+/// # Errors
+///
+/// The workers cannot start.
+pub(crate) fn start_pool(
+    workers: usize,
+    timeout: Duration,
+    max_process_uses: Option<u64>,
+) -> Result<Arc<TuningProcessPool>> {
+    let pool = TuningProcessPool::builder()
+        .workers(workers)
+        .timeout(timeout)
+        .process_config(
+            ProcessConfig::new()
+                .stdout(Output::Capture { tail_bytes: 4096 })
+                .stderr(Output::Capture {
+                    tail_bytes: 16 * 1024,
+                }),
+        )
+        .maximum_process_uses(max_process_uses)
+        .build()
+        .context("could not start the workers")?;
+    Ok(Arc::new(pool))
+}
+
+/// Prepares (CUDA) and runs the reference, returning its outputs; for a reference given as
+/// files, those.
+///
+/// # Errors
+///
+/// The reference cannot be prepared or fails: nothing could be verified.
+pub(crate) fn reference_outputs(
+    manifest: &Manifest,
+    pool: &TuningProcessPool,
+    reference: Option<&(String, BenchmarkRequest)>,
+    note: impl Fn(&str),
+) -> Result<Option<Vec<TensorData>>> {
+    match (reference, manifest.verify.as_ref().map(|v| &v.reference)) {
+        (Some((label, request)), _) => {
+            if matches!(request.kernel, Kernel::Cuda(_))
+                && let Err(e) = pool.prepare(std::slice::from_ref(request)).remove(0)
+            {
+                bail!("the reference {label} could not be prepared: {e}");
+            }
+            note(&format!("running the reference {label}…"));
+            let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
+            Ok(Some(
+                result
+                    .map_err(|e| anyhow::anyhow!("the reference {label} failed: {e}"))?
+                    .outputs,
+            ))
+        }
+        (None, Some(Reference::Outputs(outputs))) => Ok(Some(outputs.clone())),
+        _ => Ok(None),
+    }
+}
+
+/// Runs `requests` on the pool, keeping at most one request per worker in flight so that
+/// `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls `on_result(i,
+/// result)` on this thread as each finishes. Returns the positions of the requests that were
+/// never started.
+pub(crate) fn run_all(
+    pool: &TuningProcessPool,
+    requests: &[BenchmarkRequest],
+    should_stop: impl Fn() -> bool + Sync,
+    mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>),
+) -> Vec<usize> {
+    let next = AtomicUsize::new(0);
+    let feeders = pool.size().min(requests.len());
+    std::thread::scope(|scope| {
+        let (done_tx, done_rx) = mpsc::channel();
+        for _ in 0..feeders {
+            let done_tx = done_tx.clone();
+            let (next, should_stop) = (&next, &should_stop);
+            scope.spawn(move || {
+                while !should_stop() {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(request) = requests.get(i) else {
+                        break;
+                    };
+                    let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
+                    if done_tx.send((i, result)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        for (i, result) in done_rx {
+            on_result(i, result);
+        }
+    });
+    (next.load(Ordering::SeqCst).min(requests.len())..requests.len()).collect()
+}
+
+/// Whether a pool error says nothing about the choice (the run was stopped, or its worker could
+/// not start): such a result is not cached, so a re-run tries the choice again.
+pub(crate) fn is_transient(error: &PoolError) -> bool {
+    match error {
+        PoolError::ShutDown | PoolError::Cancelled | PoolError::Unavailable { .. } => true,
+        PoolError::Process(e) => matches!(
+            e,
+            ProcessError::Spawn { .. }
+                | ProcessError::HandshakeTimeout { .. }
+                | ProcessError::ExitedBeforeHandshake { .. }
+                | ProcessError::ProtocolMismatch { .. }
+                | ProcessError::InitializerFailed { .. }
+        ),
+        _ => false,
+    }
+}
+
+/// Turns a pool result into a choice result, verifying outputs when there is a reference.
+pub(crate) fn judge(
+    index: usize,
+    choice: Choice,
+    result: Result<BenchmarkResult, PoolError>,
+    reference: Option<&[TensorData]>,
+    manifest: &Manifest,
+    device: &str,
+) -> ChoiceResult {
+    let measured = match result {
+        Err(e) => {
+            return ChoiceResult::failed(
+                index,
+                choice,
+                Status::of_error(&e),
+                e.to_string(),
+                device,
+            );
+        }
+        Ok(measured) => measured,
+    };
+    let verification = reference
+        .zip(manifest.verify.as_ref())
+        .map(|(reference, v)| {
+            let first = verify_outputs(reference, &measured.outputs, v.tolerance);
+            // Backends that make no call after the reps return no such outputs.
+            let after = if measured.outputs_after_reps.is_empty() {
+                first.clone()
+            } else {
+                verify_outputs(reference, &measured.outputs_after_reps, v.tolerance)
+            };
+            (first, after)
+        });
+    let error = verification.as_ref().and_then(|(first, after)| {
+        if !first.passed() {
+            Some(first.summary())
+        } else if !after.passed() {
+            Some(format!(
+                "correct on the first call, wrong on a call after the timed reps (the kernel must \
+                 overwrite its outputs on every call): {}",
+                after.summary()
+            ))
+        } else {
+            None
+        }
+    });
+    let metrics = manifest.metrics.evaluate(&choice, measured.stats.median_ms);
+    ChoiceResult {
+        index,
+        choice,
+        status: if error.is_some() {
+            Status::Wrong
+        } else {
+            Status::Ok
+        },
+        stats: Some(measured.stats),
+        error,
+        check: verification
+            .map(|(first, after)| Check::from(if first.passed() { &after } else { &first })),
+        mutated_inputs: measured.mutated_inputs,
+        metrics,
+        screen_median_ms: None,
+        cached: false,
+        device: device.to_owned(),
+    }
+}
+
+/// The GPU a worker sees, e.g. `NVIDIA H200 (sm_90, 132 SMs)`.
+///
+/// # Errors
+///
+/// No worker can start, or its `cuda` backend is missing or sees no GPU (the error says why:
+/// no driver, no device).
+pub(crate) fn probe_gpu() -> Result<String> {
+    let mut worker = TuningProcess::spawn(ProcessConfig::new())
+        .context("could not start a worker to look for a GPU")?;
+    let probe = worker
+        .probe(PROBE_TIMEOUT)
+        .context("the probe worker failed")?;
+    // The probe worker's exit status is of no interest.
+    let _ = worker.shutdown(Duration::from_millis(500));
+    if let Some(device) = probe.devices.first() {
+        return Ok(format!(
+            "{} (sm_{}{}, {} SMs)",
+            device.name, device.compute_capability.0, device.compute_capability.1, device.sm_count
+        ));
+    }
+    match probe
+        .unavailable
+        .iter()
+        .find(|(backend, _)| backend == "cuda")
+    {
+        Some((_, why)) => {
+            bail!("this manifest needs a GPU, but the cuda backend is unavailable: {why}")
+        }
+        None if !probe.backends.iter().any(|b| b == "cuda") => {
+            bail!("this manifest needs a GPU, but the worker has no cuda backend")
+        }
+        None => {
+            bail!("this manifest needs a GPU, but the worker sees none (CUDA_VISIBLE_DEVICES?)")
+        }
+    }
+}
+
+/// The CPU's model name and core count, e.g. `AMD EPYC 7B13 (2 cores)`.
+pub(crate) fn cpu_model() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model} ({cores} cores)")
+}

@@ -1,0 +1,285 @@
+//! Kernel Tuner's metrics: named expressions over the params, the scalars and the measured
+//! `time` (ms), such as `"GFLOP/s" = "2 * M * N * K / (time / 1e3) / 1e9"`.
+//!
+//! Every number is bound as a float, so `M / N` divides as a person expects; string and boolean
+//! params keep their type. A metric whose name is an identifier can be used by the metrics after
+//! it.
+
+use anyhow::{Result, bail, ensure};
+use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Node, Value};
+use indexmap::IndexMap;
+use tunebox_protocol::Scalar;
+
+use crate::space::{Choice, ParamValue};
+
+/// The variable bound to the measured time, in ms (Kernel Tuner's unit).
+const TIME: &str = "time";
+/// The variables a problem size defines.
+const PROBLEM_VARS: [&str; 3] = ["problem_size_x", "problem_size_y", "problem_size_z"];
+
+/// One metric, parsed.
+#[derive(Debug)]
+struct Metric {
+    name: String,
+    text: String,
+    node: Node<DefaultNumericTypes>,
+}
+
+/// The manifest's metrics, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    metrics: Vec<Metric>,
+    /// Scalars and constant problem sizes, bound as floats.
+    constants: Vec<(String, f64)>,
+}
+
+impl Metrics {
+    /// Parses `[metrics]`, checking that every name an expression uses is a param, a scalar,
+    /// `problem_size_x/y/z` (when the problem size is constant), `time`, or an earlier metric,
+    /// and that each evaluates to a number for the first value of every param and `time = 1`.
+    ///
+    /// # Errors
+    ///
+    /// An expression that does not parse, uses an unknown name, or is not a number; the
+    /// message names `metrics."NAME"`.
+    pub(crate) fn parse(
+        raw: &IndexMap<String, String>,
+        params: &IndexMap<String, Vec<ParamValue>>,
+        scalars: &[Scalar],
+        problem_size: Option<&[toml::Value]>,
+    ) -> Result<Metrics> {
+        let mut constants: Vec<(String, f64)> = scalars
+            .iter()
+            .map(|s| (s.name.clone(), s.value as f64))
+            .collect();
+        for (d, value) in problem_size.unwrap_or_default().iter().enumerate().take(3) {
+            if let Some(size) = value.as_integer() {
+                constants.push((PROBLEM_VARS[d].to_owned(), size as f64));
+            }
+        }
+        let mut metrics = Metrics {
+            metrics: Vec::new(),
+            constants,
+        };
+        for (name, text) in raw {
+            let field = format!("metrics.{}", toml_key(name));
+            ensure!(!name.is_empty(), "{field}: a metric needs a name");
+            let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(text)
+                .map_err(|e| anyhow::anyhow!("{field} = {text:?} does not parse: {e}"))?;
+            for var in node.iter_variable_identifiers() {
+                let known = var == TIME
+                    || params.contains_key(var)
+                    || metrics.constants.iter().any(|(c, _)| c == var)
+                    || metrics.metrics.iter().any(|m| m.name == var);
+                if !known {
+                    let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
+                    names.extend(metrics.constants.iter().map(|(c, _)| c.as_str()));
+                    names.push(TIME);
+                    bail!(
+                        "{field} = {text:?}: `{var}` is not a param, a scalar, a constant \
+                         problem size or `time` (known: {})",
+                        names.join(", ")
+                    );
+                }
+            }
+            metrics.metrics.push(Metric {
+                name: name.clone(),
+                text: text.clone(),
+                node,
+            });
+        }
+        // evalexpr accepts some malformed expressions until they are evaluated.
+        let first = Choice::new(
+            params
+                .iter()
+                .filter_map(|(name, values)| Some((name.clone(), values.first()?.clone())))
+                .collect(),
+        );
+        let mut context = metrics.context(&first, 1.0)?;
+        for metric in &metrics.metrics {
+            let value = metric.eval(&context).map_err(|e| {
+                anyhow::anyhow!(
+                    "metrics.{} = {:?}: {e} (for the first choice, {}, and time = 1 ms)",
+                    toml_key(&metric.name),
+                    metric.text,
+                    first.label()
+                )
+            })?;
+            bind_metric(&mut context, &metric.name, value);
+        }
+        Ok(metrics)
+    }
+
+    /// The metrics' names, in order (the extra table columns).
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.metrics.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// Every metric of `choice` measured at `time_ms`. A metric that fails for this choice
+    /// (a string param in arithmetic, say) or is not finite is left out.
+    pub(crate) fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
+        let mut out = IndexMap::new();
+        let Ok(mut context) = self.context(choice, time_ms) else {
+            return out;
+        };
+        for metric in &self.metrics {
+            match metric.eval(&context) {
+                Ok(value) => {
+                    bind_metric(&mut context, &metric.name, value);
+                    if value.is_finite() {
+                        out.insert(metric.name.clone(), value);
+                    }
+                }
+                Err(e) => log::warn!("metric {:?} for {}: {e}", metric.name, choice.label()),
+            }
+        }
+        out
+    }
+
+    fn context(&self, choice: &Choice, time_ms: f64) -> Result<HashMapContext> {
+        let mut context = HashMapContext::<DefaultNumericTypes>::new();
+        let mut set = |name: &str, value: Value| {
+            context
+                .set_value(name.to_owned(), value)
+                .map_err(|e| anyhow::anyhow!("cannot bind {name}: {e}"))
+        };
+        for (name, value) in &self.constants {
+            set(name, Value::Float(*value))?;
+        }
+        for (name, value) in choice.values() {
+            set(
+                name,
+                match value {
+                    ParamValue::Int(i) => Value::Float(*i as f64),
+                    ParamValue::Float(f) => Value::Float(*f),
+                    ParamValue::Bool(b) => Value::Boolean(*b),
+                    ParamValue::Str(s) => Value::String(s.clone()),
+                },
+            )?;
+        }
+        set(TIME, Value::Float(time_ms))?;
+        Ok(context)
+    }
+}
+
+impl Metric {
+    fn eval(&self, context: &HashMapContext) -> Result<f64> {
+        match self.node.eval_with_context(context) {
+            Ok(Value::Float(f)) => Ok(f),
+            Ok(Value::Int(i)) => Ok(i as f64),
+            Ok(other) => bail!("gives {other}, not a number"),
+            Err(e) => bail!("{e}"),
+        }
+    }
+}
+
+/// Makes an identifier-named metric usable by the metrics after it.
+fn bind_metric(context: &mut HashMapContext, name: &str, value: f64) {
+    let identifier = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if identifier {
+        // A metric named like a param would shadow it; evalexpr refuses a change of type only.
+        let _ = context.set_value(name.to_owned(), Value::Float(value));
+    }
+}
+
+/// `GFLOP/s` as a TOML key: quoted unless bare.
+fn toml_key(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        name.to_owned()
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// A metric's value for a table: four significant digits, no exponent for everyday sizes.
+pub(crate) fn format_value(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e7).contains(&magnitude) {
+        format!("{value:.3e}")
+    } else {
+        let digits = (3 - magnitude.log10().floor() as i32).max(0) as usize;
+        format!("{value:.digits$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> IndexMap<String, Vec<ParamValue>> {
+        IndexMap::from([
+            ("BM".to_string(), vec![ParamValue::Int(32)]),
+            ("T".to_string(), vec![ParamValue::Str("f".into())]),
+        ])
+    }
+
+    fn scalars() -> Vec<Scalar> {
+        ["M", "N", "K"]
+            .iter()
+            .map(|n| Scalar {
+                name: (*n).into(),
+                value: 512,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gflops_over_scalars_and_time() {
+        let raw = IndexMap::from([
+            (
+                "GFLOP/s".to_string(),
+                "2 * M * N * K / (time / 1e3) / 1e9".to_string(),
+            ),
+            ("per_tile".to_string(), "time / (M / BM)".to_string()),
+            ("twice".to_string(), "per_tile * 2".to_string()),
+        ]);
+        let m = Metrics::parse(&raw, &params(), &scalars(), None).unwrap();
+        assert_eq!(m.names(), ["GFLOP/s", "per_tile", "twice"]);
+        let choice = Choice::new(IndexMap::from([
+            ("BM".to_string(), ParamValue::Int(32)),
+            ("T".to_string(), ParamValue::Str("f".into())),
+        ]));
+        let values = m.evaluate(&choice, 4.0);
+        assert!((values["GFLOP/s"] - 2.0 * 512f64.powi(3) / 4e-3 / 1e9).abs() < 1e-9);
+        // Floats throughout: 512 / 32 = 16, 4 / 16 = 0.25 (not 0).
+        assert_eq!(values["per_tile"], 0.25);
+        assert_eq!(values["twice"], 0.5);
+    }
+
+    #[test]
+    fn errors_name_the_metric() {
+        let cases = [
+            ("time /", "metrics.m = \"time /\""),
+            ("time * X", "`X` is not a param"),
+            ("T + 1", "metrics.m"),
+            ("time > 1", "not a number"),
+        ];
+        for (text, expected) in cases {
+            let raw = IndexMap::from([("m".to_string(), text.to_string())]);
+            let err = format!(
+                "{:#}",
+                Metrics::parse(&raw, &params(), &scalars(), None).unwrap_err()
+            );
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn values_format_with_four_digits() {
+        assert_eq!(format_value(61.234), "61.23");
+        assert_eq!(format_value(1234.6), "1235");
+        assert_eq!(format_value(0.012345), "0.01235");
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(3.2e9), "3.200e9");
+    }
+}

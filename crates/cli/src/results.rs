@@ -1,0 +1,532 @@
+//! What a run produces, in memory and as JSON: one [`ChoiceResult`] per choice and a
+//! [`RunInfo`] describing the run. The same JSON shapes serve the `--json` report, the lines of
+//! the results cache, `tunebox report` and `tunebox merge`.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use tunebox_pool::{Status, Verification};
+use tunebox_protocol::TimingStats;
+
+use crate::space::Choice;
+
+/// What became of one choice.
+#[derive(Debug, Clone)]
+pub(crate) struct ChoiceResult {
+    /// The choice's stable index among the manifest's choices after restrictions (canonical
+    /// order: the first param varies slowest).
+    pub(crate) index: usize,
+    pub(crate) choice: Choice,
+    pub(crate) status: Status,
+    /// The measurement that ranks it (the re-measurement, for a refined choice).
+    pub(crate) stats: Option<TimingStats>,
+    /// Why it failed (the full message), for every status but `ok`.
+    pub(crate) error: Option<String>,
+    pub(crate) check: Option<Check>,
+    /// Inputs the kernel wrote on its first call; restored before every later call.
+    pub(crate) mutated_inputs: Vec<String>,
+    /// The manifest's metrics at the median time.
+    pub(crate) metrics: IndexMap<String, f64>,
+    /// The screening median, when `stats` come from `--refine`'s re-measurement.
+    pub(crate) screen_median_ms: Option<f64>,
+    /// Taken from the results cache rather than measured in this run.
+    pub(crate) cached: bool,
+    /// What it ran on.
+    pub(crate) device: String,
+}
+
+impl ChoiceResult {
+    /// A result without a measurement.
+    pub(crate) fn failed(
+        index: usize,
+        choice: Choice,
+        status: Status,
+        error: String,
+        device: &str,
+    ) -> ChoiceResult {
+        ChoiceResult {
+            index,
+            choice,
+            status,
+            stats: None,
+            error: Some(error),
+            check: None,
+            mutated_inputs: Vec::new(),
+            metrics: IndexMap::new(),
+            screen_median_ms: None,
+            cached: false,
+            device: device.to_owned(),
+        }
+    }
+
+    /// The median that ranks an `ok` result.
+    pub(crate) fn median_ms(&self) -> Option<f64> {
+        self.stats.as_ref().map(|s| s.median_ms)
+    }
+}
+
+/// The verdict of verification, in numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Check {
+    pub(crate) max_abs_error: Option<f64>,
+    pub(crate) max_rel_error: Option<f64>,
+    pub(crate) mismatches: u64,
+}
+
+impl From<&Verification> for Check {
+    fn from(v: &Verification) -> Check {
+        let finite = |x: f64| x.is_finite().then_some(x);
+        Check {
+            max_abs_error: finite(v.max_abs_error()),
+            max_rel_error: finite(v.max_rel_error()),
+            mismatches: v.mismatches(),
+        }
+    }
+}
+
+/// How the choices to measure were picked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Selection {
+    /// `brute-force` or `random`.
+    pub(crate) strategy: String,
+    /// With `random`: how many choices were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) budget: Option<usize>,
+    /// The seed of the random sample.
+    #[serde(default)]
+    pub(crate) seed: u64,
+}
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ShardInfo {
+    pub(crate) index: usize,
+    pub(crate) count: usize,
+}
+
+impl std::fmt::Display for ShardInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// What identifies a run's results: shared by a report and every line of its results cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunHeader {
+    pub(crate) tunebox_version: String,
+    /// The manifest's path, as given.
+    pub(crate) manifest: String,
+    /// A hash of everything in the manifest that determines the choices and their
+    /// measurements (not the device): shards of one manifest share it.
+    pub(crate) manifest_hash: String,
+    pub(crate) name: String,
+    /// `entry (source)`.
+    pub(crate) kernel: String,
+    /// `cpu` or `cuda`.
+    pub(crate) backend: String,
+    /// The CPU or GPU the choices ran on.
+    pub(crate) device: String,
+    /// Choices after restrictions.
+    pub(crate) space_size: usize,
+    pub(crate) selection: Selection,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) shard: Option<ShardInfo>,
+    /// The metrics' names, in order.
+    #[serde(default)]
+    pub(crate) metrics: Vec<String>,
+}
+
+/// A choice that was not measured, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct NotMeasured {
+    pub(crate) index: usize,
+    pub(crate) choice: Choice,
+    /// `max_time` or `interrupted`.
+    pub(crate) reason: String,
+}
+
+/// `--refine`: the top choices re-measured with more reps.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct RefineInfo {
+    pub(crate) top: usize,
+    /// The factor applied to `rep_ms` and `max_reps`.
+    pub(crate) rep_factor: f64,
+}
+
+/// Where results came from the cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CacheInfo {
+    pub(crate) path: String,
+    /// Choices taken from it rather than measured.
+    pub(crate) hits: usize,
+}
+
+/// A run, described.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RunInfo {
+    #[serde(flatten)]
+    pub(crate) header: RunHeader,
+    #[serde(default)]
+    pub(crate) elapsed_s: f64,
+    #[serde(default)]
+    pub(crate) workers: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refine: Option<RefineInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cache: Option<CacheInfo>,
+    /// Stopped by Ctrl-C (SIGINT) or SIGTERM before every choice was measured.
+    #[serde(default)]
+    pub(crate) interrupted: bool,
+    #[serde(default)]
+    pub(crate) not_measured: Vec<NotMeasured>,
+    /// Things the user should know about the run.
+    #[serde(default)]
+    pub(crate) notes: Vec<String>,
+    /// `tunebox merge`: the files merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) merged_from: Vec<String>,
+    /// `tunebox merge`: indices of the choices no file has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) missing: Vec<usize>,
+    /// `tunebox merge --across-devices`: results of different devices ranked together.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) across_devices: bool,
+}
+
+/// A run's results, ranked.
+#[derive(Debug, Clone)]
+pub(crate) struct Report {
+    pub(crate) info: RunInfo,
+    /// Ranked within each device: `ok` by median ascending (refined ones first), then the
+    /// others by status and index.
+    pub(crate) results: Vec<ChoiceResult>,
+}
+
+impl Report {
+    /// The results of each device (one group unless results from several devices are kept
+    /// apart), each ranked.
+    pub(crate) fn groups(&self) -> Vec<(&str, Vec<&ChoiceResult>)> {
+        if self.info.across_devices {
+            return vec![(&self.info.header.device, self.results.iter().collect())];
+        }
+        let mut groups: Vec<(&str, Vec<&ChoiceResult>)> = Vec::new();
+        for r in &self.results {
+            match groups.iter_mut().find(|(d, _)| *d == r.device) {
+                Some((_, members)) => members.push(r),
+                None => groups.push((&r.device, vec![r])),
+            }
+        }
+        groups
+    }
+}
+
+/// Sorts `ok` results by median (refined ones first), then the rest by status; equal keys keep
+/// the choices' canonical order.
+pub(crate) fn rank(results: &mut [ChoiceResult]) {
+    results.sort_by(|a, b| {
+        let key = |r: &ChoiceResult| match (r.status, r.median_ms()) {
+            (Status::Ok, Some(median)) => (0u8, r.screen_median_ms.is_none(), median, r.index),
+            (status, _) => (1 + status as u8, false, 0.0, r.index),
+        };
+        let (ka, kb) = (key(a), key(b));
+        ka.0.cmp(&kb.0)
+            .then(ka.1.cmp(&kb.1))
+            .then(ka.2.total_cmp(&kb.2))
+            .then(ka.3.cmp(&kb.3))
+    });
+}
+
+/// The best `ok` result among `results` (ranked).
+pub(crate) fn best<'a>(
+    results: impl IntoIterator<Item = &'a ChoiceResult>,
+) -> Option<&'a ChoiceResult> {
+    results
+        .into_iter()
+        .next()
+        .filter(|r| r.status == Status::Ok)
+}
+
+/// `1 choice`, `2 choices`.
+pub(crate) fn choices(n: usize) -> String {
+    if n == 1 {
+        "1 choice".into()
+    } else {
+        format!("{n} choices")
+    }
+}
+
+/// A status from its report name.
+pub(crate) fn parse_status(name: &str) -> Option<Status> {
+    [
+        Status::Ok,
+        Status::Wrong,
+        Status::CompileError,
+        Status::Error,
+        Status::Crashed,
+        Status::Timeout,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == name)
+}
+
+/// One result as JSON (the entries of a report's `results`, and of cache lines).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ResultJson {
+    /// 1-based rank among the `ok` results of its device (reports only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rank: Option<usize>,
+    pub(crate) index: usize,
+    pub(crate) choice: Choice,
+    pub(crate) status: String,
+    pub(crate) median_ms: Option<f64>,
+    pub(crate) mean_ms: Option<f64>,
+    pub(crate) min_ms: Option<f64>,
+    pub(crate) max_ms: Option<f64>,
+    pub(crate) p20_ms: Option<f64>,
+    pub(crate) p80_ms: Option<f64>,
+    pub(crate) stddev_ms: Option<f64>,
+    pub(crate) reps: Option<u32>,
+    #[serde(default)]
+    pub(crate) warmup_reps: Option<u32>,
+    #[serde(default)]
+    pub(crate) stopped: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) max_abs_error: Option<f64>,
+    pub(crate) max_rel_error: Option<f64>,
+    pub(crate) mismatches: Option<u64>,
+    /// Inputs the kernel wrote (restored before every call).
+    #[serde(default)]
+    pub(crate) mutated_inputs: Vec<String>,
+    #[serde(default)]
+    pub(crate) metrics: IndexMap<String, f64>,
+    /// Re-measured by `--refine`; `screen_median_ms` is the first measurement's median.
+    #[serde(default)]
+    pub(crate) refined: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) screen_median_ms: Option<f64>,
+    /// Taken from the results cache.
+    #[serde(default)]
+    pub(crate) cached: bool,
+    #[serde(default)]
+    pub(crate) device: String,
+}
+
+impl ResultJson {
+    pub(crate) fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
+        let s = r.stats.as_ref();
+        ResultJson {
+            rank,
+            index: r.index,
+            choice: r.choice.clone(),
+            status: r.status.as_str().to_owned(),
+            median_ms: s.map(|s| s.median_ms),
+            mean_ms: s.map(|s| s.mean_ms),
+            min_ms: s.map(|s| s.min_ms),
+            max_ms: s.map(|s| s.max_ms),
+            p20_ms: s.map(|s| s.p20_ms),
+            p80_ms: s.map(|s| s.p80_ms),
+            stddev_ms: s.map(|s| s.stddev_ms),
+            reps: s.map(|s| s.reps),
+            warmup_reps: s.map(|s| s.warmup_reps),
+            stopped: s.map(|s| s.stopped.clone()),
+            error: r.error.clone(),
+            max_abs_error: r.check.and_then(|c| c.max_abs_error),
+            max_rel_error: r.check.and_then(|c| c.max_rel_error),
+            mismatches: r.check.map(|c| c.mismatches),
+            mutated_inputs: r.mutated_inputs.clone(),
+            metrics: r.metrics.clone(),
+            refined: r.screen_median_ms.is_some(),
+            screen_median_ms: r.screen_median_ms,
+            cached: r.cached,
+            device: r.device.clone(),
+        }
+    }
+
+    /// Back to a result; `None` (with the reason) for an unknown status.
+    pub(crate) fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
+        let status = parse_status(&self.status)
+            .ok_or_else(|| format!("unknown status {:?}", self.status))?;
+        let stats = match (
+            self.median_ms,
+            self.mean_ms,
+            self.min_ms,
+            self.max_ms,
+            self.p20_ms,
+            self.p80_ms,
+            self.stddev_ms,
+            self.reps,
+        ) {
+            (
+                Some(median_ms),
+                Some(mean_ms),
+                Some(min_ms),
+                Some(max_ms),
+                Some(p20_ms),
+                Some(p80_ms),
+                Some(stddev_ms),
+                Some(reps),
+            ) => Some(TimingStats {
+                median_ms,
+                mean_ms,
+                min_ms,
+                max_ms,
+                p20_ms,
+                p80_ms,
+                stddev_ms,
+                reps,
+                warmup_reps: self.warmup_reps.unwrap_or(0),
+                stopped: self.stopped.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        if status == Status::Ok && stats.is_none() {
+            return Err("an ok result without its timing".into());
+        }
+        let check = self.mismatches.map(|mismatches| Check {
+            max_abs_error: self.max_abs_error,
+            max_rel_error: self.max_rel_error,
+            mismatches,
+        });
+        Ok(ChoiceResult {
+            index: self.index,
+            choice: self.choice,
+            status,
+            stats,
+            error: self.error,
+            check,
+            mutated_inputs: self.mutated_inputs,
+            metrics: self.metrics,
+            screen_median_ms: self.screen_median_ms,
+            cached: self.cached,
+            device: if self.device.is_empty() {
+                default_device.to_owned()
+            } else {
+                self.device
+            },
+        })
+    }
+}
+
+/// The best choice, in a report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct BestJson {
+    pub(crate) index: usize,
+    pub(crate) choice: Choice,
+    pub(crate) median_ms: f64,
+    #[serde(default)]
+    pub(crate) metrics: IndexMap<String, f64>,
+    /// `-DNAME=VALUE …`, ready for a compiler command line.
+    #[serde(default)]
+    pub(crate) defines: String,
+    /// `{ NAME = VALUE, … }`, ready for a TOML file.
+    #[serde(default)]
+    pub(crate) toml: String,
+    #[serde(default)]
+    pub(crate) device: String,
+}
+
+/// A whole report as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ReportJson {
+    #[serde(flatten)]
+    pub(crate) info: RunInfo,
+    pub(crate) results: Vec<ResultJson>,
+    /// The best choice (of the first device, when results of several devices are kept apart).
+    pub(crate) best: Option<BestJson>,
+    /// The best choice of each device, when there are several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) best_per_device: Vec<BestJson>,
+}
+
+/// `-DBM=32 -DBN=64`.
+pub(crate) fn define_line(choice: &Choice) -> String {
+    choice
+        .defines()
+        .iter()
+        .map(|d| format!("-D{}={}", d.name, d.value))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl BestJson {
+    pub(crate) fn of(r: &ChoiceResult) -> Option<BestJson> {
+        Some(BestJson {
+            index: r.index,
+            choice: r.choice.clone(),
+            median_ms: r.median_ms()?,
+            metrics: r.metrics.clone(),
+            defines: define_line(&r.choice),
+            toml: r.choice.toml(),
+            device: r.device.clone(),
+        })
+    }
+}
+
+impl Report {
+    /// The report as JSON.
+    pub(crate) fn to_json(&self) -> ReportJson {
+        let groups = self.groups();
+        let mut results = Vec::with_capacity(self.results.len());
+        let mut bests = Vec::new();
+        for (_, members) in &groups {
+            let mut rank = 0;
+            for r in members {
+                let rank = (r.status == Status::Ok).then(|| {
+                    rank += 1;
+                    rank
+                });
+                results.push(ResultJson::from_result(r, rank));
+            }
+            if let Some(b) = best(members.iter().copied()).and_then(BestJson::of) {
+                bests.push(b);
+            }
+        }
+        ReportJson {
+            info: self.info.clone(),
+            results,
+            best: bests.first().cloned(),
+            best_per_device: if groups.len() > 1 { bests } else { Vec::new() },
+        }
+    }
+}
+
+impl ReportJson {
+    /// Back to a report, ranking the results again.
+    pub(crate) fn into_report(self) -> Result<Report, String> {
+        let device = self.info.header.device.clone();
+        let mut results = self
+            .results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.into_result(&device)
+                    .map_err(|e| format!("results[{i}]: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if self.info.across_devices {
+            rank(&mut results);
+        } else {
+            rank_by_device(&mut results);
+        }
+        Ok(Report {
+            info: self.info,
+            results,
+        })
+    }
+}
+
+/// Ranks the results of each device, keeping the devices in order of first appearance.
+pub(crate) fn rank_by_device(results: &mut Vec<ChoiceResult>) {
+    let mut devices: Vec<String> = Vec::new();
+    for r in results.iter() {
+        if !devices.contains(&r.device) {
+            devices.push(r.device.clone());
+        }
+    }
+    let mut all = std::mem::take(results);
+    for device in devices {
+        let (mut mine, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| r.device == device);
+        rank(&mut mine);
+        results.extend(mine);
+        all = rest;
+    }
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
+
+mod kernel_tuner;
+mod resume;
+mod shards;
+mod snapshots;
+mod tune;
+mod util;

@@ -1,0 +1,324 @@
+//! The results cache: re-runs and interrupted runs skip what was measured; Ctrl-C stops cleanly;
+//! strategies, time budgets and refinement.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::{FAMILY, MANIFEST, check, command, json, outcomes, text, tunebox};
+
+/// A kernel that sleeps 4 ms per call: a choice takes ~0.1 s, long enough to interrupt a run.
+const SLOW: &str = r#"#include <stdint.h>
+#include <unistd.h>
+void slow(const float *x, float *y, int64_t n) {
+    usleep(4000 + 100 * MODE);
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i];
+}
+"#;
+
+fn slow_manifest(modes: usize) -> String {
+    let modes: Vec<String> = (0..modes).map(|m| m.to_string()).collect();
+    format!(
+        r#"timeout_s = 10
+[kernel]
+source = "slow.c"
+entry = "slow"
+flags = ["-O1"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [64]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [64]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 64
+[params]
+MODE = [{}]
+[timing]
+warmup_ms = 1
+rep_ms = 5
+min_reps = 5
+flush_cache = false
+[verify]
+reference = {{ choice = {{ MODE = 0 }} }}
+"#,
+        modes.join(", ")
+    )
+}
+
+fn write_slow(dir: &Path, modes: usize) {
+    std::fs::write(dir.join("slow.c"), SLOW).unwrap();
+    std::fs::write(dir.join("slow.toml"), slow_manifest(modes)).unwrap();
+}
+
+fn cache_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
+/// The number in "skipped N choices already measured", if said.
+fn skipped(stderr: &str) -> Option<usize> {
+    let (_, rest) = stderr.split_once("skipped ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn a_second_run_measures_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    let manifest = MANIFEST.replace("MODE = [0, 1, 2, 3, 4, 5]", "MODE = [0, 1, 4, 5]");
+    std::fs::write(dir.path().join("family.toml"), manifest).unwrap();
+    let first = tunebox(dir.path(), &["tune", "family.toml", "--json", "r.json"]);
+    check(&first);
+    assert_eq!(skipped(&text(&first.stderr)), None);
+    let cache = dir.path().join("r.tunebox-cache.jsonl");
+    assert_eq!(cache_lines(&cache), 4, "one line per finished choice");
+    let before = json(&dir.path().join("r.json"));
+
+    let second = tunebox(dir.path(), &["tune", "family.toml", "--json", "r.json"]);
+    check(&second);
+    let stderr = text(&second.stderr);
+    assert_eq!(skipped(&stderr), Some(4), "{stderr}");
+    assert!(!stderr.contains("benchmarking"), "{stderr}");
+    assert!(!stderr.contains("compiling"), "{stderr}");
+    assert!(
+        text(&second.stdout).contains("cache: 4 of them from r.tunebox-cache.jsonl"),
+        "{}",
+        text(&second.stdout)
+    );
+    assert_eq!(cache_lines(&cache), 4, "nothing new to cache");
+    let after = json(&dir.path().join("r.json"));
+    assert_eq!(outcomes(&before), outcomes(&after));
+    let results = after["results"].as_array().unwrap();
+    assert!(results.iter().all(|r| r["cached"] == true), "{after}");
+    assert_eq!(results[0]["median_ms"], before["results"][0]["median_ms"]);
+
+    // --fresh measures everything again, and appends.
+    let fresh = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "family.toml",
+            "--json",
+            "r.json",
+            "--fresh",
+            "--quiet",
+        ],
+    );
+    check(&fresh);
+    assert_eq!(skipped(&text(&fresh.stderr)), None);
+    assert_eq!(cache_lines(&cache), 8);
+    // A changed kernel is a different key: measured again.
+    let edited = FAMILY.replace("2.0f * x[i]", "2.0f * x[i] + 0.0f");
+    std::fs::write(dir.path().join("family.c"), edited).unwrap();
+    let changed = tunebox(dir.path(), &["tune", "family.toml", "--json", "r.json"]);
+    check(&changed);
+    assert_eq!(skipped(&text(&changed.stderr)), None);
+}
+
+/// Starts `tunebox tune slow.toml`, waits until `lines` choices are in its cache, and sends
+/// `signal`; returns the exit status and the output.
+fn interrupt(dir: &Path, signal: &str, lines: usize) -> std::process::Output {
+    let child = command(dir, &["tune", "slow.toml", "--json", "r.json"], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cache = dir.join("r.tunebox-cache.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cache_lines(&cache) < lines {
+        assert!(Instant::now() < deadline, "no result was cached");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn an_interrupted_run_resumes_without_measuring_again() {
+    let dir = tempfile::tempdir().unwrap();
+    write_slow(dir.path(), 10);
+    let out = interrupt(dir.path(), "-INT", 2);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The partial results are written: the table, the JSON, the cache.
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("interrupted: "), "{stdout}");
+    let partial = json(&dir.path().join("r.json"));
+    assert_eq!(partial["interrupted"], true);
+    let measured = partial["results"].as_array().unwrap().len();
+    let not_measured = partial["not_measured"].as_array().unwrap();
+    assert_eq!(measured + not_measured.len(), 10, "{partial}");
+    assert!(not_measured.iter().all(|n| n["reason"] == "interrupted"));
+    let cached = cache_lines(&dir.path().join("r.tunebox-cache.jsonl"));
+    assert!((2..10).contains(&cached), "{cached} cached");
+    assert_eq!(
+        cached, measured,
+        "every finished choice is cached, and only those"
+    );
+
+    let again = tunebox(dir.path(), &["tune", "slow.toml", "--json", "r.json"]);
+    check(&again);
+    assert_eq!(skipped(&text(&again.stderr)), Some(cached));
+    let stderr = text(&again.stderr);
+    assert!(
+        stderr.contains(&format!("benchmarking {} choice", 10 - cached)),
+        "{stderr}"
+    );
+    let full = json(&dir.path().join("r.json"));
+    assert_eq!(full["interrupted"], false);
+    let results = full["results"].as_array().unwrap();
+    assert_eq!(results.len(), 10);
+    assert!(results.iter().all(|r| r["status"] == "ok"), "{full}");
+    let from_cache = results.iter().filter(|r| r["cached"] == true).count();
+    assert_eq!(from_cache, cached);
+}
+
+#[test]
+fn a_killed_run_loses_nothing_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    write_slow(dir.path(), 6);
+    let out = interrupt(dir.path(), "-KILL", 1);
+    assert!(!out.status.success());
+    let cached = cache_lines(&dir.path().join("r.tunebox-cache.jsonl"));
+    assert!(cached >= 1);
+    let again = tunebox(dir.path(), &["tune", "slow.toml", "--json", "r.json"]);
+    check(&again);
+    assert_eq!(skipped(&text(&again.stderr)), Some(cached));
+    assert_eq!(
+        json(&dir.path().join("r.json"))["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+}
+
+#[test]
+fn a_time_budget_stops_new_choices_and_says_how_many() {
+    let dir = tempfile::tempdir().unwrap();
+    write_slow(dir.path(), 8);
+    // Compiling and the reference take most of this: few choices, if any, get measured.
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "slow.toml",
+            "--json",
+            "r.json",
+            "--max-time",
+            "0.3",
+            "--quiet",
+        ],
+    );
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let not_measured = report["not_measured"].as_array().unwrap();
+    assert!(!not_measured.is_empty(), "{report}");
+    assert!(not_measured.iter().all(|n| n["reason"] == "max_time"));
+    assert_eq!(
+        report["results"].as_array().unwrap().len() + not_measured.len(),
+        8
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "--max-time reached: {} choices not measured",
+            not_measured.len()
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn random_samples_are_seeded_and_refinement_reranks_the_best() {
+    let dir = tempfile::tempdir().unwrap();
+    write_slow(dir.path(), 8);
+    let list = |extra: &[&str]| {
+        let mut args = vec!["tune", "slow.toml", "--list"];
+        args.extend(extra);
+        let out = tunebox(dir.path(), &args);
+        check(&out);
+        text(&out.stdout)
+    };
+    let sample = list(&["--budget", "3", "--seed", "7"]);
+    assert_eq!(sample.lines().count(), 3);
+    assert_eq!(
+        sample,
+        list(&["--strategy", "random", "--budget", "3", "--seed", "7"])
+    );
+    assert_eq!(list(&["--budget", "100"]).lines().count(), 8);
+    let out = tunebox(dir.path(), &["tune", "slow.toml", "--strategy", "random"]);
+    assert!(text(&out.stderr).contains("--strategy random needs --budget N"));
+
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "slow.toml",
+            "--json",
+            "r.json",
+            "--budget",
+            "3",
+            "--seed",
+            "7",
+            "--refine",
+            "2",
+        ],
+    );
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    let refined: Vec<&Value> = results.iter().filter(|r| r["refined"] == true).collect();
+    assert_eq!(refined.len(), 2, "{report}");
+    // Refined choices rank first, with more reps and their screening median kept.
+    assert!(results[0]["refined"] == true && results[1]["refined"] == true);
+    for r in &refined {
+        assert!(r["screen_median_ms"].as_f64().unwrap() > 0.0);
+        assert!(r["reps"].as_u64().unwrap() >= 5);
+    }
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("random sample of 3 of 8 choices (seed 7)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("* re-measured with 4x rep_ms (--refine 2)"),
+        "{stdout}"
+    );
+    // Both measurements are cached: a re-run measures nothing.
+    let again = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "slow.toml",
+            "--json",
+            "r.json",
+            "--budget",
+            "3",
+            "--seed",
+            "7",
+            "--refine",
+            "2",
+        ],
+    );
+    check(&again);
+    let stderr = text(&again.stderr);
+    assert_eq!(skipped(&stderr), Some(3), "{stderr}");
+    assert!(!stderr.contains("re-measuring"), "{stderr}");
+}

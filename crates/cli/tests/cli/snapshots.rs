@@ -1,0 +1,334 @@
+//! Snapshots of what people read: help texts, listings, error messages, a report's table.
+//! Nothing here depends on timings. `UPDATE_EXPECT=1 cargo test -p tunebox-cli` rewrites them.
+
+use expect_test::{Expect, expect};
+
+use crate::util::{FAMILY, MANIFEST, examples, text, tunebox, tunebox_env};
+
+/// The text with trailing spaces removed (clap pads blank lines of long help; expect-test
+/// cannot keep whitespace-only lines).
+fn trimmed(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect()
+}
+
+fn stdout_of(args: &[&str], expected: Expect) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tunebox(dir.path(), args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    expected.assert_eq(&trimmed(&text(&out.stdout)));
+}
+
+#[test]
+fn help() {
+    stdout_of(
+        &["--help"],
+        expect![[r#"
+        Benchmark kernel candidates in isolated worker processes and rank them.
+
+        A manifest (TOML) names a kernel, its arguments and the params whose combinations are the choices; `tunebox tune` compiles every choice, measures each in a fresh worker process (a choice that crashes, hangs or computes garbage costs its own result only), verifies its outputs, and prints them ranked. See docs/manifest.md for every manifest field.
+
+        Usage: tunebox [OPTIONS] <COMMAND>
+
+        Commands:
+          tune     Compile, benchmark and verify the choices of a manifest; print them ranked
+          report   Print the ranked table of a JSON report or a results cache again
+          merge    Combine the results of shards (JSON reports or results caches) into one ranking
+          doctor   Check the C compiler, the kernel cache, spawning a worker, a CPU benchmark, and the CUDA driver and NVRTC (through a worker); say how to fix what fails
+          devices  List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID), probed in a worker process: the `tunebox` process itself never loads a GPU library
+          help     Print this message or the help of the given subcommand(s)
+
+        Options:
+          -v, --verbose...
+                  Debug logs on stderr (-vv: trace); RUST_LOG works too
+
+          -h, --help
+                  Print help (see a summary with '-h')
+
+          -V, --version
+                  Print version
+
+        Examples:
+          tunebox tune examples/matmul-cpu.toml
+          tunebox tune examples/matmul-cpu.toml --strategy random --budget 10 --refine 3
+          tunebox tune big.toml --shard auto --json results/shard-$SLURM_ARRAY_TASK_ID.json
+          tunebox merge results/*.json --json merged.json
+          tunebox report merged.json
+          tunebox doctor
+    "#]],
+    );
+}
+
+#[test]
+fn tune_help() {
+    stdout_of(
+        &["tune", "--help"],
+        expect![[r#"
+            Compile, benchmark and verify the choices of a manifest; print them ranked
+
+            Usage: tunebox tune [OPTIONS] <MANIFEST>
+
+            Arguments:
+              <MANIFEST>
+                      The TOML manifest describing the kernel family (docs/manifest.md)
+
+            Options:
+                  --list
+                      Only list the choices this run would measure (after restrictions, strategy and shard); compile and run nothing
+
+              -v, --verbose...
+                      Debug logs on stderr (-vv: trace); RUST_LOG works too
+
+                  --json <PATH>
+                      Also write the results as JSON to this file
+
+                  --csv <PATH>
+                      Also write the results as CSV (one row per choice, a column per param and metric)
+
+                  --top <N>
+                      Show only the best N rows of the table (per device)
+
+                  --cache <PATH>
+                      The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside the manifest]
+
+                  --no-cache
+                      Neither read nor write a results cache
+
+                  --fresh
+                      Measure every choice again, ignoring the results cache (new results are still added)
+
+                  --workers <N>
+                      Worker processes measuring in parallel. The default, 1, measures one choice at a time: concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb each other. Compilation is always parallel
+
+                      [default: 1]
+
+                  --timeout <SECS>
+                      Per-choice timeout in seconds (overrides the manifest's `timeout_s`). It covers every call of the choice: the first call, the estimate, warmup and timed reps, and the final verification call
+
+                  --max-process-uses <N>
+                      Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`). The default, 1, gives every choice a fresh process, so that nothing a choice does to its process (floating-point modes, signal handlers, leaked threads or memory) can change the next choice's result; 0 means unlimited
+
+                      [default: 1]
+
+                  --strategy <STRATEGY>
+                      How to pick the choices: all of them, or a random sample of --budget. [default: brute-force; random with --budget]
+
+                      Possible values:
+                      - brute-force: Every choice, in canonical order
+                      - random:      A random sample of `--budget` choices (seeded by `--seed`), in sampled order
+
+                  --budget <N>
+                      Measure a random sample of N choices (implies --strategy random)
+
+                  --seed <N>
+                      Seed of the random sample (every shard of a run must use the same)
+
+                      [default: 0]
+
+                  --max-time <SECS>
+                      Start no new choice after SECS seconds (finished ones are kept and cached; a re-run measures the rest)
+
+                  --refine <K>
+                      Re-measure the best K choices at the end with 4x rep_ms and rank them by that median (a quick screen, then a careful look at the candidates that matter)
+
+                  --shard <K/N|auto>
+                      Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them
+
+                  --shards <N>
+                      The number of shards, for --shard auto: required in a Kubernetes Indexed Job (its `completions`); in a Slurm array it makes SLURM_ARRAY_TASK_ID the shard index (submit --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7)
+
+              -q, --quiet
+                      No progress on stderr
+
+              -h, --help
+                      Print help (see a summary with '-h')
+
+              -V, --version
+                      Print version
+
+            Examples:
+              tunebox tune examples/matmul-cpu.toml                  all choices, ranked
+              tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
+              tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
+              tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
+              tunebox tune m.toml --max-time 600 --refine 5          10 minutes, then the best 5 again
+              tunebox tune m.toml --shard 2/8 --json shard-2.json    shard 2 of 8 (numbered from 0)
+              tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array
+
+            A re-run skips the choices its results cache already has (Ctrl-C, a kill or a lost node lose
+            nothing finished); --fresh measures everything again.
+        "#]],
+    );
+}
+
+#[test]
+fn list() {
+    let out = tunebox(
+        &examples(),
+        &["tune", "--list", "matmul-cpu.toml", "--shard", "1/4"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    expect![[r#"
+        BM=32 BN=64 BK=16 UNROLL=2
+        BM=32 BN=64 BK=256 UNROLL=2
+        BM=32 BN=512 BK=16 UNROLL=2
+        BM=96 BN=64 BK=16 UNROLL=2
+        BM=96 BN=64 BK=256 UNROLL=1
+        BM=96 BN=64 BK=256 UNROLL=8
+        BM=96 BN=512 BK=16 UNROLL=6
+    "#]]
+    .assert_eq(&trimmed(&text(&out.stdout)));
+}
+
+#[test]
+fn errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
+    let bad = MANIFEST.replace(
+        "dtype = \"f32\"\nshape = [1024]\n[[tensors]]",
+        "dtype = \"f16\"\nshape = [1024]\n[[tensors]]",
+    );
+    std::fs::write(dir.path().join("bad.toml"), bad).unwrap();
+    std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
+    let mut all = String::new();
+    for args in [
+        &["tune", "bad.toml"][..],
+        &["tune", "family.toml", "--shard", "4/4"],
+        &["tune", "family.toml", "--shard", "auto"],
+        &[
+            "tune",
+            "family.toml",
+            "--budget",
+            "3",
+            "--strategy",
+            "brute-force",
+        ],
+        &["report", "family.toml"],
+    ] {
+        let out = tunebox(dir.path(), args);
+        assert!(!out.status.success(), "{args:?}");
+        all.push_str(&format!(
+            "$ tunebox {}\n{}\n",
+            args.join(" "),
+            text(&out.stderr)
+        ));
+    }
+    expect![[r#"
+        $ tunebox tune bad.toml
+        tunebox: error: invalid manifest bad.toml: tensors[0].dtype = "f16": unknown dtype; use one of f32, f64, i32, i64, u8
+
+        $ tunebox tune family.toml --shard 4/4
+        error: invalid value '4/4' for '--shard <K/N|auto>': "4/4": shard 4 of 4 does not exist: shards are numbered from 0 to 3
+
+        For more information, try '--help'.
+
+        $ tunebox tune family.toml --shard auto
+        tunebox: error: --shard auto: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) is set; outside a scheduler give --shard K/N
+
+        $ tunebox tune family.toml --budget 3 --strategy brute-force
+        tunebox: error: --budget samples choices at random; drop --strategy brute-force, or drop --budget to measure every choice
+
+        $ tunebox report family.toml
+        tunebox: error: family.toml is neither a tunebox JSON report (tune --json) nor a results cache (*.tunebox-cache.jsonl): expected ident at line 2 column 2
+
+    "#]].assert_eq(&trimmed(&all));
+}
+
+/// A report as `tune --json` writes it, with every kind of row.
+const REPORT: &str = r#"{
+  "tunebox_version": "0.1.0",
+  "manifest": "examples/matmul-cpu.toml",
+  "manifest_hash": "5f0c0ffee5f0c0ffee5f0c0ffee5f0c0",
+  "name": "matmul-512",
+  "kernel": "matmul (kernels/matmul.c)",
+  "backend": "cpu",
+  "device": "AMD EPYC 7B13 (2 cores)",
+  "space_size": 6,
+  "selection": { "strategy": "brute-force", "seed": 0 },
+  "metrics": ["GFLOP/s"],
+  "elapsed_s": 12.34,
+  "workers": 1,
+  "refine": { "top": 1, "rep_factor": 4.0 },
+  "cache": { "path": "examples/matmul-cpu.tunebox-cache.jsonl", "hits": 2 },
+  "interrupted": true,
+  "not_measured": [ { "index": 5, "choice": { "BM": 96, "UNROLL": 8 }, "reason": "interrupted" } ],
+  "notes": ["the source ../family.c lies outside the manifest's folder"],
+  "results": [
+    { "index": 0, "choice": { "BM": 32, "UNROLL": 1 }, "status": "ok",
+      "median_ms": 19.5, "mean_ms": 19.6, "min_ms": 19.1, "max_ms": 20.5, "p20_ms": 19.3,
+      "p80_ms": 19.8, "stddev_ms": 0.3, "reps": 10, "error": null, "max_abs_error": 0.0,
+      "max_rel_error": 0.0, "mismatches": 0, "metrics": { "GFLOP/s": 13.77 }, "cached": true },
+    { "index": 1, "choice": { "BM": 32, "UNROLL": 4 }, "status": "wrong",
+      "median_ms": 4.2, "mean_ms": 4.3, "min_ms": 4.1, "max_ms": 4.9, "p20_ms": 4.15,
+      "p80_ms": 4.4, "stddev_ms": 0.1, "reps": 24,
+      "error": "max abs error 2.000e0, max rel error 1.000e0, 262144 of 262144 elements differ",
+      "max_abs_error": 2.0, "max_rel_error": 1.0, "mismatches": 262144 },
+    { "index": 2, "choice": { "BM": 96, "UNROLL": 6 }, "status": "ok",
+      "median_ms": 4.0321, "mean_ms": 4.05, "min_ms": 3.99, "max_ms": 4.3, "p20_ms": 4.01,
+      "p80_ms": 4.06, "stddev_ms": 0.05, "reps": 99, "error": null, "mismatches": 0,
+      "metrics": { "GFLOP/s": 66.57 }, "refined": true, "screen_median_ms": 3.9 },
+    { "index": 3, "choice": { "BM": 96, "UNROLL": 1 }, "status": "compile_error",
+      "median_ms": null, "mean_ms": null, "min_ms": null, "max_ms": null, "p20_ms": null,
+      "p80_ms": null, "stddev_ms": null, "reps": null,
+      "error": "compilation failed: `cc -O3 …`\nkernels/matmul.c:27:2: error: #error \"this choice does not compile, as intended by the test\"",
+      "max_abs_error": null, "max_rel_error": null, "mismatches": null, "cached": true },
+    { "index": 4, "choice": { "BM": 96, "UNROLL": 4 }, "status": "crashed",
+      "median_ms": null, "mean_ms": null, "min_ms": null, "max_ms": null, "p20_ms": null,
+      "p80_ms": null, "stddev_ms": null, "reps": null,
+      "error": "the worker crashed: killed by signal 11 (SIGSEGV)\n--- stderr tail ---",
+      "max_abs_error": null, "max_rel_error": null, "mismatches": null }
+  ],
+  "best": null
+}
+"#;
+
+#[test]
+fn report_of_a_json_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.json"), REPORT).unwrap();
+    let wide = tunebox_env(dir.path(), &["report", "r.json"], &[("COLUMNS", "120")]);
+    assert!(wide.status.success(), "{}", text(&wide.stderr));
+    expect![[r#"
+        matmul-512: matmul (kernels/matmul.c) on AMD EPYC 7B13 (2 cores)
+        rank  choice          median ms  GFLOP/s  spread  status         error
+           1  BM=96 UNROLL=6    4.0321*    66.57    1.2%  ok
+           2  BM=32 UNROLL=1    19.5000    13.77    2.6%  ok
+           -  BM=32 UNROLL=4     4.2000        -    6.0%  wrong          max abs error 2.000e0, max rel error 1.000e0, 262144 o…
+           -  BM=96 UNROLL=1          -        -       -  compile_error  kernels/matmul.c:27:2: error: #error "this choice does…
+           -  BM=96 UNROLL=4          -        -       -  crashed        the worker crashed: killed by signal 11 (SIGSEGV)
+
+        5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
+        cache: 2 of them from examples/matmul-cpu.tunebox-cache.jsonl (measured earlier; --fresh re-measures)
+        interrupted: 1 choice not measured; run the same command again to measure only those (finished choices are in the results cache)
+        * re-measured with 4x rep_ms (--refine 1); these rank first, by the re-measured median
+        note: the source ../family.c lies outside the manifest's folder
+        best: BM=96 UNROLL=6 at 4.0321 ms, 66.57 GFLOP/s
+              -DBM=96 -DUNROLL=6
+              best = { BM = 96, UNROLL = 6 }
+    "#]].assert_eq(&trimmed(&text(&wide.stdout)));
+    // A narrow terminal: the error column shrinks, nothing else does.
+    let narrow = tunebox_env(
+        dir.path(),
+        &["report", "r.json", "--top", "3"],
+        &[("COLUMNS", "72")],
+    );
+    assert!(narrow.status.success(), "{}", text(&narrow.stderr));
+    expect![[r#"
+        matmul-512: matmul (kernels/matmul.c) on AMD EPYC 7B13 (2 cores)
+        rank  choice          median ms  GFLOP/s  spread  status  error
+           1  BM=96 UNROLL=6    4.0321*    66.57    1.2%  ok
+           2  BM=32 UNROLL=1    19.5000    13.77    2.6%  ok
+           -  BM=32 UNROLL=4     4.2000        -    6.0%  wrong   max abs error 2…
+        … 2 more (--top shows 3; --json and --csv have them all)
+
+        5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
+        cache: 2 of them from examples/matmul-cpu.tunebox-cache.jsonl (measured earlier; --fresh re-measures)
+        interrupted: 1 choice not measured; run the same command again to measure only those (finished choices are in the results cache)
+        * re-measured with 4x rep_ms (--refine 1); these rank first, by the re-measured median
+        note: the source ../family.c lies outside the manifest's folder
+        best: BM=96 UNROLL=6 at 4.0321 ms, 66.57 GFLOP/s
+              -DBM=96 -DUNROLL=6
+              best = { BM = 96, UNROLL = 6 }
+    "#]].assert_eq(&trimmed(&text(&narrow.stdout)));
+}
