@@ -11,6 +11,14 @@ use tunebox_protocol::{
 
 use crate::util::{LONG, bytes, config, diag};
 
+/// Cases per decoding property: `TUNEBOX_FUZZ_CASES` (set by `cargo xtask fuzz`), else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("TUNEBOX_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Valid messages, encoded as they travel, to mutate.
 fn encoded() -> Vec<Vec<u8>> {
     let responses = [
@@ -54,7 +62,7 @@ fn decode_all(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(2000), ..ProptestConfig::default() })]
 
     #[test]
     fn decoding_arbitrary_bytes_never_panics(garbage in proptest::collection::vec(any::<u8>(), 0..512)) {
@@ -80,7 +88,7 @@ proptest! {
 
 proptest! {
     // Each case costs a worker restart.
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(16 * 1000).div_ceil(1000), ..ProptestConfig::default() })]
 
     #[test]
     fn a_worker_writing_garbage_costs_its_task_only(garbage in proptest::collection::vec(any::<u8>(), 1..300)) {

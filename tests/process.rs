@@ -560,6 +560,45 @@ fn device_pinning_and_environment_survive_restarts() {
 }
 
 #[test]
+fn workers_inherit_only_the_documented_environment() {
+    // Cargo sets CARGO_MANIFEST_DIR for every test it runs: a variable of the parent that is on
+    // no list, standing in for a secret.
+    let secret = std::env::var_os("CARGO_MANIFEST_DIR").expect("run under `cargo test`");
+    let path = std::env::var_os("PATH").expect("PATH is set");
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    assert_eq!(env_of(&mut worker, "CARGO_MANIFEST_DIR"), "");
+    assert_eq!(env_of(&mut worker, "PATH").as_str(), path.to_str().unwrap());
+    let mut asked = TuningProcess::spawn(config().inherit_env("CARGO_MANIFEST_DIR")).unwrap();
+    assert_eq!(
+        env_of(&mut asked, "CARGO_MANIFEST_DIR").as_str(),
+        secret.to_str().unwrap()
+    );
+    let mut all = TuningProcess::spawn(config().inherit_all_env(true)).unwrap();
+    assert_eq!(
+        env_of(&mut all, "CARGO_MANIFEST_DIR").as_str(),
+        secret.to_str().unwrap()
+    );
+}
+
+#[test]
+fn a_bare_worker_name_not_on_path_is_a_spawn_error_saying_what_to_write() {
+    // The test worker's own file name, which is on no PATH entry (that relative entries and the
+    // current directory are skipped is the unit test `environment::tests::bare_names_…`).
+    let exe = worker_exe();
+    let name = exe.file_name().unwrap();
+    let err = TuningProcess::spawn(config().worker(name)).unwrap_err();
+    let text = std::error::Error::source(&err).unwrap().to_string();
+    assert!(
+        matches!(err, ProcessError::Spawn { ref path, .. } if path.as_os_str() == name),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("never searched") && text.contains(&format!("./{}", name.display())),
+        "{text}"
+    );
+}
+
+#[test]
 fn killed_while_idle_then_healthy() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
     let pid = worker.pid().unwrap();

@@ -10,7 +10,11 @@
 //!   kind (ok, error, panic, abort, segfault, timeout, exit, output floods, memory leaks) through
 //!   a pool of 2 recycling workers, then checks that every task got one result of the right kind
 //!   and that the parent's descriptors, memfds, threads, RSS and children are back to their
-//!   baseline, with no socket or core file left (issue 7).
+//!   baseline, with no socket or core file left (issue 7). Bounded: killed after 30 minutes
+//!   (or 20 ms per task, if more).
+//! - `fuzz [SECONDS]`: the protocol fuzz properties of `tests/fuzz.rs` (decoding arbitrary and
+//!   mutated bytes, a worker writing garbage), in release, 20,000 cases per decoding property
+//!   per round, new random seeds each round, until SECONDS (default 60) have passed.
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
@@ -20,7 +24,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cargo xtask <task>
 
@@ -31,6 +35,8 @@ const USAGE: &str = "usage: cargo xtask <task>
                             --strict: fail when a target is missed
   soak [TASKS]              TASKS (default 100000) tasks of every kind through a recycling
                             pool, then a check that nothing leaked (release build)
+  fuzz [SECONDS]            protocol fuzzing (tests/fuzz.rs, release) in rounds with new
+                            seeds until SECONDS (default 60) have passed
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("gpu-test") => gpu_test(),
         Some("gpu-bundle") => gpu_bundle(),
         Some("help" | "--help" | "-h") | None => {
@@ -97,17 +104,72 @@ fn soak(args: &[String]) -> Result<(), String> {
         &[],
     )?;
     let release = target_dir(&root).join("release");
-    let status = Command::new(release.join("tunebox-soak"))
+    let mut soak = Command::new(release.join("tunebox-soak"))
         .arg(&tasks)
         .arg("--worker")
         .arg(release.join("tunebox-test-worker"))
-        .status()
+        .spawn()
         .map_err(|e| format!("cannot run tunebox-soak: {e}"))?;
+    let count: u64 = tasks.parse().unwrap_or(0);
+    let limit = Duration::from_secs(30 * 60).max(Duration::from_millis(20 * count));
+    let started = Instant::now();
+    let status = loop {
+        match soak.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() > limit => {
+                let _ = soak.kill();
+                let _ = soak.wait();
+                return Err(format!(
+                    "the soak ran past its limit of {limit:?} and was killed"
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => return Err(format!("cannot wait for tunebox-soak: {e}")),
+        }
+    };
     if status.success() {
         Ok(())
     } else {
         Err(format!("the soak failed ({status})"))
     }
+}
+
+/// `cargo xtask fuzz [SECONDS]`: rounds of `tests/fuzz.rs` with fresh seeds until the time is up.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let seconds: u64 = match args {
+        [] => 60,
+        [n] => n.parse().map_err(|_| {
+            format!("`{n}` is not a number of seconds; usage: cargo xtask fuzz [SECONDS]")
+        })?,
+        _ => return Err("usage: cargo xtask fuzz [SECONDS]".into()),
+    };
+    let test = [
+        "test",
+        "--release",
+        "--package",
+        "tunebox-tests",
+        "--test",
+        "integration",
+        "--",
+        "fuzz::",
+        "--test-threads=2",
+    ];
+    let env = [("TUNEBOX_FUZZ_CASES", "20000")];
+    let started = Instant::now();
+    let mut rounds = 0;
+    loop {
+        cargo(&test, &env)?;
+        rounds += 1;
+        if started.elapsed() >= Duration::from_secs(seconds) {
+            break;
+        }
+    }
+    eprintln!(
+        "xtask: fuzz: {rounds} round(s) of 2 x 20,000 decoding cases and 20 garbage-writing \
+         workers, in {:.0?}, no failure",
+        started.elapsed()
+    );
+    Ok(())
 }
 
 /// `cargo xtask bench [--quick] [--strict]`.

@@ -94,7 +94,7 @@ impl MapResult {
 ///     .max_workers(2)
 ///     .timeout(Duration::from_secs(1))
 ///     .maximum_process_uses(Some(100))
-///     .process_config(ProcessConfig::new().worker("tunebox-worker"))
+///     .process_config(ProcessConfig::new().worker("target/release/tunebox-worker"))
 ///     .build()?;
 /// let handle = executor.submit(BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep {
 ///     ms: 5,

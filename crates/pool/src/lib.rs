@@ -30,7 +30,7 @@
 //! let pool = TuningProcessPool::builder()
 //!     .devices(Devices::Cpu(2))
 //!     .timeout(Duration::from_secs(1))
-//!     .process_config(ProcessConfig::new().worker("tunebox-worker"))
+//!     .process_config(ProcessConfig::new().worker("target/release/tunebox-worker"))
 //!     .build()?;
 //! let requests = vec![
 //!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 5 })),

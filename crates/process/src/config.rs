@@ -1,10 +1,12 @@
 //! How to start a worker.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tunebox_protocol::BenchmarkRequest;
+
+use crate::environment::{Inheritance, locate};
 
 /// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
 pub const WORKER_PATH_ENV: &str = "TUNEBOX_WORKER";
@@ -102,6 +104,7 @@ pub struct ProcessConfig {
     pub(crate) worker: Option<PathBuf>,
     pub(crate) args: Vec<OsString>,
     pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) inherit: Inheritance,
     pub(crate) device: Option<DeviceToken>,
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
@@ -117,6 +120,7 @@ impl Default for ProcessConfig {
             worker: None,
             args: Vec::new(),
             env: Vec::new(),
+            inherit: Inheritance::default(),
             device: None,
             stdout: Output::Inherit,
             stderr: Output::Capture {
@@ -161,6 +165,24 @@ impl ProcessConfig {
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.env
             .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Passes the parent's variable `name` on to the worker, if it is set. Without this a worker
+    /// inherits only [`INHERITED_ENV`](crate::INHERITED_ENV) and the prefixes of
+    /// [`INHERITED_ENV_PREFIXES`](crate::INHERITED_ENV_PREFIXES) (the system, the compiler,
+    /// CUDA, locale, logging, tunebox's own), so that secrets in the parent's environment never
+    /// reach code under test.
+    pub fn inherit_env(mut self, name: impl AsRef<OsStr>) -> Self {
+        self.inherit.extra.push(name.as_ref().to_owned());
+        self
+    }
+
+    /// Passes the parent's whole environment on to the worker, as `std::process::Command` does
+    /// (TVM's and Inductor's workers do this too). Off by default; see
+    /// [`ProcessConfig::inherit_env`].
+    pub fn inherit_all_env(mut self, all: bool) -> Self {
+        self.inherit.all = all;
         self
     }
 
@@ -223,18 +245,35 @@ impl ProcessConfig {
     }
 
     /// The executable a worker is started from: [`ProcessConfig::worker`], else
-    /// [`WORKER_PATH_ENV`], else the current executable.
+    /// [`WORKER_PATH_ENV`], else the current executable. A path with a `/` is used as given; a
+    /// bare name is looked up in the absolute directories of `PATH`, never in the current
+    /// directory.
     ///
     /// # Errors
     ///
-    /// The I/O error of `std::env::current_exe` when that is needed and fails.
+    /// `NotFound` when a bare name is on no absolute `PATH` entry (the message says what to
+    /// write instead); the I/O error of `std::env::current_exe` when that is needed and fails.
     pub fn resolve_worker(&self) -> std::io::Result<PathBuf> {
+        let path_var = std::env::var_os("PATH");
         if let Some(path) = &self.worker {
-            return Ok(path.clone());
+            return locate(path, "ProcessConfig::worker", path_var.as_deref());
         }
         if let Some(path) = std::env::var_os(WORKER_PATH_ENV).filter(|p| !p.is_empty()) {
-            return Ok(PathBuf::from(path));
+            return locate(Path::new(&path), WORKER_PATH_ENV, path_var.as_deref());
         }
         std::env::current_exe()
+    }
+
+    /// What [`ProcessConfig::resolve_worker`] starts from, for messages: the configured path,
+    /// else [`WORKER_PATH_ENV`]'s value, else `<current executable>`.
+    pub(crate) fn worker_description(&self) -> PathBuf {
+        self.worker
+            .clone()
+            .or_else(|| {
+                std::env::var_os(WORKER_PATH_ENV)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| "<current executable>".into())
     }
 }

@@ -43,9 +43,10 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
     let exe = config
         .resolve_worker()
         .map_err(|source| ProcessError::Spawn {
-            path: "<current executable>".into(),
+            path: config.worker_description(),
             source,
         })?;
+    log::debug!("starting worker `{}`", exe.display());
     let spawn_error = |source| ProcessError::Spawn {
         path: exe.clone(),
         source,

@@ -15,6 +15,9 @@
 //! - workers lead their own process group, have stdin closed, no core dumps, and die with the
 //!   parent process (`PR_SET_PDEATHSIG`, armed from a spawner thread that lives as long as the
 //!   process);
+//! - workers inherit only a documented part of the parent's environment ([`INHERITED_ENV`],
+//!   [`INHERITED_ENV_PREFIXES`]) plus what the config adds, and a worker named without a `/` is
+//!   never taken from the current directory;
 //! - replies are matched to requests by id, so a late reply is never taken for another's.
 //!
 //! # Example
@@ -24,7 +27,7 @@
 //! use tunebox_process::{ProcessConfig, ProcessError, TuningProcess};
 //! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
 //!
-//! let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("tunebox-worker"))?;
+//! let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("target/release/tunebox-worker"))?;
 //! println!("round trip: {:?}", worker.ping(Duration::from_secs(1))?);
 //! let hang = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang));
 //! let err = worker.benchmark(hang, Duration::from_millis(300)).unwrap_err();
@@ -39,6 +42,7 @@
 mod capture;
 mod config;
 mod devices;
+mod environment;
 mod error;
 mod exit;
 mod handshake;
@@ -51,6 +55,7 @@ mod worker;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
+pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES};
 pub use error::ProcessError;
 pub use kill_switch::KillSwitch;
 pub use process::TuningProcess;

@@ -35,7 +35,7 @@ const UNGUARDED_SEND_BYTES: usize = 32 * 1024;
 /// use tunebox_process::{ProcessConfig, ProcessError, TuningProcess};
 /// use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
 ///
-/// let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("tunebox-worker"))?;
+/// let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("target/release/tunebox-worker"))?;
 /// let sleep = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 10 }));
 /// let result = worker.benchmark(sleep, Duration::from_secs(5))?;
 /// assert!(result.stats.median_ms >= 10.0);

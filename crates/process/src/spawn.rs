@@ -23,7 +23,8 @@ pub(crate) struct Spawned {
 /// Starts `exe` as a worker that will connect to the bootstrap server `server_name`.
 ///
 /// The child leads its own process group (so the whole group can be killed), has stdin closed,
-/// gets the bootstrap variables and the config's environment, and is forked from the spawner
+/// gets the parent's variables that the config's inheritance lets through, then the config's
+/// own variables, then the bootstrap variables, and is forked from the spawner
 /// thread (see [`spawn_on_spawner_thread`]).
 pub(crate) fn spawn_worker(
     exe: &Path,
@@ -32,6 +33,8 @@ pub(crate) fn spawn_worker(
 ) -> io::Result<Spawned> {
     let mut command = Command::new(exe);
     command.args(&config.args);
+    command.env_clear();
+    command.envs(config.inherit.filter(std::env::vars_os()));
     command.envs(config.env.iter().map(|(k, v)| (k, v)));
     if let Some(device) = &config.device {
         command.env("CUDA_VISIBLE_DEVICES", device.as_str());

@@ -457,7 +457,32 @@ fn hostile_manifests_get_errors_naming_the_field_and_the_fix() {
             MANIFEST.replace("output = true", "output = true\ncolour = 1"),
             "unknown field `colour`",
         ),
+        (
+            MANIFEST.replace("shape = [1024]\n[[tensors]]", "shape = [0]\n[[tensors]]"),
+            "tensors[0].shape = [0]: every dimension must be at least 1",
+        ),
+        (
+            MANIFEST.replace("shape = [1024]\n[[tensors]]", "shape = [-4]\n[[tensors]]"),
+            "tensors[0].shape = [-4]: every dimension must be at least 1",
+        ),
+        (
+            MANIFEST.replacen("dtype = \"f32\"", "dtype = \"f17\"", 1),
+            "unknown dtype; use one of f32, f64, i32, i64, u8",
+        ),
+        (
+            MANIFEST.replace("entry = \"family\"\n", ""),
+            "kernel.entry is missing: name the function to call",
+        ),
+        (
+            MANIFEST.replace("source = \"family.c\"", "source = \"../latin1.c\""),
+            "is not UTF-8 text",
+        ),
     ];
+    std::fs::write(
+        dir.path().join("latin1.c"),
+        b"void family(float *x, float *y, long n) {} /* caf\xe9 */\n",
+    )
+    .unwrap();
     for (manifest, expected) in cases {
         let manifest = manifest.replace("source = \"family.c\"", "source = \"../family.c\"");
         std::fs::write(dir.path().join("m/bad.toml"), manifest).unwrap();
