@@ -8,7 +8,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tunebox_pool::Tolerance;
 use tunebox_protocol::{
-    Bytes, DType, Init, Scalar, SharedBuffer, SharedData, TensorData, TensorSpec, TimingConfig,
+    Bytes, DType, Define, Init, Scalar, SharedBuffer, SharedData, TensorData, TensorSpec,
+    TimingConfig,
 };
 
 use crate::launch::{Launch, RawLaunch};
@@ -328,7 +329,7 @@ impl Manifest {
         let mut params = IndexMap::new();
         for (name, values) in raw.params.take().unwrap_or_default() {
             ensure!(
-                is_identifier(&name),
+                Define::is_c_identifier(&name),
                 "params.{name}: a parameter name must be a C identifier (it becomes -D{name}=…)"
             );
             ensure!(
@@ -644,7 +645,7 @@ impl KernelSource {
             path.display()
         );
         ensure!(
-            is_identifier(&entry),
+            Define::is_c_identifier(&entry),
             "{field}.entry = {entry:?}: it must be the name of a C function"
         );
         let outside = match (path.canonicalize(), dir.canonicalize()) {
@@ -1016,15 +1017,6 @@ fn parent_dir(path: &Path) -> &Path {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     }
-}
-
-/// Whether `name` is a C identifier.
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

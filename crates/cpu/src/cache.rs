@@ -17,9 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::CpuError;
 
-/// Environment variable naming tunebox's cache root; compiled CPU kernels go to its `cpu`
-/// subdirectory.
-pub const CACHE_DIR_ENV: &str = "TUNEBOX_CACHE_DIR";
+pub use tunebox_protocol::CACHE_DIR_ENV;
 
 /// The directory holding compiled kernels: per base key a dependency manifest `<base>.deps` and
 /// one `<base>-<deps>.so` per variant of the headers it includes (see [`compile`](crate::compile())).
@@ -52,17 +50,9 @@ impl CacheDir {
     }
 
     fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Self, CpuError> {
-        let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if let Some(root) = set(CACHE_DIR_ENV) {
-            return Ok(Self::new(root.join("cpu")));
-        }
-        if let Some(xdg) = set("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
-            return Ok(Self::new(xdg.join("tunebox").join("cpu")));
-        }
-        if let Some(home) = set("HOME") {
-            return Ok(Self::new(home.join(".cache").join("tunebox").join("cpu")));
-        }
-        Err(CpuError::NoCacheDir)
+        tunebox_protocol::cache_root(var)
+            .map(|root| Self::new(root.join("cpu")))
+            .ok_or(CpuError::NoCacheDir)
     }
 
     /// The directory.

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use tunebox_protocol::{BenchmarkRequest, CKernel, DType};
+use tunebox_protocol::{BenchmarkRequest, CKernel, DType, Define};
 
 use crate::cache::{self, KeyHasher, Manifest};
 use crate::{CacheDir, CpuError};
@@ -533,13 +533,17 @@ fn validate(kernel: &CKernel) -> Result<(), CpuError> {
             source_name: source_name(),
         });
     }
-    if !is_c_identifier(&kernel.entry) {
+    if !Define::is_c_identifier(&kernel.entry) {
         return Err(CpuError::InvalidEntry {
             source_name: source_name(),
             entry: kernel.entry.clone(),
         });
     }
-    if let Some(define) = kernel.defines.iter().find(|d| !is_c_identifier(&d.name)) {
+    if let Some(define) = kernel
+        .defines
+        .iter()
+        .find(|d| !Define::is_c_identifier(&d.name))
+    {
         return Err(CpuError::InvalidDefine {
             source_name: source_name(),
             name: define.name.clone(),
@@ -551,14 +555,6 @@ fn validate(kernel: &CKernel) -> Result<(), CpuError> {
         });
     }
     Ok(())
-}
-
-fn is_c_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn c_type(dtype: DType) -> &'static str {

@@ -15,9 +15,7 @@ use tunebox_protocol::Define;
 
 use crate::driver::ImageKind;
 
-/// Environment variable naming tunebox's cache root; compiled CUDA kernels go to its `cuda`
-/// subdirectory (as CPU kernels go to `cpu`).
-pub const CACHE_DIR_ENV: &str = "TUNEBOX_CACHE_DIR";
+pub use tunebox_protocol::CACHE_DIR_ENV;
 
 /// The directory holding compiled CUDA kernels.
 ///
@@ -42,14 +40,7 @@ impl CacheDir {
     }
 
     fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Option<Self> {
-        let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if let Some(root) = set(CACHE_DIR_ENV) {
-            return Some(Self::new(root.join("cuda")));
-        }
-        if let Some(xdg) = set("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
-            return Some(Self::new(xdg.join("tunebox").join("cuda")));
-        }
-        set("HOME").map(|home| Self::new(home.join(".cache").join("tunebox").join("cuda")))
+        tunebox_protocol::cache_root(var).map(|root| Self::new(root.join("cuda")))
     }
 
     /// The directory.

@@ -17,7 +17,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::ptr;
 
 use cudarc::nvrtc::sys as nvrtc;
-use tunebox_protocol::{BenchError, CudaCode, CudaKernel};
+use tunebox_protocol::{BenchError, CudaCode, CudaKernel, Define};
 
 use crate::cache::{Artifact, ArtifactKey, CacheDir, KeyInputs};
 use crate::driver::ImageKind;
@@ -126,7 +126,7 @@ pub(crate) fn validate(kernel: &CudaKernel) -> Result<(), BenchError> {
         );
     }
     for define in &kernel.defines {
-        if !is_identifier(&define.name) {
+        if !Define::is_c_identifier(&define.name) {
             return invalid(format!(
                 "define `{}` is not a C identifier (ASCII letters, digits and `_`, not starting \
                  with a digit)",
@@ -144,14 +144,6 @@ pub(crate) fn validate(kernel: &CudaKernel) -> Result<(), BenchError> {
         }
     }
     Ok(())
-}
-
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The module image of `kernel` for a device of architecture `device_arch`, and the name it is

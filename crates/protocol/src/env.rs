@@ -1,4 +1,8 @@
-//! Environment variables through which a parent bootstraps a worker.
+//! Environment variables through which a parent bootstraps a worker, and the cache root that
+//! the parent and its workers must agree on.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// Name of the parent's one-shot IPC server; its presence puts a tunebox binary in worker mode.
 pub const WORKER_SERVER_ENV: &str = "TUNEBOX_WORKER_SERVER";
@@ -10,3 +14,32 @@ pub const PARENT_PID_ENV: &str = "TUNEBOX_PARENT_PID";
 /// The parent's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION), checked by the worker before it
 /// connects.
 pub const PROTOCOL_VERSION_ENV: &str = "TUNEBOX_PROTOCOL_VERSION";
+
+/// Names tunebox's cache root; each backend keeps its compiled kernels in a subdirectory
+/// (`cpu`, `cuda`).
+pub const CACHE_DIR_ENV: &str = "TUNEBOX_CACHE_DIR";
+
+/// tunebox's cache root, from the variables `var` reads: `$TUNEBOX_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/tunebox` (only when absolute, as the XDG spec requires), else
+/// `$HOME/.cache/tunebox`; `None` when none is usable. Empty variables count as unset. A parent
+/// and its workers resolve the same root as long as they share these variables (workers inherit
+/// all three).
+///
+/// ```
+/// use std::path::PathBuf;
+/// let vars = |name: &str| (name == "HOME").then(|| "/home/ada".into());
+/// assert_eq!(
+///     tunebox_protocol::cache_root(vars),
+///     Some(PathBuf::from("/home/ada/.cache/tunebox"))
+/// );
+/// ```
+pub fn cache_root(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set(CACHE_DIR_ENV)
+        .or_else(|| {
+            set("XDG_CACHE_HOME")
+                .filter(|p| p.is_absolute())
+                .map(|p| p.join("tunebox"))
+        })
+        .or_else(|| set("HOME").map(|home| home.join(".cache").join("tunebox")))
+}

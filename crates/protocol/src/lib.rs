@@ -40,7 +40,7 @@ mod shared;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
-pub use env::{PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
+pub use env::{CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, cache_root};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{

@@ -154,6 +154,22 @@ impl Define {
             value: value.into(),
         }
     }
+
+    /// Whether `name` is a C identifier (`[A-Za-z_][A-Za-z0-9_]*`), as a define's name, a
+    /// kernel's entry and a tensor's C name must be.
+    ///
+    /// ```
+    /// use tunebox_protocol::Define;
+    /// assert!(Define::is_c_identifier("BLOCK_M"));
+    /// assert!(!Define::is_c_identifier("2D") && !Define::is_c_identifier("A-B"));
+    /// ```
+    pub fn is_c_identifier(name: &str) -> bool {
+        let mut chars = name.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
 }
 
 /// A tensor the worker allocates, initializes and passes to the kernel.
