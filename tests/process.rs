@@ -211,6 +211,71 @@ fn c_kernels_compile_run_and_report_compile_errors() {
 }
 
 #[test]
+fn a_worker_dying_while_its_forked_child_holds_the_channel_is_a_crash_at_once() {
+    // The kernel forks (no exec: the child keeps the worker's sockets open), then dies; the
+    // channel never reports the death, so only watching the worker itself sees it.
+    let source = r#"
+        #include <signal.h>
+        #include <stdlib.h>
+        #include <unistd.h>
+        void forks(const float *x, float *y, long n) {
+            if (fork() == 0) { sleep(30); _exit(0); }
+            if (OFFSET == 1) abort();
+            exit(3);
+        }"#;
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    for (offset, abort) in [("1", true), ("2", false)] {
+        let start = Instant::now();
+        let err = worker
+            .benchmark(c_request(source, "forks", offset), Duration::from_secs(20))
+            .unwrap_err();
+        let ProcessError::WorkerCrashed {
+            exit_code, signal, ..
+        } = err
+        else {
+            panic!("expected a crash, got {err:?}");
+        };
+        if abort {
+            assert_eq!(signal, Some(6), "SIGABRT");
+        } else {
+            assert_eq!(exit_code, Some(3));
+        }
+        // Well before the 20 s timeout (compiling the kernel takes most of this).
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    // The forked children went with the worker's process group.
+    worker.ping(LONG).unwrap();
+}
+
+#[test]
+fn a_kernel_raising_sigsegv_dies_there() {
+    // Rust's SIGSEGV handler returns for a signal that is not a stack overflow; a worker that
+    // kept it would let this kernel run on to exit(7).
+    let source = r#"
+        #include <signal.h>
+        #include <stdlib.h>
+        void raises(const float *x, float *y, long n) { raise(SIGSEGV); exit(7); }"#;
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let err = worker
+        .benchmark(c_request(source, "raises", "0"), LONG)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProcessError::WorkerCrashed {
+                signal: Some(11),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn stale_replies_are_discarded() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
     worker.put(diag(DiagnosticTask::Sleep { ms: 50 })).unwrap();

@@ -10,7 +10,8 @@
 //! Guarantees (Linux):
 //! - every wait has a deadline enforced in the parent; a timed-out worker's process group is
 //!   SIGKILLed and reaped before the error is returned;
-//! - a worker that dies is reported as soon as its channel closes, with its exit code or signal
+//! - a worker that dies is reported as soon as its channel closes (or within 10 ms of its exit,
+//!   when a process it forked holds the channel open), with its exit code or signal
 //!   and the tail of its stderr;
 //! - workers lead their own process group, have stdin closed, no core dumps, and die with the
 //!   parent process (`PR_SET_PDEATHSIG`, armed from a spawner thread that lives as long as the

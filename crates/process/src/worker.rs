@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
 use tunebox_protocol::{Request, Response, ResponseBody};
 
 use crate::capture::Tail;
@@ -19,6 +19,11 @@ const TAIL_GRACE: Duration = Duration::from_millis(100);
 
 /// How long a receive looks for a reply without sleeping before it blocks.
 const RECEIVE_SPIN: Duration = Duration::from_micros(50);
+
+/// How often a waiting receive checks whether the worker died while something else keeps its
+/// channel open (a child the kernel forked and left running): the channel then never reports
+/// the death, and without this check the task would end only at its timeout.
+const EXIT_CHECK: Duration = Duration::from_millis(10);
 
 /// How long after a receive deadline the watchdog kills a worker whose read is still blocked.
 const STUCK_GRACE: Duration = Duration::from_millis(250);
@@ -112,7 +117,7 @@ impl Worker {
             let wait = if now < spin_until {
                 Duration::ZERO
             } else {
-                deadline.saturating_duration_since(now)
+                deadline.saturating_duration_since(now).min(EXIT_CHECK)
             };
             if wait.is_zero() && now < spin_until {
                 std::thread::yield_now();
@@ -123,6 +128,9 @@ impl Worker {
                 Ok(response) if response.id == id => return Ok(response.body),
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 // ipc-channel polls with millisecond granularity: check the clock, not the error.
+                Err(TryRecvError::Empty) if !wait.is_zero() && self.has_exited() => {
+                    return self.last_words(id);
+                }
                 Err(TryRecvError::Empty) if Instant::now() < deadline => {}
                 Err(TryRecvError::Empty) => return Err(ReceiveFailure::TimedOut),
                 Err(TryRecvError::IpcError(IpcError::Disconnected)) => {
@@ -131,6 +139,34 @@ impl Worker {
                 Err(TryRecvError::IpcError(e)) => {
                     return Err(ReceiveFailure::Garbled(e.to_string()));
                 }
+            }
+        }
+    }
+
+    /// Whether the worker has exited (it stays unreaped: `Child::try_wait` still sees it).
+    fn has_exited(&self) -> bool {
+        pid(self.pid).is_some_and(|p| {
+            let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+            matches!(
+                rustix::process::waitid(WaitId::Pid(p), options),
+                Ok(Some(_))
+            )
+        })
+    }
+
+    /// After the worker exited with its channel still open: kills what is left of its process
+    /// group (whatever held the channel open) and takes a reply the worker sent before it died
+    /// (a sticky device fault is answered, then the worker exits); without one, the worker
+    /// crashed.
+    fn last_words(&self, id: u64) -> Result<ResponseBody, ReceiveFailure> {
+        signal_group(self.pid, Signal::KILL);
+        loop {
+            let received = catch_quietly(|| self.responses.try_recv_timeout(Duration::ZERO))
+                .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
+            match received {
+                Ok(response) if response.id == id => return Ok(response.body),
+                Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
+                Err(_) => return Err(ReceiveFailure::Closed),
             }
         }
     }

@@ -27,7 +27,7 @@ pub fn run_if_worker(registry: impl FnOnce() -> Registry) {
 /// Setup, in order: `PR_SET_PDEATHSIG(SIGKILL)` so the worker dies with the thread that spawned
 /// it, then a check that the parent is still the process in [`PARENT_PID_ENV`] (it may have died
 /// before the signal was armed); core dumps off (`RLIMIT_CORE` = 0) unless
-/// `TUNEBOX_CORE_DUMPS=1`; the parent's [`PROTOCOL_VERSION_ENV`] must equal ours (otherwise exit
+/// `TUNEBOX_CORE_DUMPS=1`; SIGSEGV and SIGBUS at their default action; the parent's [`PROTOCOL_VERSION_ENV`] must equal ours (otherwise exit
 /// code [`EXIT_PROTOCOL_MISMATCH`](tunebox_protocol::EXIT_PROTOCOL_MISMATCH)).
 pub fn run_from_env(mut registry: Registry) -> i32 {
     match connect_and_serve(&mut registry) {
@@ -47,6 +47,7 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
     check_protocol_version()?;
     arm_parent_death_signal()?;
     disable_core_dumps()?;
+    default_fault_signals();
 
     let bootstrap: IpcSender<Bootstrap> =
         IpcSender::connect(server).map_err(|e| ipc("connecting to the parent", e))?;
@@ -115,6 +116,21 @@ fn arm_parent_death_signal() -> Result<(), WorkerError> {
         }
     }
     Ok(())
+}
+
+/// Gives SIGSEGV and SIGBUS back their default action (death). Rust's runtime handles them to
+/// report stack overflows, and for any other fault it restores the default and *returns*,
+/// counting on the faulting instruction to fault again; a kernel that `raise(SIGSEGV)`s is then
+/// not stopped at all and runs on. With the default action it dies there, and is reported as
+/// crashed by SIGSEGV; a stack overflow in a kernel or the worker is a SIGSEGV too.
+fn default_fault_signals() {
+    for signal in [libc::SIGSEGV, libc::SIGBUS] {
+        // SAFETY: installing SIG_DFL runs no code of ours in signal context, and this runs
+        // before any kernel is loaded.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
 }
 
 fn disable_core_dumps() -> Result<(), WorkerError> {
