@@ -276,6 +276,30 @@ fn a_kernel_raising_sigsegv_dies_there() {
 }
 
 #[test]
+fn a_kernel_writing_one_element_past_its_output_is_an_error_not_a_result() {
+    let source = "void overrun(const float *x, float *y, long n) \
+                  { for (long i = 0; i <= n; i++) y[i] = 2.0f * x[i % n] + OFFSET; }";
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let err = worker
+        .benchmark(c_request(source, "overrun", "0"), LONG)
+        .unwrap_err();
+    let ProcessError::Remote(BenchError::OutOfBounds { tensor, detail }) = &err else {
+        panic!("expected OutOfBounds, got {err:?}");
+    };
+    assert_eq!(tensor, "y");
+    assert!(
+        detail.contains("byte 0 after the last of its 16384 bytes"),
+        "{detail}"
+    );
+    // The worker lives on.
+    let pid = worker.pid();
+    worker
+        .benchmark(c_request(AXPY, "axpy", "1.0f"), LONG)
+        .unwrap();
+    assert_eq!(worker.pid(), pid);
+}
+
+#[test]
 fn stale_replies_are_discarded() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
     worker.put(diag(DiagnosticTask::Sleep { ms: 50 })).unwrap();

@@ -8,8 +8,15 @@ use tunebox_protocol::{BenchError, Bytes, DType, Init, TensorData, TensorSpec};
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
 
+/// Bytes of guard zone before and after every tensor (a multiple of [`ALIGN`]).
+const GUARD: usize = 4096;
+
+/// What the guard zones hold; a kernel that writes there wrote out of its tensor's bounds.
+const GUARD_BYTE: u8 = 0xDB;
+
 /// A contiguous, 64-byte aligned host buffer holding one tensor, filled from its spec's
-/// [`Init`].
+/// [`Init`], between two 4 KiB guard zones that [`HostTensor::check_bounds`] inspects: a kernel
+/// that writes even one element past either end is caught.
 ///
 /// `Init::Random { seed }` produces the same bytes in every process for the same spec, so a
 /// reference and a candidate measured in different workers see the same inputs.
@@ -19,6 +26,9 @@ pub struct HostTensor {
     dtype: DType,
     shape: Vec<u64>,
     init: Init,
+    /// The start of the allocation: the front guard zone.
+    base: NonNull<u8>,
+    /// The first element, `GUARD` bytes after `base`.
     ptr: NonNull<u8>,
     len: usize,
     layout: Layout,
@@ -38,16 +48,16 @@ impl HostTensor {
     /// allocation itself fails.
     pub fn allocate(spec: &TensorSpec) -> Result<Self, BenchError> {
         let len = checked_len(spec)?;
-        // Never allocate zero bytes: the allocator forbids it, and a kernel may still read the
-        // pointer. `len` stays the logical size.
-        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).map_err(|_| {
-            BenchError::InvalidRequest {
+        // Guard zones on both sides; `len` stays the logical size.
+        let layout = len
+            .checked_add(2 * GUARD)
+            .and_then(|size| Layout::from_size_align(size, ALIGN).ok())
+            .ok_or_else(|| BenchError::InvalidRequest {
                 detail: format!("tensor `{}` is too large: {len} bytes", spec.name),
-            }
-        })?;
+            })?;
         // SAFETY: `layout` has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| BenchError::Failed {
+        let base = NonNull::new(raw).ok_or_else(|| BenchError::Failed {
             message: format!(
                 "out of memory allocating {len} bytes for tensor `{}`",
                 spec.name
@@ -66,15 +76,20 @@ impl HostTensor {
                 ),
             });
         }
+        // SAFETY: `GUARD < layout.size()`, so the result stays inside the allocation.
+        let ptr = unsafe { base.add(GUARD) };
         let mut tensor = HostTensor {
             name: spec.name.clone(),
             dtype: spec.dtype,
             shape: spec.shape.clone(),
             init: spec.init.clone(),
+            base,
             ptr,
             len,
             layout,
         };
+        tensor.front_guard_mut().fill(GUARD_BYTE);
+        tensor.back_guard_mut().fill(GUARD_BYTE);
         // The allocation is zeroed already; writing zeros again would only fault in every page.
         if !matches!(tensor.init, Init::Zeros) {
             tensor.reset();
@@ -99,8 +114,8 @@ impl HostTensor {
 
     /// The bytes, in native byte order.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` points to an allocation of at least `len` initialized (zeroed, then
-        // filled) bytes owned by `self`, borrowed shared for the returned lifetime.
+        // SAFETY: `ptr` points to `len` initialized (zeroed, then filled) bytes inside the
+        // allocation owned by `self`, borrowed shared for the returned lifetime.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
@@ -113,6 +128,53 @@ impl HostTensor {
     /// Pointer to the first element, to pass to a kernel. Valid while `self` lives.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Checks the guard zones around the tensor, which only a kernel writing out of bounds
+    /// changes.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::OutOfBounds`] naming the tensor, the side and how far from the tensor the
+    /// first changed byte lies.
+    pub fn check_bounds(&self) -> Result<(), BenchError> {
+        let after = self.back_guard().iter().position(|&b| b != GUARD_BYTE);
+        let before = self.front_guard().iter().rposition(|&b| b != GUARD_BYTE);
+        let detail = match (after, before) {
+            (None, None) => return Ok(()),
+            (Some(at), _) => format!(
+                "the kernel wrote past its end: byte {at} after the last of its {} bytes changed",
+                self.len
+            ),
+            (None, Some(at)) => format!(
+                "the kernel wrote before its start: byte {} before the first changed",
+                GUARD - at
+            ),
+        };
+        Err(BenchError::OutOfBounds {
+            tensor: self.name.clone(),
+            detail,
+        })
+    }
+
+    fn front_guard(&self) -> &[u8] {
+        // SAFETY: the first `GUARD` bytes of the allocation, initialized at allocation.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), GUARD) }
+    }
+
+    fn back_guard(&self) -> &[u8] {
+        // SAFETY: the `GUARD` bytes after the tensor, the end of the allocation.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(self.len), GUARD) }
+    }
+
+    fn front_guard_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `front_guard`, borrowed exclusively through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), GUARD) }
+    }
+
+    fn back_guard_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `back_guard`, borrowed exclusively through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.len), GUARD) }
     }
 
     /// Fills the tensor with `0xFF` bytes: NaN for floats, -1 for signed integers, 255 for bytes.
@@ -187,8 +249,8 @@ fn fill(dtype: DType, init: &Init, bytes: &mut [u8]) {
 
 impl Drop for HostTensor {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed(self.layout)` and is freed only here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: `base` was returned by `alloc_zeroed(self.layout)` and is freed only here.
+        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) }
     }
 }
 
@@ -246,6 +308,34 @@ mod tests {
             init,
             output: false,
             reset: false,
+        }
+    }
+
+    #[test]
+    fn writes_just_outside_a_tensor_are_caught_on_either_side() {
+        for shape in [&[1u64][..], &[3], &[1000]] {
+            let mut t = HostTensor::allocate(&spec(DType::F32, shape, Init::Ones)).unwrap();
+            assert_eq!(t.as_mut_ptr() as usize % ALIGN, 0);
+            t.check_bounds().unwrap();
+            t.bytes_mut().fill(7);
+            t.check_bounds().expect("writes inside are fine");
+            let len = t.len();
+            // SAFETY: the guard zones are part of the allocation; this plays a buggy kernel.
+            unsafe { *t.as_mut_ptr().add(len) = 0 };
+            let err = t.check_bounds().unwrap_err();
+            assert!(
+                matches!(&err, BenchError::OutOfBounds { tensor, detail }
+                    if tensor == "t" && detail.contains("past its end: byte 0 after")),
+                "{err}"
+            );
+            let mut t = HostTensor::allocate(&spec(DType::F32, shape, Init::Zeros)).unwrap();
+            // SAFETY: as above, one element before the start.
+            unsafe { *t.as_mut_ptr().sub(4) = 1 };
+            let err = t.check_bounds().unwrap_err();
+            assert!(
+                err.to_string().contains("before its start: byte 4 before"),
+                "{err}"
+            );
         }
     }
 

@@ -102,6 +102,7 @@ impl Backend for CpuBackend {
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         runner.run()?;
+        check_bounds(runner.tensors)?;
         let outputs = output_data(request, runner.tensors)?;
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
         let mutated: Vec<usize> = request
@@ -119,6 +120,7 @@ impl Backend for CpuBackend {
         runner.restore.extend(mutated);
 
         let stats = do_bench(&mut runner, &request.timing)?;
+        check_bounds(runner.tensors)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();
@@ -130,6 +132,7 @@ impl Backend for CpuBackend {
                 }
             }
             runner.run()?;
+            check_bounds(runner.tensors)?;
             outputs_after_reps = output_data(request, runner.tensors)?;
         }
         drop(runner);
@@ -158,6 +161,11 @@ impl CpuBackend {
         let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
         KernelLibrary::load(artifact.path())
     }
+}
+
+/// Fails with [`BenchError::OutOfBounds`] when the kernel wrote outside any tensor.
+fn check_bounds(tensors: &[HostTensor]) -> Result<(), BenchError> {
+    tensors.iter().try_for_each(HostTensor::check_bounds)
 }
 
 /// Copies of the tensors marked `output`, in request order.

@@ -76,6 +76,15 @@ pub enum BenchError {
         /// Whether the context is lost.
         sticky: bool,
     },
+    /// The kernel wrote outside a tensor: the guard zone before or after it changed. The
+    /// worker lives (its memory is intact around the tensors), but the candidate is wrong.
+    #[error("out of bounds on tensor `{tensor}`: {detail}")]
+    OutOfBounds {
+        /// The tensor's name.
+        tensor: String,
+        /// Which side, and how far from the tensor.
+        detail: String,
+    },
     /// The backend failed for another reason (out of memory, I/O, …).
     #[error("{message}")]
     Failed {
