@@ -322,9 +322,11 @@ fn build(
                 return Ok((key, path));
             }
             Err(change) => {
-                log::warn!(
-                    "cpu: `{}`, included by `{}`, changed while it was compiled (attempt \
-                     {attempt} of {BUILD_ATTEMPTS})",
+                // Usually a file saved just before the run (a generator, an editor): the retry
+                // settles it, so this is no news for the user; giving up is an error.
+                log::debug!(
+                    "cpu: `{}`, included by `{}`, changed while it was compiled, or just before \
+                     (attempt {attempt} of {BUILD_ATTEMPTS})",
                     change.path.display(),
                     kernel.source_name
                 );
