@@ -1,15 +1,20 @@
 //! Ctrl-C (SIGINT) and SIGTERM: the first stops the run cleanly — no new choice starts, the
 //! pool is shut down (busy workers are killed and reaped), and the results so far are written —
-//! the second exits at once.
+//! a later one exits at once. A second signal within [`SAME_INTERRUPT`] of the first is the same
+//! interrupt: coreutils' `timeout -s INT` signals tunebox and then its process group, and a
+//! Ctrl-C in a terminal reaches tunebox directly and through a wrapper script.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tunebox_pool::TuningProcessPool;
 
 /// The exit status of a run stopped by a signal (128 + SIGINT), as shells report it.
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
+
+/// Signals this soon after the first are taken as the same interrupt, and ignored.
+const SAME_INTERRUPT: Duration = Duration::from_secs(1);
 
 /// How long idle workers get to exit when the run is stopped.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
@@ -18,7 +23,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
 #[derive(Debug, Default)]
 pub(crate) struct Stop {
     stopped: AtomicBool,
-    signals: AtomicUsize,
+    /// When the first signal arrived.
+    first: OnceLock<Instant>,
     pool: Mutex<Option<Arc<TuningProcessPool>>>,
 }
 
@@ -37,15 +43,33 @@ impl Stop {
         }
     }
 
+    /// Records a signal arriving at `now`: `None` for the first, `Some(false)` for one within
+    /// [`SAME_INTERRUPT`] of it (the same interrupt, ignored), `Some(true)` for a later one
+    /// (exit at once).
+    fn second_signal(&self, now: Instant) -> Option<bool> {
+        match self.first.get() {
+            Some(first) => Some(now.saturating_duration_since(*first) >= SAME_INTERRUPT),
+            None => {
+                // Signals are handled one at a time, on the handler's thread.
+                let _ = self.first.set(now);
+                None
+            }
+        }
+    }
+
     /// Stops watching the pool.
     pub(crate) fn unwatch(&self) {
         self.pool.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     fn signal(&self) {
-        if self.signals.fetch_add(1, Ordering::SeqCst) > 0 {
-            eprintln!("\ntunebox: interrupted again; exiting now");
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        match self.second_signal(Instant::now()) {
+            Some(true) => {
+                eprintln!("\ntunebox: interrupted again; exiting now");
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+            Some(false) => return,
+            None => {}
         }
         eprintln!(
             "\ntunebox: interrupted; stopping the workers and writing the results so far \
@@ -73,4 +97,27 @@ pub(crate) fn stop() -> Arc<Stop> {
         stop
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_signal_at_once_is_the_same_interrupt() {
+        let stop = Stop::default();
+        let t0 = Instant::now();
+        assert_eq!(stop.second_signal(t0), None);
+        // `timeout -s INT`: the child, then its process group, microseconds apart.
+        assert_eq!(
+            stop.second_signal(t0 + Duration::from_micros(50)),
+            Some(false)
+        );
+        assert_eq!(
+            stop.second_signal(t0 + Duration::from_millis(900)),
+            Some(false)
+        );
+        // Pressed again, later: exit now.
+        assert_eq!(stop.second_signal(t0 + Duration::from_secs(2)), Some(true));
+    }
 }

@@ -194,8 +194,9 @@ struct TuneArgs {
     /// measures the rest).
     #[arg(long, value_name = "SECS")]
     max_time: Option<f64>,
-    /// Re-measure the best K choices at the end with 4x rep_ms and rank them by that median
-    /// (a quick screen, then a careful look at the candidates that matter).
+    /// Re-measure the best K choices at the end with 4x rep_ms (and 4x the timeout) and rank
+    /// them by that median (a quick screen, then a careful look at the candidates that matter);
+    /// a choice whose re-measurement fails keeps its screening result.
     #[arg(long, value_name = "K")]
     refine: Option<usize>,
     /// Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their
@@ -301,9 +302,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Prints the table and writes the requested files.
 fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool) -> Result<()> {
+    let files: Vec<String> = [&output.json, &output.csv]
+        .into_iter()
+        .flatten()
+        .filter(|_| write_files)
+        .map(|path| path.display().to_string())
+        .collect();
     let options = TableOptions {
         width: report::terminal_width(),
         top: output.top,
+        files: &files,
     };
     report::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
@@ -326,14 +334,7 @@ fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool)
 fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let selection = selection(&args)?;
     let shard = shard::resolve(args.shard, args.shards, |name| std::env::var(name).ok())?;
-    if args.list {
-        let plan = tune::plan(&args.manifest, &selection, shard)?;
-        let mut out = std::io::stdout().lock();
-        for &i in &plan.selected {
-            writeln!(out, "{}", plan.choices[i].label())?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
+    // The options are checked before --list too: a listed command line is one that runs.
     ensure!(
         (1..=MAX_WORKERS).contains(&args.workers),
         "--workers must be between 1 and {MAX_WORKERS}"
@@ -352,6 +353,14 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
+    if args.list {
+        let plan = tune::plan(&args.manifest, &selection, shard)?;
+        let mut out = std::io::stdout().lock();
+        for &i in &plan.selected {
+            writeln!(out, "{}", plan.choices[i].label())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut output = args.output;
     if let (Some(shard), None) = (shard, &output.json) {
         let stem = args

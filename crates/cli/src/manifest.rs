@@ -528,7 +528,7 @@ fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
                 "answer and [verify]: answer is Kernel Tuner's name for verify.reference; give one \
                  of them"
             );
-            let reference = answer_reference(answer, &mut raw.tensors)?;
+            let reference = answer_reference(answer, &mut raw.tensors, &raw.scalars)?;
             let atol = atol.unwrap_or(KT_ATOL);
             raw.verify = Some(RawVerify {
                 rtol: None,
@@ -549,14 +549,19 @@ fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
 const KT_ATOL: f64 = 1e-6;
 
 /// `answer` as a reference: `{ choice = {…} }`, `{ source = "…", … }`, `{ outputs = {…} }`, a table
-/// of output files by tensor name, or Kernel Tuner's list (one entry per tensor, then per scalar:
-/// a file, or `""`/`false` for an argument that is not checked). Tensors given a file become
-/// outputs.
-fn answer_reference(answer: toml::Value, tensors: &mut [RawTensor]) -> Result<RawReference> {
+/// of output files by tensor name, or Kernel Tuner's list (exactly one entry per kernel argument,
+/// the tensors then the scalars: a file for a checked tensor, `""`/`false` for an argument that
+/// is not checked, as Kernel Tuner's `None`). Tensors given a file become outputs.
+fn answer_reference(
+    answer: toml::Value,
+    tensors: &mut [RawTensor],
+    scalars: &[RawScalar],
+) -> Result<RawReference> {
     const FORMS: &str = "give answer as a table of expected-output files by tensor name \
-        (answer = { C = \"C.bin\" }), a list with one entry per tensor (a file, or \"\" for \
-        arguments that are not checked), a reference choice (answer = { choice = { BM = 32 } }), \
-        or a reference source (answer = { source = \"ref.c\", entry = \"ref\" })";
+        (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
+        then the scalars: a file for each checked tensor, \"\" for the arguments that are not \
+        checked), a reference choice (answer = { choice = { BM = 32 } }), or a reference source \
+        (answer = { source = \"ref.c\", entry = \"ref\" })";
     let files: IndexMap<String, PathBuf> = match answer {
         toml::Value::Table(table)
             if ["choice", "source", "outputs"]
@@ -579,19 +584,41 @@ fn answer_reference(answer: toml::Value, tensors: &mut [RawTensor]) -> Result<Ra
             })
             .collect::<Result<_>>()?,
         toml::Value::Array(entries) => {
+            // Kernel Tuner's rule: as many entries as the kernel has arguments, in order.
+            let arguments: Vec<&str> = tensors
+                .iter()
+                .map(|t| t.name.as_str())
+                .chain(scalars.iter().map(|s| s.name.as_str()))
+                .collect();
+            ensure!(
+                entries.len() == arguments.len(),
+                "answer: {} {} given, {} expected: the list needs one entry per kernel \
+                 argument, in order ({} tensors then {} scalars: {}), a file for each checked \
+                 tensor and \"\" for the others",
+                entries.len(),
+                if entries.len() == 1 {
+                    "entry"
+                } else {
+                    "entries"
+                },
+                arguments.len(),
+                tensors.len(),
+                scalars.len(),
+                arguments.join(", ")
+            );
             let mut files = IndexMap::new();
             for (i, entry) in entries.iter().enumerate() {
                 match entry {
                     toml::Value::String(s) if s.is_empty() => {}
                     toml::Value::Boolean(false) => {}
                     toml::Value::String(file) => {
-                        let tensor = tensors.get(i).with_context(|| {
-                            format!(
-                                "answer[{i}] = {file:?}: there are only {} tensors; the entries \
-                                 after them (scalars) must be \"\"",
-                                tensors.len()
-                            )
-                        })?;
+                        let Some(tensor) = tensors.get(i) else {
+                            bail!(
+                                "answer[{i}] = {file:?}: argument {i} is the scalar `{}`; \
+                                 scalars are not checked, give \"\"",
+                                arguments[i]
+                            );
+                        };
                         files.insert(tensor.name.clone(), PathBuf::from(file));
                     }
                     other => bail!("answer[{i}] = {other}: {FORMS}"),
@@ -1172,7 +1199,24 @@ mod tests {
             ),
             (
                 format!("{kt}answer = [\"\", \"\", \"y.bin\"]\n{tensors}"),
-                "answer[2] = \"y.bin\": there are only 2 tensors",
+                "answer[2] = \"y.bin\": argument 2 is the scalar `n`",
+            ),
+            // One entry per kernel argument (x, y, n), no fewer and no more.
+            (
+                format!("{kt}answer = [\"y.bin\"]\n{tensors}"),
+                "answer: 1 entry given, 3 expected",
+            ),
+            (
+                format!("{kt}answer = [\"\", \"y.bin\"]\n{tensors}"),
+                "answer: 2 entries given, 3 expected",
+            ),
+            (
+                format!("{kt}answer = [\"\", \"y.bin\", \"\", \"\"]\n{tensors}"),
+                "answer: 4 entries given, 3 expected",
+            ),
+            (
+                format!("{kt}answer = [\"\", \"y.bin\", 4]\n{tensors}"),
+                "answer[2] = 4: give answer as a table",
             ),
             (
                 format!("{kt}answer = 3\n{tensors}"),

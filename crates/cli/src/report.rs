@@ -21,11 +21,13 @@ const MIN_ERROR_WIDTH: usize = 16;
 
 /// How to print a table.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TableOptions {
+pub(crate) struct TableOptions<'a> {
     /// The terminal's width; `None`: not a terminal (errors are cut at 60 characters).
     pub(crate) width: Option<usize>,
     /// Rows shown per device (the rest are counted).
     pub(crate) top: Option<usize>,
+    /// The files being written with every row (`--json`, `--csv`), named when `top` hides some.
+    pub(crate) files: &'a [String],
 }
 
 /// The width of the terminal on stdout: `$COLUMNS` when set, else the terminal's, else `None`.
@@ -46,7 +48,7 @@ pub(crate) fn terminal_width() -> Option<usize> {
 pub(crate) fn print_table(
     report: &Report,
     out: &mut impl Write,
-    options: TableOptions,
+    options: TableOptions<'_>,
 ) -> std::io::Result<()> {
     let info = &report.info;
     let groups = report.groups();
@@ -122,7 +124,7 @@ fn print_rows(
     members: &[&ChoiceResult],
     info: &RunInfo,
     out: &mut impl Write,
-    options: TableOptions,
+    options: TableOptions<'_>,
 ) -> std::io::Result<()> {
     let metrics = &info.header.metrics;
     let shown = options.top.unwrap_or(usize::MAX).min(members.len());
@@ -214,9 +216,14 @@ fn print_rows(
         writeln!(out, "{}", line(row))?;
     }
     if shown < members.len() {
+        let all = match options.files {
+            [] => String::new(),
+            [file] => format!("; {file} has them all"),
+            files => format!("; {} have them all", files.join(" and ")),
+        };
         writeln!(
             out,
-            "… {} more (--top shows {shown}; --json and --csv have them all)",
+            "… {} more (--top shows {shown}{all})",
             members.len() - shown
         )?;
     }
@@ -301,6 +308,11 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out, "note: {note}")?;
     }
     Ok(())
+}
+
+/// The first meaningful line of an error, uncut.
+pub(crate) fn short_error_line(error: &str) -> String {
+    short_error(error, usize::MAX)
 }
 
 /// The first meaningful line of an error, cut to `width` characters: for compiler output the
@@ -462,7 +474,7 @@ pub(crate) fn load(path: &Path) -> Result<Vec<Report>> {
         );
     }
     let mut reports: Vec<Report> = Vec::new();
-    let mut kept: Vec<Vec<(String, usize, bool, ResultJson)>> = Vec::new();
+    let mut kept: Vec<Vec<(String, usize, u8, ResultJson)>> = Vec::new();
     for line in lines {
         let position = match reports
             .iter()
@@ -498,18 +510,26 @@ pub(crate) fn load(path: &Path) -> Result<Vec<Report>> {
         if header.shard != line.header.shard {
             header.shard = None;
         }
-        // One result per device and choice: a refined one over a screening one, else the last.
+        // One result per device and choice: a refined one over a screening one, else the last;
+        // but a failed re-measurement never hides the screening result (the run kept it).
         let device = line.header.device.clone();
         let index = line.result.index;
-        let refined = line.result.refined;
+        let priority = match (
+            line.result.refined,
+            line.result.status == Status::Ok.as_str(),
+        ) {
+            (true, true) => 2,
+            (false, _) => 1,
+            (true, false) => 0,
+        };
         let entries = &mut kept[position];
         match entries
             .iter_mut()
             .find(|(d, i, _, _)| *d == device && *i == index)
         {
-            Some(entry) if refined || !entry.2 => *entry = (device, index, refined, line.result),
+            Some(entry) if priority >= entry.2 => *entry = (device, index, priority, line.result),
             Some(_) => {}
-            None => entries.push((device, index, refined, line.result)),
+            None => entries.push((device, index, priority, line.result)),
         }
     }
     for (report, entries) in reports.iter_mut().zip(kept) {

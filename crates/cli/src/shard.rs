@@ -55,13 +55,12 @@ fn check(k: usize, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// The shard this process runs: `spec` (or `auto` when only `shards` is given), resolved
-/// against the environment `var`.
+/// The shard this process runs: `spec`, resolved against the environment `var`.
 ///
 /// # Errors
 ///
-/// `auto` without a scheduler's variables, Kubernetes without `--shards`, values that do not
-/// parse or do not fit, a `--shards` that contradicts the shard.
+/// `--shards` without `--shard`, `auto` without a scheduler's variables, Kubernetes without
+/// `--shards`, values that do not parse or do not fit, a `--shards` that contradicts the shard.
 pub(crate) fn resolve(
     spec: Option<ShardSpec>,
     shards: Option<usize>,
@@ -78,7 +77,11 @@ pub(crate) fn resolve(
             }
             shard
         }
-        (Some(ShardSpec::Auto) | None, shards) => from_env(shards, &var)?,
+        (None, Some(n)) => bail!(
+            "--shards {n} needs --shard auto: it is the number of shards for the shard index a \
+             scheduler gives (Slurm, Kubernetes); outside a scheduler give --shard K/{n}"
+        ),
+        (Some(ShardSpec::Auto), shards) => from_env(shards, &var)?,
     };
     Ok(Some(shard))
 }
@@ -239,11 +242,14 @@ mod tests {
             auto(&[("JOB_COMPLETION_INDEX", "3")], Some(5)).unwrap(),
             shard(3, 5)
         );
-        // --shards alone means auto.
-        assert_eq!(
-            resolve(None, Some(5), env(&[("JOB_COMPLETION_INDEX", "0")])).unwrap(),
-            shard(0, 5)
-        );
+        // --shards alone is not auto: it says what it needs, even inside a scheduler.
+        for vars in [&[("JOB_COMPLETION_INDEX", "0")][..], &[]] {
+            let err = resolve(None, Some(5), env(vars)).unwrap_err();
+            assert!(
+                err.to_string().starts_with("--shards 5 needs --shard auto"),
+                "{err}"
+            );
+        }
         let err = auto(&[("JOB_COMPLETION_INDEX", "3")], None).unwrap_err();
         assert!(err.to_string().contains("pass --shards N"), "{err}");
         let err = auto(&[("JOB_COMPLETION_INDEX", "5")], Some(5)).unwrap_err();

@@ -16,6 +16,7 @@ use crate::interrupt::Stop;
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
 use crate::progress::Progress;
+use crate::report;
 use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank,
@@ -23,7 +24,8 @@ use crate::results::{
 use crate::space::{self, Choice};
 use crate::{shard, strategy};
 
-/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds.
+/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
+/// gives each re-measurement this many times the per-choice timeout.
 const REFINE_FACTOR: f64 = 4.0;
 /// Most timed reps a refined measurement may ask for.
 const MAX_REPS: u32 = 1_000_000;
@@ -463,6 +465,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 progress: &progress,
             },
             &mut cache,
+            &mut notes,
         )?;
     }
     if let Some(bench) = &bench {
@@ -578,15 +581,40 @@ pub(crate) fn refined_timing(timing: &TimingConfig) -> TimingConfig {
     refined
 }
 
-/// Re-measures the `top` best `ok` results with [`refined_timing`] (from the cache when it has
-/// them), replacing their results and keeping the screening median.
+/// The timeout of a refined measurement: its work, and so its time, grows with
+/// [`REFINE_FACTOR`] (and cache flushes can stretch the reps to 10x `rep_ms`).
+pub(crate) fn refine_timeout(timeout: Duration) -> Duration {
+    timeout.mul_f64(REFINE_FACTOR)
+}
+
+/// The note for a choice whose refined measurement `failed`: it keeps its screening result.
+fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
+    let why = failed
+        .error
+        .as_deref()
+        .map(report::short_error_line)
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| failed.status.to_string());
+    format!(
+        "refine of {} failed{} ({}: {why}); kept its screening result (ranked as unrefined)",
+        failed.choice.label(),
+        if cached { " (results cache)" } else { "" },
+        failed.status
+    )
+}
+
+/// Re-measures the `top` best `ok` results with [`refined_timing`] and [`refine_timeout`]
+/// (from the cache when it has them), replacing their results and keeping the screening
+/// median. A choice whose re-measurement fails keeps its screening result, with a note.
 fn refine_best(
     top: usize,
     results: &mut [ChoiceResult],
     bench: &mut Option<Bench>,
     cx: RefineContext<'_>,
     cache: &mut Option<ResultsCache>,
+    notes: &mut Vec<String>,
 ) -> Result<()> {
+    let timeout = refine_timeout(cx.timeout);
     let mut best: Vec<usize> = (0..results.len())
         .filter(|&p| results[p].status == Status::Ok && results[p].stats.is_some())
         .collect();
@@ -619,30 +647,47 @@ fn refine_best(
         let hit = cached(
             cache.as_ref(),
             &key,
-            cx.timeout,
+            timeout,
             results[p].index,
             &choice,
             cx.manifest,
             cx.device,
         );
         match hit {
-            Some(mut refined) => {
+            Some(mut refined) if refined.status == Status::Ok => {
                 refined.screen_median_ms = screen;
                 results[p] = refined;
             }
+            Some(failed) => notes.push(refine_failed_note(&failed, true)),
             None => todo.push((p, request, key)),
         }
     }
     if todo.is_empty() {
         return Ok(());
     }
-    if bench.is_none() {
-        let workers = cx.options.workers.clamp(1, todo.len());
-        match open_bench(
+    // The screening pool's timeout is the choice's: refining needs a pool of its own.
+    let workers = cx.options.workers.clamp(1, todo.len());
+    match bench.as_mut() {
+        Some(screening) => {
+            cx.stop.unwatch();
+            screening.pool.shutdown(Duration::from_millis(500));
+            if cx.stop.requested() {
+                return Ok(());
+            }
+            let pool = match measure::start_pool(workers, timeout, cx.options.max_process_uses) {
+                Ok(pool) => pool,
+                Err(_) if cx.stop.requested() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            cx.stop.watch(std::sync::Arc::clone(&pool));
+            // The reference's outputs stay.
+            screening.pool = pool;
+        }
+        None => match open_bench(
             cx.manifest,
             cx.reference,
             workers,
-            cx.timeout,
+            timeout,
             cx.options,
             cx.stop,
             cx.progress,
@@ -650,14 +695,14 @@ fn refine_best(
             Ok(b) => *bench = Some(b),
             Err(_) if cx.stop.requested() => return Ok(()),
             Err(e) => return Err(e),
-        }
+        },
     }
     let bench = bench.as_ref().expect("started above");
     cx.progress.phase(
         "refining",
         todo.len(),
         &format!(
-            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms…",
+            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",
             plural(todo.len())
         ),
     );
@@ -684,14 +729,18 @@ fn refine_best(
                 .finished(&refined.choice.label(), refined.status, refined.median_ms());
             refined.screen_median_ms = screen;
             if let Some(c) = cache.as_mut()
-                && let Err(e) =
-                    c.append(CacheLine::new(key.clone(), cx.header, cx.timeout, &refined))
+                && let Err(e) = c.append(CacheLine::new(key.clone(), cx.header, timeout, &refined))
             {
                 cx.progress
                     .note(&format!("warning: {e:#}; results are no longer cached"));
                 *cache = None;
             }
-            results[*p] = refined;
+            if refined.status == Status::Ok {
+                results[*p] = refined;
+            } else {
+                // A choice that was ok keeps its rank: the screening result stands.
+                notes.push(refine_failed_note(&refined, false));
+            }
         },
     );
     cx.progress.end_phase();
@@ -776,5 +825,10 @@ mod tests {
         };
         let r = refined_timing(&fixed);
         assert_eq!((r.min_reps, r.max_reps), (28, 28));
+        // Four times the work gets four times the time.
+        assert_eq!(
+            refine_timeout(Duration::from_millis(2500)),
+            Duration::from_secs(10)
+        );
     }
 }

@@ -189,6 +189,59 @@ fn an_interrupted_run_resumes_without_measuring_again() {
 }
 
 #[test]
+fn two_signals_at_once_are_one_interrupt() {
+    // `timeout -s INT 3 tunebox …` signals tunebox, then its process group: two SIGINTs at once.
+    // They are one interrupt: the run stops cleanly and writes its results. The compiler (a
+    // slow wrapper) keeps the run busy after the first, so that the second is handled before
+    // the results are written.
+    let dir = tempfile::tempdir().unwrap();
+    write_slow(dir.path(), 10);
+    let cc = dir.path().join("slow-cc");
+    std::fs::write(
+        &cc,
+        "#!/bin/sh\n[ \"$1\" = --version ] && exec cc \"$@\"\ntouch \"$0.started\"\nsleep 1\n\
+         exec cc \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let started = dir.path().join("slow-cc.started");
+    let child = command(
+        dir.path(),
+        &["tune", "slow.toml", "--json", "r.json"],
+        &[("CC", cc.to_str().unwrap())],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "nothing was compiled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    // Pending signals merge into one: give the first time to be delivered.
+    std::thread::sleep(Duration::from_millis(50));
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(!stderr.contains("interrupted again"), "{stderr}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("interrupted: "), "{stdout}");
+    let partial = json(&dir.path().join("r.json"));
+    assert_eq!(partial["interrupted"], true);
+    let not_measured = partial["not_measured"].as_array().unwrap();
+    assert!(!not_measured.is_empty(), "{partial}");
+    assert_eq!(
+        partial["results"].as_array().unwrap().len() + not_measured.len(),
+        10,
+        "{partial}"
+    );
+}
+
+#[test]
 fn a_killed_run_loses_nothing_finished() {
     let dir = tempfile::tempdir().unwrap();
     write_slow(dir.path(), 6);
@@ -321,4 +374,112 @@ fn random_samples_are_seeded_and_refinement_reranks_the_best() {
     let stderr = text(&again.stderr);
     assert_eq!(skipped(&stderr), Some(3), "{stderr}");
     assert!(!stderr.contains("re-measuring"), "{stderr}");
+}
+
+/// Sleeps 20 ms per call; MODE 1 aborts after 30 calls in one worker process, which screening
+/// (10 fixed reps) never reaches but refining (40 reps) does.
+const REFINE_KERNEL: &str = r#"#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+static int calls;
+void refine(const float *x, float *y, int64_t n) {
+    usleep(20000);
+    if (MODE == 1 && ++calls > 30) abort();
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i];
+}
+"#;
+
+/// A screening measurement (~18 calls, ~0.4 s) fits in `timeout_s`; a refined one (~48 calls,
+/// ~1 s) does not.
+const REFINE_MANIFEST: &str = r#"timeout_s = 0.8
+[kernel]
+source = "refine.c"
+entry = "refine"
+flags = ["-O1"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [64]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [64]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 64
+[params]
+MODE = [0, 1]
+[timing]
+warmup_ms = 1
+rep_ms = 100
+min_reps = 10
+max_reps = 10
+flush_cache = false
+[verify]
+reference = { choice = { MODE = 0 } }
+"#;
+
+#[test]
+fn refinement_gets_a_longer_timeout_and_a_failed_one_keeps_the_screening_result() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("refine.c"), REFINE_KERNEL).unwrap();
+    std::fs::write(dir.path().join("refine.toml"), REFINE_MANIFEST).unwrap();
+    let args = ["tune", "refine.toml", "--json", "r.json", "--refine", "2"];
+    let out = tunebox(dir.path(), &args);
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let results = report["results"].as_array().unwrap();
+    let mode = |m: i64| {
+        results
+            .iter()
+            .find(|r| r["choice"]["MODE"] == m)
+            .unwrap_or_else(|| panic!("no MODE={m} in {report}"))
+    };
+    // Both stay ok and ranked: MODE 0 refined (within 4x the timeout), MODE 1 with its
+    // screening result after its refinement crashed.
+    assert_eq!(outcomes(&report).len(), 2);
+    for r in results {
+        assert_eq!(r["status"], "ok", "{report}");
+        assert!(r["rank"].as_u64().is_some(), "{report}");
+    }
+    assert_eq!(mode(0)["refined"], true, "{report}");
+    assert_eq!(mode(0)["reps"], 40, "{report}");
+    assert_eq!(mode(0)["rank"], 1, "{report}");
+    assert_eq!(mode(1)["refined"], false, "{report}");
+    assert_eq!(mode(1)["reps"], 10, "{report}");
+    assert_eq!(mode(1)["rank"], 2, "{report}");
+    let note = "refine of MODE=1 failed (crashed: ";
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(note) && notes.contains("kept its screening result"),
+        "{report}"
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("note: {note}")), "{stdout}");
+    assert!(
+        stdout.contains("* re-measured with 4x rep_ms (--refine 2)"),
+        "{stdout}"
+    );
+
+    // A re-run takes everything from the cache, the failed refinement included, and says so.
+    let again = tunebox(dir.path(), &args);
+    check(&again);
+    let stderr = text(&again.stderr);
+    assert_eq!(skipped(&stderr), Some(2), "{stderr}");
+    assert!(!stderr.contains("re-measuring"), "{stderr}");
+    let rerun = json(&dir.path().join("r.json"));
+    assert_eq!(outcomes(&rerun), outcomes(&report));
+    assert!(
+        rerun["notes"]
+            .to_string()
+            .contains("refine of MODE=1 failed (results cache) (crashed: "),
+        "{rerun}"
+    );
+    // `tunebox report` on the cache keeps the screening result too.
+    let cached = tunebox(dir.path(), &["report", "r.tunebox-cache.jsonl"]);
+    check(&cached);
+    let table = text(&cached.stdout);
+    assert!(!table.contains("crashed"), "{table}");
 }

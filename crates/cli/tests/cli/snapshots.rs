@@ -130,7 +130,7 @@ fn tune_help() {
                       Start no new choice after SECS seconds (finished ones are kept and cached; a re-run measures the rest)
 
                   --refine <K>
-                      Re-measure the best K choices at the end with 4x rep_ms and rank them by that median (a quick screen, then a careful look at the candidates that matter)
+                      Re-measure the best K choices at the end with 4x rep_ms (and 4x the timeout) and rank them by that median (a quick screen, then a careful look at the candidates that matter); a choice whose re-measurement fails keeps its screening result
 
                   --shard <K/N|auto>
                       Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them
@@ -196,6 +196,8 @@ fn errors() {
         &["tune", "bad.toml"][..],
         &["tune", "family.toml", "--shard", "4/4"],
         &["tune", "family.toml", "--shard", "auto"],
+        &["tune", "family.toml", "--shards", "3"],
+        &["tune", "family.toml", "--list", "--workers", "0"],
         &[
             "tune",
             "family.toml",
@@ -225,6 +227,12 @@ fn errors() {
 
         $ tunebox tune family.toml --shard auto
         tunebox: error: --shard auto: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) is set; outside a scheduler give --shard K/N
+
+        $ tunebox tune family.toml --shards 3
+        tunebox: error: --shards 3 needs --shard auto: it is the number of shards for the shard index a scheduler gives (Slurm, Kubernetes); outside a scheduler give --shard K/3
+
+        $ tunebox tune family.toml --list --workers 0
+        tunebox: error: --workers must be between 1 and 512
 
         $ tunebox tune family.toml --budget 3 --strategy brute-force
         tunebox: error: --budget samples choices at random; drop --strategy brute-force, or drop --budget to measure every choice
@@ -320,7 +328,7 @@ fn report_of_a_json_file() {
            1  BM=96 UNROLL=6    4.0321*    66.57    1.2%  ok
            2  BM=32 UNROLL=1    19.5000    13.77    2.6%  ok
            -  BM=32 UNROLL=4     4.2000        -    6.0%  wrong   max abs error 2…
-        … 2 more (--top shows 3; --json and --csv have them all)
+        … 2 more (--top shows 3)
 
         5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
         cache: 2 of them from examples/matmul-cpu.tunebox-cache.jsonl (measured earlier; --fresh re-measures)
@@ -331,4 +339,15 @@ fn report_of_a_json_file() {
               -DBM=96 -DUNROLL=6
               best = { BM = 96, UNROLL = 6 }
     "#]].assert_eq(&trimmed(&text(&narrow.stdout)));
+    // The rows --top hides are in the files being written, and only those are named.
+    let to_csv = tunebox(
+        dir.path(),
+        &["report", "r.json", "--top", "3", "--csv", "all.csv"],
+    );
+    assert!(to_csv.status.success(), "{}", text(&to_csv.stderr));
+    assert!(
+        text(&to_csv.stdout).contains("… 2 more (--top shows 3; all.csv has them all)\n"),
+        "{}",
+        text(&to_csv.stdout)
+    );
 }
