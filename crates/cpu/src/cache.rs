@@ -517,34 +517,10 @@ mod tests {
     }
 
     #[test]
-    fn env_precedence() {
-        let all = [
-            (CACHE_DIR_ENV, "/t"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
-        assert_eq!(resolve(&all).unwrap().path(), Path::new("/t/cpu"));
-        assert_eq!(
-            resolve(&all[1..]).unwrap().path(),
-            Path::new("/x/tunebox/cpu")
-        );
-        assert_eq!(
-            resolve(&all[2..]).unwrap().path(),
-            Path::new("/h/.cache/tunebox/cpu")
-        );
-    }
-
-    #[test]
-    fn empty_and_relative_xdg_are_ignored() {
-        let vars = [
-            (CACHE_DIR_ENV, ""),
-            ("XDG_CACHE_HOME", "relative"),
-            ("HOME", "/h"),
-        ];
-        assert_eq!(
-            resolve(&vars).unwrap().path(),
-            Path::new("/h/.cache/tunebox/cpu")
-        );
+    fn compiled_c_kernels_live_in_the_cpu_subdirectory_of_the_cache_root() {
+        // The root's own rules are tested with `tunebox_protocol::cache_root`.
+        let vars = [(CACHE_DIR_ENV, "/t"), ("HOME", "/h")];
+        assert_eq!(resolve(&vars).unwrap().path(), Path::new("/t/cpu"));
         assert!(matches!(resolve(&[]), Err(CpuError::NoCacheDir)));
     }
 }

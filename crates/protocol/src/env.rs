@@ -43,3 +43,40 @@ pub fn cache_root(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
         })
         .or_else(|| set("HOME").map(|home| home.join(".cache").join("tunebox")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(vars: &[(&str, &str)]) -> Option<PathBuf> {
+        cache_root(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn tunebox_variable_then_xdg_then_home() {
+        let all = [
+            (CACHE_DIR_ENV, "/t"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(root(&all), Some("/t".into()));
+        assert_eq!(root(&all[1..]), Some("/x/tunebox".into()));
+        assert_eq!(root(&all[2..]), Some("/h/.cache/tunebox".into()));
+        assert_eq!(root(&[]), None);
+    }
+
+    #[test]
+    fn empty_variables_and_a_relative_xdg_are_ignored() {
+        let odd = [
+            (CACHE_DIR_ENV, ""),
+            ("XDG_CACHE_HOME", "relative"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(root(&odd), Some("/h/.cache/tunebox".into()));
+        assert_eq!(root(&[("HOME", "")]), None);
+    }
+}
