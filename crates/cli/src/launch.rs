@@ -343,17 +343,7 @@ fn three_padded(values: &[toml::Value], names: &[String], field: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
-        spec.iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    v.iter().map(|&i| ParamValue::Int(i)).collect(),
-                )
-            })
-            .collect()
-    }
+    use crate::space::tests::params;
 
     fn choice(values: &[(&str, i64)]) -> Choice {
         Choice::new(

@@ -347,10 +347,11 @@ fn bind(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
+    /// Integer params from `(name, values)` pairs, in order.
+    pub(crate) fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
         spec.iter()
             .map(|(k, v)| {
                 (

@@ -18,13 +18,15 @@ void slow(const float *x, float *y, int64_t n) {
 }
 "#;
 
-fn slow_manifest(modes: usize) -> String {
+/// A manifest for `entry(x, y, n)` over 64 floats in `name.c`, with MODE = 0..modes, MODE = 0 as
+/// the reference, and the given timeout and `[timing]` lines.
+fn mode_manifest(name: &str, timeout_s: &str, modes: usize, timing: &str) -> String {
     let modes: Vec<String> = (0..modes).map(|m| m.to_string()).collect();
     format!(
-        r#"timeout_s = 10
+        r#"timeout_s = {timeout_s}
 [kernel]
-source = "slow.c"
-entry = "slow"
+source = "{name}.c"
+entry = "{name}"
 flags = ["-O1"]
 [[tensors]]
 name = "x"
@@ -42,14 +44,21 @@ value = 64
 [params]
 MODE = [{}]
 [timing]
-warmup_ms = 1
-rep_ms = 5
-min_reps = 5
+{timing}
 flush_cache = false
 [verify]
 reference = {{ choice = {{ MODE = 0 }} }}
 "#,
         modes.join(", ")
+    )
+}
+
+fn slow_manifest(modes: usize) -> String {
+    mode_manifest(
+        "slow",
+        "10",
+        modes,
+        "warmup_ms = 1\nrep_ms = 5\nmin_reps = 5",
     )
 }
 
@@ -391,41 +400,20 @@ void refine(const float *x, float *y, int64_t n) {
 
 /// A screening measurement (~18 calls, ~0.4 s) fits in `timeout_s`; a refined one (~48 calls,
 /// ~1 s) does not.
-const REFINE_MANIFEST: &str = r#"timeout_s = 0.8
-[kernel]
-source = "refine.c"
-entry = "refine"
-flags = ["-O1"]
-[[tensors]]
-name = "x"
-dtype = "f32"
-shape = [64]
-[[tensors]]
-name = "y"
-dtype = "f32"
-shape = [64]
-init = "zeros"
-output = true
-[[scalars]]
-name = "n"
-value = 64
-[params]
-MODE = [0, 1]
-[timing]
-warmup_ms = 1
-rep_ms = 100
-min_reps = 10
-max_reps = 10
-flush_cache = false
-[verify]
-reference = { choice = { MODE = 0 } }
-"#;
+fn refine_manifest() -> String {
+    mode_manifest(
+        "refine",
+        "0.8",
+        2,
+        "warmup_ms = 1\nrep_ms = 100\nmin_reps = 10\nmax_reps = 10",
+    )
+}
 
 #[test]
 fn refinement_gets_a_longer_timeout_and_a_failed_one_keeps_the_screening_result() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("refine.c"), REFINE_KERNEL).unwrap();
-    std::fs::write(dir.path().join("refine.toml"), REFINE_MANIFEST).unwrap();
+    std::fs::write(dir.path().join("refine.toml"), refine_manifest()).unwrap();
     let args = ["tune", "refine.toml", "--json", "r.json", "--refine", "2"];
     let out = tunebox(dir.path(), &args);
     check(&out);
