@@ -4,6 +4,7 @@
 mod executor;
 mod fuzz;
 mod gpu;
+mod kernels;
 mod pool;
 mod process;
 mod shared;

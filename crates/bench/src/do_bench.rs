@@ -1,6 +1,6 @@
 //! The timing loop, as triton's `do_bench`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tunebox_protocol::{BenchError, TimingConfig, TimingStats};
 
@@ -106,7 +106,30 @@ pub fn do_bench<R: Runner + ?Sized>(
     runner: &mut R,
     config: &TimingConfig,
 ) -> Result<TimingStats, BenchError> {
+    do_bench_within(runner, config, Instant::now())
+}
+
+/// [`do_bench`] for a request that began at `started`: `config.budget_ms` counts from there, so
+/// that what the backend did before (tensor setup, the first call) is part of it.
+///
+/// With a budget, the estimate stops early once another run would not fit, and warmup and reps
+/// are cut to what the time left allows (keeping one estimated call, plus its flush, in reserve
+/// for the backend's final verification call): reps get 80 % of it, warmup the rest, and
+/// before each rep the loop checks that the rep still fits, so that a machine slowing down
+/// mid-measurement ends it early rather than at the parent's timeout. At least one rep is
+/// always timed. When the budget ended sampling below `min_reps` (or below the count the
+/// budgets asked for), `stopped` is `"budget"`.
+///
+/// # Errors
+///
+/// As [`do_bench`].
+pub fn do_bench_within<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+    started: Instant,
+) -> Result<TimingStats, BenchError> {
     validate(config)?;
+    let budget = Budget::new(config.budget_ms, started);
     let flush = |runner: &mut R| -> Result<f64, BenchError> {
         if config.flush_cache {
             let start = Instant::now();
@@ -117,35 +140,21 @@ pub fn do_bench<R: Runner + ?Sized>(
         }
     };
 
-    let (mut kernel_ms, mut flush_ms) = (0.0, 0.0);
-    for _ in 0..ESTIMATE_RUNS {
+    let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
+    while estimate_runs < ESTIMATE_RUNS {
         runner.restore()?;
+        let wall = Instant::now();
         flush_ms += flush(runner)?;
         kernel_ms += runner.run_timed()?;
+        estimate_runs += 1;
+        // One more run of this length would eat into the reserve of the final call.
+        let per_run = wall.elapsed().as_secs_f64() * 1e3;
+        if budget.left_ms() < 2.0 * per_run {
+            break;
+        }
     }
-    let estimate_ms = kernel_ms / f64::from(ESTIMATE_RUNS);
-    let flush_ms = flush_ms / f64::from(ESTIMATE_RUNS);
-
-    let warmup_reps = count(config.warmup_ms, estimate_ms, 1, config.max_reps);
-    let mut reps = count(config.rep_ms, estimate_ms, config.min_reps, config.max_reps);
-    if config.flush_cache && flush_ms > 0.0 {
-        let wall_cap = count(
-            FLUSH_WALL_FACTOR * config.rep_ms,
-            estimate_ms + flush_ms,
-            config.min_reps,
-            config.max_reps,
-        );
-        reps = reps.min(wall_cap);
-    }
-    log::debug!(
-        "do_bench: estimate {estimate_ms:.4} ms (+ {flush_ms:.3} ms flush), {warmup_reps} warmup, \
-         {reps} reps"
-    );
-
-    for _ in 0..warmup_reps {
-        runner.restore()?;
-        runner.run()?;
-    }
+    let estimate_ms = kernel_ms / f64::from(estimate_runs);
+    let flush_ms = flush_ms / f64::from(estimate_runs);
 
     // Hot mode: each sample is a batch of back-to-back calls, long enough to hide the cost of
     // timing it, divided by its size; no flush.
@@ -154,21 +163,58 @@ pub fn do_bench<R: Runner + ?Sized>(
     } else {
         1
     };
-    if config.hot {
-        reps = count(
-            config.rep_ms,
-            estimate_ms * f64::from(batch),
+    let sample_ms = if config.hot {
+        estimate_ms * f64::from(batch)
+    } else {
+        estimate_ms
+    };
+    let mut warmup_reps = count(config.warmup_ms, estimate_ms, 1, config.max_reps);
+    let mut reps = count(config.rep_ms, sample_ms, config.min_reps, config.max_reps);
+    if !config.hot && config.flush_cache && flush_ms > 0.0 {
+        let wall_cap = count(
+            FLUSH_WALL_FACTOR * config.rep_ms,
+            estimate_ms + flush_ms,
             config.min_reps,
             config.max_reps,
         );
+        reps = reps.min(wall_cap);
     }
+    let asked_reps = reps;
+    if let Some(left_ms) = budget.limited_ms() {
+        // Keep one call (and its flush) for the backend's final verification call.
+        let left_ms = (left_ms - estimate_ms - flush_ms).max(0.0);
+        let rep_wall_ms = if config.hot {
+            sample_ms
+        } else {
+            estimate_ms + flush_ms
+        };
+        reps = reps.min(fit(0.8 * left_ms, rep_wall_ms)).max(1);
+        warmup_reps = warmup_reps.min(fit(0.2 * left_ms, estimate_ms));
+    }
+    log::debug!(
+        "do_bench: estimate {estimate_ms:.4} ms over {estimate_runs} runs (+ {flush_ms:.3} ms \
+         flush), {warmup_reps} warmup, {reps} reps of {batch} call(s)"
+    );
+
+    for _ in 0..warmup_reps {
+        runner.restore()?;
+        runner.run()?;
+    }
+
     let time_limit_ms = config
         .max_noise
         .map(|_| config.max_time_ms.unwrap_or(1000.0));
-    let started = Instant::now();
+    let sampling = Instant::now();
     let mut samples = Vec::with_capacity(reps as usize);
     let mut stopped = "reps";
+    let mut last_rep_ms = 0.0f64;
     loop {
+        // A rep that would not leave room for the final call ends sampling (at least one rep).
+        if !samples.is_empty() && budget.left_ms() < last_rep_ms.max(estimate_ms) * 2.0 {
+            stopped = "budget";
+            break;
+        }
+        let wall = Instant::now();
         runner.restore()?;
         if config.hot {
             samples.push(runner.run_batch_timed(batch)? / f64::from(batch));
@@ -176,6 +222,7 @@ pub fn do_bench<R: Runner + ?Sized>(
             flush(runner)?;
             samples.push(runner.run_timed()?);
         }
+        last_rep_ms = wall.elapsed().as_secs_f64() * 1e3;
         let done = samples.len() as u32;
         if done >= config.max_reps {
             break;
@@ -186,18 +233,57 @@ pub fn do_bench<R: Runner + ?Sized>(
                     stopped = "noise";
                     break;
                 }
-                if done >= config.min_reps && started.elapsed().as_secs_f64() * 1e3 >= limit {
+                if done >= config.min_reps && sampling.elapsed().as_secs_f64() * 1e3 >= limit {
                     stopped = "time";
                     break;
                 }
             }
-            _ if done >= reps => break,
+            _ if done >= reps => {
+                if reps < asked_reps {
+                    stopped = "budget";
+                }
+                break;
+            }
             _ => {}
         }
     }
     let mut stats = summarize(&samples, warmup_reps);
     stats.stopped = stopped.into();
     Ok(stats)
+}
+
+/// The request's time budget: `budget_ms` from `started`, or none.
+struct Budget {
+    end: Option<Instant>,
+}
+
+impl Budget {
+    fn new(budget_ms: Option<f64>, started: Instant) -> Budget {
+        Budget {
+            end: budget_ms.map(|ms| started + Duration::from_secs_f64(ms.max(0.0) / 1e3)),
+        }
+    }
+
+    /// ms left, if there is a budget.
+    fn limited_ms(&self) -> Option<f64> {
+        self.end
+            .map(|end| end.saturating_duration_since(Instant::now()).as_secs_f64() * 1e3)
+    }
+
+    /// ms left; infinite without a budget.
+    fn left_ms(&self) -> f64 {
+        self.limited_ms().unwrap_or(f64::INFINITY)
+    }
+}
+
+/// How many runs of `each_ms` fit in `budget_ms` (as many as `u32` holds for a zero cost).
+fn fit(budget_ms: f64, each_ms: f64) -> u32 {
+    if each_ms > 0.0 {
+        // `as` saturates: a negative or NaN quotient is 0, a huge one `u32::MAX`.
+        (budget_ms / each_ms) as u32
+    } else {
+        u32::MAX
+    }
 }
 
 /// Standard deviation over mean of `samples` (0 for fewer than two).
@@ -246,6 +332,11 @@ fn validate(config: &TimingConfig) -> Result<(), BenchError> {
         && !(limit.is_finite() && limit > 0.0)
     {
         return bad(format!("timing.max_time_ms is {limit}; it must be above 0"));
+    }
+    if let Some(budget) = config.budget_ms
+        && !(budget.is_finite() && budget > 0.0)
+    {
+        return bad(format!("timing.budget_ms is {budget}; it must be above 0"));
     }
     if config.min_reps == 0 {
         return bad("timing.min_reps is 0; it must be at least 1".into());
@@ -431,6 +522,77 @@ mod tests {
         );
     }
 
+    /// A runner whose calls really take `ms` of wall time.
+    struct Sleeper {
+        ms: u64,
+        calls: u32,
+    }
+
+    impl Runner for Sleeper {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.calls += 1;
+            std::thread::sleep(Duration::from_millis(self.ms));
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_budget_cuts_the_reps_instead_of_running_past_it() {
+        // A 30 ms kernel asked for at least 10 reps: 5 estimate runs, warmup and 10 reps need
+        // about 0.5 s; with a 400 ms budget the reps are cut, and the whole measurement (plus
+        // one more call, the reserve for the final call) stays within the budget.
+        let config = TimingConfig {
+            warmup_ms: 25.0,
+            rep_ms: 100.0,
+            min_reps: 10,
+            budget_ms: Some(400.0),
+            ..TimingConfig::default()
+        };
+        let mut runner = Sleeper { ms: 30, calls: 0 };
+        let started = Instant::now();
+        let stats = do_bench_within(&mut runner, &config, started).unwrap();
+        runner.run().unwrap();
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(stats.stopped, "budget");
+        assert!((1..10).contains(&stats.reps), "{}", stats.reps);
+        // Sleeping overshoots a little, and a loaded machine more: a generous bound.
+        assert!(elapsed_ms < 400.0 + 150.0, "{elapsed_ms} ms");
+
+        // Time spent before do_bench (tensor setup, the first call) counts.
+        let late = Instant::now() - Duration::from_millis(300);
+        let mut runner = Sleeper { ms: 30, calls: 0 };
+        let stats = do_bench_within(&mut runner, &config, late).unwrap();
+        assert_eq!(stats.stopped, "budget");
+        assert!(runner.calls < 5 + 10, "{}", runner.calls);
+
+        // A budget that is ample changes nothing.
+        let ample = TimingConfig {
+            budget_ms: Some(60_000.0),
+            ..config.clone()
+        };
+        let mut runner = Sleeper { ms: 2, calls: 0 };
+        let stats = do_bench(&mut runner, &ample).unwrap();
+        assert_eq!(stats.stopped, "reps");
+        assert!(stats.reps >= 10);
+    }
+
+    #[test]
+    fn a_budget_spent_before_sampling_still_times_one_rep() {
+        let config = TimingConfig {
+            budget_ms: Some(1.0),
+            ..TimingConfig::default()
+        };
+        let mut runner = Sleeper { ms: 5, calls: 0 };
+        let stats = do_bench(&mut runner, &config).unwrap();
+        assert_eq!((stats.reps, stats.warmup_reps), (1, 0));
+        assert_eq!(stats.stopped, "budget");
+        // One estimate run (the budget is gone after it), no warmup, one rep.
+        assert_eq!(runner.calls, 2);
+    }
+
     #[test]
     fn no_flush_when_disabled() {
         let mut runner = Scripted::default();
@@ -475,6 +637,13 @@ mod tests {
                     ..TimingConfig::default()
                 },
                 "timing.warmup_ms",
+            ),
+            (
+                TimingConfig {
+                    budget_ms: Some(0.0),
+                    ..TimingConfig::default()
+                },
+                "timing.budget_ms",
             ),
             (
                 TimingConfig {

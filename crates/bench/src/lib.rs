@@ -42,6 +42,6 @@ mod stats;
 mod tensor;
 
 pub use backend::Backend;
-pub use do_bench::{Runner, do_bench};
+pub use do_bench::{Runner, do_bench, do_bench_within};
 pub use stats::{quantile, summarize};
 pub use tensor::{HostTensor, physical_memory_bytes};

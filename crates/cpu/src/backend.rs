@@ -2,13 +2,17 @@
 
 use std::ffi::c_void;
 use std::path::Path;
+use std::time::Instant;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use tunebox_bench::{Backend, HostTensor, Runner, do_bench};
-use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Kernel, TensorData};
+use tunebox_bench::{Backend, HostTensor, Runner, do_bench_within, summarize};
+use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, TensorData,
+};
 
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
+use crate::flush::{EVICTS_LINES, evict};
 use crate::{CacheDir, CacheFlusher, CpuError, Signature, compile};
 
 /// The one C signature every artifact is called through:
@@ -20,15 +24,20 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// For each request it [`compile`]s the kernel (normally a cache hit: the parent precompiled it),
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
-/// are after that call, then times it with [`do_bench`], flushing the last-level cache with a
-/// [`CacheFlusher`] before every timed rep (when `timing.flush_cache`). When there are outputs,
-/// it then fills them with `0xFF` bytes ([`HostTensor::poison`]), calls the kernel once more and
-/// returns those outputs too (`outputs_after_reps`), so that a kernel which does not overwrite its
-/// outputs on every call cannot pass verification. The shared object is
-/// unloaded before `benchmark` returns, so no library handle outlives its request.
+/// are after that call, then times it with [`do_bench_within`] (within `timing.budget_ms` from
+/// the request's start), evicting the cache lines of every tensor ([`evict`]) before every
+/// timed rep when `timing.flush_cache` (or, with [`CacheFlush::LastLevelCache`] and on
+/// architectures without a line flush, writing a [`CacheFlusher`] buffer twice the last-level
+/// cache). When there are outputs, it then fills them with `0xFF` bytes
+/// ([`HostTensor::poison`]), calls the kernel once more and returns those outputs too
+/// (`outputs_after_reps`), so that a kernel which does not overwrite its outputs on every call
+/// cannot pass verification. With `timing.outputs_only` it returns after the first call.
 ///
-/// A kernel that writes its inputs changes what later reps see; this backend does not restore
-/// them.
+/// Inputs the kernel writes are restored before every later call (`mutated_inputs`).
+///
+/// Kernel libraries are loaded with `RTLD_NODELETE` and stay mapped until the worker exits: a
+/// kernel's runtime (libgomp's OpenMP thread pool, a TBB arena) may keep threads running code of
+/// the library after the call returns, and unmapping it under them crashes the worker.
 #[derive(Debug)]
 pub struct CpuBackend {
     cache: CacheDir,
@@ -70,6 +79,7 @@ impl Backend for CpuBackend {
     }
 
     fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        let started = Instant::now();
         let library = self.load(request)?;
 
         let mut tensors = request
@@ -80,10 +90,13 @@ impl Backend for CpuBackend {
         let pointers: Vec<*mut c_void> =
             tensors.iter_mut().map(|t| t.as_mut_ptr().cast()).collect();
         let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
-        let flusher = if request.timing.flush_cache {
-            Some(self.flusher.get_or_insert_with(CacheFlusher::new))
-        } else {
-            None
+        let timing = &request.timing;
+        let flush = match timing.cache_flush {
+            _ if !timing.flush_cache || timing.outputs_only => Flush::None,
+            CacheFlush::Tensors if EVICTS_LINES => Flush::Tensors,
+            CacheFlush::Tensors | CacheFlush::LastLevelCache => {
+                Flush::Buffer(self.flusher.get_or_insert_with(CacheFlusher::new))
+            }
         };
         let mut runner = CpuRunner {
             library: &library,
@@ -97,13 +110,21 @@ impl Backend for CpuBackend {
                 .filter(|(_, spec)| spec.reset)
                 .map(|(i, _)| i)
                 .collect(),
-            flusher,
+            flush,
         };
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
-        runner.run()?;
+        let first_ms = runner.run_timed()?;
         check_bounds(runner.tensors)?;
         let outputs = output_data(request, runner.tensors)?;
+        if timing.outputs_only {
+            return Ok(BenchmarkResult {
+                stats: summarize(&[first_ms], 0),
+                outputs,
+                outputs_after_reps: Vec::new(),
+                mutated_inputs: Vec::new(),
+            });
+        }
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
         let mutated: Vec<usize> = request
             .tensors
@@ -119,7 +140,7 @@ impl Backend for CpuBackend {
             .collect();
         runner.restore.extend(mutated);
 
-        let stats = do_bench(&mut runner, &request.timing)?;
+        let stats = do_bench_within(&mut runner, timing, started)?;
         check_bounds(runner.tensors)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
@@ -136,7 +157,6 @@ impl Backend for CpuBackend {
             outputs_after_reps = output_data(request, runner.tensors)?;
         }
         drop(runner);
-        // Unload now: no library handle outlives its request.
         drop(library);
         Ok(BenchmarkResult {
             stats,
@@ -182,7 +202,8 @@ fn output_data(
         .collect()
 }
 
-/// A loaded artifact and its trampoline; unloaded on drop.
+/// A loaded artifact and its trampoline. Dropping it closes the handle, but the library stays
+/// mapped (`RTLD_NODELETE`) until the process exits.
 struct KernelLibrary {
     trampoline: Trampoline,
     /// Keeps the code behind `trampoline` mapped; never used otherwise.
@@ -190,8 +211,9 @@ struct KernelLibrary {
 }
 
 impl KernelLibrary {
-    /// `dlopen`s the artifact with `RTLD_NOW` (an unresolved symbol fails here, not mid-run) and
-    /// `RTLD_LOCAL`, and resolves the trampoline.
+    /// `dlopen`s the artifact with `RTLD_NOW` (an unresolved symbol fails here, not mid-run),
+    /// `RTLD_LOCAL` and `RTLD_NODELETE` (never unmapped: threads a kernel's runtime started may
+    /// still run its code), and resolves the trampoline.
     fn load(path: &Path) -> Result<Self, BenchError> {
         let load_error = |detail: String| BenchError::Load {
             path: path.display().to_string(),
@@ -200,8 +222,9 @@ impl KernelLibrary {
         // SAFETY: loading runs the object's initializers. The object was built by `compile` from
         // the request's own C source; running that code is exactly what this worker exists for,
         // and a fault in it costs only this worker process.
-        let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
-            .map_err(|e| load_error(with_sources(&e)))?;
+        let library =
+            unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE) }
+                .map_err(|e| load_error(with_sources(&e)))?;
         // SAFETY: every artifact defines `tunebox_trampoline` in the trampoline that `compile`
         // appends, with the C type `void (void *const *, const int64_t *)`, which is `Trampoline`.
         // The pointer is copied out of the symbol but stored next to `library`, which keeps it
@@ -228,7 +251,16 @@ struct CpuRunner<'a> {
     tensors: &'a mut [HostTensor],
     /// Indices of the tensors re-initialized before every call.
     restore: Vec<usize>,
-    flusher: Option<&'a mut CacheFlusher>,
+    flush: Flush<'a>,
+}
+
+/// How a [`CpuRunner`] evicts the kernel's data before a timed rep.
+enum Flush<'a> {
+    None,
+    /// Evict the lines of every tensor.
+    Tensors,
+    /// Write a buffer twice the last-level cache.
+    Buffer(&'a mut CacheFlusher),
 }
 
 impl Runner for CpuRunner<'_> {
@@ -252,8 +284,10 @@ impl Runner for CpuRunner<'_> {
     }
 
     fn flush(&mut self) -> Result<(), BenchError> {
-        if let Some(flusher) = self.flusher.as_deref_mut() {
-            flusher.flush();
+        match &mut self.flush {
+            Flush::None => {}
+            Flush::Tensors => self.tensors.iter().for_each(|t| evict(t.bytes())),
+            Flush::Buffer(flusher) => flusher.flush(),
         }
         Ok(())
     }

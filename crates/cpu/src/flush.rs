@@ -1,4 +1,8 @@
 //! Evicting a kernel's data from the CPU caches between timed reps.
+//!
+//! Two methods ([`CacheFlush`](tunebox_protocol::CacheFlush)): [`evict`] the lines of the
+//! kernel's own tensors (the default; its cost grows with the tensors), or write a
+//! [`CacheFlusher`] buffer twice the last-level cache (its cost grows with the machine).
 
 use std::fs;
 use std::hint::black_box;
@@ -16,13 +20,75 @@ const MAX_FLUSH_BYTES: u64 = 512 << 20;
 /// Where Linux describes the first core's caches.
 const SYSFS_CACHE_DIR: &str = "/sys/devices/system/cpu/cpu0/cache";
 
+/// Overrides the last-level cache size that sysfs reports (bytes, or with a `K`/`M`/`G`
+/// suffix): to simulate another machine in tests, or to correct a VM that reports its host's
+/// cache.
+pub const LLC_BYTES_ENV: &str = "TUNEBOX_LLC_BYTES";
+
+/// Whether [`evict`] evicts lines itself on this architecture (x86-64: `clflush`); elsewhere
+/// the CPU backend flushes with a [`CacheFlusher`] instead.
+pub const EVICTS_LINES: bool = cfg!(target_arch = "x86_64");
+
+/// Evicts every cache line of `region` from every level of the cache hierarchy of every core,
+/// as TVM's `cache_flush_cpu_non_first_arg` does for a kernel's arguments: on x86-64,
+/// `clflushopt` on each 64-byte line where the CPU has it (else `clflush`, which is serialized
+/// and about 20 times slower), dirty lines written back, then `mfence`, so that all of it is
+/// done before the caller's timer starts. The contents are unchanged. The cost grows with
+/// `region.len()`; with `clflushopt` it is below the time to read the region once from memory
+/// (docs/performance.md). Does nothing on architectures without a user-level line flush
+/// ([`EVICTS_LINES`] is false there).
+pub fn evict(region: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_clflush, _mm_mfence};
+        let lines = (0..region.len()).step_by(LINE_BYTES);
+        if has_clflushopt() {
+            for offset in lines {
+                // SAFETY: `offset < region.len()`, so the address is inside `region`, which is
+                // borrowed for the whole call. `clflushopt` only moves the line out of the
+                // caches (no observable read or write of the bytes), and this CPU implements it
+                // (CPUID, see `has_clflushopt`).
+                unsafe {
+                    std::arch::asm!(
+                        "clflushopt [{0}]",
+                        in(reg) region.as_ptr().add(offset),
+                        options(nostack, preserves_flags)
+                    );
+                }
+            }
+        } else {
+            for offset in lines {
+                // SAFETY: as above; `clflush` is part of SSE2, in the x86-64 baseline.
+                unsafe { _mm_clflush(region.as_ptr().add(offset)) };
+            }
+        }
+        // SAFETY: `mfence` has no operands; SSE2 is part of the x86-64 baseline. It orders the
+        // flushes before every later load and store, so they are done before timing starts.
+        unsafe { _mm_mfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    black_box(region);
+}
+
+/// Whether this x86-64 CPU implements `clflushopt` (CPUID leaf 7, EBX bit 23), asked once.
+#[cfg(target_arch = "x86_64")]
+fn has_clflushopt() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let leaves = std::arch::x86_64::__cpuid(0).eax;
+        leaves >= 7 && (std::arch::x86_64::__cpuid_count(7, 0).ebx >> 23) & 1 == 1
+    })
+}
+
 /// A buffer twice the size of the last-level cache whose every line [`CacheFlusher::flush`]
 /// writes, so that a kernel's data is evicted before each timed rep (the CPU counterpart of the
 /// L2 flush of triton's `do_bench`).
 ///
 /// The last-level cache is the highest-level `Data` or `Unified` cache of cpu0 in
-/// `/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}`; when that cannot be read,
-/// 32 MiB is assumed. The buffer is capped at 512 MiB.
+/// `/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}`, unless [`LLC_BYTES_ENV`]
+/// says otherwise; when neither can be read, 32 MiB is assumed. The buffer is capped at
+/// 512 MiB. This is the [`CacheFlush::LastLevelCache`](tunebox_protocol::CacheFlush) method;
+/// the default evicts the tensors' own lines ([`evict`]) instead.
 #[derive(Debug)]
 pub struct CacheFlusher {
     buffer: Vec<u8>,
@@ -32,7 +98,8 @@ impl CacheFlusher {
     /// A flusher sized 2 × this machine's last-level cache (see the type's docs), with every page
     /// already touched so the first flush costs no page faults.
     pub fn new() -> Self {
-        let llc = last_level_cache_bytes(Path::new(SYSFS_CACHE_DIR));
+        let llc = llc_override(std::env::var(LLC_BYTES_ENV).ok().as_deref())
+            .or_else(|| last_level_cache_bytes(Path::new(SYSFS_CACHE_DIR)));
         if llc.is_none() {
             log::debug!("cpu: last-level cache size unknown; assuming {FALLBACK_LLC_BYTES} bytes");
         }
@@ -69,6 +136,17 @@ impl Default for CacheFlusher {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The size [`LLC_BYTES_ENV`] gives, if it is set to a valid size above zero (an invalid one is
+/// logged and ignored).
+fn llc_override(value: Option<&str>) -> Option<u64> {
+    let value = value?;
+    let size = parse_cache_size(value).filter(|&s| s > 0);
+    if size.is_none() {
+        log::warn!("cpu: {LLC_BYTES_ENV}={value:?} is not a size such as 262144K or 256M; ignored");
+    }
+    size
 }
 
 /// 2 × the last-level cache (or the fallback), capped.
@@ -179,6 +257,28 @@ mod tests {
         let touched = flusher.buffer.iter().step_by(LINE_BYTES);
         assert!(touched.clone().count() == 16 && touched.into_iter().all(|&b| b == 2));
         assert_eq!(CacheFlusher::with_size(0).size(), LINE_BYTES);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_reported_cache() {
+        // A cloud VM that reports its host's 260 MiB L3 gets a 512 MiB (capped) LLC flush buffer.
+        assert_eq!(llc_override(Some("266240K")), Some(260 << 20));
+        assert_eq!(flush_bytes(llc_override(Some("260M"))), 512 << 20);
+        assert_eq!(flush_bytes(llc_override(Some("8M"))), 16 << 20);
+        for bad in ["", "0", "lots", "-3M"] {
+            assert_eq!(llc_override(Some(bad)), None, "{bad:?}");
+        }
+        assert_eq!(llc_override(None), None);
+    }
+
+    #[test]
+    fn evicting_keeps_the_contents() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let copy = data.clone();
+        evict(&data);
+        evict(&data[1..4097]);
+        evict(&[]);
+        assert_eq!(data, copy);
     }
 
     #[test]

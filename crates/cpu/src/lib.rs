@@ -9,8 +9,8 @@
 //! [`Backend`](tunebox_bench::Backend) for [`Kernel::C`](tunebox_protocol::Kernel::C) requests:
 //! it loads the artifact, allocates the tensors ([`HostTensor`](tunebox_bench::HostTensor)),
 //! calls the kernel once for its outputs and times it with
-//! [`do_bench`](tunebox_bench::do_bench), evicting the last-level cache with a [`CacheFlusher`]
-//! before every timed rep. Compile failures are [`CpuError`]s, which become
+//! [`do_bench`](tunebox_bench::do_bench), evicting the tensors' cache lines ([`evict`]; or the
+//! whole last-level cache with a [`CacheFlusher`]) before every timed rep. Compile failures are [`CpuError`]s, which become
 //! [`BenchError`](tunebox_protocol::BenchError)s on the wire.
 //!
 //! # Example
@@ -68,4 +68,4 @@ pub use backend::CpuBackend;
 pub use cache::{CACHE_DIR_ENV, CacheDir};
 pub use compile::{Artifact, Signature, compile};
 pub use error::CpuError;
-pub use flush::CacheFlusher;
+pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};

@@ -1,7 +1,7 @@
 //! The `cuda` backend: compile (a cache hit), load, check the launch, allocate, call once, time.
 
 use cudarc::driver::sys::CUfunction_attribute as F;
-use tunebox_bench::{Backend, Runner, do_bench};
+use tunebox_bench::{Backend, Runner, do_bench_within, summarize};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, TensorData,
 };
@@ -27,11 +27,13 @@ use crate::timing::{Arguments, CudaRunner, DelayKernel, L2Flusher};
 /// [`Backend::prepare`]), loads the module, checks the launch configuration against the device
 /// and the kernel ([`validate_launch`]), allocates and initializes every tensor on the device,
 /// calls the kernel once and returns the tensors marked `output` as they are after that call,
-/// then times it with [`do_bench`] and CUDA events (cold: the L2 flushed before every rep;
+/// then times it with [`do_bench_within`] (within `timing.budget_ms` from the request's start)
+/// and CUDA events (cold: the L2 flushed before every rep;
 /// hot: batches of launches between one pair of events). Inputs the first call wrote, and
 /// `reset` tensors, are restored before every later call. When there are outputs, they are then
 /// filled with `0xFF`, the kernel is called once more, and those outputs are returned too
-/// (`outputs_after_reps`), as the cpu backend does.
+/// (`outputs_after_reps`), as the cpu backend does. With `timing.outputs_only` it returns after
+/// the first call.
 ///
 /// A sticky device fault (see [`stickiness`](crate::stickiness)) is returned as
 /// [`BenchError::DeviceFault`] with `sticky: true`; the worker exits after answering it, and
@@ -146,6 +148,7 @@ impl CudaBackend {
     }
 
     fn run(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
+        let started = std::time::Instant::now();
         let kernel = cuda_kernel(request)?;
         compile::validate(kernel)?;
         let cache = self.cache.clone();
@@ -159,7 +162,8 @@ impl CudaBackend {
             .map(|spec| DeviceTensor::new(spec, stream))
             .collect::<Result<Vec<_>, _>>()?;
         let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
-        let cold = request.timing.flush_cache && !request.timing.hot;
+        let cold =
+            request.timing.flush_cache && !request.timing.hot && !request.timing.outputs_only;
         if cold && state.flusher.is_none() {
             state.flusher = Some(L2Flusher::new(state.limits.l2_cache_bytes)?);
         }
@@ -194,8 +198,19 @@ impl CudaBackend {
         debug_assert_eq!(runner.arguments.len(), tensors.len() + scalars.len());
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
+        // Wall time of the first call (launch + synchronize): the stats of an `outputs_only` run.
+        let first = std::time::Instant::now();
         runner.run()?;
+        let first_ms = first.elapsed().as_secs_f64() * 1e3;
         let outputs = output_data(&tensors, stream)?;
+        if request.timing.outputs_only {
+            return Ok(BenchmarkResult {
+                stats: summarize(&[first_ms], 0),
+                outputs,
+                outputs_after_reps: Vec::new(),
+                mutated_inputs: Vec::new(),
+            });
+        }
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
         let mut mutated = Vec::new();
         for (i, tensor) in tensors.iter().enumerate() {
@@ -210,7 +225,7 @@ impl CudaBackend {
             .collect();
         runner.restore.extend(mutated);
 
-        let stats = do_bench(&mut runner, &request.timing)?;
+        let stats = do_bench_within(&mut runner, &request.timing, started)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();

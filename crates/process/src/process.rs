@@ -180,16 +180,21 @@ impl TuningProcess {
         ProcessError::Remote(error)
     }
 
-    /// [`put`](TuningProcess::put) then [`get`](TuningProcess::get).
+    /// [`put`](TuningProcess::put) then [`get`](TuningProcess::get). Unless the request sets
+    /// its own `timing.budget_ms`, it gets 80 % of `timeout`
+    /// ([`TimingConfig::fit_to_timeout`](tunebox_protocol::TimingConfig::fit_to_timeout)): the
+    /// worker fits warmup and reps into that, so a slow kernel is measured with fewer reps
+    /// instead of timing out; only a call that hangs (or alone outlasts the budget) times out.
     ///
     /// # Errors
     ///
     /// Those of `put` and `get`.
     pub fn benchmark(
         &mut self,
-        request: BenchmarkRequest,
+        mut request: BenchmarkRequest,
         timeout: Duration,
     ) -> Result<BenchmarkResult, ProcessError> {
+        request.timing.fit_to_timeout(timeout);
         self.put(request)?;
         self.get(timeout)
     }

@@ -44,8 +44,8 @@ pub use env::{CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
-    BenchmarkRequest, CKernel, DType, Define, DiagnosticTask, Init, Kernel, Scalar, TensorSpec,
-    TimingConfig,
+    BenchmarkRequest, CKernel, CacheFlush, DType, Define, DiagnosticTask, Init, Kernel, Scalar,
+    TensorSpec, TimingConfig,
 };
 pub use result::{BenchmarkResult, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
@@ -53,7 +53,7 @@ pub use shared::{SharedBuffer, SharedData, checksum};
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

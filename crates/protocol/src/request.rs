@@ -309,6 +309,73 @@ pub struct TimingConfig {
     /// above it (default 1000 when `max_noise` is set).
     #[serde(default)]
     pub max_time_ms: Option<f64>,
+    /// How the CPU backend evicts the kernel's data before each timed rep when `flush_cache` is
+    /// on (default [`CacheFlush::Tensors`]). GPU backends always write a buffer twice the L2,
+    /// which costs microseconds there.
+    #[serde(default)]
+    pub cache_flush: CacheFlush,
+    /// Wall time in ms the whole request may take in the worker, from the moment it starts it
+    /// (tensor setup, first call, estimate, warmup, reps and the final call). The worker fits
+    /// warmup and reps into what is left after the estimate, giving fewer than `min_reps` reps
+    /// (`stopped = "budget"`) rather than running past it; a single call longer than the budget
+    /// still runs to its end. `None` (default): no budget. Callers with a per-request timeout
+    /// set it below that timeout (the CLI uses 80 % of it), so that a slow but working kernel is
+    /// measured with fewer reps instead of being killed.
+    #[serde(default)]
+    pub budget_ms: Option<f64>,
+    /// Call the kernel once on fresh tensors and return its outputs, without warmup or timed
+    /// reps (a reference run for verification). The stats describe that one call
+    /// (`reps = 1`, `stopped = "single"`). Default off.
+    #[serde(default)]
+    pub outputs_only: bool,
+}
+
+impl TimingConfig {
+    /// Share of a request's timeout that [`TimingConfig::fit_to_timeout`] gives the worker as
+    /// `budget_ms`: the rest absorbs what the budget cannot see (the reply, a loaded machine
+    /// stretching the final call).
+    pub const BUDGET_SHARE: f64 = 0.8;
+
+    /// Sets `budget_ms` to [`TimingConfig::BUDGET_SHARE`] of `timeout` unless the caller chose
+    /// one: what `TuningProcess::benchmark` and the pools do with their timeout, so that a slow
+    /// kernel gets fewer reps rather than being killed at the deadline.
+    pub fn fit_to_timeout(&mut self, timeout: std::time::Duration) {
+        self.budget_ms
+            .get_or_insert(timeout.as_secs_f64() * 1e3 * Self::BUDGET_SHARE);
+    }
+}
+
+/// How the CPU backend evicts a kernel's data from the caches before each timed rep.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheFlush {
+    /// Evict every cache line of the request's tensors (x86-64: `clflush` line by line, then a
+    /// fence), as TVM's CPU timer does: the cost grows with the tensors, not with the
+    /// machine's cache. On other architectures this falls back to
+    /// [`CacheFlush::LastLevelCache`].
+    #[default]
+    Tensors,
+    /// Write a buffer twice the last-level cache (as sysfs reports it, capped at 512 MiB), as
+    /// triton's `do_bench` does for the GPU L2: evicts everything, including data the kernel
+    /// reaches through other pointers, at a cost that grows with the machine's cache (hundreds
+    /// of MiB on servers and cloud VMs that report their host's L3).
+    LastLevelCache,
+}
+
+impl CacheFlush {
+    /// The manifest name: `tensors` or `llc`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheFlush::Tensors => "tensors",
+            CacheFlush::LastLevelCache => "llc",
+        }
+    }
+
+    /// Parses a manifest name ([`CacheFlush::name`]).
+    pub fn from_name(name: &str) -> Option<CacheFlush> {
+        [CacheFlush::Tensors, CacheFlush::LastLevelCache]
+            .into_iter()
+            .find(|f| f.name() == name)
+    }
 }
 
 impl Default for TimingConfig {
@@ -322,6 +389,9 @@ impl Default for TimingConfig {
             hot: false,
             max_noise: None,
             max_time_ms: None,
+            cache_flush: CacheFlush::Tensors,
+            budget_ms: None,
+            outputs_only: false,
         }
     }
 }

@@ -45,7 +45,8 @@ pub struct TimingStats {
     /// Number of untimed warmup calls before them.
     pub warmup_reps: u32,
     /// Why sampling stopped: `"reps"` (the rep budget), `"noise"` (relative standard deviation
-    /// below `max_noise`), `"time"` (`max_time_ms` reached), or `"single"` (one measurement).
+    /// below `max_noise`), `"time"` (`max_time_ms` reached), `"budget"` (the request's
+    /// `budget_ms` left room for fewer reps than asked), or `"single"` (one measurement).
     pub stopped: String,
 }
 

@@ -1,0 +1,135 @@
+//! Real C kernels through real workers: kernels with runtimes of their own (OpenMP), kernels
+//! slower than their timeout allows, and a machine that reports a huge last-level cache.
+
+use std::time::{Duration, Instant};
+
+use tunebox_process::{ProcessError, TuningProcess};
+use tunebox_protocol::{BenchmarkRequest, CacheFlush, Define, Kernel, TimingConfig};
+
+use crate::util::{AXPY, c_request, config};
+
+/// `y = 2x + OFFSET` split over an OpenMP team: after the call, libgomp's threads stay alive
+/// (spinning, then sleeping) in code of the kernel's libraries.
+const OPENMP_AXPY: &str = "#include <stdint.h>\n\
+#include <omp.h>\n\
+void axpy(const float *x, float *y, int64_t n) {\n\
+    #pragma omp parallel for\n\
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+}\n";
+
+/// An OpenMP kernel: 50 requests, each a fresh kernel library (its own define) in a worker that
+/// serves them all, must all succeed. The worker used to unload each library (and libgomp with
+/// it) while the OpenMP threads still ran its code: a SIGSEGV in about one request in five.
+#[test]
+fn openmp_kernels_never_crash_their_worker() {
+    let mut worker = TuningProcess::spawn(config().env("OMP_NUM_THREADS", "2")).unwrap();
+    let pid = worker.pid();
+    for i in 0..50 {
+        let mut request = c_request(OPENMP_AXPY, "axpy", "1.0f");
+        let Kernel::C(kernel) = &mut request.kernel else {
+            unreachable!("c_request builds a C kernel")
+        };
+        kernel.flags.push("-fopenmp".into());
+        // A new library every time, so each request loads (and used to unload) its own.
+        kernel.defines.push(Define::new("VARIANT", i.to_string()));
+        request.timing.rep_ms = 2.0;
+        let result = worker.benchmark(request, Duration::from_secs(60));
+        assert!(result.is_ok(), "request {i}: {:?}", result.err());
+    }
+    assert_eq!(worker.pid(), pid, "one worker served all 50");
+}
+
+/// A kernel whose `min_reps` cannot fit its timeout is measured with fewer reps, not killed:
+/// 150 ms a call, at least 10 reps (about 2.5 s with estimate and warmup) within 1.5 s.
+#[test]
+fn a_slow_kernel_gets_fewer_reps_instead_of_a_timeout() {
+    const SLOW: &str = "#include <stdint.h>\n#include <time.h>\n\
+        void slow(const float *x, float *y, int64_t n) {\n\
+            struct timespec t = {0, 150000000};\n\
+            nanosleep(&t, 0);\n\
+            for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+        }\n";
+    let mut request = c_request(SLOW, "slow", "1.0f");
+    request.timing = TimingConfig {
+        min_reps: 10,
+        ..TimingConfig::default()
+    };
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    // Compile first: the budget is for measuring, and a loaded machine compiles slowly.
+    worker
+        .prepare(request.clone(), Duration::from_secs(60))
+        .unwrap();
+    let timeout = Duration::from_millis(1500);
+    let started = Instant::now();
+    let result = worker.benchmark(request.clone(), timeout).unwrap();
+    assert_eq!(result.stats.stopped, "budget");
+    assert!(
+        (1..10).contains(&result.stats.reps),
+        "{} reps",
+        result.stats.reps
+    );
+    assert!(started.elapsed() < timeout);
+    assert!((result.stats.median_ms - 150.0).abs() < 100.0);
+
+    // A call that alone outlasts the timeout is still a timeout.
+    let err = worker
+        .benchmark(request, Duration::from_millis(100))
+        .unwrap_err();
+    assert!(matches!(err, ProcessError::Timeout { .. }), "{err:?}");
+}
+
+/// On a machine whose CPU reports a 260 MiB last-level cache (a cloud VM seeing its host's
+/// L3), the default flush evicts the tensors' lines: the worker holds no flush buffer and a
+/// small kernel's measurement costs no more than on a small-cache machine. The last-level
+/// cache flush, still available, writes a 512 MiB buffer (the cap) there.
+#[test]
+fn a_huge_reported_cache_costs_nothing_with_the_default_flush() {
+    let huge = || config().env("TUNEBOX_LLC_BYTES", "260M");
+    let request = |flush: CacheFlush| -> BenchmarkRequest {
+        let mut request = c_request(AXPY, "axpy", "1.0f");
+        request.timing = TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 5.0,
+            min_reps: 10,
+            max_reps: 10,
+            flush_cache: true,
+            cache_flush: flush,
+            ..TimingConfig::default()
+        };
+        request
+    };
+    let rss_kib = |worker: &TuningProcess| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", worker.pid().unwrap()))
+            .expect("the worker's status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status")
+    };
+
+    let mut worker = TuningProcess::spawn(huge()).unwrap();
+    let started = Instant::now();
+    let stats = worker
+        .benchmark(request(CacheFlush::Tensors), Duration::from_secs(60))
+        .unwrap()
+        .stats;
+    let tensors_s = started.elapsed().as_secs_f64();
+    assert_eq!(stats.reps, 10);
+    // The worker never allocated a flush buffer: well under the 512 MiB it would hold.
+    let tensors_rss = rss_kib(&worker);
+    assert!(tensors_rss < 128 * 1024, "peak RSS {tensors_rss} KiB");
+
+    let mut worker = TuningProcess::spawn(huge()).unwrap();
+    let started = Instant::now();
+    worker
+        .benchmark(request(CacheFlush::LastLevelCache), Duration::from_secs(60))
+        .unwrap();
+    let llc_s = started.elapsed().as_secs_f64();
+    let llc_rss = rss_kib(&worker);
+    assert!(llc_rss > 500 * 1024, "peak RSS {llc_rss} KiB");
+    eprintln!(
+        "260 MiB LLC: tensors flush {tensors_s:.3} s, {tensors_rss} KiB; \
+         llc flush {llc_s:.3} s, {llc_rss} KiB"
+    );
+}
