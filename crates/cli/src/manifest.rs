@@ -8,8 +8,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tunebox_pool::Tolerance;
 use tunebox_protocol::{
-    Bytes, DType, Define, Init, Scalar, SharedBuffer, SharedData, TensorData, TensorSpec,
-    TimingConfig,
+    Bytes, CacheFlush, DType, Define, Init, Scalar, SharedBuffer, SharedData, TensorData,
+    TensorSpec, TimingConfig,
 };
 
 use crate::launch::{Launch, RawLaunch};
@@ -18,6 +18,8 @@ use crate::space::{Choice, ParamValue, Restriction};
 
 /// Per-choice timeout when the manifest does not set `timeout_s`.
 const DEFAULT_TIMEOUT_S: f64 = 60.0;
+/// Least time the reference gets when `verify.timeout_s` is not set.
+const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
 /// Longest per-choice timeout: a week.
 pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
 /// Most timed reps (and warmup calls) one choice may ask for.
@@ -80,6 +82,19 @@ pub(crate) struct KernelSource {
 pub(crate) struct Verify {
     pub(crate) tolerance: Tolerance,
     pub(crate) reference: Reference,
+    /// The reference run's own timeout (`verify.timeout_s`); `None`: see
+    /// [`Verify::reference_timeout`].
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl Verify {
+    /// The deadline of the one reference call: `verify.timeout_s`, else the per-choice
+    /// `timeout` but at least [`DEFAULT_REFERENCE_TIMEOUT_S`] (a naive reference is often far
+    /// slower than the choices it checks).
+    pub(crate) fn reference_timeout(&self, timeout: Duration) -> Duration {
+        self.timeout
+            .unwrap_or_else(|| timeout.max(Duration::from_secs_f64(DEFAULT_REFERENCE_TIMEOUT_S)))
+    }
 }
 
 /// What produces the reference outputs.
@@ -190,6 +205,7 @@ struct RawTiming {
     hot: Option<bool>,
     max_noise: Option<f64>,
     max_time_ms: Option<f64>,
+    cache_flush: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +213,7 @@ struct RawTiming {
 struct RawVerify {
     rtol: Option<f64>,
     atol: Option<f64>,
+    timeout_s: Option<f64>,
     reference: RawReference,
 }
 
@@ -533,6 +550,7 @@ fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
             raw.verify = Some(RawVerify {
                 rtol: None,
                 atol: Some(atol),
+                timeout_s: None,
                 reference,
             });
         }
@@ -813,6 +831,14 @@ fn timing(raw: Option<RawTiming>, iterations: Option<u32>) -> Result<TimingConfi
     timing.max_reps = raw.max_reps.unwrap_or(timing.max_reps.max(timing.min_reps));
     timing.flush_cache = raw.flush_cache.unwrap_or(timing.flush_cache);
     timing.hot = raw.hot.unwrap_or(timing.hot);
+    if let Some(name) = raw.cache_flush {
+        timing.cache_flush = CacheFlush::from_name(&name).with_context(|| {
+            format!(
+                "timing.cache_flush = {name:?}: use \"tensors\" (evict the tensors' cache lines, \
+                 the default) or \"llc\" (write a buffer twice the last-level cache)"
+            )
+        })?;
+    }
     for (name, value) in [
         ("max_noise", raw.max_noise),
         ("max_time_ms", raw.max_time_ms),
@@ -922,9 +948,21 @@ fn verify(
              or `outputs = {{ NAME = \"file\", … }}` (the expected output of each output tensor)"
         ),
     };
+    let timeout = raw
+        .timeout_s
+        .map(|t| {
+            ensure!(
+                t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
+                "verify.timeout_s = {t}: it must be a number of seconds above 0 and at most \
+                 {MAX_TIMEOUT_S} (a week)"
+            );
+            Ok(Duration::from_secs_f64(t))
+        })
+        .transpose()?;
     Ok(Verify {
         tolerance,
         reference,
+        timeout,
     })
 }
 

@@ -146,36 +146,59 @@ pub(crate) fn start_pool(
     Ok(Arc::new(pool))
 }
 
-/// Prepares (CUDA) and runs the reference, returning its outputs; for a reference given as
-/// files, those.
+/// Prepares (CUDA) and runs the reference once, in a worker of its own whose timeout is the
+/// reference's (`verify.timeout_s`, see [`Verify::reference_timeout`]), returning its outputs;
+/// for a reference given as files, those. The reference is called once, untimed
+/// (`outputs_only`): its outputs are all a run needs from it. `watch` registers the worker's
+/// pool so that Ctrl-C stops it.
 ///
 /// # Errors
 ///
-/// The reference cannot be prepared or fails: nothing could be verified.
+/// The reference cannot be prepared or fails (the message says how long it may take, and how
+/// to give it longer): nothing could be verified.
+///
+/// [`Verify::reference_timeout`]: crate::manifest::Verify::reference_timeout
 pub(crate) fn reference_outputs(
     manifest: &Manifest,
-    pool: &TuningProcessPool,
     reference: Option<&(String, BenchmarkRequest)>,
+    timeout: Duration,
+    watch: impl Fn(Arc<TuningProcessPool>),
     note: impl Fn(&str),
 ) -> Result<Option<Vec<TensorData>>> {
-    match (reference, manifest.verify.as_ref().map(|v| &v.reference)) {
-        (Some((label, request)), _) => {
-            if matches!(request.kernel, Kernel::Cuda(_))
-                && let Err(e) = pool.prepare(std::slice::from_ref(request)).remove(0)
-            {
-                bail!("the reference {label} could not be prepared: {e}");
-            }
-            note(&format!("running the reference {label}…"));
-            let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
-            Ok(Some(
-                result
-                    .map_err(|e| anyhow::anyhow!("the reference {label} failed: {e}"))?
-                    .outputs,
-            ))
-        }
-        (None, Some(Reference::Outputs(outputs))) => Ok(Some(outputs.clone())),
-        _ => Ok(None),
+    let Some(verify) = manifest.verify.as_ref() else {
+        return Ok(None);
+    };
+    let Some((label, request)) = reference else {
+        return Ok(match &verify.reference {
+            Reference::Outputs(outputs) => Some(outputs.clone()),
+            Reference::Choice(_) | Reference::Source(..) => None,
+        });
+    };
+    let timeout = verify.reference_timeout(timeout);
+    let mut request = request.clone();
+    request.timing.outputs_only = true;
+    let pool = start_pool(1, timeout, Some(1))?;
+    watch(Arc::clone(&pool));
+    if matches!(request.kernel, Kernel::Cuda(_))
+        && let Err(e) = pool.prepare(std::slice::from_ref(&request)).remove(0)
+    {
+        bail!("the reference {label} could not be prepared: {e}");
     }
+    note(&format!(
+        "running the reference {label} (once, timeout {timeout:?})…"
+    ));
+    let result = pool.benchmark(std::slice::from_ref(&request)).remove(0);
+    pool.shutdown(Duration::from_millis(500));
+    let outputs = result.map_err(|e| {
+        let hint = if matches!(e, PoolError::Process(ProcessError::Timeout { .. })) {
+            " (one call of the reference may take verify.timeout_s; raise it if the reference \
+             is just slow)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("the reference {label} failed: {e}{hint}")
+    })?;
+    Ok(Some(outputs.outputs))
 }
 
 /// Runs `requests` on the pool, keeping at most one request per worker in flight so that

@@ -9,6 +9,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tunebox_pool::Status;
 
+use crate::report::format_time;
+
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -129,8 +131,8 @@ impl Progress {
                 let total = self.total.load(Ordering::Relaxed);
                 let width = total.to_string().len();
                 let outcome = match (status, median_ms) {
-                    (Status::Ok, Some(median)) => format!("{median:.4} ms"),
-                    (status, Some(median)) => format!("{status} ({median:.4} ms)"),
+                    (Status::Ok, Some(median)) => format_time(median),
+                    (status, Some(median)) => format!("{status} ({})", format_time(median)),
                     (status, None) => status.to_string(),
                 };
                 eprintln!("  [{done:>width$}/{total}] {label} {outcome}");
@@ -143,7 +145,7 @@ impl Progress {
                         message.push(format!("{failed} failed"));
                     }
                     if let Some((median, label)) = best {
-                        message.push(format!("best {median:.4} ms {label}"));
+                        message.push(format!("best {} {label}", format_time(median)));
                     }
                     bar.set_message(message.join(" · "));
                 }

@@ -73,7 +73,16 @@ pub(crate) fn print_table(
                 } else {
                     String::new()
                 };
-                let median = best.median_ms().unwrap_or(f64::NAN);
+                let median = format_time(best.median_ms().unwrap_or(f64::NAN));
+                let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
+                let tied = match tied {
+                    0 => String::new(),
+                    n => format!(
+                        " (tied within the noise with the next {}; --refine {} measures them longer)",
+                        choices(n),
+                        n + 1
+                    ),
+                };
                 let metrics: Vec<String> = best
                     .metrics
                     .iter()
@@ -81,7 +90,7 @@ pub(crate) fn print_table(
                     .collect();
                 writeln!(
                     out,
-                    "best{on}: {} at {median:.4} ms{}",
+                    "best{on}: {} at {median}{}{tied}",
                     best.choice.label(),
                     metrics.concat()
                 )?;
@@ -132,29 +141,21 @@ fn print_rows(
     if info.across_devices {
         header.push("device".into());
     }
-    header.push("median ms".into());
+    header.push("median".into());
     header.extend(metrics.iter().cloned());
     header.extend(["spread".into(), "status".into(), "error".into()]);
     let columns = header.len();
-    let mut rank = 0;
+    let ranks = rank_labels(members);
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(shown);
-    for r in &members[..shown] {
-        let ok = r.status == Status::Ok;
-        let mut row = vec![
-            if ok {
-                rank += 1;
-                rank.to_string()
-            } else {
-                "-".into()
-            },
-            r.choice.label(),
-        ];
+    for (r, rank) in members[..shown].iter().zip(ranks) {
+        let mut row = vec![rank, r.choice.label()];
         if info.across_devices {
             row.push(r.device.clone());
         }
         row.push(r.median_ms().map_or("-".into(), |m| {
             format!(
-                "{m:.4}{}",
+                "{}{}",
+                format_time(m),
                 if r.screen_median_ms.is_some() {
                     "*"
                 } else {
@@ -228,6 +229,63 @@ fn print_rows(
         )?;
     }
     Ok(())
+}
+
+/// A time given in ms, with four significant digits and the unit that fits: `12.35 s`,
+/// `3.699 ms`, `812.3 µs`, `45.20 ns`.
+pub(crate) fn format_time(ms: f64) -> String {
+    if !ms.is_finite() {
+        return format!("{ms} ms");
+    }
+    let (value, unit) = match ms.abs() {
+        m if m >= 1e3 => (ms / 1e3, "s"),
+        m if m >= 1.0 => (ms, "ms"),
+        m if m >= 1e-3 => (ms * 1e3, "µs"),
+        _ => (ms * 1e6, "ns"),
+    };
+    // Four significant digits (values below 1 ns keep three decimals).
+    let magnitude = if value == 0.0 {
+        0
+    } else {
+        value.abs().log10().floor() as i32
+    };
+    let decimals = (3 - magnitude).clamp(0, 3) as usize;
+    format!("{value:.decimals$} {unit}")
+}
+
+/// Whether `other`, ranked after `leader`, is tied with it within the noise: both `ok` and
+/// measured alike (both refined or neither), and their 20th–80th percentile ranges overlap.
+pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
+    let ok = |r: &ChoiceResult| r.status == Status::Ok;
+    match (&leader.stats, &other.stats) {
+        (Some(a), Some(b)) if ok(leader) && ok(other) => {
+            leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
+                && b.p20_ms <= a.p80_ms
+        }
+        _ => false,
+    }
+}
+
+/// The rank column of ranked `members`: `ok` choices are numbered from 1, and a choice tied
+/// within the noise ([`ties`]) with the first choice of the current rank shares its rank,
+/// shown as `=N`; failed choices get `-`.
+fn rank_labels(members: &[&ChoiceResult]) -> Vec<String> {
+    let mut labels = Vec::with_capacity(members.len());
+    let mut leader: Option<(usize, &ChoiceResult)> = None;
+    for (position, r) in members.iter().enumerate() {
+        if r.status != Status::Ok {
+            labels.push("-".into());
+            continue;
+        }
+        match leader {
+            Some((rank, first)) if ties(first, r) => labels.push(format!("={rank}")),
+            _ => {
+                leader = Some((position + 1, r));
+                labels.push((position + 1).to_string());
+            }
+        }
+    }
+    labels
 }
 
 fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
@@ -565,6 +623,75 @@ mod tests {
         let long = "x".repeat(200);
         assert_eq!(short_error(&long, 60).chars().count(), 60);
         assert_eq!(short_error(&long, 20).chars().count(), 20);
+    }
+
+    #[test]
+    fn times_get_the_unit_that_fits() {
+        assert_eq!(format_time(3.69891), "3.699 ms");
+        assert_eq!(format_time(12.345), "12.35 ms");
+        assert_eq!(format_time(123.45), "123.5 ms");
+        assert_eq!(format_time(12_345.0), "12.35 s");
+        assert_eq!(format_time(0.8123), "812.3 µs");
+        assert_eq!(format_time(0.0012), "1.200 µs");
+        // What used to print as 0.0000 ms.
+        assert_eq!(format_time(0.000_045_2), "45.20 ns");
+        assert_eq!(format_time(0.000_000_5), "0.500 ns");
+        assert_eq!(format_time(0.0), "0.000 ns");
+        assert_eq!(format_time(f64::NAN), "NaN ms");
+    }
+
+    /// An `ok` result with median `median` and 20th/80th percentiles `p20`/`p80`.
+    fn measured(index: usize, median: f64, p20: f64, p80: f64) -> ChoiceResult {
+        let mut r = ChoiceResult::failed(
+            index,
+            crate::space::Choice::new(Default::default()),
+            Status::Ok,
+            String::new(),
+            "cpu",
+        );
+        r.error = None;
+        r.stats = Some(tunebox_protocol::TimingStats {
+            median_ms: median,
+            mean_ms: median,
+            min_ms: p20,
+            max_ms: p80,
+            p20_ms: p20,
+            p80_ms: p80,
+            stddev_ms: 0.0,
+            reps: 10,
+            warmup_reps: 1,
+            stopped: "reps".into(),
+        });
+        r
+    }
+
+    #[test]
+    fn choices_within_the_noise_share_a_rank() {
+        let results = [
+            measured(0, 1.00, 0.98, 1.03),
+            measured(1, 1.01, 1.00, 1.05), // overlaps #1
+            measured(2, 1.04, 1.02, 1.06), // overlaps #1's range too
+            measured(3, 1.10, 1.08, 1.12), // clear of #1: a rank of its own
+            measured(4, 1.11, 1.09, 1.13), // overlaps #4
+            measured(5, 2.00, 1.99, 2.01),
+            ChoiceResult::failed(
+                6,
+                crate::space::Choice::new(Default::default()),
+                Status::Crashed,
+                "boom".into(),
+                "cpu",
+            ),
+        ];
+        let members: Vec<&ChoiceResult> = results.iter().collect();
+        assert_eq!(
+            rank_labels(&members),
+            ["1", "=1", "=1", "4", "=4", "6", "-"]
+        );
+        // A refined result never ties with a screened one.
+        let mut refined = measured(7, 1.0, 0.9, 1.1);
+        refined.screen_median_ms = Some(1.0);
+        assert!(!ties(&refined, &results[0]));
+        assert!(ties(&results[0], &results[1]));
     }
 
     #[test]

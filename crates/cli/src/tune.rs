@@ -482,6 +482,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         });
     }
     not_measured.sort_by_key(|n| n.index);
+    notes.extend(budget_note(&results, &manifest, timeout));
     rank(&mut results);
     Ok(Report {
         info: RunInfo {
@@ -549,9 +550,15 @@ fn open_bench(
     stop: &Stop,
     progress: &Progress,
 ) -> Result<Bench> {
+    let reference = measure::reference_outputs(
+        manifest,
+        reference,
+        timeout,
+        |pool| stop.watch(pool),
+        |m| progress.note(m),
+    )?;
     let pool = measure::start_pool(workers, timeout, options.max_process_uses)?;
     stop.watch(std::sync::Arc::clone(&pool));
-    let reference = measure::reference_outputs(manifest, &pool, reference, |m| progress.note(m))?;
     Ok(Bench { pool, reference })
 }
 
@@ -745,6 +752,23 @@ fn refine_best(
     );
     cx.progress.end_phase();
     Ok(())
+}
+
+/// A note naming the choices whose reps were cut to fit the timeout (`stopped = "budget"`).
+fn budget_note(results: &[ChoiceResult], manifest: &Manifest, timeout: Duration) -> Option<String> {
+    let cut: Vec<&ChoiceResult> = results
+        .iter()
+        .filter(|r| r.stats.as_ref().is_some_and(|s| s.stopped == "budget"))
+        .collect();
+    let first = cut.first()?;
+    let reps = first.stats.as_ref().map_or(0, |s| s.reps);
+    Some(format!(
+        "{} measured with fewer reps than the timing asks for (e.g. {}: {reps} reps, min_reps \
+         {}) to fit the {timeout:?} timeout; raise timeout_s (or --timeout) for full measurements",
+        plural(cut.len()),
+        first.choice.label(),
+        manifest.timing.min_reps
+    ))
 }
 
 /// Notes about the sources (outside the manifest's folder).

@@ -4,5 +4,6 @@ mod kernel_tuner;
 mod resume;
 mod shards;
 mod snapshots;
+mod timing;
 mod tune;
 mod util;

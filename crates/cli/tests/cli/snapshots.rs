@@ -299,10 +299,10 @@ fn report_of_a_json_file() {
     assert!(wide.status.success(), "{}", text(&wide.stderr));
     expect![[r#"
         matmul-512: matmul (kernels/matmul.c) on AMD EPYC 7B13 (2 cores)
-        rank  choice          median ms  GFLOP/s  spread  status         error
-           1  BM=96 UNROLL=6    4.0321*    66.57    1.2%  ok
-           2  BM=32 UNROLL=1    19.5000    13.77    2.6%  ok
-           -  BM=32 UNROLL=4     4.2000        -    6.0%  wrong          max abs error 2.000e0, max rel error 1.000e0, 262144 o…
+        rank  choice             median  GFLOP/s  spread  status         error
+           1  BM=96 UNROLL=6  4.032 ms*    66.57    1.2%  ok
+           2  BM=32 UNROLL=1   19.50 ms    13.77    2.6%  ok
+           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong          max abs error 2.000e0, max rel error 1.000e0, 262144 o…
            -  BM=96 UNROLL=1          -        -       -  compile_error  kernels/matmul.c:27:2: error: #error "this choice does…
            -  BM=96 UNROLL=4          -        -       -  crashed        the worker crashed: killed by signal 11 (SIGSEGV)
 
@@ -311,7 +311,7 @@ fn report_of_a_json_file() {
         interrupted: 1 choice not measured; run the same command again to measure only those (finished choices are in the results cache)
         * re-measured with 4x rep_ms (--refine 1); these rank first, by the re-measured median
         note: the source ../family.c lies outside the manifest's folder
-        best: BM=96 UNROLL=6 at 4.0321 ms, 66.57 GFLOP/s
+        best: BM=96 UNROLL=6 at 4.032 ms, 66.57 GFLOP/s
               -DBM=96 -DUNROLL=6
               best = { BM = 96, UNROLL = 6 }
     "#]].assert_eq(&trimmed(&text(&wide.stdout)));
@@ -324,10 +324,10 @@ fn report_of_a_json_file() {
     assert!(narrow.status.success(), "{}", text(&narrow.stderr));
     expect![[r#"
         matmul-512: matmul (kernels/matmul.c) on AMD EPYC 7B13 (2 cores)
-        rank  choice          median ms  GFLOP/s  spread  status  error
-           1  BM=96 UNROLL=6    4.0321*    66.57    1.2%  ok
-           2  BM=32 UNROLL=1    19.5000    13.77    2.6%  ok
-           -  BM=32 UNROLL=4     4.2000        -    6.0%  wrong   max abs error 2…
+        rank  choice             median  GFLOP/s  spread  status  error
+           1  BM=96 UNROLL=6  4.032 ms*    66.57    1.2%  ok
+           2  BM=32 UNROLL=1   19.50 ms    13.77    2.6%  ok
+           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong   max abs error 2…
         … 2 more (--top shows 3)
 
         5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
@@ -335,7 +335,7 @@ fn report_of_a_json_file() {
         interrupted: 1 choice not measured; run the same command again to measure only those (finished choices are in the results cache)
         * re-measured with 4x rep_ms (--refine 1); these rank first, by the re-measured median
         note: the source ../family.c lies outside the manifest's folder
-        best: BM=96 UNROLL=6 at 4.0321 ms, 66.57 GFLOP/s
+        best: BM=96 UNROLL=6 at 4.032 ms, 66.57 GFLOP/s
               -DBM=96 -DUNROLL=6
               best = { BM = 96, UNROLL = 6 }
     "#]].assert_eq(&trimmed(&text(&narrow.stdout)));
