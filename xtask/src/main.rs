@@ -15,11 +15,18 @@
 //! - `fuzz [SECONDS]`: the protocol fuzz properties of `tests/fuzz.rs` (decoding arbitrary and
 //!   mutated bytes, a worker writing garbage), in release, 20,000 cases per decoding property
 //!   per round, new random seeds each round, until SECONDS (default 60) have passed.
+//! - `loaded-test [--all]`: the CLI's end-to-end tests (`--all`: every test) and the faults
+//!   example with 2 × `nproc` busy loops running (issue 13; `docs/reliability.md`).
+//! - `agreement [RUNS] [-- TUNE_ARGS…]`: runs the main job RUNS (default 2) times and reports
+//!   the rank correlation and top-1 regret between consecutive runs (`docs/performance.md`).
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
 //!   stripped, into `target/gpu-bundle/` with the CUDA examples and a `run.sh` that runs them on
 //!   a GPU machine without a Rust toolchain (see `docs/gpu.md`).
+
+mod agreement;
+mod loaded;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,6 +44,11 @@ const USAGE: &str = "usage: cargo xtask <task>
                             pool, then a check that nothing leaked (release build)
   fuzz [SECONDS]            protocol fuzzing (tests/fuzz.rs, release) in rounds with new
                             seeds until SECONDS (default 60) have passed
+  loaded-test [--all]       the CLI tests (--all: every test) and the faults example with
+                            2 x nproc busy loops running
+  agreement [RUNS] [-- TUNE_ARGS…]
+                            the main job RUNS (default 2) times: rank correlation and top-1
+                            regret between consecutive runs
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
@@ -50,6 +62,8 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("loaded-test") => loaded::loaded_test(&args[1..]),
+        Some("agreement") => agreement::agreement(&args[1..]),
         Some("gpu-test") => gpu_test(),
         Some("gpu-bundle") => gpu_bundle(),
         Some("help" | "--help" | "-h") | None => {

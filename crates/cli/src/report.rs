@@ -77,8 +77,12 @@ pub(crate) fn print_table(
                 let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
                 let tied = match tied {
                     0 => String::new(),
+                    1 => " (tied within the noise with the next choice; --refine 2 measures both \
+                          longer)"
+                        .to_owned(),
                     n => format!(
-                        " (tied within the noise with the next {}; --refine {} measures them longer)",
+                        " (tied within the noise with the next {}; --refine {} measures them \
+                         longer)",
                         choices(n),
                         n + 1
                     ),
