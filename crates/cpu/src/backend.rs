@@ -9,7 +9,7 @@ use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Kernel, Te
 
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
-use crate::{CacheDir, CacheFlusher, CpuError, Signature, compile};
+use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Signature, compile_with};
 
 /// The one C signature every artifact is called through:
 /// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
@@ -17,7 +17,10 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 
 /// Runs [`Kernel::C`] requests on the CPU; its [`Backend::name`] is `"cpu"`.
 ///
-/// For each request it [`compile`]s the kernel (normally a cache hit: the parent precompiled it),
+/// For each request it compiles the kernel with [`compile_with`] (normally a cache hit: the parent
+/// precompiled it; the compiler, if one runs, stays in the caller's process group, which in a
+/// worker is the group its parent kills at the timeout, and is killed after
+/// [`DEFAULT_COMPILE_TIMEOUT`](crate::DEFAULT_COMPILE_TIMEOUT)),
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
 /// are after that call, then times it with [`do_bench`], flushing the last-level cache with a
@@ -158,7 +161,13 @@ impl CpuBackend {
                 ),
             });
         };
-        let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
+        // The worker leads a process group that its parent kills at the request's timeout: the
+        // compiler stays in it, so that kill takes the compiler along.
+        let control = CompileControl {
+            own_process_group: false,
+            ..CompileControl::default()
+        };
+        let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
         KernelLibrary::load(artifact.path())
     }
 }
