@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::path::Path;
+use std::time::Duration;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{Backend, HostTensor, Runner, do_bench};
@@ -18,9 +19,8 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// Runs [`Kernel::C`] requests on the CPU; its [`Backend::name`] is `"cpu"`.
 ///
 /// For each request it compiles the kernel with [`compile_with`] (normally a cache hit: the parent
-/// precompiled it; the compiler, if one runs, stays in the caller's process group, which in a
-/// worker is the group its parent kills at the timeout, and is killed after
-/// [`DEFAULT_COMPILE_TIMEOUT`](crate::DEFAULT_COMPILE_TIMEOUT)),
+/// precompiled it; a compiler that does run has no deadline of its own and stays in the caller's
+/// process group, which in a worker is the group its parent kills at the request's timeout),
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
 /// are after that call, then times it with [`do_bench`], flushing the last-level cache with a
@@ -161,11 +161,12 @@ impl CpuBackend {
                 ),
             });
         };
-        // The worker leads a process group that its parent kills at the request's timeout: the
-        // compiler stays in it, so that kill takes the compiler along.
+        // A worker decides no deadline: it leads a process group that its parent kills at the
+        // request's timeout, and the compiler stays in that group, so the kill takes it along.
         let control = CompileControl {
+            timeout: Duration::MAX,
+            cancel: None,
             own_process_group: false,
-            ..CompileControl::default()
         };
         let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
         KernelLibrary::load(artifact.path())
