@@ -20,7 +20,7 @@ use crate::space::{Choice, ParamValue, Restriction};
 const DEFAULT_TIMEOUT_S: f64 = 60.0;
 /// Least time the reference gets when `verify.timeout_s` is not set.
 const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
-/// Longest per-choice timeout: a week.
+/// Longest per-choice timeout (and compile timeout): a week.
 pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
 /// Most timed reps (and warmup calls) one choice may ask for.
 const MAX_REPS: u32 = 1_000_000;
@@ -41,6 +41,9 @@ pub(crate) struct Manifest {
     pub(crate) restrictions: Vec<Restriction>,
     pub(crate) timing: TimingConfig,
     pub(crate) timeout: Duration,
+    /// How long one compile of a C kernel (or the reference) may take before its compiler is
+    /// killed: `compile_timeout_s`, else [`tunebox_cpu::DEFAULT_COMPILE_TIMEOUT`].
+    pub(crate) compile_timeout: Duration,
     pub(crate) verify: Option<Verify>,
     /// Grid, block and shared memory (CUDA kernels only).
     pub(crate) launch: Option<Launch>,
@@ -115,6 +118,7 @@ struct RawManifest {
     name: Option<String>,
     seed: Option<u64>,
     timeout_s: Option<f64>,
+    compile_timeout_s: Option<f64>,
     #[serde(default)]
     restrictions: Vec<String>,
     kernel: Option<RawKernel>,
@@ -385,6 +389,16 @@ impl Manifest {
             "timeout_s = {timeout_s}: it must be a number of seconds above 0 and at most \
              {MAX_TIMEOUT_S} (a week)"
         );
+        let compile_timeout_s = raw
+            .compile_timeout_s
+            .unwrap_or(tunebox_cpu::DEFAULT_COMPILE_TIMEOUT.as_secs_f64());
+        ensure!(
+            compile_timeout_s.is_finite()
+                && compile_timeout_s > 0.0
+                && compile_timeout_s <= MAX_TIMEOUT_S,
+            "compile_timeout_s = {compile_timeout_s}: it must be a number of seconds above 0 and \
+             at most {MAX_TIMEOUT_S} (a week)"
+        );
         let launch = match (language, raw.launch.take()) {
             (Language::Cuda, launch) => Some(
                 Launch::from_raw(
@@ -428,6 +442,7 @@ impl Manifest {
             restrictions,
             timing,
             timeout: Duration::from_secs_f64(timeout_s),
+            compile_timeout: Duration::from_secs_f64(compile_timeout_s),
             verify,
             launch,
             metrics,
@@ -1043,10 +1058,11 @@ fn language_of(source: &Path, given: Option<&str>) -> Result<Language> {
 }
 
 /// Keys that belong at the top of a manifest, before the first `[table]`.
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "name",
     "seed",
     "timeout_s",
+    "compile_timeout_s",
     "restrictions",
     "problem_size",
     "kernel_name",
@@ -1111,6 +1127,7 @@ mod tests {
         assert_eq!(m.kernel.flags, ["-O3", "-march=native"]);
         assert_eq!(m.kernel.compiler, "cc");
         assert_eq!(m.timeout, Duration::from_secs(60));
+        assert_eq!(m.compile_timeout, Duration::from_secs(120));
         assert_eq!(m.timing, TimingConfig::default());
         assert!(m.params.is_empty() && m.verify.is_none());
     }
@@ -1118,7 +1135,7 @@ mod tests {
     #[test]
     fn full_manifest() {
         let m = load(&format!(
-            "name = \"x\"\nseed = 5\ntimeout_s = 2.5\nrestrictions = [\"A * B <= 8\"]\n{KERNEL}\
+            "name = \"x\"\nseed = 5\ntimeout_s = 2.5\ncompile_timeout_s = 0.5\nrestrictions = [\"A * B <= 8\"]\n{KERNEL}\
              flags = [\"-O2\"]\n\
              [[tensors]]\nname = \"x\"\ndtype = \"f64\"\nshape = [4, 2]\n\
              [[tensors]]\nname = \"y\"\ndtype = \"i32\"\nshape = [3]\ninit = \"zeros\"\noutput = true\n\
@@ -1130,6 +1147,7 @@ mod tests {
         .unwrap();
         assert_eq!(m.name, "x");
         assert_eq!(m.timeout, Duration::from_millis(2500));
+        assert_eq!(m.compile_timeout, Duration::from_millis(500));
         assert_eq!(m.tensors[0].init, Init::Random { seed: 5 });
         assert_eq!(m.tensors[0].shape, [4, 2]);
         assert!(m.tensors[1].output);
@@ -1363,6 +1381,18 @@ mod tests {
             ),
             (&format!("timeout_s = 0\n{KERNEL}"), "timeout_s = 0"),
             (&format!("timeout_s = 1e30\n{KERNEL}"), "at most 604800"),
+            (
+                &format!("compile_timeout_s = -1\n{KERNEL}"),
+                "compile_timeout_s = -1: it must be a number of seconds above 0",
+            ),
+            (
+                &format!("compile_timeout_s = 1e30\n{KERNEL}"),
+                "compile_timeout_s = 1000000000000000000000000000000: it must",
+            ),
+            (
+                &format!("{KERNEL}compile_timeout_s = 5\n"),
+                "`compile_timeout_s` is a top-level key",
+            ),
             (
                 &format!("{KERNEL}[timing]\nmin_reps = 5\nmax_reps = 4000000000\n"),
                 "at most 1000000 reps",

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use tunebox_cpu::{CacheDir, CpuError, Signature};
+use tunebox_cpu::{CacheDir, CompileControl, CpuError, Signature};
 use tunebox_pool::{PoolError, Status, TuningProcessPool, verify_outputs};
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
@@ -77,12 +77,37 @@ pub(crate) fn request(
     })
 }
 
-/// Compiles a C request into the cache (other kernels compile in their workers).
-pub(crate) fn precompile(request: &BenchmarkRequest, cache: &CacheDir) -> Result<(), CpuError> {
+/// Compiles a C request into the cache (other kernels compile in their workers), within
+/// `control`'s deadline and cancel check.
+pub(crate) fn precompile(
+    request: &BenchmarkRequest,
+    cache: &CacheDir,
+    control: &CompileControl<'_>,
+) -> Result<(), CpuError> {
     match &request.kernel {
-        Kernel::C(kernel) => tunebox_cpu::compile(kernel, &Signature::of(request), cache).map(drop),
+        Kernel::C(kernel) => {
+            tunebox_cpu::compile_with(kernel, &Signature::of(request), cache, control).map(drop)
+        }
         Kernel::Cuda(_) | Kernel::Diagnostic(_) => Ok(()),
     }
+}
+
+/// The error of a compile that ran past `compile_timeout_s`: what timed out, the compiler's last
+/// output, and what to change. `None` for other errors.
+pub(crate) fn compile_timeout_message(error: &CpuError) -> Option<String> {
+    let CpuError::CompileTimeout {
+        command,
+        after,
+        log,
+    } = error
+    else {
+        return None;
+    };
+    Some(format!(
+        "compile timed out after {} s (compile_timeout_s)\nthe compiler was killed (raise \
+         compile_timeout_s if it is just slow): {command}\nthe compiler's last output:\n{log}",
+        after.as_secs_f64()
+    ))
 }
 
 /// The reference to run, if the manifest verifies against a kernel (rather than files): its

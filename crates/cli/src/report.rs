@@ -378,12 +378,18 @@ pub(crate) fn short_error_line(error: &str) -> String {
 }
 
 /// The first meaningful line of an error, cut to `width` characters: for compiler output the
-/// first `error:` line, else the first line.
+/// first `error:` line, else the first line. A compile that timed out is said so by its first
+/// line, whatever the compiler printed before it was killed.
 fn short_error(error: &str, width: usize) -> String {
-    let line = error
-        .lines()
-        .find(|l| l.contains("error:") || l.contains("#error"))
-        .or_else(|| error.lines().next())
+    let first = error.lines().next();
+    let line = first
+        .filter(|l| l.starts_with("compile timed out"))
+        .or_else(|| {
+            error
+                .lines()
+                .find(|l| l.contains("error:") || l.contains("#error"))
+        })
+        .or(first)
         .unwrap_or("")
         .trim();
     if line.chars().count() > width {
@@ -623,6 +629,12 @@ mod tests {
                 60
             ),
             "the worker crashed: killed by signal 11 (SIGSEGV)"
+        );
+        let timed_out = "compile timed out after 120 s (compile_timeout_s)\nthe compiler was \
+                         killed: cc …\nthe compiler's last output:\nk.c:3:5: error: expected ';'";
+        assert_eq!(
+            short_error(timed_out, 60),
+            "compile timed out after 120 s (compile_timeout_s)"
         );
         let long = "x".repeat(200);
         assert_eq!(short_error(&long, 60).chars().count(), 60);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use rayon::prelude::*;
-use tunebox_cpu::CacheDir;
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
@@ -273,6 +273,9 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         .collect();
     let mut skipped: Vec<(usize, &str)> = Vec::new();
     let mut compile_failed: Vec<(usize, String)> = Vec::new();
+    // Compiles killed at compile_timeout_s: reported as `timeout`, not cached (a slow compiler,
+    // a loaded machine or a larger compile_timeout_s may let the next run compile them).
+    let mut compile_timed_out: Vec<(usize, String)> = Vec::new();
     if !c_todo.is_empty() {
         std::fs::create_dir_all(kernel_cache.path()).with_context(|| {
             format!(
@@ -280,13 +283,26 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 kernel_cache.path().display()
             )
         })?;
-        if let Some((label, request)) = &reference
-            && let Err(e) = measure::precompile(request, &kernel_cache)
-        {
-            bail!(
-                "the reference {label} does not compile: {:#}",
-                anyhow::Error::new(e)
-            );
+        // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once
+        // (they run in process groups of their own, so the terminal's SIGINT reaches only us).
+        let cancel = || stop.requested();
+        let control = CompileControl {
+            timeout: manifest.compile_timeout,
+            cancel: Some(&cancel),
+            ..CompileControl::default()
+        };
+        if let Some((label, request)) = &reference {
+            match measure::precompile(request, &kernel_cache, &control) {
+                // Interrupted: no choice compiles either (below), and none is measured.
+                Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
+                Err(e) => match measure::compile_timeout_message(&e) {
+                    Some(message) => bail!("the reference {label} does not compile: {message}"),
+                    None => bail!(
+                        "the reference {label} does not compile: {:#}",
+                        anyhow::Error::new(e)
+                    ),
+                },
+            }
         }
         progress.phase(
             "compiling",
@@ -297,15 +313,17 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 rayon::current_num_threads()
             ),
         );
-        let outcomes: Vec<Option<Result<(), String>>> = c_todo
+        let outcomes: Vec<Option<Result<(), CpuError>>> = c_todo
             .par_iter()
             .map(|&p| {
                 if stop.requested() || past_deadline() {
                     return None;
                 }
-                let outcome = measure::precompile(&todo[p].request, &kernel_cache)
-                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)));
-                progress.compiled(outcome.is_err());
+                let outcome = measure::precompile(&todo[p].request, &kernel_cache, &control);
+                progress.compiled(matches!(
+                    &outcome,
+                    Err(e) if !matches!(e, CpuError::CompileCancelled { .. })
+                ));
                 Some(outcome)
             })
             .collect();
@@ -313,15 +331,21 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         for (&p, outcome) in c_todo.iter().zip(outcomes) {
             match outcome {
                 None => skipped.push((p, stop_reason(stop))),
-                // Ctrl-C reaches the compilers too (they share our process group): a compile
-                // that failed then says nothing about the choice.
-                Some(Err(_)) if stop.requested() => skipped.push((p, "interrupted")),
-                Some(Err(error)) => compile_failed.push((p, error)),
+                // Killed by Ctrl-C: says nothing about the choice.
+                Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
+                Some(Err(e)) => match measure::compile_timeout_message(&e) {
+                    Some(message) => compile_timed_out.push((p, message)),
+                    None => compile_failed.push((p, format!("{:#}", anyhow::Error::new(e)))),
+                },
                 Some(Ok(())) => {}
             }
         }
     }
-    let failed: Vec<usize> = compile_failed.iter().map(|(p, _)| *p).collect();
+    let failed: Vec<usize> = compile_failed
+        .iter()
+        .chain(&compile_timed_out)
+        .map(|(p, _)| *p)
+        .collect();
     let mut runnable: Vec<usize> = (0..todo.len())
         .filter(|&p| !failed.contains(&p) && !skipped.iter().any(|(s, _)| *s == p))
         .collect();
@@ -345,6 +369,17 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             &device,
         );
         record(result, Some(&t.key), &mut cache);
+    }
+    for (p, error) in compile_timed_out {
+        let t = &todo[p];
+        let result = ChoiceResult::failed(
+            t.index,
+            choices[t.index].clone(),
+            Status::Timeout,
+            error,
+            &device,
+        );
+        record(result, None, &mut cache);
     }
 
     // The pool, started only when something needs measuring.

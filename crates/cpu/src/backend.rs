@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{Backend, HostTensor, Runner, do_bench_within, summarize};
@@ -13,7 +13,7 @@ use tunebox_protocol::{
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
 use crate::flush::{EVICTS_LINES, evict};
-use crate::{CacheDir, CacheFlusher, CpuError, Signature, compile};
+use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Signature, compile_with};
 
 /// The one C signature every artifact is called through:
 /// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
@@ -21,7 +21,9 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 
 /// Runs [`Kernel::C`] requests on the CPU; its [`Backend::name`] is `"cpu"`.
 ///
-/// For each request it [`compile`]s the kernel (normally a cache hit: the parent precompiled it),
+/// For each request it compiles the kernel with [`compile_with`] (normally a cache hit: the parent
+/// precompiled it; a compiler that does run has no deadline of its own and stays in the caller's
+/// process group, which in a worker is the group its parent kills at the request's timeout),
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
 /// are after that call, then times it with [`do_bench_within`] (within `timing.budget_ms` from
@@ -178,7 +180,14 @@ impl CpuBackend {
                 ),
             });
         };
-        let artifact = compile(kernel, &Signature::of(request), &self.cache)?;
+        // A worker decides no deadline: it leads a process group that its parent kills at the
+        // request's timeout, and the compiler stays in that group, so the kill takes it along.
+        let control = CompileControl {
+            timeout: Duration::MAX,
+            cancel: None,
+            own_process_group: false,
+        };
+        let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
         KernelLibrary::load(artifact.path())
     }
 }

@@ -5,13 +5,14 @@ use std::fmt::Write as _;
 use std::io::{self, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tunebox_protocol::{BenchmarkRequest, CKernel, DType, Define};
 
 use crate::cache::{self, KeyHasher, Manifest};
+use crate::subprocess::{self, Captured, Limits, Outcome};
 use crate::{CacheDir, CpuError};
 
 /// Symbol of the generated trampoline in every artifact.
@@ -33,7 +34,12 @@ const FIXED_FLAGS: [&str; 5] = [
 const KEY_VERSION: &str = "tunebox-cpu artifact v2";
 
 /// At most this much compiler output is kept in an error (the first errors are the useful ones).
-const MAX_LOG_BYTES: usize = 64 * 1024;
+const MAX_LOG_BYTES: usize = subprocess::HEAD_BYTES;
+
+/// How long [`compile`] lets the compiler run (probing its identity, then compiling, all
+/// attempts together) before it kills it: two minutes, far more than a C kernel needs even on a
+/// loaded machine, and short enough that a hung compiler does not hold a run for long.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Compilations tried before giving up on a header that changes while it is being compiled.
 const BUILD_ATTEMPTS: usize = 3;
@@ -99,6 +105,79 @@ impl Artifact {
     /// Whether the object was already in the cache, so no compiler ran.
     pub fn was_cached(&self) -> bool {
         self.cached
+    }
+}
+
+/// How long a compilation may run and when to give it up: the deadline, cancellation and process
+/// group of the compiler that [`compile_with`] runs.
+///
+/// [`Default`] is [`DEFAULT_COMPILE_TIMEOUT`], no cancellation, and a process group of the
+/// compiler's own, which is what [`compile`] uses.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::time::Duration;
+/// use tunebox_cpu::CompileControl;
+///
+/// let stop = AtomicBool::new(false); // raised by a Ctrl-C handler, say
+/// let cancel = || stop.load(Ordering::Relaxed);
+/// let control = CompileControl {
+///     timeout: Duration::from_secs(30),
+///     cancel: Some(&cancel),
+///     ..CompileControl::default()
+/// };
+/// # let _ = control;
+/// ```
+#[derive(Clone, Copy)]
+pub struct CompileControl<'a> {
+    /// The longest the compiler may run, counted from the call of [`compile_with`] and covering
+    /// the `--version` probe and every compile attempt: when it passes, the compiler is killed
+    /// and the call returns [`CpuError::CompileTimeout`]. `Duration::MAX` never times out.
+    pub timeout: Duration,
+    /// Checked before the compiler starts and every 25 ms while it runs; when it returns `true`
+    /// the compiler is killed and the call returns [`CpuError::CompileCancelled`]. Meant for a
+    /// stop flag (Ctrl-C, a time budget); it must be cheap.
+    pub cancel: Option<&'a (dyn Fn() -> bool + Sync)>,
+    /// Whether the compiler runs in a process group of its own (`true`, the default) or in the
+    /// caller's.
+    ///
+    /// In its own group, a Ctrl-C at the terminal reaches only the caller (which decides, and
+    /// cancels), a deadline or cancellation kills the whole group (a wrapper script and what it
+    /// started, the compiler driver and its `cc1`), and the compiler is armed with
+    /// `PR_SET_PDEATHSIG` to die with the calling process. Choose `false` in a process that
+    /// leads a group its parent kills as a whole (a tunebox worker): the compiler is then killed
+    /// with it, while a deadline here kills only the compiler process itself, leaving what it
+    /// started to that group kill.
+    pub own_process_group: bool,
+}
+
+impl Default for CompileControl<'_> {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_COMPILE_TIMEOUT,
+            cancel: None,
+            own_process_group: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for CompileControl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileControl")
+            .field("timeout", &self.timeout)
+            .field("cancel", &self.cancel.map(|_| "Fn() -> bool"))
+            .field("own_process_group", &self.own_process_group)
+            .finish()
+    }
+}
+
+impl CompileControl<'_> {
+    fn limits(&self, start: Instant) -> Limits<'_> {
+        Limits {
+            deadline: start.checked_add(self.timeout),
+            cancel: self.cancel,
+            own_group: self.own_process_group,
+        }
     }
 }
 
@@ -187,14 +266,59 @@ impl Artifact {
 /// - [`CpuError::CacheDir`] / [`CpuError::Io`]: the cache directory could not be used (or is
 ///   writable by others), or a file
 ///   the kernel includes could not be read after compiling.
+/// - [`CpuError::CompileTimeout`]: the compiler (or its `--version` probe) ran past
+///   [`DEFAULT_COMPILE_TIMEOUT`] and was killed; see [`compile_with`].
 pub fn compile(
     kernel: &CKernel,
     signature: &Signature,
     cache: &CacheDir,
 ) -> Result<Artifact, CpuError> {
+    compile_with(kernel, signature, cache, &CompileControl::default())
+}
+
+/// [`compile`] with a deadline and a cancellation check: the compiler is killed when
+/// `control.timeout` has passed since this call began, or as soon as `control.cancel` returns
+/// `true`.
+///
+/// The compiler runs with stdin from `/dev/null`; its stdout and stderr are read on two threads
+/// of their own into bounded buffers (the first 64 KiB, for [`CpuError::Compile`], and the last
+/// 4 KiB, for [`CpuError::CompileTimeout`]), so a chatty compiler cannot block on a full pipe.
+/// Every wait is bounded: the compiler's exit is awaited on a pidfd in slices of 25 ms, so the
+/// kill lands within about 25 ms of the deadline or the cancellation (plus the time to reap it
+/// and to read what it printed last, at most 0.5 s more when a process that left its process
+/// group holds its output open). A killed compiler is reaped before this returns; in its own
+/// process group (the default, see [`CompileControl::own_process_group`]) everything it started
+/// is SIGKILLed with it, so nothing is left running.
+///
+/// The `<compiler> --version` probe runs under the same deadline. Probes are memoized per
+/// compiler for the life of the process, and so is a probe that timed out: later calls with a
+/// timeout no longer than that one fail at once with [`CpuError::CompileTimeout`] rather than
+/// waiting for the same hang again (a call with a longer timeout probes again). A cancelled
+/// probe is not memoized.
+///
+/// # Errors
+///
+/// Those of [`compile`], and:
+///
+/// - [`CpuError::CompileTimeout`]: the deadline passed; the compiler was killed. Carries the
+///   command and the compiler's last output.
+/// - [`CpuError::CompileCancelled`]: `control.cancel` returned `true`; the compiler, if it had
+///   started, was killed.
+///
+/// # Panics
+///
+/// Never on its own account; a panic in `control.cancel` propagates, after which the compiler is
+/// left to the process group and parent-death rules above.
+pub fn compile_with(
+    kernel: &CKernel,
+    signature: &Signature,
+    cache: &CacheDir,
+    control: &CompileControl<'_>,
+) -> Result<Artifact, CpuError> {
     validate(kernel)?;
+    let limits = control.limits(Instant::now());
     let trampoline = trampoline(&kernel.entry, signature);
-    let identity = compiler_identity(&kernel.compiler)?;
+    let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
     let base = cache_key(kernel, &trampoline, &identity, host_cpu());
     let dir = cache.ensure()?;
     if let Some((key, path)) = cache::lookup(dir, &base) {
@@ -209,7 +333,7 @@ pub fn compile(
             cached: true,
         });
     }
-    let (key, path) = build(kernel, &trampoline, dir, &base)?;
+    let (key, path) = build(kernel, &trampoline, dir, &base, control.timeout, &limits)?;
     Ok(Artifact {
         path,
         key,
@@ -234,6 +358,8 @@ fn build(
     trampoline: &str,
     dir: &Path,
     base: &str,
+    timeout: Duration,
+    limits: &Limits<'_>,
 ) -> Result<(String, PathBuf), CpuError> {
     let temp = |suffix: &str| {
         tempfile::Builder::new()
@@ -286,15 +412,13 @@ fn build(
         log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
 
         let started = SystemTime::now();
-        let output = Command::new(&kernel.compiler)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
+        let outcome = subprocess::run(Command::new(&kernel.compiler).args(&args), limits)
             .map_err(|e| spawn_error(&kernel.compiler, e))?;
-        if !output.status.success() {
+        let (status, output) = finished(outcome, &command, timeout)?;
+        if !status.success() {
             return Err(CpuError::Compile {
                 command,
-                log: compiler_log(&output),
+                log: compiler_log(status, &output),
             });
         }
         let deps = read_dependencies(kernel, &depfile_path, &source_path)?;
@@ -658,38 +782,96 @@ fn spawn_error(compiler: &str, source: io::Error) -> CpuError {
     }
 }
 
-/// The first two lines of `<compiler> --version`, memoized per compiler name for the life of the
-/// process (the lock is held while probing, so each compiler is probed once).
-fn compiler_identity(compiler: &str) -> Result<String, CpuError> {
-    static IDENTITIES: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
-    let mut identities = IDENTITIES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(identity) = identities.get(compiler) {
-        return Ok(identity.clone());
+/// The exit status and output of a compiler that exited by itself; the error for one that was
+/// killed at the deadline (`timeout`) or cancelled.
+fn finished(
+    outcome: Outcome,
+    command: &str,
+    timeout: Duration,
+) -> Result<(ExitStatus, Captured), CpuError> {
+    match outcome {
+        Outcome::Exited { status, output } => Ok((status, output)),
+        Outcome::TimedOut { output, late } => {
+            log::debug!(
+                "cpu: killed `{command}` at its {timeout:?} deadline; reaped {late:?} after it"
+            );
+            Err(CpuError::CompileTimeout {
+                command: command.to_owned(),
+                after: timeout,
+                log: last_output(&output),
+            })
+        }
+        Outcome::Cancelled => Err(CpuError::CompileCancelled {
+            command: command.to_owned(),
+        }),
     }
-    let output = Command::new(compiler)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
+}
+
+/// What [`compiler_identity`] learned about a compiler.
+#[derive(Debug, Clone)]
+enum Probe {
+    /// The first lines of its `--version`.
+    Identity(String),
+    /// `--version` ran past a deadline of `after` and was killed, after printing `log`.
+    Hung { after: Duration, log: String },
+}
+
+/// The first two lines of `<compiler> --version`, memoized per compiler name for the life of the
+/// process (the lock is held while probing, so each compiler is probed once), run within
+/// `limits` (whose deadline is `timeout` after the compile began). A probe that timed out is
+/// memoized too, and answers every later call whose timeout is no longer than its own.
+fn compiler_identity(
+    compiler: &str,
+    timeout: Duration,
+    limits: &Limits<'_>,
+) -> Result<String, CpuError> {
+    static PROBES: Mutex<BTreeMap<String, Probe>> = Mutex::new(BTreeMap::new());
+    let command = render_command(compiler, &["--version".to_owned()]);
+    let hung = |after, log: &str| CpuError::CompileTimeout {
+        command: command.clone(),
+        after,
+        log: log.to_owned(),
+    };
+    let mut probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
+    match probes.get(compiler) {
+        Some(Probe::Identity(identity)) => return Ok(identity.clone()),
+        Some(Probe::Hung { after, log }) if timeout <= *after => return Err(hung(*after, log)),
+        Some(Probe::Hung { .. }) | None => {}
+    }
+    let outcome = subprocess::run(Command::new(compiler).arg("--version"), limits)
         .map_err(|e| spawn_error(compiler, e))?;
-    let text = if output.stdout.is_empty() {
-        &output.stderr
+    let (status, output) = match finished(outcome, &command, timeout) {
+        Ok(exited) => exited,
+        Err(CpuError::CompileTimeout { after, log, .. }) => {
+            probes.insert(
+                compiler.to_owned(),
+                Probe::Hung {
+                    after,
+                    log: log.clone(),
+                },
+            );
+            return Err(hung(after, &log));
+        }
+        Err(e) => return Err(e),
+    };
+    let text = if output.stdout.is_blank() {
+        output.stderr.head().0
     } else {
-        &output.stdout
+        output.stdout.head().0
     };
     let mut identity: String = String::from_utf8_lossy(text)
         .lines()
         .take(2)
         .collect::<Vec<_>>()
         .join("\n");
-    if !output.status.success() {
+    if !status.success() {
         log::warn!(
-            "cpu: `{compiler} --version` failed ({}); cached kernels will not notice a compiler \
-             upgrade",
-            output.status
+            "cpu: `{compiler} --version` failed ({status}); cached kernels will not notice a \
+             compiler upgrade"
         );
-        let _ = write!(identity, "\n{}", output.status);
+        let _ = write!(identity, "\n{status}");
     }
-    identities.insert(compiler.to_owned(), identity.clone());
+    probes.insert(compiler.to_owned(), Probe::Identity(identity.clone()));
     Ok(identity)
 }
 
@@ -746,31 +928,64 @@ fn shell_quote(arg: &str) -> String {
 }
 
 /// The compiler's stderr then stdout, at most [`MAX_LOG_BYTES`] of it.
-fn compiler_log(output: &Output) -> String {
-    let mut log = String::from_utf8_lossy(&output.stderr).into_owned();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !stdout.trim().is_empty() {
+fn compiler_log(status: ExitStatus, output: &Captured) -> String {
+    let (stderr, stderr_more) = output.stderr.head();
+    let (stdout, stdout_more) = output.stdout.head();
+    let mut log = String::from_utf8_lossy(stderr).into_owned();
+    let mut dropped = stderr_more;
+    if output.stdout.is_blank() {
+        dropped += stdout_more;
+    } else {
         if !log.is_empty() && !log.ends_with('\n') {
             log.push('\n');
         }
-        log.push_str(&stdout);
+        log.push_str(&String::from_utf8_lossy(stdout));
+        dropped += stdout_more;
     }
-    if log.trim().is_empty() {
-        return format!(
-            "the compiler exited with {} and printed nothing",
-            output.status
-        );
+    if log.trim().is_empty() && dropped == 0 {
+        return format!("the compiler exited with {status} and printed nothing");
     }
     if log.len() > MAX_LOG_BYTES {
         let mut cut = MAX_LOG_BYTES;
         while !log.is_char_boundary(cut) {
             cut -= 1;
         }
-        let dropped = log.len() - cut;
+        dropped += log.len() - cut;
         log.truncate(cut);
+    }
+    if dropped > 0 {
         let _ = write!(log, "\n[… {dropped} more bytes of compiler output]");
     }
     log
+}
+
+/// The last lines a killed compiler printed: the end of its stderr, then of its stdout (each at
+/// most 4 KiB, from the start of a line, after `[…]` when earlier output was dropped), or a note
+/// that it printed nothing.
+fn last_output(output: &Captured) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for capture in [&output.stderr, &output.stdout] {
+        if capture.is_blank() {
+            continue;
+        }
+        let (tail, cut) = capture.tail();
+        let text = String::from_utf8_lossy(tail);
+        let text = if cut {
+            // A cut tail starts mid-line: begin at the next whole line, if there is one.
+            let whole = match text.split_once('\n') {
+                Some((_, rest)) if !rest.trim().is_empty() => rest,
+                _ => &text,
+            };
+            format!("[…]\n{}", whole.trim_end())
+        } else {
+            text.trim_end().to_owned()
+        };
+        parts.push(text);
+    }
+    if parts.is_empty() {
+        return "(it printed nothing)".to_owned();
+    }
+    parts.join("\n")
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::error::Error;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tunebox_protocol::BenchError;
 
@@ -68,6 +69,30 @@ pub enum CpuError {
         /// The compiler's stderr then stdout (bounded; user diagnostics cite `source_name`).
         log: String,
     },
+    /// The compiler (or its `--version` probe) ran past the deadline of
+    /// [`CompileControl::timeout`](crate::CompileControl::timeout) and was killed, with
+    /// everything it started in its process group.
+    #[error(
+        "the C compiler did not finish within {} and was killed: `{command}`\nits last \
+         output:\n{log}",
+        seconds(*after)
+    )]
+    CompileTimeout {
+        /// The command line that was run, shell-quoted.
+        command: String,
+        /// The deadline it ran past (the timeout it was given).
+        after: Duration,
+        /// The end of what the compiler printed, stderr then stdout (at most 4 KiB of each), or
+        /// a note that it printed nothing.
+        log: String,
+    },
+    /// [`CompileControl::cancel`](crate::CompileControl::cancel) asked to stop: the compiler
+    /// was killed (or never started).
+    #[error("compilation cancelled: `{command}`")]
+    CompileCancelled {
+        /// The command line that was (or would have been) run, shell-quoted.
+        command: String,
+    },
     /// The compiler succeeded but wrote no dependency list for `-MD -MF`, so the headers the kernel
     /// includes could not be tracked in the cache.
     #[error(
@@ -126,13 +151,26 @@ pub enum CpuError {
 }
 
 impl From<CpuError> for BenchError {
-    /// Maps a compile error onto the wire: a rejected kernel is [`BenchError::Compile`], a bad
-    /// kernel description [`BenchError::InvalidRequest`], a missing or unusable compiler
-    /// [`BenchError::Compile`] naming it, and cache I/O [`BenchError::Failed`].
+    /// Maps a compile error onto the wire: a rejected kernel is [`BenchError::Compile`], and so is
+    /// a compiler killed at its deadline (its log says so and holds the compiler's last output),
+    /// a bad kernel description [`BenchError::InvalidRequest`], a missing or unusable compiler
+    /// [`BenchError::Compile`] naming it, and a cancelled compile and cache I/O
+    /// [`BenchError::Failed`].
     fn from(err: CpuError) -> Self {
         let message = with_sources(&err);
         match err {
             CpuError::Compile { command, log } => BenchError::Compile { command, log },
+            CpuError::CompileTimeout {
+                command,
+                after,
+                log,
+            } => BenchError::Compile {
+                command,
+                log: format!(
+                    "timed out after {} and was killed; its last output:\n{log}",
+                    seconds(after)
+                ),
+            },
             CpuError::EmptySource { .. }
             | CpuError::EmptyEntry { .. }
             | CpuError::InvalidEntry { .. }
@@ -143,7 +181,8 @@ impl From<CpuError> for BenchError {
                 command: compiler,
                 log: message,
             },
-            CpuError::DependencyChanged { .. }
+            CpuError::CompileCancelled { .. }
+            | CpuError::DependencyChanged { .. }
             | CpuError::NoCacheDir
             | CpuError::CacheDir { .. }
             | CpuError::Io { .. } => BenchError::Failed { message },
@@ -164,6 +203,11 @@ fn compiler_not_found(compiler: &str) -> String {
         " on PATH"
     };
     format!("C compiler `{compiler}` was not found{on_path}; install it, or name another {REMEDY}")
+}
+
+/// `duration` in seconds as people write them: `120 s`, `1.5 s`, `0.25 s`.
+pub(crate) fn seconds(duration: Duration) -> String {
+    format!("{} s", duration.as_secs_f64())
 }
 
 /// `err`'s message followed by those of its sources, joined by `: ` (for the wire, where only a

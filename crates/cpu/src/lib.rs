@@ -5,7 +5,9 @@
 //! compiler together with a generated trampoline that calls the kernel's entry with its tensor
 //! pointers and `int64_t` scalars (so the compiler checks the call, and any number of arguments
 //! works). A parent (`tunebox-cli`) calls it in parallel to surface compile errors early; the
-//! worker calls it again and gets a cache hit. [`CpuBackend`] is the worker's
+//! worker calls it again and gets a cache hit. [`compile_with`] takes a [`CompileControl`]: a
+//! deadline ([`DEFAULT_COMPILE_TIMEOUT`] for [`compile`]) and a cancel check, at which the
+//! compiler's process group is killed and reaped. [`CpuBackend`] is the worker's
 //! [`Backend`](tunebox_bench::Backend) for [`Kernel::C`](tunebox_protocol::Kernel::C) requests:
 //! it loads the artifact, allocates the tensors ([`HostTensor`](tunebox_bench::HostTensor)),
 //! calls the kernel once for its outputs and times it with
@@ -63,9 +65,12 @@ mod cache;
 mod compile;
 mod error;
 mod flush;
+mod subprocess;
 
 pub use backend::CpuBackend;
 pub use cache::{CACHE_DIR_ENV, CacheDir};
-pub use compile::{Artifact, Signature, compile};
+pub use compile::{
+    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, Signature, compile, compile_with,
+};
 pub use error::CpuError;
 pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};

@@ -4,9 +4,12 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use tunebox_bench::Backend;
-use tunebox_cpu::{Artifact, CacheDir, CpuBackend, CpuError, Signature, compile};
+use tunebox_cpu::{
+    Artifact, CacheDir, CompileControl, CpuBackend, CpuError, Signature, compile, compile_with,
+};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, CKernel, DType, Define, DiagnosticTask, Init, Kernel, Scalar,
     TensorSpec, TimingConfig,
@@ -876,4 +879,322 @@ fn anyhow_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+// Compile deadlines: fake compilers (shell scripts) that hang.
+
+/// Writes an executable `#!/bin/sh` script `name` into `dir` that answers `--ready` at once and
+/// otherwise runs `body`; returns its path once it can be executed.
+fn fake_compiler(dir: &Path, name: &str, body: &str) -> String {
+    let script = dir.join(name);
+    write(
+        &script,
+        &format!("#!/bin/sh\n[ \"$1\" = --ready ] && exit 0\n{body}\n"),
+    );
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    // Another test's fork may briefly hold the new script open for writing (ETXTBSY).
+    for _ in 0..500 {
+        match std::process::Command::new(&script).arg("--ready").status() {
+            Err(e) if e.raw_os_error() == Some(26) => std::thread::sleep(Duration::from_millis(10)),
+            other => {
+                assert!(other.unwrap().success());
+                break;
+            }
+        }
+    }
+    script.to_string_lossy().into_owned()
+}
+
+/// The pid a fake compiler wrote to `path`, waiting up to a minute for it.
+fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} was never written",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting for a reaper).
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Asserts that every one of `pids` is gone within a few seconds (SIGKILL is delivered
+/// asynchronously; a grandchild is reaped by init).
+fn assert_gone(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn with_timeout(timeout: Duration) -> CompileControl<'static> {
+    CompileControl {
+        timeout,
+        ..CompileControl::default()
+    }
+}
+
+/// A fake compiler that answers `--version`, then on a compile writes its pid to `cc.pid`,
+/// starts a background `sleep` (its pid to `child.pid`), prints a line and sleeps itself.
+fn hanging_compiler(dir: &Path, name: &str) -> String {
+    let d = dir.display();
+    fake_compiler(
+        dir,
+        name,
+        &format!(
+            "[ \"$1\" = --version ] && {{ echo 'fake cc 1.0'; exit 0; }}\n\
+             echo $$ > '{d}/cc.pid.tmp' && mv '{d}/cc.pid.tmp' '{d}/cc.pid'\n\
+             sleep 300 &\n\
+             echo $! > '{d}/child.pid.tmp' && mv '{d}/child.pid.tmp' '{d}/child.pid'\n\
+             echo 'thinking very hard about templates' >&2\n\
+             sleep 300\n"
+        ),
+    )
+}
+
+#[test]
+fn a_hanging_compiler_is_killed_at_the_deadline_with_everything_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut kernel = add_kernel();
+    kernel.compiler = hanging_compiler(dir.path(), "hang-cc");
+    let timeout = Duration::from_secs(1);
+    let start = Instant::now();
+    let err = compile_with(
+        &kernel,
+        &add_signature(),
+        &CacheDir::new(cache.path()),
+        &with_timeout(timeout),
+    )
+    .unwrap_err();
+    let took = start.elapsed();
+    eprintln!(
+        "hanging compiler: returned {:?} after the {timeout:?} deadline",
+        took.saturating_sub(timeout)
+    );
+    let CpuError::CompileTimeout {
+        command,
+        after,
+        log,
+    } = &err
+    else {
+        panic!("expected a compile timeout, got {err:?}");
+    };
+    assert_eq!(*after, timeout);
+    assert!(
+        command.contains("hang-cc") && command.contains(" -o "),
+        "{command}"
+    );
+    assert_eq!(log, "thinking very hard about templates");
+    assert!(took >= timeout, "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("the C compiler did not finish within 1 s and was killed: `")
+            && message.ends_with("its last output:\nthinking very hard about templates"),
+        "{message}"
+    );
+    // The script and the `sleep`s it started (foreground and background) are all gone.
+    let pids = [
+        read_pid(&dir.path().join("cc.pid")),
+        read_pid(&dir.path().join("child.pid")),
+    ];
+    assert_gone(&pids);
+    // On the wire: a compile failure that says it timed out.
+    let BenchError::Compile { log, .. } = BenchError::from(err) else {
+        panic!("expected BenchError::Compile");
+    };
+    assert!(
+        log.starts_with("timed out after 1 s and was killed"),
+        "{log}"
+    );
+    // Nothing half-written is left in the cache.
+    assert!(
+        entries(cache.path())
+            .iter()
+            .all(|e| !e.starts_with(".tunebox-")),
+        "{:?}",
+        entries(cache.path())
+    );
+}
+
+#[test]
+fn a_cancelled_compile_is_killed_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut kernel = add_kernel();
+    kernel.compiler = hanging_compiler(dir.path(), "cancel-cc");
+    let child_pid = dir.path().join("child.pid");
+    let cancelled_at = std::sync::OnceLock::new();
+    // Cancel as soon as the compiler has started its helper.
+    let cancel = || {
+        let now = child_pid.exists();
+        if now {
+            let _ = cancelled_at.set(Instant::now());
+        }
+        now
+    };
+    let control = CompileControl {
+        timeout: Duration::from_secs(120),
+        cancel: Some(&cancel),
+        ..CompileControl::default()
+    };
+    let err = compile_with(
+        &kernel,
+        &add_signature(),
+        &CacheDir::new(cache.path()),
+        &control,
+    )
+    .unwrap_err();
+    let after_cancel = cancelled_at.get().expect("cancel said stop").elapsed();
+    eprintln!("cancelled compiler: returned {after_cancel:?} after the cancel check said stop");
+    assert!(
+        matches!(&err, CpuError::CompileCancelled { command } if command.contains("cancel-cc")),
+        "{err:?}"
+    );
+    assert!(after_cancel < Duration::from_secs(5), "{after_cancel:?}");
+    assert_gone(&[read_pid(&dir.path().join("cc.pid")), read_pid(&child_pid)]);
+    assert!(matches!(
+        BenchError::from(err),
+        BenchError::Failed { message } if message.starts_with("compilation cancelled: `")
+    ));
+
+    // Cancelled before it starts: nothing runs.
+    let never = tempfile::tempdir().unwrap();
+    kernel.compiler = hanging_compiler(never.path(), "never-cc");
+    let stop = || true;
+    let control = CompileControl {
+        cancel: Some(&stop),
+        ..CompileControl::default()
+    };
+    let err = compile_with(
+        &kernel,
+        &add_signature(),
+        &CacheDir::new(cache.path()),
+        &control,
+    )
+    .unwrap_err();
+    assert!(matches!(err, CpuError::CompileCancelled { .. }), "{err:?}");
+    assert!(!never.path().join("cc.pid").exists());
+}
+
+#[test]
+fn a_hanging_version_probe_is_bounded_and_remembered() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let mut kernel = add_kernel();
+    kernel.compiler = fake_compiler(
+        dir.path(),
+        "hang-version-cc",
+        &format!(
+            "echo probe >> '{d}/probes'\n\
+             echo $$ > '{d}/cc.pid.tmp' && mv '{d}/cc.pid.tmp' '{d}/cc.pid'\n\
+             exec sleep 300\n"
+        ),
+    );
+    let probe = |timeout| {
+        let start = Instant::now();
+        let err = compile_with(
+            &kernel,
+            &add_signature(),
+            &CacheDir::new(cache.path()),
+            &with_timeout(timeout),
+        )
+        .unwrap_err();
+        (err, start.elapsed())
+    };
+    let (err, took) = probe(Duration::from_secs(1));
+    assert!(
+        matches!(&err, CpuError::CompileTimeout { command, log, .. }
+            if command.ends_with("hang-version-cc --version") && log == "(it printed nothing)"),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_gone(&[read_pid(&dir.path().join("cc.pid"))]);
+    // The same hang is not waited for again with the same timeout…
+    let (err, _) = probe(Duration::from_secs(1));
+    assert!(matches!(err, CpuError::CompileTimeout { .. }), "{err:?}");
+    let probes = || {
+        fs::read_to_string(dir.path().join("probes"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(probes(), 1);
+    // …but a longer timeout tries again.
+    let (err, _) = probe(Duration::from_millis(1500));
+    assert!(matches!(err, CpuError::CompileTimeout { .. }), "{err:?}");
+    assert_eq!(probes(), 2);
+}
+
+#[test]
+fn a_chatty_hanging_compiler_reports_its_last_lines_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut kernel = add_kernel();
+    kernel.compiler = fake_compiler(
+        dir.path(),
+        "chatty-cc",
+        "[ \"$1\" = --version ] && { echo 'chatty cc'; exit 0; }\n\
+         seq 1 200000 >&2\n\
+         seq 1 100000\n\
+         echo 'still going' >&2\n\
+         exec sleep 300\n",
+    );
+    let err = compile_with(
+        &kernel,
+        &add_signature(),
+        &CacheDir::new(cache.path()),
+        &with_timeout(Duration::from_secs(2)),
+    )
+    .unwrap_err();
+    let CpuError::CompileTimeout { log, .. } = &err else {
+        panic!("expected a compile timeout, got {err:?}");
+    };
+    // About 1.3 MB was printed: only the last lines of each stream are kept, from a whole line.
+    assert!(log.len() < 9 * 1024, "{} bytes", log.len());
+    assert!(
+        log.starts_with("[…]\n") && log.contains("\n199999\n200000\nstill going\n[…]\n"),
+        "{log}"
+    );
+    assert!(log.ends_with("\n99999\n100000"), "{log}");
+}
+
+#[test]
+fn a_compiler_that_floods_its_output_and_fails_gives_a_bounded_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kernel = add_kernel();
+    kernel.compiler = fake_compiler(
+        dir.path(),
+        "flood-cc",
+        "[ \"$1\" = --version ] && { echo 'flood cc'; exit 0; }\n\
+         seq -f 'error: number %g' 1 300000 >&2\n\
+         exit 1\n",
+    );
+    let (_, log) = compile_error(&kernel, &add_signature());
+    assert!(
+        log.starts_with("error: number 1\nerror: number 2\n"),
+        "{log}"
+    );
+    assert!(log.len() < 65 * 1024, "{} bytes", log.len());
+    assert!(log.ends_with(" more bytes of compiler output]"), "{log}");
 }

@@ -75,14 +75,15 @@ fn slow_choices_get_fewer_reps_and_the_reference_runs_once() {
     );
     check(&out);
     let calls = std::fs::read_to_string(dir.path().join("reference-calls.txt")).unwrap();
-    assert_eq!(calls.lines().count(), 1, "the reference was called {calls:?}");
+    assert_eq!(
+        calls.lines().count(),
+        1,
+        "the reference was called {calls:?}"
+    );
 
     let report = json(&dir.path().join("out.json"));
     let results = report["results"].as_array().unwrap();
-    assert!(
-        results.iter().all(|r| r["status"] == "ok"),
-        "{results:#?}"
-    );
+    assert!(results.iter().all(|r| r["status"] == "ok"), "{results:#?}");
     let slow = results
         .iter()
         .find(|r| r["choice"]["SLEEP_MS"] == 120)
@@ -90,7 +91,10 @@ fn slow_choices_get_fewer_reps_and_the_reference_runs_once() {
     let reps = slow["reps"].as_u64().unwrap();
     assert!((1..10).contains(&reps), "{slow}");
     assert_eq!(slow["stopped"], "budget", "{slow}");
-    let fast = results.iter().find(|r| r["choice"]["SLEEP_MS"] == 1).unwrap();
+    let fast = results
+        .iter()
+        .find(|r| r["choice"]["SLEEP_MS"] == 1)
+        .unwrap();
     assert!(fast["reps"].as_u64().unwrap() >= 10, "{fast}");
     let stdout = text(&out.stdout);
     assert!(

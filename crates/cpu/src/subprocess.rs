@@ -1,0 +1,343 @@
+//! Running the C compiler with a deadline: in a process group of its own, its output drained on
+//! threads into bounded buffers, and killed with everything it started at the deadline or when
+//! the caller cancels.
+//!
+//! Every wait here is bounded: the compiler's exit is awaited on a pidfd (or by polling where
+//! pidfds are missing) in slices of at most [`CHECK_EVERY`], so that a deadline or a cancellation
+//! is noticed within that; the output threads get [`DRAIN_GRACE`] after the compiler is gone.
+
+use std::io::{self, Read};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{Pid, PidfdFlags, Signal};
+
+/// How often a running compiler's deadline and cancellation are checked (its exit wakes the wait
+/// at once).
+const CHECK_EVERY: Duration = Duration::from_millis(25);
+
+/// How long the output threads may take to see the end of the compiler's output after it has
+/// exited or been killed. Only a process that left the compiler's process group (`setsid`) and
+/// kept its stdout or stderr open makes them take longer; what they read by then is kept.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Bytes kept from the start of each stream (a failed compile's first errors are the useful
+/// ones).
+pub(crate) const HEAD_BYTES: usize = 64 * 1024;
+
+/// Bytes kept from the end of each stream (what a killed compiler printed last).
+pub(crate) const TAIL_BYTES: usize = 4 * 1024;
+
+/// When a run is given up.
+pub(crate) struct Limits<'a> {
+    /// Kill the compiler at this instant (`None`: never).
+    pub(crate) deadline: Option<Instant>,
+    /// Kill the compiler as soon as this returns `true`; called every [`CHECK_EVERY`].
+    pub(crate) cancel: Option<&'a (dyn Fn() -> bool + Sync)>,
+    /// Start the compiler in a process group of its own (killed as a whole), armed to die with
+    /// this process; else it stays in the caller's group and only it is killed.
+    pub(crate) own_group: bool,
+}
+
+impl Limits<'_> {
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|cancel| cancel())
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The compiler exited by itself.
+    Exited {
+        status: ExitStatus,
+        output: Captured,
+    },
+    /// The deadline passed; the compiler (and its process group) was killed and reaped
+    /// `late` after the deadline.
+    TimedOut { output: Captured, late: Duration },
+    /// The cancel check asked to stop (before the compiler started, or while it ran); it was
+    /// killed and reaped.
+    Cancelled,
+}
+
+/// What the compiler printed, bounded.
+#[derive(Debug, Default)]
+pub(crate) struct Captured {
+    pub(crate) stdout: Capture,
+    pub(crate) stderr: Capture,
+}
+
+/// One stream's first [`HEAD_BYTES`] and last [`TAIL_BYTES`] bytes, and its length.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Capture {
+    head: Vec<u8>,
+    /// The last bytes seen; may hold up to twice [`TAIL_BYTES`] between trims.
+    tail: Vec<u8>,
+    total: usize,
+}
+
+impl Capture {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len();
+        let room = HEAD_BYTES.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..room.min(bytes.len())]);
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+    }
+
+    /// The first bytes, and how many more were printed after them.
+    pub(crate) fn head(&self) -> (&[u8], usize) {
+        (&self.head, self.total - self.head.len())
+    }
+
+    /// The last (at most [`TAIL_BYTES`]) bytes, and whether earlier ones were dropped.
+    pub(crate) fn tail(&self) -> (&[u8], bool) {
+        let keep = self.tail.len().min(TAIL_BYTES);
+        (&self.tail[self.tail.len() - keep..], keep < self.total)
+    }
+
+    /// Whether nothing but white space was printed.
+    pub(crate) fn is_blank(&self) -> bool {
+        self.head.iter().all(u8::is_ascii_whitespace) && self.total == self.head.len()
+    }
+}
+
+/// Runs `command` (stdin from `/dev/null`, stdout and stderr captured) until it exits, the
+/// deadline passes or `limits.cancel` says stop, whichever comes first; in the last two cases its
+/// process group (or, with `own_group` off, the process) is SIGKILLed and reaped before this
+/// returns. Never blocks past the deadline by more than [`CHECK_EVERY`], the time the kernel
+/// takes to deliver SIGKILL, and [`DRAIN_GRACE`].
+///
+/// # Errors
+///
+/// The command cannot be started (as [`Command::spawn`]), or an output thread cannot be
+/// started (the compiler is then killed and reaped).
+pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outcome> {
+    if limits.cancelled() {
+        return Ok(Outcome::Cancelled);
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if limits.own_group {
+        // Out of the terminal's foreground group (a Ctrl-C is ours to handle, not the
+        // compiler's), and one killpg reaches everything the compiler started.
+        command.process_group(0);
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before exec and only makes two system
+        // calls (prctl, getppid), both async-signal-safe; it allocates nothing and takes no
+        // lock.
+        unsafe {
+            command.pre_exec(move || {
+                // The compiler dies if this process does (a second Ctrl-C exits at once, a
+                // SIGKILL, an abort). The thread that forks it waits for it, so the signal,
+                // which follows the forking thread, never fires early.
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                if rustix::process::getppid() != Some(parent) {
+                    // The parent died before the signal was armed.
+                    return Err(io::Error::other("the parent exited"));
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn()?;
+    let (done_tx, done_rx) = mpsc::channel();
+    let stdout = Arc::new(Mutex::new(Capture::default()));
+    let stderr = Arc::new(Mutex::new(Capture::default()));
+    let drains = [
+        child
+            .stdout
+            .take()
+            .map(|pipe| drain(pipe, &stdout, &done_tx)),
+        child
+            .stderr
+            .take()
+            .map(|pipe| drain(pipe, &stderr, &done_tx)),
+    ];
+    drop(done_tx);
+    let mut streams = 0;
+    for started in drains.into_iter().flatten() {
+        if let Err(e) = started {
+            kill(&mut child, limits.own_group);
+            return Err(e);
+        }
+        streams += 1;
+    }
+
+    let end = wait(&mut child, limits);
+    let captured = |done_rx: Receiver<()>| {
+        let until = Instant::now() + DRAIN_GRACE;
+        for _ in 0..streams {
+            let left = until.saturating_duration_since(Instant::now());
+            if done_rx.recv_timeout(left).is_err() {
+                log::warn!(
+                    "cpu: the compiler's output stayed open {DRAIN_GRACE:?} after it ended (a \
+                     process it started left its process group?); keeping what it printed so \
+                     far"
+                );
+                break;
+            }
+        }
+        let take =
+            |c: &Arc<Mutex<Capture>>| c.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Captured {
+            stdout: take(&stdout),
+            stderr: take(&stderr),
+        }
+    };
+    Ok(match end? {
+        End::Exited(status) => Outcome::Exited {
+            status,
+            output: captured(done_rx),
+        },
+        End::TimedOut(late) => Outcome::TimedOut {
+            output: captured(done_rx),
+            late,
+        },
+        End::Cancelled => Outcome::Cancelled,
+    })
+}
+
+enum End {
+    Exited(ExitStatus),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+/// Waits for `child` to exit, or kills it at the deadline or on cancellation. Reaps it either
+/// way.
+fn wait(child: &mut Child, limits: &Limits<'_>) -> io::Result<End> {
+    let pidfd = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok());
+    let mut nap = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(End::Exited(status)),
+            Ok(None) => {}
+            Err(e) => {
+                kill(child, limits.own_group);
+                return Err(e);
+            }
+        }
+        let now = Instant::now();
+        if limits.expired(now) {
+            kill(child, limits.own_group);
+            let late = limits.deadline.map_or(Duration::ZERO, |d| d.elapsed());
+            return Ok(End::TimedOut(late));
+        }
+        if limits.cancelled() {
+            kill(child, limits.own_group);
+            return Ok(End::Cancelled);
+        }
+        let slice = limits.deadline.map_or(CHECK_EVERY, |d| {
+            d.saturating_duration_since(now).min(CHECK_EVERY)
+        });
+        match &pidfd {
+            // Readable once the child has exited; EINTR and other errors just end this slice.
+            Some(pidfd) => {
+                let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+                let timespec = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: slice.subsec_nanos().into(),
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&timespec));
+            }
+            // Linux before 5.3: poll, 1 ms at first, backing off to CHECK_EVERY.
+            None => {
+                std::thread::sleep(nap.min(slice));
+                nap = (nap * 2).min(CHECK_EVERY);
+            }
+        }
+    }
+}
+
+/// SIGKILLs `child`'s process group (when it leads one) and `child` itself, then reaps it.
+///
+/// The child is not reaped before the group is signalled, so its pid (the group's id) cannot
+/// have been reused by then.
+fn kill(child: &mut Child, own_group: bool) {
+    if own_group && let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+        // ESRCH: the group is already empty.
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    }
+    // Also the process itself, should it have left its group; harmless if it already exited.
+    let _ = child.kill();
+    if let Err(e) = child.wait() {
+        log::warn!("cpu: could not reap the compiler (pid {}): {e}", child.id());
+    }
+}
+
+/// Copies `pipe` into `into` on a thread of its own until its end; then sends on `done`.
+fn drain(
+    mut pipe: impl Read + Send + 'static,
+    into: &Arc<Mutex<Capture>>,
+    done: &Sender<()>,
+) -> io::Result<()> {
+    let (into, done) = (Arc::clone(into), done.clone());
+    std::thread::Builder::new()
+        .name("tunebox-cc-output".into())
+        .spawn(move || {
+            let mut buffer = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(n) => into
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(&buffer[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = done.send(());
+        })
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_the_head_and_the_tail() {
+        let mut c = Capture::default();
+        c.push(b"hello ");
+        c.push(b"world");
+        assert_eq!(c.head(), (&b"hello world"[..], 0));
+        assert_eq!(c.tail(), (&b"hello world"[..], false));
+        assert!(!c.is_blank());
+
+        let mut big = Capture::default();
+        for i in 0..100_000u32 {
+            big.push(format!("{i}\n").as_bytes());
+        }
+        let (head, more) = big.head();
+        assert_eq!(head.len(), HEAD_BYTES);
+        assert!(head.starts_with(b"0\n1\n2\n"));
+        assert_eq!(head.len() + more, big.total);
+        let (tail, cut) = big.tail();
+        assert!(cut);
+        assert_eq!(tail.len(), TAIL_BYTES);
+        assert!(tail.ends_with(b"99998\n99999\n"));
+
+        let mut blank = Capture::default();
+        blank.push(b" \n\t");
+        assert!(blank.is_blank());
+        assert!(Capture::default().is_blank());
+    }
+}
