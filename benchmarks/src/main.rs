@@ -19,6 +19,7 @@
 mod affinity;
 mod children;
 mod floors;
+mod flush_figs;
 mod pool_figs;
 mod process_figs;
 mod report;
@@ -40,7 +41,7 @@ const USAGE: &str = "usage:
       measure every figure, print the table, write the JSON summary to PATH;
       --quick: fewer iterations (a smoke test); --strict: exit 1 when a target is missed;
       --only: just these groups (to profile one), of: spawn, round-trips, cold-start, crash,
-      timeout, orphan, cpu-timing, big, throughput, respawn, scaling
+      timeout, orphan, cpu-timing, flush, big, throughput, respawn, scaling
   tunebox-benchmarks echo [--cpu N]          (child mode: socketpair echo on stdin)
   tunebox-benchmarks launch-busy WORKER      (child mode: a parent to SIGKILL)
 The worker defaults to $TUNEBOX_WORKER.";
@@ -89,6 +90,7 @@ const GROUPS: &[&str] = &[
     "timeout",
     "orphan",
     "cpu-timing",
+    "flush",
     "big",
     "throughput",
     "respawn",
@@ -152,6 +154,7 @@ fn run(options: Options) -> Result<ExitCode> {
             "timeout" => figures.push(process_figs::timeout_overshoot(&setup)?),
             "orphan" => figures.push(process_figs::orphan_cleanup(&setup)?),
             "cpu-timing" => figures.push(process_figs::cpu_timing_overhead(&setup)?),
+            "flush" => figures.extend(flush_figs::flush_costs(&setup)?),
             "big" => {
                 let source = floors::pattern(floors::BIG);
                 let memcpy = floors::memcpy_figure(&setup, &source)?;
