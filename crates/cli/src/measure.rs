@@ -226,42 +226,50 @@ pub(crate) fn reference_outputs(
     Ok(Some(outputs.outputs))
 }
 
-/// Runs `requests` on the pool, keeping at most one request per worker in flight so that
-/// `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls `on_result(i,
-/// result)` on this thread as each finishes. Returns the positions of the requests that were
-/// never started.
-pub(crate) fn run_all(
+/// Runs the requests that `next` hands out (`(position, request)`; it may block until one is
+/// ready, and `None` ends the run) on the pool, keeping at most one request per worker in
+/// flight so that `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls
+/// `on_result(position, result)` on this thread as each finishes; a request `next` handed out
+/// always gets its result.
+pub(crate) fn run_all<'r>(
     pool: &TuningProcessPool,
-    requests: &[BenchmarkRequest],
+    next: impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync,
     should_stop: impl Fn() -> bool + Sync,
     mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>),
-) -> Vec<usize> {
-    let next = AtomicUsize::new(0);
-    let feeders = pool.size().min(requests.len());
+) {
     std::thread::scope(|scope| {
         let (done_tx, done_rx) = mpsc::channel();
-        for _ in 0..feeders {
+        for _ in 0..pool.size() {
             let done_tx = done_tx.clone();
             let (next, should_stop) = (&next, &should_stop);
             scope.spawn(move || {
                 while !should_stop() {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(request) = requests.get(i) else {
+                    let Some((position, request)) = next() else {
                         break;
                     };
                     let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
-                    if done_tx.send((i, result)).is_err() {
+                    if done_tx.send((position, result)).is_err() {
                         break;
                     }
                 }
             });
         }
         drop(done_tx);
-        for (i, result) in done_rx {
-            on_result(i, result);
+        for (position, result) in done_rx {
+            on_result(position, result);
         }
     });
-    (next.load(Ordering::SeqCst).min(requests.len())..requests.len()).collect()
+}
+
+/// A `next` for [`run_all`] that hands out `requests` in order.
+pub(crate) fn in_order<'r>(
+    requests: &'r [BenchmarkRequest],
+) -> impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync {
+    let next = AtomicUsize::new(0);
+    move || {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        requests.get(i).map(|request| (i, request))
+    }
 }
 
 /// Whether a pool error says nothing about the choice (the run was stopped, or its worker could

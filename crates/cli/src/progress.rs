@@ -93,21 +93,6 @@ impl Progress {
         }
     }
 
-    /// One compilation finished.
-    pub(crate) fn compiled(&self, failed: bool) {
-        let failed = if failed {
-            self.failed.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.failed.load(Ordering::Relaxed)
-        };
-        if let Some(bar) = &*self.lock_bar() {
-            bar.inc(1);
-            if failed > 0 {
-                bar.set_message(format!("{failed} failed"));
-            }
-        }
-    }
-
     /// One choice finished with `status` (and its median, when measured).
     pub(crate) fn finished(&self, label: &str, status: Status, median_ms: Option<f64>) {
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;

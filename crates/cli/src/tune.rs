@@ -2,10 +2,11 @@
 //! benchmark, verify, cache each result as it finishes, refine the best, rank.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use rayon::prelude::*;
 use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
@@ -264,91 +265,51 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         ));
     }
 
-    // C kernels compile here, in parallel, so that compile errors surface early and workers only
-    // load cached objects; CUDA kernels compile in the workers (below).
+    // C kernels compile in the parent, at the lowest CPU priority, while the choices compiled
+    // before them are measured: workers only load cached objects, and a run takes about the
+    // longer of compiling and measuring, not their sum.
+    // CUDA kernels compile in the workers (below).
     let reference = measure::reference_request(&manifest)?;
     let kernel_cache = CacheDir::from_env()?;
     let c_todo: Vec<usize> = (0..todo.len())
         .filter(|&p| matches!(todo[p].request.kernel, Kernel::C(_)))
         .collect();
-    let mut skipped: Vec<(usize, &str)> = Vec::new();
-    let mut compile_failed: Vec<(usize, String)> = Vec::new();
-    // Compiles killed at compile_timeout_s: reported as `timeout`, not cached (a slow compiler,
-    // a loaded machine or a larger compile_timeout_s may let the next run compile them).
-    let mut compile_timed_out: Vec<(usize, String)> = Vec::new();
-    if !c_todo.is_empty() {
+    let needs_c = !c_todo.is_empty()
+        || reference
+            .as_ref()
+            .is_some_and(|(_, r)| matches!(r.kernel, Kernel::C(_)));
+    if needs_c && !todo.is_empty() {
         std::fs::create_dir_all(kernel_cache.path()).with_context(|| {
             format!(
                 "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
                 kernel_cache.path().display()
             )
         })?;
-        // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once
-        // (they run in process groups of their own, so the terminal's SIGINT reaches only us).
-        let cancel = || stop.requested();
-        let control = CompileControl {
-            timeout: manifest.compile_timeout,
-            cancel: Some(&cancel),
-            ..CompileControl::default()
-        };
-        if let Some((label, request)) = &reference {
-            match measure::precompile(request, &kernel_cache, &control) {
-                // Interrupted: no choice compiles either (below), and none is measured.
-                Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
-                Err(e) => match measure::compile_timeout_message(&e) {
-                    Some(message) => bail!("the reference {label} does not compile: {message}"),
-                    None => bail!(
-                        "the reference {label} does not compile: {:#}",
-                        anyhow::Error::new(e)
-                    ),
-                },
-            }
-        }
-        progress.phase(
-            "compiling",
-            c_todo.len(),
-            &format!(
-                "compiling {} with {} threads…",
-                plural(c_todo.len()),
-                rayon::current_num_threads()
-            ),
-        );
-        let outcomes: Vec<Option<Result<(), CpuError>>> = c_todo
-            .par_iter()
-            .map(|&p| {
-                if stop.requested() || past_deadline() {
-                    return None;
-                }
-                let outcome = measure::precompile(&todo[p].request, &kernel_cache, &control);
-                progress.compiled(matches!(
-                    &outcome,
-                    Err(e) if !matches!(e, CpuError::CompileCancelled { .. })
-                ));
-                Some(outcome)
-            })
-            .collect();
-        progress.end_phase();
-        for (&p, outcome) in c_todo.iter().zip(outcomes) {
-            match outcome {
-                None => skipped.push((p, stop_reason(stop))),
-                // Killed by Ctrl-C: says nothing about the choice.
-                Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
-                Some(Err(e)) => match measure::compile_timeout_message(&e) {
-                    Some(message) => compile_timed_out.push((p, message)),
-                    None => compile_failed.push((p, format!("{:#}", anyhow::Error::new(e)))),
-                },
-                Some(Ok(())) => {}
-            }
+    }
+    // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once (they
+    // run in process groups of their own, so the terminal's SIGINT reaches only us).
+    let cancel = || stop.requested();
+    let control = CompileControl {
+        timeout: manifest.compile_timeout,
+        cancel: Some(&cancel),
+        ..CompileControl::default()
+    };
+    if !todo.is_empty()
+        && let Some((label, request)) = &reference
+    {
+        match measure::precompile(request, &kernel_cache, &control) {
+            // Interrupted: no choice is measured either (below).
+            Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
+            Err(e) => match measure::compile_timeout_message(&e) {
+                Some(message) => bail!("the reference {label} does not compile: {message}"),
+                None => bail!(
+                    "the reference {label} does not compile: {:#}",
+                    anyhow::Error::new(e)
+                ),
+            },
         }
     }
-    let failed: Vec<usize> = compile_failed
-        .iter()
-        .chain(&compile_timed_out)
-        .map(|(p, _)| *p)
-        .collect();
-    let mut runnable: Vec<usize> = (0..todo.len())
-        .filter(|&p| !failed.contains(&p) && !skipped.iter().any(|(s, _)| *s == p))
-        .collect();
+    let mut skipped: Vec<(usize, &str)> = Vec::new();
     // Every result goes through here: cached (with its key) unless transient, then kept.
     let mut record = |result: ChoiceResult, key: Option<&str>, cache: &mut Option<ResultsCache>| {
         if let (Some(c), Some(key)) = (cache.as_mut(), key)
@@ -359,36 +320,14 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         }
         results.push(result);
     };
-    for (p, error) in compile_failed {
-        let t = &todo[p];
-        let result = ChoiceResult::failed(
-            t.index,
-            choices[t.index].clone(),
-            Status::CompileError,
-            error,
-            &device,
-        );
-        record(result, Some(&t.key), &mut cache);
-    }
-    for (p, error) in compile_timed_out {
-        let t = &todo[p];
-        let result = ChoiceResult::failed(
-            t.index,
-            choices[t.index].clone(),
-            Status::Timeout,
-            error,
-            &device,
-        );
-        record(result, None, &mut cache);
-    }
 
     // The pool, started only when something needs measuring.
     let refine = options.refine.filter(|&k| k > 0);
     let mut bench: Option<Bench> = None;
     let workers = options
         .workers
-        .clamp(1, runnable.len().max(refine.unwrap_or(1)).max(1));
-    if !runnable.is_empty() && !stop.requested() && !past_deadline() {
+        .clamp(1, todo.len().max(refine.unwrap_or(1)).max(1));
+    if !todo.is_empty() && !stop.requested() && !past_deadline() {
         match open_bench(
             &manifest,
             reference.as_ref(),
@@ -404,9 +343,16 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         }
     }
 
+    // What each C compile gave.
+    let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
+    // Positions that got a measurement (or a transient failure) from the pool.
+    let mut measured: Vec<bool> = vec![false; todo.len()];
     if let Some(bench) = &bench {
         // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
-        let cuda: Vec<usize> = runnable
+        let mut ready_now: Vec<usize> = (0..todo.len())
+            .filter(|&p| !matches!(todo[p].request.kernel, Kernel::C(_)))
+            .collect();
+        let cuda: Vec<usize> = ready_now
             .iter()
             .copied()
             .filter(|&p| matches!(todo[p].request.kernel, Kernel::Cuda(_)))
@@ -420,7 +366,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 cuda.iter().map(|&p| todo[p].request.clone()).collect();
             for (&p, outcome) in cuda.iter().zip(bench.pool.prepare(&batch)) {
                 let Err(e) = outcome else { continue };
-                runnable.retain(|&q| q != p);
+                ready_now.retain(|&q| q != p);
                 if measure::is_transient(&e) {
                     skipped.push((p, stop_reason(stop)));
                     continue;
@@ -437,46 +383,142 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             }
         }
 
+        // One compile per core: at nice 19 they take what the workers leave, and the
+        // scheduler moves them off a worker's core, which a nice-0 worker holds ~98 % of the
+        // time even when a compile lands there.
+        let compile_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         progress.phase(
             "benchmarking",
-            runnable.len(),
+            ready_now.len() + c_todo.len(),
             &format!(
                 "benchmarking {} on {workers} worker(s), timeout {timeout:?}…",
-                plural(runnable.len())
+                plural(ready_now.len() + c_todo.len())
             ),
         );
-        let requests: Vec<BenchmarkRequest> =
-            runnable.iter().map(|&p| todo[p].request.clone()).collect();
-        let unstarted = measure::run_all(
-            &bench.pool,
-            &requests,
-            || stop.requested() || past_deadline(),
-            |i, result| {
-                let t = &todo[runnable[i]];
-                if matches!(&result, Err(e) if measure::is_transient(e)) && stop.requested() {
-                    skipped.push((runnable[i], "interrupted"));
-                    return;
+        if !c_todo.is_empty() {
+            progress.note(&format!(
+                "compiling {} on {} while measuring…",
+                plural(c_todo.len()),
+                if compile_threads == 1 {
+                    "1 thread".to_owned()
+                } else {
+                    format!("{compile_threads} threads")
                 }
-                let transient = matches!(&result, Err(e) if measure::is_transient(e));
-                let r = measure::judge(
-                    t.index,
-                    choices[t.index].clone(),
-                    result,
-                    bench.reference.as_deref(),
-                    &manifest,
-                    &device,
-                );
-                progress.finished(&r.choice.label(), r.status, r.median_ms());
-                record(r, (!transient).then_some(t.key.as_str()), &mut cache);
-            },
-        );
+            ));
+        }
+        let background = CompileControl {
+            background: true,
+            ..control
+        };
+        let (ready_tx, ready_rx) = mpsc::channel::<usize>();
+        for &p in &ready_now {
+            let _ = ready_tx.send(p);
+        }
+        let ready_rx = Mutex::new(ready_rx);
+        let next_compile = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..compile_threads {
+                let ready_tx = ready_tx.clone();
+                let (c_todo, next_compile, compiled) = (&c_todo, &next_compile, &compiled);
+                let (todo, choices, progress, background) =
+                    (&todo, &choices, &progress, &background);
+                let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
+                scope.spawn(move || {
+                    while let Some(&p) = c_todo.get(next_compile.fetch_add(1, Ordering::SeqCst)) {
+                        let outcome = (!stop.requested() && !past_deadline()).then(|| {
+                            measure::precompile(&todo[p].request, kernel_cache, background)
+                        });
+                        match &outcome {
+                            Some(Ok(())) => {
+                                let _ = ready_tx.send(p);
+                            }
+                            Some(Err(e)) if !matches!(e, CpuError::CompileCancelled { .. }) => {
+                                let status = if measure::compile_timeout_message(e).is_some() {
+                                    Status::Timeout
+                                } else {
+                                    Status::CompileError
+                                };
+                                progress.finished(&choices[todo[p].index].label(), status, None);
+                            }
+                            _ => {}
+                        }
+                        lock(compiled).push((p, outcome));
+                    }
+                });
+            }
+            drop(ready_tx);
+            measure::run_all(
+                &bench.pool,
+                || lock(&ready_rx).recv().ok().map(|p| (p, &todo[p].request)),
+                || stop.requested() || past_deadline(),
+                |p, result| {
+                    measured[p] = true;
+                    let t = &todo[p];
+                    if matches!(&result, Err(e) if measure::is_transient(e)) && stop.requested() {
+                        skipped.push((p, "interrupted"));
+                        return;
+                    }
+                    let transient = matches!(&result, Err(e) if measure::is_transient(e));
+                    let r = measure::judge(
+                        t.index,
+                        choices[t.index].clone(),
+                        result,
+                        bench.reference.as_deref(),
+                        &manifest,
+                        &device,
+                    );
+                    progress.finished(&r.choice.label(), r.status, r.median_ms());
+                    record(r, (!transient).then_some(t.key.as_str()), &mut cache);
+                },
+            );
+        });
         progress.end_phase();
-        for i in unstarted {
-            skipped.push((runnable[i], stop_reason(stop)));
+        for p in ready_now {
+            if !measured[p] {
+                skipped.push((p, stop_reason(stop)));
+            }
         }
     } else {
-        for &p in &runnable {
-            skipped.push((p, stop_reason(stop)));
+        for (p, t) in todo.iter().enumerate() {
+            if !matches!(t.request.kernel, Kernel::C(_)) {
+                skipped.push((p, stop_reason(stop)));
+            }
+        }
+    }
+    // C choices: a compile failure is a result; one compiled but never measured, or never
+    // compiled, was not started.
+    let mut outcomes = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
+    let reported: Vec<usize> = outcomes.iter().map(|(p, _)| *p).collect();
+    outcomes.extend(
+        c_todo
+            .iter()
+            .filter(|p| !reported.contains(p))
+            .map(|&p| (p, None)),
+    );
+    outcomes.sort_by_key(|(p, _)| *p);
+    for (p, outcome) in outcomes {
+        let t = &todo[p];
+        let failed = |status, error| {
+            ChoiceResult::failed(t.index, choices[t.index].clone(), status, error, &device)
+        };
+        match outcome {
+            Some(Ok(())) if measured[p] => {}
+            Some(Ok(())) | None => skipped.push((p, stop_reason(stop))),
+            // Killed by Ctrl-C: says nothing about the choice.
+            Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
+            // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
+            // machine or a larger compile_timeout_s may let the next run compile it).
+            Some(Err(e)) => match measure::compile_timeout_message(&e) {
+                Some(message) => record(failed(Status::Timeout, message), None, &mut cache),
+                None => {
+                    let error = format!("{:#}", anyhow::Error::new(e));
+                    record(
+                        failed(Status::CompileError, error),
+                        Some(&t.key),
+                        &mut cache,
+                    );
+                }
+            },
         }
     }
 
@@ -541,6 +583,14 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         },
         results,
     })
+}
+
+/// What compiling one C choice gave: `None` when it was not started (the run was stopped).
+type CompileOutcome = Option<Result<(), CpuError>>;
+
+/// Locks `mutex`, whatever a panicking holder left in it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Why a choice was not started: the run was interrupted, else the time budget ran out.
@@ -751,7 +801,7 @@ fn refine_best(
     let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
     measure::run_all(
         &bench.pool,
-        &requests,
+        measure::in_order(&requests),
         || cx.stop.requested(),
         |i, result| {
             if matches!(&result, Err(e) if measure::is_transient(e)) {
