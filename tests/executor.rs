@@ -515,3 +515,23 @@ fn a_gpu_pool_without_a_device_mask_counts_the_gpus_through_a_probe_worker() {
     }
     assert!(start.elapsed() < Duration::from_secs(30));
 }
+
+#[test]
+fn no_task_is_blamed_for_its_predecessor_ending_the_worker() {
+    let ex = executor(2, LONG);
+    let results = ex.map_with_error_catching(
+        (0..1000).map(|_| diag(DiagnosticTask::ExitAfterReply { code: 0 })),
+    );
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.status != StatusKind::Complete)
+        .map(|(i, r)| format!("task {i}: {:?} {:?}", r.status, r.error))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 1000 tasks failed; first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+}

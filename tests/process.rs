@@ -996,3 +996,65 @@ fn probe_lists_backends_and_prepare_answers() {
     );
     assert_eq!(worker.pid(), pid, "a compile error keeps the worker");
 }
+
+/// A task that replies, then ends its worker at once: the reply always arrives, and the request
+/// after it finds the worker gone or going before it could begin.
+fn reply_then_exit() -> tunebox_protocol::BenchmarkRequest {
+    diag(DiagnosticTask::ExitAfterReply { code: 0 })
+}
+
+#[test]
+fn a_request_sent_to_a_worker_exiting_after_its_last_reply_runs_on_a_fresh_one() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut failures = Vec::new();
+    for i in 0..1000 {
+        // put/get and benchmark alike.
+        let result = if i % 2 == 0 {
+            worker.benchmark(reply_then_exit(), LONG)
+        } else {
+            worker
+                .put(reply_then_exit())
+                .and_then(|()| worker.get(LONG))
+        };
+        if let Err(e) = result {
+            failures.push(format!("request {i}: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 1000 requests failed, blamed for their predecessor's exit; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    // Each request after an exit went to a new worker (only the first found one waiting).
+    assert!(worker.restarts() >= 999, "{}", worker.restarts());
+    // Other kinds of request after an exit: a ping, a prepare, a probe.
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.ping(LONG).unwrap();
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.prepare(reply_then_exit(), LONG).unwrap();
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.probe(LONG).unwrap();
+}
+
+#[test]
+fn a_request_the_worker_began_is_still_its_crash_after_a_resend() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    for _ in 0..20 {
+        worker.benchmark(reply_then_exit(), LONG).unwrap();
+        // Sent to the exiting worker, then (never begun there) to a fresh one, which it kills.
+        let err = worker
+            .benchmark(diag(DiagnosticTask::Exit { code: 3 }), LONG)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProcessError::WorkerCrashed {
+                    exit_code: Some(3),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

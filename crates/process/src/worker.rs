@@ -8,7 +8,7 @@ use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
-use tunebox_protocol::{Request, Response, ResponseBody};
+use tunebox_protocol::{Request, Response, ResponseBody, StartedCell};
 
 use crate::capture::Tail;
 use crate::quiet_panic::catch_quietly;
@@ -45,6 +45,8 @@ pub(crate) struct Worker {
     pub(crate) stdout: Option<Tail>,
     /// Benchmark requests sent to this process (the initializer excluded).
     pub(crate) uses: u64,
+    /// Where the worker records each request it begins; read after its death.
+    pub(crate) started: StartedCell,
 }
 
 /// Why a send did not complete.
