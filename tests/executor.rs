@@ -9,7 +9,7 @@ use tunebox_pool::{Devices, PoolError, PoolExecutor, StatusKind, TuningProcessPo
 use tunebox_process::{InitRequest, ProcessError};
 use tunebox_protocol::{BenchmarkResult, DiagnosticTask};
 
-use crate::util::{LONG, bytes, config, diag, is_dead, kill, wait_gone};
+use crate::util::{LONG, bytes, config, diag, is_dead, kill, pid_exists, wait_gone};
 
 fn executor(workers: usize, timeout: Duration) -> PoolExecutor {
     PoolExecutor::builder()
@@ -533,5 +533,76 @@ fn no_task_is_blamed_for_its_predecessor_ending_the_worker() {
         "{} of 1000 tasks failed; first: {:?}",
         failed.len(),
         failed.first()
+    );
+}
+
+/// Kills worker `victim` of a pool while it is idle, then watches `worker_pids` until the dead
+/// worker is reaped (gone from /proc, not a zombie) and replaced, checking on every look that a
+/// pid already dead is never reported. Returns how long the reap and the replacement took.
+fn kill_idle_and_watch(
+    worker_pids: impl Fn() -> Vec<Option<u32>>,
+    victim: u32,
+) -> (Duration, Duration) {
+    let workers = worker_pids().len();
+    kill(victim, 9);
+    let start = Instant::now();
+    let (mut reaped, mut replaced) = (None, None);
+    while reaped.is_none() || replaced.is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "after 5 s: reaped {reaped:?}, replaced {replaced:?}, zombie: {}, pids {:?}",
+            pid_exists(victim),
+            worker_pids()
+        );
+        let dead = is_dead(victim);
+        let pids = worker_pids();
+        assert!(
+            !(dead && pids.contains(&Some(victim))),
+            "worker_pids lists the dead worker {victim}: {pids:?}"
+        );
+        if reaped.is_none() && !pid_exists(victim) {
+            reaped = Some(start.elapsed());
+        }
+        if replaced.is_none()
+            && pids.iter().flatten().count() == workers
+            && !pids.contains(&Some(victim))
+        {
+            replaced = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (reaped.unwrap(), replaced.unwrap())
+}
+
+#[test]
+fn an_idle_worker_killed_from_outside_is_reaped_and_replaced_at_once() {
+    let ex = executor(2, LONG);
+    for round in 0..3 {
+        let pids = live_pids(&ex.worker_pids());
+        assert_eq!(pids.len(), 2);
+        let (reaped, replaced) = kill_idle_and_watch(|| ex.worker_pids(), pids[round % 2]);
+        eprintln!(
+            "executor, idle worker killed: reaped after {reaped:?}, replaced after {replaced:?}"
+        );
+        // The other worker is untouched, and the pool serves on.
+        assert!(ex.worker_pids().contains(&Some(pids[(round + 1) % 2])));
+        assert_eq!(
+            ex.submit(echo(7)).unwrap().wait().unwrap().outputs[0].bytes,
+            vec![7]
+        );
+    }
+    let pool = TuningProcessPool::builder()
+        .devices(Devices::Cpu(2))
+        .timeout(LONG)
+        .process_config(config())
+        .build()
+        .unwrap();
+    let victim = pool.worker_pids()[1].unwrap();
+    let (reaped, replaced) = kill_idle_and_watch(|| pool.worker_pids(), victim);
+    eprintln!("pool, idle worker killed: reaped after {reaped:?}, replaced after {replaced:?}");
+    assert!(
+        pool.benchmark(&[echo(1), echo(2)])
+            .iter()
+            .all(Result::is_ok)
     );
 }

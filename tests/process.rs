@@ -699,6 +699,7 @@ fn killed_while_idle_then_healthy() {
     {
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert_eq!(worker.pid(), None, "a dead worker's pid is not reported");
     // Nothing was lost: the next request runs on a new worker.
     let echo = worker
         .benchmark(diag(DiagnosticTask::Echo { bytes: bytes(&[1]) }), LONG)
@@ -1057,4 +1058,27 @@ fn a_request_the_worker_began_is_still_its_crash_after_a_resend() {
             "{err:?}"
         );
     }
+}
+
+#[test]
+fn on_worker_exit_wakes_the_owner_when_an_idle_worker_dies() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    worker.on_worker_exit(move || {
+        let _ = tx.lock().unwrap().send(());
+    });
+    for _ in 0..3 {
+        let pid = worker.pid().unwrap();
+        kill(pid, 9);
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("woken within 5 s of the death");
+        assert_eq!(worker.pid(), None);
+        worker.ensure_running().unwrap();
+        assert!(!pid_exists(pid), "reaped by ensure_running");
+        assert!(worker.pid().is_some_and(|p| p != pid));
+    }
+    // Workers the handle ends itself need no waking; a call for nothing is harmless anyway.
+    worker.kill();
+    worker.ping(LONG).unwrap();
 }

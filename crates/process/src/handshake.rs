@@ -65,6 +65,7 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
             stdout: spawned.stdout,
             uses: 0,
             started: hello.started,
+            watch: None,
         }),
         Ok(hello) => {
             kill_group(&mut spawned.child);

@@ -9,6 +9,7 @@ use tunebox_protocol::{
 };
 
 use crate::exit::describe_exit;
+use crate::exit_watch::{self, Wake};
 use crate::handshake;
 use crate::worker::{ReceiveFailure, SendFailure, Worker, deadline_after, exit_parts};
 use crate::{InitRequest, KillSwitch, ProcessConfig, ProcessError};
@@ -86,6 +87,8 @@ pub struct TuningProcess {
     starts: u64,
     /// Knows the running worker's pid; cleared before the worker is reaped.
     switch: KillSwitch,
+    /// Called when a worker exits while nothing waits on it (see `on_worker_exit`).
+    on_exit: Option<Wake>,
 }
 
 impl TuningProcess {
@@ -113,6 +116,7 @@ impl TuningProcess {
             pending: None,
             starts: 0,
             switch: KillSwitch::default(),
+            on_exit: None,
         }
     }
 
@@ -255,9 +259,31 @@ impl TuningProcess {
             .is_some_and(|w| matches!(w.child.try_wait(), Ok(None)))
     }
 
-    /// The pid of the current worker, if one is running.
+    /// The pid of the current worker, if one is running: `None` once it has exited, even
+    /// before this handle reaps it (on its next request or `ensure_running`).
     pub fn pid(&self) -> Option<u32> {
-        self.worker.as_ref().map(|w| w.pid)
+        self.worker
+            .as_ref()
+            .filter(|w| !w.has_exited())
+            .map(|w| w.pid)
+    }
+
+    /// Calls `wake` as soon as a worker of this handle (the current one and every later one)
+    /// exits by itself, for example killed from outside while idle, so that an owner that is
+    /// not waiting on it can reap and replace it at once with
+    /// [`ensure_running`](TuningProcess::ensure_running) instead of at the next request (a pool
+    /// does this for its idle workers). Workers this handle ends itself (timeout, kill,
+    /// retirement) usually do not call it, but may; `wake` must tolerate a call for nothing.
+    ///
+    /// `wake` runs on a process-wide watcher thread (one pidfd per worker): it must be quick
+    /// and must not block. Replaces an earlier `wake`. On systems without pidfds (Linux before
+    /// 5.3) it is never called.
+    pub fn on_worker_exit(&mut self, wake: impl Fn() + Send + Sync + 'static) {
+        let wake: Wake = Arc::new(wake);
+        if let Some(worker) = &mut self.worker {
+            worker.watch = exit_watch::watch(worker.pid, wake.clone());
+        }
+        self.on_exit = Some(wake);
     }
 
     /// How many times a worker was started after the first.
@@ -308,6 +334,8 @@ impl TuningProcess {
         let Some(worker) = self.worker.as_mut() else {
             return Ok(());
         };
+        // Its exit is expected: nobody needs waking for it.
+        worker.watch = None;
         self.next_id += 1;
         let shutdown = Request::new(self.next_id, RequestBody::Shutdown);
         if worker.send(shutdown, Some(grace)).is_ok() {
@@ -370,10 +398,13 @@ impl TuningProcess {
         self.ensure_started().map(drop)
     }
 
-    /// Takes the worker out, clearing the kill switch first so it can never signal a reaped pid.
+    /// Takes the worker out, clearing the kill switch first so it can never signal a reaped pid,
+    /// and ending its exit watch (the caller is about to reap it).
     fn take_worker(&mut self) -> Option<Worker> {
         self.switch.set(None);
-        self.worker.take()
+        let mut worker = self.worker.take()?;
+        worker.watch = None;
+        Some(worker)
     }
 
     /// Starts a worker if there is none, and runs the initializer on it.
@@ -383,6 +414,10 @@ impl TuningProcess {
             self.starts += 1;
             log::debug!("worker started, pid {}", worker.pid);
             self.switch.set(Some(worker.pid));
+            let mut worker = worker;
+            if let Some(wake) = &self.on_exit {
+                worker.watch = exit_watch::watch(worker.pid, wake.clone());
+            }
             self.worker = Some(worker);
             if let Some(init) = self.config.initializer.clone() {
                 self.initialize(&init)?;
