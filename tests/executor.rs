@@ -606,3 +606,74 @@ fn an_idle_worker_killed_from_outside_is_reaped_and_replaced_at_once() {
             .all(Result::is_ok)
     );
 }
+
+/// Two threads call `shutdown(false)` at the same moment on an executor whose three workers all
+/// hang: each call must return only once all three are killed and reaped.
+#[test]
+fn concurrent_shutdowns_both_return_after_every_worker_is_reaped() {
+    for round in 0..3 {
+        let ex = executor(3, LONG);
+        let pids = live_pids(&ex.worker_pids());
+        assert_eq!(pids.len(), 3);
+        let handles: Vec<_> = (0..3)
+            .map(|_| ex.submit(diag(DiagnosticTask::Hang)).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let barrier = std::sync::Barrier::new(2);
+        let survivors: Vec<Vec<u32>> = std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        ex.shutdown(false);
+                        pids.iter().copied().filter(|&p| pid_exists(p)).collect()
+                    })
+                })
+                .collect();
+            callers.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        for (caller, left) in survivors.iter().enumerate() {
+            assert!(
+                left.is_empty(),
+                "round {round}: shutdown #{caller} returned with workers {left:?} not reaped"
+            );
+        }
+        for handle in handles {
+            let err = handle.wait().unwrap_err();
+            assert!(matches!(err, PoolError::ShutDown), "{err:?}");
+        }
+    }
+    // The same for TuningProcessPool::shutdown, and a shutdown racing the drop that follows.
+    let pool = std::sync::Arc::new(
+        TuningProcessPool::builder()
+            .devices(Devices::Cpu(3))
+            .timeout(LONG)
+            .process_config(config())
+            .build()
+            .unwrap(),
+    );
+    let pids = live_pids(&pool.worker_pids());
+    let busy = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.benchmark(&vec![diag(DiagnosticTask::Hang); 3]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let other = {
+        let pool = pool.clone();
+        let pids = pids.clone();
+        std::thread::spawn(move || {
+            pool.shutdown(Duration::from_millis(200));
+            pids.iter().copied().filter(|&p| pid_exists(p)).count()
+        })
+    };
+    pool.shutdown(Duration::from_millis(200));
+    let left = pids.iter().filter(|&&p| pid_exists(p)).count();
+    assert_eq!(left, 0, "shutdown returned with {left} workers not reaped");
+    assert_eq!(other.join().unwrap(), 0);
+    assert!(
+        busy.join()
+            .unwrap()
+            .iter()
+            .all(|r| matches!(r, Err(PoolError::ShutDown)))
+    );
+}

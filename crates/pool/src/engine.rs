@@ -339,7 +339,8 @@ impl Engine {
     /// Stops the pool. With `drain`, queued tasks still run; otherwise they are resolved
     /// `ShutDown` and running tasks are killed (and resolved `ShutDown`). Idle workers are asked
     /// to exit and given `grace`. Returns once every worker thread has ended and every worker
-    /// process is reaped. Idempotent.
+    /// process is reaped, also when another thread is shutting the pool down at the same time
+    /// (the later caller waits for the earlier one's joins). Idempotent.
     pub(crate) fn shutdown(&self, drain: bool, grace: Duration) {
         let abandoned = {
             let mut state = self.shared.lock();
@@ -372,9 +373,11 @@ impl Engine {
                 }
             }
         }
-        let threads =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        for thread in threads {
+        // Joined under the lock: a concurrent shutdown (or the drop after it) waits here until
+        // every thread has ended and reaped its worker, instead of finding the list empty and
+        // returning while workers still run.
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        for thread in threads.drain(..) {
             // A worker thread never panics on its own; if one did, the pool is still stopped.
             let _ = thread.join();
         }

@@ -160,8 +160,9 @@ impl TuningProcessPool {
 
     /// Stops the pool: queued candidates resolve to [`PoolError::ShutDown`], busy workers are
     /// killed (their candidates resolve to `ShutDown`), idle workers are asked to exit and given
-    /// `grace`; returns once every worker is reaped (within `grace` plus a few ms). Idempotent;
-    /// the pool accepts nothing afterwards.
+    /// `grace`; returns once every worker is reaped (within `grace` plus a few ms), also when
+    /// another thread is shutting the pool down at the same time. Idempotent; the pool accepts
+    /// nothing afterwards.
     pub fn shutdown(&self, grace: Duration) {
         self.engine.shutdown(false, grace);
     }
