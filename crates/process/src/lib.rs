@@ -16,6 +16,8 @@
 //!   a fresh worker;
 //! - a worker that exits while idle can be noticed at once ([`TuningProcess::on_worker_exit`]),
 //!   and a dead worker's pid is never reported;
+//! - workers inherit no descriptor of the parent but their standard streams (everything from 3
+//!   up is made close-on-exec in the child before exec);
 //! - workers lead their own process group, have stdin closed, no core dumps, and die with the
 //!   parent process (`PR_SET_PDEATHSIG`, armed from a spawner thread that lives as long as the
 //!   process);
