@@ -19,7 +19,8 @@ impl PoolBuilder<PoolKind> {
     /// # Errors
     ///
     /// A device error ([`PoolError::NoWorkers`], [`PoolError::NoDevices`],
-    /// [`PoolError::NotEnoughDevices`], [`PoolError::DeviceCountUnknown`]) before anything
+    /// [`PoolError::NotEnoughDevices`], [`PoolError::RepeatedDevice`],
+    /// [`PoolError::DeviceCountUnknown`]) before anything
     /// starts; the first worker's start-up error ([`PoolError::Process`], e.g.
     /// `InitializerFailed`), with every started worker killed and reaped.
     pub fn build(self) -> Result<TuningProcessPool, PoolError> {
