@@ -254,9 +254,8 @@ impl TuningProcess {
 
     /// Whether a worker process is running now (started and not exited).
     pub fn alive(&mut self) -> bool {
-        self.worker
-            .as_mut()
-            .is_some_and(|w| matches!(w.child.try_wait(), Ok(None)))
+        // Looks without reaping: the kill switch must be cleared before the worker is reaped.
+        self.worker.as_ref().is_some_and(|w| !w.has_exited())
     }
 
     /// The pid of the current worker, if one is running: `None` once it has exited, even
@@ -387,11 +386,8 @@ impl TuningProcess {
             log::debug!("worker reached maximum_uses; replacing it");
             // The retired worker's exit status is of no interest.
             let _ = self.shutdown(RETIRE_GRACE);
-        } else if self
-            .worker
-            .as_mut()
-            .is_some_and(|w| !matches!(w.child.try_wait(), Ok(None)))
-        {
+        } else if self.worker.as_ref().is_some_and(Worker::has_exited) {
+            // Looked at without reaping: `crashed` clears the kill switch first, then reaps.
             let error = self.crashed();
             log::warn!("worker died while idle: {error}");
         }
