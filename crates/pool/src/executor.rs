@@ -125,7 +125,8 @@ impl PoolExecutor {
         self.engine.size()
     }
 
-    /// The pid of each worker process (`None` while one is being replaced), by worker index.
+    /// The pid of each live worker process, by worker index: `None` while one is being replaced,
+    /// and never the pid of a worker that has exited (even before it is reaped).
     pub fn worker_pids(&self) -> Vec<Option<u32>> {
         self.engine.worker_pids()
     }
