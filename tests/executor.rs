@@ -9,7 +9,7 @@ use tunebox_pool::{Devices, PoolError, PoolExecutor, StatusKind, TuningProcessPo
 use tunebox_process::{InitRequest, ProcessError};
 use tunebox_protocol::{BenchmarkResult, DiagnosticTask};
 
-use crate::util::{LONG, bytes, config, diag, is_dead, kill, wait_gone};
+use crate::util::{LONG, bytes, config, diag, is_dead, kill, pid_exists, wait_gone};
 
 fn executor(workers: usize, timeout: Duration) -> PoolExecutor {
     PoolExecutor::builder()
@@ -514,4 +514,166 @@ fn a_gpu_pool_without_a_device_mask_counts_the_gpus_through_a_probe_worker() {
         Err(other) => panic!("unexpected error: {other:?}"),
     }
     assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn no_task_is_blamed_for_its_predecessor_ending_the_worker() {
+    let ex = executor(2, LONG);
+    let results = ex.map_with_error_catching(
+        (0..1000).map(|_| diag(DiagnosticTask::ExitAfterReply { code: 0 })),
+    );
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.status != StatusKind::Complete)
+        .map(|(i, r)| format!("task {i}: {:?} {:?}", r.status, r.error))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 1000 tasks failed; first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+}
+
+/// Kills worker `victim` of a pool while it is idle, then watches `worker_pids` until the dead
+/// worker is reaped (gone from /proc, not a zombie) and replaced, checking on every look that a
+/// pid already dead is never reported. Returns how long the reap and the replacement took.
+fn kill_idle_and_watch(
+    worker_pids: impl Fn() -> Vec<Option<u32>>,
+    victim: u32,
+) -> (Duration, Duration) {
+    let workers = worker_pids().len();
+    kill(victim, 9);
+    let start = Instant::now();
+    let (mut reaped, mut replaced) = (None, None);
+    while reaped.is_none() || replaced.is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "after 5 s: reaped {reaped:?}, replaced {replaced:?}, zombie: {}, pids {:?}",
+            pid_exists(victim),
+            worker_pids()
+        );
+        let dead = is_dead(victim);
+        let pids = worker_pids();
+        assert!(
+            !(dead && pids.contains(&Some(victim))),
+            "worker_pids lists the dead worker {victim}: {pids:?}"
+        );
+        if reaped.is_none() && !pid_exists(victim) {
+            reaped = Some(start.elapsed());
+        }
+        if replaced.is_none()
+            && pids.iter().flatten().count() == workers
+            && !pids.contains(&Some(victim))
+        {
+            replaced = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (reaped.unwrap(), replaced.unwrap())
+}
+
+#[test]
+fn an_idle_worker_killed_from_outside_is_reaped_and_replaced_at_once() {
+    let ex = executor(2, LONG);
+    for round in 0..3 {
+        let pids = live_pids(&ex.worker_pids());
+        assert_eq!(pids.len(), 2);
+        let (reaped, replaced) = kill_idle_and_watch(|| ex.worker_pids(), pids[round % 2]);
+        eprintln!(
+            "executor, idle worker killed: reaped after {reaped:?}, replaced after {replaced:?}"
+        );
+        // The other worker is untouched, and the pool serves on.
+        assert!(ex.worker_pids().contains(&Some(pids[(round + 1) % 2])));
+        assert_eq!(
+            ex.submit(echo(7)).unwrap().wait().unwrap().outputs[0].bytes,
+            vec![7]
+        );
+    }
+    let pool = TuningProcessPool::builder()
+        .devices(Devices::Cpu(2))
+        .timeout(LONG)
+        .process_config(config())
+        .build()
+        .unwrap();
+    let victim = pool.worker_pids()[1].unwrap();
+    let (reaped, replaced) = kill_idle_and_watch(|| pool.worker_pids(), victim);
+    eprintln!("pool, idle worker killed: reaped after {reaped:?}, replaced after {replaced:?}");
+    assert!(
+        pool.benchmark(&[echo(1), echo(2)])
+            .iter()
+            .all(Result::is_ok)
+    );
+}
+
+/// Two threads call `shutdown(false)` at the same moment on an executor whose three workers all
+/// hang: each call must return only once all three are killed and reaped.
+#[test]
+fn concurrent_shutdowns_both_return_after_every_worker_is_reaped() {
+    for round in 0..3 {
+        let ex = executor(3, LONG);
+        let pids = live_pids(&ex.worker_pids());
+        assert_eq!(pids.len(), 3);
+        let handles: Vec<_> = (0..3)
+            .map(|_| ex.submit(diag(DiagnosticTask::Hang)).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let barrier = std::sync::Barrier::new(2);
+        let survivors: Vec<Vec<u32>> = std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        ex.shutdown(false);
+                        pids.iter().copied().filter(|&p| pid_exists(p)).collect()
+                    })
+                })
+                .collect();
+            callers.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        for (caller, left) in survivors.iter().enumerate() {
+            assert!(
+                left.is_empty(),
+                "round {round}: shutdown #{caller} returned with workers {left:?} not reaped"
+            );
+        }
+        for handle in handles {
+            let err = handle.wait().unwrap_err();
+            assert!(matches!(err, PoolError::ShutDown), "{err:?}");
+        }
+    }
+    // The same for TuningProcessPool::shutdown, and a shutdown racing the drop that follows.
+    let pool = std::sync::Arc::new(
+        TuningProcessPool::builder()
+            .devices(Devices::Cpu(3))
+            .timeout(LONG)
+            .process_config(config())
+            .build()
+            .unwrap(),
+    );
+    let pids = live_pids(&pool.worker_pids());
+    let busy = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.benchmark(&vec![diag(DiagnosticTask::Hang); 3]))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let other = {
+        let pool = pool.clone();
+        let pids = pids.clone();
+        std::thread::spawn(move || {
+            pool.shutdown(Duration::from_millis(200));
+            pids.iter().copied().filter(|&p| pid_exists(p)).count()
+        })
+    };
+    pool.shutdown(Duration::from_millis(200));
+    let left = pids.iter().filter(|&&p| pid_exists(p)).count();
+    assert_eq!(left, 0, "shutdown returned with {left} workers not reaped");
+    assert_eq!(other.join().unwrap(), 0);
+    assert!(
+        busy.join()
+            .unwrap()
+            .iter()
+            .all(|r| matches!(r, Err(PoolError::ShutDown)))
+    );
 }

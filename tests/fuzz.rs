@@ -41,10 +41,10 @@ fn encoded() -> Vec<Vec<u8>> {
         })
         .collect();
     out.push(
-        postcard::to_allocvec(&Request {
-            id: 9,
-            body: RequestBody::Benchmark(Box::new(diag(DiagnosticTask::Sleep { ms: 3 }))),
-        })
+        postcard::to_allocvec(&Request::new(
+            9,
+            RequestBody::Benchmark(Box::new(diag(DiagnosticTask::Sleep { ms: 3 }))),
+        ))
         .unwrap(),
     );
     out

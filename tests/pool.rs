@@ -161,3 +161,21 @@ fn zero_workers_is_an_error() {
         .unwrap_err();
     assert!(matches!(err, PoolError::NoWorkers { .. }), "{err}");
 }
+
+#[test]
+fn no_candidate_is_blamed_for_its_predecessor_ending_the_worker() {
+    let pool = pool(2, crate::util::LONG);
+    let requests = vec![diag(DiagnosticTask::ExitAfterReply { code: 0 }); 1000];
+    let results = pool.benchmark(&requests);
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("candidate {i}: {e}")))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 1000 candidates failed; first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+}

@@ -699,6 +699,7 @@ fn killed_while_idle_then_healthy() {
     {
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert_eq!(worker.pid(), None, "a dead worker's pid is not reported");
     // Nothing was lost: the next request runs on a new worker.
     let echo = worker
         .benchmark(diag(DiagnosticTask::Echo { bytes: bytes(&[1]) }), LONG)
@@ -995,4 +996,89 @@ fn probe_lists_backends_and_prepare_answers() {
         "{err:?}"
     );
     assert_eq!(worker.pid(), pid, "a compile error keeps the worker");
+}
+
+/// A task that replies, then ends its worker at once: the reply always arrives, and the request
+/// after it finds the worker gone or going before it could begin.
+fn reply_then_exit() -> tunebox_protocol::BenchmarkRequest {
+    diag(DiagnosticTask::ExitAfterReply { code: 0 })
+}
+
+#[test]
+fn a_request_sent_to_a_worker_exiting_after_its_last_reply_runs_on_a_fresh_one() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut failures = Vec::new();
+    for i in 0..1000 {
+        // put/get and benchmark alike.
+        let result = if i % 2 == 0 {
+            worker.benchmark(reply_then_exit(), LONG)
+        } else {
+            worker
+                .put(reply_then_exit())
+                .and_then(|()| worker.get(LONG))
+        };
+        if let Err(e) = result {
+            failures.push(format!("request {i}: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 1000 requests failed, blamed for their predecessor's exit; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    // Each request after an exit went to a new worker (only the first found one waiting).
+    assert!(worker.restarts() >= 999, "{}", worker.restarts());
+    // Other kinds of request after an exit: a ping, a prepare, a probe.
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.ping(LONG).unwrap();
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.prepare(reply_then_exit(), LONG).unwrap();
+    worker.benchmark(reply_then_exit(), LONG).unwrap();
+    worker.probe(LONG).unwrap();
+}
+
+#[test]
+fn a_request_the_worker_began_is_still_its_crash_after_a_resend() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    for _ in 0..20 {
+        worker.benchmark(reply_then_exit(), LONG).unwrap();
+        // Sent to the exiting worker, then (never begun there) to a fresh one, which it kills.
+        let err = worker
+            .benchmark(diag(DiagnosticTask::Exit { code: 3 }), LONG)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProcessError::WorkerCrashed {
+                    exit_code: Some(3),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn on_worker_exit_wakes_the_owner_when_an_idle_worker_dies() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    worker.on_worker_exit(move || {
+        let _ = tx.lock().unwrap().send(());
+    });
+    for _ in 0..3 {
+        let pid = worker.pid().unwrap();
+        kill(pid, 9);
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("woken within 5 s of the death");
+        assert_eq!(worker.pid(), None);
+        worker.ensure_running().unwrap();
+        assert!(!pid_exists(pid), "reaped by ensure_running");
+        assert!(worker.pid().is_some_and(|p| p != pid));
+    }
+    // Workers the handle ends itself need no waking; a call for nothing is harmless anyway.
+    worker.kill();
+    worker.ping(LONG).unwrap();
 }

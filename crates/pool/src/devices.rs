@@ -12,7 +12,8 @@ pub enum Devices {
     Visible,
     /// One worker for each of the first `n` visible GPUs.
     FirstVisible(usize),
-    /// One worker per token, each pinned to it (`CUDA_VISIBLE_DEVICES=<token>`).
+    /// One worker per token, each pinned to it (`CUDA_VISIBLE_DEVICES=<token>`). Each token
+    /// must appear once ([`PoolError::RepeatedDevice`] otherwise).
     List(Vec<DeviceToken>),
     /// `n` workers not pinned to any device (CPU kernels).
     Cpu(usize),
@@ -25,6 +26,7 @@ impl Devices {
     /// # Errors
     ///
     /// [`PoolError::NoWorkers`], [`PoolError::NoDevices`], [`PoolError::NotEnoughDevices`],
+    /// [`PoolError::RepeatedDevice`] (a device named twice: an error, not deduplicated),
     /// [`PoolError::DeviceCountUnknown`] when `CUDA_VISIBLE_DEVICES` is unset (a pool then counts
     /// the GPUs through a probe worker).
     pub fn resolve(&self) -> Result<Vec<Option<DeviceToken>>, PoolError> {
@@ -38,6 +40,10 @@ impl Devices {
         let visible_list = || match &visible {
             VisibleDevices::All => Err(PoolError::DeviceCountUnknown {
                 reason: "CUDA_VISIBLE_DEVICES is unset".into(),
+            }),
+            VisibleDevices::Repeated(token) => Err(PoolError::RepeatedDevice {
+                token: token.to_string(),
+                place: "CUDA_VISIBLE_DEVICES",
             }),
             VisibleDevices::List(tokens) if tokens.is_empty() => Err(PoolError::NoDevices),
             VisibleDevices::List(tokens) => Ok(tokens.clone()),
@@ -54,7 +60,17 @@ impl Devices {
                 }
                 tokens.into_iter().take(*n).map(Some).collect()
             }
-            Devices::List(tokens) => tokens.iter().cloned().map(Some).collect(),
+            Devices::List(tokens) => {
+                for (i, token) in tokens.iter().enumerate() {
+                    if tokens[..i].contains(token) {
+                        return Err(PoolError::RepeatedDevice {
+                            token: token.to_string(),
+                            place: "Devices::List",
+                        });
+                    }
+                }
+                tokens.iter().cloned().map(Some).collect()
+            }
             Devices::Cpu(n) => vec![None; *n],
         };
         if slots.is_empty() {
@@ -99,6 +115,40 @@ mod tests {
                 visible: 2
             })
         ));
+    }
+
+    #[test]
+    fn a_repeated_device_is_an_error_that_names_it() {
+        for (devices, mask) in [
+            (Devices::Visible, "0,1,0"),
+            (Devices::FirstVisible(1), "0,0"),
+        ] {
+            let err = devices
+                .resolve_with(parse_visible_devices(Some(mask)))
+                .unwrap_err();
+            assert!(
+                matches!(&err, PoolError::RepeatedDevice { token, place: "CUDA_VISIBLE_DEVICES" } if token == "0"),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("device 0 is named twice"), "{err}");
+        }
+        let err = Devices::List(vec!["1".into(), "0".into(), "1".into()])
+            .resolve_with(VisibleDevices::All)
+            .unwrap_err();
+        assert!(
+            matches!(&err, PoolError::RepeatedDevice { token, place: "Devices::List" } if token == "1"),
+            "{err:?}"
+        );
+        // The legacy MIG form is a device like any other.
+        let mig = "MIG-GPU-5ec1b5d2-1b8e-4f6c-9a1d-2b8f0c3e7a41/1/0";
+        assert_eq!(
+            tokens(
+                Devices::Visible
+                    .resolve_with(parse_visible_devices(Some(mig)))
+                    .unwrap()
+            ),
+            [mig]
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,21 @@ struct State {
 struct Slot {
     kill: KillSwitch,
     running: Mutex<Option<Arc<Completion>>>,
+    /// Set (from the exit-watcher thread) when the slot's worker exited by itself: the slot's
+    /// thread then reaps and replaces it, even while idle.
+    exited: AtomicBool,
+}
+
+/// What a worker thread does next.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per task and unpacked at once; boxing would allocate per task"
+)]
+enum Next {
+    Run(Task),
+    /// Its worker exited while idle: reap and replace it.
+    Replace,
+    Stop,
 }
 
 pub(crate) struct Shared {
@@ -213,12 +228,19 @@ impl Engine {
                 .map(|p| Slot {
                     kill: p.kill_switch(),
                     running: Mutex::new(None),
+                    exited: AtomicBool::new(false),
                 })
                 .collect(),
             timeout,
         });
         let mut threads = Vec::with_capacity(processes.len());
-        for (index, process) in processes.into_iter().enumerate() {
+        for (index, mut process) in processes.into_iter().enumerate() {
+            let watcher: Weak<Shared> = Arc::downgrade(&shared);
+            process.on_worker_exit(move || {
+                if let Some(shared) = watcher.upgrade() {
+                    shared.worker_exited(index);
+                }
+            });
             let worker_shared = shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("tunebox-pool-{index}"))
@@ -317,7 +339,8 @@ impl Engine {
     /// Stops the pool. With `drain`, queued tasks still run; otherwise they are resolved
     /// `ShutDown` and running tasks are killed (and resolved `ShutDown`). Idle workers are asked
     /// to exit and given `grace`. Returns once every worker thread has ended and every worker
-    /// process is reaped. Idempotent.
+    /// process is reaped, also when another thread is shutting the pool down at the same time
+    /// (the later caller waits for the earlier one's joins). Idempotent.
     pub(crate) fn shutdown(&self, drain: bool, grace: Duration) {
         let abandoned = {
             let mut state = self.shared.lock();
@@ -350,9 +373,11 @@ impl Engine {
                 }
             }
         }
-        let threads =
-            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
-        for thread in threads {
+        // Joined under the lock: a concurrent shutdown (or the drop after it) waits here until
+        // every thread has ended and reaped its worker, instead of finding the list empty and
+        // returning while workers still run.
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        for thread in threads.drain(..) {
             // A worker thread never panics on its own; if one did, the pool is still stopped.
             let _ = thread.join();
         }
@@ -372,32 +397,56 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The next task for a worker; `None` when the worker should stop.
-    fn next_task(&self) -> Option<Task> {
+    /// What the worker thread of slot `index` does next: run a task, replace its worker (which
+    /// exited while idle), or stop.
+    fn next_task(&self, index: usize) -> Next {
+        let exited = &self.slots[index].exited;
         let mut state = self.lock();
         loop {
             match state.phase {
-                Phase::Closed => return None,
-                Phase::Draining if state.queue.is_empty() => return None,
+                Phase::Closed => return Next::Stop,
+                Phase::Draining if state.queue.is_empty() => return Next::Stop,
                 _ => {}
+            }
+            // Before taking a task: a task must not be handed to a dead worker.
+            if exited.swap(false, Ordering::AcqRel) {
+                return Next::Replace;
             }
             if let Some(task) = state.queue.pop_front() {
                 self.queued.store(state.queue.len(), Ordering::Release);
-                return Some(task);
+                return Next::Run(task);
             }
             // Watch for a task (or a shutdown) for a moment before going to sleep.
             drop(state);
             let woke = spin_until(|| {
-                self.queued.load(Ordering::Acquire) > 0 || self.stopping.load(Ordering::Acquire)
+                self.queued.load(Ordering::Acquire) > 0
+                    || self.stopping.load(Ordering::Acquire)
+                    || exited.load(Ordering::Acquire)
             });
             state = self.lock();
-            if !woke && state.queue.is_empty() && state.phase == Phase::Open {
+            if !woke
+                && state.queue.is_empty()
+                && state.phase == Phase::Open
+                && !exited.load(Ordering::Acquire)
+            {
                 state = self
                     .work
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
             }
         }
+    }
+
+    /// Called from the exit-watcher thread: the worker of slot `index` exited by itself. Its
+    /// thread wakes (if idle) to reap and replace it.
+    fn worker_exited(&self, index: usize) {
+        if let Some(slot) = self.slots.get(index) {
+            slot.exited.store(true, Ordering::Release);
+        }
+        // Taking the lock orders this with a worker thread that looked at the flag and is about
+        // to wait: it either saw the flag or is waiting by the time of the notification.
+        drop(self.lock());
+        self.work.notify_all();
     }
 
     fn closed(&self) -> bool {
@@ -517,7 +566,10 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
         if shared.closed() {
             break;
         }
-        // Replace a crashed, timed-out or retired worker now, before the next task arrives.
+        // Whatever the watcher said about the worker so far, `ensure_running` now deals with.
+        slot.exited.store(false, Ordering::Release);
+        // Replace a crashed, timed-out, retired or idle-killed worker now, before the next task
+        // arrives.
         if let Err(e) = process.ensure_running() {
             failures += 1;
             log::warn!("pool worker {index} could not start ({failures} in a row): {e}");
@@ -531,8 +583,10 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
             continue;
         }
         failures = 0;
-        let Some(task) = shared.next_task() else {
-            break;
+        let task = match shared.next_task(index) {
+            Next::Run(task) => task,
+            Next::Replace => continue,
+            Next::Stop => break,
         };
         *slot.running.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(task.completion.clone());

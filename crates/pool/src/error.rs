@@ -45,6 +45,21 @@ pub enum PoolError {
         "CUDA_VISIBLE_DEVICES hides every device; set it to the GPUs to use, or use Devices::Cpu"
     )]
     NoDevices,
+    /// A device is named twice, in `CUDA_VISIBLE_DEVICES` (where the CUDA driver then hides
+    /// every device) or in `Devices::List`. A pool runs one worker per GPU, so that no two
+    /// workers measure on the same device; tokens are neither deduplicated nor shared.
+    #[error(
+        "device {token} is named twice ({place}); a pool runs one worker per GPU and CUDA hides \
+         every device when CUDA_VISIBLE_DEVICES repeats one: name each GPU once (to share a GPU \
+         between workers on purpose, use Devices::Cpu(n) and set CUDA_VISIBLE_DEVICES in the \
+         process config's env)"
+    )]
+    RepeatedDevice {
+        /// The repeated token, as written the second time.
+        token: String,
+        /// Where: `CUDA_VISIBLE_DEVICES` or `Devices::List`.
+        place: &'static str,
+    },
     /// `CUDA_VISIBLE_DEVICES` is unset and a probe worker could not count the GPUs.
     #[error(
         "CUDA_VISIBLE_DEVICES is unset and the GPUs could not be counted ({reason}); set \

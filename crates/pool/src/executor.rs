@@ -125,7 +125,8 @@ impl PoolExecutor {
         self.engine.size()
     }
 
-    /// The pid of each worker process (`None` while one is being replaced), by worker index.
+    /// The pid of each live worker process, by worker index: `None` while one is being replaced,
+    /// and never the pid of a worker that has exited (even before it is reaped).
     pub fn worker_pids(&self) -> Vec<Option<u32>> {
         self.engine.worker_pids()
     }
@@ -172,8 +173,10 @@ impl PoolExecutor {
 
     /// Stops the executor. With `wait`, queued tasks still run and the call returns when they
     /// are done; without, queued tasks resolve to [`PoolError::ShutDown`] and running ones are
-    /// killed (and resolve to `ShutDown`). Either way every worker is reaped before it returns.
-    /// Idempotent; `submit` fails with `ShutDown` afterwards.
+    /// killed (and resolve to `ShutDown`). Either way every worker is killed or exited, and
+    /// reaped, before it returns, also when another thread is shutting the executor down at the
+    /// same time (each call waits for all of them). Idempotent; `submit` fails with `ShutDown`
+    /// afterwards.
     pub fn shutdown(&self, wait: bool) {
         self.engine.shutdown(wait, Duration::from_millis(500));
     }

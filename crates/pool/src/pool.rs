@@ -19,7 +19,8 @@ impl PoolBuilder<PoolKind> {
     /// # Errors
     ///
     /// A device error ([`PoolError::NoWorkers`], [`PoolError::NoDevices`],
-    /// [`PoolError::NotEnoughDevices`], [`PoolError::DeviceCountUnknown`]) before anything
+    /// [`PoolError::NotEnoughDevices`], [`PoolError::RepeatedDevice`],
+    /// [`PoolError::DeviceCountUnknown`]) before anything
     /// starts; the first worker's start-up error ([`PoolError::Process`], e.g.
     /// `InitializerFailed`), with every started worker killed and reaped.
     pub fn build(self) -> Result<TuningProcessPool, PoolError> {
@@ -57,7 +58,8 @@ impl TuningProcessPool {
         self.engine.timeout()
     }
 
-    /// The pid of each worker process (`None` while one is being replaced), by worker index.
+    /// The pid of each live worker process, by worker index: `None` while one is being replaced,
+    /// and never the pid of a worker that has exited (even before it is reaped).
     pub fn worker_pids(&self) -> Vec<Option<u32>> {
         self.engine.worker_pids()
     }
@@ -160,8 +162,9 @@ impl TuningProcessPool {
 
     /// Stops the pool: queued candidates resolve to [`PoolError::ShutDown`], busy workers are
     /// killed (their candidates resolve to `ShutDown`), idle workers are asked to exit and given
-    /// `grace`; returns once every worker is reaped (within `grace` plus a few ms). Idempotent;
-    /// the pool accepts nothing afterwards.
+    /// `grace`; returns once every worker is reaped (within `grace` plus a few ms), also when
+    /// another thread is shutting the pool down at the same time. Idempotent; the pool accepts
+    /// nothing afterwards.
     pub fn shutdown(&self, grace: Duration) {
         self.engine.shutdown(false, grace);
     }

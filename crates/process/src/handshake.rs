@@ -64,6 +64,8 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
             stderr: spawned.stderr,
             stdout: spawned.stdout,
             uses: 0,
+            started: hello.started,
+            watch: None,
         }),
         Ok(hello) => {
             kill_group(&mut spawned.child);

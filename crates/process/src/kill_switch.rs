@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::process::Signal;
 
-use crate::worker::{signal_group, signal_process};
+use crate::worker::{has_exited, signal_group, signal_process};
 
 /// Kills the current worker of a [`TuningProcess`](crate::TuningProcess) from any thread, for
 /// example while another thread is blocked in its `get`.
@@ -38,9 +38,13 @@ impl KillSwitch {
         }
     }
 
-    /// The pid of the running worker, if any.
+    /// The pid of the running worker, if any: `None` once it has exited, even before its owner
+    /// reaps it.
     pub fn pid(&self) -> Option<u32> {
-        *self.pid.lock().unwrap_or_else(PoisonError::into_inner)
+        // Under the lock: the owner clears the pid under it before reaping, so the pid checked
+        // is still our unreaped child.
+        let pid = self.pid.lock().unwrap_or_else(PoisonError::into_inner);
+        pid.filter(|&pid| !has_exited(pid))
     }
 
     /// Whether a kill is yet to be reported by the handle; clears it, so that no request fails

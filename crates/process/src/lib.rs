@@ -12,7 +12,12 @@
 //!   SIGKILLed and reaped before the error is returned;
 //! - a worker that dies is reported as soon as its channel closes (or within 10 ms of its exit,
 //!   when a process it forked holds the channel open), with its exit code or signal
-//!   and the tail of its stderr;
+//!   and the tail of its stderr, but only to a request it had begun: one it never began runs on
+//!   a fresh worker;
+//! - a worker that exits while idle can be noticed at once ([`TuningProcess::on_worker_exit`]),
+//!   and a dead worker's pid is never reported;
+//! - workers inherit no descriptor of the parent but their standard streams (everything from 3
+//!   up is made close-on-exec in the child before exec);
 //! - workers lead their own process group, have stdin closed, no core dumps, and die with the
 //!   parent process (`PR_SET_PDEATHSIG`, armed from a spawner thread that lives as long as the
 //!   process);
@@ -46,6 +51,7 @@ mod devices;
 mod environment;
 mod error;
 mod exit;
+mod exit_watch;
 mod handshake;
 mod kill_switch;
 mod process;

@@ -1,5 +1,6 @@
 //! `TuningProcess`: the parent's handle on one worker.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
@@ -7,6 +8,8 @@ use tunebox_protocol::{
     Probe, Request, RequestBody, ResponseBody,
 };
 
+use crate::exit::describe_exit;
+use crate::exit_watch::{self, Wake};
 use crate::handshake;
 use crate::worker::{ReceiveFailure, SendFailure, Worker, deadline_after, exit_parts};
 use crate::{InitRequest, KillSwitch, ProcessConfig, ProcessError};
@@ -21,12 +24,42 @@ const RETIRE_GRACE: Duration = Duration::from_millis(100);
 /// another message queued they might not fit in the socket buffer at once.
 const UNGUARDED_SEND_BYTES: usize = 32 * 1024;
 
+/// A request sent and not yet answered.
+struct Pending {
+    id: u64,
+    /// Kept (shared, not copied) to send it again if the worker dies before beginning it.
+    body: Arc<RequestBody>,
+    /// Whether it may be sent to a fresh worker once more: not after a first resend, never for
+    /// the initializer (whose failure is reported as such).
+    resend: bool,
+    /// Sent with a guard whatever else is queued (large inline payload).
+    large: bool,
+    /// Counts toward `maximum_uses` (benchmark requests).
+    is_use: bool,
+}
+
+/// What a request is for, which decides how it is resent and counted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A benchmark: counts toward `maximum_uses`.
+    Use,
+    /// A ping, probe or prepare.
+    Other,
+    /// The initializer of a fresh worker: never resent.
+    Init,
+}
+
 /// One isolated worker process, as Inductor's `TuningProcess` and TVM's `PopenWorker`.
 ///
 /// Requests go out with [`put`](TuningProcess::put); [`get`](TuningProcess::get) waits for the
 /// reply with a deadline the parent enforces itself. A worker that crashes, times out or breaks
 /// the protocol is killed (whole process group) and reaped before the error is returned, and the
 /// next `put` starts a fresh one. Dropping the handle kills and reaps the worker.
+///
+/// A request is only ever blamed for a death it could have caused: the worker records each
+/// request as it begins it (in shared memory, no extra message), and a request sent to a worker
+/// that died before beginning it (one that ended itself right after its previous reply, say) is
+/// sent once more, to a fresh worker, instead of being reported as a crash.
 ///
 /// # Example
 ///
@@ -49,11 +82,13 @@ pub struct TuningProcess {
     config: ProcessConfig,
     worker: Option<Worker>,
     next_id: u64,
-    /// The id `get` waits for.
-    pending: Option<u64>,
+    /// The request `get` waits for.
+    pending: Option<Pending>,
     starts: u64,
     /// Knows the running worker's pid; cleared before the worker is reaped.
     switch: KillSwitch,
+    /// Called when a worker exits while nothing waits on it (see `on_worker_exit`).
+    on_exit: Option<Wake>,
 }
 
 impl TuningProcess {
@@ -81,6 +116,7 @@ impl TuningProcess {
             pending: None,
             starts: 0,
             switch: KillSwitch::default(),
+            on_exit: None,
         }
     }
 
@@ -96,17 +132,17 @@ impl TuningProcess {
     /// # Errors
     ///
     /// [`ProcessError::RequestTooLarge`] or [`ProcessError::TooManyBuffers`] before anything is
-    /// sent; the start-up errors of
-    /// [`spawn`](TuningProcess::spawn); [`ProcessError::WorkerCrashed`] when the worker died
-    /// before taking the request; [`ProcessError::SendTimeout`].
+    /// sent; the start-up errors of [`spawn`](TuningProcess::spawn) (a worker found dead is
+    /// replaced, and the request sent to the new one); [`ProcessError::WorkerCrashed`] only when
+    /// a [`KillSwitch`] killed the worker; [`ProcessError::SendTimeout`].
     pub fn put(&mut self, request: BenchmarkRequest) -> Result<(), ProcessError> {
         self.check_sendable(&request)?;
         let large = request.inline_bytes() > UNGUARDED_SEND_BYTES;
-        self.send(RequestBody::Benchmark(Box::new(request)), large)?;
-        if let Some(worker) = &mut self.worker {
-            worker.uses += 1;
-        }
-        Ok(())
+        self.send_as(
+            RequestBody::Benchmark(Box::new(request)),
+            large,
+            Purpose::Use,
+        )
     }
 
     /// Waits up to `timeout` for the reply to the last [`put`](TuningProcess::put).
@@ -117,9 +153,12 @@ impl TuningProcess {
     /// - [`ProcessError::Timeout`]: no reply in time; the worker's process group was SIGKILLed
     ///   and reaped before this returns, however the worker behaves (blocked signals, native
     ///   spin).
-    /// - [`ProcessError::WorkerCrashed`]: the worker died; reported as soon as its channel closes,
-    ///   with its exit code or signal and its stderr tail. A reply it sent before dying is still
-    ///   returned.
+    /// - [`ProcessError::WorkerCrashed`]: the worker died while running the request; reported
+    ///   as soon as its channel closes, with its exit code or signal and its stderr tail. A reply
+    ///   it sent before dying is still returned. A worker that died *before beginning* the
+    ///   request is no crash of it: the request is sent once more, to a fresh worker, and
+    ///   `timeout` counts again from then (so the start-up errors of
+    ///   [`spawn`](TuningProcess::spawn) can come from here too).
     /// - [`ProcessError::Protocol`]: no request is pending, or the worker sent a malformed reply
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
@@ -145,7 +184,11 @@ impl TuningProcess {
     ) -> Result<(), ProcessError> {
         self.check_sendable(&request)?;
         let large = request.inline_bytes() > UNGUARDED_SEND_BYTES;
-        self.send(RequestBody::Prepare(Box::new(request)), large)?;
+        self.send_as(
+            RequestBody::Prepare(Box::new(request)),
+            large,
+            Purpose::Other,
+        )?;
         match self.receive(timeout)? {
             ResponseBody::Prepared(result) => result.map_err(|e| self.remote(e)),
             other => {
@@ -161,7 +204,7 @@ impl TuningProcess {
     ///
     /// As [`ping`](TuningProcess::ping).
     pub fn probe(&mut self, timeout: Duration) -> Result<Probe, ProcessError> {
-        self.send(RequestBody::Probe, false)?;
+        self.send_as(RequestBody::Probe, false, Purpose::Other)?;
         match self.receive(timeout)? {
             ResponseBody::Probe(probe) => Ok(probe),
             other => Err(self.protocol_violation(format!("expected a probe reply, got {other:?}"))),
@@ -207,7 +250,7 @@ impl TuningProcess {
     /// As [`get`](TuningProcess::get), and the start-up errors.
     pub fn ping(&mut self, timeout: Duration) -> Result<Duration, ProcessError> {
         let start = Instant::now();
-        self.send(RequestBody::Ping, false)?;
+        self.send_as(RequestBody::Ping, false, Purpose::Other)?;
         match self.receive(timeout)? {
             ResponseBody::Pong => Ok(start.elapsed()),
             other => Err(self.protocol_violation(format!("expected Pong, got {other:?}"))),
@@ -216,14 +259,35 @@ impl TuningProcess {
 
     /// Whether a worker process is running now (started and not exited).
     pub fn alive(&mut self) -> bool {
-        self.worker
-            .as_mut()
-            .is_some_and(|w| matches!(w.child.try_wait(), Ok(None)))
+        // Looks without reaping: the kill switch must be cleared before the worker is reaped.
+        self.worker.as_ref().is_some_and(|w| !w.has_exited())
     }
 
-    /// The pid of the current worker, if one is running.
+    /// The pid of the current worker, if one is running: `None` once it has exited, even
+    /// before this handle reaps it (on its next request or `ensure_running`).
     pub fn pid(&self) -> Option<u32> {
-        self.worker.as_ref().map(|w| w.pid)
+        self.worker
+            .as_ref()
+            .filter(|w| !w.has_exited())
+            .map(|w| w.pid)
+    }
+
+    /// Calls `wake` as soon as a worker of this handle (the current one and every later one)
+    /// exits by itself, for example killed from outside while idle, so that an owner that is
+    /// not waiting on it can reap and replace it at once with
+    /// [`ensure_running`](TuningProcess::ensure_running) instead of at the next request (a pool
+    /// does this for its idle workers). Workers this handle ends itself (timeout, kill,
+    /// retirement) usually do not call it, but may; `wake` must tolerate a call for nothing.
+    ///
+    /// `wake` runs on a process-wide watcher thread (one pidfd per worker): it must be quick
+    /// and must not block. Replaces an earlier `wake`. On systems without pidfds (Linux before
+    /// 5.3) it is never called.
+    pub fn on_worker_exit(&mut self, wake: impl Fn() + Send + Sync + 'static) {
+        let wake: Wake = Arc::new(wake);
+        if let Some(worker) = &mut self.worker {
+            worker.watch = exit_watch::watch(worker.pid, wake.clone());
+        }
+        self.on_exit = Some(wake);
     }
 
     /// How many times a worker was started after the first.
@@ -274,11 +338,10 @@ impl TuningProcess {
         let Some(worker) = self.worker.as_mut() else {
             return Ok(());
         };
+        // Its exit is expected: nobody needs waking for it.
+        worker.watch = None;
         self.next_id += 1;
-        let shutdown = Request {
-            id: self.next_id,
-            body: RequestBody::Shutdown,
-        };
+        let shutdown = Request::new(self.next_id, RequestBody::Shutdown);
         if worker.send(shutdown, Some(grace)).is_ok() {
             let mut worker = self.take_worker().expect("checked above");
             worker.wait_or_kill(grace);
@@ -328,21 +391,21 @@ impl TuningProcess {
             log::debug!("worker reached maximum_uses; replacing it");
             // The retired worker's exit status is of no interest.
             let _ = self.shutdown(RETIRE_GRACE);
-        } else if self
-            .worker
-            .as_mut()
-            .is_some_and(|w| !matches!(w.child.try_wait(), Ok(None)))
-        {
+        } else if self.worker.as_ref().is_some_and(Worker::has_exited) {
+            // Looked at without reaping: `crashed` clears the kill switch first, then reaps.
             let error = self.crashed();
             log::warn!("worker died while idle: {error}");
         }
         self.ensure_started().map(drop)
     }
 
-    /// Takes the worker out, clearing the kill switch first so it can never signal a reaped pid.
+    /// Takes the worker out, clearing the kill switch first so it can never signal a reaped pid,
+    /// and ending its exit watch (the caller is about to reap it).
     fn take_worker(&mut self) -> Option<Worker> {
         self.switch.set(None);
-        self.worker.take()
+        let mut worker = self.worker.take()?;
+        worker.watch = None;
+        Some(worker)
     }
 
     /// Starts a worker if there is none, and runs the initializer on it.
@@ -352,6 +415,10 @@ impl TuningProcess {
             self.starts += 1;
             log::debug!("worker started, pid {}", worker.pid);
             self.switch.set(Some(worker.pid));
+            let mut worker = worker;
+            if let Some(wake) = &self.on_exit {
+                worker.watch = exit_watch::watch(worker.pid, wake.clone());
+            }
             self.worker = Some(worker);
             if let Some(init) = self.config.initializer.clone() {
                 self.initialize(&init)?;
@@ -364,7 +431,11 @@ impl TuningProcess {
     /// [`ProcessError::InitializerFailed`]; the next request tries again with a new worker.
     fn initialize(&mut self, init: &InitRequest) -> Result<(), ProcessError> {
         let result = self
-            .send(RequestBody::Benchmark(Box::new(init.request.clone())), true)
+            .send_as(
+                RequestBody::Benchmark(Box::new(init.request.clone())),
+                true,
+                Purpose::Init,
+            )
             .and_then(|()| self.receive(init.timeout));
         let message = match result {
             Ok(ResponseBody::Benchmark(Ok(_))) => return Ok(()),
@@ -376,9 +447,16 @@ impl TuningProcess {
         Err(ProcessError::InitializerFailed { message })
     }
 
-    fn send(&mut self, body: RequestBody, large: bool) -> Result<(), ProcessError> {
+    /// Sends `body` as a new request, the one `get` then waits for, first starting or
+    /// replacing the worker as needed.
+    fn send_as(
+        &mut self,
+        body: RequestBody,
+        large: bool,
+        purpose: Purpose,
+    ) -> Result<(), ProcessError> {
         // A request queued behind an uncollected one may wait for the worker to finish it.
-        let guard = (large || self.pending.is_some()).then_some(self.config.send_timeout);
+        let queued = self.pending.is_some();
         if self.switch.take_killed() {
             // A kill through the KillSwitch is reported to this request, not papered over by
             // starting a new worker for it.
@@ -392,22 +470,47 @@ impl TuningProcess {
                 },
             });
         }
-        if self.pending.is_none() {
+        if !queued {
             // Replaces a worker that reached maximum_uses or died while idle (killed from
             // outside, say): nothing was lost, so this request goes to a fresh one.
             self.ensure_running()?;
         }
         self.pending = None;
         self.ensure_started()?;
+        let request = Pending {
+            id: 0,
+            body: Arc::new(body),
+            resend: purpose != Purpose::Init,
+            large,
+            is_use: purpose == Purpose::Use,
+        };
+        self.transmit(request, queued)
+    }
+
+    /// Sends `request` under a new id to the current worker and makes it the pending one. A
+    /// worker found dead is replaced and the request sent to the new one (see `recover`).
+    fn transmit(&mut self, mut request: Pending, queued: bool) -> Result<(), ProcessError> {
+        let guard = (request.large || queued).then_some(self.config.send_timeout);
         self.next_id += 1;
-        let id = self.next_id;
-        let worker = self.worker.as_ref().expect("started above");
-        match worker.send(Request { id, body }, guard) {
+        request.id = self.next_id;
+        let worker = self.worker.as_mut().expect("started by the caller");
+        let message = Request {
+            id: request.id,
+            body: request.body.clone(),
+        };
+        match worker.send(message, guard) {
             Ok(()) => {
-                self.pending = Some(id);
+                if request.is_use {
+                    worker.uses += 1;
+                }
+                self.pending = Some(request);
                 Ok(())
             }
-            Err(SendFailure::Closed) => Err(self.crashed()),
+            Err(SendFailure::Closed) => {
+                // The worker is gone: it cannot have begun this request.
+                self.pending = Some(request);
+                self.recover()
+            }
             Err(SendFailure::TimedOut) => {
                 self.kill();
                 Err(ProcessError::SendTimeout {
@@ -417,31 +520,82 @@ impl TuningProcess {
         }
     }
 
-    /// Waits for the reply to the pending request.
-    fn receive(&mut self, timeout: Duration) -> Result<ResponseBody, ProcessError> {
-        let (Some(id), Some(worker)) = (self.pending, self.worker.as_ref()) else {
+    /// The worker died while `pending` was outstanding. Reaps it; then, if it had not begun the
+    /// request (the id it recorded last is an earlier one) and the request may be resent,
+    /// starts a fresh worker and sends the request there (`Ok`: it is pending again).
+    /// Otherwise the death is the request's crash.
+    fn recover(&mut self) -> Result<(), ProcessError> {
+        let pending = self.pending.take();
+        // A kill through the switch is reported by the request it hit.
+        let killed = self.switch.take_killed();
+        let Some(mut worker) = self.take_worker() else {
             return Err(ProcessError::Protocol {
-                detail: "get() without a pending request: call put() first".into(),
+                detail: "no worker".into(),
             });
         };
-        match worker.receive(id, deadline_after(timeout)) {
-            Ok(body) => {
-                self.pending = None;
-                Ok(body)
+        let status = worker.wait_or_kill(DEATH_GRACE);
+        let (exit_code, signal) = exit_parts(status);
+        // Read after the reap: the worker can no longer write it.
+        let last_started = worker.started.last_started();
+        let pending = match pending {
+            Some(pending) if pending.resend && !killed && last_started < pending.id => pending,
+            _ => {
+                return Err(ProcessError::WorkerCrashed {
+                    exit_code,
+                    signal,
+                    stderr_tail: worker.stderr_tail(),
+                });
             }
-            Err(ReceiveFailure::TimedOut) => {
-                self.kill();
-                Err(ProcessError::Timeout { after: timeout })
+        };
+        log::debug!(
+            "worker {} {} before beginning request {} (it began {last_started} last); sending \
+             the request to a fresh worker",
+            worker.pid,
+            describe_exit(exit_code, signal),
+            pending.id,
+        );
+        drop(worker);
+        self.ensure_started()?;
+        self.transmit(
+            Pending {
+                resend: false,
+                ..pending
+            },
+            false,
+        )
+    }
+
+    /// Waits for the reply to the pending request.
+    fn receive(&mut self, timeout: Duration) -> Result<ResponseBody, ProcessError> {
+        loop {
+            let (Some(pending), Some(worker)) = (self.pending.as_ref(), self.worker.as_ref())
+            else {
+                return Err(ProcessError::Protocol {
+                    detail: "get() without a pending request: call put() first".into(),
+                });
+            };
+            match worker.receive(pending.id, deadline_after(timeout)) {
+                Ok(body) => {
+                    self.pending = None;
+                    return Ok(body);
+                }
+                Err(ReceiveFailure::TimedOut) => {
+                    self.kill();
+                    return Err(ProcessError::Timeout { after: timeout });
+                }
+                // Resent to a fresh worker when the dead one never began it: wait again.
+                Err(ReceiveFailure::Closed) => self.recover()?,
+                Err(ReceiveFailure::Garbled(e)) => {
+                    return Err(self.protocol_violation(format!("unreadable reply: {e}")));
+                }
+                Err(ReceiveFailure::Stuck) => {
+                    return Err(self.protocol_violation(format!(
+                        "no complete reply within {timeout:?}: the worker's channel holds a \
+                         partial or garbled message (did the kernel write to file descriptors \
+                         it does not own?); the worker was killed"
+                    )));
+                }
             }
-            Err(ReceiveFailure::Closed) => Err(self.crashed()),
-            Err(ReceiveFailure::Garbled(e)) => {
-                Err(self.protocol_violation(format!("unreadable reply: {e}")))
-            }
-            Err(ReceiveFailure::Stuck) => Err(self.protocol_violation(format!(
-                "no complete reply within {timeout:?}: the worker's channel holds a partial or \
-                 garbled message (did the kernel write to file descriptors it does not own?); \
-                 the worker was killed"
-            ))),
         }
     }
 
@@ -482,7 +636,7 @@ impl std::fmt::Debug for TuningProcess {
         f.debug_struct("TuningProcess")
             .field("pid", &self.pid())
             .field("restarts", &self.restarts())
-            .field("pending", &self.pending)
+            .field("pending", &self.pending.as_ref().map(|p| p.id))
             .finish_non_exhaustive()
     }
 }

@@ -23,9 +23,10 @@ pub(crate) struct Spawned {
 /// Starts `exe` as a worker that will connect to the bootstrap server `server_name`.
 ///
 /// The child leads its own process group (so the whole group can be killed), has stdin closed,
-/// gets the parent's variables that the config's inheritance lets through, then the config's
-/// own variables, then the bootstrap variables, and is forked from the spawner
-/// thread (see [`spawn_on_spawner_thread`]).
+/// inherits no descriptor but its standard streams (see [`inherit_only_stdio`]), gets the
+/// parent's variables that the config's inheritance lets through, then the config's own
+/// variables, then the bootstrap variables, and is forked from the spawner thread (see
+/// [`spawn_on_spawner_thread`]).
 pub(crate) fn spawn_worker(
     exe: &Path,
     config: &ProcessConfig,
@@ -47,6 +48,7 @@ pub(crate) fn spawn_worker(
         .stdout(stdio(&config.stdout)?)
         .stderr(stdio(&config.stderr)?)
         .process_group(0);
+    inherit_only_stdio(&mut command);
 
     let mut child = spawn_on_spawner_thread(command)?;
     let stdout = match (&config.stdout, child.stdout.take()) {
@@ -66,6 +68,64 @@ pub(crate) fn spawn_worker(
         stdout,
         stderr,
     })
+}
+
+/// Descriptors above this are not examined on kernels without `close_range` (before Linux 5.11),
+/// where each descriptor takes a system call.
+const FALLBACK_FD_LIMIT: u64 = 65_536;
+
+/// Makes every descriptor but 0, 1 and 2 close on exec in the child, so that a worker holds only
+/// its standard streams (it connects to the parent by name afterwards): none of the parent's
+/// descriptors that lack close-on-exec (a pipe whose EOF the application waits for, a make
+/// jobserver) nor a sibling's bootstrap socket that ipc-channel accepted without close-on-exec a
+/// moment before this fork.
+///
+/// Close-on-exec rather than closed: the standard library reports a failed `exec` through a
+/// close-on-exec pipe of its own, which must stay open until the `exec`.
+fn inherit_only_stdio(command: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
+    // operations are allowed; it makes raw system calls (`close_range`, `getrlimit`, `fcntl`)
+    // that only change descriptor flags, and takes no lock and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            mark_close_on_exec_from(3);
+            Ok(())
+        });
+    }
+}
+
+/// Sets close-on-exec on every descriptor from `first` up. Async-signal-safe.
+fn mark_close_on_exec_from(first: libc::c_uint) {
+    // SAFETY: `close_range` with `CLOSE_RANGE_CLOEXEC` only sets a flag on open descriptors
+    // (Linux 5.11); on older kernels it fails with ENOSYS or EINVAL and changes nothing.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    } == 0;
+    if marked {
+        return;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` fills the struct it is given, a live local.
+    let end = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(FALLBACK_FD_LIMIT)
+    } else {
+        1024
+    };
+    for fd in u64::from(first)..end {
+        // SAFETY: `F_SETFD` on a descriptor number only sets its flags (FD_CLOEXEC is the only
+        // one); an unused number fails with EBADF, which is ignored.
+        unsafe {
+            libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 fn stdio(output: &Output) -> io::Result<Stdio> {

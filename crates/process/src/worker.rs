@@ -8,9 +8,10 @@ use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
-use tunebox_protocol::{Request, Response, ResponseBody};
+use tunebox_protocol::{Request, Response, ResponseBody, StartedCell};
 
 use crate::capture::Tail;
+use crate::exit_watch::Watch;
 use crate::quiet_panic::catch_quietly;
 use crate::watchdog;
 
@@ -45,6 +46,11 @@ pub(crate) struct Worker {
     pub(crate) stdout: Option<Tail>,
     /// Benchmark requests sent to this process (the initializer excluded).
     pub(crate) uses: u64,
+    /// Where the worker records each request it begins; read after its death.
+    pub(crate) started: StartedCell,
+    /// Tells the owner when the worker exits while nothing waits on it; dropped before the
+    /// worker is reaped.
+    pub(crate) watch: Option<Watch>,
 }
 
 /// Why a send did not complete.
@@ -144,14 +150,8 @@ impl Worker {
     }
 
     /// Whether the worker has exited (it stays unreaped: `Child::try_wait` still sees it).
-    fn has_exited(&self) -> bool {
-        pid(self.pid).is_some_and(|p| {
-            let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-            matches!(
-                rustix::process::waitid(WaitId::Pid(p), options),
-                Ok(Some(_))
-            )
-        })
+    pub(crate) fn has_exited(&self) -> bool {
+        has_exited(self.pid)
     }
 
     /// After the worker exited with its channel still open: kills what is left of its process
@@ -251,8 +251,20 @@ pub(crate) fn kill_group(child: &mut Child) -> Option<ExitStatus> {
     child.wait().ok()
 }
 
-fn pid(raw: u32) -> Option<Pid> {
+pub(crate) fn pid(raw: u32) -> Option<Pid> {
     i32::try_from(raw).ok().and_then(Pid::from_raw)
+}
+
+/// Whether our child `raw` has exited, without reaping it. The caller must make sure `raw` is
+/// not reaped meanwhile (it owns the child, or holds the lock its owner clears before reaping).
+pub(crate) fn has_exited(raw: u32) -> bool {
+    pid(raw).is_some_and(|p| {
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        matches!(
+            rustix::process::waitid(WaitId::Pid(p), options),
+            Ok(Some(_))
+        )
+    })
 }
 
 /// Sends `signal` to the process group led by `leader`.

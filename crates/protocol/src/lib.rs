@@ -5,8 +5,9 @@
 //! boundary is defined here, and nothing else in tunebox derives `Serialize`:
 //!
 //! - the handshake: the worker connects to the parent's one-shot server and sends
-//!   [`Bootstrap::Hello`] carrying [`Hello`] (its [`PROTOCOL_VERSION`], pid, backends, and the two
-//!   channels of the session);
+//!   [`Bootstrap::Hello`] carrying [`Hello`] (its [`PROTOCOL_VERSION`], pid, backends, the two
+//!   channels of the session, and the [`StartedCell`] in which it records each request it
+//!   begins);
 //! - the session: [`Request`]s (`Ping`, `Benchmark`, `Shutdown`) and [`Response`]s, matched by id;
 //! - the payload: a [`BenchmarkRequest`] (a [`Kernel`], its [`TensorSpec`]s and scalars, a
 //!   [`TimingConfig`]) answered by a [`BenchmarkResult`] ([`TimingStats`] in ms plus the output
@@ -22,7 +23,7 @@
 //! // A request that makes the worker sleep for 5 ms: diagnostics need no compiler or GPU.
 //! let request = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 5 }));
 //! assert_eq!(request.kernel.backend(), "diagnostics");
-//! let message = Request { id: 1, body: RequestBody::Benchmark(Box::new(request)) };
+//! let message = Request::new(1, RequestBody::Benchmark(Box::new(request)));
 //! assert_eq!(message.id, 1);
 //! ```
 //!
@@ -37,6 +38,7 @@ mod message;
 mod request;
 mod result;
 mod shared;
+mod started;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
@@ -49,6 +51,7 @@ pub use request::{
 };
 pub use result::{BenchmarkResult, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
+pub use started::StartedCell;
 
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in

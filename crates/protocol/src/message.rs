@@ -1,9 +1,11 @@
 //! Handshake and session messages.
 
+use std::sync::Arc;
+
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use serde::{Deserialize, Serialize};
 
-use crate::{BenchError, BenchmarkRequest, BenchmarkResult, Probe};
+use crate::{BenchError, BenchmarkRequest, BenchmarkResult, Probe, StartedCell};
 
 /// The one message a worker sends on the parent's one-shot bootstrap server.
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,20 +31,37 @@ pub struct Hello {
     /// Where the parent receives [`Response`]s. The worker holds the only sender, so this
     /// receiver reports a disconnect as soon as the worker dies.
     pub responses: IpcReceiver<Response>,
+    /// Where the worker records the id of each request as it begins it, so that after a death
+    /// the parent knows whether the request in flight had started.
+    pub started: StartedCell,
 }
 
 /// A request from the parent; the worker answers each with one [`Response`] of the same `id`,
 /// except `Shutdown`, which it answers by exiting.
+///
+/// The body is shared (`Arc`; on the wire it is the body itself) so that the parent can keep
+/// it, without a copy, to send it again to a fresh worker when the first one died before
+/// starting it.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Request {
     /// Chosen by the parent, unique within one worker session.
     pub id: u64,
     /// What to do.
-    pub body: RequestBody,
+    pub body: Arc<RequestBody>,
+}
+
+impl Request {
+    /// A request with id `id` asking for `body`.
+    pub fn new(id: u64, body: RequestBody) -> Request {
+        Request {
+            id,
+            body: Arc::new(body),
+        }
+    }
 }
 
 /// What a [`Request`] asks for.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum RequestBody {
     /// Answer [`ResponseBody::Pong`] at once (liveness and round-trip measurements).
     Ping,

@@ -496,4 +496,11 @@ pub enum DiagnosticTask {
         /// Bytes to write to stderr.
         stderr_bytes: u64,
     },
+    /// Succeed, and have the worker `_exit(code)` the moment its reply is sent: a kernel that
+    /// ends its process right after answering. The reply always arrives; the request after it
+    /// finds the worker gone (or going) before it could start, and must run on a fresh worker.
+    ExitAfterReply {
+        /// Exit status.
+        code: i32,
+    },
 }

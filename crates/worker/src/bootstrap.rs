@@ -4,10 +4,11 @@ use ipc_channel::ipc::{self, IpcSender};
 use rustix::process::{Resource, Rlimit, Signal};
 use tunebox_protocol::{
     Bootstrap, Hello, PARENT_PID_ENV, PROTOCOL_VERSION, PROTOCOL_VERSION_ENV, Request, Response,
-    WORKER_SERVER_ENV,
+    StartedCell, WORKER_SERVER_ENV,
 };
 
-use crate::{Registry, WorkerError, serve};
+use crate::serve::serve_recording;
+use crate::{Registry, WorkerError};
 
 /// Runs the worker if this process was started as one (the parent's bootstrap server is named in
 /// [`WORKER_SERVER_ENV`]), then exits; returns at once otherwise.
@@ -55,6 +56,10 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
         ipc::channel::<Request>().map_err(|e| ipc("creating channels", e))?;
     let (response_tx, response_rx) =
         ipc::channel::<Response>().map_err(|e| ipc("creating channels", e))?;
+    let started = StartedCell::new().map_err(|e| ipc("creating the started-request cell", e))?;
+    let parents_cell = started
+        .try_clone()
+        .map_err(|e| ipc("creating the started-request cell", e))?;
     bootstrap
         .send(Bootstrap::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -62,10 +67,11 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
             backends: registry.names(),
             requests: request_tx,
             responses: response_rx,
+            started: parents_cell,
         }))
         .map_err(|e| ipc("sending Hello", e))?;
     drop(bootstrap);
-    serve(&request_rx, &response_tx, registry)
+    serve_recording(&request_rx, &response_tx, registry, Some(&started))
 }
 
 /// Backend panics are caught and answered; the hook only notes them on stderr (which crash

@@ -1,5 +1,6 @@
 //! A backend of scripted behaviours, for tests and `tunebox doctor`.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use tunebox_bench::{Backend, HostTensor, summarize};
@@ -59,6 +60,21 @@ impl Backend for DiagnosticsBackend {
     }
 }
 
+/// No exit asked for in [`EXIT_AFTER_REPLY`].
+const NO_EXIT: i64 = i64::MIN;
+
+/// The exit status a `DiagnosticTask::ExitAfterReply` asked for, read by the work loop once the
+/// reply is sent.
+static EXIT_AFTER_REPLY: AtomicI64 = AtomicI64::new(NO_EXIT);
+
+/// The exit status to `_exit` with now that the reply is sent, if a task asked for one.
+pub(crate) fn take_exit_after_reply() -> Option<i32> {
+    match EXIT_AFTER_REPLY.swap(NO_EXIT, Ordering::Relaxed) {
+        NO_EXIT => None,
+        code => i32::try_from(code).ok(),
+    }
+}
+
 fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
     match task {
         DiagnosticTask::Sleep { ms } => std::thread::sleep(Duration::from_millis(*ms)),
@@ -69,6 +85,9 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
         DiagnosticTask::Abort => std::process::abort(),
         DiagnosticTask::Segfault => segfault(),
         DiagnosticTask::Exit { code } => std::process::exit(*code),
+        DiagnosticTask::ExitAfterReply { code } => {
+            EXIT_AFTER_REPLY.store(i64::from(*code), Ordering::Relaxed);
+        }
         DiagnosticTask::Panic { message } => panic!("{message}"),
         DiagnosticTask::Pid => {
             let bytes =

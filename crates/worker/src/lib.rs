@@ -27,11 +27,11 @@
 //! let server = std::thread::spawn(move || {
 //!     serve(&request_rx, &response_tx, &mut Registry::diagnostics_only())
 //! });
-//! request_tx.send(Request { id: 7, body: RequestBody::Ping }).unwrap();
+//! request_tx.send(Request::new(7, RequestBody::Ping)).unwrap();
 //! let response = response_rx.recv().unwrap();
 //! assert_eq!(response.id, 7);
 //! assert!(matches!(response.body, ResponseBody::Pong));
-//! request_tx.send(Request { id: 8, body: RequestBody::Shutdown }).unwrap();
+//! request_tx.send(Request::new(8, RequestBody::Shutdown)).unwrap();
 //! server.join().unwrap().unwrap();
 //! ```
 #![deny(missing_docs)]

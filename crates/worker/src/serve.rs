@@ -1,7 +1,7 @@
 //! The work loop.
 
 use std::panic::{self, AssertUnwindSafe};
-
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
@@ -9,9 +9,10 @@ use ipc_channel::{IpcError, TryRecvError};
 use tunebox_bench::Backend;
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Probe, Request,
-    RequestBody, Response, ResponseBody,
+    RequestBody, Response, ResponseBody, StartedCell,
 };
 
+use crate::diagnostics::take_exit_after_reply;
 use crate::mappings::Mappings;
 use crate::{Registry, WorkerError};
 
@@ -29,6 +30,18 @@ pub fn serve(
     responses: &IpcSender<Response>,
     registry: &mut Registry,
 ) -> Result<(), WorkerError> {
+    serve_recording(requests, responses, registry, None)
+}
+
+/// [`serve`], recording in `started` the id of each request as it is taken off the channel,
+/// before it runs: the parent reads it after a death to tell a request this worker began (its
+/// crash) from one it never saw (sent to a fresh worker instead).
+pub(crate) fn serve_recording(
+    requests: &IpcReceiver<Request>,
+    responses: &IpcSender<Response>,
+    registry: &mut Registry,
+    started: Option<&StartedCell>,
+) -> Result<(), WorkerError> {
     let mut mappings = Mappings::default();
     loop {
         let request = match next_request(requests) {
@@ -42,7 +55,11 @@ pub fn serve(
                 });
             }
         };
-        let body = match request.body {
+        if let Some(started) = started {
+            started.record_start(request.id);
+        }
+        // The only owner of a body that came through the channel: no copy.
+        let body = match Arc::unwrap_or_clone(request.body) {
             RequestBody::Ping => ResponseBody::Pong,
             RequestBody::Benchmark(mut benchmark) => {
                 mappings.intern(&mut benchmark);
@@ -82,6 +99,11 @@ pub fn serve(
         if ends {
             log::warn!("the device context is lost; the worker exits");
             return Ok(());
+        }
+        if let Some(code) = take_exit_after_reply() {
+            // SAFETY: `_exit` ends the process at once, which is what the task asked for; no
+            // destructor of ours needs to run (the parent owns everything that matters).
+            unsafe { libc::_exit(code) };
         }
     }
 }
@@ -202,10 +224,10 @@ mod tests {
     }
 
     fn benchmark(id: u64, task: DiagnosticTask) -> Request {
-        Request {
+        Request::new(
             id,
-            body: RequestBody::Benchmark(Box::new(BenchmarkRequest::new(Kernel::Diagnostic(task)))),
-        }
+            RequestBody::Benchmark(Box::new(BenchmarkRequest::new(Kernel::Diagnostic(task)))),
+        )
     }
 
     fn result(response: Response) -> Result<BenchmarkResult, BenchError> {
@@ -250,11 +272,8 @@ mod tests {
                 compiler: "cc".into(),
             }));
             request.timing.min_reps = 1;
-            tx.send(Request {
-                id: 3,
-                body: RequestBody::Benchmark(Box::new(request)),
-            })
-            .unwrap();
+            tx.send(Request::new(3, RequestBody::Benchmark(Box::new(request))))
+                .unwrap();
             let err = result(rx.recv().unwrap()).unwrap_err();
             assert_eq!(
                 err,
@@ -271,10 +290,7 @@ mod tests {
         let (request_tx, request_rx) = ipc::channel::<Request>().unwrap();
         let (response_tx, _response_rx) = ipc::channel::<Response>().unwrap();
         request_tx
-            .send(Request {
-                id: 1,
-                body: RequestBody::Shutdown,
-            })
+            .send(Request::new(1, RequestBody::Shutdown))
             .unwrap();
         // `request_tx` is still alive: only the Shutdown message can end the loop.
         serve(&request_rx, &response_tx, &mut Registry::diagnostics_only()).unwrap();
