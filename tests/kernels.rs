@@ -133,3 +133,54 @@ fn a_huge_reported_cache_costs_nothing_with_the_default_flush() {
          llc flush {llc_s:.3} s, {llc_rss} KiB"
     );
 }
+
+/// A timeout says where the request was: the kernel hangs on call `HANG_AFTER + 1` (each call
+/// before it sleeps 2 ms), and the error names that call.
+#[test]
+fn a_timeout_says_which_call_hung() {
+    const HANGS: &str = "#include <stdint.h>\n#include <time.h>\n\
+        void hangs(const float *x, float *y, int64_t n) {\n\
+            static int calls = 0;\n\
+            if (++calls > HANG_AFTER) for (volatile int spin = 1; spin;) {}\n\
+            struct timespec t = {0, 2000000};\n\
+            nanosleep(&t, 0);\n\
+            for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+        }\n";
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    // 1 first call, 5 estimate runs, 1 warmup call (warmup_ms = 0), then the reps.
+    for (hang_after, expected) in [
+        (0, "in the first call of the kernel (no call returned)"),
+        (3, "in estimate run 3 of 5 (the last call took"),
+        (8, "in timed rep 2 of 10 (calls took"),
+    ] {
+        let mut request = c_request(HANGS, "hangs", "1.0f");
+        let Kernel::C(kernel) = &mut request.kernel else {
+            unreachable!("c_request builds a C kernel")
+        };
+        kernel
+            .defines
+            .push(Define::new("HANG_AFTER", hang_after.to_string()));
+        request.timing = TimingConfig {
+            warmup_ms: 0.0,
+            rep_ms: 0.0,
+            min_reps: 10,
+            max_reps: 10,
+            flush_cache: false,
+            ..TimingConfig::default()
+        };
+        worker.prepare(request.clone(), Duration::from_secs(60)).unwrap();
+        let err = worker
+            .benchmark(request, Duration::from_secs(2))
+            .unwrap_err();
+        let ProcessError::Timeout { progress, .. } = &err else {
+            panic!("HANG_AFTER={hang_after}: expected a timeout, got {err:?}");
+        };
+        assert!(progress.is_some(), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(expected),
+            "HANG_AFTER={hang_after}: {message}"
+        );
+        assert!(message.contains("the worker was killed"), "{message}");
+    }
+}

@@ -128,7 +128,7 @@ fn every_misbehaviour_gets_its_outcome_and_the_next_task_succeeds() {
                 );
                 assert!(!pid_exists(pid), "{name}: pid {pid} must be reaped");
             }
-            (Expect::Timeout, Err(ProcessError::Timeout { after })) => {
+            (Expect::Timeout, Err(ProcessError::Timeout { after, .. })) => {
                 assert_eq!(*after, timeout);
                 assert!(elapsed >= timeout, "{name}: early ({elapsed:?})");
                 assert!(

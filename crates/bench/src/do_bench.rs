@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_protocol::{BenchError, TimingConfig, TimingStats};
+use tunebox_protocol::{BenchError, Phase, TimingConfig, TimingStats};
 
+use crate::progress::report_progress;
 use crate::stats::summarize;
 
 /// Number of runs used to estimate the cost of one run (triton uses 5).
@@ -120,6 +121,10 @@ pub fn do_bench<R: Runner + ?Sized>(
 /// always timed. When the budget ended sampling below `min_reps` (or below the count the
 /// budgets asked for), `stopped` is `"budget"`.
 ///
+/// Each phase and call is reported to the process's progress sink
+/// ([`report_progress`](crate::report_progress)), so that a parent that kills the worker at its
+/// deadline can say where it was.
+///
 /// # Errors
 ///
 /// As [`do_bench`].
@@ -140,13 +145,23 @@ pub fn do_bench_within<R: Runner + ?Sized>(
         }
     };
 
+    let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
     let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
+    report_progress(started, Phase::Estimate, (0, ESTIMATE_RUNS), None, None);
     while estimate_runs < ESTIMATE_RUNS {
         runner.restore()?;
         let wall = Instant::now();
         flush_ms += flush(runner)?;
-        kernel_ms += runner.run_timed()?;
+        let call_ms = runner.run_timed()?;
+        kernel_ms += call_ms;
         estimate_runs += 1;
+        report_progress(
+            started,
+            Phase::Estimate,
+            (estimate_runs, ESTIMATE_RUNS),
+            ms(call_ms),
+            None,
+        );
         // One more run of this length would eat into the reserve of the final call.
         let per_run = wall.elapsed().as_secs_f64() * 1e3;
         if budget.left_ms() < 2.0 * per_run {
@@ -196,10 +211,14 @@ pub fn do_bench_within<R: Runner + ?Sized>(
          flush), {warmup_reps} warmup, {reps} reps of {batch} call(s)"
     );
 
-    for _ in 0..warmup_reps {
+    let estimate = ms(estimate_ms);
+    for done in 0..warmup_reps {
+        report_progress(started, Phase::Warmup, (done, warmup_reps), None, estimate);
         runner.restore()?;
         runner.run()?;
     }
+    // Noise-based stopping plans no count.
+    let planned = if config.max_noise.is_some() { 0 } else { reps };
 
     let time_limit_ms = config
         .max_noise
@@ -214,6 +233,9 @@ pub fn do_bench_within<R: Runner + ?Sized>(
             stopped = "budget";
             break;
         }
+        let done = samples.len() as u32;
+        let last = samples.last().and_then(|&l| ms(l));
+        report_progress(started, Phase::Reps, (done, planned), last, estimate);
         let wall = Instant::now();
         runner.restore()?;
         if config.hot {

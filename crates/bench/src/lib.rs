@@ -38,10 +38,12 @@
 
 mod backend;
 mod do_bench;
+mod progress;
 mod stats;
 mod tensor;
 
 pub use backend::Backend;
 pub use do_bench::{Runner, do_bench, do_bench_within};
+pub use progress::{install_progress_sink, report_progress};
 pub use stats::{quantile, summarize};
 pub use tensor::{HostTensor, physical_memory_bytes};

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use tunebox_bench::{Backend, HostTensor, Runner, do_bench_within, summarize};
+use tunebox_bench::{Backend, HostTensor, Runner, do_bench_within, report_progress, summarize};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, Phase, TensorData,
 };
 
 use crate::compile::TRAMPOLINE_SYMBOL;
@@ -82,6 +82,7 @@ impl Backend for CpuBackend {
 
     fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
         let started = Instant::now();
+        report_progress(started, Phase::Setup, (0, 0), None, None);
         let library = self.load(request)?;
 
         let mut tensors = request
@@ -116,6 +117,7 @@ impl Backend for CpuBackend {
         };
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
+        report_progress(started, Phase::FirstCall, (0, 1), None, None);
         let first_ms = runner.run_timed()?;
         check_bounds(runner.tensors)?;
         let outputs = output_data(request, runner.tensors)?;
@@ -148,6 +150,8 @@ impl Backend for CpuBackend {
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();
         if !outputs.is_empty() {
+            let median = Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
+            report_progress(started, Phase::FinalCall, (0, 1), Some(median), None);
             runner.restore()?;
             for (spec, tensor) in request.tensors.iter().zip(runner.tensors.iter_mut()) {
                 if spec.output && !spec.reset {

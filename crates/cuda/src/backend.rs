@@ -1,9 +1,10 @@
 //! The `cuda` backend: compile (a cache hit), load, check the launch, allocate, call once, time.
 
 use cudarc::driver::sys::CUfunction_attribute as F;
-use tunebox_bench::{Backend, Runner, do_bench_within, summarize};
+use tunebox_bench::{Backend, Runner, do_bench_within, report_progress, summarize};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
+    TensorData,
 };
 
 use crate::CacheDir;
@@ -149,6 +150,7 @@ impl CudaBackend {
 
     fn run(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
         let started = std::time::Instant::now();
+        report_progress(started, Phase::Setup, (0, 0), None, None);
         let kernel = cuda_kernel(request)?;
         compile::validate(kernel)?;
         let cache = self.cache.clone();
@@ -199,6 +201,7 @@ impl CudaBackend {
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         // Wall time of the first call (launch + synchronize): the stats of an `outputs_only` run.
+        report_progress(started, Phase::FirstCall, (0, 1), None, None);
         let first = std::time::Instant::now();
         runner.run()?;
         let first_ms = first.elapsed().as_secs_f64() * 1e3;
@@ -230,6 +233,7 @@ impl CudaBackend {
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();
         if !outputs.is_empty() {
+            report_progress(started, Phase::FinalCall, (0, 1), None, None);
             runner.restore()?;
             for tensor in &tensors {
                 if tensor.spec().output && !tensor.spec().reset {

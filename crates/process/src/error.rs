@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tunebox_protocol::BenchError;
+use tunebox_protocol::{BenchError, Phase, Progress};
 
 use crate::exit::describe_exit;
 
@@ -55,11 +55,16 @@ pub enum ProcessError {
         parent: u32,
     },
     /// The request did not finish within its timeout; the worker's process group was SIGKILLed and
-    /// reaped before this was returned.
-    #[error("timed out after {after:?}; the worker was killed")]
+    /// reaped before this was returned. The message says where the request was, when the
+    /// backend reported its progress (`timed out after 2s in the first call of the kernel (no
+    /// call returned); …`), and what to change.
+    #[error("timed out after {after:?}{}", describe_timeout(progress.as_ref()))]
     Timeout {
         /// The timeout that expired.
         after: Duration,
+        /// How far the request got, as the worker last recorded it (`None`: the backend
+        /// reports no progress, or the request had not begun).
+        progress: Option<Progress>,
     },
     /// The request carries more inline data (source text, names, flags) than one message may;
     /// nothing was sent.
@@ -135,4 +140,22 @@ fn quote(tail: &str) -> String {
     } else {
         format!("\n--- worker stderr (tail) ---\n{}", tail.trim_end())
     }
+}
+
+/// ` in timed rep 3 of 10 (…); the worker was killed; what to change`, for a timeout.
+fn describe_timeout(progress: Option<&Progress>) -> String {
+    let Some(progress) = progress else {
+        return "; the worker was killed".into();
+    };
+    let advice = match progress.phase {
+        Phase::Setup | Phase::FirstCall => {
+            "the kernel hangs, or one call takes longer than the timeout: give it a longer \
+             timeout if it is just slow"
+        }
+        Phase::Estimate | Phase::Warmup | Phase::Reps | Phase::FinalCall => {
+            "calls became slower than the estimate the reps were fitted to (a loaded machine, or \
+             a kernel whose time varies): a longer timeout leaves more room"
+        }
+    };
+    format!(" {progress}; the worker was killed; {advice}")
 }

@@ -580,8 +580,12 @@ impl TuningProcess {
                     return Ok(body);
                 }
                 Err(ReceiveFailure::TimedOut) => {
+                    let progress = worker.started.progress(pending.id);
                     self.kill();
-                    return Err(ProcessError::Timeout { after: timeout });
+                    return Err(ProcessError::Timeout {
+                        after: timeout,
+                        progress,
+                    });
                 }
                 // Resent to a fresh worker when the dead one never began it: wait again.
                 Err(ReceiveFailure::Closed) => self.recover()?,

@@ -71,6 +71,10 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
         }))
         .map_err(|e| ipc("sending Hello", e))?;
     drop(bootstrap);
+    // Measurements say how far they got in the cell, for the parent's timeout errors.
+    let started = std::sync::Arc::new(started);
+    let sink = std::sync::Arc::clone(&started);
+    tunebox_bench::install_progress_sink(move |progress| sink.record_progress(progress));
     serve_recording(&request_rx, &response_tx, registry, Some(&started))
 }
 
