@@ -168,7 +168,9 @@ fn a_timeout_says_which_call_hung() {
             flush_cache: false,
             ..TimingConfig::default()
         };
-        worker.prepare(request.clone(), Duration::from_secs(60)).unwrap();
+        worker
+            .prepare(request.clone(), Duration::from_secs(60))
+            .unwrap();
         let err = worker
             .benchmark(request, Duration::from_secs(2))
             .unwrap_err();

@@ -2,9 +2,9 @@
 //! at a time (so that a time budget or Ctrl-C stops new choices from starting), and judging
 //! each result against the reference.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -272,6 +272,58 @@ pub(crate) fn in_order<'r>(
     }
 }
 
+/// Hands out positions for measuring in a fixed order, each once it has settled: compiled
+/// (measure it) or failed (skip it). Compiles finish in any order; measuring keeps the order
+/// of the space, so that runs are reproducible and a worker reused across choices
+/// (`--max-process-uses`) sees them in the same sequence every time.
+pub(crate) struct InOrder {
+    order: Vec<usize>,
+    next: AtomicUsize,
+    /// By position: `None` while pending, then whether it can be measured.
+    settled: Mutex<Vec<Option<bool>>>,
+    changed: Condvar,
+}
+
+impl InOrder {
+    /// `order` (positions below `len`), every position pending.
+    pub(crate) fn new(order: Vec<usize>, len: usize) -> InOrder {
+        InOrder {
+            order,
+            next: AtomicUsize::new(0),
+            settled: Mutex::new(vec![None; len]),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Settles `position`: measurable or not.
+    pub(crate) fn settle(&self, position: usize, measurable: bool) {
+        self.lock()[position] = Some(measurable);
+        self.changed.notify_all();
+    }
+
+    /// The next position in order that can be measured, waiting for each to settle; `None`
+    /// when none is left.
+    pub(crate) fn next(&self) -> Option<usize> {
+        loop {
+            let position = *self.order.get(self.next.fetch_add(1, Ordering::SeqCst))?;
+            let mut settled = self.lock();
+            while settled[position].is_none() {
+                settled = self
+                    .changed
+                    .wait(settled)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if settled[position] == Some(true) {
+                return Some(position);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Option<bool>>> {
+        self.settled.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Whether a pool error says nothing about the choice (the run was stopped, or its worker could
 /// not start): such a result is not cached, so a re-run tries the choice again.
 pub(crate) fn is_transient(error: &PoolError) -> bool {
@@ -406,4 +458,23 @@ pub(crate) fn cpu_model() -> String {
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     format!("{model} ({cores} cores)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_handed_out_in_order_once_settled() {
+        let gate = InOrder::new(vec![0, 1, 2, 3], 4);
+        std::thread::scope(|scope| {
+            let taker = scope.spawn(|| std::iter::from_fn(|| gate.next()).collect::<Vec<_>>());
+            // Settled out of order, and one of them fails.
+            for (position, ok) in [(2, true), (3, true), (1, false), (0, true)] {
+                std::thread::sleep(Duration::from_millis(5));
+                gate.settle(position, ok);
+            }
+            assert_eq!(taker.join().unwrap(), [0, 2, 3]);
+        });
+    }
 }

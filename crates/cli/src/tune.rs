@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, mpsc};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -410,16 +410,19 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             background: true,
             ..control
         };
-        let (ready_tx, ready_rx) = mpsc::channel::<usize>();
+        // Measured in the space's order, each choice once its compile has settled.
+        let order: Vec<usize> = (0..todo.len())
+            .filter(|p| ready_now.contains(p) || c_todo.contains(p))
+            .collect();
+        let gate = measure::InOrder::new(order, todo.len());
         for &p in &ready_now {
-            let _ = ready_tx.send(p);
+            gate.settle(p, true);
         }
-        let ready_rx = Mutex::new(ready_rx);
         let next_compile = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..compile_threads {
-                let ready_tx = ready_tx.clone();
-                let (c_todo, next_compile, compiled) = (&c_todo, &next_compile, &compiled);
+                let (c_todo, next_compile, compiled, gate) =
+                    (&c_todo, &next_compile, &compiled, &gate);
                 let (todo, choices, progress, background) =
                     (&todo, &choices, &progress, &background);
                 let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
@@ -428,10 +431,8 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                         let outcome = (!stop.requested() && !past_deadline()).then(|| {
                             measure::precompile(&todo[p].request, kernel_cache, background)
                         });
+                        gate.settle(p, matches!(outcome, Some(Ok(()))));
                         match &outcome {
-                            Some(Ok(())) => {
-                                let _ = ready_tx.send(p);
-                            }
                             Some(Err(e)) if !matches!(e, CpuError::CompileCancelled { .. }) => {
                                 let status = if measure::compile_timeout_message(e).is_some() {
                                     Status::Timeout
@@ -446,10 +447,9 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                     }
                 });
             }
-            drop(ready_tx);
             measure::run_all(
                 &bench.pool,
-                || lock(&ready_rx).recv().ok().map(|p| (p, &todo[p].request)),
+                || gate.next().map(|p| (p, &todo[p].request)),
                 || stop.requested() || past_deadline(),
                 |p, result| {
                     measured[p] = true;
