@@ -11,12 +11,21 @@ const ALIGN: usize = 64;
 /// Bytes of guard zone before and after every tensor (a multiple of [`ALIGN`]).
 const GUARD: usize = 4096;
 
+/// Tensors of at least this many bytes live in transparent huge pages (2 MiB, where the kernel
+/// allows them): see [`HostTensor::allocate`].
+const HUGE_PAGE_MIN: usize = 1 << 20;
+
+/// Size and alignment of a transparent huge page on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// What the guard zones hold; a kernel that writes there wrote out of its tensor's bounds.
 const GUARD_BYTE: u8 = 0xDB;
 
 /// A contiguous, 64-byte aligned host buffer holding one tensor, filled from its spec's
 /// [`Init`], between two 4 KiB guard zones that [`HostTensor::check_bounds`] inspects: a kernel
-/// that writes even one element past either end is caught.
+/// that writes even one element past either end is caught. A tensor of 1 MiB or more starts on
+/// a 2 MiB boundary and is advised into transparent huge pages, so that the cache sets its
+/// lines map to (set by physical addresses) are the same in every worker and every run.
 ///
 /// `Init::Random { seed }` produces the same bytes in every process for the same spec, so a
 /// reference and a candidate measured in different workers see the same inputs.
@@ -48,15 +57,43 @@ impl HostTensor {
     /// allocation itself fails.
     pub fn allocate(spec: &TensorSpec) -> Result<Self, BenchError> {
         let len = checked_len(spec)?;
-        // Guard zones on both sides; `len` stays the logical size.
-        let layout = len
-            .checked_add(2 * GUARD)
-            .and_then(|size| Layout::from_size_align(size, ALIGN).ok())
+        // Guard zones on both sides; `len` stays the logical size. A large tensor takes whole
+        // huge pages: which physical 4 KiB pages back a buffer changes from process to process,
+        // and with them the cache sets its lines map to (caches are physically indexed), so a
+        // kernel's conflict misses, and its time, would differ between workers; within a 2 MiB
+        // page the mapping is the same every time.
+        let huge = len >= HUGE_PAGE_MIN;
+        let (size, align) = if huge {
+            let size = len
+                .checked_add(2 * GUARD)
+                .and_then(|s| s.checked_next_multiple_of(HUGE_PAGE));
+            (size, HUGE_PAGE)
+        } else {
+            (len.checked_add(2 * GUARD), ALIGN)
+        };
+        let layout = size
+            .and_then(|size| Layout::from_size_align(size, align).ok())
             .ok_or_else(|| BenchError::InvalidRequest {
                 detail: format!("tensor `{}` is too large: {len} bytes", spec.name),
             })?;
-        // SAFETY: `layout` has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let raw = if huge {
+            // SAFETY: `layout` has a non-zero size.
+            let raw = unsafe { alloc::alloc(layout) };
+            if !raw.is_null() {
+                // SAFETY: `raw` is the start of `layout.size()` bytes this allocation owns,
+                // aligned to a huge page; `madvise` only changes how they are backed, and
+                // failing (no THP in this kernel) is harmless.
+                unsafe {
+                    libc::madvise(raw.cast(), layout.size(), libc::MADV_HUGEPAGE);
+                    // Zeroed after the advice, so that the first touch faults in huge pages.
+                    std::ptr::write_bytes(raw, 0, layout.size());
+                }
+            }
+            raw
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            unsafe { alloc::alloc_zeroed(layout) }
+        };
         let base = NonNull::new(raw).ok_or_else(|| BenchError::Failed {
             message: format!(
                 "out of memory allocating {len} bytes for tensor `{}`",
@@ -412,6 +449,25 @@ mod tests {
         let mut t = HostTensor::allocate(&spec(DType::U8, &[0, 10], Init::Ones)).unwrap();
         assert!(t.is_empty());
         assert_eq!(t.as_mut_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn large_tensors_sit_at_the_same_place_in_a_huge_page() {
+        // 1 MiB and more: the allocation starts on a 2 MiB boundary, so the data (after the
+        // front guard) has the same offset in its huge page in every process.
+        for elements in [1 << 18, 3 << 19] {
+            let mut t =
+                HostTensor::allocate(&spec(DType::F32, &[elements], Init::Random { seed: 3 }))
+                    .unwrap();
+            assert_eq!(t.as_mut_ptr() as usize % HUGE_PAGE, GUARD);
+            // Filled after the zeroing that faults the pages in.
+            assert!(t.bytes().iter().any(|&b| b != 0));
+            t.check_bounds().unwrap();
+        }
+        // Smaller ones keep the plain alignment.
+        let mut small = HostTensor::allocate(&spec(DType::F32, &[1000], Init::Zeros)).unwrap();
+        assert_eq!(small.as_mut_ptr() as usize % ALIGN, 0);
+        assert!(small.bytes().iter().all(|&b| b == 0));
     }
 
     #[test]
