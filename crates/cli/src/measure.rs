@@ -301,6 +301,15 @@ impl InOrder {
         self.changed.notify_all();
     }
 
+    /// Settles every position still pending.
+    pub(crate) fn settle_rest(&self, measurable: bool) {
+        self.lock()
+            .iter_mut()
+            .filter(|s| s.is_none())
+            .for_each(|s| *s = Some(measurable));
+        self.changed.notify_all();
+    }
+
     /// The next position in order that can be measured, waiting for each to settle; `None`
     /// when none is left.
     pub(crate) fn next(&self) -> Option<usize> {
@@ -476,5 +485,10 @@ mod tests {
             }
             assert_eq!(taker.join().unwrap(), [0, 2, 3]);
         });
+        // Positions nobody settles (a compile thread that died) end the wait too.
+        let gate = InOrder::new(vec![0, 1], 2);
+        gate.settle(0, true);
+        gate.settle_rest(false);
+        assert_eq!(std::iter::from_fn(|| gate.next()).collect::<Vec<_>>(), [0]);
     }
 }

@@ -383,10 +383,11 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             }
         }
 
-        // One compile per core: at nice 19 they take what the workers leave, and the
-        // scheduler moves them off a worker's core, which a nice-0 worker holds ~98 % of the
-        // time even when a compile lands there.
-        let compile_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Compiles overlap measuring on the cores the workers leave; with none left they all
+        // finish first (on every core), so that no compile shares a worker's core.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let overlap = cores > workers;
+        let compile_threads = if overlap { cores - workers } else { cores };
         progress.phase(
             "benchmarking",
             ready_now.len() + c_todo.len(),
@@ -397,19 +398,20 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         );
         if !c_todo.is_empty() {
             progress.note(&format!(
-                "compiling {} on {} while measuring…",
+                "compiling {} on {}{}…",
                 plural(c_todo.len()),
                 if compile_threads == 1 {
                     "1 thread".to_owned()
                 } else {
                     format!("{compile_threads} threads")
+                },
+                if overlap {
+                    " while measuring"
+                } else {
+                    ", then measuring"
                 }
             ));
         }
-        let background = CompileControl {
-            background: true,
-            ..control
-        };
         // Measured in the space's order, each choice once its compile has settled.
         let order: Vec<usize> = (0..todo.len())
             .filter(|p| ready_now.contains(p) || c_todo.contains(p))
@@ -420,17 +422,16 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         }
         let next_compile = AtomicUsize::new(0);
         std::thread::scope(|scope| {
+            let mut compilers = Vec::with_capacity(compile_threads);
             for _ in 0..compile_threads {
                 let (c_todo, next_compile, compiled, gate) =
                     (&c_todo, &next_compile, &compiled, &gate);
-                let (todo, choices, progress, background) =
-                    (&todo, &choices, &progress, &background);
+                let (todo, choices, progress, control) = (&todo, &choices, &progress, &control);
                 let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
-                scope.spawn(move || {
+                compilers.push(scope.spawn(move || {
                     while let Some(&p) = c_todo.get(next_compile.fetch_add(1, Ordering::SeqCst)) {
-                        let outcome = (!stop.requested() && !past_deadline()).then(|| {
-                            measure::precompile(&todo[p].request, kernel_cache, background)
-                        });
+                        let outcome = (!stop.requested() && !past_deadline())
+                            .then(|| measure::precompile(&todo[p].request, kernel_cache, control));
                         gate.settle(p, matches!(outcome, Some(Ok(()))));
                         match &outcome {
                             Some(Err(e)) if !matches!(e, CpuError::CompileCancelled { .. }) => {
@@ -445,7 +446,17 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                         }
                         lock(compiled).push((p, outcome));
                     }
-                });
+                }));
+            }
+            // Once every compile thread is done (or panicked), nothing is left pending.
+            let closer = scope.spawn(|| {
+                for compiler in compilers {
+                    let _ = compiler.join();
+                }
+                gate.settle_rest(false);
+            });
+            if !overlap {
+                let _ = closer.join();
             }
             measure::run_all(
                 &bench.pool,

@@ -149,9 +149,6 @@ pub struct CompileControl<'a> {
     /// with it, while a deadline here kills only the compiler process itself, leaving what it
     /// started to that group kill.
     pub own_process_group: bool,
-    /// Run the compiler at the lowest CPU priority (nice 19), for compiles that overlap
-    /// measurements: it then takes only CPU time that measuring leaves idle (default `false`).
-    pub background: bool,
 }
 
 impl Default for CompileControl<'_> {
@@ -160,7 +157,6 @@ impl Default for CompileControl<'_> {
             timeout: DEFAULT_COMPILE_TIMEOUT,
             cancel: None,
             own_process_group: true,
-            background: false,
         }
     }
 }
@@ -171,7 +167,6 @@ impl std::fmt::Debug for CompileControl<'_> {
             .field("timeout", &self.timeout)
             .field("cancel", &self.cancel.map(|_| "Fn() -> bool"))
             .field("own_process_group", &self.own_process_group)
-            .field("background", &self.background)
             .finish()
     }
 }
@@ -182,7 +177,6 @@ impl CompileControl<'_> {
             deadline: start.checked_add(self.timeout),
             cancel: self.cancel,
             own_group: self.own_process_group,
-            background: self.background,
         }
     }
 }

@@ -41,8 +41,6 @@ pub(crate) struct Limits<'a> {
     /// Start the compiler in a process group of its own (killed as a whole), armed to die with
     /// this process; else it stays in the caller's group and only it is killed.
     pub(crate) own_group: bool,
-    /// Start the compiler at nice 19, the lowest CPU priority.
-    pub(crate) background: bool,
 }
 
 impl Limits<'_> {
@@ -151,17 +149,6 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
                     // The parent died before the signal was armed.
                     return Err(io::Error::other("the parent exited"));
                 }
-                Ok(())
-            });
-        }
-    }
-    if limits.background {
-        // SAFETY: the closure runs in the forked child before exec and makes one system call
-        // (setpriority), which is async-signal-safe; it allocates nothing and takes no lock.
-        unsafe {
-            command.pre_exec(|| {
-                // Lowering one's own priority needs no privilege; failing to is harmless.
-                let _ = libc::setpriority(libc::PRIO_PROCESS, 0, 19);
                 Ok(())
             });
         }
