@@ -265,10 +265,10 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         ));
     }
 
-    // C kernels compile in the parent, at the lowest CPU priority, while the choices compiled
-    // before them are measured: workers only load cached objects, and a run takes about the
-    // longer of compiling and measuring, not their sum.
-    // CUDA kernels compile in the workers (below).
+    // C kernels compile in the parent, on the cores the workers leave, while the choices
+    // compiled before them are measured: workers only load cached objects, and a run takes about
+    // the longer of compiling and measuring, not their sum. CUDA kernels compile in the workers
+    // (below).
     let reference = measure::reference_request(&manifest)?;
     let kernel_cache = CacheDir::from_env()?;
     let c_todo: Vec<usize> = (0..todo.len())
@@ -413,9 +413,11 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             ));
         }
         // Measured in the space's order, each choice once its compile has settled.
-        let order: Vec<usize> = (0..todo.len())
-            .filter(|p| ready_now.contains(p) || c_todo.contains(p))
-            .collect();
+        let mut measurable = vec![false; todo.len()];
+        for &p in ready_now.iter().chain(&c_todo) {
+            measurable[p] = true;
+        }
+        let order: Vec<usize> = (0..todo.len()).filter(|&p| measurable[p]).collect();
         let gate = measure::InOrder::new(order, todo.len());
         for &p in &ready_now {
             gate.settle(p, true);
@@ -499,13 +501,11 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
     // C choices: a compile failure is a result; one compiled but never measured, or never
     // compiled, was not started.
     let mut outcomes = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
-    let reported: Vec<usize> = outcomes.iter().map(|(p, _)| *p).collect();
-    outcomes.extend(
-        c_todo
-            .iter()
-            .filter(|p| !reported.contains(p))
-            .map(|&p| (p, None)),
-    );
+    let mut reported = vec![false; todo.len()];
+    for (p, _) in &outcomes {
+        reported[*p] = true;
+    }
+    outcomes.extend(c_todo.iter().filter(|&&p| !reported[p]).map(|&p| (p, None)));
     outcomes.sort_by_key(|(p, _)| *p);
     for (p, outcome) in outcomes {
         let t = &todo[p];
