@@ -282,7 +282,10 @@ struct Budget {
 impl Budget {
     fn new(budget_ms: Option<f64>, started: Instant) -> Budget {
         Budget {
-            end: budget_ms.map(|ms| started + Duration::from_secs_f64(ms.max(0.0) / 1e3)),
+            // A budget too large to represent is no budget.
+            end: budget_ms
+                .and_then(|ms| Duration::try_from_secs_f64(ms.max(0.0) / 1e3).ok())
+                .and_then(|budget| started.checked_add(budget)),
         }
     }
 
@@ -589,6 +592,14 @@ mod tests {
         let stats = do_bench_within(&mut runner, &config, late).unwrap();
         assert_eq!(stats.stopped, "budget");
         assert!(runner.calls < 5 + 10, "{}", runner.calls);
+
+        // A budget too large to represent is none.
+        let endless = TimingConfig {
+            budget_ms: Some(1e300),
+            ..config.clone()
+        };
+        let mut runner = Sleeper { ms: 1, calls: 0 };
+        assert_eq!(do_bench(&mut runner, &endless).unwrap().stopped, "reps");
 
         // A budget that is ample changes nothing.
         let ample = TimingConfig {
