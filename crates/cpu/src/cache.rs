@@ -195,7 +195,12 @@ pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
         let key = artifact_key(base, &deps_hash(deps.into_iter()));
         let path = artifact_path(dir, &key);
         if path.is_file() {
-            if digest_matches(&path) {
+            // A mismatch may be a writer between its two renames (see `publish`): look again
+            // once no writer is.
+            if digest_matches(&path) || {
+                let _settled = DirLock::shared(dir);
+                digest_matches(&path)
+            } {
                 return Some((key, path));
             }
             log::warn!(
@@ -205,6 +210,96 @@ pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
         }
     }
     None
+}
+
+/// Puts a freshly compiled `object` in place as the artifact `path` of `base` in `dir`, with its
+/// hash record, then makes `deps` (the files it was built from) the first list of `base`'s
+/// manifest.
+///
+/// The artifact and its record are two files replaced by two renames, and concurrent builds of
+/// one kernel produce objects that differ in a few bytes (the compiler records the temporary
+/// source's name), so two writers interleaving their renames would leave one's object under the
+/// other's record: a mismatch that every later lookup takes for a damaged object and rebuilds.
+/// So all of this runs under an exclusive lock on the cache directory ([`DirLock`]), and an
+/// artifact already there and matching its record (another thread or process built the same
+/// kernel from the same headers) is kept, `object` dropped. The manifest's read, update and
+/// write are thereby serialized too, so no concurrent writer's list is lost.
+pub(crate) fn publish(
+    dir: &Path,
+    base: &str,
+    path: &Path,
+    object: tempfile::TempPath,
+    deps: Vec<PathBuf>,
+) -> Result<(), CpuError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CpuError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let digest = file_digest(&object).map_err(io("hash the compiled kernel", &object))?;
+    let _lock = DirLock::exclusive(dir);
+    if path.is_file() && digest_matches(path) {
+        log::debug!(
+            "cpu: `{}` was built concurrently; keeping that copy",
+            path.display()
+        );
+    } else {
+        // The object first: a manifest never names a list without its artifact.
+        object
+            .persist(path)
+            .map_err(|e| io("move the compiled kernel to", path)(e.error))?;
+        record_digest(dir, path, &digest)?;
+    }
+    Manifest::read(dir, base)
+        .unwrap_or_default()
+        .with_first(deps)
+        .write(dir, base)
+}
+
+/// An advisory lock (`flock`) on the cache directory itself, released when dropped: exclusive
+/// while [`publish`] replaces an artifact, its record and the manifest, shared while a lookup
+/// checks an artifact against its record a second time. Every call opens the directory anew, so
+/// threads of one process exclude each other as processes do.
+///
+/// Best effort: where the directory cannot be opened or locked (a file system without `flock`),
+/// the work goes on unlocked, and a race costs at worst a recompilation.
+pub(crate) struct DirLock {
+    _file: Option<std::fs::File>,
+}
+
+impl DirLock {
+    pub(crate) fn exclusive(dir: &Path) -> Self {
+        Self::lock(dir, rustix::fs::FlockOperation::LockExclusive)
+    }
+
+    pub(crate) fn shared(dir: &Path) -> Self {
+        Self::lock(dir, rustix::fs::FlockOperation::LockShared)
+    }
+
+    fn lock(dir: &Path, operation: rustix::fs::FlockOperation) -> Self {
+        let locked = std::fs::File::open(dir).and_then(|file| {
+            loop {
+                match rustix::fs::flock(&file, operation) {
+                    Ok(()) => break Ok(file),
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => break Err(e.into()),
+                }
+            }
+        });
+        match locked {
+            Ok(file) => Self { _file: Some(file) },
+            Err(e) => {
+                log::debug!(
+                    "cpu: cannot lock `{}`: {e}; going on unlocked",
+                    dir.display()
+                );
+                Self { _file: None }
+            }
+        }
+    }
 }
 
 /// The file recording the blake3 hash of an artifact: `<artifact>.blake3`.
@@ -305,7 +400,8 @@ impl Manifest {
 
     /// Writes the manifest of `base` into `dir` atomically: a temporary file in `dir` renamed over
     /// `<base>.deps`, so readers see the old manifest or the new one, never a mix. Of concurrent
-    /// writers the last rename wins; a list lost that way costs one recompilation later.
+    /// writers the last rename wins, so [`publish`] reads, updates and writes it under the
+    /// directory's lock.
     pub(crate) fn write(&self, dir: &Path, base: &str) -> Result<(), CpuError> {
         let path = Self::path(dir, base);
         let io_err = |action: &'static str, path: &Path| {
@@ -514,6 +610,95 @@ mod tests {
             .write(dir.path(), BASE)
             .unwrap();
         assert_eq!(lookup(dir.path(), BASE), None, "a device");
+    }
+
+    /// A temporary "object" with `contents` in `dir`, as `build` makes one.
+    fn object(dir: &Path, contents: &str) -> tempfile::TempPath {
+        let mut file = tempfile::Builder::new()
+            .prefix(".tunebox-")
+            .suffix(".so")
+            .tempfile_in(dir)
+            .unwrap();
+        file.write_all(contents.as_bytes()).unwrap();
+        file.into_temp_path()
+    }
+
+    #[test]
+    fn publish_keeps_a_sound_artifact_and_replaces_a_damaged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let artifact = artifact_path(dir.path(), &artifact_key(BASE, "d"));
+        let list = vec![PathBuf::from("h.h")];
+        publish(
+            dir.path(),
+            BASE,
+            &artifact,
+            object(dir.path(), "one"),
+            list.clone(),
+        )
+        .unwrap();
+        assert!(digest_matches(&artifact));
+        // Built again concurrently (a few bytes differ): the first copy stays, with its record.
+        publish(
+            dir.path(),
+            BASE,
+            &artifact,
+            object(dir.path(), "two"),
+            list.clone(),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&artifact).unwrap(), "one");
+        assert!(digest_matches(&artifact));
+        // A damaged copy is replaced.
+        std::fs::write(&artifact, "on").unwrap();
+        publish(
+            dir.path(),
+            BASE,
+            &artifact,
+            object(dir.path(), "three"),
+            list.clone(),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&artifact).unwrap(), "three");
+        assert!(digest_matches(&artifact));
+        assert_eq!(
+            Manifest::read(dir.path(), BASE),
+            Some(Manifest::default().with_first(list))
+        );
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["b4se-d.so", "b4se-d.so.blake3", "b4se.deps"]);
+    }
+
+    #[test]
+    fn concurrent_publishers_leave_a_matching_record_and_every_list() {
+        // Unserialized, one thread's object ends up under another's record (every later lookup
+        // then rebuilds), and manifest lists are lost to the last writer.
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let artifact = artifact_path(dir.path(), &artifact_key(BASE, "d"));
+            let list = |i: usize| vec![PathBuf::from(format!("h{i}.h"))];
+            let start = std::sync::Barrier::new(Manifest::MAX_LISTS);
+            std::thread::scope(|s| {
+                for i in 0..Manifest::MAX_LISTS {
+                    let (dir, artifact, start) = (dir.path(), &artifact, &start);
+                    s.spawn(move || {
+                        let object = object(dir, &format!("object {i}"));
+                        start.wait();
+                        publish(dir, BASE, artifact, object, list(i)).unwrap();
+                    });
+                }
+            });
+            assert!(digest_matches(&artifact));
+            let mut lists = Manifest::read(dir.path(), BASE).unwrap().lists;
+            lists.sort();
+            assert_eq!(
+                lists,
+                (0..Manifest::MAX_LISTS).map(list).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tunebox_protocol::{BenchmarkRequest, CKernel, DType, Define};
 
-use crate::cache::{self, KeyHasher, Manifest};
+use crate::cache::{self, KeyHasher};
 use crate::subprocess::{self, Captured, Limits, Outcome};
 use crate::{CacheDir, CpuError};
 
@@ -250,8 +250,10 @@ impl CompileControl<'_> {
 ///
 /// Every file is written to a temporary file in the cache directory and renamed into place, so
 /// concurrent compilations of one kernel (threads or processes) never expose a partial object or
-/// manifest; of concurrent manifest writers the last one wins, which at worst costs a later
-/// recompilation. Temporary files are removed on every path.
+/// manifest. Putting an object, its hash record and the manifest in place is serialized by an
+/// advisory lock (`flock`) on the cache directory, held for those few renames only (not while
+/// compiling): of concurrent builds of one variant the first is kept, and no manifest list is
+/// lost. Temporary files are removed on every path.
 ///
 /// Safe to call from many threads at once (e.g. with rayon).
 ///
@@ -429,20 +431,10 @@ fn build(
                     &cache::deps_hash(deps.iter().map(PathBuf::as_path).zip(digests)),
                 );
                 let path = cache::artifact_path(dir, &key);
-                // Record the object's hash before it is renamed into place: a lookup loads an
-                // object only when its recorded hash matches, so a truncated or tampered one is
-                // rebuilt, never loaded.
-                let digest = cache::file_digest(&object_path)
-                    .map_err(io_err("hash the compiled kernel", &object_path))?;
-                // The object first: a manifest never names a list without its artifact.
-                object_path
-                    .persist(&path)
-                    .map_err(|e| io_err("move the compiled kernel to", &path)(e.error))?;
-                cache::record_digest(dir, &path, &digest)?;
-                Manifest::read(dir, base)
-                    .unwrap_or_default()
-                    .with_first(deps)
-                    .write(dir, base)?;
+                // The object with its recorded hash (a lookup loads an object only when its
+                // recorded hash matches, so a truncated or tampered one is rebuilt, never
+                // loaded), then the manifest, under the cache directory's lock.
+                cache::publish(dir, base, &path, object_path, deps)?;
                 return Ok((key, path));
             }
             Err(change) => {
