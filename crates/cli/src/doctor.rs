@@ -121,14 +121,17 @@ pub(crate) fn run(out: &mut impl Write) -> std::io::Result<bool> {
     Ok(ok)
 }
 
+/// How long `doctor` waits for `<compiler> --version`.
+const DOCTOR_COMPILER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn check_compiler(compiler: &str) -> Check {
-    let version = compiler_version(compiler);
+    let version = compiler_version(compiler, DOCTOR_COMPILER_TIMEOUT);
     Check {
         what: "C compiler",
         required: true,
         outcome: if version.is_empty() {
             Outcome::Fail(
-                format!("`{compiler} --version` does not run"),
+                format!("`{compiler} --version` does not run, or does not answer within 10 s"),
                 "install a C compiler (apt-get install gcc) or set CC to one".into(),
             )
         } else {

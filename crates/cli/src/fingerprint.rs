@@ -9,8 +9,9 @@
 //! when it was given at least as long (see `cache.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Duration;
 
+use tunebox_cpu::CompileControl;
 use tunebox_protocol::{BenchmarkRequest, Init, Kernel, TensorSpec};
 
 use crate::launch::Launch;
@@ -50,7 +51,7 @@ impl Hasher {
 /// scalars and verification. Computed once per run.
 pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     let mut h = Hasher::new("tunebox setup");
-    source(&mut h, &manifest.kernel);
+    source(&mut h, &manifest.kernel, manifest.compile_timeout);
     for t in &manifest.tensors {
         tensor(&mut h, t);
     }
@@ -69,7 +70,7 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
                 }
                 Reference::Source(reference, launch) => {
                     h.text("source").text(&format!("{launch:?}"));
-                    source(&mut h, reference);
+                    source(&mut h, reference, manifest.compile_timeout);
                 }
                 Reference::Outputs(outputs) => {
                     h.text("outputs");
@@ -129,7 +130,7 @@ pub(crate) fn choice_identity(choice: &Choice, launch: Option<&Launch>) -> Strin
     }
 }
 
-fn source(h: &mut Hasher, s: &KernelSource) {
+fn source(h: &mut Hasher, s: &KernelSource, compile_timeout: Duration) {
     h.text(match s.language {
         Language::C => "c",
         Language::Cuda => "cuda",
@@ -140,7 +141,8 @@ fn source(h: &mut Hasher, s: &KernelSource) {
         h.text(flag);
     }
     if s.language == Language::C {
-        h.text(&s.compiler).text(&compiler_version(&s.compiler));
+        h.text(&s.compiler)
+            .text(&compiler_version(&s.compiler, compile_timeout));
     }
     for (path, contents) in local_headers(&s.text, &s.dir, &s.flags) {
         h.text(&path.display().to_string()).field(&contents);
@@ -160,20 +162,15 @@ fn tensor(h: &mut Hasher, t: &TensorSpec) {
 }
 
 /// The first line of `compiler --version` (`cc (Debian 12.2.0-14) 12.2.0`), or `""` when it
-/// cannot be run (compiling will then say why).
-pub(crate) fn compiler_version(compiler: &str) -> String {
-    Command::new(compiler)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
+/// cannot be run or does not answer within `timeout` (compiling will then say why).
+pub(crate) fn compiler_version(compiler: &str, timeout: Duration) -> String {
+    let control = CompileControl {
+        timeout,
+        ..CompileControl::default()
+    };
+    tunebox_cpu::compiler_version(compiler, &control)
         .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(|l| l.trim().to_owned())
-        })
+        .and_then(|identity| identity.lines().next().map(|l| l.trim().to_owned()))
         .unwrap_or_default()
 }
 

@@ -808,6 +808,18 @@ enum Probe {
     Hung { after: Duration, log: String },
 }
 
+/// The first two lines of `<compiler> --version` (what the cache keys hold of a compiler), run
+/// within `control`'s timeout and cancel check and memoized per compiler name for the life of
+/// the process: a compiler that hangs on `--version` costs one deadline, not one per choice.
+///
+/// # Errors
+///
+/// [`CpuError::CompilerNotFound`] / [`CpuError::CompilerSpawn`]: it could not be run;
+/// [`CpuError::CompileTimeout`] / [`CpuError::CompileCancelled`]: it did not answer in time.
+pub fn compiler_version(compiler: &str, control: &CompileControl<'_>) -> Result<String, CpuError> {
+    compiler_identity(compiler, control.timeout, &control.limits(Instant::now()))
+}
+
 /// The first two lines of `<compiler> --version`, memoized per compiler name for the life of the
 /// process (the lock is held while probing, so each compiler is probed once), run within
 /// `limits` (whose deadline is `timeout` after the compile began). A probe that timed out is

@@ -71,6 +71,7 @@ pub use backend::CpuBackend;
 pub use cache::{CACHE_DIR_ENV, CacheDir};
 pub use compile::{
     Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, Signature, compile, compile_with,
+    compiler_version,
 };
 pub use error::CpuError;
 pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};

@@ -261,3 +261,33 @@ fn ctrl_c_during_a_hanging_compile_stops_at_once_and_leaves_no_compiler() {
     assert_eq!(not_measured.len(), 3, "{report}");
     assert!(not_measured.iter().all(|n| n["reason"] == "interrupted"));
 }
+
+/// A compiler that hangs even on `--version` (a wrapper that only sleeps) costs one
+/// `compile_timeout_s`: the run ends with every choice a `timeout` (and `doctor` says the
+/// compiler does not answer), instead of hanging where the cache key asks for its version.
+#[test]
+fn a_compiler_that_hangs_on_version_costs_one_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("twice.c"), DOUBLE).unwrap();
+    let cc = dir.path().join("sleepy-cc");
+    std::fs::write(&cc, "#!/bin/sh\nexec sleep 300\n").unwrap();
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let text_of = manifest("compile_timeout_s = 1").replace(
+        "flags = [\"-O1\"]",
+        &format!("flags = [\"-O1\"]\ncompiler = \"{}\"", cc.display()),
+    );
+    // Verification against files would need no compile; against a choice, the reference's
+    // compile times out first and stops the run with that error.
+    std::fs::write(dir.path().join("m.toml"), text_of).unwrap();
+    let start = Instant::now();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "--no-cache"]);
+    let took = start.elapsed();
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("does not compile: compile timed out after 1 s"),
+        "{stderr}"
+    );
+    // The version probe and the compile share the memoized deadline: well under a minute.
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
