@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tunebox_process::{ProcessError, TuningProcess};
-use tunebox_protocol::{BenchmarkRequest, CacheFlush, Define, Kernel, TimingConfig};
+use tunebox_protocol::{BenchError, BenchmarkRequest, CacheFlush, Define, Kernel, TimingConfig};
 
 use crate::util::{AXPY, c_request, config};
 
@@ -73,9 +73,26 @@ fn a_slow_kernel_gets_fewer_reps_instead_of_a_timeout() {
 
     // A call that alone outlasts the timeout is still a timeout.
     let err = worker
-        .benchmark(request, Duration::from_millis(100))
+        .benchmark(request.clone(), Duration::from_millis(100))
         .unwrap_err();
     assert!(matches!(err, ProcessError::Timeout { .. }), "{err:?}");
+
+    // Calls that fit the timeout one by one, but not the four a measurement needs (the first,
+    // an estimate run, one rep, the final call): an error saying what timeout would do, before
+    // the deadline, not a kill.
+    let started = Instant::now();
+    let err = worker
+        .benchmark(request, Duration::from_millis(400))
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(400));
+    let ProcessError::Remote(BenchError::DoesNotFit { call_ms, .. }) = &err else {
+        panic!("expected DoesNotFit, got {err:?}");
+    };
+    assert!(*call_ms >= 150.0, "{err}");
+    assert!(
+        err.to_string().contains("give it a timeout of at least"),
+        "{err}"
+    );
 }
 
 /// On a machine whose CPU reports a 260 MiB last-level cache (a cloud VM seeing its host's
@@ -148,10 +165,22 @@ fn a_timeout_says_which_call_hung() {
         }\n";
     let mut worker = TuningProcess::spawn(config()).unwrap();
     // 1 first call, 5 estimate runs, 1 warmup call (warmup_ms = 0), then the reps.
-    for (hang_after, expected) in [
-        (0, "in the first call of the kernel (no call returned)"),
-        (3, "in estimate run 3 of 5 (the last call took"),
-        (8, "in timed rep 2 of 10 (calls took"),
+    for (hang_after, expected, advice) in [
+        (
+            0,
+            "in the first call of the kernel (no call returned)",
+            "the kernel hangs, or one call takes longer than the timeout",
+        ),
+        (
+            3,
+            "in estimate run 3 of 5 (the last call took",
+            "where calls took",
+        ),
+        (
+            8,
+            "in timed rep 2 of 10 (calls took",
+            "the kernel hangs at this call",
+        ),
     ] {
         let mut request = c_request(HANGS, "hangs", "1.0f");
         let Kernel::C(kernel) = &mut request.kernel else {
@@ -184,5 +213,9 @@ fn a_timeout_says_which_call_hung() {
             "HANG_AFTER={hang_after}: {message}"
         );
         assert!(message.contains("the worker was killed"), "{message}");
+        assert!(
+            message.contains(advice),
+            "HANG_AFTER={hang_after}: {message}"
+        );
     }
 }

@@ -162,14 +162,16 @@ pub fn do_bench_within<R: Runner + ?Sized>(
             ms(call_ms),
             None,
         );
-        // One more run of this length would eat into the reserve of the final call.
+        // Another run must leave room for one timed rep and the final call.
         let per_run = wall.elapsed().as_secs_f64() * 1e3;
-        if budget.left_ms() < 2.0 * per_run {
+        if budget.left_ms() < 3.0 * per_run {
             break;
         }
     }
     let estimate_ms = kernel_ms / f64::from(estimate_runs);
     let flush_ms = flush_ms / f64::from(estimate_runs);
+    // One timed rep and the final call must fit; if not, say so now rather than be killed.
+    check_budget(config, started, estimate_ms + flush_ms, 2)?;
 
     // Hot mode: each sample is a batch of back-to-back calls, long enough to hide the cost of
     // timing it, divided by its size; no flush.
@@ -272,6 +274,38 @@ pub fn do_bench_within<R: Runner + ?Sized>(
     let mut stats = summarize(&samples, warmup_reps);
     stats.stopped = stopped.into();
     Ok(stats)
+}
+
+/// Fails with [`BenchError::DoesNotFit`] when the request begun at `started` has a
+/// `budget_ms` that leaves room for fewer than `calls` more calls of `call_ms` each: a backend
+/// calls it after its first call with `calls = 3` (an estimate run, a timed rep and the final
+/// call), so that a kernel too slow for its timeout gets an error that says what timeout it
+/// needs instead of being killed; [`do_bench_within`] calls it after the estimate with 2.
+///
+/// # Errors
+///
+/// [`BenchError::DoesNotFit`], as above.
+pub fn check_budget(
+    config: &TimingConfig,
+    started: Instant,
+    call_ms: f64,
+    calls: u32,
+) -> Result<(), BenchError> {
+    let (Some(budget_ms), Some(left_ms)) = (
+        config.budget_ms,
+        Budget::new(config.budget_ms, started).limited_ms(),
+    ) else {
+        return Ok(());
+    };
+    let more_ms = f64::from(calls) * call_ms;
+    if left_ms >= more_ms {
+        return Ok(());
+    }
+    Err(BenchError::DoesNotFit {
+        call_ms,
+        needed_ms: started.elapsed().as_secs_f64() * 1e3 + more_ms,
+        budget_ms,
+    })
 }
 
 /// The request's time budget: `budget_ms` from `started`, or none.
@@ -613,17 +647,39 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_spent_before_sampling_still_times_one_rep() {
+    fn a_budget_too_small_for_one_rep_and_the_final_call_is_an_error_that_says_what_fits() {
         let config = TimingConfig {
-            budget_ms: Some(1.0),
+            budget_ms: Some(40.0),
             ..TimingConfig::default()
         };
-        let mut runner = Sleeper { ms: 5, calls: 0 };
-        let stats = do_bench(&mut runner, &config).unwrap();
-        assert_eq!((stats.reps, stats.warmup_reps), (1, 0));
-        assert_eq!(stats.stopped, "budget");
-        // One estimate run (the budget is gone after it), no warmup, one rep.
-        assert_eq!(runner.calls, 2);
+        // 25 ms calls: one estimate run, then a rep and the final call would need 50 more.
+        let mut runner = Sleeper { ms: 25, calls: 0 };
+        let err = do_bench(&mut runner, &config).unwrap_err();
+        assert_eq!(runner.calls, 1);
+        let BenchError::DoesNotFit {
+            call_ms,
+            needed_ms,
+            budget_ms,
+        } = err
+        else {
+            panic!("expected DoesNotFit, got {err:?}");
+        };
+        assert!(
+            call_ms >= 25.0 && needed_ms >= 75.0,
+            "{call_ms} {needed_ms}"
+        );
+        assert_eq!(budget_ms, 40.0);
+        assert!(
+            err.to_string().contains("give it a timeout of at least"),
+            "{err}"
+        );
+
+        // After the first call, a backend asks for room for three more.
+        let started = Instant::now() - Duration::from_millis(30);
+        assert!(check_budget(&config, started, 30.0, 3).is_err());
+        assert!(check_budget(&config, Instant::now(), 10.0, 3).is_ok());
+        let unlimited = TimingConfig::default();
+        assert!(check_budget(&unlimited, started, 1e9, 3).is_ok());
     }
 
     #[test]

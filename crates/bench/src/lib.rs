@@ -43,7 +43,7 @@ mod stats;
 mod tensor;
 
 pub use backend::Backend;
-pub use do_bench::{Runner, do_bench, do_bench_within};
+pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
 pub use progress::{install_progress_sink, report_progress};
 pub use stats::{quantile, summarize};
 pub use tensor::{HostTensor, physical_memory_bytes};

@@ -76,6 +76,8 @@ pub(crate) fn print_table(
                 let median = format_time(best.median_ms().unwrap_or(f64::NAN));
                 let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
                 let tied = match tied {
+                    // Refined choices were measured longer already.
+                    _ if best.screen_median_ms.is_some() => String::new(),
                     0 => String::new(),
                     1 => " (tied within the noise with the next choice; --refine 2 measures both \
                           longer)"
@@ -170,9 +172,11 @@ fn print_rows(
         for name in metrics {
             row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
         }
+        // One rep has no spread to show.
         row.push(
             r.stats
                 .as_ref()
+                .filter(|s| s.reps > 1)
                 .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
         );
         row.push(r.status.to_string());

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use tunebox_bench::{Backend, HostTensor, Runner, do_bench_within, report_progress, summarize};
+use tunebox_bench::{
+    Backend, HostTensor, Runner, check_budget, do_bench_within, report_progress, summarize,
+};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, Phase, TensorData,
 };
@@ -129,6 +131,8 @@ impl Backend for CpuBackend {
                 mutated_inputs: Vec::new(),
             });
         }
+        // A kernel too slow for its time budget says so now, rather than being killed later.
+        check_budget(timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
         let mutated: Vec<usize> = request
             .tensors

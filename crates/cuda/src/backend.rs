@@ -1,7 +1,7 @@
 //! The `cuda` backend: compile (a cache hit), load, check the launch, allocate, call once, time.
 
 use cudarc::driver::sys::CUfunction_attribute as F;
-use tunebox_bench::{Backend, Runner, do_bench_within, report_progress, summarize};
+use tunebox_bench::{Backend, Runner, check_budget, do_bench_within, report_progress, summarize};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
     TensorData,
@@ -214,6 +214,8 @@ impl CudaBackend {
                 mutated_inputs: Vec::new(),
             });
         }
+        // A kernel too slow for its time budget says so now, rather than being killed later.
+        check_budget(&request.timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
         let mut mutated = Vec::new();
         for (i, tensor) in tensors.iter().enumerate() {

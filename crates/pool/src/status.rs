@@ -42,7 +42,8 @@ impl Status {
                 ProcessError::Remote(BenchError::DeviceFault { sticky: true, .. }) => {
                     Status::Crashed
                 }
-                ProcessError::Timeout { .. } => Status::Timeout,
+                ProcessError::Timeout { .. }
+                | ProcessError::Remote(BenchError::DoesNotFit { .. }) => Status::Timeout,
                 ProcessError::WorkerCrashed { .. } => Status::Crashed,
                 _ => Status::Error,
             },

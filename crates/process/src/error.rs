@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tunebox_protocol::{BenchError, Phase, Progress};
+use tunebox_protocol::{BenchError, Phase, Progress, short_duration};
 
 use crate::exit::describe_exit;
 
@@ -58,7 +58,7 @@ pub enum ProcessError {
     /// reaped before this was returned. The message says where the request was, when the
     /// backend reported its progress (`timed out after 2s in the first call of the kernel (no
     /// call returned); …`), and what to change.
-    #[error("timed out after {after:?}{}", describe_timeout(progress.as_ref()))]
+    #[error("timed out after {after:?}{}", describe_timeout(*after, progress.as_ref()))]
     Timeout {
         /// The timeout that expired.
         after: Duration,
@@ -142,20 +142,35 @@ fn quote(tail: &str) -> String {
     }
 }
 
-/// ` in timed rep 3 of 10 (…); the worker was killed; what to change`, for a timeout.
-fn describe_timeout(progress: Option<&Progress>) -> String {
+/// ` in timed rep 3 of 10 (…); the worker was killed; what to change`, for a timeout that
+/// expired `after` the request was sent.
+fn describe_timeout(after: Duration, progress: Option<&Progress>) -> String {
     let Some(progress) = progress else {
         return "; the worker was killed".into();
     };
-    let advice = match progress.phase {
-        Phase::Setup | Phase::FirstCall => {
-            "the kernel hangs, or one call takes longer than the timeout: give it a longer \
-             timeout if it is just slow"
+    // How long the call in progress had run: the record is written just before each call.
+    let stuck = after.saturating_sub(progress.since_start);
+    let typical = progress.last_call.max(progress.estimate);
+    let hung = match (progress.phase, typical) {
+        (Phase::Setup | Phase::FirstCall, _) | (_, None) => true,
+        (_, Some(typical)) => stuck > typical * 4,
+    };
+    let advice = if hung {
+        match typical {
+            Some(typical) => format!(
+                "this call ran for about {} where calls took {}: the kernel hangs at this \
+                 call",
+                short_duration(stuck),
+                short_duration(typical)
+            ),
+            None => "the kernel hangs, or one call takes longer than the timeout: give it a \
+                     longer timeout if it is just slow"
+                .into(),
         }
-        Phase::Estimate | Phase::Warmup | Phase::Reps | Phase::FinalCall => {
-            "calls became slower than the estimate the reps were fitted to (a loaded machine, or \
-             a kernel whose time varies): a longer timeout leaves more room"
-        }
+    } else {
+        "calls became slower than the estimate the reps were fitted to (a loaded machine, or a \
+         kernel whose time varies): a longer timeout leaves more room"
+            .into()
     };
     format!(" {progress}; the worker was killed; {advice}")
 }

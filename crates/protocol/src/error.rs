@@ -85,6 +85,24 @@ pub enum BenchError {
         /// Which side, and how far from the tensor.
         detail: String,
     },
+    /// The measurement cannot fit the request's time budget (`TimingConfig::budget_ms`): one
+    /// call takes so long that the first call, an estimate run, one timed rep and the final
+    /// verification call need more. Said before the parent's timeout would kill the worker, so
+    /// that the message can say what to change; reported as a timeout.
+    #[error(
+        "one call takes ~{call_ms:.1} ms: measuring it needs ~{needed_ms:.0} ms (the first call, \
+         an estimate run, one timed rep and the final call), more than the {budget_ms:.0} ms \
+         budget (80 % of the timeout); give it a timeout of at least {:.1} s",
+        needed_ms / 0.8 / 1e3
+    )]
+    DoesNotFit {
+        /// The duration of one call, as measured so far (ms).
+        call_ms: f64,
+        /// What the smallest measurement needs (ms).
+        needed_ms: f64,
+        /// The request's budget (ms).
+        budget_ms: f64,
+    },
     /// The backend failed for another reason (out of memory, I/O, …).
     #[error("{message}")]
     Failed {

@@ -254,18 +254,36 @@ impl fmt::Display for Progress {
             Phase::Reps => write!(f, "{}", of("timed rep"))?,
             Phase::FinalCall => write!(f, "in the final call after the reps")?,
         }
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         match (self.estimate, self.last_call) {
             (Some(estimate), Some(last)) => write!(
                 f,
-                " (calls took {:.1} ms in the estimate, {:.1} ms the last one)",
-                ms(estimate),
-                ms(last)
+                " (calls took {} in the estimate, {} the last one)",
+                short_duration(estimate),
+                short_duration(last)
             ),
-            (None, Some(last)) => write!(f, " (the last call took {:.1} ms)", ms(last)),
+            (None, Some(last)) => write!(f, " (the last call took {})", short_duration(last)),
             _ => Ok(()),
         }
     }
+}
+
+/// A duration with four significant digits in the unit that fits: `1.234 s`, `150.0 ms`,
+/// `2.100 µs`, `450.0 ns`.
+pub fn short_duration(duration: Duration) -> String {
+    let ns = duration.as_secs_f64() * 1e9;
+    let (value, unit) = match ns {
+        n if n >= 1e9 => (n / 1e9, "s"),
+        n if n >= 1e6 => (n / 1e6, "ms"),
+        n if n >= 1e3 => (n / 1e3, "µs"),
+        n => (n, "ns"),
+    };
+    let magnitude = if value > 0.0 {
+        value.log10().floor() as i32
+    } else {
+        0
+    };
+    let decimals = (3 - magnitude).clamp(0, 3) as usize;
+    format!("{value:.decimals$} {unit}")
 }
 
 impl<'de> Deserialize<'de> for StartedCell {
@@ -316,6 +334,10 @@ mod tests {
             progress.to_string(),
             "in timed rep 8 of 10 (calls took 150.0 ms in the estimate, 912.0 ms the last one)"
         );
+        assert_eq!(short_duration(Duration::from_nanos(2_100)), "2.100 µs");
+        assert_eq!(short_duration(Duration::from_millis(1_234)), "1.234 s");
+        assert_eq!(short_duration(Duration::from_nanos(450)), "450.0 ns");
+        assert_eq!(short_duration(Duration::ZERO), "0.000 ns");
         assert_eq!(parent.progress(4), None, "another request's");
         // A new request starts with no progress.
         worker.record_start(6);
