@@ -39,7 +39,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let out = target_dir(&root).join("agreement");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     // Kernels compile once, in the first run; every run measures afresh (--no-cache).
-    let kernels = tempdir(&out.join("kernel-cache"))?;
+    let kernels = fresh_dir(&out.join("kernel-cache"))?;
 
     let mut medians = Vec::new();
     let mut walls = Vec::new();
@@ -103,7 +103,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
 }
 
 /// A fresh, empty directory at `path`.
-fn tempdir(path: &Path) -> Result<std::path::PathBuf, String> {
+fn fresh_dir(path: &Path) -> Result<std::path::PathBuf, String> {
     let _ = std::fs::remove_dir_all(path);
     std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     Ok(path.to_path_buf())

@@ -262,7 +262,7 @@ pub(crate) fn run_all<'r>(
 }
 
 /// A `next` for [`run_all`] that hands out `requests` in order.
-pub(crate) fn in_order<'r>(
+pub(crate) fn one_by_one<'r>(
     requests: &'r [BenchmarkRequest],
 ) -> impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync {
     let next = AtomicUsize::new(0);

@@ -242,23 +242,7 @@ fn print_rows(
 /// A time given in ms, with four significant digits and the unit that fits: `12.35 s`,
 /// `3.699 ms`, `812.3 µs`, `45.20 ns`.
 pub(crate) fn format_time(ms: f64) -> String {
-    if !ms.is_finite() {
-        return format!("{ms} ms");
-    }
-    let (value, unit) = match ms.abs() {
-        m if m >= 1e3 => (ms / 1e3, "s"),
-        m if m >= 1.0 => (ms, "ms"),
-        m if m >= 1e-3 => (ms * 1e3, "µs"),
-        _ => (ms * 1e6, "ns"),
-    };
-    // Four significant digits (values below 1 ns keep three decimals).
-    let magnitude = if value == 0.0 {
-        0
-    } else {
-        value.abs().log10().floor() as i32
-    };
-    let decimals = (3 - magnitude).clamp(0, 3) as usize;
-    format!("{value:.decimals$} {unit}")
+    tunebox_protocol::short_ms(ms)
 }
 
 /// Whether `other`, ranked after `leader`, is tied with it within the noise: both `ok` and

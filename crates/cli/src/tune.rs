@@ -812,7 +812,7 @@ fn refine_best(
     let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
     measure::run_all(
         &bench.pool,
-        measure::in_order(&requests),
+        measure::one_by_one(&requests),
         || cx.stop.requested(),
         |i, result| {
             if matches!(&result, Err(e) if measure::is_transient(e)) {

@@ -154,8 +154,9 @@ impl Backend for CpuBackend {
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         let mut outputs_after_reps = Vec::new();
         if !outputs.is_empty() {
+            // The reps' median is the estimate of this call.
             let median = Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
-            report_progress(started, Phase::FinalCall, (0, 1), Some(median), None);
+            report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
             runner.restore()?;
             for (spec, tensor) in request.tensors.iter().zip(runner.tensors.iter_mut()) {
                 if spec.output && !spec.reset {

@@ -51,7 +51,7 @@ pub use request::{
 };
 pub use result::{BenchmarkResult, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
-pub use started::{Phase, Progress, StartedCell, short_duration};
+pub use started::{Phase, Progress, StartedCell, short_duration, short_ms};
 
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in

@@ -268,19 +268,28 @@ impl fmt::Display for Progress {
 }
 
 /// A duration with four significant digits in the unit that fits: `1.234 s`, `150.0 ms`,
-/// `2.100 µs`, `450.0 ns`.
+/// `2.100 µs`, `450.0 ns` ([`short_ms`] of its milliseconds).
 pub fn short_duration(duration: Duration) -> String {
-    let ns = duration.as_secs_f64() * 1e9;
-    let (value, unit) = match ns {
-        n if n >= 1e9 => (n / 1e9, "s"),
-        n if n >= 1e6 => (n / 1e6, "ms"),
-        n if n >= 1e3 => (n / 1e3, "µs"),
-        n => (n, "ns"),
+    short_ms(duration.as_secs_f64() * 1e3)
+}
+
+/// A time given in ms, with four significant digits and the unit that fits: `12.35 s`,
+/// `3.699 ms`, `812.3 µs`, `45.20 ns` (below 1 ns, three decimals); a non-finite value as
+/// `NaN ms`. What tables and error messages show; JSON keeps ms.
+pub fn short_ms(ms: f64) -> String {
+    if !ms.is_finite() {
+        return format!("{ms} ms");
+    }
+    let (value, unit) = match ms.abs() {
+        m if m >= 1e3 => (ms / 1e3, "s"),
+        m if m >= 1.0 => (ms, "ms"),
+        m if m >= 1e-3 => (ms * 1e3, "µs"),
+        _ => (ms * 1e6, "ns"),
     };
-    let magnitude = if value > 0.0 {
-        value.log10().floor() as i32
-    } else {
+    let magnitude = if value == 0.0 {
         0
+    } else {
+        value.abs().log10().floor() as i32
     };
     let decimals = (3 - magnitude).clamp(0, 3) as usize;
     format!("{value:.decimals$} {unit}")
