@@ -9,7 +9,9 @@
 //! every timed rep, and summarize the reps as [`TimingStats`](tunebox_protocol::TimingStats)
 //! (median, mean, min, max, p20, p80, stddev, in ms). [`HostTensor`] allocates and fills a tensor
 //! from its [`TensorSpec`](tunebox_protocol::TensorSpec) identically in every worker, so that a
-//! reference and a candidate see the same inputs.
+//! reference and a candidate see the same inputs. A task kind defined outside tunebox
+//! ([`Task`](tunebox_protocol::Task)) gets a [`TaskBackend`] from a closure, which receives a
+//! [`TaskContext`] with the request's tensors and scalars and the same timing helpers.
 //!
 //! # Example
 //!
@@ -40,10 +42,12 @@ mod backend;
 mod do_bench;
 mod progress;
 mod stats;
+mod task;
 mod tensor;
 
 pub use backend::Backend;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
 pub use progress::{install_progress_sink, report_progress};
 pub use stats::{quantile, summarize};
+pub use task::{TaskBackend, TaskContext};
 pub use tensor::{HostTensor, physical_memory_bytes};

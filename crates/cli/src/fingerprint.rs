@@ -115,7 +115,7 @@ pub(crate) fn key(
         Kernel::Cuda(k) => {
             h.text(&format!("{:?}", k.launch));
         }
-        Kernel::C(_) | Kernel::Diagnostic(_) => {}
+        Kernel::C(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => {}
     }
     h.finish()
 }

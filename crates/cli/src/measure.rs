@@ -88,7 +88,7 @@ pub(crate) fn precompile(
         Kernel::C(kernel) => {
             tunebox_cpu::compile_with(kernel, &Signature::of(request), cache, control).map(drop)
         }
-        Kernel::Cuda(_) | Kernel::Diagnostic(_) => Ok(()),
+        Kernel::Cuda(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => Ok(()),
     }
 }
 

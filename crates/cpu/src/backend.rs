@@ -125,6 +125,7 @@ impl Backend for CpuBackend {
         let outputs = output_data(request, runner.tensors)?;
         if timing.outputs_only {
             return Ok(BenchmarkResult {
+                value: None,
                 stats: summarize(&[first_ms], 0),
                 outputs,
                 outputs_after_reps: Vec::new(),
@@ -170,6 +171,7 @@ impl Backend for CpuBackend {
         drop(runner);
         drop(library);
         Ok(BenchmarkResult {
+            value: None,
             stats,
             outputs,
             outputs_after_reps,

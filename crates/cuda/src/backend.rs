@@ -208,6 +208,7 @@ impl CudaBackend {
         let outputs = output_data(&tensors, stream)?;
         if request.timing.outputs_only {
             return Ok(BenchmarkResult {
+                value: None,
                 stats: summarize(&[first_ms], 0),
                 outputs,
                 outputs_after_reps: Vec::new(),
@@ -253,6 +254,7 @@ impl CudaBackend {
         drop(tensors);
         drop(loaded);
         Ok(BenchmarkResult {
+            value: None,
             stats,
             outputs,
             outputs_after_reps,

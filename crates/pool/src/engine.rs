@@ -503,17 +503,10 @@ impl Shared {
 /// What a prepare task resolves with: nothing was measured.
 pub(crate) fn prepared() -> BenchmarkResult {
     BenchmarkResult {
+        value: None,
         stats: tunebox_protocol::TimingStats {
-            median_ms: f64::NAN,
-            mean_ms: f64::NAN,
-            min_ms: f64::NAN,
-            max_ms: f64::NAN,
-            p20_ms: f64::NAN,
-            p80_ms: f64::NAN,
-            stddev_ms: f64::NAN,
-            reps: 0,
-            warmup_reps: 0,
             stopped: "prepared".into(),
+            ..tunebox_protocol::TimingStats::unmeasured()
         },
         outputs: Vec::new(),
         outputs_after_reps: Vec::new(),

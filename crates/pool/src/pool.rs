@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
+use tunebox_protocol::BenchmarkRequest;
 
 use crate::PoolError;
 use crate::builder::PoolBuilder;
@@ -151,12 +151,17 @@ impl TuningProcessPool {
             .collect()
     }
 
-    /// Median time in ms of each request, `f64::INFINITY` for a request that failed in any way:
-    /// Inductor's convention, where a failed choice is never picked.
+    /// Median time in ms of each request, `f64::INFINITY` for a request that failed in any way
+    /// or measured nothing (a task kind whose backend did not time it): Inductor's convention,
+    /// where a failed choice is never picked.
     pub fn benchmark_or_inf(&self, requests: &[BenchmarkRequest]) -> Vec<f64> {
         self.benchmark(requests)
             .into_iter()
-            .map(|r| r.map_or(f64::INFINITY, |r: BenchmarkResult| r.stats.median_ms))
+            .map(|r| match r {
+                // A task that timed nothing has a NaN median: never the fastest.
+                Ok(r) if !r.stats.median_ms.is_nan() => r.stats.median_ms,
+                _ => f64::INFINITY,
+            })
             .collect()
     }
 

@@ -11,7 +11,11 @@
 //! - the session: [`Request`]s (`Ping`, `Benchmark`, `Shutdown`) and [`Response`]s, matched by id;
 //! - the payload: a [`BenchmarkRequest`] (a [`Kernel`], its [`TensorSpec`]s and scalars, a
 //!   [`TimingConfig`]) answered by a [`BenchmarkResult`] ([`TimingStats`] in ms plus the output
-//!   tensors) or a [`BenchError`] (errors as data: the task failed, the worker lives).
+//!   tensors) or a [`BenchError`] (errors as data: the task failed, the worker lives);
+//! - open task kinds: a downstream crate implements [`Task`] for its own serde task type, with
+//!   its own serde result type, and registers a backend for it in its worker; the task travels
+//!   as [`Kernel::Task`] and its result as [`BenchmarkResult::value`] ([`TaskRequest`],
+//!   [`decode_output`]).
 //!
 //! See `docs/protocol.md` in the repository for every message and the failure semantics.
 //!
@@ -39,6 +43,7 @@ mod request;
 mod result;
 mod shared;
 mod started;
+mod task;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
@@ -52,11 +57,12 @@ pub use request::{
 pub use result::{BenchmarkResult, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
 pub use started::{Phase, Progress, StartedCell, short_duration, short_ms};
+pub use task::{Task, TaskKernel, TaskRequest, decode, decode_output, encode};
 
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

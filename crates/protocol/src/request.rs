@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bytes, CudaCode, CudaKernel, SharedData};
+use crate::{Bytes, CudaCode, CudaKernel, SharedData, TaskKernel};
 
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
@@ -47,6 +47,7 @@ impl BenchmarkRequest {
                 code: CudaCode::Cubin(bytes),
                 ..
             }) => usize::from(bytes.is_shared()),
+            Kernel::Task(task) => task.shared_payloads(),
             _ => 0,
         };
         data + bytes
@@ -83,6 +84,14 @@ impl BenchmarkRequest {
             }
             // Large payloads travel as shared memory: only a handle is inline.
             Kernel::Diagnostic(_) => 0,
+            Kernel::Task(task) => {
+                task.backend.len()
+                    + if task.payload.is_shared() {
+                        0
+                    } else {
+                        task.payload.len()
+                    }
+            }
         };
         let tensors: usize = self
             .tensors
@@ -104,15 +113,20 @@ pub enum Kernel {
     /// A scripted behaviour of the worker's `diagnostics` backend (sleep, crash, hang, …), used
     /// by tests and `tunebox doctor` to exercise every failure path without a compiler or GPU.
     Diagnostic(DiagnosticTask),
+    /// A task of a kind defined outside tunebox ([`Task`](crate::Task)), for the backend it
+    /// names.
+    Task(TaskKernel),
 }
 
 impl Kernel {
-    /// Name of the backend that runs this kernel: `"cpu"`, `"cuda"` or `"diagnostics"`.
-    pub fn backend(&self) -> &'static str {
+    /// Name of the backend that runs this kernel: `"cpu"`, `"cuda"`, `"diagnostics"`, or the
+    /// backend a [`Kernel::Task`] names.
+    pub fn backend(&self) -> &str {
         match self {
             Kernel::C(_) => "cpu",
             Kernel::Cuda(_) => "cuda",
             Kernel::Diagnostic(_) => "diagnostics",
+            Kernel::Task(task) => &task.backend,
         }
     }
 }

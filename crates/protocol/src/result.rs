@@ -7,8 +7,14 @@ use crate::{Bytes, DType};
 /// A successful measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchmarkResult {
-    /// Statistics over the timed reps, in ms.
+    /// Statistics over the timed reps, in ms. For a [`Kernel::Task`](crate::Kernel::Task): those
+    /// of the backend's last `do_bench` through its task context, or
+    /// [`TimingStats::unmeasured`] when it timed nothing.
     pub stats: TimingStats,
+    /// The typed result of a [`Kernel::Task`](crate::Kernel::Task), postcard-encoded
+    /// ([`decode_output`](crate::decode_output)); `None` for the built-in kernels.
+    #[serde(default)]
+    pub value: Option<Bytes>,
     /// The tensors marked `output`, as they were after the first (untimed) call on freshly
     /// initialized tensors.
     pub outputs: Vec<TensorData>,
@@ -51,6 +57,24 @@ pub struct TimingStats {
 }
 
 impl TimingStats {
+    /// Statistics of nothing: every time NaN, no reps, `stopped = "unmeasured"`. What a task
+    /// that timed nothing reports, so that no ranking ever takes it for a fast one
+    /// (`TuningProcessPool::benchmark_or_inf` gives it `+inf`).
+    pub fn unmeasured() -> TimingStats {
+        TimingStats {
+            median_ms: f64::NAN,
+            mean_ms: f64::NAN,
+            min_ms: f64::NAN,
+            max_ms: f64::NAN,
+            p20_ms: f64::NAN,
+            p80_ms: f64::NAN,
+            stddev_ms: f64::NAN,
+            reps: 0,
+            warmup_reps: 0,
+            stopped: "unmeasured".into(),
+        }
+    }
+
     /// Relative spread `(p80 - p20) / median`: about 0.01 for a quiet measurement, above 0.1 for a
     /// noisy one. Zero when the median is zero.
     pub fn noise(&self) -> f64 {
@@ -84,5 +108,9 @@ impl BenchmarkResult {
             .chain(&self.outputs_after_reps)
             .filter(|o| o.bytes.is_shared())
             .count()
+            + self
+                .value
+                .as_ref()
+                .map_or(0, |v| usize::from(v.is_shared()))
     }
 }

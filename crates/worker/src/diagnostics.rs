@@ -52,6 +52,7 @@ impl Backend for DiagnosticsBackend {
         }
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(BenchmarkResult {
+            value: None,
             stats: summarize(&[elapsed_ms], 0),
             outputs,
             outputs_after_reps: Vec::new(),

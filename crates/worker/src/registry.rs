@@ -1,9 +1,9 @@
 //! The backends a worker can dispatch to.
 
-use tunebox_bench::Backend;
+use tunebox_bench::{Backend, TaskBackend, TaskContext};
 use tunebox_cpu::CpuBackend;
 use tunebox_cuda::CudaBackend;
-use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult};
+use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Task};
 
 use crate::DiagnosticsBackend;
 
@@ -49,6 +49,35 @@ impl Registry {
         self.backends.retain(|b| b.name() != backend.name());
         self.backends.push(backend);
         self
+    }
+
+    /// Adds the backend of a task kind defined outside tunebox: `run` is called with each task
+    /// of kind `T` (decoded) and its [`TaskContext`] (tensors, scalars, timing helpers), and
+    /// what it returns goes back to the parent as the task's typed result. The backend is named
+    /// [`Task::BACKEND`] and replaces one of the same name. `run` may keep state between tasks
+    /// (it is `FnMut`): it lives as long as the worker process.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use tunebox_protocol::Task;
+    /// use tunebox_worker::Registry;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Square(u64);
+    /// impl Task for Square {
+    ///     const BACKEND: &'static str = "squares";
+    ///     type Output = u64;
+    /// }
+    ///
+    /// let registry = Registry::diagnostics_only().with_task(|Square(n), _cx| Ok(n * n));
+    /// assert_eq!(registry.names(), ["diagnostics", "squares"]);
+    /// ```
+    pub fn with_task<T, F>(self, run: F) -> Self
+    where
+        T: Task,
+        F: FnMut(T, &mut TaskContext<'_>) -> Result<T::Output, BenchError> + 'static,
+    {
+        self.with(Box::new(TaskBackend::new(run)))
     }
 
     /// The names of the registered backends, in registration order.
