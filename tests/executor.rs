@@ -51,11 +51,11 @@ fn tvm_timeout_crash_and_value() {
         diag(DiagnosticTask::Abort),
         echo(7),
     ]);
-    assert_eq!(results[0].status, StatusKind::Timeout);
-    assert!(results[0].error.as_ref().unwrap().is_timeout());
-    assert_eq!(results[1].status, StatusKind::Crashed);
-    assert_eq!(results[2].status, StatusKind::Complete);
-    assert!(results[2].value.as_ref().unwrap().outputs[0].bytes == vec![7]);
+    assert_eq!(results[0].status(), StatusKind::Timeout);
+    assert!(results[0].error().unwrap().is_timeout());
+    assert_eq!(results[1].status(), StatusKind::Crashed);
+    assert_eq!(results[2].status(), StatusKind::Complete);
+    assert!(results[2].value().unwrap().outputs[0].bytes == vec![7]);
 }
 
 #[test]
@@ -74,19 +74,18 @@ fn tvm_ordered_map_with_error_catching_over_100_items() {
     assert_eq!(results.len(), 100);
     for (i, result) in results.iter().enumerate() {
         if i % 10 == 3 {
-            assert_eq!(result.status, StatusKind::Exception, "{i}");
+            assert_eq!(result.status(), StatusKind::Exception, "{i}");
             assert!(
                 result
-                    .error
-                    .as_ref()
+                    .error()
                     .unwrap()
                     .to_string()
                     .contains(&format!("item {i}"))
             );
         } else {
-            assert_eq!(result.status, StatusKind::Complete, "{i}");
+            assert_eq!(result.status(), StatusKind::Complete, "{i}");
             assert!(
-                result.value.as_ref().unwrap().outputs[0].bytes == vec![i as u8],
+                result.value().unwrap().outputs[0].bytes == vec![i as u8],
                 "{i}"
             );
         }
@@ -106,7 +105,7 @@ fn tvm_recycling_one_worker_two_uses_ten_tasks_five_pids() {
     let mut uses: HashMap<u32, usize> = HashMap::new();
     for result in &results {
         *uses
-            .entry(pid_of(result.value.as_ref().unwrap()))
+            .entry(pid_of(result.value().unwrap()))
             .or_default() += 1;
     }
     assert_eq!(uses.len(), 5, "{uses:?}");
@@ -135,7 +134,7 @@ fn tvm_initializer_with_and_without_recycling() {
             .unwrap();
         let results = ex.map_with_error_catching((0..6).map(|_| diag(DiagnosticTask::Recall)));
         for result in results {
-            assert!(result.value.unwrap().outputs[0].bytes == b"initialized".to_vec());
+            assert!(result.into_result().unwrap().outputs[0].bytes == b"initialized".to_vec());
         }
     }
 }
@@ -232,13 +231,13 @@ fn procspawn_every_fourth_task_panics_twelve_succeed() {
     assert_eq!(
         results
             .iter()
-            .filter(|r| r.status == StatusKind::Complete)
+            .filter(|r| r.status() == StatusKind::Complete)
             .count(),
         12
     );
     let panics = results.iter().filter(|r| {
         matches!(
-            r.error,
+            r.error(),
             Some(PoolError::Process(ProcessError::Remote(
                 tunebox_protocol::BenchError::Panic { .. }
             )))
@@ -525,8 +524,8 @@ fn no_task_is_blamed_for_its_predecessor_ending_the_worker() {
     let failed: Vec<String> = results
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.status != StatusKind::Complete)
-        .map(|(i, r)| format!("task {i}: {:?} {:?}", r.status, r.error))
+        .filter(|(_, r)| r.status() != StatusKind::Complete)
+        .map(|(i, r)| format!("task {i}: {:?} {:?}", r.status(), r.error()))
         .collect();
     assert!(
         failed.is_empty(),

@@ -167,11 +167,11 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
     };
     // Warm up, then count.
     for result in executor.map_with_error_catching((0..100).map(|_| task())) {
-        assert!(result.value.is_some());
+        assert!(result.value().is_some());
     }
     let (fds_before, memfds_before) = (open_fds(), memfds());
     for result in executor.map_with_error_catching((0..20_000).map(|_| task())) {
-        assert!(result.value.is_some(), "{:?}", result.error);
+        assert!(result.value().is_some(), "{:?}", result.error());
     }
     let (fds_after, memfds_after) = (open_fds(), memfds());
     assert!(
@@ -342,7 +342,7 @@ fn workers_hold_only_their_standard_streams_and_their_own_channel() {
         let churn = scope.spawn(|| {
             let results =
                 churning.map_with_error_catching((0..100).map(|_| diag(DiagnosticTask::Pid)));
-            assert!(results.iter().all(|r| r.value.is_some()));
+            assert!(results.iter().all(|r| r.value().is_some()));
         });
         let builders: Vec<_> = (0..6)
             .map(|_| {

@@ -247,17 +247,17 @@ pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
             for (i, result) in (next..end).zip(results) {
                 let kind = Kind::of(i);
                 *counts.entry(format!("{kind:?}")).or_default() += 1;
-                let mut ok = result.status == kind.expected();
+                let mut ok = result.status() == kind.expected();
                 if kind == Kind::Ok {
                     ok &= result
-                        .value
-                        .as_ref()
+                        .value()
                         .is_some_and(|v| v.outputs[0].bytes == i.to_le_bytes().to_vec());
                 }
                 if !ok && wrong.len() < 20 {
                     wrong.push(format!(
                         "task {i} ({kind:?}): {:?}, {:?}",
-                        result.status, result.error
+                        result.status(),
+                        result.error()
                     ));
                 }
             }

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use tunebox_process::ProcessError;
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Task, TaskRequest};
 
 use crate::builder::PoolBuilder;
 use crate::engine::Engine;
+use crate::handle::{typed, untyped};
 use crate::{PoolError, TaskHandle};
 
 /// Marker for a [`PoolBuilder`] that builds a [`PoolExecutor`].
@@ -43,35 +44,79 @@ pub enum StatusKind {
     Crashed,
 }
 
-/// The outcome of one task of [`PoolExecutor::map_with_error_catching`], as TVM's `MapResult`.
+/// The outcome of one task of [`PoolExecutor::map_with_error_catching`] or
+/// [`PoolExecutor::map_tasks`], as TVM's `MapResult`: the value of a completed task, or the
+/// error of one that was not, told apart by how it ended ([`StatusKind`]). `T` is a
+/// [`BenchmarkResult`] for plain requests, the typed `T::Output` for task kinds.
 #[derive(Debug)]
-pub struct MapResult {
-    /// How the task ended.
-    pub status: StatusKind,
-    /// The result, when `status` is `Complete`.
-    pub value: Option<BenchmarkResult>,
-    /// The error, for every other status.
-    pub error: Option<PoolError>,
+pub enum MapResult<T = BenchmarkResult> {
+    /// The task produced a result.
+    Complete(T),
+    /// The task failed: an error inside the worker, a cancellation, a shutdown, a worker that
+    /// could not start.
+    Exception(PoolError),
+    /// The task exceeded its timeout; its worker was killed.
+    Timeout(PoolError),
+    /// The task's worker died while running it.
+    Crashed(PoolError),
 }
 
-impl MapResult {
-    fn from_result(result: Result<BenchmarkResult, PoolError>) -> MapResult {
+impl<T> MapResult<T> {
+    /// How the task ended.
+    pub fn status(&self) -> StatusKind {
+        match self {
+            MapResult::Complete(_) => StatusKind::Complete,
+            MapResult::Exception(_) => StatusKind::Exception,
+            MapResult::Timeout(_) => StatusKind::Timeout,
+            MapResult::Crashed(_) => StatusKind::Crashed,
+        }
+    }
+
+    /// The value of a completed task.
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            MapResult::Complete(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The error of a task that did not complete.
+    pub fn error(&self) -> Option<&PoolError> {
+        match self {
+            MapResult::Complete(_) => None,
+            MapResult::Exception(e) | MapResult::Timeout(e) | MapResult::Crashed(e) => Some(e),
+        }
+    }
+
+    /// The value, or the error.
+    ///
+    /// # Errors
+    ///
+    /// The task's [`PoolError`] when it did not complete.
+    pub fn into_result(self) -> Result<T, PoolError> {
+        match self {
+            MapResult::Complete(value) => Ok(value),
+            MapResult::Exception(e) | MapResult::Timeout(e) | MapResult::Crashed(e) => Err(e),
+        }
+    }
+}
+
+impl<T> From<Result<T, PoolError>> for MapResult<T> {
+    fn from(result: Result<T, PoolError>) -> Self {
         match result {
-            Ok(value) => MapResult {
-                status: StatusKind::Complete,
-                value: Some(value),
-                error: None,
-            },
-            Err(error) => MapResult {
-                status: match &error {
-                    PoolError::Process(ProcessError::Timeout { .. }) => StatusKind::Timeout,
-                    PoolError::Process(ProcessError::WorkerCrashed { .. }) => StatusKind::Crashed,
-                    _ => StatusKind::Exception,
-                },
-                value: None,
-                error: Some(error),
+            Ok(value) => MapResult::Complete(value),
+            Err(error) => match &error {
+                PoolError::Process(ProcessError::Timeout { .. }) => MapResult::Timeout(error),
+                PoolError::Process(ProcessError::WorkerCrashed { .. }) => MapResult::Crashed(error),
+                _ => MapResult::Exception(error),
             },
         }
+    }
+}
+
+impl<T> From<MapResult<T>> for Result<T, PoolError> {
+    fn from(result: MapResult<T>) -> Self {
+        result.into_result()
     }
 }
 
@@ -105,8 +150,8 @@ impl MapResult {
 ///     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Abort)),
 /// ];
 /// let results = executor.map_with_error_catching(tasks);
-/// assert_eq!(results[0].status, StatusKind::Timeout);
-/// assert_eq!(results[1].status, StatusKind::Crashed);
+/// assert_eq!(results[0].status(), StatusKind::Timeout);
+/// assert_eq!(results[1].status(), StatusKind::Crashed);
 /// # Ok::<(), tunebox_pool::PoolError>(())
 /// ```
 pub struct PoolExecutor {
@@ -151,10 +196,38 @@ impl PoolExecutor {
         request: BenchmarkRequest,
         timeout: Duration,
     ) -> Result<TaskHandle, PoolError> {
+        self.submit_request(request, timeout, untyped)
+    }
+
+    /// Queues a task of a kind defined outside tunebox ([`Task`]), with the executor's timeout;
+    /// its handle resolves to the typed `T::Output`. The workers need the task's backend
+    /// (`tunebox_worker::Registry::with_task` in the worker's `main`), as TVM's
+    /// `PopenPoolExecutor.submit(fn, *args)` needs `fn` importable in its workers.
+    ///
+    /// # Errors
+    ///
+    /// As [`submit`](PoolExecutor::submit), and [`PoolError::Process`] with a
+    /// `ProcessError::Remote` when the task cannot be encoded (nothing is queued). A task error,
+    /// crash or timeout comes from the handle, as for any request.
+    pub fn submit_task<T: Task>(
+        &self,
+        task: impl Into<TaskRequest<T>>,
+    ) -> Result<TaskHandle<T::Output>, PoolError> {
+        let request = task.into().encode().map_err(ProcessError::Remote)?;
+        self.submit_request(request, self.engine.timeout(), typed::<T>)
+    }
+
+    fn submit_request<O>(
+        &self,
+        request: BenchmarkRequest,
+        timeout: Duration,
+        decode: fn(BenchmarkResult) -> Result<O, PoolError>,
+    ) -> Result<TaskHandle<O>, PoolError> {
         let completion = self.engine.submit(request, Some(timeout), None)?;
         Ok(TaskHandle {
             completion,
             shared: self.engine.shared().clone(),
+            decode,
         })
     }
 
@@ -167,7 +240,22 @@ impl PoolExecutor {
         let handles: Vec<_> = requests.into_iter().map(|r| self.submit(r)).collect();
         handles
             .into_iter()
-            .map(|handle| MapResult::from_result(handle.and_then(TaskHandle::wait)))
+            .map(|handle| MapResult::from(handle.and_then(TaskHandle::wait)))
+            .collect()
+    }
+
+    /// Runs every task of kind `T` and returns their typed outcomes in input order, as
+    /// [`map_with_error_catching`](PoolExecutor::map_with_error_catching) does for requests.
+    pub fn map_tasks<T, I>(&self, tasks: I) -> Vec<MapResult<T::Output>>
+    where
+        T: Task,
+        I: IntoIterator,
+        I::Item: Into<TaskRequest<T>>,
+    {
+        let handles: Vec<_> = tasks.into_iter().map(|t| self.submit_task(t)).collect();
+        handles
+            .into_iter()
+            .map(|handle| MapResult::from(handle.and_then(TaskHandle::wait)))
             .collect()
     }
 

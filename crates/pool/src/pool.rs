@@ -3,11 +3,13 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use tunebox_protocol::BenchmarkRequest;
+use tunebox_process::ProcessError;
+use tunebox_protocol::{BenchmarkRequest, Task, TaskRequest};
 
 use crate::PoolError;
 use crate::builder::PoolBuilder;
 use crate::engine::{Engine, TaskResult};
+use crate::handle::typed;
 
 /// Marker for a [`PoolBuilder`] that builds a [`TuningProcessPool`].
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +129,37 @@ impl TuningProcessPool {
         results
             .into_iter()
             .map(|r| r.expect("every submitted task resolves"))
+            .collect()
+    }
+
+    /// Runs every task of a kind defined outside tunebox ([`Task`]), each on the next free
+    /// worker, and returns their typed results in input order: Inductor's `benchmark` for a
+    /// `BenchmarkRequest` subclass of one's own. The workers need the task's backend
+    /// (`tunebox_worker::Registry::with_task` in the worker's `main`). A task that cannot be
+    /// encoded gets its error in place (`PoolError::Process` with `ProcessError::Remote`); a
+    /// crash or timeout costs only its own task, as for any request.
+    pub fn run_tasks<T, I>(&self, tasks: I) -> Vec<Result<T::Output, PoolError>>
+    where
+        T: Task,
+        I: IntoIterator,
+        I::Item: Into<TaskRequest<T>>,
+    {
+        let submitted: Vec<_> = tasks
+            .into_iter()
+            .map(|task| {
+                let request = task.into().encode().map_err(ProcessError::Remote)?;
+                self.engine.submit(request, None, None)
+            })
+            .collect();
+        submitted
+            .into_iter()
+            .map(|completion| {
+                completion.and_then(|c| {
+                    c.take(None)
+                        .expect("waiting without a deadline returns a result")
+                        .and_then(typed::<T>)
+                })
+            })
             .collect()
     }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS,
-    Probe, Request, RequestBody, ResponseBody,
+    Probe, Request, RequestBody, ResponseBody, Task, TaskRequest, decode_output,
 };
 
 use crate::exit::describe_exit;
@@ -240,6 +240,46 @@ impl TuningProcess {
         request.timing.fit_to_timeout(timeout);
         self.put(request)?;
         self.get(timeout)
+    }
+
+    /// Runs one task of a kind defined outside tunebox ([`Task`]) and returns its typed result:
+    /// [`benchmark`](TuningProcess::benchmark) for `task` (encoded into a
+    /// [`Kernel::Task`](tunebox_protocol::Kernel::Task) request, its budget fitted to
+    /// `timeout`), then the reply decoded as `T::Output`. The worker needs the task's backend
+    /// (`tunebox_worker::Registry::with_task` in its `main`).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use tunebox_process::{ProcessConfig, TuningProcess};
+    /// # use tunebox_protocol::Task;
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Square(u64);
+    /// impl Task for Square {
+    ///     const BACKEND: &'static str = "squares";
+    ///     type Output = u64;
+    /// }
+    ///
+    /// // A worker binary whose registry has `with_task(|Square(n), _| Ok(n * n))`.
+    /// let mut worker = TuningProcess::spawn(ProcessConfig::new().worker("target/release/my-worker"))?;
+    /// assert_eq!(worker.run_task(Square(12), Duration::from_secs(5))?, 144);
+    /// # Ok::<(), tunebox_process::ProcessError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`benchmark`](TuningProcess::benchmark): a task error of the backend is
+    /// [`ProcessError::Remote`] (as is a task that cannot be encoded, a worker without the
+    /// task's backend — `BenchError::UnknownBackend` names those it has — and a reply that does
+    /// not decode as `T::Output`); a crash or timeout is told apart as for any request.
+    pub fn run_task<T: Task>(
+        &mut self,
+        task: impl Into<TaskRequest<T>>,
+        timeout: Duration,
+    ) -> Result<T::Output, ProcessError> {
+        let request = task.into().encode()?;
+        let result = self.benchmark(request, timeout)?;
+        Ok(decode_output::<T>(&result)?)
     }
 
     /// Round trip of a `Ping`, starting the worker if needed. Returns the round-trip time. Any

@@ -1,7 +1,9 @@
 //! The backends a worker can dispatch to.
 
 use tunebox_bench::{Backend, TaskBackend, TaskContext};
+#[cfg(feature = "cpu")]
 use tunebox_cpu::CpuBackend;
+#[cfg(feature = "cuda")]
 use tunebox_cuda::CudaBackend;
 use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Task};
 
@@ -21,22 +23,30 @@ impl Registry {
         }
     }
 
-    /// The backends of the `tunebox-worker` binary: `cpu` (its cache directory from the
-    /// environment, see `tunebox_cpu::CacheDir::from_env`), `cuda` (loads the driver and NVRTC
-    /// on first use; on a machine without them it answers with why) and `diagnostics`. When no
-    /// cache directory can be derived, `cpu` answers every request with that error.
+    /// The backends of the `tunebox-worker` binary: `cpu` (feature `cpu`; its cache directory
+    /// from the environment, see `tunebox_cpu::CacheDir::from_env`), `cuda` (feature `cuda`;
+    /// loads the driver and NVRTC on first use; on a machine without them it answers with why)
+    /// and `diagnostics`. When no cache directory can be derived, `cpu` answers every request
+    /// with that error.
     pub fn standard() -> Self {
-        let cpu: Box<dyn Backend> = match CpuBackend::from_env() {
-            Ok(cpu) => Box::new(cpu),
-            Err(e) => Box::new(Unavailable {
-                name: "cpu",
-                reason: e.to_string(),
-            }),
-        };
-        Registry::new()
-            .with(cpu)
-            .with(Box::new(CudaBackend::new()))
-            .with(Box::new(DiagnosticsBackend::default()))
+        #[allow(unused_mut, reason = "without the backend features there is nothing to add")]
+        let mut registry = Registry::new();
+        #[cfg(feature = "cpu")]
+        {
+            let cpu: Box<dyn Backend> = match CpuBackend::from_env() {
+                Ok(cpu) => Box::new(cpu),
+                Err(e) => Box::new(Unavailable {
+                    name: "cpu",
+                    reason: e.to_string(),
+                }),
+            };
+            registry = registry.with(cpu);
+        }
+        #[cfg(feature = "cuda")]
+        {
+            registry = registry.with(Box::new(CudaBackend::new()));
+        }
+        registry.with(Box::new(DiagnosticsBackend::default()))
     }
 
     /// Only the `diagnostics` backend.
@@ -101,6 +111,7 @@ impl Default for Registry {
 }
 
 /// A backend that could not be set up: it answers every request with the reason.
+#[cfg_attr(not(feature = "cpu"), expect(dead_code, reason = "only the cpu backend can fail to set up"))]
 struct Unavailable {
     name: &'static str,
     reason: String,

@@ -1,0 +1,89 @@
+//! tunebox for downstream tools: benchmark kernel candidates, or task kinds of your own, in
+//! isolated worker processes, with one dependency.
+//!
+//! A candidate that crashes, hangs past its timeout, leaks or poisons a GPU context costs its
+//! own result and a worker restart, never the run: the Rust counterpart of PyTorch Inductor's
+//! `TuningProcess`/`TuningProcessPool` and Apache TVM's `PopenWorker`/`PopenPoolExecutor`. This
+//! crate re-exports what a tool needs from the layered crates (also reachable whole as
+//! [`protocol`], [`bench`], [`process`], [`pool`], [`worker`]):
+//!
+//! - **Requests**: [`BenchmarkRequest`] of a built-in kernel ([`CKernel`], [`CudaKernel`]) with
+//!   its [`TensorSpec`]s and [`TimingConfig`], answered by a [`BenchmarkResult`]
+//!   ([`TimingStats`] in ms) or a [`BenchError`].
+//! - **Task kinds of your own**: implement [`Task`] for any serde type, with any serde
+//!   [`Task::Output`]; register its backend in your worker with [`Registry::with_task`], which
+//!   hands it a [`TaskContext`] (tensors, scalars, the `do_bench` timing helpers); submit it
+//!   with [`TuningProcess::run_task`], [`PoolExecutor::submit_task`] / [`PoolExecutor::map_tasks`]
+//!   or [`TuningProcessPool::run_tasks`]. See `docs/extending.md`.
+//! - **Processes**: [`TuningProcess`] (one worker, [`ProcessConfig`], [`ProcessError`]) and the
+//!   pools [`TuningProcessPool`] (Inductor's: one worker per device) and [`PoolExecutor`]
+//!   (TVM's: `submit`, `map_with_error_catching` → [`MapResult`]).
+//! - **The worker entry point**: a program that uses its own executable as the worker (the
+//!   default) calls [`run_if_worker`] first thing in `main`.
+//!
+//! Features: `cpu` and `cuda` (both default) put the built-in C and CUDA backends into
+//! [`Registry::standard`]; without them nothing of CUDA is compiled, and a worker runs the
+//! diagnostics backend and your own task kinds.
+//!
+//! # Example
+//!
+//! A task kind of one's own, run in a pool of workers that are this very program. The task and
+//! result types need serde; this crate re-exports it ([`serde`]), so `cargo add tunebox` is
+//! enough when the types name it with `#[serde(crate = "tunebox::serde")]`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tunebox::serde::{Deserialize, Serialize};
+//! use tunebox::{PoolExecutor, Registry, Task, TimingStats};
+//!
+//! /// Sum `n` integers in a worker, timed as triton's `do_bench`.
+//! #[derive(Serialize, Deserialize)]
+//! #[serde(crate = "tunebox::serde")]
+//! struct SumTo(u64);
+//!
+//! impl Task for SumTo {
+//!     const BACKEND: &'static str = "sums";
+//!     type Output = (u64, TimingStats);
+//! }
+//!
+//! fn main() -> Result<(), tunebox::PoolError> {
+//!     // In a worker this serves tasks and exits; in the parent it returns at once.
+//!     tunebox::run_if_worker(|| {
+//!         Registry::standard().with_task(|SumTo(n), cx| {
+//!             let mut sum = 0;
+//!             let stats = cx.bench(|| {
+//!                 sum = std::hint::black_box(0..n).sum();
+//!                 Ok(())
+//!             })?;
+//!             Ok((sum, stats))
+//!         })
+//!     });
+//!     let executor = PoolExecutor::builder().max_workers(2).timeout(Duration::from_secs(10)).build()?;
+//!     for result in executor.map_tasks([SumTo(1_000), SumTo(1_000_000)]) {
+//!         let (sum, stats) = result.into_result()?;
+//!         println!("sum {sum} in {:.3} ms", stats.median_ms);
+//!     }
+//!     Ok(())
+//! }
+//! ```
+#![deny(missing_docs)]
+
+pub use serde;
+pub use tunebox_bench as bench;
+pub use tunebox_pool as pool;
+pub use tunebox_process as process;
+pub use tunebox_protocol as protocol;
+pub use tunebox_worker as worker;
+
+pub use tunebox_bench::{HostTensor, Runner, TaskContext, do_bench, do_bench_within};
+pub use tunebox_pool::{
+    Devices, MapResult, PoolError, PoolExecutor, Status, StatusKind, TaskHandle, Tolerance,
+    TuningProcessPool, verify_outputs,
+};
+pub use tunebox_process::{DeviceToken, Output, ProcessConfig, ProcessError, TuningProcess};
+pub use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType,
+    Define, DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, Task, TaskRequest, TensorData,
+    TensorSpec, TimingConfig, TimingStats,
+};
+pub use tunebox_worker::{Registry, run_if_worker};
