@@ -104,9 +104,7 @@ fn tvm_recycling_one_worker_two_uses_ten_tasks_five_pids() {
     let results = ex.map_with_error_catching((0..10).map(|_| diag(DiagnosticTask::Pid)));
     let mut uses: HashMap<u32, usize> = HashMap::new();
     for result in &results {
-        *uses
-            .entry(pid_of(result.value().unwrap()))
-            .or_default() += 1;
+        *uses.entry(pid_of(result.value().unwrap())).or_default() += 1;
     }
     assert_eq!(uses.len(), 5, "{uses:?}");
     assert!(uses.values().all(|&n| n == 2), "{uses:?}");

@@ -52,10 +52,7 @@ impl<O> TaskHandle<O> {
     /// # Errors
     ///
     /// `Err(handle)` when the task has not finished in time.
-    pub fn wait_timeout(
-        self,
-        timeout: Duration,
-    ) -> Result<Result<O, PoolError>, TaskHandle<O>> {
+    pub fn wait_timeout(self, timeout: Duration) -> Result<Result<O, PoolError>, TaskHandle<O>> {
         let deadline = std::time::Instant::now().checked_add(timeout);
         match self.completion.take(deadline) {
             Some(result) => Ok(result.and_then(self.decode)),

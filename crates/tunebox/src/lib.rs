@@ -82,8 +82,8 @@ pub use tunebox_pool::{
 };
 pub use tunebox_process::{DeviceToken, Output, ProcessConfig, ProcessError, TuningProcess};
 pub use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType,
-    Define, DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, Task, TaskRequest, TensorData,
-    TensorSpec, TimingConfig, TimingStats,
+    BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType, Define,
+    DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, SharedBuffer, SharedData, Task,
+    TaskRequest, TensorData, TensorSpec, TimingConfig, TimingStats,
 };
 pub use tunebox_worker::{Registry, run_if_worker};

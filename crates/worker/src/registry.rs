@@ -29,7 +29,10 @@ impl Registry {
     /// and `diagnostics`. When no cache directory can be derived, `cpu` answers every request
     /// with that error.
     pub fn standard() -> Self {
-        #[allow(unused_mut, reason = "without the backend features there is nothing to add")]
+        #[allow(
+            unused_mut,
+            reason = "without the backend features there is nothing to add"
+        )]
         let mut registry = Registry::new();
         #[cfg(feature = "cpu")]
         {
@@ -111,7 +114,10 @@ impl Default for Registry {
 }
 
 /// A backend that could not be set up: it answers every request with the reason.
-#[cfg_attr(not(feature = "cpu"), expect(dead_code, reason = "only the cpu backend can fail to set up"))]
+#[cfg_attr(
+    not(feature = "cpu"),
+    expect(dead_code, reason = "only the cpu backend can fail to set up")
+)]
 struct Unavailable {
     name: &'static str,
     reason: String,
