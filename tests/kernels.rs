@@ -212,7 +212,11 @@ fn a_timeout_says_which_call_hung() {
             message.contains(expected),
             "HANG_AFTER={hang_after}: {message}"
         );
-        assert!(message.contains("the worker was killed"), "{message}");
+        let pid = err.pid().expect("a timeout names its worker");
+        assert!(
+            message.contains(&format!("worker {pid} was killed")),
+            "{message}"
+        );
         assert!(
             message.contains(advice),
             "HANG_AFTER={hang_after}: {message}"

@@ -2,6 +2,7 @@
 //! binary through every way a candidate can succeed or fail.
 
 mod executor;
+mod forgetful;
 mod fuzz;
 mod gpu;
 mod kernels;

@@ -179,3 +179,73 @@ fn no_candidate_is_blamed_for_its_predecessor_ending_the_worker() {
         failed.first()
     );
 }
+
+/// The process id a diagnostics `Pid` task reported.
+fn reported_pid(result: &Result<tunebox_protocol::BenchmarkResult, PoolError>) -> u32 {
+    let result = result.as_ref().expect("the pid task succeeds");
+    String::from_utf8_lossy(&result.outputs[0].bytes)
+        .parse()
+        .expect("a pid")
+}
+
+/// Two workers that crash in one pool run give two errors, each with the pid of the worker
+/// that crashed (which reported it just before).
+#[test]
+fn crash_errors_carry_the_pid_of_the_worker_that_crashed() {
+    let pool = pool(1, Duration::from_secs(30));
+    let mut pids = Vec::new();
+    for crash in [DiagnosticTask::Segfault, DiagnosticTask::Abort] {
+        let results = pool.benchmark(&[diag(DiagnosticTask::Pid), diag(crash)]);
+        let pid = reported_pid(&results[0]);
+        let err = results[1].as_ref().expect_err("a crash");
+        assert!(err.is_crash(), "{err}");
+        assert_eq!(err.pid(), Some(pid), "{err}");
+        assert!(
+            err.to_string().contains(&format!("worker {pid} crashed")),
+            "{err}"
+        );
+        pids.push(pid);
+    }
+    assert_ne!(pids[0], pids[1], "the crashed worker was replaced");
+}
+
+/// A kernel that reports its process id on stderr, then dies of SIGSEGV.
+const REPORT_PID_THEN_SEGFAULT: &str = r#"
+    #include <stdio.h>
+    #include <unistd.h>
+    void crash(const float *x, float *y, long n) {
+        fprintf(stderr, "crashing in process %d\n", (int)getpid());
+        fflush(stderr);
+        *(volatile int *)0 = (int)OFFSET;
+    }"#;
+
+/// Two workers crash at the same time: each error carries its own worker's pid and quotes
+/// that worker's own last words.
+#[test]
+fn concurrent_crashes_are_told_apart_by_pid() {
+    let pool = pool(2, Duration::from_secs(60));
+    let results = pool.benchmark(&[
+        c_request(REPORT_PID_THEN_SEGFAULT, "crash", "1"),
+        c_request(REPORT_PID_THEN_SEGFAULT, "crash", "2"),
+    ]);
+    let mut pids = HashSet::new();
+    for result in &results {
+        let Err(PoolError::Process(ProcessError::WorkerCrashed {
+            pid, stderr_tail, ..
+        })) = result
+        else {
+            panic!("expected a crash, got {result:?}");
+        };
+        assert!(
+            stderr_tail.contains(&format!("crashing in process {pid}\n")),
+            "{pid}: {stderr_tail:?}"
+        );
+        assert_eq!(
+            stderr_tail.matches("crashing in process").count(),
+            1,
+            "only its own task's output: {stderr_tail:?}"
+        );
+        pids.insert(*pid);
+    }
+    assert_eq!(pids.len(), 2, "two errors, two workers: {results:?}");
+}

@@ -158,26 +158,82 @@ fn every_misbehaviour_gets_its_outcome_and_the_next_task_succeeds() {
 }
 
 #[test]
-fn crash_errors_quote_the_stderr_tail() {
+fn a_crash_quotes_only_what_its_own_task_wrote_and_names_its_worker() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
+    let pid = worker.pid().unwrap();
     let err = worker
         .benchmark(
             diag(DiagnosticTask::Panic {
-                message: "first".into(),
+                message: "the first task's panic".into(),
             }),
             LONG,
         )
         .unwrap_err();
     assert!(matches!(err, ProcessError::Remote(_)), "{err}");
+    // The worker lives, and printed the caught panic to stderr.
+    assert_eq!(worker.pid(), Some(pid));
+    assert!(worker.stderr_tail().contains("the first task's panic"));
     let err = worker
-        .benchmark(diag(DiagnosticTask::Abort), LONG)
+        .benchmark(diag(DiagnosticTask::Segfault), LONG)
         .unwrap_err();
-    let ProcessError::WorkerCrashed { stderr_tail, .. } = &err else {
+    let ProcessError::WorkerCrashed {
+        stderr_tail,
+        pid: crashed,
+        ..
+    } = &err
+    else {
         panic!("expected a crash, got {err:?}");
     };
-    // The caught panic of the first task was printed to stderr by the panic hook.
-    assert!(stderr_tail.contains("first"), "tail: {stderr_tail:?}");
-    assert!(err.to_string().contains("SIGABRT"), "{err}");
+    assert!(
+        !stderr_tail.contains("the first task's panic"),
+        "the previous task's output is no part of this crash: {stderr_tail:?}"
+    );
+    assert_eq!(*crashed, pid);
+    assert_eq!(err.pid(), Some(pid));
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("worker {pid} crashed")) && message.contains("SIGSEGV"),
+        "{message}"
+    );
+}
+
+/// A kernel that reports its process id on stderr, then aborts.
+const REPORT_PID_THEN_ABORT: &str = r#"
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <unistd.h>
+    void crash(const float *x, float *y, long n) {
+        fprintf(stderr, "kernel in process %d is about to abort\n", (int)getpid());
+        fflush(stderr);
+        abort();
+    }"#;
+
+#[test]
+fn a_crash_quotes_what_its_task_wrote_before_dying() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let pid = worker.pid().unwrap();
+    let err = worker
+        .benchmark(c_request(REPORT_PID_THEN_ABORT, "crash", "1"), LONG)
+        .unwrap_err();
+    let ProcessError::WorkerCrashed {
+        stderr_tail,
+        signal,
+        pid: crashed,
+        ..
+    } = &err
+    else {
+        panic!("expected a crash, got {err:?}");
+    };
+    assert_eq!(*signal, Some(6), "SIGABRT");
+    assert_eq!(*crashed, pid);
+    assert!(
+        stderr_tail.contains(&format!("kernel in process {pid} is about to abort")),
+        "{stderr_tail:?}"
+    );
+    assert!(
+        err.to_string().contains(&format!("worker {pid} crashed")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -367,7 +423,7 @@ fn worker_that_never_connects_times_out_and_is_killed() {
     )
     .unwrap_err();
     assert!(
-        matches!(err, ProcessError::HandshakeTimeout { after } if after == Duration::from_millis(300)),
+        matches!(err, ProcessError::HandshakeTimeout { after, own_executable: false, .. } if after == Duration::from_millis(300)),
         "{err:?}"
     );
     let elapsed = start.elapsed();
@@ -803,7 +859,7 @@ fn put_never_blocks_on_a_worker_that_stopped_reading() {
         .expect("a stopped worker cannot take requests forever");
     let elapsed = start.elapsed();
     assert!(
-        matches!(err, ProcessError::SendTimeout { after } if after == send_timeout),
+        matches!(err, ProcessError::SendTimeout { after, .. } if after == send_timeout),
         "{err:?}"
     );
     assert!(

@@ -343,6 +343,7 @@ pub(crate) fn is_transient(error: &PoolError) -> bool {
             ProcessError::Spawn { .. }
                 | ProcessError::HandshakeTimeout { .. }
                 | ProcessError::ExitedBeforeHandshake { .. }
+                | ProcessError::NoWorkerEntry { .. }
                 | ProcessError::ProtocolMismatch { .. }
                 | ProcessError::InitializerFailed { .. }
         ),

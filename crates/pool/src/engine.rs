@@ -2,6 +2,7 @@
 //! tasks from one queue.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
@@ -155,7 +156,7 @@ struct State {
     /// Worker threads still able to run tasks.
     live: usize,
     /// Why the last worker gave up, once none is left.
-    unavailable: Option<String>,
+    unavailable: Option<GaveUp>,
     /// How long idle workers get to exit cleanly when the pool stops.
     grace: Duration,
 }
@@ -251,7 +252,10 @@ impl Engine {
                     // The process was moved into the failed closure and dropped (killed); the
                     // slot simply never serves.
                     log::warn!("no thread for pool worker {index}: {e}");
-                    shared.lose_worker(format!("no thread for worker {index}: {e}"));
+                    shared.lose_worker(GaveUp {
+                        reason: format!("no thread for worker {index}: {e}"),
+                        no_worker_entry: None,
+                    });
                 }
             }
         }
@@ -320,7 +324,7 @@ impl Engine {
             return Err(PoolError::ShutDown);
         }
         if let Some(reason) = &state.unavailable {
-            return Err(unavailable(reason));
+            return Err(reason.error());
         }
         state.queue.push_back(Task {
             request,
@@ -454,7 +458,7 @@ impl Shared {
     }
 
     /// A worker gave up; when none is left, every queued task fails.
-    fn lose_worker(&self, reason: String) {
+    fn lose_worker(&self, reason: GaveUp) {
         let abandoned = {
             let mut state = self.lock();
             state.live = state.live.saturating_sub(1);
@@ -466,7 +470,7 @@ impl Shared {
             std::mem::take(&mut state.queue)
         };
         for task in abandoned {
-            task.completion.resolve(Err(unavailable(&reason)));
+            task.completion.resolve(Err(reason.error()));
         }
     }
 
@@ -514,11 +518,43 @@ pub(crate) fn prepared() -> BenchmarkResult {
     }
 }
 
-fn unavailable(reason: &str) -> PoolError {
-    PoolError::Unavailable {
-        source: ProcessError::Protocol {
-            detail: reason.to_owned(),
-        },
+/// Why a worker slot gave up starting workers: what every task then fails with.
+#[derive(Clone)]
+struct GaveUp {
+    reason: String,
+    /// The worker was a program without the worker entry point (`ProcessError::NoWorkerEntry`):
+    /// its path and pid.
+    no_worker_entry: Option<(PathBuf, u32)>,
+}
+
+impl GaveUp {
+    /// Slot `index` gave up after `failures` start-up failures in a row, the last being `error`.
+    fn new(index: usize, failures: u32, error: &ProcessError) -> GaveUp {
+        GaveUp {
+            reason: format!(
+                "worker {index} failed to start {failures} times in a row; last error: {error}"
+            ),
+            no_worker_entry: match error {
+                ProcessError::NoWorkerEntry { path, pid } => Some((path.clone(), *pid)),
+                _ => None,
+            },
+        }
+    }
+
+    /// `PoolError::Unavailable`, with the start-up error as its source.
+    fn error(&self) -> PoolError {
+        PoolError::Unavailable {
+            source: match &self.no_worker_entry {
+                Some((path, pid)) => ProcessError::NoWorkerEntry {
+                    path: path.clone(),
+                    pid: *pid,
+                },
+                None => ProcessError::Protocol {
+                    detail: self.reason.clone(),
+                    pid: None,
+                },
+            },
+        }
     }
 }
 
@@ -566,10 +602,10 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
         if let Err(e) = process.ensure_running() {
             failures += 1;
             log::warn!("pool worker {index} could not start ({failures} in a row): {e}");
-            if failures >= MAX_START_FAILURES {
-                shared.lose_worker(format!(
-                    "worker {index} failed to start {failures} times in a row; last error: {e}"
-                ));
+            // A program without the worker entry point fails the same way every time.
+            let hopeless = matches!(e, ProcessError::NoWorkerEntry { .. });
+            if hopeless || failures >= MAX_START_FAILURES {
+                shared.lose_worker(GaveUp::new(index, failures, &e));
                 return;
             }
             std::thread::sleep(Duration::from_millis(20 << failures));

@@ -72,6 +72,16 @@ pub enum PoolError {
 }
 
 impl PoolError {
+    /// The pid of the worker this error is about, when there is one (a crash, a timeout, a
+    /// start-up failure, …; see [`ProcessError::pid`]), also for
+    /// [`Unavailable`](PoolError::Unavailable) through its source.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            PoolError::Process(e) | PoolError::Unavailable { source: e } => e.pid(),
+            _ => None,
+        }
+    }
+
     /// Whether the candidate exceeded its timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self, PoolError::Process(ProcessError::Timeout { .. }))

@@ -264,6 +264,12 @@ impl ProcessConfig {
         std::env::current_exe()
     }
 
+    /// Whether the worker is the current executable: neither [`ProcessConfig::worker`] nor
+    /// [`WORKER_PATH_ENV`] names one.
+    pub(crate) fn worker_is_current_exe(&self) -> bool {
+        self.worker.is_none() && std::env::var_os(WORKER_PATH_ENV).is_none_or(|p| p.is_empty())
+    }
+
     /// What [`ProcessConfig::resolve_worker`] starts from, for messages: the configured path,
     /// else [`WORKER_PATH_ENV`]'s value, else `<current executable>`.
     pub(crate) fn worker_description(&self) -> PathBuf {

@@ -24,15 +24,43 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
-    /// The worker did not connect within the handshake timeout; it was killed.
-    #[error("the worker did not connect within {after:?}; it was killed")]
+    /// The worker did not connect within the handshake timeout; it was killed. When the worker
+    /// is the current executable, the message adds that its `main` may be doing something long
+    /// instead of calling the worker entry point first.
+    #[error(
+        "worker {pid} did not connect within {after:?}; it was killed{}",
+        if *own_executable { OWN_EXECUTABLE_HINT } else { "" }
+    )]
     HandshakeTimeout {
         /// The handshake timeout.
         after: Duration,
+        /// The pid the worker had.
+        pid: u32,
+        /// Whether the worker was the current executable (no worker configured).
+        own_executable: bool,
+    },
+    /// The worker was started, but is a program that never reached the worker entry point
+    /// (`tunebox_worker::run_if_worker`): it exited with
+    /// [`EXIT_NO_WORKER_ENTRY`](tunebox_protocol::EXIT_NO_WORKER_ENTRY), because its `main`
+    /// returned, or was about to start workers of its own, before calling it. Usually the
+    /// default worker, the current executable, whose `main` forgot the call. Retrying cannot
+    /// help; the message says what to change.
+    #[error(
+        "`{}` was started as a tunebox worker but never reached the worker entry point \
+         (worker {pid}): {NO_WORKER_ENTRY_FIX}",
+        path.display()
+    )]
+    NoWorkerEntry {
+        /// The executable that was started as the worker.
+        path: PathBuf,
+        /// The pid it had.
+        pid: u32,
     },
     /// The worker exited before connecting.
-    #[error("the worker exited before connecting: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
+    #[error("worker {pid} exited before connecting: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
     ExitedBeforeHandshake {
+        /// The pid the worker had.
+        pid: u32,
         /// Exit code, if it exited.
         exit_code: Option<i32>,
         /// Signal number, if a signal killed it.
@@ -58,8 +86,10 @@ pub enum ProcessError {
     /// reaped before this was returned. The message says where the request was, when the
     /// backend reported its progress (`timed out after 2s in the first call of the kernel (no
     /// call returned); …`), and what to change.
-    #[error("timed out after {after:?}{}", describe_timeout(*after, progress.as_ref()))]
+    #[error("timed out after {after:?}{}", describe_timeout(*after, *pid, progress.as_ref()))]
     Timeout {
+        /// The pid the killed worker had.
+        pid: u32,
         /// The timeout that expired.
         after: Duration,
         /// How far the request got, as the worker last recorded it (`None`: the backend
@@ -90,8 +120,10 @@ pub enum ProcessError {
     },
     /// The worker did not take a request within the send timeout (it stopped reading); it was
     /// killed.
-    #[error("the worker did not accept the request within {after:?}; it was killed")]
+    #[error("worker {pid} did not accept the request within {after:?}; it was killed")]
     SendTimeout {
+        /// The pid the killed worker had.
+        pid: u32,
         /// The send timeout.
         after: Duration,
     },
@@ -102,22 +134,27 @@ pub enum ProcessError {
         /// What went wrong.
         message: String,
     },
-    /// The worker died while serving a request.
-    #[error("the worker crashed: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
+    /// The worker died while serving a request. `stderr_tail` holds only what the worker
+    /// wrote while serving it (from the moment it was sent), not an earlier task's output.
+    #[error("worker {pid} crashed: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
     WorkerCrashed {
+        /// The pid the worker had.
+        pid: u32,
         /// Exit code, if it exited.
         exit_code: Option<i32>,
         /// Signal number, if a signal killed it (11 = SIGSEGV, 6 = SIGABRT, 9 = SIGKILL).
         signal: Option<i32>,
-        /// The end of its stderr, when captured.
+        /// The end of what it wrote to stderr since the request was sent, when captured.
         stderr_tail: String,
     },
     /// The worker sent something the protocol does not allow, or the channel broke; the worker
     /// was killed.
-    #[error("protocol error: {detail}")]
+    #[error("protocol error{}: {detail}", pid.map(|p| format!(" (worker {p})")).unwrap_or_default())]
     Protocol {
         /// What was wrong.
         detail: String,
+        /// The pid of the worker concerned, when there was one.
+        pid: Option<u32>,
     },
     /// The task failed inside the worker, which lives on (a compile error, a bad request, a
     /// caught panic, …).
@@ -125,7 +162,43 @@ pub enum ProcessError {
     Remote(#[from] BenchError),
 }
 
+/// What to do about a program started as a worker that never reached the worker entry point.
+const NO_WORKER_ENTRY_FIX: &str = "call `tunebox_worker::run_if_worker(...)` first thing in its \
+     `main` (or `tunebox::run_if_worker` when using the facade crate), or point \
+     ProcessConfig::worker / TUNEBOX_WORKER at a worker binary such as tunebox-worker";
+
+/// Added to a handshake timeout when the worker is the current executable.
+const OWN_EXECUTABLE_HINT: &str = "; the worker is this program's own executable (no \
+     ProcessConfig::worker, no TUNEBOX_WORKER): if its `main` does something long before \
+     serving, call `tunebox_worker::run_if_worker(...)` first thing in `main` (or \
+     `tunebox::run_if_worker` when using the facade crate), or point ProcessConfig::worker / \
+     TUNEBOX_WORKER at a worker binary such as tunebox-worker";
+
+/// The line a process started as a worker prints to stderr when it is about to start workers
+/// itself, or to exit, without having reached the worker entry point.
+pub(crate) fn no_worker_entry_line() -> String {
+    format!(
+        "tunebox: this process was started as a tunebox worker but never reached the worker \
+         entry point: {NO_WORKER_ENTRY_FIX}\n"
+    )
+}
+
 impl ProcessError {
+    /// The pid of the worker this error is about, when one was started: the pid it had (it is
+    /// reaped by the time the error is returned, so the number may since have been reused).
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            ProcessError::HandshakeTimeout { pid, .. }
+            | ProcessError::NoWorkerEntry { pid, .. }
+            | ProcessError::ExitedBeforeHandshake { pid, .. }
+            | ProcessError::Timeout { pid, .. }
+            | ProcessError::SendTimeout { pid, .. }
+            | ProcessError::WorkerCrashed { pid, .. } => Some(*pid),
+            ProcessError::Protocol { pid, .. } => *pid,
+            _ => None,
+        }
+    }
+
     /// Whether the worker is gone after this error (it crashed, timed out or broke the protocol),
     /// as opposed to a task error that left it serving.
     pub fn worker_lost(&self) -> bool {
@@ -144,9 +217,9 @@ fn quote(tail: &str) -> String {
 
 /// ` in timed rep 3 of 10 (…); the worker was killed; what to change`, for a timeout that
 /// expired `after` the request was sent.
-fn describe_timeout(after: Duration, progress: Option<&Progress>) -> String {
+fn describe_timeout(after: Duration, pid: u32, progress: Option<&Progress>) -> String {
     let Some(progress) = progress else {
-        return "; the worker was killed".into();
+        return format!("; worker {pid} was killed");
     };
     // How long the call in progress had run: the record is written just before each call.
     let stuck = after.saturating_sub(progress.since_start);
@@ -172,5 +245,70 @@ fn describe_timeout(after: Duration, progress: Option<&Progress>) -> String {
          kernel whose time varies): a longer timeout leaves more room"
             .into()
     };
-    format!(" {progress}; the worker was killed; {advice}")
+    format!(" {progress}; worker {pid} was killed; {advice}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_about_a_worker_name_its_pid() {
+        let crashed = ProcessError::WorkerCrashed {
+            pid: 4242,
+            exit_code: None,
+            signal: Some(11),
+            stderr_tail: String::new(),
+        };
+        assert_eq!(
+            crashed.to_string(),
+            "worker 4242 crashed: killed by signal 11 (SIGSEGV)"
+        );
+        assert_eq!(crashed.pid(), Some(4242));
+        let timeout = ProcessError::Timeout {
+            pid: 4243,
+            after: Duration::from_secs(2),
+            progress: None,
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "timed out after 2s; worker 4243 was killed"
+        );
+        let protocol = ProcessError::Protocol {
+            detail: "no worker".into(),
+            pid: None,
+        };
+        assert_eq!(protocol.to_string(), "protocol error: no worker");
+        assert_eq!(protocol.pid(), None);
+    }
+
+    #[test]
+    fn a_missing_worker_entry_names_the_fix() {
+        let err = ProcessError::NoWorkerEntry {
+            path: "/bin/tool".into(),
+            pid: 7,
+        };
+        let message = err.to_string();
+        assert!(message.starts_with("`/bin/tool` was started as a tunebox worker"));
+        assert!(
+            message.contains("tunebox_worker::run_if_worker(...)"),
+            "{message}"
+        );
+        assert!(message.contains("tunebox::run_if_worker"), "{message}");
+        assert!(message.contains("TUNEBOX_WORKER"), "{message}");
+        let timeout = |own_executable| ProcessError::HandshakeTimeout {
+            after: Duration::from_secs(30),
+            pid: 8,
+            own_executable,
+        };
+        assert_eq!(
+            timeout(false).to_string(),
+            "worker 8 did not connect within 30s; it was killed"
+        );
+        assert!(
+            timeout(true)
+                .to_string()
+                .contains("call `tunebox_worker::run_if_worker(...)` first thing in `main`")
+        );
+    }
 }

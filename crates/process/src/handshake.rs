@@ -7,7 +7,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcOneShotServer, IpcReceiver, IpcSender};
-use tunebox_protocol::{Bootstrap, EXIT_PROTOCOL_MISMATCH, Hello, PROTOCOL_VERSION};
+use tunebox_protocol::{
+    Bootstrap, EXIT_NO_WORKER_ENTRY, EXIT_PROTOCOL_MISMATCH, Hello, PROTOCOL_VERSION,
+};
 
 use crate::quiet_panic::catch_quietly;
 use crate::spawn::{Spawned, spawn_worker};
@@ -37,9 +39,14 @@ enum Failure {
 /// [`ProcessError::ExitedBeforeHandshake`] as soon as the child is seen dead before connecting
 /// (within milliseconds); [`ProcessError::ProtocolMismatch`] when it speaks another version;
 /// [`ProcessError::HandshakeTimeout`] when it neither connects nor exits in time (it is killed);
-/// [`ProcessError::Protocol`] when its greeting cannot be decoded. In every case the child is
-/// reaped and no thread stays blocked in `accept`.
+/// [`ProcessError::Protocol`] when its greeting cannot be decoded;
+/// [`ProcessError::NoWorkerEntry`] when it exits with `EXIT_NO_WORKER_ENTRY`. In every case the
+/// child is reaped and no thread stays blocked in `accept`.
+///
+/// A process that was itself started as a worker but never reached the worker entry point
+/// does not get here: it exits (see `worker_entry`), before opening the bootstrap server.
 pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
+    crate::worker_entry::refuse_to_spawn_if_forgotten();
     let exe = config
         .resolve_worker()
         .map_err(|source| ProcessError::Spawn {
@@ -134,13 +141,21 @@ fn describe_failure(
     spawned: &mut Spawned,
     config: &ProcessConfig,
 ) -> ProcessError {
+    let pid = spawned.child.id();
     match failure {
         Failure::Exited(status) => {
             let (exit_code, signal) = exit_parts(Some(status));
             if exit_code == Some(EXIT_PROTOCOL_MISMATCH) {
                 return mismatch(exe, "another version (it refused ours)".into());
             }
+            if exit_code == Some(EXIT_NO_WORKER_ENTRY) {
+                return ProcessError::NoWorkerEntry {
+                    path: exe.to_owned(),
+                    pid,
+                };
+            }
             ProcessError::ExitedBeforeHandshake {
+                pid,
                 exit_code,
                 signal,
                 stderr_tail: spawned
@@ -152,6 +167,8 @@ fn describe_failure(
         }
         Failure::TimedOut => ProcessError::HandshakeTimeout {
             after: config.handshake_timeout,
+            pid,
+            own_executable: config.worker_is_current_exe(),
         },
         Failure::Garbled(detail) => {
             kill_group(&mut spawned.child);
@@ -161,6 +178,7 @@ fn describe_failure(
                      the same release?",
                     exe.display()
                 ),
+                pid: Some(pid),
             }
         }
     }

@@ -24,7 +24,11 @@
 //! - workers inherit only a documented part of the parent's environment ([`INHERITED_ENV`],
 //!   [`INHERITED_ENV_PREFIXES`]) plus what the config adds, and a worker named without a `/` is
 //!   never taken from the current directory;
-//! - replies are matched to requests by id, so a late reply is never taken for another's.
+//! - replies are matched to requests by id, so a late reply is never taken for another's;
+//! - a program started as a worker that never reached the worker entry point (its `main`
+//!   forgot `tunebox_worker::run_if_worker`) neither starts workers of its own nor runs on: it
+//!   exits with `EXIT_NO_WORKER_ENTRY`, which the parent reports as
+//!   [`ProcessError::NoWorkerEntry`], naming the fix.
 //!
 //! # Example
 //!
@@ -59,6 +63,7 @@ mod quiet_panic;
 mod spawn;
 mod watchdog;
 mod worker;
+mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};

@@ -49,6 +49,15 @@ enum Purpose {
     Init,
 }
 
+/// Which of a dead worker's stderr a crash error quotes.
+#[derive(Clone, Copy)]
+enum Quote {
+    /// All of it the ring holds: a death while idle is no request's crash.
+    Whole,
+    /// None: a request not sent yet (the kill switch fired first).
+    Nothing,
+}
+
 /// One isolated worker process, as Inductor's `TuningProcess` and TVM's `PopenWorker`.
 ///
 /// Requests go out with [`put`](TuningProcess::put); [`get`](TuningProcess::get) waits for the
@@ -89,6 +98,9 @@ pub struct TuningProcess {
     switch: KillSwitch,
     /// Called when a worker exits while nothing waits on it (see `on_worker_exit`).
     on_exit: Option<Wake>,
+    /// The pid of the last worker started (0 before the first), for errors about a worker
+    /// already taken out.
+    last_pid: u32,
 }
 
 impl TuningProcess {
@@ -117,6 +129,7 @@ impl TuningProcess {
             starts: 0,
             switch: KillSwitch::default(),
             on_exit: None,
+            last_pid: 0,
         }
     }
 
@@ -387,7 +400,7 @@ impl TuningProcess {
             worker.wait_or_kill(grace);
             Ok(())
         } else {
-            Err(self.crashed())
+            Err(self.crashed(Quote::Whole))
         }
     }
 
@@ -433,7 +446,7 @@ impl TuningProcess {
             let _ = self.shutdown(RETIRE_GRACE);
         } else if self.worker.as_ref().is_some_and(Worker::has_exited) {
             // Looked at without reaping: `crashed` clears the kill switch first, then reaps.
-            let error = self.crashed();
+            let error = self.crashed(Quote::Whole);
             log::warn!("worker died while idle: {error}");
         }
         self.ensure_started().map(drop)
@@ -453,6 +466,7 @@ impl TuningProcess {
         if self.worker.is_none() {
             let worker = handshake::start(&self.config)?;
             self.starts += 1;
+            self.last_pid = worker.pid;
             log::debug!("worker started, pid {}", worker.pid);
             self.switch.set(Some(worker.pid));
             let mut worker = worker;
@@ -502,8 +516,10 @@ impl TuningProcess {
             // starting a new worker for it.
             self.pending = None;
             return Err(match self.worker {
-                Some(_) => self.crashed(),
+                // This request was not sent: nothing the worker wrote is its output.
+                Some(_) => self.crashed(Quote::Nothing),
                 None => ProcessError::WorkerCrashed {
+                    pid: self.last_pid,
                     exit_code: None,
                     signal: Some(9),
                     stderr_tail: String::new(),
@@ -552,8 +568,10 @@ impl TuningProcess {
                 self.recover()
             }
             Err(SendFailure::TimedOut) => {
+                let pid = worker.pid;
                 self.kill();
                 Err(ProcessError::SendTimeout {
+                    pid,
                     after: self.config.send_timeout,
                 })
             }
@@ -571,6 +589,7 @@ impl TuningProcess {
         let Some(mut worker) = self.take_worker() else {
             return Err(ProcessError::Protocol {
                 detail: "no worker".into(),
+                pid: None,
             });
         };
         let status = worker.wait_or_kill(DEATH_GRACE);
@@ -581,9 +600,10 @@ impl TuningProcess {
             Some(pending) if pending.resend && !killed && last_started < pending.id => pending,
             _ => {
                 return Err(ProcessError::WorkerCrashed {
+                    pid: worker.pid,
                     exit_code,
                     signal,
-                    stderr_tail: worker.stderr_tail(),
+                    stderr_tail: worker.request_stderr_tail(),
                 });
             }
         };
@@ -612,6 +632,7 @@ impl TuningProcess {
             else {
                 return Err(ProcessError::Protocol {
                     detail: "get() without a pending request: call put() first".into(),
+                    pid: None,
                 });
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
@@ -621,8 +642,10 @@ impl TuningProcess {
                 }
                 Err(ReceiveFailure::TimedOut) => {
                     let progress = worker.started.progress(pending.id);
+                    let pid = worker.pid;
                     self.kill();
                     return Err(ProcessError::Timeout {
+                        pid,
                         after: timeout,
                         progress,
                     });
@@ -643,28 +666,35 @@ impl TuningProcess {
         }
     }
 
-    /// Reaps a worker whose channel closed and describes its death.
-    fn crashed(&mut self) -> ProcessError {
+    /// Reaps a worker whose channel closed and describes its death, quoting its stderr as
+    /// `quote` says.
+    fn crashed(&mut self, quote: Quote) -> ProcessError {
         self.pending = None;
         // A kill through the switch is reported by this error.
         self.switch.take_killed();
         let Some(mut worker) = self.take_worker() else {
             return ProcessError::Protocol {
                 detail: "no worker".into(),
+                pid: None,
             };
         };
         let status = worker.wait_or_kill(DEATH_GRACE);
         let (exit_code, signal) = exit_parts(status);
         ProcessError::WorkerCrashed {
+            pid: worker.pid,
             exit_code,
             signal,
-            stderr_tail: worker.stderr_tail(),
+            stderr_tail: match quote {
+                Quote::Whole => worker.stderr_tail(),
+                Quote::Nothing => String::new(),
+            },
         }
     }
 
     fn protocol_violation(&mut self, detail: String) -> ProcessError {
+        let pid = self.worker.as_ref().map(|w| w.pid);
         self.kill();
-        ProcessError::Protocol { detail }
+        ProcessError::Protocol { detail, pid }
     }
 }
 

@@ -84,6 +84,11 @@ impl Worker {
         request: Request,
         guard: Option<Duration>,
     ) -> Result<(), SendFailure> {
+        // What the worker wrote before this request (the previous task's panic message, output
+        // between tasks) is no part of this request's crash.
+        if let Some(stderr) = &self.stderr {
+            stderr.mark();
+        }
         let armed = guard.map(|limit| watchdog::arm(self.pid, deadline_after(limit)));
         let sent = self.requests.send(request);
         match (sent, armed) {
@@ -197,6 +202,15 @@ impl Worker {
         self.stderr
             .as_ref()
             .map(|t| t.text(TAIL_GRACE))
+            .unwrap_or_default()
+    }
+
+    /// What the worker wrote to stderr since the last request was sent to it (all it wrote when
+    /// none was), including what a dying worker wrote last: the tail a crash quotes.
+    pub(crate) fn request_stderr_tail(&self) -> String {
+        self.stderr
+            .as_ref()
+            .map(|t| t.text_since_mark(TAIL_GRACE))
             .unwrap_or_default()
     }
 

@@ -3,9 +3,30 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Name of the parent's one-shot IPC server; its presence puts a tunebox binary in worker mode.
 pub const WORKER_SERVER_ENV: &str = "TUNEBOX_WORKER_SERVER";
+
+/// Whether this process reached the worker entry point (see [`mark_worker_entry`]).
+static WORKER_ENTRY_REACHED: AtomicBool = AtomicBool::new(false);
+
+/// Records that this process reached the worker entry point (`tunebox_worker::run_from_env`,
+/// called by `run_if_worker`). `tunebox-process` checks it in a process started as a worker
+/// ([`WORKER_SERVER_ENV`] set): one that exits, or is about to start workers itself, without
+/// having reached the entry point forgot to call `run_if_worker` first thing in `main`, and
+/// exits with [`EXIT_NO_WORKER_ENTRY`](crate::EXIT_NO_WORKER_ENTRY) instead of running on.
+/// Lives here because both the worker and the process crate depend on this crate.
+#[doc(hidden)]
+pub fn mark_worker_entry() {
+    WORKER_ENTRY_REACHED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`mark_worker_entry`] was called in this process.
+#[doc(hidden)]
+pub fn worker_entry_reached() -> bool {
+    WORKER_ENTRY_REACHED.load(Ordering::SeqCst)
+}
 
 /// The parent's pid, so the worker can tell whether its parent died before it armed
 /// `PR_SET_PDEATHSIG`.

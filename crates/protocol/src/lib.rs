@@ -48,6 +48,8 @@ mod task;
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
 pub use env::{CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, cache_root};
+#[doc(hidden)]
+pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
@@ -67,3 +69,9 @@ pub const PROTOCOL_VERSION: u32 = 4;
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.
 pub const EXIT_PROTOCOL_MISMATCH: i32 = 86;
+
+/// Exit code of a process that was started as a worker ([`WORKER_SERVER_ENV`] is set) but never
+/// reached the worker entry point (`tunebox_worker::run_if_worker`): it was about to start
+/// workers of its own, or its `main` returned. The parent turns it into a "no worker entry"
+/// error that names the fix, instead of "exited before connecting".
+pub const EXIT_NO_WORKER_ENTRY: i32 = 87;

@@ -17,6 +17,9 @@ use crate::{Registry, WorkerError};
 /// `tunebox` CLI does. Before returning to the OS the worker has served every request.
 pub fn run_if_worker(registry: impl FnOnce() -> Registry) {
     if std::env::var_os(WORKER_SERVER_ENV).is_some() {
+        // Before anything else (building the registry included): `exit` below runs the atexit
+        // check of tunebox-process, which must see the entry reached.
+        tunebox_protocol::mark_worker_entry();
         std::process::exit(run_from_env(registry()));
     }
 }
@@ -31,6 +34,9 @@ pub fn run_if_worker(registry: impl FnOnce() -> Registry) {
 /// `TUNEBOX_CORE_DUMPS=1`; SIGSEGV and SIGBUS at their default action; the parent's [`PROTOCOL_VERSION_ENV`] must equal ours (otherwise exit
 /// code [`EXIT_PROTOCOL_MISMATCH`](tunebox_protocol::EXIT_PROTOCOL_MISMATCH)).
 pub fn run_from_env(mut registry: Registry) -> i32 {
+    // This is the worker entry point: a process started as a worker that gets here is no
+    // program that forgot to call it (see `tunebox_protocol::EXIT_NO_WORKER_ENTRY`).
+    tunebox_protocol::mark_worker_entry();
     match connect_and_serve(&mut registry) {
         Ok(()) => 0,
         Err(e) => {
