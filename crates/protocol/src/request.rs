@@ -669,7 +669,7 @@ pub enum DiagnosticTask {
         bytes: Bytes,
     },
     /// Allocate `bytes`, touch every page and never free them, then succeed: a candidate that
-    /// leaks memory, which only replacing its worker (`maximum_uses`) reclaims.
+    /// leaks memory, which only replacing its worker (`maximum_process_uses`) reclaims.
     Leak {
         /// Bytes to leak.
         bytes: u64,
