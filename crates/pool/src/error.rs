@@ -79,13 +79,13 @@ impl PoolError {
     /// [`Status::of`] and TVM's [`StatusKind`](crate::StatusKind) (via [`Status::kind`]) all
     /// use.
     ///
-    /// - [`Status::CompileError`]: `BenchError::Compile`;
-    /// - [`Status::Timeout`]: the task timed out (its worker was killed), or one call exceeded
-    ///   the request's budget (`BenchError::DoesNotFit`);
-    /// - [`Status::Crashed`]: its worker died, or a sticky `BenchError::DeviceFault` lost the
-    ///   GPU context (the worker exits after answering);
-    /// - [`Status::Error`]: everything else (another task error, a worker that could not start,
-    ///   a broken protocol, a shutdown, a cancellation).
+    /// - [`Status::CompileError`] when the worker answered `BenchError::Compile`;
+    /// - [`Status::Timeout`] when the task timed out (its worker was killed), or one call
+    ///   exceeded the request's budget (`BenchError::DoesNotFit`);
+    /// - [`Status::Crashed`] when its worker died, or a sticky `BenchError::DeviceFault` lost
+    ///   the GPU context (the worker exits after answering);
+    /// - [`Status::Error`] for everything else (another task error, a worker that could not
+    ///   start, a broken protocol, a shutdown, a cancellation).
     pub fn status(&self) -> Status {
         let PoolError::Process(error) = self else {
             return Status::Error;
