@@ -5,19 +5,20 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use tunebox_pool::{Devices, PoolError, PoolExecutor, StatusKind, TuningProcessPool};
+use tunebox_pool::{Devices, PoolConfig, PoolError, PoolExecutor, StatusKind, TuningProcessPool};
 use tunebox_process::{InitRequest, ProcessError};
 use tunebox_protocol::{BenchmarkResult, DiagnosticTask};
 
 use crate::util::{LONG, bytes, config, diag, is_dead, kill, pid_exists, wait_gone};
 
 fn executor(workers: usize, timeout: Duration) -> PoolExecutor {
-    PoolExecutor::builder()
-        .max_workers(workers)
-        .timeout(timeout)
-        .process_config(config())
-        .build()
-        .unwrap()
+    PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(workers)
+            .timeout(timeout)
+            .process_config(config()),
+    )
+    .unwrap()
 }
 
 fn echo(value: u8) -> tunebox_protocol::BenchmarkRequest {
@@ -94,13 +95,14 @@ fn tvm_ordered_map_with_error_catching_over_100_items() {
 
 #[test]
 fn tvm_recycling_one_worker_two_uses_ten_tasks_five_pids() {
-    let ex = PoolExecutor::builder()
-        .max_workers(1)
-        .maximum_process_uses(Some(2))
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let ex = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(1)
+            .maximum_process_uses(Some(2))
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     let results = ex.map_with_error_catching((0..10).map(|_| diag(DiagnosticTask::Pid)));
     let mut uses: HashMap<u32, usize> = HashMap::new();
     for result in &results {
@@ -121,15 +123,16 @@ fn tvm_recycling_one_worker_two_uses_ten_tasks_five_pids() {
 #[test]
 fn tvm_initializer_with_and_without_recycling() {
     for maximum in [None, Some(1)] {
-        let ex = PoolExecutor::builder()
-            .max_workers(2)
-            .maximum_process_uses(maximum)
-            .initializer(InitRequest::new(diag(DiagnosticTask::Remember {
-                bytes: bytes(b"initialized"),
-            })))
-            .process_config(config())
-            .build()
-            .unwrap();
+        let ex = PoolExecutor::new(
+            PoolConfig::new()
+                .max_workers(2)
+                .maximum_process_uses(maximum)
+                .initializer(InitRequest::new(diag(DiagnosticTask::Remember {
+                    bytes: bytes(b"initialized"),
+                })))
+                .process_config(config()),
+        )
+        .unwrap();
         let results = ex.map_with_error_catching((0..6).map(|_| diag(DiagnosticTask::Recall)));
         for result in results {
             assert!(result.into_result().unwrap().outputs[0].bytes == b"initialized".to_vec());
@@ -141,12 +144,13 @@ fn tvm_initializer_with_and_without_recycling() {
 
 #[test]
 fn inductor_crash_and_timeout_are_inf_then_next_value() {
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::Cpu(1))
-        .timeout(Duration::from_millis(500))
-        .process_config(config())
-        .build()
-        .unwrap();
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Cpu(1))
+            .timeout(Duration::from_millis(500))
+            .process_config(config()),
+    )
+    .unwrap();
     let timings = pool.benchmark_or_inf(&[
         diag(DiagnosticTask::Segfault),
         diag(DiagnosticTask::Sleep { ms: 3 }),
@@ -161,15 +165,16 @@ fn inductor_crash_and_timeout_are_inf_then_next_value() {
 
 #[test]
 fn inductor_two_devices_each_worker_sees_its_own_token() {
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::List(vec![
-            "GPU-fake-a".into(),
-            "GPU-fake-b".into(),
-        ]))
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::List(vec![
+                "GPU-fake-a".into(),
+                "GPU-fake-b".into(),
+            ]))
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     assert_eq!(pool.size(), 2);
     // Each choice returns its own value, whichever device ran it.
     let results = pool.benchmark(&(0..20u8).map(echo).collect::<Vec<_>>());
@@ -235,10 +240,8 @@ fn procspawn_every_fourth_task_panics_twelve_succeed() {
     );
     let panics = results.iter().filter(|r| {
         matches!(
-            r.error(),
-            Some(PoolError::Process(ProcessError::Remote(
-                tunebox_protocol::BenchError::Panic { .. }
-            )))
+            r.error().and_then(PoolError::bench_error),
+            Some(tunebox_protocol::BenchError::Panic { .. })
         )
     });
     assert_eq!(panics.count(), 4);
@@ -287,14 +290,15 @@ fn the_next_task_starts_soon_after_a_crash() {
 #[test]
 fn initializer_failure_at_construction_is_reported_quickly() {
     let start = Instant::now();
-    let err = PoolExecutor::builder()
-        .max_workers(2)
-        .initializer(InitRequest::new(diag(DiagnosticTask::Fail {
-            message: "no device".into(),
-        })))
-        .process_config(config())
-        .build()
-        .unwrap_err();
+    let err = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(2)
+            .initializer(InitRequest::new(diag(DiagnosticTask::Fail {
+                message: "no device".into(),
+            })))
+            .process_config(config()),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             err,
@@ -313,15 +317,16 @@ fn initializer_failure_at_construction_is_reported_quickly() {
 fn an_initializer_that_starts_failing_stops_respawns_and_fails_queued_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("fail-now");
-    let ex = PoolExecutor::builder()
-        .max_workers(1)
-        .timeout(LONG)
-        .initializer(InitRequest::new(diag(DiagnosticTask::FailIfExists {
-            path: marker.to_str().unwrap().into(),
-        })))
-        .process_config(config())
-        .build()
-        .unwrap();
+    let ex = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(1)
+            .timeout(LONG)
+            .initializer(InitRequest::new(diag(DiagnosticTask::FailIfExists {
+                path: marker.to_str().unwrap().into(),
+            })))
+            .process_config(config()),
+    )
+    .unwrap();
     std::fs::write(&marker, "").unwrap();
     // The crash forces a restart, whose initializer now fails every time.
     let crash = ex.submit(diag(DiagnosticTask::Abort)).unwrap();
@@ -378,12 +383,13 @@ fn a_worker_killed_from_outside_mid_task_costs_only_its_task() {
 
 #[test]
 fn shutdown_with_busy_and_idle_workers() {
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::Cpu(4))
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Cpu(4))
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     let pids = live_pids(&pool.worker_pids());
     assert_eq!(pids.len(), 4);
     let busy = std::thread::scope(|scope| {
@@ -499,11 +505,11 @@ fn a_gpu_pool_without_a_device_mask_counts_the_gpus_through_a_probe_worker() {
         return; // The mask decides; covered by the device-token tests.
     }
     let start = Instant::now();
-    match TuningProcessPool::builder()
-        .devices(Devices::Visible)
-        .process_config(config())
-        .build()
-    {
+    match TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Visible)
+            .process_config(config()),
+    ) {
         // A machine with GPUs and a CUDA backend: one worker per GPU.
         Ok(pool) => assert!(pool.size() >= 1),
         // This machine has none: a clear error, not a panic, and soon.
@@ -588,12 +594,13 @@ fn an_idle_worker_killed_from_outside_is_reaped_and_replaced_at_once() {
             vec![7]
         );
     }
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::Cpu(2))
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Cpu(2))
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     let victim = pool.worker_pids()[1].unwrap();
     let (reaped, replaced) = kill_idle_and_watch(|| pool.worker_pids(), victim);
     eprintln!("pool, idle worker killed: reaped after {reaped:?}, replaced after {replaced:?}");
@@ -642,12 +649,13 @@ fn concurrent_shutdowns_both_return_after_every_worker_is_reaped() {
     }
     // The same for TuningProcessPool::shutdown, and a shutdown racing the drop that follows.
     let pool = std::sync::Arc::new(
-        TuningProcessPool::builder()
-            .devices(Devices::Cpu(3))
-            .timeout(LONG)
-            .process_config(config())
-            .build()
-            .unwrap(),
+        TuningProcessPool::new(
+            PoolConfig::new()
+                .devices(Devices::Cpu(3))
+                .timeout(LONG)
+                .process_config(config()),
+        )
+        .unwrap(),
     );
     let pids = live_pids(&pool.worker_pids());
     let busy = {

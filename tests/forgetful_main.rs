@@ -11,7 +11,7 @@
 
 use std::io::Write;
 
-use tunebox_pool::TuningProcessPool;
+use tunebox_pool::{PoolConfig, TuningProcessPool};
 use tunebox_protocol::WORKER_SERVER_ENV;
 
 fn main() {
@@ -36,7 +36,7 @@ fn main() {
     if as_worker && mode == "return" {
         return;
     }
-    match TuningProcessPool::builder().workers(2).build() {
+    match TuningProcessPool::new(PoolConfig::new().max_workers(2)) {
         Ok(_) => println!("the pool was built"),
         Err(e) => {
             let mut chain = e.to_string();

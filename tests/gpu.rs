@@ -6,10 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tunebox_process::{ProcessError, TuningProcess};
-use tunebox_protocol::{
-    BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig, Scalar,
-    TensorSpec, TimingConfig,
-};
+use tunebox_protocol::{BenchError, BenchmarkRequest, CudaKernel, DType, TensorSpec, TimingConfig};
 
 use crate::util;
 
@@ -22,43 +19,19 @@ fn cuda(entry: &str, body: &str, block_x: u32) -> BenchmarkRequest {
          long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n\
          if (i >= n) return;\n{body}\n}}\n"
     );
-    let tensor = |name: &str, init, output| TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![N],
-        init,
-        output,
-        reset: false,
-    };
-    BenchmarkRequest {
-        kernel: Kernel::Cuda(CudaKernel {
-            code: CudaCode::Source {
-                text,
-                name: format!("{entry}.cu"),
-            },
-            entry: entry.into(),
-            defines: vec![],
-            options: vec![],
-            launch: LaunchConfig {
-                grid: [(N as u32).div_ceil(block_x), 1, 1],
-                block: [block_x, 1, 1],
-                shared_mem_bytes: 0,
-            },
-        }),
-        tensors: vec![
-            tensor("x", Init::Random { seed: 1 }, false),
-            tensor("y", Init::Zeros, true),
-        ],
-        scalars: vec![Scalar {
-            name: "n".into(),
-            value: N as i64,
-        }],
-        timing: TimingConfig {
+    let kernel = CudaKernel::new(text, entry)
+        .source_name(format!("{entry}.cu"))
+        .grid([(N as u32).div_ceil(block_x), 1, 1])
+        .block([block_x, 1, 1]);
+    BenchmarkRequest::new(kernel)
+        .tensor(TensorSpec::new("x", DType::F32, [N]).random(1))
+        .tensor(TensorSpec::new("y", DType::F32, [N]).output())
+        .scalar("n", N as i64)
+        .timing(TimingConfig {
             warmup_ms: 2.0,
             rep_ms: 10.0,
             ..TimingConfig::default()
-        },
-    }
+        })
 }
 
 fn valid() -> BenchmarkRequest {

@@ -19,7 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tunebox_pool::{Devices, PoolExecutor, TuningProcessPool};
+use tunebox_pool::{Devices, PoolConfig, PoolExecutor, TuningProcessPool};
 use tunebox_process::{ProcessError, TuningProcess};
 use tunebox_protocol::DiagnosticTask;
 
@@ -145,12 +145,13 @@ fn memfds() -> usize {
 #[test]
 fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    let executor = tunebox_pool::PoolExecutor::builder()
-        .max_workers(2)
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let executor = tunebox_pool::PoolExecutor::new(
+        tunebox_pool::PoolConfig::new()
+            .max_workers(2)
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     let mut buffer = tunebox_protocol::SharedBuffer::new(64 * 1024).unwrap();
     buffer.get_mut().unwrap().fill(7);
     let task = || {
@@ -266,12 +267,13 @@ fn assert_holds_only_its_own(pid: u32, expected: &BTreeMap<String, usize>, forei
 fn a_pipe_the_parent_leaves_inheritable_reaches_eof_while_workers_run() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let (read, write) = inheritable_pipe();
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::Cpu(4))
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Cpu(4))
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     drop(write);
     let mut fds = [libc::pollfd {
         fd: read.as_raw_fd(),
@@ -331,13 +333,14 @@ fn workers_hold_only_their_standard_streams_and_their_own_channel() {
 
     // 30 pools of 4 started from 6 threads while another pool replaces a worker after every
     // task: sockets accepted for one worker's handshake must not reach another.
-    let churning = PoolExecutor::builder()
-        .max_workers(2)
-        .timeout(LONG)
-        .maximum_process_uses(Some(1))
-        .process_config(config())
-        .build()
-        .unwrap();
+    let churning = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(2)
+            .timeout(LONG)
+            .maximum_process_uses(Some(1))
+            .process_config(config()),
+    )
+    .unwrap();
     let pools: Vec<TuningProcessPool> = std::thread::scope(|scope| {
         let churn = scope.spawn(|| {
             let results =
@@ -349,12 +352,13 @@ fn workers_hold_only_their_standard_streams_and_their_own_channel() {
                 scope.spawn(|| {
                     (0..5)
                         .map(|_| {
-                            TuningProcessPool::builder()
-                                .devices(Devices::Cpu(4))
-                                .timeout(LONG)
-                                .process_config(config())
-                                .build()
-                                .unwrap()
+                            TuningProcessPool::new(
+                                PoolConfig::new()
+                                    .devices(Devices::Cpu(4))
+                                    .timeout(LONG)
+                                    .process_config(config()),
+                            )
+                            .unwrap()
                         })
                         .collect::<Vec<_>>()
                 })

@@ -85,7 +85,7 @@ fn a_slow_kernel_gets_fewer_reps_instead_of_a_timeout() {
         .benchmark(request, Duration::from_millis(400))
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_millis(400));
-    let ProcessError::Remote(BenchError::DoesNotFit { call_ms, .. }) = &err else {
+    let Some(BenchError::DoesNotFit { call_ms, .. }) = err.bench_error() else {
         panic!("expected DoesNotFit, got {err:?}");
     };
     assert!(*call_ms >= 150.0, "{err}");

@@ -251,7 +251,7 @@ fn c_kernels_compile_run_and_report_compile_errors() {
     let err = worker
         .benchmark(c_request(broken, "axpy", "1.0f"), LONG)
         .unwrap_err();
-    let ProcessError::Remote(BenchError::Compile { log, .. }) = &err else {
+    let Some(BenchError::Compile { log, .. }) = err.bench_error() else {
         panic!("expected a compile error, got {err:?}");
     };
     assert!(
@@ -343,7 +343,7 @@ fn a_kernel_writing_one_element_past_its_output_is_an_error_not_a_result() {
     let err = worker
         .benchmark(c_request(source, "overrun", "0"), LONG)
         .unwrap_err();
-    let ProcessError::Remote(BenchError::OutOfBounds { tensor, detail }) = &err else {
+    let Some(BenchError::OutOfBounds { tensor, detail }) = err.bench_error() else {
         panic!("expected OutOfBounds, got {err:?}");
     };
     assert_eq!(tensor, "y");
@@ -480,8 +480,8 @@ fn drop_kills_and_reaps() {
 }
 
 #[test]
-fn maximum_uses_recycles_the_worker() {
-    let mut worker = TuningProcess::spawn(config().maximum_uses(Some(2))).unwrap();
+fn maximum_process_uses_recycles_the_worker() {
+    let mut worker = TuningProcess::spawn(config().maximum_process_uses(Some(2))).unwrap();
     let mut pids = Vec::new();
     for _ in 0..6 {
         worker
@@ -783,11 +783,11 @@ fn the_initializer_runs_on_every_start_and_is_not_a_use() {
     let init = InitRequest::new(diag(DiagnosticTask::Remember {
         bytes: bytes(&[9, 9]),
     }));
-    for maximum_uses in [None, Some(2)] {
+    for maximum_process_uses in [None, Some(2)] {
         let mut worker = TuningProcess::spawn(
             config()
                 .initializer(init.clone())
-                .maximum_uses(maximum_uses),
+                .maximum_process_uses(maximum_process_uses),
         )
         .unwrap();
         let mut pids = Vec::new();
@@ -801,7 +801,7 @@ fn the_initializer_runs_on_every_start_and_is_not_a_use() {
         let distinct = pids.iter().collect::<std::collections::HashSet<_>>().len();
         assert_eq!(
             distinct,
-            if maximum_uses.is_some() { 3 } else { 1 },
+            if maximum_process_uses.is_some() { 3 } else { 1 },
             "{pids:?}"
         );
     }
@@ -994,8 +994,8 @@ fn a_sticky_device_fault_replaces_the_worker_and_a_non_sticky_one_does_not() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            ProcessError::Remote(BenchError::DeviceFault { sticky: false, .. })
+            err.bench_error(),
+            Some(BenchError::DeviceFault { sticky: false, .. })
         ),
         "{err:?}"
     );
@@ -1015,8 +1015,8 @@ fn a_sticky_device_fault_replaces_the_worker_and_a_non_sticky_one_does_not() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            ProcessError::Remote(BenchError::DeviceFault {
+            err.bench_error(),
+            Some(BenchError::DeviceFault {
                 code: 700,
                 sticky: true,
                 ..
@@ -1048,7 +1048,7 @@ fn probe_lists_backends_and_prepare_answers() {
         .prepare(c_request("not C", "axpy", "1.0f"), LONG)
         .unwrap_err();
     assert!(
-        matches!(err, ProcessError::Remote(BenchError::Compile { .. })),
+        matches!(err.bench_error(), Some(BenchError::Compile { .. })),
         "{err:?}"
     );
     assert_eq!(worker.pid(), pid, "a compile error keeps the worker");

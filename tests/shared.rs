@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_pool::{PoolExecutor, Tolerance, verify_outputs};
+use tunebox_pool::{PoolConfig, PoolExecutor, Tolerance, verify_outputs};
 use tunebox_process::{ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, DType, DiagnosticTask, Init, MAX_SHARED_PAYLOADS, SharedBuffer, TensorSpec,
@@ -61,12 +61,13 @@ fn payloads_of_every_size_round_trip_intact() {
 
 #[test]
 fn a_large_output_and_a_large_input_at_once_do_not_deadlock() {
-    let executor = PoolExecutor::builder()
-        .max_workers(2)
-        .timeout(LONG)
-        .process_config(config())
-        .build()
-        .unwrap();
+    let executor = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(2)
+            .timeout(LONG)
+            .process_config(config()),
+    )
+    .unwrap();
     let input = patterned(16 << 20);
     let start = Instant::now();
     for _ in 0..3 {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tunebox_pool::{PoolExecutor, StatusKind};
+use tunebox_pool::{PoolConfig, PoolExecutor, StatusKind};
 use tunebox_process::{Output, ProcessConfig};
 use tunebox_protocol::{BenchmarkRequest, Bytes, DiagnosticTask, Kernel};
 
@@ -218,11 +218,12 @@ pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
         .stderr(Output::Capture { tail_bytes: 4096 });
     let before = {
         // Warm up the process-wide threads (spawner, watchdog) before the baseline.
-        let executor = PoolExecutor::builder()
-            .max_workers(2)
-            .process_config(config.clone())
-            .build()
-            .expect("a pool");
+        let executor = PoolExecutor::new(
+            PoolConfig::new()
+                .max_workers(2)
+                .process_config(config.clone()),
+        )
+        .expect("a pool");
         executor.map_with_error_catching((0..10).map(|i| Kind::Ok.request(i)));
         drop(executor);
         Resources::now()
@@ -231,13 +232,14 @@ pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut wrong = Vec::new();
     {
-        let executor = PoolExecutor::builder()
-            .max_workers(2)
-            .timeout(Duration::from_millis(100))
-            .maximum_process_uses(Some(200))
-            .process_config(config)
-            .build()
-            .expect("a pool");
+        let executor = PoolExecutor::new(
+            PoolConfig::new()
+                .max_workers(2)
+                .timeout(Duration::from_millis(100))
+                .maximum_process_uses(Some(200))
+                .process_config(config),
+        )
+        .expect("a pool");
         const BATCH: u64 = 1000;
         let mut next = 0;
         while next < tasks {

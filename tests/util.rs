@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use tunebox_process::{Output, ProcessConfig};
 use tunebox_protocol::{
-    BenchmarkRequest, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar, TensorSpec,
-    TimingConfig,
+    BenchmarkRequest, CKernel, DType, DiagnosticTask, TensorSpec, TimingConfig,
 };
 
 /// Path of the worker binary built by this package.
@@ -36,7 +35,7 @@ pub(crate) fn config() -> ProcessConfig {
 
 /// A diagnostics request.
 pub(crate) fn diag(task: DiagnosticTask) -> BenchmarkRequest {
-    BenchmarkRequest::new(Kernel::Diagnostic(task))
+    BenchmarkRequest::new(task)
 }
 
 /// A payload for echo-like diagnostic tasks.
@@ -56,38 +55,20 @@ void axpy(const float *x, float *y, int64_t n) {\n\
 /// A request for a C kernel called as `entry(x, y, n)` with `x` random and `y` the output.
 pub(crate) fn c_request(source: &str, entry: &str, offset: &str) -> BenchmarkRequest {
     let n = 4096;
-    let tensor = |name: &str, init, output| TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![n],
-        init,
-        output,
-        reset: false,
-    };
-    BenchmarkRequest {
-        kernel: Kernel::C(CKernel {
-            source: source.into(),
-            source_name: "kernel.c".into(),
-            entry: entry.into(),
-            defines: vec![tunebox_protocol::Define::new("OFFSET", offset)],
-            flags: vec!["-O2".into()],
-            compiler: "cc".into(),
-        }),
-        tensors: vec![
-            tensor("x", Init::Random { seed: 1 }, false),
-            tensor("y", Init::Zeros, true),
-        ],
-        scalars: vec![Scalar {
-            name: "n".into(),
-            value: n as i64,
-        }],
-        timing: TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        },
-    }
+    BenchmarkRequest::new(
+        CKernel::new(source, entry)
+            .define("OFFSET", offset)
+            .flags(["-O2"]),
+    )
+    .tensor(TensorSpec::new("x", DType::F32, [n]).random(1))
+    .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+    .scalar("n", n as i64)
+    .timing(TimingConfig {
+        warmup_ms: 1.0,
+        rep_ms: 5.0,
+        flush_cache: false,
+        ..TimingConfig::default()
+    })
 }
 
 /// Whether `pid` exists at all (running or zombie).

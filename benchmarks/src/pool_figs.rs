@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use tunebox_pool::{PoolError, PoolExecutor, TuningProcessPool};
+use tunebox_pool::{PoolConfig, PoolExecutor, Status, TuningProcessPool};
 use tunebox_protocol::DiagnosticTask;
 
 use crate::report::{Figure, Kind, ScalingRow, Target, Unit};
@@ -36,12 +36,13 @@ fn voluntary_switches() -> Option<(u64, u64)> {
 
 /// A started `PoolExecutor` of `workers` that has run a few trivial tasks.
 pub(crate) fn executor(setup: &Setup, workers: usize) -> Result<PoolExecutor> {
-    let executor = PoolExecutor::builder()
-        .max_workers(workers)
-        .timeout(LONG)
-        .process_config(setup.config())
-        .build()
-        .context("starting a PoolExecutor")?;
+    let executor = PoolExecutor::new(
+        PoolConfig::new()
+            .max_workers(workers)
+            .timeout(LONG)
+            .process_config(setup.config()),
+    )
+    .context("starting a PoolExecutor")?;
     let handles = (0..workers * 4)
         .map(|_| executor.submit(trivial()))
         .collect::<Result<Vec<_>, _>>()?;
@@ -53,12 +54,13 @@ pub(crate) fn executor(setup: &Setup, workers: usize) -> Result<PoolExecutor> {
 
 /// A started `TuningProcessPool` of `workers`, warmed up.
 fn pool(setup: &Setup, workers: usize) -> Result<TuningProcessPool> {
-    let pool = TuningProcessPool::builder()
-        .workers(workers)
-        .timeout(LONG)
-        .process_config(setup.config())
-        .build()
-        .context("starting a TuningProcessPool")?;
+    let pool = TuningProcessPool::new(
+        PoolConfig::new()
+            .max_workers(workers)
+            .timeout(LONG)
+            .process_config(setup.config()),
+    )
+    .context("starting a TuningProcessPool")?;
     let warmup = vec![trivial(); workers * 4];
     for result in pool.benchmark(&warmup) {
         result.context("a warmup task")?;
@@ -179,7 +181,7 @@ pub(crate) fn crash_to_next(setup: &Setup) -> Result<Vec<Figure>> {
         let abort = executor.submit(diag(DiagnosticTask::Abort))?;
         let next = executor.submit(trivial())?;
         match abort.wait() {
-            Err(PoolError::Process(tunebox_process::ProcessError::WorkerCrashed { .. })) => {}
+            Err(e) if e.status() == Status::Crashed => {}
             other => bail!("expected the abort to crash its worker, got {other:?}"),
         }
         let crashed = Instant::now();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tunebox_cpu::{CacheDir, CompileControl, CpuError, Signature};
-use tunebox_pool::{PoolError, Status, TuningProcessPool, verify_outputs};
+use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outputs};
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
@@ -155,8 +155,8 @@ pub(crate) fn start_pool(
     timeout: Duration,
     max_process_uses: Option<u64>,
 ) -> Result<Arc<TuningProcessPool>> {
-    let pool = TuningProcessPool::builder()
-        .workers(workers)
+    let config = PoolConfig::new()
+        .max_workers(workers)
         .timeout(timeout)
         .process_config(
             ProcessConfig::new()
@@ -165,9 +165,8 @@ pub(crate) fn start_pool(
                     tail_bytes: 16 * 1024,
                 }),
         )
-        .maximum_process_uses(max_process_uses)
-        .build()
-        .context("could not start the workers")?;
+        .maximum_process_uses(max_process_uses);
+    let pool = TuningProcessPool::new(config).context("could not start the workers")?;
     Ok(Arc::new(pool))
 }
 
@@ -215,7 +214,7 @@ pub(crate) fn reference_outputs(
     let result = pool.benchmark(std::slice::from_ref(&request)).remove(0);
     pool.shutdown(Duration::from_millis(500));
     let outputs = result.map_err(|e| {
-        let hint = if matches!(e, PoolError::Process(ProcessError::Timeout { .. })) {
+        let hint = if e.status() == Status::Timeout {
             " (one call of the reference may take verify.timeout_s; raise it if the reference \
              is just slow)"
         } else {
@@ -362,13 +361,7 @@ pub(crate) fn judge(
 ) -> ChoiceResult {
     let measured = match result {
         Err(e) => {
-            return ChoiceResult::failed(
-                index,
-                choice,
-                Status::of_error(&e),
-                e.to_string(),
-                device,
-            );
+            return ChoiceResult::failed(index, choice, e.status(), e.to_string(), device);
         }
         Ok(measured) => measured,
     };

@@ -375,7 +375,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 let result = ChoiceResult::failed(
                     t.index,
                     choices[t.index].clone(),
-                    Status::of_error(&e),
+                    e.status(),
                     format!("{:#}", anyhow::Error::new(e)),
                     &device,
                 );

@@ -20,36 +20,15 @@
 //! ```
 //! use tunebox_bench::Backend;
 //! use tunebox_cpu::{CacheDir, CpuBackend};
-//! use tunebox_protocol::{
-//!     BenchmarkRequest, CKernel, DType, Init, Kernel, Scalar, TensorSpec, TimingConfig,
-//! };
+//! use tunebox_protocol::{BenchmarkRequest, CKernel, DType, TensorSpec, TimingConfig};
 //!
-//! let kernel = CKernel {
-//!     source: "#include <stdint.h>\n\
-//!              void scale(const float *x, float *y, int64_t n) {\n\
-//!                  for (int64_t i = 0; i < n; i++) y[i] = FACTOR * x[i];\n\
-//!              }\n"
-//!         .into(),
-//!     source_name: "scale.c".into(),
-//!     entry: "scale".into(),
-//!     defines: vec![tunebox_protocol::Define::new("FACTOR", "2.0f")],
-//!     flags: vec!["-O2".into()],
-//!     compiler: "cc".into(),
-//! };
-//! let tensor = |name: &str, init, output| TensorSpec {
-//!     name: name.into(),
-//!     dtype: DType::F32,
-//!     shape: vec![4],
-//!     init,
-//!     output,
-//!     reset: false,
-//! };
-//! let request = BenchmarkRequest {
-//!     kernel: Kernel::C(kernel),
-//!     tensors: vec![tensor("x", Init::Ones, false), tensor("y", Init::Zeros, true)],
-//!     scalars: vec![Scalar { name: "n".into(), value: 4 }],
-//!     timing: TimingConfig { warmup_ms: 1.0, rep_ms: 2.0, flush_cache: false, ..Default::default() },
-//! };
+//! const SCALE: &str = "#include <stdint.h>
+//! void scale(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = FACTOR * x[i]; }";
+//! let request = BenchmarkRequest::new(CKernel::new(SCALE, "scale").define("FACTOR", "2.0f"))
+//!     .tensor(TensorSpec::new("x", DType::F32, [4]).ones())
+//!     .tensor(TensorSpec::new("y", DType::F32, [4]).output())
+//!     .scalar("n", 4)
+//!     .timing(TimingConfig { warmup_ms: 1.0, rep_ms: 2.0, flush_cache: false, ..Default::default() });
 //!
 //! let cache = tempfile::tempdir()?;
 //! let mut backend = CpuBackend::new(CacheDir::new(cache.path()));

@@ -34,37 +34,22 @@
 //! ```no_run
 //! use tunebox_bench::Backend;
 //! use tunebox_cuda::CudaBackend;
-//! use tunebox_protocol::{
-//!     BenchmarkRequest, CudaCode, CudaKernel, DType, Define, Init, Kernel, LaunchConfig,
-//!     Scalar, TensorSpec,
-//! };
+//! use tunebox_protocol::{BenchmarkRequest, CudaKernel, DType, TensorSpec};
 //!
 //! let source = r#"
 //!     __global__ void scale(const float *x, float *y, long long n) {
 //!         long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
 //!         if (i < n) y[i] = FACTOR * x[i];
 //!     }"#;
-//! let n = 1 << 20;
-//! let tensor = |name: &str, init, output| TensorSpec {
-//!     name: name.into(),
-//!     dtype: DType::F32,
-//!     shape: vec![n],
-//!     init,
-//!     output,
-//!     reset: false,
-//! };
-//! let request = BenchmarkRequest {
-//!     kernel: Kernel::Cuda(CudaKernel {
-//!         code: CudaCode::Source { text: source.into(), name: "scale.cu".into() },
-//!         entry: "scale".into(),
-//!         defines: vec![Define::new("FACTOR", "2.0f")],
-//!         options: vec![],
-//!         launch: LaunchConfig { grid: [(n / 256) as u32, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0 },
-//!     }),
-//!     tensors: vec![tensor("x", Init::Random { seed: 1 }, false), tensor("y", Init::Zeros, true)],
-//!     scalars: vec![Scalar { name: "n".into(), value: n as i64 }],
-//!     timing: Default::default(),
-//! };
+//! let n: u32 = 1 << 20;
+//! let kernel = CudaKernel::new(source, "scale")
+//!     .define("FACTOR", "2.0f")
+//!     .grid([n / 256, 1, 1])
+//!     .block([256, 1, 1]);
+//! let request = BenchmarkRequest::new(kernel)
+//!     .tensor(TensorSpec::new("x", DType::F32, [u64::from(n)]).random(1))
+//!     .tensor(TensorSpec::new("y", DType::F32, [u64::from(n)]).output())
+//!     .scalar("n", i64::from(n));
 //! let mut backend = CudaBackend::new();
 //! println!("{:?}", backend.devices()?);
 //! let result = backend.benchmark(&request)?;

@@ -1,6 +1,9 @@
 //! Errors of the pool and of the candidates it runs.
 
 use tunebox_process::ProcessError;
+use tunebox_protocol::BenchError;
+
+use crate::Status;
 
 /// Why the pool could not produce a candidate's result, or could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -82,13 +85,51 @@ impl PoolError {
         }
     }
 
-    /// Whether the candidate exceeded its timeout.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, PoolError::Process(ProcessError::Timeout { .. }))
+    /// What became of the candidate, in one word: the classification that the CLI's `status`,
+    /// [`Status::of`] and TVM's [`StatusKind`](crate::StatusKind) (via [`Status::kind`]) all
+    /// use.
+    ///
+    /// - [`Status::CompileError`] when the worker answered `BenchError::Compile`;
+    /// - [`Status::Timeout`] when the task timed out (its worker was killed), or one call
+    ///   exceeded the request's budget (`BenchError::DoesNotFit`);
+    /// - [`Status::Crashed`] when its worker died, or a sticky `BenchError::DeviceFault` lost
+    ///   the GPU context (the worker exits after answering);
+    /// - [`Status::Error`] for everything else (another task error, a worker that could not
+    ///   start, a broken protocol, a shutdown, a cancellation).
+    pub fn status(&self) -> Status {
+        let PoolError::Process(error) = self else {
+            return Status::Error;
+        };
+        match error.bench_error() {
+            Some(BenchError::Compile { .. }) => Status::CompileError,
+            Some(BenchError::DoesNotFit { .. }) => Status::Timeout,
+            Some(fault) if fault.ends_worker() => Status::Crashed,
+            Some(_) => Status::Error,
+            None => match error {
+                ProcessError::Timeout { .. } => Status::Timeout,
+                ProcessError::WorkerCrashed { .. } => Status::Crashed,
+                _ => Status::Error,
+            },
+        }
     }
 
-    /// Whether the candidate's worker died while running it.
+    /// The task's own error, reported by a worker that lived to answer (a compile error, a bad
+    /// launch, a caught panic, a device fault, …); `None` for a timeout, a crash, a start-up or
+    /// pool error.
+    pub fn bench_error(&self) -> Option<&BenchError> {
+        match self {
+            PoolError::Process(error) => error.bench_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether [`status`](PoolError::status) is [`Status::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        self.status() == Status::Timeout
+    }
+
+    /// Whether [`status`](PoolError::status) is [`Status::Crashed`].
     pub fn is_crash(&self) -> bool {
-        matches!(self, PoolError::Process(ProcessError::WorkerCrashed { .. }))
+        self.status() == Status::Crashed
     }
 }

@@ -5,44 +5,9 @@ use std::time::Duration;
 use tunebox_process::ProcessError;
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Task, TaskRequest};
 
-use crate::builder::PoolBuilder;
 use crate::engine::Engine;
 use crate::handle::{typed, untyped};
-use crate::{PoolError, TaskHandle};
-
-/// Marker for a [`PoolBuilder`] that builds a [`PoolExecutor`].
-#[derive(Debug, Clone, Copy)]
-pub struct ExecutorKind;
-
-impl PoolBuilder<ExecutorKind> {
-    /// Starts `max_workers` workers (in parallel, each with its initializer).
-    ///
-    /// # Errors
-    ///
-    /// As `PoolBuilder::<PoolKind>::build`: [`PoolError::NoWorkers`] for zero workers, the
-    /// first worker's start-up error (e.g. `InitializerFailed`) with every started worker
-    /// reaped.
-    pub fn build(self) -> Result<PoolExecutor, PoolError> {
-        Ok(PoolExecutor {
-            engine: self.start()?,
-        })
-    }
-}
-
-/// How a task ended, as TVM's `StatusKind` (plus `Crashed`, which TVM folds into its
-/// exceptions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StatusKind {
-    /// The task produced a result.
-    Complete,
-    /// The task failed: an error inside the worker, a cancellation, a shutdown, a worker that
-    /// could not start.
-    Exception,
-    /// The task exceeded its timeout; its worker was killed.
-    Timeout,
-    /// The task's worker died while running it.
-    Crashed,
-}
+use crate::{PoolConfig, PoolError, StatusKind, TaskHandle};
 
 /// The outcome of one task of [`PoolExecutor::map_with_error_catching`] or
 /// [`PoolExecutor::map_tasks`], as TVM's `MapResult`: the value of a completed task, or the
@@ -105,10 +70,10 @@ impl<T> From<Result<T, PoolError>> for MapResult<T> {
     fn from(result: Result<T, PoolError>) -> Self {
         match result {
             Ok(value) => MapResult::Complete(value),
-            Err(error) => match &error {
-                PoolError::Process(ProcessError::Timeout { .. }) => MapResult::Timeout(error),
-                PoolError::Process(ProcessError::WorkerCrashed { .. }) => MapResult::Crashed(error),
-                _ => MapResult::Exception(error),
+            Err(error) => match error.status().kind() {
+                StatusKind::Timeout => MapResult::Timeout(error),
+                StatusKind::Crashed => MapResult::Crashed(error),
+                StatusKind::Exception | StatusKind::Complete => MapResult::Exception(error),
             },
         }
     }
@@ -131,23 +96,22 @@ impl<T> From<MapResult<T>> for Result<T, PoolError> {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use tunebox_pool::{PoolExecutor, StatusKind};
+/// use tunebox_pool::{PoolConfig, PoolExecutor, StatusKind};
 /// use tunebox_process::ProcessConfig;
-/// use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
+/// use tunebox_protocol::{BenchmarkRequest, DiagnosticTask};
 ///
-/// let executor = PoolExecutor::builder()
-///     .max_workers(2)
-///     .timeout(Duration::from_secs(1))
-///     .maximum_process_uses(Some(100))
-///     .process_config(ProcessConfig::new().worker("target/release/tunebox-worker"))
-///     .build()?;
-/// let handle = executor.submit(BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep {
-///     ms: 5,
-/// })))?;
+/// let executor = PoolExecutor::new(
+///     PoolConfig::new()
+///         .max_workers(2)
+///         .timeout(Duration::from_secs(1))
+///         .maximum_process_uses(Some(100))
+///         .process_config(ProcessConfig::new().worker("target/release/tunebox-worker")),
+/// )?;
+/// let handle = executor.submit(BenchmarkRequest::new(DiagnosticTask::Sleep { ms: 5 }))?;
 /// assert!(handle.wait()?.stats.median_ms >= 5.0);
 /// let tasks = vec![
-///     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang)),
-///     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Abort)),
+///     BenchmarkRequest::new(DiagnosticTask::Hang),
+///     BenchmarkRequest::new(DiagnosticTask::Abort),
 /// ];
 /// let results = executor.map_with_error_catching(tasks);
 /// assert_eq!(results[0].status(), StatusKind::Timeout);
@@ -159,10 +123,17 @@ pub struct PoolExecutor {
 }
 
 impl PoolExecutor {
-    /// A builder with the defaults: one worker per CPU, 60 s timeout, never recycled, no
-    /// initializer.
-    pub fn builder() -> PoolBuilder<ExecutorKind> {
-        PoolBuilder::new()
+    /// Starts the `max_workers` workers of `config` (in parallel, each with its initializer).
+    ///
+    /// # Errors
+    ///
+    /// As [`TuningProcessPool::new`](crate::TuningProcessPool::new): a device error such as
+    /// [`PoolError::NoWorkers`] for zero workers before anything starts; the first worker's
+    /// start-up error (e.g. `InitializerFailed`) with every started worker reaped.
+    pub fn new(config: PoolConfig) -> Result<PoolExecutor, PoolError> {
+        Ok(PoolExecutor {
+            engine: config.start()?,
+        })
     }
 
     /// Number of workers.

@@ -12,31 +12,34 @@
 //!   returning a [`TaskHandle`], and [`map_with_error_catching`](PoolExecutor::map_with_error_catching)
 //!   returning a [`MapResult`] ([`StatusKind`]) per task.
 //!
-//! Both are built with a [`PoolBuilder`] (timeout, `maximum_process_uses`, initializer, output).
-//! A candidate that crashes, hangs past its timeout or fails costs its own result; its worker is
+//! Both start from a [`PoolConfig`] (workers, timeout, `maximum_process_uses`, initializer,
+//! output): `TuningProcessPool::new(config)`, `PoolExecutor::new(config)`. A candidate that crashes, hangs past its timeout or fails costs its own result; its worker is
 //! replaced at once, off the next task's path; other candidates never wait for it. Errors are
 //! [`PoolError`]s. [`verify_outputs`] checks a candidate's outputs against a reference's within a
 //! [`Tolerance`] (as `numpy.allclose`), and [`Status`] names a tuning outcome (`ok`, `wrong`,
-//! `compile_error`, `error`, `crashed`, `timeout`).
+//! `compile_error`, `error`, `crashed`, `timeout`; [`PoolError::status`] classifies a failure,
+//! [`PoolError::bench_error`] gives the task's own error, and [`StatusKind`] is derived from
+//! [`Status`]).
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use tunebox_pool::{Devices, TuningProcessPool};
+//! use tunebox_pool::{PoolConfig, TuningProcessPool};
 //! use tunebox_process::ProcessConfig;
-//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel};
+//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask};
 //!
-//! let pool = TuningProcessPool::builder()
-//!     .devices(Devices::Cpu(2))
-//!     .timeout(Duration::from_secs(1))
-//!     .process_config(ProcessConfig::new().worker("target/release/tunebox-worker"))
-//!     .build()?;
+//! let pool = TuningProcessPool::new(
+//!     PoolConfig::new()
+//!         .max_workers(2)
+//!         .timeout(Duration::from_secs(1))
+//!         .process_config(ProcessConfig::new().worker("target/release/tunebox-worker")),
+//! )?;
 //! let requests = vec![
-//!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 5 })),
-//!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Segfault)),
-//!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Hang)),
-//!     BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 1 })),
+//!     BenchmarkRequest::new(DiagnosticTask::Sleep { ms: 5 }),
+//!     BenchmarkRequest::new(DiagnosticTask::Segfault),
+//!     BenchmarkRequest::new(DiagnosticTask::Hang),
+//!     BenchmarkRequest::new(DiagnosticTask::Sleep { ms: 1 }),
 //! ];
 //! let timings = pool.benchmark_or_inf(&requests);
 //! assert!(timings[0] >= 5.0 && timings[3] >= 1.0);
@@ -46,7 +49,7 @@
 //! ```
 #![deny(missing_docs)]
 
-mod builder;
+mod config;
 mod devices;
 mod engine;
 mod error;
@@ -56,11 +59,11 @@ mod pool;
 mod status;
 mod verify;
 
-pub use builder::PoolBuilder;
+pub use config::PoolConfig;
 pub use devices::Devices;
 pub use error::PoolError;
-pub use executor::{ExecutorKind, MapResult, PoolExecutor, StatusKind};
+pub use executor::{MapResult, PoolExecutor};
 pub use handle::TaskHandle;
-pub use pool::{PoolKind, TuningProcessPool};
-pub use status::Status;
+pub use pool::TuningProcessPool;
+pub use status::{Status, StatusKind};
 pub use verify::{TensorComparison, Tolerance, Verification, verify_outputs};

@@ -6,31 +6,9 @@ use std::time::Duration;
 use tunebox_process::ProcessError;
 use tunebox_protocol::{BenchmarkRequest, Task, TaskRequest};
 
-use crate::PoolError;
-use crate::builder::PoolBuilder;
 use crate::engine::{Engine, TaskResult};
 use crate::handle::typed;
-
-/// Marker for a [`PoolBuilder`] that builds a [`TuningProcessPool`].
-#[derive(Debug, Clone, Copy)]
-pub struct PoolKind;
-
-impl PoolBuilder<PoolKind> {
-    /// Starts every worker (in parallel, each with its initializer) and returns the pool.
-    ///
-    /// # Errors
-    ///
-    /// A device error ([`PoolError::NoWorkers`], [`PoolError::NoDevices`],
-    /// [`PoolError::NotEnoughDevices`], [`PoolError::RepeatedDevice`],
-    /// [`PoolError::DeviceCountUnknown`]) before anything
-    /// starts; the first worker's start-up error ([`PoolError::Process`], e.g.
-    /// `InitializerFailed`), with every started worker killed and reaped.
-    pub fn build(self) -> Result<TuningProcessPool, PoolError> {
-        Ok(TuningProcessPool {
-            engine: self.start()?,
-        })
-    }
-}
+use crate::{PoolConfig, PoolError};
 
 /// Isolated workers that benchmark candidates in parallel, one per device, as Inductor's
 /// `TuningProcessPool`.
@@ -44,10 +22,28 @@ pub struct TuningProcessPool {
 }
 
 impl TuningProcessPool {
-    /// A builder with the defaults: one unpinned worker per CPU, 60 s timeout, workers started
-    /// as `ProcessConfig::new()` says, never recycled, no initializer.
-    pub fn builder() -> PoolBuilder<PoolKind> {
-        PoolBuilder::new()
+    /// Starts every worker of `config` (in parallel, each with its initializer) and returns
+    /// the pool.
+    ///
+    /// ```no_run
+    /// use tunebox_pool::{Devices, PoolConfig, TuningProcessPool};
+    ///
+    /// let pool = TuningProcessPool::new(PoolConfig::new().devices(Devices::FirstVisible(2)))?;
+    /// assert_eq!(pool.size(), 2);
+    /// # Ok::<(), tunebox_pool::PoolError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A device error ([`PoolError::NoWorkers`], [`PoolError::NoDevices`],
+    /// [`PoolError::NotEnoughDevices`], [`PoolError::RepeatedDevice`],
+    /// [`PoolError::DeviceCountUnknown`]) before anything starts; the first worker's start-up
+    /// error ([`PoolError::Process`], e.g. `InitializerFailed`), with every started worker
+    /// killed and reaped.
+    pub fn new(config: PoolConfig) -> Result<TuningProcessPool, PoolError> {
+        Ok(TuningProcessPool {
+            engine: config.start()?,
+        })
     }
 
     /// Number of workers.

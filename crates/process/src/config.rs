@@ -110,7 +110,7 @@ pub struct ProcessConfig {
     pub(crate) stderr: Output,
     pub(crate) handshake_timeout: Duration,
     pub(crate) send_timeout: Duration,
-    pub(crate) maximum_uses: Option<u64>,
+    pub(crate) maximum_process_uses: Option<u64>,
     pub(crate) initializer: Option<InitRequest>,
 }
 
@@ -128,7 +128,7 @@ impl Default for ProcessConfig {
             },
             handshake_timeout: Duration::from_secs(30),
             send_timeout: Duration::from_secs(10),
-            maximum_uses: None,
+            maximum_process_uses: None,
             initializer: None,
         }
     }
@@ -227,10 +227,10 @@ impl ProcessConfig {
         self
     }
 
-    /// Replace the worker after this many benchmark requests (TVM's `maximum_process_uses`);
+    /// Replace the worker after this many benchmark requests, as TVM's `maximum_process_uses`;
     /// `None` (the default) never does.
-    pub fn maximum_uses(mut self, uses: Option<u64>) -> Self {
-        self.maximum_uses = uses;
+    pub fn maximum_process_uses(mut self, uses: Option<u64>) -> Self {
+        self.maximum_process_uses = uses;
         self
     }
 

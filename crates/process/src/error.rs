@@ -204,6 +204,16 @@ impl ProcessError {
     pub fn worker_lost(&self) -> bool {
         !matches!(self, ProcessError::Remote(_))
     }
+
+    /// The task's own error, when the worker lived to report one ([`ProcessError::Remote`]):
+    /// a compile error, a bad launch, a caught panic, a device fault, … `None` for every fault
+    /// of the worker or the transport (timeout, crash, spawn, protocol, initializer).
+    pub fn bench_error(&self) -> Option<&BenchError> {
+        match self {
+            ProcessError::Remote(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// ` — stderr:\n<tail>` when there is a tail.

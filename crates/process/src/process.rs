@@ -17,7 +17,7 @@ use crate::{InitRequest, KillSwitch, ProcessConfig, ProcessError};
 /// How long a worker that closed its channel may take to be reaped before it is killed.
 const DEATH_GRACE: Duration = Duration::from_secs(1);
 
-/// How long a worker retired after `maximum_uses` may take to exit before it is killed.
+/// How long a worker retired after `maximum_process_uses` may take to exit before it is killed.
 const RETIRE_GRACE: Duration = Duration::from_millis(100);
 
 /// Requests whose inline payload exceeds this are sent with a guard (see `Worker::send`): with
@@ -34,14 +34,14 @@ struct Pending {
     resend: bool,
     /// Sent with a guard whatever else is queued (large inline payload).
     large: bool,
-    /// Counts toward `maximum_uses` (benchmark requests).
+    /// Counts toward `maximum_process_uses` (benchmark requests).
     is_use: bool,
 }
 
 /// What a request is for, which decides how it is resent and counted.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Purpose {
-    /// A benchmark: counts toward `maximum_uses`.
+    /// A benchmark: counts toward `maximum_process_uses`.
     Use,
     /// A ping, probe or prepare.
     Other,
@@ -135,7 +135,7 @@ impl TuningProcess {
 
     /// Sends a benchmark request; its reply is what the next [`get`](TuningProcess::get)
     /// returns. First starts a worker if there is none (never started, crashed, timed out,
-    /// killed) or replaces the current one if it has served `maximum_uses` requests. A reply to
+    /// killed) or replaces the current one if it has served `maximum_process_uses` requests. A reply to
     /// an earlier request that was never collected is discarded when it arrives.
     ///
     /// `put` never blocks indefinitely: a request that may not fit in the socket buffer, or that
@@ -428,7 +428,7 @@ impl TuningProcess {
     }
 
     /// Makes sure a worker is running and can take a request: replaces one that reached
-    /// `maximum_uses` or died, and starts one (with its initializer) if there is none. A pool
+    /// `maximum_process_uses` or died, and starts one (with its initializer) if there is none. A pool
     /// calls this right after a task, so the next task does not pay the start-up.
     ///
     /// # Errors
@@ -438,10 +438,10 @@ impl TuningProcess {
         let exhausted = self
             .worker
             .as_ref()
-            .zip(self.config.maximum_uses)
+            .zip(self.config.maximum_process_uses)
             .is_some_and(|(worker, max)| worker.uses >= max);
         if exhausted {
-            log::debug!("worker reached maximum_uses; replacing it");
+            log::debug!("worker reached maximum_process_uses; replacing it");
             // The retired worker's exit status is of no interest.
             let _ = self.shutdown(RETIRE_GRACE);
         } else if self.worker.as_ref().is_some_and(Worker::has_exited) {
@@ -527,7 +527,7 @@ impl TuningProcess {
             });
         }
         if !queued {
-            // Replaces a worker that reached maximum_uses or died while idle (killed from
+            // Replaces a worker that reached maximum_process_uses or died while idle (killed from
             // outside, say): nothing was lost, so this request goes to a fresh one.
             self.ensure_running()?;
         }

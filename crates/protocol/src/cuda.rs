@@ -26,6 +26,94 @@ pub struct CudaKernel {
     pub launch: LaunchConfig,
 }
 
+impl CudaKernel {
+    /// Name compiler messages show for a source given to [`CudaKernel::new`].
+    pub const DEFAULT_SOURCE_NAME: &'static str = "kernel.cu";
+
+    /// The `__global__` function `entry` of the CUDA C++ `source` text (compiled by NVRTC),
+    /// named `kernel.cu` in messages, with no defines, no extra options, and one block of one
+    /// thread ([`LaunchConfig::default`]): set [`grid`](CudaKernel::grid) and
+    /// [`block`](CudaKernel::block).
+    ///
+    /// ```
+    /// use tunebox_protocol::CudaKernel;
+    ///
+    /// let n = 1u32 << 20;
+    /// let kernel = CudaKernel::new("__global__ void add(float *x) { x[0] += 1; }", "add")
+    ///     .define("BLOCK", 256)
+    ///     .option("--use_fast_math")
+    ///     .grid([n / 256, 1, 1])
+    ///     .block([256, 1, 1]);
+    /// assert_eq!(kernel.launch.grid, [4096, 1, 1]);
+    /// assert_eq!(kernel.launch.shared_mem_bytes, 0);
+    /// ```
+    pub fn new(source: impl Into<String>, entry: impl Into<String>) -> Self {
+        Self::from_code(
+            CudaCode::Source {
+                text: source.into(),
+                name: Self::DEFAULT_SOURCE_NAME.into(),
+            },
+            entry,
+        )
+    }
+
+    /// The function `entry` of `code` (source, PTX or cubin), with the defaults of
+    /// [`CudaKernel::new`].
+    pub fn from_code(code: CudaCode, entry: impl Into<String>) -> Self {
+        CudaKernel {
+            code,
+            entry: entry.into(),
+            defines: Vec::new(),
+            options: Vec::new(),
+            launch: LaunchConfig::default(),
+        }
+    }
+
+    /// Appends the define `-DNAME=VALUE`, `value` as its `Display` text (sources only).
+    pub fn define(mut self, name: impl Into<String>, value: impl std::fmt::Display) -> Self {
+        self.defines.push(Define::new(name, value.to_string()));
+        self
+    }
+
+    /// Appends one NVRTC option, e.g. `--use_fast_math` (sources only).
+    pub fn option(mut self, option: impl Into<String>) -> Self {
+        self.options.push(option.into());
+        self
+    }
+
+    /// Renames the source in compiler messages (sources only; usually its path).
+    pub fn source_name(mut self, source_name: impl Into<String>) -> Self {
+        if let CudaCode::Source { name, .. } = &mut self.code {
+            *name = source_name.into();
+        }
+        self
+    }
+
+    /// Blocks in x, y, z.
+    pub fn grid(mut self, grid: [u32; 3]) -> Self {
+        self.launch.grid = grid;
+        self
+    }
+
+    /// Threads per block in x, y, z.
+    pub fn block(mut self, block: [u32; 3]) -> Self {
+        self.launch.block = block;
+        self
+    }
+
+    /// Dynamic shared memory per block, in bytes (default 0).
+    pub fn shared_mem_bytes(mut self, bytes: u32) -> Self {
+        self.launch.shared_mem_bytes = bytes;
+        self
+    }
+
+    /// Replaces the whole launch geometry.
+    pub fn launch(mut self, launch: LaunchConfig) -> Self {
+        self.launch = launch;
+        self
+    }
+}
+
 /// What a [`CudaKernel`] is made of.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CudaCode {
@@ -51,6 +139,24 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// `grid` blocks of `block` threads, without dynamic shared memory.
+    pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
+        LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+impl Default for LaunchConfig {
+    /// One block of one thread, without dynamic shared memory.
+    fn default() -> Self {
+        LaunchConfig::new([1, 1, 1], [1, 1, 1])
+    }
 }
 
 /// One GPU, as a worker's backend sees it.

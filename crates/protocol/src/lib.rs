@@ -11,7 +11,9 @@
 //! - the session: [`Request`]s (`Ping`, `Benchmark`, `Shutdown`) and [`Response`]s, matched by id;
 //! - the payload: a [`BenchmarkRequest`] (a [`Kernel`], its [`TensorSpec`]s and scalars, a
 //!   [`TimingConfig`]) answered by a [`BenchmarkResult`] ([`TimingStats`] in ms plus the output
-//!   tensors) or a [`BenchError`] (errors as data: the task failed, the worker lives);
+//!   tensors) or a [`BenchError`] (errors as data: the task failed, the worker lives). Each is
+//!   built in a line: `BenchmarkRequest::new(CKernel::new(source, "saxpy").define("BLOCK", 64))`
+//!   with `.tensor(TensorSpec::new("x", DType::F32, [n]).random(1))` and `.scalar("n", n)`;
 //! - open task kinds: a downstream crate implements [`Task`] for its own serde task type, with
 //!   its own serde result type, and registers a backend for it in its worker; the task travels
 //!   as [`Kernel::Task`] and its result as [`BenchmarkResult::value`] ([`TaskRequest`],
@@ -22,10 +24,10 @@
 //! # Example
 //!
 //! ```
-//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Kernel, Request, RequestBody};
+//! use tunebox_protocol::{BenchmarkRequest, DiagnosticTask, Request, RequestBody};
 //!
 //! // A request that makes the worker sleep for 5 ms: diagnostics need no compiler or GPU.
-//! let request = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 5 }));
+//! let request = BenchmarkRequest::new(DiagnosticTask::Sleep { ms: 5 });
 //! assert_eq!(request.kernel.backend(), "diagnostics");
 //! let message = Request::new(1, RequestBody::Benchmark(Box::new(request)));
 //! assert_eq!(message.id, 1);

@@ -21,14 +21,51 @@ pub struct BenchmarkRequest {
 }
 
 impl BenchmarkRequest {
-    /// A request for `kernel` with no tensors, no scalars and the default [`TimingConfig`].
-    pub fn new(kernel: Kernel) -> Self {
+    /// A request for `kernel` (a [`Kernel`], or a [`CKernel`], [`CudaKernel`] or
+    /// [`DiagnosticTask`] directly) with no tensors, no scalars and the default
+    /// [`TimingConfig`]. Add the arguments with [`tensor`](BenchmarkRequest::tensor) and
+    /// [`scalar`](BenchmarkRequest::scalar), in the order the kernel takes them.
+    ///
+    /// ```
+    /// use tunebox_protocol::{BenchmarkRequest, CKernel, DType, TensorSpec, TimingConfig};
+    ///
+    /// const SOURCE: &str = "#include <stdint.h>
+    /// void saxpy(float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] += 2 * x[i]; }";
+    /// let request = BenchmarkRequest::new(CKernel::new(SOURCE, "saxpy").define("BLOCK", 64))
+    ///     .tensor(TensorSpec::new("x", DType::F32, [1 << 20]).random(1))
+    ///     .tensor(TensorSpec::new("y", DType::F32, [1 << 20]).output())
+    ///     .scalar("n", 1 << 20)
+    ///     .timing(TimingConfig { rep_ms: 50.0, ..TimingConfig::default() });
+    /// assert_eq!(request.kernel.backend(), "cpu");
+    /// assert_eq!((request.tensors.len(), request.scalars[0].value), (2, 1 << 20));
+    /// ```
+    pub fn new(kernel: impl Into<Kernel>) -> Self {
         Self {
-            kernel,
+            kernel: kernel.into(),
             tensors: Vec::new(),
             scalars: Vec::new(),
             timing: TimingConfig::default(),
         }
+    }
+
+    /// Appends a tensor argument: the kernel gets it as a pointer, after the tensors added
+    /// before it.
+    pub fn tensor(mut self, tensor: TensorSpec) -> Self {
+        self.tensors.push(tensor);
+        self
+    }
+
+    /// Appends an integer argument `name = value`, passed as `int64_t` after every tensor and
+    /// after the scalars added before it.
+    pub fn scalar(mut self, name: impl Into<String>, value: i64) -> Self {
+        self.scalars.push(Scalar::new(name, value));
+        self
+    }
+
+    /// Replaces the warmup and repetition budget (default: [`TimingConfig::default`]).
+    pub fn timing(mut self, timing: TimingConfig) -> Self {
+        self.timing = timing;
+        self
     }
 
     /// How many shared-memory regions this request carries (each travels as a file
@@ -131,6 +168,24 @@ impl Kernel {
     }
 }
 
+impl From<CKernel> for Kernel {
+    fn from(kernel: CKernel) -> Self {
+        Kernel::C(kernel)
+    }
+}
+
+impl From<CudaKernel> for Kernel {
+    fn from(kernel: CudaKernel) -> Self {
+        Kernel::Cuda(kernel)
+    }
+}
+
+impl From<DiagnosticTask> for Kernel {
+    fn from(task: DiagnosticTask) -> Self {
+        Kernel::Diagnostic(task)
+    }
+}
+
 /// A C kernel: a source text, an entry function, and the defines of one choice.
 ///
 /// The entry is called as `entry(tensor_0, …, tensor_n, scalar_0, …, scalar_m)`: each tensor as a
@@ -149,6 +204,74 @@ pub struct CKernel {
     pub flags: Vec<String>,
     /// The C compiler to run (a name on `PATH` or a path), e.g. `"cc"`.
     pub compiler: String,
+}
+
+impl CKernel {
+    /// Source name used by [`CKernel::new`].
+    pub const DEFAULT_SOURCE_NAME: &'static str = "kernel.c";
+    /// Compiler used by [`CKernel::new`]. The `tunebox` CLI uses `$CC` when it is set.
+    pub const DEFAULT_COMPILER: &'static str = "cc";
+    /// Flags used by [`CKernel::new`]: what the `tunebox` CLI gives a manifest's C kernel
+    /// that sets no `flags`.
+    pub const DEFAULT_FLAGS: [&'static str; 2] = ["-O3", "-march=native"];
+
+    /// The kernel `entry` of the C `source` text, with the CLI's defaults: source name
+    /// `kernel.c`, compiler `cc`, flags `-O3 -march=native`, no defines.
+    ///
+    /// ```
+    /// use tunebox_protocol::CKernel;
+    ///
+    /// let kernel = CKernel::new("void k(float *x) { x[0] = BLOCK; }", "k")
+    ///     .define("BLOCK", 64)
+    ///     .flag("-ffast-math")
+    ///     .source_name("k.c");
+    /// assert_eq!(kernel.defines[0].value, "64");
+    /// assert_eq!(kernel.flags, ["-O3", "-march=native", "-ffast-math"]);
+    /// ```
+    pub fn new(source: impl Into<String>, entry: impl Into<String>) -> Self {
+        CKernel {
+            source: source.into(),
+            source_name: Self::DEFAULT_SOURCE_NAME.into(),
+            entry: entry.into(),
+            defines: Vec::new(),
+            flags: Self::DEFAULT_FLAGS.map(String::from).to_vec(),
+            compiler: Self::DEFAULT_COMPILER.into(),
+        }
+    }
+
+    /// Appends the define `-DNAME=VALUE`, `value` as its `Display` text (`64`, `1.5f`, …).
+    pub fn define(mut self, name: impl Into<String>, value: impl std::fmt::Display) -> Self {
+        self.defines.push(Define::new(name, value.to_string()));
+        self
+    }
+
+    /// Appends one compiler flag to the current ones (by default [`CKernel::DEFAULT_FLAGS`]).
+    pub fn flag(mut self, flag: impl Into<String>) -> Self {
+        self.flags.push(flag.into());
+        self
+    }
+
+    /// Replaces every compiler flag, the defaults included (`flags(["-O2"])`).
+    pub fn flags<I, S>(mut self, flags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.flags = flags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The C compiler to run, a name on `PATH` or a path (default `cc`).
+    pub fn compiler(mut self, compiler: impl Into<String>) -> Self {
+        self.compiler = compiler.into();
+        self
+    }
+
+    /// The name compiler messages show for the source, usually its path (default `kernel.c`).
+    pub fn source_name(mut self, name: impl Into<String>) -> Self {
+        self.source_name = name.into();
+        self
+    }
 }
 
 /// One preprocessor define, passed to the compiler as `-DNAME=VALUE`.
@@ -208,6 +331,73 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
+    /// A contiguous tensor `name` of `dtype` with `shape` (outermost first, in elements),
+    /// initialized to zeros, not returned, not reset between calls.
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, Init, TensorSpec};
+    ///
+    /// let a = TensorSpec::new("a", DType::F32, [64, 32]).random(7);
+    /// let c = TensorSpec::new("c", DType::F32, vec![64, 64]).output().reset();
+    /// assert_eq!(a.init, Init::Random { seed: 7 });
+    /// assert_eq!(c.byte_len(), Some(64 * 64 * 4));
+    /// assert!(c.output && c.reset && c.init == Init::Zeros);
+    /// ```
+    pub fn new(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: impl IntoIterator<Item = u64>,
+    ) -> Self {
+        TensorSpec {
+            name: name.into(),
+            dtype,
+            shape: shape.into_iter().collect(),
+            init: Init::Zeros,
+            output: false,
+            reset: false,
+        }
+    }
+
+    /// Sets the initial contents.
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// Initial contents all zero bytes ([`Init::Zeros`], the default).
+    pub fn zeros(self) -> Self {
+        self.init(Init::Zeros)
+    }
+
+    /// Initial contents all ones ([`Init::Ones`]).
+    pub fn ones(self) -> Self {
+        self.init(Init::Ones)
+    }
+
+    /// Initial contents pseudo-random from `seed` ([`Init::Random`]): the same in every worker.
+    pub fn random(self, seed: u64) -> Self {
+        self.init(Init::Random { seed })
+    }
+
+    /// Initial contents copied from the caller's shared buffer ([`Init::Data`]), which must be
+    /// exactly [`byte_len`](TensorSpec::byte_len) bytes long.
+    pub fn data(self, data: SharedData) -> Self {
+        self.init(Init::Data(data))
+    }
+
+    /// Returns the tensor's contents after the first call, for verification.
+    pub fn output(mut self) -> Self {
+        self.output = true;
+        self
+    }
+
+    /// Re-initializes the tensor before every call, outside the timed window (triton's
+    /// `restore_value`); see [`TensorSpec::reset`](TensorSpec#structfield.reset).
+    pub fn reset(mut self) -> Self {
+        self.reset = true;
+        self
+    }
+
     /// Number of elements, or `None` if the product of the shape overflows `u64`.
     pub fn num_elements(&self) -> Option<u64> {
         self.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
@@ -290,6 +480,16 @@ pub struct Scalar {
     pub name: String,
     /// Value.
     pub value: i64,
+}
+
+impl Scalar {
+    /// The scalar `name = value`.
+    pub fn new(name: impl Into<String>, value: i64) -> Self {
+        Scalar {
+            name: name.into(),
+            value,
+        }
+    }
 }
 
 /// How long to warm up and measure, as triton's `do_bench(warmup=25, rep=100)`.
@@ -483,7 +683,7 @@ pub enum DiagnosticTask {
         bytes: Bytes,
     },
     /// Allocate `bytes`, touch every page and never free them, then succeed: a candidate that
-    /// leaks memory, which only replacing its worker (`maximum_uses`) reclaims.
+    /// leaks memory, which only replacing its worker (`maximum_process_uses`) reclaims.
     Leak {
         /// Bytes to leak.
         bytes: u64,

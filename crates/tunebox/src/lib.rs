@@ -34,7 +34,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use tunebox::serde::{Deserialize, Serialize};
-//! use tunebox::{PoolExecutor, Registry, Task, TimingStats};
+//! use tunebox::{PoolConfig, PoolExecutor, Registry, Task, TimingStats};
 //!
 //! /// Sum `n` integers in a worker, timed as triton's `do_bench`.
 //! #[derive(Serialize, Deserialize)]
@@ -58,7 +58,8 @@
 //!             Ok((sum, stats))
 //!         })
 //!     });
-//!     let executor = PoolExecutor::builder().max_workers(2).timeout(Duration::from_secs(10)).build()?;
+//!     let config = PoolConfig::new().max_workers(2).timeout(Duration::from_secs(10));
+//!     let executor = PoolExecutor::new(config)?;
 //!     for result in executor.map_tasks([SumTo(1_000), SumTo(1_000_000)]) {
 //!         let (sum, stats) = result.into_result()?;
 //!         println!("sum {sum} in {:.3} ms", stats.median_ms);
@@ -77,8 +78,8 @@ pub use tunebox_worker as worker;
 
 pub use tunebox_bench::{HostTensor, Runner, TaskContext, do_bench, do_bench_within};
 pub use tunebox_pool::{
-    Devices, MapResult, PoolError, PoolExecutor, Status, StatusKind, TaskHandle, Tolerance,
-    TuningProcessPool, verify_outputs,
+    Devices, MapResult, PoolConfig, PoolError, PoolExecutor, Status, StatusKind, TaskHandle,
+    Tolerance, TuningProcessPool, verify_outputs,
 };
 pub use tunebox_process::{DeviceToken, Output, ProcessConfig, ProcessError, TuningProcess};
 pub use tunebox_protocol::{

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tunebox::serde::{Deserialize, Serialize};
 use tunebox::{
-    BenchError, DType, Devices, MapResult, PoolError, PoolExecutor, Registry, SharedBuffer, Task,
-    TaskContext, TaskRequest, TensorSpec, TimingStats, TuningProcessPool,
+    BenchError, DType, MapResult, PoolConfig, PoolError, PoolExecutor, Registry, SharedBuffer,
+    Task, TaskContext, TaskRequest, TensorSpec, TimingStats, TuningProcessPool,
 };
 
 mod kernels;
@@ -92,10 +92,10 @@ fn main() -> Result<ExitCode, PoolError> {
     };
 
     // TVM's face: every candidate, each outcome told apart.
-    let executor = PoolExecutor::builder()
+    let config = PoolConfig::new()
         .max_workers(2)
-        .timeout(Duration::from_secs(3))
-        .build()?;
+        .timeout(Duration::from_secs(3));
+    let executor = PoolExecutor::new(config.clone())?;
     let candidates = [
         ("indexed", 1),
         ("iterator", 1),
@@ -136,10 +136,7 @@ fn main() -> Result<ExitCode, PoolError> {
     executor.shutdown(true);
 
     // Inductor's face: one result per choice, in order; a failed choice times +inf.
-    let pool = TuningProcessPool::builder()
-        .devices(Devices::Cpu(2))
-        .timeout(Duration::from_secs(3))
-        .build()?;
+    let pool = TuningProcessPool::new(config)?;
     let sweep = [1, 2, 4, 8, 16];
     let timings: Vec<f64> = pool
         .run_tasks(sweep.iter().map(|&u| request("accumulators", u)))
@@ -168,14 +165,7 @@ fn shared_tensor(name: &str, values: &[f32]) -> Result<TensorSpec, PoolError> {
             message: e.to_string(),
         }))
     })?;
-    Ok(TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![values.len() as u64],
-        init: tunebox::Init::Data(buffer.share()),
-        output: false,
-        reset: false,
-    })
+    Ok(TensorSpec::new(name, DType::F32, [values.len() as u64]).data(buffer.share()))
 }
 
 /// The first line of a failed task's error.

@@ -1,6 +1,5 @@
-//! One builder for both pool faces.
+//! `PoolConfig`: the settings of both pool faces.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use tunebox_process::{
@@ -14,49 +13,66 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 use crate::engine::Engine;
 use crate::{Devices, PoolError};
 
-/// Builds a [`TuningProcessPool`](crate::TuningProcessPool) (from
-/// `TuningProcessPool::builder()`) or a [`PoolExecutor`](crate::PoolExecutor) (from
-/// `PoolExecutor::builder()`); `K` says which.
+/// How to run a pool: its workers, their timeout, recycling, initializer and output. Plain
+/// chainable settings, as [`ProcessConfig`] is for one worker; both
+/// [`TuningProcessPool::new`](crate::TuningProcessPool::new) and
+/// [`PoolExecutor::new`](crate::PoolExecutor::new) take one, and nothing starts until then.
+///
+/// ```
+/// use std::time::Duration;
+/// use tunebox_pool::PoolConfig;
+/// use tunebox_process::ProcessConfig;
+///
+/// let config = PoolConfig::new()
+///     .max_workers(4)
+///     .timeout(Duration::from_secs(10))
+///     .maximum_process_uses(Some(100))
+///     .process_config(ProcessConfig::new().worker("target/release/tunebox-worker"));
+/// assert_eq!(config.timeout_value(), Duration::from_secs(10));
+/// ```
 #[derive(Debug, Clone)]
-pub struct PoolBuilder<K> {
+pub struct PoolConfig {
     pub(crate) devices: Devices,
     pub(crate) timeout: Duration,
-    pub(crate) config: ProcessConfig,
+    pub(crate) process: ProcessConfig,
     pub(crate) stdout: Option<Output>,
     pub(crate) stderr: Option<Output>,
     pub(crate) maximum_process_uses: Option<u64>,
     pub(crate) initializer: Option<InitRequest>,
-    kind: PhantomData<K>,
 }
 
-impl<K> PoolBuilder<K> {
-    pub(crate) fn new() -> Self {
-        PoolBuilder {
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
             devices: Devices::Cpu(std::thread::available_parallelism().map_or(1, |n| n.get())),
             timeout: Duration::from_secs(60),
-            config: ProcessConfig::new(),
+            process: ProcessConfig::new(),
             stdout: None,
             stderr: None,
             maximum_process_uses: None,
             initializer: None,
-            kind: PhantomData,
         }
     }
+}
 
-    /// One worker per device (default: one unpinned worker per CPU).
+impl PoolConfig {
+    /// The defaults: one unpinned worker per CPU, 60 s per-task timeout, workers started as
+    /// `ProcessConfig::new()` says, never recycled, no initializer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One worker per device (default: one unpinned worker per CPU). Replaces
+    /// [`max_workers`](PoolConfig::max_workers).
     pub fn devices(mut self, devices: Devices) -> Self {
         self.devices = devices;
         self
     }
 
-    /// `n` workers not pinned to a device: `devices(Devices::Cpu(n))`.
-    pub fn workers(self, n: usize) -> Self {
-        self.devices(Devices::Cpu(n))
-    }
-
-    /// `n` workers not pinned to a device, as TVM's `max_workers`.
+    /// `n` workers not pinned to a device, as TVM's `max_workers`: `devices(Devices::Cpu(n))`.
+    /// Zero is refused when the pool starts ([`PoolError::NoWorkers`]).
     pub fn max_workers(self, n: usize) -> Self {
-        self.workers(n)
+        self.devices(Devices::Cpu(n))
     }
 
     /// Per-task timeout, from handing the task to a worker to its reply (default 60 s). A task
@@ -67,10 +83,10 @@ impl<K> PoolBuilder<K> {
     }
 
     /// How each worker is started (executable, environment, handshake timeout, output, …). The
-    /// pool sets each worker's device on top of it, and the builder's `maximum_process_uses`,
+    /// pool sets each worker's device on top of it, and this config's `maximum_process_uses`,
     /// initializer and outputs when they are given.
     pub fn process_config(mut self, config: ProcessConfig) -> Self {
-        self.config = config;
+        self.process = config;
         self
     }
 
@@ -86,7 +102,7 @@ impl<K> PoolBuilder<K> {
         self
     }
 
-    /// Replace a worker after it ran this many tasks (TVM's `maximum_process_uses`); `None`
+    /// Replace a worker after it ran this many tasks, as TVM's `maximum_process_uses`; `None`
     /// (default) never does. Replacements start right after the last use, off the next task's
     /// path.
     pub fn maximum_process_uses(mut self, uses: Option<u64>) -> Self {
@@ -100,7 +116,12 @@ impl<K> PoolBuilder<K> {
         self
     }
 
-    /// Starts the workers: one per device, configured as built.
+    /// The configured per-task timeout.
+    pub fn timeout_value(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Starts the workers: one per device, as configured.
     pub(crate) fn start(&self) -> Result<Engine, PoolError> {
         Engine::start(self.worker_configs()?, self.timeout)
     }
@@ -122,7 +143,7 @@ impl<K> PoolBuilder<K> {
 
     /// The number of GPUs a worker sees, asked of a short-lived worker.
     fn count_gpus(&self) -> Result<usize, PoolError> {
-        let mut worker = TuningProcess::spawn(self.config.clone())?;
+        let mut worker = TuningProcess::spawn(self.process.clone())?;
         let probe = worker.probe(PROBE_TIMEOUT)?;
         // The probe worker's exit status is of no interest.
         let _ = worker.shutdown(Duration::from_millis(500));
@@ -143,9 +164,9 @@ impl<K> PoolBuilder<K> {
         Ok(devices
             .into_iter()
             .map(|device| {
-                let mut config = self.config.clone().device(device);
+                let mut config = self.process.clone().device(device);
                 if self.maximum_process_uses.is_some() {
-                    config = config.maximum_uses(self.maximum_process_uses);
+                    config = config.maximum_process_uses(self.maximum_process_uses);
                 }
                 if let Some(init) = &self.initializer {
                     config = config.initializer(init.clone());
