@@ -21,6 +21,27 @@ const HUGE_PAGE: usize = 2 << 20;
 /// What the guard zones hold; a kernel that writes there wrote out of its tensor's bounds.
 const GUARD_BYTE: u8 = 0xDB;
 
+/// An element type a [`HostTensor`] can be read as: `f32`, `f64`, `i32`, `i64`, `u8` (sealed).
+pub trait Element: Copy + sealed::Sealed {
+    /// The tensor dtype holding this type.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! element {
+    ($($t:ty => $dtype:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+        }
+    )*};
+}
+
+element!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8);
+
 /// A contiguous, 64-byte aligned host buffer holding one tensor, filled from its spec's
 /// [`Init`], between two 4 KiB guard zones that [`HostTensor::check_bounds`] inspects: a kernel
 /// that writes even one element past either end is caught. A tensor of 1 MiB or more starts on
@@ -160,6 +181,49 @@ impl HostTensor {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`, and `&mut self` makes the borrow exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The elements, as a slice of `T`: a task backend reads its inputs this way.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the tensor when its dtype is not `T`'s.
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], BenchError> {
+        self.check_element::<T>()?;
+        // SAFETY: `ptr` is 64-byte aligned and points to `len` initialized bytes, a whole number
+        // of `T`s (the dtype is `T`'s); every bit pattern is a valid `T` (plain numbers), and
+        // the borrow of `self` keeps the buffer alive and unchanged.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), self.len / size_of::<T>())
+        })
+    }
+
+    /// The elements, as a mutable slice of `T`.
+    ///
+    /// # Errors
+    ///
+    /// As [`HostTensor::as_slice`].
+    pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], BenchError> {
+        self.check_element::<T>()?;
+        // SAFETY: as in `as_slice`, and `&mut self` makes the borrow exclusive.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), self.len / size_of::<T>())
+        })
+    }
+
+    fn check_element<T: Element>(&self) -> Result<(), BenchError> {
+        if self.dtype == T::DTYPE {
+            Ok(())
+        } else {
+            Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "tensor `{}` holds {} elements, not {}",
+                    self.name,
+                    self.dtype.name(),
+                    T::DTYPE.name()
+                ),
+            })
+        }
     }
 
     /// Pointer to the first element, to pass to a kernel. Valid while `self` lives.
@@ -374,6 +438,21 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn typed_slices_check_the_dtype() {
+        let mut t = HostTensor::allocate(&spec(DType::F32, &[2, 3], Init::Ones)).unwrap();
+        assert_eq!(t.as_slice::<f32>().unwrap(), &[1.0; 6]);
+        t.as_mut_slice::<f32>().unwrap()[5] = 7.5;
+        assert_eq!(t.as_slice::<f32>().unwrap()[5], 7.5);
+        let err = t.as_slice::<i32>().unwrap_err().to_string();
+        assert!(
+            err.contains("tensor `t` holds f32 elements, not i32"),
+            "{err}"
+        );
+        let empty = HostTensor::allocate(&spec(DType::I64, &[0], Init::Zeros)).unwrap();
+        assert!(empty.as_slice::<i64>().unwrap().is_empty());
     }
 
     #[test]

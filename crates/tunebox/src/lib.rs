@@ -76,7 +76,7 @@ pub use tunebox_process as process;
 pub use tunebox_protocol as protocol;
 pub use tunebox_worker as worker;
 
-pub use tunebox_bench::{HostTensor, Runner, TaskContext, do_bench, do_bench_within};
+pub use tunebox_bench::{Element, HostTensor, Runner, TaskContext, do_bench, do_bench_within};
 pub use tunebox_pool::{
     Devices, MapResult, PoolConfig, PoolError, PoolExecutor, Status, StatusKind, TaskHandle,
     Tolerance, TuningProcessPool, verify_outputs,

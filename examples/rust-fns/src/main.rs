@@ -49,16 +49,10 @@ fn run(task: Dot, cx: &mut TaskContext<'_>) -> Result<Timed, BenchError> {
         detail: format!("no candidate called `{}`", task.function),
     })?;
     let tensors = cx.allocate_tensors()?;
-    let floats = |i: usize| -> Vec<f32> {
-        let bytes = tensors[i].bytes().chunks_exact(4);
-        bytes
-            .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
-            .collect()
-    };
-    let (x, y) = (floats(0), floats(1));
+    let (x, y) = (tensors[0].as_slice::<f32>()?, tensors[1].as_slice::<f32>()?);
     let mut value = 0.0;
     let stats = cx.bench(|| {
-        value = dot(black_box(&x), black_box(&y), task.unroll);
+        value = dot(black_box(x), black_box(y), task.unroll);
         Ok(())
     })?;
     Ok(Timed { value, stats })
