@@ -9,4 +9,10 @@ mod kernels;
 mod pool;
 mod process;
 mod shared;
+#[allow(
+    dead_code,
+    reason = "the backend half runs in the test worker (worker_main.rs)"
+)]
+mod task_kinds;
+mod tasks;
 mod util;
