@@ -200,9 +200,11 @@ mod tests {
             let stats = cx.bench(|| Ok(()))?;
             Ok((u64::from(task.0).pow(2), format!("{} reps", stats.reps)))
         });
-        let mut timing = TimingConfig::default();
-        timing.warmup_ms = 0.1;
-        timing.rep_ms = 0.5;
+        let timing = TimingConfig {
+            warmup_ms: 0.1,
+            rep_ms: 0.5,
+            ..TimingConfig::default()
+        };
         let request = TaskRequest::new(Square(12))
             .timing(timing)
             .encode()
