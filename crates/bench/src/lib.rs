@@ -50,4 +50,4 @@ pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
 pub use progress::{install_progress_sink, report_progress};
 pub use stats::{quantile, summarize};
 pub use task::{TaskBackend, TaskContext};
-pub use tensor::{Element, HostTensor, physical_memory_bytes};
+pub use tensor::{HostTensor, physical_memory_bytes};

@@ -166,6 +166,18 @@ where
                 ),
             });
         };
+        let ours = std::any::type_name::<T>();
+        if kernel.task_type != ours {
+            return Err(BenchError::Decode {
+                detail: format!(
+                    "the task: the parent sent a `{}` to the `{}` backend, which runs `{ours}` in \
+                     this worker (two task types under one backend name, or a worker built from \
+                     another version of the program)",
+                    kernel.task_type,
+                    T::BACKEND
+                ),
+            });
+        }
         let task: T = decode(&kernel.payload)?;
         let mut context = TaskContext::new(request, started);
         let output = (self.run)(task, &mut context)?;

@@ -3,7 +3,7 @@
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 
-use tunebox_protocol::{BenchError, Bytes, DType, Init, TensorData, TensorSpec};
+use tunebox_protocol::{BenchError, Bytes, DType, Element, Init, TensorData, TensorSpec};
 
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
@@ -20,27 +20,6 @@ const HUGE_PAGE: usize = 2 << 20;
 
 /// What the guard zones hold; a kernel that writes there wrote out of its tensor's bounds.
 const GUARD_BYTE: u8 = 0xDB;
-
-/// An element type a [`HostTensor`] can be read as: `f32`, `f64`, `i32`, `i64`, `u8` (sealed).
-pub trait Element: Copy + sealed::Sealed {
-    /// The tensor dtype holding this type.
-    const DTYPE: DType;
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-macro_rules! element {
-    ($($t:ty => $dtype:ident),*) => {$(
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const DTYPE: DType = DType::$dtype;
-        }
-    )*};
-}
-
-element!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8);
 
 /// A contiguous, 64-byte aligned host buffer holding one tensor, filled from its spec's
 /// [`Init`], between two 4 KiB guard zones that [`HostTensor::check_bounds`] inspects: a kernel

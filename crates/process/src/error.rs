@@ -1,5 +1,6 @@
 //! Everything that can go wrong with one worker process.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -217,13 +218,30 @@ impl ProcessError {
 }
 
 /// ` — stderr:\n<tail>` when there is a tail.
+///
+/// At most [`QUOTED_LINES`] lines are quoted, the last ones (a worker may write thousands before
+/// it dies); the error's `stderr_tail` field keeps all that was captured.
 fn quote(tail: &str) -> String {
+    let tail = tail.trim_end();
     if tail.trim().is_empty() {
-        String::new()
-    } else {
-        format!("\n--- worker stderr (tail) ---\n{}", tail.trim_end())
+        return String::new();
     }
+    let lines: Vec<&str> = tail.lines().collect();
+    let shown = &lines[lines.len().saturating_sub(QUOTED_LINES)..];
+    let mut text = String::from("\n--- worker stderr (tail) ---\n");
+    if shown.len() < lines.len() {
+        let _ = writeln!(
+            text,
+            "[… {} earlier lines; the error's `stderr_tail` has them]",
+            lines.len() - shown.len()
+        );
+    }
+    text.push_str(&shown.join("\n"));
+    text
 }
+
+/// Most lines of a worker's stderr that an error message quotes.
+const QUOTED_LINES: usize = 20;
 
 /// ` in timed rep 3 of 10 (…); the worker was killed; what to change`, for a timeout that
 /// expired `after` the request was sent.
@@ -290,6 +308,25 @@ mod tests {
         };
         assert_eq!(protocol.to_string(), "protocol error: no worker");
         assert_eq!(protocol.pid(), None);
+    }
+
+    #[test]
+    fn a_crash_quotes_the_last_lines_of_a_long_stderr() {
+        let tail: String = (0..500).map(|i| format!("line {i}\n")).collect();
+        let crashed = ProcessError::WorkerCrashed {
+            pid: 1,
+            exit_code: Some(1),
+            signal: None,
+            stderr_tail: tail.clone(),
+        };
+        let message = crashed.to_string();
+        assert!(message.contains("[… 480 earlier lines; the error's `stderr_tail` has them]"));
+        assert!(message.ends_with("line 480\nline 481\nline 482\nline 483\nline 484\nline 485\nline 486\nline 487\nline 488\nline 489\nline 490\nline 491\nline 492\nline 493\nline 494\nline 495\nline 496\nline 497\nline 498\nline 499"));
+        assert!(!message.contains("line 479\n"));
+        let ProcessError::WorkerCrashed { stderr_tail, .. } = crashed else {
+            unreachable!()
+        };
+        assert_eq!(stderr_tail, tail, "the field keeps everything");
     }
 
     #[test]

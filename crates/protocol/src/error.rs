@@ -103,6 +103,14 @@ pub enum BenchError {
         /// The request's budget (ms).
         budget_ms: f64,
     },
+    /// A task of a kind defined outside tunebox, or its result, could not be decoded: the
+    /// parent and the worker disagree on the type (built from different versions of it, or two
+    /// task types under one backend name).
+    #[error("could not decode {detail}")]
+    Decode {
+        /// What was decoded, as what, and why it failed.
+        detail: String,
+    },
     /// The backend failed for another reason (out of memory, I/O, …).
     #[error("{message}")]
     Failed {

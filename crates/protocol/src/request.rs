@@ -358,6 +358,25 @@ impl TensorSpec {
         }
     }
 
+    /// A one-dimensional tensor `name` holding a copy of `values`, which travels to the worker
+    /// as shared memory ([`Init::Data`] of a new [`SharedBuffer`](crate::SharedBuffer)).
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::from_values("x", &[1.0f32, 2.0, 3.0])?;
+    /// assert_eq!((x.dtype, x.shape.as_slice()), (DType::F32, &[3][..]));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The shared-memory region could not be created (out of memory or file descriptors).
+    pub fn from_values<T: Element>(name: impl Into<String>, values: &[T]) -> std::io::Result<Self> {
+        let buffer = crate::SharedBuffer::from_slice(element_bytes(values))?;
+        Ok(TensorSpec::new(name, T::DTYPE, [values.len() as u64]).data(buffer.share()))
+    }
+
     /// Sets the initial contents.
     pub fn init(mut self, init: Init) -> Self {
         self.init = init;
@@ -408,6 +427,36 @@ impl TensorSpec {
         self.num_elements()?
             .checked_mul(self.dtype.size_bytes() as u64)
     }
+}
+
+/// A Rust element type of tensors: `f32`, `f64`, `i32`, `i64`, `u8` (sealed). Backends read
+/// host tensors as slices of it (`HostTensor::as_slice`), and callers build tensors from
+/// slices of it ([`TensorSpec::from_values`]).
+pub trait Element: Copy + sealed::Sealed + 'static {
+    /// The tensor dtype holding this type.
+    const DTYPE: DType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! element {
+    ($($t:ty => $dtype:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+        }
+    )*};
+}
+
+element!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8);
+
+/// The bytes of `values`, in native byte order: what a tensor of them holds.
+pub(crate) fn element_bytes<T: Element>(values: &[T]) -> &[u8] {
+    // SAFETY: `Element` is sealed to primitive numbers, which have no padding and no invalid
+    // byte patterns; the slice covers exactly the memory of `values`, borrowed as long as it.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) }
 }
 
 /// Element type of a tensor.

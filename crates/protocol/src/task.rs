@@ -51,6 +51,10 @@ pub trait Task: Serialize + DeserializeOwned + Send + 'static {
 pub struct TaskKernel {
     /// The worker backend that runs it ([`Task::BACKEND`]).
     pub backend: String,
+    /// The task's Rust type (`std::any::type_name`), which the backend checks against its own
+    /// before decoding: a worker built with another task type under the same backend name
+    /// answers with both names instead of running a misread task.
+    pub task_type: String,
     /// The task, postcard-encoded ([`encode`]); shared memory when larger than
     /// [`INLINE_LIMIT`](crate::INLINE_LIMIT).
     pub payload: Bytes,
@@ -116,6 +120,7 @@ impl<T: Task> TaskRequest<T> {
         Ok(BenchmarkRequest {
             kernel: Kernel::Task(TaskKernel {
                 backend: T::BACKEND.to_owned(),
+                task_type: std::any::type_name::<T>().to_owned(),
                 payload: encode(&self.task)?,
             }),
             tensors: self.tensors.clone(),
@@ -145,41 +150,53 @@ pub fn encode<V: Serialize + ?Sized>(value: &V) -> Result<Bytes, BenchError> {
     })
 }
 
-/// Decodes what [`encode`] produced.
+/// Decodes what [`encode`] produced: exactly one `V`, with no bytes left over.
 ///
 /// # Errors
 ///
-/// [`BenchError::InvalidRequest`] naming the type when the bytes are not a `V` (the parent and
-/// the worker were built from different versions of the type).
+/// [`BenchError::Decode`] naming the type when the bytes are not a `V`, or are a `V` followed by
+/// more (the parent and the worker were built from different versions of the type).
 pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, BenchError> {
-    postcard::from_bytes(bytes).map_err(|e| BenchError::InvalidRequest {
+    let fail = |why: String| BenchError::Decode {
         detail: format!(
-            "could not decode a `{}` from {} bytes: {e} (are the parent and the worker built \
-             from the same version of this type?)",
+            "{} bytes are not a `{}`: {why} (are the parent and the worker built from the same \
+             version of this type?)",
+            bytes.len(),
             std::any::type_name::<V>(),
-            bytes.len()
         ),
-    })
+    };
+    match postcard::take_from_bytes(bytes) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(fail(format!("{} bytes are left over", rest.len()))),
+        Err(e) => Err(fail(e.to_string())),
+    }
 }
 
-/// Decodes the typed result of a task of kind `T` from a worker's reply.
+/// Decodes the typed result of a task of kind `T` from a worker's reply (in the parent).
 ///
 /// # Errors
 ///
-/// [`BenchError::InvalidRequest`] when the reply carries no value (it answered another kind of
-/// request) or the value is not a `T::Output`.
+/// [`BenchError::Decode`] when the reply carries no value (the backend of that name is not a
+/// task backend) or the value is not a `T::Output`; the message says it is the reply of
+/// `T::BACKEND`.
 pub fn decode_output<T: Task>(result: &BenchmarkResult) -> Result<T::Output, BenchError> {
-    let value = result
-        .value
-        .as_ref()
-        .ok_or_else(|| BenchError::InvalidRequest {
+    let value = result.value.as_ref().ok_or_else(|| BenchError::Decode {
+        detail: format!(
+            "the reply of the worker's `{}` backend: it carries no value, so that backend is not \
+             the task backend of `{}`",
+            T::BACKEND,
+            std::any::type_name::<T>()
+        ),
+    })?;
+    decode(value).map_err(|e| match e {
+        BenchError::Decode { detail } => BenchError::Decode {
             detail: format!(
-                "the `{}` backend answered without a value: it is not a task backend for `{}`",
-                T::BACKEND,
-                std::any::type_name::<T>()
+                "the reply of the worker's `{}` backend: {detail}",
+                T::BACKEND
             ),
-        })?;
-    decode(value)
+        },
+        other => other,
+    })
 }
 
 impl TaskKernel {

@@ -5,7 +5,7 @@
 //! own result and a worker restart, never the run: the Rust counterpart of PyTorch Inductor's
 //! `TuningProcess`/`TuningProcessPool` and Apache TVM's `PopenWorker`/`PopenPoolExecutor`. This
 //! crate re-exports what a tool needs from the layered crates (also reachable whole as
-//! [`protocol`], [`bench`], [`process`], [`pool`], [`worker`]):
+//! [`protocol`], [`mod@bench`], [`process`], [`pool`], [`worker`]):
 //!
 //! - **Requests**: [`BenchmarkRequest`] of a built-in kernel ([`CKernel`], [`CudaKernel`]) with
 //!   its [`TensorSpec`]s and [`TimingConfig`], answered by a [`BenchmarkResult`]
@@ -76,12 +76,16 @@ pub use tunebox_process as process;
 pub use tunebox_protocol as protocol;
 pub use tunebox_worker as worker;
 
-pub use tunebox_bench::{Element, HostTensor, Runner, TaskContext, do_bench, do_bench_within};
+pub use tunebox_bench::{
+    Backend, HostTensor, Runner, TaskBackend, TaskContext, do_bench, do_bench_within,
+};
 pub use tunebox_pool::{
     Devices, MapResult, PoolConfig, PoolError, PoolExecutor, Status, StatusKind, TaskHandle,
-    Tolerance, TuningProcessPool, verify_outputs,
+    Tolerance, TuningProcessPool, Verification, verify_outputs,
 };
-pub use tunebox_process::{DeviceToken, Output, ProcessConfig, ProcessError, TuningProcess};
+pub use tunebox_process::{
+    DeviceToken, InitRequest, KillSwitch, Output, ProcessConfig, ProcessError, TuningProcess,
+};
 pub use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType, Define,
     DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, SharedBuffer, SharedData, Task,

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tunebox::serde::{Deserialize, Serialize};
 use tunebox::{
-    BenchError, DType, MapResult, PoolConfig, PoolError, PoolExecutor, Registry, SharedBuffer,
-    Task, TaskContext, TaskRequest, TensorSpec, TimingStats, TuningProcessPool,
+    BenchError, MapResult, PoolConfig, PoolExecutor, Registry, Task, TaskContext, TaskRequest,
+    TensorSpec, TimingStats, TuningProcessPool,
 };
 
 mod kernels;
@@ -60,7 +60,7 @@ fn run(task: Dot, cx: &mut TaskContext<'_>) -> Result<Timed, BenchError> {
 
 // ---- The tuning run ----
 
-fn main() -> Result<ExitCode, PoolError> {
+fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // In a worker (this same executable, started by the pool) this serves tasks and exits.
     tunebox::run_if_worker(|| Registry::new().with_task(run));
 
@@ -76,7 +76,11 @@ fn main() -> Result<ExitCode, PoolError> {
     let x: Vec<f32> = (0..len).map(|i| (1 + i % 3) as f32).collect();
     let y: Vec<f32> = (0..len).map(|i| (1 + i % 2) as f32).collect();
     let expected: f64 = x.iter().zip(&y).map(|(a, b)| f64::from(a * b)).sum();
-    let (x, y) = (shared_tensor("x", &x)?, shared_tensor("y", &y)?);
+    // Both travel to the workers as shared memory.
+    let (x, y) = (
+        TensorSpec::from_values("x", &x)?,
+        TensorSpec::from_values("y", &y)?,
+    );
     let request = |function: &str, unroll: usize| {
         let task = Dot {
             function: function.into(),
@@ -149,17 +153,6 @@ fn main() -> Result<ExitCode, PoolError> {
             Ok(ExitCode::FAILURE)
         }
     }
-}
-
-/// An `f32` tensor whose contents travel to the workers as shared memory.
-fn shared_tensor(name: &str, values: &[f32]) -> Result<TensorSpec, PoolError> {
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let buffer = SharedBuffer::from_slice(&bytes).map_err(|e| {
-        PoolError::Process(tunebox::ProcessError::Remote(BenchError::Failed {
-            message: e.to_string(),
-        }))
-    })?;
-    Ok(TensorSpec::new(name, DType::F32, [values.len() as u64]).data(buffer.share()))
 }
 
 /// The first line of a failed task's error.
