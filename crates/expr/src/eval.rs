@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::builtins::{self, Func};
 use crate::error::Error;
-use crate::ops::{self, CmpOp, Fault, FaultKind};
+use crate::ops::{self, BinOp, CmpOp, Fault, FaultKind};
 use crate::parse::{self, Kind, Node, Span};
 use crate::value::Value;
 
@@ -116,16 +116,14 @@ pub struct Compiled {
     arity: usize,
 }
 
-/// A fault and the sub-expression it happened in.
-struct Located {
-    fault: Fault,
-    span: Span,
-}
+/// A fault and the sub-expression it happened in; boxed, so that the `Result` of every step
+/// stays small on the path that succeeds.
+struct Located(Box<(Fault, Span)>);
 
 type EvalResult<'a> = Result<Value<'a>, Located>;
 
 fn at<T>(span: Span) -> impl FnOnce(Fault) -> Result<T, Located> {
-    move |fault| Err(Located { fault, span })
+    move |fault| Err(Located(Box::new((fault, span))))
 }
 
 impl Compiled {
@@ -182,7 +180,8 @@ impl Compiled {
         }
     }
 
-    fn error(&self, Located { fault, span }: Located) -> Error {
+    fn error(&self, Located(located): Located) -> Error {
+        let (fault, span) = *located;
         let text = self.text.clone();
         let part = self.text[span.start as usize..span.end as usize].to_owned();
         let message = fault.message.into_owned();
@@ -231,6 +230,19 @@ impl Compiled {
             Kind::Binary(op, a, b) => {
                 let a = self.node(a, values)?;
                 let b = self.node(b, values)?;
+                // The common case, inline: ints that do not overflow.
+                if let (Value::Int(x), Value::Int(y)) = (a, b) {
+                    let fast = match op {
+                        BinOp::Add => x.checked_add(y),
+                        BinOp::Sub => x.checked_sub(y),
+                        BinOp::Mul => x.checked_mul(y),
+                        BinOp::Mod if y > 0 => Some(x.rem_euclid(y)),
+                        _ => None,
+                    };
+                    if let Some(v) = fast {
+                        return Ok(Value::Int(v));
+                    }
+                }
                 ops::binary(*op, a, b).or_else(at(node.span))
             }
             Kind::And(a, b) => {
@@ -274,7 +286,17 @@ impl Compiled {
                         }
                         op => {
                             let right = self.node(&link.right, values)?;
-                            let holds = ops::compare(op, left, right).or_else(at(link.span))?;
+                            let holds = match (left, right) {
+                                (Value::Int(x), Value::Int(y)) => match op {
+                                    CmpOp::Lt => x < y,
+                                    CmpOp::Le => x <= y,
+                                    CmpOp::Gt => x > y,
+                                    CmpOp::Ge => x >= y,
+                                    CmpOp::Eq => x == y,
+                                    _ => x != y,
+                                },
+                                _ => ops::compare(op, left, right).or_else(at(link.span))?,
+                            };
                             (holds, right)
                         }
                     };

@@ -15,8 +15,8 @@
 //! - [`Error`]: the one error type; parse errors give the column and what was expected,
 //!   evaluation errors name the sub-expression and the exception Python would raise.
 //!
-//! The tuning engine (`tunebox-tune`) uses it for restrictions and metrics; it depends on
-//! nothing else in the workspace.
+//! It is meant for the tuning engine (`tunebox-tune`) to evaluate restrictions and metrics;
+//! it depends on nothing else in the workspace.
 //!
 //! # Example
 //!
@@ -42,6 +42,14 @@
 //! assert_eq!(err.to_string(), "`a / b > 2`: division by zero in `a / b`");
 //! # Ok::<(), tunebox_expr::Error>(())
 //! ```
+//!
+//! # Speed
+//!
+//! A compiled restriction is a tree walked without allocating. On a shared 2-core machine, a
+//! release build evaluates dedispersion's `32 <= block_size_x * block_size_y <= 1024` one
+//! million times in about 35-55 ms and GEMM's `KWG % ((MDIMC * NDIMC)/MDIMA) == 0` (true
+//! division, then an int modulo a float) in about 110 ms
+//! (`cargo test --release -p tunebox-expr -- --ignored --nocapture`).
 //!
 //! # What differs from Python
 //!

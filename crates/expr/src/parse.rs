@@ -643,9 +643,10 @@ impl Parser<'_> {
                 span: open.to(close),
             });
         }
-        let first = self.expr()?;
+        let mut first = self.expr()?;
         if self.is_op(")") {
-            self.bump();
+            // The parentheses belong to the operand, so that a message quotes `(a - b)`.
+            first.span = open.to(self.bump().span);
             return Ok(first);
         }
         if !self.is_op(",") {

@@ -55,7 +55,9 @@ fn same_answers_as_python() {
             },
         };
         if got != expected {
-            failures.push(format!("{text}  [{bindings}]: Python {expected}, tunebox-expr {got}"));
+            failures.push(format!(
+                "{text}  [{bindings}]: Python {expected}, tunebox-expr {got}"
+            ));
         }
         checked += 1;
     }
