@@ -1,0 +1,71 @@
+//! Every case of python_cases.txt (written by gen_cases.py from CPython's `eval`): the same
+//! expression over the same values gives the same repr, or the same exception.
+
+use tunebox_expr::{Expr, Value};
+
+const CASES: &str = include_str!("python_cases.txt");
+const NAMES: [&str; 7] = ["a", "b", "c", "x", "y", "t", "s"];
+
+/// A binding's value, written as Python's repr.
+fn parse_value(repr: &str) -> Value<'_> {
+    match repr {
+        "True" => Value::Bool(true),
+        "False" => Value::Bool(false),
+        _ if repr.starts_with('\'') => Value::Str(&repr[1..repr.len() - 1]),
+        _ => match repr.parse::<i64>() {
+            Ok(i) => Value::Int(i),
+            Err(_) => Value::Float(repr.parse().expect("a float repr")),
+        },
+    }
+}
+
+#[test]
+fn same_answers_as_python() {
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for line in CASES.lines().filter(|l| !l.starts_with('#')) {
+        let mut fields = line.split('\t');
+        let (text, bindings, expected) = (
+            fields.next().unwrap(),
+            fields.next().unwrap(),
+            fields.next().unwrap(),
+        );
+        let values: Vec<Value<'_>> = bindings
+            .split(' ')
+            .zip(NAMES)
+            .map(|(b, name)| {
+                let (n, v) = b.split_once('=').unwrap();
+                assert_eq!(n, name);
+                parse_value(v)
+            })
+            .collect();
+        let expr = match Expr::parse(text) {
+            Ok(e) => e,
+            Err(e) => {
+                failures.push(format!("{text}: does not parse: {e}"));
+                continue;
+            }
+        };
+        let compiled = expr.bind(&NAMES).unwrap();
+        let got = match compiled.eval(&values) {
+            Ok(v) => format!("= {v}"),
+            Err(e) => match e.python_exception() {
+                Some(name) => format!("! {name}"),
+                None => format!("! {e}"),
+            },
+        };
+        if got != expected {
+            failures.push(format!(
+                "{text}  [{bindings}]: Python {expected}, tunebox-expr {got}"
+            ));
+        }
+        checked += 1;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} cases differ from Python:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(checked >= 3000, "only {checked} cases");
+}
