@@ -27,7 +27,7 @@ struct Metric {
 
 /// The manifest's metrics, in order.
 #[derive(Debug, Default)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     metrics: Vec<Metric>,
     /// Scalars and constant problem sizes, bound as floats.
     constants: Vec<(String, f64)>,
@@ -42,7 +42,7 @@ impl Metrics {
     ///
     /// An expression that does not parse, uses an unknown name, or is not a number; the
     /// message names `metrics."NAME"`.
-    pub(crate) fn parse(
+    pub fn parse(
         raw: &IndexMap<String, String>,
         params: &IndexMap<String, Vec<ParamValue>>,
         scalars: &[Scalar],
@@ -111,13 +111,13 @@ impl Metrics {
     }
 
     /// The metrics' names, in order (the extra table columns).
-    pub(crate) fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> Vec<String> {
         self.metrics.iter().map(|m| m.name.clone()).collect()
     }
 
     /// Every metric of `choice` measured at `time_ms`. A metric that fails for this choice
     /// (a string param in arithmetic, say) or is not finite is left out.
-    pub(crate) fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
+    pub fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
         let mut out = IndexMap::new();
         let Ok(mut context) = self.context(choice, time_ms) else {
             return out;
@@ -200,7 +200,7 @@ fn toml_key(name: &str) -> String {
 }
 
 /// A metric's value for a table: four significant digits, no exponent for everyday sizes.
-pub(crate) fn format_value(value: f64) -> String {
+pub fn format_value(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude == 0.0 {
         "0".into()

@@ -13,16 +13,16 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use crate::cache::{self, CacheLine, ResultsCache};
 use crate::fingerprint;
-use crate::interrupt::Stop;
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
-use crate::progress::Progress;
+use crate::observer::{Observer, ObserverExt, Phase};
 use crate::report;
 use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank,
 };
 use crate::space::{self, Choice};
+use crate::stop::Stop;
 use crate::{shard, strategy};
 
 /// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
@@ -33,7 +33,7 @@ const MAX_REPS: u32 = 1_000_000;
 
 /// Where results are cached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CacheMode {
+pub enum CacheMode {
     /// Beside the JSON report, else beside the manifest.
     Default,
     Path(PathBuf),
@@ -42,31 +42,32 @@ pub(crate) enum CacheMode {
 
 /// What `tune` was asked to do.
 #[derive(Debug)]
-pub(crate) struct TuneOptions {
-    pub(crate) manifest: PathBuf,
-    pub(crate) workers: usize,
-    pub(crate) timeout: Option<Duration>,
+pub struct TuneOptions {
+    pub manifest: PathBuf,
+    pub workers: usize,
+    pub timeout: Option<Duration>,
     /// Benchmarks per worker process before it is replaced (`None`: unlimited).
-    pub(crate) max_process_uses: Option<u64>,
-    pub(crate) quiet: bool,
-    pub(crate) verbose: bool,
+    pub max_process_uses: Option<u64>,
+    /// The worker executable (`None`: `$TUNEBOX_WORKER`, else the current executable, which
+    /// must then call `tunebox_worker::run_if_worker` first thing in `main`).
+    pub worker: Option<PathBuf>,
     /// Where the JSON report will go (checked before the run).
-    pub(crate) json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
     /// Where the CSV table will go (checked before the run).
-    pub(crate) csv: Option<PathBuf>,
-    pub(crate) cache: CacheMode,
+    pub csv: Option<PathBuf>,
+    pub cache: CacheMode,
     /// Ignore what the cache holds (new results are still appended).
-    pub(crate) fresh: bool,
-    pub(crate) selection: Selection,
+    pub fresh: bool,
+    pub selection: Selection,
     /// Start no new choice after this long.
-    pub(crate) max_time: Option<Duration>,
+    pub max_time: Option<Duration>,
     /// Re-measure the best this many choices with more reps.
-    pub(crate) refine: Option<usize>,
-    pub(crate) shard: Option<ShardInfo>,
+    pub refine: Option<usize>,
+    pub shard: Option<ShardInfo>,
 }
 
 /// The C compiler: `$CC`, else `cc`.
-pub(crate) fn compiler() -> String {
+pub fn compiler() -> String {
     std::env::var("CC")
         .ok()
         .filter(|c| !c.trim().is_empty())
@@ -74,10 +75,10 @@ pub(crate) fn compiler() -> String {
 }
 
 /// A manifest, its choices, and the indices of those this run measures, in order.
-pub(crate) struct Plan {
-    pub(crate) manifest: Manifest,
-    pub(crate) choices: Vec<Choice>,
-    pub(crate) selected: Vec<usize>,
+pub struct Plan {
+    pub manifest: Manifest,
+    pub choices: Vec<Choice>,
+    pub selected: Vec<usize>,
 }
 
 /// Reads the manifest and selects the choices to measure: the strategy's selection, then the
@@ -86,7 +87,7 @@ pub(crate) struct Plan {
 /// # Errors
 ///
 /// An invalid manifest, or restrictions that leave no choice.
-pub(crate) fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
+pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::load(path, &compiler())?;
     let choices = space::choices(&manifest.params, &manifest.restrictions)
         .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
@@ -121,7 +122,7 @@ struct Todo {
 /// workers that cannot start, or a reference that fails; a choice that fails is a result, not an
 /// error, and so is a run stopped by `stop` or `--max-time` (its report lists what was not
 /// measured).
-pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
+pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Result<Report> {
     let start = Instant::now();
     let deadline = options.max_time.map(|t| start + t);
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -153,13 +154,13 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             );
         }
     }
-    let progress = Progress::new(options.quiet, options.verbose);
+    let progress = observer;
     let timeout = options.timeout.unwrap_or(manifest.timeout);
 
     // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing driver is
     // one clear error rather than an error per choice.
     let (device, backend) = match manifest.kernel.language {
-        Language::Cuda => (measure::probe_gpu()?, "cuda"),
+        Language::Cuda => (measure::probe_gpu(options.worker.as_deref())?, "cuda"),
         Language::C => (measure::cpu_model(), "cpu"),
     };
     let setup = fingerprint::setup_hash(&manifest);
@@ -335,7 +336,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
             timeout,
             options,
             stop,
-            &progress,
+            progress,
         ) {
             Ok(b) => bench = Some(b),
             Err(_) if stop.requested() => {}
@@ -389,7 +390,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
         let overlap = cores > workers;
         let compile_threads = if overlap { cores - workers } else { cores };
         progress.phase(
-            "benchmarking",
+            Phase::Benchmarking,
             ready_now.len() + c_todo.len(),
             &format!(
                 "benchmarking {} on {workers} worker(s), timeout {timeout:?}…",
@@ -550,7 +551,7 @@ pub(crate) fn tune(options: &TuneOptions, stop: &Stop) -> Result<Report> {
                 reference: reference.as_ref(),
                 options,
                 stop,
-                progress: &progress,
+                progress,
             },
             &mut cache,
             &mut notes,
@@ -644,16 +645,22 @@ fn open_bench(
     timeout: Duration,
     options: &TuneOptions,
     stop: &Stop,
-    progress: &Progress,
+    progress: &dyn Observer,
 ) -> Result<Bench> {
     let reference = measure::reference_outputs(
         manifest,
         reference,
         timeout,
+        options.worker.as_deref(),
         |pool| stop.watch(pool),
         |m| progress.note(m),
     )?;
-    let pool = measure::start_pool(workers, timeout, options.max_process_uses)?;
+    let pool = measure::start_pool(
+        workers,
+        timeout,
+        options.max_process_uses,
+        options.worker.as_deref(),
+    )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })
 }
@@ -668,7 +675,7 @@ struct RefineContext<'a> {
     reference: Option<&'a (String, BenchmarkRequest)>,
     options: &'a TuneOptions,
     stop: &'a Stop,
-    progress: &'a Progress,
+    progress: &'a dyn Observer,
 }
 
 /// The manifest's timing, stretched for a refined measurement.
@@ -777,7 +784,12 @@ fn refine_best(
             if cx.stop.requested() {
                 return Ok(());
             }
-            let pool = match measure::start_pool(workers, timeout, cx.options.max_process_uses) {
+            let pool = match measure::start_pool(
+                workers,
+                timeout,
+                cx.options.max_process_uses,
+                cx.options.worker.as_deref(),
+            ) {
                 Ok(pool) => pool,
                 Err(_) if cx.stop.requested() => return Ok(()),
                 Err(e) => return Err(e),
@@ -802,7 +814,7 @@ fn refine_best(
     }
     let bench = bench.as_ref().expect("started above");
     cx.progress.phase(
-        "refining",
+        Phase::Refining,
         todo.len(),
         &format!(
             "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",

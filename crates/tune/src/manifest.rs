@@ -21,7 +21,7 @@ const DEFAULT_TIMEOUT_S: f64 = 60.0;
 /// Least time the reference gets when `verify.timeout_s` is not set.
 const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
 /// Longest per-choice timeout (and compile timeout): a week.
-pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
 /// Most timed reps (and warmup calls) one choice may ask for.
 const MAX_REPS: u32 = 1_000_000;
 /// Compiler flags when the manifest's kernel does not set `flags`.
@@ -29,31 +29,31 @@ const DEFAULT_FLAGS: [&str; 2] = ["-O3", "-march=native"];
 
 /// A manifest, read and validated: every path resolved, every source read.
 #[derive(Debug)]
-pub(crate) struct Manifest {
+pub struct Manifest {
     /// The manifest's path, as given.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// `name`, or the file stem.
-    pub(crate) name: String,
-    pub(crate) kernel: KernelSource,
-    pub(crate) tensors: Vec<TensorSpec>,
-    pub(crate) scalars: Vec<Scalar>,
-    pub(crate) params: IndexMap<String, Vec<ParamValue>>,
-    pub(crate) restrictions: Vec<Restriction>,
-    pub(crate) timing: TimingConfig,
-    pub(crate) timeout: Duration,
+    pub name: String,
+    pub kernel: KernelSource,
+    pub tensors: Vec<TensorSpec>,
+    pub scalars: Vec<Scalar>,
+    pub params: IndexMap<String, Vec<ParamValue>>,
+    pub restrictions: Vec<Restriction>,
+    pub timing: TimingConfig,
+    pub timeout: Duration,
     /// How long one compile of a C kernel (or the reference) may take before its compiler is
     /// killed: `compile_timeout_s`, else [`tunebox_cpu::DEFAULT_COMPILE_TIMEOUT`].
-    pub(crate) compile_timeout: Duration,
-    pub(crate) verify: Option<Verify>,
+    pub compile_timeout: Duration,
+    pub verify: Option<Verify>,
     /// Grid, block and shared memory (CUDA kernels only).
-    pub(crate) launch: Option<Launch>,
+    pub launch: Option<Launch>,
     /// Named expressions over params, scalars and time, reported per choice.
-    pub(crate) metrics: Metrics,
+    pub metrics: Metrics,
 }
 
 /// The language of a kernel source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Language {
+pub enum Language {
     /// C, compiled by the system compiler and run on the CPU.
     C,
     /// CUDA C++, compiled by NVRTC in a worker and run on a GPU.
@@ -62,39 +62,39 @@ pub(crate) enum Language {
 
 /// A kernel source and how to compile and call it.
 #[derive(Debug, Clone)]
-pub(crate) struct KernelSource {
+pub struct KernelSource {
     /// The path as written in the manifest (shown in compiler messages).
-    pub(crate) source_name: String,
+    pub source_name: String,
     /// The resolved path.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The source text.
-    pub(crate) text: String,
+    pub text: String,
     /// The directory holding the source, put on the include path.
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// Whether the source lies outside the manifest's folder (allowed, and reported).
-    pub(crate) outside: bool,
-    pub(crate) entry: String,
-    pub(crate) language: Language,
+    pub outside: bool,
+    pub entry: String,
+    pub language: Language,
     /// C compiler flags, or NVRTC options for CUDA.
-    pub(crate) flags: Vec<String>,
-    pub(crate) compiler: String,
+    pub flags: Vec<String>,
+    pub compiler: String,
 }
 
 /// How choices are checked.
 #[derive(Debug)]
-pub(crate) struct Verify {
-    pub(crate) tolerance: Tolerance,
-    pub(crate) reference: Reference,
+pub struct Verify {
+    pub tolerance: Tolerance,
+    pub reference: Reference,
     /// The reference run's own timeout (`verify.timeout_s`); `None`: see
     /// [`Verify::reference_timeout`].
-    pub(crate) timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
 }
 
 impl Verify {
     /// The deadline of the one reference call: `verify.timeout_s`, else the per-choice
     /// `timeout` but at least [`DEFAULT_REFERENCE_TIMEOUT_S`] (a naive reference is often far
     /// slower than the choices it checks).
-    pub(crate) fn reference_timeout(&self, timeout: Duration) -> Duration {
+    pub fn reference_timeout(&self, timeout: Duration) -> Duration {
         self.timeout
             .unwrap_or_else(|| timeout.max(Duration::from_secs_f64(DEFAULT_REFERENCE_TIMEOUT_S)))
     }
@@ -102,7 +102,7 @@ impl Verify {
 
 /// What produces the reference outputs.
 #[derive(Debug)]
-pub(crate) enum Reference {
+pub enum Reference {
     /// A choice of the kernel itself.
     Choice(Choice),
     /// A separate source with the same signature (C on the CPU, or CUDA with its own launch;
@@ -242,7 +242,7 @@ impl Manifest {
     /// A message naming the file, the field and what to change: unreadable file, TOML syntax,
     /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
     /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
-    pub(crate) fn load(path: &Path, compiler: &str) -> Result<Manifest> {
+    pub fn load(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         let raw: RawManifest = toml::from_str(&text).map_err(|e| {

@@ -4,24 +4,6 @@ use std::collections::HashMap;
 
 use crate::results::Selection;
 
-/// `--strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Strategy {
-    /// Every choice, in canonical order.
-    BruteForce,
-    /// A random sample of `--budget` choices (seeded by `--seed`), in sampled order.
-    Random,
-}
-
-impl Strategy {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Strategy::BruteForce => "brute-force",
-            Strategy::Random => "random",
-        }
-    }
-}
-
 /// The indices of the choices to measure, in the order to measure them, out of `space_size`
 /// choices. Deterministic: the same selection gives the same indices on every machine (shards
 /// and `tunebox merge` rely on it).

@@ -13,7 +13,7 @@ const MAX_SPACE: u128 = 10_000_000;
 /// or string).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum ParamValue {
+pub enum ParamValue {
     Int(i64),
     Float(f64),
     Bool(bool),
@@ -21,7 +21,7 @@ pub(crate) enum ParamValue {
 }
 
 impl ParamValue {
-    pub(crate) fn from_toml(value: &toml::Value) -> Result<ParamValue> {
+    pub fn from_toml(value: &toml::Value) -> Result<ParamValue> {
         Ok(match value {
             toml::Value::Integer(i) => ParamValue::Int(*i),
             toml::Value::Float(f) => ParamValue::Float(*f),
@@ -36,7 +36,7 @@ impl ParamValue {
 
     /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
     /// or 0, strings verbatim.
-    pub(crate) fn define_text(&self) -> String {
+    pub fn define_text(&self) -> String {
         match self {
             ParamValue::Int(i) => i.to_string(),
             ParamValue::Float(f) => format!("{f:?}"),
@@ -67,15 +67,15 @@ impl std::fmt::Display for ParamValue {
 /// One point of the space: a value for every parameter, in the manifest's order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct Choice(IndexMap<String, ParamValue>);
+pub struct Choice(IndexMap<String, ParamValue>);
 
 impl Choice {
-    pub(crate) fn new(values: IndexMap<String, ParamValue>) -> Choice {
+    pub fn new(values: IndexMap<String, ParamValue>) -> Choice {
         Choice(values)
     }
 
     /// `BM=32 BN=64`, or `(no params)`.
-    pub(crate) fn label(&self) -> String {
+    pub fn label(&self) -> String {
         if self.0.is_empty() {
             return "(no params)".into();
         }
@@ -91,7 +91,7 @@ impl Choice {
     /// # Errors
     ///
     /// A value evalexpr cannot hold (none today).
-    pub(crate) fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
+    pub fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
         let mut context = HashMapContext::<DefaultNumericTypes>::new();
         for (name, value) in &self.0 {
             bind(&mut context, name, value)?;
@@ -100,7 +100,7 @@ impl Choice {
     }
 
     /// The choice as compiler defines.
-    pub(crate) fn defines(&self) -> Vec<Define> {
+    pub fn defines(&self) -> Vec<Define> {
         self.0
             .iter()
             .map(|(k, v)| Define::new(k, v.define_text()))
@@ -108,12 +108,12 @@ impl Choice {
     }
 
     /// The parameters and their values, in the manifest's order.
-    pub(crate) fn values(&self) -> impl Iterator<Item = (&String, &ParamValue)> {
+    pub fn values(&self) -> impl Iterator<Item = (&String, &ParamValue)> {
         self.0.iter()
     }
 
     /// The choice as an inline TOML table: `{ BM = 32, T = "f" }`.
-    pub(crate) fn toml(&self) -> String {
+    pub fn toml(&self) -> String {
         let entries: Vec<String> = self
             .0
             .iter()
@@ -231,7 +231,7 @@ pub(crate) fn from_python(text: &str) -> String {
 
 /// A boolean expression over parameters that a choice must satisfy (`BM * BN <= 4096`).
 #[derive(Debug)]
-pub(crate) struct Restriction {
+pub struct Restriction {
     text: String,
     node: Node<DefaultNumericTypes>,
 }
@@ -240,7 +240,7 @@ impl Restriction {
     /// Parses `text`, checking that every name it uses is a parameter and that it evaluates to
     /// a boolean for the first value of every parameter (evalexpr accepts some incomplete
     /// expressions, such as `A <`, until they are evaluated).
-    pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
+    pub fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
         let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(&from_python(text))
             .map_err(|e| anyhow::anyhow!("{text:?} does not parse: {e}"))?;
         for name in node.iter_variable_identifiers() {
@@ -347,11 +347,11 @@ fn bind(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
 
     /// Integer params from `(name, values)` pairs, in order.
-    pub(crate) fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
+    pub fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
         spec.iter()
             .map(|(k, v)| {
                 (
