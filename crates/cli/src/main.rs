@@ -361,8 +361,12 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     if args.list {
         let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?;
         let mut out = std::io::stdout().lock();
-        for &i in &plan.selected {
-            writeln!(out, "{}", plan.choices[i].label())?;
+        for choice in plan
+            .selected()
+            .iter()
+            .filter_map(|&i| plan.space().choice(i))
+        {
+            writeln!(out, "{}", choice.label())?;
         }
         return Ok(ExitCode::SUCCESS);
     }

@@ -21,9 +21,10 @@ use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank,
 };
-use crate::space::{self, Choice};
+use crate::shard;
+use crate::space::{Choice, SearchSpace};
 use crate::stop::Stop;
-use crate::{shard, strategy};
+use crate::strategy::{self, Strategy};
 
 /// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
 /// gives each re-measurement this many times the per-choice timeout.
@@ -74,11 +75,71 @@ pub fn compiler() -> String {
         .unwrap_or_else(|| "cc".into())
 }
 
-/// A manifest, its choices, and the indices of those this run measures, in order.
+/// The first stage of a run: a manifest, its search space, the strategy that searches it, and
+/// the choices the strategy asked for first (this shard's part of them).
 pub struct Plan {
-    pub manifest: Manifest,
-    pub choices: Vec<Choice>,
-    pub selected: Vec<usize>,
+    manifest: Manifest,
+    space: SearchSpace,
+    strategy: Box<dyn Strategy>,
+    shard: Option<ShardInfo>,
+    selected: Vec<usize>,
+}
+
+impl Plan {
+    /// Builds the space of `manifest` and asks `strategy` for its first choices, keeping those
+    /// of `shard` (all when `None`).
+    ///
+    /// # Errors
+    ///
+    /// Restrictions that fail to evaluate, or leave no choice.
+    pub fn new(
+        manifest: Manifest,
+        mut strategy: Box<dyn Strategy>,
+        shard: Option<ShardInfo>,
+    ) -> Result<Plan> {
+        let space = SearchSpace::new(&manifest.params, &manifest.restrictions)
+            .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
+        ensure!(
+            !space.is_empty(),
+            "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to \
+             `params`",
+            manifest.path.display()
+        );
+        let selected = ask(strategy.as_mut(), &space, shard);
+        Ok(Plan {
+            manifest,
+            space,
+            strategy,
+            shard,
+            selected,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The search space (every valid choice, by stable index).
+    pub fn space(&self) -> &SearchSpace {
+        &self.space
+    }
+
+    /// The stable indices of the choices the strategy asked for first, in order (this shard's
+    /// part of them). Brute force and random sampling ask for every choice they will measure
+    /// at once, so this is the whole run (what `tunebox tune --list` prints).
+    pub fn selected(&self) -> &[usize] {
+        &self.selected
+    }
+}
+
+/// The strategy's next choices, as many as it names, that `shard` owns.
+fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo>) -> Vec<usize> {
+    strategy
+        .ask(space, usize::MAX)
+        .into_iter()
+        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .collect()
 }
 
 /// Reads the manifest and selects the choices to measure: the strategy's selection, then the
@@ -89,22 +150,7 @@ pub struct Plan {
 /// An invalid manifest, or restrictions that leave no choice.
 pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::load(path, &compiler())?;
-    let choices = space::choices(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-    ensure!(
-        !choices.is_empty(),
-        "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to `params`",
-        manifest.path.display()
-    );
-    let selected = strategy::select(choices.len(), selection)
-        .into_iter()
-        .filter(|&i| shard::owns(shard, i))
-        .collect();
-    Ok(Plan {
-        manifest,
-        choices,
-        selected,
-    })
+    Plan::new(manifest, strategy::from_selection(selection), shard)
 }
 
 /// A choice still to measure.
@@ -128,9 +174,12 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
     let Plan {
         manifest,
-        choices,
+        space,
+        mut strategy,
+        shard,
         selected,
     } = plan(&options.manifest, &options.selection, options.shard)?;
+    let choices = space.choices();
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
             check_output_path(flag, path, &manifest)?;
@@ -203,90 +252,11 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
         ));
     }
 
-    // Requests and cache keys; what the cache has is done.
     let mut results: Vec<ChoiceResult> = Vec::with_capacity(selected.len());
     let mut not_measured: Vec<NotMeasured> = Vec::new();
-    let mut todo: Vec<Todo> = Vec::new();
     let mut hits = 0;
-    for &index in &selected {
-        let choice = &choices[index];
-        let request = match measure::request(
-            &manifest,
-            &manifest.kernel,
-            manifest.launch.as_ref(),
-            choice,
-        ) {
-            Ok(request) => request,
-            // A choice whose request cannot be built (its launch fails) is an error at once.
-            Err(e) => {
-                let error = format!("{e:#}");
-                results.push(ChoiceResult::failed(
-                    index,
-                    choice.clone(),
-                    Status::Error,
-                    error,
-                    &device,
-                ));
-                continue;
-            }
-        };
-        let key = fingerprint::key(
-            &setup,
-            &device,
-            &request,
-            &choice.label(),
-            options.max_process_uses,
-        );
-        if let Some(result) = cached(
-            cache.as_ref(),
-            &key,
-            timeout,
-            index,
-            choice,
-            &manifest,
-            &device,
-        ) {
-            results.push(result);
-            hits += 1;
-            continue;
-        }
-        todo.push(Todo {
-            index,
-            request,
-            key,
-        });
-    }
-    if hits > 0
-        && let Some(c) = &cache
-    {
-        progress.note(&format!(
-            "skipped {} already measured (results cache {}; --fresh re-measures them)",
-            plural(hits),
-            c.path().display()
-        ));
-    }
-
-    // C kernels compile in the parent, on the cores the workers leave, while the choices
-    // compiled before them are measured: workers only load cached objects, and a run takes about
-    // the longer of compiling and measuring, not their sum. CUDA kernels compile in the workers
-    // (below).
     let reference = measure::reference_request(&manifest)?;
     let kernel_cache = CacheDir::from_env()?;
-    let c_todo: Vec<usize> = (0..todo.len())
-        .filter(|&p| matches!(todo[p].request.kernel, Kernel::C(_)))
-        .collect();
-    let needs_c = !c_todo.is_empty()
-        || reference
-            .as_ref()
-            .is_some_and(|(_, r)| matches!(r.kernel, Kernel::C(_)));
-    if needs_c && !todo.is_empty() {
-        std::fs::create_dir_all(kernel_cache.path()).with_context(|| {
-            format!(
-                "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
-                kernel_cache.path().display()
-            )
-        })?;
-    }
     // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once (they
     // run in process groups of their own, so the terminal's SIGINT reaches only us).
     let cancel = || stop.requested();
@@ -295,242 +265,365 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
         cancel: Some(&cancel),
         ..CompileControl::default()
     };
-    if !todo.is_empty()
-        && let Some((label, request)) = &reference
-    {
-        match measure::precompile(request, &kernel_cache, &control) {
-            // Interrupted: no choice is measured either (below).
-            Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
-            Err(e) => match measure::compile_timeout_message(&e) {
-                Some(message) => bail!("the reference {label} does not compile: {message}"),
-                None => bail!(
-                    "the reference {label} does not compile: {:#}",
-                    anyhow::Error::new(e)
-                ),
-            },
-        }
-    }
-    let mut skipped: Vec<(usize, &str)> = Vec::new();
-    // Every result goes through here: cached (with its key) unless transient, then kept.
-    let mut record = |result: ChoiceResult, key: Option<&str>, cache: &mut Option<ResultsCache>| {
-        if let (Some(c), Some(key)) = (cache.as_mut(), key)
-            && let Err(e) = c.append(CacheLine::new(key.to_owned(), &header, timeout, &result))
-        {
-            progress.note(&format!("warning: {e:#}; results are no longer cached"));
-            *cache = None;
-        }
-        results.push(result);
-    };
-
-    // The pool, started only when something needs measuring.
     let refine = options.refine.filter(|&k| k > 0);
+    // The pool, started only when something needs measuring.
     let mut bench: Option<Bench> = None;
-    let workers = options
-        .workers
-        .clamp(1, todo.len().max(refine.unwrap_or(1)).max(1));
-    if !todo.is_empty() && !stop.requested() && !past_deadline() {
-        match open_bench(
-            &manifest,
-            reference.as_ref(),
-            workers,
-            timeout,
-            options,
-            stop,
-            progress,
-        ) {
-            Ok(b) => bench = Some(b),
-            Err(_) if stop.requested() => {}
-            Err(e) => return Err(e),
-        }
-    }
-
-    // What each C compile gave.
-    let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
-    // Positions that got a measurement (or a transient failure) from the pool.
-    let mut measured: Vec<bool> = vec![false; todo.len()];
-    if let Some(bench) = &bench {
-        // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
-        let mut ready_now: Vec<usize> = (0..todo.len())
-            .filter(|&p| !matches!(todo[p].request.kernel, Kernel::C(_)))
-            .collect();
-        let cuda: Vec<usize> = ready_now
-            .iter()
-            .copied()
-            .filter(|&p| matches!(todo[p].request.kernel, Kernel::Cuda(_)))
-            .collect();
-        if !cuda.is_empty() {
-            progress.note(&format!(
-                "compiling {} on {workers} worker(s)…",
-                plural(cuda.len())
-            ));
-            let batch: Vec<BenchmarkRequest> =
-                cuda.iter().map(|&p| todo[p].request.clone()).collect();
-            for (&p, outcome) in cuda.iter().zip(bench.pool.prepare(&batch)) {
-                let Err(e) = outcome else { continue };
-                ready_now.retain(|&q| q != p);
-                if measure::is_transient(&e) {
-                    skipped.push((p, stop_reason(stop)));
+    let mut workers = 1;
+    let mut reference_compiled = false;
+    // Results the strategy has been told.
+    let mut told = 0;
+    let mut batch = selected;
+    // Ask, measure, tell, until the strategy has no more (brute force and random sampling
+    // ask for everything at once: one round).
+    loop {
+        // Requests and cache keys; what the cache has is done.
+        let mut todo: Vec<Todo> = Vec::new();
+        let mut round_hits = 0;
+        for &index in &batch {
+            let choice = &choices[index];
+            let request = match measure::request(
+                &manifest,
+                &manifest.kernel,
+                manifest.launch.as_ref(),
+                choice,
+            ) {
+                Ok(request) => request,
+                // A choice whose request cannot be built (its launch fails) is an error at once.
+                Err(e) => {
+                    let error = format!("{e:#}");
+                    results.push(ChoiceResult::failed(
+                        index,
+                        choice.clone(),
+                        Status::Error,
+                        error,
+                        &device,
+                    ));
                     continue;
                 }
-                let t = &todo[p];
-                let result = ChoiceResult::failed(
-                    t.index,
-                    choices[t.index].clone(),
-                    e.status(),
-                    format!("{:#}", anyhow::Error::new(e)),
-                    &device,
-                );
-                record(result, Some(&t.key), &mut cache);
+            };
+            let key = fingerprint::key(
+                &setup,
+                &device,
+                &request,
+                &choice.label(),
+                options.max_process_uses,
+            );
+            if let Some(result) = cached(
+                cache.as_ref(),
+                &key,
+                timeout,
+                index,
+                choice,
+                &manifest,
+                &device,
+            ) {
+                results.push(result);
+                round_hits += 1;
+                continue;
+            }
+            todo.push(Todo {
+                index,
+                request,
+                key,
+            });
+        }
+        hits += round_hits;
+        if round_hits > 0
+            && let Some(c) = &cache
+        {
+            progress.note(&format!(
+                "skipped {} already measured (results cache {}; --fresh re-measures them)",
+                plural(round_hits),
+                c.path().display()
+            ));
+        }
+
+        // C kernels compile in the parent, on the cores the workers leave, while the choices
+        // compiled before them are measured: workers only load cached objects, and a run takes about
+        // the longer of compiling and measuring, not their sum. CUDA kernels compile in the workers
+        // (below).
+        let c_todo: Vec<usize> = (0..todo.len())
+            .filter(|&p| matches!(todo[p].request.kernel, Kernel::C(_)))
+            .collect();
+        let needs_c = !c_todo.is_empty()
+            || reference
+                .as_ref()
+                .is_some_and(|(_, r)| matches!(r.kernel, Kernel::C(_)));
+        if needs_c && !todo.is_empty() {
+            std::fs::create_dir_all(kernel_cache.path()).with_context(|| {
+            format!(
+                "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
+                kernel_cache.path().display()
+            )
+        })?;
+        }
+        if !todo.is_empty()
+            && !reference_compiled
+            && let Some((label, request)) = &reference
+        {
+            reference_compiled = true;
+            match measure::precompile(request, &kernel_cache, &control) {
+                // Interrupted: no choice is measured either (below).
+                Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
+                Err(e) => match measure::compile_timeout_message(&e) {
+                    Some(message) => bail!("the reference {label} does not compile: {message}"),
+                    None => bail!(
+                        "the reference {label} does not compile: {:#}",
+                        anyhow::Error::new(e)
+                    ),
+                },
+            }
+        }
+        let mut skipped: Vec<(usize, &str)> = Vec::new();
+        // Every result goes through here: cached (with its key) unless transient, then kept.
+        let mut record = |result: ChoiceResult,
+                          key: Option<&str>,
+                          cache: &mut Option<ResultsCache>| {
+            if let (Some(c), Some(key)) = (cache.as_mut(), key)
+                && let Err(e) = c.append(CacheLine::new(key.to_owned(), &header, timeout, &result))
+            {
+                progress.note(&format!("warning: {e:#}; results are no longer cached"));
+                *cache = None;
+            }
+            results.push(result);
+        };
+
+        if bench.is_none() {
+            workers = options
+                .workers
+                .clamp(1, todo.len().max(refine.unwrap_or(1)).max(1));
+        }
+        if bench.is_none() && !todo.is_empty() && !stop.requested() && !past_deadline() {
+            match open_bench(
+                &manifest,
+                reference.as_ref(),
+                workers,
+                timeout,
+                options,
+                stop,
+                progress,
+            ) {
+                Ok(b) => bench = Some(b),
+                Err(_) if stop.requested() => {}
+                Err(e) => return Err(e),
             }
         }
 
-        // Compiles overlap measuring on the cores the workers leave; with none left they all
-        // finish first (on every core), so that no compile shares a worker's core.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let overlap = cores > workers;
-        let compile_threads = if overlap { cores - workers } else { cores };
-        progress.phase(
-            Phase::Benchmarking,
-            ready_now.len() + c_todo.len(),
-            &format!(
-                "benchmarking {} on {workers} worker(s), timeout {timeout:?}…",
-                plural(ready_now.len() + c_todo.len())
-            ),
-        );
-        if !c_todo.is_empty() {
-            progress.note(&format!(
-                "compiling {} on {}{}…",
-                plural(c_todo.len()),
-                if compile_threads == 1 {
-                    "1 thread".to_owned()
-                } else {
-                    format!("{compile_threads} threads")
-                },
-                if overlap {
-                    " while measuring"
-                } else {
-                    ", then measuring"
-                }
-            ));
-        }
-        // Measured in the space's order, each choice once its compile has settled.
-        let mut measurable = vec![false; todo.len()];
-        for &p in ready_now.iter().chain(&c_todo) {
-            measurable[p] = true;
-        }
-        let order: Vec<usize> = (0..todo.len()).filter(|&p| measurable[p]).collect();
-        let gate = measure::InOrder::new(order, todo.len());
-        for &p in &ready_now {
-            gate.settle(p, true);
-        }
-        let next_compile = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            let mut compilers = Vec::with_capacity(compile_threads);
-            for _ in 0..compile_threads {
-                let (c_todo, next_compile, compiled, gate) =
-                    (&c_todo, &next_compile, &compiled, &gate);
-                let (todo, choices, progress, control) = (&todo, &choices, &progress, &control);
-                let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
-                compilers.push(scope.spawn(move || {
-                    while let Some(&p) = c_todo.get(next_compile.fetch_add(1, Ordering::SeqCst)) {
-                        let outcome = (!stop.requested() && !past_deadline())
-                            .then(|| measure::precompile(&todo[p].request, kernel_cache, control));
-                        gate.settle(p, matches!(outcome, Some(Ok(()))));
-                        match &outcome {
-                            Some(Err(e)) if !matches!(e, CpuError::CompileCancelled { .. }) => {
-                                let status = if measure::compile_timeout_message(e).is_some() {
-                                    Status::Timeout
-                                } else {
-                                    Status::CompileError
-                                };
-                                progress.finished(&choices[todo[p].index].label(), status, None);
-                            }
-                            _ => {}
-                        }
-                        lock(compiled).push((p, outcome));
+        // What each C compile gave.
+        let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
+        // Positions that got a measurement (or a transient failure) from the pool.
+        let mut measured: Vec<bool> = vec![false; todo.len()];
+        if let Some(bench) = &bench {
+            // GPU kernels compile in the workers (a compiler can crash too), spread over the pool.
+            let mut ready_now: Vec<usize> = (0..todo.len())
+                .filter(|&p| !matches!(todo[p].request.kernel, Kernel::C(_)))
+                .collect();
+            let cuda: Vec<usize> = ready_now
+                .iter()
+                .copied()
+                .filter(|&p| matches!(todo[p].request.kernel, Kernel::Cuda(_)))
+                .collect();
+            if !cuda.is_empty() {
+                progress.note(&format!(
+                    "compiling {} on {workers} worker(s)…",
+                    plural(cuda.len())
+                ));
+                let batch: Vec<BenchmarkRequest> =
+                    cuda.iter().map(|&p| todo[p].request.clone()).collect();
+                for (&p, outcome) in cuda.iter().zip(bench.pool.prepare(&batch)) {
+                    let Err(e) = outcome else { continue };
+                    ready_now.retain(|&q| q != p);
+                    if measure::is_transient(&e) {
+                        skipped.push((p, stop_reason(stop)));
+                        continue;
                     }
-                }));
-            }
-            // Once every compile thread is done (or panicked), nothing is left pending.
-            let closer = scope.spawn(|| {
-                for compiler in compilers {
-                    let _ = compiler.join();
-                }
-                gate.settle_rest(false);
-            });
-            if !overlap {
-                let _ = closer.join();
-            }
-            measure::run_all(
-                &bench.pool,
-                || gate.next().map(|p| (p, &todo[p].request)),
-                || stop.requested() || past_deadline(),
-                |p, result| {
-                    measured[p] = true;
                     let t = &todo[p];
-                    if matches!(&result, Err(e) if measure::is_transient(e)) && stop.requested() {
-                        skipped.push((p, "interrupted"));
-                        return;
-                    }
-                    let transient = matches!(&result, Err(e) if measure::is_transient(e));
-                    let r = measure::judge(
+                    let result = ChoiceResult::failed(
                         t.index,
                         choices[t.index].clone(),
-                        result,
-                        bench.reference.as_deref(),
-                        &manifest,
+                        e.status(),
+                        format!("{:#}", anyhow::Error::new(e)),
                         &device,
                     );
-                    progress.finished(&r.choice.label(), r.status, r.median_ms());
-                    record(r, (!transient).then_some(t.key.as_str()), &mut cache);
-                },
-            );
-        });
-        progress.end_phase();
-        for p in ready_now {
-            if !measured[p] {
-                skipped.push((p, stop_reason(stop)));
-            }
-        }
-    } else {
-        for (p, t) in todo.iter().enumerate() {
-            if !matches!(t.request.kernel, Kernel::C(_)) {
-                skipped.push((p, stop_reason(stop)));
-            }
-        }
-    }
-    // C choices: a compile failure is a result; one compiled but never measured, or never
-    // compiled, was not started.
-    let mut outcomes = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
-    let mut reported = vec![false; todo.len()];
-    for (p, _) in &outcomes {
-        reported[*p] = true;
-    }
-    outcomes.extend(c_todo.iter().filter(|&&p| !reported[p]).map(|&p| (p, None)));
-    outcomes.sort_by_key(|(p, _)| *p);
-    for (p, outcome) in outcomes {
-        let t = &todo[p];
-        let failed = |status, error| {
-            ChoiceResult::failed(t.index, choices[t.index].clone(), status, error, &device)
-        };
-        match outcome {
-            Some(Ok(())) if measured[p] => {}
-            Some(Ok(())) | None => skipped.push((p, stop_reason(stop))),
-            // Killed by Ctrl-C: says nothing about the choice.
-            Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
-            // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
-            // machine or a larger compile_timeout_s may let the next run compile it).
-            Some(Err(e)) => match measure::compile_timeout_message(&e) {
-                Some(message) => record(failed(Status::Timeout, message), None, &mut cache),
-                None => {
-                    let error = format!("{:#}", anyhow::Error::new(e));
-                    record(
-                        failed(Status::CompileError, error),
-                        Some(&t.key),
-                        &mut cache,
-                    );
+                    record(result, Some(&t.key), &mut cache);
                 }
-            },
+            }
+
+            // Compiles overlap measuring on the cores the workers leave; with none left they all
+            // finish first (on every core), so that no compile shares a worker's core.
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let overlap = cores > workers;
+            let compile_threads = if overlap { cores - workers } else { cores };
+            progress.phase(
+                Phase::Benchmarking,
+                ready_now.len() + c_todo.len(),
+                &format!(
+                    "benchmarking {} on {workers} worker(s), timeout {timeout:?}…",
+                    plural(ready_now.len() + c_todo.len())
+                ),
+            );
+            if !c_todo.is_empty() {
+                progress.note(&format!(
+                    "compiling {} on {}{}…",
+                    plural(c_todo.len()),
+                    if compile_threads == 1 {
+                        "1 thread".to_owned()
+                    } else {
+                        format!("{compile_threads} threads")
+                    },
+                    if overlap {
+                        " while measuring"
+                    } else {
+                        ", then measuring"
+                    }
+                ));
+            }
+            // Measured in the space's order, each choice once its compile has settled.
+            let mut measurable = vec![false; todo.len()];
+            for &p in ready_now.iter().chain(&c_todo) {
+                measurable[p] = true;
+            }
+            let order: Vec<usize> = (0..todo.len()).filter(|&p| measurable[p]).collect();
+            let gate = measure::InOrder::new(order, todo.len());
+            for &p in &ready_now {
+                gate.settle(p, true);
+            }
+            let next_compile = AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                let mut compilers = Vec::with_capacity(compile_threads);
+                for _ in 0..compile_threads {
+                    let (c_todo, next_compile, compiled, gate) =
+                        (&c_todo, &next_compile, &compiled, &gate);
+                    let (todo, choices, progress, control) = (&todo, &choices, &progress, &control);
+                    let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
+                    compilers.push(scope.spawn(move || {
+                        while let Some(&p) = c_todo.get(next_compile.fetch_add(1, Ordering::SeqCst))
+                        {
+                            let outcome = (!stop.requested() && !past_deadline()).then(|| {
+                                measure::precompile(&todo[p].request, kernel_cache, control)
+                            });
+                            gate.settle(p, matches!(outcome, Some(Ok(()))));
+                            match &outcome {
+                                Some(Err(e)) if !matches!(e, CpuError::CompileCancelled { .. }) => {
+                                    let status = if measure::compile_timeout_message(e).is_some() {
+                                        Status::Timeout
+                                    } else {
+                                        Status::CompileError
+                                    };
+                                    progress.finished(
+                                        &choices[todo[p].index].label(),
+                                        status,
+                                        None,
+                                    );
+                                }
+                                _ => {}
+                            }
+                            lock(compiled).push((p, outcome));
+                        }
+                    }));
+                }
+                // Once every compile thread is done (or panicked), nothing is left pending.
+                let closer = scope.spawn(|| {
+                    for compiler in compilers {
+                        let _ = compiler.join();
+                    }
+                    gate.settle_rest(false);
+                });
+                if !overlap {
+                    let _ = closer.join();
+                }
+                measure::run_all(
+                    &bench.pool,
+                    || gate.next().map(|p| (p, &todo[p].request)),
+                    || stop.requested() || past_deadline(),
+                    |p, result| {
+                        measured[p] = true;
+                        let t = &todo[p];
+                        if matches!(&result, Err(e) if measure::is_transient(e)) && stop.requested()
+                        {
+                            skipped.push((p, "interrupted"));
+                            return;
+                        }
+                        let transient = matches!(&result, Err(e) if measure::is_transient(e));
+                        let r = measure::judge(
+                            t.index,
+                            choices[t.index].clone(),
+                            result,
+                            bench.reference.as_deref(),
+                            &manifest,
+                            &device,
+                        );
+                        progress.finished(&r.choice.label(), r.status, r.median_ms());
+                        record(r, (!transient).then_some(t.key.as_str()), &mut cache);
+                    },
+                );
+            });
+            progress.end_phase();
+            for p in ready_now {
+                if !measured[p] {
+                    skipped.push((p, stop_reason(stop)));
+                }
+            }
+        } else {
+            for (p, t) in todo.iter().enumerate() {
+                if !matches!(t.request.kernel, Kernel::C(_)) {
+                    skipped.push((p, stop_reason(stop)));
+                }
+            }
+        }
+        // C choices: a compile failure is a result; one compiled but never measured, or never
+        // compiled, was not started.
+        let mut outcomes = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut reported = vec![false; todo.len()];
+        for (p, _) in &outcomes {
+            reported[*p] = true;
+        }
+        outcomes.extend(c_todo.iter().filter(|&&p| !reported[p]).map(|&p| (p, None)));
+        outcomes.sort_by_key(|(p, _)| *p);
+        for (p, outcome) in outcomes {
+            let t = &todo[p];
+            let failed = |status, error| {
+                ChoiceResult::failed(t.index, choices[t.index].clone(), status, error, &device)
+            };
+            match outcome {
+                Some(Ok(())) if measured[p] => {}
+                Some(Ok(())) | None => skipped.push((p, stop_reason(stop))),
+                // Killed by Ctrl-C: says nothing about the choice.
+                Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
+                // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
+                // machine or a larger compile_timeout_s may let the next run compile it).
+                Some(Err(e)) => match measure::compile_timeout_message(&e) {
+                    Some(message) => record(failed(Status::Timeout, message), None, &mut cache),
+                    None => {
+                        let error = format!("{:#}", anyhow::Error::new(e));
+                        record(
+                            failed(Status::CompileError, error),
+                            Some(&t.key),
+                            &mut cache,
+                        );
+                    }
+                },
+            }
+        }
+
+        for (p, reason) in skipped {
+            let t = &todo[p];
+            not_measured.push(NotMeasured {
+                index: t.index,
+                choice: choices[t.index].clone(),
+                reason: reason.to_owned(),
+            });
+        }
+        for result in &results[told..] {
+            strategy.tell(result.index, result);
+        }
+        told = results.len();
+        if stop.requested() || past_deadline() {
+            break;
+        }
+        batch = ask(strategy.as_mut(), &space, shard);
+        if batch.is_empty() {
+            break;
         }
     }
 
@@ -562,14 +655,6 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
     }
     stop.unwatch();
 
-    for (p, reason) in skipped {
-        let t = &todo[p];
-        not_measured.push(NotMeasured {
-            index: t.index,
-            choice: choices[t.index].clone(),
-            reason: reason.to_owned(),
-        });
-    }
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
     rank(&mut results);

@@ -336,6 +336,91 @@ pub(crate) fn choices(
     Ok(out)
 }
 
+/// The space a strategy searches: the parameters and their values, and every choice that
+/// satisfies the restrictions, each with its stable index (its position in canonical order,
+/// the first parameter varying slowest). Indices are what strategies ask for, what the results
+/// cache and shards key on, and what reports call `index`.
+#[derive(Debug, Clone)]
+pub struct SearchSpace {
+    params: IndexMap<String, Vec<ParamValue>>,
+    choices: Vec<Choice>,
+    /// Index of each choice by its label, built on first use.
+    by_label: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
+}
+
+impl SearchSpace {
+    /// The space of `params` under `restrictions`.
+    pub(crate) fn new(
+        params: &IndexMap<String, Vec<ParamValue>>,
+        restrictions: &[Restriction],
+    ) -> Result<SearchSpace> {
+        Ok(SearchSpace::from_choices(
+            params.clone(),
+            choices(params, restrictions)?,
+        ))
+    }
+
+    /// A space of these choices (valid ones, in canonical order).
+    pub(crate) fn from_choices(
+        params: IndexMap<String, Vec<ParamValue>>,
+        choices: Vec<Choice>,
+    ) -> SearchSpace {
+        SearchSpace {
+            params,
+            choices,
+            by_label: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The parameters' names and values, in the manifest's order.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &[ParamValue])> {
+        self.params.iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+
+    /// The number of valid choices.
+    pub fn len(&self) -> usize {
+        self.choices.len()
+    }
+
+    /// Whether no choice satisfies the restrictions.
+    pub fn is_empty(&self) -> bool {
+        self.choices.is_empty()
+    }
+
+    /// The choice with stable index `index`, if there is one.
+    pub fn choice(&self, index: usize) -> Option<&Choice> {
+        self.choices.get(index)
+    }
+
+    /// Every valid choice, in index order.
+    pub fn choices(&self) -> &[Choice] {
+        &self.choices
+    }
+
+    /// The stable index of `choice`; `None` when it breaks a restriction or holds a value that
+    /// is not one of its parameter's (a strategy that builds choices of its own, such as a
+    /// genetic algorithm's offspring, checks them with this).
+    pub fn index_of(&self, choice: &Choice) -> Option<usize> {
+        self.by_label
+            .get_or_init(|| {
+                self.choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.label(), i))
+                    .collect()
+            })
+            .get(&choice.label())
+            .copied()
+            // Labels of values of different types may coincide (`T=1`): compare the values.
+            .filter(|&i| self.choices[i] == *choice)
+    }
+
+    /// Whether `choice` is a valid choice of this space (see [`SearchSpace::index_of`]).
+    pub fn is_valid(&self, choice: &Choice) -> bool {
+        self.index_of(choice).is_some()
+    }
+}
+
 fn bind(
     context: &mut HashMapContext<DefaultNumericTypes>,
     name: &str,
