@@ -9,4 +9,5 @@ mod kernels;
 mod pool;
 mod process;
 mod shared;
+mod tune;
 mod util;

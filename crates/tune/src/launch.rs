@@ -22,7 +22,7 @@ const DEFAULT_BLOCK_X: i64 = 256;
 /// `[launch]` as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLaunch {
+pub(crate) struct RawLaunch {
     block: Option<Vec<toml::Value>>,
     grid: Option<Vec<toml::Value>>,
     /// Each a list of divisors (multiplied, as Kernel Tuner's) or one expression.
@@ -36,7 +36,7 @@ pub struct RawLaunch {
 
 impl RawLaunch {
     /// `grid_div_x`, `grid_div_y` or `grid_div_z` (`d` = 0, 1, 2).
-    pub fn grid_div_mut(&mut self, d: usize) -> &mut Option<toml::Value> {
+    pub(crate) fn grid_div_mut(&mut self, d: usize) -> &mut Option<toml::Value> {
         match d {
             0 => &mut self.grid_div_x,
             1 => &mut self.grid_div_y,
@@ -99,7 +99,7 @@ enum Grid {
 
 /// Grid, block and shared memory of a GPU kernel, evaluated for each choice.
 #[derive(Debug)]
-pub struct Launch {
+pub(crate) struct Launch {
     block: [IntExpr; 3],
     grid: Grid,
     shared_mem: IntExpr,
@@ -115,7 +115,7 @@ impl Launch {
     ///
     /// Expressions that do not parse or use unknown names, a grid with neither `grid` nor
     /// `problem_size`, lists of the wrong length.
-    pub fn from_raw(
+    pub(crate) fn from_raw(
         raw: RawLaunch,
         problem_size: Option<&[toml::Value]>,
         params: &IndexMap<String, Vec<ParamValue>>,
@@ -212,7 +212,7 @@ impl Launch {
     ///
     /// An expression that fails or gives a value outside 1..=u32::MAX (0..=u32::MAX for shared
     /// memory).
-    pub fn config(&self, choice: &Choice) -> Result<LaunchConfig> {
+    pub(crate) fn config(&self, choice: &Choice) -> Result<LaunchConfig> {
         let (block, grid, shared) = self.evaluate(choice)?;
         let mut config = LaunchConfig {
             grid: [0; 3],

@@ -31,29 +31,29 @@ const DEFAULT_FLAGS: [&str; 2] = ["-O3", "-march=native"];
 #[derive(Debug)]
 pub struct Manifest {
     /// The manifest's path, as given.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// `name`, or the file stem.
-    pub name: String,
-    pub kernel: KernelSource,
-    pub tensors: Vec<TensorSpec>,
-    pub scalars: Vec<Scalar>,
-    pub params: IndexMap<String, Vec<ParamValue>>,
-    pub restrictions: Vec<Restriction>,
-    pub timing: TimingConfig,
-    pub timeout: Duration,
+    pub(crate) name: String,
+    pub(crate) kernel: KernelSource,
+    pub(crate) tensors: Vec<TensorSpec>,
+    pub(crate) scalars: Vec<Scalar>,
+    pub(crate) params: IndexMap<String, Vec<ParamValue>>,
+    pub(crate) restrictions: Vec<Restriction>,
+    pub(crate) timing: TimingConfig,
+    pub(crate) timeout: Duration,
     /// How long one compile of a C kernel (or the reference) may take before its compiler is
     /// killed: `compile_timeout_s`, else [`tunebox_cpu::DEFAULT_COMPILE_TIMEOUT`].
-    pub compile_timeout: Duration,
-    pub verify: Option<Verify>,
+    pub(crate) compile_timeout: Duration,
+    pub(crate) verify: Option<Verify>,
     /// Grid, block and shared memory (CUDA kernels only).
-    pub launch: Option<Launch>,
+    pub(crate) launch: Option<Launch>,
     /// Named expressions over params, scalars and time, reported per choice.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
 }
 
 /// The language of a kernel source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Language {
+pub(crate) enum Language {
     /// C, compiled by the system compiler and run on the CPU.
     C,
     /// CUDA C++, compiled by NVRTC in a worker and run on a GPU.
@@ -62,7 +62,7 @@ pub enum Language {
 
 /// A kernel source and how to compile and call it.
 #[derive(Debug, Clone)]
-pub struct KernelSource {
+pub(crate) struct KernelSource {
     /// The path as written in the manifest (shown in compiler messages).
     pub source_name: String,
     /// The resolved path.
@@ -82,7 +82,7 @@ pub struct KernelSource {
 
 /// How choices are checked.
 #[derive(Debug)]
-pub struct Verify {
+pub(crate) struct Verify {
     pub tolerance: Tolerance,
     pub reference: Reference,
     /// The reference run's own timeout (`verify.timeout_s`); `None`: see
@@ -94,7 +94,7 @@ impl Verify {
     /// The deadline of the one reference call: `verify.timeout_s`, else the per-choice
     /// `timeout` but at least [`DEFAULT_REFERENCE_TIMEOUT_S`] (a naive reference is often far
     /// slower than the choices it checks).
-    pub fn reference_timeout(&self, timeout: Duration) -> Duration {
+    pub(crate) fn reference_timeout(&self, timeout: Duration) -> Duration {
         self.timeout
             .unwrap_or_else(|| timeout.max(Duration::from_secs_f64(DEFAULT_REFERENCE_TIMEOUT_S)))
     }
@@ -102,7 +102,7 @@ impl Verify {
 
 /// What produces the reference outputs.
 #[derive(Debug)]
-pub enum Reference {
+pub(crate) enum Reference {
     /// A choice of the kernel itself.
     Choice(Choice),
     /// A separate source with the same signature (C on the CPU, or CUDA with its own launch;
@@ -242,7 +242,11 @@ impl Manifest {
     /// A message naming the file, the field and what to change: unreadable file, TOML syntax,
     /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
     /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
-    pub fn load(path: &Path, compiler: &str) -> Result<Manifest> {
+    pub fn load(path: &Path, compiler: &str) -> crate::Result<Manifest> {
+        Manifest::read(path, compiler).map_err(crate::Error::manifest)
+    }
+
+    pub(crate) fn read(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         let raw: RawManifest = toml::from_str(&text).map_err(|e| {
@@ -1111,7 +1115,7 @@ mod tests {
         std::fs::write(dir.path().join("bad.c"), b"\xff\xfe not utf-8").unwrap();
         let path = dir.path().join("m.toml");
         std::fs::write(&path, manifest).unwrap();
-        Manifest::load(&path, "cc")
+        Manifest::read(&path, "cc")
     }
 
     const KERNEL: &str = "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n";

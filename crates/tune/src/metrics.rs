@@ -27,7 +27,7 @@ struct Metric {
 
 /// The manifest's metrics, in order.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     metrics: Vec<Metric>,
     /// Scalars and constant problem sizes, bound as floats.
     constants: Vec<(String, f64)>,
@@ -42,7 +42,7 @@ impl Metrics {
     ///
     /// An expression that does not parse, uses an unknown name, or is not a number; the
     /// message names `metrics."NAME"`.
-    pub fn parse(
+    pub(crate) fn parse(
         raw: &IndexMap<String, String>,
         params: &IndexMap<String, Vec<ParamValue>>,
         scalars: &[Scalar],
@@ -111,13 +111,13 @@ impl Metrics {
     }
 
     /// The metrics' names, in order (the extra table columns).
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.metrics.iter().map(|m| m.name.clone()).collect()
     }
 
     /// Every metric of `choice` measured at `time_ms`. A metric that fails for this choice
     /// (a string param in arithmetic, say) or is not finite is left out.
-    pub fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
+    pub(crate) fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
         let mut out = IndexMap::new();
         let Ok(mut context) = self.context(choice, time_ms) else {
             return out;

@@ -42,7 +42,11 @@ pub fn short_error(error: &str, width: usize) -> String {
 /// # Errors
 ///
 /// The file cannot be written.
-pub fn write_json(report: &Report, path: &Path) -> Result<()> {
+pub fn write_json(report: &Report, path: &Path) -> crate::Result<()> {
+    json_file(report, path).map_err(crate::Error::report)
+}
+
+fn json_file(report: &Report, path: &Path) -> Result<()> {
     let mut text = serde_json::to_string_pretty(&report.to_json())?;
     text.push('\n');
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
@@ -54,7 +58,11 @@ pub fn write_json(report: &Report, path: &Path) -> Result<()> {
 /// # Errors
 ///
 /// The file cannot be written.
-pub fn write_csv(report: &Report, path: &Path) -> Result<()> {
+pub fn write_csv(report: &Report, path: &Path) -> crate::Result<()> {
+    csv_file(report, path).map_err(crate::Error::report)
+}
+
+fn csv_file(report: &Report, path: &Path) -> Result<()> {
     std::fs::write(path, csv(report)).with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -158,7 +166,11 @@ fn csv_line(fields: &[String]) -> String {
 /// # Errors
 ///
 /// The file cannot be read or is neither.
-pub fn load(path: &Path) -> Result<Vec<Report>> {
+pub fn load(path: &Path) -> crate::Result<Vec<Report>> {
+    read(path).map_err(crate::Error::report)
+}
+
+fn read(path: &Path) -> Result<Vec<Report>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let json_error = match serde_json::from_str::<ReportJson>(&text) {

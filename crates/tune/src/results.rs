@@ -15,12 +15,15 @@ pub struct ChoiceResult {
     /// The choice's stable index among the manifest's choices after restrictions (canonical
     /// order: the first param varies slowest).
     pub index: usize,
+    /// The choice.
     pub choice: Choice,
+    /// How it went (`ok`, `wrong`, `compile_error`, `error`, `crashed`, `timeout`).
     pub status: Status,
     /// The measurement that ranks it (the re-measurement, for a refined choice).
     pub stats: Option<TimingStats>,
     /// Why it failed (the full message), for every status but `ok`.
     pub error: Option<String>,
+    /// The verification's numbers, when its outputs were checked.
     pub check: Option<Check>,
     /// Inputs the kernel wrote on its first call; restored before every later call.
     pub mutated_inputs: Vec<String>,
@@ -67,8 +70,11 @@ impl ChoiceResult {
 /// The verdict of verification, in numbers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Check {
+    /// Largest absolute difference from the reference (`None`: not finite).
     pub max_abs_error: Option<f64>,
+    /// Largest relative difference from the reference (`None`: not finite).
     pub max_rel_error: Option<f64>,
+    /// Elements outside the tolerance.
     pub mismatches: u64,
 }
 
@@ -99,7 +105,9 @@ pub struct Selection {
 /// Shard `index` of `count` (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {
+    /// This shard, from 0.
     pub index: usize,
+    /// The number of shards.
     pub count: usize,
 }
 
@@ -112,12 +120,14 @@ impl std::fmt::Display for ShardInfo {
 /// What identifies a run's results: shared by a report and every line of its results cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunHeader {
+    /// The tunebox version that measured (shards and caches of other versions are refused).
     pub tunebox_version: String,
     /// The manifest's path, as given.
     pub manifest: String,
     /// A hash of everything in the manifest that determines the choices and their
     /// measurements (not the device): shards of one manifest share it.
     pub manifest_hash: String,
+    /// The manifest's `name`, or its file stem.
     pub name: String,
     /// `entry (source)`.
     pub kernel: String,
@@ -127,8 +137,10 @@ pub struct RunHeader {
     pub device: String,
     /// Choices after restrictions.
     pub space_size: usize,
+    /// How the choices were picked.
     pub selection: Selection,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// This run's shard, if it is one.
     pub shard: Option<ShardInfo>,
     /// The metrics' names, in order.
     #[serde(default)]
@@ -138,7 +150,9 @@ pub struct RunHeader {
 /// A choice that was not measured, and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NotMeasured {
+    /// The choice's stable index.
     pub index: usize,
+    /// The choice.
     pub choice: Choice,
     /// `max_time` or `interrupted`.
     pub reason: String,
@@ -147,6 +161,7 @@ pub struct NotMeasured {
 /// `--refine`: the top choices re-measured with more reps.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct RefineInfo {
+    /// How many of the best were re-measured.
     pub top: usize,
     /// The factor applied to `rep_ms` and `max_reps`.
     pub rep_factor: f64,
@@ -155,6 +170,7 @@ pub struct RefineInfo {
 /// Where results came from the cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheInfo {
+    /// The results cache's path.
     pub path: String,
     /// Choices taken from it rather than measured.
     pub hits: usize,
@@ -164,19 +180,25 @@ pub struct CacheInfo {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunInfo {
     #[serde(flatten)]
+    /// What identifies the run's results.
     pub header: RunHeader,
     #[serde(default)]
+    /// Wall-clock time of the run, in seconds.
     pub elapsed_s: f64,
     #[serde(default)]
+    /// Worker processes measuring in parallel (0: nothing was measured).
     pub workers: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `refine`, when the best were re-measured.
     pub refine: Option<RefineInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The results cache, when one was used.
     pub cache: Option<CacheInfo>,
     /// Stopped by Ctrl-C (SIGINT) or SIGTERM before every choice was measured.
     #[serde(default)]
     pub interrupted: bool,
     #[serde(default)]
+    /// Choices selected but not measured (stopped, out of time), by index.
     pub not_measured: Vec<NotMeasured>,
     /// Things the user should know about the run.
     #[serde(default)]
@@ -195,6 +217,7 @@ pub struct RunInfo {
 /// A run's results, ranked.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// What the run was.
     pub info: RunInfo,
     /// Ranked within each device: `ok` by median ascending (refined ones first), then the
     /// others by status and index.

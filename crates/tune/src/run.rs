@@ -12,6 +12,7 @@ use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use crate::cache::{self, CacheLine, ResultsCache};
+use crate::error::Error;
 use crate::fingerprint;
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
@@ -37,15 +38,20 @@ const MAX_REPS: u32 = 1_000_000;
 pub enum CacheMode {
     /// Beside the JSON report, else beside the manifest.
     Default,
+    /// At this path.
     Path(PathBuf),
+    /// No results cache: nothing is read or written.
     Off,
 }
 
 /// What `tune` was asked to do.
 #[derive(Debug)]
 pub struct TuneOptions {
+    /// The manifest's path (it places the default results cache and names the manifest in reports).
     pub manifest: PathBuf,
+    /// Worker processes measuring in parallel (at least 1; compiles are always parallel).
     pub workers: usize,
+    /// The per-choice timeout (`None`: the manifest's `timeout_s`).
     pub timeout: Option<Duration>,
     /// Benchmarks per worker process before it is replaced (`None`: unlimited).
     pub max_process_uses: Option<u64>,
@@ -56,14 +62,17 @@ pub struct TuneOptions {
     pub json: Option<PathBuf>,
     /// Where the CSV table will go (checked before the run).
     pub csv: Option<PathBuf>,
+    /// Where the results cache is.
     pub cache: CacheMode,
     /// Ignore what the cache holds (new results are still appended).
     pub fresh: bool,
+    /// How the choices are picked (and what reports record).
     pub selection: Selection,
     /// Start no new choice after this long.
     pub max_time: Option<Duration>,
     /// Re-measure the best this many choices with more reps.
     pub refine: Option<usize>,
+    /// Measure only this shard of the choices (`None`: all).
     pub shard: Option<ShardInfo>,
 }
 
@@ -93,6 +102,14 @@ impl Plan {
     ///
     /// Restrictions that fail to evaluate, or leave no choice.
     pub fn new(
+        manifest: Manifest,
+        strategy: Box<dyn Strategy>,
+        shard: Option<ShardInfo>,
+    ) -> crate::Result<Plan> {
+        Plan::build(manifest, strategy, shard).map_err(crate::Error::manifest)
+    }
+
+    fn build(
         manifest: Manifest,
         mut strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
@@ -148,9 +165,13 @@ fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo
 /// # Errors
 ///
 /// An invalid manifest, or restrictions that leave no choice.
-pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
-    let manifest = Manifest::load(path, &compiler())?;
-    Plan::new(manifest, strategy::from_selection(selection), shard)
+pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> crate::Result<Plan> {
+    plan_inner(path, selection, shard).map_err(crate::Error::manifest)
+}
+
+fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
+    let manifest = Manifest::read(path, &compiler())?;
+    Plan::build(manifest, strategy::from_selection(selection), shard)
 }
 
 /// A choice still to measure.
@@ -168,7 +189,33 @@ struct Todo {
 /// workers that cannot start, or a reference that fails; a choice that fails is a result, not an
 /// error, and so is a run stopped by `stop` or `--max-time` (its report lists what was not
 /// measured).
-pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Result<Report> {
+pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> crate::Result<Report> {
+    let plan = plan(&options.manifest, &options.selection, options.shard)?;
+    run(plan, options, observer, stop)
+}
+
+/// Runs `plan` (a manifest and a strategy, from [`plan`] or [`Plan::new`]) as `options` say;
+/// `options.manifest` names the manifest in reports and places the default results cache, and
+/// `options.selection` is what reports record as the strategy.
+///
+/// # Errors
+///
+/// As [`tune`], but for the manifest, which `plan` has read.
+pub fn run(
+    plan: Plan,
+    options: &TuneOptions,
+    observer: &dyn Observer,
+    stop: &Stop,
+) -> crate::Result<Report> {
+    tune_inner(plan, options, observer, stop).map_err(crate::Error::run)
+}
+
+fn tune_inner(
+    plan: Plan,
+    options: &TuneOptions,
+    observer: &dyn Observer,
+    stop: &Stop,
+) -> Result<Report> {
     let start = Instant::now();
     let deadline = options.max_time.map(|t| start + t);
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
@@ -178,11 +225,11 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
         mut strategy,
         shard,
         selected,
-    } = plan(&options.manifest, &options.selection, options.shard)?;
+    } = plan;
     let choices = space.choices();
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
-            check_output_path(flag, path, &manifest)?;
+            check_output_path(flag, path, &manifest).map_err(Error::options)?;
         }
     }
     let cache_path = match &options.cache {
@@ -194,13 +241,14 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> Resu
         CacheMode::Off => None,
     };
     if let Some(path) = &cache_path {
-        check_output_path("--cache", path, &manifest)?;
+        check_output_path("--cache", path, &manifest).map_err(Error::options)?;
         for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
-            ensure!(
-                other.as_deref() != Some(path.as_path()),
-                "--cache and {flag} are the same file {}; give them different paths",
-                path.display()
-            );
+            if other.as_deref() == Some(path.as_path()) {
+                return Err(Error::options(format_args!(
+                    "--cache and {flag} are the same file {}; give them different paths",
+                    path.display()
+                )));
+            }
         }
     }
     let progress = observer;

@@ -65,6 +65,16 @@ pub fn resolve(
     spec: Option<ShardSpec>,
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
+) -> crate::Result<Option<ShardInfo>> {
+    resolve_inner(spec, shards, var).map_err(|e| crate::Error::Options {
+        message: format!("{e:#}"),
+    })
+}
+
+fn resolve_inner(
+    spec: Option<ShardSpec>,
+    shards: Option<usize>,
+    var: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ShardInfo>> {
     let shard = match (spec, shards) {
         (None, None) => return Ok(None),
@@ -170,7 +180,7 @@ mod tests {
     }
 
     fn auto(vars: &[(&str, &str)], shards: Option<usize>) -> Result<Option<ShardInfo>> {
-        resolve(Some(ShardSpec::Auto), shards, env(vars))
+        resolve_inner(Some(ShardSpec::Auto), shards, env(vars))
     }
 
     fn shard(index: usize, count: usize) -> Option<ShardInfo> {

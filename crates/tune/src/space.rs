@@ -14,14 +14,18 @@ const MAX_SPACE: u128 = 10_000_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ParamValue {
+    /// An integer.
     Int(i64),
+    /// A float.
     Float(f64),
+    /// A boolean (defined as 1 or 0).
     Bool(bool),
+    /// A string (defined verbatim).
     Str(String),
 }
 
 impl ParamValue {
-    pub fn from_toml(value: &toml::Value) -> Result<ParamValue> {
+    pub(crate) fn from_toml(value: &toml::Value) -> Result<ParamValue> {
         Ok(match value {
             toml::Value::Integer(i) => ParamValue::Int(*i),
             toml::Value::Float(f) => ParamValue::Float(*f),
@@ -70,6 +74,7 @@ impl std::fmt::Display for ParamValue {
 pub struct Choice(IndexMap<String, ParamValue>);
 
 impl Choice {
+    /// A choice of these values, in order.
     pub fn new(values: IndexMap<String, ParamValue>) -> Choice {
         Choice(values)
     }
@@ -91,7 +96,7 @@ impl Choice {
     /// # Errors
     ///
     /// A value evalexpr cannot hold (none today).
-    pub fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
+    pub(crate) fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
         let mut context = HashMapContext::<DefaultNumericTypes>::new();
         for (name, value) in &self.0 {
             bind(&mut context, name, value)?;
@@ -231,7 +236,7 @@ pub(crate) fn from_python(text: &str) -> String {
 
 /// A boolean expression over parameters that a choice must satisfy (`BM * BN <= 4096`).
 #[derive(Debug)]
-pub struct Restriction {
+pub(crate) struct Restriction {
     text: String,
     node: Node<DefaultNumericTypes>,
 }
@@ -240,7 +245,7 @@ impl Restriction {
     /// Parses `text`, checking that every name it uses is a parameter and that it evaluates to
     /// a boolean for the first value of every parameter (evalexpr accepts some incomplete
     /// expressions, such as `A <`, until they are evaluated).
-    pub fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
+    pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
         let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(&from_python(text))
             .map_err(|e| anyhow::anyhow!("{text:?} does not parse: {e}"))?;
         for name in node.iter_variable_identifiers() {

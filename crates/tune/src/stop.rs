@@ -48,7 +48,7 @@ impl Stop {
 
     /// Shuts `pool` down if a stop is requested while it is registered (and at once if one
     /// already was).
-    pub fn watch(&self, pool: Arc<TuningProcessPool>) {
+    pub(crate) fn watch(&self, pool: Arc<TuningProcessPool>) {
         *self.lock() = Some(Arc::clone(&pool));
         if self.requested() {
             pool.shutdown(SHUTDOWN_GRACE);
@@ -56,7 +56,7 @@ impl Stop {
     }
 
     /// Stops watching the pool.
-    pub fn unwatch(&self) {
+    pub(crate) fn unwatch(&self) {
         self.lock().take();
     }
 
