@@ -264,7 +264,7 @@ fn tune_inner(
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, &choices),
+        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, choices),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",

@@ -437,11 +437,11 @@ fn bind(
 }
 
 #[cfg(test)]
-pub mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Integer params from `(name, values)` pairs, in order.
-    pub fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
+    pub(crate) fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {
         spec.iter()
             .map(|(k, v)| {
                 (
