@@ -15,4 +15,5 @@ mod shared;
 )]
 mod task_kinds;
 mod tasks;
+mod tune;
 mod util;

@@ -13,9 +13,7 @@ use tunebox_protocol::{
     TensorSpec, TimingConfig,
 };
 
-use crate::fingerprint::compiler_version;
-use crate::measure::PROBE_TIMEOUT;
-use crate::tune::compiler;
+use tunebox_tune::{PROBE_TIMEOUT, compiler, compiler_version};
 
 /// A tiny C kernel: compiles in a blink with any C compiler.
 const C_KERNEL: &str = "void tunebox_doctor(float *x) { x[0] = 1.0f; }\n";

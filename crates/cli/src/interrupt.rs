@@ -4,11 +4,10 @@
 //! interrupt: coreutils' `timeout -s INT` signals tunebox and then its process group, and a
 //! Ctrl-C in a terminal reaches tunebox directly and through a wrapper script.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tunebox_pool::TuningProcessPool;
+use tunebox_tune::Stop;
 
 /// The exit status of a run stopped by a signal (128 + SIGINT), as shells report it.
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
@@ -16,33 +15,15 @@ pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 /// Signals this soon after the first are taken as the same interrupt, and ignored.
 const SAME_INTERRUPT: Duration = Duration::from_secs(1);
 
-/// How long idle workers get to exit when the run is stopped.
-const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
-
-/// The run's stop flag and the pool to shut down when it is raised.
+/// The run's stop flag, and when the first signal arrived.
 #[derive(Debug, Default)]
-pub(crate) struct Stop {
-    stopped: AtomicBool,
+struct Signals {
+    stop: Arc<Stop>,
     /// When the first signal arrived.
     first: OnceLock<Instant>,
-    pool: Mutex<Option<Arc<TuningProcessPool>>>,
 }
 
-impl Stop {
-    /// Whether a signal asked the run to stop.
-    pub(crate) fn requested(&self) -> bool {
-        self.stopped.load(Ordering::SeqCst)
-    }
-
-    /// Shuts `pool` down if a signal arrives while it is registered (and at once if one
-    /// already has).
-    pub(crate) fn watch(&self, pool: Arc<TuningProcessPool>) {
-        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&pool));
-        if self.requested() {
-            pool.shutdown(SHUTDOWN_GRACE);
-        }
-    }
-
+impl Signals {
     /// Records a signal arriving at `now`: `None` for the first, `Some(false)` for one within
     /// [`SAME_INTERRUPT`] of it (the same interrupt, ignored), `Some(true)` for a later one
     /// (exit at once).
@@ -55,11 +36,6 @@ impl Stop {
                 None
             }
         }
-    }
-
-    /// Stops watching the pool.
-    pub(crate) fn unwatch(&self) {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     fn signal(&self) {
@@ -75,11 +51,7 @@ impl Stop {
             "\ntunebox: interrupted; stopping the workers and writing the results so far \
              (again to exit at once)"
         );
-        self.stopped.store(true, Ordering::SeqCst);
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(pool) = pool {
-            pool.shutdown(SHUTDOWN_GRACE);
-        }
+        self.stop.request();
     }
 }
 
@@ -89,9 +61,9 @@ impl Stop {
 pub(crate) fn stop() -> Arc<Stop> {
     static STOP: OnceLock<Arc<Stop>> = OnceLock::new();
     STOP.get_or_init(|| {
-        let stop = Arc::new(Stop::default());
-        let handler = Arc::clone(&stop);
-        if let Err(e) = ctrlc::set_handler(move || handler.signal()) {
+        let signals = Signals::default();
+        let stop = Arc::clone(&signals.stop);
+        if let Err(e) = ctrlc::set_handler(move || signals.signal()) {
             log::warn!("cannot handle Ctrl-C ({e}); an interrupted run loses its table");
         }
         stop
@@ -105,7 +77,7 @@ mod tests {
 
     #[test]
     fn a_second_signal_at_once_is_the_same_interrupt() {
-        let stop = Stop::default();
+        let stop = Signals::default();
         let t0 = Instant::now();
         assert_eq!(stop.second_signal(t0), None);
         // `timeout -s INT`: the child, then its process group, microseconds apart.

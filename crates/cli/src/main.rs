@@ -3,23 +3,11 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
-mod cache;
 mod devices;
 mod doctor;
-mod fingerprint;
 mod interrupt;
-mod launch;
-mod manifest;
-mod measure;
-mod merge;
-mod metrics;
 mod progress;
-mod report;
-mod results;
-mod shard;
-mod space;
-mod strategy;
-mod tune;
+mod table;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,15 +15,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tunebox_tune::{CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions};
 
 use crate::interrupt::EXIT_INTERRUPTED;
-use crate::manifest::MAX_TIMEOUT_S;
-use crate::report::TableOptions;
-use crate::results::{Report, Selection};
-use crate::shard::ShardSpec;
-use crate::strategy::Strategy;
-use crate::tune::{CacheMode, TuneOptions};
+use crate::progress::Progress;
+use crate::table::TableOptions;
 
 /// Most worker processes a run may start.
 const MAX_WORKERS: usize = 512;
@@ -203,7 +188,7 @@ struct TuneArgs {
     /// stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes'
     /// JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default:
     /// MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them.
-    #[arg(long, value_name = "K/N|auto", value_parser = shard::parse)]
+    #[arg(long, value_name = "K/N|auto", value_parser = tunebox_tune::parse_shard)]
     shard: Option<ShardSpec>,
     /// The number of shards, for --shard auto: required in a Kubernetes Indexed Job (its
     /// `completions`); in a Slurm array it makes SLURM_ARRAY_TASK_ID the shard index (submit
@@ -213,6 +198,25 @@ struct TuneArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// `--strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Strategy {
+    /// Every choice, in canonical order.
+    BruteForce,
+    /// A random sample of `--budget` choices (seeded by `--seed`), in sampled order.
+    Random,
+}
+
+impl Strategy {
+    /// Its name in reports.
+    fn name(self) -> &'static str {
+        match self {
+            Strategy::BruteForce => "brute-force",
+            Strategy::Random => "random",
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -262,7 +266,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Report { file, output } => {
-            let reports = report::load(&file)?;
+            let reports = tunebox_tune::load_reports(&file)?;
             for (i, report) in reports.iter().enumerate() {
                 if i > 0 {
                     writeln!(std::io::stdout())?;
@@ -284,7 +288,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             across_devices,
             output,
         } => {
-            let report = merge::merge(&files, across_devices)?;
+            let report = tunebox_tune::merge(&files, across_devices)?;
             for note in report
                 .info
                 .notes
@@ -309,20 +313,20 @@ fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool)
         .map(|path| path.display().to_string())
         .collect();
     let options = TableOptions {
-        width: report::terminal_width(),
+        width: table::terminal_width(),
         top: output.top,
         files: &files,
     };
-    report::print_table(report, &mut std::io::stdout().lock(), options)?;
+    table::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
         if let Some(path) = &output.json {
-            report::write_json(report, path)?;
+            tunebox_tune::write_json(report, path)?;
             if announce {
                 eprintln!("tunebox: wrote {}", path.display());
             }
         }
         if let Some(path) = &output.csv {
-            report::write_csv(report, path)?;
+            tunebox_tune::write_csv(report, path)?;
             if announce {
                 eprintln!("tunebox: wrote {}", path.display());
             }
@@ -333,7 +337,8 @@ fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool)
 
 fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let selection = selection(&args)?;
-    let shard = shard::resolve(args.shard, args.shards, |name| std::env::var(name).ok())?;
+    let shard =
+        tunebox_tune::resolve_shard(args.shard, args.shards, |name| std::env::var(name).ok())?;
     // The options are checked before --list too: a listed command line is one that runs.
     ensure!(
         (1..=MAX_WORKERS).contains(&args.workers),
@@ -354,10 +359,14 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
     if args.list {
-        let plan = tune::plan(&args.manifest, &selection, shard)?;
+        let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?;
         let mut out = std::io::stdout().lock();
-        for &i in &plan.selected {
-            writeln!(out, "{}", plan.choices[i].label())?;
+        for choice in plan
+            .selected()
+            .iter()
+            .filter_map(|&i| plan.space().choice(i))
+        {
+            writeln!(out, "{}", choice.label())?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -382,8 +391,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         workers: args.workers,
         timeout,
         max_process_uses: (args.max_process_uses > 0).then_some(args.max_process_uses),
-        quiet: args.quiet,
-        verbose,
+        worker: None,
         json: output.json.clone(),
         csv: output.csv.clone(),
         cache,
@@ -394,7 +402,9 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         shard,
     };
     let stop = interrupt::stop();
-    let report = tune::tune(&options, &stop)?;
+    let progress = Progress::new(args.quiet, verbose);
+    let report = tunebox_tune::tune(&options, &progress, &stop)?;
+    drop(progress);
     emit(&report, &output, true, !args.quiet)?;
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tunebox_pool::Status;
+use tunebox_tune::{Event, Observer};
 
-use crate::report::format_time;
+use crate::table::format_time;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +148,27 @@ impl Progress {
 
     fn lock_bar(&self) -> std::sync::MutexGuard<'_, Option<ProgressBar>> {
         self.bar.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Observer for Progress {
+    fn on_event(&self, event: Event<'_>) {
+        match event {
+            Event::Note(message) => self.note(message),
+            Event::PhaseStarted {
+                phase,
+                total,
+                description,
+            } => self.phase(phase.name(), total, description),
+            Event::ChoiceFinished {
+                label,
+                status,
+                median_ms,
+            } => self.finished(label, status, median_ms),
+            Event::PhaseEnded => self.end_phase(),
+            // Events of later versions.
+            _ => {}
+        }
     }
 }
 

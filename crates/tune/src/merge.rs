@@ -24,7 +24,11 @@ const NAMED: usize = 8;
 ///
 /// No file, an unreadable file, or files from different tunebox versions, manifests or
 /// selections (the message names the two files and what differs).
-pub(crate) fn merge(files: &[PathBuf], across_devices: bool) -> Result<Report> {
+pub fn merge(files: &[PathBuf], across_devices: bool) -> crate::Result<Report> {
+    merge_files(files, across_devices).map_err(crate::Error::merge)
+}
+
+fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
     ensure!(!files.is_empty(), "give the shard results to merge");
     let mut loaded: Vec<(String, Report)> = Vec::new();
     for file in files {

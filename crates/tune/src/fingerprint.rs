@@ -163,7 +163,7 @@ fn tensor(h: &mut Hasher, t: &TensorSpec) {
 
 /// The first line of `compiler --version` (`cc (Debian 12.2.0-14) 12.2.0`), or `""` when it
 /// cannot be run or does not answer within `timeout` (compiling will then say why).
-pub(crate) fn compiler_version(compiler: &str, timeout: Duration) -> String {
+pub fn compiler_version(compiler: &str, timeout: Duration) -> String {
     let control = CompileControl {
         timeout,
         ..CompileControl::default()

@@ -1,17 +1,11 @@
-//! Reports: the ranked table (fitted to the terminal), JSON and CSV files, and reading reports
-//! back from a JSON report or a results cache (`tunebox report`, `tunebox merge`).
+//! The ranked table (fitted to the terminal) and its summary: how `tunebox` shows a report.
 
 use std::io::Write;
-use std::path::Path;
 
-use anyhow::{Context, Result, bail};
 use tunebox_pool::Status;
-
-use crate::cache;
-use crate::metrics::format_value;
-use crate::results::{
-    ChoiceResult, Report, ReportJson, ResultJson, RunInfo, best, choices, define_line,
-    rank_by_device,
+use tunebox_tune::{
+    ChoiceResult, Report, RunInfo, best, choice_count as choices, define_line, format_value,
+    short_error,
 };
 
 /// Widest the error column gets in the table.
@@ -360,274 +354,9 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The first meaningful line of an error, uncut.
-pub(crate) fn short_error_line(error: &str) -> String {
-    short_error(error, usize::MAX)
-}
-
-/// The first meaningful line of an error, cut to `width` characters: for compiler output the
-/// first `error:` line, else the first line. A compile that timed out is said so by its first
-/// line, whatever the compiler printed before it was killed.
-fn short_error(error: &str, width: usize) -> String {
-    let first = error.lines().next();
-    let line = first
-        .filter(|l| l.starts_with("compile timed out"))
-        .or_else(|| {
-            error
-                .lines()
-                .find(|l| l.contains("error:") || l.contains("#error"))
-        })
-        .or(first)
-        .unwrap_or("")
-        .trim();
-    if line.chars().count() > width {
-        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
-    } else {
-        line.to_owned()
-    }
-}
-
-/// Writes the report as JSON to `path`.
-///
-/// # Errors
-///
-/// The file cannot be written.
-pub(crate) fn write_json(report: &Report, path: &Path) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(&report.to_json())?;
-    text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// Writes the results as CSV to `path`: one row per choice, in rank order, one column per param
-/// and metric.
-///
-/// # Errors
-///
-/// The file cannot be written.
-pub(crate) fn write_csv(report: &Report, path: &Path) -> Result<()> {
-    std::fs::write(path, csv(report)).with_context(|| format!("cannot write {}", path.display()))
-}
-
-fn csv(report: &Report) -> String {
-    let mut params: Vec<String> = Vec::new();
-    for r in &report.results {
-        for (name, _) in r.choice.values() {
-            if !params.contains(name) {
-                params.push(name.clone());
-            }
-        }
-    }
-    let metrics = &report.info.header.metrics;
-    let mut header: Vec<String> = vec!["rank".into(), "index".into()];
-    header.extend(params.iter().cloned());
-    header.push("status".into());
-    for field in [
-        "median_ms",
-        "mean_ms",
-        "min_ms",
-        "max_ms",
-        "p20_ms",
-        "p80_ms",
-        "stddev_ms",
-        "reps",
-    ] {
-        header.push(field.into());
-    }
-    header.extend(metrics.iter().cloned());
-    for field in ["refined", "screen_median_ms", "cached", "device", "error"] {
-        header.push(field.into());
-    }
-    let mut text = csv_line(&header);
-    let json = report.to_json();
-    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-    for r in &json.results {
-        let mut row: Vec<String> = vec![
-            r.rank.map(|r| r.to_string()).unwrap_or_default(),
-            r.index.to_string(),
-        ];
-        let values: Vec<(&String, &crate::space::ParamValue)> = r.choice.values().collect();
-        for name in &params {
-            row.push(
-                values
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.to_string())
-                    .unwrap_or_default(),
-            );
-        }
-        row.push(r.status.clone());
-        for v in [
-            r.median_ms,
-            r.mean_ms,
-            r.min_ms,
-            r.max_ms,
-            r.p20_ms,
-            r.p80_ms,
-            r.stddev_ms,
-        ] {
-            row.push(opt(v));
-        }
-        row.push(r.reps.map(|r| r.to_string()).unwrap_or_default());
-        for name in metrics {
-            row.push(opt(r.metrics.get(name).copied()));
-        }
-        row.push(r.refined.to_string());
-        row.push(opt(r.screen_median_ms));
-        row.push(r.cached.to_string());
-        row.push(r.device.clone());
-        // The error's meaningful line: one row per choice (the JSON has the whole message).
-        row.push(
-            r.error
-                .as_deref()
-                .map(|e| short_error(e, usize::MAX))
-                .unwrap_or_default(),
-        );
-        text.push_str(&csv_line(&row));
-    }
-    text
-}
-
-/// One CSV record (RFC 4180): fields with a comma, quote or line break are quoted.
-fn csv_line(fields: &[String]) -> String {
-    let quoted: Vec<String> = fields
-        .iter()
-        .map(|f| {
-            if f.contains([',', '"', '\n', '\r']) {
-                format!("\"{}\"", f.replace('"', "\"\""))
-            } else {
-                f.clone()
-            }
-        })
-        .collect();
-    format!("{}\n", quoted.join(","))
-}
-
-/// Reads a JSON report (`tunebox tune --json`, `tunebox merge --json`) or a results cache: one
-/// report per manifest (a cache may hold several).
-///
-/// # Errors
-///
-/// The file cannot be read or is neither.
-pub(crate) fn load(path: &Path) -> Result<Vec<Report>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let json_error = match serde_json::from_str::<ReportJson>(&text) {
-        Ok(json) => {
-            return json
-                .into_report()
-                .map(|r| vec![r])
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-        }
-        Err(e) => e,
-    };
-    let (lines, unreadable) = cache::parse_lines(&text);
-    if lines.is_empty() {
-        bail!(
-            "{} is neither a tunebox JSON report (tune --json) nor a results cache \
-             (*.tunebox-cache.jsonl): {json_error}",
-            path.display()
-        );
-    }
-    let mut reports: Vec<Report> = Vec::new();
-    let mut kept: Vec<Vec<(String, usize, u8, ResultJson)>> = Vec::new();
-    for line in lines {
-        let position = match reports
-            .iter()
-            .position(|r| r.info.header.manifest_hash == line.header.manifest_hash)
-        {
-            Some(p) => p,
-            None => {
-                let mut notes = vec![format!("from the results cache {}", path.display())];
-                if unreadable > 0 {
-                    notes.push(format!("{unreadable} unreadable lines were skipped"));
-                }
-                reports.push(Report {
-                    info: RunInfo {
-                        header: line.header.clone(),
-                        elapsed_s: 0.0,
-                        workers: 0,
-                        refine: None,
-                        cache: None,
-                        interrupted: false,
-                        not_measured: Vec::new(),
-                        notes,
-                        merged_from: Vec::new(),
-                        missing: Vec::new(),
-                        across_devices: false,
-                    },
-                    results: Vec::new(),
-                });
-                kept.push(Vec::new());
-                reports.len() - 1
-            }
-        };
-        let header = &mut reports[position].info.header;
-        if header.shard != line.header.shard {
-            header.shard = None;
-        }
-        // One result per device and choice: a refined one over a screening one, else the last;
-        // but a failed re-measurement never hides the screening result (the run kept it).
-        let device = line.header.device.clone();
-        let index = line.result.index;
-        let priority = match (
-            line.result.refined,
-            line.result.status == Status::Ok.as_str(),
-        ) {
-            (true, true) => 2,
-            (false, _) => 1,
-            (true, false) => 0,
-        };
-        let entries = &mut kept[position];
-        match entries
-            .iter_mut()
-            .find(|(d, i, _, _)| *d == device && *i == index)
-        {
-            Some(entry) if priority >= entry.2 => *entry = (device, index, priority, line.result),
-            Some(_) => {}
-            None => entries.push((device, index, priority, line.result)),
-        }
-    }
-    for (report, entries) in reports.iter_mut().zip(kept) {
-        let device = report.info.header.device.clone();
-        for (d, _, _, mut result) in entries {
-            result.device = d;
-            let result = result
-                .into_result(&device)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            report.results.push(result);
-        }
-        rank_by_device(&mut report.results);
-    }
-    Ok(reports)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_errors() {
-        let log =
-            "compilation failed: `cc …`\nk.c: In function 'f':\nk.c:3:5: error: expected ';'\n";
-        assert_eq!(short_error(log, 60), "k.c:3:5: error: expected ';'");
-        assert_eq!(
-            short_error(
-                "the worker crashed: killed by signal 11 (SIGSEGV)\n--- tail",
-                60
-            ),
-            "the worker crashed: killed by signal 11 (SIGSEGV)"
-        );
-        let timed_out = "compile timed out after 120 s (compile_timeout_s)\nthe compiler was \
-                         killed: cc …\nthe compiler's last output:\nk.c:3:5: error: expected ';'";
-        assert_eq!(
-            short_error(timed_out, 60),
-            "compile timed out after 120 s (compile_timeout_s)"
-        );
-        let long = "x".repeat(200);
-        assert_eq!(short_error(&long, 60).chars().count(), 60);
-        assert_eq!(short_error(&long, 20).chars().count(), 20);
-    }
 
     #[test]
     fn times_get_the_unit_that_fits() {
@@ -648,7 +377,7 @@ mod tests {
     fn measured(index: usize, median: f64, p20: f64, p80: f64) -> ChoiceResult {
         let mut r = ChoiceResult::failed(
             index,
-            crate::space::Choice::new(Default::default()),
+            tunebox_tune::Choice::new(Default::default()),
             Status::Ok,
             String::new(),
             "cpu",
@@ -680,7 +409,7 @@ mod tests {
             measured(5, 2.00, 1.99, 2.01),
             ChoiceResult::failed(
                 6,
-                crate::space::Choice::new(Default::default()),
+                tunebox_tune::Choice::new(Default::default()),
                 Status::Crashed,
                 "boom".into(),
                 "cpu",
@@ -696,13 +425,5 @@ mod tests {
         refined.screen_median_ms = Some(1.0);
         assert!(!ties(&refined, &results[0]));
         assert!(ties(&results[0], &results[1]));
-    }
-
-    #[test]
-    fn csv_quotes_what_needs_quoting() {
-        assert_eq!(
-            csv_line(&["a".into(), "b,c".into(), "say \"hi\"".into()]),
-            "a,\"b,c\",\"say \"\"hi\"\"\"\n"
-        );
     }
 }

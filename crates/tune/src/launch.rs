@@ -31,7 +31,7 @@ pub(crate) struct RawLaunch {
     grid_div_z: Option<toml::Value>,
     shared_mem: Option<toml::Value>,
     /// The problem size here rather than at the top level (moved there when read).
-    pub(crate) problem_size: Option<Vec<toml::Value>>,
+    pub problem_size: Option<Vec<toml::Value>>,
 }
 
 impl RawLaunch {

@@ -13,10 +13,14 @@ const MAX_SPACE: u128 = 10_000_000;
 /// or string).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum ParamValue {
+pub enum ParamValue {
+    /// An integer.
     Int(i64),
+    /// A float.
     Float(f64),
+    /// A boolean (defined as 1 or 0).
     Bool(bool),
+    /// A string (defined verbatim).
     Str(String),
 }
 
@@ -36,7 +40,7 @@ impl ParamValue {
 
     /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
     /// or 0, strings verbatim.
-    pub(crate) fn define_text(&self) -> String {
+    pub fn define_text(&self) -> String {
         match self {
             ParamValue::Int(i) => i.to_string(),
             ParamValue::Float(f) => format!("{f:?}"),
@@ -67,15 +71,16 @@ impl std::fmt::Display for ParamValue {
 /// One point of the space: a value for every parameter, in the manifest's order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct Choice(IndexMap<String, ParamValue>);
+pub struct Choice(IndexMap<String, ParamValue>);
 
 impl Choice {
-    pub(crate) fn new(values: IndexMap<String, ParamValue>) -> Choice {
+    /// A choice of these values, in order.
+    pub fn new(values: IndexMap<String, ParamValue>) -> Choice {
         Choice(values)
     }
 
     /// `BM=32 BN=64`, or `(no params)`.
-    pub(crate) fn label(&self) -> String {
+    pub fn label(&self) -> String {
         if self.0.is_empty() {
             return "(no params)".into();
         }
@@ -100,7 +105,7 @@ impl Choice {
     }
 
     /// The choice as compiler defines.
-    pub(crate) fn defines(&self) -> Vec<Define> {
+    pub fn defines(&self) -> Vec<Define> {
         self.0
             .iter()
             .map(|(k, v)| Define::new(k, v.define_text()))
@@ -108,12 +113,12 @@ impl Choice {
     }
 
     /// The parameters and their values, in the manifest's order.
-    pub(crate) fn values(&self) -> impl Iterator<Item = (&String, &ParamValue)> {
+    pub fn values(&self) -> impl Iterator<Item = (&String, &ParamValue)> {
         self.0.iter()
     }
 
     /// The choice as an inline TOML table: `{ BM = 32, T = "f" }`.
-    pub(crate) fn toml(&self) -> String {
+    pub fn toml(&self) -> String {
         let entries: Vec<String> = self
             .0
             .iter()
@@ -334,6 +339,91 @@ pub(crate) fn choices(
         break;
     }
     Ok(out)
+}
+
+/// The space a strategy searches: the parameters and their values, and every choice that
+/// satisfies the restrictions, each with its stable index (its position in canonical order,
+/// the first parameter varying slowest). Indices are what strategies ask for, what the results
+/// cache and shards key on, and what reports call `index`.
+#[derive(Debug, Clone)]
+pub struct SearchSpace {
+    params: IndexMap<String, Vec<ParamValue>>,
+    choices: Vec<Choice>,
+    /// Index of each choice by its label, built on first use.
+    by_label: std::sync::OnceLock<std::collections::HashMap<String, usize>>,
+}
+
+impl SearchSpace {
+    /// The space of `params` under `restrictions`.
+    pub(crate) fn new(
+        params: &IndexMap<String, Vec<ParamValue>>,
+        restrictions: &[Restriction],
+    ) -> Result<SearchSpace> {
+        Ok(SearchSpace::from_choices(
+            params.clone(),
+            choices(params, restrictions)?,
+        ))
+    }
+
+    /// A space of these choices (valid ones, in canonical order).
+    pub(crate) fn from_choices(
+        params: IndexMap<String, Vec<ParamValue>>,
+        choices: Vec<Choice>,
+    ) -> SearchSpace {
+        SearchSpace {
+            params,
+            choices,
+            by_label: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The parameters' names and values, in the manifest's order.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &[ParamValue])> {
+        self.params.iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+
+    /// The number of valid choices.
+    pub fn len(&self) -> usize {
+        self.choices.len()
+    }
+
+    /// Whether no choice satisfies the restrictions.
+    pub fn is_empty(&self) -> bool {
+        self.choices.is_empty()
+    }
+
+    /// The choice with stable index `index`, if there is one.
+    pub fn choice(&self, index: usize) -> Option<&Choice> {
+        self.choices.get(index)
+    }
+
+    /// Every valid choice, in index order.
+    pub fn choices(&self) -> &[Choice] {
+        &self.choices
+    }
+
+    /// The stable index of `choice`; `None` when it breaks a restriction or holds a value that
+    /// is not one of its parameter's (a strategy that builds choices of its own, such as a
+    /// genetic algorithm's offspring, checks them with this).
+    pub fn index_of(&self, choice: &Choice) -> Option<usize> {
+        self.by_label
+            .get_or_init(|| {
+                self.choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.label(), i))
+                    .collect()
+            })
+            .get(&choice.label())
+            .copied()
+            // Labels of values of different types may coincide (`T=1`): compare the values.
+            .filter(|&i| self.choices[i] == *choice)
+    }
+
+    /// Whether `choice` is a valid choice of this space (see [`SearchSpace::index_of`]).
+    pub fn is_valid(&self, choice: &Choice) -> bool {
+        self.index_of(choice).is_some()
+    }
 }
 
 fn bind(

@@ -200,7 +200,7 @@ fn toml_key(name: &str) -> String {
 }
 
 /// A metric's value for a table: four significant digits, no exponent for everyday sizes.
-pub(crate) fn format_value(value: f64) -> String {
+pub fn format_value(value: f64) -> String {
     let magnitude = value.abs();
     if magnitude == 0.0 {
         "0".into()

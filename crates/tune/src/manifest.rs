@@ -21,7 +21,7 @@ const DEFAULT_TIMEOUT_S: f64 = 60.0;
 /// Least time the reference gets when `verify.timeout_s` is not set.
 const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
 /// Longest per-choice timeout (and compile timeout): a week.
-pub(crate) const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
 /// Most timed reps (and warmup calls) one choice may ask for.
 const MAX_REPS: u32 = 1_000_000;
 /// Compiler flags when the manifest's kernel does not set `flags`.
@@ -29,7 +29,7 @@ const DEFAULT_FLAGS: [&str; 2] = ["-O3", "-march=native"];
 
 /// A manifest, read and validated: every path resolved, every source read.
 #[derive(Debug)]
-pub(crate) struct Manifest {
+pub struct Manifest {
     /// The manifest's path, as given.
     pub(crate) path: PathBuf,
     /// `name`, or the file stem.
@@ -64,30 +64,30 @@ pub(crate) enum Language {
 #[derive(Debug, Clone)]
 pub(crate) struct KernelSource {
     /// The path as written in the manifest (shown in compiler messages).
-    pub(crate) source_name: String,
+    pub source_name: String,
     /// The resolved path.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The source text.
-    pub(crate) text: String,
+    pub text: String,
     /// The directory holding the source, put on the include path.
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// Whether the source lies outside the manifest's folder (allowed, and reported).
-    pub(crate) outside: bool,
-    pub(crate) entry: String,
-    pub(crate) language: Language,
+    pub outside: bool,
+    pub entry: String,
+    pub language: Language,
     /// C compiler flags, or NVRTC options for CUDA.
-    pub(crate) flags: Vec<String>,
-    pub(crate) compiler: String,
+    pub flags: Vec<String>,
+    pub compiler: String,
 }
 
 /// How choices are checked.
 #[derive(Debug)]
 pub(crate) struct Verify {
-    pub(crate) tolerance: Tolerance,
-    pub(crate) reference: Reference,
+    pub tolerance: Tolerance,
+    pub reference: Reference,
     /// The reference run's own timeout (`verify.timeout_s`); `None`: see
     /// [`Verify::reference_timeout`].
-    pub(crate) timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
 }
 
 impl Verify {
@@ -242,7 +242,11 @@ impl Manifest {
     /// A message naming the file, the field and what to change: unreadable file, TOML syntax,
     /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
     /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
-    pub(crate) fn load(path: &Path, compiler: &str) -> Result<Manifest> {
+    pub fn load(path: &Path, compiler: &str) -> crate::Result<Manifest> {
+        Manifest::read(path, compiler).map_err(crate::Error::manifest)
+    }
+
+    pub(crate) fn read(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         let raw: RawManifest = toml::from_str(&text).map_err(|e| {
@@ -1111,7 +1115,7 @@ mod tests {
         std::fs::write(dir.path().join("bad.c"), b"\xff\xfe not utf-8").unwrap();
         let path = dir.path().join("m.toml");
         std::fs::write(&path, manifest).unwrap();
-        Manifest::load(&path, "cc")
+        Manifest::read(&path, "cc")
     }
 
     const KERNEL: &str = "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n";

@@ -11,32 +11,35 @@ use crate::space::Choice;
 
 /// What became of one choice.
 #[derive(Debug, Clone)]
-pub(crate) struct ChoiceResult {
+pub struct ChoiceResult {
     /// The choice's stable index among the manifest's choices after restrictions (canonical
     /// order: the first param varies slowest).
-    pub(crate) index: usize,
-    pub(crate) choice: Choice,
-    pub(crate) status: Status,
+    pub index: usize,
+    /// The choice.
+    pub choice: Choice,
+    /// How it went (`ok`, `wrong`, `compile_error`, `error`, `crashed`, `timeout`).
+    pub status: Status,
     /// The measurement that ranks it (the re-measurement, for a refined choice).
-    pub(crate) stats: Option<TimingStats>,
+    pub stats: Option<TimingStats>,
     /// Why it failed (the full message), for every status but `ok`.
-    pub(crate) error: Option<String>,
-    pub(crate) check: Option<Check>,
+    pub error: Option<String>,
+    /// The verification's numbers, when its outputs were checked.
+    pub check: Option<Check>,
     /// Inputs the kernel wrote on its first call; restored before every later call.
-    pub(crate) mutated_inputs: Vec<String>,
+    pub mutated_inputs: Vec<String>,
     /// The manifest's metrics at the median time.
-    pub(crate) metrics: IndexMap<String, f64>,
+    pub metrics: IndexMap<String, f64>,
     /// The screening median, when `stats` come from `--refine`'s re-measurement.
-    pub(crate) screen_median_ms: Option<f64>,
+    pub screen_median_ms: Option<f64>,
     /// Taken from the results cache rather than measured in this run.
-    pub(crate) cached: bool,
+    pub cached: bool,
     /// What it ran on.
-    pub(crate) device: String,
+    pub device: String,
 }
 
 impl ChoiceResult {
     /// A result without a measurement.
-    pub(crate) fn failed(
+    pub fn failed(
         index: usize,
         choice: Choice,
         status: Status,
@@ -59,17 +62,20 @@ impl ChoiceResult {
     }
 
     /// The median that ranks an `ok` result.
-    pub(crate) fn median_ms(&self) -> Option<f64> {
+    pub fn median_ms(&self) -> Option<f64> {
         self.stats.as_ref().map(|s| s.median_ms)
     }
 }
 
 /// The verdict of verification, in numbers.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Check {
-    pub(crate) max_abs_error: Option<f64>,
-    pub(crate) max_rel_error: Option<f64>,
-    pub(crate) mismatches: u64,
+pub struct Check {
+    /// Largest absolute difference from the reference (`None`: not finite).
+    pub max_abs_error: Option<f64>,
+    /// Largest relative difference from the reference (`None`: not finite).
+    pub max_rel_error: Option<f64>,
+    /// Elements outside the tolerance.
+    pub mismatches: u64,
 }
 
 impl From<&Verification> for Check {
@@ -85,22 +91,24 @@ impl From<&Verification> for Check {
 
 /// How the choices to measure were picked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Selection {
+pub struct Selection {
     /// `brute-force` or `random`.
-    pub(crate) strategy: String,
+    pub strategy: String,
     /// With `random`: how many choices were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) budget: Option<usize>,
+    pub budget: Option<usize>,
     /// The seed of the random sample.
     #[serde(default)]
-    pub(crate) seed: u64,
+    pub seed: u64,
 }
 
 /// Shard `index` of `count` (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ShardInfo {
-    pub(crate) index: usize,
-    pub(crate) count: usize,
+pub struct ShardInfo {
+    /// This shard, from 0.
+    pub index: usize,
+    /// The number of shards.
+    pub count: usize,
 }
 
 impl std::fmt::Display for ShardInfo {
@@ -111,100 +119,115 @@ impl std::fmt::Display for ShardInfo {
 
 /// What identifies a run's results: shared by a report and every line of its results cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunHeader {
-    pub(crate) tunebox_version: String,
+pub struct RunHeader {
+    /// The tunebox version that measured (shards and caches of other versions are refused).
+    pub tunebox_version: String,
     /// The manifest's path, as given.
-    pub(crate) manifest: String,
+    pub manifest: String,
     /// A hash of everything in the manifest that determines the choices and their
     /// measurements (not the device): shards of one manifest share it.
-    pub(crate) manifest_hash: String,
-    pub(crate) name: String,
+    pub manifest_hash: String,
+    /// The manifest's `name`, or its file stem.
+    pub name: String,
     /// `entry (source)`.
-    pub(crate) kernel: String,
+    pub kernel: String,
     /// `cpu` or `cuda`.
-    pub(crate) backend: String,
+    pub backend: String,
     /// The CPU or GPU the choices ran on.
-    pub(crate) device: String,
+    pub device: String,
     /// Choices after restrictions.
-    pub(crate) space_size: usize,
-    pub(crate) selection: Selection,
+    pub space_size: usize,
+    /// How the choices were picked.
+    pub selection: Selection,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) shard: Option<ShardInfo>,
+    /// This run's shard, if it is one.
+    pub shard: Option<ShardInfo>,
     /// The metrics' names, in order.
     #[serde(default)]
-    pub(crate) metrics: Vec<String>,
+    pub metrics: Vec<String>,
 }
 
 /// A choice that was not measured, and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct NotMeasured {
-    pub(crate) index: usize,
-    pub(crate) choice: Choice,
+pub struct NotMeasured {
+    /// The choice's stable index.
+    pub index: usize,
+    /// The choice.
+    pub choice: Choice,
     /// `max_time` or `interrupted`.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 /// `--refine`: the top choices re-measured with more reps.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) struct RefineInfo {
-    pub(crate) top: usize,
+pub struct RefineInfo {
+    /// How many of the best were re-measured.
+    pub top: usize,
     /// The factor applied to `rep_ms` and `max_reps`.
-    pub(crate) rep_factor: f64,
+    pub rep_factor: f64,
 }
 
 /// Where results came from the cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct CacheInfo {
-    pub(crate) path: String,
+pub struct CacheInfo {
+    /// The results cache's path.
+    pub path: String,
     /// Choices taken from it rather than measured.
-    pub(crate) hits: usize,
+    pub hits: usize,
 }
 
 /// A run, described.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RunInfo {
+pub struct RunInfo {
     #[serde(flatten)]
-    pub(crate) header: RunHeader,
+    /// What identifies the run's results.
+    pub header: RunHeader,
     #[serde(default)]
-    pub(crate) elapsed_s: f64,
+    /// Wall-clock time of the run, in seconds.
+    pub elapsed_s: f64,
     #[serde(default)]
-    pub(crate) workers: usize,
+    /// Worker processes measuring in parallel (0: nothing was measured).
+    pub workers: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) refine: Option<RefineInfo>,
+    /// `refine`, when the best were re-measured.
+    pub refine: Option<RefineInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) cache: Option<CacheInfo>,
+    /// The results cache, when one was used.
+    pub cache: Option<CacheInfo>,
     /// Stopped by Ctrl-C (SIGINT) or SIGTERM before every choice was measured.
     #[serde(default)]
-    pub(crate) interrupted: bool,
+    pub interrupted: bool,
     #[serde(default)]
-    pub(crate) not_measured: Vec<NotMeasured>,
+    /// Choices selected but not measured (stopped, out of time), by index.
+    pub not_measured: Vec<NotMeasured>,
     /// Things the user should know about the run.
     #[serde(default)]
-    pub(crate) notes: Vec<String>,
+    pub notes: Vec<String>,
     /// `tunebox merge`: the files merged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) merged_from: Vec<String>,
+    pub merged_from: Vec<String>,
     /// `tunebox merge`: indices of the choices no file has.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) missing: Vec<usize>,
+    pub missing: Vec<usize>,
     /// `tunebox merge --across-devices`: results of different devices ranked together.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) across_devices: bool,
+    pub across_devices: bool,
 }
 
 /// A run's results, ranked.
 #[derive(Debug, Clone)]
-pub(crate) struct Report {
-    pub(crate) info: RunInfo,
+pub struct Report {
+    /// What the run was.
+    pub info: RunInfo,
     /// Ranked within each device: `ok` by median ascending (refined ones first), then the
     /// others by status and index.
-    pub(crate) results: Vec<ChoiceResult>,
+    pub results: Vec<ChoiceResult>,
 }
 
 impl Report {
     /// The results of each device (one group unless results from several devices are kept
     /// apart), each ranked.
-    pub(crate) fn groups(&self) -> Vec<(&str, Vec<&ChoiceResult>)> {
+    pub fn groups(&self) -> Vec<(&str, Vec<&ChoiceResult>)> {
         if self.info.across_devices {
             return vec![(&self.info.header.device, self.results.iter().collect())];
         }
@@ -236,9 +259,7 @@ pub(crate) fn rank(results: &mut [ChoiceResult]) {
 }
 
 /// The best `ok` result among `results` (ranked).
-pub(crate) fn best<'a>(
-    results: impl IntoIterator<Item = &'a ChoiceResult>,
-) -> Option<&'a ChoiceResult> {
+pub fn best<'a>(results: impl IntoIterator<Item = &'a ChoiceResult>) -> Option<&'a ChoiceResult> {
     results
         .into_iter()
         .next()
@@ -246,7 +267,7 @@ pub(crate) fn best<'a>(
 }
 
 /// `1 choice`, `2 choices`.
-pub(crate) fn choices(n: usize) -> String {
+pub fn choices(n: usize) -> String {
     if n == 1 {
         "1 choice".into()
     } else {
@@ -270,48 +291,48 @@ pub(crate) fn parse_status(name: &str) -> Option<Status> {
 
 /// One result as JSON (the entries of a report's `results`, and of cache lines).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ResultJson {
+pub struct ResultJson {
     /// 1-based rank among the `ok` results of its device (reports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) rank: Option<usize>,
-    pub(crate) index: usize,
-    pub(crate) choice: Choice,
-    pub(crate) status: String,
-    pub(crate) median_ms: Option<f64>,
-    pub(crate) mean_ms: Option<f64>,
-    pub(crate) min_ms: Option<f64>,
-    pub(crate) max_ms: Option<f64>,
-    pub(crate) p20_ms: Option<f64>,
-    pub(crate) p80_ms: Option<f64>,
-    pub(crate) stddev_ms: Option<f64>,
-    pub(crate) reps: Option<u32>,
+    pub rank: Option<usize>,
+    pub index: usize,
+    pub choice: Choice,
+    pub status: String,
+    pub median_ms: Option<f64>,
+    pub mean_ms: Option<f64>,
+    pub min_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub p20_ms: Option<f64>,
+    pub p80_ms: Option<f64>,
+    pub stddev_ms: Option<f64>,
+    pub reps: Option<u32>,
     #[serde(default)]
-    pub(crate) warmup_reps: Option<u32>,
+    pub warmup_reps: Option<u32>,
     #[serde(default)]
-    pub(crate) stopped: Option<String>,
-    pub(crate) error: Option<String>,
-    pub(crate) max_abs_error: Option<f64>,
-    pub(crate) max_rel_error: Option<f64>,
-    pub(crate) mismatches: Option<u64>,
+    pub stopped: Option<String>,
+    pub error: Option<String>,
+    pub max_abs_error: Option<f64>,
+    pub max_rel_error: Option<f64>,
+    pub mismatches: Option<u64>,
     /// Inputs the kernel wrote (restored before every call).
     #[serde(default)]
-    pub(crate) mutated_inputs: Vec<String>,
+    pub mutated_inputs: Vec<String>,
     #[serde(default)]
-    pub(crate) metrics: IndexMap<String, f64>,
+    pub metrics: IndexMap<String, f64>,
     /// Re-measured by `--refine`; `screen_median_ms` is the first measurement's median.
     #[serde(default)]
-    pub(crate) refined: bool,
+    pub refined: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) screen_median_ms: Option<f64>,
+    pub screen_median_ms: Option<f64>,
     /// Taken from the results cache.
     #[serde(default)]
-    pub(crate) cached: bool,
+    pub cached: bool,
     #[serde(default)]
-    pub(crate) device: String,
+    pub device: String,
 }
 
 impl ResultJson {
-    pub(crate) fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
+    pub fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
         let s = r.stats.as_ref();
         ResultJson {
             rank,
@@ -342,7 +363,7 @@ impl ResultJson {
     }
 
     /// Back to a result; `None` (with the reason) for an unknown status.
-    pub(crate) fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
+    pub fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
         let status = parse_status(&self.status)
             .ok_or_else(|| format!("unknown status {:?}", self.status))?;
         let stats = match (
@@ -408,37 +429,37 @@ impl ResultJson {
 
 /// The best choice, in a report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct BestJson {
-    pub(crate) index: usize,
-    pub(crate) choice: Choice,
-    pub(crate) median_ms: f64,
+pub struct BestJson {
+    pub index: usize,
+    pub choice: Choice,
+    pub median_ms: f64,
     #[serde(default)]
-    pub(crate) metrics: IndexMap<String, f64>,
+    pub metrics: IndexMap<String, f64>,
     /// `-DNAME=VALUE …`, ready for a compiler command line.
     #[serde(default)]
-    pub(crate) defines: String,
+    pub defines: String,
     /// `{ NAME = VALUE, … }`, ready for a TOML file.
     #[serde(default)]
-    pub(crate) toml: String,
+    pub toml: String,
     #[serde(default)]
-    pub(crate) device: String,
+    pub device: String,
 }
 
 /// A whole report as JSON.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct ReportJson {
+pub struct ReportJson {
     #[serde(flatten)]
-    pub(crate) info: RunInfo,
-    pub(crate) results: Vec<ResultJson>,
+    pub info: RunInfo,
+    pub results: Vec<ResultJson>,
     /// The best choice (of the first device, when results of several devices are kept apart).
-    pub(crate) best: Option<BestJson>,
+    pub best: Option<BestJson>,
     /// The best choice of each device, when there are several.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) best_per_device: Vec<BestJson>,
+    pub best_per_device: Vec<BestJson>,
 }
 
 /// `-DBM=32 -DBN=64`.
-pub(crate) fn define_line(choice: &Choice) -> String {
+pub fn define_line(choice: &Choice) -> String {
     choice
         .defines()
         .iter()
@@ -448,7 +469,7 @@ pub(crate) fn define_line(choice: &Choice) -> String {
 }
 
 impl BestJson {
-    pub(crate) fn of(r: &ChoiceResult) -> Option<BestJson> {
+    pub fn of(r: &ChoiceResult) -> Option<BestJson> {
         Some(BestJson {
             index: r.index,
             choice: r.choice.clone(),
@@ -463,7 +484,7 @@ impl BestJson {
 
 impl Report {
     /// The report as JSON.
-    pub(crate) fn to_json(&self) -> ReportJson {
+    pub fn to_json(&self) -> ReportJson {
         let groups = self.groups();
         let mut results = Vec::with_capacity(self.results.len());
         let mut bests = Vec::new();
@@ -491,7 +512,7 @@ impl Report {
 
 impl ReportJson {
     /// Back to a report, ranking the results again.
-    pub(crate) fn into_report(self) -> Result<Report, String> {
+    pub fn into_report(self) -> Result<Report, String> {
         let device = self.info.header.device.clone();
         let mut results = self
             .results

@@ -2,6 +2,7 @@
 //! at a time (so that a time budget or Ctrl-C stops new choices from starting), and judging
 //! each result against the reference.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -21,7 +22,7 @@ use crate::results::{Check, ChoiceResult};
 use crate::space::Choice;
 
 /// How long the probe worker may take (creating a CUDA context can take seconds).
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request measuring `choice` of `source`, launched as `launch` says (CUDA).
 ///
@@ -141,8 +142,17 @@ pub(crate) fn reference_request(manifest: &Manifest) -> Result<Option<(String, B
 
 /// A pool of workers and the reference outputs to judge choices by.
 pub(crate) struct Bench {
-    pub(crate) pool: Arc<TuningProcessPool>,
-    pub(crate) reference: Option<Vec<TensorData>>,
+    pub pool: Arc<TuningProcessPool>,
+    pub reference: Option<Vec<TensorData>>,
+}
+
+/// A worker's config: `worker` as its executable when given, else the default
+/// (`$TUNEBOX_WORKER`, else the current executable).
+fn process_config(worker: Option<&Path>) -> ProcessConfig {
+    match worker {
+        Some(path) => ProcessConfig::new().worker(path),
+        None => ProcessConfig::new(),
+    }
 }
 
 /// Starts `workers` workers.
@@ -154,12 +164,13 @@ pub(crate) fn start_pool(
     workers: usize,
     timeout: Duration,
     max_process_uses: Option<u64>,
+    worker: Option<&Path>,
 ) -> Result<Arc<TuningProcessPool>> {
     let config = PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
         .process_config(
-            ProcessConfig::new()
+            process_config(worker)
                 .stdout(Output::Capture { tail_bytes: 4096 })
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
@@ -186,6 +197,7 @@ pub(crate) fn reference_outputs(
     manifest: &Manifest,
     reference: Option<&(String, BenchmarkRequest)>,
     timeout: Duration,
+    worker: Option<&Path>,
     watch: impl Fn(Arc<TuningProcessPool>),
     note: impl Fn(&str),
 ) -> Result<Option<Vec<TensorData>>> {
@@ -201,7 +213,7 @@ pub(crate) fn reference_outputs(
     let timeout = verify.reference_timeout(timeout);
     let mut request = request.clone();
     request.timing.outputs_only = true;
-    let pool = start_pool(1, timeout, Some(1))?;
+    let pool = start_pool(1, timeout, Some(1), worker)?;
     watch(Arc::clone(&pool));
     if matches!(request.kernel, Kernel::Cuda(_))
         && let Err(e) = pool.prepare(std::slice::from_ref(&request)).remove(0)
@@ -417,8 +429,8 @@ pub(crate) fn judge(
 ///
 /// No worker can start, or its `cuda` backend is missing or sees no GPU (the error says why:
 /// no driver, no device).
-pub(crate) fn probe_gpu() -> Result<String> {
-    let mut worker = TuningProcess::spawn(ProcessConfig::new())
+pub(crate) fn probe_gpu(worker: Option<&Path>) -> Result<String> {
+    let mut worker = TuningProcess::spawn(process_config(worker))
         .context("could not start a worker to look for a GPU")?;
     let probe = worker
         .probe(PROBE_TIMEOUT)

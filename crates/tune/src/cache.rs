@@ -23,14 +23,14 @@ use crate::results::{ChoiceResult, ResultJson, RunHeader};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CacheLine {
     /// The hash of everything that determines the measurement.
-    pub(crate) key: String,
+    pub key: String,
     #[serde(flatten)]
-    pub(crate) header: RunHeader,
+    pub header: RunHeader,
     /// The per-choice timeout the result was measured with.
-    pub(crate) timeout_s: f64,
+    pub timeout_s: f64,
     /// When the choice finished (seconds since the Unix epoch).
-    pub(crate) finished_at: u64,
-    pub(crate) result: ResultJson,
+    pub finished_at: u64,
+    pub result: ResultJson,
 }
 
 impl CacheLine {

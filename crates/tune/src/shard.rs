@@ -12,7 +12,7 @@ use crate::results::ShardInfo;
 
 /// `--shard` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ShardSpec {
+pub enum ShardSpec {
     /// `K/N`.
     Fixed(ShardInfo),
     /// `auto`: from the scheduler's environment.
@@ -27,7 +27,7 @@ const MAX_SHARDS: usize = 1_000_000;
 /// # Errors
 ///
 /// Anything else, with the forms that work.
-pub(crate) fn parse(text: &str) -> Result<ShardSpec, String> {
+pub fn parse(text: &str) -> Result<ShardSpec, String> {
     if text == "auto" {
         return Ok(ShardSpec::Auto);
     }
@@ -61,7 +61,17 @@ fn check(k: usize, n: usize) -> Result<(), String> {
 ///
 /// `--shards` without `--shard`, `auto` without a scheduler's variables, Kubernetes without
 /// `--shards`, values that do not parse or do not fit, a `--shards` that contradicts the shard.
-pub(crate) fn resolve(
+pub fn resolve(
+    spec: Option<ShardSpec>,
+    shards: Option<usize>,
+    var: impl Fn(&str) -> Option<String>,
+) -> crate::Result<Option<ShardInfo>> {
+    resolve_inner(spec, shards, var).map_err(|e| crate::Error::Options {
+        message: format!("{e:#}"),
+    })
+}
+
+fn resolve_inner(
     spec: Option<ShardSpec>,
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
@@ -170,7 +180,7 @@ mod tests {
     }
 
     fn auto(vars: &[(&str, &str)], shards: Option<usize>) -> Result<Option<ShardInfo>> {
-        resolve(Some(ShardSpec::Auto), shards, env(vars))
+        resolve_inner(Some(ShardSpec::Auto), shards, env(vars))
     }
 
     fn shard(index: usize, count: usize) -> Option<ShardInfo> {

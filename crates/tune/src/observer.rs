@@ -1,0 +1,104 @@
+//! What a run tells its caller while it runs: notes, phases, and each choice as it finishes.
+//!
+//! The engine never writes to a terminal; the `tunebox` CLI turns these events into progress
+//! bars (or one line per choice in a batch log), and a service can turn them into log records or
+//! messages of its own.
+
+use tunebox_pool::Status;
+
+/// A phase of a run with a known number of steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Compiling and measuring the choices the results cache does not have.
+    Benchmarking,
+    /// Re-measuring the best choices with more reps (`refine`).
+    Refining,
+}
+
+impl Phase {
+    /// Its name in progress output: `benchmarking`, `refining`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Benchmarking => "benchmarking",
+            Phase::Refining => "refining",
+        }
+    }
+}
+
+/// One thing a run reports, in the order it happens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A line for the user: what starts, what was skipped, a warning (the CLI prints it as
+    /// `tunebox: {line}`).
+    Note(&'a str),
+    /// A phase of `total` choices starts; `description` says what in one line (the CLI prints
+    /// it when it shows no bar).
+    PhaseStarted {
+        /// Which phase.
+        phase: Phase,
+        /// The choices it will finish (some may instead be left unmeasured when it stops).
+        total: usize,
+        /// What starts, e.g. `benchmarking 12 choices on 1 worker(s), timeout 60s…`.
+        description: &'a str,
+    },
+    /// A choice finished: compiled and failed, or measured (and verified).
+    ChoiceFinished {
+        /// The choice's label (`BLOCK=32 UNROLL=4`).
+        label: &'a str,
+        /// Its status.
+        status: Status,
+        /// Its median in ms, when it was measured.
+        median_ms: Option<f64>,
+    },
+    /// The current phase ended.
+    PhaseEnded,
+}
+
+/// Receives a run's [`Event`]s.
+///
+/// Called from the run's threads (compile threads too), so it must be `Sync`; each call should
+/// return quickly, as the run waits for it. `()` ignores every event.
+pub trait Observer: Sync {
+    /// Called for each event as it happens.
+    fn on_event(&self, event: Event<'_>);
+}
+
+impl Observer for () {
+    fn on_event(&self, _event: Event<'_>) {}
+}
+
+/// Convenience wrappers the engine reports through.
+pub(crate) trait ObserverExt {
+    fn note(&self, message: &str);
+    fn phase(&self, phase: Phase, total: usize, description: &str);
+    fn finished(&self, label: &str, status: Status, median_ms: Option<f64>);
+    fn end_phase(&self);
+}
+
+impl<O: Observer + ?Sized> ObserverExt for O {
+    fn note(&self, message: &str) {
+        self.on_event(Event::Note(message));
+    }
+
+    fn phase(&self, phase: Phase, total: usize, description: &str) {
+        self.on_event(Event::PhaseStarted {
+            phase,
+            total,
+            description,
+        });
+    }
+
+    fn finished(&self, label: &str, status: Status, median_ms: Option<f64>) {
+        self.on_event(Event::ChoiceFinished {
+            label,
+            status,
+            median_ms,
+        });
+    }
+
+    fn end_phase(&self) {
+        self.on_event(Event::PhaseEnded);
+    }
+}

@@ -1,0 +1,81 @@
+//! Interrupting a run: a flag any thread may raise (a signal handler, a GUI's cancel button, a
+//! service's deadline), which also shuts down the pool the run is measuring with, so that busy
+//! workers are killed at once rather than at the end of their choice.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tunebox_pool::TuningProcessPool;
+
+/// How long idle workers get to exit when the run is stopped.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
+
+/// A run's stop flag, and the pool to shut down when it is raised.
+///
+/// Raise it with [`Stop::request`] from any thread; the run then starts no new choice, kills
+/// the choices being measured (their workers are shut down and reaped), and returns a
+/// [`Report`](crate::Report) of what finished, with `info.interrupted` set and the rest listed
+/// as not measured (`"interrupted"`). Nothing finished is lost: results are cached as they
+/// finish.
+#[derive(Debug, Default)]
+pub struct Stop {
+    stopped: AtomicBool,
+    pool: Mutex<Option<Arc<TuningProcessPool>>>,
+}
+
+impl Stop {
+    /// A flag that is not raised.
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    /// Whether the run was asked to stop.
+    pub fn requested(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Asks the run to stop: no new choice starts, and the pool measuring now is shut down
+    /// (busy workers are killed and reaped, with a grace of 200 ms for idle ones). Idempotent;
+    /// it never blocks on a worker for longer than that grace.
+    pub fn request(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let pool = self.lock().clone();
+        if let Some(pool) = pool {
+            pool.shutdown(SHUTDOWN_GRACE);
+        }
+    }
+
+    /// Shuts `pool` down if a stop is requested while it is registered (and at once if one
+    /// already was).
+    pub(crate) fn watch(&self, pool: Arc<TuningProcessPool>) {
+        *self.lock() = Some(Arc::clone(&pool));
+        if self.requested() {
+            pool.shutdown(SHUTDOWN_GRACE);
+        }
+    }
+
+    /// Stops watching the pool.
+    pub(crate) fn unwatch(&self) {
+        self.lock().take();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Arc<TuningProcessPool>>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_seen_and_idempotent() {
+        let stop = Stop::new();
+        assert!(!stop.requested());
+        stop.request();
+        stop.request();
+        assert!(stop.requested());
+        stop.unwatch();
+    }
+}
