@@ -6,6 +6,7 @@
 
 mod cache;
 mod fingerprint;
+pub mod formats;
 mod launch;
 mod manifest;
 mod measure;
