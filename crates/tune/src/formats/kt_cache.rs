@@ -174,9 +174,11 @@ impl KtCache {
     ///
     /// # Speed
     ///
-    /// The benchmark hub's largest file (dedispersion on an A6000: 3.3 MB gzipped, 11,130
-    /// records of 32 repetitions each) reads in about 0.15 s in a release build on a shared
-    /// 2-core machine; a debug build takes several times longer.
+    /// In a release build on a shared 2-core machine, the benchmark hub's largest file
+    /// (dedispersion on an A6000: 3.3 MB gzipped, 11,130 records of 32 repetitions each) reads
+    /// in about 0.14 s, convolution (1.1 MB, 4,362 records) in about 0.07 s; a debug build
+    /// takes several times longer. Measure with
+    /// `cargo test --release -p tunebox-tune --lib formats::kt_cache -- --ignored --nocapture`.
     pub fn read(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
         let path = path.as_ref();
         let doc = read_json(path)?;

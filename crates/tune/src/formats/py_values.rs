@@ -344,10 +344,10 @@ impl Parser {
                     if !self.eat_name("in") {
                         return Err("expected `in` in the comprehension".to_owned());
                     }
-                    let iter = self.or_without_if()?;
+                    let iter = self.expr()?;
                     let mut conds = Vec::new();
                     while self.eat_name("if") {
-                        conds.push(self.or_without_if()?);
+                        conds.push(self.expr()?);
                     }
                     self.expect_op("]")?;
                     return Ok(Expr::Comp {
@@ -367,11 +367,6 @@ impl Parser {
             }
             other => Err(format!("unexpected {other}")),
         }
-    }
-
-    /// An expression inside a comprehension clause (no conditional expressions here).
-    fn or_without_if(&mut self) -> Result<Expr, String> {
-        self.expr()
     }
 
     /// Comma-separated expressions up to `close`; also says whether a comma ended the list.

@@ -516,9 +516,11 @@ fn result(r: &Node<'_, '_>) -> Res<T4Result> {
             ))
         })?;
     let c = r.req("correctness")?;
-    let correctness = match c.f64()? {
-        x if x == 1.0 => true,
-        x if x == 0.0 => false,
+    let correctness = match c.v {
+        J::Int(1) => true,
+        J::Int(0) => false,
+        J::Float(x) if *x == 1.0 => true,
+        J::Float(x) if *x == 0.0 => false,
         _ => return Err(c.problem("expected 0 or 1")),
     };
     let mut measurements = Vec::new();
