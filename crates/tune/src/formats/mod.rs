@@ -12,6 +12,20 @@
 //! and its brute-forced measurements as Kernel Tuner cache files; [`T4File::from_kt_cache`]
 //! turns the latter into T4 results, the shape a replay (simulated tuning run) reads.
 //!
+//! # Example
+//!
+//! ```no_run
+//! use tunebox_tune::formats::{KtCache, T1File, T4File};
+//!
+//! let hub = std::path::Path::new("shared/data/benchmark_hub");
+//! let t1 = T1File::read(hub.join("kernels/convolution_milo.json"))?;
+//! println!("{} configurations before restrictions", t1.cartesian_size());
+//! let kt = KtCache::read(hub.join("cachefiles/convolution_milo/A100.json.gz"))?;
+//! println!("{} records, {} failed", kt.cache.len(), kt.failed_count());
+//! T4File::from_kt_cache(&kt).write("convolution_A100_T4.json")?;
+//! # Ok::<(), tunebox_tune::formats::FormatError>(())
+//! ```
+//!
 //! # Values and units
 //!
 //! - A parameter value is a [`ParamValue`] (the search space's own type): `Int` (`i64`),
