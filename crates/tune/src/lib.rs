@@ -90,6 +90,7 @@
 mod cache;
 mod error;
 mod fingerprint;
+pub mod formats;
 mod launch;
 mod manifest;
 mod measure;
