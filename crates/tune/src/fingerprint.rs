@@ -87,11 +87,15 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
 /// The manifest hash: the setup, the timing, and every choice after restrictions (with its
 /// launch, for CUDA). Two files with the same manifest hash hold results of the same space,
 /// measured the same way (on possibly different devices).
-pub(crate) fn manifest_hash(setup: &str, manifest: &Manifest, choices: &[Choice]) -> String {
+pub(crate) fn manifest_hash(
+    setup: &str,
+    manifest: &Manifest,
+    choices: impl Iterator<Item = Choice>,
+) -> String {
     let mut h = Hasher::new("tunebox manifest");
     h.text(setup).text(&format!("{:?}", manifest.timing));
     for choice in choices {
-        h.text(&choice_identity(choice, manifest.launch.as_ref()));
+        h.text(&choice_identity(&choice, manifest.launch.as_ref()));
     }
     h.finish()
 }

@@ -1,13 +1,14 @@
 //! Kernel Tuner's metrics: named expressions over the params, the scalars and the measured
 //! `time` (ms), such as `"GFLOP/s" = "2 * M * N * K / (time / 1e3) / 1e9"`.
 //!
-//! Every number is bound as a float, so `M / N` divides as a person expects; string and boolean
-//! params keep their type. A metric whose name is an identifier can be used by the metrics after
-//! it.
+//! They are Python expressions with Python's meaning (`tunebox-expr`), as Kernel Tuner evaluates
+//! them: `/` divides as a person expects (`M / BM` is 16.0, not 16 in integer arithmetic), `**`
+//! is a power. Scalars and constant problem sizes are bound as floats; params keep their type.
+//! A metric whose name is an identifier can be used by the metrics after it.
 
 use anyhow::{Result, bail, ensure};
-use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Node, Value};
 use indexmap::IndexMap;
+use tunebox_expr::{Compiled, Expr, Value};
 use tunebox_protocol::Scalar;
 
 use crate::space::{Choice, ParamValue};
@@ -17,12 +18,13 @@ const TIME: &str = "time";
 /// The variables a problem size defines.
 const PROBLEM_VARS: [&str; 3] = ["problem_size_x", "problem_size_y", "problem_size_z"];
 
-/// One metric, parsed.
+/// One metric, parsed and bound to [`Metrics::names`]' order.
 #[derive(Debug)]
 struct Metric {
     name: String,
-    text: String,
-    node: Node<DefaultNumericTypes>,
+    compiled: Compiled,
+    /// Its slot among the names, when later metrics can use it (an identifier name).
+    slot: Option<usize>,
 }
 
 /// The manifest's metrics, in order.
@@ -31,6 +33,8 @@ pub(crate) struct Metrics {
     metrics: Vec<Metric>,
     /// Scalars and constant problem sizes, bound as floats.
     constants: Vec<(String, f64)>,
+    /// The params' names, in the manifest's order.
+    params: Vec<String>,
 }
 
 impl Metrics {
@@ -60,52 +64,62 @@ impl Metrics {
         let mut metrics = Metrics {
             metrics: Vec::new(),
             constants,
+            params: params.keys().cloned().collect(),
         };
+        // Every name an expression may read: constants, params, time, then identifier metrics.
+        let mut names: Vec<String> = metrics.constants.iter().map(|(c, _)| c.clone()).collect();
+        names.extend(metrics.params.iter().cloned());
+        names.push(TIME.to_owned());
         for (name, text) in raw {
             let field = format!("metrics.{}", toml_key(name));
             ensure!(!name.is_empty(), "{field}: a metric needs a name");
-            let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(text)
+            let expr = Expr::parse(text)
                 .map_err(|e| anyhow::anyhow!("{field} = {text:?} does not parse: {e}"))?;
-            for var in node.iter_variable_identifiers() {
-                let known = var == TIME
-                    || params.contains_key(var)
-                    || metrics.constants.iter().any(|(c, _)| c == var)
-                    || metrics.metrics.iter().any(|m| m.name == var);
-                if !known {
-                    let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
-                    names.extend(metrics.constants.iter().map(|(c, _)| c.as_str()));
-                    names.push(TIME);
+            for var in expr.variables() {
+                if !names.contains(var) {
+                    let known: Vec<&str> = names
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|n| !metrics.metrics.iter().any(|m| m.name == *n))
+                        .collect();
                     bail!(
                         "{field} = {text:?}: `{var}` is not a param, a scalar, a constant \
                          problem size or `time` (known: {})",
-                        names.join(", ")
+                        known.join(", ")
                     );
                 }
             }
+            // Bound to the names so far; later metrics' slots come after and are never read.
+            let compiled = expr
+                .bind(&names)
+                .map_err(|e| anyhow::anyhow!("{field} = {text:?}: {e}"))?;
+            let slot = is_identifier(name).then(|| {
+                names.push(name.clone());
+                names.len() - 1
+            });
             metrics.metrics.push(Metric {
                 name: name.clone(),
-                text: text.clone(),
-                node,
+                compiled,
+                slot,
             });
         }
-        // evalexpr accepts some malformed expressions until they are evaluated.
         let first = Choice::new(
             params
                 .iter()
                 .filter_map(|(name, values)| Some((name.clone(), values.first()?.clone())))
                 .collect(),
         );
-        let mut context = metrics.context(&first, 1.0)?;
-        for metric in &metrics.metrics {
-            let value = metric.eval(&context).map_err(|e| {
-                anyhow::anyhow!(
-                    "metrics.{} = {:?}: {e} (for the first choice, {}, and time = 1 ms)",
-                    toml_key(&metric.name),
-                    metric.text,
-                    first.label()
-                )
+        if first.values().count() == params.len() {
+            metrics.evaluate_all(&first, 1.0, |metric, result| {
+                result.map(drop).map_err(|e| {
+                    anyhow::anyhow!(
+                        "metrics.{} = {:?}: {e} (for the first choice, {}, and time = 1 ms)",
+                        toml_key(&metric.name),
+                        metric.compiled.text(),
+                        first.label()
+                    )
+                })
             })?;
-            bind_metric(&mut context, &metric.name, value);
         }
         Ok(metrics)
     }
@@ -119,52 +133,54 @@ impl Metrics {
     /// (a string param in arithmetic, say) or is not finite is left out.
     pub(crate) fn evaluate(&self, choice: &Choice, time_ms: f64) -> IndexMap<String, f64> {
         let mut out = IndexMap::new();
-        let Ok(mut context) = self.context(choice, time_ms) else {
-            return out;
-        };
-        for metric in &self.metrics {
-            match metric.eval(&context) {
-                Ok(value) => {
-                    bind_metric(&mut context, &metric.name, value);
-                    if value.is_finite() {
-                        out.insert(metric.name.clone(), value);
-                    }
+        let _ = self.evaluate_all(choice, time_ms, |metric, result| {
+            match result {
+                Ok(value) if value.is_finite() => {
+                    out.insert(metric.name.clone(), value);
                 }
+                Ok(_) => {}
                 Err(e) => log::warn!("metric {:?} for {}: {e}", metric.name, choice.label()),
             }
-        }
+            Ok(())
+        });
         out
     }
 
-    fn context(&self, choice: &Choice, time_ms: f64) -> Result<HashMapContext> {
-        let mut context = HashMapContext::<DefaultNumericTypes>::new();
-        let mut set = |name: &str, value: Value| {
-            context
-                .set_value(name.to_owned(), value)
-                .map_err(|e| anyhow::anyhow!("cannot bind {name}: {e}"))
-        };
-        for (name, value) in &self.constants {
-            set(name, Value::Float(*value))?;
+    /// Evaluates every metric in order for `choice` at `time_ms`, handing each result to
+    /// `each`; a failed metric is bound as NaN for the metrics after it.
+    fn evaluate_all(
+        &self,
+        choice: &Choice,
+        time_ms: f64,
+        mut each: impl FnMut(&Metric, Result<f64>) -> Result<()>,
+    ) -> Result<()> {
+        let mut values: Vec<Value<'_>> = self
+            .constants
+            .iter()
+            .map(|(_, v)| Value::Float(*v))
+            .collect();
+        values.extend(choice.values().map(|(_, v)| match v {
+            ParamValue::Int(i) => Value::Int(*i),
+            ParamValue::Float(f) => Value::Float(*f),
+            ParamValue::Bool(b) => Value::Bool(*b),
+            ParamValue::Str(s) => Value::Str(s),
+        }));
+        values.push(Value::Float(time_ms));
+        for metric in &self.metrics {
+            let result = metric.eval(&values);
+            if let Some(slot) = metric.slot {
+                debug_assert_eq!(slot, values.len());
+                values.push(Value::Float(*result.as_ref().unwrap_or(&f64::NAN)));
+            }
+            each(metric, result)?;
         }
-        for (name, value) in choice.values() {
-            set(
-                name,
-                match value {
-                    ParamValue::Int(i) => Value::Float(*i as f64),
-                    ParamValue::Float(f) => Value::Float(*f),
-                    ParamValue::Bool(b) => Value::Boolean(*b),
-                    ParamValue::Str(s) => Value::String(s.clone()),
-                },
-            )?;
-        }
-        set(TIME, Value::Float(time_ms))?;
-        Ok(context)
+        Ok(())
     }
 }
 
 impl Metric {
-    fn eval(&self, context: &HashMapContext) -> Result<f64> {
-        match self.node.eval_with_context(context) {
+    fn eval(&self, values: &[Value<'_>]) -> Result<f64> {
+        match self.compiled.eval(values) {
             Ok(Value::Float(f)) => Ok(f),
             Ok(Value::Int(i)) => Ok(i as f64),
             Ok(other) => bail!("gives {other}, not a number"),
@@ -173,17 +189,12 @@ impl Metric {
     }
 }
 
-/// Makes an identifier-named metric usable by the metrics after it.
-fn bind_metric(context: &mut HashMapContext, name: &str, value: f64) {
-    let identifier = name
-        .chars()
+/// Whether a metric's name can be read by the metrics after it.
+fn is_identifier(name: &str) -> bool {
+    name.chars()
         .next()
         .is_some_and(|c| c.is_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
-    if identifier {
-        // A metric named like a param would shadow it; evalexpr refuses a change of type only.
-        let _ = context.set_value(name.to_owned(), Value::Float(value));
-    }
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
 /// `GFLOP/s` as a TOML key: quoted unless bare.
@@ -251,9 +262,27 @@ mod tests {
         ]));
         let values = m.evaluate(&choice, 4.0);
         assert!((values["GFLOP/s"] - 2.0 * 512f64.powi(3) / 4e-3 / 1e9).abs() < 1e-9);
-        // Floats throughout: 512 / 32 = 16, 4 / 16 = 0.25 (not 0).
+        // Python's true division: 512 / 32 = 16.0, 4 / 16.0 = 0.25 (not 0).
         assert_eq!(values["per_tile"], 0.25);
         assert_eq!(values["twice"], 0.5);
+    }
+
+    #[test]
+    fn metrics_are_python_expressions() {
+        let raw = IndexMap::from([
+            ("cube".to_string(), "BM ** 3 / 1e3".to_string()),
+            ("floor".to_string(), "-7 // 2 + BM % 5".to_string()),
+            ("pick".to_string(), "time if T == 'f' else -1".to_string()),
+        ]);
+        let m = Metrics::parse(&raw, &params(), &scalars(), None).unwrap();
+        let choice = Choice::new(IndexMap::from([
+            ("BM".to_string(), ParamValue::Int(32)),
+            ("T".to_string(), ParamValue::Str("f".into())),
+        ]));
+        let values = m.evaluate(&choice, 2.5);
+        assert_eq!(values["cube"], 32.768);
+        assert_eq!(values["floor"], -2.0);
+        assert_eq!(values["pick"], 2.5);
     }
 
     #[test]

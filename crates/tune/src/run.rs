@@ -226,7 +226,7 @@ fn tune_inner(
         shard,
         selected,
     } = plan;
-    let choices = space.choices();
+    let choices = &space;
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
             check_output_path(flag, path, &manifest).map_err(Error::options)?;
@@ -264,7 +264,7 @@ fn tune_inner(
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, choices),
+        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, space.choices()),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",
@@ -328,7 +328,7 @@ fn tune_inner(
         let mut todo: Vec<Todo> = Vec::new();
         let mut round_hits = 0;
         for &index in &batch {
-            let choice = &choices[index];
+            let choice = &choices.choice(index).expect("a choice of the space");
             let request = match measure::request(
                 &manifest,
                 &manifest.kernel,
@@ -488,7 +488,7 @@ fn tune_inner(
                     let t = &todo[p];
                     let result = ChoiceResult::failed(
                         t.index,
-                        choices[t.index].clone(),
+                        choices.choice(t.index).expect("a choice of the space"),
                         e.status(),
                         format!("{:#}", anyhow::Error::new(e)),
                         &device,
@@ -559,7 +559,10 @@ fn tune_inner(
                                         Status::CompileError
                                     };
                                     progress.finished(
-                                        &choices[todo[p].index].label(),
+                                        &choices
+                                            .choice(todo[p].index)
+                                            .expect("a choice of the space")
+                                            .label(),
                                         status,
                                         None,
                                     );
@@ -595,7 +598,7 @@ fn tune_inner(
                         let transient = matches!(&result, Err(e) if measure::is_transient(e));
                         let r = measure::judge(
                             t.index,
-                            choices[t.index].clone(),
+                            choices.choice(t.index).expect("a choice of the space"),
                             result,
                             bench.reference.as_deref(),
                             &manifest,
@@ -631,7 +634,13 @@ fn tune_inner(
         for (p, outcome) in outcomes {
             let t = &todo[p];
             let failed = |status, error| {
-                ChoiceResult::failed(t.index, choices[t.index].clone(), status, error, &device)
+                ChoiceResult::failed(
+                    t.index,
+                    choices.choice(t.index).expect("a choice of the space"),
+                    status,
+                    error,
+                    &device,
+                )
             };
             match outcome {
                 Some(Ok(())) if measured[p] => {}
@@ -658,7 +667,7 @@ fn tune_inner(
             let t = &todo[p];
             not_measured.push(NotMeasured {
                 index: t.index,
-                choice: choices[t.index].clone(),
+                choice: choices.choice(t.index).expect("a choice of the space"),
                 reason: reason.to_owned(),
             });
         }
