@@ -111,6 +111,24 @@ impl<'a> TaskContext<'a> {
     }
 }
 
+/// A type name without its module paths (`a::b::Foo<c::Bar>` is `Foo<Bar>`): a parent and a
+/// separate worker binary that share a task type's source still name it in different crates.
+fn unqualified(type_name: &str) -> String {
+    let mut out = String::with_capacity(type_name.len());
+    let mut segment = String::new();
+    for c in type_name.chars() {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            segment.push(c);
+        } else {
+            out.push_str(segment.rsplit("::").next().unwrap_or_default());
+            segment.clear();
+            out.push(c);
+        }
+    }
+    out.push_str(segment.rsplit("::").next().unwrap_or_default());
+    out
+}
+
 struct ClosureRunner<F>(F);
 
 impl<F: FnMut() -> Result<(), BenchError>> Runner for ClosureRunner<F> {
@@ -167,7 +185,7 @@ where
             });
         };
         let ours = std::any::type_name::<T>();
-        if kernel.task_type != ours {
+        if unqualified(&kernel.task_type) != unqualified(ours) {
             return Err(BenchError::Decode {
                 detail: format!(
                     "the task: the parent sent a `{}` to the `{}` backend, which runs `{ours}` in \

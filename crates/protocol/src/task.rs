@@ -52,7 +52,8 @@ pub struct TaskKernel {
     /// The worker backend that runs it ([`Task::BACKEND`]).
     pub backend: String,
     /// The task's Rust type (`std::any::type_name`), which the backend checks against its own
-    /// before decoding: a worker built with another task type under the same backend name
+    /// before decoding, module paths aside (a separate worker binary names the same type from
+    /// another crate): a worker built with another task type under the same backend name
     /// answers with both names instead of running a misread task.
     pub task_type: String,
     /// The task, postcard-encoded ([`encode`]); shared memory when larger than

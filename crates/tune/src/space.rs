@@ -413,6 +413,23 @@ impl SearchSpace {
         self.ranks.binary_search(&rank_of(&index, &self.radix)).ok()
     }
 
+    /// The stable index of the choice with these value indices (one per param, each below its
+    /// param's value count), or `None` when it breaks a restriction or an index is out of
+    /// range: how a local search finds a neighbour without building a [`Choice`].
+    pub fn index_of_values(&self, indices: &[usize]) -> Option<usize> {
+        if indices.len() != self.radix.len()
+            || indices
+                .iter()
+                .zip(&self.radix)
+                .any(|(&i, &r)| i as u64 >= r)
+        {
+            return None;
+        }
+        self.ranks
+            .binary_search(&rank_of(indices, &self.radix))
+            .ok()
+    }
+
     /// Whether `choice` is a valid choice of this space (see [`SearchSpace::index_of`]).
     pub fn is_valid(&self, choice: &Choice) -> bool {
         self.index_of(choice).is_some()
@@ -597,7 +614,15 @@ pub(crate) mod tests {
         assert_eq!(space.choices().collect::<Vec<_>>(), expected);
         for (i, choice) in expected.iter().enumerate() {
             assert_eq!(space.index_of(choice), Some(i));
+            let indices = space.value_indices(i).unwrap();
+            assert_eq!(space.index_of_values(&indices), Some(i));
         }
+        assert_eq!(
+            space.index_of_values(&[0, 0, 0, 0]),
+            None,
+            "A=1 B=0 breaks `D != A`"
+        );
+        assert_eq!(space.index_of_values(&[9, 0, 0, 0]), None);
         assert_eq!(space.raw_len(), 72);
     }
 
