@@ -475,7 +475,8 @@ fn build(
             .tempfile_in(dir)
     };
 
-    let mut source_file = temp(language.suffix()).map_err(io_err("create a temporary source file in", dir))?;
+    let mut source_file =
+        temp(language.suffix()).map_err(io_err("create a temporary source file in", dir))?;
     source_file
         .write_all(combined_source(kernel, trampoline).as_bytes())
         .map_err(io_err("write the kernel source to", source_file.path()))?;
@@ -1173,7 +1174,12 @@ mod tests {
 
     #[test]
     fn trampoline_casts_tensors_and_passes_scalars() {
-        let text = trampoline("add", &Signature::new([DType::F32, DType::U8], 2), Language::C).unwrap();
+        let text = trampoline(
+            "add",
+            &Signature::new([DType::F32, DType::U8], 2),
+            Language::C,
+        )
+        .unwrap();
         assert!(
             text.contains(
                 "void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {"
@@ -1183,7 +1189,11 @@ mod tests {
             "    add(\n        (float *)tensors[0],\n        (uint8_t *)tensors[1],\n        \
              scalars[0],\n        scalars[1]);\n"
         ));
-        assert!(trampoline("nop", &Signature::new([], 0), Language::C).unwrap().contains("    nop();\n"));
+        assert!(
+            trampoline("nop", &Signature::new([], 0), Language::C)
+                .unwrap()
+                .contains("    nop();\n")
+        );
     }
 
     /// The text of tunebox 0.x's trampoline (before argument orders and scalar kinds), which
@@ -1212,7 +1222,12 @@ mod tests {
     fn trampoline_follows_the_order_and_the_scalar_kinds() {
         let signature = Signature::with_scalars(
             [DType::F32, DType::F64],
-            [ScalarKind::I32, ScalarKind::F32, ScalarKind::F64, ScalarKind::I64],
+            [
+                ScalarKind::I32,
+                ScalarKind::F32,
+                ScalarKind::F64,
+                ScalarKind::I64,
+            ],
         )
         .args([
             Arg::Scalar(0),
@@ -1251,17 +1266,18 @@ mod tests {
     #[test]
     fn a_bad_order_is_refused() {
         let signature = Signature::new([DType::F32], 1);
-        let err = |args: &[Arg]| {
-            trampoline("k", &signature.clone().args(args), Language::C).unwrap_err()
-        };
+        let err =
+            |args: &[Arg]| trampoline("k", &signature.clone().args(args), Language::C).unwrap_err();
         let twice = err(&[Arg::Tensor(0), Arg::Scalar(0), Arg::Untyped(0)]);
         assert!(twice.contains("tensor 0 is given twice"), "{twice}");
         let missing = err(&[Arg::Tensor(0)]);
         assert!(missing.contains("scalar 0 is missing"), "{missing}");
         let range = err(&[Arg::Tensor(0), Arg::Scalar(1)]);
         assert!(
-            range.contains("argument 1 of the argument order is scalar 1, but the request has 1 \
-                            scalars"),
+            range.contains(
+                "argument 1 of the argument order is scalar 1, but the request has 1 \
+                            scalars"
+            ),
             "{range}"
         );
     }
@@ -1314,7 +1330,11 @@ mod tests {
         for change in variants {
             let mut k = base.clone();
             change(&mut k);
-            assert_ne!(cache_key(&k, Language::C, &t, "gcc 12", "cpu A"), key, "{k:?}");
+            assert_ne!(
+                cache_key(&k, Language::C, &t, "gcc 12", "cpu A"),
+                key,
+                "{k:?}"
+            );
         }
         assert_ne!(cache_key(&base, Language::C, &t, "gcc 13", "cpu A"), key);
         assert_ne!(cache_key(&base, Language::C, &t, "gcc 12", "cpu B"), key);
@@ -1325,7 +1345,10 @@ mod tests {
         a.flags = vec!["-O".into(), "2".into()];
         let mut b = base.clone();
         b.flags = vec!["-O2".into()];
-        assert_ne!(cache_key(&a, Language::C, &t, "i", "c"), cache_key(&b, Language::C, &t, "i", "c"));
+        assert_ne!(
+            cache_key(&a, Language::C, &t, "i", "c"),
+            cache_key(&b, Language::C, &t, "i", "c")
+        );
     }
 
     #[test]

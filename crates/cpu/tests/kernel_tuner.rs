@@ -115,7 +115,9 @@ fn a_wrong_order_or_scalar_is_an_invalid_request() {
     );
     let range = detail(base.clone().args([Arg::Scalar(0), Arg::Tensor(1)]));
     assert!(
-        range.contains("argument 1 of the argument order is tensor 1, but the request has 1 tensors"),
+        range.contains(
+            "argument 1 of the argument order is tensor 1, but the request has 1 tensors"
+        ),
         "{range}"
     );
     let mut wide = base.clone();

@@ -380,25 +380,33 @@ mod tests {
     #[test]
     fn typed_scalars_in_any_order() {
         let kinds = [ScalarKind::I32, ScalarKind::F32, ScalarKind::F64];
-        let order = [Arg::Scalar(0), Arg::Scalar(1), Arg::Scalar(2), Arg::Tensor(0)];
+        let order = [
+            Arg::Scalar(0),
+            Arg::Scalar(1),
+            Arg::Scalar(2),
+            Arg::Tensor(0),
+        ];
         check_parameters("k", &[4, 4, 8, 8], &order, &kinds).unwrap();
         // An `int` scalar fills a `long long` parameter too (its slot is sign-extended).
         check_parameters("k", &[8, 4, 8, 8], &order, &kinds).unwrap();
         let err = check_parameters("k", &[4, 8, 8, 8], &order, &kinds).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("parameter 1 of kernel `k` is 8 bytes, but scalar 1 is passed as a float (4 bytes)"),
+            err.to_string().contains(
+                "parameter 1 of kernel `k` is 8 bytes, but scalar 1 is passed as a float (4 bytes)"
+            ),
             "{err}"
         );
         let err = check_parameters("k", &[4, 4, 4, 8], &order, &kinds).unwrap_err();
         assert!(
-            err.to_string().contains("scalar 2 is passed as a double (8 bytes)"),
+            err.to_string()
+                .contains("scalar 2 is passed as a double (8 bytes)"),
             "{err}"
         );
         let err = check_parameters("k", &[4, 4, 8, 4], &order, &kinds).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("parameter 3 of kernel `k` is 4 bytes, but tensor 0 is passed as a pointer"),
+            err.to_string().contains(
+                "parameter 3 of kernel `k` is 4 bytes, but tensor 0 is passed as a pointer"
+            ),
             "{err}"
         );
     }

@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use tunebox_bench::Backend;
 use tunebox_cuda::{CacheDir, CudaBackend};
 use tunebox_protocol::{
-    Arg, BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig, Scalar,
-    TensorSpec, TimingConfig,
+    Arg, BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig,
+    Scalar, TensorSpec, TimingConfig,
 };
 
 /// Set in the children, to the mock's directory.
