@@ -280,9 +280,10 @@ mod tests {
         let arguments = Arguments::new(&[0xd000, 0xe000], &scalars, &order);
         assert_eq!(arguments.len(), 7);
         let moved = arguments;
-        // SAFETY: the pointers point into `moved.values`, alive here; each is 8-byte aligned
-        // and 8 bytes long, so reading 4 or 8 bytes from its start is in bounds.
+        // SAFETY: the pointers point into `moved.values`, alive here, each at an aligned u64.
         let read = |i: usize| unsafe { *moved.params[i].cast::<u64>() };
+        // SAFETY: as above; the first 4 of the slot's 8 bytes are in bounds, `[u8; 4]` has
+        // alignment 1.
         let read4 = |i: usize| unsafe { *moved.params[i].cast::<[u8; 4]>() };
         // An `int` parameter reads the first 4 bytes: the int32 itself.
         assert_eq!(i32::from_ne_bytes(read4(0)), -2);
