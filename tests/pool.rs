@@ -83,6 +83,7 @@ fn wrong_answers_are_caught_by_verification() {
     let tolerance = Tolerance {
         rtol: 1e-5,
         atol: 1e-6,
+        equal_nan: false,
     };
     let wrong = verify_outputs(&outputs[0], &outputs[1], tolerance);
     assert!(!wrong.passed());

@@ -166,6 +166,7 @@ fn a_kernel_that_writes_its_input_is_restored_and_cannot_corrupt_the_next() {
     let tolerance = Tolerance {
         rtol: 0.0,
         atol: 0.0,
+        equal_nan: false,
     };
     // Restored before every call: even the call after the reps sees the original input.
     assert!(verify_outputs(&reference.outputs, &scribbled.outputs, tolerance).passed());

@@ -301,10 +301,8 @@ fn spin_request() -> BenchmarkRequest {
             compiler: std::env::var("CC").unwrap_or_else(|_| "cc".into()),
         }),
         tensors: Vec::new(),
-        scalars: vec![Scalar {
-            name: "ns".into(),
-            value: 100_000,
-        }],
+        scalars: vec![Scalar::new("ns", 100_000)],
+        args: Vec::new(),
         timing: TimingConfig {
             warmup_ms: 5.0,
             rep_ms: 50.0,

@@ -157,6 +157,7 @@ fn c_request(compiler: &str) -> BenchmarkRequest {
             reset: false,
         }],
         scalars: Vec::new(),
+        args: Vec::new(),
         timing: TimingConfig {
             warmup_ms: 1.0,
             rep_ms: 2.0,
@@ -385,6 +386,7 @@ fn check_nvrtc(cc: (u32, u32)) -> Outcome {
             reset: false,
         }],
         scalars: Vec::new(),
+        args: Vec::new(),
         timing: TimingConfig::default(),
     };
     let result = TuningProcess::spawn(ProcessConfig::new()).and_then(|mut worker| {

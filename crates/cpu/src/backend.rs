@@ -15,7 +15,7 @@ use tunebox_protocol::{
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
 use crate::flush::{EVICTS_LINES, evict};
-use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Signature, compile_with};
+use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Language, Signature, compile_with};
 
 /// The one C signature every artifact is called through:
 /// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
@@ -94,7 +94,12 @@ impl Backend for CpuBackend {
             .collect::<Result<Vec<_>, _>>()?;
         let pointers: Vec<*mut c_void> =
             tensors.iter_mut().map(|t| t.as_mut_ptr().cast()).collect();
-        let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
+        // One 8-byte slot per scalar, which the trampoline reads as the scalar's C type.
+        let scalars: Vec<i64> = request
+            .scalars
+            .iter()
+            .map(|s| i64::from_ne_bytes(s.slot()))
+            .collect();
         let timing = &request.timing;
         let flush = match timing.cache_flush {
             _ if !timing.flush_cache || timing.outputs_only => Flush::None,
@@ -191,6 +196,7 @@ impl CpuBackend {
                 ),
             });
         };
+        request.check_args()?;
         // A worker decides no deadline: it leads a process group that its parent kills at the
         // request's timeout, and the compiler stays in that group, so the kill takes it along.
         let control = CompileControl {
@@ -199,7 +205,7 @@ impl CpuBackend {
             own_process_group: false,
         };
         let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
-        KernelLibrary::load(artifact.path())
+        KernelLibrary::load(artifact.path(), Language::of(kernel))
     }
 }
 
@@ -234,7 +240,7 @@ impl KernelLibrary {
     /// `dlopen`s the artifact with `RTLD_NOW` (an unresolved symbol fails here, not mid-run),
     /// `RTLD_LOCAL` and `RTLD_NODELETE` (never unmapped: threads a kernel's runtime started may
     /// still run its code), and resolves the trampoline.
-    fn load(path: &Path) -> Result<Self, BenchError> {
+    fn load(path: &Path, language: Language) -> Result<Self, BenchError> {
         let load_error = |detail: String| BenchError::Load {
             path: path.display().to_string(),
             detail,
@@ -251,7 +257,22 @@ impl KernelLibrary {
         // mapped for as long as `self` lives.
         let trampoline = unsafe { library.get::<Trampoline>(TRAMPOLINE_SYMBOL) }
             .map(|symbol| *symbol)
-            .map_err(|e| load_error(format!("no `{TRAMPOLINE_SYMBOL}`: {}", with_sources(&e))))?;
+            .map_err(|e| {
+                let hint = match language {
+                    // Compiled as C++ all the same (a C++ compiler under another name, `-x c++`
+                    // in a response file): the unmarked trampoline got a mangled name.
+                    Language::C => {
+                        "; if the compiler compiled it as C++, name a C++ compiler (g++, \
+                         clang++) or give the source a C++ extension (.cpp), so that the \
+                         trampoline is declared extern \"C\""
+                    }
+                    Language::Cxx => "",
+                };
+                load_error(format!(
+                    "no `{TRAMPOLINE_SYMBOL}`: {}{hint}",
+                    with_sources(&e)
+                ))
+            })?;
         Ok(Self {
             trampoline,
             _library: library,
@@ -287,7 +308,8 @@ impl Runner for CpuRunner<'_> {
     fn run(&mut self) -> Result<(), BenchError> {
         // SAFETY: the library was compiled for `Signature::of(request)` (the signature is part of
         // its cache key), so the trampoline reads exactly `pointers.len()` pointers and
-        // `scalars.len()` scalars, both arrays live for `'a`. Each pointer is the allocation
+        // `scalars.len()` 8-byte scalar slots (each scalar's C type is at most 8 bytes, copied
+        // out of its slot), both arrays live for `'a`. Each pointer is the allocation
         // pointer of a live `HostTensor` (`self.tensors`, borrowed for `'a`) of at least the
         // spec's byte length, and no Rust reference to those buffers exists during the call
         // (`restore` and `poison` borrow them only between calls). What the kernel does with them is the kernel's own behaviour;

@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use tunebox_protocol::{BenchmarkRequest, CKernel, DType, Define};
+use tunebox_protocol::{Arg, BenchmarkRequest, CKernel, DType, Define, ScalarKind};
 
 use crate::cache::{self, KeyHasher};
 use crate::subprocess::{self, Captured, Limits, Outcome};
@@ -49,32 +49,109 @@ const BUILD_ATTEMPTS: usize = 3;
 /// the compiler read it.
 const TIMESTAMP_SLACK: Duration = Duration::from_millis(20);
 
-/// The arguments a kernel is called with: one pointer per tensor, then `scalars` `int64_t`s.
+/// The arguments a kernel is called with: one pointer per tensor, one value per scalar, in an
+/// order.
 ///
 /// It decides the generated trampoline, so it is part of the cache key: compile with the
-/// signature of the request you will run.
+/// signature of the request you will run. The default order with `int64_t` scalars generates the
+/// trampoline of earlier versions byte for byte, so their cache entries stay valid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Signature {
-    /// Element type of each tensor argument, in order (`f32` is passed as `float *`, …).
+    /// Element type of each tensor argument, by tensor index (`f32` is passed as `float *`, …).
     pub tensors: Vec<DType>,
-    /// Number of `int64_t` scalar arguments after the tensors.
-    pub scalars: usize,
+    /// C type of each scalar argument, by scalar index.
+    pub scalars: Vec<ScalarKind>,
+    /// The order of the arguments ([`BenchmarkRequest::args`]); empty: every tensor, then every
+    /// scalar.
+    pub args: Vec<Arg>,
 }
 
 impl Signature {
     /// `tensors` pointer arguments of these element types, then `scalars` `int64_t`s.
     pub fn new(tensors: impl Into<Vec<DType>>, scalars: usize) -> Self {
+        Self::with_scalars(tensors, vec![ScalarKind::I64; scalars])
+    }
+
+    /// `tensors` pointer arguments, then one scalar of each of these C types.
+    pub fn with_scalars(
+        tensors: impl Into<Vec<DType>>,
+        scalars: impl Into<Vec<ScalarKind>>,
+    ) -> Self {
         Self {
             tensors: tensors.into(),
-            scalars,
+            scalars: scalars.into(),
+            args: Vec::new(),
         }
     }
 
-    /// The signature `request`'s kernel is called with: its tensors' dtypes and its scalar count.
+    /// The same arguments in the order `args` (see [`BenchmarkRequest::args`]).
+    pub fn args(mut self, args: impl Into<Vec<Arg>>) -> Self {
+        self.args = args.into();
+        self
+    }
+
+    /// The signature `request`'s kernel is called with: its tensors' dtypes, its scalars'
+    /// kinds and its argument order (checked when compiling).
     pub fn of(request: &BenchmarkRequest) -> Self {
         Self {
             tensors: request.tensors.iter().map(|t| t.dtype).collect(),
-            scalars: request.scalars.len(),
+            scalars: request.scalars.iter().map(|s| s.kind).collect(),
+            args: request.args.clone(),
+        }
+    }
+}
+
+/// The language a [`CKernel`] is compiled as, decided by [`Language::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Language {
+    /// C: the source is compiled from a `.c` file.
+    C,
+    /// C++: the source is compiled from a `.cpp` file, and the trampoline is `extern "C"`.
+    Cxx,
+}
+
+impl Language {
+    /// C++ when the compiler is a C++ driver (its file name contains `++`: `g++`, `c++`,
+    /// `clang++`, `x86_64-linux-gnu-g++-12`), the source name has a C++ extension (`.cpp`,
+    /// `.cc`, `.cxx`, `.c++`, `.C`, `.hpp`), or the flags say `-x c++`; C otherwise. Kernel
+    /// Tuner's `lang = "C"` with its default compiler `g++` is C++.
+    pub fn of(kernel: &CKernel) -> Language {
+        let compiler = Path::new(&kernel.compiler)
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let extension = Path::new(&kernel.source_name)
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let x_cxx = kernel.flags.iter().enumerate().any(|(i, flag)| {
+            flag == "-xc++" || (flag == "-x" && kernel.flags.get(i + 1).is_some_and(|l| l == "c++"))
+        });
+        if compiler.contains("++")
+            || ["cpp", "cc", "cxx", "c++", "C", "hpp"].contains(&extension.as_str())
+            || x_cxx
+        {
+            Language::Cxx
+        } else {
+            Language::C
+        }
+    }
+
+    /// The extension of the file the compiler is given: `.c` or `.cpp`.
+    fn suffix(self) -> &'static str {
+        match self {
+            Language::C => ".c",
+            Language::Cxx => ".cpp",
+        }
+    }
+
+    /// Flags added after the kernel's own: [`FIXED_FLAGS`] for C; for C++ only `-fPIC -shared`
+    /// (the call's checks are C++'s own rules, and the C-only `-Werror=` options would draw a
+    /// warning).
+    fn fixed_flags(self) -> &'static [&'static str] {
+        match self {
+            Language::C => &FIXED_FLAGS,
+            Language::Cxx => &FIXED_FLAGS[..2],
         }
     }
 }
@@ -194,14 +271,26 @@ impl CompileControl<'_> {
 /// }
 /// ```
 ///
+/// The arguments follow the signature's order ([`Signature::args`]: Kernel Tuner's argument
+/// list, scalars before tensors included). Each scalar travels in an 8-byte slot and is passed
+/// as its C type: `scalars[i]` (`int64_t`), `(int32_t)scalars[i]`, or a `float` / `double`
+/// copied out of the slot; an [`Arg::Untyped`] tensor is passed as `tensors[i]` (`void *`).
+///
 /// The trampoline calls the entry through the entry's own prototype, so C's argument conversions
-/// apply (a `const float *` parameter accepts a `float *`), and the compiler checks the call:
+/// apply (a `const float *` parameter accepts a `float *`, a `double` scalar becomes a `float`
+/// parameter), and the compiler checks the call:
 /// with `-Werror=incompatible-pointer-types -Werror=int-conversion
 /// -Werror=implicit-function-declaration` a wrong arity, a wrong pointer type or a missing entry
 /// is a compile error, not a crash. Every artifact is called through this one C signature, so
 /// there is no limit on the number of arguments (this supersedes the "arity dispatch up to 16" of
 /// the original issue). Compiler messages about the kernel cite `source_name` and its own line
 /// numbers.
+///
+/// A C++ kernel ([`Language::of`]: a C++ compiler such as `g++`, a `.cpp` source name, or
+/// `-x c++`) is compiled from a `.cpp` file, its trampoline is `extern "C"`, and an untyped
+/// tensor converts to the parameter's pointer type through a template conversion (C++ has no
+/// implicit conversion from `void *`); only `-fPIC -shared` are added, C++'s own rules check
+/// the call.
 ///
 /// The command is `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -shared -Werror=… -MD -MF
 /// <tmp>.d -o <tmp>.so <tmp>.c`, run with the working directory of the caller (so relative `-I`
@@ -260,7 +349,8 @@ impl CompileControl<'_> {
 /// # Errors
 ///
 /// - [`CpuError::EmptySource`], [`CpuError::EmptyEntry`], [`CpuError::InvalidEntry`],
-///   [`CpuError::InvalidDefine`]: the kernel description is unusable; nothing was run.
+///   [`CpuError::InvalidDefine`], [`CpuError::InvalidArguments`]: the kernel description or
+///   the signature's argument order is unusable; nothing was run.
 /// - [`CpuError::CompilerNotFound`] / [`CpuError::CompilerSpawn`]: the compiler could not be run.
 /// - [`CpuError::Compile`]: the compiler rejected the kernel; carries the command line and output.
 /// - [`CpuError::NoDependencies`]: the compiler wrote no dependency list (no `-MD -MF` support).
@@ -318,10 +408,16 @@ pub fn compile_with(
     control: &CompileControl<'_>,
 ) -> Result<Artifact, CpuError> {
     validate(kernel)?;
+    let language = Language::of(kernel);
     let limits = control.limits(Instant::now());
-    let trampoline = trampoline(&kernel.entry, signature);
+    let trampoline = trampoline(&kernel.entry, signature, language).map_err(|detail| {
+        CpuError::InvalidArguments {
+            source_name: kernel.source_name.clone(),
+            detail,
+        }
+    })?;
     let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
-    let base = cache_key(kernel, &trampoline, &identity, host_cpu());
+    let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
     let dir = cache.ensure()?;
     if let Some((key, path)) = cache::lookup(dir, &base) {
         log::debug!(
@@ -335,7 +431,15 @@ pub fn compile_with(
             cached: true,
         });
     }
-    let (key, path) = build(kernel, &trampoline, dir, &base, control.timeout, &limits)?;
+    let (key, path) = build(
+        kernel,
+        language,
+        &trampoline,
+        dir,
+        &base,
+        control.timeout,
+        &limits,
+    )?;
     Ok(Artifact {
         path,
         key,
@@ -357,6 +461,7 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CpuErr
 /// path.
 fn build(
     kernel: &CKernel,
+    language: Language,
     trampoline: &str,
     dir: &Path,
     base: &str,
@@ -370,7 +475,8 @@ fn build(
             .tempfile_in(dir)
     };
 
-    let mut source_file = temp(".c").map_err(io_err("create a temporary source file in", dir))?;
+    let mut source_file =
+        temp(language.suffix()).map_err(io_err("create a temporary source file in", dir))?;
     source_file
         .write_all(combined_source(kernel, trampoline).as_bytes())
         .map_err(io_err("write the kernel source to", source_file.path()))?;
@@ -404,7 +510,7 @@ fn build(
                 .iter()
                 .map(|d| format!("-D{}={}", d.name, d.value)),
         );
-        args.extend(FIXED_FLAGS.iter().map(|f| (*f).to_owned()));
+        args.extend(language.fixed_flags().iter().map(|f| (*f).to_owned()));
         args.extend(["-MD".into(), "-MF".into()]);
         args.push(depfile_path.to_string_lossy().into_owned());
         args.push("-o".into());
@@ -685,30 +791,87 @@ fn c_type(dtype: DType) -> &'static str {
     }
 }
 
-/// The C trampoline that calls `entry` with `signature`'s arguments, one per line so that a
-/// diagnostic points at the offending argument.
-pub(crate) fn trampoline(entry: &str, signature: &Signature) -> String {
+/// The C trampoline that calls `entry` with `signature`'s arguments in its order, one per line
+/// so that a diagnostic points at the offending argument. Every scalar travels in an 8-byte slot
+/// of `scalars` ([`Scalar::slot`](tunebox_protocol::Scalar::slot)): an `int64_t` is the slot, an
+/// `int32_t` its cast, a `float` or `double` copied out of it. For C++ the trampoline is
+/// `extern "C"` (so that its symbol is not mangled), and an untyped tensor converts to the
+/// parameter's pointer type through a template conversion.
+///
+/// The default order with `int64_t` scalars, in C, gives the text of earlier versions byte for
+/// byte (their cache keys hash it).
+///
+/// # Errors
+///
+/// The argument order does not name each tensor and scalar exactly once ([`Arg::resolve`]).
+pub(crate) fn trampoline(
+    entry: &str,
+    signature: &Signature,
+    language: Language,
+) -> Result<String, String> {
+    let order = Arg::resolve(
+        &signature.args,
+        signature.tensors.len(),
+        signature.scalars.len(),
+    )?;
     let mut args = String::new();
-    for (i, dtype) in signature.tensors.iter().enumerate() {
+    let mut locals = String::new();
+    let mut untyped = false;
+    for arg in order {
         let sep = if args.is_empty() { "" } else { "," };
-        let _ = write!(args, "{sep}\n        ({} *)tensors[{i}]", c_type(*dtype));
+        let i = arg.index() as usize;
+        let _ = match arg {
+            Arg::Tensor(_) => write!(
+                args,
+                "{sep}\n        ({} *)tensors[{i}]",
+                c_type(signature.tensors[i])
+            ),
+            Arg::Untyped(_) if language == Language::Cxx => {
+                untyped = true;
+                write!(args, "{sep}\n        tunebox_untyped{{tensors[{i}]}}")
+            }
+            Arg::Untyped(_) => write!(args, "{sep}\n        tensors[{i}]"),
+            Arg::Scalar(_) => match signature.scalars[i] {
+                ScalarKind::I64 => write!(args, "{sep}\n        scalars[{i}]"),
+                ScalarKind::I32 => write!(args, "{sep}\n        (int32_t)scalars[{i}]"),
+                kind @ (ScalarKind::F32 | ScalarKind::F64) => {
+                    let _ = write!(
+                        locals,
+                        "    {c} tunebox_scalar_{i};\n    \
+                         __builtin_memcpy(&tunebox_scalar_{i}, &scalars[{i}], sizeof \
+                         tunebox_scalar_{i});\n",
+                        c = kind.c_type()
+                    );
+                    write!(args, "{sep}\n        tunebox_scalar_{i}")
+                }
+            },
+        };
     }
-    for i in 0..signature.scalars {
-        let sep = if args.is_empty() { "" } else { "," };
-        let _ = write!(args, "{sep}\n        scalars[{i}]");
-    }
-    format!(
+    let (linkage, helper) = match language {
+        Language::C => ("", ""),
+        Language::Cxx => ("extern \"C\" ", if untyped { CXX_UNTYPED } else { "" }),
+    };
+    Ok(format!(
         "#line 1 \"<tunebox trampoline>\"\n\
          #include <stdint.h>\n\
-         __attribute__((visibility(\"default\")))\n\
+         {helper}\
+         {linkage}__attribute__((visibility(\"default\")))\n\
          void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars);\n\
-         void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars) {{\n    \
+         {linkage}void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars) {{\n    \
              (void)tensors;\n    \
-             (void)scalars;\n    \
+             (void)scalars;\n\
+         {locals}    \
              {entry}({args});\n\
          }}\n"
-    )
+    ))
 }
+
+/// C++ has no implicit conversion from `void *`: an untyped tensor converts to whatever pointer
+/// type the parameter has through this template.
+const CXX_UNTYPED: &str = "struct tunebox_untyped {\n    \
+    void *pointer;\n    \
+    template <typename T> operator T *() const { return static_cast<T *>(pointer); }\n\
+};\n";
 
 /// The translation unit: the user's source under its own name and line numbers, then the
 /// trampoline.
@@ -739,6 +902,7 @@ fn c_string_body(s: &str) -> String {
 /// The base key: everything known about a compilation before running it (not the headers).
 pub(crate) fn cache_key(
     kernel: &CKernel,
+    language: Language,
     trampoline: &str,
     compiler_identity: &str,
     host_cpu: &str,
@@ -753,7 +917,7 @@ pub(crate) fn cache_key(
         h.field(&define.name).field(&define.value);
     }
     h.list(kernel.flags.iter().map(String::as_str))
-        .list(FIXED_FLAGS.into_iter())
+        .list(language.fixed_flags().iter().copied())
         .field(&kernel.compiler)
         .field(compiler_identity)
         .field(host_cpu)
@@ -1010,7 +1174,12 @@ mod tests {
 
     #[test]
     fn trampoline_casts_tensors_and_passes_scalars() {
-        let text = trampoline("add", &Signature::new([DType::F32, DType::U8], 2));
+        let text = trampoline(
+            "add",
+            &Signature::new([DType::F32, DType::U8], 2),
+            Language::C,
+        )
+        .unwrap();
         assert!(
             text.contains(
                 "void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {"
@@ -1020,7 +1189,115 @@ mod tests {
             "    add(\n        (float *)tensors[0],\n        (uint8_t *)tensors[1],\n        \
              scalars[0],\n        scalars[1]);\n"
         ));
-        assert!(trampoline("nop", &Signature::new([], 0)).contains("    nop();\n"));
+        assert!(
+            trampoline("nop", &Signature::new([], 0), Language::C)
+                .unwrap()
+                .contains("    nop();\n")
+        );
+    }
+
+    /// The text of tunebox 0.x's trampoline (before argument orders and scalar kinds), which
+    /// existing cache keys hash: the default order must still give it byte for byte.
+    #[test]
+    fn default_order_keeps_the_old_trampoline_text() {
+        let old = "#line 1 \"<tunebox trampoline>\"\n#include <stdint.h>\n\
+                   __attribute__((visibility(\"default\")))\n\
+                   void tunebox_trampoline(void *const *tensors, const int64_t *scalars);\n\
+                   void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {\n    \
+                   (void)tensors;\n    (void)scalars;\n    add(\n        (float *)tensors[0],\n        \
+                   (uint8_t *)tensors[1],\n        scalars[0],\n        scalars[1]);\n}\n";
+        let signature = Signature::new([DType::F32, DType::U8], 2);
+        assert_eq!(trampoline("add", &signature, Language::C).unwrap(), old);
+        // The default order given explicitly is the same signature's text, so the same key.
+        let explicit = signature.clone().args([
+            Arg::Tensor(0),
+            Arg::Tensor(1),
+            Arg::Scalar(0),
+            Arg::Scalar(1),
+        ]);
+        assert_eq!(trampoline("add", &explicit, Language::C).unwrap(), old);
+    }
+
+    #[test]
+    fn trampoline_follows_the_order_and_the_scalar_kinds() {
+        let signature = Signature::with_scalars(
+            [DType::F32, DType::F64],
+            [
+                ScalarKind::I32,
+                ScalarKind::F32,
+                ScalarKind::F64,
+                ScalarKind::I64,
+            ],
+        )
+        .args([
+            Arg::Scalar(0),
+            Arg::Tensor(1),
+            Arg::Scalar(1),
+            Arg::Untyped(0),
+            Arg::Scalar(2),
+            Arg::Scalar(3),
+        ]);
+        let text = trampoline("k", &signature, Language::C).unwrap();
+        assert!(
+            text.contains(
+                "    float tunebox_scalar_1;\n    __builtin_memcpy(&tunebox_scalar_1, \
+                 &scalars[1], sizeof tunebox_scalar_1);\n"
+            ) && text.contains("    double tunebox_scalar_2;\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    k(\n        (int32_t)scalars[0],\n        (double *)tensors[1],\n        \
+                 tunebox_scalar_1,\n        tensors[0],\n        tunebox_scalar_2,\n        \
+                 scalars[3]);\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("extern"), "{text}");
+        let cxx = trampoline("k", &signature, Language::Cxx).unwrap();
+        assert!(
+            cxx.contains("extern \"C\" void tunebox_trampoline(")
+                && cxx.contains("struct tunebox_untyped {")
+                && cxx.contains("        tunebox_untyped{tensors[0]},\n"),
+            "{cxx}"
+        );
+    }
+
+    #[test]
+    fn a_bad_order_is_refused() {
+        let signature = Signature::new([DType::F32], 1);
+        let err =
+            |args: &[Arg]| trampoline("k", &signature.clone().args(args), Language::C).unwrap_err();
+        let twice = err(&[Arg::Tensor(0), Arg::Scalar(0), Arg::Untyped(0)]);
+        assert!(twice.contains("tensor 0 is given twice"), "{twice}");
+        let missing = err(&[Arg::Tensor(0)]);
+        assert!(missing.contains("scalar 0 is missing"), "{missing}");
+        let range = err(&[Arg::Tensor(0), Arg::Scalar(1)]);
+        assert!(
+            range.contains(
+                "argument 1 of the argument order is scalar 1, but the request has 1 \
+                            scalars"
+            ),
+            "{range}"
+        );
+    }
+
+    #[test]
+    fn language_from_compiler_extension_or_flags() {
+        let with = |compiler: &str, name: &str, flags: &[&str]| {
+            let mut k = kernel();
+            k.compiler = compiler.into();
+            k.source_name = name.into();
+            k.flags = flags.iter().map(|f| (*f).to_owned()).collect();
+            Language::of(&k)
+        };
+        assert_eq!(with("cc", "k.c", &[]), Language::C);
+        assert_eq!(with("/usr/bin/gcc-12", "dir.cpp/k.c", &[]), Language::C);
+        assert_eq!(with("g++", "k.c", &[]), Language::Cxx);
+        assert_eq!(with("/opt/bin/clang++-17", "k", &[]), Language::Cxx);
+        assert_eq!(with("cc", "k.cpp", &[]), Language::Cxx);
+        assert_eq!(with("cc", "k.c", &["-x", "c++"]), Language::Cxx);
+        assert_eq!(with("cc", "k.c", &["-xc++"]), Language::Cxx);
     }
 
     #[test]
@@ -1038,10 +1315,10 @@ mod tests {
     #[test]
     fn key_covers_every_input() {
         let base = kernel();
-        let t = trampoline("k", &Signature::new([DType::F32], 0));
-        let key = cache_key(&base, &t, "gcc 12", "cpu A");
+        let t = trampoline("k", &Signature::new([DType::F32], 0), Language::C).unwrap();
+        let key = cache_key(&base, Language::C, &t, "gcc 12", "cpu A");
         assert_eq!(key.len(), 64);
-        assert_eq!(key, cache_key(&base, &t, "gcc 12", "cpu A"));
+        assert_eq!(key, cache_key(&base, Language::C, &t, "gcc 12", "cpu A"));
         let variants: [fn(&mut CKernel); 6] = [
             |k| k.source.push(' '),
             |k| k.source_name = "other.c".into(),
@@ -1053,18 +1330,25 @@ mod tests {
         for change in variants {
             let mut k = base.clone();
             change(&mut k);
-            assert_ne!(cache_key(&k, &t, "gcc 12", "cpu A"), key, "{k:?}");
+            assert_ne!(
+                cache_key(&k, Language::C, &t, "gcc 12", "cpu A"),
+                key,
+                "{k:?}"
+            );
         }
-        assert_ne!(cache_key(&base, &t, "gcc 13", "cpu A"), key);
-        assert_ne!(cache_key(&base, &t, "gcc 12", "cpu B"), key);
-        let t2 = trampoline("k", &Signature::new([DType::F64], 0));
-        assert_ne!(cache_key(&base, &t2, "gcc 12", "cpu A"), key);
+        assert_ne!(cache_key(&base, Language::C, &t, "gcc 13", "cpu A"), key);
+        assert_ne!(cache_key(&base, Language::C, &t, "gcc 12", "cpu B"), key);
+        let t2 = trampoline("k", &Signature::new([DType::F64], 0), Language::C).unwrap();
+        assert_ne!(cache_key(&base, Language::C, &t2, "gcc 12", "cpu A"), key);
         // Field boundaries matter: moving a character between two fields changes the key.
         let mut a = base.clone();
         a.flags = vec!["-O".into(), "2".into()];
         let mut b = base.clone();
         b.flags = vec!["-O2".into()];
-        assert_ne!(cache_key(&a, &t, "i", "c"), cache_key(&b, &t, "i", "c"));
+        assert_ne!(
+            cache_key(&a, Language::C, &t, "i", "c"),
+            cache_key(&b, Language::C, &t, "i", "c")
+        );
     }
 
     #[test]

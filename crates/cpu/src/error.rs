@@ -47,6 +47,15 @@ pub enum CpuError {
         /// The define's name as given.
         name: String,
     },
+    /// The request's argument order does not name each tensor and scalar exactly once
+    /// ([`Signature::args`](crate::Signature::args)).
+    #[error("the arguments of C kernel `{source_name}`: {detail}")]
+    InvalidArguments {
+        /// The kernel's `source_name`.
+        source_name: String,
+        /// What is wrong with the order.
+        detail: String,
+    },
     /// The compiler could not be found (or the kernel names none).
     #[error("{}", compiler_not_found(compiler))]
     CompilerNotFound {
@@ -174,7 +183,8 @@ impl From<CpuError> for BenchError {
             CpuError::EmptySource { .. }
             | CpuError::EmptyEntry { .. }
             | CpuError::InvalidEntry { .. }
-            | CpuError::InvalidDefine { .. } => BenchError::InvalidRequest { detail: message },
+            | CpuError::InvalidDefine { .. }
+            | CpuError::InvalidArguments { .. } => BenchError::InvalidRequest { detail: message },
             CpuError::CompilerNotFound { compiler }
             | CpuError::CompilerSpawn { compiler, .. }
             | CpuError::NoDependencies { compiler, .. } => BenchError::Compile {

@@ -2,9 +2,9 @@
 //!
 //! [`compile`] turns a [`CKernel`](tunebox_protocol::CKernel) called with a [`Signature`] into an
 //! [`Artifact`]: a shared object in a content-addressed [`CacheDir`], built by the system C
-//! compiler together with a generated trampoline that calls the kernel's entry with its tensor
-//! pointers and `int64_t` scalars (so the compiler checks the call, and any number of arguments
-//! works). A parent (`tunebox-cli`) calls it in parallel to surface compile errors early; the
+//! compiler (C, or C++: [`Language`]) together with a generated trampoline that calls the
+//! kernel's entry with its tensor pointers and typed scalars in the request's argument order (so
+//! the compiler checks the call, and any number of arguments works). A parent (`tunebox-cli`) calls it in parallel to surface compile errors early; the
 //! worker calls it again and gets a cache hit. [`compile_with`] takes a [`CompileControl`]: a
 //! deadline ([`DEFAULT_COMPILE_TIMEOUT`] for [`compile`]) and a cancel check, at which the
 //! compiler's process group is killed and reaped. [`CpuBackend`] is the worker's
@@ -49,7 +49,7 @@ mod subprocess;
 pub use backend::CpuBackend;
 pub use cache::{CACHE_DIR_ENV, CacheDir};
 pub use compile::{
-    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, Signature, compile, compile_with,
+    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, Language, Signature, compile, compile_with,
     compiler_version,
 };
 pub use error::CpuError;

@@ -65,11 +65,9 @@ fn add_request(n: u64) -> BenchmarkRequest {
             tensor("b", DType::F32, n, Init::Ones, false),
             tensor("c", DType::F32, n, Init::Zeros, true),
         ],
-        scalars: vec![Scalar {
-            name: "n".into(),
-            value: n as i64,
-        }],
+        scalars: vec![Scalar::new("n", n as i64)],
         timing: quick_timing(),
+        args: Vec::new(),
     }
 }
 
@@ -192,15 +190,13 @@ fn many_arguments_and_every_dtype() {
         kernel: Kernel::C(kernel),
         tensors,
         scalars: (0..5)
-            .map(|i| Scalar {
-                name: format!("s{i}"),
-                value: 10 * i,
-            })
+            .map(|i| Scalar::new(format!("s{i}"), 10 * i))
             .collect(),
         timing: TimingConfig {
             flush_cache: false,
             ..quick_timing()
         },
+        args: Vec::new(),
     };
     let cache = tempfile::tempdir().unwrap();
     let result = CpuBackend::new(CacheDir::new(cache.path()))
@@ -469,14 +465,12 @@ fn run_scale(cache: &CacheDir, kernel: &CKernel) -> f32 {
             tensor("x", DType::F32, 4, Init::Ones, false),
             tensor("y", DType::F32, 4, Init::Zeros, true),
         ],
-        scalars: vec![Scalar {
-            name: "n".into(),
-            value: 4,
-        }],
+        scalars: vec![Scalar::new("n", 4)],
         timing: TimingConfig {
             flush_cache: false,
             ..quick_timing()
         },
+        args: Vec::new(),
     };
     let result = CpuBackend::new(cache.clone()).benchmark(&request).unwrap();
     floats(&result.outputs[0].bytes)[0]

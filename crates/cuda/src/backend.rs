@@ -3,7 +3,7 @@
 use cudarc::driver::sys::CUfunction_attribute as F;
 use tunebox_bench::{Backend, Runner, check_budget, do_bench_within, report_progress, summarize};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
+    Arg, BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
     TensorData,
 };
 
@@ -153,9 +153,10 @@ impl CudaBackend {
         report_progress(started, Phase::Setup, (0, 0), None, None);
         let kernel = cuda_kernel(request)?;
         compile::validate(kernel)?;
+        let order = request.check_args()?;
         let cache = self.cache.clone();
         let state = self.device()?;
-        let loaded = Loaded::new(kernel, request, &state.limits, cache.as_ref())?;
+        let loaded = Loaded::new(kernel, request, &order, &state.limits, cache.as_ref())?;
 
         let stream = &state.stream;
         let tensors = request
@@ -163,7 +164,6 @@ impl CudaBackend {
             .iter()
             .map(|spec| DeviceTensor::new(spec, stream))
             .collect::<Result<Vec<_>, _>>()?;
-        let scalars: Vec<i64> = request.scalars.iter().map(|s| s.value).collect();
         let cold =
             request.timing.flush_cache && !request.timing.hot && !request.timing.outputs_only;
         if cold && state.flusher.is_none() {
@@ -182,7 +182,14 @@ impl CudaBackend {
         let mut runner = CudaRunner {
             function: &loaded.function,
             launch: kernel.launch,
-            arguments: Arguments::new(&tensors, &scalars),
+            arguments: Arguments::new(
+                &tensors
+                    .iter()
+                    .map(DeviceTensor::device_ptr)
+                    .collect::<Vec<_>>(),
+                &request.scalars,
+                &order,
+            ),
             stream,
             tensors: &tensors,
             restore: request
@@ -197,7 +204,10 @@ impl CudaBackend {
             start: Event::new()?,
             end: Event::new()?,
         };
-        debug_assert_eq!(runner.arguments.len(), tensors.len() + scalars.len());
+        debug_assert_eq!(
+            runner.arguments.len(),
+            tensors.len() + request.scalars.len()
+        );
 
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         // Wall time of the first call (launch + synchronize): the stats of an `outputs_only` run.
@@ -265,9 +275,10 @@ impl CudaBackend {
     fn run_prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
         let kernel = cuda_kernel(request)?;
         compile::validate(kernel)?;
+        let order = request.check_args()?;
         let cache = self.cache.clone();
         let state = self.device()?;
-        Loaded::new(kernel, request, &state.limits, cache.as_ref()).map(drop)
+        Loaded::new(kernel, request, &order, &state.limits, cache.as_ref()).map(drop)
     }
 }
 
@@ -335,6 +346,7 @@ impl Loaded {
     fn new(
         kernel: &CudaKernel,
         request: &BenchmarkRequest,
+        order: &[Arg],
         limits: &DeviceLimits,
         cache: Option<&CacheDir>,
     ) -> Result<Self, BenchError> {
@@ -359,12 +371,10 @@ impl Loaded {
         }
         if probe::driver()?.has_param_info {
             match function.parameter_sizes() {
-                Some(sizes) => check_parameters(
-                    &kernel.entry,
-                    &sizes,
-                    request.tensors.len(),
-                    request.scalars.len(),
-                )?,
+                Some(sizes) => {
+                    let kinds: Vec<_> = request.scalars.iter().map(|s| s.kind).collect();
+                    check_parameters(&kernel.entry, &sizes, order, &kinds)?
+                }
                 None => log::debug!("cuda: the driver cannot list the parameters of `{origin}`"),
             }
         }

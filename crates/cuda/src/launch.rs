@@ -2,7 +2,7 @@
 //! launching, so that a bad one is a clear [`BenchError::InvalidLaunch`] (and the worker lives)
 //! instead of the driver's bare `CUDA_ERROR_INVALID_VALUE`.
 
-use tunebox_protocol::{BenchError, LaunchConfig};
+use tunebox_protocol::{Arg, BenchError, LaunchConfig, ScalarKind};
 
 use crate::DeviceLimits;
 
@@ -115,9 +115,12 @@ pub fn validate_launch(
     })
 }
 
-/// Checks the kernel's parameter sizes (from `cuFuncGetParamInfo`) against the request: one
-/// 8-byte pointer per tensor, then one parameter of at most 8 bytes per scalar (a 64-bit value is
-/// passed; a 4-byte `int` reads its low half).
+/// Checks the kernel's parameter sizes (from `cuFuncGetParamInfo`) against the request's
+/// arguments in their `order`: an 8-byte pointer per tensor; per scalar of `scalars` (their kinds),
+/// a parameter of exactly its size for a float (`float` 4 bytes, `double` 8: read at another
+/// width it is another number), and of at most 8 bytes for an integer (its slot holds the value
+/// sign-extended to 64 bits, so a 4-byte `int` reads an `i32` scalar, or the low half of an
+/// `i64` one, as before scalar kinds).
 ///
 /// # Errors
 ///
@@ -126,31 +129,51 @@ pub fn validate_launch(
 pub(crate) fn check_parameters(
     entry: &str,
     sizes: &[usize],
-    tensors: usize,
-    scalars: usize,
+    order: &[Arg],
+    scalars: &[ScalarKind],
 ) -> Result<(), BenchError> {
     let invalid = |detail: String| Err(BenchError::InvalidRequest { detail });
-    if sizes.len() != tensors + scalars {
+    if sizes.len() != order.len() {
+        let tensors = order
+            .iter()
+            .filter(|a| !matches!(a, Arg::Scalar(_)))
+            .count();
         return invalid(format!(
             "kernel `{entry}` takes {} parameters, but the request passes {tensors} tensors and \
-             {scalars} scalars ({} arguments)",
+             {} scalars ({} arguments)",
             sizes.len(),
-            tensors + scalars
+            order.len() - tensors,
+            order.len()
         ));
     }
-    for (i, &size) in sizes.iter().enumerate() {
-        if i < tensors && size != 8 {
-            return invalid(format!(
-                "parameter {i} of kernel `{entry}` is {size} bytes, but tensor {i} is passed as \
-                 a pointer (8 bytes)"
-            ));
-        }
-        if i >= tensors && size > 8 {
-            return invalid(format!(
-                "parameter {i} of kernel `{entry}` is {size} bytes, but scalar {} is passed as a \
-                 64-bit integer (8 bytes)",
-                i - tensors
-            ));
+    for (i, (&size, arg)) in sizes.iter().zip(order).enumerate() {
+        match *arg {
+            Arg::Tensor(t) | Arg::Untyped(t) if size != 8 => {
+                return invalid(format!(
+                    "parameter {i} of kernel `{entry}` is {size} bytes, but tensor {t} is passed \
+                     as a pointer (8 bytes)"
+                ));
+            }
+            Arg::Scalar(s) => {
+                let kind = scalars[s as usize];
+                let fits = if kind.is_float() {
+                    size == kind.size_bytes()
+                } else {
+                    size <= 8
+                };
+                if !fits {
+                    let what = match kind {
+                        ScalarKind::I32 | ScalarKind::I64 => "a 64-bit integer (8 bytes)",
+                        ScalarKind::F32 => "a float (4 bytes)",
+                        ScalarKind::F64 => "a double (8 bytes)",
+                    };
+                    return invalid(format!(
+                        "parameter {i} of kernel `{entry}` is {size} bytes, but scalar {s} is \
+                         passed as {what}"
+                    ));
+                }
+            }
+            Arg::Tensor(_) | Arg::Untyped(_) => {}
         }
     }
     Ok(())
@@ -318,25 +341,72 @@ mod tests {
         assert!(d.starts_with("block.x = 2048"), "{d}");
     }
 
+    /// Every tensor, then `scalars` scalars of these kinds.
+    fn default_order(tensors: u32, scalars: &[ScalarKind]) -> Vec<Arg> {
+        (0..tensors)
+            .map(Arg::Tensor)
+            .chain((0..scalars.len() as u32).map(Arg::Scalar))
+            .collect()
+    }
+
     #[test]
     fn parameters_must_match_the_request() {
-        check_parameters("k", &[8, 8, 8, 4], 3, 1).unwrap();
-        check_parameters("k", &[8, 8], 2, 0).unwrap();
-        let err = check_parameters("k", &[8, 8, 8], 3, 1).unwrap_err();
+        let i64s = |n: usize| vec![ScalarKind::I64; n];
+        let check = |sizes: &[usize], tensors: u32, scalars: &[ScalarKind]| {
+            check_parameters("k", sizes, &default_order(tensors, scalars), scalars)
+        };
+        check(&[8, 8, 8, 4], 3, &i64s(1)).unwrap();
+        check(&[8, 8], 2, &[]).unwrap();
+        let err = check(&[8, 8, 8], 3, &i64s(1)).unwrap_err();
         assert!(
             err.to_string()
                 .contains("takes 3 parameters, but the request passes 3 tensors and 1 scalars"),
             "{err}"
         );
-        let err = check_parameters("k", &[8, 4], 2, 0).unwrap_err();
+        let err = check(&[8, 4], 2, &[]).unwrap_err();
         assert!(
             err.to_string()
                 .contains("parameter 1 of kernel `k` is 4 bytes"),
             "{err}"
         );
-        let err = check_parameters("k", &[8, 16], 1, 1).unwrap_err();
+        let err = check(&[8, 16], 1, &i64s(1)).unwrap_err();
         assert!(
             err.to_string().contains("scalar 0 is passed as a 64-bit"),
+            "{err}"
+        );
+    }
+
+    /// Kernel Tuner's `k(int n, float alpha, double beta, float *y)`: typed scalars first.
+    #[test]
+    fn typed_scalars_in_any_order() {
+        let kinds = [ScalarKind::I32, ScalarKind::F32, ScalarKind::F64];
+        let order = [
+            Arg::Scalar(0),
+            Arg::Scalar(1),
+            Arg::Scalar(2),
+            Arg::Tensor(0),
+        ];
+        check_parameters("k", &[4, 4, 8, 8], &order, &kinds).unwrap();
+        // An `int` scalar fills a `long long` parameter too (its slot is sign-extended).
+        check_parameters("k", &[8, 4, 8, 8], &order, &kinds).unwrap();
+        let err = check_parameters("k", &[4, 8, 8, 8], &order, &kinds).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "parameter 1 of kernel `k` is 8 bytes, but scalar 1 is passed as a float (4 bytes)"
+            ),
+            "{err}"
+        );
+        let err = check_parameters("k", &[4, 4, 4, 8], &order, &kinds).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("scalar 2 is passed as a double (8 bytes)"),
+            "{err}"
+        );
+        let err = check_parameters("k", &[4, 4, 8, 4], &order, &kinds).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "parameter 3 of kernel `k` is 4 bytes, but tensor 0 is passed as a pointer"
+            ),
             "{err}"
         );
     }

@@ -18,7 +18,7 @@
 use std::ffi::c_void;
 
 use tunebox_bench::Runner;
-use tunebox_protocol::{BenchError, LaunchConfig};
+use tunebox_protocol::{Arg, BenchError, LaunchConfig, Scalar};
 
 use crate::driver::{DeviceBuffer, Event, Function, ImageKind, Module, Stream};
 use crate::tensors::DeviceTensor;
@@ -127,8 +127,10 @@ impl DelayKernel {
     }
 }
 
-/// The arguments of a launch: one 64-bit value per parameter (device pointers, then scalars)
-/// and the array of pointers to them that `cuLaunchKernel` takes.
+/// The arguments of a launch: one 8-byte slot per parameter, in the request's argument order (a
+/// device pointer, or a scalar as its C type in the slot's first bytes: [`Scalar::slot`]), and
+/// the array of pointers to them that `cuLaunchKernel` takes. The driver copies as many bytes
+/// from each as the kernel's parameter has: 4 for an `int` or a `float`.
 #[derive(Debug)]
 pub(crate) struct Arguments {
     /// Boxed so that the pointers in `params` stay valid when `self` moves.
@@ -137,12 +139,15 @@ pub(crate) struct Arguments {
 }
 
 impl Arguments {
-    /// The tensors' device pointers, then the scalars (as two's complement 64-bit values).
-    pub(crate) fn new(tensors: &[DeviceTensor], scalars: &[i64]) -> Self {
-        let mut values: Box<[u64]> = tensors
+    /// The tensors' device `pointers` and the `scalars` in `order` (checked:
+    /// [`BenchmarkRequest::arg_order`](tunebox_protocol::BenchmarkRequest::arg_order)).
+    pub(crate) fn new(pointers: &[u64], scalars: &[Scalar], order: &[Arg]) -> Self {
+        let mut values: Box<[u64]> = order
             .iter()
-            .map(DeviceTensor::device_ptr)
-            .chain(scalars.iter().map(|&s| s as u64))
+            .map(|arg| match *arg {
+                Arg::Tensor(i) | Arg::Untyped(i) => pointers[i as usize],
+                Arg::Scalar(i) => u64::from_ne_bytes(scalars[i as usize].slot()),
+            })
             .collect();
         let params = values
             .iter_mut()
@@ -256,13 +261,39 @@ mod tests {
 
     #[test]
     fn arguments_point_at_their_values() {
-        let arguments = Arguments::new(&[], &[7, -1]);
-        assert_eq!(arguments.len(), 2);
+        let scalars = [
+            Scalar::new("a", 7),
+            Scalar::new("b", -1),
+            Scalar::i32("c", -2),
+            Scalar::f32("d", 0.5),
+            Scalar::f64("e", 0.25),
+        ];
+        let order = [
+            Arg::Scalar(2),
+            Arg::Tensor(0),
+            Arg::Scalar(0),
+            Arg::Scalar(1),
+            Arg::Untyped(1),
+            Arg::Scalar(3),
+            Arg::Scalar(4),
+        ];
+        let arguments = Arguments::new(&[0xd000, 0xe000], &scalars, &order);
+        assert_eq!(arguments.len(), 7);
         let moved = arguments;
-        // SAFETY: the pointers point into `moved.values`, alive here.
+        // SAFETY: the pointers point into `moved.values`, alive here, each at an aligned u64.
         let read = |i: usize| unsafe { *moved.params[i].cast::<u64>() };
-        assert_eq!(read(0), 7);
-        assert_eq!(read(1), u64::MAX);
+        // SAFETY: as above; the first 4 of the slot's 8 bytes are in bounds, `[u8; 4]` has
+        // alignment 1.
+        let read4 = |i: usize| unsafe { *moved.params[i].cast::<[u8; 4]>() };
+        // An `int` parameter reads the first 4 bytes: the int32 itself.
+        assert_eq!(i32::from_ne_bytes(read4(0)), -2);
+        assert_eq!(read(1), 0xd000);
+        assert_eq!(read(2), 7);
+        assert_eq!(read(3), u64::MAX);
+        assert_eq!(read(4), 0xe000);
+        // A `float` parameter reads the f32's 4 bytes; a `double` all 8.
+        assert_eq!(f32::from_ne_bytes(read4(5)), 0.5);
+        assert_eq!(f64::from_bits(read(6)), 0.25);
     }
 
     #[test]

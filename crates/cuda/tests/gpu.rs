@@ -57,10 +57,7 @@ fn f32_tensor(name: &str, len: u64, init: Init, output: bool) -> TensorSpec {
 }
 
 fn scalar(name: &str, value: i64) -> Scalar {
-    Scalar {
-        name: name.into(),
-        value,
-    }
+    Scalar::new(name, value)
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
@@ -91,6 +88,7 @@ extern "C" __global__ void axpy(const float *x, float *y, long long n) {
 
 fn axpy_request(n: u64) -> BenchmarkRequest {
     BenchmarkRequest {
+        args: Vec::new(),
         kernel: Kernel::Cuda(kernel(
             AXPY,
             "axpy",
@@ -143,6 +141,7 @@ fn gpu_axpy_is_correct_and_verified_twice() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_spin_kernel_of_one_ms_is_measured_within_2_percent() {
     let request = BenchmarkRequest {
+        args: Vec::new(),
         kernel: Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])),
         tensors: vec![],
         scalars: vec![scalar("ns", 1_000_000)],
@@ -158,6 +157,7 @@ fn gpu_spin_kernel_of_one_ms_is_measured_within_2_percent() {
 
 fn empty_request(flush_cache: bool, hot: bool) -> BenchmarkRequest {
     BenchmarkRequest {
+        args: Vec::new(),
         kernel: Kernel::Cuda(kernel(EMPTY, "empty", [1, 1, 1], [32, 1, 1])),
         tensors: vec![],
         scalars: vec![],
@@ -305,6 +305,7 @@ fn matmul_request(size: u64, choice: [(&str, u32); 5]) -> BenchmarkRequest {
         reset: false,
     };
     BenchmarkRequest {
+        args: Vec::new(),
         kernel: Kernel::Cuda(k),
         tensors: vec![
             matrix("A", Init::Random { seed: 0 }, false),

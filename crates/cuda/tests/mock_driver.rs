@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use tunebox_bench::Backend;
 use tunebox_cuda::{CacheDir, CudaBackend};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig, Scalar,
-    TensorSpec, TimingConfig,
+    Arg, BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig,
+    Scalar, TensorSpec, TimingConfig,
 };
 
 /// Set in the children, to the mock's directory.
@@ -161,6 +161,7 @@ fn timing() -> TimingConfig {
 /// `entry(x, y, n)` from [`PTX`], on 4 blocks of 256 threads.
 fn request(entry: &str) -> BenchmarkRequest {
     BenchmarkRequest {
+        args: Vec::new(),
         kernel: Kernel::Cuda(CudaKernel {
             code: CudaCode::Ptx(PTX.into()),
             entry: entry.into(),
@@ -176,10 +177,7 @@ fn request(entry: &str) -> BenchmarkRequest {
             tensor("x", Init::Random { seed: 3 }, false),
             tensor("y", Init::Zeros, true),
         ],
-        scalars: vec![Scalar {
-            name: "n".into(),
-            value: N as i64,
-        }],
+        scalars: vec![Scalar::new("n", N as i64)],
         timing: timing(),
     }
 }
@@ -372,6 +370,22 @@ fn mock_child_invalid_launches_keep_the_backend() {
     assert!(
         err.to_string()
             .contains("kernel `axpy` takes 3 parameters, but the request passes 2 tensors and 0"),
+        "{err}"
+    );
+    // A float scalar must meet a parameter of its own size (`n` is a .u64 here).
+    let mut float = request("axpy");
+    float.scalars[0] = Scalar::f32("n", 1.0);
+    let err = backend.benchmark(&float).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("parameter 2 of kernel `axpy` is 8 bytes, but scalar 0 is passed as a float"),
+        "{err}"
+    );
+    // The argument order is checked before anything is loaded.
+    let twice = request("axpy").args([Arg::Tensor(0), Arg::Tensor(0), Arg::Scalar(0)]);
+    let err = backend.benchmark(&twice).unwrap_err();
+    assert!(
+        matches!(&err, BenchError::InvalidRequest { detail } if detail.contains("tensor 0 (`x`) is given twice")),
         "{err}"
     );
     // prepare checks the same, without measuring.

@@ -66,4 +66,4 @@ pub use executor::{MapResult, PoolExecutor};
 pub use handle::TaskHandle;
 pub use pool::TuningProcessPool;
 pub use status::{Status, StatusKind};
-pub use verify::{TensorComparison, Tolerance, Verification, verify_outputs};
+pub use verify::{ElementMismatch, TensorComparison, Tolerance, Verification, verify_outputs};

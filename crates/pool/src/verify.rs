@@ -2,22 +2,30 @@
 
 use tunebox_protocol::{DType, TensorData};
 
-/// How close a candidate's outputs must be to the reference's, as `numpy.allclose`: an element
-/// passes when `|candidate - reference| <= atol + rtol * |reference|`.
+/// How close a candidate's outputs must be to the reference's, as `numpy.allclose(candidate,
+/// reference, rtol, atol, equal_nan)`: a floating-point element passes when
+/// `|candidate - reference| <= atol + rtol * |reference|` (numpy's asymmetric form: the
+/// reference scales the tolerance), both being finite; an infinity passes only against the same
+/// infinity; a NaN passes only against a NaN, and only with `equal_nan`. Integer outputs are
+/// compared exactly, whatever the tolerance.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tolerance {
     /// Relative tolerance.
     pub rtol: f64,
     /// Absolute tolerance.
     pub atol: f64,
+    /// Whether a NaN where the reference has a NaN passes (numpy's `equal_nan`, default
+    /// `false`: a NaN is never close to anything).
+    pub equal_nan: bool,
 }
 
 impl Default for Tolerance {
-    /// `rtol = 1e-5, atol = 1e-8`, numpy's defaults.
+    /// `rtol = 1e-5, atol = 1e-8, equal_nan = false`, numpy's defaults.
     fn default() -> Self {
         Tolerance {
             rtol: 1e-5,
             atol: 1e-8,
+            equal_nan: false,
         }
     }
 }
@@ -29,15 +37,35 @@ pub struct TensorComparison {
     pub name: String,
     /// Elements compared.
     pub elements: u64,
-    /// Elements outside the tolerance (a NaN where the reference has none counts).
+    /// Elements outside the tolerance.
     pub mismatches: u64,
-    /// Largest `|candidate - reference|`.
+    /// Of the mismatches, those where the candidate or the reference is NaN or infinite: their
+    /// error is not a number, so `max_abs_error` and `max_rel_error` are `inf` when this is not
+    /// 0, and [`Verification::summary`] describes them in words.
+    pub nonfinite_mismatches: u64,
+    /// Largest `|candidate - reference|` (exact for integers, then rounded to `f64`); `inf` when
+    /// a NaN or an infinity mismatches.
     pub max_abs_error: f64,
-    /// Largest `|candidate - reference| / |reference|` over elements with a non-zero reference.
+    /// Largest `|candidate - reference| / |reference|` over elements with a non-zero reference;
+    /// `inf` when a NaN or an infinity mismatches.
     pub max_rel_error: f64,
+    /// The first element outside the tolerance, if any.
+    pub first_mismatch: Option<ElementMismatch>,
     /// Set when the tensors cannot be compared element by element (different names, dtypes,
     /// shapes or sizes); such a comparison never passes.
     pub incompatible: Option<String>,
+}
+
+/// One element outside the tolerance, its values written as their dtype's (`NaN`, `inf`,
+/// integers in full).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElementMismatch {
+    /// Flat (row-major) index of the element.
+    pub index: u64,
+    /// The candidate's value.
+    pub got: String,
+    /// The reference's value.
+    pub expected: String,
 }
 
 impl TensorComparison {
@@ -60,7 +88,7 @@ impl Verification {
         self.tensors.iter().all(TensorComparison::passed)
     }
 
-    /// Largest absolute error over all outputs.
+    /// Largest absolute error over all outputs (`inf` when a NaN or infinity mismatches).
     pub fn max_abs_error(&self) -> f64 {
         self.tensors
             .iter()
@@ -68,7 +96,7 @@ impl Verification {
             .fold(0.0, f64::max)
     }
 
-    /// Largest relative error over all outputs.
+    /// Largest relative error over all outputs (`inf` when a NaN or infinity mismatches).
     pub fn max_rel_error(&self) -> f64 {
         self.tensors
             .iter()
@@ -81,19 +109,50 @@ impl Verification {
         self.tensors.iter().map(|t| t.mismatches).sum()
     }
 
-    /// One line for reports: `max abs error 0.5, max rel error 1, 12 of 1024 elements differ`,
-    /// or why the outputs could not be compared.
+    /// Total mismatching elements where one side is NaN or infinite.
+    pub fn nonfinite_mismatches(&self) -> u64 {
+        self.tensors.iter().map(|t| t.nonfinite_mismatches).sum()
+    }
+
+    /// One line for reports, or why the outputs could not be compared. The errors are written
+    /// as numbers only while they are finite (what a JSON report can hold as a number):
+    /// `max abs error 2.000e0, max rel error 2.000e-2, 1 of 2 elements differ (first: y[0] is
+    /// 102, expected 100)`; when a NaN or an infinity mismatches it says so instead:
+    /// `1 of 2 elements differ, 1 of them by NaN or inf, so the errors are not numbers (first:
+    /// y[1] is NaN, expected 1)`.
     pub fn summary(&self) -> String {
         if let Some(why) = self.tensors.iter().find_map(|t| t.incompatible.as_ref()) {
             return why.clone();
         }
         let elements: u64 = self.tensors.iter().map(|t| t.elements).sum();
+        let first = self
+            .tensors
+            .iter()
+            .find_map(|t| t.first_mismatch.as_ref().map(|m| (t, m)))
+            .map(|(t, m)| {
+                format!(
+                    " (first: {}[{}] is {}, expected {})",
+                    t.name, m.index, m.got, m.expected
+                )
+            })
+            .unwrap_or_default();
+        let (abs, rel) = (self.max_abs_error(), self.max_rel_error());
+        let nonfinite = self.nonfinite_mismatches();
+        if nonfinite > 0 || !abs.is_finite() || !rel.is_finite() {
+            let by = if nonfinite > 0 {
+                format!(", {nonfinite} of them by NaN or inf")
+            } else {
+                " by more than a double can hold".to_owned()
+            };
+            return format!(
+                "{} of {elements} elements differ{by}, so the errors are not numbers{first}",
+                self.mismatches()
+            );
+        }
         format!(
-            "max abs error {:.3e}, max rel error {:.3e}, {} of {} elements differ",
-            self.max_abs_error(),
-            self.max_rel_error(),
+            "max abs error {abs:.3e}, max rel error {rel:.3e}, {} of {elements} elements \
+             differ{first}",
             self.mismatches(),
-            elements
         )
     }
 }
@@ -101,8 +160,9 @@ impl Verification {
 /// Compares a candidate's outputs with the reference's, tensor by tensor, by name.
 ///
 /// Every reference output must be present in `candidate` with the same dtype and shape.
-/// Floating-point tensors are compared within `tolerance`; integer tensors are compared with the
-/// same formula on their values (so `atol = 0, rtol = 0` means exact).
+/// Floating-point tensors are compared as `numpy.allclose` within `tolerance` (see
+/// [`Tolerance`]); integer tensors (`i32`, `i64`, `u8`) exactly, on their integer values (an
+/// `i64` off by one at 2^60 is a mismatch, which a comparison through `f64` would miss).
 pub fn verify_outputs(
     reference: &[TensorData],
     candidate: &[TensorData],
@@ -145,9 +205,53 @@ fn incompatible(want: &TensorData, why: String) -> TensorComparison {
         name: want.name.clone(),
         elements: 0,
         mismatches: 0,
+        nonfinite_mismatches: 0,
         max_abs_error: f64::INFINITY,
         max_rel_error: f64::INFINITY,
+        first_mismatch: None,
         incompatible: Some(why),
+    }
+}
+
+/// One element of a tensor, in its own type.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    F32(f32),
+    F64(f64),
+    Int(i64),
+}
+
+impl Value {
+    /// The value as numpy prints it: `NaN`, `inf`, `-inf`, the shortest text that reads back
+    /// as the same float, integers in full.
+    fn text(self) -> String {
+        let float = |v: f64, shortest: String| {
+            if v.is_nan() {
+                "NaN".to_owned()
+            } else if v.is_infinite() {
+                if v > 0.0 { "inf" } else { "-inf" }.to_owned()
+            } else {
+                shortest
+            }
+        };
+        // Very large and very small magnitudes in exponent form, as numpy prints them.
+        let exponent = |v: f64| v != 0.0 && !(1e-4..1e16).contains(&v.abs());
+        match self {
+            Value::F32(v) if exponent(v.into()) => float(v.into(), format!("{v:e}")),
+            Value::F64(v) if exponent(v) => float(v, format!("{v:e}")),
+            Value::F32(v) => float(v.into(), v.to_string()),
+            Value::F64(v) => float(v, v.to_string()),
+            Value::Int(v) => v.to_string(),
+        }
+    }
+
+    /// A float's value as `f64` (exact for `f32`); `None` for an integer.
+    fn float(self) -> Option<f64> {
+        match self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            Value::Int(_) => None,
+        }
     }
 }
 
@@ -156,49 +260,78 @@ fn compare(want: &TensorData, got: &TensorData, tolerance: Tolerance) -> TensorC
         name: want.name.clone(),
         elements: 0,
         mismatches: 0,
+        nonfinite_mismatches: 0,
         max_abs_error: 0.0,
         max_rel_error: 0.0,
+        first_mismatch: None,
         incompatible: None,
     };
     let pairs = elements(want.dtype, &want.bytes).zip(elements(got.dtype, &got.bytes));
-    for (reference, candidate) in pairs {
+    for (index, (reference, candidate)) in pairs.enumerate() {
         comparison.elements += 1;
-        let diff = (candidate - reference).abs();
-        let within = if reference.is_nan() {
-            candidate.is_nan()
-        } else if reference.is_infinite() {
-            candidate == reference
-        } else {
-            diff <= tolerance.atol + tolerance.rtol * reference.abs()
+        // The error of this element (`None`: not a number) and whether it is within tolerance.
+        let (error, close) = match (reference, candidate) {
+            (Value::Int(b), Value::Int(a)) => {
+                let diff = (i128::from(a) - i128::from(b)).unsigned_abs();
+                let rel = (b != 0).then(|| diff as f64 / (i128::from(b).unsigned_abs() as f64));
+                (Some((diff as f64, rel)), diff == 0)
+            }
+            (reference, candidate) => {
+                // Both tensors have the reference's dtype: two floats.
+                let (b, a) = (
+                    reference.float().unwrap_or(f64::NAN),
+                    candidate.float().unwrap_or(f64::NAN),
+                );
+                if a.is_finite() && b.is_finite() {
+                    let diff = (a - b).abs();
+                    let rel = (b != 0.0).then(|| diff / b.abs());
+                    let close = diff <= tolerance.atol + tolerance.rtol * b.abs();
+                    (Some((diff, rel)), close)
+                } else {
+                    // An infinity is close only to itself; a NaN only to a NaN, with
+                    // `equal_nan`.
+                    let close = a == b || (a.is_nan() && b.is_nan() && tolerance.equal_nan);
+                    (close.then_some((0.0, None)), close)
+                }
+            }
         };
-        if !within {
-            comparison.mismatches += 1;
+        match error {
+            Some((abs, rel)) => {
+                comparison.max_abs_error = comparison.max_abs_error.max(abs);
+                if let Some(rel) = rel {
+                    comparison.max_rel_error = comparison.max_rel_error.max(rel);
+                }
+            }
+            None => {
+                comparison.nonfinite_mismatches += 1;
+                comparison.max_abs_error = f64::INFINITY;
+                comparison.max_rel_error = f64::INFINITY;
+            }
         }
-        // A NaN difference (candidate NaN) counts as infinitely wrong.
-        let diff = if diff.is_nan() && !reference.is_nan() {
-            f64::INFINITY
-        } else if diff.is_nan() {
-            0.0
-        } else {
-            diff
-        };
-        comparison.max_abs_error = comparison.max_abs_error.max(diff);
-        if reference != 0.0 && reference.is_finite() {
-            comparison.max_rel_error = comparison.max_rel_error.max(diff / reference.abs());
+        if !close {
+            comparison.mismatches += 1;
+            if comparison.first_mismatch.is_none() {
+                comparison.first_mismatch = Some(ElementMismatch {
+                    index: index as u64,
+                    got: candidate.text(),
+                    expected: reference.text(),
+                });
+            }
         }
     }
     comparison
 }
 
-/// The elements of a tensor's bytes (native byte order) as `f64`.
-fn elements(dtype: DType, bytes: &[u8]) -> Box<dyn Iterator<Item = f64> + '_> {
+/// The elements of a tensor's bytes (native byte order), in their own types (integers as
+/// `i64`, exactly).
+fn elements(dtype: DType, bytes: &[u8]) -> Box<dyn Iterator<Item = Value> + '_> {
     let chunks = bytes.chunks_exact(dtype.size_bytes());
     match dtype {
-        DType::F32 => Box::new(chunks.map(|c| f64::from(f32::from_ne_bytes(array(c))))),
-        DType::F64 => Box::new(chunks.map(|c| f64::from_ne_bytes(array(c)))),
-        DType::I32 => Box::new(chunks.map(|c| f64::from(i32::from_ne_bytes(array(c))))),
-        DType::I64 => Box::new(chunks.map(|c| i64::from_ne_bytes(array(c)) as f64)),
-        DType::U8 => Box::new(chunks.map(|c| f64::from(c[0]))),
+        DType::F32 => Box::new(chunks.map(|c| Value::F32(f32::from_ne_bytes(array(c))))),
+        DType::F64 => Box::new(chunks.map(|c| Value::F64(f64::from_ne_bytes(array(c))))),
+        DType::I32 => Box::new(chunks.map(|c| Value::Int(i32::from_ne_bytes(array(c)).into()))),
+        DType::I64 => Box::new(chunks.map(|c| Value::Int(i64::from_ne_bytes(array(c))))),
+        DType::U8 => Box::new(chunks.map(|c| Value::Int(c[0].into()))),
     }
 }
 
@@ -239,6 +372,7 @@ mod tests {
         let tol = Tolerance {
             rtol: 1e-2,
             atol: 0.0,
+            equal_nan: false,
         };
         assert!(verify_outputs(&reference, &close, tol).passed());
         let far = [f32s("y", &[102.0, 1.0])];
@@ -254,15 +388,119 @@ mod tests {
         );
     }
 
+    fn f64s(name: &str, values: &[f64]) -> TensorData {
+        TensorData {
+            name: name.into(),
+            dtype: DType::F64,
+            shape: vec![values.len() as u64],
+            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
+        }
+    }
+
     #[test]
-    fn nan_in_candidate_is_a_mismatch() {
+    fn nan_in_candidate_is_a_mismatch_reported_in_words() {
         let v = verify_outputs(
-            &[f32s("y", &[1.0])],
-            &[f32s("y", &[f32::NAN])],
+            &[f32s("y", &[1.0, 2.0])],
+            &[f32s("y", &[1.0, f32::NAN])],
             Tolerance::default(),
         );
         assert!(!v.passed());
+        assert_eq!((v.mismatches(), v.nonfinite_mismatches()), (1, 1));
         assert_eq!(v.max_abs_error(), f64::INFINITY);
+        assert_eq!(v.max_rel_error(), f64::INFINITY);
+        assert_eq!(
+            v.summary(),
+            "1 of 2 elements differ, 1 of them by NaN or inf, so the errors are not numbers \
+             (first: y[1] is NaN, expected 2)"
+        );
+    }
+
+    /// numpy.allclose([nan], [nan]) is False; with equal_nan=True it is True.
+    #[test]
+    fn nan_against_nan_needs_equal_nan() {
+        let nan = [f64s("y", &[1.0, f64::NAN])];
+        let v = verify_outputs(&nan, &nan, Tolerance::default());
+        assert!(!v.passed());
+        assert!(
+            v.summary().contains("y[1] is NaN, expected NaN"),
+            "{}",
+            v.summary()
+        );
+        let equal_nan = Tolerance {
+            equal_nan: true,
+            ..Tolerance::default()
+        };
+        let v = verify_outputs(&nan, &nan, equal_nan);
+        assert!(v.passed(), "{}", v.summary());
+        assert_eq!((v.max_abs_error(), v.max_rel_error()), (0.0, 0.0));
+        // equal_nan does not make a NaN close to a number, either way round.
+        let number = [f64s("y", &[1.0, 5.0])];
+        assert!(!verify_outputs(&nan, &number, equal_nan).passed());
+        assert!(!verify_outputs(&number, &nan, equal_nan).passed());
+    }
+
+    #[test]
+    fn infinities_equal_only_the_same_infinity() {
+        let inf = [f32s("y", &[f32::INFINITY, f32::NEG_INFINITY])];
+        assert!(verify_outputs(&inf, &inf, Tolerance::default()).passed());
+        let flipped = [f32s("y", &[f32::NEG_INFINITY, f32::INFINITY])];
+        assert!(!verify_outputs(&inf, &flipped, Tolerance::default()).passed());
+        // FLT_MAX is no infinity, whatever the tolerance; both errors say so, consistently.
+        let huge = Tolerance {
+            rtol: 1.0,
+            atol: f64::MAX,
+            equal_nan: true,
+        };
+        let max = [f32s("y", &[f32::MAX, f32::NEG_INFINITY])];
+        let v = verify_outputs(&inf, &max, huge);
+        assert!(!v.passed());
+        assert_eq!(
+            (v.max_abs_error(), v.max_rel_error()),
+            (f64::INFINITY, f64::INFINITY)
+        );
+        let summary = v.summary();
+        assert!(!summary.contains("0.000e0"), "{summary}");
+        assert_eq!(
+            summary,
+            "1 of 2 elements differ, 1 of them by NaN or inf, so the errors are not numbers \
+             (first: y[0] is 3.4028235e38, expected inf)"
+        );
+        // And the other way round: an infinity where the reference is finite.
+        let v = verify_outputs(&max, &inf, huge);
+        assert!(!v.passed());
+        assert!(
+            v.summary().contains("y[0] is inf, expected 3.4028235e38"),
+            "{}",
+            v.summary()
+        );
+    }
+
+    /// numpy's asymmetric form: the tolerance scales with the reference, not the candidate.
+    #[test]
+    fn the_reference_scales_the_tolerance() {
+        let half = Tolerance {
+            rtol: 0.5,
+            atol: 0.0,
+            equal_nan: false,
+        };
+        // |1 - 0.5| = 0.5 > 0.5 * |0.5| with 0.5 the reference…
+        assert!(!verify_outputs(&[f64s("y", &[0.5])], &[f64s("y", &[1.0])], half).passed());
+        // …and <= 0.5 * |1| with 1 the reference.
+        assert!(verify_outputs(&[f64s("y", &[1.0])], &[f64s("y", &[0.5])], half).passed());
+    }
+
+    #[test]
+    fn finite_errors_are_numbers_in_the_text() {
+        let v = verify_outputs(
+            &[f32s("y", &[100.0, 0.0])],
+            &[f32s("y", &[102.0, 0.0])],
+            Tolerance::default(),
+        );
+        assert_eq!(
+            v.summary(),
+            "max abs error 2.000e0, max rel error 2.000e-2, 1 of 2 elements differ (first: y[0] \
+             is 102, expected 100)"
+        );
     }
 
     #[test]
@@ -276,19 +514,41 @@ mod tests {
         assert!(shape.summary().contains("[1]"), "{}", shape.summary());
     }
 
-    #[test]
-    fn integers_compare_exactly_with_zero_tolerance() {
-        let int = |v: i64| TensorData {
+    fn i64s(values: &[i64]) -> TensorData {
+        TensorData {
             name: "n".into(),
             dtype: DType::I64,
-            shape: vec![1],
-            bytes: Bytes::copy_from_slice(&v.to_ne_bytes()).unwrap(),
-        };
+            shape: vec![values.len() as u64],
+            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn integers_compare_exactly_whatever_the_tolerance() {
         let exact = Tolerance {
             rtol: 0.0,
             atol: 0.0,
+            equal_nan: false,
         };
-        assert!(verify_outputs(&[int(5)], &[int(5)], exact).passed());
-        assert!(!verify_outputs(&[int(5)], &[int(6)], exact).passed());
+        assert!(verify_outputs(&[i64s(&[5])], &[i64s(&[5])], exact).passed());
+        assert!(!verify_outputs(&[i64s(&[5])], &[i64s(&[6])], exact).passed());
+        // Off by one at 2^60: the same f64, but not the same integer; default tolerance or not.
+        let big = 1i64 << 60;
+        for tolerance in [exact, Tolerance::default()] {
+            let v = verify_outputs(&[i64s(&[big, 0])], &[i64s(&[big + 1, 0])], tolerance);
+            assert!(!v.passed());
+            assert_eq!(v.max_abs_error(), 1.0);
+            assert_eq!(
+                v.summary(),
+                format!(
+                    "max abs error 1.000e0, max rel error 8.674e-19, 1 of 2 elements differ \
+                     (first: n[0] is {}, expected {big})",
+                    big + 1
+                )
+            );
+        }
+        // The extremes do not overflow.
+        let v = verify_outputs(&[i64s(&[i64::MIN])], &[i64s(&[i64::MAX])], exact);
+        assert_eq!(v.max_abs_error(), 2f64.powi(64));
     }
 }

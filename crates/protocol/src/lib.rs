@@ -55,8 +55,8 @@ pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
-    BenchmarkRequest, CKernel, CacheFlush, DType, Define, DiagnosticTask, Element, Init, Kernel,
-    Scalar, TensorSpec, TimingConfig,
+    Arg, BenchmarkRequest, CKernel, CacheFlush, DType, Define, DiagnosticTask, Element, Init,
+    Kernel, Scalar, ScalarKind, TensorSpec, TimingConfig,
 };
 pub use result::{BenchmarkResult, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Bytes, CudaCode, CudaKernel, SharedData, TaskKernel};
+use crate::{BenchError, Bytes, CudaCode, CudaKernel, SharedData, TaskKernel};
 
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
@@ -12,19 +12,28 @@ use crate::{Bytes, CudaCode, CudaKernel, SharedData, TaskKernel};
 pub struct BenchmarkRequest {
     /// What to run; also selects the backend ([`Kernel::backend`]).
     pub kernel: Kernel,
-    /// Tensors, passed to the kernel as pointers in this order.
+    /// Tensors, passed to the kernel as pointers.
     pub tensors: Vec<TensorSpec>,
-    /// Integer scalars, passed after the tensors, in this order, as `int64_t`.
+    /// Scalars, passed by value, each as its C type ([`ScalarKind`]: `int64_t` by default).
     pub scalars: Vec<Scalar>,
     /// Warmup and repetition budget.
     pub timing: TimingConfig,
+    /// The order of the kernel's arguments, as Kernel Tuner's argument list gives it (scalars
+    /// may come before tensors): every tensor and every scalar exactly once, by index. Empty
+    /// (the default): every tensor in order, then every scalar in order. Checked by
+    /// [`BenchmarkRequest::arg_order`]; the builder methods fill it in when a tensor follows
+    /// a scalar.
+    #[serde(default)]
+    pub args: Vec<Arg>,
 }
 
 impl BenchmarkRequest {
     /// A request for `kernel` (a [`Kernel`], or a [`CKernel`], [`CudaKernel`] or
     /// [`DiagnosticTask`] directly) with no tensors, no scalars and the default
-    /// [`TimingConfig`]. Add the arguments with [`tensor`](BenchmarkRequest::tensor) and
-    /// [`scalar`](BenchmarkRequest::scalar), in the order the kernel takes them.
+    /// [`TimingConfig`]. Add the arguments with [`tensor`](BenchmarkRequest::tensor),
+    /// [`scalar`](BenchmarkRequest::scalar) and [`typed_scalar`](BenchmarkRequest::typed_scalar)
+    /// in the order the kernel takes them (scalars may come first, as in Kernel Tuner's
+    /// argument lists).
     ///
     /// ```
     /// use tunebox_protocol::{BenchmarkRequest, CKernel, DType, TensorSpec, TimingConfig};
@@ -45,21 +54,106 @@ impl BenchmarkRequest {
             tensors: Vec::new(),
             scalars: Vec::new(),
             timing: TimingConfig::default(),
+            args: Vec::new(),
         }
     }
 
-    /// Appends a tensor argument: the kernel gets it as a pointer, after the tensors added
-    /// before it.
+    /// Appends a tensor argument: the kernel gets it as a pointer, after the arguments added
+    /// before it. A tensor added after a scalar makes the order explicit in
+    /// [`args`](BenchmarkRequest#structfield.args).
+    ///
+    /// ```
+    /// use tunebox_protocol::{Arg, BenchmarkRequest, CKernel, DType, TensorSpec};
+    ///
+    /// // void k(int64_t n, float *y): the scalar first, as Kernel Tuner passes `[n, y]`.
+    /// let request = BenchmarkRequest::new(CKernel::new("…", "k"))
+    ///     .scalar("n", 4)
+    ///     .tensor(TensorSpec::new("y", DType::F32, [4]).output());
+    /// assert_eq!(request.args, [Arg::Scalar(0), Arg::Tensor(0)]);
+    /// ```
     pub fn tensor(mut self, tensor: TensorSpec) -> Self {
+        if self.args.is_empty() && !self.scalars.is_empty() {
+            self.args = self.default_order();
+        }
+        if !self.args.is_empty() {
+            self.args.push(Arg::Tensor(index(self.tensors.len())));
+        }
         self.tensors.push(tensor);
         self
     }
 
-    /// Appends an integer argument `name = value`, passed as `int64_t` after every tensor and
-    /// after the scalars added before it.
-    pub fn scalar(mut self, name: impl Into<String>, value: i64) -> Self {
-        self.scalars.push(Scalar::new(name, value));
+    /// Appends an integer argument `name = value`, passed as `int64_t` after the arguments
+    /// added before it.
+    pub fn scalar(self, name: impl Into<String>, value: i64) -> Self {
+        self.typed_scalar(Scalar::new(name, value))
+    }
+
+    /// Appends a scalar of any [`ScalarKind`] (`Scalar::f32("alpha", 0.5)`, …), passed by value
+    /// as its C type after the arguments added before it.
+    pub fn typed_scalar(mut self, scalar: Scalar) -> Self {
+        if !self.args.is_empty() {
+            self.args.push(Arg::Scalar(index(self.scalars.len())));
+        }
+        self.scalars.push(scalar);
         self
+    }
+
+    /// Replaces the argument order (see [`args`](BenchmarkRequest#structfield.args)); checked
+    /// when the request runs ([`BenchmarkRequest::arg_order`]).
+    pub fn args(mut self, args: impl IntoIterator<Item = Arg>) -> Self {
+        self.args = args.into_iter().collect();
+        self
+    }
+
+    /// The order of the kernel's arguments: [`args`](BenchmarkRequest#structfield.args), or
+    /// every tensor then every scalar when it is empty.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the first problem: an index past the tensors or
+    /// scalars, an argument given twice, or one left out.
+    ///
+    /// ```
+    /// use tunebox_protocol::{Arg, BenchmarkRequest, CKernel, DType, TensorSpec};
+    ///
+    /// let request = BenchmarkRequest::new(CKernel::new("…", "k"))
+    ///     .tensor(TensorSpec::new("y", DType::F32, [4]))
+    ///     .scalar("n", 4);
+    /// assert_eq!(request.arg_order()?, [Arg::Tensor(0), Arg::Scalar(0)]);
+    /// let twice = request.args([Arg::Tensor(0), Arg::Tensor(0)]);
+    /// let err = twice.arg_order().unwrap_err().to_string();
+    /// assert!(err.contains("tensor 0 (`y`) is given twice"), "{err}");
+    /// # Ok::<(), tunebox_protocol::BenchError>(())
+    /// ```
+    pub fn arg_order(&self) -> Result<Vec<Arg>, BenchError> {
+        let label = |arg: Arg| match arg {
+            Arg::Tensor(i) | Arg::Untyped(i) => match self.tensors.get(i as usize) {
+                Some(t) => format!("tensor {i} (`{}`)", t.name),
+                None => format!("tensor {i}"),
+            },
+            Arg::Scalar(i) => match self.scalars.get(i as usize) {
+                Some(s) => format!("scalar {i} (`{}`)", s.name),
+                None => format!("scalar {i}"),
+            },
+        };
+        resolve_order(&self.args, self.tensors.len(), self.scalars.len(), label)
+            .map_err(|detail| BenchError::InvalidRequest { detail })
+    }
+
+    /// Checks every scalar ([`Scalar::check`]) and the argument order, and returns the order
+    /// ([`BenchmarkRequest::arg_order`]): what a backend calls before running the request.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the first bad scalar or the order's problem.
+    pub fn check_args(&self) -> Result<Vec<Arg>, BenchError> {
+        self.scalars.iter().try_for_each(Scalar::check)?;
+        self.arg_order()
+    }
+
+    /// Every tensor, then every scalar: the order an empty `args` stands for.
+    fn default_order(&self) -> Vec<Arg> {
+        default_order(self.tensors.len(), self.scalars.len())
     }
 
     /// Replaces the warmup and repetition budget (default: [`TimingConfig::default`]).
@@ -135,8 +229,117 @@ impl BenchmarkRequest {
             .iter()
             .map(|t| t.name.len() + 8 * t.shape.len())
             .sum();
-        let scalars: usize = self.scalars.iter().map(|s| s.name.len() + 8).sum();
-        kernel + tensors + scalars
+        let scalars: usize = self.scalars.iter().map(|s| s.name.len() + 17).sum();
+        kernel + tensors + scalars + 5 * self.args.len()
+    }
+}
+
+/// An argument index as stored in [`Arg`] (requests never hold 2^32 arguments).
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+/// `tensors` tensors then `scalars` scalars, in order.
+fn default_order(tensors: usize, scalars: usize) -> Vec<Arg> {
+    (0..tensors)
+        .map(|i| Arg::Tensor(index(i)))
+        .chain((0..scalars).map(|i| Arg::Scalar(index(i))))
+        .collect()
+}
+
+/// `args` checked against `tensors` tensors and `scalars` scalars (the default order when it
+/// is empty); `label` names an argument in the error.
+fn resolve_order(
+    args: &[Arg],
+    tensors: usize,
+    scalars: usize,
+    label: impl Fn(Arg) -> String,
+) -> Result<Vec<Arg>, String> {
+    if args.is_empty() {
+        return Ok(default_order(tensors, scalars));
+    }
+    let mut tensor_at = vec![None; tensors];
+    let mut scalar_at = vec![None; scalars];
+    for (position, &arg) in args.iter().enumerate() {
+        let (slots, what, count) = match arg {
+            Arg::Tensor(_) | Arg::Untyped(_) => (&mut tensor_at, "tensors", tensors),
+            Arg::Scalar(_) => (&mut scalar_at, "scalars", scalars),
+        };
+        let i = arg.index() as usize;
+        let Some(slot) = slots.get_mut(i) else {
+            return Err(format!(
+                "argument {position} of the argument order is {}, but the request has {count} \
+                 {what}",
+                label(arg)
+            ));
+        };
+        if let Some(first) = *slot {
+            return Err(format!(
+                "{} is given twice in the argument order (arguments {first} and {position}); \
+                 each tensor and scalar must appear exactly once",
+                label(arg)
+            ));
+        }
+        *slot = Some(position);
+    }
+    let missing = tensor_at
+        .iter()
+        .position(Option::is_none)
+        .map(|i| Arg::Tensor(index(i)))
+        .or_else(|| {
+            scalar_at
+                .iter()
+                .position(Option::is_none)
+                .map(|i| Arg::Scalar(index(i)))
+        });
+    if let Some(arg) = missing {
+        return Err(format!(
+            "{} is missing from the argument order ({} arguments for {tensors} tensors and \
+                 {scalars} scalars); each tensor and scalar must appear exactly once",
+            label(arg),
+            args.len()
+        ));
+    }
+    Ok(args.to_vec())
+}
+
+/// One argument of a kernel call, by its index in the request's `tensors` or `scalars`
+/// ([`BenchmarkRequest::args`](BenchmarkRequest#structfield.args)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Arg {
+    /// `tensors[i]`, passed as a pointer to its element type (`float *` for f32, …); a C
+    /// kernel whose parameter has another pointer type fails to compile.
+    Tensor(u32),
+    /// `tensors[i]`, passed as an untyped pointer: C passes `void *`, which converts to the
+    /// parameter's own pointer type, and so does C++. For parameters the element type cannot
+    /// name (GCC vector types such as `vfloat *`, structs), as Kernel Tuner passes every array
+    /// (`ctypes.c_void_p`), at the cost of the compiler's pointer-type check. CUDA passes it
+    /// as [`Arg::Tensor`].
+    Untyped(u32),
+    /// `scalars[i]`, passed by value as its C type ([`ScalarKind`]).
+    Scalar(u32),
+}
+
+impl Arg {
+    /// The index into the request's tensors ([`Arg::Tensor`], [`Arg::Untyped`]) or scalars.
+    pub fn index(self) -> u32 {
+        match self {
+            Arg::Tensor(i) | Arg::Untyped(i) | Arg::Scalar(i) => i,
+        }
+    }
+
+    /// `args` checked against `tensors` tensors and `scalars` scalars: the order itself, or
+    /// every tensor then every scalar when `args` is empty (what
+    /// [`BenchmarkRequest::arg_order`] does, with arguments named by index only).
+    ///
+    /// # Errors
+    ///
+    /// The problem, in words: an index out of range, an argument given twice or left out.
+    pub fn resolve(args: &[Arg], tensors: usize, scalars: usize) -> Result<Vec<Arg>, String> {
+        resolve_order(args, tensors, scalars, |arg| match arg {
+            Arg::Tensor(i) | Arg::Untyped(i) => format!("tensor {i}"),
+            Arg::Scalar(i) => format!("scalar {i}"),
+        })
     }
 }
 
@@ -522,22 +725,200 @@ pub enum Init {
     Data(SharedData),
 }
 
-/// A named integer argument, passed as `int64_t` after the tensors.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A named scalar argument, passed by value as its C type ([`ScalarKind`]; Kernel Tuner's
+/// `numpy.int32`, `numpy.float32`, …).
+///
+/// An integer scalar ([`ScalarKind::I64`], the default, or [`ScalarKind::I32`]) holds its
+/// value in `value`, and `float` is 0; a float scalar ([`ScalarKind::F32`], [`ScalarKind::F64`])
+/// holds it in `float`, and `value` is 0. The fields `kind` and `float` came after `value`,
+/// so that `Scalar { name, value, ..Scalar::default() }` is still an `int64_t` scalar.
+///
+/// ```
+/// use tunebox_protocol::{Scalar, ScalarKind};
+///
+/// let n = Scalar::i32("n", 1024);
+/// let alpha = Scalar::f32("alpha", 0.5);
+/// assert_eq!((n.kind, n.value, n.kind.c_type()), (ScalarKind::I32, 1024, "int32_t"));
+/// assert_eq!((alpha.float, alpha.as_f64()), (0.5, 0.5));
+/// assert_eq!(Scalar::new("k", 3), Scalar { name: "k".into(), value: 3, ..Scalar::default() });
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Scalar {
     /// Name used in errors.
     pub name: String,
-    /// Value.
+    /// The value of an integer scalar; 0 for a float one.
     pub value: i64,
+    /// The C type it is passed as (default [`ScalarKind::I64`], `int64_t`).
+    #[serde(default)]
+    pub kind: ScalarKind,
+    /// The value of a float scalar; 0 for an integer one.
+    #[serde(default)]
+    pub float: f64,
 }
 
 impl Scalar {
-    /// The scalar `name = value`.
+    /// The `int64_t` scalar `name = value`.
     pub fn new(name: impl Into<String>, value: i64) -> Self {
         Scalar {
             name: name.into(),
             value,
+            ..Scalar::default()
         }
+    }
+
+    /// The `int32_t` scalar `name = value` (a C `int`; CUDA passes it in 4 bytes).
+    pub fn i32(name: impl Into<String>, value: i32) -> Self {
+        Scalar {
+            kind: ScalarKind::I32,
+            ..Scalar::new(name, value.into())
+        }
+    }
+
+    /// The `float` scalar `name = value`.
+    pub fn f32(name: impl Into<String>, value: f32) -> Self {
+        Scalar {
+            name: name.into(),
+            kind: ScalarKind::F32,
+            float: value.into(),
+            ..Scalar::default()
+        }
+    }
+
+    /// The `double` scalar `name = value`.
+    pub fn f64(name: impl Into<String>, value: f64) -> Self {
+        Scalar {
+            name: name.into(),
+            kind: ScalarKind::F64,
+            float: value,
+            ..Scalar::default()
+        }
+    }
+
+    /// The value as an `f64`, whatever the kind (for expressions over scalars; an `i64` above
+    /// 2^53 is rounded).
+    pub fn as_f64(&self) -> f64 {
+        if self.kind.is_float() {
+            self.float
+        } else {
+            self.value as f64
+        }
+    }
+
+    /// The value as its C type, in native byte order, in the first
+    /// [`ScalarKind::size_bytes`] bytes of an 8-byte slot: what a kernel parameter of that type
+    /// holds. The rest of the slot is the sign extension of an integer (so the slot read as an
+    /// `int64_t` is the value) and zero after an `f32`.
+    pub fn slot(&self) -> [u8; 8] {
+        match self.kind {
+            ScalarKind::I32 | ScalarKind::I64 => self.value.to_ne_bytes(),
+            ScalarKind::F64 => self.float.to_ne_bytes(),
+            ScalarKind::F32 => {
+                let mut slot = [0; 8];
+                slot[..4].copy_from_slice(&(self.float as f32).to_ne_bytes());
+                slot
+            }
+        }
+    }
+
+    /// Checks that the value fits the kind: an `I32` within `i32`, an `F32` finite as `f32`
+    /// when it is finite, and the other value field 0.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the scalar and what is wrong.
+    pub fn check(&self) -> Result<(), BenchError> {
+        let invalid = |what: String| {
+            Err(BenchError::InvalidRequest {
+                detail: format!("scalar `{}` ({}) {what}", self.name, self.kind.name()),
+            })
+        };
+        match self.kind {
+            ScalarKind::I32 | ScalarKind::I64 if self.float != 0.0 => invalid(format!(
+                "has the float value {}: an integer scalar's value is `value`; make it f32 or \
+                 f64 to pass a float",
+                self.float
+            )),
+            ScalarKind::F32 | ScalarKind::F64 if self.value != 0 => invalid(format!(
+                "has the integer value {}: a float scalar's value is `float`",
+                self.value
+            )),
+            ScalarKind::I32 if i32::try_from(self.value).is_err() => invalid(format!(
+                "= {} does not fit in an int32_t ({} to {}); make it i64",
+                self.value,
+                i32::MIN,
+                i32::MAX
+            )),
+            ScalarKind::F32 if self.float.is_finite() && !(self.float as f32).is_finite() => {
+                invalid(format!(
+                    "= {} does not fit in a float (at most {:e}); make it f64",
+                    self.float,
+                    f32::MAX
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The C type a [`Scalar`] is passed as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ScalarKind {
+    /// `int32_t` (C `int`; `numpy.int32`).
+    I32,
+    /// `int64_t` (`numpy.int64`); the default, and what every scalar was before kinds.
+    #[default]
+    I64,
+    /// `float` (`numpy.float32`).
+    F32,
+    /// `double` (`numpy.float64`, a Python `float`).
+    F64,
+}
+
+impl ScalarKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ScalarKind; 4] = [
+        ScalarKind::I32,
+        ScalarKind::I64,
+        ScalarKind::F32,
+        ScalarKind::F64,
+    ];
+
+    /// The short name used in manifests: `i32`, `i64`, `f32`, `f64`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalarKind::I32 => "i32",
+            ScalarKind::I64 => "i64",
+            ScalarKind::F32 => "f32",
+            ScalarKind::F64 => "f64",
+        }
+    }
+
+    /// Parses a manifest name ([`ScalarKind::name`]).
+    pub fn from_name(name: &str) -> Option<ScalarKind> {
+        ScalarKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The C type: `int32_t`, `int64_t`, `float`, `double`.
+    pub fn c_type(self) -> &'static str {
+        match self {
+            ScalarKind::I32 => "int32_t",
+            ScalarKind::I64 => "int64_t",
+            ScalarKind::F32 => "float",
+            ScalarKind::F64 => "double",
+        }
+    }
+
+    /// Size in bytes of the C type (4 or 8).
+    pub fn size_bytes(self) -> usize {
+        match self {
+            ScalarKind::I32 | ScalarKind::F32 => 4,
+            ScalarKind::I64 | ScalarKind::F64 => 8,
+        }
+    }
+
+    /// Whether it is `F32` or `F64`.
+    pub fn is_float(self) -> bool {
+        matches!(self, ScalarKind::F32 | ScalarKind::F64)
     }
 }
 

@@ -98,10 +98,7 @@ impl<T: Task> TaskRequest<T> {
 
     /// Adds an integer scalar.
     pub fn scalar(mut self, name: impl Into<String>, value: i64) -> Self {
-        self.scalars.push(Scalar {
-            name: name.into(),
-            value,
-        });
+        self.scalars.push(Scalar::new(name, value));
         self
     }
 
@@ -127,6 +124,7 @@ impl<T: Task> TaskRequest<T> {
             tensors: self.tensors.clone(),
             scalars: self.scalars.clone(),
             timing: self.timing.clone(),
+            args: Vec::new(),
         })
     }
 }

@@ -349,6 +349,7 @@ impl Manifest {
             .map(|s| Scalar {
                 name: s.name,
                 value: s.value,
+                ..Scalar::default()
             })
             .collect();
         let mut params = IndexMap::new();
@@ -897,6 +898,7 @@ fn verify(
     let tolerance = Tolerance {
         rtol: raw.rtol.unwrap_or(1e-5),
         atol: raw.atol.unwrap_or(1e-8),
+        equal_nan: false,
     };
     for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
         ensure!(

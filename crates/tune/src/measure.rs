@@ -75,6 +75,7 @@ pub(crate) fn request(
             .collect(),
         scalars: manifest.scalars.clone(),
         timing: manifest.timing.clone(),
+        args: Vec::new(),
     })
 }
 

@@ -240,6 +240,7 @@ mod tests {
             .map(|n| Scalar {
                 name: (*n).into(),
                 value: 512,
+                ..Scalar::default()
             })
             .collect()
     }

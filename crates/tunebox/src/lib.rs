@@ -87,8 +87,8 @@ pub use tunebox_process::{
     DeviceToken, InitRequest, KillSwitch, Output, ProcessConfig, ProcessError, TuningProcess,
 };
 pub use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType, Define,
-    DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, SharedBuffer, SharedData, Task,
-    TaskRequest, TensorData, TensorSpec, TimingConfig, TimingStats,
+    Arg, BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType,
+    Define, DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, ScalarKind, SharedBuffer,
+    SharedData, Task, TaskRequest, TensorData, TensorSpec, TimingConfig, TimingStats,
 };
 pub use tunebox_worker::{Registry, run_if_worker};
