@@ -46,13 +46,10 @@ impl<'a> TaskContext<'a> {
         &self.request.scalars
     }
 
-    /// The value of the scalar called `name`, if the request has one.
-    pub fn scalar(&self, name: &str) -> Option<i64> {
-        self.request
-            .scalars
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.value)
+    /// The scalar called `name`, if the request has one (`Scalar::value` for an integer,
+    /// `Scalar::as_f64` for any kind).
+    pub fn scalar(&self, name: &str) -> Option<&Scalar> {
+        self.request.scalars.iter().find(|s| s.name == name)
     }
 
     /// The warmup and rep budget (`budget_ms` included).
@@ -249,7 +246,7 @@ mod tests {
     #[test]
     fn a_task_that_times_nothing_reports_unmeasured_stats() {
         let mut backend = TaskBackend::new(|task: Square, cx: &mut TaskContext<'_>| {
-            assert_eq!(cx.scalar("k"), Some(3));
+            assert_eq!(cx.scalar("k").map(|s| s.value), Some(3));
             assert_eq!(cx.scalar("missing"), None);
             Ok((u64::from(task.0), String::new()))
         });

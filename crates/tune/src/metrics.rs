@@ -54,7 +54,7 @@ impl Metrics {
     ) -> Result<Metrics> {
         let mut constants: Vec<(String, f64)> = scalars
             .iter()
-            .map(|s| (s.name.clone(), s.value as f64))
+            .map(|s| (s.name.clone(), s.as_f64()))
             .collect();
         for (d, value) in problem_size.unwrap_or_default().iter().enumerate().take(3) {
             if let Some(size) = value.as_integer() {
