@@ -52,7 +52,8 @@ pub fn t4_invalidity(status: Status) -> T4Invalidity {
 ///   reps' statistics, not each rep) and compile times are not recorded; `measurements`:
 ///   `time` (the median, the ranking objective), `mean_time`, `min_time`, `max_time`,
 ///   `p20_time`, `p80_time`, `stddev_time` (all `"ms"`), `reps`, then the manifest's
-///   metrics; `extra`: tunebox's `status` and, for a failure, the first line of its `error`.
+///   metrics, for every measured choice (`ok`, and `wrong`, which was timed before its
+///   outputs were judged); `extra`: tunebox's `status` and, for a failure, the first line of its `error`.
 pub fn to_t4(report: &Report) -> T4File {
     let header = &report.info.header;
     let mut tunebox = serde_json::Map::new();
@@ -92,9 +93,9 @@ pub fn to_t4(report: &Report) -> T4File {
             t.correctness = r.status != Status::Wrong;
             t.objectives = vec!["time".to_owned()];
             t.times = T4Times::default();
-            if let Some(s) = &r.stats
-                && r.status == Status::Ok
-            {
+            // A `wrong` choice was measured too: its time is kept, its invalidity says why it
+            // does not count.
+            if let Some(s) = &r.stats {
                 for (name, value) in [
                     ("time", s.median_ms),
                     ("mean_time", s.mean_ms),
@@ -104,12 +105,17 @@ pub fn to_t4(report: &Report) -> T4File {
                     ("p80_time", s.p80_ms),
                     ("stddev_time", s.stddev_ms),
                 ] {
-                    t.measurements.push(T4Measurement::number(name, value, "ms"));
+                    t.measurements
+                        .push(T4Measurement::number(name, value, "ms"));
                 }
                 t.measurements
                     .push(T4Measurement::number("reps", f64::from(s.reps), ""));
                 for (name, value) in &r.metrics {
-                    let unit = if name.ends_with("/s") { name.as_str() } else { "" };
+                    let unit = if name.ends_with("/s") {
+                        name.as_str()
+                    } else {
+                        ""
+                    };
                     t.measurements
                         .push(T4Measurement::number(name.clone(), *value, unit));
                 }
@@ -173,7 +179,13 @@ fn stats(ms: f64, times: &[f64]) -> TimingStats {
     }
 }
 
-fn info(path: &Path, name: String, kernel: String, device: &str, results: &[ChoiceResult]) -> RunInfo {
+fn info(
+    path: &Path,
+    name: String,
+    kernel: String,
+    device: &str,
+    results: &[ChoiceResult],
+) -> RunInfo {
     RunInfo {
         header: RunHeader {
             tunebox_version: String::new(),
@@ -264,8 +276,16 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
 /// (`time` in `timeunit`, converted to ms), else its `runtimes`' mean.
 pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
     let meta = t4.metadata.clone().unwrap_or_default();
-    let device = meta.device.clone().unwrap_or_else(|| "unknown device".into());
-    let to_ms = match meta.timeunit.as_deref().map(str::to_ascii_lowercase).as_deref() {
+    let device = meta
+        .device
+        .clone()
+        .unwrap_or_else(|| "unknown device".into());
+    let to_ms = match meta
+        .timeunit
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("nanoseconds") => 1e-6,
         Some("microseconds") => 1e-3,
         Some("seconds") => 1e3,
@@ -303,7 +323,7 @@ pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
                 T4Invalidity::Runtime | T4Invalidity::Constraints => Status::Error,
             };
             match (status, time) {
-                (Status::Ok, Some(ms)) => {
+                (Status::Ok | Status::Wrong, Some(ms)) => {
                     let mut m = IndexMap::new();
                     for x in &r.measurements {
                         let known = x.name == objective
@@ -325,26 +345,32 @@ pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
                     s.p80_ms = get("p80_time").unwrap_or(s.p80_ms);
                     s.stddev_ms = get("stddev_time").unwrap_or(s.stddev_ms);
                     s.reps = get("reps").map_or(s.reps, |n| n as u32);
+                    let error = (status == Status::Wrong).then(|| {
+                        r.extra
+                            .get("error")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| "invalidity: correctness".to_owned(), str::to_owned)
+                    });
                     ChoiceResult {
                         stats: Some(s),
-                        error: None,
+                        error,
                         metrics: m,
-                        ..ChoiceResult::failed(index, choice, Status::Ok, String::new(), &device)
+                        ..ChoiceResult::failed(index, choice, status, String::new(), &device)
                     }
                 }
                 (status, _) => {
-                    let error = r
-                        .extra
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .map_or_else(
-                            || match status {
-                                Status::Ok => format!("no {objective:?} measurement"),
-                                _ => format!("invalidity: {}", r.invalidity.as_str()),
-                            },
-                            str::to_owned,
-                        );
-                    let status = if status == Status::Ok { Status::Error } else { status };
+                    let error = r.extra.get("error").and_then(Value::as_str).map_or_else(
+                        || match status {
+                            Status::Ok => format!("no {objective:?} measurement"),
+                            _ => format!("invalidity: {}", r.invalidity.as_str()),
+                        },
+                        str::to_owned,
+                    );
+                    let status = if status == Status::Ok {
+                        Status::Error
+                    } else {
+                        status
+                    };
                     ChoiceResult::failed(index, choice, status, error, &device)
                 }
             }

@@ -760,16 +760,33 @@ mod tests {
     fn sizes_with_names_and_subscripts() {
         let names = || {
             vec![
-                ("ProblemSize".to_owned(), Py::List(vec![Py::Int(4096), Py::Int(2048)])),
-                ("filter_width".to_owned(), Py::List(vec![Py::Int(7), Py::Int(15)])),
+                (
+                    "ProblemSize".to_owned(),
+                    Py::List(vec![Py::Int(4096), Py::Int(2048)]),
+                ),
+                (
+                    "filter_width".to_owned(),
+                    Py::List(vec![Py::Int(7), Py::Int(15)]),
+                ),
             ]
         };
         let size = "(ProblemSize[0]+max(filter_width)-1) * (ProblemSize[1]+max(filter_width)-1)";
-        assert_eq!(eval_with(size, names()), Ok(Py::Int((4096 + 14) * (2048 + 14))));
+        assert_eq!(
+            eval_with(size, names()),
+            Ok(Py::Int((4096 + 14) * (2048 + 14)))
+        );
         assert_eq!(eval_with("ProblemSize[-1]", names()), Ok(Py::Int(2048)));
-        assert!(eval_with("ProblemSize[2]", names()).unwrap_err().contains("out of range"));
+        assert!(
+            eval_with("ProblemSize[2]", names())
+                .unwrap_err()
+                .contains("out of range")
+        );
         assert!(eval_with("ProblemSize[0][0]", names()).is_err());
-        assert!(eval_with("Nope[0]", names()).unwrap_err().contains("not defined"));
+        assert!(
+            eval_with("Nope[0]", names())
+                .unwrap_err()
+                .contains("not defined")
+        );
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
 
     let language = if spec.language.eq_ignore_ascii_case("cuda") {
         "cuda"
+    } else if spec.language.eq_ignore_ascii_case("c") {
+        // Kernel Tuner's `lang = "C"`: a C function run on the CPU, no launch sizes.
+        "c"
     } else {
         x.unsupported.push(format!(
             "{} = {:?}: tunebox runs C and CUDA kernels",
@@ -86,15 +89,21 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
             spec.kernel_file.display()
         ));
     }
+    let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
     let kernel = RawKernel {
         source: Some(spec.kernel_file.clone()),
         entry: Some(spec.kernel_name.clone()),
         language: Some(language.into()),
-        options: Some(spec.compiler_options.clone()),
+        compiler_options: options,
         ..RawKernel::default()
     };
 
-    let (launch, problem_size, grid_div) = launch(&t1, &mut x);
+    let (launch, problem_size, grid_div) = if language == "c" {
+        (None, None, Default::default())
+    } else {
+        let (launch, problem_size, grid_div) = launch(&t1, &mut x);
+        (Some(launch), problem_size, grid_div)
+    };
     let (tensors, scalars) = arguments(&t1, &mut x);
 
     let mut iterations = None;
@@ -156,7 +165,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         timing: None,
         verify: None,
         problem_size,
-        launch: Some(launch),
+        launch,
         metrics: IndexMap::new(),
         tune_params: None,
         kernel_name: None,
@@ -178,7 +187,11 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
 fn launch(
     t1: &T1File,
     x: &mut Extras,
-) -> (RawLaunch, Option<Vec<toml::Value>>, [Option<toml::Value>; 3]) {
+) -> (
+    RawLaunch,
+    Option<Vec<toml::Value>>,
+    [Option<toml::Value>; 3],
+) {
     let spec = &t1.kernel_specification;
     let params: Vec<&str> = t1
         .configuration_space
@@ -205,9 +218,8 @@ fn launch(
     };
     let divs: [Option<toml::Value>; 3] = std::array::from_fn(|d| {
         let list = &spec.grid_div[d];
-        (!list.is_empty()).then(|| {
-            toml::Value::Array(list.iter().cloned().map(toml::Value::String).collect())
-        })
+        (!list.is_empty())
+            .then(|| toml::Value::Array(list.iter().cloned().map(toml::Value::String).collect()))
     });
     let kt_grid = !problem.is_empty() && divs.iter().any(Option::is_some);
     let (grid, problem_size) = if kt_grid {
@@ -323,7 +335,11 @@ fn argument(
     index: usize,
     x: &mut Extras,
 ) -> Result<Arg> {
-    if arg.mem_type.as_deref().is_some_and(|m| m.eq_ignore_ascii_case("constant")) {
+    if arg
+        .mem_type
+        .as_deref()
+        .is_some_and(|m| m.eq_ignore_ascii_case("constant"))
+    {
         bail!(
             "MemType = \"Constant\" (Kernel Tuner's cmem_args, a `__constant__` symbol): tunebox \
              passes buffers as kernel arguments only"
@@ -384,8 +400,9 @@ fn argument(
         ),
     };
     if let Some(seed) = arg.random_seed {
-        x.notes
-            .push(format!("{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"));
+        x.notes.push(format!(
+            "{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"
+        ));
     }
     Ok(Arg::Tensor(RawTensor {
         name: name.to_owned(),
@@ -404,7 +421,12 @@ fn size(t1: &T1File, text: &str) -> Result<i64> {
         .configuration_space
         .tuning_parameters
         .iter()
-        .map(|p| (p.name.clone(), Py::List(p.values.iter().map(to_py).collect())))
+        .map(|p| {
+            (
+                p.name.clone(),
+                Py::List(p.values.iter().map(to_py).collect()),
+            )
+        })
         .collect();
     names.push((
         "ProblemSize".into(),
@@ -427,8 +449,20 @@ fn size(t1: &T1File, text: &str) -> Result<i64> {
 fn integer_type(t: &str) -> bool {
     matches!(
         t.to_ascii_lowercase().as_str(),
-        "int" | "int8" | "int16" | "int32" | "int64" | "uint" | "uint8" | "uint16" | "uint32"
-            | "uint64" | "long" | "short" | "char" | "size_t"
+        "int"
+            | "int8"
+            | "int16"
+            | "int32"
+            | "int64"
+            | "uint"
+            | "uint8"
+            | "uint16"
+            | "uint32"
+            | "uint64"
+            | "long"
+            | "short"
+            | "char"
+            | "size_t"
     )
 }
 
@@ -489,4 +523,3 @@ pub(super) fn fill_constants(
     }
     Ok(tensors)
 }
-
