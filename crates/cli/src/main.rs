@@ -59,13 +59,17 @@ enum Command {
     /// Compile, benchmark and verify the choices of a manifest; print them ranked.
     #[command(after_help = TUNE_EXAMPLES)]
     Tune(TuneArgs),
-    /// Print the ranked table of a JSON report or a results cache again.
+    /// Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a
+    /// FAIR T4 file (told apart by their content).
     #[command(after_help = "Examples:
   tunebox report results.json
+  tunebox report A100.json.gz --top 10 --t4 A100-T4.json
   tunebox report examples/matmul-cpu.tunebox-cache.jsonl --top 10
   tunebox report results.json --csv results.csv")]
     Report {
-        /// A JSON report (`tune --json`, `merge --json`) or a results cache (`*.jsonl`).
+        /// A JSON report (`tune --json`, `merge --json`), a results cache (`*.jsonl`), a Kernel
+        /// Tuner cache file (`.json`, `.json.gz`: time is its `time`, ms) or a T4 file (time is
+        /// the objective's measurement).
         file: PathBuf,
         #[command(flatten)]
         output: OutputArgs,
@@ -135,7 +139,8 @@ struct OutputArgs {
 
 #[derive(Args)]
 struct TuneArgs {
-    /// The TOML manifest describing the kernel family (docs/manifest.md).
+    /// The TOML manifest describing the kernel family, or a FAIR T1 file (JSON)
+    /// (docs/manifest.md).
     manifest: PathBuf,
     /// Only list the choices this run would measure (after restrictions, strategy and shard);
     /// compile and run nothing.
