@@ -523,3 +523,62 @@ pub(super) fn fill_constants(
     }
     Ok(tensors)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Manifest;
+    use crate::space::{Choice, ParamValue};
+
+    #[test]
+    fn the_hub_convolution_as_a_manifest() {
+        let path = crate::formats::hub_dir().join("kernels/convolution_milo.json");
+        let m = Manifest::read(&path, "cc").unwrap();
+        assert_eq!(m.name, "convolution_milo");
+        assert_eq!(m.kernel.entry, "convolution_kernel");
+        assert_eq!(m.kernel.flags, ["-std=c++11"]);
+        assert_eq!(m.restrictions.len(), 4);
+        // Sizes as Kernel Tuner evaluates them: max(filter_width) is the largest value.
+        let sizes: Vec<(&str, &[u64])> = m
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.as_slice()))
+            .collect();
+        assert_eq!(
+            sizes,
+            [
+                ("output_image", &[4096 * 4096][..]),
+                ("input_image", &[(4096 + 14) * (4096 + 14)][..]),
+            ]
+        );
+        assert!(m.tensors[0].output && !m.tensors[1].output);
+        // The constant-memory filter is refused for a run, not for a listing.
+        assert_eq!(m.unsupported.len(), 1, "{:?}", m.unsupported);
+        assert!(m.unsupported[0].contains("d_filter"));
+        // Kernel Tuner's grid: ceil(4096 / (block_size_x * tile_size_x)), …
+        let choice = Choice::new(
+            m.params
+                .iter()
+                .map(|(name, values)| {
+                    let value = match name.as_str() {
+                        "block_size_x" => ParamValue::Int(48),
+                        "block_size_y" => ParamValue::Int(4),
+                        "tile_size_x" => ParamValue::Int(2),
+                        "tile_size_y" => ParamValue::Int(3),
+                        _ => values[0].clone(),
+                    };
+                    (name.clone(), value)
+                })
+                .collect(),
+        );
+        let launch = m.launch.as_ref().unwrap().config(&choice).unwrap();
+        assert_eq!(launch.block, [48, 4, 1]);
+        assert_eq!(
+            launch.grid,
+            [
+                4096usize.div_ceil(96) as u32,
+                4096usize.div_ceil(12) as u32,
+                1
+            ]
+        );
+    }
+}
