@@ -59,13 +59,17 @@ enum Command {
     /// Compile, benchmark and verify the choices of a manifest; print them ranked.
     #[command(after_help = TUNE_EXAMPLES)]
     Tune(TuneArgs),
-    /// Print the ranked table of a JSON report or a results cache again.
+    /// Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a
+    /// FAIR T4 file (told apart by their content).
     #[command(after_help = "Examples:
   tunebox report results.json
+  tunebox report A100.json.gz --top 10 --t4 A100-T4.json
   tunebox report examples/matmul-cpu.tunebox-cache.jsonl --top 10
   tunebox report results.json --csv results.csv")]
     Report {
-        /// A JSON report (`tune --json`, `merge --json`) or a results cache (`*.jsonl`).
+        /// A JSON report (`tune --json`, `merge --json`), a results cache (`*.jsonl`), a Kernel
+        /// Tuner cache file (`.json`, `.json.gz`: time is its `time`, ms) or a T4 file (time is
+        /// the objective's measurement).
         file: PathBuf,
         #[command(flatten)]
         output: OutputArgs,
@@ -124,6 +128,10 @@ struct OutputArgs {
     /// Also write the results as CSV (one row per choice, a column per param and metric).
     #[arg(long, value_name = "PATH")]
     csv: Option<PathBuf>,
+    /// Also write the results as a FAIR T4 file (JSON, times in ms; docs/manifest.md, "T4
+    /// output").
+    #[arg(long, value_name = "PATH")]
+    t4: Option<PathBuf>,
     /// Show only the best N rows of the table (per device).
     #[arg(long, value_name = "N")]
     top: Option<usize>,
@@ -131,7 +139,8 @@ struct OutputArgs {
 
 #[derive(Args)]
 struct TuneArgs {
-    /// The TOML manifest describing the kernel family (docs/manifest.md).
+    /// The TOML manifest describing the kernel family, or a FAIR T1 file (JSON)
+    /// (docs/manifest.md).
     manifest: PathBuf,
     /// Only list the choices this run would measure (after restrictions, strategy and shard);
     /// compile and run nothing.
@@ -273,10 +282,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 emit(report, &output, reports.len() == 1, true)?;
             }
-            if reports.len() > 1 && (output.json.is_some() || output.csv.is_some()) {
+            if reports.len() > 1
+                && (output.json.is_some() || output.csv.is_some() || output.t4.is_some())
+            {
                 bail!(
-                    "{} holds results of {} manifests; --json and --csv need one (merge the \
-                     results of one manifest with `tunebox merge`)",
+                    "{} holds results of {} manifests; --json, --csv and --t4 need one (merge \
+                     the results of one manifest with `tunebox merge`)",
                     file.display(),
                     reports.len()
                 );
@@ -306,7 +317,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Prints the table and writes the requested files.
 fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool) -> Result<()> {
-    let files: Vec<String> = [&output.json, &output.csv]
+    let files: Vec<String> = [&output.json, &output.csv, &output.t4]
         .into_iter()
         .flatten()
         .filter(|_| write_files)
@@ -327,6 +338,12 @@ fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool)
         }
         if let Some(path) = &output.csv {
             tunebox_tune::write_csv(report, path)?;
+            if announce {
+                eprintln!("tunebox: wrote {}", path.display());
+            }
+        }
+        if let Some(path) = &output.t4 {
+            tunebox_tune::write_t4(report, path)?;
             if announce {
                 eprintln!("tunebox: wrote {}", path.display());
             }
@@ -360,6 +377,12 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let max_time = seconds("--max-time", args.max_time)?;
     if args.list {
         let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?;
+        for note in plan.manifest().notes() {
+            eprintln!("tunebox: note: {note}");
+        }
+        for reason in plan.manifest().unsupported() {
+            eprintln!("tunebox: note: cannot be tuned: {reason}");
+        }
         let mut out = std::io::stdout().lock();
         for choice in plan
             .selected()
@@ -371,6 +394,9 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut output = args.output;
+    if let Some(t4) = &output.t4 {
+        check_t4_path(t4, &args.manifest)?;
+    }
     if let (Some(shard), None) = (shard, &output.json) {
         let stem = args
             .manifest
@@ -410,6 +436,29 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--t4`'s file, checked before the run: its folder exists, and it is not the manifest.
+fn check_t4_path(path: &std::path::Path, manifest: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    ensure!(
+        dir.is_dir(),
+        "--t4 {}: the folder {} does not exist",
+        path.display(),
+        dir.display()
+    );
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    ensure!(
+        !same(path, manifest),
+        "--t4 {} is the manifest itself; give another path",
+        path.display()
+    );
+    Ok(())
 }
 
 /// The strategy, budget and seed: `--budget` alone means a random sample.

@@ -35,6 +35,20 @@ pub(crate) struct RawLaunch {
 }
 
 impl RawLaunch {
+    /// A `[launch]` of these fields (a T1 file's `LocalSize`, `GlobalSize`, `SharedMemory`).
+    pub(crate) fn new(
+        block: Option<Vec<toml::Value>>,
+        grid: Option<Vec<toml::Value>>,
+        shared_mem: Option<toml::Value>,
+    ) -> RawLaunch {
+        RawLaunch {
+            block,
+            grid,
+            shared_mem,
+            ..RawLaunch::default()
+        }
+    }
+
     /// `grid_div_x`, `grid_div_y` or `grid_div_z` (`d` = 0, 1, 2).
     pub(crate) fn grid_div_mut(&mut self, d: usize) -> &mut Option<toml::Value> {
         match d {

@@ -88,6 +88,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod community;
 mod error;
 mod fingerprint;
 pub mod formats;
@@ -105,6 +106,7 @@ mod space;
 mod stop;
 mod strategy;
 
+pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
 pub use crate::fingerprint::compiler_version;
 pub use crate::manifest::{MAX_TIMEOUT_S, Manifest};

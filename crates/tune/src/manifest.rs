@@ -1,4 +1,7 @@
-//! The tuning manifest: a TOML file describing one kernel family, read and checked.
+//! The tuning manifest: a TOML file describing one kernel family, read and checked (or a FAIR
+//! T1 file, converted: [`t1`]).
+
+mod t1;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -49,6 +52,11 @@ pub struct Manifest {
     pub(crate) launch: Option<Launch>,
     /// Named expressions over params, scalars and time, reported per choice.
     pub(crate) metrics: Metrics,
+    /// What the user should know about how the file was read (a T1 field that is not used).
+    pub(crate) notes: Vec<String>,
+    /// Why the manifest can be listed but not tuned (a T1 file naming a source that is not
+    /// there, a language or an argument tunebox cannot run); empty for a runnable manifest.
+    pub(crate) unsupported: Vec<String>,
 }
 
 /// The language of a kernel source.
@@ -157,6 +165,9 @@ struct RawManifest {
     grid_div_x: Option<toml::Value>,
     grid_div_y: Option<toml::Value>,
     grid_div_z: Option<toml::Value>,
+    /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
+    #[serde(skip)]
+    t1: Option<Box<t1::Extras>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -246,9 +257,29 @@ impl Manifest {
         Manifest::read(path, compiler).map_err(crate::Error::manifest)
     }
 
+    /// What the user should know about how the file was read: the fields of a T1 file that
+    /// tunebox does not use, and how it reads them.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Why this manifest can be listed (`tunebox tune --list`) but not tuned: e.g. a T1 file
+    /// whose kernel source is missing, whose language is not C or CUDA, or whose arguments
+    /// tunebox cannot pass. Empty for a runnable manifest; [`crate::tune`] refuses the others
+    /// with these reasons.
+    pub fn unsupported(&self) -> &[String] {
+        &self.unsupported
+    }
+
     pub(crate) fn read(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
+        // A JSON object is a FAIR T1 file (a TOML document cannot start with `{`).
+        if text.trim_start().starts_with('{') {
+            let raw = t1::to_raw(path)?;
+            return Manifest::from_raw(raw, path, compiler)
+                .with_context(|| format!("invalid T1 file {}", path.display()));
+        }
         let raw: RawManifest = toml::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {}{}",
@@ -263,6 +294,7 @@ impl Manifest {
 
     fn from_raw(raw: RawManifest, path: &Path, compiler: &str) -> Result<Manifest> {
         let mut raw = kernel_tuner_aliases(raw)?;
+        let mut extras = raw.t1.take().map(|e| *e).unwrap_or_default();
         let dir = parent_dir(path);
         let raw_kernel = raw.kernel.take().unwrap_or_default();
         let source = raw_kernel.source.clone().context(
@@ -305,15 +337,12 @@ impl Manifest {
                     .unwrap_or_default()
             }
         };
-        let kernel = KernelSource::read(
-            dir,
-            &source,
-            entry,
-            language,
-            flags,
-            raw_kernel.compiler.unwrap_or_else(|| compiler.to_owned()),
-            "kernel",
-        )?;
+        let compiler = raw_kernel.compiler.unwrap_or_else(|| compiler.to_owned());
+        let kernel = if extras.source_missing {
+            KernelSource::unread(dir, &source, entry, language, flags, compiler)
+        } else {
+            KernelSource::read(dir, &source, entry, language, flags, compiler, "kernel")?
+        };
         let seed = raw.seed.unwrap_or(0);
         let tensors = raw
             .tensors
@@ -321,6 +350,7 @@ impl Manifest {
             .enumerate()
             .map(|(i, t)| tensor(i, t, seed, dir))
             .collect::<Result<Vec<_>>>()?;
+        let tensors = t1::fill_constants(tensors, &extras.fills)?;
         let total: u64 = tensors
             .iter()
             .map(|t| t.byte_len().unwrap_or(u64::MAX))
@@ -451,6 +481,8 @@ impl Manifest {
             verify,
             launch,
             metrics,
+            notes: std::mem::take(&mut extras.notes),
+            unsupported: std::mem::take(&mut extras.unsupported),
         })
     }
 }
@@ -681,6 +713,30 @@ fn answer_reference(
 }
 
 impl KernelSource {
+    /// A source that is not read yet (a T1 file's missing `KernelFile`: the manifest can be
+    /// listed, and [`Manifest::unsupported`] says why it cannot run).
+    fn unread(
+        dir: &Path,
+        source: &Path,
+        entry: String,
+        language: Language,
+        flags: Vec<String>,
+        compiler: String,
+    ) -> KernelSource {
+        let path = dir.join(source);
+        KernelSource {
+            source_name: source.display().to_string(),
+            dir: parent_dir(&path).to_owned(),
+            path,
+            outside: false,
+            text: String::new(),
+            entry,
+            language,
+            flags,
+            compiler,
+        }
+    }
+
     fn read(
         dir: &Path,
         source: &Path,

@@ -6,6 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::cache;
+use crate::community;
+use crate::formats::{KtCache, T4File};
 use crate::results::{Report, ReportJson, ResultJson, RunInfo, rank_by_device};
 use tunebox_pool::Status;
 
@@ -161,7 +163,8 @@ fn csv_line(fields: &[String]) -> String {
 }
 
 /// Reads a JSON report (`tunebox tune --json`, `tunebox merge --json`) or a results cache: one
-/// report per manifest (a cache may hold several).
+/// report per manifest (a cache may hold several); or a Kernel Tuner cache file (`.json`,
+/// `.json.gz`) or a FAIR T4 file, as one report (told apart by their content, not their names).
 ///
 /// # Errors
 ///
@@ -171,8 +174,30 @@ pub fn load(path: &Path) -> crate::Result<Vec<Report>> {
 }
 
 fn read(path: &Path) -> Result<Vec<Report>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // The format is told by the content: gzip is a Kernel Tuner cache (`.json.gz`); a JSON
+    // object with `cache` and `tune_params_keys` is one too, one with `schema_version` and
+    // `results` whose entries have a `configuration` is T4.
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
+    if text.trim_start().starts_with('{')
+        && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
+    {
+        if doc.contains_key("cache") && doc.contains_key("tune_params_keys") {
+            return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+        }
+        let t4 = doc.contains_key("schema_version")
+            && doc
+                .get("results")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|r| r.iter().all(|r| r.get("configuration").is_some()));
+        if t4 {
+            return Ok(vec![community::t4_report(&T4File::read(path)?, path)]);
+        }
+    }
     let json_error = match serde_json::from_str::<ReportJson>(&text) {
         Ok(json) => {
             return json
@@ -185,8 +210,8 @@ fn read(path: &Path) -> Result<Vec<Report>> {
     let (lines, unreadable) = cache::parse_lines(&text);
     if lines.is_empty() {
         bail!(
-            "{} is neither a tunebox JSON report (tune --json) nor a results cache \
-             (*.tunebox-cache.jsonl): {json_error}",
+            "{} is neither a tunebox JSON report (tune --json), a results cache \
+             (*.tunebox-cache.jsonl), a Kernel Tuner cache file nor a T4 file: {json_error}",
             path.display()
         );
     }

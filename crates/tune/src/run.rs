@@ -251,6 +251,13 @@ fn tune_inner(
             }
         }
     }
+    if !manifest.unsupported.is_empty() {
+        bail!(
+            "{} can be listed (--list) but not tuned:\n  {}",
+            manifest.path.display(),
+            manifest.unsupported.join("\n  ")
+        );
+    }
     let progress = observer;
     let timeout = options.timeout.unwrap_or(manifest.timeout);
 
@@ -278,6 +285,7 @@ fn tune_inner(
         metrics: manifest.metrics.names(),
     };
     let mut notes = source_notes(&manifest);
+    notes.extend(manifest.notes.iter().cloned());
     if let Some(shard) = options.shard {
         progress.note(&format!(
             "shard {shard}: {} of the {} choices",

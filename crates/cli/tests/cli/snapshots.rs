@@ -25,38 +25,38 @@ fn help() {
     stdout_of(
         &["--help"],
         expect![[r#"
-        Benchmark kernel candidates in isolated worker processes and rank them.
+            Benchmark kernel candidates in isolated worker processes and rank them.
 
-        A manifest (TOML) names a kernel, its arguments and the params whose combinations are the choices; `tunebox tune` compiles every choice, measures each in a fresh worker process (a choice that crashes, hangs or computes garbage costs its own result only), verifies its outputs, and prints them ranked. See docs/manifest.md for every manifest field.
+            A manifest (TOML) names a kernel, its arguments and the params whose combinations are the choices; `tunebox tune` compiles every choice, measures each in a fresh worker process (a choice that crashes, hangs or computes garbage costs its own result only), verifies its outputs, and prints them ranked. See docs/manifest.md for every manifest field.
 
-        Usage: tunebox [OPTIONS] <COMMAND>
+            Usage: tunebox [OPTIONS] <COMMAND>
 
-        Commands:
-          tune     Compile, benchmark and verify the choices of a manifest; print them ranked
-          report   Print the ranked table of a JSON report or a results cache again
-          merge    Combine the results of shards (JSON reports or results caches) into one ranking
-          doctor   Check the C compiler, the kernel cache, spawning a worker, a CPU benchmark, and the CUDA driver and NVRTC (through a worker); say how to fix what fails
-          devices  List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID), probed in a worker process: the `tunebox` process itself never loads a GPU library
-          help     Print this message or the help of the given subcommand(s)
+            Commands:
+              tune     Compile, benchmark and verify the choices of a manifest; print them ranked
+              report   Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a FAIR T4 file (told apart by their content)
+              merge    Combine the results of shards (JSON reports or results caches) into one ranking
+              doctor   Check the C compiler, the kernel cache, spawning a worker, a CPU benchmark, and the CUDA driver and NVRTC (through a worker); say how to fix what fails
+              devices  List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID), probed in a worker process: the `tunebox` process itself never loads a GPU library
+              help     Print this message or the help of the given subcommand(s)
 
-        Options:
-          -v, --verbose...
-                  Debug logs on stderr (-vv: trace); RUST_LOG works too
+            Options:
+              -v, --verbose...
+                      Debug logs on stderr (-vv: trace); RUST_LOG works too
 
-          -h, --help
-                  Print help (see a summary with '-h')
+              -h, --help
+                      Print help (see a summary with '-h')
 
-          -V, --version
-                  Print version
+              -V, --version
+                      Print version
 
-        Examples:
-          tunebox tune examples/matmul-cpu.toml
-          tunebox tune examples/matmul-cpu.toml --strategy random --budget 10 --refine 3
-          tunebox tune big.toml --shard auto --json results/shard-$SLURM_ARRAY_TASK_ID.json
-          tunebox merge results/*.json --json merged.json
-          tunebox report merged.json
-          tunebox doctor
-    "#]],
+            Examples:
+              tunebox tune examples/matmul-cpu.toml
+              tunebox tune examples/matmul-cpu.toml --strategy random --budget 10 --refine 3
+              tunebox tune big.toml --shard auto --json results/shard-$SLURM_ARRAY_TASK_ID.json
+              tunebox merge results/*.json --json merged.json
+              tunebox report merged.json
+              tunebox doctor
+        "#]],
     );
 }
 
@@ -71,7 +71,7 @@ fn tune_help() {
 
             Arguments:
               <MANIFEST>
-                      The TOML manifest describing the kernel family (docs/manifest.md)
+                      The TOML manifest describing the kernel family, or a FAIR T1 file (JSON) (docs/manifest.md)
 
             Options:
                   --list
@@ -85,6 +85,9 @@ fn tune_help() {
 
                   --csv <PATH>
                       Also write the results as CSV (one row per choice, a column per param and metric)
+
+                  --t4 <PATH>
+                      Also write the results as a FAIR T4 file (JSON, times in ms; docs/manifest.md, "T4 output")
 
                   --top <N>
                       Show only the best N rows of the table (per device)
@@ -238,7 +241,7 @@ fn errors() {
         tunebox: error: --budget samples choices at random; drop --strategy brute-force, or drop --budget to measure every choice
 
         $ tunebox report family.toml
-        tunebox: error: family.toml is neither a tunebox JSON report (tune --json) nor a results cache (*.tunebox-cache.jsonl): expected ident at line 2 column 2
+        tunebox: error: family.toml is neither a tunebox JSON report (tune --json), a results cache (*.tunebox-cache.jsonl), a Kernel Tuner cache file nor a T4 file: expected ident at line 2 column 2
 
     "#]].assert_eq(&trimmed(&all));
 }

@@ -57,7 +57,7 @@
 mod error;
 mod json;
 mod kt_cache;
-mod py_values;
+pub(crate) mod py_values;
 mod t1;
 mod t4;
 mod value;

@@ -44,6 +44,12 @@ impl fmt::Display for Py {
 
 /// Evaluates `text` to a value; the error says what went wrong, in Python's terms.
 pub(crate) fn eval(text: &str) -> Result<Py, String> {
+    eval_with(text, Vec::new())
+}
+
+/// Evaluates `text` with `names` bound (e.g. T1's `ProblemSize` and the parameters, each bound
+/// to the list of its values, as Kernel Tuner's `eval(size, tune_params)` binds them).
+pub(crate) fn eval_with(text: &str, names: Vec<(String, Py)>) -> Result<Py, String> {
     let tokens = lex(text)?;
     let mut p = Parser { tokens, pos: 0 };
     let expr = p.expr()?;
@@ -53,7 +59,7 @@ pub(crate) fn eval(text: &str) -> Result<Py, String> {
             p.tokens[p.pos]
         ));
     }
-    let mut env = Vec::new();
+    let mut env = names;
     expr.eval(&mut env)
 }
 
@@ -179,6 +185,7 @@ enum Expr {
     And(Box<Expr>, Box<Expr>),
     Or(Box<Expr>, Box<Expr>),
     Call(String, Vec<Expr>),
+    Index(Box<Expr>, Box<Expr>),
 }
 
 struct Parser {
@@ -294,7 +301,12 @@ impl Parser {
         if self.eat_op("+") {
             return self.unary();
         }
-        let base = self.atom()?;
+        let mut base = self.atom()?;
+        while self.eat_op("[") {
+            let index = self.expr()?;
+            self.expect_op("]")?;
+            base = Expr::Index(Box::new(base), Box::new(index));
+        }
         if self.eat_op("**") {
             // Right-associative, and binds tighter than a unary minus on its left.
             return Ok(Expr::Bin("**", Box::new(base), Box::new(self.unary()?)));
@@ -457,6 +469,18 @@ impl Expr {
             Expr::Call(name, args) => {
                 let args: Vec<Py> = args.iter().map(|e| e.eval(env)).collect::<Result<_, _>>()?;
                 call(name, args)?
+            }
+            Expr::Index(seq, index) => {
+                let (seq, index) = (seq.eval(env)?, index.eval(env)?);
+                let (Py::List(items), Py::Int(i)) = (&seq, &index) else {
+                    return Err(format!("'{seq}' object cannot be indexed by '{index}'"));
+                };
+                let len = items.len() as i64;
+                let at = if *i < 0 { i + len } else { *i };
+                match usize::try_from(at).ok().and_then(|at| items.get(at)) {
+                    Some(v) => v.clone(),
+                    None => return Err(format!("list index {i} out of range (length {len})")),
+                }
             }
         })
     }
@@ -730,6 +754,39 @@ mod tests {
         assert_eq!(hotspot.len(), 5 + 32);
         assert_eq!(hotspot[5..8], [32, 64, 96]);
         assert_eq!(*hotspot.last().unwrap(), 1024);
+    }
+
+    #[test]
+    fn sizes_with_names_and_subscripts() {
+        let names = || {
+            vec![
+                (
+                    "ProblemSize".to_owned(),
+                    Py::List(vec![Py::Int(4096), Py::Int(2048)]),
+                ),
+                (
+                    "filter_width".to_owned(),
+                    Py::List(vec![Py::Int(7), Py::Int(15)]),
+                ),
+            ]
+        };
+        let size = "(ProblemSize[0]+max(filter_width)-1) * (ProblemSize[1]+max(filter_width)-1)";
+        assert_eq!(
+            eval_with(size, names()),
+            Ok(Py::Int((4096 + 14) * (2048 + 14)))
+        );
+        assert_eq!(eval_with("ProblemSize[-1]", names()), Ok(Py::Int(2048)));
+        assert!(
+            eval_with("ProblemSize[2]", names())
+                .unwrap_err()
+                .contains("out of range")
+        );
+        assert!(eval_with("ProblemSize[0][0]", names()).is_err());
+        assert!(
+            eval_with("Nope[0]", names())
+                .unwrap_err()
+                .contains("not defined")
+        );
     }
 
     #[test]
