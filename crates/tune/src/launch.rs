@@ -354,6 +354,101 @@ fn three_padded(values: &[toml::Value], names: &[String], field: &str) -> Result
     Ok(out)
 }
 
+/// Rewrites the Python spellings of Kernel Tuner's launch expressions into evalexpr's (launch
+/// expressions are evaluated by evalexpr, in integers): `and`, `or`,
+/// `not` (with Python's precedence: `not A == B` negates the comparison), `True`, `False`, `**`
+/// and `//`, outside string literals. Other text is kept as is.
+pub(crate) fn from_python(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut chars = text.chars().peekable();
+    // Parenthesis depth, and the depth of every `not` whose operand is still open.
+    let mut depth = 0usize;
+    let mut open_nots: Vec<usize> = Vec::new();
+    let close = |out: &mut String, open_nots: &mut Vec<usize>, depth: usize| {
+        while open_nots.last() == Some(&depth) {
+            open_nots.pop();
+            out.push(')');
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            // A string literal, single- or double-quoted, is copied double-quoted, unchanged.
+            '"' | '\'' => {
+                out.push('"');
+                while let Some(d) = chars.next() {
+                    if d == c {
+                        break;
+                    }
+                    out.push(d);
+                    if d == '\\'
+                        && let Some(escaped) = chars.next()
+                    {
+                        out.push(escaped);
+                    }
+                }
+                out.push('"');
+            }
+            '(' => {
+                depth += 1;
+                out.push('(');
+            }
+            ')' => {
+                close(&mut out, &mut open_nots, depth);
+                depth = depth.saturating_sub(1);
+                out.push(')');
+            }
+            ',' => {
+                close(&mut out, &mut open_nots, depth);
+                out.push(',');
+            }
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                out.push('^');
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                chars.next();
+                out.push('/');
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let mut word = String::from(c);
+                while let Some(&d) = chars.peek() {
+                    if !(d.is_ascii_alphanumeric() || d == '_') {
+                        break;
+                    }
+                    word.push(d);
+                    chars.next();
+                }
+                match word.as_str() {
+                    "and" | "or" => {
+                        // Trim the space before the operator so that a closing `)` hugs its
+                        // operand; the space is put back after it.
+                        let trimmed = out.trim_end().len();
+                        let gap = out.split_off(trimmed);
+                        close(&mut out, &mut open_nots, depth);
+                        out.push_str(&gap);
+                        out.push_str(if word == "and" { "&&" } else { "||" });
+                    }
+                    "not" => {
+                        while chars.peek().is_some_and(|d| d.is_whitespace()) {
+                            chars.next();
+                        }
+                        out.push_str("!(");
+                        open_nots.push(depth);
+                    }
+                    "True" => out.push_str("true"),
+                    "False" => out.push_str("false"),
+                    other => out.push_str(other),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    while open_nots.pop().is_some() {
+        out.push(')');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,20 @@ fn list(name: &str) -> (usize, String) {
     (text(&out.stdout).lines().count(), text(&out.stderr))
 }
 
+/// A T1 file named by a path with folders, from another directory: its `KernelFile` is read
+/// relative to the T1 file, once.
+#[test]
+fn a_t1_file_in_another_folder_finds_its_source() {
+    let out = tunebox(&hub(), &["tune", "--list", "kernels/convolution_milo.json"]);
+    check(&out);
+    assert_eq!(text(&out.stdout).lines().count(), 4362);
+    assert!(
+        !text(&out.stderr).contains("does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn hub_t1_convolution_lists_pythons_count() {
     let (count, stderr) = list("convolution_milo.json");
@@ -52,8 +66,6 @@ fn hub_t1_gemm_lists_pythons_count() {
 }
 
 #[test]
-#[ignore = "needs Python's chained comparisons (`32 <= a * b <= 1024`) in restrictions: the \
-            Python restriction engine"]
 fn hub_t1_dedispersion_lists_pythons_count() {
     // Its source (dedisp_milo/dedispersion.cu.hip) is not in the hub: listing needs none.
     let (count, stderr) = list("dedispersion_milo.json");
@@ -65,7 +77,6 @@ fn hub_t1_dedispersion_lists_pythons_count() {
 }
 
 #[test]
-#[ignore = "4.4 million choices before restrictions: minutes in a debug build (run with --release)"]
 fn hub_t1_hotspot_lists_pythons_count() {
     let (count, _) = list("hotspot_milo.json");
     assert_eq!(count, 82_984);

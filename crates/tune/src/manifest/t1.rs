@@ -21,7 +21,7 @@
 //! refused by a run with those reasons. Fields that are read but not used are
 //! [`Extras::notes`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use indexmap::IndexMap;
@@ -30,8 +30,8 @@ use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 use super::{RawKernel, RawManifest, RawScalar, RawTensor};
 use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
-use crate::launch::RawLaunch;
-use crate::space::{ParamValue, from_python};
+use crate::launch::{RawLaunch, from_python};
+use crate::space::ParamValue;
 
 /// What a T1 file says beyond the TOML fields.
 #[derive(Debug, Default)]
@@ -91,7 +91,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
     }
     let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
     let kernel = RawKernel {
-        source: Some(spec.kernel_file.clone()),
+        // As written: the manifest resolves it against the T1 file's folder, as T1 does.
+        source: Some(PathBuf::from(&spec.kernel_file_text)),
         entry: Some(spec.kernel_name.clone()),
         language: Some(language.into()),
         compiler_options: options,
