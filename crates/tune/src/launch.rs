@@ -454,6 +454,19 @@ mod tests {
     use super::*;
     use crate::space::tests::params;
 
+    #[test]
+    fn python_spellings_become_evalexpr_s() {
+        assert_eq!(
+            from_python("A * B <= 8 and not (A == 2 or B ** 2 > 4) and 'x' != \"and\""),
+            "A * B <= 8 && !((A == 2 || B ^ 2 > 4)) && \"x\" != \"and\""
+        );
+        assert_eq!(
+            from_python("not A == 1 or B // 2 > 1"),
+            "!(A == 1) || B / 2 > 1"
+        );
+        assert_eq!(from_python("f(not A, B)"), "f(!(A), B)");
+    }
+
     fn choice(values: &[(&str, i64)]) -> Choice {
         Choice::new(
             values
