@@ -4,9 +4,10 @@
 use std::sync::Mutex;
 
 use tunebox_pool::Status;
+use tunebox_protocol::{DType, TensorSpec, TimingConfig};
 use tunebox_tune::{
-    CacheMode, ChoiceResult, Event, Observer, Plan, SearchSpace, Selection, Stop, Strategy,
-    TuneOptions,
+    BruteForce, CacheMode, ChoiceResult, Compiled, Event, Observer, Plan, ResultsCache,
+    SearchSpace, Selection, Setup, Stop, Strategy, TuneOptions,
 };
 
 use crate::util::{cache_root, worker_exe};
@@ -206,4 +207,158 @@ fn errors_name_the_stage() {
     let e = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap_err();
     assert!(matches!(e, tunebox_tune::Error::Options { .. }), "{e:?}");
     assert!(e.to_string().contains("does not exist"), "{e}");
+}
+
+/// The manifest of [`MANIFEST`], built in code.
+fn built(dir: &std::path::Path) -> tunebox_tune::Manifest {
+    tunebox_tune::Manifest::builder("scale")
+        .dir(dir)
+        .c_source("scale.c", KERNEL, "scale")
+        .flags(["-O2"])
+        .compiler("cc")
+        .timeout(std::time::Duration::from_secs(30))
+        .tensor(TensorSpec::new("x", DType::F32, [256]).random(0))
+        .tensor(TensorSpec::new("y", DType::F32, [256]).output())
+        .scalar("n", 256)
+        .param("SCALE", [1, 2, 3, 4])
+        .timing(TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 2.0,
+            flush_cache: false,
+            ..TimingConfig::default()
+        })
+        .verify_against_choice([("SCALE", 1)])
+        .build()
+        .unwrap()
+}
+
+fn statuses(report: &tunebox_tune::Report) -> Vec<(String, Status)> {
+    let mut statuses: Vec<(String, Status)> = report
+        .results
+        .iter()
+        .map(|r| (r.choice.label(), r.status))
+        .collect();
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    statuses
+}
+
+#[test]
+fn a_manifest_built_in_code_runs_as_its_toml_does() {
+    let dir = setup();
+    let mut options = options(dir.path());
+    // CC may name another compiler: both manifests name `cc`.
+    std::fs::write(
+        dir.path().join("m.toml"),
+        MANIFEST.replace("flags = [\"-O2\"]", "flags = [\"-O2\"]\ncompiler = \"cc\""),
+    )
+    .unwrap();
+    let from_toml = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap();
+    // The built manifest is the same manifest: the same space, measured the same way, so the
+    // results cache answers every choice of it.
+    let plan = Plan::new(built(dir.path()), Box::new(BruteForce::new()), None).unwrap();
+    let from_code = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
+    assert_eq!(
+        from_code.info.header.manifest_hash,
+        from_toml.info.header.manifest_hash
+    );
+    assert_eq!(from_code.info.cache.as_ref().map(|c| c.hits), Some(4));
+    assert_eq!(statuses(&from_code), statuses(&from_toml));
+    // Measured afresh, it gives the same statuses.
+    options.cache = CacheMode::Off;
+    let plan = Plan::new(built(dir.path()), Box::new(BruteForce::new()), None).unwrap();
+    let fresh = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
+    assert_eq!(statuses(&fresh), statuses(&from_toml));
+    assert!(fresh.results.iter().all(|r| !r.cached));
+}
+
+#[test]
+fn the_stages_one_by_one() {
+    let dir = setup();
+    let plan = Plan::new(built(dir.path()), Box::new(BruteForce::new()), None).unwrap();
+    let (manifest, space) = (plan.manifest(), plan.space());
+    let setup = Setup::new(manifest, "test-cpu", None, Some(1));
+    let stop = Stop::new();
+
+    // Cached lookup, with nothing cached: all four are to do.
+    let cache = ResultsCache::load(&dir.path().join("results.jsonl"), false).unwrap();
+    let lookup = tunebox_tune::lookup_cached(&setup, space, &[0, 1, 2, 3], Some(&cache));
+    assert_eq!((lookup.hits, lookup.todo.len()), (0, 4));
+
+    // Compile: each C choice into the kernel cache.
+    for todo in &lookup.todo {
+        let compiled = tunebox_tune::compile(&setup, todo, &stop).unwrap();
+        assert!(matches!(compiled, Compiled::Ready), "{compiled:?}");
+    }
+
+    // The reference (SCALE=1) runs once: y = 2 x.
+    let outputs = tunebox_tune::reference(&setup, Some(worker_exe()), &(), &stop)
+        .unwrap()
+        .expect("the manifest verifies");
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(outputs[0].name, "y");
+    let y: Vec<f32> = outputs[0]
+        .bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(y.len(), 256);
+    // x is uniform in [-1, 1): y in [-2, 2), and not all zero.
+    assert!(y.iter().all(|v| (-2.0..2.0).contains(v)), "{y:?}");
+    assert!(y.iter().any(|v| *v != 0.0), "{y:?}");
+}
+
+/// Asks for one choice at a time, in canonical order.
+#[derive(Default)]
+struct OneByOne(usize);
+
+impl Strategy for OneByOne {
+    fn name(&self) -> &str {
+        "one-by-one"
+    }
+
+    fn ask(&mut self, space: &SearchSpace, _n: usize) -> Vec<usize> {
+        if self.0 >= space.len() {
+            return Vec::new();
+        }
+        self.0 += 1;
+        vec![self.0 - 1]
+    }
+}
+
+/// Asks the run to stop once a choice has finished.
+#[derive(Default)]
+struct StopAfterOne(std::sync::atomic::AtomicBool);
+
+impl Observer for StopAfterOne {
+    fn on_event(&self, event: Event<'_>) {
+        if matches!(event, Event::ChoiceFinished { .. }) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn should_stop(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn an_observer_stops_the_run_and_what_was_never_asked_for_is_not_measured() {
+    let dir = setup();
+    let mut options = options(dir.path());
+    options.cache = CacheMode::Off;
+    let plan = Plan::new(built(dir.path()), Box::new(OneByOne::default()), None).unwrap();
+    let report = tunebox_tune::run(plan, &options, &StopAfterOne::default(), &Stop::new()).unwrap();
+    assert!(report.info.interrupted);
+    let measured: Vec<usize> = report.results.iter().map(|r| r.index).collect();
+    assert_eq!(measured, [0]);
+    let not_measured: Vec<(usize, &str)> = report
+        .info
+        .not_measured
+        .iter()
+        .map(|n| (n.index, n.reason.as_str()))
+        .collect();
+    assert_eq!(
+        not_measured,
+        [(1, "interrupted"), (2, "interrupted"), (3, "interrupted")]
+    );
 }

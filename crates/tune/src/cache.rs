@@ -61,9 +61,11 @@ impl CacheLine {
     }
 }
 
-/// An open results cache.
+/// An open results cache: a JSON-lines file of finished choices, by key, appended as each
+/// finishes ([`crate::lookup_cached`] reads it; `tunebox report` and `tunebox merge` read the
+/// file).
 #[derive(Debug)]
-pub(crate) struct ResultsCache {
+pub struct ResultsCache {
     path: PathBuf,
     /// The last usable line of each key.
     entries: HashMap<String, CacheLine>,
@@ -122,8 +124,30 @@ impl ResultsCache {
         })
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    /// Opens (creating it if needed) the results cache at `path`, and reads what it holds
+    /// unless `fresh` (new results are still appended).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Run`]: the file cannot be created, read or opened for appending, or is
+    /// not a results cache.
+    pub fn load(path: &Path, fresh: bool) -> crate::Result<ResultsCache> {
+        ResultsCache::open(path, fresh).map_err(crate::Error::run)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many distinct choices it holds (none when opened `fresh`).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Lines that could not be read.

@@ -6,62 +6,63 @@
 //!
 //! # The life of a run
 //!
-//! 1. **Plan** ([`plan`], or [`Manifest::load`] + [`Plan::new`]): read and check the
-//!    manifest, build the [`SearchSpace`] (every choice that satisfies the restrictions, each
-//!    with a stable index), and ask the [`Strategy`] for its first choices, keeping this shard's.
-//! 2. **Cached lookup**: a choice whose key (source, headers, flags, compiler, device,
-//!    timing, …) the results cache holds is taken from it, not measured.
-//! 3. **Reference**: when the manifest verifies against a kernel, it runs once, alone, and its
-//!    outputs are what every choice is judged by.
-//! 4. **Compile and measure**: C choices compile in the parent on the cores the workers leave
-//!    while the pool ([`tunebox_pool::TuningProcessPool`]) measures those compiled before them
-//!    in canonical order; CUDA choices compile in the workers. Each result is verified,
-//!    cached as it finishes, reported to the [`Observer`], and told to the strategy, which
-//!    is asked again until it has no more choices.
-//! 5. **Refine**: optionally, the best `refine` choices are measured again with 4× the reps.
-//! 6. **Report**: a ranked [`Report`]: [`write_json`], [`write_csv`], [`load_reports`],
+//! [`tune`] (and [`run`], for a [`Plan`] of one's own) runs these stages in order; each is a
+//! public function or type of its own, with its own tests, for a tool that drives a run itself.
+//!
+//! 1. **Plan** ([`plan`], or [`Manifest::load`] / [`Manifest::builder`] + [`Plan::new`]):
+//!    read (or build in code) and check the manifest, build the [`SearchSpace`] (every choice
+//!    that satisfies the restrictions, each with a stable index), and ask the [`Strategy`] for
+//!    its first choices, keeping this shard's.
+//! 2. **Cached lookup** ([`lookup_cached`], over a [`Setup`] and a [`ResultsCache`]): each
+//!    choice's request and key (source, headers, flags, compiler, device, timing, …); what
+//!    the results cache holds is taken from it ([`Lookup::done`]), the rest is a [`Todo`].
+//! 3. **Compile** ([`compile`]): a C choice compiles in the parent into the kernel cache; one
+//!    that does not compile is a `compile_error` result ([`Compiled::Failed`]). CUDA choices
+//!    compile in their workers.
+//! 4. **Reference** ([`reference`]): when the manifest verifies against a kernel, it runs
+//!    once, alone, and its outputs are what every choice is judged by.
+//! 5. **Measure**: the pool ([`tunebox_pool::TuningProcessPool`]) measures the compiled
+//!    choices one at a time in canonical order while the rest still compile (on the cores the
+//!    workers leave); each result is verified, cached as it finishes, reported to the
+//!    [`Observer`], and told to the strategy, which is asked again until it has no more.
+//! 6. **Refine** ([`refine_order`]): optionally, the best `refine` choices are measured again
+//!    with 4× the reps, and ranked by that.
+//! 7. **Report**: a ranked [`Report`]: [`write_json`], [`write_csv`], [`load_reports`],
 //!    [`merge`] for shards.
 //!
 //! A choice that fails (does not compile, crashes, hangs, computes garbage) is a result with
-//! its status, never an [`Error`]; a [`Stop`] raised from any thread ends the run early with
-//! the results so far.
+//! its status, never an [`Error`]. A [`Stop`] raised from any thread, or an [`Observer`] whose
+//! [`Observer::should_stop`] answers `true`, ends the run early with the results so far; the
+//! report lists the rest, those the strategy had yet to ask for included, as [`NotMeasured`].
 //!
 //! # Example
 //!
-//! Tune a small C kernel family: the workers are `tunebox-worker` (any binary that calls
-//! `tunebox_worker::run_if_worker` serves).
+//! Tune a small C kernel family built in code: the workers are `tunebox-worker` (any binary
+//! that calls `tunebox_worker::run_if_worker` serves). It needs that binary and a C compiler,
+//! so it is not run here; `tests/tune.rs` of the workspace runs the same manifest
+//! (`a_manifest_built_in_code_runs_as_its_toml_does`) and each stage by hand
+//! (`the_stages_one_by_one`).
 //!
 //! ```no_run
 //! use std::path::PathBuf;
-//! use tunebox_tune::{CacheMode, Selection, Stop, TuneOptions};
+//! use tunebox_protocol::{DType, TensorSpec};
+//! use tunebox_tune::{BruteForce, CacheMode, Manifest, Plan, Selection, Stop, TuneOptions};
 //!
-//! std::fs::write("scale.c", r#"
-//!     #include <stdint.h>
-//!     void scale(const float *x, float *y, int64_t n) {
-//!         for (int64_t i = 0; i < n; i += UNROLL)
-//!             for (int k = 0; k < UNROLL && i + k < n; k++) y[i + k] = 2.0f * x[i + k];
-//!     }"#)?;
-//! std::fs::write("scale.toml", r#"
-//!     [kernel]
-//!     source = "scale.c"
-//!     entry = "scale"
-//!     [[tensors]]
-//!     name = "x"
-//!     dtype = "f32"
-//!     shape = [4096]
-//!     [[tensors]]
-//!     name = "y"
-//!     dtype = "f32"
-//!     shape = [4096]
-//!     output = true
-//!     [[scalars]]
-//!     name = "n"
-//!     value = 4096
-//!     [params]
-//!     UNROLL = [1, 2, 4, 8]
-//!     "#)?;
+//! let manifest = Manifest::builder("scale")
+//!     .c_source("scale.c", r#"
+//!         #include <stdint.h>
+//!         void scale(const float *x, float *y, int64_t n) {
+//!             for (int64_t i = 0; i < n; i += UNROLL)
+//!                 for (int k = 0; k < UNROLL && i + k < n; k++) y[i + k] = 2.0f * x[i + k];
+//!         }"#, "scale")
+//!     .tensor(TensorSpec::new("x", DType::F32, [4096]).random(0))
+//!     .tensor(TensorSpec::new("y", DType::F32, [4096]).output())
+//!     .scalar("n", 4096)
+//!     .param("UNROLL", [1, 2, 4, 8])
+//!     .verify_against_choice([("UNROLL", 1)])
+//!     .build()?;
 //! let options = TuneOptions {
-//!     manifest: PathBuf::from("scale.toml"),
+//!     manifest: PathBuf::from("scale"),
 //!     workers: 1,
 //!     timeout: None,
 //!     max_process_uses: Some(1),
@@ -75,16 +76,17 @@
 //!     refine: None,
 //!     shard: None,
 //! };
+//! let plan = Plan::new(manifest, Box::new(BruteForce::new()), None)?;
 //! // `()` ignores progress; the CLI passes its progress bars.
-//! let report = tunebox_tune::tune(&options, &(), &Stop::new())?;
+//! let report = tunebox_tune::run(plan, &options, &(), &Stop::new())?;
 //! if let Some(best) = tunebox_tune::best(&report.results) {
 //!     println!("best: {} at {:?} ms", best.choice.label(), best.median_ms());
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`];
-//! `tests/tune.rs` of the workspace runs both (through the test worker binary).
+//! A manifest file reads the same way through [`tune`] (`TuneOptions::manifest` names it); a
+//! strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`].
 #![deny(missing_docs)]
 
 mod cache;
@@ -106,10 +108,11 @@ mod space;
 mod stop;
 mod strategy;
 
+pub use crate::cache::ResultsCache;
 pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
 pub use crate::fingerprint::compiler_version;
-pub use crate::manifest::{MAX_TIMEOUT_S, Manifest};
+pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
@@ -121,7 +124,10 @@ pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, best, choices as choice_count, define_line,
 };
-pub use crate::run::{CacheMode, Plan, TuneOptions, compiler, plan, run, tune};
+pub use crate::run::{
+    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, lookup_cached,
+    plan, reference, refine_order, run, tune,
+};
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace};
 pub use crate::stop::Stop;

@@ -1,6 +1,7 @@
 //! The tuning manifest: a TOML file describing one kernel family, read and checked (or a FAIR
 //! T1 file, converted: [`t1`]).
 
+mod builder;
 mod t1;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +19,8 @@ use tunebox_protocol::{
 use crate::launch::{Launch, RawLaunch};
 use crate::metrics::Metrics;
 use crate::space::{Choice, ParamValue, Restriction};
+
+pub use self::builder::ManifestBuilder;
 
 /// Per-choice timeout when the manifest does not set `timeout_s`.
 const DEFAULT_TIMEOUT_S: f64 = 60.0;

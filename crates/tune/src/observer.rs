@@ -56,13 +56,25 @@ pub enum Event<'a> {
     PhaseEnded,
 }
 
-/// Receives a run's [`Event`]s.
+/// Receives a run's [`Event`]s, and may ask it to stop.
 ///
 /// Called from the run's threads (compile threads too), so it must be `Sync`; each call should
-/// return quickly, as the run waits for it. `()` ignores every event.
+/// return quickly, as the run waits for it. `()` ignores every event and never stops a run.
 pub trait Observer: Sync {
     /// Called for each event as it happens.
     fn on_event(&self, event: Event<'_>);
+
+    /// Whether the run should stop now: polled wherever the run polls its [`Stop`] (before
+    /// each choice starts, while compiles run, between rounds of the strategy), often, so it
+    /// must be cheap. Once it answers `true` the run raises its [`Stop`], and ends as a
+    /// stopped run does: the choices being measured are killed, and the report lists what
+    /// was not measured (`"interrupted"`), the choices the strategy had yet to ask for
+    /// included. Default: never.
+    ///
+    /// [`Stop`]: crate::Stop
+    fn should_stop(&self) -> bool {
+        false
+    }
 }
 
 impl Observer for () {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
-use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
+use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use crate::cache::{self, CacheLine, ResultsCache};
 use crate::error::Error;
@@ -17,21 +17,25 @@ use crate::fingerprint;
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
-use crate::report;
 use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank,
 };
 use crate::shard;
-use crate::space::{Choice, SearchSpace};
+use crate::space::SearchSpace;
 use crate::stop::Stop;
 use crate::strategy::{self, Strategy};
 
-/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
-/// gives each re-measurement this many times the per-choice timeout.
-const REFINE_FACTOR: f64 = 4.0;
-/// Most timed reps a refined measurement may ask for.
-const MAX_REPS: u32 = 1_000_000;
+mod compile;
+mod lookup;
+mod reference;
+mod refine;
+
+pub use self::compile::{Compiled, compile};
+pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
+pub use self::reference::reference;
+pub use self::refine::refine_order;
+use self::refine::{REFINE_FACTOR, RefineContext, refine_best};
 
 /// Where results are cached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +163,38 @@ fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo
         .collect()
 }
 
+/// The choices `strategy` would still ask for, that `shard` owns, told nothing more: those a
+/// stopped run never got to (at most as many as the space has).
+fn unasked(
+    strategy: &mut dyn Strategy,
+    space: &SearchSpace,
+    shard: Option<ShardInfo>,
+    reason: &str,
+) -> Vec<NotMeasured> {
+    let mut left = Vec::new();
+    let mut asked = 0usize;
+    while asked < space.len() {
+        let batch = strategy.ask(space, usize::MAX);
+        if batch.is_empty() {
+            break;
+        }
+        asked = asked.saturating_add(batch.len());
+        left.extend(
+            batch
+                .into_iter()
+                .filter(|&i| shard::owns(shard, i))
+                .filter_map(|index| {
+                    Some(NotMeasured {
+                        index,
+                        choice: space.choice(index)?,
+                        reason: reason.to_owned(),
+                    })
+                }),
+        );
+    }
+    left
+}
+
 /// Reads the manifest and selects the choices to measure: the strategy's selection, then the
 /// shard's part of it.
 ///
@@ -172,13 +208,6 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
     Plan::build(manifest, strategy::from_selection(selection), shard)
-}
-
-/// A choice still to measure.
-struct Todo {
-    index: usize,
-    request: BenchmarkRequest,
-    key: String,
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -267,11 +296,17 @@ fn tune_inner(
         Language::Cuda => (measure::probe_gpu(options.worker.as_deref())?, "cuda"),
         Language::C => (measure::cpu_model(), "cpu"),
     };
-    let setup = fingerprint::setup_hash(&manifest);
+    let stage = Setup::new(
+        &manifest,
+        device.clone(),
+        Some(timeout),
+        options.max_process_uses,
+    );
+    let setup = &stage.hash;
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(&setup, &manifest, space.choices()),
+        manifest_hash: fingerprint::manifest_hash(setup, &manifest, space.choices()),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",
@@ -315,7 +350,7 @@ fn tune_inner(
     let kernel_cache = CacheDir::from_env()?;
     // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once (they
     // run in process groups of their own, so the terminal's SIGINT reaches only us).
-    let cancel = || stop.requested();
+    let cancel = || stop.poll(observer);
     let control = CompileControl {
         timeout: manifest.compile_timeout,
         cancel: Some(&cancel),
@@ -333,56 +368,12 @@ fn tune_inner(
     // ask for everything at once: one round).
     loop {
         // Requests and cache keys; what the cache has is done.
-        let mut todo: Vec<Todo> = Vec::new();
-        let mut round_hits = 0;
-        for &index in &batch {
-            let choice = &choices.choice(index).expect("a choice of the space");
-            let request = match measure::request(
-                &manifest,
-                &manifest.kernel,
-                manifest.launch.as_ref(),
-                choice,
-            ) {
-                Ok(request) => request,
-                // A choice whose request cannot be built (its launch fails) is an error at once.
-                Err(e) => {
-                    let error = format!("{e:#}");
-                    results.push(ChoiceResult::failed(
-                        index,
-                        choice.clone(),
-                        Status::Error,
-                        error,
-                        &device,
-                    ));
-                    continue;
-                }
-            };
-            let key = fingerprint::key(
-                &setup,
-                &device,
-                &request,
-                &choice.label(),
-                options.max_process_uses,
-            );
-            if let Some(result) = cached(
-                cache.as_ref(),
-                &key,
-                timeout,
-                index,
-                choice,
-                &manifest,
-                &device,
-            ) {
-                results.push(result);
-                round_hits += 1;
-                continue;
-            }
-            todo.push(Todo {
-                index,
-                request,
-                key,
-            });
-        }
+        let Lookup {
+            done,
+            hits: round_hits,
+            todo,
+        } = lookup_cached(&stage, &space, &batch, cache.as_ref());
+        results.extend(done);
         hits += round_hits;
         if round_hits > 0
             && let Some(c) = &cache
@@ -418,17 +409,8 @@ fn tune_inner(
             && let Some((label, request)) = &reference
         {
             reference_compiled = true;
-            match measure::precompile(request, &kernel_cache, &control) {
-                // Interrupted: no choice is measured either (below).
-                Ok(()) | Err(CpuError::CompileCancelled { .. }) => {}
-                Err(e) => match measure::compile_timeout_message(&e) {
-                    Some(message) => bail!("the reference {label} does not compile: {message}"),
-                    None => bail!(
-                        "the reference {label} does not compile: {:#}",
-                        anyhow::Error::new(e)
-                    ),
-                },
-            }
+            // Interrupted: no choice is measured either (below).
+            reference::compile_reference(label, request, &kernel_cache, &control)?;
         }
         let mut skipped: Vec<(usize, &str)> = Vec::new();
         // Every result goes through here: cached (with its key) unless transient, then kept.
@@ -449,7 +431,7 @@ fn tune_inner(
                 .workers
                 .clamp(1, todo.len().max(refine.unwrap_or(1)).max(1));
         }
-        if bench.is_none() && !todo.is_empty() && !stop.requested() && !past_deadline() {
+        if bench.is_none() && !todo.is_empty() && !stop.poll(progress) && !past_deadline() {
             match open_bench(
                 &manifest,
                 reference.as_ref(),
@@ -555,7 +537,7 @@ fn tune_inner(
                     compilers.push(scope.spawn(move || {
                         while let Some(&p) = c_todo.get(next_compile.fetch_add(1, Ordering::SeqCst))
                         {
-                            let outcome = (!stop.requested() && !past_deadline()).then(|| {
+                            let outcome = (!stop.poll(*progress) && !past_deadline()).then(|| {
                                 measure::precompile(&todo[p].request, kernel_cache, control)
                             });
                             gate.settle(p, matches!(outcome, Some(Ok(()))));
@@ -594,7 +576,7 @@ fn tune_inner(
                 measure::run_all(
                     &bench.pool,
                     || gate.next().map(|p| (p, &todo[p].request)),
-                    || stop.requested() || past_deadline(),
+                    || stop.poll(progress) || past_deadline(),
                     |p, result| {
                         measured[p] = true;
                         let t = &todo[p];
@@ -640,32 +622,15 @@ fn tune_inner(
         outcomes.extend(c_todo.iter().filter(|&&p| !reported[p]).map(|&p| (p, None)));
         outcomes.sort_by_key(|(p, _)| *p);
         for (p, outcome) in outcomes {
-            let t = &todo[p];
-            let failed = |status, error| {
-                ChoiceResult::failed(
-                    t.index,
-                    choices.choice(t.index).expect("a choice of the space"),
-                    status,
-                    error,
-                    &device,
-                )
-            };
             match outcome {
                 Some(Ok(())) if measured[p] => {}
                 Some(Ok(())) | None => skipped.push((p, stop_reason(stop))),
-                // Killed by Ctrl-C: says nothing about the choice.
-                Some(Err(CpuError::CompileCancelled { .. })) => skipped.push((p, "interrupted")),
-                // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
-                // machine or a larger compile_timeout_s may let the next run compile it).
-                Some(Err(e)) => match measure::compile_timeout_message(&e) {
-                    Some(message) => record(failed(Status::Timeout, message), None, &mut cache),
-                    None => {
-                        let error = format!("{:#}", anyhow::Error::new(e));
-                        record(
-                            failed(Status::CompileError, error),
-                            Some(&t.key),
-                            &mut cache,
-                        );
+                Some(Err(e)) => match compile::judge(&stage, &todo[p], Err(e)) {
+                    // Killed by Ctrl-C: says nothing about the choice.
+                    Compiled::Ready | Compiled::Cancelled => skipped.push((p, "interrupted")),
+                    Compiled::Failed { result, cacheable } => {
+                        let key = cacheable.then_some(todo[p].key.as_str());
+                        record(result, key, &mut cache);
                     }
                 },
             }
@@ -683,7 +648,9 @@ fn tune_inner(
             strategy.tell(result.index, result);
         }
         told = results.len();
-        if stop.requested() || past_deadline() {
+        if stop.poll(progress) || past_deadline() {
+            // What the strategy would still have asked for was not measured either.
+            not_measured.extend(unasked(strategy.as_mut(), &space, shard, stop_reason(stop)));
             break;
         }
         batch = ask(strategy.as_mut(), &space, shard);
@@ -694,18 +661,15 @@ fn tune_inner(
 
     // Early elimination: the best few are measured again, longer, and ranked by that.
     if let Some(top) = refine
-        && !stop.requested()
+        && !stop.poll(progress)
     {
         refine_best(
             top,
             &mut results,
             &mut bench,
             RefineContext {
-                manifest: &manifest,
-                setup: &setup,
-                device: &device,
+                setup: &stage,
                 header: &header,
-                timeout,
                 reference: reference.as_ref(),
                 options,
                 stop,
@@ -764,31 +728,8 @@ fn stop_reason(stop: &Stop) -> &'static str {
     }
 }
 
-/// The cached result of `key`, re-labelled for this run (and its metrics recomputed: the
-/// manifest's metrics may have changed since).
-fn cached(
-    cache: Option<&ResultsCache>,
-    key: &str,
-    timeout: Duration,
-    index: usize,
-    choice: &Choice,
-    manifest: &Manifest,
-    device: &str,
-) -> Option<ChoiceResult> {
-    let line = cache?.lookup(key, timeout)?;
-    let mut result = line.result.clone().into_result(device).ok()?;
-    result.index = index;
-    result.choice = choice.clone();
-    result.cached = true;
-    result.device = device.to_owned();
-    if let Some(median) = result.median_ms() {
-        result.metrics = manifest.metrics.evaluate(choice, median);
-    }
-    Some(result)
-}
-
 /// Starts the pool (watched by `stop`) and runs the reference.
-fn open_bench(
+pub(crate) fn open_bench(
     manifest: &Manifest,
     reference: Option<&(String, BenchmarkRequest)>,
     workers: usize,
@@ -813,203 +754,6 @@ fn open_bench(
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })
-}
-
-/// What refining needs from the run.
-struct RefineContext<'a> {
-    manifest: &'a Manifest,
-    setup: &'a str,
-    device: &'a str,
-    header: &'a RunHeader,
-    timeout: Duration,
-    reference: Option<&'a (String, BenchmarkRequest)>,
-    options: &'a TuneOptions,
-    stop: &'a Stop,
-    progress: &'a dyn Observer,
-}
-
-/// The manifest's timing, stretched for a refined measurement.
-pub(crate) fn refined_timing(timing: &TimingConfig) -> TimingConfig {
-    let scale = |reps: u32| ((f64::from(reps) * REFINE_FACTOR) as u32).clamp(1, MAX_REPS);
-    let mut refined = timing.clone();
-    refined.rep_ms *= REFINE_FACTOR;
-    if timing.min_reps == timing.max_reps {
-        refined.min_reps = scale(timing.min_reps);
-    }
-    refined.max_reps = scale(timing.max_reps).max(refined.min_reps);
-    refined.max_time_ms = timing.max_time_ms.map(|t| t * REFINE_FACTOR);
-    refined
-}
-
-/// The timeout of a refined measurement: its work, and so its time, grows with
-/// [`REFINE_FACTOR`] (and cache flushes can stretch the reps to 10x `rep_ms`).
-pub(crate) fn refine_timeout(timeout: Duration) -> Duration {
-    timeout.mul_f64(REFINE_FACTOR)
-}
-
-/// The note for a choice whose refined measurement `failed`: it keeps its screening result.
-fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
-    let why = failed
-        .error
-        .as_deref()
-        .map(report::short_error_line)
-        .filter(|e| !e.is_empty())
-        .unwrap_or_else(|| failed.status.to_string());
-    format!(
-        "refine of {} failed{} ({}: {why}); kept its screening result (ranked as unrefined)",
-        failed.choice.label(),
-        if cached { " (results cache)" } else { "" },
-        failed.status
-    )
-}
-
-/// Re-measures the `top` best `ok` results with [`refined_timing`] and [`refine_timeout`]
-/// (from the cache when it has them), replacing their results and keeping the screening
-/// median. A choice whose re-measurement fails keeps its screening result, with a note.
-fn refine_best(
-    top: usize,
-    results: &mut [ChoiceResult],
-    bench: &mut Option<Bench>,
-    cx: RefineContext<'_>,
-    cache: &mut Option<ResultsCache>,
-    notes: &mut Vec<String>,
-) -> Result<()> {
-    let timeout = refine_timeout(cx.timeout);
-    let mut best: Vec<usize> = (0..results.len())
-        .filter(|&p| results[p].status == Status::Ok && results[p].stats.is_some())
-        .collect();
-    best.sort_by(|&a, &b| {
-        let (a, b) = (&results[a], &results[b]);
-        a.median_ms()
-            .unwrap_or(f64::INFINITY)
-            .total_cmp(&b.median_ms().unwrap_or(f64::INFINITY))
-            .then(a.index.cmp(&b.index))
-    });
-    best.truncate(top);
-    let mut todo: Vec<(usize, BenchmarkRequest, String)> = Vec::new();
-    for p in best {
-        let screen = results[p].median_ms();
-        let choice = results[p].choice.clone();
-        let mut request = measure::request(
-            cx.manifest,
-            &cx.manifest.kernel,
-            cx.manifest.launch.as_ref(),
-            &choice,
-        )?;
-        request.timing = refined_timing(&request.timing);
-        let key = fingerprint::key(
-            cx.setup,
-            cx.device,
-            &request,
-            &choice.label(),
-            cx.options.max_process_uses,
-        );
-        let hit = cached(
-            cache.as_ref(),
-            &key,
-            timeout,
-            results[p].index,
-            &choice,
-            cx.manifest,
-            cx.device,
-        );
-        match hit {
-            Some(mut refined) if refined.status == Status::Ok => {
-                refined.screen_median_ms = screen;
-                results[p] = refined;
-            }
-            Some(failed) => notes.push(refine_failed_note(&failed, true)),
-            None => todo.push((p, request, key)),
-        }
-    }
-    if todo.is_empty() {
-        return Ok(());
-    }
-    // The screening pool's timeout is the choice's: refining needs a pool of its own.
-    let workers = cx.options.workers.clamp(1, todo.len());
-    match bench.as_mut() {
-        Some(screening) => {
-            cx.stop.unwatch();
-            screening.pool.shutdown(Duration::from_millis(500));
-            if cx.stop.requested() {
-                return Ok(());
-            }
-            let pool = match measure::start_pool(
-                workers,
-                timeout,
-                cx.options.max_process_uses,
-                cx.options.worker.as_deref(),
-            ) {
-                Ok(pool) => pool,
-                Err(_) if cx.stop.requested() => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            cx.stop.watch(std::sync::Arc::clone(&pool));
-            // The reference's outputs stay.
-            screening.pool = pool;
-        }
-        None => match open_bench(
-            cx.manifest,
-            cx.reference,
-            workers,
-            timeout,
-            cx.options,
-            cx.stop,
-            cx.progress,
-        ) {
-            Ok(b) => *bench = Some(b),
-            Err(_) if cx.stop.requested() => return Ok(()),
-            Err(e) => return Err(e),
-        },
-    }
-    let bench = bench.as_ref().expect("started above");
-    cx.progress.phase(
-        Phase::Refining,
-        todo.len(),
-        &format!(
-            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",
-            plural(todo.len())
-        ),
-    );
-    let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
-    measure::run_all(
-        &bench.pool,
-        measure::one_by_one(&requests),
-        || cx.stop.requested(),
-        |i, result| {
-            if matches!(&result, Err(e) if measure::is_transient(e)) {
-                return; // The screening result stands.
-            }
-            let (p, _, key) = &todo[i];
-            let screen = results[*p].median_ms();
-            let mut refined = measure::judge(
-                results[*p].index,
-                results[*p].choice.clone(),
-                result,
-                bench.reference.as_deref(),
-                cx.manifest,
-                cx.device,
-            );
-            cx.progress
-                .finished(&refined.choice.label(), refined.status, refined.median_ms());
-            refined.screen_median_ms = screen;
-            if let Some(c) = cache.as_mut()
-                && let Err(e) = c.append(CacheLine::new(key.clone(), cx.header, timeout, &refined))
-            {
-                cx.progress
-                    .note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
-            }
-            if refined.status == Status::Ok {
-                results[*p] = refined;
-            } else {
-                // A choice that was ok keeps its rank: the screening result stands.
-                notes.push(refine_failed_note(&refined, false));
-            }
-        },
-    );
-    cx.progress.end_phase();
-    Ok(())
 }
 
 /// A note naming the choices whose reps were cut to fit the timeout (`stopped = "budget"`).
@@ -1086,31 +830,4 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
         dir.display()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refined_timing_stretches_the_budget() {
-        let t = TimingConfig::default();
-        let r = refined_timing(&t);
-        assert_eq!(r.rep_ms, 4.0 * t.rep_ms);
-        assert_eq!(r.min_reps, t.min_reps);
-        assert_eq!(r.max_reps, 4 * t.max_reps);
-        // Kernel Tuner's fixed iterations: four times as many.
-        let fixed = TimingConfig {
-            min_reps: 7,
-            max_reps: 7,
-            ..TimingConfig::default()
-        };
-        let r = refined_timing(&fixed);
-        assert_eq!((r.min_reps, r.max_reps), (28, 28));
-        // Four times the work gets four times the time.
-        assert_eq!(
-            refine_timeout(Duration::from_millis(2500)),
-            Duration::from_secs(10)
-        );
-    }
 }

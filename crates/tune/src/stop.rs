@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use tunebox_pool::TuningProcessPool;
 
+use crate::observer::Observer;
+
 /// How long idle workers get to exit when the run is stopped.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
 
@@ -33,6 +35,15 @@ impl Stop {
     /// Whether the run was asked to stop.
     pub fn requested(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Whether the run should stop: requested here, or asked for by `observer`
+    /// ([`Observer::should_stop`], which then raises this flag, as [`Stop::request`] does).
+    pub(crate) fn poll(&self, observer: &dyn Observer) -> bool {
+        if !self.requested() && observer.should_stop() {
+            self.request();
+        }
+        self.requested()
     }
 
     /// Asks the run to stop: no new choice starts, and the pool measuring now is shut down
@@ -77,5 +88,29 @@ mod tests {
         stop.request();
         assert!(stop.requested());
         stop.unwatch();
+    }
+
+    /// Asks to stop once it has been polled `after` times.
+    struct StopAfter(std::sync::atomic::AtomicUsize);
+
+    impl Observer for StopAfter {
+        fn on_event(&self, _event: crate::Event<'_>) {}
+
+        fn should_stop(&self) -> bool {
+            self.0.fetch_sub(1, Ordering::SeqCst) <= 1
+        }
+    }
+
+    #[test]
+    fn an_observer_that_asks_to_stop_raises_the_flag() {
+        let stop = Stop::new();
+        assert!(!stop.poll(&()));
+        let observer = StopAfter(std::sync::atomic::AtomicUsize::new(2));
+        assert!(!stop.poll(&observer));
+        assert!(!stop.requested());
+        assert!(stop.poll(&observer));
+        assert!(stop.requested());
+        // Raised for good: the observer is not asked again.
+        assert!(stop.poll(&()));
     }
 }

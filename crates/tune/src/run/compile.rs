@@ -1,0 +1,148 @@
+//! Stage 3 of a run, compiling: a C choice compiles in the parent into the kernel cache, so
+//! that workers only load it; a compile that fails is the choice's result. (CUDA choices
+//! compile in their workers, when measured.)
+
+use anyhow::Context;
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_pool::Status;
+
+use super::lookup::{Setup, Todo};
+use crate::measure;
+use crate::results::ChoiceResult;
+use crate::stop::Stop;
+
+/// What compiling one choice gave.
+#[derive(Debug)]
+pub enum Compiled {
+    /// In the kernel cache (a C kernel), or left to its worker (CUDA): ready to measure.
+    Ready,
+    /// It did not compile: its result, `compile_error` (cached: the same source fails the
+    /// same way), or `timeout` when its compiler ran past `compile_timeout_s` (not cached: a
+    /// less loaded machine may compile it).
+    Failed {
+        /// The choice's result.
+        result: ChoiceResult,
+        /// Whether the results cache may keep it.
+        cacheable: bool,
+    },
+    /// The compile was cancelled (a stop was requested): it says nothing about the choice.
+    Cancelled,
+}
+
+/// Stage 3: compiles `todo` (a C choice) into the kernel cache (`$TUNEBOX_CACHE_DIR`, else
+/// the user's cache folder), within the manifest's `compile_timeout_s`; a raised `stop` kills
+/// the compiler. Other kernels are [`Compiled::Ready`] at once.
+///
+/// # Errors
+///
+/// The kernel cache cannot be created ([`crate::Error::Run`]); a compile that fails is a
+/// [`Compiled::Failed`], not an error.
+pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Compiled> {
+    let kernel_cache = kernel_cache().map_err(crate::Error::run)?;
+    let cancel = || stop.requested();
+    let control = CompileControl {
+        timeout: setup.manifest.compile_timeout,
+        cancel: Some(&cancel),
+        ..CompileControl::default()
+    };
+    Ok(judge(
+        setup,
+        todo,
+        measure::precompile(&todo.request, &kernel_cache, &control),
+    ))
+}
+
+/// The kernel cache, created.
+pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
+    let cache = CacheDir::from_env()?;
+    std::fs::create_dir_all(cache.path()).with_context(|| {
+        format!(
+            "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
+            cache.path().display()
+        )
+    })?;
+    Ok(cache)
+}
+
+/// What a compile's `outcome` means for `todo`.
+pub(crate) fn judge(setup: &Setup<'_>, todo: &Todo, outcome: Result<(), CpuError>) -> Compiled {
+    let failed = |status, error| {
+        ChoiceResult::failed(
+            todo.index,
+            todo.choice.clone(),
+            status,
+            error,
+            &setup.device,
+        )
+    };
+    match outcome {
+        Ok(()) => Compiled::Ready,
+        // Killed by a stop: says nothing about the choice.
+        Err(CpuError::CompileCancelled { .. }) => Compiled::Cancelled,
+        // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
+        // machine or a larger compile_timeout_s may let the next run compile it).
+        Err(e) => match measure::compile_timeout_message(&e) {
+            Some(message) => Compiled::Failed {
+                result: failed(Status::Timeout, message),
+                cacheable: false,
+            },
+            None => Compiled::Failed {
+                result: failed(Status::CompileError, format!("{:#}", anyhow::Error::new(e))),
+                cacheable: true,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tunebox_protocol::{DType, TensorSpec};
+
+    use super::*;
+    use crate::manifest::Manifest;
+    use crate::run::lookup::lookup_cached;
+    use crate::space::SearchSpace;
+
+    #[test]
+    fn a_kernel_that_does_not_compile_is_a_compile_error_result() {
+        let cache = tempfile::tempdir().unwrap();
+        // SAFETY: this crate's unit tests that compile all set the same value.
+        unsafe { std::env::set_var("TUNEBOX_CACHE_DIR", cache.path()) };
+        let manifest = Manifest::builder("k")
+            .c_source(
+                "k.c",
+                "void k(float *y) { y[0] = X; }\n#if X == 2\n#error two is wrong\n#endif\n",
+                "k",
+            )
+            .compiler(crate::compiler())
+            .flags(["-O0"])
+            .tensor(TensorSpec::new("y", DType::F32, [1]).output())
+            .param("X", [1, 2])
+            .build()
+            .unwrap();
+        let space = SearchSpace::new(&manifest.params, &manifest.restrictions).unwrap();
+        let setup = Setup::new(&manifest, "test-cpu", None, None);
+        let lookup = lookup_cached(&setup, &space, &[0, 1], None);
+        let stop = Stop::new();
+        let ok = compile(&setup, &lookup.todo[0], &stop).unwrap();
+        assert!(matches!(ok, Compiled::Ready), "{ok:?}");
+        match compile(&setup, &lookup.todo[1], &stop).unwrap() {
+            Compiled::Failed { result, cacheable } => {
+                assert!(cacheable);
+                assert_eq!(result.status, Status::CompileError);
+                assert_eq!(result.index, 1);
+                let error = result.error.unwrap_or_default();
+                assert!(error.contains("two is wrong"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A stop before the compile cancels it.
+        stop.request();
+        let fresh = Setup::new(&manifest, "other", None, None);
+        let cancelled = compile(&fresh, &lookup.todo[1], &stop).unwrap();
+        assert!(
+            matches!(cancelled, Compiled::Cancelled | Compiled::Failed { .. }),
+            "{cancelled:?}"
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! Stage 2 of a run, the cached lookup: the request and results-cache key of each choice a
+//! strategy asked for, and the choices the results cache already answers.
+
+use std::time::Duration;
+
+use tunebox_pool::Status;
+use tunebox_protocol::BenchmarkRequest;
+
+use crate::cache::ResultsCache;
+use crate::fingerprint;
+use crate::manifest::Manifest;
+use crate::measure;
+use crate::results::ChoiceResult;
+use crate::space::{Choice, SearchSpace};
+
+/// What every stage of a run shares: the manifest, the device it measures on, the hash of
+/// the manifest's setup that the results cache's keys start from, the per-choice timeout and
+/// worker reuse (both in the keys).
+#[derive(Debug)]
+pub struct Setup<'m> {
+    pub(crate) manifest: &'m Manifest,
+    pub(crate) device: String,
+    /// The setup hash (see `fingerprint::setup_hash`), computed once.
+    pub(crate) hash: String,
+    pub(crate) timeout: Duration,
+    pub(crate) max_process_uses: Option<u64>,
+}
+
+impl<'m> Setup<'m> {
+    /// The stages' view of `manifest` measured on `device` (a CPU model or a GPU's name, as
+    /// reports show it, e.g. [`crate::RunHeader::device`]), with `timeout` per choice (`None`:
+    /// the manifest's `timeout_s`) and workers replaced after `max_process_uses` choices
+    /// (`None`: never). Hashes the kernel, its headers and the compiler's version once.
+    pub fn new(
+        manifest: &'m Manifest,
+        device: impl Into<String>,
+        timeout: Option<Duration>,
+        max_process_uses: Option<u64>,
+    ) -> Setup<'m> {
+        Setup {
+            manifest,
+            device: device.into(),
+            hash: fingerprint::setup_hash(manifest),
+            timeout: timeout.unwrap_or(manifest.timeout),
+            max_process_uses,
+        }
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &'m Manifest {
+        self.manifest
+    }
+
+    /// The device results are recorded for.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The per-choice timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// A choice still to compile and measure.
+#[derive(Debug, Clone)]
+pub struct Todo {
+    /// Its stable index in the search space.
+    pub index: usize,
+    /// The choice.
+    pub choice: Choice,
+    /// What a worker is asked to run.
+    pub request: BenchmarkRequest,
+    /// Its results-cache key (everything that determines its measurement).
+    pub key: String,
+}
+
+/// What the cached lookup of a batch gave.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    /// Choices finished without measuring, in the batch's order: taken from the results cache
+    /// (`cached` set), or failed at once (a launch that cannot be evaluated: `error`).
+    pub done: Vec<ChoiceResult>,
+    /// How many of `done` the cache answered.
+    pub hits: usize,
+    /// The rest, in the batch's order: to compile and measure.
+    pub todo: Vec<Todo>,
+}
+
+/// Stage 2: builds the request and key of each choice of `batch` (stable indices of `space`;
+/// indices outside it are ignored) and takes from `cache` what it holds for that key (a cached
+/// `timeout` only when measured with at least `setup`'s timeout), re-labelled for this run
+/// with its metrics recomputed (the manifest's metrics may have changed since).
+pub fn lookup_cached(
+    setup: &Setup<'_>,
+    space: &SearchSpace,
+    batch: &[usize],
+    cache: Option<&ResultsCache>,
+) -> Lookup {
+    let manifest = setup.manifest;
+    let mut lookup = Lookup::default();
+    for &index in batch {
+        let Some(choice) = space.choice(index) else {
+            continue;
+        };
+        let request = match measure::request(
+            manifest,
+            &manifest.kernel,
+            manifest.launch.as_ref(),
+            &choice,
+        ) {
+            Ok(request) => request,
+            // A choice whose request cannot be built (its launch fails) is an error at once.
+            Err(e) => {
+                lookup.done.push(ChoiceResult::failed(
+                    index,
+                    choice,
+                    Status::Error,
+                    format!("{e:#}"),
+                    &setup.device,
+                ));
+                continue;
+            }
+        };
+        let key = fingerprint::key(
+            &setup.hash,
+            &setup.device,
+            &request,
+            &choice.label(),
+            setup.max_process_uses,
+        );
+        if let Some(result) = cached(cache, &key, setup, setup.timeout, index, &choice) {
+            lookup.done.push(result);
+            lookup.hits += 1;
+            continue;
+        }
+        lookup.todo.push(Todo {
+            index,
+            choice,
+            request,
+            key,
+        });
+    }
+    lookup
+}
+
+/// The cached result of `key` (a timeout only when measured with at least `timeout`),
+/// re-labelled for this run (and its metrics recomputed: the manifest's metrics may have
+/// changed since).
+pub(crate) fn cached(
+    cache: Option<&ResultsCache>,
+    key: &str,
+    setup: &Setup<'_>,
+    timeout: Duration,
+    index: usize,
+    choice: &Choice,
+) -> Option<ChoiceResult> {
+    let line = cache?.lookup(key, timeout)?;
+    let mut result = line.result.clone().into_result(&setup.device).ok()?;
+    result.index = index;
+    result.choice = choice.clone();
+    result.cached = true;
+    result.device = setup.device.clone();
+    if let Some(median) = result.median_ms() {
+        result.metrics = setup.manifest.metrics.evaluate(choice, median);
+    }
+    Some(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use tunebox_protocol::{DType, TensorSpec};
+
+    use super::*;
+    use crate::cache::CacheLine;
+    use crate::results::RunHeader;
+
+    fn manifest() -> Manifest {
+        Manifest::builder("k")
+            .c_source("k.c", "void k(float *y) { y[0] = X; }", "k")
+            .compiler("cc")
+            .tensor(TensorSpec::new("y", DType::F32, [1]).output())
+            .param("X", [1, 2, 3])
+            .metric("twice", "2 * X")
+            .build()
+            .unwrap()
+    }
+
+    fn header() -> RunHeader {
+        RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "k".into(),
+            manifest_hash: "h".into(),
+            name: "k".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "test-cpu".into(),
+            space_size: 3,
+            selection: crate::Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: vec!["twice".into()],
+        }
+    }
+
+    #[test]
+    fn the_cache_answers_what_it_holds_and_the_rest_is_todo() {
+        let manifest = manifest();
+        let space = SearchSpace::new(&manifest.params, &manifest.restrictions).unwrap();
+        let setup = Setup::new(&manifest, "test-cpu", None, Some(1));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let mut cache = ResultsCache::open(&path, false).unwrap();
+
+        // Nothing cached: everything is to do, in the batch's order (out-of-space indices
+        // are ignored).
+        let first = lookup_cached(&setup, &space, &[2, 0, 9, 1], Some(&cache));
+        assert_eq!(first.hits, 0);
+        assert!(first.done.is_empty());
+        let order: Vec<usize> = first.todo.iter().map(|t| t.index).collect();
+        assert_eq!(order, [2, 0, 1]);
+        assert_eq!(first.todo[0].choice.label(), "X=3");
+
+        // Choice 0 measured: the next lookup takes it from the cache, with its metrics.
+        let t = &first.todo[1];
+        let stats = tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            mean_ms: 0.5,
+            min_ms: 0.5,
+            max_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            stddev_ms: 0.0,
+            reps: 10,
+            warmup_reps: 1,
+            stopped: "reps".into(),
+        };
+        let mut measured = ChoiceResult::failed(
+            t.index,
+            t.choice.clone(),
+            Status::Ok,
+            String::new(),
+            "test-cpu",
+        );
+        measured.error = None;
+        measured.stats = Some(stats);
+        cache
+            .append(CacheLine::new(
+                t.key.clone(),
+                &header(),
+                setup.timeout,
+                &measured,
+            ))
+            .unwrap();
+        let cache = ResultsCache::open(&path, false).unwrap();
+        let again = lookup_cached(&setup, &space, &[0, 1], Some(&cache));
+        assert_eq!(again.hits, 1);
+        assert_eq!(again.done.len(), 1);
+        let hit = &again.done[0];
+        assert!(
+            hit.cached && hit.status == Status::Ok && hit.index == 0,
+            "{hit:?}"
+        );
+        assert_eq!(hit.median_ms(), Some(0.5));
+        assert_eq!(hit.metrics.get("twice"), Some(&2.0), "{hit:?}");
+        assert_eq!(again.todo.iter().map(|t| t.index).collect::<Vec<_>>(), [1]);
+
+        // Another device, or no cache, or a fresh one: nothing is taken.
+        let other = Setup::new(&manifest, "other-cpu", None, Some(1));
+        assert_eq!(lookup_cached(&other, &space, &[0], Some(&cache)).hits, 0);
+        assert_eq!(lookup_cached(&setup, &space, &[0], None).hits, 0);
+        let fresh = ResultsCache::open(&path, true).unwrap();
+        assert_eq!(lookup_cached(&setup, &space, &[0], Some(&fresh)).hits, 0);
+    }
+}

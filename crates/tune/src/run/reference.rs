@@ -1,0 +1,81 @@
+//! Stage 4 of a run, the reference: when the manifest verifies against a kernel (a choice of
+//! its own, or a separate source), that kernel runs once, alone, before any choice, and its
+//! outputs are what every choice is judged by.
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_protocol::{BenchmarkRequest, TensorData};
+
+use super::compile::kernel_cache;
+use super::lookup::Setup;
+use crate::measure;
+use crate::observer::{Observer, ObserverExt};
+use crate::stop::Stop;
+
+/// Stage 4: the outputs every choice of `setup`'s manifest is judged by: those of its
+/// reference kernel, compiled (C) and run once, untimed, in a worker of its own (`worker`: the
+/// worker executable, as [`crate::TuneOptions::worker`]), with the reference's timeout
+/// (`verify.timeout_s`); or the expected outputs read from files. `None` when the manifest
+/// does not verify. `observer` gets a note as it starts; a raised `stop` kills it.
+///
+/// # Errors
+///
+/// [`crate::Error::Run`]: the reference does not compile, cannot start, or fails: nothing
+/// could be verified.
+pub fn reference(
+    setup: &Setup<'_>,
+    worker: Option<&Path>,
+    observer: &dyn Observer,
+    stop: &Stop,
+) -> crate::Result<Option<Vec<TensorData>>> {
+    let run = || -> Result<Option<Vec<TensorData>>> {
+        let request = measure::reference_request(setup.manifest)?;
+        if let Some((label, request)) = &request {
+            let cancel = || stop.poll(observer);
+            let control = CompileControl {
+                timeout: setup.manifest.compile_timeout,
+                cancel: Some(&cancel),
+                ..CompileControl::default()
+            };
+            compile_reference(label, request, &kernel_cache()?, &control)?;
+        }
+        let outputs = measure::reference_outputs(
+            setup.manifest,
+            request.as_ref(),
+            setup.timeout,
+            worker,
+            |pool| stop.watch(pool),
+            |m| observer.note(m),
+        );
+        stop.unwatch();
+        outputs
+    };
+    run().map_err(crate::Error::run)
+}
+
+/// Compiles the reference `request` (labelled `label`) into `cache`; a cancelled compile is
+/// no error (the run stops before measuring anything).
+///
+/// # Errors
+///
+/// It does not compile, or its compiler ran past `compile_timeout_s`.
+pub(crate) fn compile_reference(
+    label: &str,
+    request: &BenchmarkRequest,
+    cache: &CacheDir,
+    control: &CompileControl<'_>,
+) -> Result<()> {
+    match measure::precompile(request, cache, control) {
+        // Interrupted: no choice is measured either.
+        Ok(()) | Err(CpuError::CompileCancelled { .. }) => Ok(()),
+        Err(e) => match measure::compile_timeout_message(&e) {
+            Some(message) => bail!("the reference {label} does not compile: {message}"),
+            None => bail!(
+                "the reference {label} does not compile: {:#}",
+                anyhow::Error::new(e)
+            ),
+        },
+    }
+}

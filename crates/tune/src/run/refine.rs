@@ -1,0 +1,284 @@
+//! Stage 6 of a run, refining (early elimination, `--refine K`): the best `K` choices are
+//! measured again with 4× the reps and ranked by that, so that a lucky screening measurement
+//! does not win.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use tunebox_pool::Status;
+use tunebox_protocol::{BenchmarkRequest, TimingConfig};
+
+use super::lookup::{Setup, cached};
+use super::{TuneOptions, open_bench};
+use crate::cache::{CacheLine, ResultsCache};
+use crate::fingerprint;
+use crate::measure::{self, Bench};
+use crate::observer::{Observer, ObserverExt, Phase};
+use crate::report;
+use crate::results::{ChoiceResult, RunHeader, choices as plural};
+use crate::stop::Stop;
+
+/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
+/// gives each re-measurement this many times the per-choice timeout.
+pub(crate) const REFINE_FACTOR: f64 = 4.0;
+/// Most timed reps a refined measurement may ask for.
+const MAX_REPS: u32 = 1_000_000;
+
+/// What refining needs from the run.
+pub(crate) struct RefineContext<'a> {
+    pub setup: &'a Setup<'a>,
+    pub header: &'a RunHeader,
+    pub reference: Option<&'a (String, BenchmarkRequest)>,
+    pub options: &'a TuneOptions,
+    pub stop: &'a Stop,
+    pub progress: &'a dyn Observer,
+}
+
+/// The manifest's timing, stretched for a refined measurement.
+pub(crate) fn refined_timing(timing: &TimingConfig) -> TimingConfig {
+    let scale = |reps: u32| ((f64::from(reps) * REFINE_FACTOR) as u32).clamp(1, MAX_REPS);
+    let mut refined = timing.clone();
+    refined.rep_ms *= REFINE_FACTOR;
+    if timing.min_reps == timing.max_reps {
+        refined.min_reps = scale(timing.min_reps);
+    }
+    refined.max_reps = scale(timing.max_reps).max(refined.min_reps);
+    refined.max_time_ms = timing.max_time_ms.map(|t| t * REFINE_FACTOR);
+    refined
+}
+
+/// The timeout of a refined measurement: its work, and so its time, grows with
+/// [`REFINE_FACTOR`] (and cache flushes can stretch the reps to 10x `rep_ms`).
+pub(crate) fn refine_timeout(timeout: Duration) -> Duration {
+    timeout.mul_f64(REFINE_FACTOR)
+}
+
+/// The note for a choice whose refined measurement `failed`: it keeps its screening result.
+fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
+    let why = failed
+        .error
+        .as_deref()
+        .map(report::short_error_line)
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| failed.status.to_string());
+    format!(
+        "refine of {} failed{} ({}: {why}); kept its screening result (ranked as unrefined)",
+        failed.choice.label(),
+        if cached { " (results cache)" } else { "" },
+        failed.status
+    )
+}
+
+/// Re-measures the `top` best `ok` results with [`refined_timing`] and [`refine_timeout`]
+/// (from the cache when it has them), replacing their results and keeping the screening
+/// median. A choice whose re-measurement fails keeps its screening result, with a note.
+pub(crate) fn refine_best(
+    top: usize,
+    results: &mut [ChoiceResult],
+    bench: &mut Option<Bench>,
+    cx: RefineContext<'_>,
+    cache: &mut Option<ResultsCache>,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let timeout = refine_timeout(cx.setup.timeout);
+    let best = refine_order(results, top);
+    let mut todo: Vec<(usize, BenchmarkRequest, String)> = Vec::new();
+    for p in best {
+        let screen = results[p].median_ms();
+        let choice = results[p].choice.clone();
+        let mut request = measure::request(
+            cx.setup.manifest,
+            &cx.setup.manifest.kernel,
+            cx.setup.manifest.launch.as_ref(),
+            &choice,
+        )?;
+        request.timing = refined_timing(&request.timing);
+        let key = fingerprint::key(
+            &cx.setup.hash,
+            &cx.setup.device,
+            &request,
+            &choice.label(),
+            cx.options.max_process_uses,
+        );
+        let hit = cached(
+            cache.as_ref(),
+            &key,
+            cx.setup,
+            timeout,
+            results[p].index,
+            &choice,
+        );
+        match hit {
+            Some(mut refined) if refined.status == Status::Ok => {
+                refined.screen_median_ms = screen;
+                results[p] = refined;
+            }
+            Some(failed) => notes.push(refine_failed_note(&failed, true)),
+            None => todo.push((p, request, key)),
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    // The screening pool's timeout is the choice's: refining needs a pool of its own.
+    let workers = cx.options.workers.clamp(1, todo.len());
+    match bench.as_mut() {
+        Some(screening) => {
+            cx.stop.unwatch();
+            screening.pool.shutdown(Duration::from_millis(500));
+            if cx.stop.poll(cx.progress) {
+                return Ok(());
+            }
+            let pool = match measure::start_pool(
+                workers,
+                timeout,
+                cx.options.max_process_uses,
+                cx.options.worker.as_deref(),
+            ) {
+                Ok(pool) => pool,
+                Err(_) if cx.stop.requested() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            cx.stop.watch(std::sync::Arc::clone(&pool));
+            // The reference's outputs stay.
+            screening.pool = pool;
+        }
+        None => match open_bench(
+            cx.setup.manifest,
+            cx.reference,
+            workers,
+            timeout,
+            cx.options,
+            cx.stop,
+            cx.progress,
+        ) {
+            Ok(b) => *bench = Some(b),
+            Err(_) if cx.stop.requested() => return Ok(()),
+            Err(e) => return Err(e),
+        },
+    }
+    let bench = bench.as_ref().expect("started above");
+    cx.progress.phase(
+        Phase::Refining,
+        todo.len(),
+        &format!(
+            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",
+            plural(todo.len())
+        ),
+    );
+    let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
+    measure::run_all(
+        &bench.pool,
+        measure::one_by_one(&requests),
+        || cx.stop.poll(cx.progress),
+        |i, result| {
+            if matches!(&result, Err(e) if measure::is_transient(e)) {
+                return; // The screening result stands.
+            }
+            let (p, _, key) = &todo[i];
+            let screen = results[*p].median_ms();
+            let mut refined = measure::judge(
+                results[*p].index,
+                results[*p].choice.clone(),
+                result,
+                bench.reference.as_deref(),
+                cx.setup.manifest,
+                &cx.setup.device,
+            );
+            cx.progress
+                .finished(&refined.choice.label(), refined.status, refined.median_ms());
+            refined.screen_median_ms = screen;
+            if let Some(c) = cache.as_mut()
+                && let Err(e) = c.append(CacheLine::new(key.clone(), cx.header, timeout, &refined))
+            {
+                cx.progress
+                    .note(&format!("warning: {e:#}; results are no longer cached"));
+                *cache = None;
+            }
+            if refined.status == Status::Ok {
+                results[*p] = refined;
+            } else {
+                // A choice that was ok keeps its rank: the screening result stands.
+                notes.push(refine_failed_note(&refined, false));
+            }
+        },
+    );
+    cx.progress.end_phase();
+    Ok(())
+}
+
+/// Stage 6: which results to refine: the positions in `results` of the `top` fastest `ok`
+/// ones that were measured, fastest first (equal medians: lower index first).
+pub fn refine_order(results: &[ChoiceResult], top: usize) -> Vec<usize> {
+    let mut best: Vec<usize> = (0..results.len())
+        .filter(|&p| results[p].status == Status::Ok && results[p].stats.is_some())
+        .collect();
+    best.sort_by(|&a, &b| {
+        let (a, b) = (&results[a], &results[b]);
+        a.median_ms()
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.median_ms().unwrap_or(f64::INFINITY))
+            .then(a.index.cmp(&b.index))
+    });
+    best.truncate(top);
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(index: usize, status: Status, median: Option<f64>) -> ChoiceResult {
+        let choice = crate::space::Choice::new(
+            [("X".to_owned(), crate::space::ParamValue::Int(index as i64))]
+                .into_iter()
+                .collect(),
+        );
+        let mut r = ChoiceResult::failed(index, choice, status, String::new(), "cpu");
+        r.stats = median.map(|m| tunebox_protocol::TimingStats {
+            median_ms: m,
+            ..tunebox_protocol::TimingStats::unmeasured()
+        });
+        r
+    }
+
+    #[test]
+    fn refine_takes_the_fastest_ok_results_first() {
+        let results = [
+            result(0, Status::Ok, Some(3.0)),
+            result(1, Status::Wrong, Some(0.1)),
+            result(2, Status::Ok, Some(1.0)),
+            result(3, Status::Ok, None),
+            result(4, Status::Ok, Some(2.0)),
+            result(5, Status::Ok, Some(1.0)),
+            result(6, Status::Timeout, None),
+        ];
+        // Wrong, unmeasured and failed choices are never refined; ties go to the lower index.
+        assert_eq!(refine_order(&results, 3), [2, 5, 4]);
+        assert_eq!(refine_order(&results, 10), [2, 5, 4, 0]);
+        assert!(refine_order(&results, 0).is_empty());
+        assert!(refine_order(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn refined_timing_stretches_the_budget() {
+        let t = TimingConfig::default();
+        let r = refined_timing(&t);
+        assert_eq!(r.rep_ms, 4.0 * t.rep_ms);
+        assert_eq!(r.min_reps, t.min_reps);
+        assert_eq!(r.max_reps, 4 * t.max_reps);
+        // Kernel Tuner's fixed iterations: four times as many.
+        let fixed = TimingConfig {
+            min_reps: 7,
+            max_reps: 7,
+            ..TimingConfig::default()
+        };
+        let r = refined_timing(&fixed);
+        assert_eq!((r.min_reps, r.max_reps), (28, 28));
+        // Four times the work gets four times the time.
+        assert_eq!(
+            refine_timeout(Duration::from_millis(2500)),
+            Duration::from_secs(10)
+        );
+    }
+}
