@@ -16,10 +16,10 @@
 //! 2. **Cached lookup** ([`lookup_cached`], over a [`Setup`] and a [`ResultsCache`]): each
 //!    choice's request and key (source, headers, flags, compiler, device, timing, …); what
 //!    the results cache holds is taken from it ([`Lookup::done`]), the rest is a [`Todo`].
-//! 3. **Compile** ([`compile`]): a C choice compiles in the parent into the kernel cache; one
+//! 3. **Compile** ([`compile()`]): a C choice compiles in the parent into the kernel cache; one
 //!    that does not compile is a `compile_error` result ([`Compiled::Failed`]). CUDA choices
 //!    compile in their workers.
-//! 4. **Reference** ([`reference`]): when the manifest verifies against a kernel, it runs
+//! 4. **Reference** ([`reference()`]): when the manifest verifies against a kernel, it runs
 //!    once, alone, and its outputs are what every choice is judged by.
 //! 5. **Measure**: the pool ([`tunebox_pool::TuningProcessPool`]) measures the compiled
 //!    choices one at a time in canonical order while the rest still compile (on the cores the

@@ -630,7 +630,7 @@ fn tune_inner(
                     Compiled::Ready | Compiled::Cancelled => skipped.push((p, "interrupted")),
                     Compiled::Failed { result, cacheable } => {
                         let key = cacheable.then_some(todo[p].key.as_str());
-                        record(result, key, &mut cache);
+                        record(*result, key, &mut cache);
                     }
                 },
             }

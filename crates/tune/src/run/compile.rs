@@ -21,7 +21,7 @@ pub enum Compiled {
     /// less loaded machine may compile it).
     Failed {
         /// The choice's result.
-        result: ChoiceResult,
+        result: Box<ChoiceResult>,
         /// Whether the results cache may keep it.
         cacheable: bool,
     },
@@ -83,11 +83,14 @@ pub(crate) fn judge(setup: &Setup<'_>, todo: &Todo, outcome: Result<(), CpuError
         // machine or a larger compile_timeout_s may let the next run compile it).
         Err(e) => match measure::compile_timeout_message(&e) {
             Some(message) => Compiled::Failed {
-                result: failed(Status::Timeout, message),
+                result: Box::new(failed(Status::Timeout, message)),
                 cacheable: false,
             },
             None => Compiled::Failed {
-                result: failed(Status::CompileError, format!("{:#}", anyhow::Error::new(e))),
+                result: Box::new(failed(
+                    Status::CompileError,
+                    format!("{:#}", anyhow::Error::new(e)),
+                )),
                 cacheable: true,
             },
         },
