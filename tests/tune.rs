@@ -305,6 +305,34 @@ fn the_stages_one_by_one() {
     // x is uniform in [-1, 1): y in [-2, 2), and not all zero.
     assert!(y.iter().all(|v| (-2.0..2.0).contains(v)), "{y:?}");
     assert!(y.iter().any(|v| *v != 0.0), "{y:?}");
+
+    // Measure, judged by the reference: SCALE=3 is wrong.
+    let results = tunebox_tune::measure(
+        &setup,
+        &lookup.todo,
+        Some(&outputs),
+        2,
+        Some(worker_exe()),
+        &(),
+        &stop,
+    )
+    .unwrap();
+    let statuses: Vec<(usize, Status)> = results.iter().map(|r| (r.index, r.status)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (0, Status::Ok),
+            (1, Status::Ok),
+            (2, Status::Wrong),
+            (3, Status::Ok)
+        ]
+    );
+
+    // Refine: the fastest ok ones first, never the wrong one.
+    let order = tunebox_tune::refine_order(&results, 2);
+    assert_eq!(order.len(), 2);
+    assert!(order.iter().all(|&p| results[p].status == Status::Ok));
+    assert!(results[order[0]].median_ms() <= results[order[1]].median_ms());
 }
 
 /// Asks for one choice at a time, in canonical order.

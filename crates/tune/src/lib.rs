@@ -21,9 +21,9 @@
 //!    compile in their workers.
 //! 4. **Reference** ([`reference()`]): when the manifest verifies against a kernel, it runs
 //!    once, alone, and its outputs are what every choice is judged by.
-//! 5. **Measure**: the pool ([`tunebox_pool::TuningProcessPool`]) measures the compiled
-//!    choices one at a time in canonical order while the rest still compile (on the cores the
-//!    workers leave); each result is verified, cached as it finishes, reported to the
+//! 5. **Measure** ([`measure()`], on its own): the pool
+//!    ([`tunebox_pool::TuningProcessPool`]) measures the compiled choices one at a time in
+//!    canonical order while the rest still compile (on the cores the workers leave); each result is verified, cached as it finishes, reported to the
 //!    [`Observer`], and told to the strategy, which is asked again until it has no more.
 //! 6. **Refine** ([`refine_order`]): optionally, the best `refine` choices are measured again
 //!    with 4× the reps, and ranked by that.
@@ -126,7 +126,7 @@ pub use crate::results::{
 };
 pub use crate::run::{
     CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, lookup_cached,
-    plan, reference, refine_order, run, tune,
+    measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace};

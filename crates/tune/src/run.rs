@@ -26,11 +26,13 @@ use crate::space::SearchSpace;
 use crate::stop::Stop;
 use crate::strategy::{self, Strategy};
 
+mod bench;
 mod compile;
 mod lookup;
 mod reference;
 mod refine;
 
+pub use self::bench::measure;
 pub use self::compile::{Compiled, compile};
 pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
 pub use self::reference::reference;
