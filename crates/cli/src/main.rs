@@ -368,6 +368,9 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         {
             writeln!(out, "{}", choice.label())?;
         }
+        for note in plan.notes() {
+            eprintln!("note: {note}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let mut output = args.output;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tunebox_cpu::CompileControl;
-use tunebox_protocol::{BenchmarkRequest, Init, Kernel, TensorSpec};
+use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec};
 
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
@@ -57,6 +57,15 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     }
     for s in &manifest.scalars {
         h.text(&s.name).text(&s.value.to_string());
+        // Typed scalars came later: an `i64` scalar hashes as before, so existing keys hold.
+        if s.kind != ScalarKind::I64 || s.float != 0.0 {
+            h.text(s.kind.name())
+                .field(&s.float.to_bits().to_le_bytes());
+        }
+    }
+    // So did the argument order: the default (empty) order adds nothing.
+    if !manifest.args.is_empty() {
+        h.text("args").text(&format!("{:?}", manifest.args));
     }
     match &manifest.verify {
         None => {
