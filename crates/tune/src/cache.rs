@@ -368,6 +368,20 @@ mod tests {
     }
 
     #[test]
+    fn recorded_headers_are_checked_as_they_are_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = dir.path().join("h.h");
+        std::fs::write(&header, "1").unwrap();
+        let deps = Deps::of(std::slice::from_ref(&header)).unwrap();
+        assert!(DepsCheck::default().current(&deps));
+        std::fs::write(&header, "2").unwrap();
+        assert!(!DepsCheck::default().current(&deps), "edited");
+        std::fs::remove_file(&header).unwrap();
+        assert!(!DepsCheck::default().current(&deps), "deleted");
+        assert_eq!(Deps::of(&[header]), None);
+    }
+
+    #[test]
     fn other_files_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.json");

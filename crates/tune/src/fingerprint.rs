@@ -250,6 +250,34 @@ fn included(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Keys of manifests that use none of the later fields (typed scalars, an argument order)
+    /// are those of earlier versions, so existing caches stay valid; the new fields change them.
+    #[test]
+    fn new_argument_fields_keep_old_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *x, long n) {}\n").unwrap();
+        let path = dir.path().join("m.toml");
+        let setup = |extra: &str, scalar: &str| {
+            std::fs::write(
+                &path,
+                format!(
+                    "{extra}[kernel]\nsource = \"k.c\"\nentry = \"k\"\n\
+                     [[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n\
+                     [[scalars]]\nname = \"n\"\n{scalar}\n"
+                ),
+            )
+            .unwrap();
+            setup_hash(&Manifest::read(&path, "tunebox-no-such-cc").unwrap())
+        };
+        // An untyped integer scalar in the default order: hashed as before (name and value).
+        let old = setup("", "value = 4");
+        assert_eq!(setup("", "value = 4\ntype = \"i64\""), old);
+        assert_eq!(setup("args = [\"x\", \"n\"]\n", "value = 4"), old);
+        assert_ne!(setup("", "value = 4\ntype = \"i32\""), old);
+        assert_ne!(setup("", "value = 4.0"), old);
+        assert_ne!(setup("args = [\"n\", \"x\"]\n", "value = 4"), old);
+    }
+
     #[test]
     fn local_headers_are_followed() {
         let dir = tempfile::tempdir().unwrap();

@@ -1297,6 +1297,14 @@ fn arg_order(
             .join(", ")
             + if missing.len() == 1 { " is" } else { " are" }
     );
+    // The default order, written out, is the default order (and keeps its cache keys).
+    let default: Vec<Arg> = (0..tensors.len())
+        .map(|i| Arg::Tensor(i as u32))
+        .chain((0..scalars.len()).map(|i| Arg::Scalar(i as u32)))
+        .collect();
+    if order == default {
+        order.clear();
+    }
     Ok(order)
 }
 
@@ -1586,6 +1594,121 @@ mod tests {
                 "{text}\n  gave: {err}\n  wanted: {expected}"
             );
         }
+    }
+
+    #[test]
+    fn typed_scalars_argument_orders_and_their_errors() {
+        let tensors = "[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n";
+        let m = load(&format!(
+            "args = [\"n\", \"x\", \"a\", \"b\"]\n{KERNEL}{tensors}\
+             [[scalars]]\nname = \"n\"\ntype = \"i32\"\nvalue = 4\n\
+             [[scalars]]\nname = \"a\"\nvalue = 0.5\n\
+             [[scalars]]\nname = \"b\"\ntype = \"f32\"\nvalue = 2\n"
+        ))
+        .unwrap();
+        assert_eq!(m.scalars[0], Scalar::i32("n", 4));
+        assert_eq!(m.scalars[1], Scalar::f64("a", 0.5));
+        assert_eq!(m.scalars[2], Scalar::f32("b", 2.0));
+        assert_eq!(
+            m.args,
+            [
+                Arg::Scalar(0),
+                Arg::Tensor(0),
+                Arg::Scalar(1),
+                Arg::Scalar(2)
+            ]
+        );
+        // The default order written out is the default order; `c_type = "void"` is untyped.
+        let m = load(&format!(
+            "args = [\"x\", \"n\"]\n{KERNEL}{tensors}[[scalars]]\nname = \"n\"\nvalue = 4\n"
+        ))
+        .unwrap();
+        assert!(m.args.is_empty());
+        let m = load(&format!(
+            "{KERNEL}{tensors}c_type = \"void\"\n[[scalars]]\nname = \"n\"\nvalue = 4\n"
+        ))
+        .unwrap();
+        assert_eq!(m.args, [Arg::Untyped(0), Arg::Scalar(0)]);
+        let scalar = |line: &str| format!("{KERNEL}{tensors}[[scalars]]\nname = \"n\"\n{line}\n");
+        let cases = [
+            (
+                scalar("value = 0.5\ntype = \"i32\""),
+                "an i32 scalar takes an integer",
+            ),
+            (
+                scalar("value = 1\ntype = \"int\""),
+                "type = \"int\": use one of i32, i64",
+            ),
+            (
+                scalar("value = 4294967296\ntype = \"i32\""),
+                "does not fit in an int32_t",
+            ),
+            (scalar("value = \"4\""), "give a number"),
+            (
+                format!("args = [\"x\", \"m\"]\n{}", scalar("value = 1")),
+                "args[1] = \"m\": there is no tensor or scalar `m` (they are: x, n)",
+            ),
+            (
+                format!("args = [\"x\", \"x\", \"n\"]\n{}", scalar("value = 1")),
+                "args[1] = \"x\" repeats args[0]",
+            ),
+            (
+                format!("args = [\"x\"]\n{}", scalar("value = 1")),
+                "args: `n` is missing",
+            ),
+            (
+                format!("{KERNEL}{tensors}c_type = \"vfloat\"\n"),
+                "tensors[0].c_type = \"vfloat\": the only C type to give is \"void\"",
+            ),
+            (
+                format!(
+                    "kernel_name = \"k\"\nkernel_source = \"k.c\"\n{tensors}\
+                     [[arguments]]\nname = \"n\"\nvalue = 1\n"
+                ),
+                "arguments: Kernel Tuner's argument list gives every tensor and scalar",
+            ),
+            (
+                "kernel_name = \"k\"\nkernel_source = \"k.c\"\n\
+                 [[arguments]]\nname = \"n\"\nvalue = 1\nshape = [1]\n"
+                    .to_string(),
+                "arguments[0]: unknown field `shape`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = error(&text);
+            assert!(
+                err.contains(expected),
+                "{text}\n  gave: {err}\n  wanted: {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn relative_paths_in_flags_are_the_manifests() {
+        let dir = Path::new("/m");
+        let flags = |f: &[&str], language| {
+            resolve_paths(f.iter().map(|s| (*s).to_owned()).collect(), dir, language)
+        };
+        assert_eq!(
+            flags(
+                &[
+                    "-O3", "-Iinc", "-I", "a/b", "-I/abs", "-isystem", "sys", "-include", "pre.h",
+                    "-Lx"
+                ],
+                Language::C
+            ),
+            [
+                "-O3", "-I/m/inc", "-I", "/m/a/b", "-I/abs", "-isystem", "/m/sys", "-include",
+                "/m/pre.h", "-L/m/x"
+            ]
+        );
+        assert_eq!(
+            flags(
+                &["--include-path=inc", "-I", "x", "-std=c++17"],
+                Language::Cuda
+            ),
+            ["--include-path=/m/inc", "-I", "/m/x", "-std=c++17"]
+        );
     }
 
     #[test]

@@ -1235,6 +1235,53 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
 mod tests {
     use super::*;
 
+    /// Kernel Tuner drops blocks of more threads than the device allows when it builds its
+    /// space; so does a plan, with a note (no GPU needed: the limit is every GPU's).
+    #[test]
+    fn cuda_blocks_over_the_thread_limit_are_left_out_of_the_space() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("k.cu"),
+            "extern \"C\" __global__ void k(float *x) {}\n",
+        )
+        .unwrap();
+        let path = dir.path().join("m.toml");
+        std::fs::write(
+            &path,
+            "problem_size = [4096]\n[kernel]\nsource = \"k.cu\"\nentry = \"k\"\n\
+             [params]\nblock_size_x = [256, 512, 1024, 2048]\nblock_size_y = [1, 2]\n",
+        )
+        .unwrap();
+        let manifest = Manifest::read(&path, "cc").unwrap();
+        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
+        assert_eq!(plan.space().len(), 5);
+        assert_eq!(plan.selected().len(), 5);
+        let labels: Vec<String> = plan.space().choices().map(|c| c.label()).collect();
+        assert_eq!(labels[4], "block_size_x=1024 block_size_y=1");
+        assert_eq!(
+            plan.notes(),
+            [
+                "3 choices left out of the space: their block has more than 1024 threads, the \
+              most a CUDA block may have (as Kernel Tuner leaves them out)"
+            ]
+        );
+        // A C kernel has no such limit.
+        std::fs::write(dir.path().join("k.c"), "void k(float *x) {}\n").unwrap();
+        std::fs::write(
+            &path,
+            "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n[params]\nblock_size_x = [2048]\n",
+        )
+        .unwrap();
+        let plan = Plan::new(
+            Manifest::read(&path, "cc").unwrap(),
+            Box::new(strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
+        assert_eq!((plan.space().len(), plan.notes().len()), (1, 0));
+    }
+
     #[test]
     fn refined_timing_stretches_the_budget() {
         let t = TimingConfig::default();
