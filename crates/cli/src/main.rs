@@ -139,8 +139,8 @@ struct TuneArgs {
     list: bool,
     #[command(flatten)]
     output: OutputArgs,
-    /// The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside
-    /// the manifest].
+    /// The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl
+    /// (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says].
     #[arg(long, value_name = "PATH", conflicts_with = "no_cache")]
     cache: Option<PathBuf>,
     /// Neither read nor write a results cache.
