@@ -1333,7 +1333,7 @@ mod tests {
         let spaced = dir.path().join("my cc");
         std::fs::write(&spaced, "").unwrap();
         let spaced = spaced.to_string_lossy().into_owned();
-        assert_eq!(words(&spaced), [spaced.clone()]);
+        assert_eq!(words(&spaced), std::slice::from_ref(&spaced));
         assert_eq!(
             compiler_command("ccache cc -O1").unwrap(),
             ("ccache".to_owned(), vec!["cc".to_owned(), "-O1".to_owned()])

@@ -6,7 +6,9 @@
 //! entry, language, flags or options, the C compiler and its version, the defines, tensors (with
 //! their init, seed or data), scalars, timing, launch geometry, verification (tolerance and
 //! reference), worker reuse, and the device. Not the timeout: a cached timeout is reused only
-//! when it was given at least as long (see `cache.rs`).
+//! when it was given at least as long (see `cache.rs`). Nor the headers a C kernel finds
+//! through `-I` or a define, known only after compiling: a cache line records the compiler's
+//! dependency list and a lookup checks it (`cache::Deps`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

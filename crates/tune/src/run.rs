@@ -898,16 +898,15 @@ fn check_compilers(manifest: &Manifest) -> Result<()> {
         ..CompileControl::default()
     };
     for source in sources.into_iter().filter(|s| s.language == Language::C) {
-        match tunebox_cpu::compiler_version(&source.compiler, &control) {
-            Err(e @ (CpuError::CompilerNotFound { .. } | CpuError::CompilerSpawn { .. })) => {
-                bail!(
-                    "{:#} (the compiler command is `{}`); nothing was measured",
-                    anyhow::Error::new(e),
-                    source.compiler
-                )
-            }
-            // A compiler that hangs or fails on --version says why per choice, as before.
-            _ => {}
+        // A compiler that hangs or fails on --version says why per choice, as before.
+        if let Err(e @ (CpuError::CompilerNotFound { .. } | CpuError::CompilerSpawn { .. })) =
+            tunebox_cpu::compiler_version(&source.compiler, &control)
+        {
+            bail!(
+                "{:#} (the compiler command is `{}`); nothing was measured",
+                anyhow::Error::new(e),
+                source.compiler
+            )
         }
     }
     Ok(())
