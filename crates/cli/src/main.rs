@@ -148,8 +148,8 @@ struct TuneArgs {
     list: bool,
     #[command(flatten)]
     output: OutputArgs,
-    /// The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside
-    /// the manifest].
+    /// The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl
+    /// (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says].
     #[arg(long, value_name = "PATH", conflicts_with = "no_cache")]
     cache: Option<PathBuf>,
     /// Neither read nor write a results cache.
@@ -390,6 +390,9 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
             .filter_map(|&i| plan.space().choice(i))
         {
             writeln!(out, "{}", choice.label())?;
+        }
+        for note in plan.notes() {
+            eprintln!("note: {note}");
         }
         return Ok(ExitCode::SUCCESS);
     }

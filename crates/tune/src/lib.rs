@@ -121,7 +121,7 @@ pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, best, choices as choice_count, define_line,
 };
-pub use crate::run::{CacheMode, Plan, TuneOptions, compiler, plan, run, tune};
+pub use crate::run::{CacheMode, Plan, TuneOptions, compiler, cxx_compiler, plan, run, tune};
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace};
 pub use crate::stop::Stop;

@@ -430,6 +430,20 @@ impl SearchSpace {
             .ok()
     }
 
+    /// Keeps only the choices `keep` accepts, in order (the stable indices of those after a
+    /// removed one move down), and returns how many were removed: for limits known only with
+    /// the device, as Kernel Tuner drops blocks of more threads than the GPU allows when it
+    /// builds its space.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Choice) -> bool) -> usize {
+        let kept: Vec<u64> = (0..self.len())
+            .filter(|&i| keep(&self.choice(i).expect("an index below len")))
+            .map(|i| self.ranks[i])
+            .collect();
+        let removed = self.ranks.len() - kept.len();
+        self.ranks = kept;
+        removed
+    }
+
     /// Whether `choice` is a valid choice of this space (see [`SearchSpace::index_of`]).
     pub fn is_valid(&self, choice: &Choice) -> bool {
         self.index_of(choice).is_some()

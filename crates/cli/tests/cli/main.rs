@@ -1,5 +1,6 @@
 //! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
 
+mod careful;
 mod community;
 mod compile_deadline;
 mod kernel_tuner;

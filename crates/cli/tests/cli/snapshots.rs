@@ -93,7 +93,7 @@ fn tune_help() {
                       Show only the best N rows of the table (per device)
 
                   --cache <PATH>
-                      The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside the manifest]
+                      The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says]
 
                   --no-cache
                       Neither read nor write a results cache
