@@ -97,6 +97,7 @@ mod measure;
 mod merge;
 mod metrics;
 mod observer;
+pub mod replay;
 mod report;
 mod results;
 mod run;

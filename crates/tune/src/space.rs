@@ -317,6 +317,31 @@ impl SearchSpace {
         SearchSpace::with_limit(params, restrictions, MAX_VALID)
     }
 
+    /// The space of `params` under `restrictions`, Python expressions over the params (as a
+    /// manifest's `restrictions` or a T1 file's conditions): how a tool that is not driven by a
+    /// manifest (a replay, a test, a benchmark) builds one.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Manifest`]: a restriction that does not parse, names an unknown param or
+    /// raises for some choice; a space too large (see [`SearchSpace`]).
+    pub fn from_params(
+        params: &IndexMap<String, Vec<ParamValue>>,
+        restrictions: &[String],
+    ) -> crate::Result<SearchSpace> {
+        let build = || {
+            let parsed = restrictions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    Restriction::parse(r, params).with_context(|| format!("restrictions[{i}]"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            SearchSpace::new(params, &parsed)
+        };
+        build().map_err(crate::Error::manifest)
+    }
+
     /// [`SearchSpace::new`] with at most `max_valid` valid choices.
     fn with_limit(
         params: &IndexMap<String, Vec<ParamValue>>,
