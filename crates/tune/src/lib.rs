@@ -104,6 +104,7 @@ mod run;
 mod shard;
 mod space;
 mod stop;
+pub mod strategies;
 mod strategy;
 
 pub use crate::error::{Error, Result};
