@@ -123,6 +123,6 @@ pub use crate::results::{
 };
 pub use crate::run::{CacheMode, Plan, TuneOptions, compiler, plan, run, tune};
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace};
+pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

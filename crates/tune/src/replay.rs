@@ -578,6 +578,42 @@ pub fn report(
     }
 }
 
+/// `tunebox tune FILE --replay RECORDED`: the space of `file` (a manifest or a T1 file, see
+/// [`crate::load_space`]), every measurement from the recorded file, the strategy `selection`
+/// names, within `budget`; the ranked report (its `elapsed_s` the simulated time) and the
+/// trace.
+///
+/// # Errors
+///
+/// An invalid `file`, an unreadable recorded file, or one whose params are not the space's.
+pub fn replay(
+    file: &Path,
+    recorded: &Path,
+    selection: &Selection,
+    budget: Budget,
+) -> crate::Result<(Report, Trace)> {
+    let space = crate::space::load_space(file)?;
+    let recording = Recording::read(recorded)?;
+    let recorded = Recorded::new(&recording, &space)?;
+    let mut strategy = crate::strategy::from_selection(selection);
+    let mut results = Vec::new();
+    let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
+        results.push(r.clone());
+    });
+    let name = file
+        .file_stem()
+        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    let report = report(
+        &space,
+        &recorded,
+        &name,
+        selection.clone(),
+        results,
+        trace.elapsed_ms(),
+    );
+    Ok((report, trace))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
