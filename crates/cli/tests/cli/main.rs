@@ -3,6 +3,7 @@
 mod compile_deadline;
 mod kernel_tuner;
 mod resume;
+mod search;
 mod shards;
 mod snapshots;
 mod timing;

@@ -8,9 +8,9 @@
 //!   (standardized), a failed choice taking the worst time seen; the length scale is picked
 //!   from a small grid by marginal likelihood at every fit, the noise is fixed at 1e-4;
 //! - the first 10 choices are random (Kernel Tuner starts from a random sample too); then each
-//!   next choice maximizes expected improvement (ξ = 0.01) over a pool of 256 random unvisited
+//!   next choice maximizes expected improvement (ξ = 0.01) over a pool of 128 random unvisited
 //!   choices and the unvisited adjacent neighbours of the 5 best so far;
-//! - the model is fitted on at most 256 points (the best half and the most recent half), so
+//! - the model is fitted on at most 128 points (the best half and the most recent half), so
 //!   that a step stays cheap under large budgets.
 
 use super::{Core, ask_one};
@@ -19,8 +19,8 @@ use crate::space::SearchSpace;
 use crate::strategy::Strategy;
 
 const INITIAL: usize = 10;
-const POOL: usize = 256;
-const MAX_POINTS: usize = 256;
+const POOL: usize = 128;
+const MAX_POINTS: usize = 128;
 const XI: f64 = 0.01;
 const NOISE: f64 = 1e-4;
 const LENGTH_SCALES: [f64; 4] = [0.1, 0.2, 0.4, 0.8];
@@ -33,6 +33,8 @@ pub struct BayesianOptimization {
     pending: Option<usize>,
     /// Every told choice and its objective, in the order told.
     history: Vec<(usize, f64)>,
+    /// The length scale chosen at the last selection, and the history length then.
+    length: Option<(usize, f64)>,
 }
 
 impl BayesianOptimization {
@@ -42,6 +44,7 @@ impl BayesianOptimization {
             core: Core::new(budget, seed),
             pending: None,
             history: Vec::new(),
+            length: None,
         }
     }
 }
@@ -113,12 +116,17 @@ struct Gp {
 }
 
 impl Gp {
-    /// Fits `ys` (standardized) at `xs`, the length scale chosen by marginal likelihood.
-    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], dims: usize) -> Option<Gp> {
+    /// Fits `ys` (standardized) at `xs` with length scale `length`, or with the one of
+    /// [`LENGTH_SCALES`] (times √dims) of highest marginal likelihood.
+    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], dims: usize, length: Option<f64>) -> Option<Gp> {
         let n = xs.len();
         let scale = (dims.max(1) as f64).sqrt();
+        let grid: Vec<f64> = match length {
+            Some(l) => vec![l],
+            None => LENGTH_SCALES.iter().map(|l| l * scale).collect(),
+        };
         let mut best: Option<(f64, Gp)> = None;
-        for length in LENGTH_SCALES.map(|l| l * scale) {
+        for length in grid {
             let mut k = vec![0.0; n * n];
             for i in 0..n {
                 for j in 0..=i {
@@ -187,7 +195,12 @@ fn normal(z: f64) -> (f64, f64) {
 
 impl BayesianOptimization {
     /// The unvisited choice of highest expected improvement.
-    fn propose(core: &mut Core, history: &[(usize, f64)], space: &SearchSpace) -> Option<usize> {
+    fn propose(
+        core: &mut Core,
+        history: &[(usize, f64)],
+        chosen_length: &mut Option<(usize, f64)>,
+        space: &SearchSpace,
+    ) -> Option<usize> {
         let finite: Vec<f64> = history
             .iter()
             .map(|&(_, v)| v)
@@ -229,7 +242,14 @@ impl BayesianOptimization {
             .iter()
             .map(|&(i, _)| point(space, &counts, i))
             .collect();
-        let gp = Gp::fit(xs, &ys, counts.len())?;
+        // The length scale is chosen again every 10 points (each choice costs four fits).
+        let reuse = chosen_length
+            .filter(|&(at, _)| history.len() < at + 10)
+            .map(|(_, l)| l);
+        let gp = Gp::fit(xs, &ys, counts.len(), reuse)?;
+        if reuse.is_none() {
+            *chosen_length = Some((history.len(), gp.length));
+        }
         // Candidates: neighbours of the best few, then random ones.
         chosen.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         let mut pool: Vec<usize> = Vec::new();
@@ -266,13 +286,13 @@ impl Strategy for BayesianOptimization {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
-        let history = &self.history;
+        let (history, length) = (&self.history, &mut self.length);
         ask_one(
             &mut self.core,
             &mut self.pending,
             space,
             n,
-            |core, space| Self::propose(core, history, space),
+            |core, space| Self::propose(core, history, length, space),
         )
     }
 
@@ -301,7 +321,7 @@ mod tests {
     fn the_gp_interpolates() {
         let xs = vec![vec![0.0], vec![0.5], vec![1.0]];
         let ys = [1.0, -1.0, 0.5];
-        let gp = Gp::fit(xs, &ys, 1).unwrap();
+        let gp = Gp::fit(xs, &ys, 1, None).unwrap();
         for (x, y) in [(0.0, 1.0), (0.5, -1.0), (1.0, 0.5)] {
             let (mu, sigma) = gp.predict(&[x]);
             assert!((mu - y).abs() < 0.05, "{x}: {mu}");
