@@ -72,7 +72,7 @@ fn parse() -> Result<Options, String> {
             return Err(format!("unknown strategy {s}"));
         }
     }
-    if !(o.fraction > 0.0) || o.seeds == 0 {
+    if o.fraction.is_nan() || o.fraction <= 0.0 || o.seeds == 0 {
         return Err("--seeds and --budget-fraction must be above 0".into());
     }
     Ok(o)

@@ -83,6 +83,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Besides brute force and random sampling, [`strategies`] holds adaptive searches (genetic
+//! algorithm, simulated annealing, greedy iterated local search, differential evolution,
+//! Bayesian optimization) behind the same trait, and [`replay`] runs any strategy on recorded
+//! measurements (Kernel Tuner cache files, T4 files, results caches) in simulated time, as
+//! `tunebox tune --replay` does (docs/search.md compares them).
+//!
 //! A strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`];
 //! `tests/tune.rs` of the workspace runs both (through the test worker binary).
 #![deny(missing_docs)]

@@ -10,7 +10,7 @@
 //! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
 //! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
 //!
-//! What they share ([`Core`]): they propose only choices of the space (stable indices, so
+//! What they share (`Core`): they propose only choices of the space (stable indices, so
 //! never one that breaks a restriction), never the same index twice, at most `budget` in all;
 //! they are deterministic for a seed and a sequence of tells (all randomness comes from one
 //! seeded `fastrand::Rng`, and no iteration order depends on a hash map); a failed choice
