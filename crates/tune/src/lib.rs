@@ -83,6 +83,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Besides brute force and random sampling, [`strategies`] holds adaptive searches (genetic
+//! algorithm, simulated annealing, greedy iterated local search, differential evolution,
+//! Bayesian optimization) behind the same trait, and [`replay`] runs any strategy on recorded
+//! measurements (Kernel Tuner cache files, T4 files, results caches) in simulated time, as
+//! `tunebox tune --replay` does (docs/search.md compares them).
+//!
 //! A strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`];
 //! `tests/tune.rs` of the workspace runs both (through the test worker binary).
 #![deny(missing_docs)]
@@ -98,12 +104,14 @@ mod measure;
 mod merge;
 mod metrics;
 mod observer;
+pub mod replay;
 mod report;
 mod results;
 mod run;
 mod shard;
 mod space;
 mod stop;
+pub mod strategies;
 mod strategy;
 
 pub use crate::community::{t4_invalidity, to_t4, write_t4};
@@ -123,6 +131,6 @@ pub use crate::results::{
 };
 pub use crate::run::{CacheMode, Plan, TuneOptions, compiler, cxx_compiler, plan, run, tune};
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace};
+pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

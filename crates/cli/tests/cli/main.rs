@@ -5,6 +5,7 @@ mod community;
 mod compile_deadline;
 mod kernel_tuner;
 mod resume;
+mod search;
 mod shards;
 mod snapshots;
 mod timing;
