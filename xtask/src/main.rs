@@ -19,6 +19,13 @@
 //!   example with 2 × `nproc` busy loops running (issue 13; `docs/reliability.md`).
 //! - `agreement [RUNS] [-- TUNE_ARGS…]`: runs the main job RUNS (default 2) times and reports
 //!   the rank correlation and top-1 regret between consecutive runs (`docs/performance.md`).
+//! - `space-bench [--no-kt]`: builds the 10.6-million raw GEMM-like space and the benchmark
+//!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
+//!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
+//!   `Searchspace` when `target/kernel-tuner-venv` (or `$KT_VENV`) has it (`docs/search.md`).
+//! - `strategies [--seeds N] [--budget-fraction F]`: every search strategy on every replayable
+//!   space of the benchmark hub, simulated, scored by the methodology of Willemsen et al. (FGCS
+//!   2024); prints the table, writes `docs/search-strategies.svg` (`docs/search.md`).
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
@@ -49,6 +56,11 @@ const USAGE: &str = "usage: cargo xtask <task>
   agreement [RUNS] [-- TUNE_ARGS…]
                             the main job RUNS (default 2) times: rank correlation and top-1
                             regret between consecutive runs
+  space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
+                            Kernel Tuner side by side when installed
+  strategies [--seeds N] [--budget-fraction F]
+                            every strategy on the hub's recorded spaces (simulated): scores,
+                            docs/search-strategies.svg
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
@@ -65,6 +77,12 @@ fn main() -> ExitCode {
         Some("loaded-test") => loaded::loaded_test(&args[1..]),
         Some("agreement") => agreement::agreement(&args[1..]),
         Some("gpu-test") => gpu_test(),
+        Some("space-bench") => example("space_bench", &args[1..], &[]),
+        Some("strategies") => example(
+            "strategies",
+            &args[1..],
+            &["--svg", "docs/search-strategies.svg"],
+        ),
         Some("gpu-bundle") => gpu_bundle(),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
@@ -252,6 +270,23 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// Runs `cargo <args>` with extra environment, failing on a non-zero exit.
+/// Runs example `name` of tunebox-tune in release with `fixed` then `args`.
+fn example(name: &str, args: &[String], fixed: &[&str]) -> Result<(), String> {
+    let mut all = vec![
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "tunebox-tune",
+        "--example",
+        name,
+        "--",
+    ];
+    all.extend(fixed);
+    all.extend(args.iter().map(String::as_str));
+    cargo(&all, &[])
+}
+
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: cargo {}", args.join(" "));

@@ -112,6 +112,10 @@ const TUNE_EXAMPLES: &str = "Examples:
   tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
   tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
   tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
+  tunebox tune m.toml --strategy bayes --budget 100      Bayesian optimization, 100 choices
+  tunebox tune m.toml --count                            how many choices, nothing run
+  tunebox tune t1.json --replay cache.json.gz --strategy ils --budget 200
+                                                         simulate a search on recorded data
   tunebox tune m.toml --max-time 600 --refine 5          10 minutes, then the best 5 again
   tunebox tune m.toml --shard 2/8 --json shard-2.json    shard 2 of 8 (numbered from 0)
   tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array
@@ -146,10 +150,21 @@ struct TuneArgs {
     /// compile and run nothing.
     #[arg(long)]
     list: bool,
+    /// Only print the number of valid choices (and of choices before restrictions); compile and
+    /// run nothing.
+    #[arg(long, conflicts_with = "list")]
+    count: bool,
+    /// Measure nothing: take every measurement from this recorded file (a Kernel Tuner cache
+    /// file, `.json` or `.json.gz`; a T4 results file; a tunebox results cache) and account
+    /// time as it was spent there (compile + verification + benchmark + framework time), as
+    /// Kernel Tuner's simulation mode does. --max-time is then simulated time. See
+    /// docs/search.md.
+    #[arg(long, value_name = "RECORDED", conflicts_with = "list")]
+    replay: Option<PathBuf>,
     #[command(flatten)]
     output: OutputArgs,
-    /// The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside
-    /// the manifest].
+    /// The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl
+    /// (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says].
     #[arg(long, value_name = "PATH", conflicts_with = "no_cache")]
     cache: Option<PathBuf>,
     /// Neither read nor write a results cache.
@@ -174,14 +189,15 @@ struct TuneArgs {
     /// next choice's result; 0 means unlimited.
     #[arg(long, default_value_t = 1, value_name = "N")]
     max_process_uses: u64,
-    /// How to pick the choices: all of them, or a random sample of --budget.
+    /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
+    /// search that measures --budget choices (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
-    /// Measure a random sample of N choices (implies --strategy random).
+    /// Measure N choices: a random sample unless --strategy names another.
     #[arg(long, value_name = "N")]
     budget: Option<usize>,
-    /// Seed of the random sample (every shard of a run must use the same).
+    /// Seed of the random sample or search (every shard of a run must use the same).
     #[arg(long, default_value_t = 0, value_name = "N")]
     seed: u64,
     /// Start no new choice after SECS seconds (finished ones are kept and cached; a re-run
@@ -216,6 +232,16 @@ enum Strategy {
     BruteForce,
     /// A random sample of `--budget` choices (seeded by `--seed`), in sampled order.
     Random,
+    /// Genetic algorithm (Kernel Tuner's genetic_algorithm).
+    Genetic,
+    /// Simulated annealing (Kernel Tuner's simulated_annealing).
+    Annealing,
+    /// Greedy iterated local search (Kernel Tuner's greedy_ils).
+    Ils,
+    /// Differential evolution, best1bin (Kernel Tuner's diff_evo).
+    De,
+    /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
+    Bayes,
 }
 
 impl Strategy {
@@ -224,6 +250,11 @@ impl Strategy {
         match self {
             Strategy::BruteForce => "brute-force",
             Strategy::Random => "random",
+            Strategy::Genetic => "genetic",
+            Strategy::Annealing => "annealing",
+            Strategy::Ils => "ils",
+            Strategy::De => "de",
+            Strategy::Bayes => "bayes",
         }
     }
 }
@@ -375,6 +406,37 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
+    if args.count {
+        let space = tunebox_tune::load_space(&args.manifest)?;
+        writeln!(
+            std::io::stdout(),
+            "{} valid choices ({} before restrictions)",
+            space.len(),
+            space.raw_len()
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(recorded) = &args.replay {
+        let budget = tunebox_tune::replay::Budget {
+            max_evals: selection.budget.unwrap_or(usize::MAX),
+            max_time_ms: max_time.map_or(f64::INFINITY, |t| t.as_secs_f64() * 1000.0),
+        };
+        let (report, trace) =
+            tunebox_tune::replay::replay(&args.manifest, recorded, &selection, budget)?;
+        emit(&report, &args.output, true, !args.quiet)?;
+        writeln!(
+            std::io::stdout(),
+            "replayed {} measurements of {}: simulated time {:.1} s, best {}",
+            trace.points.len(),
+            recorded.display(),
+            trace.elapsed_ms() / 1000.0,
+            trace.best_ms().map_or_else(
+                || "none (every choice failed)".into(),
+                |b| format!("{b:.4} ms")
+            )
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.list {
         let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?;
         for note in plan.manifest().notes() {
@@ -390,6 +452,9 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
             .filter_map(|&i| plan.space().choice(i))
         {
             writeln!(out, "{}", choice.label())?;
+        }
+        for note in plan.notes() {
+            eprintln!("note: {note}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -471,6 +536,10 @@ fn selection(args: &TuneArgs) -> Result<Selection> {
         (Some(Strategy::Random), None) => {
             bail!("--strategy random needs --budget N, the number of choices to sample")
         }
+        (Some(strategy), None) if strategy != Strategy::BruteForce => bail!(
+            "--strategy {} needs --budget N, the number of choices to measure",
+            strategy.name()
+        ),
         (Some(strategy), _) => strategy,
         (None, Some(_)) => Strategy::Random,
         (None, None) => Strategy::BruteForce,
@@ -486,7 +555,7 @@ fn selection(args: &TuneArgs) -> Result<Selection> {
     }
     Ok(Selection {
         strategy: strategy.name().to_owned(),
-        budget: args.budget.filter(|_| strategy == Strategy::Random),
+        budget: args.budget.filter(|_| strategy != Strategy::BruteForce),
         seed: args.seed,
     })
 }

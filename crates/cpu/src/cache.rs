@@ -169,10 +169,10 @@ pub(crate) fn artifact_path(dir: &Path, key: &str) -> PathBuf {
 }
 
 /// An artifact of `base` in `dir` built from the current contents of one of the dependency lists
-/// in its manifest, as `(key, path)`; `None` (a miss) when the manifest is missing or corrupt, a
+/// in its manifest, as `(key, path, list)`; `None` (a miss) when the manifest is missing or corrupt, a
 /// listed file is gone or unreadable, or no such artifact exists. Lists are tried most recent
 /// first and each file is hashed at most once.
-pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
+pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf, Vec<PathBuf>)> {
     let manifest = Manifest::read(dir, base)?;
     let mut digests: HashMap<&Path, Option<blake3::Hash>> = HashMap::new();
     'lists: for list in &manifest.lists {
@@ -201,7 +201,7 @@ pub(crate) fn lookup(dir: &Path, base: &str) -> Option<(String, PathBuf)> {
                 let _settled = DirLock::shared(dir);
                 digest_matches(&path)
             } {
-                return Some((key, path));
+                return Some((key, path, list.clone()));
             }
             log::warn!(
                 "cpu: `{}` does not match its recorded hash (truncated or tampered); rebuilding",
@@ -598,7 +598,11 @@ mod tests {
         record_digest(dir.path(), &artifact, &blake3::hash(b"")).unwrap();
         assert_eq!(
             lookup(dir.path(), BASE),
-            Some((key.clone(), dir.path().join(format!("{key}.so"))))
+            Some((
+                key.clone(),
+                dir.path().join(format!("{key}.so")),
+                vec![header.clone()]
+            ))
         );
         std::fs::write(&header, "2").unwrap();
         assert_eq!(lookup(dir.path(), BASE), None, "edited");

@@ -112,14 +112,21 @@ pub enum Language {
 
 impl Language {
     /// C++ when the compiler is a C++ driver (its file name contains `++`: `g++`, `c++`,
-    /// `clang++`, `x86_64-linux-gnu-g++-12`), the source name has a C++ extension (`.cpp`,
+    /// `clang++`, `x86_64-linux-gnu-g++-12`, also behind a launcher: `ccache g++`), the source
+    /// name has a C++ extension (`.cpp`,
     /// `.cc`, `.cxx`, `.c++`, `.C`, `.hpp`), or the flags say `-x c++`; C otherwise. Kernel
     /// Tuner's `lang = "C"` with its default compiler `g++` is C++.
     pub fn of(kernel: &CKernel) -> Language {
-        let compiler = Path::new(&kernel.compiler)
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        // Any program word of the command (`ccache g++`), not its flags (`cc -std=c11`).
+        let cxx_driver = compiler_words(&kernel.compiler)
+            .unwrap_or_else(|| vec![kernel.compiler.clone()])
+            .iter()
+            .filter(|word| !word.starts_with('-'))
+            .any(|word| {
+                Path::new(word)
+                    .file_name()
+                    .is_some_and(|name| name.to_string_lossy().contains("++"))
+            });
         let extension = Path::new(&kernel.source_name)
             .extension()
             .map(|e| e.to_string_lossy().into_owned())
@@ -127,7 +134,7 @@ impl Language {
         let x_cxx = kernel.flags.iter().enumerate().any(|(i, flag)| {
             flag == "-xc++" || (flag == "-x" && kernel.flags.get(i + 1).is_some_and(|l| l == "c++"))
         });
-        if compiler.contains("++")
+        if cxx_driver
             || ["cpp", "cc", "cxx", "c++", "C", "hpp"].contains(&extension.as_str())
             || x_cxx
         {
@@ -163,6 +170,7 @@ pub struct Artifact {
     path: PathBuf,
     key: String,
     cached: bool,
+    dependencies: Vec<PathBuf>,
 }
 
 impl Artifact {
@@ -182,6 +190,15 @@ impl Artifact {
     /// Whether the object was already in the cache, so no compiler ran.
     pub fn was_cached(&self) -> bool {
         self.cached
+    }
+
+    /// The files the compiler read besides the kernel's source (headers, `-include`d files),
+    /// as it named them (a header found through a relative `-I` is relative to the working
+    /// directory of the compile), in its order: the list the key's `<deps>` hash covers. A
+    /// caller that keeps results of this object (tunebox's results cache) can hash these files
+    /// later to learn, without compiling, whether the object would still be the same.
+    pub fn dependencies(&self) -> &[PathBuf] {
+        &self.dependencies
     }
 }
 
@@ -419,7 +436,7 @@ pub fn compile_with(
     let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
     let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
     let dir = cache.ensure()?;
-    if let Some((key, path)) = cache::lookup(dir, &base) {
+    if let Some((key, path, dependencies)) = cache::lookup(dir, &base) {
         log::debug!(
             "cpu: cache hit for `{}`: {}",
             kernel.source_name,
@@ -429,9 +446,10 @@ pub fn compile_with(
             path,
             key,
             cached: true,
+            dependencies,
         });
     }
-    let (key, path) = build(
+    let (key, path, dependencies) = build(
         kernel,
         language,
         &trampoline,
@@ -444,6 +462,7 @@ pub fn compile_with(
         path,
         key,
         cached: false,
+        dependencies,
     })
 }
 
@@ -457,8 +476,8 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CpuErr
 }
 
 /// Compiles into temporary files in `dir`, then renames the object to `<base>-<deps>.so` and
-/// records the files the compiler read in the manifest of `base`. Returns the artifact's key and
-/// path.
+/// records the files the compiler read in the manifest of `base`. Returns the artifact's key,
+/// path and those files.
 fn build(
     kernel: &CKernel,
     language: Language,
@@ -467,7 +486,7 @@ fn build(
     base: &str,
     timeout: Duration,
     limits: &Limits<'_>,
-) -> Result<(String, PathBuf), CpuError> {
+) -> Result<(String, PathBuf, Vec<PathBuf>), CpuError> {
     let temp = |suffix: &str| {
         tempfile::Builder::new()
             .prefix(".tunebox-")
@@ -516,17 +535,22 @@ fn build(
         args.push("-o".into());
         args.push(object_path.to_string_lossy().into_owned());
         args.push(source_path.to_string_lossy().into_owned());
-        let command = render_command(&kernel.compiler, &args);
+        let (program, mut command_args) = compiler_command(&kernel.compiler)?;
+        command_args.extend(args);
+        let args = command_args;
+        let command = render_command(&program, &args);
         log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
 
         let started = SystemTime::now();
-        let outcome = subprocess::run(Command::new(&kernel.compiler).args(&args), limits)
-            .map_err(|e| spawn_error(&kernel.compiler, e))?;
+        let outcome = subprocess::run(Command::new(&program).args(&args), limits)
+            .map_err(|e| spawn_error(&program, e))?;
         let (status, output) = finished(outcome, &command, timeout)?;
         if !status.success() {
             return Err(CpuError::Compile {
                 command,
                 log: compiler_log(status, &output),
+                dependencies: read_dependencies(kernel, &depfile_path, &source_path)
+                    .unwrap_or_default(),
             });
         }
         let deps = read_dependencies(kernel, &depfile_path, &source_path)?;
@@ -540,8 +564,8 @@ fn build(
                 // The object with its recorded hash (a lookup loads an object only when its
                 // recorded hash matches, so a truncated or tampered one is rebuilt, never
                 // loaded), then the manifest, under the cache directory's lock.
-                cache::publish(dir, base, &path, object_path, deps)?;
-                return Ok((key, path));
+                cache::publish(dir, base, &path, object_path, deps.clone())?;
+                return Ok((key, path, deps));
             }
             Err(change) => {
                 // Usually a file saved just before the run (a generator, an editor): the retry
@@ -925,6 +949,38 @@ pub(crate) fn cache_key(
     h.finish()
 }
 
+/// The words of a compiler command as make users write `CC`: `cc`, `/usr/bin/gcc-12`,
+/// `ccache cc`, `cc -std=c11`, `"/opt/my tools/cc" -m64` (split as a POSIX shell splits words,
+/// quotes and backslashes included). A path to an existing file is one word even with spaces in
+/// it. `None` when the quotes do not balance.
+pub(crate) fn compiler_words(compiler: &str) -> Option<Vec<String>> {
+    if Path::new(compiler).is_file() {
+        return Some(vec![compiler.to_owned()]);
+    }
+    shlex::split(compiler)
+}
+
+/// The program and leading arguments of the compiler command `compiler` ([`compiler_words`]).
+fn compiler_command(compiler: &str) -> Result<(String, Vec<String>), CpuError> {
+    let Some(mut words) = compiler_words(compiler) else {
+        return Err(CpuError::CompilerSpawn {
+            compiler: compiler.to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "its quotes do not balance (the compiler command is split into words as a shell \
+                 splits CC)",
+            ),
+        });
+    };
+    if words.is_empty() {
+        return Err(CpuError::CompilerNotFound {
+            compiler: String::new(),
+        });
+    }
+    let program = words.remove(0);
+    Ok((program, words))
+}
+
 fn spawn_error(compiler: &str, source: io::Error) -> CpuError {
     if source.kind() == io::ErrorKind::NotFound {
         CpuError::CompilerNotFound {
@@ -994,7 +1050,9 @@ fn compiler_identity(
     limits: &Limits<'_>,
 ) -> Result<String, CpuError> {
     static PROBES: Mutex<BTreeMap<String, Probe>> = Mutex::new(BTreeMap::new());
-    let command = render_command(compiler, &["--version".to_owned()]);
+    let (program, mut args) = compiler_command(compiler)?;
+    args.push("--version".to_owned());
+    let command = render_command(&program, &args);
     let hung = |after, log: &str| CpuError::CompileTimeout {
         command: command.clone(),
         after,
@@ -1006,8 +1064,8 @@ fn compiler_identity(
         Some(Probe::Hung { after, log }) if timeout <= *after => return Err(hung(*after, log)),
         Some(Probe::Hung { .. }) | None => {}
     }
-    let outcome = subprocess::run(Command::new(compiler).arg("--version"), limits)
-        .map_err(|e| spawn_error(compiler, e))?;
+    let outcome = subprocess::run(Command::new(&program).args(&args), limits)
+        .map_err(|e| spawn_error(&program, e))?;
     let (status, output) = match finished(outcome, &command, timeout) {
         Ok(exited) => exited,
         Err(CpuError::CompileTimeout { after, log, .. }) => {
@@ -1264,6 +1322,25 @@ mod tests {
     }
 
     #[test]
+    fn compiler_commands_are_split_like_cc() {
+        let words = |c: &str| compiler_words(c).unwrap();
+        assert_eq!(words("cc"), ["cc"]);
+        assert_eq!(words("ccache cc"), ["ccache", "cc"]);
+        assert_eq!(words(" cc  -std=c11 "), ["cc", "-std=c11"]);
+        assert_eq!(words("'/opt/my cc/gcc' -m64"), ["/opt/my cc/gcc", "-m64"]);
+        assert_eq!(compiler_words("cc 'x"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let spaced = dir.path().join("my cc");
+        std::fs::write(&spaced, "").unwrap();
+        let spaced = spaced.to_string_lossy().into_owned();
+        assert_eq!(words(&spaced), std::slice::from_ref(&spaced));
+        assert_eq!(
+            compiler_command("ccache cc -O1").unwrap(),
+            ("ccache".to_owned(), vec!["cc".to_owned(), "-O1".to_owned()])
+        );
+    }
+
+    #[test]
     fn a_bad_order_is_refused() {
         let signature = Signature::new([DType::F32], 1);
         let err =
@@ -1292,6 +1369,9 @@ mod tests {
             Language::of(&k)
         };
         assert_eq!(with("cc", "k.c", &[]), Language::C);
+        assert_eq!(with("ccache g++", "k.c", &[]), Language::Cxx);
+        assert_eq!(with("cc -std=c11", "k.c", &[]), Language::C);
+        assert_eq!(with("ccache cc -DX=\"a++\"", "k.c", &[]), Language::C);
         assert_eq!(with("/usr/bin/gcc-12", "dir.cpp/k.c", &[]), Language::C);
         assert_eq!(with("g++", "k.c", &[]), Language::Cxx);
         assert_eq!(with("/opt/bin/clang++-17", "k", &[]), Language::Cxx);

@@ -77,6 +77,11 @@ pub enum CpuError {
         command: String,
         /// The compiler's stderr then stdout (bounded; user diagnostics cite `source_name`).
         log: String,
+        /// The files the compiler read before it gave up, from its dependency list (gcc and
+        /// clang write one for errors after preprocessing); empty when it wrote none (a missing
+        /// header stops them before). A caller that keeps the failure (tunebox's results
+        /// cache) can tell from them whether a retry would fail the same way.
+        dependencies: Vec<std::path::PathBuf>,
     },
     /// The compiler (or its `--version` probe) ran past the deadline of
     /// [`CompileControl::timeout`](crate::CompileControl::timeout) and was killed, with
@@ -168,7 +173,7 @@ impl From<CpuError> for BenchError {
     fn from(err: CpuError) -> Self {
         let message = with_sources(&err);
         match err {
-            CpuError::Compile { command, log } => BenchError::Compile { command, log },
+            CpuError::Compile { command, log, .. } => BenchError::Compile { command, log },
             CpuError::CompileTimeout {
                 command,
                 after,

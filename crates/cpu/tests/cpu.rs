@@ -81,7 +81,7 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 fn compile_error(kernel: &CKernel, signature: &Signature) -> (String, String) {
     let cache = tempfile::tempdir().unwrap();
     match compile(kernel, signature, &CacheDir::new(cache.path())) {
-        Err(CpuError::Compile { command, log }) => (command, log),
+        Err(CpuError::Compile { command, log, .. }) => (command, log),
         other => panic!("expected a compile error, got {other:?}"),
     }
 }
@@ -336,6 +336,43 @@ fn missing_compiler_is_a_clear_error() {
         text.contains("`tunebox-no-such-cc` was not found on PATH")
             && text.contains("CC or the manifest's `kernel.compiler`"),
         "{text}"
+    );
+}
+
+/// `CC` as make users give it: a launcher before the compiler, flags after it.
+#[test]
+fn a_compiler_command_with_words_is_split_like_a_shell() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache.path());
+    let mut kernel = add_kernel();
+    // `env` runs the compiler, and the define comes from the command, not the flags.
+    kernel.source = format!("#ifndef FROM_CC\n#error FROM_CC is not defined\n#endif\n{ADD}");
+    kernel.compiler = "env 'TUNEBOX_UNUSED=a b' cc -DFROM_CC=1".into();
+    let artifact = compile(&kernel, &add_signature(), &cache).unwrap();
+    assert!(!artifact.was_cached());
+    assert!(
+        artifact
+            .dependencies()
+            .iter()
+            .any(|d| d.ends_with("stdint.h")),
+        "{:?}",
+        artifact.dependencies()
+    );
+    let hit = compile(&kernel, &add_signature(), &cache).unwrap();
+    assert!(hit.was_cached());
+    assert_eq!(hit.dependencies(), artifact.dependencies());
+    // A missing launcher is named as the program that was not found.
+    kernel.compiler = "tunebox-no-such-launcher cc".into();
+    let err = compile(&kernel, &add_signature(), &cache).unwrap_err();
+    assert!(
+        matches!(&err, CpuError::CompilerNotFound { compiler } if compiler == "tunebox-no-such-launcher"),
+        "{err}"
+    );
+    kernel.compiler = "cc 'unbalanced".into();
+    let err = compile(&kernel, &add_signature(), &cache).unwrap_err();
+    assert!(
+        err.to_string().contains("could not run the C compiler"),
+        "{err}"
     );
 }
 

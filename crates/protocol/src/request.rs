@@ -405,7 +405,9 @@ pub struct CKernel {
     pub defines: Vec<Define>,
     /// Compiler flags, e.g. `["-O3", "-march=native"]`. `-fPIC -shared` are always added.
     pub flags: Vec<String>,
-    /// The C compiler to run (a name on `PATH` or a path), e.g. `"cc"`.
+    /// The C compiler command, e.g. `"cc"`: a name on `PATH` or a path, optionally with
+    /// leading words as make users give `CC` (`"ccache cc"`, `"cc -std=c11"`), split as a
+    /// POSIX shell splits words (a path to an existing file is one word even with spaces).
     pub compiler: String,
 }
 

@@ -11,13 +11,14 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use tunebox_pool::Status;
 
-use crate::results::{ChoiceResult, ResultJson, RunHeader};
+use crate::results::{ChoiceResult, ResultJson, RunHeader, ShardInfo};
 
 /// One line of the cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +32,92 @@ pub(crate) struct CacheLine {
     /// When the choice finished (seconds since the Unix epoch).
     pub finished_at: u64,
     pub result: ResultJson,
+    /// The files a C choice's compile read (and its reference's), as they were: a lookup
+    /// reuses the line only while they are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<Deps>,
+}
+
+/// The files the compiler read for a C choice (every header, however it was found: beside the
+/// source, through `-I`, named by a param's define, system headers), from its dependency list,
+/// with a hash of their paths and contents when the choice was measured. The key cannot hold
+/// them (they are known only after compiling), so a lookup checks them instead, without
+/// compiling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Deps {
+    /// Absolute paths, in the compiler's order.
+    pub files: Vec<String>,
+    /// blake3 of the paths and contents (32 hex digits).
+    pub hash: String,
+}
+
+impl Deps {
+    /// `files` (made absolute against the working directory) as they are now; `None` when one
+    /// cannot be read.
+    pub(crate) fn of(files: &[PathBuf]) -> Option<Deps> {
+        let mut absolute: Vec<String> = Vec::with_capacity(files.len());
+        for file in files {
+            let path = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+            let path = path.display().to_string();
+            if !absolute.contains(&path) {
+                absolute.push(path);
+            }
+        }
+        let digests: Option<Vec<blake3::Hash>> =
+            absolute.iter().map(|f| digest(Path::new(f))).collect();
+        Some(Deps {
+            hash: deps_hash(&absolute, &digests?),
+            files: absolute,
+        })
+    }
+}
+
+/// blake3 of a regular file's contents; `None` when it is not one or cannot be read.
+fn digest(path: &Path) -> Option<blake3::Hash> {
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(File::open(path).ok()?)
+        .ok()
+        .map(|h| h.finalize())
+}
+
+fn deps_hash(files: &[String], digests: &[blake3::Hash]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tunebox results deps v1");
+    h.update(&(files.len() as u64).to_le_bytes());
+    for (file, digest) in files.iter().zip(digests) {
+        h.update(&(file.len() as u64).to_le_bytes());
+        h.update(file.as_bytes());
+        h.update(digest.as_bytes());
+    }
+    h.finalize().to_hex()[..32].to_owned()
+}
+
+/// Checks recorded [`Deps`] against the files as they are now, hashing each file at most once
+/// per run (a family's choices read the same headers).
+#[derive(Debug, Default)]
+pub(crate) struct DepsCheck {
+    digests: Mutex<HashMap<String, Option<blake3::Hash>>>,
+}
+
+impl DepsCheck {
+    /// Whether every file of `deps` still has the contents it had.
+    pub(crate) fn current(&self, deps: &Deps) -> bool {
+        let mut memo = self.digests.lock().unwrap_or_else(|e| e.into_inner());
+        let digests: Option<Vec<blake3::Hash>> = deps
+            .files
+            .iter()
+            .map(|f| {
+                *memo
+                    .entry(f.clone())
+                    .or_insert_with(|| digest(Path::new(f)))
+            })
+            .collect();
+        digests.is_some_and(|d| deps_hash(&deps.files, &d) == deps.hash)
+    }
 }
 
 impl CacheLine {
@@ -39,6 +126,7 @@ impl CacheLine {
         header: &RunHeader,
         timeout: Duration,
         result: &ChoiceResult,
+        deps: Option<Deps>,
     ) -> CacheLine {
         let mut result = ResultJson::from_result(result, None);
         result.cached = false;
@@ -50,6 +138,7 @@ impl CacheLine {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             result,
+            deps,
         }
     }
 
@@ -69,6 +158,8 @@ pub struct ResultsCache {
     path: PathBuf,
     /// The last usable line of each key.
     entries: HashMap<String, CacheLine>,
+    /// Keys whose line came from another file (`others` of [`ResultsCache::open`]).
+    borrowed: std::collections::HashSet<String>,
     file: File,
     /// Lines that could not be read (cut short by a kill, or not ours).
     unreadable: usize,
@@ -76,12 +167,13 @@ pub struct ResultsCache {
 
 impl ResultsCache {
     /// Opens (creating it if needed) the cache at `path` for appending, and reads its lines
-    /// unless `fresh`.
+    /// unless `fresh`; then, unless `fresh`, the lines of `others` (caches of the same manifest
+    /// written by other runs, such as shards), which are only read.
     ///
     /// # Errors
     ///
     /// The file cannot be created, read or opened for appending.
-    pub(crate) fn open(path: &Path, fresh: bool) -> Result<ResultsCache> {
+    pub(crate) fn open(path: &Path, others: &[PathBuf], fresh: bool) -> Result<ResultsCache> {
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -106,8 +198,22 @@ impl ResultsCache {
         );
         let (lines, unreadable) = parse_lines(&text);
         let mut entries = HashMap::new();
+        let mut borrowed = std::collections::HashSet::new();
         if !fresh {
+            // Other runs' lines first, so that this file's own win for a key both have.
+            for other in others {
+                let Ok(text) = std::fs::read_to_string(other) else {
+                    continue;
+                };
+                if text.trim_start().starts_with("{\"key\"") {
+                    for line in parse_lines(&text).0 {
+                        borrowed.insert(line.key.clone());
+                        entries.insert(line.key.clone(), line);
+                    }
+                }
+            }
             for line in lines {
+                borrowed.remove(&line.key);
                 entries.insert(line.key.clone(), line);
             }
         }
@@ -119,6 +225,7 @@ impl ResultsCache {
         Ok(ResultsCache {
             path: path.to_owned(),
             entries,
+            borrowed,
             file,
             unreadable: if fresh { 0 } else { unreadable },
         })
@@ -132,7 +239,7 @@ impl ResultsCache {
     /// [`crate::Error::Run`]: the file cannot be created, read or opened for appending, or is
     /// not a results cache.
     pub fn load(path: &Path, fresh: bool) -> crate::Result<ResultsCache> {
-        ResultsCache::open(path, fresh).map_err(crate::Error::run)
+        ResultsCache::open(path, &[], fresh).map_err(crate::Error::run)
     }
 
     /// The file's path.
@@ -155,9 +262,35 @@ impl ResultsCache {
         self.unreadable
     }
 
-    /// The cached result for `key`, if there is one usable with `timeout`.
-    pub(crate) fn lookup(&self, key: &str, timeout: Duration) -> Option<&CacheLine> {
-        self.entries.get(key).filter(|line| line.usable(timeout))
+    /// The cached result for `key`, if there is one usable with `timeout`. With `deps` (a C
+    /// kernel), only a line whose recorded headers are unchanged: a line without them (a
+    /// compile error, whose compiler listed nothing, or a line of an older tunebox) is compiled
+    /// again.
+    pub(crate) fn lookup(
+        &self,
+        key: &str,
+        timeout: Duration,
+        deps: Option<&DepsCheck>,
+    ) -> Option<&CacheLine> {
+        self.entries.get(key).filter(|line| {
+            line.usable(timeout)
+                && deps.is_none_or(|check| line.deps.as_ref().is_some_and(|d| check.current(d)))
+        })
+    }
+
+    /// Copies the line of `key` into this file when it came from another one, so that this
+    /// file holds every result of the run that uses it (a cache is also a results file).
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub(crate) fn adopt(&mut self, key: &str) -> Result<()> {
+        if self.borrowed.remove(key)
+            && let Some(line) = self.entries.get(key).cloned()
+        {
+            self.append(line)?;
+        }
+        Ok(())
     }
 
     /// Appends a line (one `write`, so that concurrent appenders do not interleave on a local
@@ -196,14 +329,50 @@ pub(crate) fn parse_lines(text: &str) -> (Vec<CacheLine>, usize) {
     (lines, unreadable)
 }
 
-/// The default cache: beside the JSON report (`r.json` → `r.tunebox-cache.jsonl`), else beside
-/// the manifest (`m.toml` → `m.tunebox-cache.jsonl`).
-pub(crate) fn default_path(manifest: &Path, json: Option<&Path>) -> PathBuf {
-    let base = json.unwrap_or(manifest);
-    let stem = base
+/// The default cache, which belongs to the manifest whatever the report's name: beside it
+/// (`m.toml` → `m.tunebox-cache.jsonl`), or for a shard `m.shard-K-of-N.tunebox-cache.jsonl`
+/// (one writer per file, also on a shared file system).
+pub(crate) fn default_path(manifest: &Path, shard: Option<ShardInfo>) -> PathBuf {
+    let stem = manifest_stem(manifest);
+    manifest.with_file_name(match shard {
+        None => format!("{stem}.tunebox-cache.jsonl"),
+        Some(s) => format!(
+            "{stem}.shard-{}-of-{}.tunebox-cache.jsonl",
+            s.index, s.count
+        ),
+    })
+}
+
+/// The other default caches of the manifest (the unsharded one and every shard's) that exist,
+/// besides `own`: a run reads what they hold too.
+pub(crate) fn sibling_paths(manifest: &Path, own: &Path) -> Vec<PathBuf> {
+    let stem = manifest_stem(manifest);
+    let dir = match manifest.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let shard_prefix = format!("{stem}.shard-");
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name == format!("{stem}.tunebox-cache.jsonl")
+                || (name.starts_with(&shard_prefix) && name.ends_with(".tunebox-cache.jsonl"))
+        })
+        .map(|e| manifest.with_file_name(e.file_name()))
+        .filter(|p| p.file_name() != own.file_name())
+        .collect();
+    paths.sort();
+    paths
+}
+
+fn manifest_stem(manifest: &Path) -> String {
+    manifest
         .file_stem()
-        .map_or_else(|| "tunebox".into(), |s| s.to_string_lossy().into_owned());
-    base.with_file_name(format!("{stem}.tunebox-cache.jsonl"))
+        .map_or_else(|| "tunebox".into(), |s| s.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
@@ -217,9 +386,23 @@ mod tests {
             Path::new("examples/m.tunebox-cache.jsonl")
         );
         assert_eq!(
-            default_path(Path::new("m.toml"), Some(Path::new("out/r.json"))),
-            Path::new("out/r.tunebox-cache.jsonl")
+            default_path(Path::new("m.toml"), Some(ShardInfo { index: 2, count: 8 })),
+            Path::new("m.shard-2-of-8.tunebox-cache.jsonl")
         );
+    }
+
+    #[test]
+    fn recorded_headers_are_checked_as_they_are_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = dir.path().join("h.h");
+        std::fs::write(&header, "1").unwrap();
+        let deps = Deps::of(std::slice::from_ref(&header)).unwrap();
+        assert!(DepsCheck::default().current(&deps));
+        std::fs::write(&header, "2").unwrap();
+        assert!(!DepsCheck::default().current(&deps), "edited");
+        std::fs::remove_file(&header).unwrap();
+        assert!(!DepsCheck::default().current(&deps), "deleted");
+        assert_eq!(Deps::of(&[header]), None);
     }
 
     #[test]
@@ -227,7 +410,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.json");
         std::fs::write(&path, "{\n  \"tunebox_version\": \"0.1.0\"\n}\n").unwrap();
-        let err = ResultsCache::open(&path, false).unwrap_err();
+        let err = ResultsCache::open(&path, &[], false).unwrap_err();
         assert!(err.to_string().contains("is not a results cache"), "{err}");
         assert!(std::fs::read_to_string(&path).unwrap().ends_with("}\n"));
     }
@@ -237,7 +420,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, "{\"key\": \"a\", \"trunc").unwrap();
-        let cache = ResultsCache::open(&path, false).unwrap();
+        let cache = ResultsCache::open(&path, &[], false).unwrap();
         assert_eq!(cache.unreadable(), 1);
         assert!(std::fs::read_to_string(&path).unwrap().ends_with('\n'));
     }

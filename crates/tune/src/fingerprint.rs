@@ -6,13 +6,15 @@
 //! entry, language, flags or options, the C compiler and its version, the defines, tensors (with
 //! their init, seed or data), scalars, timing, launch geometry, verification (tolerance and
 //! reference), worker reuse, and the device. Not the timeout: a cached timeout is reused only
-//! when it was given at least as long (see `cache.rs`).
+//! when it was given at least as long (see `cache.rs`). Nor the headers a C kernel finds
+//! through `-I` or a define, known only after compiling: a cache line records the compiler's
+//! dependency list and a lookup checks it (`cache::Deps`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tunebox_cpu::CompileControl;
-use tunebox_protocol::{BenchmarkRequest, Init, Kernel, TensorSpec};
+use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec};
 
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
@@ -57,6 +59,15 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     }
     for s in &manifest.scalars {
         h.text(&s.name).text(&s.value.to_string());
+        // Typed scalars came later: an `i64` scalar hashes as before, so existing keys hold.
+        if s.kind != ScalarKind::I64 || s.float != 0.0 {
+            h.text(s.kind.name())
+                .field(&s.float.to_bits().to_le_bytes());
+        }
+    }
+    // So did the argument order: the default (empty) order adds nothing.
+    if !manifest.args.is_empty() {
+        h.text("args").text(&format!("{:?}", manifest.args));
     }
     match &manifest.verify {
         None => {
@@ -240,6 +251,34 @@ fn included(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys of manifests that use none of the later fields (typed scalars, an argument order)
+    /// are those of earlier versions, so existing caches stay valid; the new fields change them.
+    #[test]
+    fn new_argument_fields_keep_old_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *x, long n) {}\n").unwrap();
+        let path = dir.path().join("m.toml");
+        let setup = |extra: &str, scalar: &str| {
+            std::fs::write(
+                &path,
+                format!(
+                    "{extra}[kernel]\nsource = \"k.c\"\nentry = \"k\"\n\
+                     [[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n\
+                     [[scalars]]\nname = \"n\"\n{scalar}\n"
+                ),
+            )
+            .unwrap();
+            setup_hash(&Manifest::read(&path, "tunebox-no-such-cc").unwrap())
+        };
+        // An untyped integer scalar in the default order: hashed as before (name and value).
+        let old = setup("", "value = 4");
+        assert_eq!(setup("", "value = 4\ntype = \"i64\""), old);
+        assert_eq!(setup("args = [\"x\", \"n\"]\n", "value = 4"), old);
+        assert_ne!(setup("", "value = 4\ntype = \"i32\""), old);
+        assert_ne!(setup("", "value = 4.0"), old);
+        assert_ne!(setup("args = [\"n\", \"x\"]\n", "value = 4"), old);
+    }
 
     #[test]
     fn local_headers_are_followed() {

@@ -85,6 +85,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Besides brute force and random sampling, [`strategies`] holds adaptive searches (genetic
+//! algorithm, simulated annealing, greedy iterated local search, differential evolution,
+//! Bayesian optimization) behind the same trait, and [`replay`] runs any strategy on recorded
+//! measurements (Kernel Tuner cache files, T4 files, results caches) in simulated time, as
+//! `tunebox tune --replay` does (docs/search.md compares them).
+//!
 //! A manifest file reads the same way through [`tune`] (`TuneOptions::manifest` names it); a
 //! strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`].
 #![deny(missing_docs)]
@@ -100,12 +106,14 @@ mod measure;
 mod merge;
 mod metrics;
 mod observer;
+pub mod replay;
 mod report;
 mod results;
 mod run;
 mod shard;
 mod space;
 mod stop;
+pub mod strategies;
 mod strategy;
 
 pub use crate::cache::ResultsCache;
@@ -125,10 +133,10 @@ pub use crate::results::{
     ShardInfo, best, choices as choice_count, define_line,
 };
 pub use crate::run::{
-    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, lookup_cached,
-    measure, plan, reference, refine_order, run, tune,
+    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, cxx_compiler,
+    lookup_cached, measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace};
+pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

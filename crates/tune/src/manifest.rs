@@ -12,8 +12,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tunebox_pool::Tolerance;
 use tunebox_protocol::{
-    Bytes, CacheFlush, DType, Define, Init, Scalar, SharedBuffer, SharedData, TensorData,
-    TensorSpec, TimingConfig,
+    Arg, Bytes, CacheFlush, DType, Define, Init, Scalar, ScalarKind, SharedBuffer, SharedData,
+    TensorData, TensorSpec, TimingConfig,
 };
 
 use crate::launch::{Launch, RawLaunch};
@@ -43,6 +43,9 @@ pub struct Manifest {
     pub(crate) kernel: KernelSource,
     pub(crate) tensors: Vec<TensorSpec>,
     pub(crate) scalars: Vec<Scalar>,
+    /// The kernel's argument order (`args`, or Kernel Tuner's `[[arguments]]`); empty: every
+    /// tensor, then every scalar.
+    pub(crate) args: Vec<Arg>,
     pub(crate) params: IndexMap<String, Vec<ParamValue>>,
     pub(crate) restrictions: Vec<Restriction>,
     pub(crate) timing: TimingConfig,
@@ -137,6 +140,8 @@ struct RawManifest {
     tensors: Vec<RawTensor>,
     #[serde(default)]
     scalars: Vec<RawScalar>,
+    /// The kernel's argument order: names of tensors and scalars, each once.
+    args: Option<Vec<String>>,
     params: Option<IndexMap<String, Vec<toml::Value>>>,
     timing: Option<RawTiming>,
     verify: Option<RawVerify>,
@@ -158,6 +163,8 @@ struct RawManifest {
     lang: Option<String>,
     /// `kernel.flags` (C) or `kernel.options` (CUDA).
     compiler_options: Option<Vec<String>>,
+    /// Kernel Tuner's argument list: tensors and scalars in the kernel's order (`[[arguments]]`).
+    arguments: Option<Vec<toml::Value>>,
     /// `verify.reference`: output files, a reference choice, or a reference source.
     answer: Option<toml::Value>,
     /// `verify.atol` with `answer` (Kernel Tuner's default: 1e-6).
@@ -203,13 +210,19 @@ struct RawTensor {
     output: bool,
     #[serde(default)]
     reset: bool,
+    /// `"void"`: passed untyped ([`Arg::Untyped`]), for pointer types a dtype cannot name.
+    c_type: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScalar {
     name: String,
-    value: i64,
+    /// An integer, or a float for the float types.
+    value: toml::Value,
+    /// `"i32"`, `"i64"`, `"f32"` or `"f64"`; without it an integer is `i64` and a float `f64`.
+    #[serde(rename = "type")]
+    kind: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -231,6 +244,8 @@ struct RawTiming {
 struct RawVerify {
     rtol: Option<f64>,
     atol: Option<f64>,
+    /// numpy's `equal_nan`: a NaN matches a NaN.
+    equal_nan: Option<bool>,
     timeout_s: Option<f64>,
     reference: RawReference,
 }
@@ -340,15 +355,31 @@ impl Manifest {
                     .unwrap_or_default()
             }
         };
-        let compiler = raw_kernel.compiler.unwrap_or_else(|| compiler.to_owned());
+        let flags = resolve_paths(flags, dir, language);
+        let compiler = raw_kernel
+            .compiler
+            .unwrap_or_else(|| default_compiler(&source, &flags, compiler));
         let kernel = if extras.source_missing {
             KernelSource::unread(dir, &source, entry, language, flags, compiler)
         } else {
             KernelSource::read(dir, &source, entry, language, flags, compiler, "kernel")?
         };
         let seed = raw.seed.unwrap_or(0);
-        let tensors = raw
+        let untyped = raw
             .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t.c_type.as_deref() {
+                None => Ok(false),
+                Some("void") => Ok(true),
+                Some(other) => bail!(
+                    "tensors[{i}].c_type = {other:?}: the only C type to give is \"void\" (pass \
+                     the pointer untyped, for parameter types a dtype cannot name such as \
+                     `vfloat *`); leave it out to pass the dtype's pointer type"
+                ),
+            })
+            .collect::<Result<Vec<bool>>>()?;
+        let tensors = std::mem::take(&mut raw.tensors)
             .into_iter()
             .enumerate()
             .map(|(i, t)| tensor(i, t, seed, dir))
@@ -379,12 +410,10 @@ impl Manifest {
         }
         let scalars: Vec<Scalar> = std::mem::take(&mut raw.scalars)
             .into_iter()
-            .map(|s| Scalar {
-                name: s.name,
-                value: s.value,
-                ..Scalar::default()
-            })
-            .collect();
+            .enumerate()
+            .map(|(i, s)| scalar(i, s))
+            .collect::<Result<_>>()?;
+        let args = arg_order(raw.args.take(), &tensors, &untyped, &scalars)?;
         let mut params = IndexMap::new();
         for (name, values) in raw.params.take().unwrap_or_default() {
             ensure!(
@@ -476,6 +505,7 @@ impl Manifest {
             kernel,
             tensors,
             scalars,
+            args,
             params,
             restrictions,
             timing,
@@ -494,6 +524,36 @@ impl Manifest {
 /// `compiler_options`, `answer` + `atol`, `grid_div_x/y/z`, `problem_size` in `[launch]`) to
 /// tunebox's fields, refusing a field given both ways.
 fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
+    if let Some(arguments) = raw.arguments.take() {
+        ensure!(
+            raw.tensors.is_empty() && raw.scalars.is_empty() && raw.args.is_none(),
+            "arguments: Kernel Tuner's argument list gives every tensor and scalar in the \
+             kernel's order; give it instead of [[tensors]], [[scalars]] and args, not with them"
+        );
+        let mut order = Vec::with_capacity(arguments.len());
+        for (i, argument) in arguments.into_iter().enumerate() {
+            let toml::Value::Table(table) = argument else {
+                bail!(
+                    "arguments[{i}] = {argument}: give each argument as a table, a tensor \
+                     ({{ name = \"y\", dtype = \"f32\", shape = [1024] }}) or a scalar \
+                     ({{ name = \"n\", type = \"i32\", value = 1024 }})"
+                );
+            };
+            let what = |e: toml::de::Error| {
+                anyhow::anyhow!("arguments[{i}]: {}", e.to_string().trim_end())
+            };
+            if table.contains_key("value") {
+                let scalar: RawScalar = toml::Value::Table(table).try_into().map_err(what)?;
+                order.push(scalar.name.clone());
+                raw.scalars.push(scalar);
+            } else {
+                let tensor: RawTensor = toml::Value::Table(table).try_into().map_err(what)?;
+                order.push(tensor.name.clone());
+                raw.tensors.push(tensor);
+            }
+        }
+        raw.args = Some(order);
+    }
     if let Some(tune_params) = raw.tune_params.take() {
         ensure!(
             raw.params.is_none(),
@@ -600,11 +660,13 @@ fn kernel_tuner_aliases(mut raw: RawManifest) -> Result<RawManifest> {
                 "answer and [verify]: answer is Kernel Tuner's name for verify.reference; give one \
                  of them"
             );
-            let reference = answer_reference(answer, &mut raw.tensors, &raw.scalars)?;
+            let reference =
+                answer_reference(answer, &mut raw.tensors, &raw.scalars, raw.args.as_deref())?;
             let atol = atol.unwrap_or(KT_ATOL);
             raw.verify = Some(RawVerify {
                 rtol: None,
                 atol: Some(atol),
+                equal_nan: None,
                 timeout_s: None,
                 reference,
             });
@@ -623,12 +685,14 @@ const KT_ATOL: f64 = 1e-6;
 
 /// `answer` as a reference: `{ choice = {…} }`, `{ source = "…", … }`, `{ outputs = {…} }`, a table
 /// of output files by tensor name, or Kernel Tuner's list (exactly one entry per kernel argument,
-/// the tensors then the scalars: a file for a checked tensor, `""`/`false` for an argument that
-/// is not checked, as Kernel Tuner's `None`). Tensors given a file become outputs.
+/// in `order` when given, else the tensors then the scalars: a file for a checked tensor,
+/// `""`/`false` for an argument that is not checked, as Kernel Tuner's `None`). Tensors given a
+/// file become outputs.
 fn answer_reference(
     answer: toml::Value,
     tensors: &mut [RawTensor],
     scalars: &[RawScalar],
+    order: Option<&[String]>,
 ) -> Result<RawReference> {
     const FORMS: &str = "give answer as a table of expected-output files by tensor name \
         (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
@@ -658,16 +722,18 @@ fn answer_reference(
             .collect::<Result<_>>()?,
         toml::Value::Array(entries) => {
             // Kernel Tuner's rule: as many entries as the kernel has arguments, in order.
-            let arguments: Vec<&str> = tensors
-                .iter()
-                .map(|t| t.name.as_str())
-                .chain(scalars.iter().map(|s| s.name.as_str()))
-                .collect();
+            let arguments: Vec<&str> = match order {
+                Some(order) => order.iter().map(String::as_str).collect(),
+                None => tensors
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .chain(scalars.iter().map(|s| s.name.as_str()))
+                    .collect(),
+            };
             ensure!(
                 entries.len() == arguments.len(),
                 "answer: {} {} given, {} expected: the list needs one entry per kernel \
-                 argument, in order ({} tensors then {} scalars: {}), a file for each checked \
-                 tensor and \"\" for the others",
+                 argument, in order ({}), a file for each checked tensor and \"\" for the others",
                 entries.len(),
                 if entries.len() == 1 {
                     "entry"
@@ -675,9 +741,16 @@ fn answer_reference(
                     "entries"
                 },
                 arguments.len(),
-                tensors.len(),
-                scalars.len(),
-                arguments.join(", ")
+                if order.is_some() {
+                    format!("the kernel's: {}", arguments.join(", "))
+                } else {
+                    format!(
+                        "{} tensors then {} scalars: {}",
+                        tensors.len(),
+                        scalars.len(),
+                        arguments.join(", ")
+                    )
+                }
             );
             let mut files = IndexMap::new();
             for (i, entry) in entries.iter().enumerate() {
@@ -685,7 +758,7 @@ fn answer_reference(
                     toml::Value::String(s) if s.is_empty() => {}
                     toml::Value::Boolean(false) => {}
                     toml::Value::String(file) => {
-                        let Some(tensor) = tensors.get(i) else {
+                        let Some(tensor) = tensors.iter().find(|t| t.name == arguments[i]) else {
                             bail!(
                                 "answer[{i}] = {file:?}: argument {i} is the scalar `{}`; \
                                  scalars are not checked, give \"\"",
@@ -957,7 +1030,7 @@ fn verify(
     let tolerance = Tolerance {
         rtol: raw.rtol.unwrap_or(1e-5),
         atol: raw.atol.unwrap_or(1e-8),
-        equal_nan: false,
+        equal_nan: raw.equal_nan.unwrap_or(false),
     };
     for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
         ensure!(
@@ -995,11 +1068,14 @@ fn verify(
             launch,
         } => {
             let language = language_of(&source, None)?;
-            let flags = flags.unwrap_or_else(|| match (language, kernel.language) {
-                (a, b) if a == b => kernel.flags.clone(),
-                (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
-                (Language::Cuda, _) => Vec::new(),
-            });
+            let flags = match flags {
+                Some(flags) => resolve_paths(flags, dir, language),
+                None => match (language, kernel.language) {
+                    (a, b) if a == b => kernel.flags.clone(),
+                    (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
+                    (Language::Cuda, _) => Vec::new(),
+                },
+            };
             let reference = KernelSource::read(
                 dir,
                 &source,
@@ -1123,8 +1199,9 @@ fn language_of(source: &Path, given: Option<&str>) -> Result<Language> {
 }
 
 /// Keys that belong at the top of a manifest, before the first `[table]`.
-const TOP_LEVEL_KEYS: [&str; 16] = [
+const TOP_LEVEL_KEYS: [&str; 17] = [
     "name",
+    "args",
     "seed",
     "timeout_s",
     "compile_timeout_s",
@@ -1155,6 +1232,219 @@ fn misplaced_key_hint(message: &str) -> String {
             )
         })
         .unwrap_or_default()
+}
+
+/// A `[[scalars]]` entry (or a Kernel Tuner argument with a `value`) as a typed scalar: `type`
+/// names the C type (`i32`, `i64`, `f32`, `f64`); without it an integer is `i64` and a float
+/// `f64`. A float type takes an integer or a float, an integer type only an integer.
+fn scalar(index: usize, raw: RawScalar) -> Result<Scalar> {
+    let field = format!("scalars[{index}] (`{}`)", raw.name);
+    ensure!(!raw.name.is_empty(), "scalars[{index}].name is empty");
+    let kind = match raw.kind.as_deref() {
+        Some(name) => ScalarKind::from_name(name).with_context(|| {
+            format!(
+                "{field}.type = {name:?}: use one of {} (Kernel Tuner's numpy.int32, \
+                 numpy.int64, numpy.float32, numpy.float64)",
+                ScalarKind::ALL.map(ScalarKind::name).join(", ")
+            )
+        })?,
+        None => match raw.value {
+            toml::Value::Float(_) => ScalarKind::F64,
+            _ => ScalarKind::I64,
+        },
+    };
+    let scalar = match (&raw.value, kind.is_float()) {
+        (toml::Value::Integer(v), false) => Scalar {
+            name: raw.name,
+            value: *v,
+            kind,
+            float: 0.0,
+        },
+        (toml::Value::Integer(v), true) => Scalar {
+            name: raw.name,
+            value: 0,
+            kind,
+            float: *v as f64,
+        },
+        (toml::Value::Float(v), true) => Scalar {
+            name: raw.name,
+            value: 0,
+            kind,
+            float: *v,
+        },
+        (toml::Value::Float(v), false) => bail!(
+            "{field}.value = {v}: an {} scalar takes an integer; give type = \"f32\" or \"f64\" \
+             to pass a float",
+            kind.name()
+        ),
+        (other, _) => bail!("{field}.value = {other}: give a number"),
+    };
+    scalar
+        .check()
+        .map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+    Ok(scalar)
+}
+
+/// The argument order: `names` (the manifest's `args`, or the names of Kernel Tuner's
+/// `arguments`) as tensor and scalar indices, each exactly once; without names, every tensor
+/// then every scalar, left empty (the default order) unless a tensor is `untyped`.
+fn arg_order(
+    names: Option<Vec<String>>,
+    tensors: &[TensorSpec],
+    untyped: &[bool],
+    scalars: &[Scalar],
+) -> Result<Vec<Arg>> {
+    let tensor_arg = |i: usize| {
+        let index = u32::try_from(i).expect("fewer than 2^32 tensors");
+        if untyped[i] {
+            Arg::Untyped(index)
+        } else {
+            Arg::Tensor(index)
+        }
+    };
+    let scalar_arg = |i: usize| Arg::Scalar(u32::try_from(i).expect("fewer than 2^32 scalars"));
+    let Some(names) = names else {
+        if !untyped.contains(&true) {
+            return Ok(Vec::new());
+        }
+        return Ok((0..tensors.len())
+            .map(tensor_arg)
+            .chain((0..scalars.len()).map(scalar_arg))
+            .collect());
+    };
+    for scalar in scalars {
+        ensure!(
+            !tensors.iter().any(|t| t.name == scalar.name),
+            "args: `{}` is the name of a tensor and of a scalar; rename one",
+            scalar.name
+        );
+    }
+    let all = || {
+        tensors
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(scalars.iter().map(|s| s.name.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut order = Vec::with_capacity(names.len());
+    for (position, name) in names.iter().enumerate() {
+        if let Some(first) = names[..position].iter().position(|n| n == name) {
+            bail!(
+                "args[{position}] = {name:?} repeats args[{first}]; give each tensor and scalar \
+                 once, in the kernel's order"
+            );
+        }
+        let arg = if let Some(i) = tensors.iter().position(|t| &t.name == name) {
+            tensor_arg(i)
+        } else if let Some(i) = scalars.iter().position(|s| &s.name == name) {
+            scalar_arg(i)
+        } else {
+            bail!(
+                "args[{position}] = {name:?}: there is no tensor or scalar `{name}` (they are: {})",
+                all()
+            );
+        };
+        order.push(arg);
+    }
+    let missing: Vec<&str> = tensors
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(scalars.iter().map(|s| s.name.as_str()))
+        .filter(|n| !names.iter().any(|m| m == n))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "args: {} missing; name every tensor and scalar once, in the kernel's order",
+        missing
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+            + if missing.len() == 1 { " is" } else { " are" }
+    );
+    // The default order, written out, is the default order (and keeps its cache keys).
+    let default: Vec<Arg> = (0..tensors.len())
+        .map(|i| Arg::Tensor(i as u32))
+        .chain((0..scalars.len()).map(|i| Arg::Scalar(i as u32)))
+        .collect();
+    if order == default {
+        order.clear();
+    }
+    Ok(order)
+}
+
+/// Flags of the compiler that take a path, as a separate word or joined (`-Idir`): C (gcc and
+/// clang) and NVRTC (which also takes `--include-path=dir`).
+const C_PATH_FLAGS: [&str; 7] = [
+    "-I",
+    "-iquote",
+    "-isystem",
+    "-idirafter",
+    "-include",
+    "-imacros",
+    "-L",
+];
+const CUDA_PATH_FLAGS: [&str; 4] = ["-I", "--include-path", "-include", "--pre-include"];
+
+/// `flags` with every relative path they name (`-Iinclude`, `-I include`, `-isystem x`,
+/// `--include-path=x`, …) made absolute against the manifest's folder `dir`, as the manifest's
+/// other paths are, so that a run from another directory compiles the same thing.
+fn resolve_paths(flags: Vec<String>, dir: &Path, language: Language) -> Vec<String> {
+    let names: &[&str] = match language {
+        Language::C => &C_PATH_FLAGS,
+        Language::Cuda => &CUDA_PATH_FLAGS,
+    };
+    let base = dir
+        .canonicalize()
+        .or_else(|_| std::path::absolute(dir))
+        .unwrap_or_else(|_| dir.to_owned());
+    let resolve = |path: &str| -> String {
+        if path.is_empty() || Path::new(path).is_absolute() {
+            path.to_owned()
+        } else {
+            base.join(path).display().to_string()
+        }
+    };
+    let mut out = Vec::with_capacity(flags.len());
+    let mut next_is_path = false;
+    for flag in flags {
+        if std::mem::take(&mut next_is_path) {
+            out.push(resolve(&flag));
+            continue;
+        }
+        if names.contains(&flag.as_str()) {
+            next_is_path = true;
+            out.push(flag);
+            continue;
+        }
+        let joined = names.iter().find_map(|name| {
+            let rest = flag.strip_prefix(name)?;
+            match rest.strip_prefix('=') {
+                Some(path) if name.starts_with("--") => Some(format!("{name}={}", resolve(path))),
+                _ if name.starts_with("--") || rest.is_empty() => None,
+                // `-I` and `-L` take their path joined; the long `-i…` forms too.
+                _ => Some(format!("{name}{}", resolve(rest))),
+            }
+        });
+        out.push(joined.unwrap_or(flag));
+    }
+    out
+}
+
+/// The compiler of a kernel whose manifest names none: `c_compiler` (`$CC`, else `cc`) for C,
+/// and `$CXX`, else `g++`, for a C++ source (`.cpp`, `.cc`, `.cxx`, `.c++`, `.C`, `.hpp`, or
+/// `-x c++` in its flags), as Kernel Tuner's `lang = "C"` compiles C++ with `g++`: a C driver
+/// compiles C++ but does not link the C++ runtime.
+fn default_compiler(source: &Path, flags: &[String], c_compiler: &str) -> String {
+    let probe = tunebox_protocol::CKernel::new("", "")
+        .source_name(source.display().to_string())
+        .compiler("cc")
+        .flags(flags.iter().cloned());
+    match tunebox_cpu::Language::of(&probe) {
+        tunebox_cpu::Language::Cxx => crate::run::cxx_compiler(),
+        tunebox_cpu::Language::C => c_compiler.to_owned(),
+    }
 }
 
 /// The directory holding `path`: `.` for a bare file name.
@@ -1370,6 +1660,121 @@ mod tests {
                 "{text}\n  gave: {err}\n  wanted: {expected}"
             );
         }
+    }
+
+    #[test]
+    fn typed_scalars_argument_orders_and_their_errors() {
+        let tensors = "[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n";
+        let m = load(&format!(
+            "args = [\"n\", \"x\", \"a\", \"b\"]\n{KERNEL}{tensors}\
+             [[scalars]]\nname = \"n\"\ntype = \"i32\"\nvalue = 4\n\
+             [[scalars]]\nname = \"a\"\nvalue = 0.5\n\
+             [[scalars]]\nname = \"b\"\ntype = \"f32\"\nvalue = 2\n"
+        ))
+        .unwrap();
+        assert_eq!(m.scalars[0], Scalar::i32("n", 4));
+        assert_eq!(m.scalars[1], Scalar::f64("a", 0.5));
+        assert_eq!(m.scalars[2], Scalar::f32("b", 2.0));
+        assert_eq!(
+            m.args,
+            [
+                Arg::Scalar(0),
+                Arg::Tensor(0),
+                Arg::Scalar(1),
+                Arg::Scalar(2)
+            ]
+        );
+        // The default order written out is the default order; `c_type = "void"` is untyped.
+        let m = load(&format!(
+            "args = [\"x\", \"n\"]\n{KERNEL}{tensors}[[scalars]]\nname = \"n\"\nvalue = 4\n"
+        ))
+        .unwrap();
+        assert!(m.args.is_empty());
+        let m = load(&format!(
+            "{KERNEL}{tensors}c_type = \"void\"\n[[scalars]]\nname = \"n\"\nvalue = 4\n"
+        ))
+        .unwrap();
+        assert_eq!(m.args, [Arg::Untyped(0), Arg::Scalar(0)]);
+        let scalar = |line: &str| format!("{KERNEL}{tensors}[[scalars]]\nname = \"n\"\n{line}\n");
+        let cases = [
+            (
+                scalar("value = 0.5\ntype = \"i32\""),
+                "an i32 scalar takes an integer",
+            ),
+            (
+                scalar("value = 1\ntype = \"int\""),
+                "type = \"int\": use one of i32, i64",
+            ),
+            (
+                scalar("value = 4294967296\ntype = \"i32\""),
+                "does not fit in an int32_t",
+            ),
+            (scalar("value = \"4\""), "give a number"),
+            (
+                format!("args = [\"x\", \"m\"]\n{}", scalar("value = 1")),
+                "args[1] = \"m\": there is no tensor or scalar `m` (they are: x, n)",
+            ),
+            (
+                format!("args = [\"x\", \"x\", \"n\"]\n{}", scalar("value = 1")),
+                "args[1] = \"x\" repeats args[0]",
+            ),
+            (
+                format!("args = [\"x\"]\n{}", scalar("value = 1")),
+                "args: `n` is missing",
+            ),
+            (
+                format!("{KERNEL}{tensors}c_type = \"vfloat\"\n"),
+                "tensors[0].c_type = \"vfloat\": the only C type to give is \"void\"",
+            ),
+            (
+                format!(
+                    "kernel_name = \"k\"\nkernel_source = \"k.c\"\n{tensors}\
+                     [[arguments]]\nname = \"n\"\nvalue = 1\n"
+                ),
+                "arguments: Kernel Tuner's argument list gives every tensor and scalar",
+            ),
+            (
+                "kernel_name = \"k\"\nkernel_source = \"k.c\"\n\
+                 [[arguments]]\nname = \"n\"\nvalue = 1\nshape = [1]\n"
+                    .to_string(),
+                "arguments[0]: unknown field `shape`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = error(&text);
+            assert!(
+                err.contains(expected),
+                "{text}\n  gave: {err}\n  wanted: {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn relative_paths_in_flags_are_the_manifests() {
+        let dir = Path::new("/m");
+        let flags = |f: &[&str], language| {
+            resolve_paths(f.iter().map(|s| (*s).to_owned()).collect(), dir, language)
+        };
+        assert_eq!(
+            flags(
+                &[
+                    "-O3", "-Iinc", "-I", "a/b", "-I/abs", "-isystem", "sys", "-include", "pre.h",
+                    "-Lx"
+                ],
+                Language::C
+            ),
+            [
+                "-O3", "-I/m/inc", "-I", "/m/a/b", "-I/abs", "-isystem", "/m/sys", "-include",
+                "/m/pre.h", "-L/m/x"
+            ]
+        );
+        assert_eq!(
+            flags(
+                &["--include-path=inc", "-I", "x", "-std=c++17"],
+                Language::Cuda
+            ),
+            ["--include-path=/m/inc", "-I", "/m/x", "-std=c++17"]
+        );
     }
 
     #[test]

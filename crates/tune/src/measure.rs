@@ -2,7 +2,7 @@
 //! at a time (so that a time budget or Ctrl-C stops new choices from starting), and judging
 //! each result against the reference.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -75,22 +75,24 @@ pub(crate) fn request(
             .collect(),
         scalars: manifest.scalars.clone(),
         timing: manifest.timing.clone(),
-        args: Vec::new(),
+        args: manifest.args.clone(),
     })
 }
 
 /// Compiles a C request into the cache (other kernels compile in their workers), within
-/// `control`'s deadline and cancel check.
+/// `control`'s deadline and cancel check. Returns the files the compiler read (the headers;
+/// none for other kernels).
 pub(crate) fn precompile(
     request: &BenchmarkRequest,
     cache: &CacheDir,
     control: &CompileControl<'_>,
-) -> Result<(), CpuError> {
+) -> Result<Vec<PathBuf>, CpuError> {
     match &request.kernel {
         Kernel::C(kernel) => {
-            tunebox_cpu::compile_with(kernel, &Signature::of(request), cache, control).map(drop)
+            tunebox_cpu::compile_with(kernel, &Signature::of(request), cache, control)
+                .map(|artifact| artifact.dependencies().to_vec())
         }
-        Kernel::Cuda(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => Ok(()),
+        Kernel::Cuda(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => Ok(Vec::new()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! `tunebox tune`: select (strategy, shard), take what the results cache has, precompile,
 //! benchmark, verify, cache each result as it finishes, refine the best, rank.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -11,7 +12,7 @@ use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
-use crate::cache::{self, CacheLine, ResultsCache};
+use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::Error;
 use crate::fingerprint;
 use crate::manifest::{Language, Manifest, Reference, Verify};
@@ -34,6 +35,7 @@ mod refine;
 
 pub use self::bench::measure;
 pub use self::compile::{Compiled, compile};
+use self::lookup::adopt;
 pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
 pub use self::reference::reference;
 pub use self::refine::refine_order;
@@ -90,6 +92,15 @@ pub fn compiler() -> String {
         .unwrap_or_else(|| "cc".into())
 }
 
+/// The C++ compiler, for C++ sources whose manifest names no compiler: `$CXX`, else `g++`
+/// (Kernel Tuner's default for `lang = "C"`).
+pub fn cxx_compiler() -> String {
+    std::env::var("CXX")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| "g++".into())
+}
+
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and
 /// the choices the strategy asked for first (this shard's part of them).
 pub struct Plan {
@@ -98,7 +109,13 @@ pub struct Plan {
     strategy: Box<dyn Strategy>,
     shard: Option<ShardInfo>,
     selected: Vec<usize>,
+    notes: Vec<String>,
 }
+
+/// The most threads a CUDA block may have on every GPU tunebox can compile for (compute
+/// capability 2.0 and later; CUDA 13's NVRTC targets 7.5 and later): the device's
+/// `MAX_THREADS_PER_BLOCK`, which Kernel Tuner reads to drop larger blocks from its space.
+pub(crate) const CUDA_MAX_THREADS_PER_BLOCK: u64 = 1024;
 
 impl Plan {
     /// Builds the space of `manifest` and asks `strategy` for its first choices, keeping those
@@ -120,13 +137,36 @@ impl Plan {
         mut strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> Result<Plan> {
-        let space = SearchSpace::new(&manifest.params, &manifest.restrictions)
+        let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
+        let mut notes = Vec::new();
+        // As Kernel Tuner: a block of more threads than the device allows is not a choice.
+        if let Some(launch) = &manifest.launch {
+            let removed = space.retain(|choice| {
+                launch.config(choice).map_or(true, |c| {
+                    c.block.iter().map(|&d| u64::from(d)).product::<u64>()
+                        <= CUDA_MAX_THREADS_PER_BLOCK
+                })
+            });
+            if removed > 0 {
+                notes.push(format!(
+                    "{} left out of the space: their block has more than \
+                     {CUDA_MAX_THREADS_PER_BLOCK} threads, the most a CUDA block may have (as \
+                     Kernel Tuner leaves them out)",
+                    plural(removed)
+                ));
+            }
+        }
         ensure!(
             !space.is_empty(),
-            "{}: no choice satisfies the restrictions; loosen `restrictions` or add values to \
+            "{}: no choice satisfies the restrictions{}; loosen `restrictions` or add values to \
              `params`",
-            manifest.path.display()
+            manifest.path.display(),
+            if notes.is_empty() {
+                ""
+            } else {
+                " and the GPU's block limit"
+            }
         );
         let selected = ask(strategy.as_mut(), &space, shard);
         Ok(Plan {
@@ -135,6 +175,7 @@ impl Plan {
             strategy,
             shard,
             selected,
+            notes,
         })
     }
 
@@ -146,6 +187,11 @@ impl Plan {
     /// The search space (every valid choice, by stable index).
     pub fn space(&self) -> &SearchSpace {
         &self.space
+    }
+
+    /// What building the space left out, in words (e.g. CUDA blocks over the thread limit).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// The stable indices of the choices the strategy asked for first, in order (this shard's
@@ -256,6 +302,7 @@ fn tune_inner(
         mut strategy,
         shard,
         selected,
+        notes: space_notes,
     } = plan;
     let choices = &space;
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
@@ -264,12 +311,14 @@ fn tune_inner(
         }
     }
     let cache_path = match &options.cache {
-        CacheMode::Default => Some(cache::default_path(
-            &options.manifest,
-            options.json.as_deref(),
-        )),
+        CacheMode::Default => Some(cache::default_path(&options.manifest, options.shard)),
         CacheMode::Path(path) => Some(path.clone()),
         CacheMode::Off => None,
+    };
+    // The manifest's other default caches (the unsharded run's, every shard's) are read too.
+    let cache_others = match (&options.cache, &cache_path) {
+        (CacheMode::Default, Some(own)) => cache::sibling_paths(&options.manifest, own),
+        _ => Vec::new(),
     };
     if let Some(path) = &cache_path {
         check_output_path("--cache", path, &manifest).map_err(Error::options)?;
@@ -298,6 +347,7 @@ fn tune_inner(
         Language::Cuda => (measure::probe_gpu(options.worker.as_deref())?, "cuda"),
         Language::C => (measure::cpu_model(), "cpu"),
     };
+    check_compilers(&manifest)?;
     let stage = Setup::new(
         &manifest,
         device.clone(),
@@ -321,7 +371,8 @@ fn tune_inner(
         shard: options.shard,
         metrics: manifest.metrics.names(),
     };
-    let mut notes = source_notes(&manifest);
+    let mut notes = space_notes;
+    notes.extend(source_notes(&manifest));
     notes.extend(manifest.notes.iter().cloned());
     if let Some(shard) = options.shard {
         progress.note(&format!(
@@ -333,7 +384,7 @@ fn tune_inner(
 
     let mut cache = cache_path
         .as_deref()
-        .map(|path| ResultsCache::open(path, options.fresh))
+        .map(|path| ResultsCache::open(path, &cache_others, options.fresh))
         .transpose()?;
     if let Some(c) = &cache
         && c.unreadable() > 0
@@ -363,6 +414,11 @@ fn tune_inner(
     let mut bench: Option<Bench> = None;
     let mut workers = 1;
     let mut reference_compiled = false;
+    // The files the reference's compile read (a C reference): every line depends on them.
+    let mut reference_deps: Vec<PathBuf> = Vec::new();
+    // The headers each C choice's line was recorded with (refined lines share them); those
+    // of cached lines are checked as they are now by `stage`, each file hashed once.
+    let mut deps_of: HashMap<usize, Deps> = HashMap::new();
     // Results the strategy has been told.
     let mut told = 0;
     let mut batch = selected;
@@ -374,8 +430,16 @@ fn tune_inner(
             done,
             hits: round_hits,
             todo,
+            deps,
+            hit_keys,
         } = lookup_cached(&stage, &space, &batch, cache.as_ref());
         results.extend(done);
+        // The headers each cached C line was recorded with (its refined line keeps them).
+        deps_of.extend(deps);
+        // Lines read from another file of the manifest (a shard's) are copied into this one.
+        if let Err(e) = adopt(&mut cache, &hit_keys) {
+            progress.note(&format!("warning: {e:#}; results are no longer cached"));
+        }
         hits += round_hits;
         if round_hits > 0
             && let Some(c) = &cache
@@ -412,15 +476,30 @@ fn tune_inner(
         {
             reference_compiled = true;
             // Interrupted: no choice is measured either (below).
-            reference::compile_reference(label, request, &kernel_cache, &control)?;
+            reference_deps = reference::compile_reference(label, request, &kernel_cache, &control)?;
         }
         let mut skipped: Vec<(usize, &str)> = Vec::new();
-        // Every result goes through here: cached (with its key) unless transient, then kept.
+        // Every result goes through here: cached (with its key, and for a C choice the
+        // headers its compile read, `files`) unless transient, then kept.
         let mut record = |result: ChoiceResult,
                           key: Option<&str>,
+                          files: Option<Vec<PathBuf>>,
                           cache: &mut Option<ResultsCache>| {
+            let deps = files.filter(|f| !f.is_empty()).and_then(|mut files| {
+                files.extend(reference_deps.iter().cloned());
+                Deps::of(&files)
+            });
+            if let Some(deps) = &deps {
+                deps_of.insert(result.index, deps.clone());
+            }
             if let (Some(c), Some(key)) = (cache.as_mut(), key)
-                && let Err(e) = c.append(CacheLine::new(key.to_owned(), &header, timeout, &result))
+                && let Err(e) = c.append(CacheLine::new(
+                    key.to_owned(),
+                    &header,
+                    timeout,
+                    &result,
+                    deps,
+                ))
             {
                 progress.note(&format!("warning: {e:#}; results are no longer cached"));
                 *cache = None;
@@ -449,8 +528,10 @@ fn tune_inner(
             }
         }
 
-        // What each C compile gave.
+        // What each C compile gave, and the files each successful compile read (set before its
+        // position settles, so before it is measured).
         let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
+        let compiled_deps: Mutex<Vec<Option<Vec<PathBuf>>>> = Mutex::new(vec![None; todo.len()]);
         // Positions that got a measurement (or a transient failure) from the pool.
         let mut measured: Vec<bool> = vec![false; todo.len()];
         if let Some(bench) = &bench {
@@ -485,7 +566,7 @@ fn tune_inner(
                         format!("{:#}", anyhow::Error::new(e)),
                         &device,
                     );
-                    record(result, Some(&t.key), &mut cache);
+                    record(result, Some(&t.key), None, &mut cache);
                 }
             }
 
@@ -534,6 +615,7 @@ fn tune_inner(
                 for _ in 0..compile_threads {
                     let (c_todo, next_compile, compiled, gate) =
                         (&c_todo, &next_compile, &compiled, &gate);
+                    let compiled_deps = &compiled_deps;
                     let (todo, choices, progress, control) = (&todo, &choices, &progress, &control);
                     let (past_deadline, kernel_cache) = (&past_deadline, &kernel_cache);
                     compilers.push(scope.spawn(move || {
@@ -541,6 +623,11 @@ fn tune_inner(
                         {
                             let outcome = (!stop.poll(*progress) && !past_deadline()).then(|| {
                                 measure::precompile(&todo[p].request, kernel_cache, control)
+                            });
+                            let outcome = outcome.map(|o| {
+                                o.map(|deps| {
+                                    lock(compiled_deps)[p] = Some(deps);
+                                })
                             });
                             gate.settle(p, matches!(outcome, Some(Ok(()))));
                             match &outcome {
@@ -597,7 +684,8 @@ fn tune_inner(
                             &device,
                         );
                         progress.finished(&r.choice.label(), r.status, r.median_ms());
-                        record(r, (!transient).then_some(t.key.as_str()), &mut cache);
+                        let files = lock(&compiled_deps)[p].clone();
+                        record(r, (!transient).then_some(t.key.as_str()), files, &mut cache);
                     },
                 );
             });
@@ -629,10 +717,18 @@ fn tune_inner(
                 Some(Ok(())) | None => skipped.push((p, stop_reason(stop))),
                 Some(Err(e)) => match compile::judge(&stage, &todo[p], Err(e)) {
                     // Killed by Ctrl-C: says nothing about the choice.
-                    Compiled::Ready | Compiled::Cancelled => skipped.push((p, "interrupted")),
-                    Compiled::Failed { result, cacheable } => {
+                    Compiled::Ready { .. } | Compiled::Cancelled => {
+                        skipped.push((p, "interrupted"));
+                    }
+                    // Cached with the headers read before the error (none when one was
+                    // missing: then the next run compiles it again).
+                    Compiled::Failed {
+                        result,
+                        cacheable,
+                        dependencies,
+                    } => {
                         let key = cacheable.then_some(todo[p].key.as_str());
-                        record(*result, key, &mut cache);
+                        record(*result, key, Some(dependencies), &mut cache);
                     }
                 },
             }
@@ -671,6 +767,7 @@ fn tune_inner(
             &mut bench,
             RefineContext {
                 setup: &stage,
+                deps: &deps_of,
                 header: &header,
                 reference: reference.as_ref(),
                 options,
@@ -728,6 +825,36 @@ fn stop_reason(stop: &Stop) -> &'static str {
     } else {
         "max_time"
     }
+}
+
+/// The C compiler of the kernel (and of a C reference) must exist: one clear error before the
+/// run, rather than a `compile_error` for every choice.
+fn check_compilers(manifest: &Manifest) -> Result<()> {
+    let mut sources = vec![&manifest.kernel];
+    if let Some(Verify {
+        reference: Reference::Source(source, _),
+        ..
+    }) = &manifest.verify
+    {
+        sources.push(source);
+    }
+    let control = CompileControl {
+        timeout: manifest.compile_timeout,
+        ..CompileControl::default()
+    };
+    for source in sources.into_iter().filter(|s| s.language == Language::C) {
+        // A compiler that hangs or fails on --version says why per choice, as before.
+        if let Err(e @ (CpuError::CompilerNotFound { .. } | CpuError::CompilerSpawn { .. })) =
+            tunebox_cpu::compiler_version(&source.compiler, &control)
+        {
+            bail!(
+                "{:#} (the compiler command is `{}`); nothing was measured",
+                anyhow::Error::new(e),
+                source.compiler
+            )
+        }
+    }
+    Ok(())
 }
 
 /// Starts the pool (watched by `stop`) and runs the reference.
@@ -832,4 +959,56 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
         dir.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernel Tuner drops blocks of more threads than the device allows when it builds its
+    /// space; so does a plan, with a note (no GPU needed: the limit is every GPU's).
+    #[test]
+    fn cuda_blocks_over_the_thread_limit_are_left_out_of_the_space() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("k.cu"),
+            "extern \"C\" __global__ void k(float *x) {}\n",
+        )
+        .unwrap();
+        let path = dir.path().join("m.toml");
+        std::fs::write(
+            &path,
+            "problem_size = [4096]\n[kernel]\nsource = \"k.cu\"\nentry = \"k\"\n\
+             [params]\nblock_size_x = [256, 512, 1024, 2048]\nblock_size_y = [1, 2]\n",
+        )
+        .unwrap();
+        let manifest = Manifest::read(&path, "cc").unwrap();
+        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
+        assert_eq!(plan.space().len(), 5);
+        assert_eq!(plan.selected().len(), 5);
+        let labels: Vec<String> = plan.space().choices().map(|c| c.label()).collect();
+        assert_eq!(labels[4], "block_size_x=1024 block_size_y=1");
+        assert_eq!(
+            plan.notes(),
+            [
+                "3 choices left out of the space: their block has more than 1024 threads, the \
+              most a CUDA block may have (as Kernel Tuner leaves them out)"
+            ]
+        );
+        // A C kernel has no such limit.
+        std::fs::write(dir.path().join("k.c"), "void k(float *x) {}\n").unwrap();
+        std::fs::write(
+            &path,
+            "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n[params]\nblock_size_x = [2048]\n",
+        )
+        .unwrap();
+        let plan = Plan::new(
+            Manifest::read(&path, "cc").unwrap(),
+            Box::new(strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
+        assert_eq!((plan.space().len(), plan.notes().len()), (1, 0));
+    }
 }

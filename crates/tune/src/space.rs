@@ -317,6 +317,31 @@ impl SearchSpace {
         SearchSpace::with_limit(params, restrictions, MAX_VALID)
     }
 
+    /// The space of `params` under `restrictions`, Python expressions over the params (as a
+    /// manifest's `restrictions` or a T1 file's conditions): how a tool that is not driven by a
+    /// manifest (a replay, a test, a benchmark) builds one.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Manifest`]: a restriction that does not parse, names an unknown param or
+    /// raises for some choice; a space too large (see [`SearchSpace`]).
+    pub fn from_params(
+        params: &IndexMap<String, Vec<ParamValue>>,
+        restrictions: &[String],
+    ) -> crate::Result<SearchSpace> {
+        let build = || {
+            let parsed = restrictions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    Restriction::parse(r, params).with_context(|| format!("restrictions[{i}]"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            SearchSpace::new(params, &parsed)
+        };
+        build().map_err(crate::Error::manifest)
+    }
+
     /// [`SearchSpace::new`] with at most `max_valid` valid choices.
     fn with_limit(
         params: &IndexMap<String, Vec<ParamValue>>,
@@ -430,10 +455,48 @@ impl SearchSpace {
             .ok()
     }
 
+    /// Keeps only the choices `keep` accepts, in order (the stable indices of those after a
+    /// removed one move down), and returns how many were removed: for limits known only with
+    /// the device, as Kernel Tuner drops blocks of more threads than the GPU allows when it
+    /// builds its space.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Choice) -> bool) -> usize {
+        let kept: Vec<u64> = (0..self.len())
+            .filter(|&i| keep(&self.choice(i).expect("an index below len")))
+            .map(|i| self.ranks[i])
+            .collect();
+        let removed = self.ranks.len() - kept.len();
+        self.ranks = kept;
+        removed
+    }
+
     /// Whether `choice` is a valid choice of this space (see [`SearchSpace::index_of`]).
     pub fn is_valid(&self, choice: &Choice) -> bool {
         self.index_of(choice).is_some()
     }
+}
+
+/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
+/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
+///
+/// # Errors
+///
+/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
+pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
+    if path.extension().is_some_and(|e| e == "json") {
+        let t1 = crate::formats::T1File::read(path)
+            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
+        let conditions: Vec<String> = t1
+            .configuration_space
+            .conditions
+            .iter()
+            .map(|c| c.expression.clone())
+            .collect();
+        return SearchSpace::from_params(&t1.tune_params(), &conditions);
+    }
+    let manifest = crate::Manifest::load(path, &crate::compiler())?;
+    SearchSpace::new(&manifest.params, &manifest.restrictions)
+        .with_context(|| format!("invalid manifest {}", path.display()))
+        .map_err(crate::Error::manifest)
 }
 
 fn bind(

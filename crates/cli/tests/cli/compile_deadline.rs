@@ -170,7 +170,7 @@ fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
     assert_no_compiler_left(dir.path());
 
     // A compile timeout is not cached: the next run compiles MODE = 1 again.
-    let cache = std::fs::read_to_string(dir.path().join("r.tunebox-cache.jsonl")).unwrap();
+    let cache = std::fs::read_to_string(dir.path().join("m.tunebox-cache.jsonl")).unwrap();
     assert_eq!(cache.lines().count(), 2, "{cache}");
     let again = tunebox(dir.path(), &["tune", "m.toml", "--json", "r.json"]);
     check(&again);

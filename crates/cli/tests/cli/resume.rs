@@ -88,7 +88,7 @@ fn a_second_run_measures_nothing() {
     let first = tunebox(dir.path(), &["tune", "family.toml", "--json", "r.json"]);
     check(&first);
     assert_eq!(skipped(&text(&first.stderr)), None);
-    let cache = dir.path().join("r.tunebox-cache.jsonl");
+    let cache = dir.path().join("family.tunebox-cache.jsonl");
     assert_eq!(cache_lines(&cache), 4, "one line per finished choice");
     let before = json(&dir.path().join("r.json"));
 
@@ -99,7 +99,7 @@ fn a_second_run_measures_nothing() {
     assert!(!stderr.contains("benchmarking"), "{stderr}");
     assert!(!stderr.contains("compiling"), "{stderr}");
     assert!(
-        text(&second.stdout).contains("cache: 4 of them from r.tunebox-cache.jsonl"),
+        text(&second.stdout).contains("cache: 4 of them from family.tunebox-cache.jsonl"),
         "{}",
         text(&second.stdout)
     );
@@ -141,7 +141,7 @@ fn interrupt(dir: &Path, signal: &str, lines: usize) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let cache = dir.join("r.tunebox-cache.jsonl");
+    let cache = dir.join("slow.tunebox-cache.jsonl");
     let deadline = Instant::now() + Duration::from_secs(60);
     while cache_lines(&cache) < lines {
         assert!(Instant::now() < deadline, "no result was cached");
@@ -173,7 +173,7 @@ fn an_interrupted_run_resumes_without_measuring_again() {
     let not_measured = partial["not_measured"].as_array().unwrap();
     assert_eq!(measured + not_measured.len(), 10, "{partial}");
     assert!(not_measured.iter().all(|n| n["reason"] == "interrupted"));
-    let cached = cache_lines(&dir.path().join("r.tunebox-cache.jsonl"));
+    let cached = cache_lines(&dir.path().join("slow.tunebox-cache.jsonl"));
     assert!((2..10).contains(&cached), "{cached} cached");
     assert_eq!(
         cached, measured,
@@ -256,7 +256,7 @@ fn a_killed_run_loses_nothing_finished() {
     write_slow(dir.path(), 6);
     let out = interrupt(dir.path(), "-KILL", 1);
     assert!(!out.status.success());
-    let cached = cache_lines(&dir.path().join("r.tunebox-cache.jsonl"));
+    let cached = cache_lines(&dir.path().join("slow.tunebox-cache.jsonl"));
     assert!(cached >= 1);
     let again = tunebox(dir.path(), &["tune", "slow.toml", "--json", "r.json"]);
     check(&again);
@@ -466,7 +466,7 @@ fn refinement_gets_a_longer_timeout_and_a_failed_one_keeps_the_screening_result(
         "{rerun}"
     );
     // `tunebox report` on the cache keeps the screening result too.
-    let cached = tunebox(dir.path(), &["report", "r.tunebox-cache.jsonl"]);
+    let cached = tunebox(dir.path(), &["report", "refine.tunebox-cache.jsonl"]);
     check(&cached);
     let table = text(&cached.stdout);
     assert!(!table.contains("crashed"), "{table}");

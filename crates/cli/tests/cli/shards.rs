@@ -132,9 +132,10 @@ fn four_shards_merge_into_the_unsharded_result() {
         dir.path(),
         &[
             "merge",
-            "s0.tunebox-cache.jsonl",
-            "s1.tunebox-cache.jsonl",
-            "s2.tunebox-cache.jsonl",
+            // Each shard's cache belongs to the manifest, whatever its --json.
+            "family.shard-0-of-4.tunebox-cache.jsonl",
+            "family.shard-1-of-4.tunebox-cache.jsonl",
+            "family.shard-2-of-4.tunebox-cache.jsonl",
             "family.shard-3-of-4.tunebox-cache.jsonl",
             "--json",
             "from-caches.json",

@@ -80,6 +80,12 @@ fn tune_help() {
               -v, --verbose...
                       Debug logs on stderr (-vv: trace); RUST_LOG works too
 
+                  --count
+                      Only print the number of valid choices (and of choices before restrictions); compile and run nothing
+
+                  --replay <RECORDED>
+                      Measure nothing: take every measurement from this recorded file (a Kernel Tuner cache file, `.json` or `.json.gz`; a T4 results file; a tunebox results cache) and account time as it was spent there (compile + verification + benchmark + framework time), as Kernel Tuner's simulation mode does. --max-time is then simulated time. See docs/search.md
+
                   --json <PATH>
                       Also write the results as JSON to this file
 
@@ -93,7 +99,7 @@ fn tune_help() {
                       Show only the best N rows of the table (per device)
 
                   --cache <PATH>
-                      The results cache [default: beside --json's file as NAME.tunebox-cache.jsonl, else beside the manifest]
+                      The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says]
 
                   --no-cache
                       Neither read nor write a results cache
@@ -115,17 +121,22 @@ fn tune_help() {
                       [default: 1]
 
                   --strategy <STRATEGY>
-                      How to pick the choices: all of them, or a random sample of --budget. [default: brute-force; random with --budget]
+                      How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices (docs/search.md). [default: brute-force; random with --budget]
 
                       Possible values:
                       - brute-force: Every choice, in canonical order
                       - random:      A random sample of `--budget` choices (seeded by `--seed`), in sampled order
+                      - genetic:     Genetic algorithm (Kernel Tuner's genetic_algorithm)
+                      - annealing:   Simulated annealing (Kernel Tuner's simulated_annealing)
+                      - ils:         Greedy iterated local search (Kernel Tuner's greedy_ils)
+                      - de:          Differential evolution, best1bin (Kernel Tuner's diff_evo)
+                      - bayes:       Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt)
 
                   --budget <N>
-                      Measure a random sample of N choices (implies --strategy random)
+                      Measure N choices: a random sample unless --strategy names another
 
                   --seed <N>
-                      Seed of the random sample (every shard of a run must use the same)
+                      Seed of the random sample or search (every shard of a run must use the same)
 
                       [default: 0]
 
@@ -155,6 +166,10 @@ fn tune_help() {
               tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
               tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
               tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
+              tunebox tune m.toml --strategy bayes --budget 100      Bayesian optimization, 100 choices
+              tunebox tune m.toml --count                            how many choices, nothing run
+              tunebox tune t1.json --replay cache.json.gz --strategy ils --budget 200
+                                                                     simulate a search on recorded data
               tunebox tune m.toml --max-time 600 --refine 5          10 minutes, then the best 5 again
               tunebox tune m.toml --shard 2/8 --json shard-2.json    shard 2 of 8 (numbered from 0)
               tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use tunebox_protocol::{Define, Init, Scalar, ScalarKind, TensorSpec, TimingConfig};
+use tunebox_protocol::{Define, Init, Scalar, TensorSpec, TimingConfig};
 
 use super::{Manifest, RawManifest, t1};
 use crate::space::ParamValue;
@@ -45,7 +45,6 @@ use crate::space::ParamValue;
 pub struct ManifestBuilder {
     name: String,
     dir: PathBuf,
-    compiler: Option<String>,
     table: toml::Table,
     /// The kernel's text, when it is given in code rather than read from a file.
     text: Option<String>,
@@ -74,7 +73,6 @@ impl ManifestBuilder {
         ManifestBuilder {
             name,
             dir: PathBuf::from("."),
-            compiler: None,
             table,
             text: None,
             tensors: Vec::new(),
@@ -126,9 +124,10 @@ impl ManifestBuilder {
         self
     }
 
-    /// The C compiler (`kernel.compiler`; default `$CC`, else `cc`).
+    /// The C compiler (`kernel.compiler`, split into words as `$CC` is; default `$CC`, else
+    /// `cc`, and for a C++ source `$CXX`, else `g++`).
     pub fn compiler(mut self, compiler: impl Into<String>) -> Self {
-        self.compiler = Some(compiler.into());
+        self.kernel("compiler", toml::Value::String(compiler.into()));
         self
     }
 
@@ -136,7 +135,17 @@ impl ManifestBuilder {
     /// checked as a manifest's `[[tensors]]`; its init is kept as given (`Init::Random`'s seed
     /// too: a manifest file's `"random"` tensor `i` has seed `seed + i`, see
     /// [`seed`](Self::seed)). Data must be exactly dtype × shape bytes.
-    pub fn tensor(mut self, spec: TensorSpec) -> Self {
+    pub fn tensor(self, spec: TensorSpec) -> Self {
+        self.tensor_as(spec, None)
+    }
+
+    /// A tensor argument passed untyped (`c_type = "void"`: a `void *` in the kernel's
+    /// signature), for pointer types a dtype cannot name; otherwise as [`tensor`](Self::tensor).
+    pub fn untyped_tensor(self, spec: TensorSpec) -> Self {
+        self.tensor_as(spec, Some("void"))
+    }
+
+    fn tensor_as(mut self, spec: TensorSpec, c_type: Option<&str>) -> Self {
         let mut t = toml::Table::new();
         t.insert("name".into(), toml::Value::String(spec.name.clone()));
         t.insert(
@@ -156,30 +165,53 @@ impl ManifestBuilder {
         t.insert("init".into(), toml::Value::String(init.into()));
         t.insert("output".into(), toml::Value::Boolean(spec.output));
         t.insert("reset".into(), toml::Value::Boolean(spec.reset));
+        if let Some(c_type) = c_type {
+            t.insert("c_type".into(), toml::Value::String(c_type.into()));
+        }
         self.push("tensors", toml::Value::Table(t));
         self.tensors.push(spec);
         self
     }
 
-    /// An `int64_t` scalar argument `name = value`, after the tensors.
+    /// An `int64_t` scalar argument `name = value`, after the tensors (unless
+    /// [`args`](Self::args) orders them).
     pub fn scalar(self, name: impl Into<String>, value: i64) -> Self {
         self.scalar_arg(Scalar::new(name, value))
     }
 
-    /// A scalar argument. Manifests pass scalars as `int64_t` for now: another kind is an
-    /// error at [`build`](Self::build).
+    /// A typed scalar argument (`[[scalars]]` with its `type`: `i32`, `i64`, `f32` or `f64`,
+    /// e.g. `Scalar::f32("alpha", 2.0)`), after the tensors (unless [`args`](Self::args) orders
+    /// them).
     pub fn scalar_arg(mut self, scalar: Scalar) -> Self {
-        if scalar.kind != ScalarKind::I64 {
-            self.errors.push(format!(
-                "scalars: `{}` is a {} scalar; manifests pass int64_t scalars only",
-                scalar.name,
-                scalar.kind.name()
-            ));
+        // A value its kind does not hold (a float in an integer scalar, an `i32` out of range)
+        // is an error, rather than written as some other value.
+        if let Err(e) = scalar.check() {
+            self.errors.push(format!("scalars: {e}"));
         }
         let mut s = toml::Table::new();
         s.insert("name".into(), toml::Value::String(scalar.name));
-        s.insert("value".into(), toml::Value::Integer(scalar.value));
+        let value = if scalar.kind.is_float() {
+            toml::Value::Float(scalar.float)
+        } else {
+            toml::Value::Integer(scalar.value)
+        };
+        s.insert("value".into(), value);
+        s.insert(
+            "type".into(),
+            toml::Value::String(scalar.kind.name().into()),
+        );
         self.push("scalars", toml::Value::Table(s));
+        self
+    }
+
+    /// The kernel's argument order (`args`): the names of the tensors and scalars, each once
+    /// (default: every tensor, then every scalar, in the order given).
+    pub fn args<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        let names = names
+            .into_iter()
+            .map(|n| toml::Value::String(n.into()))
+            .collect();
+        self.table.insert("args".into(), toml::Value::Array(names));
         self
     }
 
@@ -303,6 +335,14 @@ impl ManifestBuilder {
         self
     }
 
+    /// Whether a NaN output matches a NaN of the reference (`verify.equal_nan`, numpy's
+    /// `equal_nan`; default false). Takes effect with a `verify_against_*`.
+    pub fn equal_nan(mut self, equal_nan: bool) -> Self {
+        self.table("verify")
+            .insert("equal_nan".into(), toml::Value::Boolean(equal_nan));
+        self
+    }
+
     /// A metric reported per choice: a named expression over the params, the scalars and
     /// `time` (ms) (`[metrics]`), e.g. `("GFLOP/s", "2 * n / time / 1e6")`.
     pub fn metric(mut self, name: impl Into<String>, expression: impl Into<String>) -> Self {
@@ -317,7 +357,8 @@ impl ManifestBuilder {
     ///
     /// [`Error::Manifest`](crate::Error::Manifest), naming the field and what to change (the
     /// same messages as for a file): no kernel, an unreadable source, bad shapes, params
-    /// without values, restrictions that do not parse, a non-int64 scalar, …
+    /// without values, restrictions that do not parse, a scalar's value its type cannot take,
+    /// an argument order that misses or repeats a name, …
     pub fn build(self) -> crate::Result<Manifest> {
         let what = format!("invalid manifest {} (built in code)", self.name);
         self.build_inner()
@@ -330,8 +371,8 @@ impl ManifestBuilder {
             bail!("{error}");
         }
         let path = self.dir.join(&self.name);
-        // As `kernel.compiler`: the compiler when one is named, else `$CC` or `cc`.
-        let compiler = self.compiler.take().unwrap_or_else(crate::compiler);
+        // As for a file: `kernel.compiler` when named, else `$CC` or `cc` (C++: `$CXX`, `g++`).
+        let compiler = crate::compiler();
         let mut raw: RawManifest = toml::Value::Table(std::mem::take(&mut self.table))
             .try_into()
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
@@ -570,13 +611,93 @@ mod tests {
         assert!(e.contains("kernel.source: k.c is empty"), "{e}");
         let e = error(scale().c_source("k.c", TEXT, "not a name"));
         assert!(e.contains("kernel.entry"), "{e}");
-        let e = error(scale().scalar_arg(Scalar::f32("alpha", 2.0)));
-        assert!(e.contains("int64_t scalars only"), "{e}");
+        let e = error(scale().args(["x", "y"]));
+        assert!(e.contains("args: `n` is missing"), "{e}");
+        let e = error(scale().scalar_arg(Scalar {
+            float: 1.5,
+            ..Scalar::i32("m", 0)
+        }));
+        assert!(
+            e.contains("scalar `m` (i32) has the float value 1.5"),
+            "{e}"
+        );
         let e = error(scale().verify_against_choice([("NOPE", 1)]));
         assert!(e.contains("`NOPE` is not a param"), "{e}");
         assert!(
             e.starts_with("invalid manifest scale (built in code)"),
             "{e}"
+        );
+    }
+
+    /// Typed scalars, an argument order, an untyped tensor and `equal_nan` are written as a
+    /// file says them.
+    #[test]
+    fn typed_scalars_and_argument_order_are_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("scale.toml");
+        std::fs::write(
+            &file,
+            r#"
+            name = "scale"
+            args = ["alpha", "x", "y", "n", "k"]
+            [kernel]
+            source = "scale.c"
+            entry = "scale"
+            compiler = "cc"
+            [[tensors]]
+            name = "x"
+            dtype = "f32"
+            shape = [256]
+            init = "zeros"
+            [[tensors]]
+            name = "y"
+            dtype = "f32"
+            shape = [256]
+            init = "zeros"
+            output = true
+            c_type = "void"
+            [[scalars]]
+            name = "n"
+            value = 256
+            [[scalars]]
+            name = "alpha"
+            value = 2.5
+            type = "f32"
+            [[scalars]]
+            name = "k"
+            value = 3
+            type = "i32"
+            [params]
+            SCALE = [1, 2]
+            [verify]
+            equal_nan = true
+            reference = { choice = { SCALE = 1 } }
+            "#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("scale.c"), TEXT).unwrap();
+        let read = Manifest::read(&file, "tunebox-no-such-cc").unwrap();
+        let built = Manifest::builder("scale")
+            .dir(dir.path())
+            .c_file("scale.c", "scale")
+            .compiler("cc")
+            .tensor(TensorSpec::new("x", DType::F32, [256]))
+            .untyped_tensor(TensorSpec::new("y", DType::F32, [256]).output())
+            .scalar("n", 256)
+            .scalar_arg(Scalar::f32("alpha", 2.5))
+            .scalar_arg(Scalar::i32("k", 3))
+            .args(["alpha", "x", "y", "n", "k"])
+            .param("SCALE", [1, 2])
+            .verify_against_choice([("SCALE", 1)])
+            .equal_nan(true)
+            .build()
+            .unwrap();
+        assert_eq!(built.scalars, read.scalars);
+        assert_eq!(built.args, read.args);
+        assert_eq!(built.kernel.compiler, "cc");
+        assert_eq!(
+            crate::fingerprint::setup_hash(&built),
+            crate::fingerprint::setup_hash(&read)
         );
     }
 

@@ -105,7 +105,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         let (launch, problem_size, grid_div) = launch(&t1, &mut x);
         (Some(launch), problem_size, grid_div)
     };
-    let (tensors, scalars) = arguments(&t1, &mut x);
+    let (tensors, scalars, order) = arguments(&t1, &mut x);
 
     let mut iterations = None;
     let mut ignored: Vec<&str> = Vec::new();
@@ -173,6 +173,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         kernel_source: None,
         lang: None,
         compiler_options: None,
+        args: Some(order),
+        arguments: None,
         answer: None,
         atol: None,
         iterations,
@@ -293,11 +295,13 @@ fn names(text: &str) -> Vec<String> {
     out
 }
 
-/// The arguments as tensors and scalars; what cannot be passed goes to `x.unsupported`.
-fn arguments(t1: &T1File, x: &mut Extras) -> (Vec<RawTensor>, Vec<RawScalar>) {
+/// The arguments as tensors and scalars, and their names in the kernel's order; what cannot be
+/// passed goes to `x.unsupported`.
+fn arguments(t1: &T1File, x: &mut Extras) -> (Vec<RawTensor>, Vec<RawScalar>, Vec<String>) {
     let spec = &t1.kernel_specification;
     let mut tensors = Vec::new();
     let mut scalars: Vec<RawScalar> = Vec::new();
+    let mut order = Vec::new();
     for (i, arg) in spec.arguments.iter().enumerate() {
         let name = if arg.name.is_empty() {
             format!("arg{i}")
@@ -307,20 +311,17 @@ fn arguments(t1: &T1File, x: &mut Extras) -> (Vec<RawTensor>, Vec<RawScalar>) {
         let field = format!("KernelSpecification.Arguments[{i}] (`{name}`)");
         match argument(t1, arg, &name, &field, tensors.len(), x) {
             Ok(Arg::Tensor(t)) => {
-                if let Some(s) = scalars.first() {
-                    x.unsupported.push(format!(
-                        "{field}: a buffer after the scalar `{}`; tunebox passes the buffers \
-                         first, then the scalars",
-                        s.name
-                    ));
-                }
+                order.push(t.name.clone());
                 tensors.push(t);
             }
-            Ok(Arg::Scalar(s)) => scalars.push(s),
+            Ok(Arg::Scalar(s)) => {
+                order.push(s.name.clone());
+                scalars.push(s);
+            }
             Err(reason) => x.unsupported.push(format!("{field}: {reason}")),
         }
     }
-    (tensors, scalars)
+    (tensors, scalars, order)
 }
 
 enum Arg {
@@ -349,16 +350,25 @@ fn argument(
     match arg.memory_type {
         T1MemoryType::Scalar => {
             let value = arg.fill_value.unwrap_or(0.0);
-            if integer_type(&arg.data_type) && value.fract() == 0.0 && value.abs() < 2f64.powi(63) {
-                return Ok(Arg::Scalar(RawScalar {
-                    name: name.to_owned(),
-                    value: value as i64,
-                }));
-            }
-            bail!(
-                "a {} scalar (FillValue {value}); tunebox passes integer scalars (int64_t) only",
-                arg.data_type
-            );
+            let Some(kind) = scalar_kind(&arg.data_type) else {
+                bail!(
+                    "a {} scalar: tunebox passes int32, int64, float and double scalars",
+                    arg.data_type
+                );
+            };
+            let value = if kind.starts_with('i') {
+                if value.fract() != 0.0 || value.abs() >= 2f64.powi(63) {
+                    bail!("a {} scalar with FillValue {value}", arg.data_type);
+                }
+                toml::Value::Integer(value as i64)
+            } else {
+                toml::Value::Float(value)
+            };
+            return Ok(Arg::Scalar(RawScalar {
+                name: name.to_owned(),
+                value,
+                kind: Some(kind.to_owned()),
+            }));
         }
         T1MemoryType::Vector => {}
         other => bail!("MemoryType {other:?}: tunebox passes buffers and scalars only"),
@@ -412,6 +422,7 @@ fn argument(
         init,
         output: arg.output,
         reset: false,
+        c_type: None,
     }))
 }
 
@@ -447,24 +458,17 @@ fn size(t1: &T1File, text: &str) -> Result<i64> {
     }
 }
 
-fn integer_type(t: &str) -> bool {
-    matches!(
-        t.to_ascii_lowercase().as_str(),
-        "int"
-            | "int8"
-            | "int16"
-            | "int32"
-            | "int64"
-            | "uint"
-            | "uint8"
-            | "uint16"
-            | "uint32"
-            | "uint64"
-            | "long"
-            | "short"
-            | "char"
-            | "size_t"
-    )
+/// The scalar type (`i32`, `i64`, `f32`, `f64`) a T1 data type is passed as; smaller integers
+/// as `i32`, which C's argument conversions narrow.
+fn scalar_kind(t: &str) -> Option<&'static str> {
+    Some(match t.to_ascii_lowercase().as_str() {
+        "int" | "int8" | "int16" | "int32" | "uint" | "uint8" | "uint16" | "uint32" | "short"
+        | "char" => "i32",
+        "int64" | "uint64" | "long" => "i64",
+        "float" | "float32" => "f32",
+        "double" | "float64" => "f64",
+        _ => return None,
+    })
 }
 
 fn dtype(t: &str) -> Option<DType> {

@@ -2,6 +2,8 @@
 //! that workers only load it; a compile that fails is the choice's result. (CUDA choices
 //! compile in their workers, when measured.)
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
@@ -15,7 +17,12 @@ use crate::stop::Stop;
 #[derive(Debug)]
 pub enum Compiled {
     /// In the kernel cache (a C kernel), or left to its worker (CUDA): ready to measure.
-    Ready,
+    Ready {
+        /// The files the compiler read besides the source (every header, from its
+        /// dependency list; none for a kernel compiled in its worker): a cached result of the
+        /// choice holds only while they are unchanged.
+        dependencies: Vec<PathBuf>,
+    },
     /// It did not compile: its result, `compile_error` (cached: the same source fails the
     /// same way), or `timeout` when its compiler ran past `compile_timeout_s` (not cached: a
     /// less loaded machine may compile it).
@@ -24,6 +31,10 @@ pub enum Compiled {
         result: Box<ChoiceResult>,
         /// Whether the results cache may keep it.
         cacheable: bool,
+        /// The files the compiler read before the error (none when one was missing, or the
+        /// compiler timed out): a cached `compile_error` holds only while they are unchanged,
+        /// and one without them is compiled again.
+        dependencies: Vec<PathBuf>,
     },
     /// The compile was cancelled (a stop was requested): it says nothing about the choice.
     Cancelled,
@@ -64,8 +75,12 @@ pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
     Ok(cache)
 }
 
-/// What a compile's `outcome` means for `todo`.
-pub(crate) fn judge(setup: &Setup<'_>, todo: &Todo, outcome: Result<(), CpuError>) -> Compiled {
+/// What a compile's `outcome` (the files the compiler read, or why it failed) means for `todo`.
+pub(crate) fn judge(
+    setup: &Setup<'_>,
+    todo: &Todo,
+    outcome: Result<Vec<PathBuf>, CpuError>,
+) -> Compiled {
     let failed = |status, error| {
         ChoiceResult::failed(
             todo.index,
@@ -76,7 +91,7 @@ pub(crate) fn judge(setup: &Setup<'_>, todo: &Todo, outcome: Result<(), CpuError
         )
     };
     match outcome {
-        Ok(()) => Compiled::Ready,
+        Ok(dependencies) => Compiled::Ready { dependencies },
         // Killed by a stop: says nothing about the choice.
         Err(CpuError::CompileCancelled { .. }) => Compiled::Cancelled,
         // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
@@ -85,14 +100,24 @@ pub(crate) fn judge(setup: &Setup<'_>, todo: &Todo, outcome: Result<(), CpuError
             Some(message) => Compiled::Failed {
                 result: Box::new(failed(Status::Timeout, message)),
                 cacheable: false,
+                dependencies: Vec::new(),
             },
-            None => Compiled::Failed {
-                result: Box::new(failed(
-                    Status::CompileError,
-                    format!("{:#}", anyhow::Error::new(e)),
-                )),
-                cacheable: true,
-            },
+            None => {
+                // The headers read before the error (none when one was missing: then the next
+                // run compiles it again).
+                let dependencies = match &e {
+                    CpuError::Compile { dependencies, .. } => dependencies.clone(),
+                    _ => Vec::new(),
+                };
+                Compiled::Failed {
+                    result: Box::new(failed(
+                        Status::CompileError,
+                        format!("{:#}", anyhow::Error::new(e)),
+                    )),
+                    cacheable: true,
+                    dependencies,
+                }
+            }
         },
     }
 }
@@ -128,9 +153,20 @@ mod tests {
         let lookup = lookup_cached(&setup, &space, &[0, 1], None);
         let stop = Stop::new();
         let ok = compile(&setup, &lookup.todo[0], &stop).unwrap();
-        assert!(matches!(ok, Compiled::Ready), "{ok:?}");
+        match &ok {
+            // The compiler's dependency list: the headers it read (`stdint.h`, at least).
+            Compiled::Ready { dependencies } => assert!(
+                dependencies.iter().any(|d| d.ends_with("stdint.h")),
+                "{dependencies:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
         match compile(&setup, &lookup.todo[1], &stop).unwrap() {
-            Compiled::Failed { result, cacheable } => {
+            Compiled::Failed {
+                result,
+                cacheable,
+                dependencies: _,
+            } => {
                 assert!(cacheable);
                 assert_eq!(result.status, Status::CompileError);
                 assert_eq!(result.index, 1);

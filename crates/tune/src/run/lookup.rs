@@ -1,12 +1,13 @@
 //! Stage 2 of a run, the cached lookup: the request and results-cache key of each choice a
 //! strategy asked for, and the choices the results cache already answers.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tunebox_pool::Status;
-use tunebox_protocol::BenchmarkRequest;
+use tunebox_protocol::{BenchmarkRequest, Kernel};
 
-use crate::cache::ResultsCache;
+use crate::cache::{Deps, DepsCheck, ResultsCache};
 use crate::fingerprint;
 use crate::manifest::Manifest;
 use crate::measure;
@@ -15,7 +16,8 @@ use crate::space::{Choice, SearchSpace};
 
 /// What every stage of a run shares: the manifest, the device it measures on, the hash of
 /// the manifest's setup that the results cache's keys start from, the per-choice timeout and
-/// worker reuse (both in the keys).
+/// worker reuse (both in the keys), and the check of the headers cached C lines were recorded
+/// with.
 #[derive(Debug)]
 pub struct Setup<'m> {
     pub(crate) manifest: &'m Manifest,
@@ -24,6 +26,8 @@ pub struct Setup<'m> {
     pub(crate) hash: String,
     pub(crate) timeout: Duration,
     pub(crate) max_process_uses: Option<u64>,
+    /// Checks the headers of cached C lines as they are now, each file hashed once.
+    pub(crate) deps_check: DepsCheck,
 }
 
 impl<'m> Setup<'m> {
@@ -43,6 +47,7 @@ impl<'m> Setup<'m> {
             hash: fingerprint::setup_hash(manifest),
             timeout: timeout.unwrap_or(manifest.timeout),
             max_process_uses,
+            deps_check: DepsCheck::default(),
         }
     }
 
@@ -85,12 +90,19 @@ pub struct Lookup {
     pub hits: usize,
     /// The rest, in the batch's order: to compile and measure.
     pub todo: Vec<Todo>,
+    /// The headers each cached C choice of `done` was recorded with, by stable index (a
+    /// refined line records them too).
+    pub(crate) deps: HashMap<usize, Deps>,
+    /// The keys of the cache's answers (lines read from another file are copied into the
+    /// run's own: see [`adopt`]).
+    pub(crate) hit_keys: Vec<String>,
 }
 
 /// Stage 2: builds the request and key of each choice of `batch` (stable indices of `space`;
 /// indices outside it are ignored) and takes from `cache` what it holds for that key (a cached
-/// `timeout` only when measured with at least `setup`'s timeout), re-labelled for this run
-/// with its metrics recomputed (the manifest's metrics may have changed since).
+/// `timeout` only when measured with at least `setup`'s timeout; for a C kernel, only while
+/// every header its compile read, as recorded in the cache, is unchanged), re-labelled for
+/// this run with its metrics recomputed (the manifest's metrics may have changed since).
 pub fn lookup_cached(
     setup: &Setup<'_>,
     space: &SearchSpace,
@@ -129,9 +141,16 @@ pub fn lookup_cached(
             &choice.label(),
             setup.max_process_uses,
         );
-        if let Some(result) = cached(cache, &key, setup, setup.timeout, index, &choice) {
+        let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
+        if let Some((result, deps)) =
+            cached(cache, (&key, check), setup, setup.timeout, index, &choice)
+        {
+            if let Some(deps) = deps {
+                lookup.deps.insert(index, deps);
+            }
             lookup.done.push(result);
             lookup.hits += 1;
+            lookup.hit_keys.push(key);
             continue;
         }
         lookup.todo.push(Todo {
@@ -146,16 +165,17 @@ pub fn lookup_cached(
 
 /// The cached result of `key` (a timeout only when measured with at least `timeout`),
 /// re-labelled for this run (and its metrics recomputed: the manifest's metrics may have
-/// changed since).
+/// changed since), with the headers it was recorded with. With a [`DepsCheck`] (a C choice),
+/// only a result whose headers are unchanged.
 pub(crate) fn cached(
     cache: Option<&ResultsCache>,
-    key: &str,
+    (key, check): (&str, Option<&DepsCheck>),
     setup: &Setup<'_>,
     timeout: Duration,
     index: usize,
     choice: &Choice,
-) -> Option<ChoiceResult> {
-    let line = cache?.lookup(key, timeout)?;
+) -> Option<(ChoiceResult, Option<Deps>)> {
+    let line = cache?.lookup(key, timeout, check)?;
     let mut result = line.result.clone().into_result(&setup.device).ok()?;
     result.index = index;
     result.choice = choice.clone();
@@ -164,7 +184,26 @@ pub(crate) fn cached(
     if let Some(median) = result.median_ms() {
         result.metrics = setup.manifest.metrics.evaluate(choice, median);
     }
-    Some(result)
+    Some((result, line.deps.clone()))
+}
+
+/// Copies the cache's lines of `keys` into its own file when they came from another one (a
+/// shard's cache of the same manifest), so that the file holds every result of the run that
+/// uses it. A failed write turns the cache off (`None`).
+///
+/// # Errors
+///
+/// The write fails.
+pub(crate) fn adopt(cache: &mut Option<ResultsCache>, keys: &[String]) -> anyhow::Result<()> {
+    if let Some(c) = cache.as_mut() {
+        for key in keys {
+            if let Err(e) = c.adopt(key) {
+                *cache = None;
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -213,7 +252,7 @@ mod tests {
         let setup = Setup::new(&manifest, "test-cpu", None, Some(1));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.jsonl");
-        let mut cache = ResultsCache::open(&path, false).unwrap();
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
 
         // Nothing cached: everything is to do, in the batch's order (out-of-space indices
         // are ignored).
@@ -224,8 +263,12 @@ mod tests {
         assert_eq!(order, [2, 0, 1]);
         assert_eq!(first.todo[0].choice.label(), "X=3");
 
-        // Choice 0 measured: the next lookup takes it from the cache, with its metrics.
+        // Choice 0 measured, its compile having read `h.h`: the next lookup takes it from the
+        // cache, with its metrics and the headers it was recorded with.
         let t = &first.todo[1];
+        let h = dir.path().join("h.h");
+        std::fs::write(&h, "#define Y 1\n").unwrap();
+        let deps = Deps::of(std::slice::from_ref(&h)).unwrap();
         let stats = tunebox_protocol::TimingStats {
             median_ms: 0.5,
             mean_ms: 0.5,
@@ -253,9 +296,10 @@ mod tests {
                 &header(),
                 setup.timeout,
                 &measured,
+                Some(deps.clone()),
             ))
             .unwrap();
-        let cache = ResultsCache::open(&path, false).unwrap();
+        let cache = ResultsCache::open(&path, &[], false).unwrap();
         let again = lookup_cached(&setup, &space, &[0, 1], Some(&cache));
         assert_eq!(again.hits, 1);
         assert_eq!(again.done.len(), 1);
@@ -267,12 +311,34 @@ mod tests {
         assert_eq!(hit.median_ms(), Some(0.5));
         assert_eq!(hit.metrics.get("twice"), Some(&2.0), "{hit:?}");
         assert_eq!(again.todo.iter().map(|t| t.index).collect::<Vec<_>>(), [1]);
+        assert_eq!(again.deps.get(&0), Some(&deps));
+        assert_eq!(again.hit_keys, std::slice::from_ref(&t.key));
 
         // Another device, or no cache, or a fresh one: nothing is taken.
         let other = Setup::new(&manifest, "other-cpu", None, Some(1));
         assert_eq!(lookup_cached(&other, &space, &[0], Some(&cache)).hits, 0);
         assert_eq!(lookup_cached(&setup, &space, &[0], None).hits, 0);
-        let fresh = ResultsCache::open(&path, true).unwrap();
+        let fresh = ResultsCache::open(&path, &[], true).unwrap();
         assert_eq!(lookup_cached(&setup, &space, &[0], Some(&fresh)).hits, 0);
+
+        // The header edited: the line no longer holds (a C kernel compiles again).
+        std::fs::write(&h, "#define Y 2\n").unwrap();
+        let edited = Setup::new(&manifest, "test-cpu", None, Some(1));
+        let after = lookup_cached(&edited, &space, &[0], Some(&cache));
+        assert_eq!((after.hits, after.todo.len()), (0, 1));
+
+        // A C line recorded without headers (an older tunebox's) is compiled again too.
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        cache
+            .append(CacheLine::new(
+                t.key.clone(),
+                &header(),
+                setup.timeout,
+                &measured,
+                None,
+            ))
+            .unwrap();
+        let cache = ResultsCache::open(&path, &[], false).unwrap();
+        assert_eq!(lookup_cached(&setup, &space, &[0], Some(&cache)).hits, 0);
     }
 }

@@ -2,7 +2,7 @@
 //! its own, or a separate source), that kernel runs once, alone, before any choice, and its
 //! outputs are what every choice is judged by.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use tunebox_cpu::{CacheDir, CompileControl, CpuError};
@@ -55,8 +55,9 @@ pub fn reference(
     run().map_err(crate::Error::run)
 }
 
-/// Compiles the reference `request` (labelled `label`) into `cache`; a cancelled compile is
-/// no error (the run stops before measuring anything).
+/// Compiles the reference `request` (labelled `label`) into `cache`, and returns the files the
+/// compiler read (every cached C line depends on them too); a cancelled compile is no error
+/// (the run stops before measuring anything) and read nothing.
 ///
 /// # Errors
 ///
@@ -66,10 +67,11 @@ pub(crate) fn compile_reference(
     request: &BenchmarkRequest,
     cache: &CacheDir,
     control: &CompileControl<'_>,
-) -> Result<()> {
+) -> Result<Vec<PathBuf>> {
     match measure::precompile(request, cache, control) {
+        Ok(dependencies) => Ok(dependencies),
         // Interrupted: no choice is measured either.
-        Ok(()) | Err(CpuError::CompileCancelled { .. }) => Ok(()),
+        Err(CpuError::CompileCancelled { .. }) => Ok(Vec::new()),
         Err(e) => match measure::compile_timeout_message(&e) {
             Some(message) => bail!("the reference {label} does not compile: {message}"),
             None => bail!(

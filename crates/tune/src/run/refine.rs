@@ -2,15 +2,16 @@
 //! measured again with 4× the reps and ranked by that, so that a lucky screening measurement
 //! does not win.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Result;
 use tunebox_pool::Status;
-use tunebox_protocol::{BenchmarkRequest, TimingConfig};
+use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use super::lookup::{Setup, cached};
 use super::{TuneOptions, open_bench};
-use crate::cache::{CacheLine, ResultsCache};
+use crate::cache::{CacheLine, Deps, ResultsCache};
 use crate::fingerprint;
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
@@ -27,6 +28,8 @@ const MAX_REPS: u32 = 1_000_000;
 /// What refining needs from the run.
 pub(crate) struct RefineContext<'a> {
     pub setup: &'a Setup<'a>,
+    /// The headers each C choice's screening line was recorded with.
+    pub deps: &'a HashMap<usize, Deps>,
     pub header: &'a RunHeader,
     pub reference: Option<&'a (String, BenchmarkRequest)>,
     pub options: &'a TuneOptions,
@@ -100,14 +103,22 @@ pub(crate) fn refine_best(
             &choice.label(),
             cx.options.max_process_uses,
         );
+        let check = matches!(request.kernel, Kernel::C(_)).then_some(&cx.setup.deps_check);
         let hit = cached(
             cache.as_ref(),
-            &key,
+            (&key, check),
             cx.setup,
             timeout,
             results[p].index,
             &choice,
-        );
+        )
+        .map(|(result, _)| result);
+        if hit.is_some()
+            && let Some(c) = cache.as_mut()
+            && let Err(e) = c.adopt(&key)
+        {
+            notes.push(format!("warning: {e:#}"));
+        }
         match hit {
             Some(mut refined) if refined.status == Status::Ok => {
                 refined.screen_median_ms = screen;
@@ -189,7 +200,13 @@ pub(crate) fn refine_best(
                 .finished(&refined.choice.label(), refined.status, refined.median_ms());
             refined.screen_median_ms = screen;
             if let Some(c) = cache.as_mut()
-                && let Err(e) = c.append(CacheLine::new(key.clone(), cx.header, timeout, &refined))
+                && let Err(e) = c.append(CacheLine::new(
+                    key.clone(),
+                    cx.header,
+                    timeout,
+                    &refined,
+                    cx.deps.get(&refined.index).cloned(),
+                ))
             {
                 cx.progress
                     .note(&format!("warning: {e:#}; results are no longer cached"));

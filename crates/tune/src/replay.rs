@@ -1,0 +1,713 @@
+//! Replay (simulation) of a tuning run: every measurement comes from a recorded file instead of
+//! a worker, and time is accounted as the recording spent it, so that strategies can be compared
+//! on simulated wall time without a GPU, as Kernel Tuner's simulation mode does
+//! (`kernel_tuner/runners/simulation.py`).
+//!
+//! - A [`Recording`] is what a file holds: per configuration (matched by parameter values), its
+//!   objective and what measuring it cost. It reads Kernel Tuner cache files
+//!   ([`KtCache`]), T4 result files ([`T4File`]) and tunebox's own results cache
+//!   (`*.tunebox-cache.jsonl`).
+//! - [`Recorded`] binds a recording to a [`SearchSpace`]: one [`Measurement`] per choice (a
+//!   choice the file lacks is a failed one that cost nothing).
+//! - [`simulate`] drives a [`Strategy`] over it under a [`Budget`] and returns the [`Trace`] of
+//!   simulated time and best-so-far.
+//!
+//! The objective is always the kernel's time in ms (lower is better): Kernel Tuner's `time`,
+//! T4's `time` measurement, tunebox's median.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail, ensure};
+use indexmap::IndexMap;
+use tunebox_pool::Status;
+use tunebox_protocol::TimingStats;
+
+use crate::formats::{KtCache, KtFailure, KtTime, T4File, T4Invalidity};
+use crate::results::{ChoiceResult, Report, RunHeader, RunInfo, Selection};
+use crate::space::{ParamValue, SearchSpace};
+use crate::strategy::Strategy;
+
+/// What measuring one configuration gave, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measurement {
+    /// The kernel's time in ms (the objective), `None` when it failed.
+    pub time_ms: Option<f64>,
+    /// `ok`, or how it failed (`compile_error`, `error` for a runtime failure or a choice the
+    /// recording lacks, `wrong`, `timeout`).
+    pub status: Status,
+    /// What measuring it cost, ms: compile + verification + benchmark + framework time, as
+    /// Kernel Tuner's simulation runner adds them up.
+    pub cost_ms: f64,
+}
+
+impl Measurement {
+    /// A choice the recording does not have: failed, free.
+    const MISSING: Measurement = Measurement {
+        time_ms: None,
+        status: Status::Error,
+        cost_ms: 0.0,
+    };
+}
+
+/// The measurements a file recorded, keyed by parameter values.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The file it was read from.
+    source: String,
+    /// The device it was measured on.
+    device: String,
+    /// Every parameter's values (Kernel Tuner's `tune_params`; for other formats, the values
+    /// seen, in order of first appearance).
+    params: IndexMap<String, Vec<ParamValue>>,
+    /// The Python `str` forms of a configuration's values in `params` order, joined by commas
+    /// (Kernel Tuner's cache key) -> its measurement.
+    by_key: HashMap<String, Measurement>,
+}
+
+fn key_of<'a>(values: impl Iterator<Item = &'a ParamValue>) -> String {
+    let parts: Vec<String> = values.map(ParamValue::python_str).collect();
+    parts.join(",")
+}
+
+fn sum(parts: &[Option<f64>]) -> f64 {
+    parts
+        .iter()
+        .flatten()
+        .filter(|v| v.is_finite())
+        .copied()
+        .sum()
+}
+
+impl Recording {
+    /// Reads a recorded file: a Kernel Tuner cache file (`.json`, `.json.gz`), a T4 results
+    /// file, or a tunebox results cache (JSON lines), told apart by their contents.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read, is none of these, or is malformed (naming the field).
+    pub fn read(path: &Path) -> crate::Result<Recording> {
+        Recording::read_inner(path).map_err(crate::Error::report)
+    }
+
+    fn read_inner(path: &Path) -> Result<Recording> {
+        let gz = path.extension().is_some_and(|e| e == "gz");
+        if gz {
+            return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
+        }
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the recorded file {}", path.display()))?;
+        if text.trim_start().starts_with("{\"key\"") {
+            return Recording::from_results_cache(path, &text);
+        }
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        if doc.get("cache").is_some() && doc.get("tune_params").is_some() {
+            Ok(Recording::from_kt_cache(&KtCache::read(path)?))
+        } else if doc.get("results").is_some() && doc.get("schema_version").is_some() {
+            Ok(Recording::from_t4(&T4File::read(path)?, path))
+        } else {
+            bail!(
+                "{} is neither a Kernel Tuner cache file (`cache`, `tune_params`), a T4 results \
+                 file (`schema_version`, `results`) nor a tunebox results cache",
+                path.display()
+            )
+        }
+    }
+
+    /// The measurements of a Kernel Tuner cache file: `time` (or its failure marker), and
+    /// `compile_time + verification_time + benchmark_time + framework_time` as the cost.
+    pub fn from_kt_cache(cache: &KtCache) -> Recording {
+        let by_key = cache
+            .cache
+            .iter()
+            .map(|r| {
+                let (time_ms, status) = match r.time {
+                    KtTime::Ms(ms) => (Some(ms), Status::Ok),
+                    KtTime::Failed(KtFailure::Compilation) => (None, Status::CompileError),
+                    KtTime::Failed(_) => (None, Status::Error),
+                };
+                let cost_ms = sum(&[
+                    r.compile_time,
+                    r.verification_time,
+                    r.benchmark_time,
+                    r.framework_time,
+                ]);
+                let m = Measurement {
+                    time_ms,
+                    status,
+                    cost_ms,
+                };
+                (key_of(r.params.iter()), m)
+            })
+            .collect();
+        let params = cache
+            .tune_params_keys
+            .iter()
+            .map(|k| {
+                (
+                    k.clone(),
+                    cache.tune_params.get(k).cloned().unwrap_or_default(),
+                )
+            })
+            .collect();
+        Recording {
+            source: cache.path.display().to_string(),
+            device: cache.device_name.clone(),
+            params,
+            by_key,
+        }
+    }
+
+    /// The measurements of a T4 results file: the `time` measurement (else the first
+    /// objective's), `compilation_time + validation + benchmark + framework` as the cost
+    /// (the sum of `runtimes` when `benchmark` is absent).
+    pub fn from_t4(file: &T4File, path: &Path) -> Recording {
+        let mut params: IndexMap<String, Vec<ParamValue>> = IndexMap::new();
+        let mut by_key = HashMap::new();
+        for r in &file.results {
+            for (name, value) in &r.configuration {
+                let values = params.entry(name.clone()).or_default();
+                if !values.contains(value) {
+                    values.push(value.clone());
+                }
+            }
+            let objective = r
+                .measurement("time")
+                .or_else(|| r.objectives.first().and_then(|o| r.measurement(o)))
+                .and_then(|m| m.as_f64());
+            let status = match r.invalidity {
+                T4Invalidity::Correct if r.correctness => Status::Ok,
+                T4Invalidity::Correct | T4Invalidity::Correctness => Status::Wrong,
+                T4Invalidity::Compile => Status::CompileError,
+                T4Invalidity::Timeout => Status::Timeout,
+                T4Invalidity::Runtime | T4Invalidity::Constraints => Status::Error,
+            };
+            let status = if objective.is_none() && status == Status::Ok {
+                Status::Error
+            } else {
+                status
+            };
+            let t = &r.times;
+            let benchmark = t
+                .benchmark
+                .or_else(|| (!t.runtimes.is_empty()).then(|| t.runtimes.iter().sum()));
+            let m = Measurement {
+                time_ms: objective.filter(|_| status == Status::Ok),
+                status,
+                cost_ms: sum(&[t.compilation_time, t.validation, benchmark, t.framework]),
+            };
+            by_key.insert(key_of(r.configuration.values()), m);
+        }
+        let device = file
+            .metadata
+            .as_ref()
+            .and_then(|m| m.device.clone())
+            .unwrap_or_else(|| "recorded".into());
+        Recording {
+            source: path.display().to_string(),
+            device,
+            params,
+            by_key,
+        }
+    }
+
+    /// The measurements of a tunebox results cache: the median, and as the cost the timed and
+    /// warmup reps at the mean (tunebox records no compile time).
+    fn from_results_cache(path: &Path, text: &str) -> Result<Recording> {
+        let (lines, _) = crate::cache::parse_lines(text);
+        ensure!(
+            !lines.is_empty(),
+            "{} holds no readable results cache line",
+            path.display()
+        );
+        let mut params: IndexMap<String, Vec<ParamValue>> = IndexMap::new();
+        let mut by_key = HashMap::new();
+        let device = lines[0].header.device.clone();
+        for line in lines {
+            let r = &line.result;
+            for (name, value) in r.choice.values() {
+                let values = params.entry(name.clone()).or_default();
+                if !values.contains(value) {
+                    values.push(value.clone());
+                }
+            }
+            let status = crate::results::parse_status(&r.status).unwrap_or(Status::Error);
+            let reps = f64::from(r.reps.unwrap_or(0) + r.warmup_reps.unwrap_or(0));
+            let m = Measurement {
+                time_ms: r.median_ms.filter(|_| status == Status::Ok),
+                status,
+                cost_ms: r.mean_ms.unwrap_or(0.0) * reps,
+            };
+            by_key.insert(key_of(r.choice.values().map(|(_, v)| v)), m);
+        }
+        Ok(Recording {
+            source: path.display().to_string(),
+            device,
+            params,
+            by_key,
+        })
+    }
+
+    /// The parameters and their values, in the file's order.
+    pub fn params(&self) -> &IndexMap<String, Vec<ParamValue>> {
+        &self.params
+    }
+
+    /// The device the recording was made on.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// How many configurations the file records.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Whether it records none.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// The space of the recorded parameters under `restrictions` (Python expressions, such as
+    /// a T1 file's conditions).
+    ///
+    /// # Errors
+    ///
+    /// A restriction that does not parse or raises.
+    pub fn space(&self, restrictions: &[String]) -> crate::Result<SearchSpace> {
+        SearchSpace::from_params(&self.params, restrictions)
+    }
+}
+
+/// A [`Recording`] bound to a [`SearchSpace`]: the measurement of every choice, by index.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    measurements: Vec<Measurement>,
+    device: String,
+    source: String,
+    missing: usize,
+}
+
+impl Recorded {
+    /// The recorded measurement of every choice of `space`, matched by parameter values; a
+    /// choice the recording lacks is failed (`error`) and costs nothing.
+    ///
+    /// # Errors
+    ///
+    /// The space's parameters are not the recording's (by name).
+    pub fn new(recording: &Recording, space: &SearchSpace) -> crate::Result<Recorded> {
+        let names: Vec<&str> = space.params().map(|(n, _)| n).collect();
+        let mut recorded: Vec<&str> = recording.params.keys().map(String::as_str).collect();
+        let mut ours = names.clone();
+        recorded.sort_unstable();
+        ours.sort_unstable();
+        if recorded != ours {
+            return Err(crate::Error::Report {
+                message: format!(
+                    "{} records the params {}, the space has {}: replay needs the same params",
+                    recording.source,
+                    recorded.join(", "),
+                    ours.join(", ")
+                ),
+            });
+        }
+        // Position in the space of each recorded param, in the recording's order.
+        let order: Vec<usize> = recording
+            .params
+            .keys()
+            .map(|k| names.iter().position(|n| n == k).expect("same names"))
+            .collect();
+        let values: Vec<&[ParamValue]> = space.params().map(|(_, v)| v).collect();
+        let mut missing = 0;
+        let measurements = (0..space.len())
+            .map(|i| {
+                let idx = space.value_indices(i).expect("an index below len");
+                let key = key_of(order.iter().map(|&p| &values[p][idx[p]]));
+                recording.by_key.get(&key).copied().unwrap_or_else(|| {
+                    missing += 1;
+                    Measurement::MISSING
+                })
+            })
+            .collect();
+        Ok(Recorded {
+            measurements,
+            device: recording.device.clone(),
+            source: recording.source.clone(),
+            missing,
+        })
+    }
+
+    /// A recording of `measurements`, one per choice by index (for tests and synthetic
+    /// benchmarks).
+    pub fn from_measurements(measurements: Vec<Measurement>) -> Recorded {
+        Recorded {
+            measurements,
+            device: "synthetic".into(),
+            source: "synthetic".into(),
+            missing: 0,
+        }
+    }
+
+    /// The measurement of choice `index` (a missing one for an index out of range).
+    pub fn get(&self, index: usize) -> Measurement {
+        self.measurements
+            .get(index)
+            .copied()
+            .unwrap_or(Measurement::MISSING)
+    }
+
+    /// How many choices of the space the recording lacks.
+    pub fn missing(&self) -> usize {
+        self.missing
+    }
+
+    /// The best (lowest) recorded time and its choice, `None` when every choice failed.
+    pub fn best(&self) -> Option<(usize, f64)> {
+        self.measurements
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.time_ms.map(|t| (i, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// What measuring every choice would cost, ms.
+    pub fn total_cost_ms(&self) -> f64 {
+        self.measurements.iter().map(|m| m.cost_ms).sum()
+    }
+
+    /// The times of the choices that did not fail.
+    pub fn times(&self) -> impl Iterator<Item = f64> + '_ {
+        self.measurements.iter().filter_map(|m| m.time_ms)
+    }
+}
+
+/// When a simulated run stops: after `max_evals` measurements, or once the simulated time
+/// reaches `max_time_ms` (the measurement that crosses it still counts, as a real run's last
+/// started measurement does).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// Most measurements.
+    pub max_evals: usize,
+    /// Most simulated time, ms.
+    pub max_time_ms: f64,
+}
+
+impl Budget {
+    /// No limit but the space.
+    pub const UNLIMITED: Budget = Budget {
+        max_evals: usize::MAX,
+        max_time_ms: f64::INFINITY,
+    };
+}
+
+/// One simulated measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TracePoint {
+    /// The choice measured.
+    pub index: usize,
+    /// Simulated time when it finished, ms since the start.
+    pub elapsed_ms: f64,
+    /// Its time, `None` when it failed.
+    pub time_ms: Option<f64>,
+    /// The best time so far, `None` until one succeeds.
+    pub best_ms: Option<f64>,
+}
+
+/// The course of a simulated run.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// Every measurement, in order.
+    pub points: Vec<TracePoint>,
+}
+
+impl Trace {
+    /// The best time found.
+    pub fn best_ms(&self) -> Option<f64> {
+        self.points.last().and_then(|p| p.best_ms)
+    }
+
+    /// Simulated time spent, ms.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.points.last().map_or(0.0, |p| p.elapsed_ms)
+    }
+
+    /// The best time found by simulated time `t_ms`, `None` when none yet.
+    pub fn best_at(&self, t_ms: f64) -> Option<f64> {
+        let n = self.points.partition_point(|p| p.elapsed_ms <= t_ms);
+        n.checked_sub(1).and_then(|i| self.points[i].best_ms)
+    }
+}
+
+/// The result a strategy is told for a replayed measurement (`ok` with a median of the
+/// recorded time, else failed), on `device`.
+pub fn result_of(space: &SearchSpace, index: usize, m: Measurement, device: &str) -> ChoiceResult {
+    let choice = space.choice(index).expect("an index of the space");
+    match m.time_ms {
+        Some(ms) if m.status == Status::Ok => {
+            let mut r = ChoiceResult::failed(index, choice, Status::Ok, String::new(), device);
+            r.error = None;
+            r.stats = Some(TimingStats {
+                median_ms: ms,
+                mean_ms: ms,
+                min_ms: ms,
+                max_ms: ms,
+                p20_ms: ms,
+                p80_ms: ms,
+                stddev_ms: 0.0,
+                reps: 1,
+                warmup_reps: 0,
+                stopped: "replay".into(),
+            });
+            r
+        }
+        _ => ChoiceResult::failed(
+            index,
+            choice,
+            m.status,
+            format!("replayed: recorded as {}", m.status.as_str()),
+            device,
+        ),
+    }
+}
+
+/// Runs `strategy` over `space` with every measurement taken from `recorded`, until the
+/// strategy has no more choices or the budget is spent, telling it each result as it finishes
+/// (one choice at a time, in the order asked, as a run with one worker measures them).
+pub fn simulate(
+    space: &SearchSpace,
+    strategy: &mut dyn Strategy,
+    recorded: &Recorded,
+    budget: Budget,
+) -> Trace {
+    simulate_with(space, strategy, recorded, budget, |_, _| {})
+}
+
+/// [`simulate`], calling `each` with every result as it is told.
+pub fn simulate_with(
+    space: &SearchSpace,
+    strategy: &mut dyn Strategy,
+    recorded: &Recorded,
+    budget: Budget,
+    mut each: impl FnMut(&ChoiceResult, f64),
+) -> Trace {
+    let mut trace = Trace::default();
+    let mut elapsed = 0.0;
+    let mut best: Option<f64> = None;
+    'run: loop {
+        let left = budget.max_evals.saturating_sub(trace.points.len());
+        if left == 0 || elapsed >= budget.max_time_ms {
+            break;
+        }
+        let batch = strategy.ask(space, left);
+        if batch.is_empty() {
+            break;
+        }
+        for index in batch.into_iter().take(left) {
+            if elapsed >= budget.max_time_ms || index >= space.len() {
+                break 'run;
+            }
+            let m = recorded.get(index);
+            elapsed += m.cost_ms;
+            if let Some(t) = m.time_ms {
+                best = Some(best.map_or(t, |b: f64| b.min(t)));
+            }
+            trace.points.push(TracePoint {
+                index,
+                elapsed_ms: elapsed,
+                time_ms: m.time_ms,
+                best_ms: best,
+            });
+            let result = result_of(space, index, m, &recorded.device);
+            each(&result, elapsed);
+            strategy.tell(index, &result);
+        }
+    }
+    trace
+}
+
+/// A report of a replayed run: every told result, ranked, with `elapsed_s` the simulated
+/// time.
+pub fn report(
+    space: &SearchSpace,
+    recorded: &Recorded,
+    name: &str,
+    selection: Selection,
+    mut results: Vec<ChoiceResult>,
+    elapsed_ms: f64,
+) -> Report {
+    crate::results::rank(&mut results);
+    let mut notes = vec![format!(
+        "replayed from {}: simulated time {:.1} s",
+        recorded.source,
+        elapsed_ms / 1000.0
+    )];
+    if recorded.missing > 0 {
+        notes.push(format!(
+            "{} choices of the space are not in {}; replayed as failed",
+            recorded.missing, recorded.source
+        ));
+    }
+    Report {
+        info: RunInfo {
+            header: RunHeader {
+                tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
+                manifest: name.to_owned(),
+                manifest_hash: String::new(),
+                name: name.to_owned(),
+                kernel: format!("replay of {}", recorded.source),
+                backend: "replay".into(),
+                device: recorded.device.clone(),
+                space_size: space.len(),
+                selection,
+                shard: None,
+                metrics: Vec::new(),
+            },
+            elapsed_s: elapsed_ms / 1000.0,
+            workers: 0,
+            refine: None,
+            cache: None,
+            interrupted: false,
+            not_measured: Vec::new(),
+            notes,
+            merged_from: Vec::new(),
+            missing: Vec::new(),
+            across_devices: false,
+        },
+        results,
+    }
+}
+
+/// `tunebox tune FILE --replay RECORDED`: the space of `file` (a manifest or a T1 file, see
+/// [`crate::load_space`]), every measurement from the recorded file, the strategy `selection`
+/// names, within `budget`; the ranked report (its `elapsed_s` the simulated time) and the
+/// trace.
+///
+/// # Errors
+///
+/// An invalid `file`, an unreadable recorded file, or one whose params are not the space's.
+pub fn replay(
+    file: &Path,
+    recorded: &Path,
+    selection: &Selection,
+    budget: Budget,
+) -> crate::Result<(Report, Trace)> {
+    let space = crate::space::load_space(file)?;
+    let recording = Recording::read(recorded)?;
+    let recorded = Recorded::new(&recording, &space)?;
+    let mut strategy = crate::strategy::from_selection(selection);
+    let mut results = Vec::new();
+    let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
+        results.push(r.clone());
+    });
+    let name = file
+        .file_stem()
+        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    let report = report(
+        &space,
+        &recorded,
+        &name,
+        selection.clone(),
+        results,
+        trace.elapsed_ms(),
+    );
+    Ok((report, trace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::T1File;
+    use crate::strategy::BruteForce;
+
+    /// The hub's cache files, with the T1 file of their kernel.
+    fn hub_files() -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+        let hub = crate::formats::hub_dir();
+        let mut out = Vec::new();
+        for kernel in ["convolution_milo", "dedispersion_milo"] {
+            for gpu in ["A100", "A4000", "A6000"] {
+                out.push((
+                    hub.join(format!("cachefiles/{kernel}/{gpu}.json.gz")),
+                    hub.join(format!("kernels/{kernel}.json")),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The minimum recorded `time` of each hub file, from Python:
+    /// `min(v["time"] for v in json.load(gzip.open(f))["cache"].values() if type(v["time"]) is float)`.
+    const HUB_BEST: [f64; 6] = [
+        0.5536000076681376,
+        1.021171996369958,
+        0.6030377962291835,
+        68.1165759563446,
+        147.6977825164795,
+        84.21807646751404,
+    ];
+
+    #[test]
+    fn brute_force_replay_finds_the_recorded_best_of_every_hub_file() {
+        for ((cache, t1), expected) in hub_files().into_iter().zip(HUB_BEST) {
+            let recording = Recording::read(&cache).unwrap();
+            let t1 = T1File::read(&t1).unwrap();
+            let conditions: Vec<String> = t1
+                .configuration_space
+                .conditions
+                .iter()
+                .map(|c| c.expression.clone())
+                .collect();
+            let space = recording.space(&conditions).unwrap();
+            let recorded = Recorded::new(&recording, &space).unwrap();
+            let trace = simulate(&space, &mut BruteForce::new(), &recorded, Budget::UNLIMITED);
+            assert_eq!(trace.points.len(), space.len());
+            assert_eq!(trace.best_ms(), Some(expected), "{}", cache.display());
+            assert!((trace.elapsed_ms() - recorded.total_cost_ms()).abs() < 1e-6);
+            // Every recorded configuration is a choice of the space (the hub brute-forced it).
+            assert_eq!(space.len() - recorded.missing(), recording.len());
+        }
+    }
+
+    #[test]
+    fn budgets_stop_the_replay() {
+        let (cache, _) = &hub_files()[0];
+        let recording = Recording::read(cache).unwrap();
+        let space = recording.space(&[]).unwrap();
+        let recorded = Recorded::new(&recording, &space).unwrap();
+        assert!(
+            recorded.missing() > 0,
+            "the raw space has unrecorded choices"
+        );
+        let by_evals = Budget {
+            max_evals: 10,
+            max_time_ms: f64::INFINITY,
+        };
+        let trace = simulate(&space, &mut BruteForce::new(), &recorded, by_evals);
+        assert_eq!(trace.points.len(), 10);
+        let by_time = Budget {
+            max_evals: usize::MAX,
+            max_time_ms: 60_000.0,
+        };
+        let trace = simulate(&space, &mut BruteForce::new(), &recorded, by_time);
+        let n = trace.points.len();
+        assert!(trace.elapsed_ms() >= 60_000.0);
+        assert!(trace.points[n - 2].elapsed_ms < 60_000.0);
+        assert_eq!(trace.best_at(-1.0), None);
+        assert!(trace.best_at(60_000.0) >= trace.best_ms());
+    }
+
+    #[test]
+    fn t4_and_kernel_tuner_caches_replay_alike() {
+        let (cache, _) = &hub_files()[0];
+        let kt = KtCache::read(cache).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let t4_path = dir.path().join("t4.json");
+        T4File::from_kt_cache(&kt).write(&t4_path).unwrap();
+        let a = Recording::from_kt_cache(&kt);
+        let b = Recording::read(&t4_path).unwrap();
+        assert_eq!(a.len(), b.len());
+        for (key, m) in &a.by_key {
+            assert_eq!(b.by_key.get(key), Some(m), "{key}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Search strategies beyond brute force and random sampling, each behind the ask/tell
+//! [`Strategy`] trait and each modelled on a Kernel Tuner strategy (KernelTuner/kernel_tuner,
+//! `kernel_tuner/strategies/*.py`) or a textbook method, named in its own module:
+//!
+//! | Name | Type | Source |
+//! |---|---|---|
+//! | `genetic` | [`GeneticAlgorithm`] | Kernel Tuner `genetic_algorithm.py` |
+//! | `annealing` | [`SimulatedAnnealing`] | Kernel Tuner `simulated_annealing.py` |
+//! | `ils` | [`GreedyIls`] | Kernel Tuner `greedy_ils.py` (hill climbing + random walk) |
+//! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
+//! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
+//!
+//! What they share (`Core`): they propose only choices of the space (stable indices, so
+//! never one that breaks a restriction), never the same index twice, at most `budget` in all;
+//! they are deterministic for a seed and a sequence of tells (all randomness comes from one
+//! seeded `fastrand::Rng`, and no iteration order depends on a hash map); a failed choice
+//! (compile error, crash, timeout, wrong answer) has the worst objective, `+inf`. When a
+//! strategy has nothing to propose before it hears back (a generation still out), or is stuck,
+//! it proposes an unvisited choice at random, so that it only ends when the budget or the
+//! space is spent.
+
+mod annealing;
+mod bayes;
+mod de;
+mod genetic;
+mod ils;
+
+pub use annealing::SimulatedAnnealing;
+pub use bayes::BayesianOptimization;
+pub use de::DifferentialEvolution;
+pub use genetic::GeneticAlgorithm;
+pub use ils::GreedyIls;
+
+use std::collections::HashMap;
+
+use tunebox_pool::Status;
+
+use crate::results::ChoiceResult;
+use crate::space::SearchSpace;
+use crate::strategy::{BruteForce, RandomSample, Strategy};
+
+/// The names [`by_name`] knows, in the order of the evaluation's tables.
+pub const NAMES: [&str; 7] = [
+    "brute-force",
+    "random",
+    "genetic",
+    "annealing",
+    "ils",
+    "de",
+    "bayes",
+];
+
+/// The strategy called `name` (one of [`NAMES`]), proposing at most `budget` choices, seeded
+/// by `seed`; `None` for an unknown name. Brute force ignores the budget and seed.
+pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>> {
+    Some(match name {
+        "brute-force" => Box::new(BruteForce::new()),
+        "random" => Box::new(RandomSample::new(budget, seed)),
+        "genetic" => Box::new(GeneticAlgorithm::new(budget, seed)),
+        "annealing" => Box::new(SimulatedAnnealing::new(budget, seed)),
+        "ils" => Box::new(GreedyIls::new(budget, seed)),
+        "de" => Box::new(DifferentialEvolution::new(budget, seed)),
+        "bayes" => Box::new(BayesianOptimization::new(budget, seed)),
+        _ => return None,
+    })
+}
+
+/// The objective a strategy minimizes for a result: the median in ms for `ok`, `+inf` for a
+/// failure (or a NaN median).
+pub(crate) fn objective(result: &ChoiceResult) -> f64 {
+    match (result.status, result.median_ms()) {
+        (Status::Ok, Some(ms)) if !ms.is_nan() => ms,
+        _ => f64::INFINITY,
+    }
+}
+
+/// What every strategy here keeps: the seeded generator, the budget, the choices handed out
+/// and what was heard about them.
+#[derive(Debug, Clone)]
+pub(crate) struct Core {
+    pub rng: fastrand::Rng,
+    budget: usize,
+    asked: usize,
+    /// One bit per choice of the space: handed out.
+    visited: Vec<u64>,
+    /// Objective of every told choice.
+    pub told: HashMap<usize, f64>,
+    /// The best told choice and its objective.
+    pub best: Option<(usize, f64)>,
+}
+
+impl Core {
+    pub(crate) fn new(budget: usize, seed: u64) -> Core {
+        Core {
+            rng: fastrand::Rng::with_seed(seed),
+            budget,
+            asked: 0,
+            visited: Vec::new(),
+            told: HashMap::new(),
+            best: None,
+        }
+    }
+
+    /// Sizes the visited set for `space` (once).
+    pub(crate) fn init(&mut self, space: &SearchSpace) {
+        if self.visited.is_empty() {
+            self.visited = vec![0; space.len().div_ceil(64).max(1)];
+        }
+    }
+
+    /// How many more choices may be handed out.
+    pub(crate) fn left(&self, space: &SearchSpace) -> usize {
+        self.budget.min(space.len()).saturating_sub(self.asked)
+    }
+
+    pub(crate) fn is_visited(&self, index: usize) -> bool {
+        self.visited[index / 64] & (1 << (index % 64)) != 0
+    }
+
+    /// Hands out `index`: false (and nothing changes) when it was handed out before.
+    pub(crate) fn take(&mut self, index: usize) -> bool {
+        if self.is_visited(index) {
+            return false;
+        }
+        self.visited[index / 64] |= 1 << (index % 64);
+        self.asked += 1;
+        true
+    }
+
+    /// Records a result; returns its objective.
+    pub(crate) fn record(&mut self, index: usize, result: &ChoiceResult) -> f64 {
+        let value = objective(result);
+        self.told.insert(index, value);
+        if self.best.is_none_or(|(_, b)| value < b) {
+            self.best = Some((index, value));
+        }
+        value
+    }
+
+    /// The objective heard for `index`, if any.
+    pub(crate) fn value(&self, index: usize) -> Option<f64> {
+        self.told.get(&index).copied()
+    }
+
+    /// An unvisited choice drawn uniformly (by rejection, then by a scan from a random
+    /// start once most are visited); `None` when every choice was handed out.
+    pub(crate) fn random_unvisited(&mut self, space: &SearchSpace) -> Option<usize> {
+        let n = space.len();
+        if self.asked >= n {
+            return None;
+        }
+        for _ in 0..32 {
+            let i = self.rng.usize(0..n);
+            if !self.is_visited(i) {
+                return Some(i);
+            }
+        }
+        let start = self.rng.usize(0..n);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| !self.is_visited(i))
+    }
+
+    /// The valid choices that differ from `index` in one param by one position in its value
+    /// list (Kernel Tuner's "adjacent" neighbours), in param order.
+    pub(crate) fn neighbours(space: &SearchSpace, index: usize) -> Vec<usize> {
+        let Some(mut values) = space.value_indices(index) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for p in 0..values.len() {
+            let here = values[p];
+            for there in [here.wrapping_sub(1), here + 1] {
+                values[p] = there;
+                if let Some(j) = space.index_of_values(&values) {
+                    out.push(j);
+                }
+            }
+            values[p] = here;
+        }
+        out
+    }
+
+    /// A random valid choice near `values`: each of `changes` random params takes a random
+    /// value; up to 20 tries, `None` when none is valid.
+    pub(crate) fn random_walk(
+        &mut self,
+        space: &SearchSpace,
+        index: usize,
+        changes: usize,
+    ) -> Option<usize> {
+        let base = space.value_indices(index)?;
+        let counts: Vec<usize> = space.params().map(|(_, v)| v.len()).collect();
+        for _ in 0..20 {
+            let mut values = base.clone();
+            for _ in 0..changes.max(1) {
+                let p = self.rng.usize(0..counts.len());
+                values[p] = self.rng.usize(0..counts[p]);
+            }
+            if let Some(j) = space.index_of_values(&values)
+                && j != index
+            {
+                return Some(j);
+            }
+        }
+        None
+    }
+}
+
+/// The value counts of `space`'s params.
+pub(crate) fn counts(space: &SearchSpace) -> Vec<usize> {
+    space.params().map(|(_, v)| v.len()).collect()
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The ask of a strategy that proposes one choice at a time and must hear how it went before
+/// the next (`step` gives the next unvisited choice, or `None` when it has none): the proposal,
+/// or, when one is still out or `step` has none, a random unvisited choice.
+pub(crate) fn ask_one(
+    core: &mut Core,
+    pending: &mut Option<usize>,
+    space: &SearchSpace,
+    n: usize,
+    step: impl FnOnce(&mut Core, &SearchSpace) -> Option<usize>,
+) -> Vec<usize> {
+    core.init(space);
+    if n == 0 || core.left(space) == 0 {
+        return Vec::new();
+    }
+    let proposal = if pending.is_none() {
+        step(core, space).filter(|&i| !core.is_visited(i))
+    } else {
+        None
+    };
+    let index = match proposal {
+        Some(i) => {
+            *pending = Some(i);
+            i
+        }
+        None => match core.random_unvisited(space) {
+            Some(i) => i,
+            None => return Vec::new(),
+        },
+    };
+    core.take(index);
+    vec![index]
+}
