@@ -23,9 +23,12 @@
 //!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
 //!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
 //!   `Searchspace` when `target/kernel-tuner-venv` (or `$KT_VENV`) has it (`docs/search.md`).
-//! - `strategies [--seeds N] [--budget-fraction F]`: every search strategy on every replayable
-//!   space of the benchmark hub, simulated, scored by the methodology of Willemsen et al. (FGCS
-//!   2024); prints the table, writes `docs/search-strategies.svg` (`docs/search.md`).
+//! - `strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]`: every search
+//!   strategy on every replayable space of the benchmark hub, simulated, scored by the
+//!   methodology of Willemsen et al. (FGCS 2024); with Kernel Tuner's strategies side by side
+//!   (its simulation mode, `benchmarks/kernel-tuner/strategies.py`) when `target/kernel-tuner-venv`
+//!   (or `$KT_VENV`) has it; prints the table, writes `docs/search-strategies.svg`
+//!   (`docs/search.md`).
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
@@ -58,9 +61,10 @@ const USAGE: &str = "usage: cargo xtask <task>
                             regret between consecutive runs
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
-  strategies [--seeds N] [--budget-fraction F]
+  strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]
                             every strategy on the hub's recorded spaces (simulated): scores,
-                            docs/search-strategies.svg
+                            docs/search-strategies.svg; Kernel Tuner's side by side when
+                            installed
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh

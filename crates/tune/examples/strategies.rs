@@ -3,9 +3,17 @@
 //! algorithms for auto-tuning" (FGCS 2024). Run by `cargo xtask strategies`; see
 //! docs/search.md for the formula and the figures.
 //!
+//! When Kernel Tuner is installed (a Python environment with `kernel_tuner`, `$KT_VENV` or
+//! `target/kernel-tuner-venv`) and `--no-kt` is not given, Kernel Tuner's strategies run too, in
+//! its simulation mode on the same files under the same simulated budgets
+//! (`benchmarks/kernel-tuner/strategies.py`, reading the budgets this writes to
+//! `target/strategies/kt-budgets.json`); their traces are scored here by the same formula and
+//! appear as `kt:NAME` in the table and dotted in the plot.
+//!
 //! ```text
 //! cargo run --release -p tunebox-tune --example strategies -- [--seeds N] [--budget-fraction F]
 //!     [--hub DIR] [--svg PATH] [--markdown PATH] [--strategies a,b,…]
+//!     [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
 //! ```
 
 use std::fmt::Write as _;
@@ -32,6 +40,12 @@ struct Options {
     svg: PathBuf,
     markdown: Option<PathBuf>,
     strategies: Vec<String>,
+    /// Kernel Tuner's Python, when it runs.
+    kt_python: Option<PathBuf>,
+    kt_seeds: u64,
+    kt_strategies: Option<String>,
+    /// Kernel Tuner traces recorded before: score these instead of running Kernel Tuner.
+    kt_traces: Option<PathBuf>,
 }
 
 fn parse() -> Result<Options, String> {
@@ -47,7 +61,12 @@ fn parse() -> Result<Options, String> {
             .filter(|n| **n != "brute-force")
             .map(|n| (*n).to_owned())
             .collect(),
+        kt_python: None,
+        kt_seeds: 10,
+        kt_strategies: None,
+        kt_traces: None,
     };
+    let mut kt = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
@@ -64,6 +83,12 @@ fn parse() -> Result<Options, String> {
             "--strategies" => {
                 o.strategies = value()?.split(',').map(str::to_owned).collect();
             }
+            "--no-kt" => kt = false,
+            "--kt-seeds" => {
+                o.kt_seeds = value()?.parse().map_err(|e| format!("--kt-seeds: {e}"))?;
+            }
+            "--kt-strategies" => o.kt_strategies = Some(value()?),
+            "--kt-traces" => o.kt_traces = Some(value()?.into()),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -72,7 +97,17 @@ fn parse() -> Result<Options, String> {
             return Err(format!("unknown strategy {s}"));
         }
     }
-    if o.fraction.is_nan() || o.fraction <= 0.0 || o.seeds == 0 {
+    let venv = std::env::var_os("KT_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
+    let python = venv.join("bin/python");
+    if kt && o.kt_traces.is_none() && python.is_file() {
+        o.kt_python = Some(python);
+    }
+    if !kt {
+        o.kt_traces = None;
+    }
+    if o.fraction.is_nan() || o.fraction <= 0.0 || o.seeds == 0 || o.kt_seeds == 0 {
         return Err("--seeds and --budget-fraction must be above 0".into());
     }
     Ok(o)
@@ -81,6 +116,8 @@ fn parse() -> Result<Options, String> {
 /// One replayable space and what the methodology needs of it.
 struct Problem {
     name: String,
+    cache: PathBuf,
+    t1: PathBuf,
     space: SearchSpace,
     recorded: Recorded,
     optimum: f64,
@@ -95,7 +132,8 @@ struct Problem {
 }
 
 impl Problem {
-    fn load(cache: &Path, t1: &Path, name: String, fraction: f64) -> Problem {
+    fn load(cache: &Path, t1_path: &Path, name: String, fraction: f64) -> Problem {
+        let t1 = t1_path;
         let recording = Recording::read(cache).expect("a readable cache file");
         let t1 = T1File::read(t1).expect("a readable T1 file");
         let conditions: Vec<String> = t1
@@ -122,6 +160,8 @@ impl Problem {
         let end_ms = (time_of(CUTOFF) * fraction).max(start_ms * 1.01);
         Problem {
             name,
+            cache: cache.to_owned(),
+            t1: t1_path.to_owned(),
             space,
             recorded,
             optimum,
@@ -187,6 +227,134 @@ fn curve(problem: &Problem, strategy: &str, seeds: u64) -> Vec<f64> {
     sum.iter().map(|s| s / seeds as f64).collect()
 }
 
+/// Kernel Tuner's strategies on the same problems: per strategy (`kt:NAME`), per problem, the
+/// mean best-found curve; and a line saying what ran and what was skipped.
+type KtCurves = (Vec<String>, Curves, String);
+
+/// Per strategy, per problem, the mean best-found curve.
+type Curves = Vec<Vec<Vec<f64>>>;
+
+/// Runs `benchmarks/kernel-tuner/strategies.py` with `python` on the problems' files and
+/// budgets; returns the path of its traces.
+fn run_kt(problems: &[Problem], python: &Path, options: &Options) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = root.join("target/strategies");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let spaces: Vec<serde_json::Value> = problems
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "name": p.name,
+                "cache": p.cache,
+                "t1": p.t1,
+                "start_ms": p.start_ms,
+                "end_ms": p.end_ms,
+            })
+        })
+        .collect();
+    let budgets = dir.join("kt-budgets.json");
+    let traces = dir.join("kt-traces.json");
+    std::fs::write(
+        &budgets,
+        serde_json::json!({ "spaces": spaces }).to_string(),
+    )
+    .map_err(|e| format!("{}: {e}", budgets.display()))?;
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(root.join("benchmarks/kernel-tuner/strategies.py"))
+        .arg(&budgets)
+        .arg(&traces)
+        .args(["--seeds", &options.kt_seeds.to_string()]);
+    if let Some(list) = &options.kt_strategies {
+        cmd.args(["--strategies", list]);
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !status.success() {
+        return Err(format!("Kernel Tuner's strategies failed ({status})"));
+    }
+    Ok(traces)
+}
+
+/// Scores the traces of `run_kt` (`[[elapsed_ms, best_ms or null], …]` per seed) as `curve`
+/// does tunebox's.
+fn kt_curves(problems: &[Problem], traces: &Path) -> Result<KtCurves, String> {
+    let text = std::fs::read_to_string(traces).map_err(|e| format!("{}: {e}", traces.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", traces.display()))?;
+    let spaces = &v["spaces"];
+    let first = spaces[problems[0].name.as_str()]
+        .as_object()
+        .ok_or("no traces for the first space")?;
+    let mut names = Vec::new();
+    let mut curves = Vec::new();
+    for strategy in first.keys() {
+        let mut per_problem = Vec::new();
+        for p in problems {
+            let runs = spaces[p.name.as_str()][strategy]
+                .as_array()
+                .ok_or(format!("no {strategy} traces for {}", p.name))?;
+            let runs: Vec<Vec<(f64, Option<f64>)>> = runs
+                .iter()
+                .filter_map(|r| r.as_array())
+                .map(|r| {
+                    r.iter()
+                        .map(|pt| (pt[0].as_f64().unwrap_or(f64::INFINITY), pt[1].as_f64()))
+                        .collect()
+                })
+                .collect();
+            if runs.is_empty() {
+                return Err(format!("no {strategy} runs for {}", p.name));
+            }
+            let curve: Vec<f64> = p
+                .times()
+                .iter()
+                .map(|&t| {
+                    runs.iter()
+                        .map(|r| {
+                            let n = r.partition_point(|pt| pt.0 <= t);
+                            n.checked_sub(1).and_then(|i| r[i].1).unwrap_or(p.median)
+                        })
+                        .sum::<f64>()
+                        / runs.len() as f64
+                })
+                .collect();
+            per_problem.push(curve);
+        }
+        names.push(format!("kt:{strategy}"));
+        curves.push(per_problem);
+    }
+    let skipped = v["skipped"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, why)| format!("{k} ({})", why.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default();
+    let note = format!(
+        "Kernel Tuner {}: {} seeds, {:.1} s wall (all runs, {} processes){}{}",
+        v["kernel_tuner"].as_str().unwrap_or("?"),
+        v["seeds"].as_u64().unwrap_or(0),
+        v["total_wall_s"].as_f64().unwrap_or(f64::NAN),
+        v["jobs"].as_u64().unwrap_or(1),
+        v["slow_seeds"]
+            .as_object()
+            .map(|m| m
+                .iter()
+                .map(|(k, n)| format!(" ({k}: {n} seed(s))"))
+                .collect::<String>())
+            .unwrap_or_default(),
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; skipped: {skipped}")
+        }
+    );
+    Ok((names, curves, note))
+}
+
 /// The performance at each time: 0 is random search, 1 the optimum.
 fn performance(problem: &Problem, curve: &[f64]) -> Vec<f64> {
     problem
@@ -204,11 +372,39 @@ const COLORS: [&str; 8] = [
     "#888888", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
 ];
 
+/// Legend entries per row.
+const LEGEND_ROW: usize = 6;
+
+/// Kernel Tuner's strategies (`kt:…`) are dotted, tunebox's solid.
+fn style(name: &str) -> &'static str {
+    if name.starts_with("kt:") {
+        r#"stroke-dasharray="2 2""#
+    } else {
+        ""
+    }
+}
+
+/// Colours cycle separately over tunebox's and Kernel Tuner's strategies.
+fn color(names: &[String], s: usize) -> &'static str {
+    let kt = names[s].starts_with("kt:");
+    let k = names[..s]
+        .iter()
+        .filter(|n| n.starts_with("kt:") == kt)
+        .count();
+    let palette: &[&str] = if kt { &KT_COLORS } else { &COLORS[1..] };
+    palette[k % palette.len()]
+}
+
+const KT_COLORS: [&str; 10] = [
+    "#17becf", "#bcbd22", "#7f7f7f", "#e377c2", "#8c564b", "#9467bd", "#d62728", "#2ca02c",
+    "#ff7f0e", "#1f77b4",
+];
+
 fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> String {
     let (cols, w, h, pad) = (3, 360.0, 260.0, 50.0);
     let rows = problems.len().div_ceil(cols);
     let width = cols as f64 * w;
-    let height = rows as f64 * h + 40.0;
+    let height = rows as f64 * h + 30.0 + names.len().div_ceil(LEGEND_ROW) as f64 * 18.0;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -273,7 +469,7 @@ fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> Stri
         };
         let _ = writeln!(out, "{}", line(&base, "black", r#"stroke-dasharray="4 3""#));
         for (s, c) in curves.iter().enumerate() {
-            let _ = writeln!(out, "{}", line(&c[p], COLORS[(s + 1) % COLORS.len()], ""));
+            let _ = writeln!(out, "{}", line(&c[p], color(names, s), style(&names[s])));
         }
     }
     // Legend.
@@ -284,14 +480,16 @@ fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> Stri
         ly + 4.0
     );
     for (s, name) in names.iter().enumerate() {
-        let x = 150.0 + s as f64 * 110.0;
+        let x = 150.0 + (s % LEGEND_ROW) as f64 * 150.0;
+        let y = ly + (s / LEGEND_ROW) as f64 * 18.0;
         let _ = writeln!(
             out,
-            r#"<line x1="{x}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {}/><text x="{}" y="{}">{name}</text>"#,
             x + 20.0,
-            COLORS[(s + 1) % COLORS.len()],
+            color(names, s),
+            style(name),
             x + 24.0,
-            ly + 4.0
+            y + 4.0
         );
     }
     out.push_str("</svg>\n");
@@ -320,7 +518,13 @@ fn main() {
     }
     let names = &options.strategies;
     // curves[strategy][problem][step]
-    let curves: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
+    let (curves, kt): (Curves, Option<Result<PathBuf, String>>) = std::thread::scope(|scope| {
+        // Kernel Tuner's strategies run beside tunebox's.
+        let kt = options.kt_python.as_ref().map(|python| {
+            let problems = &problems;
+            let options = &options;
+            scope.spawn(move || run_kt(problems, python, options))
+        });
         let handles: Vec<_> = names
             .iter()
             .map(|name| {
@@ -340,11 +544,25 @@ fn main() {
                 })
             })
             .collect();
-        handles
+        let curves = handles
             .into_iter()
             .map(|h| h.join().expect("no panic"))
-            .collect()
+            .collect();
+        (curves, kt.map(|h| h.join().expect("no panic")))
     });
+    let kt = kt.or(options.kt_traces.clone().map(Ok));
+    let (mut names, mut curves) = (names.clone(), curves);
+    let mut kt_note = None;
+    match kt.map(|traces| traces.and_then(|t| kt_curves(&problems, &t))) {
+        Some(Ok((kt_names, kt_curves, note))) => {
+            names.extend(kt_names);
+            curves.extend(kt_curves);
+            kt_note = Some(note);
+        }
+        Some(Err(e)) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
+        None => {}
+    }
+    let names = &names;
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -396,8 +614,9 @@ fn main() {
     }
     let _ = writeln!(
         md,
-        "\n({:.1} s on this machine)",
-        started.elapsed().as_secs_f64()
+        "\n({:.1} s on this machine{})",
+        started.elapsed().as_secs_f64(),
+        kt_note.map(|n| format!("; {n}")).unwrap_or_default()
     );
     print!("{md}");
     if let Some(path) = &options.markdown {
