@@ -3,18 +3,23 @@
 //! by Simulated Annealing", Science 1983): from a random choice, try a random adjacent
 //! neighbour; always move to a better one, never from a working choice to a failed one, and to
 //! a worse one with probability `exp(((old - new) / old) / T)` (Kernel Tuner's relative
-//! acceptance); `T` starts at 1 and is multiplied by 0.995 after every step. When it falls
-//! below 0.001 the search restarts from a new random choice with `T = 1`. A neighbour measured
-//! before costs nothing: its known time is used.
+//! acceptance). The schedule is Kernel Tuner 1.5's: `T = 0.1 · 0.9975^(k · c / max_fevals)`,
+//! where `c` is the number of distinct choices measured so far, `max_fevals` the budget (at most
+//! the space's size) and `k = ⌈ln(0.0001) / ln(0.9975)⌉` = 3680, so that `T` falls to
+//! 0.1 · 0.0001 as the budget ends (Kernel Tuner derives `k` from the end temperature alone);
+//! after 100 steps without a new measurement (every neighbour known) the walk restarts
+//! from a random choice. A neighbour measured before costs nothing: its known time is used.
 
 use super::{Core, ask_one};
 use crate::results::ChoiceResult;
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
 
-const T_START: f64 = 1.0;
-const T_MIN: f64 = 0.001;
-const ALPHA: f64 = 0.995;
+const T_START: f64 = 0.1;
+const T_MIN: f64 = 0.0001;
+const ALPHA: f64 = 0.9975;
+/// Steps without a new measurement before a restart (Kernel Tuner's `stuck > 100`).
+const STUCK: usize = 100;
 
 /// Simulated annealing over adjacent neighbours (see the module docs).
 #[derive(Debug, Clone)]
@@ -23,6 +28,8 @@ pub struct SimulatedAnnealing {
     pending: Option<usize>,
     current: Option<(usize, f64)>,
     t: f64,
+    /// The budget, at most the space's size (Kernel Tuner's `max_fevals`), known at the first ask.
+    max_fevals: usize,
 }
 
 impl SimulatedAnnealing {
@@ -33,7 +40,14 @@ impl SimulatedAnnealing {
             pending: None,
             current: None,
             t: T_START,
+            max_fevals: 0,
         }
+    }
+
+    /// The temperature after `measured` distinct measurements of a budget of `max_fevals`.
+    fn temperature(measured: usize, max_fevals: usize) -> f64 {
+        let k = (T_MIN.ln() / ALPHA.ln()).ceil();
+        T_START * ALPHA.powf(k * measured as f64 / max_fevals.max(1) as f64)
     }
 
     /// Kernel Tuner's `acceptance_prob` (lower is better).
@@ -62,11 +76,6 @@ impl SimulatedAnnealing {
         {
             *current = Some((c, new));
         }
-        *t *= ALPHA;
-        if *t < T_MIN {
-            *t = T_START;
-            *current = None;
-        }
     }
 }
 
@@ -76,6 +85,10 @@ impl Strategy for SimulatedAnnealing {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        if self.max_fevals == 0 {
+            self.max_fevals = self.core.budget().min(space.len());
+        }
+        self.t = Self::temperature(self.core.told.len(), self.max_fevals);
         let (current, t) = (&mut self.current, &mut self.t);
         ask_one(
             &mut self.core,
@@ -83,8 +96,9 @@ impl Strategy for SimulatedAnnealing {
             space,
             n,
             |core, space| {
-                // Moves to neighbours measured before are free; a few hundred at most per ask.
-                for _ in 0..256 {
+                // Moves to neighbours measured before are free; after STUCK of them in a row,
+                // restart from a random choice.
+                for _ in 0..STUCK {
                     let Some((here, _)) = *current else {
                         return core.random_unvisited(space);
                     };
@@ -100,13 +114,15 @@ impl Strategy for SimulatedAnnealing {
                     let known = core.value(c).unwrap_or(f64::INFINITY);
                     Self::consider(core, current, t, c, known);
                 }
-                None
+                *current = None;
+                core.random_unvisited(space)
             },
         )
     }
 
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
         let value = self.core.record(index, result);
+        self.t = Self::temperature(self.core.told.len(), self.max_fevals);
         if self.pending == Some(index) {
             self.pending = None;
             if self.current.is_some() {
@@ -117,5 +133,20 @@ impl Strategy for SimulatedAnnealing {
         if self.current.is_none() {
             self.current = Some((index, value));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_spans_the_budget_as_kernel_tuner_s_does() {
+        assert_eq!(SimulatedAnnealing::temperature(0, 500), T_START);
+        // Kernel Tuner 1.5: T_start · alpha^(max_iter · c / max_fevals), max_iter = 3680.
+        let end = SimulatedAnnealing::temperature(500, 500);
+        assert!((end - 9.988e-6).abs() < 1e-8, "{end}");
+        let half = SimulatedAnnealing::temperature(250, 500);
+        assert!((half - 9.994e-4).abs() < 1e-6, "{half}");
     }
 }

@@ -101,6 +101,11 @@ impl Core {
         }
     }
 
+    /// The most choices this strategy hands out.
+    pub(crate) fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Sizes the visited set for `space` (once).
     pub(crate) fn init(&mut self, space: &SearchSpace) {
         if self.visited.is_empty() {
