@@ -10,7 +10,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use super::Core;
+use super::{Core, Generational, ask_generations, tell_generations};
 use crate::results::ChoiceResult;
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
@@ -147,35 +147,28 @@ impl Strategy for DifferentialEvolution {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
-        self.core.init(space);
-        let mut out = Vec::new();
-        while out.len() < n && self.core.left(space) > 0 {
-            if self.queue.is_empty() && self.outstanding.is_empty() {
-                self.evolve(space);
-            }
-            if let Some(i) = self.queue.pop_front() {
-                if self.core.take(i) {
-                    self.outstanding.insert(i);
-                    out.push(i);
-                }
-                continue;
-            }
-            if !out.is_empty() {
-                break;
-            }
-            match self.core.random_unvisited(space) {
-                Some(i) => {
-                    self.core.take(i);
-                    out.push(i);
-                }
-                None => break,
-            }
-        }
-        out
+        ask_generations(self, space, n)
     }
 
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
-        self.core.record(index, result);
-        self.outstanding.remove(&index);
+        tell_generations(self, index, result);
+    }
+}
+
+impl Generational for DifferentialEvolution {
+    fn core(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn queue(&mut self) -> &mut VecDeque<usize> {
+        &mut self.queue
+    }
+
+    fn outstanding(&mut self) -> &mut HashSet<usize> {
+        &mut self.outstanding
+    }
+
+    fn next_generation(&mut self, space: &SearchSpace) {
+        self.evolve(space);
     }
 }

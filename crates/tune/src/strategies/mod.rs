@@ -31,7 +31,7 @@ pub use de::DifferentialEvolution;
 pub use genetic::GeneticAlgorithm;
 pub use ils::GreedyIls;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tunebox_pool::Status;
 
@@ -195,7 +195,7 @@ impl Core {
         changes: usize,
     ) -> Option<usize> {
         let base = space.value_indices(index)?;
-        let counts: Vec<usize> = space.params().map(|(_, v)| v.len()).collect();
+        let counts = counts(space);
         for _ in 0..20 {
             let mut values = base.clone();
             for _ in 0..changes.max(1) {
@@ -219,6 +219,61 @@ pub(crate) fn counts(space: &SearchSpace) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests;
+
+/// A strategy that proposes a generation at a time (a genetic algorithm's offspring,
+/// differential evolution's trials): it queues them, and breeds the next once the queue is
+/// empty and every proposal of it was heard back.
+pub(crate) trait Generational {
+    /// The shared state.
+    fn core(&mut self) -> &mut Core;
+    /// Proposals not yet handed out, in order.
+    fn queue(&mut self) -> &mut VecDeque<usize>;
+    /// Proposals handed out and not heard back.
+    fn outstanding(&mut self) -> &mut HashSet<usize>;
+    /// Queues the next generation.
+    fn next_generation(&mut self, space: &SearchSpace);
+}
+
+/// The ask of a [`Generational`] strategy: the queued proposals, breeding when the last
+/// generation is all heard back; when one is still out and the queue is empty, random
+/// unvisited choices rather than none.
+pub(crate) fn ask_generations(
+    s: &mut impl Generational,
+    space: &SearchSpace,
+    n: usize,
+) -> Vec<usize> {
+    s.core().init(space);
+    let mut out = Vec::new();
+    while out.len() < n && s.core().left(space) > 0 {
+        if s.queue().is_empty() && s.outstanding().is_empty() {
+            s.next_generation(space);
+        }
+        if let Some(i) = s.queue().pop_front() {
+            if s.core().take(i) {
+                s.outstanding().insert(i);
+                out.push(i);
+            }
+            continue;
+        }
+        if !out.is_empty() {
+            break;
+        }
+        match s.core().random_unvisited(space) {
+            Some(i) => {
+                s.core().take(i);
+                out.push(i);
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// The tell of a [`Generational`] strategy.
+pub(crate) fn tell_generations(s: &mut impl Generational, index: usize, result: &ChoiceResult) {
+    s.core().record(index, result);
+    s.outstanding().remove(&index);
+}
 
 /// The ask of a strategy that proposes one choice at a time and must hear how it went before
 /// the next (`step` gives the next unvisited choice, or `None` when it has none): the proposal,
