@@ -182,37 +182,8 @@ impl Compiled {
 
     fn error(&self, Located(located): Located) -> Error {
         let (fault, span) = *located;
-        let text = self.text.clone();
         let part = self.text[span.start as usize..span.end as usize].to_owned();
-        let message = fault.message.into_owned();
-        match fault.kind {
-            FaultKind::ZeroDivision => Error::ZeroDivision {
-                text,
-                part,
-                message,
-            },
-            FaultKind::Overflow => Error::Overflow {
-                text,
-                part,
-                message,
-            },
-            FaultKind::Type => Error::Type {
-                text,
-                part,
-                message,
-            },
-            FaultKind::Value => Error::Value {
-                text,
-                part,
-                message,
-            },
-            FaultKind::IntOverflow => Error::IntOverflow { text, part },
-            FaultKind::Unsupported => Error::Unsupported {
-                text,
-                part,
-                what: message,
-            },
-        }
+        fault_error(fault, self.text.clone(), part)
     }
 
     fn node<'a>(&'a self, node: &'a Node, values: &[Value<'a>]) -> EvalResult<'a> {
@@ -420,4 +391,100 @@ fn in_value(needle: Value<'_>, haystack: Value<'_>) -> Result<bool, Fault> {
             h.type_name()
         ))),
     }
+}
+
+/// The error of `fault` in the expression `text`, at its sub-expression `part`.
+fn fault_error(fault: Fault, text: String, part: String) -> Error {
+    let message = fault.message.into_owned();
+    match fault.kind {
+        FaultKind::ZeroDivision => Error::ZeroDivision {
+            text,
+            part,
+            message,
+        },
+        FaultKind::Overflow => Error::Overflow {
+            text,
+            part,
+            message,
+        },
+        FaultKind::Type => Error::Type {
+            text,
+            part,
+            message,
+        },
+        FaultKind::Value => Error::Value {
+            text,
+            part,
+            message,
+        },
+        FaultKind::IntOverflow => Error::IntOverflow { text, part },
+        FaultKind::Unsupported => Error::Unsupported {
+            text,
+            part,
+            what: message,
+        },
+    }
+}
+
+/// Python's `a OP b` for one operator of the subset: arithmetic and bitwise (`+ - * / // % **
+/// & | ^ << >>`, a `bool` for the comparisons `< <= > >= == !=`), with the same rules as a
+/// [`Compiled`] expression. For evaluators of richer Python (lists, comprehensions) that keep
+/// one arithmetic.
+///
+/// ```
+/// use tunebox_expr::{operate, Value};
+///
+/// assert_eq!(operate("//", Value::Int(-7), Value::Int(2))?, Value::Int(-4));
+/// assert_eq!(operate("<", Value::Int(1), Value::Float(1.5))?, Value::Bool(true));
+/// assert_eq!(
+///     operate("%", Value::Int(1), Value::Int(0)).unwrap_err().to_string(),
+///     "`1 % 0`: integer modulo by zero in `1 % 0`"
+/// );
+/// # Ok::<(), tunebox_expr::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// What Python would raise (as for [`Compiled::eval`]), and [`Error::Unsupported`] for an
+/// operator outside the list.
+pub fn operate<'a>(op: &str, a: Value<'a>, b: Value<'a>) -> Result<Value<'a>, Error> {
+    let text = format!("{a} {op} {b}");
+    let result = match op {
+        "<" | "<=" | ">" | ">=" | "==" | "!=" => {
+            let cmp = match op {
+                "<" => CmpOp::Lt,
+                "<=" => CmpOp::Le,
+                ">" => CmpOp::Gt,
+                ">=" => CmpOp::Ge,
+                "==" => CmpOp::Eq,
+                _ => CmpOp::Ne,
+            };
+            ops::compare(cmp, a, b).map(Value::Bool)
+        }
+        _ => {
+            let bin = match op {
+                "+" => BinOp::Add,
+                "-" => BinOp::Sub,
+                "*" => BinOp::Mul,
+                "/" => BinOp::Div,
+                "//" => BinOp::FloorDiv,
+                "%" => BinOp::Mod,
+                "**" => BinOp::Pow,
+                "&" => BinOp::BitAnd,
+                "|" => BinOp::BitOr,
+                "^" => BinOp::BitXor,
+                "<<" => BinOp::Shl,
+                ">>" => BinOp::Shr,
+                _ => {
+                    return Err(fault_error(
+                        Fault::unsupported("this operator"),
+                        text.clone(),
+                        text,
+                    ));
+                }
+            };
+            ops::binary(bin, a, b)
+        }
+    };
+    result.map_err(|fault| fault_error(fault, text.clone(), text))
 }

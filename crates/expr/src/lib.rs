@@ -77,5 +77,5 @@ mod parse;
 mod value;
 
 pub use error::Error;
-pub use eval::{Compiled, Expr};
+pub use eval::{Compiled, Expr, operate};
 pub use value::Value;

@@ -6,8 +6,9 @@
 //! (`"[2**i for i in range(0, 6)]"`). This evaluates exactly that kind of expression:
 //!
 //! - literals: ints, floats, strings (`'…'`, `"…"`), `True`, `False`; lists and tuples;
-//! - arithmetic `+ - * / // % **` with Python's rules (floor division and modulo round toward
-//!   minus infinity, `/` is true division, `list + list` concatenates, `list * int` repeats);
+//! - arithmetic `+ - * / // % **` with Python's rules, scalars computed by `tunebox-expr`
+//!   (`tunebox_expr::operate`, so T1 values and restrictions share one arithmetic), `list +
+//!   list` concatenating and `list * int` repeating;
 //! - comparisons `== != < <= > >=` (chained), `and`, `or`, `not` (giving booleans);
 //! - `range(stop)`, `range(start, stop[, step])`, `list(…)`, `tuple(…)`, `int(…)`,
 //!   `float(…)`, `abs(…)`, `min(…)`, `max(…)`;
@@ -16,6 +17,8 @@
 //! Ints are `i64` (overflow is an error); a list may hold at most [`MAX_LEN`] elements.
 
 use std::fmt;
+
+use tunebox_expr::{Value, operate};
 
 /// Most elements a list may have: a guard against `range(10**12)`.
 pub(crate) const MAX_LEN: usize = 10_000_000;
@@ -496,7 +499,7 @@ fn truthy(v: &Py) -> bool {
     }
 }
 
-/// A number as int (bools count) or float, for arithmetic.
+/// A number as int (bools count) or float, for the builtins.
 enum Num {
     I(i64),
     F(f64),
@@ -518,8 +521,33 @@ fn as_float(n: &Num) -> f64 {
     }
 }
 
+/// A scalar as `tunebox-expr` holds it (`None` for a list).
+fn scalar(v: &Py) -> Option<Value<'_>> {
+    Some(match v {
+        Py::Int(i) => Value::Int(*i),
+        Py::Float(f) => Value::Float(*f),
+        Py::Bool(b) => Value::Bool(*b),
+        Py::Str(s) => Value::Str(s),
+        Py::List(_) => return None,
+    })
+}
+
+/// What Python would say, without the expression around it.
+fn python_error(e: tunebox_expr::Error) -> String {
+    use tunebox_expr::Error as E;
+    match e {
+        E::ZeroDivision { message, .. }
+        | E::Overflow { message, .. }
+        | E::Type { message, .. }
+        | E::Value { message, .. } => message,
+        E::IntOverflow { .. } => "integer overflow (ints are 64-bit here)".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// `l op r`: lists (`+` concatenates, `*` repeats) and strings (`+`) here, every scalar
+/// operation by `tunebox-expr`, so that T1 values and restrictions share one arithmetic.
 fn binary(op: &str, l: Py, r: Py) -> Result<Py, String> {
-    const OVERFLOW: &str = "integer overflow (ints are 64-bit here)";
     match (op, &l, &r) {
         ("+", Py::List(a), Py::List(b)) => {
             let mut out = a.clone();
@@ -538,87 +566,30 @@ fn binary(op: &str, l: Py, r: Py) -> Result<Py, String> {
         }
         _ => {}
     }
-    let (Some(a), Some(b)) = (num(&l), num(&r)) else {
+    let (Some(a), Some(b)) = (scalar(&l), scalar(&r)) else {
         return Err(format!(
             "unsupported operand types for {op}: '{l}' and '{r}'"
         ));
     };
-    Ok(match (a, b) {
-        (Num::I(a), Num::I(b)) => match op {
-            "+" => Py::Int(a.checked_add(b).ok_or(OVERFLOW)?),
-            "-" => Py::Int(a.checked_sub(b).ok_or(OVERFLOW)?),
-            "*" => Py::Int(a.checked_mul(b).ok_or(OVERFLOW)?),
-            "/" if b == 0 => return Err("division by zero".to_owned()),
-            "/" => Py::Float(a as f64 / b as f64),
-            "//" | "%" if b == 0 => return Err("integer division or modulo by zero".to_owned()),
-            "//" => {
-                let q = a.checked_div(b).ok_or(OVERFLOW)?;
-                Py::Int(if a % b != 0 && ((a < 0) != (b < 0)) {
-                    q - 1
-                } else {
-                    q
-                })
-            }
-            "%" => {
-                let m = a.checked_rem(b).ok_or(OVERFLOW)?;
-                Py::Int(if m != 0 && ((m < 0) != (b < 0)) {
-                    m + b
-                } else {
-                    m
-                })
-            }
-            "**" if b >= 0 => {
-                let exp = u32::try_from(b).map_err(|_| OVERFLOW)?;
-                Py::Int(a.checked_pow(exp).ok_or(OVERFLOW)?)
-            }
-            "**" => Py::Float((a as f64).powf(b as f64)),
-            _ => return Err(format!("unknown operator {op}")),
-        },
-        (a, b) => {
-            let (a, b) = (as_float(&a), as_float(&b));
-            match op {
-                "+" => Py::Float(a + b),
-                "-" => Py::Float(a - b),
-                "*" => Py::Float(a * b),
-                "/" | "//" | "%" if b == 0.0 => return Err("float division by zero".to_owned()),
-                "/" => Py::Float(a / b),
-                "//" => Py::Float((a / b).floor()),
-                "%" => {
-                    let m = a % b;
-                    Py::Float(if m != 0.0 && ((m < 0.0) != (b < 0.0)) {
-                        m + b
-                    } else {
-                        m
-                    })
-                }
-                "**" => Py::Float(a.powf(b)),
-                _ => return Err(format!("unknown operator {op}")),
-            }
-        }
+    Ok(match operate(op, a, b).map_err(python_error)? {
+        Value::Int(i) => Py::Int(i),
+        Value::Float(f) => Py::Float(f),
+        Value::Bool(b) => Py::Bool(b),
+        Value::Str(s) => Py::Str(s.to_owned()),
     })
 }
 
+/// `l op r` for a comparison: list equality here, everything else by `tunebox-expr`.
 fn compare(op: &str, l: &Py, r: &Py) -> Result<bool, String> {
-    let ord = match (num(l), num(r)) {
-        (Some(Num::I(a)), Some(Num::I(b))) => a.partial_cmp(&b),
-        (Some(a), Some(b)) => as_float(&a).partial_cmp(&as_float(&b)),
-        _ => match (l, r) {
-            (Py::Str(a), Py::Str(b)) => a.partial_cmp(b),
-            _ if op == "==" => return Ok(l == r),
-            _ if op == "!=" => return Ok(l != r),
-            _ => return Err(format!("'{op}' not supported between '{l}' and '{r}'")),
+    match (scalar(l), scalar(r)) {
+        (Some(a), Some(b)) => match operate(op, a, b).map_err(python_error)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(format!("{op} gave {other}, not a bool")),
         },
-    };
-    use std::cmp::Ordering::{Equal, Greater, Less};
-    Ok(match op {
-        "==" => ord == Some(Equal),
-        "!=" => ord != Some(Equal),
-        "<" => ord == Some(Less),
-        "<=" => matches!(ord, Some(Less | Equal)),
-        ">" => ord == Some(Greater),
-        ">=" => matches!(ord, Some(Greater | Equal)),
-        _ => return Err(format!("unknown comparison {op}")),
-    })
+        _ if op == "==" => Ok(l == r),
+        _ if op == "!=" => Ok(l != r),
+        _ => Err(format!("'{op}' not supported between '{l}' and '{r}'")),
+    }
 }
 
 fn check_len(items: Vec<Py>) -> Result<Py, String> {
