@@ -435,7 +435,7 @@ impl SearchSpace {
             }
             index.push(values.iter().position(|v| v == value)?);
         }
-        self.ranks.binary_search(&rank_of(&index, &self.radix)).ok()
+        self.index_of_values(&index)
     }
 
     /// The stable index of the choice with these value indices (one per param, each below its
