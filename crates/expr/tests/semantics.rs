@@ -272,7 +272,7 @@ fn variables_and_binding() {
     ));
 }
 
-/// The restrictions of the four T1 files of ../shared/data/benchmark_hub/kernels, over their
+/// The restrictions of the four T1 files of data/benchmark_hub/kernels, over their
 /// parameters; the counts are Python's (convolution and dedispersion also in that folder's
 /// README).
 #[test]

@@ -99,7 +99,7 @@ fn one(path: &Path) {
 fn main() {
     let mut args = std::env::args().skip(1);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut hub = root.join("../shared/data/benchmark_hub");
+    let mut hub = root.join("data/benchmark_hub");
     let mut kt = true;
     while let Some(arg) = args.next() {
         match arg.as_str() {

@@ -53,7 +53,7 @@ fn parse() -> Result<Options, String> {
     let mut o = Options {
         seeds: 20,
         fraction: 1.0,
-        hub: root.join("../shared/data/benchmark_hub"),
+        hub: root.join("data/benchmark_hub"),
         svg: root.join("target/strategies/search-strategies.svg"),
         markdown: None,
         strategies: strategies::NAMES

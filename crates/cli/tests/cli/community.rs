@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::util::{check, json, text, tunebox};
 
-/// The FAIR Benchmark Hub data (the repository's sibling folder shared/data/benchmark_hub).
+/// The FAIR Benchmark Hub data (the repository folder data/benchmark_hub).
 fn hub() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/benchmark_hub");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/benchmark_hub");
     assert!(
         dir.join("README.md").is_file(),
         "the FAIR Benchmark Hub test data is missing: expected it at {}",

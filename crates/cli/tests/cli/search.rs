@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::util::tunebox;
 
 fn hub() -> PathBuf {
-    let hub = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/benchmark_hub");
+    let hub = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/benchmark_hub");
     assert!(
         hub.join("README.md").is_file(),
         "the FAIR Benchmark Hub data is missing at {}",

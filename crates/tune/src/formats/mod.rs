@@ -17,7 +17,7 @@
 //! ```no_run
 //! use tunebox_tune::formats::{KtCache, T1File, T4File};
 //!
-//! let hub = std::path::Path::new("shared/data/benchmark_hub");
+//! let hub = std::path::Path::new("data/benchmark_hub");
 //! let t1 = T1File::read(hub.join("kernels/convolution_milo.json"))?;
 //! println!("{} configurations before restrictions", t1.cartesian_size());
 //! let kt = KtCache::read(hub.join("cachefiles/convolution_milo/A100.json.gz"))?;
@@ -77,12 +77,11 @@ pub use crate::space::ParamValue;
 /// Where the FAIR Benchmark Hub data lives for this crate's tests; fails loudly when missing.
 #[cfg(test)]
 pub(crate) fn hub_dir() -> std::path::PathBuf {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/benchmark_hub");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/benchmark_hub");
     assert!(
         dir.join("README.md").is_file(),
         "the FAIR Benchmark Hub test data is missing: expected it at {} \
-         (the repository's sibling folder shared/data/benchmark_hub)",
+         (the repository folder data/benchmark_hub)",
         dir.display()
     );
     dir
