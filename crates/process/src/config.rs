@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tunebox_protocol::BenchmarkRequest;
 
+use crate::Sandbox;
 use crate::environment::{Inheritance, locate};
 
 /// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
@@ -112,6 +113,8 @@ pub struct ProcessConfig {
     pub(crate) send_timeout: Duration,
     pub(crate) maximum_process_uses: Option<u64>,
     pub(crate) initializer: Option<InitRequest>,
+    pub(crate) sandbox: Option<Sandbox>,
+    pub(crate) memory_limit: Option<u64>,
 }
 
 impl Default for ProcessConfig {
@@ -130,6 +133,8 @@ impl Default for ProcessConfig {
             send_timeout: Duration::from_secs(10),
             maximum_process_uses: None,
             initializer: None,
+            sandbox: None,
+            memory_limit: None,
         }
     }
 }
@@ -232,6 +237,40 @@ impl ProcessConfig {
     pub fn maximum_process_uses(mut self, uses: Option<u64>) -> Self {
         self.maximum_process_uses = uses;
         self
+    }
+
+    /// Starts workers in `sandbox` (no network, Landlock, seccomp, limits; see [`Sandbox`]);
+    /// `None` (the default) starts them as ordinary processes.
+    pub fn sandbox(mut self, sandbox: Option<Sandbox>) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The most address space a worker may map, in bytes (`RLIMIT_AS`), with or without the
+    /// sandbox (with it, the smaller of this and [`Sandbox::memory`]): an allocation past it
+    /// fails at once, and a worker that dies of it is reported as
+    /// [`ProcessError::OverMemoryLimit`](crate::ProcessError::OverMemoryLimit) instead of
+    /// swapping the machine until its timeout. `None` (the default): unlimited.
+    pub fn memory_limit(mut self, bytes: Option<u64>) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// The sandbox workers start in, if any.
+    pub fn sandbox_value(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// The address-space limit of a worker: [`ProcessConfig::memory_limit`], or the sandbox's
+    /// when smaller.
+    pub fn memory_limit_value(&self) -> Option<u64> {
+        match (
+            self.memory_limit,
+            self.sandbox.as_ref().and_then(|s| s.memory),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The configured handshake timeout.

@@ -148,6 +148,37 @@ pub enum ProcessError {
         /// The end of what it wrote to stderr since the request was sent, when captured.
         stderr_tail: String,
     },
+    /// A sandboxed worker was stopped by the kernel for something the sandbox forbids (a
+    /// system call that reaches into another process, its CPU-time or file-size limit). Only
+    /// this choice is lost; what the worker started died with it.
+    #[error(
+        "worker {pid} was stopped by the sandbox: {stop}{}",
+        quote(stderr_tail)
+    )]
+    SandboxStop {
+        /// The pid the worker had.
+        pid: u32,
+        /// What it did.
+        stop: SandboxStop,
+        /// The end of what it wrote to stderr since the request was sent, when captured.
+        stderr_tail: String,
+    },
+    /// The worker died of an allocation its address-space limit refused
+    /// (`ProcessConfig::memory_limit`, `Sandbox::memory`): at once, instead of swapping the
+    /// machine until the timeout.
+    #[error(
+        "worker {pid} ran out of its memory limit ({} of address space, RLIMIT_AS){}; raise          the limit (ProcessConfig::memory_limit, [sandbox] memory) if the kernel needs more",
+        crate::error::gib(*limit),
+        quote(stderr_tail)
+    )]
+    OverMemoryLimit {
+        /// The pid the worker had.
+        pid: u32,
+        /// The limit, in bytes.
+        limit: u64,
+        /// The end of what it wrote to stderr since the request was sent, when captured.
+        stderr_tail: String,
+    },
     /// The worker sent something the protocol does not allow, or the channel broke; the worker
     /// was killed.
     #[error("protocol error{}: {detail}", pid.map(|p| format!(" (worker {p})")).unwrap_or_default())]
@@ -161,6 +192,93 @@ pub enum ProcessError {
     /// caught panic, …).
     #[error(transparent)]
     Remote(#[from] BenchError),
+}
+
+/// What a sandboxed worker did that the kernel stopped it for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxStop {
+    /// A system call the sandbox's seccomp filter kills for (SIGSYS): `ptrace`,
+    /// `process_vm_readv`, `process_vm_writev`, `kcmp` or `pidfd_getfd`.
+    ForbiddenSystemCall,
+    /// Its CPU time passed `Sandbox::cpu_time` (SIGXCPU, or SIGKILL a second later).
+    CpuTime,
+    /// It wrote a file past `Sandbox::file_size` (SIGXFSZ).
+    FileSize,
+}
+
+impl std::fmt::Display for SandboxStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SandboxStop::ForbiddenSystemCall => {
+                "it made a system call that reaches into another process (ptrace, \
+                 process_vm_readv/writev, kcmp or pidfd_getfd), killed by SIGSYS"
+            }
+            SandboxStop::CpuTime => "it used up its CPU-time limit (SIGXCPU)",
+            SandboxStop::FileSize => "it wrote a file larger than its file-size limit (SIGXFSZ)",
+        })
+    }
+}
+
+/// `4 GiB`, `512 MiB`.
+pub(crate) fn gib(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
+
+/// Turns a crash of a sandboxed or memory-limited worker into what stopped it, when the exit
+/// says so: SIGSYS, SIGXCPU (or SIGKILL past a CPU limit), SIGXFSZ under the sandbox; an
+/// allocation failure quoted on stderr (Rust's `memory allocation of N bytes failed`, C++'s
+/// `std::bad_alloc`) under a memory limit. Anything else is returned unchanged.
+pub(crate) fn explain_crash(
+    error: ProcessError,
+    sandboxed: bool,
+    memory_limit: Option<u64>,
+) -> ProcessError {
+    let ProcessError::WorkerCrashed {
+        pid,
+        signal,
+        stderr_tail,
+        exit_code,
+    } = error
+    else {
+        return error;
+    };
+    let stop = match signal {
+        Some(libc::SIGSYS) if sandboxed => Some(SandboxStop::ForbiddenSystemCall),
+        Some(libc::SIGXCPU) if sandboxed => Some(SandboxStop::CpuTime),
+        Some(libc::SIGXFSZ) if sandboxed => Some(SandboxStop::FileSize),
+        _ => None,
+    };
+    if let Some(stop) = stop {
+        return ProcessError::SandboxStop {
+            pid,
+            stop,
+            stderr_tail,
+        };
+    }
+    let allocation_failed = [
+        "memory allocation of",
+        "std::bad_alloc",
+        "Cannot allocate memory",
+    ]
+    .iter()
+    .any(|needle| stderr_tail.contains(needle));
+    match memory_limit {
+        Some(limit) if allocation_failed => ProcessError::OverMemoryLimit {
+            pid,
+            limit,
+            stderr_tail,
+        },
+        _ => ProcessError::WorkerCrashed {
+            pid,
+            exit_code,
+            signal,
+            stderr_tail,
+        },
+    }
 }
 
 /// What to do about a program started as a worker that never reached the worker entry point.
@@ -194,7 +312,9 @@ impl ProcessError {
             | ProcessError::ExitedBeforeHandshake { pid, .. }
             | ProcessError::Timeout { pid, .. }
             | ProcessError::SendTimeout { pid, .. }
-            | ProcessError::WorkerCrashed { pid, .. } => Some(*pid),
+            | ProcessError::WorkerCrashed { pid, .. }
+            | ProcessError::SandboxStop { pid, .. }
+            | ProcessError::OverMemoryLimit { pid, .. } => Some(*pid),
             ProcessError::Protocol { pid, .. } => *pid,
             _ => None,
         }

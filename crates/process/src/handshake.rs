@@ -73,6 +73,7 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
             uses: 0,
             started: hello.started,
             watch: None,
+            sandbox: spawned.guard,
         }),
         Ok(hello) => {
             kill_group(&mut spawned.child);

@@ -599,12 +599,12 @@ impl TuningProcess {
         let pending = match pending {
             Some(pending) if pending.resend && !killed && last_started < pending.id => pending,
             _ => {
-                return Err(ProcessError::WorkerCrashed {
+                return Err(self.explain(ProcessError::WorkerCrashed {
                     pid: worker.pid,
                     exit_code,
                     signal,
                     stderr_tail: worker.request_stderr_tail(),
-                });
+                }));
             }
         };
         log::debug!(
@@ -680,7 +680,7 @@ impl TuningProcess {
         };
         let status = worker.wait_or_kill(DEATH_GRACE);
         let (exit_code, signal) = exit_parts(status);
-        ProcessError::WorkerCrashed {
+        self.explain(ProcessError::WorkerCrashed {
             pid: worker.pid,
             exit_code,
             signal,
@@ -688,7 +688,16 @@ impl TuningProcess {
                 Quote::Whole => worker.stderr_tail(),
                 Quote::Nothing => String::new(),
             },
-        }
+        })
+    }
+
+    /// A crash as what stopped it, under the sandbox or a memory limit.
+    fn explain(&self, crash: ProcessError) -> ProcessError {
+        crate::error::explain_crash(
+            crash,
+            self.config.sandbox.is_some(),
+            self.config.memory_limit_value(),
+        )
     }
 
     fn protocol_violation(&mut self, detail: String) -> ProcessError {

@@ -11,6 +11,7 @@ use std::sync::mpsc::{self, Sender};
 use tunebox_protocol::{PARENT_PID_ENV, PROTOCOL_VERSION, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
 
 use crate::capture::Tail;
+use crate::sandbox::{self, Guard};
 use crate::{Output, ProcessConfig};
 
 /// A started worker process and the tails of its captured streams.
@@ -18,6 +19,8 @@ pub(crate) struct Spawned {
     pub(crate) child: Child,
     pub(crate) stdout: Option<Tail>,
     pub(crate) stderr: Option<Tail>,
+    /// The sandbox's cgroup and scratch folder, removed when the worker is gone.
+    pub(crate) guard: Option<Guard>,
 }
 
 /// Starts `exe` as a worker that will connect to the bootstrap server `server_name`.
@@ -26,7 +29,8 @@ pub(crate) struct Spawned {
 /// inherits no descriptor but its standard streams (see [`inherit_only_stdio`]), gets the
 /// parent's variables that the config's inheritance lets through, then the config's own
 /// variables, then the bootstrap variables, and is forked from the spawner thread (see
-/// [`spawn_on_spawner_thread`]).
+/// [`spawn_on_spawner_thread`]). With a sandbox or a memory limit, what they need is prepared
+/// here, before the fork, and applied in the child just before `exec` ([`sandbox::apply`]).
 pub(crate) fn spawn_worker(
     exe: &Path,
     config: &ProcessConfig,
@@ -49,6 +53,7 @@ pub(crate) fn spawn_worker(
         .stderr(stdio(&config.stderr)?)
         .process_group(0);
     inherit_only_stdio(&mut command);
+    let guard = confine(&mut command, exe, config)?;
 
     let mut child = spawn_on_spawner_thread(command)?;
     let stdout = match (&config.stdout, child.stdout.take()) {
@@ -67,7 +72,45 @@ pub(crate) fn spawn_worker(
         child,
         stdout,
         stderr,
+        guard,
     })
+}
+
+/// Prepares the sandbox and limits of `config` and has the child apply them just before `exec`;
+/// sets the worker's `TMPDIR` to its scratch folder.
+fn confine(command: &mut Command, exe: &Path, config: &ProcessConfig) -> io::Result<Option<Guard>> {
+    let env = |name: &str| -> Option<std::ffi::OsString> {
+        let configured = config.env.iter().rev().find(|(k, _)| k == name);
+        match configured {
+            Some((_, v)) => Some(v.clone()),
+            None => config
+                .inherit
+                .filter(std::env::vars_os())
+                .into_iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v),
+        }
+    };
+    let request = sandbox::Request {
+        sandbox: config.sandbox.as_ref(),
+        memory_limit: config.memory_limit,
+        exe,
+        env: &env,
+    };
+    let Some((prepared, guard)) = sandbox::prepare(&request)? else {
+        return Ok(None);
+    };
+    if let Some(scratch) = sandbox::scratch_of(&guard) {
+        command.env("TMPDIR", scratch);
+    }
+    let prepared = std::sync::Arc::new(prepared);
+    // SAFETY: the closure runs in the child between fork and exec; `sandbox::apply` makes only
+    // system calls on memory prepared before the fork (documented there), and neither
+    // allocates nor locks.
+    unsafe {
+        command.pre_exec(move || sandbox::apply(&prepared));
+    }
+    Ok(Some(guard))
 }
 
 /// Descriptors above this are not examined on kernels without `close_range` (before Linux 5.11),

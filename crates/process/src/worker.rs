@@ -51,6 +51,9 @@ pub(crate) struct Worker {
     /// Tells the owner when the worker exits while nothing waits on it; dropped before the
     /// worker is reaped.
     pub(crate) watch: Option<Watch>,
+    /// The sandbox's cgroup and scratch folder; dropped (what is left in the cgroup killed,
+    /// both removed) with the worker.
+    pub(crate) sandbox: Option<crate::sandbox::Guard>,
 }
 
 /// Why a send did not complete.
