@@ -202,6 +202,7 @@ where
             outputs: context.outputs,
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
+            integrity: Default::default(),
         })
     }
 }

@@ -9,12 +9,13 @@ use tunebox_bench::{
     Backend, HostTensor, Runner, check_budget, do_bench_within, report_progress, summarize,
 };
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, Phase, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase, TensorData,
 };
 
 use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
 use crate::flush::{EVICTS_LINES, evict};
+use crate::integrity;
 use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Language, Signature, compile_with};
 
 /// The one C signature every artifact is called through:
@@ -123,18 +124,24 @@ impl Backend for CpuBackend {
             flush,
         };
 
+        let threads_before = integrity::thread_count();
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         report_progress(started, Phase::FirstCall, (0, 1), None, None);
         let first_ms = runner.run_timed()?;
         check_bounds(runner.tensors)?;
         let outputs = output_data(request, runner.tensors)?;
         if timing.outputs_only {
+            let fresh_outputs = runner.fresh_call(request)?;
             return Ok(BenchmarkResult {
                 value: None,
                 stats: summarize(&[first_ms], 0),
                 outputs,
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
+                integrity: Integrity {
+                    fresh_outputs,
+                    worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                },
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -173,6 +180,10 @@ impl Backend for CpuBackend {
             check_bounds(runner.tensors)?;
             outputs_after_reps = output_data(request, runner.tensors)?;
         }
+        // One last call on inputs the kernel has not seen, then a look for work it left
+        // running: neither is timed.
+        let fresh_outputs = runner.fresh_call(request)?;
+        integrity::check_deferred_work(request, runner.tensors, threads_before)?;
         drop(runner);
         drop(library);
         Ok(BenchmarkResult {
@@ -181,6 +192,10 @@ impl Backend for CpuBackend {
             outputs,
             outputs_after_reps,
             mutated_inputs,
+            integrity: Integrity {
+                fresh_outputs,
+                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+            },
         })
     }
 }
@@ -293,6 +308,32 @@ struct CpuRunner<'a> {
     /// Indices of the tensors re-initialized before every call.
     restore: Vec<usize>,
     flush: Flush<'a>,
+}
+
+impl CpuRunner<'_> {
+    /// With `timing.fresh_seed`, refills the random inputs with it ([`integrity::refill_fresh`]),
+    /// poisons the outputs, calls the kernel once and returns its outputs; empty without a
+    /// seed, outputs or random inputs.
+    fn fresh_call(&mut self, request: &BenchmarkRequest) -> Result<Vec<TensorData>, BenchError> {
+        let Some(fresh) = request.timing.fresh_seed else {
+            return Ok(Vec::new());
+        };
+        if !request.tensors.iter().any(|t| t.output) {
+            return Ok(Vec::new());
+        }
+        self.restore()?;
+        if !integrity::refill_fresh(request, self.tensors, fresh)? {
+            return Ok(Vec::new());
+        }
+        for (spec, tensor) in request.tensors.iter().zip(self.tensors.iter_mut()) {
+            if spec.output && !spec.reset {
+                tensor.poison();
+            }
+        }
+        self.run()?;
+        check_bounds(self.tensors)?;
+        output_data(request, self.tensors)
+    }
 }
 
 /// How a [`CpuRunner`] evicts the kernel's data before a timed rep.

@@ -44,6 +44,7 @@ mod cache;
 mod compile;
 mod error;
 mod flush;
+mod integrity;
 mod subprocess;
 
 pub use backend::CpuBackend;

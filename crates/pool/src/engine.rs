@@ -515,6 +515,7 @@ pub(crate) fn prepared() -> BenchmarkResult {
         outputs: Vec::new(),
         outputs_after_reps: Vec::new(),
         mutated_inputs: Vec::new(),
+        integrity: Default::default(),
     }
 }
 

@@ -103,11 +103,13 @@ impl PoolError {
         match error.bench_error() {
             Some(BenchError::Compile { .. }) => Status::CompileError,
             Some(BenchError::DoesNotFit { .. }) => Status::Timeout,
+            Some(BenchError::Suspicious { .. }) => Status::Suspicious,
             Some(fault) if fault.ends_worker() => Status::Crashed,
             Some(_) => Status::Error,
             None => match error {
                 ProcessError::Timeout { .. } => Status::Timeout,
                 ProcessError::WorkerCrashed { .. } => Status::Crashed,
+                ProcessError::SandboxStop { .. } => Status::Suspicious,
                 _ => Status::Error,
             },
         }

@@ -22,6 +22,10 @@ pub enum Status {
     Crashed,
     /// It exceeded its timeout and its worker was killed.
     Timeout,
+    /// Its measurement cannot be trusted: an integrity check caught it cheating the harness
+    /// (`BenchError::Suspicious`: work left running after its call, a clock that disagrees with
+    /// the parent's, a time below the physical floor), or the sandbox stopped it. Never ranked.
+    Suspicious,
 }
 
 impl Status {
@@ -40,14 +44,14 @@ impl Status {
     pub fn kind(self) -> StatusKind {
         match self {
             Status::Ok | Status::Wrong => StatusKind::Complete,
-            Status::CompileError | Status::Error => StatusKind::Exception,
+            Status::CompileError | Status::Error | Status::Suspicious => StatusKind::Exception,
             Status::Crashed => StatusKind::Crashed,
             Status::Timeout => StatusKind::Timeout,
         }
     }
 
     /// The name used in reports and JSON: `ok`, `wrong`, `compile_error`, `error`, `crashed`,
-    /// `timeout`.
+    /// `timeout`, `suspicious`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -56,6 +60,7 @@ impl Status {
             Status::Error => "error",
             Status::Crashed => "crashed",
             Status::Timeout => "timeout",
+            Status::Suspicious => "suspicious",
         }
     }
 }

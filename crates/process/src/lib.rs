@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod capture;
+mod clock;
 mod config;
 mod devices;
 mod environment;

@@ -36,6 +36,9 @@ struct Pending {
     large: bool,
     /// Counts toward `maximum_process_uses` (benchmark requests).
     is_use: bool,
+    /// When it was handed to a worker (again, for a resend): the parent's clock, which the
+    /// worker's is checked against.
+    sent: Instant,
 }
 
 /// What a request is for, which decides how it is resent and counted.
@@ -175,8 +178,11 @@ impl TuningProcess {
     /// - [`ProcessError::Protocol`]: no request is pending, or the worker sent a malformed reply
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
+        let sent = self.pending.as_ref().map(|p| p.sent);
         match self.receive(timeout)? {
-            ResponseBody::Benchmark(result) => result.map_err(|e| self.remote(e)),
+            ResponseBody::Benchmark(result) => result
+                .and_then(|r| crate::clock::check_worker_clock(r, sent.map(|s| s.elapsed())))
+                .map_err(|e| self.remote(e)),
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
             }
@@ -539,6 +545,7 @@ impl TuningProcess {
             resend: purpose != Purpose::Init,
             large,
             is_use: purpose == Purpose::Use,
+            sent: Instant::now(),
         };
         self.transmit(request, queued)
     }
@@ -619,6 +626,7 @@ impl TuningProcess {
         self.transmit(
             Pending {
                 resend: false,
+                sent: Instant::now(),
                 ..pending
             },
             false,

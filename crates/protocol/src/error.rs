@@ -37,6 +37,18 @@ pub enum BenchError {
         /// The loader's message.
         detail: String,
     },
+    /// The measurement cannot be trusted: the candidate was caught cheating the harness (work
+    /// still running after its call returned, outputs changing after it, a clock that saw less
+    /// time pass than the parent's). `check` names the check (`threads_after_call`,
+    /// `children_after_call`, `cpu_after_call`, `outputs_changed_after_call`, `clock`), `seen`
+    /// what it saw. Reported as `suspicious`, never ranked.
+    #[error("suspicious ({check}): {seen}")]
+    Suspicious {
+        /// The check that caught it.
+        check: String,
+        /// What was seen.
+        seen: String,
+    },
     /// The backend panicked; the panic was caught and the worker lives.
     #[error("the backend panicked: {message}")]
     Panic {

@@ -974,6 +974,13 @@ pub struct TimingConfig {
     /// (`reps = 1`, `stopped = "single"`). Default off.
     #[serde(default)]
     pub outputs_only: bool,
+    /// Verify on inputs the candidate has not seen: after the final call (or, with
+    /// `outputs_only`, after the first), refill every randomly initialized input with this
+    /// value mixed into its seed and call once more, returning those outputs as
+    /// [`Integrity::fresh_outputs`](crate::Integrity::fresh_outputs). The parent picks it per
+    /// run and asks the reference for the same. `None` (default): no such call.
+    #[serde(default)]
+    pub fresh_seed: Option<u64>,
 }
 
 impl TimingConfig {
@@ -1038,6 +1045,7 @@ impl Default for TimingConfig {
             cache_flush: CacheFlush::Tensors,
             budget_ms: None,
             outputs_only: false,
+            fresh_seed: None,
         }
     }
 }

@@ -27,6 +27,25 @@ pub struct BenchmarkResult {
     /// to its initial contents before every later call, so the measurement is not corrupted; a
     /// caller may still want to know.
     pub mutated_inputs: Vec<String>,
+    /// What the worker saw that the parent checks the measurement against (outputs on fresh
+    /// inputs, the worker's own clock). Empty when the backend makes no such checks.
+    #[serde(default)]
+    pub integrity: Integrity,
+}
+
+/// Evidence a backend returns for the parent's integrity checks (docs/sandbox.md): what a
+/// candidate that cheats the harness cannot make agree with the reference or the parent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Integrity {
+    /// The outputs of one last call on fresh inputs (every randomly filled input refilled with
+    /// [`TimingConfig::fresh_seed`](crate::TimingConfig::fresh_seed) mixed into its seed, in
+    /// the same buffers, the outputs poisoned first), which must match the reference's on the
+    /// same inputs: a memoized or replayed answer fails. Empty without a `fresh_seed`.
+    pub fresh_outputs: Vec<TensorData>,
+    /// How long the request took on the worker's own clock, in ms, from the moment it began
+    /// it to the reply. The parent compares it with its own clock: a candidate that slows or
+    /// stops the worker's clock shows as a worker that saw much less time pass than the parent.
+    pub worker_ms: Option<f64>,
 }
 
 /// Statistics over the timed reps of one measurement. All times in milliseconds.

@@ -35,7 +35,8 @@ use crate::space::Choice;
 pub fn t4_invalidity(status: Status) -> T4Invalidity {
     match status {
         Status::Ok => T4Invalidity::Correct,
-        Status::Wrong => T4Invalidity::Correctness,
+        // A measurement caught cheating is not a correct one.
+        Status::Wrong | Status::Suspicious => T4Invalidity::Correctness,
         Status::CompileError => T4Invalidity::Compile,
         Status::Error | Status::Crashed => T4Invalidity::Runtime,
         Status::Timeout => T4Invalidity::Timeout,

@@ -284,6 +284,7 @@ pub(crate) fn parse_status(name: &str) -> Option<Status> {
         Status::Error,
         Status::Crashed,
         Status::Timeout,
+        Status::Suspicious,
     ]
     .into_iter()
     .find(|s| s.as_str() == name)

@@ -1,0 +1,178 @@
+//! Checks a candidate cannot pass by cheating the harness: a last call on fresh inputs, and
+//! work still going on after its calls returned (docs/sandbox.md).
+
+use std::time::Duration;
+
+use tunebox_bench::HostTensor;
+use tunebox_protocol::{BenchError, BenchmarkRequest, Init};
+
+/// How long the worker waits after the last call before it looks for deferred work: long
+/// enough for a runtime's idle threads (libgomp spins a little after a parallel region) to
+/// fall asleep.
+const SETTLE: Duration = Duration::from_millis(3);
+
+/// How long it then watches the process's CPU time and the outputs.
+const WATCH: Duration = Duration::from_millis(10);
+
+/// CPU time the process may use while it should be idle, as a share of [`WATCH`]: more than
+/// half a core busy after the call returned is work the kernel left running.
+const IDLE_CPU_SHARE: f64 = 0.5;
+
+/// Refills every randomly initialized input with `fresh` mixed into its seed, in place (the
+/// same buffers, so a kernel that keys a memo on its pointers replays a stale answer). Returns
+/// whether any input changed; inputs given as data or constants cannot be refilled.
+///
+/// # Errors
+///
+/// An input cannot be allocated again (as [`HostTensor::allocate`]).
+pub(crate) fn refill_fresh(
+    request: &BenchmarkRequest,
+    tensors: &mut [HostTensor],
+    fresh: u64,
+) -> Result<bool, BenchError> {
+    let mut any = false;
+    for (spec, tensor) in request.tensors.iter().zip(tensors.iter_mut()) {
+        let Init::Random { seed } = spec.init else {
+            continue;
+        };
+        if spec.output {
+            continue;
+        }
+        let mut other = spec.clone();
+        other.init = Init::Random {
+            seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
+        };
+        let refilled = HostTensor::allocate(&other)?;
+        tensor.bytes_mut().copy_from_slice(refilled.bytes());
+        any = true;
+    }
+    Ok(any)
+}
+
+/// The number of this process's threads now.
+pub(crate) fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// Fails with [`BenchError::Suspicious`] when, after the kernel's last call returned, the
+/// process still has child processes, still burns CPU, or its outputs still change: work
+/// deferred past the timed window. `threads_before` is [`thread_count`] before the first call,
+/// reported as evidence.
+pub(crate) fn check_deferred_work(
+    request: &BenchmarkRequest,
+    tensors: &[HostTensor],
+    threads_before: usize,
+) -> Result<(), BenchError> {
+    std::thread::sleep(SETTLE);
+    let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
+        .map(|t| t.bytes().to_vec())
+        .collect();
+    let cpu_before = cpu_time();
+    std::thread::sleep(WATCH);
+    let cpu_used = cpu_time().saturating_sub(cpu_before);
+    let threads = thread_count();
+
+    let children = child_processes();
+    if !children.is_empty() {
+        return Err(suspicious(
+            "children_after_call",
+            format!(
+                "{} child process(es) still running after the kernel's call returned (pids {:?})",
+                children.len(),
+                children
+            ),
+        ));
+    }
+    let changed: Vec<&str> = outputs(request, tensors)
+        .zip(&snapshot)
+        .filter(|(t, before)| t.bytes() != before.as_slice())
+        .map(|(t, _)| t.name())
+        .collect();
+    if !changed.is_empty() {
+        return Err(suspicious(
+            "outputs_changed_after_call",
+            format!(
+                "output(s) {} changed {} ms after the kernel's call returned: work is still \
+                 being done outside the timed window",
+                changed.join(", "),
+                (SETTLE + WATCH).as_millis()
+            ),
+        ));
+    }
+    if cpu_used.as_secs_f64() > WATCH.as_secs_f64() * IDLE_CPU_SHARE {
+        return Err(suspicious(
+            "cpu_after_call",
+            format!(
+                "the worker used {:.1} ms of CPU in the {} ms after the kernel's call returned \
+                 ({threads} threads, {threads_before} before the first call): work is still \
+                 running outside the timed window (with OpenMP, OMP_WAIT_POLICY=active spins \
+                 like this too; use passive)",
+                cpu_used.as_secs_f64() * 1e3,
+                WATCH.as_millis()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn suspicious(check: &str, seen: String) -> BenchError {
+    BenchError::Suspicious {
+        check: check.to_owned(),
+        seen,
+    }
+}
+
+fn outputs<'a>(
+    request: &'a BenchmarkRequest,
+    tensors: &'a [HostTensor],
+) -> impl Iterator<Item = &'a HostTensor> {
+    request
+        .tensors
+        .iter()
+        .zip(tensors)
+        .filter(|(spec, _)| spec.output)
+        .map(|(_, t)| t)
+}
+
+/// User plus system CPU time of the whole process (all threads), from `getrusage`.
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `getrusage` fills the struct it is given, a live local.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// The pids of this process's living children (every thread's `children` list), zombies
+/// excluded.
+fn child_processes() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .filter(|pid| !is_zombie(*pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "Z"))
+        })
+        .unwrap_or(true)
+}
