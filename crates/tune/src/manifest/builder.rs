@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_protocol::{Define, Init, Scalar, TensorSpec, TimingConfig};
 
-use super::{Manifest, RawManifest, t1};
+use super::raw::RawManifest;
+use super::{Manifest, t1};
 use crate::space::ParamValue;
 
 /// Builds a [`Manifest`] in code: the fields of a manifest file (see docs/manifest.md), as
