@@ -96,10 +96,10 @@
 #![deny(missing_docs)]
 
 mod cache;
-mod community;
 mod error;
 mod fingerprint;
 pub mod formats;
+mod interchange;
 mod launch;
 mod manifest;
 mod measure;
@@ -117,9 +117,9 @@ pub mod strategies;
 mod strategy;
 
 pub use crate::cache::ResultsCache;
-pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
 pub use crate::fingerprint::compiler_version;
+pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;

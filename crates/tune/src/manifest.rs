@@ -1,5 +1,5 @@
 //! The tuning manifest: a TOML file describing one kernel family, read and checked (or a FAIR
-//! T1 file, converted: [`t1`]).
+//! T1 file, converted: [`from_t1`]).
 //!
 //! One module per group of fields: [`raw`] (the file as serde reads it), [`kernel_tuner`]
 //! (Kernel Tuner's names for tunebox's fields), [`source`] (kernel sources and compilers),
@@ -9,11 +9,11 @@
 
 mod arguments;
 mod builder;
+mod from_t1;
 mod kernel_tuner;
 mod params;
 mod raw;
 mod source;
-mod t1;
 mod timing;
 mod verify;
 
@@ -102,7 +102,7 @@ impl Manifest {
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         // A JSON object is a FAIR T1 file (a TOML document cannot start with `{`).
         if text.trim_start().starts_with('{') {
-            let raw = t1::to_raw(path)?;
+            let raw = from_t1::to_raw(path)?;
             return Manifest::from_raw(raw, path, compiler)
                 .with_context(|| format!("invalid T1 file {}", path.display()));
         }

@@ -8,8 +8,8 @@ use tunebox_protocol::{
     Arg, DType, Init, Scalar, ScalarKind, SharedBuffer, SharedData, TensorSpec,
 };
 
+use super::from_t1;
 use super::raw::{RawScalar, RawTensor};
-use super::t1;
 
 /// The kernel's arguments, read and checked: tensors, scalars and their order.
 pub(super) struct Arguments {
@@ -37,7 +37,7 @@ impl Arguments {
             .enumerate()
             .map(|(i, t)| tensor(i, t, seed, dir))
             .collect::<Result<Vec<_>>>()?;
-        let tensors = t1::fill_constants(tensors, fills)?;
+        let tensors = from_t1::fill_constants(tensors, fills)?;
         fits_in_memory(&tensors)?;
         for (i, t) in tensors.iter().enumerate() {
             if let Some(first) = tensors[..i].iter().position(|u| u.name == t.name) {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use super::t1;
+use super::from_t1;
 use crate::launch::RawLaunch;
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ pub(super) struct RawManifest {
     pub(super) grid_div_z: Option<toml::Value>,
     /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
     #[serde(skip)]
-    pub(super) t1: Option<Box<t1::Extras>>,
+    pub(super) t1: Option<Box<from_t1::Extras>>,
 }
 
 #[derive(Deserialize, Default)]
