@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod capture;
+mod child;
 mod clock;
 mod config;
 mod devices;
@@ -59,12 +60,12 @@ mod exit;
 mod exit_watch;
 mod handshake;
 mod kill_switch;
+mod pids;
 mod process;
 mod quiet_panic;
 mod sandbox;
 mod spawn;
 mod watchdog;
-mod worker;
 mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
