@@ -7,7 +7,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
 use tunebox_cpu::{CacheDir, Signature};
-use tunebox_process::{Output, ProcessConfig, TuningProcess, WORKER_PATH_ENV};
+use tunebox_process::{
+    Output, ProcessConfig, Sandbox, SandboxSupport, TuningProcess, WORKER_PATH_ENV,
+};
 use tunebox_protocol::{
     BenchmarkRequest, CKernel, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig, Probe,
     TensorSpec, TimingConfig,
@@ -89,6 +91,11 @@ pub(crate) fn run(out: &mut impl Write) -> std::io::Result<bool> {
             None => Outcome::Skip("needs a GPU".into()),
         },
     });
+    checks.push(Check {
+        what: "sandbox",
+        required: false,
+        outcome: check_sandbox(),
+    });
 
     let mut ok = true;
     for check in &checks {
@@ -121,6 +128,37 @@ pub(crate) fn run(out: &mut impl Write) -> std::io::Result<bool> {
 
 /// How long `doctor` waits for `<compiler> --version`.
 const DOCTOR_COMPILER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What `--sandbox` / `[sandbox]` gets on this machine, and what it lacks.
+fn check_sandbox() -> Outcome {
+    let support = SandboxSupport::probe();
+    let mut have = Vec::new();
+    if support.landlock_abi > 0 {
+        have.push(format!("Landlock ABI {}", support.landlock_abi));
+    }
+    if support.seccomp {
+        have.push("seccomp".to_owned());
+    }
+    if support.net_namespace {
+        have.push("network namespace".to_owned());
+    } else if support.user_namespace {
+        have.push("user + network namespace".to_owned());
+    }
+    if support.pids_cgroup.is_some() {
+        have.push("pids cgroup".to_owned());
+    }
+    let missing = support.missing(&Sandbox::new());
+    let have = if have.is_empty() {
+        "nothing".to_owned()
+    } else {
+        have.join(", ")
+    };
+    if missing.is_empty() {
+        Outcome::Pass(format!("{have} (every protection of --sandbox)"))
+    } else {
+        Outcome::Pass(format!("{have}; missing here: {}", missing.join("; ")))
+    }
+}
 
 fn check_compiler(compiler: &str) -> Check {
     let version = compiler_version(compiler, DOCTOR_COMPILER_TIMEOUT);

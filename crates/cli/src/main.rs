@@ -173,6 +173,11 @@ struct TuneArgs {
     /// Measure every choice again, ignoring the results cache (new results are still added).
     #[arg(long)]
     fresh: bool,
+    /// Run the workers in a sandbox (no network, files limited to system paths, the manifest's
+    /// folder, the cache and a scratch folder; seccomp; memory, task and file-size limits), as
+    /// the manifest's [sandbox] table does; its allowances are set there. docs/sandbox.md.
+    #[arg(long)]
+    sandbox: bool,
     /// Worker processes measuring in parallel. The default, 1, measures one choice at a time:
     /// concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb
     /// each other. Compilation is always parallel.
@@ -494,7 +499,15 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    let report = tunebox_tune::tune(&options, &progress, &stop)?;
+    let plan = tunebox_tune::plan(&options.manifest, &options.selection, options.shard)?;
+    let plan = match plan.manifest().sandbox() {
+        None if args.sandbox => {
+            let sandbox = plan.manifest().default_sandbox();
+            plan.with_sandbox(Some(sandbox))
+        }
+        _ => plan,
+    };
+    let report = tunebox_tune::run(plan, &options, &progress, &stop)?;
     drop(progress);
     emit(&report, &output, true, !args.quiet)?;
     if report.info.interrupted {

@@ -183,6 +183,7 @@ impl TuningProcess {
         match self.receive(timeout)? {
             ResponseBody::Benchmark(result) => result
                 .and_then(|r| crate::clock::check_worker_clock(r, sent.map(|s| s.elapsed())))
+                .and_then(|r| self.check_no_strays(r))
                 .map_err(|e| self.remote(e)),
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
@@ -697,6 +698,35 @@ impl TuningProcess {
                 Quote::Whole => worker.stderr_tail(),
                 Quote::Nothing => String::new(),
             },
+        })
+    }
+
+    /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the sandboxed
+    /// worker's cgroup holds processes other than the worker after its reply: work started by
+    /// the candidate and left running, which no process group or session change hides from the
+    /// cgroup. They are killed now.
+    fn check_no_strays(&self, result: BenchmarkResult) -> Result<BenchmarkResult, BenchError> {
+        let Some(worker) = self.worker.as_ref() else {
+            return Ok(result);
+        };
+        let Some(guard) = worker.sandbox.as_ref() else {
+            return Ok(result);
+        };
+        let strays = guard.strays(worker.pid);
+        if strays.is_empty() {
+            return Ok(result);
+        }
+        for &pid in &strays {
+            // SAFETY: `kill` only sends a signal; these pids are in the worker's own cgroup.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        Err(BenchError::Suspicious {
+            check: "children_after_call".into(),
+            seen: format!(
+                "{} process(es) the candidate started were still running in the worker's \
+                 cgroup after its reply (pids {strays:?}); they were killed",
+                strays.len()
+            ),
         })
     }
 

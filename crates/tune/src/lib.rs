@@ -99,6 +99,7 @@ mod cache;
 mod error;
 mod fingerprint;
 pub mod formats;
+mod integrity;
 mod interchange;
 mod launch;
 mod manifest;

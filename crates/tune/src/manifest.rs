@@ -13,6 +13,7 @@ mod from_t1;
 mod kernel_tuner;
 mod params;
 mod raw;
+mod sandbox;
 mod source;
 mod timing;
 mod verify;
@@ -68,6 +69,8 @@ pub struct Manifest {
     /// Why the manifest can be listed but not tuned (a T1 file naming a source that is not
     /// there, a language or an argument tunebox cannot run); empty for a runnable manifest.
     pub(crate) unsupported: Vec<String>,
+    /// `[sandbox]`: the sandbox its workers start in, if any.
+    pub(crate) sandbox: Option<tunebox_process::Sandbox>,
 }
 
 impl Manifest {
@@ -87,6 +90,25 @@ impl Manifest {
     /// tunebox does not use, and how it reads them.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// The sandbox the run's workers start in (`[sandbox]`), if any.
+    pub fn sandbox(&self) -> Option<&tunebox_process::Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// Runs the workers in `sandbox` (or not, with `None`), whatever `[sandbox]` says: what
+    /// `tunebox tune --sandbox` does. [`Manifest::default_sandbox`] is the one it uses when the
+    /// manifest has none.
+    pub fn with_sandbox(mut self, sandbox: Option<tunebox_process::Sandbox>) -> Manifest {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The sandbox for this manifest's kernel with the defaults: its folder readable, and for
+    /// CUDA no address-space limit (the driver maps more virtual memory than the machine has).
+    pub fn default_sandbox(&self) -> tunebox_process::Sandbox {
+        sandbox::for_kernel(parent_dir(&self.path), self.kernel.language)
     }
 
     /// Why this manifest can be listed (`tunebox tune --list`) but not tuned: e.g. a T1 file
@@ -150,6 +172,7 @@ impl Manifest {
             .take()
             .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size))
             .transpose()?;
+        let sandbox = sandbox::sandbox(raw.sandbox.take(), dir, kernel.language)?;
         Ok(Manifest {
             path: path.to_owned(),
             name: name(raw.name, path),
@@ -167,6 +190,7 @@ impl Manifest {
             metrics,
             notes: extras.notes,
             unsupported: extras.unsupported,
+            sandbox,
         })
     }
 }

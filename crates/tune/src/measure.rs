@@ -14,6 +14,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
+    TimingConfig,
 };
 
 use crate::launch::Launch;
@@ -74,9 +75,22 @@ pub(crate) fn request(
             })
             .collect(),
         scalars: manifest.scalars.clone(),
-        timing: manifest.timing.clone(),
+        timing: TimingConfig {
+            // Against a reference kernel, one last call on fresh inputs (crate::integrity).
+            fresh_seed: verifies_against_kernel(manifest).then(crate::integrity::fresh_seed),
+            ..manifest.timing.clone()
+        },
         args: manifest.args.clone(),
     })
+}
+
+/// Whether the manifest verifies against a kernel (a choice or a source), which can be run on
+/// fresh inputs too, rather than against outputs given as files.
+fn verifies_against_kernel(manifest: &Manifest) -> bool {
+    manifest
+        .verify
+        .as_ref()
+        .is_some_and(|v| !matches!(v.reference, Reference::Outputs(_)))
 }
 
 /// Compiles a C request into the cache (other kernels compile in their workers), within
@@ -158,12 +172,35 @@ fn process_config(worker: Option<&Path>) -> ProcessConfig {
     }
 }
 
-/// Starts `workers` workers.
+/// Says, through `note`, that the workers run sandboxed and which protections this kernel
+/// cannot give (`SandboxSupport::missing`); nothing without a sandbox.
+pub(crate) fn note_sandbox(manifest: &Manifest, note: impl Fn(&str)) {
+    let Some(sandbox) = manifest.sandbox.as_ref() else {
+        return;
+    };
+    let missing = tunebox_process::SandboxSupport::probe().missing(sandbox);
+    if missing.is_empty() {
+        note("sandbox: on (no network, Landlock, seccomp, limits; docs/sandbox.md)");
+    } else {
+        note(&format!(
+            "sandbox: on, but this machine lacks: {}",
+            missing.join("; ")
+        ));
+    }
+}
+
+/// The manifest's `[sandbox]` (or `--sandbox`'s) for a pool's workers.
+fn sandboxed(config: ProcessConfig, manifest: &Manifest) -> ProcessConfig {
+    config.sandbox(manifest.sandbox.clone())
+}
+
+/// Starts `workers` workers, in the manifest's sandbox if it has one.
 ///
 /// # Errors
 ///
 /// The workers cannot start.
 pub(crate) fn start_pool(
+    manifest: &Manifest,
     workers: usize,
     timeout: Duration,
     max_process_uses: Option<u64>,
@@ -173,7 +210,7 @@ pub(crate) fn start_pool(
         .max_workers(workers)
         .timeout(timeout)
         .process_config(
-            process_config(worker)
+            sandboxed(process_config(worker), manifest)
                 .stdout(Output::Capture { tail_bytes: 4096 })
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
@@ -216,7 +253,7 @@ pub(crate) fn reference_outputs(
     let timeout = verify.reference_timeout(timeout);
     let mut request = request.clone();
     request.timing.outputs_only = true;
-    let pool = start_pool(1, timeout, Some(1), worker)?;
+    let pool = start_pool(manifest, 1, timeout, Some(1), worker)?;
     watch(Arc::clone(&pool));
     if matches!(request.kernel, Kernel::Cuda(_))
         && let Err(e) = pool.prepare(std::slice::from_ref(&request)).remove(0)
@@ -237,7 +274,8 @@ pub(crate) fn reference_outputs(
         };
         anyhow::anyhow!("the reference {label} failed: {e}{hint}")
     })?;
-    Ok(Some(outputs.outputs))
+    // Kept here, in the parent, never in a candidate's worker; with its fresh-input outputs.
+    Ok(Some(crate::integrity::join_reference(outputs)))
 }
 
 /// Runs the requests that `next` hands out (`(position, request)`; it may block until one is
@@ -380,6 +418,13 @@ pub(crate) fn judge(
         }
         Ok(measured) => measured,
     };
+    let (reference, fresh_reference) = match reference {
+        Some(r) => {
+            let (first, fresh) = crate::integrity::split_reference(r, measured.outputs.len());
+            (Some(first), fresh)
+        }
+        None => (None, None),
+    };
     let verification = reference
         .zip(manifest.verify.as_ref())
         .map(|(reference, v)| {
@@ -402,9 +447,16 @@ pub(crate) fn judge(
                 after.summary()
             ))
         } else {
-            None
+            manifest.verify.as_ref().and_then(|v| {
+                crate::integrity::fresh_mismatch(fresh_reference, &measured, v.tolerance)
+            })
         }
     });
+    if error.is_none()
+        && let Some(floor) = crate::integrity::below_floor(&measured, &manifest.timing)
+    {
+        return ChoiceResult::failed(index, choice, Status::Suspicious, floor, device);
+    }
     let metrics = manifest.metrics.evaluate(&choice, measured.stats.median_ms);
     ChoiceResult {
         index,

@@ -167,6 +167,13 @@ impl Plan {
         &self.manifest
     }
 
+    /// The plan with its workers in `sandbox` (`None`: not sandboxed), whatever the manifest's
+    /// `[sandbox]` says: `tunebox tune --sandbox` ([`Manifest::with_sandbox`]).
+    pub fn with_sandbox(mut self, sandbox: Option<tunebox_process::Sandbox>) -> Plan {
+        self.manifest = self.manifest.with_sandbox(sandbox);
+        self
+    }
+
     /// The search space (every valid choice, by stable index).
     pub fn space(&self) -> &SearchSpace {
         &self.space
@@ -850,6 +857,7 @@ pub(crate) fn open_bench(
     stop: &Stop,
     progress: &dyn Observer,
 ) -> Result<Bench> {
+    measure::note_sandbox(manifest, |m| progress.note(m));
     let reference = measure::reference_outputs(
         manifest,
         reference,
@@ -859,6 +867,7 @@ pub(crate) fn open_bench(
         |m| progress.note(m),
     )?;
     let pool = measure::start_pool(
+        manifest,
         workers,
         timeout,
         options.max_process_uses,

@@ -46,6 +46,18 @@ pub(crate) struct Guard {
     pub(crate) scratch: Option<PathBuf>,
 }
 
+impl Guard {
+    /// The processes in the worker's cgroup other than `worker` itself: what it started and
+    /// left running (a daemon that left its process group and session included). Empty
+    /// without a cgroup.
+    pub(crate) fn strays(&self, worker: u32) -> Vec<u32> {
+        self.cgroup
+            .as_ref()
+            .map(|c| c.processes().into_iter().filter(|&p| p != worker).collect())
+            .unwrap_or_default()
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         // The cgroup first: it kills what is left running, which may hold files in the scratch.

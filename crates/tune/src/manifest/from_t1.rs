@@ -167,6 +167,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         verify: None,
         problem_size,
         launch,
+        sandbox: None,
         metrics: IndexMap::new(),
         tune_params: None,
         kernel_name: None,

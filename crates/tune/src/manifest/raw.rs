@@ -32,6 +32,8 @@ pub(super) struct RawManifest {
     /// `problem_size_x/y/z` in metrics).
     pub(super) problem_size: Option<Vec<toml::Value>>,
     pub(super) launch: Option<RawLaunch>,
+    /// `[sandbox]`: run the workers sandboxed (docs/sandbox.md).
+    pub(super) sandbox: Option<super::sandbox::RawSandbox>,
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,

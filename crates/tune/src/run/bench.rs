@@ -38,6 +38,7 @@ pub fn measure(
         return Ok(Vec::new());
     }
     let pool = start_pool(
+        setup.manifest,
         workers.clamp(1, todo.len()),
         setup.timeout,
         setup.max_process_uses,

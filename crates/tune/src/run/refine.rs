@@ -141,6 +141,7 @@ pub(crate) fn refine_best(
                 return Ok(());
             }
             let pool = match measure::start_pool(
+                cx.setup.manifest,
                 workers,
                 timeout,
                 cx.options.max_process_uses,

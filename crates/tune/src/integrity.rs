@@ -1,0 +1,192 @@
+//! The engine's half of the integrity checks (docs/sandbox.md): the reference's outputs on
+//! fresh inputs, and the physical floor below which a time cannot be real.
+//!
+//! The reference runs in a worker of its own and its outputs live only in this (the parent)
+//! process; a candidate never sees them.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use tunebox_pool::{Tolerance, verify_outputs};
+use tunebox_protocol::{BenchmarkResult, TensorData, TimingConfig};
+
+/// The seed mixed into every random input for the last, fresh-input call of this run: picked
+/// once per process (so the reference and every candidate of the run share it), from the
+/// clock and the pid, so that no candidate can have precomputed the answer.
+pub(crate) fn fresh_seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
+    })
+}
+
+/// The reference as the run keeps it: its outputs, then (when it made them) its outputs on
+/// fresh inputs. `outputs` is how many outputs a call returns.
+pub(crate) fn split_reference(
+    reference: &[TensorData],
+    outputs: usize,
+) -> (&[TensorData], Option<&[TensorData]>) {
+    if outputs > 0 && reference.len() == 2 * outputs {
+        let (first, fresh) = reference.split_at(outputs);
+        (first, Some(fresh))
+    } else {
+        (reference, None)
+    }
+}
+
+/// The reference's outputs followed by its fresh-input outputs, as [`split_reference`] reads
+/// them back.
+pub(crate) fn join_reference(result: BenchmarkResult) -> Vec<TensorData> {
+    let mut outputs = result.outputs;
+    if result.integrity.fresh_outputs.len() == outputs.len() {
+        outputs.extend(result.integrity.fresh_outputs);
+    }
+    outputs
+}
+
+/// Why a candidate that matched the reference on its first call is wrong on fresh inputs, if
+/// it is: a memoized, cached or replayed answer.
+pub(crate) fn fresh_mismatch(
+    fresh_reference: Option<&[TensorData]>,
+    measured: &BenchmarkResult,
+    tolerance: Tolerance,
+) -> Option<String> {
+    let fresh_reference = fresh_reference?;
+    if measured.integrity.fresh_outputs.is_empty() {
+        return None;
+    }
+    let check = verify_outputs(
+        fresh_reference,
+        &measured.integrity.fresh_outputs,
+        tolerance,
+    );
+    (!check.passed()).then(|| {
+        format!(
+            "correct on the first call, wrong on a last call with fresh inputs (seed {:#x}): the \
+             kernel memoizes or replays an answer instead of computing it: {}",
+            fresh_seed(),
+            check.summary()
+        )
+    })
+}
+
+/// Output bytes below which the floor is not checked: small outputs may be written to caches
+/// faster than memory can take them.
+const FLOOR_MIN_BYTES: usize = 1 << 20;
+
+/// How far below the physical floor a time must be to count: the bandwidth is measured on a
+/// machine that may be busy, which makes it look lower (and the floor higher) than it is.
+const FLOOR_MARGIN: f64 = 4.0;
+
+/// Why `median_ms` cannot be a real time, if it cannot: writing the outputs' bytes (which the
+/// kernel must do on every call, into lines the flush evicted) takes at least
+/// `bytes / bandwidth`, with the bandwidth measured here once. Only checked with a cache flush
+/// and at least 1 MiB of outputs, and only when the time is a quarter of the floor or less.
+pub(crate) fn below_floor(measured: &BenchmarkResult, timing: &TimingConfig) -> Option<String> {
+    if !timing.flush_cache || timing.hot {
+        return None;
+    }
+    let bytes: usize = measured.outputs.iter().map(|t| t.bytes.len()).sum();
+    if bytes < FLOOR_MIN_BYTES {
+        return None;
+    }
+    let bandwidth = write_bandwidth()?;
+    let floor_ms = bytes as f64 / bandwidth * 1e3;
+    let median = measured.stats.median_ms;
+    (median.is_finite() && median * FLOOR_MARGIN < floor_ms).then(|| {
+        format!(
+            "{median:.4} ms is below the physical floor: writing its {bytes} output bytes takes \
+             at least {floor_ms:.4} ms at this machine's measured write bandwidth \
+             ({:.1} GB/s); the time cannot be real",
+            bandwidth / 1e9
+        )
+    })
+}
+
+/// This machine's memory write bandwidth in bytes per second: the best of three passes over a
+/// 64 MiB buffer (larger than any last-level cache tunebox meets), measured once per process.
+fn write_bandwidth() -> Option<f64> {
+    static BANDWIDTH: OnceLock<Option<f64>> = OnceLock::new();
+    *BANDWIDTH.get_or_init(|| {
+        const BYTES: usize = 64 << 20;
+        let mut buffer = vec![0u8; BYTES];
+        let best = (0..3u8)
+            .map(|pass| {
+                let start = Instant::now();
+                buffer.fill(pass.wrapping_add(1));
+                std::hint::black_box(&buffer);
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        (best > 0.0).then(|| BYTES as f64 / best)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunebox_protocol::{Bytes, DType, Integrity, TimingStats};
+
+    fn tensor(name: &str, bytes: &[u8]) -> TensorData {
+        TensorData {
+            name: name.into(),
+            dtype: DType::U8,
+            shape: vec![bytes.len() as u64],
+            bytes: Bytes::copy_from_slice(bytes).unwrap(),
+        }
+    }
+
+    fn result(median_ms: f64, outputs: Vec<TensorData>, fresh: Vec<TensorData>) -> BenchmarkResult {
+        let mut stats = TimingStats::unmeasured();
+        stats.median_ms = median_ms;
+        BenchmarkResult {
+            stats,
+            value: None,
+            outputs,
+            outputs_after_reps: Vec::new(),
+            mutated_inputs: Vec::new(),
+            integrity: Integrity {
+                fresh_outputs: fresh,
+                worker_ms: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_reference_keeps_its_fresh_outputs_after_its_outputs() {
+        let joined = join_reference(result(
+            1.0,
+            vec![tensor("y", &[1])],
+            vec![tensor("y", &[2])],
+        ));
+        let (first, fresh) = split_reference(&joined, 1);
+        assert_eq!(first[0].bytes.as_ref(), &[1]);
+        assert_eq!(fresh.unwrap()[0].bytes.as_ref(), &[2]);
+        let (first, fresh) = split_reference(&joined[..1], 1);
+        assert_eq!(first.len(), 1);
+        assert!(fresh.is_none());
+    }
+
+    #[test]
+    fn a_replayed_answer_fails_on_fresh_inputs() {
+        let reference = [tensor("y", &[9])];
+        let replayed = result(1.0, vec![tensor("y", &[1])], vec![tensor("y", &[1])]);
+        let message = fresh_mismatch(Some(&reference), &replayed, Tolerance::default()).unwrap();
+        assert!(message.contains("fresh inputs"), "{message}");
+        let honest = result(1.0, vec![tensor("y", &[1])], vec![tensor("y", &[9])]);
+        assert!(fresh_mismatch(Some(&reference), &honest, Tolerance::default()).is_none());
+    }
+
+    #[test]
+    fn a_time_far_below_the_floor_is_named() {
+        let big = vec![tensor("y", &vec![0u8; 4 << 20])];
+        let timing = TimingConfig::default();
+        assert!(below_floor(&result(1e-6, big.clone(), Vec::new()), &timing).is_some());
+        assert!(below_floor(&result(1e3, big, Vec::new()), &timing).is_none());
+        let small = vec![tensor("y", &[0u8; 64])];
+        assert!(below_floor(&result(1e-9, small, Vec::new()), &timing).is_none());
+    }
+}
