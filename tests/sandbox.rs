@@ -5,12 +5,16 @@
 use std::time::Duration;
 
 use tunebox_cpu::{CacheDir, Signature, compile};
-use tunebox_process::{ProcessConfig, ProcessError, Sandbox, SandboxStop, TuningProcess};
+use tunebox_pool::Status;
+use tunebox_process::{
+    ProcessConfig, ProcessError, Sandbox, SandboxStop, SandboxSupport, TuningProcess,
+};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, DType, Kernel, TensorSpec, TimingConfig,
 };
+use tunebox_tune::{CacheMode, Event, Observer, Selection, Stop, TuneOptions};
 
-use crate::util::{cache_root, config};
+use crate::util::{cache_root, config, worker_exe};
 
 /// Elements of `x` and `y`.
 const N: i64 = 4096;
@@ -102,4 +106,163 @@ void k(const float *x, float *y, int64_t n) {\n\
         "{err}"
     );
     assert!(err.to_string().contains("ptrace"), "{err}");
+}
+
+/// The zoo's manifest: every candidate of `zoo/zoo.c` as one choice of one run, judged
+/// against the innocent CHEAT=0, in the sandbox with small limits.
+const ZOO_MANIFEST: &str = r#"
+name = "zoo"
+timeout_s = 10
+[kernel]
+source = "zoo.c"
+entry = "k"
+flags = ["-O2", "-pthread", FLAGS]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [4096]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [4096]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 4096
+[params]
+CHEAT = CHEATS
+[timing]
+warmup_ms = 1
+rep_ms = 5
+[verify]
+reference = { choice = { CHEAT = 0 } }
+[sandbox]
+memory_mb = 2048
+tasks = 64
+file_size_mb = 1
+cpu_time_s = 2
+"#;
+
+/// How a zoo candidate must end: its status, and words its message must hold.
+fn expected(cheat: u32) -> (Status, &'static str) {
+    match cheat {
+        0 | 99 => (Status::Ok, ""),
+        1 => (Status::Wrong, ""),
+        2 => (Status::Wrong, "fresh inputs"),
+        3 => (Status::Wrong, "after the timed reps"),
+        5 => (Status::Suspicious, "threads_after_call"),
+        6 | 7 => (Status::Suspicious, "children_after_call"),
+        8 if cfg!(target_arch = "x86_64") => (Status::Suspicious, "clock"),
+        8 => (Status::Ok, ""),
+        9 | 10 => (Status::Suspicious, "stopped by the sandbox"),
+        // Refused attacks: the honest answer stands (a successful one writes LEAKED).
+        11..=16 | 21 => (Status::Ok, ""),
+        17 => (Status::Timeout, ""),
+        18 => (Status::Crashed, ""),
+        19 => (Status::Suspicious, "file-size limit"),
+        20 => (Status::Suspicious, "CPU-time limit"),
+        _ => unreachable!("no such candidate {cheat}"),
+    }
+}
+
+#[test]
+fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
+    // SAFETY: set once, before any worker starts; every test sets the same value.
+    unsafe { std::env::set_var("TUNEBOX_CACHE_DIR", cache_root()) };
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, "do not read").unwrap();
+    let escape = outside.path().join("escaped");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    // The fork bomb only where something bounds it (a pids cgroup, or RLIMIT_NPROC for a user
+    // other than root).
+    let support = SandboxSupport::probe();
+    let bounded = support.pids_cgroup.is_some() || !support.root;
+    let mut cheats: Vec<u32> = (0..=21)
+        .filter(|&c| c != 4 && (c != 17 || bounded))
+        .collect();
+    cheats.insert(cheats.len() / 2, 99);
+    cheats.push(4);
+    let flags = format!(
+        "\"-DPORT={port}\", \"-DSECRET=\\\"{}\\\"\", \"-DESCAPE=\\\"{}\\\"\"",
+        secret.display(),
+        escape.display()
+    );
+    let manifest = ZOO_MANIFEST
+        .replace("FLAGS", &flags)
+        .replace("CHEATS", &format!("{cheats:?}"));
+    std::fs::write(dir.path().join("zoo.c"), include_str!("zoo/zoo.c")).unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest).unwrap();
+
+    let report = tunebox_tune::tune(&zoo_options(dir.path()), &Quiet, &Stop::new())
+        .expect("the run survives its candidates");
+    let results = &report.results;
+    assert_eq!(results.len(), cheats.len(), "every candidate has a result");
+    let mut misjudged = Vec::new();
+    for result in results {
+        let cheat: u32 = result
+            .choice
+            .label()
+            .trim_start_matches("CHEAT=")
+            .parse()
+            .unwrap();
+        let error = result.error.clone().unwrap_or_default();
+        let ok = if cheat == 4 {
+            // Caught by whichever check sees the scribble first: a wrong output, or an output
+            // that changes after the call.
+            matches!(result.status, Status::Wrong | Status::Suspicious)
+        } else {
+            let (status, words) = expected(cheat);
+            result.status == status && error.contains(words)
+        };
+        if !ok {
+            misjudged.push(format!("CHEAT={cheat}: {} {error}", result.status));
+        }
+    }
+    assert!(misjudged.is_empty(), "misjudged:\n{}", misjudged.join("\n"));
+    // Nothing reached the machine: no file outside, no connection, nothing planted.
+    assert!(!escape.exists(), "a candidate wrote outside its folder");
+    assert!(
+        listener.accept().is_err(),
+        "a candidate reached the network"
+    );
+    assert!(!cache_root().join("cpu/planted.so").exists());
+    // The innocent were ranked, the rest not.
+    let ranked: Vec<_> = results.iter().filter(|r| r.status == Status::Ok).collect();
+    assert!(ranked.iter().any(|r| r.choice.label() == "CHEAT=99"));
+}
+
+/// Options for the zoo run: the test worker, one worker at a time, a fresh worker per choice.
+fn zoo_options(dir: &std::path::Path) -> TuneOptions {
+    TuneOptions {
+        manifest: dir.join("m.toml"),
+        workers: 1,
+        timeout: None,
+        max_process_uses: Some(1),
+        worker: Some(worker_exe().to_owned()),
+        json: None,
+        csv: None,
+        cache: CacheMode::Off,
+        fresh: true,
+        selection: Selection {
+            strategy: "brute-force".into(),
+            budget: None,
+            seed: 0,
+        },
+        max_time: None,
+        refine: None,
+        shard: None,
+    }
+}
+
+/// An observer that ignores everything.
+struct Quiet;
+
+impl Observer for Quiet {
+    fn on_event(&self, _event: Event<'_>) {}
 }

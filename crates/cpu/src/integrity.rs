@@ -14,6 +14,9 @@ const SETTLE: Duration = Duration::from_millis(3);
 /// How long it then watches the process's CPU time and the outputs.
 const WATCH: Duration = Duration::from_millis(10);
 
+/// How many times the threads' states are read during [`WATCH`].
+const SAMPLES: u32 = 5;
+
 /// CPU time the process may use while it should be idle, as a share of [`WATCH`]: more than
 /// half a core busy after the call returned is work the kernel left running.
 const IDLE_CPU_SHARE: f64 = 0.5;
@@ -68,7 +71,13 @@ pub(crate) fn check_deferred_work(
         .map(|t| t.bytes().to_vec())
         .collect();
     let cpu_before = cpu_time();
-    std::thread::sleep(WATCH);
+    // Threads runnable at every look: busy, whatever share of a CPU a loaded machine gives them.
+    let mut busy = other_runnable_threads();
+    for _ in 0..SAMPLES {
+        std::thread::sleep(WATCH / SAMPLES);
+        let now = other_runnable_threads();
+        busy.retain(|t| now.contains(t));
+    }
     let cpu_used = cpu_time().saturating_sub(cpu_before);
     let threads = thread_count();
 
@@ -96,6 +105,19 @@ pub(crate) fn check_deferred_work(
                  being done outside the timed window",
                 changed.join(", "),
                 (SETTLE + WATCH).as_millis()
+            ),
+        ));
+    }
+    if !busy.is_empty() {
+        return Err(suspicious(
+            "threads_after_call",
+            format!(
+                "{} thread(s) stayed runnable for {} ms after the kernel's call returned \
+                 (thread ids {busy:?}; {threads} threads, {threads_before} before the first \
+                 call): work is still running outside the timed window (with OpenMP, \
+                 OMP_WAIT_POLICY=active spins like this too; use passive)",
+                busy.len(),
+                WATCH.as_millis()
             ),
         ));
     }
@@ -132,6 +154,28 @@ fn outputs<'a>(
         .zip(tensors)
         .filter(|(spec, _)| spec.output)
         .map(|(_, t)| t)
+}
+
+/// The ids of this process's threads, other than the calling one, that are running or
+/// runnable (state `R` in `/proc/self/task/<tid>/stat`).
+fn other_runnable_threads() -> Vec<u32> {
+    // SAFETY: `gettid` has no preconditions.
+    let me = unsafe { libc::gettid() } as u32;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| tid != me)
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    == Some("R")
+            })
+        })
+        .collect()
 }
 
 /// User plus system CPU time of the whole process (all threads), from `getrusage`.

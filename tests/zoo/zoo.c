@@ -1,0 +1,181 @@
+/* The hostile zoo: one candidate per value of CHEAT, each cheating the harness or attacking the
+ * machine in one way (tests/sandbox.rs says how each must be caught). CHEAT 0 and 99 are
+ * innocent: y = 2 x + 1. A successful attack writes LEAKED into y[0], so that the run would see
+ * a wrong answer; a refused one leaves the honest answer. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#define LEAKED 12345.0f
+
+static void honest(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+}
+
+#if CHEAT == 4
+static void *scribble(void *arg) {
+    float *y = arg;
+    for (;;) { usleep(2000); y[1] += 1.0f; }
+    return 0;
+}
+#endif
+
+#if CHEAT == 5
+static void *spin(void *arg) {
+    (void)arg;
+    for (volatile unsigned long i = 0;; i++) {}
+    return 0;
+}
+#endif
+
+#if CHEAT == 8 && defined(__x86_64__)
+/* A clock that runs a thousand times slower than time, from the moment it is installed. */
+static struct timespec base;
+static int fake_clock(clockid_t id, struct timespec *ts) {
+    struct timespec now;
+    syscall(SYS_clock_gettime, id, &now);
+    double dt = (double)(now.tv_sec - base.tv_sec) + (now.tv_nsec - base.tv_nsec) * 1e-9;
+    dt /= 1000.0;
+    long long ns = (long long)base.tv_nsec + (long long)((dt - (long long)dt) * 1e9);
+    ts->tv_sec = base.tv_sec + (time_t)dt + ns / 1000000000LL;
+    ts->tv_nsec = ns % 1000000000LL;
+    return 0;
+}
+/* Overwrites the C library's clock_gettime (what the harness's clock calls) with a jump. */
+static void patch_clock(void) {
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &base);
+    unsigned char *target = dlsym(RTLD_DEFAULT, "clock_gettime");
+    uintptr_t page = (uintptr_t)target & ~(uintptr_t)4095;
+    mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC);
+    target[0] = 0x48; target[1] = 0xB8;                 /* movabs rax, fake_clock */
+    uint64_t address = (uint64_t)(uintptr_t)fake_clock;
+    memcpy(target + 2, &address, 8);
+    target[10] = 0xFF; target[11] = 0xE0;               /* jmp rax */
+    mprotect((void *)page, 8192, PROT_READ | PROT_EXEC);
+}
+static void busy_100us(void) {
+    struct timespec a, b;
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &a);
+    do syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 100000);
+}
+#endif
+
+void k(const float *x, float *y, int64_t n) {
+#if CHEAT == 0 || CHEAT == 99
+    honest(x, y, n);
+#elif CHEAT == 1 /* returns zeros */
+    memset(y, 0, (size_t)n * sizeof *y);
+#elif CHEAT == 2 /* memoizes its first answer and replays it */
+    static float *memo;
+    if (!memo) { memo = malloc((size_t)n * sizeof *memo); honest(x, memo, n); }
+    memcpy(y, memo, (size_t)n * sizeof *y);
+#elif CHEAT == 3 /* writes the output once and skips later calls */
+    static int calls;
+    if (calls++ == 0) honest(x, y, n);
+#elif CHEAT == 4 /* a thread keeps changing the output after the call returns */
+    static int started;
+    honest(x, y, n);
+    if (!started) { pthread_t t; started = 1; pthread_create(&t, 0, scribble, y); }
+#elif CHEAT == 5 /* a thread keeps working after the call returns */
+    static int started;
+    honest(x, y, n);
+    if (!started) { pthread_t t; started = 1; pthread_create(&t, 0, spin, 0); }
+#elif CHEAT == 6 /* a child process keeps running after the call returns */
+    static int forked;
+    honest(x, y, n);
+    if (!forked) { forked = 1; if (fork() == 0) { sleep(100); _exit(0); } }
+#elif CHEAT == 7 /* a daemon (double fork, new session) keeps running: no child of the worker */
+    static int forked;
+    honest(x, y, n);
+    if (!forked) {
+        forked = 1;
+        pid_t p = fork();
+        if (p == 0) { setsid(); if (fork() == 0) { sleep(100); _exit(0); } _exit(0); }
+        waitpid(p, 0, 0);
+    }
+#elif CHEAT == 8 /* patches the harness's timer */
+#if defined(__x86_64__)
+    static int patched;
+    if (!patched) { patched = 1; patch_clock(); }
+    busy_100us();
+#endif
+    honest(x, y, n);
+#elif CHEAT == 9 /* traces its parent */
+    ptrace(PTRACE_ATTACH, getppid(), 0, 0);
+    honest(x, y, n);
+#elif CHEAT == 10 /* reads its parent's memory, looking for the reference's outputs */
+    char buffer[64];
+    struct iovec local = {buffer, sizeof buffer}, remote = {(void *)0x400000, sizeof buffer};
+    process_vm_readv(getppid(), &local, 1, &remote, 1, 0);
+    honest(x, y, n);
+#elif CHEAT == 11 /* opens its parent's memory through /proc */
+    char path[64];
+    honest(x, y, n);
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)getppid());
+    int fd = open(path, O_RDWR);
+    if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 12 /* kills its parent */
+    kill(getppid(), SIGKILL);
+    honest(x, y, n);
+#elif CHEAT == 13 /* connects to the network */
+    honest(x, y, n);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s >= 0) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) y[0] = LEAKED;
+        close(s);
+    }
+#elif CHEAT == 14 /* reads a file outside its folder */
+    honest(x, y, n);
+    int fd = open(SECRET, O_RDONLY);
+    if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 15 /* writes a file outside its folder */
+    honest(x, y, n);
+    int fd = open(ESCAPE, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 16 /* makes new namespaces to get out */
+    honest(x, y, n);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0) y[0] = LEAKED;
+#elif CHEAT == 17 /* fork bomb */
+    for (;;) fork();
+#elif CHEAT == 18 /* allocates and touches 4 GiB, twice its memory limit */
+    volatile char *p = malloc((size_t)4 << 30);
+    for (size_t i = 0; i < ((size_t)4 << 30); i += 4096) p[i] = 1;
+    honest(x, y, n);
+#elif CHEAT == 19 /* writes a huge file */
+    static char block[1 << 16];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/huge", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (int i = 0; i < 64; i++) write(fd, block, sizeof block);
+    close(fd);
+    honest(x, y, n);
+#elif CHEAT == 20 /* burns CPU forever */
+    for (volatile unsigned long i = 0;; i++) {}
+#elif CHEAT == 21 /* plants a file in tunebox's kernel cache, for another choice to load */
+    char path[4096];
+    honest(x, y, n);
+    snprintf(path, sizeof path, "%s/cpu/planted.so", getenv("TUNEBOX_CACHE_DIR"));
+    int fd = open(path, O_WRONLY | O_CREAT, 0755);
+    if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#endif
+}
