@@ -266,3 +266,54 @@ struct Quiet;
 impl Observer for Quiet {
     fn on_event(&self, _event: Event<'_>) {}
 }
+
+/// Issue 24: a 4 GiB tensor under a 1 GiB memory limit fails at once, as one request's error,
+/// instead of swapping the machine until the timeout; the worker lives on.
+#[test]
+fn a_4_gib_tensor_fails_fast_under_a_memory_limit() {
+    let mut worker = TuningProcess::spawn(config().memory_limit(Some(1 << 30))).unwrap();
+    let huge = BenchmarkRequest::new(CKernel::new(INNOCENT, "k").flags(["-O2"]))
+        .tensor(TensorSpec::new("x", DType::F32, [1u64 << 30]).random(7))
+        .tensor(TensorSpec::new("y", DType::F32, [16]).output())
+        .scalar("n", 16);
+    let started = std::time::Instant::now();
+    let err = worker
+        .benchmark(huge, Duration::from_secs(120))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("out of memory allocating"),
+        "{err}"
+    );
+    assert!(!err.worker_lost(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    // The same worker measures the next request.
+    assert!(
+        worker
+            .benchmark(request(INNOCENT), Duration::from_secs(20))
+            .is_ok()
+    );
+}
+
+/// Missing protections are named, never pretended.
+#[test]
+fn the_sandbox_reports_what_the_kernel_lacks_without_failing() {
+    let support = SandboxSupport::probe();
+    let missing = support.missing(&Sandbox::new());
+    if support.landlock_abi >= 6 && support.seccomp && support.pids_cgroup.is_some() {
+        assert!(missing.is_empty(), "{missing:?}");
+    } else {
+        assert!(!missing.is_empty());
+    }
+    // A sandbox that allows the network asks nothing of the namespaces.
+    let network = Sandbox::new().network(true).tasks(None);
+    assert!(
+        support
+            .missing(&network)
+            .iter()
+            .all(|m| !m.contains("network namespace") && !m.contains("task limit"))
+    );
+}

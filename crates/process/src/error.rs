@@ -450,6 +450,50 @@ mod tests {
     }
 
     #[test]
+    fn sandboxed_crashes_say_what_stopped_them() {
+        let crash = |signal, tail: &str| ProcessError::WorkerCrashed {
+            pid: 5,
+            exit_code: None,
+            signal: Some(signal),
+            stderr_tail: tail.into(),
+        };
+        let sys = explain_crash(crash(libc::SIGSYS, ""), true, None);
+        assert!(matches!(
+            sys,
+            ProcessError::SandboxStop {
+                stop: SandboxStop::ForbiddenSystemCall,
+                ..
+            }
+        ));
+        assert!(sys.to_string().contains("ptrace"), "{sys}");
+        // Outside the sandbox SIGSYS is an ordinary crash.
+        assert!(matches!(
+            explain_crash(crash(libc::SIGSYS, ""), false, None),
+            ProcessError::WorkerCrashed { .. }
+        ));
+        let oom = explain_crash(
+            crash(
+                libc::SIGABRT,
+                "memory allocation of 4294967296 bytes failed\n",
+            ),
+            false,
+            Some(1 << 30),
+        );
+        assert!(
+            oom.to_string()
+                .contains("ran out of its memory limit (1.0 GiB"),
+            "{oom}"
+        );
+        assert!(matches!(
+            explain_crash(crash(libc::SIGXFSZ, ""), true, None),
+            ProcessError::SandboxStop {
+                stop: SandboxStop::FileSize,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn a_missing_worker_entry_names_the_fix() {
         let err = ProcessError::NoWorkerEntry {
             path: "/bin/tool".into(),

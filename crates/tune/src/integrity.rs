@@ -163,8 +163,8 @@ mod tests {
             vec![tensor("y", &[2])],
         ));
         let (first, fresh) = split_reference(&joined, 1);
-        assert_eq!(first[0].bytes.as_ref(), &[1]);
-        assert_eq!(fresh.unwrap()[0].bytes.as_ref(), &[2]);
+        assert_eq!(&first[0].bytes[..], &[1u8]);
+        assert_eq!(&fresh.unwrap()[0].bytes[..], &[2u8]);
         let (first, fresh) = split_reference(&joined[..1], 1);
         assert_eq!(first.len(), 1);
         assert!(fresh.is_none());

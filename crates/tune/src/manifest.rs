@@ -246,6 +246,39 @@ mod tests {
     }
 
     #[test]
+    fn a_sandbox_table_switches_the_sandbox_on_with_its_allowances() {
+        assert!(load(KERNEL).unwrap().sandbox().is_none());
+        let m = load(&format!("{KERNEL}[sandbox]\n")).unwrap();
+        let sandbox = m.sandbox().expect("on");
+        assert!(!sandbox.network_value());
+        assert_eq!(sandbox.read_paths().len(), 1, "the manifest's folder");
+        let m = load(&format!(
+            "{KERNEL}[sandbox]\nnetwork = true\nread = [\".\"]\nmemory_mb = 0\ntasks = 8\n\
+             cpu_time_s = 3\nfile_size_mb = 2\n"
+        ))
+        .unwrap();
+        let sandbox = m.sandbox().unwrap();
+        assert!(sandbox.network_value());
+        assert_eq!(sandbox.memory_value(), None);
+        assert_eq!(sandbox.tasks_value(), Some(8));
+        assert_eq!(sandbox.cpu_time_value(), Some(Duration::from_secs(3)));
+        assert_eq!(sandbox.file_size_value(), Some(2 << 20));
+        assert!(
+            load(&format!("{KERNEL}[sandbox]\nenabled = false\n"))
+                .unwrap()
+                .sandbox()
+                .is_none()
+        );
+        let missing = error(&format!("{KERNEL}[sandbox]\nwrite = [\"out\"]\n"));
+        assert!(
+            missing.contains("sandbox.write: `out` does not exist"),
+            "{missing}"
+        );
+        let unknown = error(&format!("{KERNEL}[sandbox]\nnetwrk = true\n"));
+        assert!(unknown.contains("netwrk"), "{unknown}");
+    }
+
+    #[test]
     fn minimal_manifest_gets_defaults() {
         let m = load(KERNEL).unwrap();
         assert_eq!(m.name, "m");

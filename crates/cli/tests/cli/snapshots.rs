@@ -107,6 +107,9 @@ fn tune_help() {
                   --fresh
                       Measure every choice again, ignoring the results cache (new results are still added)
 
+                  --sandbox
+                      Run the workers in a sandbox (no network, files limited to system paths, the manifest's folder, the cache and a scratch folder; seccomp; memory, task and file-size limits), as the manifest's [sandbox] table does; its allowances are set there. docs/sandbox.md
+
                   --workers <N>
                       Worker processes measuring in parallel. The default, 1, measures one choice at a time: concurrent CPU benchmarks share the last-level cache and memory bandwidth and perturb each other. Compilation is always parallel
 
