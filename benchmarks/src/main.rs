@@ -24,6 +24,7 @@ mod pool_figs;
 mod process_figs;
 mod report;
 mod round_trips;
+mod sandbox_figs;
 mod setup;
 mod stats;
 
@@ -41,7 +42,8 @@ const USAGE: &str = "usage:
       measure every figure, print the table, write the JSON summary to PATH;
       --quick: fewer iterations (a smoke test); --strict: exit 1 when a target is missed;
       --only: just these groups (to profile one), of: spawn, round-trips, cold-start, crash,
-      timeout, orphan, cpu-timing, flush, big, throughput, respawn, scaling
+      timeout, orphan, cpu-timing, flush, big, throughput, respawn, scaling,
+      sandbox
   tunebox-benchmarks echo [--cpu N]          (child mode: socketpair echo on stdin)
   tunebox-benchmarks launch-busy WORKER      (child mode: a parent to SIGKILL)
 The worker defaults to $TUNEBOX_WORKER.";
@@ -95,6 +97,7 @@ const GROUPS: &[&str] = &[
     "throughput",
     "respawn",
     "scaling",
+    "sandbox",
 ];
 
 impl Options {
@@ -154,6 +157,7 @@ fn run(options: Options) -> Result<ExitCode> {
             "timeout" => figures.push(process_figs::timeout_overshoot(&setup)?),
             "orphan" => figures.push(process_figs::orphan_cleanup(&setup)?),
             "cpu-timing" => figures.push(process_figs::cpu_timing_overhead(&setup)?),
+            "sandbox" => figures.extend(sandbox_figs::sandbox_costs(&setup)?),
             "flush" => figures.extend(flush_figs::flush_costs(&setup)?),
             "big" => {
                 let source = floors::pattern(floors::BIG);

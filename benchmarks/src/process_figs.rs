@@ -290,7 +290,7 @@ void spin(int64_t ns) {\n\
 }\n";
 
 /// The spin kernel for 100 µs, timed as triton's do_bench with 500 reps and no cache flush.
-fn spin_request() -> BenchmarkRequest {
+pub(crate) fn spin_request() -> BenchmarkRequest {
     BenchmarkRequest {
         kernel: Kernel::C(CKernel {
             source: SPIN_SOURCE.into(),

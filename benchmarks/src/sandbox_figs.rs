@@ -1,0 +1,78 @@
+//! What the sandbox costs (issue 28): a worker's start, and a well-behaved kernel's time.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tunebox_process::{Sandbox, TuningProcess};
+
+use crate::process_figs::spin_request;
+use crate::report::{Figure, Kind, Unit};
+use crate::setup::{LONG, Setup, ms, trivial};
+use crate::stats::collect;
+
+/// Cold start with the sandbox (spawn → first trivial result, in a fresh sandboxed worker), and
+/// the 100 µs spin kernel's median with and without it, alternating, one fresh worker each.
+///
+/// # Errors
+///
+/// A worker fails to start or answer.
+pub(crate) fn sandbox_costs(setup: &Setup) -> Result<Vec<Figure>> {
+    let n = setup.n(50, 10);
+    eprintln!("bench: sandboxed cold start ({n})");
+    let sandboxed = || setup.config().sandbox(Some(Sandbox::new()));
+    let starts = collect(3, n, || {
+        let start = Instant::now();
+        let mut process = TuningProcess::spawn(sandboxed()).context("sandboxed spawn")?;
+        process
+            .benchmark(trivial(), LONG)
+            .context("first request")?;
+        let cold = start.elapsed();
+        process.shutdown(Duration::from_secs(1)).context("shutdown")?;
+        Ok(ms(cold))
+    })?;
+
+    let m = setup.n(10, 3);
+    eprintln!("bench: 100 µs spin kernel with and without the sandbox ({m} pairs)");
+    // Compiled into the cache by an ordinary worker first: a sandboxed one may only read it.
+    let spin = |config| -> Result<f64> {
+        let mut process = TuningProcess::spawn(config).context("spawn")?;
+        let result = process
+            .benchmark(spin_request(), LONG)
+            .context("the 100 µs spin kernel (is a C compiler installed?)")?;
+        process.shutdown(Duration::from_secs(1)).context("shutdown")?;
+        Ok(result.stats.median_ms * 1e3)
+    };
+    spin(setup.config())?;
+    let (mut plain, mut boxed) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    for _ in 0..m {
+        plain.push(spin(setup.config())?);
+        boxed.push(spin(sandboxed())?);
+    }
+    let differences: Vec<f64> = boxed.iter().zip(&plain).map(|(b, p)| b - p).collect();
+    Ok(vec![
+        Figure::from_samples(
+            "sandbox_cold_start",
+            "cold start in the sandbox: spawn → first trivial result",
+            Kind::Info,
+            Unit::Millis,
+            &starts,
+        )?
+        .note("compare cold_start: Landlock, seccomp, a network namespace, a pids cgroup"),
+        Figure::from_samples(
+            "sandbox_spin_median",
+            "100 µs spin kernel, median in the sandbox",
+            Kind::Info,
+            Unit::Micros,
+            &boxed,
+        )?
+        .note("each sample: one fresh sandboxed worker's median of its timed reps"),
+        Figure::from_samples(
+            "sandbox_spin_difference",
+            "100 µs spin kernel: sandboxed minus plain median",
+            Kind::Info,
+            Unit::Micros,
+            &differences,
+        )?
+        .note("pairs alternate, each in a fresh worker; within the noise means no cost"),
+    ])
+}
