@@ -27,7 +27,9 @@ pub(crate) fn sandbox_costs(setup: &Setup) -> Result<Vec<Figure>> {
             .benchmark(trivial(), LONG)
             .context("first request")?;
         let cold = start.elapsed();
-        process.shutdown(Duration::from_secs(1)).context("shutdown")?;
+        process
+            .shutdown(Duration::from_secs(1))
+            .context("shutdown")?;
         Ok(ms(cold))
     })?;
 
@@ -39,7 +41,9 @@ pub(crate) fn sandbox_costs(setup: &Setup) -> Result<Vec<Figure>> {
         let result = process
             .benchmark(spin_request(), LONG)
             .context("the 100 µs spin kernel (is a C compiler installed?)")?;
-        process.shutdown(Duration::from_secs(1)).context("shutdown")?;
+        process
+            .shutdown(Duration::from_secs(1))
+            .context("shutdown")?;
         Ok(result.stats.median_ms * 1e3)
     };
     spin(setup.config())?;

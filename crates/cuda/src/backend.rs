@@ -223,7 +223,11 @@ impl CudaBackend {
                 outputs,
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
-                integrity: Default::default(),
+                integrity: tunebox_protocol::Integrity {
+                    fresh_outputs: Vec::new(),
+                    // The parent checks its clock against this one.
+                    worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                },
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -270,7 +274,11 @@ impl CudaBackend {
             outputs,
             outputs_after_reps,
             mutated_inputs,
-            integrity: Default::default(),
+            integrity: tunebox_protocol::Integrity {
+                fresh_outputs: Vec::new(),
+                // The parent checks its clock against this one.
+                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+            },
         })
     }
 
