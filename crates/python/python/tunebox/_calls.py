@@ -1,0 +1,44 @@
+"""How calls and results travel: cloudpickle, protocol 5, large buffers out of band.
+
+A numpy array (or any object exporting a contiguous buffer through pickle protocol 5) travels as
+an out-of-band buffer: tunebox puts it in the shared-memory payload of the request instead of
+pickling it, and the receiving side rebuilds the array on a writable ``bytearray``.
+"""
+
+import pickle
+
+import cloudpickle
+
+# Op codes of a request (crates/python/src/frame.rs).
+CALL = 0
+LOAD = 1
+RUN = 2
+INIT = 3
+
+# Status codes of a reply: TVM's StatusKind.
+COMPLETE = 1
+EXCEPTION = 2
+TIMEOUT = 3
+
+# Buffers smaller than this stay inside the pickle: not worth a part of their own.
+_OUT_OF_BAND_BYTES = 64 * 1024
+
+
+def dumps(obj):
+    """``[pickle, buffer, ...]`` as ``bytes``: cloudpickle with protocol 5."""
+    buffers = []
+
+    def keep_large(buffer):
+        view = buffer.raw()
+        if view.nbytes < _OUT_OF_BAND_BYTES:
+            return True  # serialized in band
+        buffers.append(view)
+        return False
+
+    data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep_large)
+    return [data] + [bytes(view) for view in buffers]
+
+
+def loads(data, buffers=()):
+    """The object :func:`dumps` encoded (``buffers`` as it returned them, or ``bytearray``s)."""
+    return pickle.loads(data, buffers=buffers)

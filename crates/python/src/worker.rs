@@ -1,0 +1,309 @@
+//! The parent side: one isolated Python worker, as seen from Python (`tunebox._native.Worker`).
+//!
+//! A thin handle on a [`TuningProcess`]: the deadline, the process-group kill, the reaping, the
+//! crash report with the worker's stderr tail, `maximum_process_uses` and the initializer on every
+//! fresh process are tunebox-process's. This adds the Python calling convention (an op and the
+//! pickle with its buffers, see `frame`), TVM's exception types, and eager respawn: after a crash,
+//! a timeout or the last allowed use, the next worker starts on a helper thread at once, so the
+//! next call does not wait for Python to start.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyChildProcessError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
+use tunebox_process::{InitRequest, Output, ProcessConfig, ProcessError, TuningProcess};
+use tunebox_protocol::{BenchmarkRequest, Bytes, Kernel, TaskKernel};
+
+use crate::frame::{self, Op};
+use crate::serve::{BACKEND, TASK_TYPE};
+
+/// A wait with no timeout (TVM's `timeout=None`): 30 days.
+const FOREVER: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How long a worker asked to shut down may take before it is killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
+
+/// One worker process that runs pickled Python calls.
+#[pyclass(module = "tunebox._native", name = "Worker", frozen)]
+pub(crate) struct Worker {
+    state: Arc<Mutex<State>>,
+    maximum_uses: Option<u64>,
+}
+
+struct State {
+    process: TuningProcess,
+    /// Calls served by the current process.
+    uses: u64,
+}
+
+#[pymethods]
+impl Worker {
+    /// `program args…` is the worker command (`sys.executable -m tunebox._worker`); `stdout` and
+    /// `stderr` are `(kind, path)` with kind `inherit`, `null`, `capture` or `file`;
+    /// `initializer` is the framed pickle of `(fn, args, kwargs)`, run on every new process;
+    /// `maximum_uses` retires a process after that many calls.
+    #[new]
+    #[pyo3(signature = (program, args, stdout, stderr, initializer=None, maximum_uses=None, init_timeout=None, env=Vec::new()))]
+    #[allow(clippy::too_many_arguments, reason = "mirrors TVM's PopenWorker arguments")]
+    fn new(
+        program: PathBuf,
+        args: Vec<String>,
+        stdout: (String, Option<PathBuf>),
+        stderr: (String, Option<PathBuf>),
+        initializer: Option<Vec<Vec<u8>>>,
+        maximum_uses: Option<u64>,
+        init_timeout: Option<f64>,
+        env: Vec<(String, String)>,
+    ) -> PyResult<Worker> {
+        if maximum_uses == Some(0) {
+            return Err(PyValueError::new_err(
+                "maximum_uses=0 allows no call at all: use None (no limit) or a positive count",
+            ));
+        }
+        let mut config = ProcessConfig::new()
+            .worker(program)
+            .args(args)
+            .inherit_all_env(true)
+            .stdout(output(stdout)?)
+            .stderr(output(stderr)?)
+            .maximum_process_uses(maximum_uses);
+        for (key, value) in env {
+            config = config.env(key, value);
+        }
+        if let Some(parts) = initializer {
+            let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let init = InitRequest::new(request(Op::Init, &parts)?)
+                .timeout(init_timeout.map_or(FOREVER, seconds));
+            config = config.initializer(init);
+        }
+        Ok(Worker {
+            state: Arc::new(Mutex::new(State {
+                process: TuningProcess::lazy(config),
+                uses: 0,
+            })),
+            maximum_uses,
+        })
+    }
+
+    /// Sends a call (`op` 0: call, 2: run what `load` kept) without waiting; starts the worker
+    /// (and its initializer) first if none runs.
+    fn put(&self, py: Python<'_>, op: u8, parts: Vec<Bound<'_, PyBytes>>) -> PyResult<()> {
+        let op = op_of(op)?;
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        let request = request(op, &parts)?;
+        py.detach(|| self.lock().process.put(request))
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Waits up to `timeout` seconds (None: no limit) for the reply to the last `put`; returns
+    /// `(status, pickle, buffers)`.
+    ///
+    /// Raises `TimeoutError` (the worker's process group was killed), `ChildProcessError` (the
+    /// worker died; its stderr tail is quoted when captured) or `RuntimeError`.
+    #[pyo3(signature = (timeout=None))]
+    fn get<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyTuple>> {
+        let wait = timeout.map_or(FOREVER, seconds);
+        let result = py.detach(|| {
+            let mut state = self.lock();
+            let result = state.process.get(wait);
+            state.uses += 1;
+            result
+        });
+        let result = result.map_err(|e| self.failed(e))?;
+        if self.maximum_uses.is_some_and(|max| self.lock().uses >= max) {
+            self.respawn();
+        }
+        let value = result
+            .value
+            .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
+        reply(py, &value)
+    }
+
+    /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
+    /// `timeout` seconds: the imports that unpickling does stay out of the call's own timeout.
+    #[pyo3(signature = (parts, timeout=None))]
+    fn load(&self, py: Python<'_>, parts: Vec<Bound<'_, PyBytes>>, timeout: Option<f64>) -> PyResult<()> {
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        let request = request(Op::Load, &parts)?;
+        let wait = timeout.map_or(FOREVER, seconds);
+        py.detach(|| self.lock().process.prepare(request, wait))
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Starts the worker now if none runs (and runs its initializer).
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.lock().process.ensure_running())
+            .map_err(|e| self.failed(e))
+    }
+
+    /// SIGKILLs the worker's process group and reaps it; the next call starts a new one, or,
+    /// with `respawn`, a helper thread starts it now.
+    #[pyo3(signature = (respawn=false))]
+    fn kill(&self, py: Python<'_>, respawn: bool) {
+        py.detach(|| {
+            let mut state = self.lock();
+            state.process.kill();
+            state.uses = 0;
+        });
+        if respawn {
+            self.respawn();
+        }
+    }
+
+    /// Asks the worker to exit, kills it after a short grace, reaps it.
+    fn shutdown(&self, py: Python<'_>) {
+        py.detach(|| {
+            let mut state = self.lock();
+            let _ = state.process.shutdown(SHUTDOWN_GRACE);
+            state.uses = 0;
+        });
+    }
+
+    /// The pid of the running worker, or None.
+    #[getter]
+    fn pid(&self, py: Python<'_>) -> Option<u32> {
+        py.detach(|| self.lock().process.pid())
+    }
+
+    /// Whether a worker process is running now.
+    fn is_alive(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.lock().process.alive())
+    }
+
+    /// How many worker processes were started so far.
+    #[getter]
+    fn restarts(&self, py: Python<'_>) -> u64 {
+        py.detach(|| self.lock().process.restarts())
+    }
+
+    /// The captured stdout and stderr tails (empty unless `capture`).
+    fn output_tails(&self, py: Python<'_>) -> (String, String) {
+        py.detach(|| {
+            let state = self.lock();
+            (state.process.stdout_tail(), state.process.stderr_tail())
+        })
+    }
+}
+
+impl Worker {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves a TuningProcess that is still consistent (its
+        // methods reap before they return), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts the next worker on a helper thread (eager respawn); the next call waits for it.
+    fn respawn(&self) {
+        let state = Arc::clone(&self.state);
+        std::thread::spawn(move || {
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            state.uses = 0;
+            if let Err(e) = state.process.ensure_running() {
+                // The next call starts it again and reports the error.
+                log_respawn_failure(&e);
+            }
+        });
+    }
+
+    /// TVM's exception for a failure, after starting the next worker when this one is gone.
+    fn failed(&self, error: ProcessError) -> PyErr {
+        let gone = matches!(
+            error,
+            ProcessError::Timeout { .. } | ProcessError::WorkerCrashed { .. }
+        );
+        if gone {
+            self.respawn();
+        }
+        to_python(error)
+    }
+}
+
+fn log_respawn_failure(error: &ProcessError) {
+    if std::env::var_os("TUNEBOX_PYTHON_DEBUG").is_some() {
+        eprintln!("tunebox: starting the next Python worker failed: {error}");
+    }
+}
+
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(FOREVER)
+}
+
+fn op_of(byte: u8) -> PyResult<Op> {
+    Op::from_byte(byte).ok_or_else(|| PyValueError::new_err(format!("unknown op {byte}")))
+}
+
+fn output((kind, path): (String, Option<PathBuf>)) -> PyResult<Output> {
+    Ok(match (kind.as_str(), path) {
+        ("inherit", _) => Output::Inherit,
+        ("null", _) => Output::Null,
+        ("capture", _) => Output::Capture {
+            tail_bytes: 64 * 1024,
+        },
+        ("file", Some(path)) => Output::File(path),
+        (other, _) => {
+            return Err(PyValueError::new_err(format!(
+                "unknown output `{other}`: use inherit, null, capture or file with a path"
+            )));
+        }
+    })
+}
+
+/// The request that carries a framed call to the `python` backend.
+fn request(op: Op, parts: &[&[u8]]) -> PyResult<BenchmarkRequest> {
+    let payload = Bytes::from_vec(frame::encode(op as u8, parts))
+        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+    Ok(BenchmarkRequest::new(Kernel::Task(TaskKernel {
+        backend: BACKEND.to_owned(),
+        task_type: TASK_TYPE.to_owned(),
+        payload,
+    })))
+}
+
+/// `(status, pickle, [bytearray…])` from a framed reply.
+fn reply<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyTuple>> {
+    let (status, parts) = frame::decode(value).map_err(PyRuntimeError::new_err)?;
+    let Some((pickle, buffers)) = parts.split_first() else {
+        return Err(PyRuntimeError::new_err("the worker's reply has no pickle"));
+    };
+    let list = PyList::empty(py);
+    for buffer in buffers {
+        list.append(PyByteArray::new(py, buffer))?;
+    }
+    (status, PyBytes::new(py, pickle), list).into_pyobject(py)
+}
+
+/// TVM's exception types: `TimeoutError` for a deadline, `ChildProcessError` for a worker that
+/// died or broke the protocol, `OSError` when it cannot start, `ValueError` for a call too large
+/// to send, `RuntimeError` otherwise. The message is tunebox's (pid, signal, stderr tail).
+fn to_python(error: ProcessError) -> PyErr {
+    let message = with_sources(&error);
+    match error {
+        ProcessError::Timeout { .. } => PyTimeoutError::new_err(message),
+        ProcessError::WorkerCrashed { .. }
+        | ProcessError::ExitedBeforeHandshake { .. }
+        | ProcessError::HandshakeTimeout { .. }
+        | ProcessError::SendTimeout { .. }
+        | ProcessError::NoWorkerEntry { .. }
+        | ProcessError::ProtocolMismatch { .. }
+        | ProcessError::Protocol { .. } => PyChildProcessError::new_err(message),
+        ProcessError::Spawn { .. } => PyOSError::new_err(message),
+        ProcessError::RequestTooLarge { .. } | ProcessError::TooManyBuffers { .. } => {
+            PyValueError::new_err(message)
+        }
+        _ => PyRuntimeError::new_err(message),
+    }
+}
+
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
