@@ -17,6 +17,8 @@ pub(crate) enum Op {
     Run = 2,
     /// Call the initializer: an exception fails the worker's start.
     Init = 3,
+    /// Import the modules named in part 0 (one per line), ahead of the calls that need them.
+    Warm = 4,
 }
 
 impl Op {
@@ -26,6 +28,7 @@ impl Op {
             1 => Op::Load,
             2 => Op::Run,
             3 => Op::Init,
+            4 => Op::Warm,
             _ => return None,
         })
     }

@@ -3,15 +3,20 @@
 //! A thin handle on a [`TuningProcess`]: the deadline, the process-group kill, the reaping, the
 //! crash report with the worker's stderr tail, `maximum_process_uses` and the initializer on every
 //! fresh process are tunebox-process's. This adds the Python calling convention (an op and the
-//! pickle with its buffers, see `frame`), TVM's exception types, and eager respawn: after a crash,
-//! a timeout or the last allowed use, the next worker starts on a helper thread at once, so the
-//! next call does not wait for Python to start.
+//! pickle with its buffers, see `frame`), TVM's exception types, and eager replacement: after a
+//! crash, a timeout or the last allowed use, the next worker starts on a helper thread at once.
+//! From the first such event on (or from the start, with `maximum_uses`), a warm spare process is
+//! kept: started, initialized, with the modules of the calls seen so far imported, so that the
+//! call after a crash does not wait for Python and its imports to start again.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyChildProcessError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{
+    PyChildProcessError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
 use tunebox_process::{InitRequest, Output, ProcessConfig, ProcessError, TuningProcess};
@@ -26,11 +31,28 @@ const FOREVER: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long a worker asked to shut down may take before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
 
+/// How long importing the modules of earlier calls may take in a fresh worker.
+const WARM_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// One worker process that runs pickled Python calls.
 #[pyclass(module = "tunebox._native", name = "Worker", frozen)]
 pub(crate) struct Worker {
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
+}
+
+/// What the worker's handle and its helper threads share.
+struct Shared {
+    state: Mutex<State>,
+    config: ProcessConfig,
     maximum_uses: Option<u64>,
+    /// A started, initialized and warmed process to take over from a dead or retired one.
+    spare: Mutex<Option<TuningProcess>>,
+    /// Whether to keep a spare (set by the first crash or timeout, or by `maximum_uses`).
+    keep_spare: AtomicBool,
+    /// A helper thread is starting a spare.
+    spare_starting: AtomicBool,
+    /// Modules of the calls seen so far, imported by every fresh process.
+    preload: Mutex<Vec<String>>,
 }
 
 struct State {
@@ -68,8 +90,7 @@ impl Worker {
             .args(args)
             .inherit_all_env(true)
             .stdout(output(stdout)?)
-            .stderr(output(stderr)?)
-            .maximum_process_uses(maximum_uses);
+            .stderr(output(stderr)?);
         for (key, value) in env {
             config = config.env(key, value);
         }
@@ -80,11 +101,18 @@ impl Worker {
             config = config.initializer(init);
         }
         Ok(Worker {
-            state: Arc::new(Mutex::new(State {
-                process: TuningProcess::lazy(config),
-                uses: 0,
-            })),
-            maximum_uses,
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    process: TuningProcess::lazy(config.clone()),
+                    uses: 0,
+                }),
+                config,
+                maximum_uses,
+                spare: Mutex::new(None),
+                keep_spare: AtomicBool::new(maximum_uses.is_some()),
+                spare_starting: AtomicBool::new(false),
+                preload: Mutex::new(Vec::new()),
+            }),
         })
     }
 
@@ -94,8 +122,12 @@ impl Worker {
         let op = op_of(op)?;
         let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
         let request = request(op, &parts)?;
-        py.detach(|| self.lock().process.put(request))
-            .map_err(|e| self.failed(e))
+        py.detach(|| {
+            let mut state = self.shared.lock_state();
+            self.shared.prepare_for_call(&mut state);
+            state.process.put(request)
+        })
+        .map_err(|e| self.failed(e))
     }
 
     /// Waits up to `timeout` seconds (None: no limit) for the reply to the last `put`; returns
@@ -106,16 +138,20 @@ impl Worker {
     #[pyo3(signature = (timeout=None))]
     fn get<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyTuple>> {
         let wait = timeout.map_or(FOREVER, seconds);
-        let result = py.detach(|| {
-            let mut state = self.lock();
+        let maximum_uses = self.shared.maximum_uses;
+        let (result, used_up) = py.detach(|| {
+            let mut state = self.shared.lock_state();
             let result = state.process.get(wait);
             state.uses += 1;
-            result
+            (result, maximum_uses.is_some_and(|max| state.uses >= max))
         });
-        let result = result.map_err(|e| self.failed(e))?;
-        if self.maximum_uses.is_some_and(|max| self.lock().uses >= max) {
-            self.respawn();
+        if used_up {
+            // TVM's maximum_uses: the process is retired by the next call, which finds its
+            // successor ready.
+            let shared = Arc::clone(&self.shared);
+            std::thread::spawn(move || shared.ensure_spare());
         }
+        let result = result.map_err(|e| self.failed(e))?;
         let value = result
             .value
             .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
@@ -125,85 +161,95 @@ impl Worker {
     /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
     /// `timeout` seconds: the imports that unpickling does stay out of the call's own timeout.
     #[pyo3(signature = (parts, timeout=None))]
-    fn load(&self, py: Python<'_>, parts: Vec<Bound<'_, PyBytes>>, timeout: Option<f64>) -> PyResult<()> {
+    fn load(
+        &self,
+        py: Python<'_>,
+        parts: Vec<Bound<'_, PyBytes>>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
         let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
         let request = request(Op::Load, &parts)?;
         let wait = timeout.map_or(FOREVER, seconds);
-        py.detach(|| self.lock().process.prepare(request, wait))
-            .map_err(|e| self.failed(e))
+        py.detach(|| {
+            let mut state = self.shared.lock_state();
+            self.shared.prepare_for_call(&mut state);
+            state.process.prepare(request, wait)
+        })
+        .map_err(|e| self.failed(e))
+    }
+
+    /// Remembers a module that calls come from: every fresh process imports it before its first
+    /// call (a spare, before it is needed).
+    fn preload(&self, module: String) {
+        let mut preload = lock(&self.shared.preload);
+        if !preload.contains(&module) {
+            preload.push(module);
+        }
     }
 
     /// Starts the worker now if none runs (and runs its initializer).
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.lock().process.ensure_running())
+        py.detach(|| self.shared.lock_state().process.ensure_running())
             .map_err(|e| self.failed(e))
     }
 
     /// SIGKILLs the worker's process group and reaps it; the next call starts a new one, or,
-    /// with `respawn`, a helper thread starts it now.
+    /// with `respawn`, a helper thread starts it now (the spare takes over, if there is one).
     #[pyo3(signature = (respawn=false))]
     fn kill(&self, py: Python<'_>, respawn: bool) {
         py.detach(|| {
-            let mut state = self.lock();
+            let mut state = self.shared.lock_state();
             state.process.kill();
             state.uses = 0;
         });
         if respawn {
-            self.respawn();
+            self.shared.keep_spare.store(true, Ordering::Relaxed);
+            self.replace();
         }
     }
 
-    /// Asks the worker to exit, kills it after a short grace, reaps it.
+    /// Asks the worker (and the spare) to exit, kills them after a short grace, reaps them.
     fn shutdown(&self, py: Python<'_>) {
         py.detach(|| {
-            let mut state = self.lock();
+            let mut state = self.shared.lock_state();
             let _ = state.process.shutdown(SHUTDOWN_GRACE);
             state.uses = 0;
+            if let Some(mut spare) = lock(&self.shared.spare).take() {
+                let _ = spare.shutdown(SHUTDOWN_GRACE);
+            }
         });
     }
 
     /// The pid of the running worker, or None.
     #[getter]
     fn pid(&self, py: Python<'_>) -> Option<u32> {
-        py.detach(|| self.lock().process.pid())
+        py.detach(|| self.shared.lock_state().process.pid())
     }
 
     /// Whether a worker process is running now.
     fn is_alive(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.lock().process.alive())
-    }
-
-    /// How many worker processes were started so far.
-    #[getter]
-    fn restarts(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.lock().process.restarts())
+        py.detach(|| self.shared.lock_state().process.alive())
     }
 
     /// The captured stdout and stderr tails (empty unless `capture`).
     fn output_tails(&self, py: Python<'_>) -> (String, String) {
         py.detach(|| {
-            let state = self.lock();
+            let state = self.shared.lock_state();
             (state.process.stdout_tail(), state.process.stderr_tail())
         })
     }
 }
 
 impl Worker {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves a TuningProcess that is still consistent (its
-        // methods reap before they return), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Starts the next worker on a helper thread (eager respawn); the next call waits for it.
-    fn respawn(&self) {
-        let state = Arc::clone(&self.state);
+    /// Replaces a dead or retired process on a helper thread: the spare takes over (or a fresh
+    /// process starts), then a new spare is started if spares are kept. The next call waits for
+    /// the first step only.
+    fn replace(&self) {
+        let shared = Arc::clone(&self.shared);
         std::thread::spawn(move || {
-            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
-            state.uses = 0;
-            if let Err(e) = state.process.ensure_running() {
-                // The next call starts it again and reports the error.
-                log_respawn_failure(&e);
+            shared.replace_now();
+            if shared.keep_spare.load(Ordering::Relaxed) {
+                shared.ensure_spare();
             }
         });
     }
@@ -215,15 +261,119 @@ impl Worker {
             ProcessError::Timeout { .. } | ProcessError::WorkerCrashed { .. }
         );
         if gone {
-            self.respawn();
+            self.shared.keep_spare.store(true, Ordering::Relaxed);
+            self.replace();
         }
         to_python(error)
     }
 }
 
-fn log_respawn_failure(error: &ProcessError) {
+impl Shared {
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// The current process replaced by the spare if it is dead (or retired), started and
+    /// warmed. A process the caller started meanwhile is kept.
+    fn replace_now(&self) {
+        let mut state = self.lock_state();
+        if !state.process.alive() {
+            self.wait_for_starting_spare();
+        }
+        let fresh = !self.take_spare_if_dead(&mut state) && !state.process.alive();
+        if let Err(e) = state.process.ensure_running() {
+            // The next call starts it again and reports the error.
+            debug_log(&format!("starting the next Python worker failed: {e}"));
+            return;
+        }
+        if fresh {
+            self.warm(&mut state.process);
+        }
+    }
+
+    /// Before a call: retires a process that served `maximum_uses` calls (killed and reaped),
+    /// and puts the spare in place of one that is not running.
+    fn prepare_for_call(&self, state: &mut State) {
+        if self.maximum_uses.is_some_and(|max| state.uses >= max) {
+            state.process.kill();
+            state.uses = 0;
+        }
+        self.take_spare_if_dead(state);
+    }
+
+    /// Puts a live spare in place of a process that is not running; whether it did.
+    fn take_spare_if_dead(&self, state: &mut State) -> bool {
+        if state.process.alive() {
+            return false;
+        }
+        let Some(spare) = lock(&self.spare).take() else {
+            return false;
+        };
+        let mut spare = spare;
+        if !spare.alive() {
+            return false;
+        }
+        std::mem::swap(&mut state.process, &mut spare);
+        // The old one is dead or killed: reap it before the next call can see its pid.
+        spare.kill();
+        state.uses = 0;
+        true
+    }
+
+    /// Waits while a helper thread is starting a spare: it is further along than a process
+    /// started now would be.
+    fn wait_for_starting_spare(&self) {
+        let deadline = std::time::Instant::now() + WARM_TIMEOUT;
+        while self.spare_starting.load(Ordering::Acquire)
+            && lock(&self.spare).is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Starts, initializes and warms a spare unless one is ready or being started.
+    fn ensure_spare(&self) {
+        if self.spare_starting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ready = lock(&self.spare).as_mut().is_some_and(TuningProcess::alive);
+        if !ready {
+            let mut spare = TuningProcess::lazy(self.config.clone());
+            match spare.ensure_running() {
+                Ok(()) => {
+                    self.warm(&mut spare);
+                    *lock(&self.spare) = Some(spare);
+                }
+                Err(e) => debug_log(&format!("starting a spare Python worker failed: {e}")),
+            }
+        }
+        self.spare_starting.store(false, Ordering::Release);
+    }
+
+    /// Imports the modules of the calls seen so far in `process`; a failure only loses time.
+    fn warm(&self, process: &mut TuningProcess) {
+        let modules = lock(&self.preload).join("\n");
+        if modules.is_empty() {
+            return;
+        }
+        if let Ok(request) = request(Op::Warm, &[modules.as_bytes()])
+            && let Err(e) = process.prepare(request, WARM_TIMEOUT)
+        {
+            debug_log(&format!("warming a Python worker failed: {e}"));
+        }
+    }
+}
+
+/// A lock whose poisoning is ignored: a panic while holding it leaves a `TuningProcess` that is
+/// still consistent (its methods reap before they return).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn debug_log(message: &str) {
     if std::env::var_os("TUNEBOX_PYTHON_DEBUG").is_some() {
-        eprintln!("tunebox: starting the next Python worker failed: {error}");
+        eprintln!("tunebox: {message}");
     }
 }
 

@@ -14,6 +14,7 @@ CALL = 0
 LOAD = 1
 RUN = 2
 INIT = 3
+WARM = 4
 
 # Status codes of a reply: TVM's StatusKind.
 COMPLETE = 1

@@ -125,6 +125,7 @@ class PopenWorker:
         if initializer is not None:
             init = _calls.dumps((initializer, tuple(initargs), {}))
         self._pending = None
+        self._modules = set()
         self._native = _native.Worker(
             program,
             args,
@@ -174,6 +175,7 @@ class PopenWorker:
         follows, as in TVM. Call ``recv`` before the next ``send``.
         """
         timeout = _check_timeout(timeout)
+        self._remember_module(fn)
         parts = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}))
         try:
             if timeout is None:
@@ -184,6 +186,13 @@ class PopenWorker:
             self._pending = ("sent", timeout)
         except Exception as error:  # noqa: BLE001 - raised by recv
             self._pending = ("error", error)
+
+    def _remember_module(self, fn):
+        """Fresh processes import the module ``fn`` comes from before they are needed."""
+        module = getattr(fn, "__module__", None)
+        if isinstance(module, str) and module != "__main__" and module not in self._modules:
+            self._modules.add(module)
+            self._native.preload(module)
 
     def recv(self):
         """The result of the last ``send``.
