@@ -41,7 +41,9 @@ pub(crate) fn python_test(args: &[String]) -> Result<(), String> {
             eprintln!("xtask: pytest collected no tests");
             Ok(())
         }
-        other => Err(format!("the Python tests failed (pytest exit code {other})")),
+        other => Err(format!(
+            "the Python tests failed (pytest exit code {other})"
+        )),
     }
 }
 
@@ -67,7 +69,10 @@ pub(crate) fn python_conformance(args: &[String]) -> Result<(), String> {
             "tvm.support.popen_pool: pytest exit {tvm_code} in {tvm_s:.1} s"
         ));
     }
-    eprintln!("\nxtask: TVM's test_popen_pool.py\n  {}", summary.join("\n  "));
+    eprintln!(
+        "\nxtask: TVM's test_popen_pool.py\n  {}",
+        summary.join("\n  ")
+    );
     if code == 0 {
         Ok(())
     } else {
@@ -124,7 +129,11 @@ fn prepare(extra: &[&str]) -> Result<PathBuf, String> {
 fn timed_pytest(venv: &Path, file: &Path, root: &Path) -> Result<(i32, f64), String> {
     let file = file.to_string_lossy().into_owned();
     let started = Instant::now();
-    let code = run_python(venv, &["-m", "pytest", "-q", "-p", "no:cacheprovider", &file], root)?;
+    let code = run_python(
+        venv,
+        &["-m", "pytest", "-q", "-p", "no:cacheprovider", &file],
+        root,
+    )?;
     Ok((code, started.elapsed().as_secs_f64()))
 }
 
@@ -173,6 +182,8 @@ fn run(command: &mut Command, what: &str) -> Result<(), String> {
 
 fn path_with(bin: &Path) -> std::ffi::OsString {
     let mut paths = vec![bin.to_path_buf()];
-    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     std::env::join_paths(paths).unwrap_or_default()
 }

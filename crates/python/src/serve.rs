@@ -68,7 +68,9 @@ impl Backend for PythonBackend {
 impl PythonBackend {
     fn run(&mut self, request: &BenchmarkRequest) -> Result<Vec<u8>, BenchError> {
         let Kernel::Task(task) = &request.kernel else {
-            return Err(invalid("the `python` backend runs Python calls only".into()));
+            return Err(invalid(
+                "the `python` backend runs Python calls only".into(),
+            ));
         };
         let (tag, parts) = frame::decode(&task.payload).map_err(invalid)?;
         let op = Op::from_byte(tag).ok_or_else(|| invalid(format!("unknown op {tag}")))?;

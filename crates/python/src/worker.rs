@@ -69,7 +69,10 @@ impl Worker {
     /// `maximum_uses` retires a process after that many calls.
     #[new]
     #[pyo3(signature = (program, args, stdout, stderr, initializer=None, maximum_uses=None, init_timeout=None, env=Vec::new()))]
-    #[allow(clippy::too_many_arguments, reason = "mirrors TVM's PopenWorker arguments")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "mirrors TVM's PopenWorker arguments"
+    )]
     fn new(
         program: PathBuf,
         args: Vec<String>,
@@ -368,7 +371,9 @@ impl Shared {
 /// A lock whose poisoning is ignored: a panic while holding it leaves a `TuningProcess` that is
 /// still consistent (its methods reap before they return).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn debug_log(message: &str) {
