@@ -18,10 +18,11 @@ use pyo3::exceptions::{
     PyChildProcessError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
 use tunebox_process::{InitRequest, Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{BenchmarkRequest, Bytes, Kernel, TaskKernel};
 
+use crate::ckernel;
 use crate::frame::{self, Op};
 use crate::serve::{BACKEND, TASK_TYPE};
 
@@ -188,6 +189,50 @@ impl Worker {
         if !preload.contains(&module) {
             preload.push(module);
         }
+    }
+
+    /// Compiles (cached) and times a C kernel with tunebox's `cpu` backend in this worker, as
+    /// triton's `do_bench` (estimate, warmup, reps, cache flush between reps); `args` as
+    /// `ckernel` describes. Returns the statistics (ms) and the output arrays' bytes.
+    ///
+    /// Raises as `get`; a compile or launch error is `RuntimeError` with the compiler's text.
+    #[pyo3(signature = (source, entry, args, flags=None, compiler=None, defines=Vec::new(), warmup_ms=25.0, rep_ms=100.0, timeout=60.0))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel, its arguments and do_bench's budget"
+    )]
+    fn benchmark_c<'py>(
+        &self,
+        py: Python<'py>,
+        source: String,
+        entry: String,
+        args: Vec<Bound<'py, PyTuple>>,
+        flags: Option<Vec<String>>,
+        compiler: Option<String>,
+        defines: Vec<(String, String)>,
+        warmup_ms: f64,
+        rep_ms: f64,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let choice = ckernel::CChoice {
+            source,
+            entry,
+            flags,
+            compiler,
+            defines,
+            args,
+            warmup_ms,
+            rep_ms,
+        };
+        let request = ckernel::request(&choice)?;
+        let result = py
+            .detach(|| {
+                let mut state = self.shared.lock_state();
+                self.shared.prepare_for_call(&mut state);
+                state.process.benchmark(request, seconds(timeout))
+            })
+            .map_err(|e| self.failed(e))?;
+        ckernel::result(py, &result)
     }
 
     /// Starts the worker now if none runs (and runs its initializer).

@@ -109,13 +109,18 @@ class PopenWorker:
         Calls a process serves before it is replaced (None: until a timeout or crash).
     stdout, stderr : None, subprocess.DEVNULL, subprocess.PIPE, path, fd or file
         Where the worker's output goes (None: the parent's).
+    env : dict or None
+        Variables set in the worker on top of the parent's environment (tunebox's addition:
+        ``{"CUDA_VISIBLE_DEVICES": "1"}`` pins a worker to a GPU).
 
     ``send`` starts the call; ``recv`` returns its result or raises ``TimeoutError``,
     ``ChildProcessError`` or the task's exception. A worker that timed out or died is replaced
     before ``recv`` returns.
     """
 
-    def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None, stderr=None):
+    def __init__(
+        self, initializer=None, initargs=(), maximum_uses=None, stdout=None, stderr=None, env=None
+    ):
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         if maximum_uses is not None and (not isinstance(maximum_uses, int) or maximum_uses < 0):
@@ -134,7 +139,8 @@ class PopenWorker:
             initializer=init,
             # TVM treats 0 like None: no limit.
             maximum_uses=maximum_uses or None,
-            env=[("TUNEBOX_PYTHON_PATH", os.pathsep.join(p for p in sys.path if p))],
+            env=[("TUNEBOX_PYTHON_PATH", os.pathsep.join(p for p in sys.path if p))]
+            + [(str(k), str(v)) for k, v in (env or {}).items()],
         )
 
     def __del__(self):
