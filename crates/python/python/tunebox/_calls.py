@@ -40,6 +40,26 @@ def dumps(obj):
     return [data] + [bytes(view) for view in buffers]
 
 
+def dumps_result(obj):
+    """:func:`dumps` for a worker's reply: the C pickler first (several times faster for plain
+    data), cloudpickle for what it cannot pickle by reference (classes and functions made in the
+    task, lambdas)."""
+    buffers = []
+
+    def keep_large(buffer):
+        view = buffer.raw()
+        if view.nbytes < _OUT_OF_BAND_BYTES:
+            return True
+        buffers.append(view)
+        return False
+
+    try:
+        data = pickle.dumps(obj, protocol=5, buffer_callback=keep_large)
+    except Exception:  # noqa: BLE001 - not picklable by reference: cloudpickle
+        return dumps(obj)
+    return [data] + [bytes(view) for view in buffers]
+
+
 def loads(data, buffers=()):
     """The object :func:`dumps` encoded (``buffers`` as it returned them, or ``bytearray``s)."""
     return pickle.loads(data, buffers=buffers)

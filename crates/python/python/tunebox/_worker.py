@@ -55,7 +55,7 @@ def handle(op, data, buffers):
     finally:
         _flush()
     try:
-        parts = _calls.dumps(value)
+        parts = _calls.dumps_result(value)
     except Exception as exception:  # noqa: BLE001
         return _exception_reply(
             TypeError(f"tunebox: could not pickle the result of {fn!r}: {exception}")
