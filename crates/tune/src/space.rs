@@ -475,30 +475,6 @@ impl SearchSpace {
     }
 }
 
-/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
-/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
-///
-/// # Errors
-///
-/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
-pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
-    if path.extension().is_some_and(|e| e == "json") {
-        let t1 = crate::formats::T1File::read(path)
-            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
-        let conditions: Vec<String> = t1
-            .configuration_space
-            .conditions
-            .iter()
-            .map(|c| c.expression.clone())
-            .collect();
-        return SearchSpace::from_params(&t1.tune_params(), &conditions);
-    }
-    let manifest = crate::Manifest::load(path, &crate::compiler())?;
-    SearchSpace::new(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", path.display()))
-        .map_err(crate::Error::manifest)
-}
-
 fn bind(
     context: &mut HashMapContext<DefaultNumericTypes>,
     name: &str,
