@@ -30,7 +30,7 @@ use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 use super::raw::{Extras, RawKernel, RawManifest, RawScalar, RawTensor};
 use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
-use crate::launch::{RawLaunch, from_python};
+use crate::launch::RawLaunch;
 use crate::space::ParamValue;
 
 /// Reads the T1 file at `path` as the fields of a manifest.
@@ -254,8 +254,7 @@ fn launch(
 /// A T1 size (Python, over params and `ProblemSize[i]`) as three launch expressions.
 fn dims(d: &T1Dims, problem: &[i64]) -> [String; 3] {
     let one = |e: &Option<String>| e.clone().unwrap_or_else(|| "1".into());
-    [d.x.clone(), one(&d.y), one(&d.z)].map(|e| {
-        let mut e = from_python(&e);
+    [d.x.clone(), one(&d.y), one(&d.z)].map(|mut e| {
         for (i, size) in problem.iter().enumerate() {
             for spelling in [format!("ProblemSize[{i}]"), format!("ProblemSize [{i}]")] {
                 e = e.replace(&spelling, &size.to_string());
