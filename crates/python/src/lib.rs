@@ -5,11 +5,11 @@
 //! `PopenPoolExecutor`), `tunebox.benchmark` (an Inductor-style `TuningProcessPool`). This crate
 //! is what they stand on:
 //!
-//! - [`Worker`](worker::Worker) (`tunebox._native.Worker`), the parent's handle on one worker
+//! - `Worker` (`tunebox._native.Worker`, in `worker.rs`), the parent's handle on one worker
 //!   process: a `tunebox_process::TuningProcess` whose worker is a Python interpreter, so its
 //!   deadlines, process-group kill, reaping, crash reports and `maximum_process_uses` are
 //!   tunebox's;
-//! - [`serve_worker`](serve::serve_worker) (`tunebox._native.serve_worker`), the worker side:
+//! - `serve_worker` (`tunebox._native.serve_worker`, in `serve.rs`), the worker side:
 //!   `python -m tunebox._worker` serves requests through `tunebox_worker`'s loop with a `python`
 //!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels).
 //!
