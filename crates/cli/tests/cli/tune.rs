@@ -536,3 +536,95 @@ fn doctor_checks_what_tuning_needs() {
     assert!(stdout.contains("    fix: install a C compiler"), "{stdout}");
     assert!(!text(&out.stderr).contains("panicked"));
 }
+
+/// `y = x + 1`; MODE=1 replays its first answer, MODE=2 traces its parent.
+const HOSTILE: &str = r#"#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+void k(const float *x, float *y, int64_t n) {
+#if MODE == 1
+    static float *memo;
+    if (!memo) { memo = malloc(n * sizeof *memo); for (int64_t i = 0; i < n; i++) memo[i] = x[i] + 1; }
+    memcpy(y, memo, n * sizeof *y);
+#else
+    if (MODE == 2) ptrace(PTRACE_ATTACH, getppid(), 0, 0);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] + 1;
+#endif
+}
+"#;
+
+const HOSTILE_MANIFEST: &str = r#"
+timeout_s = 20
+[kernel]
+source = "k.c"
+entry = "k"
+flags = ["-O1"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [256]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [256]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 256
+[params]
+MODE = [0, 1, 2]
+[timing]
+warmup_ms = 1
+rep_ms = 2
+[verify]
+reference = { choice = { MODE = 0 } }
+"#;
+
+#[test]
+fn sandbox_flag_catches_a_tracer_and_fresh_inputs_catch_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("k.c"), HOSTILE).unwrap();
+    std::fs::write(dir.path().join("m.toml"), HOSTILE_MANIFEST).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "m.toml",
+            "--sandbox",
+            "--no-cache",
+            "--json",
+            "out.json",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("sandbox: on"), "{stderr}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out.json")).unwrap())
+            .unwrap();
+    let results = json["results"].as_array().unwrap();
+    let of = |mode: i64| {
+        results
+            .iter()
+            .find(|r| r["choice"]["MODE"] == mode)
+            .map(|r| {
+                (
+                    r["status"].as_str().unwrap().to_owned(),
+                    r["error"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .unwrap()
+    };
+    assert_eq!(of(0).0, "ok");
+    let (status, error) = of(1);
+    assert_eq!(status, "wrong", "{error}");
+    assert!(error.contains("fresh inputs"), "{error}");
+    let (status, error) = of(2);
+    assert_eq!(status, "suspicious", "{error}");
+    assert!(error.contains("stopped by the sandbox"), "{error}");
+    assert!(stdout.contains("suspicious"), "{stdout}");
+}
