@@ -294,8 +294,14 @@ fn the_stages_one_by_one() {
     let outputs = tunebox_tune::reference(&setup, Some(worker_exe()), &(), &stop)
         .unwrap()
         .expect("the manifest verifies");
-    assert_eq!(outputs.len(), 1);
+    // Its outputs, then its outputs on fresh inputs (docs/sandbox.md).
+    assert_eq!(outputs.len(), 2);
     assert_eq!(outputs[0].name, "y");
+    assert_eq!(outputs[1].name, "y");
+    assert_ne!(
+        outputs[0].bytes, outputs[1].bytes,
+        "other inputs, other outputs"
+    );
     let y: Vec<f32> = outputs[0]
         .bytes
         .chunks_exact(4)

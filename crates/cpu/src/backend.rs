@@ -36,7 +36,13 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// cache). When there are outputs, it then fills them with `0xFF` bytes
 /// ([`HostTensor::poison`]), calls the kernel once more and returns those outputs too
 /// (`outputs_after_reps`), so that a kernel which does not overwrite its outputs on every call
-/// cannot pass verification. With `timing.outputs_only` it returns after the first call.
+/// cannot pass verification. With `timing.fresh_seed` that call runs on fresh inputs (every
+/// random input refilled in place) and its outputs are `integrity.fresh_outputs`, so that a
+/// memoized or replayed answer cannot pass either; with `timing.outputs_only` it returns after
+/// the first call (and, with a fresh seed, one call on fresh inputs). In a worker process it
+/// then looks for work the kernel left running ([`BenchError::Suspicious`]: runnable threads,
+/// child processes, changing outputs, CPU time), and reports the request's time on its own
+/// clock (`integrity.worker_ms`), which the parent checks against its own.
 ///
 /// Inputs the kernel writes are restored before every later call (`mutated_inputs`).
 ///
@@ -165,24 +171,24 @@ impl Backend for CpuBackend {
         check_bounds(runner.tensors)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
+        // With a fresh seed it also runs on inputs the kernel has not seen (one untimed call
+        // for both checks, which the budget already counts); without one, on the same inputs.
         let mut outputs_after_reps = Vec::new();
+        let mut fresh_outputs = Vec::new();
         if !outputs.is_empty() {
             // The reps' median is the estimate of this call.
             let median = Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
             report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            runner.restore()?;
-            for (spec, tensor) in request.tensors.iter().zip(runner.tensors.iter_mut()) {
-                if spec.output && !spec.reset {
-                    tensor.poison();
-                }
+            fresh_outputs = runner.fresh_call(request)?;
+            if fresh_outputs.is_empty() {
+                runner.restore()?;
+                runner.poison_outputs(request);
+                runner.run()?;
+                check_bounds(runner.tensors)?;
+                outputs_after_reps = output_data(request, runner.tensors)?;
             }
-            runner.run()?;
-            check_bounds(runner.tensors)?;
-            outputs_after_reps = output_data(request, runner.tensors)?;
         }
-        // One last call on inputs the kernel has not seen, then a look for work it left
-        // running: neither is timed.
-        let fresh_outputs = runner.fresh_call(request)?;
+        // Then a look for work it left running (untimed).
         integrity::check_deferred_work(request, runner.tensors, threads_before)?;
         drop(runner);
         drop(library);
@@ -311,6 +317,15 @@ struct CpuRunner<'a> {
 }
 
 impl CpuRunner<'_> {
+    /// Fills the outputs (those not re-initialized before every call) with `0xFF` bytes.
+    fn poison_outputs(&mut self, request: &BenchmarkRequest) {
+        for (spec, tensor) in request.tensors.iter().zip(self.tensors.iter_mut()) {
+            if spec.output && !spec.reset {
+                tensor.poison();
+            }
+        }
+    }
+
     /// With `timing.fresh_seed`, refills the random inputs with it ([`integrity::refill_fresh`]),
     /// poisons the outputs, calls the kernel once and returns its outputs; empty without a
     /// seed, outputs or random inputs.
@@ -325,11 +340,7 @@ impl CpuRunner<'_> {
         if !integrity::refill_fresh(request, self.tensors, fresh)? {
             return Ok(Vec::new());
         }
-        for (spec, tensor) in request.tensors.iter().zip(self.tensors.iter_mut()) {
-            if spec.output && !spec.reset {
-                tensor.poison();
-            }
-        }
+        self.poison_outputs(request);
         self.run()?;
         check_bounds(self.tensors)?;
         output_data(request, self.tensors)

@@ -6,16 +6,57 @@ use std::time::Duration;
 use tunebox_bench::HostTensor;
 use tunebox_protocol::{BenchError, BenchmarkRequest, Init};
 
-/// How long the worker waits after the last call before it looks for deferred work: long
-/// enough for a runtime's idle threads (libgomp spins a little after a parallel region) to
-/// fall asleep.
-const SETTLE: Duration = Duration::from_millis(3);
+/// How long the worker waits after the last call before it looks for deferred work, when the
+/// kernel started threads: long enough for a runtime's idle threads to fall asleep (libgomp
+/// spins for GOMP_SPINCOUNT, 300,000 rounds, after a parallel region: milliseconds on a slow or
+/// busy machine).
+const SETTLE: Duration = Duration::from_millis(30);
+
+/// How long the outputs are watched when the kernel started no thread.
+const QUICK_WATCH: Duration = Duration::from_millis(1);
 
 /// How long it then watches the process's CPU time and the outputs.
 const WATCH: Duration = Duration::from_millis(10);
 
 /// How many times the threads' states are read during [`WATCH`].
 const SAMPLES: u32 = 5;
+
+/// How many [`WATCH`] windows the worker looks at before it calls the work deferred: a busy
+/// window is forgiven as long as a later one is quiet.
+const WINDOWS: u32 = 10;
+
+/// What one [`WATCH`] window saw.
+struct Window {
+    /// Threads (but the caller) runnable at every look.
+    busy: Vec<u32>,
+    /// The process's CPU time during the window.
+    cpu: Duration,
+}
+
+impl Window {
+    /// Watches for [`WATCH`], reading the threads' states [`SAMPLES`] times.
+    fn watch() -> Window {
+        let cpu_before = cpu_time();
+        let mut busy = other_runnable_threads();
+        for _ in 0..SAMPLES {
+            std::thread::sleep(WATCH / SAMPLES);
+            let now = other_runnable_threads();
+            busy.retain(|t| now.contains(t));
+        }
+        Window {
+            busy,
+            cpu: cpu_time().saturating_sub(cpu_before),
+        }
+    }
+
+    fn cpu_is_busy(&self) -> bool {
+        self.cpu.as_secs_f64() > WATCH.as_secs_f64() * IDLE_CPU_SHARE
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.busy.is_empty() && !self.cpu_is_busy()
+    }
+}
 
 /// CPU time the process may use while it should be idle, as a share of [`WATCH`]: more than
 /// half a core busy after the call returned is work the kernel left running.
@@ -73,75 +114,114 @@ pub(crate) fn check_deferred_work(
     if !tunebox_protocol::worker_entry_reached() {
         return Ok(());
     }
+    let children = child_processes();
+    if !children.is_empty() {
+        return Err(lingering_children(&children));
+    }
+    if thread_count() <= threads_before {
+        // No thread the kernel started: nothing can be working behind its back but a signal
+        // handler, which the outputs would show.
+        return check_outputs_settle(request, tensors, QUICK_WATCH);
+    }
     std::thread::sleep(SETTLE);
     let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
         .map(|t| t.bytes().to_vec())
         .collect();
-    let cpu_before = cpu_time();
-    // Threads runnable at every look: busy, whatever share of a CPU a loaded machine gives them.
-    let mut busy = other_runnable_threads();
-    for _ in 0..SAMPLES {
-        std::thread::sleep(WATCH / SAMPLES);
-        let now = other_runnable_threads();
-        busy.retain(|t| now.contains(t));
+    // Busy in every window up to the last: a runtime's spinning threads fall asleep in one of
+    // them, work left running never does.
+    let mut window = Window::watch();
+    for _ in 1..WINDOWS {
+        if window.is_quiet() {
+            break;
+        }
+        window = Window::watch();
     }
-    let cpu_used = cpu_time().saturating_sub(cpu_before);
-    let threads = thread_count();
-
+    let elapsed = SETTLE + WATCH * WINDOWS;
     let children = child_processes();
     if !children.is_empty() {
-        return Err(suspicious(
-            "children_after_call",
-            format!(
-                "{} child process(es) still running after the kernel's call returned (pids {:?})",
-                children.len(),
-                children
-            ),
-        ));
+        return Err(lingering_children(&children));
     }
-    let changed: Vec<&str> = outputs(request, tensors)
-        .zip(&snapshot)
-        .filter(|(t, before)| t.bytes() != before.as_slice())
-        .map(|(t, _)| t.name())
-        .collect();
-    if !changed.is_empty() {
-        return Err(suspicious(
-            "outputs_changed_after_call",
-            format!(
-                "output(s) {} changed {} ms after the kernel's call returned: work is still \
-                 being done outside the timed window",
-                changed.join(", "),
-                (SETTLE + WATCH).as_millis()
-            ),
-        ));
-    }
-    if !busy.is_empty() {
+    outputs_unchanged(request, tensors, &snapshot, elapsed)?;
+    let threads = thread_count();
+    if !window.busy.is_empty() {
         return Err(suspicious(
             "threads_after_call",
             format!(
-                "{} thread(s) stayed runnable for {} ms after the kernel's call returned \
-                 (thread ids {busy:?}; {threads} threads, {threads_before} before the first \
+                "{} thread(s) still runnable {} ms after the kernel's call returned \
+                 (thread ids {:?}; {threads} threads, {threads_before} before the first \
                  call): work is still running outside the timed window (with OpenMP, \
                  OMP_WAIT_POLICY=active spins like this too; use passive)",
-                busy.len(),
-                WATCH.as_millis()
+                window.busy.len(),
+                elapsed.as_millis(),
+                window.busy
             ),
         ));
     }
-    if cpu_used.as_secs_f64() > WATCH.as_secs_f64() * IDLE_CPU_SHARE {
+    if window.cpu_is_busy() {
         return Err(suspicious(
             "cpu_after_call",
             format!(
-                "the worker used {:.1} ms of CPU in the {} ms after the kernel's call returned \
-                 ({threads} threads, {threads_before} before the first call): work is still \
-                 running outside the timed window (with OpenMP, OMP_WAIT_POLICY=active spins \
-                 like this too; use passive)",
-                cpu_used.as_secs_f64() * 1e3,
-                WATCH.as_millis()
+                "the worker used {:.1} ms of CPU in {} ms, {} ms after the kernel's call \
+                 returned ({threads} threads, {threads_before} before the first call): work \
+                 is still running outside the timed window",
+                window.cpu.as_secs_f64() * 1e3,
+                WATCH.as_millis(),
+                elapsed.as_millis()
             ),
         ));
     }
     Ok(())
+}
+
+/// Snapshots the outputs, waits `watch`, and fails when they changed.
+fn check_outputs_settle(
+    request: &BenchmarkRequest,
+    tensors: &[HostTensor],
+    watch: Duration,
+) -> Result<(), BenchError> {
+    let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
+        .map(|t| t.bytes().to_vec())
+        .collect();
+    std::thread::sleep(watch);
+    outputs_unchanged(request, tensors, &snapshot, watch)
+}
+
+/// Fails with `outputs_changed_after_call` when an output differs from its `snapshot`, taken
+/// `after` since the call returned.
+fn outputs_unchanged(
+    request: &BenchmarkRequest,
+    tensors: &[HostTensor],
+    snapshot: &[Vec<u8>],
+    after: Duration,
+) -> Result<(), BenchError> {
+    let changed: Vec<&str> = outputs(request, tensors)
+        .zip(snapshot)
+        .filter(|(t, before)| t.bytes() != before.as_slice())
+        .map(|(t, _)| t.name())
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    Err(suspicious(
+        "outputs_changed_after_call",
+        format!(
+            "output(s) {} changed within {} ms after the kernel's call returned: work is still \
+             being done outside the timed window",
+            changed.join(", "),
+            after.as_millis()
+        ),
+    ))
+}
+
+fn lingering_children(children: &[u32]) -> BenchError {
+    suspicious(
+        "children_after_call",
+        format!(
+            "{} child process(es) still running after the kernel's call returned (pids {:?})",
+            children.len(),
+            children
+        ),
+    )
 }
 
 fn suspicious(check: &str, seen: String) -> BenchError {

@@ -974,11 +974,12 @@ pub struct TimingConfig {
     /// (`reps = 1`, `stopped = "single"`). Default off.
     #[serde(default)]
     pub outputs_only: bool,
-    /// Verify on inputs the candidate has not seen: after the final call (or, with
-    /// `outputs_only`, after the first), refill every randomly initialized input with this
-    /// value mixed into its seed and call once more, returning those outputs as
-    /// [`Integrity::fresh_outputs`](crate::Integrity::fresh_outputs). The parent picks it per
-    /// run and asks the reference for the same. `None` (default): no such call.
+    /// Verify on inputs the candidate has not seen: the call after the timed reps (or, with
+    /// `outputs_only`, one more call after the first) runs with every randomly initialized
+    /// input refilled with this value mixed into its seed, the outputs poisoned first, and
+    /// returns its outputs as [`Integrity::fresh_outputs`](crate::Integrity::fresh_outputs)
+    /// instead of `outputs_after_reps`. The parent picks it per run and asks the reference for
+    /// the same. `None` (default): the call after the reps uses the same inputs.
     #[serde(default)]
     pub fresh_seed: Option<u64>,
 }

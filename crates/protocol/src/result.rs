@@ -37,10 +37,12 @@ pub struct BenchmarkResult {
 /// candidate that cheats the harness cannot make agree with the reference or the parent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Integrity {
-    /// The outputs of one last call on fresh inputs (every randomly filled input refilled with
-    /// [`TimingConfig::fresh_seed`](crate::TimingConfig::fresh_seed) mixed into its seed, in
-    /// the same buffers, the outputs poisoned first), which must match the reference's on the
-    /// same inputs: a memoized or replayed answer fails. Empty without a `fresh_seed`.
+    /// The outputs of the call after the reps made on fresh inputs (every randomly filled
+    /// input refilled with [`TimingConfig::fresh_seed`](crate::TimingConfig::fresh_seed) mixed
+    /// into its seed, in the same buffers, the outputs poisoned first), which must match the
+    /// reference's on the same inputs: a memoized or replayed answer fails, and so does one
+    /// that does not overwrite its outputs. `outputs_after_reps` is empty when this is not.
+    /// Empty without a `fresh_seed` (or without random inputs to refill).
     pub fresh_outputs: Vec<TensorData>,
     /// How long the request took on the worker's own clock, in ms, from the moment it began
     /// it to the reply. The parent compares it with its own clock: a candidate that slows or

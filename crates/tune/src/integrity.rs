@@ -65,8 +65,9 @@ pub(crate) fn fresh_mismatch(
     );
     (!check.passed()).then(|| {
         format!(
-            "correct on the first call, wrong on a last call with fresh inputs (seed {:#x}): the \
-             kernel memoizes or replays an answer instead of computing it: {}",
+            "correct on the first call, wrong on a call after the timed reps, made on fresh \
+             inputs (seed {:#x}) with the outputs poisoned first: the kernel memoizes or replays \
+             an answer, or does not overwrite its outputs on every call: {}",
             fresh_seed(),
             check.summary()
         )

@@ -18,7 +18,10 @@ use crate::stop::Stop;
 /// reference kernel, compiled (C) and run once, untimed, in a worker of its own (`worker`: the
 /// worker executable, as [`crate::TuneOptions::worker`]), with the reference's timeout
 /// (`verify.timeout_s`); or the expected outputs read from files. `None` when the manifest
-/// does not verify. `observer` gets a note as it starts; a raised `stop` kills it.
+/// does not verify. A reference kernel is also called once on fresh inputs (docs/sandbox.md):
+/// its outputs on them follow its outputs in the returned list (each output twice, in the same
+/// order), and [`measure`](crate::measure) judges the choices' last calls by them. `observer`
+/// gets a note as it starts; a raised `stop` kills it.
 ///
 /// # Errors
 ///
