@@ -121,7 +121,12 @@ const TUNE_EXAMPLES: &str = "Examples:
   tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array
 
 A re-run skips the choices its results cache already has (Ctrl-C, a kill or a lost node lose
-nothing finished); --fresh measures everything again.";
+nothing finished); --fresh measures everything again.
+
+Exit status: 0 the run completed (even if choices failed); 1 an error (bad manifest or options,
+a reference that fails); 3 the run completed but some results could not be kept in the results
+cache (full or read-only file system: a re-run measures them again); 130 interrupted (Ctrl-C,
+SIGTERM).";
 
 /// Where a report goes besides the table.
 #[derive(Args)]
@@ -497,10 +502,37 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let report = tunebox_tune::tune(&options, &progress, &stop)?;
     drop(progress);
     emit(&report, &output, true, !args.quiet)?;
+    // Said even with --quiet: a result that was not kept is measured again by the next run.
+    let not_cached = not_cached_warning(&report);
+    if let Some(warning) = &not_cached {
+        eprintln!("tunebox: warning: {warning}");
+    }
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
+    if not_cached.is_some() {
+        return Ok(ExitCode::from(EXIT_NOT_CACHED));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The exit status of a run that finished (its table and files written) but could not keep
+/// every result in its results cache (a full or read-only file system).
+const EXIT_NOT_CACHED: u8 = 3;
+
+/// What a run whose results cache could not keep every result must say: how many, why, and
+/// the fix.
+fn not_cached_warning(report: &Report) -> Option<String> {
+    let cache = report.info.cache.as_ref().filter(|c| c.not_cached > 0)?;
+    Some(format!(
+        "{} of this run's results could not be kept: {}. The table and files above have them; \
+         a re-run measures them again (exit status {EXIT_NOT_CACHED})",
+        cache.not_cached,
+        cache
+            .not_cached_reason
+            .as_deref()
+            .unwrap_or("the results cache could not be written")
+    ))
 }
 
 /// `--t4`'s file, checked before the run: its folder exists, and it is not the manifest.

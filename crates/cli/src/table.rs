@@ -308,6 +308,15 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             cache.hits, cache.path
         )?;
     }
+    if let Some(cache) = &info.cache
+        && cache.not_cached > 0
+    {
+        writeln!(
+            out,
+            "cache: {} of them could not be written to {}; a re-run measures them again",
+            cache.not_cached, cache.path
+        )?;
+    }
     let by_reason = |reason: &str| {
         info.not_measured
             .iter()

@@ -225,8 +225,16 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             Some(p) => p,
             None => {
                 let mut notes = vec![format!("from the results cache {}", path.display())];
-                if unreadable > 0 {
-                    notes.push(format!("{unreadable} unreadable lines were skipped"));
+                if unreadable.total() > 0 {
+                    notes.push(format!(
+                        "{} unreadable lines were skipped{}",
+                        unreadable.total(),
+                        if unreadable.cut_last {
+                            " (the last was cut short while it was written)"
+                        } else {
+                            ""
+                        }
+                    ));
                 }
                 reports.push(Report {
                     info: RunInfo {

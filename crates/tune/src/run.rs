@@ -19,8 +19,8 @@ use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
-    CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, choices as plural, rank,
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection, ShardInfo,
+    choices as plural, rank,
 };
 use crate::shard;
 use crate::space::SearchSpace;
@@ -386,14 +386,9 @@ fn tune_inner(
         .as_deref()
         .map(|path| ResultsCache::open(path, &cache_others, options.fresh))
         .transpose()?;
-    if let Some(c) = &cache
-        && c.unreadable() > 0
-    {
-        notes.push(format!(
-            "{} unreadable lines of the results cache {} were ignored (cut short by a kill?)",
-            c.unreadable(),
-            c.path().display()
-        ));
+    for note in cache.iter().flat_map(ResultsCache::notes) {
+        progress.note(&note);
+        notes.push(note);
     }
 
     let mut results: Vec<ChoiceResult> = Vec::with_capacity(selected.len());
@@ -438,7 +433,7 @@ fn tune_inner(
         deps_of.extend(deps);
         // Lines read from another file of the manifest (a shard's) are copied into this one.
         if let Err(e) = adopt(&mut cache, &hit_keys) {
-            progress.note(&format!("warning: {e:#}; results are no longer cached"));
+            progress.note(&format!("warning: {e:#}"));
         }
         hits += round_hits;
         if round_hits > 0
@@ -501,8 +496,8 @@ fn tune_inner(
                     deps,
                 ))
             {
-                progress.note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                // Counted by the cache (the report and the exit status say it); the run goes on.
+                progress.note(&format!("warning: {e:#}"));
             }
             results.push(result);
         };
@@ -795,10 +790,7 @@ fn tune_inner(
                 top,
                 rep_factor: REFINE_FACTOR,
             }),
-            cache: cache_path.map(|path| CacheInfo {
-                path: path.display().to_string(),
-                hits,
-            }),
+            cache: cache.as_ref().map(|c| c.info(hits)),
             interrupted: stop.requested(),
             not_measured,
             notes,
