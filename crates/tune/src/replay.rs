@@ -100,6 +100,10 @@ impl Recording {
         if text.trim_start().starts_with("{\"key\"") {
             return Recording::from_results_cache(path, &text);
         }
+        // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+        if crate::formats::is_open_cache(&text) {
+            return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
+        }
         let doc: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
         if doc.get("cache").is_some() && doc.get("tune_params").is_some() {
