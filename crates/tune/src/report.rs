@@ -185,7 +185,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
     // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
     if crate::formats::is_open_cache(&text) {
-        return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
     }
     if text.trim_start().starts_with('{')
         && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
