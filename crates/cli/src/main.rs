@@ -144,6 +144,10 @@ struct OutputArgs {
     /// Show only the best N rows of the table (per device).
     #[arg(long, value_name = "N")]
     top: Option<usize>,
+    /// After the table, print each distinct error message whole (compiler output, the crashed
+    /// worker's stderr), with the choices that gave it; the table shows its first line.
+    #[arg(long)]
+    errors: bool,
 }
 
 #[derive(Args)]
@@ -316,7 +320,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if i > 0 {
                     writeln!(std::io::stdout())?;
                 }
-                emit(report, &output, reports.len() == 1, true)?;
+                emit(report, &output, reports.len() == 1, true, Some(&file))?;
             }
             if reports.len() > 1
                 && (output.json.is_some() || output.csv.is_some() || output.t4.is_some())
@@ -344,7 +348,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             {
                 eprintln!("tunebox: warning: {note}");
             }
-            emit(&report, &output, true, true)?;
+            emit(&report, &output, true, true, None)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tune(args) => tune(args, verbose),
@@ -352,17 +356,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Prints the table and writes the requested files.
-fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool) -> Result<()> {
+fn emit(
+    report: &Report,
+    output: &OutputArgs,
+    write_files: bool,
+    announce: bool,
+    source: Option<&std::path::Path>,
+) -> Result<()> {
     let files: Vec<String> = [&output.json, &output.csv, &output.t4]
         .into_iter()
         .flatten()
         .filter(|_| write_files)
         .map(|path| path.display().to_string())
         .collect();
+    // Where the whole messages can be read again: the file reported, else the --json written,
+    // else the run's results cache.
+    let source = source
+        .or(output.json.as_deref().filter(|_| write_files))
+        .map(|p| p.display().to_string())
+        .or_else(|| report.info.cache.as_ref().map(|c| c.path.clone()));
     let options = TableOptions {
         width: table::terminal_width(),
         top: output.top,
         files: &files,
+        errors: output.errors,
+        source: source.as_deref(),
     };
     table::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
@@ -428,7 +446,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         };
         let (report, trace) =
             tunebox_tune::replay::replay(&args.manifest, recorded, &selection, budget)?;
-        emit(&report, &args.output, true, !args.quiet)?;
+        emit(&report, &args.output, true, !args.quiet, None)?;
         writeln!(
             std::io::stdout(),
             "replayed {} measurements of {}: simulated time {:.1} s, best {}",
@@ -501,7 +519,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let progress = Progress::new(args.quiet, verbose);
     let report = tunebox_tune::tune(&options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet)?;
+    emit(&report, &output, true, !args.quiet, None)?;
     // Said even with --quiet: a result that was not kept is measured again by the next run.
     let not_cached = not_cached_warning(&report);
     if let Some(warning) = &not_cached {

@@ -10,6 +10,7 @@ mod resume;
 mod search;
 mod shards;
 mod snapshots;
+mod terminal;
 mod timing;
 mod tune;
 mod util;

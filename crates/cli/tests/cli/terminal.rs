@@ -1,0 +1,77 @@
+//! What the terminal shows: identical errors grouped with their hint and a way to the whole
+//! message; progress and notes that say each thing once.
+
+use crate::util::{check, text, tunebox};
+
+const SCALE: &str = r#"#include <stdint.h>
+void scale(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i];
+}
+"#;
+
+/// `scale(x, y, n)` with `entry` as given and six choices.
+fn manifest(entry: &str) -> String {
+    format!(
+        r#"[kernel]
+source = "scale.c"
+entry = "{entry}"
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [64]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [64]
+output = true
+[[scalars]]
+name = "n"
+value = 64
+[params]
+A = [1, 2, 3]
+B = [1, 2]
+[timing]
+warmup_ms = 1
+rep_ms = 2
+flush_cache = false
+"#
+    )
+}
+
+/// A misspelled `entry`: six identical compile errors are one row, counted, with the
+/// manifest's field, the compiler's "did you mean" and the fix in a footnote, and the way to
+/// the whole message; `--errors` prints it.
+#[test]
+fn identical_errors_are_grouped_with_their_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("scale.c"), SCALE).unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest("scal")).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "-q"]);
+    check(&out);
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.matches("compile_error  [1]").count(), 2, "{stdout}");
+    assert!(stdout.contains("… 5 more"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "[1] 6 choices: error: [kernel] entry = \"scal\", but scale.c declares no function \
+             `scal`; did you mean `scale`? (fix `entry` in the manifest)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "whole error messages: run with --errors (or `tunebox report \
+             m.tunebox-cache.jsonl --errors`)"
+        ),
+        "{stdout}"
+    );
+    let out = tunebox(dir.path(), &["report", "m.tunebox-cache.jsonl", "--errors"]);
+    check(&out);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("compile_error (A=1 B=1, A=1 B=2, A=2 B=1, A=2 B=2, A=3 B=1, A=3 B=2):"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("    compilation failed: `"), "{stdout}");
+    assert!(!stdout.contains("whole error messages"), "{stdout}");
+}
