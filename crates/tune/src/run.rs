@@ -364,6 +364,10 @@ fn tune_inner(
             choices.len()
         ));
     }
+    // One count for the whole run, across the rounds of an adaptive search.
+    let planned = planned_total(&options.selection, choices.len(), selected.len());
+    let adaptive = planned > selected.len();
+    progress.planned(planned);
 
     let mut cache = cache_path
         .as_deref()
@@ -399,6 +403,8 @@ fn tune_inner(
     let mut deps_of: HashMap<usize, Deps> = HashMap::new();
     // Results the strategy has been told.
     let mut told = 0;
+    // Whether the compiling note is still to be said (once, not every round).
+    let mut first_compile_round = true;
     let mut batch = selected;
     // Ask, measure, tell, until the strategy has no more (brute force and random sampling
     // ask for everything at once: one round).
@@ -419,14 +425,16 @@ fn tune_inner(
             progress.note(&format!("warning: {e:#}"));
         }
         hits += round_hits;
+        if round_hits > 0 {
+            progress.cached(round_hits);
+        }
+        // Said once: an adaptive search, which may take one choice at a time from a full
+        // cache, says it at the end.
         if round_hits > 0
+            && !adaptive
             && let Some(c) = &cache
         {
-            progress.note(&format!(
-                "skipped {} already measured (results cache {}; --fresh re-measures them)",
-                plural(round_hits),
-                c.path().display()
-            ));
+            progress.note(&skipped_note(round_hits, c));
         }
 
         // C kernels compile in the parent, on the cores the workers leave, while the choices
@@ -561,7 +569,7 @@ fn tune_inner(
                     plural(ready_now.len() + c_todo.len())
                 ),
             );
-            if !c_todo.is_empty() {
+            if !c_todo.is_empty() && std::mem::replace(&mut first_compile_round, false) {
                 progress.note(&format!(
                     "compiling {} on {}{}…",
                     plural(c_todo.len()),
@@ -735,6 +743,13 @@ fn tune_inner(
         }
     }
 
+    if adaptive
+        && hits > 0
+        && let Some(c) = &cache
+    {
+        progress.note(&skipped_note(hits, c));
+    }
+
     // Early elimination: the best few are measured again, longer, and ranked by that.
     if let Some(top) = refine
         && !stop.poll(progress)
@@ -783,6 +798,24 @@ fn tune_inner(
         },
         results,
     })
+}
+
+/// The note that `hits` choices came from `cache` and were not measured again.
+fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
+    format!(
+        "skipped {} already measured (results cache {}; --fresh re-measures them)",
+        plural(hits),
+        cache.path().display()
+    )
+}
+
+/// About how many choices a run finishes, cached ones included: what the strategy asked for
+/// at once, or for an adaptive search asking a few at a time, its budget (at most the space).
+fn planned_total(selection: &Selection, space: usize, first_batch: usize) -> usize {
+    match selection.budget {
+        Some(budget) if budget > first_batch => budget.min(space),
+        _ => first_batch,
+    }
 }
 
 /// What compiling one C choice gave: `None` when it was not started (the run was stopped).

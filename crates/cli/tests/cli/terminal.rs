@@ -75,3 +75,38 @@ fn identical_errors_are_grouped_with_their_hint() {
     assert!(stdout.contains("    compilation failed: `"), "{stdout}");
     assert!(!stdout.contains("whole error messages"), "{stdout}");
 }
+
+/// An adaptive search asks a choice or two at a time: its progress counts the whole run (one
+/// `[k/budget]` count, one start line), and a re-run on a full cache says "skipped" once.
+#[test]
+fn adaptive_search_progress_counts_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("scale.c"), SCALE).unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest("scale")).unwrap();
+    let args = ["tune", "m.toml", "--strategy", "ils", "--budget", "4"];
+    let out = tunebox(dir.path(), &args);
+    check(&out);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("tunebox: benchmarking").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.matches("tunebox: compiling").count() <= 1,
+        "{stderr}"
+    );
+    for k in 1..=4 {
+        assert!(stderr.contains(&format!("[{k}/4]")), "{stderr}");
+    }
+    assert!(!stderr.contains("/1]"), "{stderr}");
+
+    let out = tunebox(dir.path(), &args);
+    check(&out);
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("skipped").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("skipped 4 choices already measured"),
+        "{stderr}"
+    );
+}
