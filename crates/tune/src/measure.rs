@@ -452,7 +452,12 @@ pub(crate) fn probe_gpu(worker: Option<&Path>) -> Result<String> {
         .find(|(backend, _)| backend == "cuda")
     {
         Some((_, why)) => {
-            bail!("this manifest needs a GPU, but the cuda backend is unavailable: {why}")
+            bail!(
+                "this manifest needs a GPU, but the cuda backend is unavailable: {why}.\n\
+                 Tune it on a machine with an NVIDIA GPU. Here, --list and --count show its \
+                 choices, and --replay RECORDED simulates a search on measurements recorded \
+                 elsewhere (a Kernel Tuner cache file, a T4 file or a results cache)"
+            )
         }
         None if !probe.backends.iter().any(|b| b == "cuda") => {
             bail!("this manifest needs a GPU, but the worker has no cuda backend")
