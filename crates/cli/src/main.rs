@@ -320,7 +320,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if i > 0 {
                     writeln!(std::io::stdout())?;
                 }
-                emit(report, &output, reports.len() == 1, true, Some(&file))?;
+                emit(
+                    report,
+                    &output,
+                    reports.len() == 1,
+                    true,
+                    Origin::Report(&file),
+                )?;
             }
             if reports.len() > 1
                 && (output.json.is_some() || output.csv.is_some() || output.t4.is_some())
@@ -348,7 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             {
                 eprintln!("tunebox: warning: {note}");
             }
-            emit(&report, &output, true, true, None)?;
+            emit(&report, &output, true, true, Origin::Merge)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tune(args) => tune(args, verbose),
@@ -356,13 +362,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Prints the table and writes the requested files.
+/// What a printed report comes from: what the table may suggest depends on it.
+#[derive(Debug, Clone, Copy)]
+enum Origin<'a> {
+    /// `tunebox tune` measured it.
+    Tune,
+    /// `tunebox tune --replay`: recorded measurements.
+    Replay,
+    /// `tunebox merge`.
+    Merge,
+    /// `tunebox report FILE`.
+    Report(&'a std::path::Path),
+}
+
 fn emit(
     report: &Report,
     output: &OutputArgs,
     write_files: bool,
     announce: bool,
-    source: Option<&std::path::Path>,
+    origin: Origin<'_>,
 ) -> Result<()> {
+    let source = match origin {
+        Origin::Report(file) => Some(file),
+        _ => None,
+    };
+    // Only tunebox's own measurements can be measured again, by `tune`.
+    let manifest = &report.info.header.manifest;
+    let measurable = !report.info.header.manifest_hash.is_empty();
+    let remeasure = match origin {
+        Origin::Tune => table::Remeasure::Flag,
+        Origin::Replay => table::Remeasure::No,
+        Origin::Merge | Origin::Report(_) if measurable => table::Remeasure::Command(manifest),
+        Origin::Merge | Origin::Report(_) => table::Remeasure::No,
+    };
     let files: Vec<String> = [&output.json, &output.csv, &output.t4]
         .into_iter()
         .flatten()
@@ -381,6 +413,7 @@ fn emit(
         files: &files,
         errors: output.errors,
         source: source.as_deref(),
+        remeasure,
     };
     table::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
@@ -446,17 +479,16 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         };
         let (report, trace) =
             tunebox_tune::replay::replay(&args.manifest, recorded, &selection, budget)?;
-        emit(&report, &args.output, true, !args.quiet, None)?;
+        emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
         writeln!(
             std::io::stdout(),
             "replayed {} measurements of {}: simulated time {:.1} s, best {}",
             trace.points.len(),
             recorded.display(),
             trace.elapsed_ms() / 1000.0,
-            trace.best_ms().map_or_else(
-                || "none (every choice failed)".into(),
-                |b| format!("{b:.4} ms")
-            )
+            trace
+                .best_ms()
+                .map_or_else(|| "none (every choice failed)".into(), table::format_time)
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -519,7 +551,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let progress = Progress::new(args.quiet, verbose);
     let report = tunebox_tune::tune(&options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet, None)?;
+    emit(&report, &output, true, !args.quiet, Origin::Tune)?;
     // Said even with --quiet: a result that was not kept is measured again by the next run.
     let not_cached = not_cached_warning(&report);
     if let Some(warning) = &not_cached {

@@ -27,6 +27,33 @@ pub(crate) struct TableOptions<'a> {
     /// A file holding the whole messages, for `tunebox report FILE --errors` (the report read,
     /// the `--json` written, or the run's results cache).
     pub(crate) source: Option<&'a str>,
+    /// How choices tied within the noise can be measured again.
+    pub(crate) remeasure: Remeasure<'a>,
+}
+
+/// How the table says to measure tied choices again (`--refine`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum Remeasure<'a> {
+    /// `--refine N`: this is `tunebox tune`.
+    Flag,
+    /// `tunebox tune MANIFEST --refine N`: a report of tunebox's measurements of MANIFEST.
+    Command(&'a str),
+    /// Not at all: measurements recorded by another tool, or replayed.
+    #[default]
+    No,
+}
+
+impl Remeasure<'_> {
+    /// `; --refine N measures them longer`, as the table's tie note ends (empty for `No`).
+    fn hint(self, n: usize, them: &str) -> String {
+        match self {
+            Remeasure::Flag => format!("; --refine {n} measures {them} longer"),
+            Remeasure::Command(manifest) => {
+                format!("; `tunebox tune {manifest} --refine {n}` measures {them} longer")
+            }
+            Remeasure::No => String::new(),
+        }
+    }
 }
 
 /// The width of the terminal on stdout: `$COLUMNS` when set, else the terminal's, else `None`.
@@ -78,14 +105,14 @@ pub(crate) fn print_table(
                     // Refined choices were measured longer already.
                     _ if best.screen_median_ms.is_some() => String::new(),
                     0 => String::new(),
-                    1 => " (tied within the noise with the next choice; --refine 2 measures both \
-                          longer)"
-                        .to_owned(),
+                    1 => format!(
+                        " (tied within the noise with the next choice{})",
+                        options.remeasure.hint(2, "both")
+                    ),
                     n => format!(
-                        " (tied within the noise with the next {}; --refine {} measures them \
-                         longer)",
+                        " (tied within the noise with the next {}{})",
                         choices(n),
-                        n + 1
+                        options.remeasure.hint(n + 1, "them")
                     ),
                 };
                 let metrics: Vec<String> = best

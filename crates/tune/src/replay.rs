@@ -605,9 +605,14 @@ pub fn replay(
     let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
         results.push(r.clone());
     });
-    let name = file
-        .file_stem()
-        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
+    let name = crate::Manifest::load(file, &crate::compiler()).map_or_else(
+        |_| {
+            file.file_stem()
+                .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned())
+        },
+        |m| m.name,
+    );
     let report = report(
         &space,
         &recorded,

@@ -110,3 +110,48 @@ fn adaptive_search_progress_counts_the_whole_run() {
         "{stderr}"
     );
 }
+
+fn hub() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/benchmark_hub")
+}
+
+/// `report` and `--replay` show recorded data: ties are said, but `--refine` (an option of
+/// `tune`, measuring) is not suggested for data another tool recorded; for tunebox's own
+/// results, the whole command is.
+#[test]
+fn reports_suggest_only_what_can_be_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = hub().join("cachefiles/convolution_milo/A4000.json.gz");
+    let out = tunebox(
+        dir.path(),
+        &["report", recorded.to_str().unwrap(), "--top", "1"],
+    );
+    check(&out);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("tied within the noise"), "{stdout}");
+    assert!(!stdout.contains("--refine"), "{stdout}");
+}
+
+/// A replay is titled with the manifest's `name`, as a run of it is, not the file's name.
+#[test]
+fn replays_are_titled_with_the_manifests_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("scale.c"), SCALE).unwrap();
+    std::fs::write(
+        dir.path().join("m.toml"),
+        format!("name = \"scale-64\"\n{}", manifest("scale")),
+    )
+    .unwrap();
+    check(&tunebox(dir.path(), &["tune", "m.toml", "-q"]));
+    let out = tunebox(
+        dir.path(),
+        &["tune", "m.toml", "--replay", "m.tunebox-cache.jsonl", "-q"],
+    );
+    check(&out);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("scale-64: replay of m.tunebox-cache.jsonl"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("--refine"), "{stdout}");
+}
