@@ -115,6 +115,7 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod worker_stdout;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Error, Result};

@@ -174,7 +174,7 @@ pub(crate) fn start_pool(
         .timeout(timeout)
         .process_config(
             process_config(worker)
-                .stdout(Output::Capture { tail_bytes: 4096 })
+                .stdout(crate::worker_stdout::output())
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
                 }),

@@ -277,6 +277,7 @@ fn tune_inner(
     stop: &Stop,
 ) -> Result<Report> {
     let start = Instant::now();
+    let stdout_log = crate::worker_stdout::Watch::start();
     let deadline = options.max_time.map(|t| start + t);
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
     let Plan {
@@ -778,6 +779,7 @@ fn tune_inner(
 
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
+    notes.extend(stdout_log.note());
     rank(&mut results);
     Ok(Report {
         info: RunInfo {

@@ -155,3 +155,54 @@ fn replays_are_titled_with_the_manifests_name() {
     );
     assert!(!stdout.contains("--refine"), "{stdout}");
 }
+
+/// What successful choices print on stdout is kept out of the table but not lost: a note names
+/// the file it went to; a run that printed nothing says nothing and leaves no file.
+#[test]
+fn the_stdout_of_choices_is_kept_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("scale.c"),
+        SCALE.replace(
+            "void scale(const float *x, float *y, int64_t n) {",
+            "#include <stdio.h>\nvoid scale(const float *x, float *y, int64_t n) {\n    \
+             printf(\"A=%d B=%d here\\n\", A, B); fflush(stdout);",
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest("scale")).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "-q", "--no-cache"]);
+    check(&out);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("here"), "{stdout}");
+    let note = stdout
+        .lines()
+        .find(|l| l.contains("on stdout"))
+        .unwrap_or_else(|| panic!("no note:\n{stdout}"));
+    let log = note
+        .split(" in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .unwrap();
+    assert!(
+        log.starts_with(dir.path().join("cache").to_str().unwrap()),
+        "{note}"
+    );
+    let logged = std::fs::read_to_string(log).unwrap();
+    for (a, b) in [(1, 1), (3, 2)] {
+        assert!(logged.contains(&format!("A={a} B={b} here")), "{logged}");
+    }
+
+    std::fs::write(dir.path().join("scale.c"), SCALE).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "-q", "--no-cache"]);
+    check(&out);
+    assert!(
+        !text(&out.stdout).contains("on stdout"),
+        "{}",
+        text(&out.stdout)
+    );
+    let logs: Vec<_> = std::fs::read_dir(dir.path().join("cache/logs"))
+        .unwrap()
+        .collect();
+    assert_eq!(logs.len(), 1, "only the first run's log stays");
+}
