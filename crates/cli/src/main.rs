@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tunebox_tune::{CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions};
+use tunebox_tune::{
+    CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions, WorkerEnv,
+};
 
 use crate::interrupt::EXIT_INTERRUPTED;
 use crate::progress::Progress;
@@ -58,7 +60,7 @@ struct Cli {
 enum Command {
     /// Compile, benchmark and verify the choices of a manifest; print them ranked.
     #[command(after_help = TUNE_EXAMPLES)]
-    Tune(TuneArgs),
+    Tune(Box<TuneArgs>),
     /// Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a
     /// FAIR T4 file (told apart by their content).
     #[command(after_help = "Examples:
@@ -229,6 +231,11 @@ struct TuneArgs {
     /// --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7).
     #[arg(long, value_name = "N")]
     shards: Option<usize>,
+    /// Give the workers a variable of this environment (NAME), or set one (NAME=VALUE), on
+    /// top of the manifest's `[env]`; repeat for more. Workers get only a documented part of
+    /// the environment by default (docs/manifest.md, "[env]"); `--env '*'` passes all of it.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -357,7 +364,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             emit(&report, &output, true, true, Origin::Merge)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tune(args) => tune(args, verbose),
+        Command::Tune(args) => tune(*args, verbose),
     }
 }
 
@@ -462,6 +469,11 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
+    let env = args
+        .env
+        .iter()
+        .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
+        .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
     if args.count {
         let space = tunebox_tune::load_space(&args.manifest)?;
         writeln!(
@@ -493,7 +505,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if args.list {
-        let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?;
+        let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?.with_env(env);
         for note in plan.manifest().notes() {
             eprintln!("tunebox: note: {note}");
         }
@@ -549,7 +561,8 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    let report = tunebox_tune::tune(&options, &progress, &stop)?;
+    let plan = tunebox_tune::plan(&options.manifest, &options.selection, options.shard)?;
+    let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     drop(progress);
     emit(&report, &output, true, !args.quiet, Origin::Tune)?;
     // Said even with --quiet: a result that was not kept is measured again by the next run.

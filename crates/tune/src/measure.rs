@@ -17,7 +17,7 @@ use tunebox_protocol::{
 };
 
 use crate::launch::Launch;
-use crate::manifest::{KernelSource, Language, Manifest, Reference};
+use crate::manifest::{KernelSource, Language, Manifest, Reference, WorkerEnv};
 use crate::results::{Check, ChoiceResult};
 use crate::space::Choice;
 
@@ -168,12 +168,13 @@ pub(crate) fn start_pool(
     timeout: Duration,
     max_process_uses: Option<u64>,
     worker: Option<&Path>,
+    env: &WorkerEnv,
 ) -> Result<Arc<TuningProcessPool>> {
     let config = PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
         .process_config(
-            process_config(worker)
+            env.configure(process_config(worker))
                 .stdout(crate::worker_stdout::output())
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
@@ -216,7 +217,7 @@ pub(crate) fn reference_outputs(
     let timeout = verify.reference_timeout(timeout);
     let mut request = request.clone();
     request.timing.outputs_only = true;
-    let pool = start_pool(1, timeout, Some(1), worker)?;
+    let pool = start_pool(1, timeout, Some(1), worker, &manifest.env)?;
     watch(Arc::clone(&pool));
     if matches!(request.kernel, Kernel::Cuda(_))
         && let Err(e) = pool.prepare(std::slice::from_ref(&request)).remove(0)

@@ -15,7 +15,7 @@ use tunebox_protocol::{BenchmarkRequest, Kernel};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::Error;
 use crate::fingerprint;
-use crate::manifest::{Language, Manifest, Reference, Verify, compiler};
+use crate::manifest::{Language, Manifest, Reference, Verify, WorkerEnv, compiler};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
@@ -165,6 +165,14 @@ impl Plan {
     /// The manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// The plan with `env` added to the manifest's `[env]` (its values win): what
+    /// `tunebox tune --env` passes to the workers for one run. Part of the results-cache key,
+    /// as `[env]` is.
+    pub fn with_env(mut self, env: WorkerEnv) -> Plan {
+        self.manifest.add_env(env);
+        self
     }
 
     /// The search space (every valid choice, by stable index).
@@ -890,6 +898,7 @@ pub(crate) fn open_bench(
         timeout,
         options.max_process_uses,
         options.worker.as_deref(),
+        &manifest.env,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })

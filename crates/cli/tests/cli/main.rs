@@ -14,3 +14,4 @@ mod terminal;
 mod timing;
 mod tune;
 mod util;
+mod worker_env;

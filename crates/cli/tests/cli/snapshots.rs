@@ -155,6 +155,9 @@ fn tune_help() {
                   --shards <N>
                       The number of shards, for --shard auto: required in a Kubernetes Indexed Job (its `completions`); in a Slurm array it makes SLURM_ARRAY_TASK_ID the shard index (submit --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7)
 
+                  --env <NAME[=VALUE]>
+                      Give the workers a variable of this environment (NAME), or set one (NAME=VALUE), on top of the manifest's `[env]`; repeat for more. Workers get only a documented part of the environment by default (docs/manifest.md, "[env]"); `--env '*'` passes all of it
+
               -q, --quiet
                       No progress on stderr
 

@@ -157,6 +157,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         problem_size,
         launch,
         metrics: IndexMap::new(),
+        env: None,
         tune_params: None,
         kernel_name: None,
         kernel_source: None,

@@ -34,6 +34,8 @@ pub(super) struct RawManifest {
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,
+    /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
+    pub(super) env: Option<super::env::RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
     /// `params`.
     pub(super) tune_params: Option<IndexMap<String, Vec<toml::Value>>>,

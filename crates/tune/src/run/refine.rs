@@ -145,6 +145,7 @@ pub(crate) fn refine_best(
                 timeout,
                 cx.options.max_process_uses,
                 cx.options.worker.as_deref(),
+                &cx.setup.manifest.env,
             ) {
                 Ok(pool) => pool,
                 Err(_) if cx.stop.requested() => return Ok(()),
