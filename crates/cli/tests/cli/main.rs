@@ -5,6 +5,7 @@ mod community;
 mod compile_deadline;
 mod full_disk;
 mod kernel_tuner;
+mod messages;
 mod open_kt_caches;
 mod resume;
 mod search;

@@ -145,6 +145,11 @@ pub(super) struct RawVerify {
     pub(super) equal_nan: Option<bool>,
     pub(super) timeout_s: Option<f64>,
     pub(super) reference: RawReference,
+    /// How the user wrote each reference output, by tensor, when not as
+    /// `verify.reference.outputs.NAME` (Kernel Tuner's `answer[3]`, `answer.C`): what errors
+    /// about it name.
+    #[serde(skip)]
+    pub(super) written_as: IndexMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
