@@ -1,6 +1,7 @@
 //! The measuring method shared by tunebox backends.
 //!
-//! A backend (`tunebox-cpu`, the worker's diagnostics backend, later CUDA) implements
+//! A backend (`tunebox-cpu`, `tunebox-cuda`, the worker's diagnostics backend, a task kind's
+//! [`TaskBackend`]) implements
 //! [`Backend`]: given a [`BenchmarkRequest`](tunebox_protocol::BenchmarkRequest), measure it and
 //! return a [`BenchmarkResult`](tunebox_protocol::BenchmarkResult) or a
 //! [`BenchError`](tunebox_protocol::BenchError). To time a kernel it implements [`Runner`] (run
@@ -12,6 +13,12 @@
 //! reference and a candidate see the same inputs. A task kind defined outside tunebox
 //! ([`Task`](tunebox_protocol::Task)) gets a [`TaskBackend`] from a closure, which receives a
 //! [`TaskContext`] with the request's tensors and scalars and the same timing helpers.
+//!
+//! Modules: `backend.rs` ([`Backend`]), `do_bench.rs` ([`do_bench`], and [`do_bench_within`],
+//! which fits warmup and reps into the request's budget), `stats.rs` ([`summarize`],
+//! [`quantile`] as numpy's), `progress.rs` ([`report_progress`]: each phase and call, to the
+//! worker's progress sink), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
+//! ([`TaskBackend`], [`TaskContext`]).
 //!
 //! # Example
 //!
