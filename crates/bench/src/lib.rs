@@ -14,10 +14,11 @@
 //! ([`Task`](tunebox_protocol::Task)) gets a [`TaskBackend`] from a closure, which receives a
 //! [`TaskContext`] with the request's tensors and scalars and the same timing helpers.
 //!
-//! Modules: `backend.rs` ([`Backend`]), `do_bench.rs` ([`do_bench`], and [`do_bench_within`],
+//! Modules: `backend.rs` ([`Backend`]), `cache_dir.rs` ([`CacheDir`]: one backend's private
+//! directory of compiled kernels), `do_bench.rs` ([`do_bench`], and [`do_bench_within`],
 //! which fits warmup and reps into the request's budget), `stats.rs` ([`summarize`],
 //! [`quantile`] as numpy's), `progress.rs` ([`report_progress`]: each phase and call, to the
-//! worker's progress sink), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
+//! worker's progress sink), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
 //! ([`TaskBackend`], [`TaskContext`]).
 //!
 //! # Example
@@ -46,15 +47,19 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod cache_dir;
 mod do_bench;
 mod progress;
+mod restore;
 mod stats;
 mod task;
 mod tensor;
 
 pub use backend::Backend;
+pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
 pub use progress::{install_progress_sink, report_progress};
+pub use restore::Restore;
 pub use stats::{quantile, summarize};
 pub use task::{TaskBackend, TaskContext};
 pub use tensor::{HostTensor, physical_memory_bytes};

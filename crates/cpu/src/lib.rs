@@ -59,7 +59,7 @@ mod toolchain;
 mod trampoline;
 
 pub use backend::CpuBackend;
-pub use cache::{CACHE_DIR_ENV, CacheDir};
+pub use cache::default_cache_dir;
 pub use compile::{
     Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, compile, compile_with, compiler_version,
 };
@@ -67,3 +67,5 @@ pub use error::CpuError;
 pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};
 pub use toolchain::Language;
 pub use trampoline::Signature;
+pub use tunebox_bench::CacheDir;
+pub use tunebox_protocol::CACHE_DIR_ENV;
