@@ -128,7 +128,7 @@ class PopenWorker:
         program, args = _worker_command()
         init = None
         if initializer is not None:
-            init = _calls.dumps((initializer, tuple(initargs), {}))
+            init = _calls.dumps_inband((initializer, tuple(initargs), {}))
         self._pending = None
         self._modules = set()
         self._native = _native.Worker(
@@ -182,13 +182,14 @@ class PopenWorker:
         """
         timeout = _check_timeout(timeout)
         self._remember_module(fn)
-        parts = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}))
+        data, views = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}))
         try:
+            # The views stay alive (and the GIL held) while tunebox copies them.
             if timeout is None:
-                self._native.put(_calls.CALL, parts)
+                self._native.put(_calls.CALL, data, _calls.addresses(views))
             else:
-                self._native.load(parts, LOAD_TIMEOUT_S)
-                self._native.put(_calls.RUN, [struct.pack("<d", timeout)])
+                self._native.load(data, _calls.addresses(views), LOAD_TIMEOUT_S)
+                self._native.put(_calls.RUN, struct.pack("<d", timeout))
             self._pending = ("sent", timeout)
         except Exception as error:  # noqa: BLE001 - raised by recv
             self._pending = ("error", error)
