@@ -5,7 +5,7 @@ use std::io::Write;
 use tunebox_pool::Status;
 use tunebox_tune::{
     ChoiceResult, Report, RunInfo, best, choice_count as choices, define_line, format_value,
-    short_error, short_error_line,
+    short_error,
 };
 
 /// Widest the error column gets in the table.
@@ -178,7 +178,7 @@ fn error_groups<'r>(members: &[&'r ChoiceResult]) -> Vec<ErrorGroup<'r>> {
         let Some(error) = r.error.as_deref().filter(|_| r.status != Status::Ok) else {
             continue;
         };
-        let line = short_error_line(error);
+        let line = short_error(error, usize::MAX);
         match groups
             .iter_mut()
             .find(|g| g.status == r.status && g.line == line)

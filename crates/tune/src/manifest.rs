@@ -35,8 +35,8 @@ use crate::space::{ParamValue, Restriction, SearchSpace};
 
 pub use self::builder::ManifestBuilder;
 pub use self::env::WorkerEnv;
+pub use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
-pub use self::source::{compiler, cxx_compiler};
 pub use self::timing::MAX_TIMEOUT_S;
 pub(crate) use self::verify::{Reference, Verify};
 
