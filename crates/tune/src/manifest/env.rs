@@ -57,7 +57,7 @@ impl WorkerEnv {
     pub fn set(mut self, name: &str, value: &str) -> crate::Result<WorkerEnv> {
         check_name(name, "a variable to set").map_err(options)?;
         if value.contains('\0') {
-            return Err(crate::Error::Options {
+            return Err(crate::TuneError::Options {
                 message: format!(
                     "the value of {name} holds a NUL byte, which no environment variable can"
                 ),
@@ -134,8 +134,8 @@ impl WorkerEnv {
     }
 }
 
-fn options(error: anyhow::Error) -> crate::Error {
-    crate::Error::Options {
+fn options(error: anyhow::Error) -> crate::TuneError {
+    crate::TuneError::Options {
         message: error.to_string(),
     }
 }
