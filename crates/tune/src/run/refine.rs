@@ -209,9 +209,7 @@ pub(crate) fn refine_best(
                     cx.deps.get(&refined.index).cloned(),
                 ))
             {
-                cx.progress
-                    .note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                cx.progress.note(&format!("warning: {e:#}"));
             }
             if refined.status == Status::Ok {
                 results[*p] = refined;
