@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use tunebox_pool::{Tolerance, verify_outputs};
+use tunebox_pool::{Tolerance, Verification, verify_outputs};
 use tunebox_protocol::{BenchmarkResult, TensorData, TimingConfig};
 
 /// The seed mixed into every random input for the last, fresh-input call of this run: picked
@@ -47,31 +47,59 @@ pub(crate) fn join_reference(result: BenchmarkResult) -> Vec<TensorData> {
     outputs
 }
 
-/// Why a candidate that matched the reference on its first call is wrong on fresh inputs, if
-/// it is: a memoized, cached or replayed answer.
+/// How a candidate that matched the reference on its first call failed the call after the
+/// reps on fresh inputs.
+pub(crate) struct FreshMismatch {
+    /// That call's outputs against the reference's on the same inputs.
+    pub(crate) verification: Verification,
+    /// Whether it returned its first call's outputs again, bit for bit: a memoized, cached or
+    /// replayed answer (rather than outputs it failed to overwrite).
+    pub(crate) replayed: bool,
+}
+
+/// The fresh-input call's failure, if it failed.
 pub(crate) fn fresh_mismatch(
     fresh_reference: Option<&[TensorData]>,
     measured: &BenchmarkResult,
     tolerance: Tolerance,
-) -> Option<String> {
+) -> Option<FreshMismatch> {
     let fresh_reference = fresh_reference?;
-    if measured.integrity.fresh_outputs.is_empty() {
+    let fresh = &measured.integrity.fresh_outputs;
+    if fresh.is_empty() {
         return None;
     }
-    let check = verify_outputs(
-        fresh_reference,
-        &measured.integrity.fresh_outputs,
-        tolerance,
-    );
-    (!check.passed()).then(|| {
+    let verification = verify_outputs(fresh_reference, fresh, tolerance);
+    if verification.passed() {
+        return None;
+    }
+    let replayed = fresh.len() == measured.outputs.len()
+        && fresh
+            .iter()
+            .zip(&measured.outputs)
+            .all(|(a, b)| a.bytes[..] == b.bytes[..]);
+    Some(FreshMismatch {
+        verification,
+        replayed,
+    })
+}
+
+/// The message for a [`FreshMismatch`]; `not_overwritten` words the other case (what the
+/// judge says of a kernel wrong after the reps).
+pub(crate) fn fresh_message(mismatch: &FreshMismatch, not_overwritten: String) -> String {
+    if mismatch.replayed {
         format!(
             "correct on the first call, wrong on a call after the timed reps, made on fresh \
-             inputs (seed {:#x}) with the outputs poisoned first: the kernel memoizes or replays \
-             an answer, or does not overwrite its outputs on every call: {}",
+             inputs (seed {:#x}): it returned its first call's outputs again, a memoized, \
+             cached or replayed answer instead of one computed from its inputs ({})",
             fresh_seed(),
-            check.summary()
+            mismatch.verification.summary()
         )
-    })
+    } else {
+        format!(
+            "{not_overwritten} (that call ran on fresh inputs, seed {:#x})",
+            fresh_seed()
+        )
+    }
 }
 
 /// Output bytes below which the floor is not checked: small outputs may be written to caches
@@ -175,8 +203,21 @@ mod tests {
     fn a_replayed_answer_fails_on_fresh_inputs() {
         let reference = [tensor("y", &[9])];
         let replayed = result(1.0, vec![tensor("y", &[1])], vec![tensor("y", &[1])]);
-        let message = fresh_mismatch(Some(&reference), &replayed, Tolerance::default()).unwrap();
+        let mismatch = fresh_mismatch(Some(&reference), &replayed, Tolerance::default()).unwrap();
+        assert!(mismatch.replayed);
+        let message = fresh_message(&mismatch, String::new());
         assert!(message.contains("fresh inputs"), "{message}");
+        assert!(message.contains("first call's outputs again"), "{message}");
+        let unwritten = result(1.0, vec![tensor("y", &[1])], vec![tensor("y", &[255])]);
+        let mismatch = fresh_mismatch(Some(&reference), &unwritten, Tolerance::default()).unwrap();
+        assert!(!mismatch.replayed);
+        assert_eq!(
+            fresh_message(&mismatch, "told".into()),
+            format!(
+                "told (that call ran on fresh inputs, seed {:#x})",
+                fresh_seed()
+            )
+        );
         let honest = result(1.0, vec![tensor("y", &[1])], vec![tensor("y", &[9])]);
         assert!(fresh_mismatch(Some(&reference), &honest, Tolerance::default()).is_none());
     }

@@ -443,9 +443,16 @@ pub(crate) fn judge(
         } else if !after.passed() {
             Some(wrong_after_reps(after, manifest))
         } else {
-            manifest.verify.as_ref().and_then(|v| {
-                crate::integrity::fresh_mismatch(fresh_reference, &measured, v.tolerance)
-            })
+            manifest
+                .verify
+                .as_ref()
+                .and_then(|v| {
+                    crate::integrity::fresh_mismatch(fresh_reference, &measured, v.tolerance)
+                })
+                .map(|fresh| {
+                    let told = wrong_after_reps(&fresh.verification, manifest);
+                    crate::integrity::fresh_message(&fresh, told)
+                })
         }
     });
     if error.is_none()

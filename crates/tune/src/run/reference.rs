@@ -20,7 +20,7 @@ use crate::stop::Stop;
 /// (`verify.timeout_s`); or the expected outputs read from files. `None` when the manifest
 /// does not verify. A reference kernel is also called once on fresh inputs (docs/sandbox.md):
 /// its outputs on them follow its outputs in the returned list (each output twice, in the same
-/// order), and [`measure`](crate::measure) judges the choices' last calls by them. `observer`
+/// order), and the measure stage judges the choices' last calls by them. `observer`
 /// gets a note as it starts; a raised `stop` kills it.
 ///
 /// # Errors
