@@ -25,7 +25,8 @@ use crate::results::{
 use crate::shard;
 use crate::space::SearchSpace;
 use crate::stop::Stop;
-use crate::strategy::{self, Strategy};
+use crate::strategies;
+use crate::strategy::Strategy;
 
 mod bench;
 mod compile;
@@ -238,7 +239,7 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
-    Plan::build(manifest, strategy::from_selection(selection), shard)
+    Plan::build(manifest, strategies::from_selection(selection), shard)
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -966,7 +967,12 @@ mod tests {
         )
         .unwrap();
         let manifest = Manifest::read(&path, "cc").unwrap();
-        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        let plan = Plan::new(
+            manifest,
+            Box::new(crate::strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
         // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
         assert_eq!(plan.space().len(), 5);
         assert_eq!(plan.selected().len(), 5);
@@ -988,7 +994,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(
             Manifest::read(&path, "cc").unwrap(),
-            Box::new(strategy::BruteForce::default()),
+            Box::new(crate::strategy::BruteForce::default()),
             None,
         )
         .unwrap();
