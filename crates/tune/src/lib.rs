@@ -116,13 +116,16 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod worker_stdout;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
-pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, load_space};
+pub use crate::manifest::{
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, load_space,
+};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
