@@ -137,6 +137,8 @@ pub use crate::run::{
     lookup_cached, measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
+pub use crate::space::{
+    Choice, ParamValue, SearchSpace, SpaceCount, count_file, count_space, load_space,
+};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

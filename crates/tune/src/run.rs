@@ -22,8 +22,7 @@ use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank,
 };
-use crate::shard;
-use crate::space::SearchSpace;
+use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
 use crate::strategy::{self, Strategy};
 
@@ -129,16 +128,19 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::Error::manifest)
+        Plan::build(manifest, strategy, shard, true).map_err(crate::Error::manifest)
     }
 
     fn build(
         manifest: Manifest,
         mut strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
+        budget_given: bool,
     ) -> Result<Plan> {
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
+        space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
+            .with_context(|| format!("{}", manifest.path.display()))?;
         let mut notes = Vec::new();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
         if let Some(launch) = &manifest.launch {
@@ -207,7 +209,7 @@ fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo
     strategy
         .ask(space, usize::MAX)
         .into_iter()
-        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .filter(|&i| space.contains(i) && space.owns(shard, i))
         .collect()
 }
 
@@ -230,7 +232,7 @@ fn unasked(
         left.extend(
             batch
                 .into_iter()
-                .filter(|&i| shard::owns(shard, i))
+                .filter(|&i| space.owns(shard, i))
                 .filter_map(|index| {
                     Some(NotMeasured {
                         index,
@@ -255,7 +257,13 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
-    Plan::build(manifest, strategy::from_selection(selection), shard)
+    let budget_given = selection.budget.is_some();
+    Plan::build(
+        manifest,
+        strategy::from_selection(selection),
+        shard,
+        budget_given,
+    )
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -358,7 +366,7 @@ fn tune_inner(
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(setup, &manifest, space.choices()),
+        manifest_hash: fingerprint::manifest_hash(setup, &manifest, &space),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",

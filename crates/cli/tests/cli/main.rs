@@ -8,6 +8,7 @@ mod resume;
 mod search;
 mod shards;
 mod snapshots;
+mod spaces;
 mod timing;
 mod tune;
 mod util;
