@@ -354,8 +354,7 @@ impl SearchSpace {
             Listing::Unlisted { .. } => index as u64,
         };
         let indices = self.decode(rank)?;
-        (self.is_listed() || Problem::new(&self.params, &self.restrictions).satisfied(&indices))
-            .then_some(indices)
+        (self.is_listed() || self.satisfied(&indices)).then_some(indices)
     }
 
     /// The value indices of raw rank `rank`, if it is below the raw product.
@@ -372,8 +371,21 @@ impl SearchSpace {
     }
 
     fn rank_is_valid(&self, rank: u64) -> bool {
-        self.decode(rank)
-            .is_some_and(|i| Problem::new(&self.params, &self.restrictions).satisfied(&i))
+        self.decode(rank).is_some_and(|i| self.satisfied(&i))
+    }
+
+    /// Whether the choice of these value indices satisfies every restriction (one that
+    /// raises counts as broken).
+    fn satisfied(&self, indices: &[usize]) -> bool {
+        let bound: Vec<PyValue<'_>> = self
+            .params
+            .values()
+            .zip(indices)
+            .map(|(values, &i)| values[i].to_python())
+            .collect();
+        self.restrictions
+            .iter()
+            .all(|r| r.compiled.eval_bool(&bound).unwrap_or(false))
     }
 
     /// The choice with stable index `index`, if there is one.
@@ -541,9 +553,7 @@ impl SearchSpace {
         let rank = rank_of(indices, &self.radix);
         match &self.listing {
             Listing::All(ranks) => ranks.binary_search(&rank).ok(),
-            Listing::Unlisted { .. } => Problem::new(&self.params, &self.restrictions)
-                .satisfied(indices)
-                .then_some(rank as usize),
+            Listing::Unlisted { .. } => self.satisfied(indices).then_some(rank as usize),
         }
     }
 
@@ -981,10 +991,12 @@ pub(crate) mod tests {
             .collect();
         let space = SearchSpace::new(&p, &r).unwrap();
         let all = SearchSpace::new(&p, &[]).unwrap();
-        let problem = Problem::new(&p, &r);
         let expected: Vec<Choice> = all
             .choices()
-            .filter(|c| problem.satisfied(&all.value_indices(all.index_of(c).unwrap()).unwrap()))
+            .filter(|c| {
+                let values: Vec<PyValue<'_>> = c.values().map(|(_, v)| v.to_python()).collect();
+                r.iter().all(|r| r.compiled.eval_bool(&values).unwrap())
+            })
             .collect();
         assert_eq!(space.choices().collect::<Vec<_>>(), expected);
         let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();

@@ -284,15 +284,6 @@ impl<'a> Problem<'a> {
             .map(|&p| index[p] as u128 * self.weight[p])
             .sum::<u128>() as u64
     }
-
-    /// Whether the choice with these value indices satisfies every restriction (one that
-    /// raises counts as broken).
-    pub(crate) fn satisfied(&self, index: &[usize]) -> bool {
-        let bound: Vec<PyValue<'_>> = index.iter().zip(&self.values).map(|(&i, v)| v[i]).collect();
-        self.restrictions
-            .iter()
-            .all(|r| r.compiled.eval_bool(&bound).unwrap_or(false))
-    }
 }
 
 /// The sum of one contribution of each part, for every combination, ascending.
