@@ -44,9 +44,8 @@
 //! (`the_stages_one_by_one`).
 //!
 //! ```no_run
-//! use std::path::PathBuf;
 //! use tunebox_protocol::{DType, TensorSpec};
-//! use tunebox_tune::{BruteForce, CacheMode, Manifest, Plan, Selection, Stop, TuneOptions};
+//! use tunebox_tune::{BruteForce, CacheMode, Manifest, Plan, Stop, TuneOptions};
 //!
 //! let manifest = Manifest::builder("scale")
 //!     .c_source("scale.c", r#"
@@ -61,21 +60,9 @@
 //!     .param("UNROLL", [1, 2, 4, 8])
 //!     .verify_against_choice([("UNROLL", 1)])
 //!     .build()?;
-//! let options = TuneOptions {
-//!     manifest: PathBuf::from("scale"),
-//!     workers: 1,
-//!     timeout: None,
-//!     max_process_uses: Some(1),
-//!     worker: Some(PathBuf::from("target/release/tunebox-worker")),
-//!     json: None,
-//!     csv: None,
-//!     cache: CacheMode::Off,
-//!     fresh: false,
-//!     selection: Selection { strategy: "brute-force".into(), budget: None, seed: 0 },
-//!     max_time: None,
-//!     refine: None,
-//!     shard: None,
-//! };
+//! let options = TuneOptions::new("scale")
+//!     .worker("target/release/tunebox-worker")
+//!     .cache(CacheMode::Off);
 //! let plan = Plan::new(manifest, Box::new(BruteForce::new()), None)?;
 //! // `()` ignores progress; the CLI passes its progress bars.
 //! let report = tunebox_tune::run(plan, &options, &(), &Stop::new())?;
@@ -106,6 +93,7 @@ mod measure;
 mod merge;
 mod metrics;
 mod observer;
+mod options;
 pub mod replay;
 mod report;
 mod results;
