@@ -92,6 +92,7 @@ mod manifest;
 mod measure;
 mod merge;
 mod metrics;
+mod objective;
 mod observer;
 mod options;
 pub mod replay;
@@ -112,6 +113,7 @@ pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cx
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
+pub use crate::objective::Objective;
 pub use crate::observer::{Event, Observer, Phase};
 pub use crate::report::{
     load as load_reports, short_error, short_error_line, write_csv, write_json,

@@ -20,7 +20,7 @@ use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
     CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, choices as plural, rank,
+    ShardInfo, choices as plural, rank, set_objective,
 };
 use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
@@ -361,6 +361,7 @@ fn tune_inner(
         selection: options.selection.clone(),
         shard: options.shard,
         metrics: manifest.metrics.names(),
+        objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
     };
     let mut notes = space_notes;
     notes.extend(source_notes(&manifest));
@@ -733,6 +734,7 @@ fn tune_inner(
                 reason: reason.to_owned(),
             });
         }
+        set_objective(&mut results[told..], header.objective.as_ref());
         for result in &results[told..] {
             strategy.tell(result.index, result);
         }
@@ -776,6 +778,7 @@ fn tune_inner(
 
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
+    set_objective(&mut results, header.objective.as_ref());
     rank(&mut results);
     Ok(Report {
         info: RunInfo {

@@ -4,6 +4,7 @@ mod careful;
 mod community;
 mod compile_deadline;
 mod kernel_tuner;
+mod kt_manifests;
 mod resume;
 mod search;
 mod shards;

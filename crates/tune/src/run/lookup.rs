@@ -242,6 +242,7 @@ mod tests {
             },
             shard: None,
             metrics: vec!["twice".into()],
+            objective: None,
         }
     }
 

@@ -185,6 +185,13 @@ impl Restriction {
     /// A parse error (the column, and what was expected there), or a name that is not a param
     /// (naming the params).
     pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
+        if let Some(body) = lambda_body(text) {
+            bail!(
+                "{text:?} is a Python lambda, which Kernel Tuner takes in a script; a manifest \
+                 gives the condition itself, over the params' names: {:?}",
+                body
+            );
+        }
         let expr = Expr::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
         let names: Vec<&str> = params.keys().map(String::as_str).collect();
         if let Some(unknown) = expr.variables().iter().find(|v| !params.contains_key(*v)) {
@@ -197,6 +204,36 @@ impl Restriction {
         let last = compiled.slots().iter().copied().max().unwrap_or(0);
         Ok(Restriction { compiled, last })
     }
+}
+
+/// The condition a restriction written as a Python lambda means, as a manifest writes it:
+/// `lambda p: p["BX"] * p["BY"] <= 1024` is `BX * BY <= 1024`, and `lambda BX, BY: BX < BY`
+/// is `BX < BY`; `None` when `text` is not a lambda.
+fn lambda_body(text: &str) -> Option<String> {
+    let rest = text.trim_start().strip_prefix("lambda")?;
+    if !rest.starts_with(|c: char| c.is_whitespace()) {
+        return None;
+    }
+    let (args, body) = rest.split_once(':')?;
+    let args: Vec<&str> = args.split(',').map(str::trim).collect();
+    let mut body = body.trim().to_owned();
+    // `lambda p: p["X"]`: Kernel Tuner hands the lambda a dict of the params.
+    if let [dict] = args.as_slice()
+        && !dict.is_empty()
+    {
+        for quote in ['"', '\''] {
+            let open = format!("{dict}[{quote}");
+            while let Some(start) = body.find(&open) {
+                let name_start = start + open.len();
+                let Some(len) = body[name_start..].find(&format!("{quote}]")) else {
+                    break;
+                };
+                let name = body[name_start..name_start + len].to_owned();
+                body.replace_range(start..name_start + len + 2, &name);
+            }
+        }
+    }
+    Some(body)
 }
 
 /// Every choice of the space that satisfies every restriction, in canonical order.

@@ -65,11 +65,12 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
     })
 }
 
-/// The objective a strategy minimizes for a result: the median in ms for `ok`, `+inf` for a
-/// failure (or a NaN median).
+/// The objective a strategy minimizes for a result: its [`ChoiceResult::cost`] for `ok` (the
+/// median in ms, or the manifest's objective metric, negated when higher is better), `+inf`
+/// for a failure (or a NaN or missing cost).
 pub(crate) fn objective(result: &ChoiceResult) -> f64 {
-    match (result.status, result.median_ms()) {
-        (Status::Ok, Some(ms)) if !ms.is_nan() => ms,
+    match (result.status, result.cost()) {
+        (Status::Ok, Some(cost)) if !cost.is_nan() => cost,
         _ => f64::INFINITY,
     }
 }
