@@ -122,9 +122,11 @@ impl Plan {
     ) -> Result<Plan> {
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-        space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
-            .with_context(|| format!("{}", manifest.path.display()))?;
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> =
+            space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
+                .with_context(|| format!("{}", manifest.path.display()))?
+                .into_iter()
+                .collect();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
         if let Some(launch) = &manifest.launch {
             let removed = space.retain(|choice| {

@@ -621,7 +621,7 @@ impl SearchSpace {
 /// Readies a space too large to list for a run of the strategy called `strategy`: brute
 /// force lists the block of the raw product that `shard` owns (and needs a shard); another
 /// strategy samples the raw product, and needs a budget (`budget_given`). Nothing to do for a
-/// listed space.
+/// listed space; otherwise a note of what was done, for the report.
 ///
 /// # Errors
 ///
@@ -632,12 +632,21 @@ pub(crate) fn prepare_unlisted(
     strategy: &str,
     budget_given: bool,
     shard: Option<ShardInfo>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     if space.is_listed() {
-        return Ok(());
+        return Ok(None);
     }
+    let unlisted = format!(
+        "more than {MAX_VALID} choices satisfy the restrictions, too many to list: indices \
+         are positions in the raw product of the params ({} choices before restrictions)",
+        space.raw_len()
+    );
     if strategy == "brute-force" {
-        return space.list_shard_within(shard, MAX_VALID);
+        space.list_shard_within(shard, MAX_VALID)?;
+        return Ok(Some(format!(
+            "{unlisted}; this shard owns a block of it, {} valid",
+            crate::results::choices(space.listed_len())
+        )));
     }
     ensure!(
         budget_given,
@@ -646,7 +655,9 @@ pub(crate) fn prepare_unlisted(
          needs --budget N (the most choices to measure)",
         space.raw_len()
     );
-    Ok(())
+    Ok(Some(format!(
+        "{unlisted}; {strategy} draws its choices from it at random, keeping the valid ones"
+    )))
 }
 
 /// The mixed-radix rank of value indices `index` over `radix` (the first position most
