@@ -31,7 +31,7 @@ use self::timing::MAX_REPS;
 use crate::launch::{Launch, RawLaunch};
 use crate::metrics::Metrics;
 use crate::objective::{self, Objective};
-use crate::space::{ParamValue, Restriction};
+use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
 pub use self::builder::ManifestBuilder;
 pub(crate) use self::source::{KernelSource, Language};
@@ -188,6 +188,58 @@ impl Manifest {
             unsupported: extras.unsupported,
         })
     }
+}
+
+/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
+/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
+///
+/// # Errors
+///
+/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
+pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
+    space_of_file(path, |params, restrictions| {
+        SearchSpace::new(params, restrictions)
+    })
+}
+
+/// Counts the valid choices of the space of a manifest or FAIR T1 file (as [`load_space`]
+/// reads it) without listing them, telling `progress` the fraction done (0.0 to 1.0) now and
+/// then: what `tunebox tune --count` prints (see [`crate::count_space`]).
+///
+/// # Errors
+///
+/// As [`load_space`].
+pub fn count_file(
+    path: &std::path::Path,
+    progress: &mut dyn FnMut(f64),
+) -> crate::Result<SpaceCount> {
+    space_of_file(path, |params, restrictions| {
+        crate::space::count_parsed(params, restrictions, progress)
+    })
+}
+
+/// Reads the params and restrictions of a manifest or T1 file and hands them to `then`.
+fn space_of_file<T>(
+    path: &std::path::Path,
+    then: impl FnOnce(&IndexMap<String, Vec<ParamValue>>, &[Restriction]) -> Result<T>,
+) -> crate::Result<T> {
+    if path.extension().is_some_and(|e| e == "json") {
+        let t1 = crate::formats::T1File::read(path)
+            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
+        let conditions: Vec<String> = t1
+            .configuration_space
+            .conditions
+            .iter()
+            .map(|c| c.expression.clone())
+            .collect();
+        let params = t1.tune_params();
+        let run = || then(&params, &params::restrictions(&conditions, &params)?);
+        return run().map_err(crate::Error::manifest);
+    }
+    let manifest = Manifest::load(path, &compiler())?;
+    then(&manifest.params, &manifest.restrictions)
+        .with_context(|| format!("invalid manifest {}", path.display()))
+        .map_err(crate::Error::manifest)
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel

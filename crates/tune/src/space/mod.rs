@@ -14,7 +14,6 @@ mod solver;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail, ensure};
-use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Value};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use tunebox_expr::{Compiled, Expr, Value as PyValue};
@@ -66,22 +65,14 @@ impl ParamValue {
         }
     }
 
-    /// The value as a Python value for restrictions, borrowing strings.
-    fn to_python(&self) -> PyValue<'_> {
+    /// The value as a Python value for restrictions, metrics and launch geometry, borrowing
+    /// strings.
+    pub(crate) fn to_python(&self) -> PyValue<'_> {
         match self {
             ParamValue::Int(i) => PyValue::Int(*i),
             ParamValue::Float(f) => PyValue::Float(*f),
             ParamValue::Bool(b) => PyValue::Bool(*b),
             ParamValue::Str(s) => PyValue::Str(s),
-        }
-    }
-
-    fn to_eval(&self) -> Value<DefaultNumericTypes> {
-        match self {
-            ParamValue::Int(i) => Value::Int(*i),
-            ParamValue::Float(f) => Value::Float(*f),
-            ParamValue::Bool(b) => Value::Boolean(*b),
-            ParamValue::Str(s) => Value::String(s.clone()),
         }
     }
 }
@@ -116,19 +107,6 @@ impl Choice {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    /// An expression context with every parameter bound to its value here.
-    ///
-    /// # Errors
-    ///
-    /// A value evalexpr cannot hold (none today).
-    pub(crate) fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
-        let mut context = HashMapContext::<DefaultNumericTypes>::new();
-        for (name, value) in &self.0 {
-            bind(&mut context, name, value)?;
-        }
-        Ok(context)
     }
 
     /// The choice as compiler defines.
@@ -730,68 +708,19 @@ pub fn count_space(
     count().map_err(crate::Error::manifest)
 }
 
-/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
-/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
+/// Counts the valid choices of `params` under parsed `restrictions` (see [`count_space`]).
 ///
 /// # Errors
 ///
-/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
-pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
-    let build = |params: &IndexMap<String, Vec<ParamValue>>, restrictions: &[Restriction]| {
-        SearchSpace::new(params, restrictions)
-    };
-    from_file(path, build)
-}
-
-/// Counts the valid choices of the space of a manifest or FAIR T1 file (as [`load_space`]
-/// reads it) without listing them, telling `progress` the fraction done: see [`count_space`].
-///
-/// # Errors
-///
-/// As [`load_space`].
-pub fn count_file(
-    path: &std::path::Path,
+/// A raw product over 2^64 choices; a restriction that raises.
+pub(crate) fn count_parsed(
+    params: &IndexMap<String, Vec<ParamValue>>,
+    restrictions: &[Restriction],
     progress: &mut dyn FnMut(f64),
-) -> crate::Result<SpaceCount> {
-    from_file(path, |params, restrictions| {
-        let raw = checked_radix(params)?.iter().product();
-        let valid = Problem::new(params, restrictions).count(progress)?;
-        Ok(SpaceCount { valid, raw })
-    })
-}
-
-/// Reads the params and restrictions of a manifest or T1 file and hands them to `then`.
-fn from_file<T>(
-    path: &std::path::Path,
-    then: impl FnOnce(&IndexMap<String, Vec<ParamValue>>, &[Restriction]) -> Result<T>,
-) -> crate::Result<T> {
-    if path.extension().is_some_and(|e| e == "json") {
-        let t1 = crate::formats::T1File::read(path)
-            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
-        let conditions: Vec<String> = t1
-            .configuration_space
-            .conditions
-            .iter()
-            .map(|c| c.expression.clone())
-            .collect();
-        let params = t1.tune_params();
-        let run = || then(&params, &parse_all(&conditions, &params)?);
-        return run().map_err(crate::Error::manifest);
-    }
-    let manifest = crate::Manifest::load(path, &crate::compiler())?;
-    then(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", path.display()))
-        .map_err(crate::Error::manifest)
-}
-
-fn bind(
-    context: &mut HashMapContext<DefaultNumericTypes>,
-    name: &str,
-    value: &ParamValue,
-) -> Result<()> {
-    context
-        .set_value(name.to_owned(), value.to_eval())
-        .map_err(|e| anyhow::anyhow!("cannot bind {name}: {e}"))
+) -> Result<SpaceCount> {
+    let raw = checked_radix(params)?.iter().product();
+    let valid = Problem::new(params, restrictions).count(progress)?;
+    Ok(SpaceCount { valid, raw })
 }
 
 #[cfg(test)]
