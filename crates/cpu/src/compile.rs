@@ -303,7 +303,7 @@ pub fn compile_with(
     })?;
     let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
     let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
-    let dir = cache.ensure()?;
+    let dir = cache::ensure(cache)?;
     if let Some((key, path, dependencies)) = cache::lookup(dir, &base) {
         log::debug!(
             "cpu: cache hit for `{}`: {}",

@@ -108,11 +108,11 @@ mod strategy;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Error, Result};
-pub use crate::error_line::{short_error, short_error_line};
+pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::manifest::{
-    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, count_file, cxx_compiler, load_space,
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, count_file, load_space,
 };
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;

@@ -34,8 +34,8 @@ use crate::objective::{self, Objective};
 use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
 pub use self::builder::ManifestBuilder;
+pub use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
-pub use self::source::{compiler, cxx_compiler};
 pub use self::timing::MAX_TIMEOUT_S;
 pub(crate) use self::verify::{Reference, Verify};
 

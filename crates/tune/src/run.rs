@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
@@ -394,7 +394,7 @@ fn tune_inner(
     let mut not_measured: Vec<NotMeasured> = Vec::new();
     let mut hits = 0;
     let reference = measure::reference_request(&manifest)?;
-    let kernel_cache = CacheDir::from_env()?;
+    let kernel_cache = tunebox_cpu::default_cache_dir()?;
     // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once (they
     // run in process groups of their own, so the terminal's SIGINT reaches only us).
     let cancel = || stop.poll(observer);

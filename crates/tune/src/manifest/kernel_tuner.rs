@@ -14,6 +14,36 @@ use crate::launch::RawLaunch;
 /// `compiler_options`, `answer` + `atol`, `grid_div_x/y/z`, `problem_size` in `[launch]`) to
 /// tunebox's fields, refusing a field given both ways.
 pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
+    argument_list(&mut raw)?;
+    if let Some(tune_params) = raw.tune_params.take() {
+        ensure!(
+            raw.params.is_none(),
+            "params and tune_params: give the parameters once (tune_params is Kernel Tuner's name \
+             for params)"
+        );
+        raw.params = Some(tune_params);
+    }
+    kernel_fields(&mut raw)?;
+    launch_fields(&mut raw)?;
+    if let Some(iterations) = raw.iterations {
+        ensure!(
+            (1..=MAX_REPS).contains(&iterations),
+            "iterations = {iterations}: give 1 to {MAX_REPS} timed reps per choice"
+        );
+        if let Some(t) = &raw.timing {
+            ensure!(
+                t.min_reps.is_none() && t.max_reps.is_none(),
+                "iterations and timing.min_reps/max_reps: iterations sets both; give one or the \
+                 other"
+            );
+        }
+    }
+    answer(&mut raw)?;
+    Ok(raw)
+}
+
+/// `[[arguments]]`: Kernel Tuner's argument list, as `[[tensors]]`, `[[scalars]]` and `args`.
+fn argument_list(raw: &mut RawManifest) -> Result<()> {
     if let Some(arguments) = raw.arguments.take() {
         ensure!(
             raw.tensors.is_empty() && raw.scalars.is_empty() && raw.args.is_none(),
@@ -44,14 +74,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         }
         raw.args = Some(order);
     }
-    if let Some(tune_params) = raw.tune_params.take() {
-        ensure!(
-            raw.params.is_none(),
-            "params and tune_params: give the parameters once (tune_params is Kernel Tuner's name \
-             for params)"
-        );
-        raw.params = Some(tune_params);
-    }
+    Ok(())
+}
+
+/// The top-level `kernel_name`, `kernel_source`, `lang` and `compiler_options`, into `[kernel]`.
+fn kernel_fields(raw: &mut RawManifest) -> Result<()> {
     let top_level = raw.kernel_name.is_some()
         || raw.kernel_source.is_some()
         || raw.lang.is_some()
@@ -105,6 +132,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
             k.compiler_options = raw.compiler_options.take();
         }
     }
+    Ok(())
+}
+
+/// The top-level `grid_div_x/y/z` into `[launch]`, and `[launch]`'s `problem_size` to the top.
+fn launch_fields(raw: &mut RawManifest) -> Result<()> {
     let divs = [
         ("grid_div_x", raw.grid_div_x.take()),
         ("grid_div_y", raw.grid_div_y.take()),
@@ -137,19 +169,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         );
         raw.problem_size = Some(problem);
     }
-    if let Some(iterations) = raw.iterations {
-        ensure!(
-            (1..=MAX_REPS).contains(&iterations),
-            "iterations = {iterations}: give 1 to {MAX_REPS} timed reps per choice"
-        );
-        if let Some(t) = &raw.timing {
-            ensure!(
-                t.min_reps.is_none() && t.max_reps.is_none(),
-                "iterations and timing.min_reps/max_reps: iterations sets both; give one or the \
-                 other"
-            );
-        }
-    }
+    Ok(())
+}
+
+/// `answer` (and `atol`): Kernel Tuner's reference outputs, as `[verify]`.
+fn answer(raw: &mut RawManifest) -> Result<()> {
     match (raw.answer.take(), raw.atol) {
         (Some(answer), atol) => {
             ensure!(
@@ -174,7 +198,7 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         ),
         (None, None) => {}
     }
-    Ok(raw)
+    Ok(())
 }
 
 /// Kernel Tuner's default `atol`.

@@ -65,7 +65,7 @@ pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Com
 
 /// The kernel cache, created.
 pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
-    let cache = CacheDir::from_env()?;
+    let cache = tunebox_cpu::default_cache_dir()?;
     std::fs::create_dir_all(cache.path()).with_context(|| {
         format!(
             "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
