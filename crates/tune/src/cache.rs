@@ -236,10 +236,10 @@ impl ResultsCache {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Run`]: the file cannot be created, read or opened for appending, or is
+    /// [`crate::TuneError::Run`]: the file cannot be created, read or opened for appending, or is
     /// not a results cache.
     pub fn load(path: &Path, fresh: bool) -> crate::Result<ResultsCache> {
-        ResultsCache::open(path, &[], fresh).map_err(crate::Error::run)
+        ResultsCache::open(path, &[], fresh).map_err(crate::TuneError::run)
     }
 
     /// The file's path.

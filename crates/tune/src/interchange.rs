@@ -151,7 +151,7 @@ pub fn to_t4(report: &Report) -> T4File {
 pub fn write_t4(report: &Report, path: &Path) -> crate::Result<()> {
     to_t4(report)
         .write(path)
-        .map_err(|e| crate::Error::report(anyhow::Error::new(e)))
+        .map_err(|e| crate::TuneError::report(anyhow::Error::new(e)))
 }
 
 /// Statistics of one time `ms`, with the reps' times when known.

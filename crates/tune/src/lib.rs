@@ -31,7 +31,7 @@
 //!    [`merge`] for shards.
 //!
 //! A choice that fails (does not compile, crashes, hangs, computes garbage) is a result with
-//! its status, never an [`Error`]. A [`Stop`] raised from any thread, or an [`Observer`] whose
+//! its status, never a [`TuneError`]. A [`Stop`] raised from any thread, or an [`Observer`] whose
 //! [`Observer::should_stop`] answers `true`, ends the run early with the results so far; the
 //! report lists the rest, those the strategy had yet to ask for included, as [`NotMeasured`].
 //!
@@ -107,7 +107,7 @@ pub mod strategies;
 mod strategy;
 
 pub use crate::cache::ResultsCache;
-pub use crate::error::{Error, Result};
+pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};

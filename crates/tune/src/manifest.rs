@@ -83,7 +83,7 @@ impl Manifest {
     /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
     /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
     pub fn load(path: &Path, compiler: &str) -> crate::Result<Manifest> {
-        Manifest::read(path, compiler).map_err(crate::Error::manifest)
+        Manifest::read(path, compiler).map_err(crate::TuneError::manifest)
     }
 
     /// What the user should know about how the file was read: the fields of a T1 file that
@@ -195,7 +195,7 @@ impl Manifest {
 ///
 /// # Errors
 ///
-/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
+/// [`crate::TuneError::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
 pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
     space_of_file(path, |params, restrictions| {
         SearchSpace::new(params, restrictions)
@@ -225,7 +225,7 @@ fn space_of_file<T>(
 ) -> crate::Result<T> {
     if path.extension().is_some_and(|e| e == "json") {
         let t1 = crate::formats::T1File::read(path)
-            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
+            .map_err(|e| crate::TuneError::manifest(anyhow::Error::new(e)))?;
         let conditions: Vec<String> = t1
             .configuration_space
             .conditions
@@ -234,12 +234,12 @@ fn space_of_file<T>(
             .collect();
         let params = t1.tune_params();
         let run = || then(&params, &params::restrictions(&conditions, &params)?);
-        return run().map_err(crate::Error::manifest);
+        return run().map_err(crate::TuneError::manifest);
     }
     let manifest = Manifest::load(path, &compiler())?;
     then(&manifest.params, &manifest.restrictions)
         .with_context(|| format!("invalid manifest {}", path.display()))
-        .map_err(crate::Error::manifest)
+        .map_err(crate::TuneError::manifest)
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel

@@ -87,7 +87,7 @@ impl Recording {
     ///
     /// The file cannot be read, is none of these, or is malformed (naming the field).
     pub fn read(path: &Path) -> crate::Result<Recording> {
-        Recording::read_any(path).map_err(crate::Error::report)
+        Recording::read_any(path).map_err(crate::TuneError::report)
     }
 
     /// [`Recording::read`] of any of the formats it reads, its errors as `anyhow`.
@@ -304,7 +304,7 @@ impl Recorded {
         recorded.sort_unstable();
         ours.sort_unstable();
         if recorded != ours {
-            return Err(crate::Error::Report {
+            return Err(crate::TuneError::Report {
                 message: format!(
                     "{} records the params {}, the space has {}: replay needs the same params",
                     recording.source,

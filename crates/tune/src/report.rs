@@ -18,7 +18,7 @@ use tunebox_pool::Status;
 ///
 /// The file cannot be written.
 pub fn write_json(report: &Report, path: &Path) -> crate::Result<()> {
-    json_file(report, path).map_err(crate::Error::report)
+    json_file(report, path).map_err(crate::TuneError::report)
 }
 
 fn json_file(report: &Report, path: &Path) -> Result<()> {
@@ -34,7 +34,7 @@ fn json_file(report: &Report, path: &Path) -> Result<()> {
 ///
 /// The file cannot be written.
 pub fn write_csv(report: &Report, path: &Path) -> crate::Result<()> {
-    csv_file(report, path).map_err(crate::Error::report)
+    csv_file(report, path).map_err(crate::TuneError::report)
 }
 
 fn csv_file(report: &Report, path: &Path) -> Result<()> {
@@ -143,7 +143,7 @@ fn csv_line(fields: &[String]) -> String {
 ///
 /// The file cannot be read or is neither.
 pub fn load(path: &Path) -> crate::Result<Vec<Report>> {
-    read(path).map_err(crate::Error::report)
+    read(path).map_err(crate::TuneError::report)
 }
 
 fn read(path: &Path) -> Result<Vec<Report>> {

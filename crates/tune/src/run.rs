@@ -13,7 +13,7 @@ use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
-use crate::error::Error;
+use crate::error::TuneError;
 use crate::fingerprint;
 use crate::manifest::{Language, Manifest, Reference, Verify, compiler};
 use crate::measure::{self, Bench};
@@ -111,7 +111,7 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard, true).map_err(crate::Error::manifest)
+        Plan::build(manifest, strategy, shard, true).map_err(crate::TuneError::manifest)
     }
 
     fn build(
@@ -237,7 +237,7 @@ fn unasked(
 ///
 /// An invalid manifest, or restrictions that leave no choice.
 pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> crate::Result<Plan> {
-    plan_inner(path, selection, shard).map_err(crate::Error::manifest)
+    plan_inner(path, selection, shard).map_err(crate::TuneError::manifest)
 }
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
@@ -277,7 +277,7 @@ pub fn run(
     observer: &dyn Observer,
     stop: &Stop,
 ) -> crate::Result<Report> {
-    tune_inner(plan, options, observer, stop).map_err(crate::Error::run)
+    tune_inner(plan, options, observer, stop).map_err(crate::TuneError::run)
 }
 
 fn tune_inner(
@@ -300,7 +300,7 @@ fn tune_inner(
     let choices = &space;
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
-            check_output_path(flag, path, &manifest).map_err(Error::options)?;
+            check_output_path(flag, path, &manifest).map_err(TuneError::options)?;
         }
     }
     let cache_path = match &options.cache {
@@ -314,10 +314,10 @@ fn tune_inner(
         _ => Vec::new(),
     };
     if let Some(path) = &cache_path {
-        check_output_path("--cache", path, &manifest).map_err(Error::options)?;
+        check_output_path("--cache", path, &manifest).map_err(TuneError::options)?;
         for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
             if other.as_deref() == Some(path.as_path()) {
-                return Err(Error::options(format_args!(
+                return Err(TuneError::options(format_args!(
                     "--cache and {flag} are the same file {}; give them different paths",
                     path.display()
                 )));

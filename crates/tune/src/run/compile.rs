@@ -46,10 +46,10 @@ pub enum Compiled {
 ///
 /// # Errors
 ///
-/// The kernel cache cannot be created ([`crate::Error::Run`]); a compile that fails is a
+/// The kernel cache cannot be created ([`crate::TuneError::Run`]); a compile that fails is a
 /// [`Compiled::Failed`], not an error.
 pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Compiled> {
-    let kernel_cache = kernel_cache().map_err(crate::Error::run)?;
+    let kernel_cache = kernel_cache().map_err(crate::TuneError::run)?;
     let cancel = || stop.requested();
     let control = CompileControl {
         timeout: setup.manifest.compile_timeout,

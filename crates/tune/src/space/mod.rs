@@ -285,7 +285,7 @@ impl SearchSpace {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Manifest`]: a restriction that does not parse, names an unknown param or
+    /// [`crate::TuneError::Manifest`]: a restriction that does not parse, names an unknown param or
     /// raises for some choice; a raw product over 2^64 choices.
     pub fn from_params(
         params: &IndexMap<String, Vec<ParamValue>>,
@@ -295,7 +295,7 @@ impl SearchSpace {
             let parsed = parse_all(restrictions, params)?;
             SearchSpace::new(params, &parsed)
         };
-        build().map_err(crate::Error::manifest)
+        build().map_err(crate::TuneError::manifest)
     }
 
     /// [`SearchSpace::new`], listing at most `max_valid` valid choices.
@@ -490,7 +490,7 @@ impl SearchSpace {
     /// shards would do); a restriction that raises.
     pub fn list_shard(&mut self, shard: Option<ShardInfo>) -> crate::Result<()> {
         self.list_shard_within(shard, MAX_VALID)
-            .map_err(crate::Error::manifest)
+            .map_err(crate::TuneError::manifest)
     }
 
     fn list_shard_within(&mut self, shard: Option<ShardInfo>, max: usize) -> Result<()> {
@@ -705,7 +705,7 @@ pub fn count_space(
             raw: radix.iter().product(),
         })
     };
-    count().map_err(crate::Error::manifest)
+    count().map_err(crate::TuneError::manifest)
 }
 
 /// Counts the valid choices of `params` under parsed `restrictions` (see [`count_space`]).
