@@ -27,6 +27,10 @@ use crate::ckernel;
 use crate::frame::{self, Op};
 use crate::serve::{BACKEND, TASK_TYPE};
 
+/// The exit code a Python worker ends itself with when a call runs past its timeout (its timer
+/// thread, as TVM's worker has one): reported as `TimeoutError`, not as a crash.
+const TIMED_OUT_EXIT: i32 = 211;
+
 /// A wait with no timeout (TVM's `timeout=None`): 30 days.
 const FOREVER: Duration = Duration::from_secs(30 * 24 * 3600);
 
@@ -99,6 +103,7 @@ impl Worker {
         for (key, value) in env {
             config = config.env(key, value);
         }
+        config = config.env("TUNEBOX_PYTHON_TIMED_OUT_EXIT", TIMED_OUT_EXIT.to_string());
         if let Some(pickle) = initializer {
             let init = InitRequest::new(request(Op::Init, &[&pickle])?)
                 .timeout(init_timeout.map_or(FOREVER, seconds));
@@ -502,6 +507,13 @@ fn to_python(error: ProcessError) -> PyErr {
     let message = with_sources(&error);
     match error {
         ProcessError::Timeout { .. } => PyTimeoutError::new_err(message),
+        ProcessError::WorkerCrashed {
+            pid,
+            exit_code: Some(TIMED_OUT_EXIT),
+            ..
+        } => PyTimeoutError::new_err(format!(
+            "the call ran past its timeout; worker {pid} ended itself and was replaced"
+        )),
         ProcessError::WorkerCrashed { .. }
         | ProcessError::ExitedBeforeHandshake { .. }
         | ProcessError::HandshakeTimeout { .. }

@@ -276,6 +276,18 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
         kt.failed_count(),
         kt.objective
     ));
+    if kt.still_open {
+        info.notes.push(format!(
+            "{} was not closed (a Kernel Tuner run still writing it, or interrupted): read as \
+             Kernel Tuner reads it, up to its last whole record{}",
+            kt.path.display(),
+            if kt.cut_record {
+                " (the record being written when it was read is left out)"
+            } else {
+                ""
+            }
+        ));
+    }
     Report { info, results }
 }
 

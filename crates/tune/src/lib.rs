@@ -105,6 +105,7 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod worker_stdout;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Result, TuneError};
@@ -112,7 +113,7 @@ pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::manifest::{
-    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, count_file, load_space,
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, count_file, load_space,
 };
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;

@@ -9,6 +9,7 @@
 
 mod arguments;
 mod builder;
+mod env;
 mod from_t1;
 mod kernel_tuner;
 mod params;
@@ -34,6 +35,7 @@ use crate::objective::{self, Objective};
 use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
 pub use self::builder::ManifestBuilder;
+pub use self::env::WorkerEnv;
 pub use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
 pub use self::timing::MAX_TIMEOUT_S;
@@ -71,6 +73,8 @@ pub struct Manifest {
     /// Why the manifest can be listed but not tuned (a T1 file naming a source that is not
     /// there, a language or an argument tunebox cannot run); empty for a runnable manifest.
     pub(crate) unsupported: Vec<String>,
+    /// `[env]`: the user's variables the workers get beyond the default list.
+    pub(crate) env: WorkerEnv,
 }
 
 impl Manifest {
@@ -90,6 +94,18 @@ impl Manifest {
     /// tunebox does not use, and how it reads them.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// Adds `env` to `[env]` (its values win), and says again which variables the kernel
+    /// reads that do not reach the workers.
+    pub(crate) fn add_env(&mut self, env: WorkerEnv) {
+        let dropped =
+            |m: &Manifest| env::dropped_notes(&m.kernel.source_name, &m.kernel.text, &m.env);
+        let before = dropped(self);
+        self.notes.retain(|n| !before.contains(n));
+        self.env.extend(env);
+        let after = dropped(self);
+        self.notes.extend(after);
     }
 
     /// Why this manifest can be listed (`tunebox tune --list`) but not tuned: e.g. a T1 file
@@ -168,6 +184,8 @@ impl Manifest {
             .take()
             .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size))
             .transpose()?;
+        let env = env::env(raw.env.take())?;
+        notes.extend(env::dropped_notes(&kernel.source_name, &kernel.text, &env));
         Ok(Manifest {
             path: path.to_owned(),
             name: name(raw.name, path),
@@ -186,6 +204,7 @@ impl Manifest {
             objective,
             notes,
             unsupported: extras.unsupported,
+            env,
         })
     }
 }

@@ -195,13 +195,24 @@ pub struct RefineInfo {
     pub rep_factor: f64,
 }
 
-/// Where results came from the cache.
+/// Where results came from the cache, and those it could not keep.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheInfo {
     /// The results cache's path.
     pub path: String,
     /// Choices taken from it rather than measured.
     pub hits: usize,
+    /// Results of the run that could not be written to it (a full or read-only file system):
+    /// a re-run measures them again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_cached: usize,
+    /// Why the first of them could not be written, with the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_cached_reason: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A run, described.

@@ -15,12 +15,12 @@ use tunebox_protocol::{BenchmarkRequest, Kernel};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::TuneError;
 use crate::fingerprint;
-use crate::manifest::{Language, Manifest, Reference, Verify, compiler};
+use crate::manifest::{Language, Manifest, Reference, Verify, WorkerEnv, compiler};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
-    CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, choices as plural, rank, set_objective,
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection, ShardInfo,
+    choices as plural, rank, set_objective,
 };
 use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
@@ -171,6 +171,14 @@ impl Plan {
         &self.manifest
     }
 
+    /// The plan with `env` added to the manifest's `[env]` (its values win): what
+    /// `tunebox tune --env` passes to the workers for one run. Part of the results-cache key,
+    /// as `[env]` is.
+    pub fn with_env(mut self, env: WorkerEnv) -> Plan {
+        self.manifest.add_env(env);
+        self
+    }
+
     /// The search space (every valid choice, by stable index).
     pub fn space(&self) -> &SearchSpace {
         &self.space
@@ -287,6 +295,7 @@ fn tune_inner(
     stop: &Stop,
 ) -> Result<Report> {
     let start = Instant::now();
+    let stdout_log = crate::worker_stdout::Watch::start();
     let deadline = options.max_time.map(|t| start + t);
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
     let Plan {
@@ -375,19 +384,18 @@ fn tune_inner(
             choices.len()
         ));
     }
+    // One count for the whole run, across the rounds of an adaptive search.
+    let planned = planned_total(&options.selection, choices.len(), selected.len());
+    let adaptive = planned > selected.len();
+    progress.planned(planned);
 
     let mut cache = cache_path
         .as_deref()
         .map(|path| ResultsCache::open(path, &cache_others, options.fresh))
         .transpose()?;
-    if let Some(c) = &cache
-        && c.unreadable() > 0
-    {
-        notes.push(format!(
-            "{} unreadable lines of the results cache {} were ignored (cut short by a kill?)",
-            c.unreadable(),
-            c.path().display()
-        ));
+    for note in cache.iter().flat_map(ResultsCache::notes) {
+        progress.note(&note);
+        notes.push(note);
     }
 
     let mut results: Vec<ChoiceResult> = Vec::with_capacity(selected.len());
@@ -415,6 +423,8 @@ fn tune_inner(
     let mut deps_of: HashMap<usize, Deps> = HashMap::new();
     // Results the strategy has been told.
     let mut told = 0;
+    // Whether the compiling note is still to be said (once, not every round).
+    let mut first_compile_round = true;
     let mut batch = selected;
     // Ask, measure, tell, until the strategy has no more (brute force and random sampling
     // ask for everything at once: one round).
@@ -432,17 +442,19 @@ fn tune_inner(
         deps_of.extend(deps);
         // Lines read from another file of the manifest (a shard's) are copied into this one.
         if let Err(e) = adopt(&mut cache, &hit_keys) {
-            progress.note(&format!("warning: {e:#}; results are no longer cached"));
+            progress.note(&format!("warning: {e:#}"));
         }
         hits += round_hits;
+        if round_hits > 0 {
+            progress.cached(round_hits);
+        }
+        // Said once: an adaptive search, which may take one choice at a time from a full
+        // cache, says it at the end.
         if round_hits > 0
+            && !adaptive
             && let Some(c) = &cache
         {
-            progress.note(&format!(
-                "skipped {} already measured (results cache {}; --fresh re-measures them)",
-                plural(round_hits),
-                c.path().display()
-            ));
+            progress.note(&skipped_note(round_hits, c));
         }
 
         // C kernels compile in the parent, on the cores the workers leave, while the choices
@@ -495,8 +507,8 @@ fn tune_inner(
                     deps,
                 ))
             {
-                progress.note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                // Counted by the cache (the report and the exit status say it); the run goes on.
+                progress.note(&format!("warning: {e:#}"));
             }
             results.push(result);
         };
@@ -577,7 +589,7 @@ fn tune_inner(
                     plural(ready_now.len() + c_todo.len())
                 ),
             );
-            if !c_todo.is_empty() {
+            if !c_todo.is_empty() && std::mem::replace(&mut first_compile_round, false) {
                 progress.note(&format!(
                     "compiling {} on {}{}…",
                     plural(c_todo.len()),
@@ -752,6 +764,13 @@ fn tune_inner(
         }
     }
 
+    if adaptive
+        && hits > 0
+        && let Some(c) = &cache
+    {
+        progress.note(&skipped_note(hits, c));
+    }
+
     // Early elimination: the best few are measured again, longer, and ranked by that.
     if let Some(top) = refine
         && !stop.poll(progress)
@@ -780,6 +799,7 @@ fn tune_inner(
 
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
+    notes.extend(stdout_log.note());
     set_objective(&mut results, header.objective.as_ref());
     rank(&mut results);
     Ok(Report {
@@ -791,10 +811,7 @@ fn tune_inner(
                 top,
                 rep_factor: REFINE_FACTOR,
             }),
-            cache: cache_path.map(|path| CacheInfo {
-                path: path.display().to_string(),
-                hits,
-            }),
+            cache: cache.as_ref().map(|c| c.info(hits)),
             interrupted: stop.requested(),
             not_measured,
             notes,
@@ -804,6 +821,24 @@ fn tune_inner(
         },
         results,
     })
+}
+
+/// The note that `hits` choices came from `cache` and were not measured again.
+fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
+    format!(
+        "skipped {} already measured (results cache {}; --fresh re-measures them)",
+        plural(hits),
+        cache.path().display()
+    )
+}
+
+/// About how many choices a run finishes, cached ones included: what the strategy asked for
+/// at once, or for an adaptive search asking a few at a time, its budget (at most the space).
+fn planned_total(selection: &Selection, space: usize, first_batch: usize) -> usize {
+    match selection.budget {
+        Some(budget) if budget > first_batch => budget.min(space),
+        _ => first_batch,
+    }
 }
 
 /// What compiling one C choice gave: `None` when it was not started (the run was stopped).
@@ -876,6 +911,7 @@ pub(crate) fn open_bench(
         timeout,
         options.max_process_uses,
         options.worker.as_deref(),
+        &manifest.env,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })

@@ -44,8 +44,13 @@ def handle(op, data, buffers):
         return _reply(loaded[1])
     try:
         fn, args, kwargs = loaded[1]
+        timer = _arm(timeout)
         started = time.perf_counter()
-        value = fn(*args, **kwargs)
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            if timer is not None:
+                timer.cancel()
         if timeout is not None and time.perf_counter() - started > timeout:
             # Too late, as TVM's worker reports it; the parent replaces this worker.
             return _calls.TIMEOUT, b"", [], None
@@ -64,6 +69,25 @@ def handle(op, data, buffers):
             TypeError(f"tunebox: could not pickle the result of {fn!r}: {exception}")
         )
     return _calls.COMPLETE, data, _calls.addresses(views), views
+
+
+def _arm(timeout):
+    """TVM's watcher: a timer thread that ends the worker when the call runs past ``timeout``,
+    with the exit code the parent reads as a timeout (the parent's own kill, at ``timeout`` plus
+    a slack, covers a call that holds the GIL)."""
+    if timeout is None:
+        return None
+    import threading
+
+    timer = threading.Timer(timeout, _timed_out)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _timed_out():
+    _flush()
+    os._exit(int(os.environ.get("TUNEBOX_PYTHON_TIMED_OUT_EXIT", "211")))
 
 
 def _import_all(modules):

@@ -38,6 +38,8 @@ pub(super) struct RawManifest {
     pub(super) objective: Option<String>,
     /// Whether a larger objective is better (Kernel Tuner's `objective_higher_is_better`).
     pub(super) objective_higher_is_better: Option<bool>,
+    /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
+    pub(super) env: Option<super::env::RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
     /// `params`.
     pub(super) tune_params: Option<IndexMap<String, Vec<toml::Value>>>,
@@ -151,6 +153,11 @@ pub(super) struct RawVerify {
     pub(super) equal_nan: Option<bool>,
     pub(super) timeout_s: Option<f64>,
     pub(super) reference: RawReference,
+    /// How the user wrote each reference output, by tensor, when not as
+    /// `verify.reference.outputs.NAME` (Kernel Tuner's `answer[3]`, `answer.C`): what errors
+    /// about it name.
+    #[serde(skip)]
+    pub(super) written_as: IndexMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
