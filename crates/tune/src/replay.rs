@@ -101,6 +101,10 @@ impl Recording {
         if text.trim_start().starts_with("{\"key\"") {
             return Recording::from_results_cache(path, &text);
         }
+        // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+        if crate::formats::is_open_cache(&text) {
+            return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
+        }
         let doc: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
         if doc.get("cache").is_some() && doc.get("tune_params").is_some() {
@@ -563,6 +567,7 @@ pub fn report(
                 selection,
                 shard: None,
                 metrics: Vec::new(),
+                objective: None,
             },
             elapsed_s: elapsed_ms / 1000.0,
             workers: 0,
@@ -596,14 +601,19 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::from_selection(selection);
+    let mut strategy = crate::strategies::from_selection(selection);
     let mut results = Vec::new();
     let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
         results.push(r.clone());
     });
-    let name = file
-        .file_stem()
-        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
+    let name = crate::Manifest::load(file, &crate::compiler()).map_or_else(
+        |_| {
+            file.file_stem()
+                .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned())
+        },
+        |m| m.name,
+    );
     let report = report(
         &space,
         &recorded,

@@ -156,6 +156,10 @@ fn read(path: &Path) -> Result<Vec<Report>> {
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
+    // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+    if crate::formats::is_open_cache(&text) {
+        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
+    }
     if text.trim_start().starts_with('{')
         && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
     {
@@ -198,8 +202,16 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             Some(p) => p,
             None => {
                 let mut notes = vec![format!("from the results cache {}", path.display())];
-                if unreadable > 0 {
-                    notes.push(format!("{unreadable} unreadable lines were skipped"));
+                if unreadable.total() > 0 {
+                    notes.push(format!(
+                        "{} unreadable lines were skipped{}",
+                        unreadable.total(),
+                        if unreadable.cut_last {
+                            " (the last was cut short while it was written)"
+                        } else {
+                            ""
+                        }
+                    ));
                 }
                 reports.push(Report {
                     info: RunInfo {

@@ -143,6 +143,13 @@ fn launch_fields(raw: &mut RawManifest) -> Result<()> {
         ("grid_div_z", raw.grid_div_z.take()),
     ];
     if divs.iter().any(|(_, d)| d.is_some()) {
+        if raw.launch.is_none() {
+            raw.launch_from_aliases = divs
+                .iter()
+                .filter(|(_, d)| d.is_some())
+                .map(|(field, _)| *field)
+                .collect();
+        }
         let launch = raw.launch.get_or_insert_with(RawLaunch::default);
         for (d, (field, value)) in divs.into_iter().enumerate() {
             if let Some(value) = value {
@@ -174,7 +181,7 @@ fn answer(raw: &mut RawManifest) -> Result<()> {
                 "answer and [verify]: answer is Kernel Tuner's name for verify.reference; give one \
                  of them"
             );
-            let reference =
+            let (reference, written_as) =
                 answer_reference(answer, &mut raw.tensors, &raw.scalars, raw.args.as_deref())?;
             let atol = atol.unwrap_or(KT_ATOL);
             raw.verify = Some(RawVerify {
@@ -183,6 +190,7 @@ fn answer(raw: &mut RawManifest) -> Result<()> {
                 equal_nan: None,
                 timeout_s: None,
                 reference,
+                written_as,
             });
         }
         (None, Some(_)) => bail!(
@@ -201,13 +209,15 @@ const KT_ATOL: f64 = 1e-6;
 /// of output files by tensor name, or Kernel Tuner's list (exactly one entry per kernel argument,
 /// in `order` when given, else the tensors then the scalars: a file for a checked tensor,
 /// `""`/`false` for an argument that is not checked, as Kernel Tuner's `None`). Tensors given a
-/// file become outputs.
+/// file become outputs. Also how the user wrote each output (`answer[3]`, `answer.C`), for
+/// errors about it.
 fn answer_reference(
     answer: toml::Value,
     tensors: &mut [RawTensor],
     scalars: &[RawScalar],
     order: Option<&[String]>,
-) -> Result<RawReference> {
+) -> Result<(RawReference, IndexMap<String, String>)> {
+    let mut written_as = IndexMap::new();
     const FORMS: &str = "give answer as a table of expected-output files by tensor name \
         (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
         then the scalars: a file for each checked tensor, \"\" for the arguments that are not \
@@ -223,14 +233,22 @@ fn answer_reference(
                 .try_into()
                 .map_err(|e| anyhow::anyhow!("answer: {}", e.to_string().trim_end()))?;
             match &reference.outputs {
-                Some(outputs) => outputs.clone(),
-                None => return Ok(reference),
+                Some(outputs) => {
+                    for name in outputs.keys() {
+                        written_as.insert(name.clone(), format!("answer.outputs.{name}"));
+                    }
+                    outputs.clone()
+                }
+                None => return Ok((reference, written_as)),
             }
         }
         toml::Value::Table(table) => table
             .into_iter()
             .map(|(name, file)| match file {
-                toml::Value::String(file) => Ok((name, PathBuf::from(file))),
+                toml::Value::String(file) => {
+                    written_as.insert(name.clone(), format!("answer.{name}"));
+                    Ok((name, PathBuf::from(file)))
+                }
                 other => bail!("answer.{name} = {other}: {FORMS}"),
             })
             .collect::<Result<_>>()?,
@@ -280,6 +298,7 @@ fn answer_reference(
                             );
                         };
                         files.insert(tensor.name.clone(), PathBuf::from(file));
+                        written_as.insert(tensor.name.clone(), format!("answer[{i}]"));
                     }
                     other => bail!("answer[{i}] = {other}: {FORMS}"),
                 }
@@ -296,8 +315,11 @@ fn answer_reference(
             .with_context(|| format!("answer.{name}: there is no tensor `{name}`"))?;
         tensor.output = true;
     }
-    Ok(RawReference {
-        outputs: Some(files),
-        ..RawReference::default()
-    })
+    Ok((
+        RawReference {
+            outputs: Some(files),
+            ..RawReference::default()
+        },
+        written_as,
+    ))
 }

@@ -42,6 +42,7 @@ pub fn measure(
         setup.timeout,
         setup.max_process_uses,
         worker,
+        &setup.manifest.env,
     )
     .map_err(crate::TuneError::run)?;
     stop.watch(Arc::clone(&pool));
