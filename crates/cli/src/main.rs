@@ -3,6 +3,7 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
+mod count;
 mod devices;
 mod doctor;
 mod interrupt;
@@ -480,13 +481,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
         .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
     if args.count {
-        let space = tunebox_tune::load_space(&args.manifest)?;
-        writeln!(
-            std::io::stdout(),
-            "{} valid choices ({} before restrictions)",
-            space.len(),
-            space.raw_len()
-        )?;
+        count::print_count(&args.manifest, args.quiet)?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(recorded) = &args.replay {
@@ -576,12 +571,14 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     };
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet, Origin::Tune)?;
-    // Said even with --quiet: a result that was not kept is measured again by the next run.
+    let emitted = emit(&report, &output, true, !args.quiet, Origin::Tune);
+    // Said even with --quiet, and when a file could not be written either (the same full
+    // disk): a result that was not kept is measured again by the next run.
     let not_cached = not_cached_warning(&report);
     if let Some(warning) = &not_cached {
         eprintln!("tunebox: warning: {warning}");
     }
+    emitted?;
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }

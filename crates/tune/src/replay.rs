@@ -567,6 +567,7 @@ pub fn report(
                 selection,
                 shard: None,
                 metrics: Vec::new(),
+                objective: None,
             },
             elapsed_s: elapsed_ms / 1000.0,
             workers: 0,
@@ -600,7 +601,7 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::from_selection(selection);
+    let mut strategy = crate::strategies::from_selection(selection);
     let mut results = Vec::new();
     let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
         results.push(r.clone());

@@ -20,12 +20,12 @@ use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection, ShardInfo,
-    choices as plural, rank,
+    choices as plural, rank, set_objective,
 };
-use crate::shard;
-use crate::space::SearchSpace;
+use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
-use crate::strategy::{self, Strategy};
+use crate::strategies;
+use crate::strategy::Strategy;
 
 mod bench;
 mod compile;
@@ -112,17 +112,22 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::TuneError::manifest)
+        Plan::build(manifest, strategy, shard, true).map_err(crate::TuneError::manifest)
     }
 
     fn build(
         manifest: Manifest,
         mut strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
+        budget_given: bool,
     ) -> Result<Plan> {
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> =
+            space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
+                .with_context(|| format!("{}", manifest.path.display()))?
+                .into_iter()
+                .collect();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
         if let Some(launch) = &manifest.launch {
             let removed = space.retain(|choice| {
@@ -205,7 +210,7 @@ fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo
     strategy
         .ask(space, usize::MAX)
         .into_iter()
-        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .filter(|&i| space.contains(i) && space.owns(shard, i))
         .collect()
 }
 
@@ -228,7 +233,7 @@ fn unasked(
         left.extend(
             batch
                 .into_iter()
-                .filter(|&i| shard::owns(shard, i))
+                .filter(|&i| space.owns(shard, i))
                 .filter_map(|index| {
                     Some(NotMeasured {
                         index,
@@ -253,7 +258,13 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
-    Plan::build(manifest, strategy::from_selection(selection), shard)
+    let budget_given = selection.budget.is_some();
+    Plan::build(
+        manifest,
+        strategies::from_selection(selection),
+        shard,
+        budget_given,
+    )
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -357,7 +368,7 @@ fn tune_inner(
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(setup, &manifest, space.choices()),
+        manifest_hash: fingerprint::manifest_hash(setup, &manifest, &space),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",
@@ -369,6 +380,7 @@ fn tune_inner(
         selection: options.selection.clone(),
         shard: options.shard,
         metrics: manifest.metrics.names(),
+        objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
     };
     let mut notes = space_notes;
     notes.extend(source_notes(&manifest));
@@ -744,6 +756,7 @@ fn tune_inner(
                 reason: reason.to_owned(),
             });
         }
+        set_objective(&mut results[told..], header.objective.as_ref());
         for result in &results[told..] {
             strategy.tell(result.index, result);
         }
@@ -795,6 +808,7 @@ fn tune_inner(
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
     notes.extend(stdout_log.note());
+    set_objective(&mut results, header.objective.as_ref());
     rank(&mut results);
     Ok(Report {
         info: RunInfo {
@@ -1010,7 +1024,12 @@ mod tests {
         )
         .unwrap();
         let manifest = Manifest::read(&path, "cc").unwrap();
-        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        let plan = Plan::new(
+            manifest,
+            Box::new(crate::strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
         // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
         assert_eq!(plan.space().len(), 5);
         assert_eq!(plan.selected().len(), 5);
@@ -1032,7 +1051,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(
             Manifest::read(&path, "cc").unwrap(),
-            Box::new(strategy::BruteForce::default()),
+            Box::new(crate::strategy::BruteForce::default()),
             None,
         )
         .unwrap();
