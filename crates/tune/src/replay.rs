@@ -494,17 +494,20 @@ pub fn simulate_with(
     let mut trace = Trace::default();
     let mut elapsed = 0.0;
     let mut best: Option<f64> = None;
+    // As a run: an index asked twice is measured once, one outside the space not at all.
+    let mut guard = crate::strategy::AskGuard::new();
     'run: loop {
         let left = budget.max_evals.saturating_sub(trace.points.len());
         if left == 0 || elapsed >= budget.max_time_ms {
             break;
         }
-        let batch = strategy.ask(space, left);
-        if batch.is_empty() {
+        let asked = strategy.ask(space, left);
+        if asked.is_empty() {
             break;
         }
+        let batch = guard.check(space.len(), asked);
         for index in batch.into_iter().take(left) {
-            if elapsed >= budget.max_time_ms || index >= space.len() {
+            if elapsed >= budget.max_time_ms {
                 break 'run;
             }
             let m = recorded.get(index);
@@ -595,15 +598,15 @@ pub fn replay(
     let space = crate::space::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::from_selection(selection);
+    let mut strategy = crate::strategy::Guarded::new(crate::strategy::from_selection(selection));
     let mut results = Vec::new();
-    let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
+    let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
         results.push(r.clone());
     });
     let name = file
         .file_stem()
         .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
-    let report = report(
+    let mut report = report(
         &space,
         &recorded,
         &name,
@@ -611,6 +614,7 @@ pub fn replay(
         results,
         trace.elapsed_ms(),
     );
+    report.info.notes.extend(strategy.take_warnings());
     Ok((report, trace))
 }
 
