@@ -284,6 +284,8 @@ impl Recording {
 #[derive(Debug, Clone)]
 pub struct Recorded {
     measurements: Vec<Measurement>,
+    /// Per choice: the recording has it.
+    present: Vec<bool>,
     device: String,
     source: String,
     missing: usize,
@@ -320,10 +322,12 @@ impl Recorded {
             .collect();
         let values: Vec<&[ParamValue]> = space.params().map(|(_, v)| v).collect();
         let mut missing = 0;
+        let mut present = Vec::with_capacity(space.len());
         let measurements = (0..space.len())
             .map(|i| {
                 let idx = space.value_indices(i).expect("an index below len");
                 let key = key_of(order.iter().map(|&p| &values[p][idx[p]]));
+                present.push(recording.by_key.contains_key(&key));
                 recording.by_key.get(&key).copied().unwrap_or_else(|| {
                     missing += 1;
                     Measurement::MISSING
@@ -332,6 +336,7 @@ impl Recorded {
             .collect();
         Ok(Recorded {
             measurements,
+            present,
             device: recording.device.clone(),
             source: recording.source.clone(),
             missing,
@@ -342,6 +347,7 @@ impl Recorded {
     /// benchmarks).
     pub fn from_measurements(measurements: Vec<Measurement>) -> Recorded {
         Recorded {
+            present: vec![true; measurements.len()],
             measurements,
             device: "synthetic".into(),
             source: "synthetic".into(),
@@ -355,6 +361,21 @@ impl Recorded {
             .get(index)
             .copied()
             .unwrap_or(Measurement::MISSING)
+    }
+
+    /// The measurements the recording has (choices it lacks left out), by choice index.
+    pub fn present(&self) -> impl Iterator<Item = (usize, Measurement)> + '_ {
+        self.measurements
+            .iter()
+            .zip(&self.present)
+            .enumerate()
+            .filter(|(_, (_, p))| **p)
+            .map(|(i, (m, _))| (i, *m))
+    }
+
+    /// The device the recording was made on.
+    pub fn device(&self) -> &str {
+        &self.device
     }
 
     /// How many choices of the space the recording lacks.
@@ -698,6 +719,47 @@ mod tests {
         assert!(trace.points[n - 2].elapsed_ms < 60_000.0);
         assert_eq!(trace.best_at(-1.0), None);
         assert!(trace.best_at(60_000.0) >= trace.best_ms());
+    }
+
+    /// A strategy that asks for the same choice twice and for one outside the space.
+    struct Careless(usize);
+
+    impl Strategy for Careless {
+        fn name(&self) -> &str {
+            "careless"
+        }
+        fn ask(&mut self, _: &SearchSpace, _: usize) -> Vec<usize> {
+            self.0 += 1;
+            match self.0 {
+                1 => vec![0, 0, 1],
+                2 => vec![1, 1_000_000, 2],
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_replay_measures_a_repeated_index_once_and_skips_one_outside_the_space() {
+        let measurements = (0..5)
+            .map(|i| Measurement {
+                time_ms: Some(f64::from(i) + 1.0),
+                status: Status::Ok,
+                cost_ms: 1.0,
+            })
+            .collect();
+        let recorded = Recorded::from_measurements(measurements);
+        let params = crate::space::tests::params(&[("X", &[0, 1, 2, 3, 4])]);
+        let space = SearchSpace::new(&params, &[]).unwrap();
+        let mut strategy = crate::strategy::Guarded::new(Box::new(Careless(0)));
+        let trace = simulate(&space, &mut strategy, &recorded, Budget::UNLIMITED);
+        let indices: Vec<usize> = trace.points.iter().map(|p| p.index).collect();
+        assert_eq!(indices, [0, 1, 2]);
+        let warnings = strategy.take_warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[1].contains("1000000"), "{warnings:?}");
+        // Unguarded, the replay still measures each once and nothing outside the space.
+        let trace = simulate(&space, &mut Careless(0), &recorded, Budget::UNLIMITED);
+        assert_eq!(trace.points.len(), 3);
     }
 
     #[test]
