@@ -66,6 +66,8 @@ struct Options {
     kt_seeds: u64,
     kt_strategies: Option<String>,
     kt_traces: Option<PathBuf>,
+    /// tunebox's simulated runs are kept here and reused when their strategy and seeds match.
+    runs_file: Option<PathBuf>,
 }
 
 fn root() -> PathBuf {
@@ -93,6 +95,7 @@ fn parse() -> Result<Options, String> {
         kt_seeds: 5,
         kt_strategies: None,
         kt_traces: None,
+        runs_file: None,
     };
     let mut kt = true;
     let mut args = std::env::args().skip(1);
@@ -121,6 +124,7 @@ fn parse() -> Result<Options, String> {
             "--kt-seeds" => o.kt_seeds = number(value()?, "--kt-seeds")?,
             "--kt-strategies" => o.kt_strategies = Some(value()?),
             "--kt-traces" => o.kt_traces = Some(value()?.into()),
+            "--runs" => o.runs_file = Some(value()?.into()),
             other if other.starts_with("--") => return Err(format!("unknown option {other}")),
             file => o.files.push(file.into()),
         }
@@ -135,7 +139,9 @@ fn parse() -> Result<Options, String> {
         ));
     }
     if o.seeds < 2 || o.kt_seeds < 2 {
-        return Err("--seeds and --kt-seeds must be at least 2 (a standard error needs two)".into());
+        return Err(
+            "--seeds and --kt-seeds must be at least 2 (a standard error needs two)".into(),
+        );
     }
     o.max_seeds = o.max_seeds.max(o.seeds);
     o.jobs = o.jobs.max(1);
@@ -181,10 +187,7 @@ fn hub_files(hub: &Path) -> Result<Vec<PathBuf>, String> {
 /// The strategy `name` names: one of [`strategies::NAMES`], or an `auto` variant
 /// `auto[transform=rank|log;init=N;xi=F;batch=N]`.
 fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, String> {
-    if let Some(spec) = name
-        .strip_prefix("auto[")
-        .and_then(|s| s.strip_suffix(']'))
-    {
+    if let Some(spec) = name.strip_prefix("auto[").and_then(|s| s.strip_suffix(']')) {
         let mut o = AutoOptions::default();
         for kv in spec.split(';').filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -371,8 +374,8 @@ struct Cell {
 }
 
 fn score_cell(problem: &Problem, runs: &[Run], seed: u64) -> Result<Cell, String> {
-    let value = score::score_over(&problem.stats, runs, &problem.range, 8)
-        .map_err(|e| e.to_string())?;
+    let value =
+        score::score_over(&problem.stats, runs, &problem.range, 8).map_err(|e| e.to_string())?;
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut boot = Vec::new();
     for _ in 0..BOOTSTRAP {
@@ -419,17 +422,58 @@ fn parallel<T: Send>(jobs: usize, n: usize, work: impl Fn(usize) -> T + Sync) ->
 /// Per strategy, per problem: the runs.
 type AllRuns = Vec<Vec<Vec<Run>>>;
 
-/// Adds seeds `from..to` of every tunebox strategy to `runs`.
-fn extend_runs(problems: &[Problem], names: &[String], runs: &mut AllRuns, from: u64, to: u64, jobs: usize) {
+/// Runs kept by `--runs`: per strategy name, per problem name, the runs.
+type Kept = BTreeMap<String, BTreeMap<String, Vec<Run>>>;
+
+fn read_kept(path: &Path) -> Kept {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn write_kept(path: &Path, problems: &[Problem], names: &[String], runs: &AllRuns) {
+    let mut kept = read_kept(path);
+    for (s, name) in names.iter().enumerate() {
+        let per = kept.entry(name.clone()).or_default();
+        for (p, problem) in problems.iter().enumerate() {
+            per.insert(problem.name.clone(), runs[s][p].clone());
+        }
+    }
+    if let Ok(text) = serde_json::to_string(&kept) {
+        let _ = std::fs::write(path, text);
+    }
+}
+
+/// Per strategy: CPU seconds spent in simulated runs (the strategy's own time, the replay's
+/// being negligible) and steps taken.
+type OwnCost = Vec<(f64, usize)>;
+
+/// Adds seeds `from..to` of every tunebox strategy to `runs`, and their time to `cost`.
+fn extend_runs(
+    problems: &[Problem],
+    names: &[String],
+    runs: &mut AllRuns,
+    cost: &mut OwnCost,
+    (from, to): (u64, u64),
+    jobs: usize,
+) {
     let items: Vec<(usize, usize, u64)> = (0..names.len())
-        .flat_map(|s| (0..problems.len()).flat_map(move |p| (from..to).map(move |seed| (s, p, seed))))
+        .flat_map(|s| {
+            (0..problems.len()).flat_map(move |p| (from..to).map(move |seed| (s, p, seed)))
+        })
+        .filter(|&(s, p, seed)| runs[s][p].len() <= seed as usize)
         .collect();
     let started = Instant::now();
     let done = parallel(jobs, items.len(), |i| {
         let (s, p, seed) = items[i];
-        run_once(&problems[p], &names[s], seed)
+        let t = Instant::now();
+        let run = run_once(&problems[p], &names[s], seed);
+        (run, t.elapsed().as_secs_f64())
     });
-    for ((s, p, _), run) in items.into_iter().zip(done) {
+    for ((s, p, _), (run, secs)) in items.into_iter().zip(done) {
+        cost[s].0 += secs;
+        cost[s].1 += run.len();
         runs[s][p].push(run);
     }
     eprintln!(
@@ -500,8 +544,11 @@ fn run_kt(problems: &[Problem], python: &Path, options: &Options) -> Result<Path
     }
     let budgets = dir.join("kt-budgets.json");
     let traces = dir.join(format!("kt-traces-{}.json", options.fraction));
-    std::fs::write(&budgets, serde_json::json!({ "spaces": spaces }).to_string())
-        .map_err(|e| format!("{}: {e}", budgets.display()))?;
+    std::fs::write(
+        &budgets,
+        serde_json::json!({ "spaces": spaces }).to_string(),
+    )
+    .map_err(|e| format!("{}: {e}", budgets.display()))?;
     let mut cmd = std::process::Command::new(python);
     cmd.arg(root().join("benchmarks/kernel-tuner/strategies.py"))
         .arg(&budgets)
@@ -543,7 +590,12 @@ fn kt_runs(problems: &[Problem], traces: &Path) -> Result<(Vec<String>, AllRuns,
                 .filter_map(|r| r.as_array())
                 .map(|r| {
                     r.iter()
-                        .map(|pt| (pt[0].as_f64().unwrap_or(f64::INFINITY) / 1000.0, pt[1].as_f64()))
+                        .map(|pt| {
+                            (
+                                pt[0].as_f64().unwrap_or(f64::INFINITY) / 1000.0,
+                                pt[1].as_f64(),
+                            )
+                        })
                         .collect()
                 })
                 .collect();
@@ -614,7 +666,9 @@ fn package_scores(
     let mut out = BTreeMap::new();
     for p in problems {
         for name in names {
-            if let Some(s) = v["spaces"][p.name.as_str()]["strategies"][name.as_str()]["score"].as_f64() {
+            if let Some(s) =
+                v["spaces"][p.name.as_str()]["strategies"][name.as_str()]["score"].as_f64()
+            {
                 out.insert((p.name.clone(), name.clone()), s);
             }
         }
@@ -635,26 +689,43 @@ fn loo(
     groups.sort();
     groups.dedup();
     let mut md = String::new();
-    let _ = writeln!(md, "\nLeave-one-{what}-out (choose on the others, score on the held-out):\n");
-    let _ = writeln!(md, "| held out | chosen | held-out score | best Kernel Tuner strategy there |");
+    let _ = writeln!(
+        md,
+        "\nLeave-one-{what}-out (choose on the others, score on the held-out):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| held out | chosen | held-out score | best Kernel Tuner strategy there |"
+    );
     let _ = writeln!(md, "|---|---|---:|---:|");
     let mut held = Vec::new();
     for g in &groups {
-        let test: Vec<usize> = (0..problems.len()).filter(|&p| group(&problems[p]) == *g).collect();
-        let train: Vec<usize> = (0..problems.len()).filter(|&p| group(&problems[p]) != *g).collect();
+        let test: Vec<usize> = (0..problems.len())
+            .filter(|&p| group(&problems[p]) == *g)
+            .collect();
+        let train: Vec<usize> = (0..problems.len())
+            .filter(|&p| group(&problems[p]) != *g)
+            .collect();
         if train.is_empty() {
             continue;
         }
         let chosen = (0..names.len())
             .filter(|&s| !names[s].starts_with("kt:"))
-            .max_by(|&a, &b| mean_over(&table[a], &train).0.total_cmp(&mean_over(&table[b], &train).0));
+            .max_by(|&a, &b| {
+                mean_over(&table[a], &train)
+                    .0
+                    .total_cmp(&mean_over(&table[b], &train).0)
+            });
         let Some(c) = chosen else { continue };
         let (score, se) = mean_over(&table[c], &test);
         let kt_best = (0..names.len())
             .filter(|&s| names[s].starts_with("kt:"))
             .map(|s| (mean_over(&table[s], &test).0, s))
             .max_by(|a, b| a.0.total_cmp(&b.0));
-        held.extend(test.iter().map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)));
+        held.extend(
+            test.iter()
+                .map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)),
+        );
         let _ = writeln!(
             md,
             "| {g} | {} | {score:.3} ± {se:.3} | {} |",
@@ -663,7 +734,10 @@ fn loo(
         );
     }
     let mean = held.iter().sum::<f64>() / held.len().max(1) as f64;
-    let _ = writeln!(md, "\nHeld-out mean of the chosen strategies: **{mean:.3}**.");
+    let _ = writeln!(
+        md,
+        "\nHeld-out mean of the chosen strategies: **{mean:.3}**."
+    );
     md
 }
 
@@ -680,14 +754,37 @@ fn main_inner() -> Result<(), String> {
     let problems = load(&options)?;
     let names = options.strategies.clone();
     // Kernel Tuner's strategies run beside tunebox's.
-    let (mut runs, kt) = std::thread::scope(|scope| {
-        let kt = options.kt_python.as_ref().filter(|_| options.kt_traces.is_none()).map(|python| {
-            let (problems, options) = (&problems, &options);
-            scope.spawn(move || run_kt(problems, python, options))
-        });
-        let mut runs: AllRuns = vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
-        extend_runs(&problems, &names, &mut runs, 0, options.seeds, options.jobs);
-        (runs, kt.map(|h| h.join().expect("no panic")))
+    let (mut runs, mut cost, kt) = std::thread::scope(|scope| {
+        let kt = options
+            .kt_python
+            .as_ref()
+            .filter(|_| options.kt_traces.is_none())
+            .map(|python| {
+                let (problems, options) = (&problems, &options);
+                scope.spawn(move || run_kt(problems, python, options))
+            });
+        let mut runs: AllRuns =
+            vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
+        if let Some(path) = &options.runs_file {
+            let kept = read_kept(path);
+            for (s, name) in names.iter().enumerate() {
+                for (p, problem) in problems.iter().enumerate() {
+                    if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
+                        runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
+                    }
+                }
+            }
+        }
+        let mut cost: OwnCost = vec![(0.0, 0); names.len()];
+        extend_runs(
+            &problems,
+            &names,
+            &mut runs,
+            &mut cost,
+            (0, options.seeds),
+            options.jobs,
+        );
+        (runs, cost, kt.map(|h| h.join().expect("no panic")))
     });
     let kt = kt.or(options.kt_traces.clone().map(Ok));
     let mut kt_note = None;
@@ -717,12 +814,32 @@ fn main_inner() -> Result<(), String> {
         let can_grow = seeds < options.max_seeds
             && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
         if !can_grow {
-            break (table, open.map(|(a, b)| (all_names[a].clone(), all_names[b].clone())));
+            break (
+                table,
+                open.map(|(a, b)| (all_names[a].clone(), all_names[b].clone())),
+            );
         }
         let next = (seeds * 2).min(options.max_seeds);
-        extend_runs(&problems, &names, &mut runs, seeds, next, options.jobs);
+        extend_runs(
+            &problems,
+            &names,
+            &mut runs,
+            &mut cost,
+            (seeds, next),
+            options.jobs,
+        );
         seeds = next;
     };
+    if let Some(path) = &options.runs_file {
+        write_kept(path, &problems, &names, &runs);
+    }
+    let seeds = runs
+        .iter()
+        .flatten()
+        .map(Vec::len)
+        .min()
+        .unwrap_or(0)
+        .max(seeds as usize);
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -730,7 +847,10 @@ fn main_inner() -> Result<(), String> {
          (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
          seeds{}.\n",
         options.fraction,
-        kt_note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
+        kt_note
+            .as_deref()
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default()
     );
     let _ = writeln!(
         md,
@@ -779,7 +899,10 @@ fn main_inner() -> Result<(), String> {
     }
     match &settled {
         None => {
-            let _ = writeln!(md, "\nThe order of the three leading strategies is settled (each gap above twice its standard error).");
+            let _ = writeln!(
+                md,
+                "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
+            );
         }
         Some((a, b)) => {
             let _ = writeln!(
@@ -797,9 +920,35 @@ fn main_inner() -> Result<(), String> {
             }
         }
     }
+    let _ = writeln!(
+        md,
+        "\nOwn cost (wall time of the simulated runs over their steps, {} threads on this machine): {}.",
+        options.jobs,
+        names
+            .iter()
+            .zip(&cost)
+            .map(|(n, (secs, steps))| format!(
+                "{n} {:.2} ms/step",
+                secs * 1000.0 / (*steps).max(1) as f64
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     if options.loo {
-        md.push_str(&loo(&problems, &all_names, &table, |p| p.device.clone(), "GPU"));
-        md.push_str(&loo(&problems, &all_names, &table, |p| p.kernel.clone(), "kernel"));
+        md.push_str(&loo(
+            &problems,
+            &all_names,
+            &table,
+            |p| p.device.clone(),
+            "GPU",
+        ));
+        md.push_str(&loo(
+            &problems,
+            &all_names,
+            &table,
+            |p| p.kernel.clone(),
+            "kernel",
+        ));
     }
     if options.package {
         let mut combined = runs.clone();
@@ -812,8 +961,14 @@ fn main_inner() -> Result<(), String> {
         {
             Ok(package) => {
                 let mut worst: f64 = 0.0;
-                let _ = writeln!(md, "\nThe package on the same traces (3 bagging draws) against the port:\n");
-                let _ = writeln!(md, "| strategy | space | package | port |\n|---|---|---:|---:|");
+                let _ = writeln!(
+                    md,
+                    "\nThe package on the same traces (3 bagging draws) against the port:\n"
+                );
+                let _ = writeln!(
+                    md,
+                    "| strategy | space | package | port |\n|---|---|---:|---:|"
+                );
                 for &s in &order {
                     for (p, problem) in problems.iter().enumerate() {
                         if let (Some(theirs), Ok(ours)) = (
@@ -834,7 +989,11 @@ fn main_inner() -> Result<(), String> {
             Err(e) => eprintln!("strategies: --package: {e}"),
         }
     }
-    let _ = writeln!(md, "\n({:.0} s on this machine)", started.elapsed().as_secs_f64());
+    let _ = writeln!(
+        md,
+        "\n({:.0} s on this machine)",
+        started.elapsed().as_secs_f64()
+    );
     print!("{md}");
     if let Some(path) = &options.markdown {
         std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -862,7 +1021,10 @@ const LEGEND_ROW: usize = 6;
 
 fn color(names: &[String], s: usize) -> &'static str {
     let kt = names[s].starts_with("kt:");
-    let k = names[..s].iter().filter(|n| n.starts_with("kt:") == kt).count();
+    let k = names[..s]
+        .iter()
+        .filter(|n| n.starts_with("kt:") == kt)
+        .count();
     let palette: &[&str] = if kt { &KT_COLORS } else { &COLORS };
     palette[k % palette.len()]
 }
@@ -887,7 +1049,8 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
         let baseline = problem.stats.baseline(&ts);
         let (x0, x1) = (ts[0], ts[ts.len() - 1]);
         let px = |t: f64| ox + pad + (t - x0) / (x1 - x0) * (w - pad - 15.0);
-        let py = |v: f64| oy + 30.0 + (1.0 - ((v - lo) / (hi - lo)).clamp(0.0, 1.0)) * (h - pad - 40.0);
+        let py =
+            |v: f64| oy + 30.0 + (1.0 - ((v - lo) / (hi - lo)).clamp(0.0, 1.0)) * (h - pad - 40.0);
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}" font-weight="bold">{}</text>"#,
@@ -932,13 +1095,21 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
                 points.join(" ")
             )
         };
-        let _ = writeln!(out, "{}", line(&vec![0.0; ts.len()], "black", r#"stroke-dasharray="4 3""#));
+        let _ = writeln!(
+            out,
+            "{}",
+            line(&vec![0.0; ts.len()], "black", r#"stroke-dasharray="4 3""#)
+        );
         for (s, per) in runs.iter().enumerate() {
             let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &ts, 0) else {
                 continue;
             };
             let perf = score::standardised(&problem.stats, &baseline, &curve);
-            let dash = if names[s].starts_with("kt:") { r#"stroke-dasharray="2 2""# } else { "" };
+            let dash = if names[s].starts_with("kt:") {
+                r#"stroke-dasharray="2 2""#
+            } else {
+                ""
+            };
             let _ = writeln!(out, "{}", line(&perf, color(names, s), dash));
         }
     }
@@ -951,7 +1122,11 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
     for (s, name) in names.iter().enumerate() {
         let x = 150.0 + (s % LEGEND_ROW) as f64 * 150.0;
         let y = ly + (s / LEGEND_ROW) as f64 * 18.0;
-        let dash = if name.starts_with("kt:") { r#"stroke-dasharray="2 2""# } else { "" };
+        let dash = if name.starts_with("kt:") {
+            r#"stroke-dasharray="2 2""#
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
             r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {dash}/><text x="{}" y="{}">{name}</text>"#,

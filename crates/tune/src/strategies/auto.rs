@@ -22,8 +22,8 @@
 //! on at most 128 points (a Cholesky factorization, O(128³)) plus O(128²) per candidate: a few
 //! milliseconds, independent of the space's size and of the budget.
 
-use super::bayes::{Gp, normal, rbf};
 use super::Core;
+use super::bayes::{Gp, normal, rbf};
 use crate::results::ChoiceResult;
 use crate::space::{ParamValue, SearchSpace};
 use crate::strategy::Strategy;
@@ -146,9 +146,19 @@ fn encode(space: &SearchSpace, encoding: &[Encoding], index: usize) -> Vec<f64> 
     let mut x = Vec::with_capacity(encoding.len());
     for (&v, e) in values.iter().zip(encoding) {
         match *e {
-            Encoding::Ordinal(c) => x.push(if c > 1 { v as f64 / (c - 1) as f64 } else { 0.0 }),
+            Encoding::Ordinal(c) => x.push(if c > 1 {
+                v as f64 / (c - 1) as f64
+            } else {
+                0.0
+            }),
             Encoding::Categorical(c) => {
-                x.extend((0..c).map(|k| if k == v { std::f64::consts::FRAC_1_SQRT_2 } else { 0.0 }));
+                x.extend((0..c).map(|k| {
+                    if k == v {
+                        std::f64::consts::FRAC_1_SQRT_2
+                    } else {
+                        0.0
+                    }
+                }));
             }
         }
     }
@@ -195,7 +205,13 @@ fn log_scores(values: &[f64]) -> Vec<f64> {
     let fail = hi + 0.25 * (hi - lo).max(1e-6);
     values
         .iter()
-        .map(|v| if v.is_finite() { v.max(1e-30).ln() } else { fail })
+        .map(|v| {
+            if v.is_finite() {
+                v.max(1e-30).ln()
+            } else {
+                fail
+            }
+        })
         .collect()
 }
 
@@ -214,7 +230,13 @@ fn rank_scores(values: &[f64]) -> Vec<f64> {
     let step = (worst - quantile((n - 1.5).max(0.5) / n)).max(0.5);
     values
         .iter()
-        .map(|&v| if v.is_finite() { score(v) } else { worst + step })
+        .map(|&v| {
+            if v.is_finite() {
+                score(v)
+            } else {
+                worst + step
+            }
+        })
         .collect()
 }
 
@@ -279,11 +301,17 @@ impl AutoSearch {
         if self.history.len() < self.options.initial || ok < 2 {
             return Vec::new();
         }
-        let encoding = self.encoding.get_or_insert_with(|| encodings(space)).clone();
+        let encoding = self
+            .encoding
+            .get_or_insert_with(|| encodings(space))
+            .clone();
         let mut train = self.training();
         let values: Vec<f64> = train.iter().map(|t| t.1).collect();
         let ys = targets(&values, self.options.transform);
-        let xs: Vec<Vec<f64>> = train.iter().map(|&(i, _)| encode(space, &encoding, i)).collect();
+        let xs: Vec<Vec<f64>> = train
+            .iter()
+            .map(|&(i, _)| encode(space, &encoding, i))
+            .collect();
         let dims = xs[0].len();
         let reuse = self
             .length
@@ -387,7 +415,10 @@ mod tests {
         let mut params = params;
         params.insert(
             "B".into(),
-            ["x", "y", "z"].iter().map(|s| ParamValue::Str((*s).into())).collect(),
+            ["x", "y", "z"]
+                .iter()
+                .map(|s| ParamValue::Str((*s).into()))
+                .collect(),
         );
         let space = SearchSpace::from_params(&params, &[]).unwrap();
         let e = encodings(&space);

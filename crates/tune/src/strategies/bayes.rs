@@ -118,7 +118,12 @@ pub(crate) struct Gp {
 impl Gp {
     /// Fits `ys` (standardized) at `xs` with length scale `length`, or with the one of
     /// [`LENGTH_SCALES`] (times √dims) of highest marginal likelihood.
-    pub(crate) fn fit(xs: Vec<Vec<f64>>, ys: &[f64], dims: usize, length: Option<f64>) -> Option<Gp> {
+    pub(crate) fn fit(
+        xs: Vec<Vec<f64>>,
+        ys: &[f64],
+        dims: usize,
+        length: Option<f64>,
+    ) -> Option<Gp> {
         let n = xs.len();
         let scale = (dims.max(1) as f64).sqrt();
         let grid: Vec<f64> = match length {

@@ -114,7 +114,9 @@ impl SpaceStats {
     /// Every configuration failed, or the lengths differ.
     pub fn new(performance: &[Option<f64>], cost_s: &[f64]) -> Result<SpaceStats, Refused> {
         if performance.len() != cost_s.len() || performance.is_empty() {
-            return Err(Refused::Space("no configurations, or costs not one per one".into()));
+            return Err(Refused::Space(
+                "no configurations, or costs not one per one".into(),
+            ));
         }
         let mut sorted: Vec<f64> = performance
             .iter()
@@ -392,7 +394,10 @@ fn predict(knots: &(Vec<f64>, Vec<f64>), t: f64) -> f64 {
         return y[0];
     }
     let t = t.clamp(x[0], x[x.len() - 1]);
-    let k = x.partition_point(|&v| v <= t).saturating_sub(1).min(x.len() - 2);
+    let k = x
+        .partition_point(|&v| v <= t)
+        .saturating_sub(1)
+        .min(x.len() - 2);
     let span = x[k + 1] - x[k];
     if span <= 0.0 {
         return y[k];
@@ -472,7 +477,9 @@ pub fn strategy_curve(
     let ranked: Vec<(f64, f64)> = points.iter().map(|&(t, b)| (t, rank_of(dist, b))).collect();
     let (ymin, ymax) = ranked
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| (a.min(p.1), b.max(p.1)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.1), b.max(p.1))
+        });
     // Bootstrap bagging: max(repeats, 3) isotonic fits, each of int(n / sqrt(estimators)) draws
     // with replacement (weights = counts), averaged.
     let estimators = repeats.max(3);
@@ -582,7 +589,12 @@ mod tests {
 
     #[test]
     fn isotonic_pools_violators() {
-        let mut p = vec![(1.0, 5.0, 1.0), (2.0, 6.0, 1.0), (3.0, 2.0, 1.0), (3.0, 4.0, 1.0)];
+        let mut p = vec![
+            (1.0, 5.0, 1.0),
+            (2.0, 6.0, 1.0),
+            (3.0, 2.0, 1.0),
+            (3.0, 4.0, 1.0),
+        ];
         let (x, y) = isotonic_decreasing(&mut p);
         assert_eq!(x, [1.0, 2.0, 3.0]);
         assert_eq!(y, [5.5, 5.5, 3.0]);
@@ -631,7 +643,10 @@ mod agreement {
 
     /// The committed fixture: traces, and the package's scores of them.
     fn fixture() -> serde_json::Value {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/methodology_scores.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/methodology_scores.json"
+        );
         let text = std::fs::read_to_string(path).expect("the fixture is committed");
         serde_json::from_str(&text).expect("the fixture is JSON")
     }
@@ -679,8 +694,14 @@ mod agreement {
             let package = &doc["package"]["spaces"][name];
             let (_, _, t0, t1) = stats.budget(&settings).unwrap();
             let budget = package["budget_s"].as_array().unwrap();
-            assert!((t0 - budget[0].as_f64().unwrap()).abs() < 1e-9, "{name} start");
-            assert!((t1 - budget[1].as_f64().unwrap()).abs() < 1e-9, "{name} end");
+            assert!(
+                (t0 - budget[0].as_f64().unwrap()).abs() < 1e-9,
+                "{name} start"
+            );
+            assert!(
+                (t1 - budget[1].as_f64().unwrap()).abs() < 1e-9,
+                "{name} end"
+            );
             for (strategy, runs) in space["strategies"].as_object().unwrap() {
                 let ours = score(&stats, &runs_of(runs), &settings).unwrap();
                 let theirs = &package["strategies"][strategy.as_str()];
@@ -689,7 +710,10 @@ mod agreement {
                 let diff = (ours - expected).abs();
                 eprintln!("{name} {strategy}: port {ours:.4}, package {expected:.4} ± {spread:.4}");
                 worst = worst.max(diff);
-                assert!(diff <= 1e-3 + 3.0 * spread, "{name} {strategy}: {ours} vs {expected}");
+                assert!(
+                    diff <= 1e-3 + 3.0 * spread,
+                    "{name} {strategy}: {ours} vs {expected}"
+                );
             }
         }
         eprintln!("largest difference {worst:.4}");
