@@ -16,7 +16,7 @@ pub enum Value<'a> {
     /// `True` or `False`; an int in arithmetic, as in Python (`True + 1 == 2`).
     Bool(bool),
     /// An int. Python's ints are unbounded; results outside `i64` are an error
-    /// ([`crate::Error::IntOverflow`]).
+    /// ([`crate::ExprError::IntOverflow`]).
     Int(i64),
     /// A float.
     Float(f64),
@@ -44,12 +44,6 @@ impl<'a> Value<'a> {
             Value::Float(_) => "float",
             Value::Str(_) => "str",
         }
-    }
-
-    /// Python's `==`: numbers (bools, ints, floats) compare by exact value (`1 == 1.0 == True`,
-    /// and `2**53 + 1 != float(2**53)`), strings by text, a string never equals a number.
-    pub fn python_eq(self, other: Value<'_>) -> bool {
-        crate::ops::equal(self, other)
     }
 
     /// The value as an `f64` when it is a number (a bool is 0 or 1), as Python's `float(v)`.

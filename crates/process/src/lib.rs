@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod capture;
+mod child;
 mod config;
 mod devices;
 mod environment;
@@ -58,16 +59,16 @@ mod exit;
 mod exit_watch;
 mod handshake;
 mod kill_switch;
+mod pids;
 mod process;
 mod quiet_panic;
 mod spawn;
 mod watchdog;
-mod worker;
 mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
-pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES};
+pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES, inherited_by_default};
 pub use error::ProcessError;
 pub use kill_switch::KillSwitch;
 pub use process::TuningProcess;

@@ -87,10 +87,11 @@ impl Recording {
     ///
     /// The file cannot be read, is none of these, or is malformed (naming the field).
     pub fn read(path: &Path) -> crate::Result<Recording> {
-        Recording::read_inner(path).map_err(crate::Error::report)
+        Recording::read_any(path).map_err(crate::TuneError::report)
     }
 
-    fn read_inner(path: &Path) -> Result<Recording> {
+    /// [`Recording::read`] of any of the formats it reads, its errors as `anyhow`.
+    fn read_any(path: &Path) -> Result<Recording> {
         let gz = path.extension().is_some_and(|e| e == "gz");
         if gz {
             return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
@@ -99,6 +100,10 @@ impl Recording {
             .with_context(|| format!("cannot read the recorded file {}", path.display()))?;
         if text.trim_start().starts_with("{\"key\"") {
             return Recording::from_results_cache(path, &text);
+        }
+        // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+        if crate::formats::is_open_cache(&text) {
+            return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
         }
         let doc: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
@@ -305,7 +310,7 @@ impl Recorded {
         recorded.sort_unstable();
         ours.sort_unstable();
         if recorded != ours {
-            return Err(crate::Error::Report {
+            return Err(crate::TuneError::Report {
                 message: format!(
                     "{} records the params {}, the space has {}: replay needs the same params",
                     recording.source,
@@ -586,6 +591,7 @@ pub fn report(
                 selection,
                 shard: None,
                 metrics: Vec::new(),
+                objective: None,
             },
             elapsed_s: elapsed_ms / 1000.0,
             workers: 0,
@@ -616,7 +622,7 @@ pub fn replay(
     selection: &Selection,
     budget: Budget,
 ) -> crate::Result<(Report, Trace)> {
-    let space = crate::space::load_space(file)?;
+    let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
     let mut strategy = crate::strategy::Guarded::new(crate::strategy::from_selection(selection));
@@ -624,9 +630,14 @@ pub fn replay(
     let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
         results.push(r.clone());
     });
-    let name = file
-        .file_stem()
-        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
+    let name = crate::Manifest::load(file, &crate::compiler()).map_or_else(
+        |_| {
+            file.file_stem()
+                .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned())
+        },
+        |m| m.name,
+    );
     let mut report = report(
         &space,
         &recorded,

@@ -2,11 +2,14 @@
 //! [`RunInfo`] describing the run. The same JSON shapes serve the `--json` report, the lines of
 //! the results cache, `tunebox report` and `tunebox merge`.
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use tunebox_pool::{Status, Verification};
 use tunebox_protocol::TimingStats;
 
+use crate::objective::Objective;
 use crate::space::Choice;
 
 /// What became of one choice.
@@ -35,6 +38,8 @@ pub struct ChoiceResult {
     pub cached: bool,
     /// What it ran on.
     pub device: String,
+    /// What ranks it, when not the time (the manifest's `objective`; see [`ChoiceResult::cost`]).
+    pub objective: Option<Arc<Objective>>,
 }
 
 impl ChoiceResult {
@@ -58,12 +63,32 @@ impl ChoiceResult {
             screen_median_ms: None,
             cached: false,
             device: device.to_owned(),
+            objective: None,
         }
     }
 
     /// The median that ranks an `ok` result.
     pub fn median_ms(&self) -> Option<f64> {
         self.stats.as_ref().map(|s| s.median_ms)
+    }
+
+    /// What the run minimizes for an `ok` result: its median (ms), or with an objective that
+    /// is a metric, the metric's value, negated when higher is better (`None` when the metric
+    /// could not be evaluated for it). Strategies minimize this; the ranking sorts by it.
+    pub fn cost(&self) -> Option<f64> {
+        match &self.objective {
+            None => self.median_ms(),
+            Some(objective) => objective.cost(self.median_ms(), &self.metrics),
+        }
+    }
+
+    /// The value of the objective (the median in ms, or the metric), unnegated.
+    pub fn objective_value(&self) -> Option<f64> {
+        let cost = self.cost()?;
+        Some(match &self.objective {
+            Some(o) if o.higher_is_better => -cost,
+            _ => cost,
+        })
     }
 }
 
@@ -145,6 +170,9 @@ pub struct RunHeader {
     /// The metrics' names, in order.
     #[serde(default)]
     pub metrics: Vec<String>,
+    /// What ranks the choices, when not the time (the manifest's `objective`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<Objective>,
 }
 
 /// A choice that was not measured, and why.
@@ -167,13 +195,24 @@ pub struct RefineInfo {
     pub rep_factor: f64,
 }
 
-/// Where results came from the cache.
+/// Where results came from the cache, and those it could not keep.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheInfo {
     /// The results cache's path.
     pub path: String,
     /// Choices taken from it rather than measured.
     pub hits: usize,
+    /// Results of the run that could not be written to it (a full or read-only file system):
+    /// a re-run measures them again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_cached: usize,
+    /// Why the first of them could not be written, with the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_cached_reason: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A run, described.
@@ -242,12 +281,18 @@ impl Report {
     }
 }
 
-/// Sorts `ok` results by median (refined ones first), then the rest by status; equal keys keep
-/// the choices' canonical order.
+/// Sorts `ok` results by their [`ChoiceResult::cost`] (the median, or the objective; refined
+/// ones first; one without its objective after those with it), then the rest by status; equal
+/// keys keep the choices' canonical order.
 pub(crate) fn rank(results: &mut [ChoiceResult]) {
     results.sort_by(|a, b| {
         let key = |r: &ChoiceResult| match (r.status, r.median_ms()) {
-            (Status::Ok, Some(median)) => (0u8, r.screen_median_ms.is_none(), median, r.index),
+            (Status::Ok, Some(_)) => (
+                0u8,
+                r.screen_median_ms.is_none(),
+                r.cost().unwrap_or(f64::INFINITY),
+                r.index,
+            ),
             (status, _) => (1 + status as u8, false, 0.0, r.index),
         };
         let (ka, kb) = (key(a), key(b));
@@ -291,7 +336,7 @@ pub(crate) fn parse_status(name: &str) -> Option<Status> {
 
 /// One result as JSON (the entries of a report's `results`, and of cache lines).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResultJson {
+pub(crate) struct ResultJson {
     /// 1-based rank among the `ok` results of its device (reports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<usize>,
@@ -332,7 +377,7 @@ pub struct ResultJson {
 }
 
 impl ResultJson {
-    pub fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
+    pub(crate) fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
         let s = r.stats.as_ref();
         ResultJson {
             rank,
@@ -363,7 +408,7 @@ impl ResultJson {
     }
 
     /// Back to a result; `None` (with the reason) for an unknown status.
-    pub fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
+    pub(crate) fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
         let status = parse_status(&self.status)
             .ok_or_else(|| format!("unknown status {:?}", self.status))?;
         let stats = match (
@@ -423,13 +468,14 @@ impl ResultJson {
             } else {
                 self.device
             },
+            objective: None,
         })
     }
 }
 
 /// The best choice, in a report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BestJson {
+pub(crate) struct BestJson {
     pub index: usize,
     pub choice: Choice,
     pub median_ms: f64,
@@ -447,7 +493,7 @@ pub struct BestJson {
 
 /// A whole report as JSON.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct ReportJson {
+pub(crate) struct ReportJson {
     #[serde(flatten)]
     pub info: RunInfo,
     pub results: Vec<ResultJson>,
@@ -469,7 +515,7 @@ pub fn define_line(choice: &Choice) -> String {
 }
 
 impl BestJson {
-    pub fn of(r: &ChoiceResult) -> Option<BestJson> {
+    pub(crate) fn of(r: &ChoiceResult) -> Option<BestJson> {
         Some(BestJson {
             index: r.index,
             choice: r.choice.clone(),
@@ -484,7 +530,7 @@ impl BestJson {
 
 impl Report {
     /// The report as JSON.
-    pub fn to_json(&self) -> ReportJson {
+    pub(crate) fn to_json(&self) -> ReportJson {
         let groups = self.groups();
         let mut results = Vec::with_capacity(self.results.len());
         let mut bests = Vec::new();
@@ -512,7 +558,7 @@ impl Report {
 
 impl ReportJson {
     /// Back to a report, ranking the results again.
-    pub fn into_report(self) -> Result<Report, String> {
+    pub(crate) fn into_report(self) -> Result<Report, String> {
         let device = self.info.header.device.clone();
         let mut results = self
             .results
@@ -523,6 +569,7 @@ impl ReportJson {
                     .map_err(|e| format!("results[{i}]: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        set_objective(&mut results, self.info.header.objective.as_ref());
         if self.info.across_devices {
             rank(&mut results);
         } else {
@@ -532,6 +579,14 @@ impl ReportJson {
             info: self.info,
             results,
         })
+    }
+}
+
+/// Gives `results` the run's `objective` (`None` or the time: ranked by time).
+pub(crate) fn set_objective(results: &mut [ChoiceResult], objective: Option<&Objective>) {
+    let objective = objective.filter(|o| !o.is_time()).cloned().map(Arc::new);
+    for r in results {
+        r.objective.clone_from(&objective);
     }
 }
 

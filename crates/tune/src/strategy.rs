@@ -61,8 +61,8 @@ pub trait Strategy: Send {
 /// both are counted for [`AskGuard::take_warnings`], so that neither is silent.
 #[derive(Debug, Clone, Default)]
 pub struct AskGuard {
-    /// One bit per index of the space: asked for.
-    asked: Vec<u64>,
+    /// The indices asked for (a set, not a bitmap: a space too large to list has billions).
+    asked: std::collections::HashSet<usize>,
     repeats: usize,
     first_repeat: Option<usize>,
     outside: usize,
@@ -79,9 +79,6 @@ impl AskGuard {
     /// The indices of `batch` that are in a space of `space_len` choices and not asked for
     /// before, in order.
     pub fn check(&mut self, space_len: usize, batch: Vec<usize>) -> Vec<usize> {
-        if self.asked.is_empty() {
-            self.asked = vec![0; space_len.div_ceil(64).max(1)];
-        }
         self.space_len = space_len;
         batch
             .into_iter()
@@ -91,13 +88,11 @@ impl AskGuard {
                     self.first_outside.get_or_insert(i);
                     return false;
                 }
-                let (word, bit) = (i / 64, 1u64 << (i % 64));
-                if self.asked[word] & bit != 0 {
+                if !self.asked.insert(i) {
                     self.repeats += 1;
                     self.first_repeat.get_or_insert(i);
                     return false;
                 }
-                self.asked[word] |= bit;
                 true
             })
             .collect()
@@ -196,8 +191,10 @@ impl Strategy for BruteForce {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
-        let end = self.next.saturating_add(n).min(space.len());
-        let batch = (self.next..end).collect();
+        let end = self.next.saturating_add(n).min(space.listed_len());
+        let batch = (self.next..end)
+            .filter_map(|p| space.listed_index(p))
+            .collect();
         self.next = end.max(self.next);
         batch
     }
@@ -212,6 +209,7 @@ pub struct RandomSample {
     budget: usize,
     seed: u64,
     sampler: Option<Sampler>,
+    unlisted: Option<UnlistedSampler>,
 }
 
 impl RandomSample {
@@ -221,6 +219,7 @@ impl RandomSample {
             budget,
             seed,
             sampler: None,
+            unlisted: None,
         }
     }
 }
@@ -232,6 +231,12 @@ impl Strategy for RandomSample {
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
         let (budget, seed) = (self.budget, self.seed);
+        if !space.is_listed() {
+            return self
+                .unlisted
+                .get_or_insert_with(|| UnlistedSampler::new(budget, seed))
+                .take(space, n);
+        }
         self.sampler
             .get_or_insert_with(|| Sampler::new(space.len(), budget, seed))
             .take(n)
@@ -296,6 +301,43 @@ impl Sampler {
             self.swapped.insert(j, at_i);
             out.push(at_j);
             self.i += 1;
+        }
+        out
+    }
+}
+
+/// `k` distinct valid choices of a space too large to list, drawn by rejection from its raw
+/// product ([`SearchSpace::random_index`]), in drawn order.
+#[derive(Debug, Clone)]
+struct UnlistedSampler {
+    k: usize,
+    rng: fastrand::Rng,
+    drawn: std::collections::HashSet<usize>,
+}
+
+impl UnlistedSampler {
+    /// At most `k` (and at most 50 million) choices, drawn with `seed`.
+    fn new(k: usize, seed: u64) -> UnlistedSampler {
+        UnlistedSampler {
+            k: k.min(50_000_000),
+            rng: fastrand::Rng::with_seed(seed),
+            drawn: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The next at most `count` indices (fewer when the draws stop finding new valid ones).
+    fn take(&mut self, space: &SearchSpace, count: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut misses = 0;
+        while self.drawn.len() < self.k && out.len() < count && misses < 32 {
+            match space.random_index(&mut self.rng) {
+                Some(i) if self.drawn.insert(i) => {
+                    out.push(i);
+                    misses = 0;
+                }
+                Some(_) => misses += 1,
+                None => break,
+            }
         }
         out
     }

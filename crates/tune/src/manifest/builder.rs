@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_protocol::{Define, Init, Scalar, TensorSpec, TimingConfig};
 
-use super::{Manifest, RawManifest, t1};
+use super::Manifest;
+use super::raw::{Extras, RawManifest};
 use crate::space::ParamValue;
 
 /// Builds a [`Manifest`] in code: the fields of a manifest file (see docs/manifest.md), as
@@ -38,7 +39,7 @@ use crate::space::ParamValue;
 ///     .metric("elements_per_ms", "256 / time")
 ///     .build()?;
 /// assert_eq!(manifest.name(), "scale");
-/// # Ok::<(), tunebox_tune::Error>(())
+/// # Ok::<(), tunebox_tune::TuneError>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build` is called"]
@@ -355,18 +356,20 @@ impl ManifestBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Manifest`](crate::Error::Manifest), naming the field and what to change (the
+    /// [`Error::Manifest`](crate::TuneError::Manifest), naming the field and what to change (the
     /// same messages as for a file): no kernel, an unreadable source, bad shapes, params
     /// without values, restrictions that do not parse, a scalar's value its type cannot take,
     /// an argument order that misses or repeats a name, …
     pub fn build(self) -> crate::Result<Manifest> {
         let what = format!("invalid manifest {} (built in code)", self.name);
-        self.build_inner()
+        self.assemble()
             .context(what)
-            .map_err(crate::Error::manifest)
+            .map_err(crate::TuneError::manifest)
     }
 
-    fn build_inner(mut self) -> Result<Manifest> {
+    /// The manifest these calls describe, as [`ManifestBuilder::build`] returns it (errors
+    /// without the "built in code" context).
+    fn assemble(mut self) -> Result<Manifest> {
         if let Some(error) = self.errors.first() {
             bail!("{error}");
         }
@@ -378,9 +381,9 @@ impl ManifestBuilder {
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
         if self.text.is_some() {
             // The kernel is not read from a file; its text is set below, once checked.
-            raw.t1 = Some(Box::new(t1::Extras {
+            raw.t1 = Some(Box::new(Extras {
                 source_missing: true,
-                ..t1::Extras::default()
+                ..Extras::default()
             }));
         }
         let mut manifest = Manifest::from_raw(raw, &path, &compiler)?;

@@ -12,10 +12,10 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 use super::lookup::{Setup, cached};
 use super::{TuneOptions, open_bench};
 use crate::cache::{CacheLine, Deps, ResultsCache};
+use crate::error_line;
 use crate::fingerprint;
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
-use crate::report;
 use crate::results::{ChoiceResult, RunHeader, choices as plural};
 use crate::stop::Stop;
 
@@ -61,7 +61,7 @@ fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
     let why = failed
         .error
         .as_deref()
-        .map(report::short_error_line)
+        .map(error_line::short_error_line)
         .filter(|e| !e.is_empty())
         .unwrap_or_else(|| failed.status.to_string());
     format!(
@@ -145,6 +145,7 @@ pub(crate) fn refine_best(
                 timeout,
                 cx.options.max_process_uses,
                 cx.options.worker.as_deref(),
+                &cx.setup.manifest.env,
             ) {
                 Ok(pool) => pool,
                 Err(_) if cx.stop.requested() => return Ok(()),
@@ -208,9 +209,7 @@ pub(crate) fn refine_best(
                     cx.deps.get(&refined.index).cloned(),
                 ))
             {
-                cx.progress
-                    .note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                cx.progress.note(&format!("warning: {e:#}"));
             }
             if refined.status == Status::Ok {
                 results[*p] = refined;

@@ -13,13 +13,15 @@
 //!   `LocalSize` -> the block; `SharedMemory` -> dynamic shared memory.
 //! - `Arguments` -> tensors (`Vector`: `Type`, `Size` evaluated as Kernel Tuner does, with
 //!   `ProblemSize` and each parameter bound to its list of values, `FillType`, `Output`) and
-//!   scalars (`Scalar` with an integer `FillValue`).
+//!   scalars (`Scalar`: `int32`/`int64` with an integral `FillValue`, `float`/`double` with any),
+//!   in the kernel's order.
 //! - `BenchmarkConfig.iterations` -> `iterations` (exactly that many timed reps).
 //!
 //! What tunebox cannot run (another language, a missing source, constant-memory arguments,
-//! float scalars, …) does not stop `--list`: it is recorded in [`Extras::unsupported`] and
+//! …) does not stop `--list`: it is recorded in
+//! [`Extras::unsupported`](super::raw::Extras::unsupported) and
 //! refused by a run with those reasons. Fields that are read but not used are
-//! [`Extras::notes`].
+//! [`Extras::notes`](super::raw::Extras::notes).
 
 use std::path::{Path, PathBuf};
 
@@ -27,24 +29,11 @@ use anyhow::{Result, bail};
 use indexmap::IndexMap;
 use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 
-use super::{RawKernel, RawManifest, RawScalar, RawTensor};
+use super::raw::{Extras, RawKernel, RawManifest, RawScalar, RawTensor};
 use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
-use crate::launch::{RawLaunch, from_python};
+use crate::launch::RawLaunch;
 use crate::space::ParamValue;
-
-/// What a T1 file says beyond the TOML fields.
-#[derive(Debug, Default)]
-pub(super) struct Extras {
-    /// Fields read but not used, and how others were read.
-    pub notes: Vec<String>,
-    /// Why the file cannot be tuned (it can still be listed).
-    pub unsupported: Vec<String>,
-    /// The kernel source does not exist: do not read it.
-    pub source_missing: bool,
-    /// Tensors (by index) filled with a constant other than 0 and 1.
-    pub fills: Vec<(usize, f64)>,
-}
 
 /// Reads the T1 file at `path` as the fields of a manifest.
 pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
@@ -168,6 +157,9 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         problem_size,
         launch,
         metrics: IndexMap::new(),
+        objective: None,
+        objective_higher_is_better: None,
+        env: None,
         tune_params: None,
         kernel_name: None,
         kernel_source: None,
@@ -181,6 +173,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         grid_div_x: grid_div[0].clone(),
         grid_div_y: grid_div[1].clone(),
         grid_div_z: grid_div[2].clone(),
+        launch_from_aliases: Vec::new(),
         t1: Some(Box::new(x)),
     })
 }
@@ -267,8 +260,7 @@ fn launch(
 /// A T1 size (Python, over params and `ProblemSize[i]`) as three launch expressions.
 fn dims(d: &T1Dims, problem: &[i64]) -> [String; 3] {
     let one = |e: &Option<String>| e.clone().unwrap_or_else(|| "1".into());
-    [d.x.clone(), one(&d.y), one(&d.z)].map(|e| {
-        let mut e = from_python(&e);
+    [d.x.clone(), one(&d.y), one(&d.z)].map(|mut e| {
         for (i, size) in problem.iter().enumerate() {
             for spelling in [format!("ProblemSize[{i}]"), format!("ProblemSize [{i}]")] {
                 e = e.replace(&spelling, &size.to_string());
