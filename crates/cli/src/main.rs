@@ -202,8 +202,10 @@ struct TuneArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     max_process_uses: u64,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
-    /// search that measures --budget choices; for adaptive search pick `auto` (the best
-    /// held-out score at full and quarter budgets, docs/search.md).
+    /// search that measures --budget choices. For adaptive search pick `auto`: first of either
+    /// tool's strategies held out at a quarter budget and above random on every recorded space;
+    /// with budget for hundreds of measurements `ils` scored higher on the repository's data
+    /// (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
@@ -261,8 +263,7 @@ enum Strategy {
     /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
     Bayes,
     /// The default adaptive search: Bayesian optimization on ranks, failures ranked last,
-    /// string params categorical. Pick it for any --budget; measured against the others and
-    /// Kernel Tuner's, held out, in docs/search.md.
+    /// string params categorical (docs/search.md has its held-out scores).
     Auto,
 }
 

@@ -920,20 +920,21 @@ fn main_inner() -> Result<(), String> {
             }
         }
     }
-    let _ = writeln!(
-        md,
-        "\nOwn cost (wall time of the simulated runs over their steps, {} threads on this machine): {}.",
-        options.jobs,
-        names
-            .iter()
-            .zip(&cost)
-            .map(|(n, (secs, steps))| format!(
-                "{n} {:.2} ms/step",
-                secs * 1000.0 / (*steps).max(1) as f64
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let measured: Vec<String> = names
+        .iter()
+        .zip(&cost)
+        .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
+        .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
+        .collect();
+    if !measured.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
+             machine): {}.",
+            options.jobs,
+            measured.join(", ")
+        );
+    }
     if options.loo {
         md.push_str(&loo(
             &problems,
