@@ -625,7 +625,7 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::Guarded::new(crate::strategy::from_selection(selection));
+    let mut strategy = crate::strategy::Guarded::new(crate::strategies::from_selection(selection));
     let mut results = Vec::new();
     let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
         results.push(r.clone());

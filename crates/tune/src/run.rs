@@ -24,7 +24,8 @@ use crate::results::{
 };
 use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
-use crate::strategy::{self, Strategy};
+use crate::strategies;
+use crate::strategy::Strategy;
 
 mod bench;
 mod compile;
@@ -121,7 +122,7 @@ impl Plan {
         budget_given: bool,
     ) -> Result<Plan> {
         // A strategy's asks are held to its contract: no index twice, none outside the space.
-        let mut strategy: Box<dyn Strategy> = Box::new(strategy::Guarded::new(strategy));
+        let mut strategy: Box<dyn Strategy> = Box::new(crate::strategy::Guarded::new(strategy));
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
         let mut notes: Vec<String> =
@@ -255,7 +256,7 @@ fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> R
     let budget_given = selection.budget.is_some();
     Plan::build(
         manifest,
-        strategy::from_selection(selection),
+        strategies::from_selection(selection),
         shard,
         budget_given,
     )
@@ -1026,7 +1027,12 @@ mod tests {
         )
         .unwrap();
         let manifest = Manifest::read(&path, "cc").unwrap();
-        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        let plan = Plan::new(
+            manifest,
+            Box::new(crate::strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
         // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
         assert_eq!(plan.space().len(), 5);
         assert_eq!(plan.selected().len(), 5);
@@ -1048,7 +1054,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(
             Manifest::read(&path, "cc").unwrap(),
-            Box::new(strategy::BruteForce::default()),
+            Box::new(crate::strategy::BruteForce::default()),
             None,
         )
         .unwrap();
