@@ -135,6 +135,7 @@ impl Backend for CpuBackend {
                 outputs,
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
+                left_behind: Vec::new(),
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -181,6 +182,7 @@ impl Backend for CpuBackend {
             outputs,
             outputs_after_reps,
             mutated_inputs,
+            left_behind: Vec::new(),
         })
     }
 }

@@ -58,7 +58,7 @@ pub use request::{
     Arg, BenchmarkRequest, CKernel, CacheFlush, DType, Define, DiagnosticTask, Element, Init,
     Kernel, Scalar, ScalarKind, TensorSpec, TimingConfig,
 };
-pub use result::{BenchmarkResult, TensorData, TimingStats};
+pub use result::{BenchmarkResult, Leftover, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
 pub use started::{Phase, Progress, StartedCell, short_duration, short_ms};
 pub use task::{Task, TaskKernel, TaskRequest, decode, decode_output, encode};
@@ -66,7 +66,7 @@ pub use task::{Task, TaskKernel, TaskRequest, decode, decode_output, encode};
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

@@ -39,6 +39,7 @@
 mod bootstrap;
 mod diagnostics;
 mod error;
+mod hygiene;
 mod mappings;
 mod registry;
 mod serve;
