@@ -96,10 +96,10 @@
 #![deny(missing_docs)]
 
 mod cache;
-mod community;
 mod error;
 mod fingerprint;
 pub mod formats;
+mod interchange;
 mod launch;
 mod manifest;
 mod measure;
@@ -117,10 +117,10 @@ pub mod strategies;
 mod strategy;
 
 pub use crate::cache::ResultsCache;
-pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
 pub use crate::fingerprint::compiler_version;
-pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder};
+pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
+pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
@@ -133,8 +133,8 @@ pub use crate::results::{
     ShardInfo, best, choices as choice_count, define_line,
 };
 pub use crate::run::{
-    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, cxx_compiler,
-    lookup_cached, measure, plan, reference, refine_order, run, tune,
+    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, lookup_cached, measure,
+    plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};

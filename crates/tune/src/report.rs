@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::cache;
-use crate::community;
 use crate::formats::{KtCache, T4File};
+use crate::interchange;
 use crate::results::{Report, ReportJson, ResultJson, RunInfo, rank_by_device};
 use tunebox_pool::Status;
 
@@ -179,7 +179,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
     // object with `cache` and `tune_params_keys` is one too, one with `schema_version` and
     // `results` whose entries have a `configuration` is T4.
     if bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
@@ -187,7 +187,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
         && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
     {
         if doc.contains_key("cache") && doc.contains_key("tune_params_keys") {
-            return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+            return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
         }
         let t4 = doc.contains_key("schema_version")
             && doc
@@ -195,7 +195,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
                 .and_then(serde_json::Value::as_array)
                 .is_some_and(|r| r.iter().all(|r| r.get("configuration").is_some()));
         if t4 {
-            return Ok(vec![community::t4_report(&T4File::read(path)?, path)]);
+            return Ok(vec![interchange::t4_report(&T4File::read(path)?, path)]);
         }
     }
     let json_error = match serde_json::from_str::<ReportJson>(&text) {

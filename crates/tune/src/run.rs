@@ -15,7 +15,7 @@ use tunebox_protocol::{BenchmarkRequest, Kernel};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::Error;
 use crate::fingerprint;
-use crate::manifest::{Language, Manifest, Reference, Verify};
+use crate::manifest::{Language, Manifest, Reference, Verify, compiler};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
@@ -82,23 +82,6 @@ pub struct TuneOptions {
     pub refine: Option<usize>,
     /// Measure only this shard of the choices (`None`: all).
     pub shard: Option<ShardInfo>,
-}
-
-/// The C compiler: `$CC`, else `cc`.
-pub fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
-
-/// The C++ compiler, for C++ sources whose manifest names no compiler: `$CXX`, else `g++`
-/// (Kernel Tuner's default for `lang = "C"`).
-pub fn cxx_compiler() -> String {
-    std::env::var("CXX")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .unwrap_or_else(|| "g++".into())
 }
 
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and

@@ -27,7 +27,7 @@ use anyhow::{Result, bail};
 use indexmap::IndexMap;
 use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 
-use super::{RawKernel, RawManifest, RawScalar, RawTensor};
+use super::raw::{RawKernel, RawManifest, RawScalar, RawTensor};
 use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
 use crate::launch::{RawLaunch, from_python};
