@@ -3,7 +3,7 @@
 //! result, and a worker it damaged is replaced before an innocent task runs in it.
 
 use tunebox_pool::{PoolConfig, PoolExecutor};
-use tunebox_process::TuningProcess;
+use tunebox_process::{ProcessError, TuningProcess};
 use tunebox_protocol::{Leftover, TaskRequest};
 
 use crate::task_kinds::{TestOutput, TestTask};
@@ -200,4 +200,23 @@ fn a_task_that_runs_out_of_a_resource_in_a_reused_worker_is_measured_again_in_a_
             && leftover.detail.contains("measured again in a fresh worker"),
         "{leftover}"
     );
+}
+
+#[test]
+fn a_crash_quote_under_rust_backtrace_keeps_the_cause() {
+    let mut worker = TuningProcess::spawn(config().env("RUST_BACKTRACE", "1")).unwrap();
+    let err = worker.run_task(TestTask::AllocFailure, LONG).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, ProcessError::WorkerCrashed { .. }), "{err:?}");
+    assert!(
+        message.contains("memory allocation of 4294967296 bytes failed"),
+        "{message}"
+    );
+    let ProcessError::WorkerCrashed { stderr_tail, .. } = err else {
+        unreachable!()
+    };
+    // Where the worker printed a backtrace, its frames are one line of the quote.
+    if stderr_tail.lines().count() > 20 {
+        assert!(message.contains("backtrace frame lines]"), "{message}");
+    }
 }

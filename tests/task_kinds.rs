@@ -37,6 +37,9 @@ pub(crate) enum TestTask {
     StateProbe,
     /// Fail with "Too many open files" unless this is the first task of the worker process.
     FailIfReused,
+    /// Fail to allocate 4 GiB as Rust's allocator reports it (`memory allocation of … bytes
+    /// failed`, a backtrace under `RUST_BACKTRACE=1`, then abort).
+    AllocFailure,
 }
 
 /// What the test backend answers.
@@ -107,6 +110,10 @@ pub(crate) fn run(task: TestTask, cx: &mut TaskContext<'_>) -> Result<TestOutput
             TestOutput::Number(0.0)
         }
         TestTask::StateProbe => TestOutput::Blob(state_words().into_bytes()),
+        TestTask::AllocFailure => {
+            let layout = std::alloc::Layout::from_size_align(1 << 32, 8).expect("a layout");
+            std::alloc::handle_alloc_error(layout)
+        }
         TestTask::FailIfReused => {
             use std::sync::atomic::{AtomicBool, Ordering};
             static RAN: AtomicBool = AtomicBool::new(false);

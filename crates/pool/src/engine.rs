@@ -54,6 +54,10 @@ pub(crate) struct Completion {
     notify: Option<(Sender<usize>, usize)>,
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per task, resolved once; boxing the result would allocate per task"
+)]
 enum Outcome {
     Pending,
     Ready(TaskResult),

@@ -260,9 +260,9 @@ impl Baseline {
 }
 
 fn disposition(signal: i32) -> Option<libc::sigaction> {
-    // SAFETY: an all-zero `sigaction` is a valid value to be overwritten, and a null new action
-    // only reads the current one.
+    // SAFETY: an all-zero `sigaction` is a valid value (plain integers and pointers).
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, `sigaction` only writes the current one into `action`.
     let ok = unsafe { libc::sigaction(signal, std::ptr::null(), &mut action) } == 0;
     ok.then_some(action)
 }
@@ -276,9 +276,9 @@ fn handler_words(action: &libc::sigaction) -> &'static str {
 }
 
 fn blocked_signals() -> Vec<i32> {
-    // SAFETY: an all-zero sigset is valid storage; with a null new set, `pthread_sigmask` only
-    // reads this thread's mask.
+    // SAFETY: an all-zero sigset is valid storage.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new set, `pthread_sigmask` only writes this thread's mask to `set`.
     if unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut set) } != 0 {
         return Vec::new();
     }
@@ -410,8 +410,9 @@ fn limit_words(limit: libc::rlim_t) -> String {
 }
 
 fn affinity() -> Option<Vec<usize>> {
-    // SAFETY: an all-zero cpu_set_t is empty; `sched_getaffinity` fills it for this thread.
+    // SAFETY: an all-zero cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `sched_getaffinity` fills `set`, of the size given, for this thread.
     if unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
         return None;
     }
