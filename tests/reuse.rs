@@ -220,3 +220,50 @@ fn a_crash_quote_under_rust_backtrace_keeps_the_cause() {
         assert!(message.contains("backtrace frame lines]"), "{message}");
     }
 }
+
+/// `y = x * 1e-39f`: denormal results, which flush-to-zero turns into zeros (and makes fast).
+/// With `LEAK` 1 the kernel first turns on flush-to-zero, denormals-are-zero and rounding toward
+/// zero, and leaves them on, as a careless `-ffast-math` kernel does.
+#[cfg(target_arch = "x86_64")]
+const DENORMALS: &str = "#include <stdint.h>\n\
+#include <xmmintrin.h>\n\
+void scale(const float *x, float *y, int64_t n) {\n\
+    if (LEAK) _mm_setcsr(_mm_getcsr() | 0x8040 | 0x6000);\n\
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * 1e-39f;\n\
+}\n";
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn identical_c_choices_after_one_that_leaks_flush_to_zero_compute_alike() {
+    use tunebox_protocol::{BenchmarkRequest, CKernel, DType, TensorSpec, TimingConfig};
+
+    let request = |leak: &str| {
+        BenchmarkRequest::new(CKernel::new(DENORMALS, "scale").define("LEAK", leak))
+            .tensor(TensorSpec::new("x", DType::F32, [4096]).random(1))
+            .tensor(TensorSpec::new("y", DType::F32, [4096]).output())
+            .scalar("n", 4096)
+            .timing(TimingConfig {
+                warmup_ms: 1.0,
+                rep_ms: 5.0,
+                flush_cache: false,
+                ..TimingConfig::default()
+            })
+    };
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let fresh = worker.benchmark(request("0"), LONG).unwrap();
+    assert!(
+        fresh.outputs[0].bytes.iter().any(|&b| b != 0),
+        "denormals, not zeros, in a fresh worker"
+    );
+    let culprit = worker.benchmark(request("1"), LONG).unwrap();
+    let leftover = find(&culprit.left_behind, "floating-point environment");
+    assert!(
+        leftover.restored && leftover.detail.contains("flush-to-zero"),
+        "{leftover}"
+    );
+    // The same code as the first choice, after the culprit in the same worker: the same bytes,
+    // not the zeros (and the 10× speed) flush-to-zero would give it.
+    let after = worker.benchmark(request("0"), LONG).unwrap();
+    assert_eq!(after.outputs[0].bytes, fresh.outputs[0].bytes);
+    assert!(after.left_behind.is_empty(), "{:?}", after.left_behind);
+}
