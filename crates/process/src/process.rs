@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, Leftover, MAX_INLINE_REQUEST_BYTES,
     MAX_SHARED_PAYLOADS, Probe, Request, RequestBody, ResponseBody, Task, TaskRequest,
-    decode_output,
+    WORKER_USES_ENV, decode_output,
 };
 
 use crate::child::{ReceiveFailure, SendFailure, Worker};
@@ -128,6 +128,16 @@ impl TuningProcess {
     /// A handle whose worker starts on the first [`put`](TuningProcess::put) or
     /// [`ping`](TuningProcess::ping).
     pub fn lazy(config: ProcessConfig) -> TuningProcess {
+        // The worker skips its state checks after its last use (see `WORKER_USES_ENV`); set
+        // either way, so that a value inherited from this process's environment never counts.
+        let uses = match config.maximum_process_uses {
+            Some(uses) => {
+                let init = u64::from(config.initializer.is_some());
+                uses.saturating_add(init).to_string()
+            }
+            None => "unlimited".to_owned(),
+        };
+        let config = config.env(WORKER_USES_ENV, uses);
         TuningProcess {
             config,
             worker: None,

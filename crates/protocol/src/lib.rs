@@ -49,7 +49,10 @@ mod task;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
-pub use env::{CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, cache_root};
+pub use env::{
+    CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, WORKER_USES_ENV,
+    cache_root,
+};
 #[doc(hidden)]
 pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;

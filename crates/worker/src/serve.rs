@@ -72,7 +72,7 @@ pub(crate) fn serve_recording(
                     request.id,
                     benchmark.kernel.backend()
                 );
-                let before = hygiene.before();
+                let before = hygiene.before(&benchmark, true);
                 let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.benchmark(request)
                 });
@@ -81,7 +81,7 @@ pub(crate) fn serve_recording(
             }
             RequestBody::Prepare(mut benchmark) => {
                 mappings.intern(&mut benchmark);
-                let before = hygiene.before();
+                let before = hygiene.before(&benchmark, false);
                 let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.prepare(request)
                 });

@@ -39,6 +39,11 @@ const HISTORY: usize = 64;
 
 /// The state keeper of one worker.
 pub(crate) struct Hygiene {
+    /// Benchmark requests left before the parent replaces the worker (`WORKER_USES_ENV`);
+    /// `None`: no limit.
+    uses_left: Option<u64>,
+    /// Unless `TUNEBOX_WORKER_STATE_CHECKS=0`.
+    enabled: bool,
     baseline: Baseline,
     /// Backends that have served a request in this worker.
     warmed: HashSet<String>,
@@ -61,25 +66,44 @@ impl Hygiene {
     /// Records the worker's state now, before its first task.
     pub(crate) fn new() -> Hygiene {
         Hygiene {
+            uses_left: std::env::var(tunebox_protocol::WORKER_USES_ENV)
+                .ok()
+                .and_then(|n| n.trim().parse().ok()),
+            enabled: std::env::var_os("TUNEBOX_WORKER_STATE_CHECKS").is_none_or(|v| v != "0"),
             baseline: Baseline::capture(),
             warmed: HashSet::new(),
             history: VecDeque::new(),
         }
     }
 
-    /// Called before a request runs.
-    pub(crate) fn before(&self) -> Before {
-        Before(Resources::now())
+    /// Called before a benchmark (`counts`: a use of the worker) or prepare request runs.
+    /// `None` when the request is not checked: the worker's last use (nothing could inherit its
+    /// state), a task of the `diagnostics` backend (tunebox's own scripted tasks, which change
+    /// no state a later task sees), or checks turned off (`TUNEBOX_WORKER_STATE_CHECKS=0`).
+    pub(crate) fn before(&mut self, request: &BenchmarkRequest, counts: bool) -> Option<Before> {
+        if counts && let Some(left) = &mut self.uses_left {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                return None;
+            }
+        }
+        if !self.enabled || request.kernel.backend() == "diagnostics" {
+            return None;
+        }
+        Some(Before(Resources::now()))
     }
 
     /// Called after `request` ran (and failed with `error`, if it did): puts back the state it
     /// changed and says what it left behind.
     pub(crate) fn after(
         &mut self,
-        before: Before,
+        before: Option<Before>,
         request: &BenchmarkRequest,
         error: Option<&BenchError>,
     ) -> Vec<Leftover> {
+        let Some(before) = before else {
+            return Vec::new();
+        };
         let mut found = self.baseline.check_and_restore();
         let after = Resources::now();
         let first = self.warmed.insert(request.kernel.backend().to_owned());
@@ -302,16 +326,40 @@ mod tests {
 
     use super::*;
 
-    fn request() -> BenchmarkRequest {
-        BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 0 }))
+    fn task() -> BenchmarkRequest {
+        tunebox_protocol::TaskRequest::new(Square(2))
+            .encode()
+            .unwrap()
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    pub(super) struct Square(pub(super) u64);
+
+    impl tunebox_protocol::Task for Square {
+        const BACKEND: &'static str = "squares";
+        type Output = u64;
+    }
+
+    #[test]
+    fn diagnostics_tasks_and_the_last_use_are_not_checked() {
+        let mut hygiene = Hygiene::new();
+        hygiene.uses_left = Some(2);
+        let diagnostics =
+            BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 0 }));
+        assert!(hygiene.before(&diagnostics, false).is_none());
+        assert!(
+            hygiene.before(&task(), true).is_some(),
+            "the first of two uses"
+        );
+        assert!(hygiene.before(&task(), true).is_none(), "the last use");
     }
 
     #[test]
     fn a_task_that_changes_nothing_leaves_nothing() {
         let mut hygiene = Hygiene::new();
         for _ in 0..3 {
-            let before = hygiene.before();
-            let found = hygiene.after(before, &request(), None);
+            let before = hygiene.before(&task(), true);
+            let found = hygiene.after(before, &task(), None);
             // Other tests of this process start threads and open files meanwhile.
             let found: Vec<_> = found
                 .iter()
@@ -357,5 +405,58 @@ mod tests {
             .to_vec();
         let refs: Vec<&String> = items.iter().collect();
         assert_eq!(group(&refs), "/dev/null ×2, /tmp/a, pipe ×2");
+    }
+}
+/// What the checks cost: `cargo test --release -p tunebox-worker measure_state_check_cost --
+/// --ignored --nocapture` prints the worker CPU time per request (best of 10 × 500).
+#[cfg(test)]
+mod cost {
+    fn cpu_us() -> f64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes the thread's CPU time into `t`.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec as f64 * 1e6 + t.tv_nsec as f64 / 1e3
+    }
+
+    #[test]
+    #[ignore = "a measurement, not a test: run it by name"]
+    fn measure_state_check_cost() {
+        let mut h = super::Hygiene::new();
+        let r = tunebox_protocol::TaskRequest::new(super::tests::Square(2))
+            .encode()
+            .unwrap();
+        let time = |f: &mut dyn FnMut()| {
+            let mut best = f64::INFINITY;
+            for _ in 0..10 {
+                let t = cpu_us();
+                for _ in 0..500 {
+                    f();
+                }
+                best = best.min((cpu_us() - t) / 500.0);
+            }
+            best
+        };
+        eprintln!(
+            "restorable state: {:.1} µs of CPU per check",
+            time(&mut || {
+                std::hint::black_box(h.baseline.check_and_restore());
+            })
+        );
+        eprintln!(
+            "resource snapshot: {:.1} µs",
+            time(&mut || {
+                std::hint::black_box(super::Resources::now());
+            })
+        );
+        eprintln!(
+            "a whole request (two snapshots, one check): {:.1} µs",
+            time(&mut || {
+                let b = h.before(&r, true);
+                std::hint::black_box(h.after(b, &r, None));
+            })
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 pub(crate) struct Resources {
     pub(crate) fds: BTreeSet<i32>,
     pub(crate) threads: BTreeSet<i32>,
-    /// `RssAnon` of `/proc/self/status`, in KiB.
+    /// Anonymous resident memory, in KiB.
     pub(crate) anon_kib: u64,
 }
 
@@ -62,10 +62,17 @@ fn numbered_entries(dir: &str) -> BTreeSet<i32> {
         .collect()
 }
 
+/// Resident memory not backed by a file or shared memory: `resident - shared` of
+/// `/proc/self/statm` (the `RssAnon` of `/proc/self/status`, which costs ten times more to
+/// read), in KiB.
 fn anon_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut fields = statm.split_whitespace().skip(1);
+    let resident: u64 = fields.next()?.parse().ok()?;
+    let shared: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    Some(resident.saturating_sub(shared) * page / 1024)
 }
 
 /// What descriptor `fd` refers to (`/dev/null`, `pipe:[123]`, `socket:[456]`, …); `None` once
