@@ -97,6 +97,7 @@
 
 mod cache;
 mod error;
+mod error_line;
 mod fingerprint;
 pub mod formats;
 mod interchange;
@@ -118,16 +119,17 @@ mod strategy;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Error, Result};
+pub use crate::error_line::{short_error, short_error_line};
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
-pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler};
+pub use crate::manifest::{
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler, load_space,
+};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::observer::{Event, Observer, Phase};
-pub use crate::report::{
-    load as load_reports, short_error, short_error_line, write_csv, write_json,
-};
+pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
     ShardInfo, best, choices as choice_count, define_line,
@@ -137,6 +139,6 @@ pub use crate::run::{
     plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
+pub use crate::space::{Choice, ParamValue, SearchSpace};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

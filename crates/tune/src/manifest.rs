@@ -30,7 +30,7 @@ use self::source::parent_dir;
 use self::timing::MAX_REPS;
 use crate::launch::{Launch, RawLaunch};
 use crate::metrics::Metrics;
-use crate::space::{ParamValue, Restriction};
+use crate::space::{ParamValue, Restriction, SearchSpace};
 
 pub use self::builder::ManifestBuilder;
 pub(crate) use self::source::{KernelSource, Language};
@@ -169,6 +169,30 @@ impl Manifest {
             unsupported: extras.unsupported,
         })
     }
+}
+
+/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
+/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
+///
+/// # Errors
+///
+/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
+pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
+    if path.extension().is_some_and(|e| e == "json") {
+        let t1 = crate::formats::T1File::read(path)
+            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
+        let conditions: Vec<String> = t1
+            .configuration_space
+            .conditions
+            .iter()
+            .map(|c| c.expression.clone())
+            .collect();
+        return SearchSpace::from_params(&t1.tune_params(), &conditions);
+    }
+    let manifest = Manifest::load(path, &compiler())?;
+    SearchSpace::new(&manifest.params, &manifest.restrictions)
+        .with_context(|| format!("invalid manifest {}", path.display()))
+        .map_err(crate::Error::manifest)
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel

@@ -593,7 +593,7 @@ pub fn replay(
     selection: &Selection,
     budget: Budget,
 ) -> crate::Result<(Report, Trace)> {
-    let space = crate::space::load_space(file)?;
+    let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
     let mut strategy = crate::strategy::from_selection(selection);

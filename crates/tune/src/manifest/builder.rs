@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_protocol::{Define, Init, Scalar, TensorSpec, TimingConfig};
 
-use super::raw::RawManifest;
-use super::{Manifest, from_t1};
+use super::Manifest;
+use super::raw::{Extras, RawManifest};
 use crate::space::ParamValue;
 
 /// Builds a [`Manifest`] in code: the fields of a manifest file (see docs/manifest.md), as
@@ -381,9 +381,9 @@ impl ManifestBuilder {
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
         if self.text.is_some() {
             // The kernel is not read from a file; its text is set below, once checked.
-            raw.t1 = Some(Box::new(from_t1::Extras {
+            raw.t1 = Some(Box::new(Extras {
                 source_missing: true,
-                ..from_t1::Extras::default()
+                ..Extras::default()
             }));
         }
         let mut manifest = Manifest::from_raw(raw, &path, &compiler)?;

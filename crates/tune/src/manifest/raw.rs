@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use super::from_t1;
 use crate::launch::RawLaunch;
 
 #[derive(Deserialize)]
@@ -60,7 +59,20 @@ pub(super) struct RawManifest {
     pub(super) grid_div_z: Option<toml::Value>,
     /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
     #[serde(skip)]
-    pub(super) t1: Option<Box<from_t1::Extras>>,
+    pub(super) t1: Option<Box<Extras>>,
+}
+
+/// What a T1 file says beyond the TOML fields.
+#[derive(Debug, Default)]
+pub(super) struct Extras {
+    /// Fields read but not used, and how others were read.
+    pub notes: Vec<String>,
+    /// Why the file cannot be tuned (it can still be listed).
+    pub unsupported: Vec<String>,
+    /// The kernel source does not exist: do not read it.
+    pub source_missing: bool,
+    /// Tensors (by index) filled with a constant other than 0 and 1.
+    pub fills: Vec<(usize, f64)>,
 }
 
 #[derive(Deserialize, Default)]

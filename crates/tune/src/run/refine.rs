@@ -12,10 +12,10 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 use super::lookup::{Setup, cached};
 use super::{TuneOptions, open_bench};
 use crate::cache::{CacheLine, Deps, ResultsCache};
+use crate::error_line;
 use crate::fingerprint;
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
-use crate::report;
 use crate::results::{ChoiceResult, RunHeader, choices as plural};
 use crate::stop::Stop;
 
@@ -61,7 +61,7 @@ fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
     let why = failed
         .error
         .as_deref()
-        .map(report::short_error_line)
+        .map(error_line::short_error_line)
         .filter(|e| !e.is_empty())
         .unwrap_or_else(|| failed.status.to_string());
     format!(
