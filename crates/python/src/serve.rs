@@ -55,6 +55,7 @@ impl Backend for PythonBackend {
             outputs: Vec::new(),
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
+            left_behind: Vec::new(),
         })
     }
 
