@@ -7,7 +7,11 @@
 //!    off, and checks the parent's protocol version ([`run_from_env`]);
 //! 2. connects and sends `Hello` with its request and response channels;
 //! 3. serves requests ([`serve`]) with the backends of a [`Registry`] (`cpu` from `tunebox-cpu`,
-//!    and [`DiagnosticsBackend`]), catching backend panics as `BenchError::Panic`;
+//!    and [`DiagnosticsBackend`]), catching backend panics as `BenchError::Panic`; after each
+//!    task it puts back the process state the task changed (floating-point modes, signal
+//!    handlers, working directory, …) and names in the reply what the task left behind
+//!    (`Response::left_behind`), descriptors, threads or memory included, which make the parent
+//!    replace the worker;
 //! 4. exits on `Shutdown`, or when the parent's end of the channel closes.
 //!
 //! Binaries other than `tunebox-worker` can serve as workers too: call [`run_if_worker`] first

@@ -163,7 +163,14 @@ impl Hygiene {
             self.history.pop_front();
         }
         if !found.is_empty() {
-            log::warn!(
+            // The reply carries them; a damaged worker is worth a line on its own stderr.
+            let level = if found.iter().all(|l| l.restored) {
+                log::Level::Info
+            } else {
+                log::Level::Warn
+            };
+            log::log!(
+                level,
                 "{} left behind: {}",
                 describe(request),
                 found
