@@ -200,12 +200,18 @@ fn errors_name_the_stage() {
     let dir = setup();
     std::fs::write(dir.path().join("m.toml"), "timeout_s = \"x\"").unwrap();
     let e = tunebox_tune::tune(&options(dir.path()), &(), &Stop::new()).unwrap_err();
-    assert!(matches!(e, tunebox_tune::Error::Manifest { .. }), "{e:?}");
+    assert!(
+        matches!(e, tunebox_tune::TuneError::Manifest { .. }),
+        "{e:?}"
+    );
     let dir = setup();
     let mut options = options(dir.path());
     options.json = Some(dir.path().join("missing/r.json"));
     let e = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap_err();
-    assert!(matches!(e, tunebox_tune::Error::Options { .. }), "{e:?}");
+    assert!(
+        matches!(e, tunebox_tune::TuneError::Options { .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 

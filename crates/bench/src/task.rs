@@ -10,7 +10,7 @@ use tunebox_protocol::{
     TimingConfig, TimingStats, decode, encode,
 };
 
-use crate::{Backend, HostTensor, Runner, do_bench_within};
+use crate::{Backend, HostTensor, Restore, Runner, do_bench_within};
 
 /// What the backend of a task kind sees of the request it runs, and the timing helpers it
 /// measures with.
@@ -181,12 +181,12 @@ impl<'a> TaskContext<'a> {
             call,
             calls: 0,
             restore: None,
+            written: Vec::new(),
         };
         let result = self.do_bench(&mut runner);
-        for &i in runner.restore.iter().flatten() {
-            let tensor = &runner.tensors[i];
-            if !tensor.is_output() && !self.mutated_inputs.iter().any(|n| n == tensor.name()) {
-                self.mutated_inputs.push(tensor.name().to_owned());
+        for name in runner.written {
+            if !self.mutated_inputs.contains(&name) {
+                self.mutated_inputs.push(name);
             }
         }
         result
@@ -260,8 +260,10 @@ struct TensorRunner<'t, F> {
     call: F,
     calls: u32,
     /// The tensors put back before every call, once the first call showed which inputs it
-    /// writes.
-    restore: Option<Vec<usize>>,
+    /// writes (the rule of every backend: [`Restore`]).
+    restore: Option<Restore>,
+    /// The inputs the first call wrote.
+    written: Vec<String>,
 }
 
 impl<F: FnMut(&mut [HostTensor]) -> Result<(), BenchError>> Runner for TensorRunner<'_, F> {
@@ -279,16 +281,18 @@ impl<F: FnMut(&mut [HostTensor]) -> Result<(), BenchError>> Runner for TensorRun
             // Fresh from their specs.
             return Ok(());
         }
-        let tensors = &*self.tensors;
-        let restore = self.restore.get_or_insert_with(|| {
-            (0..tensors.len())
-                .filter(|&i| {
-                    let t = &tensors[i];
-                    t.resets_each_call() || (!t.is_output() && !t.is_pristine())
+        if self.restore.is_none() {
+            let specs: Vec<TensorSpec> = self.tensors.iter().map(HostTensor::spec).collect();
+            let mut restore = Restore::resets(&specs);
+            let tensors = &*self.tensors;
+            self.written = restore
+                .add_written_inputs(&specs, |i| {
+                    Ok::<_, std::convert::Infallible>(!tensors[i].is_pristine())
                 })
-                .collect()
-        });
-        for &i in restore.iter() {
+                .unwrap_or_else(|never| match never {});
+            self.restore = Some(restore);
+        }
+        for &i in self.restore.iter().flat_map(Restore::indices) {
             self.tensors[i].reset();
         }
         Ok(())

@@ -214,6 +214,18 @@ impl HostTensor {
         self.reset_each_call
     }
 
+    /// The spec the tensor was made from.
+    pub fn spec(&self) -> TensorSpec {
+        TensorSpec {
+            name: self.name.clone(),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            init: self.init.clone(),
+            output: self.output,
+            reset: self.reset_each_call,
+        }
+    }
+
     /// A flag that every later mutable access to this tensor sets (a `TaskContext` uses it to
     /// tell whether a timed closure may write its inputs).
     pub fn watch_writes(&mut self) -> Arc<AtomicBool> {
@@ -233,15 +245,7 @@ impl HostTensor {
             written.store(true, Ordering::Relaxed);
         }
         if self.is_mapped() {
-            let spec = TensorSpec {
-                name: self.name.clone(),
-                dtype: self.dtype,
-                shape: self.shape.clone(),
-                init: self.init.clone(),
-                output: self.output,
-                reset: self.reset_each_call,
-            };
-            let owned = HostTensor::allocate(&spec)
+            let owned = HostTensor::allocate(&self.spec())
                 .unwrap_or_else(|e| panic!("copying mapped tensor `{}`: {e}", self.name));
             let mut owned = owned;
             owned.written = self.written.take();

@@ -26,6 +26,7 @@
 //! assert pool.submit(pow, 2, 10).result() == 1024
 //! ```
 
+mod buffers;
 mod ckernel;
 mod frame;
 mod serve;

@@ -6,11 +6,14 @@
 //! the GIL held, and releases it between requests.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyList};
+use pyo3::types::PyBytes;
 use tunebox_bench::Backend;
-use tunebox_protocol::{BenchError, BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TimingStats};
+use tunebox_protocol::{
+    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TensorData, TimingStats,
+};
 use tunebox_worker::Registry;
 
+use crate::buffers::{self, RawBuffer};
 use crate::frame::{self, Op};
 
 /// The backend name Python calls are sent to.
@@ -23,8 +26,10 @@ pub(crate) const TASK_TYPE: &str = "tunebox::PythonCall";
 /// process exit code (0 after a clean end).
 ///
 /// `handler(op, pickle, buffers)` is called for each request with `op` (0 call, 1 load, 2 run,
-/// 3 initializer), the pickle as `bytes` and its out-of-band buffers as `bytearray`s; it returns
-/// `(status, pickle, buffers)` with `status` TVM's `StatusKind` (1 complete, 2 exception). An
+/// 3 initializer, 4 warm), the pickle as `bytes` and its out-of-band buffers as `bytearray`s; it
+/// returns `(status, pickle, [(address, length)], owners)` with `status` TVM's `StatusKind`
+/// (1 complete, 2 exception, 3 timeout), the reply's out-of-band buffers by address and the
+/// objects that own them. An
 /// exception it raises is answered as a task error naming it. The worker also has tunebox's `cpu`
 /// and `diagnostics` backends.
 #[pyfunction]
@@ -49,10 +54,12 @@ impl Backend for PythonBackend {
         let reply = self.run(request)?;
         Ok(BenchmarkResult {
             stats: TimingStats::unmeasured(),
-            value: Some(Bytes::from_vec(reply).map_err(|e| BenchError::Failed {
-                message: e.to_string(),
-            })?),
-            outputs: Vec::new(),
+            value: Some(
+                Bytes::from_vec(reply.framed).map_err(|e| BenchError::Failed {
+                    message: e.to_string(),
+                })?,
+            ),
+            outputs: reply.buffers,
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
             left_behind: Vec::new(),
@@ -67,7 +74,7 @@ impl Backend for PythonBackend {
 }
 
 impl PythonBackend {
-    fn run(&mut self, request: &BenchmarkRequest) -> Result<Vec<u8>, BenchError> {
+    fn run(&mut self, request: &BenchmarkRequest) -> Result<Reply, BenchError> {
         let Kernel::Task(task) = &request.kernel else {
             return Err(invalid(
                 "the `python` backend runs Python calls only".into(),
@@ -78,27 +85,43 @@ impl PythonBackend {
         if parts.is_empty() {
             return Err(invalid("a call without its pickle".into()));
         }
-        Python::attach(|py| self.call_handler(py, op, &parts))
+        Python::attach(|py| self.call_handler(py, op, parts[0], request))
     }
 
-    fn call_handler(&self, py: Python<'_>, op: Op, parts: &[&[u8]]) -> Result<Vec<u8>, BenchError> {
-        let pickle = PyBytes::new(py, parts[0]);
-        let buffers = PyList::empty(py);
-        for part in &parts[1..] {
-            buffers
-                .append(PyByteArray::new(py, part))
-                .map_err(|e| python_error(py, e))?;
-        }
+    fn call_handler(
+        &self,
+        py: Python<'_>,
+        op: Op,
+        pickle: &[u8],
+        request: &BenchmarkRequest,
+    ) -> Result<Reply, BenchError> {
+        let pickle = PyBytes::new(py, pickle);
+        let buffers = buffers::from_request(py, request).map_err(|e| python_error(py, e))?;
         let reply = self
             .handler
             .call1(py, (op as u8, pickle, buffers))
             .map_err(|e| python_error(py, e))?;
-        let (status, pickle, buffers): (u8, Bound<'_, PyBytes>, Vec<Bound<'_, PyBytes>>) =
-            reply.extract(py).map_err(|e| python_error(py, e))?;
-        let mut parts: Vec<&[u8]> = vec![pickle.as_bytes()];
-        parts.extend(buffers.iter().map(|b| b.as_bytes()));
-        Ok(frame::encode(status, &parts))
+        // (status, pickle, [(address, length)], the objects that own that memory)
+        let (status, pickle, raw, _owners): (
+            u8,
+            Bound<'_, PyBytes>,
+            Vec<RawBuffer>,
+            Bound<'_, PyAny>,
+        ) = reply.extract(py).map_err(|e| python_error(py, e))?;
+        // SAFETY: `_owners` (alive until the end of this function, GIL held) owns the memory
+        // that `raw` points to; the handler computed the addresses from it.
+        let buffers = unsafe { buffers::outputs(&raw) }?;
+        Ok(Reply {
+            framed: frame::encode(status, &[pickle.as_bytes()]),
+            buffers,
+        })
     }
+}
+
+/// A reply: the framed status and pickle, and the out-of-band buffers as outputs.
+struct Reply {
+    framed: Vec<u8>,
+    buffers: Vec<TensorData>,
 }
 
 fn invalid(detail: String) -> BenchError {

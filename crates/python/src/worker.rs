@@ -18,13 +18,18 @@ use pyo3::exceptions::{
     PyChildProcessError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use tunebox_process::{InitRequest, Output, ProcessConfig, ProcessError, TuningProcess};
-use tunebox_protocol::{BenchmarkRequest, Bytes, Kernel, TaskKernel};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TaskKernel};
 
+use crate::buffers::{self, RawBuffer};
 use crate::ckernel;
 use crate::frame::{self, Op};
 use crate::serve::{BACKEND, TASK_TYPE};
+
+/// The exit code a Python worker ends itself with when a call runs past its timeout (its timer
+/// thread, as TVM's worker has one): reported as `TimeoutError`, not as a crash.
+const TIMED_OUT_EXIT: i32 = 211;
 
 /// A wait with no timeout (TVM's `timeout=None`): 30 days.
 const FOREVER: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -66,7 +71,7 @@ struct State {
 impl Worker {
     /// `program args…` is the worker command (`sys.executable -m tunebox._worker`); `stdout` and
     /// `stderr` are `(kind, path)` with kind `inherit`, `null`, `capture` or `file`;
-    /// `initializer` is the framed pickle of `(fn, args, kwargs)`, run on every new process;
+    /// `initializer` is the pickle of `(fn, args, kwargs)` (no out-of-band buffers), run on every new process;
     /// `maximum_uses` retires a process after that many calls.
     #[new]
     #[pyo3(signature = (program, args, stdout, stderr, initializer=None, maximum_uses=None, init_timeout=None, env=Vec::new()))]
@@ -79,7 +84,7 @@ impl Worker {
         args: Vec<String>,
         stdout: (String, Option<PathBuf>),
         stderr: (String, Option<PathBuf>),
-        initializer: Option<Vec<Vec<u8>>>,
+        initializer: Option<Vec<u8>>,
         maximum_uses: Option<u64>,
         init_timeout: Option<f64>,
         env: Vec<(String, String)>,
@@ -98,9 +103,9 @@ impl Worker {
         for (key, value) in env {
             config = config.env(key, value);
         }
-        if let Some(parts) = initializer {
-            let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            let init = InitRequest::new(request(Op::Init, &parts)?)
+        config = config.env("TUNEBOX_PYTHON_TIMED_OUT_EXIT", TIMED_OUT_EXIT.to_string());
+        if let Some(pickle) = initializer {
+            let init = InitRequest::new(request(Op::Init, &[&pickle])?)
                 .timeout(init_timeout.map_or(FOREVER, seconds));
             config = config.initializer(init);
         }
@@ -122,10 +127,20 @@ impl Worker {
 
     /// Sends a call (`op` 0: call, 2: run what `load` kept) without waiting; starts the worker
     /// (and its initializer) first if none runs.
-    fn put(&self, py: Python<'_>, op: u8, parts: Vec<Bound<'_, PyBytes>>) -> PyResult<()> {
+    ///
+    /// `buffers` are the pickle's out-of-band buffers as `(address, length)`, which the caller
+    /// (`tunebox._calls`) holds alive for the call.
+    #[pyo3(signature = (op, pickle, buffers=Vec::new()))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        op: u8,
+        pickle: Bound<'_, PyBytes>,
+        buffers: Vec<RawBuffer>,
+    ) -> PyResult<()> {
         let op = op_of(op)?;
-        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
-        let request = request(op, &parts)?;
+        // SAFETY: the caller holds the buffers alive (see above) and we hold the GIL.
+        let request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
         py.detach(|| {
             let mut state = self.shared.lock_state();
             self.shared.prepare_for_call(&mut state);
@@ -156,23 +171,21 @@ impl Worker {
             std::thread::spawn(move || shared.ensure_spare());
         }
         let result = result.map_err(|e| self.failed(e))?;
-        let value = result
-            .value
-            .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
-        reply(py, &value)
+        reply(py, &result)
     }
 
     /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
     /// `timeout` seconds: the imports that unpickling does stay out of the call's own timeout.
-    #[pyo3(signature = (parts, timeout=None))]
+    #[pyo3(signature = (pickle, buffers=Vec::new(), timeout=None))]
     fn load(
         &self,
         py: Python<'_>,
-        parts: Vec<Bound<'_, PyBytes>>,
+        pickle: Bound<'_, PyBytes>,
+        buffers: Vec<RawBuffer>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
-        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
-        let request = request(Op::Load, &parts)?;
+        // SAFETY: as for `put`.
+        let request = unsafe { call_request(Op::Load, pickle.as_bytes(), &buffers) }?;
         let wait = timeout.map_or(FOREVER, seconds);
         py.detach(|| {
             let mut state = self.shared.lock_state();
@@ -462,17 +475,29 @@ fn request(op: Op, parts: &[&[u8]]) -> PyResult<BenchmarkRequest> {
     })))
 }
 
-/// `(status, pickle, [bytearray…])` from a framed reply.
-fn reply<'py>(py: Python<'py>, value: &[u8]) -> PyResult<Bound<'py, PyTuple>> {
+/// The request for a pickled call and its out-of-band buffers.
+///
+/// # Safety
+///
+/// As `buffers::tensors`: the buffers are alive and readable for the call.
+unsafe fn call_request(op: Op, pickle: &[u8], buffers: &[RawBuffer]) -> PyResult<BenchmarkRequest> {
+    let mut request = request(op, &[pickle])?;
+    // SAFETY: the caller's contract.
+    request.tensors = unsafe { buffers::tensors(buffers) }?;
+    Ok(request)
+}
+
+/// `(status, pickle, [bytearray…])` from a reply: the framed status and pickle, and the
+/// out-of-band buffers as its outputs.
+fn reply<'py>(py: Python<'py>, result: &BenchmarkResult) -> PyResult<Bound<'py, PyTuple>> {
+    let value = result
+        .value
+        .as_ref()
+        .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
     let (status, parts) = frame::decode(value).map_err(PyRuntimeError::new_err)?;
-    let Some((pickle, buffers)) = parts.split_first() else {
-        return Err(PyRuntimeError::new_err("the worker's reply has no pickle"));
-    };
-    let list = PyList::empty(py);
-    for buffer in buffers {
-        list.append(PyByteArray::new(py, buffer))?;
-    }
-    (status, PyBytes::new(py, pickle), list).into_pyobject(py)
+    let pickle = parts.first().copied().unwrap_or_default();
+    let buffers = buffers::from_outputs(py, &result.outputs)?;
+    (status, PyBytes::new(py, pickle), buffers).into_pyobject(py)
 }
 
 /// TVM's exception types: `TimeoutError` for a deadline, `ChildProcessError` for a worker that
@@ -482,6 +507,13 @@ fn to_python(error: ProcessError) -> PyErr {
     let message = with_sources(&error);
     match error {
         ProcessError::Timeout { .. } => PyTimeoutError::new_err(message),
+        ProcessError::WorkerCrashed {
+            pid,
+            exit_code: Some(TIMED_OUT_EXIT),
+            ..
+        } => PyTimeoutError::new_err(format!(
+            "the call ran past its timeout; worker {pid} ended itself and was replaced"
+        )),
         ProcessError::WorkerCrashed { .. }
         | ProcessError::ExitedBeforeHandshake { .. }
         | ProcessError::HandshakeTimeout { .. }

@@ -211,3 +211,33 @@ def test_bad_arguments_are_clear_errors():
         worker.send(pow, (1, 1), timeout="soon")
     with pytest.raises(RuntimeError, match="without a send"):
         worker.recv()
+
+
+def test_workers_die_with_a_parent_that_is_killed(tmp_path):
+    import sys
+    import textwrap
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            from tunebox.popen_pool import PopenPoolExecutor
+            pool = PopenPoolExecutor(max_workers=2)
+            pids = {pool.submit(os.getpid).result() for _ in range(20)}
+            print(" ".join(map(str, pids)), flush=True)
+            time.sleep(300)
+            """
+        )
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in parent.stdout.readline().split()]
+        assert workers and all(pid_alive(p) for p in workers)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(pid_alive(p) for p in workers), "a worker outlived its killed parent"

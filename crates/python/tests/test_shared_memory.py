@@ -37,3 +37,20 @@ def test_array_the_worker_writes_is_the_workers_copy():
     worker.send(fill, (a,))
     assert worker.recv() == 1_000_000
     assert a.sum() == 0
+
+
+def test_more_arrays_than_one_message_carries_go_in_band():
+    arrays = [np.full(20_000, i, dtype=np.float64) for i in range(70)]  # 160 KB each
+    worker = PopenWorker()
+    worker.send(lambda xs: [x * 2 for x in xs], (arrays,))
+    back = worker.recv()
+    assert len(back) == 70 and all(np.array_equal(b, a * 2) for a, b in zip(arrays, back))
+
+
+def test_empty_and_non_contiguous_arrays():
+    worker = PopenWorker()
+    big = np.arange(1_000_000, dtype=np.int32).reshape(1000, 1000)
+    worker.send(lambda a, b: (a, b.copy()), (np.zeros(0), big[:, ::2]))
+    empty, strided = worker.recv()
+    assert empty.shape == (0,)
+    assert np.array_equal(strided, big[:, ::2])

@@ -8,19 +8,19 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
-use crate::error::Error;
+use crate::error::TuneError;
 use crate::fingerprint;
-use crate::manifest::{Language, Manifest, Reference, Verify, compiler};
+use crate::manifest::{Language, Manifest, Reference, Verify, WorkerEnv, compiler};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
-    CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, choices as plural, rank,
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection, ShardInfo,
+    choices as plural, rank,
 };
 use crate::shard;
 use crate::space::SearchSpace;
@@ -112,7 +112,7 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::Error::manifest)
+        Plan::build(manifest, strategy, shard).map_err(crate::TuneError::manifest)
     }
 
     fn build(
@@ -165,6 +165,14 @@ impl Plan {
     /// The manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// The plan with `env` added to the manifest's `[env]` (its values win): what
+    /// `tunebox tune --env` passes to the workers for one run. Part of the results-cache key,
+    /// as `[env]` is.
+    pub fn with_env(mut self, env: WorkerEnv) -> Plan {
+        self.manifest.add_env(env);
+        self
     }
 
     /// The search space (every valid choice, by stable index).
@@ -233,7 +241,7 @@ fn unasked(
 ///
 /// An invalid manifest, or restrictions that leave no choice.
 pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> crate::Result<Plan> {
-    plan_inner(path, selection, shard).map_err(crate::Error::manifest)
+    plan_inner(path, selection, shard).map_err(crate::TuneError::manifest)
 }
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
@@ -267,7 +275,7 @@ pub fn run(
     observer: &dyn Observer,
     stop: &Stop,
 ) -> crate::Result<Report> {
-    tune_inner(plan, options, observer, stop).map_err(crate::Error::run)
+    tune_inner(plan, options, observer, stop).map_err(crate::TuneError::run)
 }
 
 fn tune_inner(
@@ -277,6 +285,7 @@ fn tune_inner(
     stop: &Stop,
 ) -> Result<Report> {
     let start = Instant::now();
+    let stdout_log = crate::worker_stdout::Watch::start();
     let deadline = options.max_time.map(|t| start + t);
     let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
     let Plan {
@@ -290,7 +299,7 @@ fn tune_inner(
     let choices = &space;
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
-            check_output_path(flag, path, &manifest).map_err(Error::options)?;
+            check_output_path(flag, path, &manifest).map_err(TuneError::options)?;
         }
     }
     let cache_path = match &options.cache {
@@ -304,10 +313,10 @@ fn tune_inner(
         _ => Vec::new(),
     };
     if let Some(path) = &cache_path {
-        check_output_path("--cache", path, &manifest).map_err(Error::options)?;
+        check_output_path("--cache", path, &manifest).map_err(TuneError::options)?;
         for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
             if other.as_deref() == Some(path.as_path()) {
-                return Err(Error::options(format_args!(
+                return Err(TuneError::options(format_args!(
                     "--cache and {flag} are the same file {}; give them different paths",
                     path.display()
                 )));
@@ -364,26 +373,25 @@ fn tune_inner(
             choices.len()
         ));
     }
+    // One count for the whole run, across the rounds of an adaptive search.
+    let planned = planned_total(&options.selection, choices.len(), selected.len());
+    let adaptive = planned > selected.len();
+    progress.planned(planned);
 
     let mut cache = cache_path
         .as_deref()
         .map(|path| ResultsCache::open(path, &cache_others, options.fresh))
         .transpose()?;
-    if let Some(c) = &cache
-        && c.unreadable() > 0
-    {
-        notes.push(format!(
-            "{} unreadable lines of the results cache {} were ignored (cut short by a kill?)",
-            c.unreadable(),
-            c.path().display()
-        ));
+    for note in cache.iter().flat_map(ResultsCache::notes) {
+        progress.note(&note);
+        notes.push(note);
     }
 
     let mut results: Vec<ChoiceResult> = Vec::with_capacity(selected.len());
     let mut not_measured: Vec<NotMeasured> = Vec::new();
     let mut hits = 0;
     let reference = measure::reference_request(&manifest)?;
-    let kernel_cache = CacheDir::from_env()?;
+    let kernel_cache = tunebox_cpu::default_cache_dir()?;
     // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once (they
     // run in process groups of their own, so the terminal's SIGINT reaches only us).
     let cancel = || stop.poll(observer);
@@ -404,6 +412,8 @@ fn tune_inner(
     let mut deps_of: HashMap<usize, Deps> = HashMap::new();
     // Results the strategy has been told.
     let mut told = 0;
+    // Whether the compiling note is still to be said (once, not every round).
+    let mut first_compile_round = true;
     let mut batch = selected;
     // Ask, measure, tell, until the strategy has no more (brute force and random sampling
     // ask for everything at once: one round).
@@ -421,17 +431,19 @@ fn tune_inner(
         deps_of.extend(deps);
         // Lines read from another file of the manifest (a shard's) are copied into this one.
         if let Err(e) = adopt(&mut cache, &hit_keys) {
-            progress.note(&format!("warning: {e:#}; results are no longer cached"));
+            progress.note(&format!("warning: {e:#}"));
         }
         hits += round_hits;
+        if round_hits > 0 {
+            progress.cached(round_hits);
+        }
+        // Said once: an adaptive search, which may take one choice at a time from a full
+        // cache, says it at the end.
         if round_hits > 0
+            && !adaptive
             && let Some(c) = &cache
         {
-            progress.note(&format!(
-                "skipped {} already measured (results cache {}; --fresh re-measures them)",
-                plural(round_hits),
-                c.path().display()
-            ));
+            progress.note(&skipped_note(round_hits, c));
         }
 
         // C kernels compile in the parent, on the cores the workers leave, while the choices
@@ -484,8 +496,8 @@ fn tune_inner(
                     deps,
                 ))
             {
-                progress.note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                // Counted by the cache (the report and the exit status say it); the run goes on.
+                progress.note(&format!("warning: {e:#}"));
             }
             results.push(result);
         };
@@ -566,7 +578,7 @@ fn tune_inner(
                     plural(ready_now.len() + c_todo.len())
                 ),
             );
-            if !c_todo.is_empty() {
+            if !c_todo.is_empty() && std::mem::replace(&mut first_compile_round, false) {
                 progress.note(&format!(
                     "compiling {} on {}{}…",
                     plural(c_todo.len()),
@@ -740,6 +752,13 @@ fn tune_inner(
         }
     }
 
+    if adaptive
+        && hits > 0
+        && let Some(c) = &cache
+    {
+        progress.note(&skipped_note(hits, c));
+    }
+
     // Early elimination: the best few are measured again, longer, and ranked by that.
     if let Some(top) = refine
         && !stop.poll(progress)
@@ -768,6 +787,7 @@ fn tune_inner(
 
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
+    notes.extend(stdout_log.note());
     rank(&mut results);
     Ok(Report {
         info: RunInfo {
@@ -778,10 +798,7 @@ fn tune_inner(
                 top,
                 rep_factor: REFINE_FACTOR,
             }),
-            cache: cache_path.map(|path| CacheInfo {
-                path: path.display().to_string(),
-                hits,
-            }),
+            cache: cache.as_ref().map(|c| c.info(hits)),
             interrupted: stop.requested(),
             not_measured,
             notes,
@@ -791,6 +808,24 @@ fn tune_inner(
         },
         results,
     })
+}
+
+/// The note that `hits` choices came from `cache` and were not measured again.
+fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
+    format!(
+        "skipped {} already measured (results cache {}; --fresh re-measures them)",
+        plural(hits),
+        cache.path().display()
+    )
+}
+
+/// About how many choices a run finishes, cached ones included: what the strategy asked for
+/// at once, or for an adaptive search asking a few at a time, its budget (at most the space).
+fn planned_total(selection: &Selection, space: usize, first_batch: usize) -> usize {
+    match selection.budget {
+        Some(budget) if budget > first_batch => budget.min(space),
+        _ => first_batch,
+    }
 }
 
 /// What compiling one C choice gave: `None` when it was not started (the run was stopped).
@@ -863,6 +898,7 @@ pub(crate) fn open_bench(
         timeout,
         options.max_process_uses,
         options.worker.as_deref(),
+        &manifest.env,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })

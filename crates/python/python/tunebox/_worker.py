@@ -13,6 +13,9 @@ import traceback
 
 from tunebox import _calls
 
+# The reply to a LOAD or WARM: (status, pickle, buffer addresses, their owners).
+_NOTHING = (_calls.COMPLETE, b"", [], None)
+
 # What the last LOAD kept for the next RUN: ("ok", (fn, args, kwargs)) or ("error", exception).
 _loaded = None
 
@@ -22,10 +25,10 @@ def handle(op, data, buffers):
     global _loaded
     if op == _calls.LOAD:
         _loaded = _load(data, buffers)
-        return _calls.COMPLETE, b"", []
+        return _NOTHING
     if op == _calls.WARM:
         _import_all(data.decode().split("\n"))
-        return _calls.COMPLETE, b"", []
+        return _NOTHING
     timeout = None
     if op == _calls.RUN:
         (timeout,) = struct.unpack("<d", data)
@@ -41,11 +44,16 @@ def handle(op, data, buffers):
         return _reply(loaded[1])
     try:
         fn, args, kwargs = loaded[1]
+        timer = _arm(timeout)
         started = time.perf_counter()
-        value = fn(*args, **kwargs)
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            if timer is not None:
+                timer.cancel()
         if timeout is not None and time.perf_counter() - started > timeout:
             # Too late, as TVM's worker reports it; the parent replaces this worker.
-            return _calls.TIMEOUT, b"", []
+            return _calls.TIMEOUT, b"", [], None
     except SystemExit as stop:
         _exit_now(stop.code)
     except BaseException as exception:  # noqa: BLE001 - every task error goes back as a value
@@ -55,12 +63,31 @@ def handle(op, data, buffers):
     finally:
         _flush()
     try:
-        parts = _calls.dumps_result(value)
+        data, views = _calls.dumps_result(value)
     except Exception as exception:  # noqa: BLE001
         return _exception_reply(
             TypeError(f"tunebox: could not pickle the result of {fn!r}: {exception}")
         )
-    return _calls.COMPLETE, parts[0], parts[1:]
+    return _calls.COMPLETE, data, _calls.addresses(views), views
+
+
+def _arm(timeout):
+    """TVM's watcher: a timer thread that ends the worker when the call runs past ``timeout``,
+    with the exit code the parent reads as a timeout (the parent's own kill, at ``timeout`` plus
+    a slack, covers a call that holds the GIL)."""
+    if timeout is None:
+        return None
+    import threading
+
+    timer = threading.Timer(timeout, _timed_out)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _timed_out():
+    _flush()
+    os._exit(int(os.environ.get("TUNEBOX_PYTHON_TIMED_OUT_EXIT", "211")))
 
 
 def _import_all(modules):
@@ -86,14 +113,10 @@ def _with_traceback(exception):
     text = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
     try:
         copy = type(exception)(text)
-        _calls.loads(*_split(_calls.dumps(copy)))
+        _calls.loads(_calls.dumps_inband(copy))
         return copy
     except Exception:  # noqa: BLE001 - a type that cannot be rebuilt from a message
         return RuntimeError(text)
-
-
-def _split(parts):
-    return parts[0], parts[1:]
 
 
 def _exception_reply(exception):
@@ -102,10 +125,10 @@ def _exception_reply(exception):
 
 def _reply(exception):
     try:
-        parts = _calls.dumps(exception)
+        data = _calls.dumps_inband(exception)
     except Exception:  # noqa: BLE001
-        parts = _calls.dumps(RuntimeError(str(exception)))
-    return _calls.EXCEPTION, parts[0], parts[1:]
+        data = _calls.dumps_inband(RuntimeError(str(exception)))
+    return _calls.EXCEPTION, data, [], None
 
 
 def _flush():

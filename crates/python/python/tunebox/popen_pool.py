@@ -14,10 +14,11 @@ out of band through shared memory instead of a pipe; functions the parent import
 ``sys.path`` (a test module, a script's folder) import in the worker too.
 
 The timeout counts the call itself, as in TVM's worker: unpickling the function and its
-arguments (which may import modules) happens before the clock starts, and the worker measures the
-call. A call that runs past it is ``TimeoutError``; one that does not return (a hang, native code
-holding the GIL) is killed by the parent at ``timeout`` plus a small transport slack
-(``KILL_SLACK_S`` + ``KILL_SLACK_FRACTION`` of the timeout), whatever the worker does.
+arguments (which may import modules) happens before the clock starts, and the worker times the
+call (a timer thread ends it at the timeout, as TVM's answers then). A call that runs past it is
+``TimeoutError``; one that holds the GIL so the timer cannot run (native code) is killed by the
+parent at ``timeout`` plus a slack (``KILL_SLACK_S`` + ``KILL_SLACK_FRACTION`` of the timeout),
+whatever the worker does.
 """
 
 import concurrent.futures
@@ -128,7 +129,7 @@ class PopenWorker:
         program, args = _worker_command()
         init = None
         if initializer is not None:
-            init = _calls.dumps((initializer, tuple(initargs), {}))
+            init = _calls.dumps_inband((initializer, tuple(initargs), {}))
         self._pending = None
         self._modules = set()
         self._native = _native.Worker(
@@ -182,13 +183,16 @@ class PopenWorker:
         """
         timeout = _check_timeout(timeout)
         self._remember_module(fn)
-        parts = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}))
+        # A function of the script being run (``__main__``) is pickled by value: cloudpickle.
+        fast = getattr(fn, "__module__", None) != "__main__"
+        data, views = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}), fast)
         try:
+            # The views stay alive (and the GIL held) while tunebox copies them.
             if timeout is None:
-                self._native.put(_calls.CALL, parts)
+                self._native.put(_calls.CALL, data, _calls.addresses(views))
             else:
-                self._native.load(parts, LOAD_TIMEOUT_S)
-                self._native.put(_calls.RUN, [struct.pack("<d", timeout)])
+                self._native.load(data, _calls.addresses(views), LOAD_TIMEOUT_S)
+                self._native.put(_calls.RUN, struct.pack("<d", timeout))
             self._pending = ("sent", timeout)
         except Exception as error:  # noqa: BLE001 - raised by recv
             self._pending = ("error", error)
@@ -230,9 +234,10 @@ class PopenWorker:
         raise value
 
 
-# The parent kills a call that has not answered by timeout * (1 + KILL_SLACK_FRACTION) +
-# KILL_SLACK_S: room for the reply to travel on a loaded machine.
-KILL_SLACK_S = 0.1
+# The worker ends itself at the timeout (its timer thread, as TVM's); the parent kills a call
+# that has not answered by timeout * (1 + KILL_SLACK_FRACTION) + KILL_SLACK_S, for a call that
+# holds the GIL, leaving room for a death or a reply to reach it on a loaded machine.
+KILL_SLACK_S = 1.0
 KILL_SLACK_FRACTION = 0.1
 
 # Unpickling a call (imports included) may take this long before the worker is deemed hung.

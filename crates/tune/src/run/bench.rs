@@ -24,7 +24,7 @@ use crate::stop::Stop;
 ///
 /// # Errors
 ///
-/// [`crate::Error::Run`]: the workers cannot start. A choice that fails is a result.
+/// [`crate::TuneError::Run`]: the workers cannot start. A choice that fails is a result.
 pub fn measure(
     setup: &Setup<'_>,
     todo: &[Todo],
@@ -42,8 +42,9 @@ pub fn measure(
         setup.timeout,
         setup.max_process_uses,
         worker,
+        &setup.manifest.env,
     )
-    .map_err(crate::Error::run)?;
+    .map_err(crate::TuneError::run)?;
     stop.watch(Arc::clone(&pool));
     let requests: Vec<BenchmarkRequest> = todo.iter().map(|t| t.request.clone()).collect();
     let mut results: Vec<(usize, ChoiceResult)> = Vec::with_capacity(todo.len());

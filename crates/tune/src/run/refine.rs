@@ -145,6 +145,7 @@ pub(crate) fn refine_best(
                 timeout,
                 cx.options.max_process_uses,
                 cx.options.worker.as_deref(),
+                &cx.setup.manifest.env,
             ) {
                 Ok(pool) => pool,
                 Err(_) if cx.stop.requested() => return Ok(()),
@@ -208,9 +209,7 @@ pub(crate) fn refine_best(
                     cx.deps.get(&refined.index).cloned(),
                 ))
             {
-                cx.progress
-                    .note(&format!("warning: {e:#}; results are no longer cached"));
-                *cache = None;
+                cx.progress.note(&format!("warning: {e:#}"));
             }
             if refined.status == Status::Ok {
                 results[*p] = refined;
