@@ -3,6 +3,7 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
+mod count;
 mod devices;
 mod doctor;
 mod interrupt;
@@ -475,13 +476,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
         .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
     if args.count {
-        let space = tunebox_tune::load_space(&args.manifest)?;
-        writeln!(
-            std::io::stdout(),
-            "{} valid choices ({} before restrictions)",
-            space.len(),
-            space.raw_len()
-        )?;
+        count::print_count(&args.manifest, args.quiet)?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(recorded) = &args.replay {

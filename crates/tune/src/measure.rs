@@ -420,6 +420,7 @@ pub(crate) fn judge(
         screen_median_ms: None,
         cached: false,
         device: device.to_owned(),
+        objective: None,
     }
 }
 

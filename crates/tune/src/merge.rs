@@ -107,7 +107,12 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
     not_measured.sort_by_key(|n| n.index);
     not_measured.dedup_by_key(|n| n.index);
     let listed: BTreeSet<usize> = not_measured.iter().map(|n| n.index).collect();
-    let expected = strategy::select(h0.space_size, &h0.selection);
+    // A space too large to list (indices are raw ranks) has no expected list to check.
+    let expected = if h0.space_size <= crate::space::MAX_VALID {
+        strategy::select(h0.space_size, &h0.selection)
+    } else {
+        Vec::new()
+    };
     let mut missing: Vec<usize> = expected
         .into_iter()
         .filter(|i| !present.contains(i) && !listed.contains(i))

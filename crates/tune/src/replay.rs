@@ -567,6 +567,7 @@ pub fn report(
                 selection,
                 shard: None,
                 metrics: Vec::new(),
+                objective: None,
             },
             elapsed_s: elapsed_ms / 1000.0,
             workers: 0,

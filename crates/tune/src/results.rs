@@ -2,11 +2,14 @@
 //! [`RunInfo`] describing the run. The same JSON shapes serve the `--json` report, the lines of
 //! the results cache, `tunebox report` and `tunebox merge`.
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use tunebox_pool::{Status, Verification};
 use tunebox_protocol::TimingStats;
 
+use crate::objective::Objective;
 use crate::space::Choice;
 
 /// What became of one choice.
@@ -35,6 +38,8 @@ pub struct ChoiceResult {
     pub cached: bool,
     /// What it ran on.
     pub device: String,
+    /// What ranks it, when not the time (the manifest's `objective`; see [`ChoiceResult::cost`]).
+    pub objective: Option<Arc<Objective>>,
 }
 
 impl ChoiceResult {
@@ -58,12 +63,32 @@ impl ChoiceResult {
             screen_median_ms: None,
             cached: false,
             device: device.to_owned(),
+            objective: None,
         }
     }
 
     /// The median that ranks an `ok` result.
     pub fn median_ms(&self) -> Option<f64> {
         self.stats.as_ref().map(|s| s.median_ms)
+    }
+
+    /// What the run minimizes for an `ok` result: its median (ms), or with an objective that
+    /// is a metric, the metric's value, negated when higher is better (`None` when the metric
+    /// could not be evaluated for it). Strategies minimize this; the ranking sorts by it.
+    pub fn cost(&self) -> Option<f64> {
+        match &self.objective {
+            None => self.median_ms(),
+            Some(objective) => objective.cost(self.median_ms(), &self.metrics),
+        }
+    }
+
+    /// The value of the objective (the median in ms, or the metric), unnegated.
+    pub fn objective_value(&self) -> Option<f64> {
+        let cost = self.cost()?;
+        Some(match &self.objective {
+            Some(o) if o.higher_is_better => -cost,
+            _ => cost,
+        })
     }
 }
 
@@ -145,6 +170,9 @@ pub struct RunHeader {
     /// The metrics' names, in order.
     #[serde(default)]
     pub metrics: Vec<String>,
+    /// What ranks the choices, when not the time (the manifest's `objective`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<Objective>,
 }
 
 /// A choice that was not measured, and why.
@@ -253,12 +281,18 @@ impl Report {
     }
 }
 
-/// Sorts `ok` results by median (refined ones first), then the rest by status; equal keys keep
-/// the choices' canonical order.
+/// Sorts `ok` results by their [`ChoiceResult::cost`] (the median, or the objective; refined
+/// ones first; one without its objective after those with it), then the rest by status; equal
+/// keys keep the choices' canonical order.
 pub(crate) fn rank(results: &mut [ChoiceResult]) {
     results.sort_by(|a, b| {
         let key = |r: &ChoiceResult| match (r.status, r.median_ms()) {
-            (Status::Ok, Some(median)) => (0u8, r.screen_median_ms.is_none(), median, r.index),
+            (Status::Ok, Some(_)) => (
+                0u8,
+                r.screen_median_ms.is_none(),
+                r.cost().unwrap_or(f64::INFINITY),
+                r.index,
+            ),
             (status, _) => (1 + status as u8, false, 0.0, r.index),
         };
         let (ka, kb) = (key(a), key(b));
@@ -434,6 +468,7 @@ impl ResultJson {
             } else {
                 self.device
             },
+            objective: None,
         })
     }
 }
@@ -534,6 +569,7 @@ impl ReportJson {
                     .map_err(|e| format!("results[{i}]: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        set_objective(&mut results, self.info.header.objective.as_ref());
         if self.info.across_devices {
             rank(&mut results);
         } else {
@@ -543,6 +579,14 @@ impl ReportJson {
             info: self.info,
             results,
         })
+    }
+}
+
+/// Gives `results` the run's `objective` (`None` or the time: ranked by time).
+pub(crate) fn set_objective(results: &mut [ChoiceResult], objective: Option<&Objective>) {
+    let objective = objective.filter(|o| !o.is_time()).cloned().map(Arc::new);
+    for r in results {
+        r.objective.clone_from(&objective);
     }
 }
 

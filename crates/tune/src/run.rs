@@ -20,10 +20,9 @@ use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection, ShardInfo,
-    choices as plural, rank,
+    choices as plural, rank, set_objective,
 };
-use crate::shard;
-use crate::space::SearchSpace;
+use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
 use crate::strategy::{self, Strategy};
 
@@ -112,17 +111,22 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::TuneError::manifest)
+        Plan::build(manifest, strategy, shard, true).map_err(crate::TuneError::manifest)
     }
 
     fn build(
         manifest: Manifest,
         mut strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
+        budget_given: bool,
     ) -> Result<Plan> {
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> =
+            space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
+                .with_context(|| format!("{}", manifest.path.display()))?
+                .into_iter()
+                .collect();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
         if let Some(launch) = &manifest.launch {
             let removed = space.retain(|choice| {
@@ -198,7 +202,7 @@ fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo
     strategy
         .ask(space, usize::MAX)
         .into_iter()
-        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .filter(|&i| space.contains(i) && space.owns(shard, i))
         .collect()
 }
 
@@ -221,7 +225,7 @@ fn unasked(
         left.extend(
             batch
                 .into_iter()
-                .filter(|&i| shard::owns(shard, i))
+                .filter(|&i| space.owns(shard, i))
                 .filter_map(|index| {
                     Some(NotMeasured {
                         index,
@@ -246,7 +250,13 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
-    Plan::build(manifest, strategy::from_selection(selection), shard)
+    let budget_given = selection.budget.is_some();
+    Plan::build(
+        manifest,
+        strategy::from_selection(selection),
+        shard,
+        budget_given,
+    )
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -350,7 +360,7 @@ fn tune_inner(
     let header = RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(setup, &manifest, space.choices()),
+        manifest_hash: fingerprint::manifest_hash(setup, &manifest, &space),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",
@@ -362,6 +372,7 @@ fn tune_inner(
         selection: options.selection.clone(),
         shard: options.shard,
         metrics: manifest.metrics.names(),
+        objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
     };
     let mut notes = space_notes;
     notes.extend(source_notes(&manifest));
@@ -737,6 +748,7 @@ fn tune_inner(
                 reason: reason.to_owned(),
             });
         }
+        set_objective(&mut results[told..], header.objective.as_ref());
         for result in &results[told..] {
             strategy.tell(result.index, result);
         }
@@ -788,6 +800,7 @@ fn tune_inner(
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
     notes.extend(stdout_log.note());
+    set_objective(&mut results, header.objective.as_ref());
     rank(&mut results);
     Ok(Report {
         info: RunInfo {

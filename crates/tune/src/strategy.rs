@@ -68,8 +68,10 @@ impl Strategy for BruteForce {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
-        let end = self.next.saturating_add(n).min(space.len());
-        let batch = (self.next..end).collect();
+        let end = self.next.saturating_add(n).min(space.listed_len());
+        let batch = (self.next..end)
+            .filter_map(|p| space.listed_index(p))
+            .collect();
         self.next = end.max(self.next);
         batch
     }
@@ -84,6 +86,7 @@ pub struct RandomSample {
     budget: usize,
     seed: u64,
     sampler: Option<Sampler>,
+    unlisted: Option<UnlistedSampler>,
 }
 
 impl RandomSample {
@@ -93,6 +96,7 @@ impl RandomSample {
             budget,
             seed,
             sampler: None,
+            unlisted: None,
         }
     }
 }
@@ -104,6 +108,12 @@ impl Strategy for RandomSample {
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
         let (budget, seed) = (self.budget, self.seed);
+        if !space.is_listed() {
+            return self
+                .unlisted
+                .get_or_insert_with(|| UnlistedSampler::new(budget, seed))
+                .take(space, n);
+        }
         self.sampler
             .get_or_insert_with(|| Sampler::new(space.len(), budget, seed))
             .take(n)
@@ -168,6 +178,43 @@ impl Sampler {
             self.swapped.insert(j, at_i);
             out.push(at_j);
             self.i += 1;
+        }
+        out
+    }
+}
+
+/// `k` distinct valid choices of a space too large to list, drawn by rejection from its raw
+/// product ([`SearchSpace::random_index`]), in drawn order.
+#[derive(Debug, Clone)]
+struct UnlistedSampler {
+    k: usize,
+    rng: fastrand::Rng,
+    drawn: std::collections::HashSet<usize>,
+}
+
+impl UnlistedSampler {
+    /// At most `k` (and at most 50 million) choices, drawn with `seed`.
+    fn new(k: usize, seed: u64) -> UnlistedSampler {
+        UnlistedSampler {
+            k: k.min(50_000_000),
+            rng: fastrand::Rng::with_seed(seed),
+            drawn: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The next at most `count` indices (fewer when the draws stop finding new valid ones).
+    fn take(&mut self, space: &SearchSpace, count: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut misses = 0;
+        while self.drawn.len() < self.k && out.len() < count && misses < 32 {
+            match space.random_index(&mut self.rng) {
+                Some(i) if self.drawn.insert(i) => {
+                    out.push(i);
+                    misses = 0;
+                }
+                Some(_) => misses += 1,
+                None => break,
+            }
         }
         out
     }

@@ -34,6 +34,10 @@ pub(super) struct RawManifest {
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,
+    /// What ranks the choices: `time` or a metric's name (Kernel Tuner's `objective`).
+    pub(super) objective: Option<String>,
+    /// Whether a larger objective is better (Kernel Tuner's `objective_higher_is_better`).
+    pub(super) objective_higher_is_better: Option<bool>,
     /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
     pub(super) env: Option<super::env::RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
@@ -59,6 +63,10 @@ pub(super) struct RawManifest {
     pub(super) grid_div_x: Option<toml::Value>,
     pub(super) grid_div_y: Option<toml::Value>,
     pub(super) grid_div_z: Option<toml::Value>,
+    /// The Kernel Tuner fields (`grid_div_x`, …) that alone made up `launch` (no `[launch]`
+    /// table was written): a C kernel ignores them, as Kernel Tuner does.
+    #[serde(skip)]
+    pub(super) launch_from_aliases: Vec<&'static str>,
     /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
     #[serde(skip)]
     pub(super) t1: Option<Box<Extras>>,

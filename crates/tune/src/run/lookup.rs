@@ -239,6 +239,7 @@ mod tests {
             },
             shard: None,
             metrics: vec!["twice".into()],
+            objective: None,
         }
     }
 

@@ -65,11 +65,12 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
     })
 }
 
-/// The objective a strategy minimizes for a result: the median in ms for `ok`, `+inf` for a
-/// failure (or a NaN median).
+/// The objective a strategy minimizes for a result: its [`ChoiceResult::cost`] for `ok` (the
+/// median in ms, or the manifest's objective metric, negated when higher is better), `+inf`
+/// for a failure (or a NaN or missing cost).
 pub(crate) fn objective(result: &ChoiceResult) -> f64 {
-    match (result.status, result.median_ms()) {
-        (Status::Ok, Some(ms)) if !ms.is_nan() => ms,
+    match (result.status, result.cost()) {
+        (Status::Ok, Some(cost)) if !cost.is_nan() => cost,
         _ => f64::INFINITY,
     }
 }
@@ -83,6 +84,8 @@ pub(crate) struct Core {
     asked: usize,
     /// One bit per choice of the space: handed out.
     visited: Vec<u64>,
+    /// The choices handed out, in a space too large to list (its bit set would not fit).
+    visited_unlisted: HashSet<usize>,
     /// Objective of every told choice.
     pub told: HashMap<usize, f64>,
     /// The best told choice and its objective.
@@ -96,6 +99,7 @@ impl Core {
             budget,
             asked: 0,
             visited: Vec::new(),
+            visited_unlisted: HashSet::new(),
             told: HashMap::new(),
             best: None,
         }
@@ -108,7 +112,7 @@ impl Core {
 
     /// Sizes the visited set for `space` (once).
     pub(crate) fn init(&mut self, space: &SearchSpace) {
-        if self.visited.is_empty() {
+        if self.visited.is_empty() && space.is_listed() {
             self.visited = vec![0; space.len().div_ceil(64).max(1)];
         }
     }
@@ -119,6 +123,9 @@ impl Core {
     }
 
     pub(crate) fn is_visited(&self, index: usize) -> bool {
+        if self.visited.is_empty() {
+            return self.visited_unlisted.contains(&index);
+        }
         self.visited[index / 64] & (1 << (index % 64)) != 0
     }
 
@@ -127,7 +134,11 @@ impl Core {
         if self.is_visited(index) {
             return false;
         }
-        self.visited[index / 64] |= 1 << (index % 64);
+        if self.visited.is_empty() {
+            self.visited_unlisted.insert(index);
+        } else {
+            self.visited[index / 64] |= 1 << (index % 64);
+        }
         self.asked += 1;
         true
     }
@@ -148,17 +159,22 @@ impl Core {
     }
 
     /// An unvisited choice drawn uniformly (by rejection, then by a scan from a random
-    /// start once most are visited); `None` when every choice was handed out.
+    /// start once most are visited; in a space too large to list, by rejection from the raw
+    /// product only, see [`SearchSpace::random_index`]); `None` when every choice was handed
+    /// out (or no draw found a valid one).
     pub(crate) fn random_unvisited(&mut self, space: &SearchSpace) -> Option<usize> {
         let n = space.len();
         if self.asked >= n {
             return None;
         }
         for _ in 0..32 {
-            let i = self.rng.usize(0..n);
+            let i = space.random_index(&mut self.rng)?;
             if !self.is_visited(i) {
                 return Some(i);
             }
+        }
+        if !space.is_listed() {
+            return None;
         }
         let start = self.rng.usize(0..n);
         (0..n)
