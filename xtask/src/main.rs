@@ -84,9 +84,11 @@ const USAGE: &str = "usage: cargo xtask <task>
   python-test [PYTEST_ARGS…]
                             the Python package's pytest suite (wheel built into
                             target/python/venv)
-  python-conformance [--no-tvm]
+  python-conformance [--no-tvm] [--kt-size N]
                             TVM's own test_popen_pool.py against tunebox.popen_pool, then
-                            against TVM's pool (apache-tvm from PyPI), both timed
+                            against TVM's pool (apache-tvm from PyPI), both timed; Kernel
+                            Tuner's examples/c/vector_add.py through tunebox.kernel_tuner and
+                            Kernel Tuner 1.5, compared
   python-bench [ARGS…]      tunebox.popen_pool against TVM's PopenPoolExecutor and
                             ProcessPoolExecutor: cold start, round trip, throughput, crash,
                             256 MiB array";

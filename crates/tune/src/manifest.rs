@@ -823,6 +823,23 @@ mod tests {
     }
 
     #[test]
+    fn a_problem_size_may_be_one_value_as_in_kernel_tuner() {
+        let one = |size: &str| {
+            let text = kt_like(&format!("problem_size = {size}"))
+                .replace("n * BX / time", "problem_size_x");
+            let m = load(&text).unwrap_or_else(|e| panic!("{size}: {e:#}"));
+            let choice = crate::space::SearchSpace::new(&m.params, &m.restrictions)
+                .unwrap()
+                .choice(0)
+                .unwrap();
+            m.metrics.evaluate(&choice, 1.0)["GFLOP/s"]
+        };
+        assert_eq!(one("\"2 ** 14\""), 16384.0);
+        assert_eq!(one("1000"), 1000.0);
+        assert_eq!(one("[\"2 ** 4\", 3]"), 16.0);
+    }
+
+    #[test]
     fn a_param_named_as_an_argument_is_refused() {
         let message = error(&kt_like("").replace("BX = [1, 2]", "n = [1, 2]"));
         assert!(

@@ -601,7 +601,7 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::from_selection(selection);
+    let mut strategy = crate::strategies::from_selection(selection);
     let mut results = Vec::new();
     let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
         results.push(r.clone());

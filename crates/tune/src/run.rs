@@ -24,7 +24,8 @@ use crate::results::{
 };
 use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
-use crate::strategy::{self, Strategy};
+use crate::strategies;
+use crate::strategy::Strategy;
 
 mod bench;
 mod compile;
@@ -253,7 +254,7 @@ fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> R
     let budget_given = selection.budget.is_some();
     Plan::build(
         manifest,
-        strategy::from_selection(selection),
+        strategies::from_selection(selection),
         shard,
         budget_given,
     )
@@ -1015,7 +1016,12 @@ mod tests {
         )
         .unwrap();
         let manifest = Manifest::read(&path, "cc").unwrap();
-        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        let plan = Plan::new(
+            manifest,
+            Box::new(crate::strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
         // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
         assert_eq!(plan.space().len(), 5);
         assert_eq!(plan.selected().len(), 5);
@@ -1037,7 +1043,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(
             Manifest::read(&path, "cc").unwrap(),
-            Box::new(strategy::BruteForce::default()),
+            Box::new(crate::strategy::BruteForce::default()),
             None,
         )
         .unwrap();

@@ -120,18 +120,6 @@ impl Strategy for RandomSample {
     }
 }
 
-/// The built-in strategy a [`Selection`] names (see [`crate::strategies::NAMES`]): `random`
-/// samples `budget` choices (all when unset) with `seed`, the adaptive ones measure `budget`
-/// choices; an unknown name is brute force.
-pub(crate) fn from_selection(selection: &Selection) -> Box<dyn Strategy> {
-    crate::strategies::by_name(
-        &selection.strategy,
-        selection.budget.unwrap_or(usize::MAX),
-        selection.seed,
-    )
-    .unwrap_or_else(|| Box::new(BruteForce::new()))
-}
-
 /// The indices of the choices a built-in selection measures, in the order to measure them, out
 /// of `space_size` choices (what `tunebox merge` expects the shards to hold).
 pub(crate) fn select(space_size: usize, selection: &Selection) -> Vec<usize> {

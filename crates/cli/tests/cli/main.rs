@@ -1,8 +1,8 @@
 //! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
 
 mod careful;
-mod community;
 mod compile_deadline;
+mod fair_formats;
 mod full_disk;
 mod kernel_tuner;
 mod kt_manifests;

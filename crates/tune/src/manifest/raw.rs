@@ -29,6 +29,7 @@ pub(super) struct RawManifest {
     pub(super) verify: Option<RawVerify>,
     /// Kernel Tuner's problem size: one to three integers or expressions (CUDA kernels; also
     /// `problem_size_x/y/z` in metrics).
+    #[serde(default, deserialize_with = "one_or_list")]
     pub(super) problem_size: Option<Vec<toml::Value>>,
     pub(super) launch: Option<RawLaunch>,
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
@@ -206,4 +207,15 @@ pub(super) fn misplaced_key_hint(message: &str) -> String {
             )
         })
         .unwrap_or_default()
+}
+
+/// A list, or one value standing for a list of it: Kernel Tuner takes `problem_size = 1024`
+/// (or `"2 ** 14"`) for `(1024,)`.
+fn one_or_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<toml::Value>>, D::Error> {
+    Ok(Some(match toml::Value::deserialize(deserializer)? {
+        toml::Value::Array(values) => values,
+        one => vec![one],
+    }))
 }

@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use tunebox_pool::Status;
 
-use crate::results::ChoiceResult;
+use crate::results::{ChoiceResult, Selection};
 use crate::space::SearchSpace;
 use crate::strategy::{BruteForce, RandomSample, Strategy};
 
@@ -63,6 +63,18 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
         "bayes" => Box::new(BayesianOptimization::new(budget, seed)),
         _ => return None,
     })
+}
+
+/// The built-in strategy a [`Selection`] names (see [`NAMES`]): `random`
+/// samples `budget` choices (all when unset) with `seed`, the adaptive ones measure `budget`
+/// choices; an unknown name is brute force.
+pub(crate) fn from_selection(selection: &Selection) -> Box<dyn Strategy> {
+    by_name(
+        &selection.strategy,
+        selection.budget.unwrap_or(usize::MAX),
+        selection.seed,
+    )
+    .unwrap_or_else(|| Box::new(BruteForce::new()))
 }
 
 /// The objective a strategy minimizes for a result: its [`ChoiceResult::cost`] for `ok` (the
