@@ -559,12 +559,14 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let plan = tunebox_tune::plan(&options.manifest, &options.selection, options.shard)?;
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet, Origin::Tune)?;
-    // Said even with --quiet: a result that was not kept is measured again by the next run.
+    let emitted = emit(&report, &output, true, !args.quiet, Origin::Tune);
+    // Said even with --quiet, and when a file could not be written either (the same full
+    // disk): a result that was not kept is measured again by the next run.
     let not_cached = not_cached_warning(&report);
     if let Some(warning) = &not_cached {
         eprintln!("tunebox: warning: {warning}");
     }
+    emitted?;
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }

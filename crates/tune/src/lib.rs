@@ -123,13 +123,13 @@ pub use crate::observer::{Event, Observer, Phase};
 pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, best, choices as choice_count, define_line,
+    ShardInfo, best, define_line,
 };
 pub use crate::run::{
     CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, lookup_cached, measure,
     plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, count_space};
+pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};

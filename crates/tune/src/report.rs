@@ -24,7 +24,40 @@ pub fn write_json(report: &Report, path: &Path) -> crate::Result<()> {
 fn json_file(report: &Report, path: &Path) -> Result<()> {
     let mut text = serde_json::to_string_pretty(&report.to_json())?;
     text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    write_whole(path, text.as_bytes())
+}
+
+/// Writes `bytes` to `path` as a whole: to a temporary file beside it, renamed over it once
+/// complete, so that a write that fails (a full disk) leaves the file as it was, never cut.
+///
+/// # Errors
+///
+/// The temporary file cannot be created, written or renamed; the message names `path`.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let written = tempfile::Builder::new()
+        .prefix(".tunebox-")
+        .tempfile_in(dir)
+        .and_then(|mut file| {
+            use std::io::Write as _;
+            use std::os::unix::fs::PermissionsExt as _;
+            file.write_all(bytes)?;
+            // As the file had, else as a new file usually gets (a temporary file is 0600).
+            let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode());
+            file.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(mode))?;
+            file.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        });
+    written.with_context(|| {
+        format!(
+            "cannot write {} (the file, if there was one, is left as it was)",
+            path.display()
+        )
+    })
 }
 
 /// Writes the results as CSV to `path`: one row per choice, in rank order, one column per param
@@ -38,7 +71,7 @@ pub fn write_csv(report: &Report, path: &Path) -> crate::Result<()> {
 }
 
 fn csv_file(report: &Report, path: &Path) -> Result<()> {
-    std::fs::write(path, csv(report)).with_context(|| format!("cannot write {}", path.display()))
+    write_whole(path, csv(report).as_bytes())
 }
 
 fn csv(report: &Report) -> String {

@@ -12,6 +12,9 @@ use tunebox_protocol::TimingStats;
 use crate::objective::Objective;
 use crate::space::Choice;
 
+pub use crate::shard::ShardInfo;
+pub(crate) use crate::space::choice_count as choices;
+
 /// What became of one choice.
 #[derive(Debug, Clone)]
 pub struct ChoiceResult {
@@ -125,21 +128,6 @@ pub struct Selection {
     /// The seed of the random sample.
     #[serde(default)]
     pub seed: u64,
-}
-
-/// Shard `index` of `count` (0-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardInfo {
-    /// This shard, from 0.
-    pub index: usize,
-    /// The number of shards.
-    pub count: usize,
-}
-
-impl std::fmt::Display for ShardInfo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
 }
 
 /// What identifies a run's results: shared by a report and every line of its results cache.
@@ -309,15 +297,6 @@ pub fn best<'a>(results: impl IntoIterator<Item = &'a ChoiceResult>) -> Option<&
         .into_iter()
         .next()
         .filter(|r| r.status == Status::Ok)
-}
-
-/// `1 choice`, `2 choices`.
-pub fn choices(n: usize) -> String {
-    if n == 1 {
-        "1 choice".into()
-    } else {
-        format!("{n} choices")
-    }
 }
 
 /// A status from its report name.

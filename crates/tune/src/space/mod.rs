@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tunebox_expr::{Compiled, Expr, Value as PyValue};
 use tunebox_protocol::Define;
 
-use crate::results::ShardInfo;
+use crate::shard::ShardInfo;
 use solver::Problem;
 
 /// Most valid choices a space may hold (8 bytes each: 400 MB at most).
@@ -623,7 +623,7 @@ pub(crate) fn prepare_unlisted(
         space.list_shard_within(shard, MAX_VALID)?;
         return Ok(Some(format!(
             "{unlisted}; this shard owns a block of it, {} valid",
-            crate::results::choices(space.listed_len())
+            choice_count(space.listed_len())
         )));
     }
     ensure!(
@@ -721,6 +721,15 @@ pub(crate) fn count_parsed(
     let raw = checked_radix(params)?.iter().product();
     let valid = Problem::new(params, restrictions).count(progress)?;
     Ok(SpaceCount { valid, raw })
+}
+
+/// `1 choice`, `2 choices`.
+pub fn choice_count(n: usize) -> String {
+    if n == 1 {
+        "1 choice".into()
+    } else {
+        format!("{n} choices")
+    }
 }
 
 #[cfg(test)]
