@@ -105,6 +105,7 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod whole_file;
 mod worker_stdout;
 
 pub use crate::cache::ResultsCache;

@@ -27,32 +27,9 @@ fn json_file(report: &Report, path: &Path) -> Result<()> {
     write_whole(path, text.as_bytes())
 }
 
-/// Writes `bytes` to `path` as a whole: to a temporary file beside it, renamed over it once
-/// complete, so that a write that fails (a full disk) leaves the file as it was, never cut.
-///
-/// # Errors
-///
-/// The temporary file cannot be created, written or renamed; the message names `path`.
+/// [`crate::whole_file::write`], its error naming `path`.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let written = tempfile::Builder::new()
-        .prefix(".tunebox-")
-        .tempfile_in(dir)
-        .and_then(|mut file| {
-            use std::io::Write as _;
-            use std::os::unix::fs::PermissionsExt as _;
-            file.write_all(bytes)?;
-            // As the file had, else as a new file usually gets (a temporary file is 0600).
-            let mode = std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode());
-            file.as_file()
-                .set_permissions(std::fs::Permissions::from_mode(mode))?;
-            file.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        });
-    written.with_context(|| {
+    crate::whole_file::write(path, bytes).with_context(|| {
         format!(
             "cannot write {} (the file, if there was one, is left as it was)",
             path.display()
