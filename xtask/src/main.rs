@@ -23,9 +23,10 @@
 //!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
 //!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
 //!   `Searchspace` when `target/kernel-tuner-venv` (or `$KT_VENV`) has it (`docs/search.md`).
-//! - `strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]`: every search
-//!   strategy on every replayable space of the benchmark hub, simulated, scored by the
-//!   methodology of Willemsen et al. (FGCS 2024); with Kernel Tuner's strategies side by side
+//! - `strategies [FILES…] [--seeds N] [--budget-fraction F] [--loo] [--no-kt] [--kt-seeds N]`:
+//!   every search strategy on recorded spaces (T1 and cache files by path; default the hub's in
+//!   `data/benchmark_hub`), simulated, scored by the methodology of Willemsen et al. (FGCS 2024)
+//!   as its `autotuning-methodology` package computes it; with Kernel Tuner's strategies side by side
 //!   (its simulation mode, `benchmarks/kernel-tuner/strategies.py`) when `target/kernel-tuner-venv`
 //!   (or `$KT_VENV`) has it; prints the table, writes `docs/search-strategies.svg`
 //!   (`docs/search.md`).
@@ -70,8 +71,11 @@ const USAGE: &str = "usage: cargo xtask <task>
                             regret between consecutive runs
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
-  strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]
-                            every strategy on the hub's recorded spaces (simulated): scores,
+  strategies [FILES…] [--seeds N] [--max-seeds M] [--budget-fraction F] [--loo]
+             [--package] [--no-kt] [--kt-seeds N]
+                            every strategy on recorded spaces (T1 + cache files by path; default
+                            the hub's in data/), simulated, scored as autotuning-methodology
+                            does, with standard errors and seeds until the leaders are settled;
                             docs/search-strategies.svg; Kernel Tuner's side by side when
                             installed
   code-metrics [--max-fn N] [--no-circles]

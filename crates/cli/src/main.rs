@@ -115,7 +115,7 @@ const TUNE_EXAMPLES: &str = "Examples:
   tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
   tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
   tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
-  tunebox tune m.toml --strategy bayes --budget 100      Bayesian optimization, 100 choices
+  tunebox tune m.toml --strategy auto --budget 100       adaptive search, 100 choices
   tunebox tune m.toml --count                            how many choices, nothing run
   tunebox tune t1.json --replay cache.json.gz --strategy ils --budget 200
                                                          simulate a search on recorded data
@@ -207,7 +207,10 @@ struct TuneArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     max_process_uses: u64,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
-    /// search that measures --budget choices (docs/search.md).
+    /// search that measures --budget choices. For adaptive search pick `auto`: first of either
+    /// tool's strategies held out at a quarter budget and above random on every recorded space;
+    /// with budget for hundreds of measurements `ils` scored higher on the repository's data
+    /// (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
@@ -264,6 +267,9 @@ enum Strategy {
     De,
     /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
     Bayes,
+    /// The default adaptive search: Bayesian optimization on ranks, failures ranked last,
+    /// string params categorical (docs/search.md has its held-out scores).
+    Auto,
 }
 
 impl Strategy {
@@ -277,6 +283,7 @@ impl Strategy {
             Strategy::Ils => "ils",
             Strategy::De => "de",
             Strategy::Bayes => "bayes",
+            Strategy::Auto => "auto",
         }
     }
 }

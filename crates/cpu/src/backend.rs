@@ -142,6 +142,7 @@ impl Backend for CpuBackend {
                     fresh_outputs,
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 },
+                left_behind: Vec::new(),
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -187,6 +188,7 @@ impl Backend for CpuBackend {
                 fresh_outputs,
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
             },
+            left_behind: Vec::new(),
         })
     }
 }

@@ -224,6 +224,7 @@ impl CudaBackend {
                     // The parent checks its clock against this one.
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 },
+                left_behind: Vec::new(),
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -266,6 +267,7 @@ impl CudaBackend {
                 // The parent checks its clock against this one.
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
             },
+            left_behind: Vec::new(),
         })
     }
 

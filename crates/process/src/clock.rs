@@ -54,6 +54,7 @@ mod tests {
                 fresh_outputs: Vec::new(),
                 worker_ms,
             },
+            left_behind: Vec::new(),
         }
     }
 

@@ -63,6 +63,7 @@ impl Backend for PythonBackend {
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
             integrity: Default::default(),
+            left_behind: Vec::new(),
         })
     }
 

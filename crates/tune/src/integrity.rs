@@ -181,6 +181,7 @@ mod tests {
                 fresh_outputs: fresh,
                 worker_ms: None,
             },
+            left_behind: Vec::new(),
         }
     }
 

@@ -134,4 +134,4 @@ pub use crate::run::{
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
 pub use crate::stop::Stop;
-pub use crate::strategy::{BruteForce, RandomSample, Strategy};
+pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};

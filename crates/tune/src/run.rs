@@ -117,10 +117,12 @@ impl Plan {
 
     fn build(
         manifest: Manifest,
-        mut strategy: Box<dyn Strategy>,
+        strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
         budget_given: bool,
     ) -> Result<Plan> {
+        // A strategy's asks are held to its contract: no index twice, none outside the space.
+        let mut strategy: Box<dyn Strategy> = Box::new(crate::strategy::Guarded::new(strategy));
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
         let mut notes: Vec<String> =
@@ -282,7 +284,8 @@ pub fn tune(options: &TuneOptions, observer: &dyn Observer, stop: &Stop) -> crat
 
 /// Runs `plan` (a manifest and a strategy, from [`plan`] or [`Plan::new`]) as `options` say;
 /// `options.manifest` names the manifest in reports and places the default results cache, and
-/// `options.selection` is what reports record as the strategy.
+/// reports record the plan's strategy by its [`Strategy::name`], with `options.selection`'s budget
+/// and seed.
 ///
 /// # Errors
 ///
@@ -377,7 +380,11 @@ fn tune_inner(
         backend: backend.to_owned(),
         device: device.clone(),
         space_size: choices.len(),
-        selection: options.selection.clone(),
+        // The strategy that runs names itself; budget and seed are the options'.
+        selection: Selection {
+            strategy: strategy.name().to_owned(),
+            ..options.selection.clone()
+        },
         shard: options.shard,
         metrics: manifest.metrics.names(),
         objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
@@ -808,6 +815,10 @@ fn tune_inner(
     not_measured.sort_by_key(|n| n.index);
     notes.extend(budget_note(&results, &manifest, timeout));
     notes.extend(stdout_log.note());
+    for warning in strategy.take_warnings() {
+        progress.note(&format!("warning: {warning}"));
+        notes.push(warning);
+    }
     set_objective(&mut results, header.objective.as_ref());
     rank(&mut results);
     Ok(Report {

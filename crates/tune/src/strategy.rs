@@ -47,6 +47,129 @@ pub trait Strategy: Send {
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
         let _ = (index, result);
     }
+
+    /// What went against the contract of [`Strategy::ask`] since last asked (an index asked
+    /// twice, one outside the space), in words; the run puts them in its notes. Only
+    /// [`Guarded`] has any: the run wraps every strategy in one.
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Holds a strategy's asks to the contract of [`Strategy::ask`]: an index asked for before is
+/// dropped (it is measured once, and told once), an index outside the space is dropped, and
+/// both are counted for [`AskGuard::take_warnings`], so that neither is silent.
+#[derive(Debug, Clone, Default)]
+pub struct AskGuard {
+    /// The indices asked for (a set, not a bitmap: a space too large to list has billions).
+    asked: std::collections::HashSet<usize>,
+    repeats: usize,
+    first_repeat: Option<usize>,
+    outside: usize,
+    first_outside: Option<usize>,
+    space_len: usize,
+}
+
+impl AskGuard {
+    /// A guard that has seen no ask.
+    pub fn new() -> AskGuard {
+        AskGuard::default()
+    }
+
+    /// The indices of `batch` that are in a space of `space_len` choices and not asked for
+    /// before, in order.
+    pub fn check(&mut self, space_len: usize, batch: Vec<usize>) -> Vec<usize> {
+        self.space_len = space_len;
+        batch
+            .into_iter()
+            .filter(|&i| {
+                if i >= space_len {
+                    self.outside += 1;
+                    self.first_outside.get_or_insert(i);
+                    return false;
+                }
+                if !self.asked.insert(i) {
+                    self.repeats += 1;
+                    self.first_repeat.get_or_insert(i);
+                    return false;
+                }
+                true
+            })
+            .collect()
+    }
+
+    /// What was dropped since the last call, in words naming the strategy `name`.
+    pub fn take_warnings(&mut self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.repeats > 0 {
+            out.push(format!(
+                "strategy `{name}` asked {} for a choice it had asked for before (first: index {}); each choice is measured and told once",
+                times(self.repeats),
+                self.first_repeat.unwrap_or_default()
+            ));
+        }
+        if self.outside > 0 {
+            out.push(format!(
+                "strategy `{name}` asked {} for an index outside the space of {} choices (first: {}); those were not measured (a strategy names choices by `SearchSpace` index, 0..len)",
+                times(self.outside),
+                self.space_len,
+                self.first_outside.unwrap_or_default()
+            ));
+        }
+        self.repeats = 0;
+        self.first_repeat = None;
+        self.outside = 0;
+        self.first_outside = None;
+        out
+    }
+}
+
+fn times(n: usize) -> String {
+    if n == 1 {
+        "once".into()
+    } else {
+        format!("{n} times")
+    }
+}
+
+/// A strategy held to the contract of [`Strategy::ask`] by an [`AskGuard`]: what a run
+/// measures (see [`crate::Plan::new`]), so that a strategy's mistake is dropped and said in the
+/// run's notes rather than measured twice or lost silently.
+pub struct Guarded {
+    inner: Box<dyn Strategy>,
+    guard: AskGuard,
+}
+
+impl Guarded {
+    /// `inner`, guarded.
+    pub fn new(inner: Box<dyn Strategy>) -> Guarded {
+        Guarded {
+            inner,
+            guard: AskGuard::new(),
+        }
+    }
+}
+
+impl Strategy for Guarded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        let batch = self.inner.ask(space, n);
+        self.guard.check(space.len(), batch)
+    }
+
+    fn tell(&mut self, index: usize, result: &ChoiceResult) {
+        self.inner.tell(index, result);
+    }
+
+    fn take_warnings(&mut self) -> Vec<String> {
+        let name = self.inner.name().to_owned();
+        let mut out = self.inner.take_warnings();
+        out.extend(self.guard.take_warnings(&name));
+        out
+    }
 }
 
 /// Every choice, in canonical order (index 0 first).
@@ -286,6 +409,38 @@ mod tests {
         );
         assert!(!space.is_valid(&outside));
         assert_eq!(space.params().next().unwrap().1.len(), 4);
+    }
+
+    /// A strategy that asks for `asks` in turn.
+    struct Scripted(Vec<Vec<usize>>);
+
+    impl Strategy for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn ask(&mut self, _: &SearchSpace, _: usize) -> Vec<usize> {
+            if self.0.is_empty() {
+                Vec::new()
+            } else {
+                self.0.remove(0)
+            }
+        }
+    }
+
+    #[test]
+    fn a_guarded_strategy_asks_each_index_once_and_inside_the_space() {
+        let space = space(10);
+        let mut s = Guarded::new(Box::new(Scripted(vec![vec![1, 1, 2], vec![2, 40, 3, 11]])));
+        assert_eq!(s.name(), "scripted");
+        assert_eq!(s.ask(&space, usize::MAX), [1, 2]);
+        assert_eq!(s.ask(&space, usize::MAX), [3]);
+        let warnings = s.take_warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("asked 2 times for a choice it had asked for before"));
+        assert!(warnings[0].contains("first: index 1"), "{warnings:?}");
+        assert!(warnings[1].contains("asked 2 times for an index outside the space of 10"));
+        assert!(warnings[1].contains("first: 40"));
+        assert!(s.take_warnings().is_empty());
     }
 
     #[test]

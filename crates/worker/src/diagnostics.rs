@@ -58,6 +58,7 @@ impl Backend for DiagnosticsBackend {
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
             integrity: Default::default(),
+            left_behind: Vec::new(),
         })
     }
 }

@@ -9,6 +9,10 @@
 //! | `ils` | [`GreedyIls`] | Kernel Tuner `greedy_ils.py` (hill climbing + random walk) |
 //! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
 //! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
+//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization |
+//!
+//! [`score`] scores strategies as the field does (a port of the `autotuning-methodology`
+//! package).
 //!
 //! What they share (`Core`): they propose only choices of the space (stable indices, so
 //! never one that breaks a restriction), never the same index twice, at most `budget` in all;
@@ -20,12 +24,15 @@
 //! space is spent.
 
 mod annealing;
+mod auto;
 mod bayes;
 mod de;
 mod genetic;
 mod ils;
+pub mod score;
 
 pub use annealing::SimulatedAnnealing;
+pub use auto::{AutoOptions, AutoSearch, Transform};
 pub use bayes::BayesianOptimization;
 pub use de::DifferentialEvolution;
 pub use genetic::GeneticAlgorithm;
@@ -40,8 +47,9 @@ use crate::space::SearchSpace;
 use crate::strategy::{BruteForce, RandomSample, Strategy};
 
 /// The names [`by_name`] knows, in the order of the evaluation's tables.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "brute-force",
+    "auto",
     "random",
     "genetic",
     "annealing",
@@ -61,6 +69,7 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
         "ils" => Box::new(GreedyIls::new(budget, seed)),
         "de" => Box::new(DifferentialEvolution::new(budget, seed)),
         "bayes" => Box::new(BayesianOptimization::new(budget, seed)),
+        "auto" => Box::new(AutoSearch::new(budget, seed)),
         _ => return None,
     })
 }
