@@ -60,8 +60,7 @@ pub(crate) struct Completion {
 )]
 enum Outcome {
     Pending,
-    /// Boxed: a result is large, and most completions wait pending.
-    Ready(Box<TaskResult>),
+    Ready(TaskResult),
     Taken,
 }
 
@@ -84,7 +83,7 @@ impl Completion {
     fn resolve(&self, result: TaskResult) {
         let mut outcome = self.lock();
         if matches!(*outcome, Outcome::Pending) {
-            *outcome = Outcome::Ready(Box::new(result));
+            *outcome = Outcome::Ready(result);
             self.done.store(true, Ordering::Release);
             drop(outcome);
             self.ready.notify_all();
@@ -105,7 +104,7 @@ impl Completion {
         let mut outcome = self.lock();
         loop {
             match std::mem::replace(&mut *outcome, Outcome::Taken) {
-                Outcome::Ready(result) => return Some(*result),
+                Outcome::Ready(result) => return Some(result),
                 Outcome::Taken => panic!("a task's result is taken once, by its handle"),
                 Outcome::Pending => *outcome = Outcome::Pending,
             }
