@@ -72,6 +72,12 @@ pub(crate) fn print_table(
                 let tied = match tied {
                     // Refined choices were measured longer already.
                     _ if best.screen_median_ms.is_some() => String::new(),
+                    // Measured in windows: the run says how sure it is.
+                    _ if windowed(best) => info
+                        .conditions
+                        .as_ref()
+                        .map(|c| format!(" ({})", c.confidence))
+                        .unwrap_or_default(),
                     0 => String::new(),
                     1 => " (tied within the noise with the next choice; --refine 2 measures both \
                           longer)"
@@ -143,6 +149,10 @@ fn print_rows(
     }
     header.push("median".into());
     header.extend(metrics.iter().cloned());
+    let with_windows = members.iter().any(|r| windowed(r));
+    if with_windows {
+        header.push("windows".into());
+    }
     header.extend(["spread".into(), "status".into(), "error".into()]);
     let columns = header.len();
     let ranks = rank_labels(members);
@@ -166,13 +176,29 @@ fn print_rows(
         for name in metrics {
             row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
         }
-        // One rep has no spread to show.
-        row.push(
-            r.stats
+        if with_windows {
+            row.push(
+                r.windows
+                    .as_ref()
+                    .map_or("-".into(), |w| match w.disturbed_count() {
+                        0 => w.medians_ms.len().to_string(),
+                        d => format!("{} ({d} busy)", w.medians_ms.len()),
+                    }),
+            );
+        }
+        // One rep has no spread to show; windows show their interval's.
+        row.push(match (&r.windows, &r.stats) {
+            (Some(w), Some(_)) if windowed(r) => {
+                format!(
+                    "{:.1}%",
+                    (w.interval_ms[1] - w.interval_ms[0]) / w.estimate_ms * 100.0
+                )
+            }
+            (_, stats) => stats
                 .as_ref()
                 .filter(|s| s.reps > 1)
                 .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
-        );
+        });
         row.push(r.status.to_string());
         row.push(String::new());
         rows.push(row);
@@ -243,6 +269,16 @@ pub(crate) fn format_time(ms: f64) -> String {
 /// measured alike (both refined or neither), and their 20th–80th percentile ranges overlap.
 pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
     let ok = |r: &ChoiceResult| r.status == Status::Ok;
+    if let (Some(a), Some(b)) = (&leader.windows, &other.windows)
+        && windowed(leader)
+        && windowed(other)
+    {
+        // Measured in windows: their intervals over windows overlap.
+        return ok(leader)
+            && ok(other)
+            && leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
+            && a.overlaps(b);
+    }
     match (&leader.stats, &other.stats) {
         (Some(a), Some(b)) if ok(leader) && ok(other) => {
             leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
@@ -250,6 +286,11 @@ pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `r` was measured in more than one window (its interval is over windows).
+fn windowed(r: &ChoiceResult) -> bool {
+    r.windows.as_ref().is_some_and(|w| w.medians_ms.len() > 1)
 }
 
 /// The rank column of ranked `members`: `ok` choices are numbered from 1, and a choice tied
@@ -295,10 +336,27 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     if info.workers > 0 {
         line.push_str(&format!(" with {} worker(s)", info.workers));
     }
-    if report.results.iter().any(|r| r.stats.is_some()) {
+    if report.results.iter().any(windowed) {
+        line.push_str("; spread = the 90 % interval over windows / median");
+    } else if report.results.iter().any(|r| r.stats.is_some()) {
         line.push_str("; spread = (p80 - p20) / median");
     }
     writeln!(out, "{line}")?;
+    if let Some(c) = info.conditions.as_ref().filter(|c| c.rounds > 0) {
+        let mut windows = format!(
+            "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
+             for the top",
+            c.windows,
+            c.rounds,
+            c.disturbed,
+            c.remeasured,
+            choices(c.raced)
+        );
+        if c.busy {
+            windows.push_str("; the machine was busy: the ranking is less sure");
+        }
+        writeln!(out, "{windows}")?;
+    }
     if let Some(cache) = &info.cache
         && cache.hits > 0
     {

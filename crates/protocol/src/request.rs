@@ -974,6 +974,11 @@ pub struct TimingConfig {
     /// (`reps = 1`, `stopped = "single"`). Default off.
     #[serde(default)]
     pub outputs_only: bool,
+    /// Runs that estimate one call's time before warmup (`None`: 5, as triton's `do_bench`).
+    /// A short window of a tuning round uses 1: the first call has warmed the kernel already,
+    /// and every further estimate run of a slow kernel costs a whole call.
+    #[serde(default)]
+    pub estimate_runs: Option<u32>,
 }
 
 impl TimingConfig {
@@ -1038,6 +1043,7 @@ impl Default for TimingConfig {
             cache_flush: CacheFlush::Tensors,
             budget_ms: None,
             outputs_only: false,
+            estimate_runs: None,
         }
     }
 }

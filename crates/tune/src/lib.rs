@@ -62,7 +62,6 @@
 //!     .verify_against_choice([("UNROLL", 1)])
 //!     .build()?;
 //! let options = TuneOptions {
-//!     manifest: PathBuf::from("scale"),
 //!     workers: 1,
 //!     timeout: None,
 //!     max_process_uses: Some(1),
@@ -75,6 +74,8 @@
 //!     max_time: None,
 //!     refine: None,
 //!     shard: None,
+//!     rounds: tunebox_tune::DEFAULT_ROUNDS,
+//!     race: None,
 //! };
 //! let plan = Plan::new(manifest, Box::new(BruteForce::new()), None)?;
 //! // `()` ignores progress; the CLI passes its progress bars.
@@ -91,7 +92,7 @@
 //! measurements (Kernel Tuner cache files, T4 files, results caches) in simulated time, as
 //! `tunebox tune --replay` does (docs/search.md compares them).
 //!
-//! A manifest file reads the same way through [`tune`] (`TuneOptions::manifest` names it); a
+//! A manifest file reads the same way through [`tune`] (which takes its path); a
 //! strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`].
 #![deny(missing_docs)]
 
@@ -100,6 +101,7 @@ mod community;
 mod error;
 mod fingerprint;
 pub mod formats;
+mod interference;
 mod launch;
 mod manifest;
 mod measure;
@@ -115,11 +117,13 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod windows;
 
 pub use crate::cache::ResultsCache;
 pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
 pub use crate::fingerprint::compiler_version;
+pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
 pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
@@ -129,14 +133,16 @@ pub use crate::report::{
     load as load_reports, short_error, short_error_line, write_csv, write_json,
 };
 pub use crate::results::{
-    CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, best, choices as choice_count, define_line,
+    CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
+    RunInfo, Selection, ShardInfo, best, choices as choice_count, define_line,
 };
 pub use crate::run::{
-    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, compiler, cxx_compiler,
-    lookup_cached, measure, plan, reference, refine_order, run, tune,
+    CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
+    TuneOptions, compile, compiler, cxx_compiler, lookup_cached, measure, plan, reference,
+    refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};
+pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tunebox_pool::Status;
-use tunebox_protocol::{BenchmarkRequest, Kernel};
+use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use crate::cache::{Deps, DepsCheck, ResultsCache};
 use crate::fingerprint;
@@ -28,6 +28,9 @@ pub struct Setup<'m> {
     pub(crate) max_process_uses: Option<u64>,
     /// Checks the headers of cached C lines as they are now, each file hashed once.
     pub(crate) deps_check: DepsCheck,
+    /// Windows each choice is measured in (1: once, with the manifest's timing; more: the
+    /// screening window and rounds, sharing the manifest's reps, see [`window_timing`]).
+    pub(crate) windows: usize,
 }
 
 impl<'m> Setup<'m> {
@@ -48,7 +51,16 @@ impl<'m> Setup<'m> {
             timeout: timeout.unwrap_or(manifest.timeout),
             max_process_uses,
             deps_check: DepsCheck::default(),
+            windows: 1,
         }
+    }
+
+    /// The same, with `rounds` rounds of short windows after screening (as
+    /// [`crate::TuneOptions::rounds`]): the manifest's reps and time are shared by the
+    /// screening window and the rounds' windows, so each window is short.
+    pub fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
+        self.windows = rounds.saturating_add(1);
+        self
     }
 
     /// The manifest.
@@ -121,7 +133,10 @@ pub fn lookup_cached(
             manifest.launch.as_ref(),
             &choice,
         ) {
-            Ok(request) => request,
+            Ok(mut request) => {
+                request.timing = window_timing(&request.timing, setup.windows, 0);
+                request
+            }
             // A choice whose request cannot be built (its launch fails) is an error at once.
             Err(e) => {
                 lookup.done.push(ChoiceResult::failed(
@@ -177,6 +192,11 @@ pub(crate) fn cached(
 ) -> Option<(ChoiceResult, Option<Deps>)> {
     let line = cache?.lookup(key, timeout, check)?;
     let mut result = line.result.clone().into_result(&setup.device).ok()?;
+    // Never luck: a result measured under interference, without enough quiet windows, is
+    // not final; this run measures it again.
+    if result.windows.as_ref().is_some_and(|w| !w.settled()) {
+        return None;
+    }
     result.index = index;
     result.choice = choice.clone();
     result.cached = true;
@@ -185,6 +205,29 @@ pub(crate) fn cached(
         result.metrics = setup.manifest.metrics.evaluate(choice, median);
     }
     Some((result, line.deps.clone()))
+}
+
+/// The timing of window `window` (0: the screening window) of `windows` that share the
+/// manifest's `timing`: `rep_ms`, `warmup_ms` and `max_time_ms` split evenly, `min_reps` and
+/// `max_reps` split so that the windows' reps add up to the manifest's (Kernel Tuner's
+/// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; windows after the
+/// first estimate a call once (the first call has warmed the kernel). One window: `timing`.
+pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize) -> TimingConfig {
+    if windows <= 1 {
+        return timing.clone();
+    }
+    let n = windows as u32;
+    let i = window.min(windows - 1) as u32;
+    let share = |reps: u32| (reps / n + u32::from(i < reps % n)).max(1);
+    let scale = 1.0 / f64::from(n);
+    let mut w = timing.clone();
+    w.rep_ms *= scale;
+    w.warmup_ms *= scale;
+    w.min_reps = share(timing.min_reps);
+    w.max_reps = share(timing.max_reps).max(w.min_reps);
+    w.max_time_ms = timing.max_time_ms.map(|t| t * scale);
+    w.estimate_runs = Some(1);
+    w
 }
 
 /// Copies the cache's lines of `keys` into its own file when they came from another one (a

@@ -1,0 +1,110 @@
+//! Screening: rounds of lookup → pipeline → record → tell, until the strategy asks for no
+//! more (brute force and random sampling ask for everything at once: one round).
+
+use anyhow::Result;
+use tunebox_cpu::CompileControl;
+
+use super::context::{Run, reason};
+use super::lookup::{Todo, lookup_cached};
+use super::pipeline::{Compiling, Stage, pipeline};
+use super::{ask, unasked};
+use crate::observer::ObserverExt;
+use crate::results::NotMeasured;
+
+impl Run<'_> {
+    /// Measures `first` (the plan's selection), then what the strategy asks for next, each
+    /// round told to the strategy, until it has no more or the run is stopped.
+    pub(super) fn screen(&mut self, first: Vec<usize>) -> Result<()> {
+        if let Some(shard) = self.options.shard {
+            self.observer.note(&format!(
+                "shard {shard}: {} of the {} choices",
+                first.len(),
+                self.space.len()
+            ));
+        }
+        let mut batch = first;
+        loop {
+            self.round(&batch)?;
+            if self.should_stop() {
+                // What the strategy would still have asked for was not measured either.
+                let why = reason(self.stop);
+                let left = unasked(self.strategy.as_mut(), &self.space, self.shard, why);
+                self.ledger.not_measured.extend(left);
+                return Ok(());
+            }
+            batch = ask(self.strategy.as_mut(), &self.space, self.shard);
+            if batch.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One round: the cached lookup of `batch`, the pipeline for the rest, every result
+    /// recorded, and the strategy told.
+    fn round(&mut self, batch: &[usize]) -> Result<()> {
+        let lookup = lookup_cached(&self.setup, &self.space, batch, self.ledger.cache.as_ref());
+        let todo = self.ledger.take_cached(lookup, self.observer);
+        if !todo.is_empty() {
+            self.ready_to_measure(&todo)?;
+        }
+        self.measure(&todo);
+        for result in &self.ledger.results[self.told..] {
+            self.strategy.tell(result.index, result);
+        }
+        self.told = self.ledger.results.len();
+        Ok(())
+    }
+
+    /// The pipeline over `todo`, compiling as it measures; every outcome to the ledger.
+    fn measure(&mut self, todo: &[Todo]) {
+        let Some(bench) = &self.bench else {
+            let why = reason(self.stop);
+            self.ledger
+                .not_measured
+                .extend(todo.iter().map(|t| NotMeasured {
+                    index: t.index,
+                    choice: t.choice.clone(),
+                    reason: why.to_owned(),
+                }));
+            return;
+        };
+        // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once
+        // (they run in process groups of their own, so the terminal's SIGINT reaches only us).
+        let (stop, observer) = (self.stop, self.observer);
+        let cancel = || stop.poll(observer);
+        let control = CompileControl {
+            timeout: self.setup.manifest.compile_timeout,
+            cancel: Some(&cancel),
+            ..CompileControl::default()
+        };
+        let stage = Stage {
+            setup: &self.setup,
+            pool: &bench.pool,
+            reference: bench.reference.as_deref(),
+            observer,
+            stop,
+            deadline: self.deadline,
+        };
+        // The CPUs this process may use (an affinity mask can hide some that sysfs lists).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = bench.pool.size();
+        let compiling = Compiling {
+            kernel_cache: &self.kernel_cache,
+            control: &control,
+            cpus,
+            // With rounds to come, compiles finish first, on every CPU: a compile beside a
+            // timed window slows it (a busy sibling, or a vCPU sharing a core with it).
+            free_cpus: if self.setup.windows > 1 {
+                0
+            } else {
+                self.topology
+                    .free_cpus(workers)
+                    .min(cpus.saturating_sub(workers))
+            },
+        };
+        let ledger = &mut self.ledger;
+        pipeline(&stage, todo, Some(compiling), |p, outcome| {
+            ledger.settle(&todo[p], outcome, observer);
+        });
+    }
+}
