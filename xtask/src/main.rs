@@ -29,6 +29,9 @@
 //!   (its simulation mode, `benchmarks/kernel-tuner/strategies.py`) when `target/kernel-tuner-venv`
 //!   (or `$KT_VENV`) has it; prints the table, writes `docs/search-strategies.svg`
 //!   (`docs/search.md`).
+//! - `code-metrics [--max-fn N] [--no-circles]`: functions outside tests over 60, 100 and 150
+//!   lines and the longest, module circles per crate, `tunebox-tune`'s public items, README
+//!   lines (issue 25; `--max-fn`/`--no-circles` fail past the limits).
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
@@ -36,6 +39,7 @@
 //!   a GPU machine without a Rust toolchain (see `docs/gpu.md`).
 
 mod agreement;
+mod code_metrics;
 mod loaded;
 
 use std::fs;
@@ -65,6 +69,9 @@ const USAGE: &str = "usage: cargo xtask <task>
                             every strategy on the hub's recorded spaces (simulated): scores,
                             docs/search-strategies.svg; Kernel Tuner's side by side when
                             installed
+  code-metrics [--max-fn N] [--no-circles]
+                            functions over 60/100/150 lines outside tests, module circles,
+                            tunebox-tune's public items, README lines
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
@@ -80,6 +87,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz(&args[1..]),
         Some("loaded-test") => loaded::loaded_test(&args[1..]),
         Some("agreement") => agreement::agreement(&args[1..]),
+        Some("code-metrics") => code_metrics::code_metrics(&args[1..]),
         Some("gpu-test") => gpu_test(),
         Some("space-bench") => example("space_bench", &args[1..], &[]),
         Some("strategies") => example(

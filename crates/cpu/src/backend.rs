@@ -12,9 +12,9 @@ use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, Phase, TensorData,
 };
 
-use crate::compile::TRAMPOLINE_SYMBOL;
 use crate::error::with_sources;
 use crate::flush::{EVICTS_LINES, evict};
+use crate::trampoline::TRAMPOLINE_SYMBOL;
 use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Language, Signature, compile_with};
 
 /// The one C signature every artifact is called through:

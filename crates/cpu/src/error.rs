@@ -238,6 +238,19 @@ pub(crate) fn with_sources(err: &dyn Error) -> String {
     message
 }
 
+/// An [`CpuError::Io`] maker: `action` on `path` failed.
+pub(crate) fn io_err(
+    action: &'static str,
+    path: &Path,
+) -> impl FnOnce(io::Error) -> CpuError + use<> {
+    let path = path.to_path_buf();
+    move |source| CpuError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

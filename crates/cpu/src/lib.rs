@@ -42,15 +42,19 @@
 mod backend;
 mod cache;
 mod compile;
+mod depfile;
 mod error;
 mod flush;
 mod subprocess;
+mod toolchain;
+mod trampoline;
 
 pub use backend::CpuBackend;
 pub use cache::{CACHE_DIR_ENV, CacheDir};
 pub use compile::{
-    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, Language, Signature, compile, compile_with,
-    compiler_version,
+    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, compile, compile_with, compiler_version,
 };
 pub use error::CpuError;
 pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};
+pub use toolchain::Language;
+pub use trampoline::Signature;

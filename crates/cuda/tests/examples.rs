@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Value};
 use tunebox_cuda::{DeviceLimits, FunctionLimits, validate_launch};
+use tunebox_expr::{Expr, Value};
 use tunebox_protocol::{BenchError, LaunchConfig};
 
 fn manifest(name: &str) -> toml::Table {
@@ -47,32 +47,40 @@ fn choices(m: &toml::Table) -> Vec<Choice> {
     all.into_iter()
         .filter(|c| {
             restrictions.iter().all(|r| {
-                evalexpr::eval_boolean_with_context(r, &context(c, &[]))
+                let (names, values) = context(c, &[]);
+                Expr::parse(r)
+                    .and_then(|e| e.bind(&names))
+                    .and_then(|e| e.eval_bool(&values))
                     .unwrap_or_else(|e| panic!("{r}: {e}"))
             })
         })
         .collect()
 }
 
-fn context(choice: &Choice, problem: &[i64]) -> HashMapContext<DefaultNumericTypes> {
-    let mut context = HashMapContext::<DefaultNumericTypes>::new();
-    for (name, &value) in choice {
-        context.set_value(name.clone(), Value::Int(value)).unwrap();
-    }
+/// The names bound in an expression (the params, then `problem_size_x/y/z`) and their values.
+fn context(choice: &Choice, problem: &[i64]) -> (Vec<String>, Vec<Value<'static>>) {
+    let mut names: Vec<String> = choice.keys().cloned().collect();
+    let mut values: Vec<Value<'static>> = choice.values().map(|&v| Value::Int(v)).collect();
     for (axis, &size) in ["x", "y", "z"].iter().zip(problem) {
-        context
-            .set_value(format!("problem_size_{axis}"), Value::Int(size))
-            .unwrap();
+        names.push(format!("problem_size_{axis}"));
+        values.push(Value::Int(size));
     }
-    context
+    (names, values)
 }
 
-/// An integer field of `[launch]`: a TOML integer or an expression.
-fn eval(value: &toml::Value, context: &HashMapContext<DefaultNumericTypes>) -> i64 {
+/// An integer field of `[launch]`: a TOML integer or an expression (Python, as the CLI's).
+fn eval(value: &toml::Value, context: &(Vec<String>, Vec<Value<'static>>)) -> i64 {
     match value {
         toml::Value::Integer(i) => *i,
         toml::Value::String(text) => {
-            evalexpr::eval_int_with_context(text, context).unwrap_or_else(|e| panic!("{text}: {e}"))
+            let compiled = Expr::parse(text)
+                .and_then(|e| e.bind(&context.0))
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            match compiled.eval(&context.1) {
+                Ok(Value::Int(i)) => i,
+                Ok(Value::Float(f)) if f.fract() == 0.0 => f as i64,
+                other => panic!("{text}: not an integer: {other:?}"),
+            }
         }
         other => panic!("not an integer expression: {other}"),
     }

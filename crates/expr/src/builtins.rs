@@ -1,10 +1,11 @@
 //! The functions an expression may call: Python's `min`, `max`, `abs`, `int`, `float`, `bool`,
-//! `round`, `pow`, and `math.ceil`, `math.floor`, `math.sqrt`, `math.log`, `math.log2`,
+//! `round`, `pow`; tunebox's `ceil_div(a, b)` (Python's `-(-a // b)`, for launch geometry); and
+//! `math.ceil`, `math.floor`, `math.sqrt`, `math.log`, `math.log2`,
 //! `math.log10`, `math.exp`; and the constants `math.pi`, `math.e`, `math.inf`.
 
 use std::cmp::Ordering;
 
-use crate::ops::{self, BinOp, Fault, FaultKind, Num, OpResult};
+use crate::ops::{self, BinOp, Fault, FaultKind, Num, OpResult, UnOp};
 use crate::value::Value;
 
 /// A function that can be called.
@@ -18,6 +19,7 @@ pub(crate) enum Func {
     Bool,
     Round,
     Pow,
+    CeilDiv,
     Ceil,
     Floor,
     Sqrt,
@@ -28,7 +30,7 @@ pub(crate) enum Func {
 }
 
 /// The builtins, by name.
-pub(crate) const BUILTINS: [(&str, Func); 8] = [
+pub(crate) const BUILTINS: [(&str, Func); 9] = [
     ("min", Func::Min),
     ("max", Func::Max),
     ("abs", Func::Abs),
@@ -37,6 +39,7 @@ pub(crate) const BUILTINS: [(&str, Func); 8] = [
     ("bool", Func::Bool),
     ("round", Func::Round),
     ("pow", Func::Pow),
+    ("ceil_div", Func::CeilDiv),
 ];
 
 /// The functions of `math`, by name.
@@ -75,7 +78,7 @@ impl Func {
         match self {
             Func::Min | Func::Max => (1, usize::MAX),
             Func::Round | Func::Log => (1, 2),
-            Func::Pow => (2, 2),
+            Func::Pow | Func::CeilDiv => (2, 2),
             _ => (1, 1),
         }
     }
@@ -181,6 +184,12 @@ pub(crate) fn call<'a>(func: Func, a: Value<'a>, b: Option<Value<'a>>) -> OpResu
         Func::Bool => Ok(Value::Bool(a.truthy())),
         Func::Round => round(a, b),
         Func::Pow => ops::binary(BinOp::Pow, a, b.expect("pow has two arguments")),
+        // `-(-a // b)`: the ceiling of `a / b`, with Python's types and errors.
+        Func::CeilDiv => {
+            let b = b.expect("ceil_div has two arguments");
+            let quotient = ops::binary(BinOp::FloorDiv, ops::unary(UnOp::Neg, a)?, b)?;
+            ops::unary(UnOp::Neg, quotient)
+        }
         Func::Ceil | Func::Floor => match a {
             Value::Float(f) => float_to_int(if func == Func::Ceil {
                 f.ceil()

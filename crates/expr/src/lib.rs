@@ -61,7 +61,8 @@
 //!   (`(-8) ** 0.5`), use `None`, `is`, lambdas, comprehensions, slicing, attribute access
 //!   other than `math.`, or keyword arguments, are [`Error::Unsupported`] or parse errors.
 //! - The functions are `min`, `max`, `abs`, `int`, `float`, `bool`, `round`, `pow` (two
-//!   arguments), `math.ceil`, `math.floor`, `math.sqrt`, `math.log` (one or two arguments),
+//!   arguments), tunebox's `ceil_div(a, b)` (not Python's: `-(-a // b)`, the ceiling of `a / b`,
+//!   for launch geometry), `math.ceil`, `math.floor`, `math.sqrt`, `math.log` (one or two arguments),
 //!   `math.log2`, `math.log10`, `math.exp`; the constants `math.pi`, `math.e`, `math.inf`.
 //!   Names cannot shadow them when called.
 //! - An exception Python would raise is an error value (Kernel Tuner lets a restriction that

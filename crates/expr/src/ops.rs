@@ -180,6 +180,14 @@ pub(crate) fn cmp_num(a: Num, b: Num) -> Option<Ordering> {
     }
 }
 
+impl Value<'_> {
+    /// Python's `==`: numbers (bools, ints, floats) compare by exact value (`1 == 1.0 == True`,
+    /// and `2**53 + 1 != float(2**53)`), strings by text, a string never equals a number.
+    pub fn python_eq(self, other: Value<'_>) -> bool {
+        equal(self, other)
+    }
+}
+
 /// Python's `==`.
 pub(crate) fn equal(a: Value<'_>, b: Value<'_>) -> bool {
     match (a, b) {

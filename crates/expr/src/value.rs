@@ -46,12 +46,6 @@ impl<'a> Value<'a> {
         }
     }
 
-    /// Python's `==`: numbers (bools, ints, floats) compare by exact value (`1 == 1.0 == True`,
-    /// and `2**53 + 1 != float(2**53)`), strings by text, a string never equals a number.
-    pub fn python_eq(self, other: Value<'_>) -> bool {
-        crate::ops::equal(self, other)
-    }
-
     /// The value as an `f64` when it is a number (a bool is 0 or 1), as Python's `float(v)`.
     pub fn as_f64(self) -> Option<f64> {
         match self {

@@ -1,9 +1,11 @@
-//! Every case of python_cases.txt (written by gen_cases.py from CPython's `eval`): the same
-//! expression over the same values gives the same repr, or the same exception.
+//! Every case of python_cases.txt and launch_cases.txt (written by gen_cases.py from CPython's
+//! `eval`; the launch cases with `ceil_div(a, b)` defined as `-(-a // b)`): the same expression
+//! over the same values gives the same repr, or the same exception.
 
 use tunebox_expr::{Expr, Value};
 
 const CASES: &str = include_str!("python_cases.txt");
+const LAUNCH_CASES: &str = include_str!("launch_cases.txt");
 const NAMES: [&str; 7] = ["a", "b", "c", "x", "y", "t", "s"];
 
 /// A binding's value, written as Python's repr.
@@ -21,9 +23,21 @@ fn parse_value(repr: &str) -> Value<'_> {
 
 #[test]
 fn same_answers_as_python() {
+    let checked = check(CASES);
+    assert!(checked >= 3000, "only {checked} cases");
+}
+
+#[test]
+fn launch_geometry_as_python() {
+    let checked = check(LAUNCH_CASES);
+    assert!(checked >= 400, "only {checked} cases");
+}
+
+/// Checks every case of `cases`; returns how many there were.
+fn check(cases: &str) -> usize {
     let mut checked = 0;
     let mut failures = Vec::new();
-    for line in CASES.lines().filter(|l| !l.starts_with('#')) {
+    for line in cases.lines().filter(|l| !l.starts_with('#')) {
         let mut fields = line.split('\t');
         let (text, bindings, expected) = (
             fields.next().unwrap(),
@@ -67,5 +81,5 @@ fn same_answers_as_python() {
         failures.len(),
         failures.join("\n")
     );
-    assert!(checked >= 3000, "only {checked} cases");
+    checked
 }

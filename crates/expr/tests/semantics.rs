@@ -164,6 +164,11 @@ fn builtins() {
     assert_eq!(raises("math.sqrt(-1)"), "ValueError");
     assert_eq!(raises("math.log(0)"), "ValueError");
     assert_eq!(raises("min([])"), "ValueError");
+    // tunebox's launch helper, -(-a // b) (launch_cases.txt checks it against CPython).
+    assert_eq!(py("ceil_div(1000, 64)"), "16");
+    assert_eq!(py("ceil_div(-7, 2)"), "-3");
+    assert_eq!(py("ceil_div(7.0, 2)"), "4.0");
+    assert_eq!(raises("ceil_div(1, 0)"), "ZeroDivisionError");
 }
 
 #[test]

@@ -133,3 +133,13 @@ impl PoolError {
         self.status() == Status::Crashed
     }
 }
+impl Status {
+    /// The classification of a pool result before verification: `Ok` for a measurement, else
+    /// [`PoolError::status`].
+    pub fn of<T>(result: &Result<T, PoolError>) -> Status {
+        match result {
+            Ok(_) => Status::Ok,
+            Err(e) => e.status(),
+        }
+    }
+}

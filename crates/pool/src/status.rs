@@ -1,11 +1,9 @@
 //! The outcome of one candidate, in one word: [`Status`] (the CLI's) and [`StatusKind`]
 //! (TVM's), one derived from the other so that they always agree.
 
-use crate::PoolError;
-
 /// What became of a candidate, as reported by `tunebox tune` (`status` in its JSON).
 ///
-/// This is the one classification of outcomes: [`PoolError::status`] decides it for an error,
+/// This is the one classification of outcomes: [`PoolError::status`](crate::PoolError::status) decides it for an error,
 /// and TVM's coarser [`StatusKind`] is derived from it ([`Status::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
@@ -25,15 +23,6 @@ pub enum Status {
 }
 
 impl Status {
-    /// The classification of a pool result before verification: `Ok` for a measurement, else
-    /// [`PoolError::status`].
-    pub fn of<T>(result: &Result<T, PoolError>) -> Status {
-        match result {
-            Ok(_) => Status::Ok,
-            Err(e) => e.status(),
-        }
-    }
-
     /// TVM's coarser view: `Ok` and `Wrong` (a task that produced a result) are
     /// [`StatusKind::Complete`], `CompileError` and `Error` are [`StatusKind::Exception`],
     /// `Crashed` and `Timeout` keep their names.
@@ -98,6 +87,7 @@ mod tests {
     use tunebox_protocol::BenchError;
 
     use super::*;
+    use crate::PoolError;
 
     fn remote(error: BenchError) -> PoolError {
         PoolError::Process(ProcessError::Remote(error))

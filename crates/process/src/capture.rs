@@ -141,7 +141,7 @@ impl Tail {
     }
 
     fn text_from(&self, grace: Duration, mark: Option<u64>) -> String {
-        let deadline = crate::worker::deadline_after(grace);
+        let deadline = crate::pids::deadline_after(grace);
         let mut state = self.lock();
         while !state.closed {
             let now = Instant::now();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::process::PidfdFlags;
 
-use crate::worker::pid;
+use crate::pids::pid;
 
 /// What to call when a watched worker exits. It runs on the watcher thread: it must be quick
 /// and must not block (set a flag, notify a condition variable).

@@ -11,9 +11,10 @@ use tunebox_protocol::{
     Bootstrap, EXIT_NO_WORKER_ENTRY, EXIT_PROTOCOL_MISMATCH, Hello, PROTOCOL_VERSION,
 };
 
+use crate::child::Worker;
+use crate::pids::{deadline_after, exit_parts, kill_group};
 use crate::quiet_panic::catch_quietly;
 use crate::spawn::{Spawned, spawn_worker};
-use crate::worker::{Worker, deadline_after, exit_parts, kill_group};
 use crate::{ProcessConfig, ProcessError};
 
 /// How often the parent checks whether a starting worker died before connecting.

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::process::Signal;
 
-use crate::worker::{has_exited, signal_group, signal_process};
+use crate::pids::{has_exited, signal_group, signal_process};
 
 /// Kills the current worker of a [`TuningProcess`](crate::TuningProcess) from any thread, for
 /// example while another thread is blocked in its `get`.

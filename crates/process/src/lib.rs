@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod capture;
+mod child;
 mod config;
 mod devices;
 mod environment;
@@ -58,11 +59,11 @@ mod exit;
 mod exit_watch;
 mod handshake;
 mod kill_switch;
+mod pids;
 mod process;
 mod quiet_panic;
 mod spawn;
 mod watchdog;
-mod worker;
 mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};

@@ -8,10 +8,11 @@ use tunebox_protocol::{
     Probe, Request, RequestBody, ResponseBody, Task, TaskRequest, decode_output,
 };
 
+use crate::child::{ReceiveFailure, SendFailure, Worker};
 use crate::exit::describe_exit;
 use crate::exit_watch::{self, Wake};
 use crate::handshake;
-use crate::worker::{ReceiveFailure, SendFailure, Worker, deadline_after, exit_parts};
+use crate::pids::{deadline_after, exit_parts};
 use crate::{InitRequest, KillSwitch, ProcessConfig, ProcessError};
 
 /// How long a worker that closed its channel may take to be reaped before it is killed.

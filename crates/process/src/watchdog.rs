@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use rustix::process::Signal;
 
-use crate::worker::{signal_group, signal_process};
+use crate::pids::{signal_group, signal_process};
 
 /// The armed timers, by deadline then arming order.
 #[derive(Default)]

@@ -1,13 +1,14 @@
 //! Launch geometry of GPU kernels: grid, block and dynamic shared memory, as integer expressions
 //! over the params and the problem size, with Kernel Tuner's conventions.
+//!
+//! The expressions are Python, evaluated by `tunebox-expr` as restrictions and metrics are
+//! (with its `ceil_div(a, b)`, `-(-a // b)`); a value must be an integer, or a float with an
+//! integer value (`BM / 8` for `BM = 64` is `8.0`, which is 8).
 
 use anyhow::{Context, Result, bail, ensure};
-use evalexpr::{
-    ContextWithMutableFunctions, ContextWithMutableVariables, DefaultNumericTypes, Function,
-    HashMapContext, Node, Value,
-};
 use indexmap::IndexMap;
 use serde::Deserialize;
+use tunebox_expr::{Compiled, Expr, Value};
 use tunebox_protocol::LaunchConfig;
 
 use crate::space::{Choice, ParamValue};
@@ -63,7 +64,9 @@ impl RawLaunch {
 #[derive(Debug)]
 struct IntExpr {
     text: String,
-    node: Node<DefaultNumericTypes>,
+    /// Bound to the names it reads, in the order of `Compiled::slots`' names.
+    compiled: Compiled,
+    names: Vec<String>,
 }
 
 impl IntExpr {
@@ -73,29 +76,61 @@ impl IntExpr {
             toml::Value::String(s) => s.clone(),
             other => bail!("{field} = {other}: give an integer or an expression string"),
         };
-        let node = evalexpr::build_operator_tree::<DefaultNumericTypes>(&text)
-            .map_err(|e| anyhow::anyhow!("{field} = {text:?} does not parse: {e}"))?;
-        for name in node.iter_variable_identifiers() {
+        let expr = Expr::parse(&text)
+            .map_err(|e| anyhow::anyhow!("{field} = {text:?} is not an integer expression: {e}"))?;
+        for name in expr.variables() {
             ensure!(
                 names.iter().any(|n| n == name),
                 "{field} = {text:?}: `{name}` is neither a param nor a problem size ({})",
                 names.join(", ")
             );
         }
-        Ok(IntExpr { text, node })
+        let names = expr.variables().to_vec();
+        let compiled = expr
+            .bind(&names)
+            .map_err(|e| anyhow::anyhow!("{field} = {text:?}: {e}"))?;
+        Ok(IntExpr {
+            text,
+            compiled,
+            names,
+        })
     }
 
     fn constant(value: i64) -> IntExpr {
-        IntExpr {
-            text: value.to_string(),
-            node: evalexpr::build_operator_tree(&value.to_string()).expect("an integer parses"),
-        }
+        IntExpr::parse(&toml::Value::Integer(value), &[], "").expect("an integer parses")
     }
 
-    fn eval(&self, context: &HashMapContext<DefaultNumericTypes>) -> Result<i64> {
-        self.node
-            .eval_int_with_context(context)
-            .with_context(|| format!("{:?} is not an integer here", self.text))
+    /// The value with the params of `choice` and the problem size `problem` bound.
+    fn eval(&self, choice: &Choice, problem: [i64; 3]) -> Result<i64> {
+        let values = self
+            .names
+            .iter()
+            .map(|name| {
+                if let Some(d) = PROBLEM_VARS.iter().position(|v| v == name) {
+                    return Ok(Value::Int(problem[d]));
+                }
+                choice
+                    .values()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_python())
+                    .with_context(|| format!("{:?}: `{name}` has no value here", self.text))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let value = self
+            .compiled
+            .eval(&values)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("{:?} is not an integer here", self.text))?;
+        match value {
+            Value::Int(i) => Ok(i),
+            Value::Bool(b) => Ok(i64::from(b)),
+            Value::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e18 => Ok(f as i64),
+            other => bail!(
+                "{:?} is not an integer here: it is {other}; use `//` (floor division) or \
+                 `ceil_div(a, b)`",
+                self.text
+            ),
+        }
     }
 }
 
@@ -206,8 +241,8 @@ impl Launch {
             grid,
             shared_mem,
         };
-        // evalexpr accepts some malformed expressions (`BM *`) until they are evaluated: try the
-        // first value of every param.
+        // An expression may fail for values (`BM - 64` is no block, `1 / 0`): try the first
+        // value of every param.
         let first = Choice::new(
             params
                 .iter()
@@ -249,47 +284,28 @@ impl Launch {
 
     /// Block, grid and shared memory of `choice`, unchecked.
     fn evaluate(&self, choice: &Choice) -> Result<([i64; 3], [i64; 3], i64)> {
-        let mut context = choice.context()?;
-        context
-            .set_function(
-                "ceil_div".into(),
-                Function::new(|argument: &Value<DefaultNumericTypes>| {
-                    let pair = argument.as_fixed_len_tuple(2)?;
-                    let (a, b): (i64, i64) = (pair[0].as_int()?, pair[1].as_int()?);
-                    if b == 0 {
-                        return Err(evalexpr::EvalexprError::DivisionError {
-                            dividend: Value::Int(a),
-                            divisor: Value::Int(b),
-                        });
-                    }
-                    Ok(Value::Int(ceil_div(a, b)))
-                }),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut block = [0i64; 3];
         for (d, expr) in self.block.iter().enumerate() {
-            block[d] = expr.eval(&context)?;
+            block[d] = expr.eval(choice, [1; 3])?;
         }
-        let grid = match &self.grid {
+        let (grid, problem) = match &self.grid {
             Grid::Explicit(exprs) => {
-                bind_problem(&mut context, None)?;
                 let mut grid = [0i64; 3];
                 for (d, expr) in exprs.iter().enumerate() {
-                    grid[d] = expr.eval(&context)?;
+                    grid[d] = expr.eval(choice, [1; 3])?;
                 }
-                grid
+                (grid, [1; 3])
             }
             Grid::Divided { problem, divisors } => {
                 let mut size = [1i64; 3];
                 for (d, expr) in problem.iter().enumerate() {
-                    size[d] = expr.eval(&context)?;
+                    size[d] = expr.eval(choice, [1; 3])?;
                 }
-                bind_problem(&mut context, Some(size))?;
                 let mut grid = [1i64; 3];
                 for d in 0..3 {
                     let mut divisor = 1i64;
                     for expr in &divisors[d] {
-                        divisor = divisor.saturating_mul(expr.eval(&context)?);
+                        divisor = divisor.saturating_mul(expr.eval(choice, size)?);
                     }
                     ensure!(
                         divisor > 0,
@@ -297,10 +313,10 @@ impl Launch {
                     );
                     grid[d] = ceil_div(size[d], divisor);
                 }
-                grid
+                (grid, size)
             }
         };
-        let shared = self.shared_mem.eval(&context)?;
+        let shared = self.shared_mem.eval(choice, problem)?;
         Ok((block, grid, shared))
     }
 }
@@ -308,19 +324,6 @@ impl Launch {
 /// `ceil(a / b)` for `b > 0`.
 fn ceil_div(a: i64, b: i64) -> i64 {
     a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
-}
-
-fn bind_problem(
-    context: &mut HashMapContext<DefaultNumericTypes>,
-    size: Option<[i64; 3]>,
-) -> Result<()> {
-    for (d, var) in PROBLEM_VARS.iter().enumerate() {
-        let value = size.map_or(1, |s| s[d]);
-        context
-            .set_value((*var).into(), Value::Int(value))
-            .map_err(|e| anyhow::anyhow!("cannot bind {var}: {e}"))?;
-    }
-    Ok(())
 }
 
 fn positive(value: i64, what: &str) -> Result<u32> {
@@ -354,118 +357,10 @@ fn three_padded(values: &[toml::Value], names: &[String], field: &str) -> Result
     Ok(out)
 }
 
-/// Rewrites the Python spellings of Kernel Tuner's launch expressions into evalexpr's (launch
-/// expressions are evaluated by evalexpr, in integers): `and`, `or`,
-/// `not` (with Python's precedence: `not A == B` negates the comparison), `True`, `False`, `**`
-/// and `//`, outside string literals. Other text is kept as is.
-pub(crate) fn from_python(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    let mut chars = text.chars().peekable();
-    // Parenthesis depth, and the depth of every `not` whose operand is still open.
-    let mut depth = 0usize;
-    let mut open_nots: Vec<usize> = Vec::new();
-    let close = |out: &mut String, open_nots: &mut Vec<usize>, depth: usize| {
-        while open_nots.last() == Some(&depth) {
-            open_nots.pop();
-            out.push(')');
-        }
-    };
-    while let Some(c) = chars.next() {
-        match c {
-            // A string literal, single- or double-quoted, is copied double-quoted, unchanged.
-            '"' | '\'' => {
-                out.push('"');
-                while let Some(d) = chars.next() {
-                    if d == c {
-                        break;
-                    }
-                    out.push(d);
-                    if d == '\\'
-                        && let Some(escaped) = chars.next()
-                    {
-                        out.push(escaped);
-                    }
-                }
-                out.push('"');
-            }
-            '(' => {
-                depth += 1;
-                out.push('(');
-            }
-            ')' => {
-                close(&mut out, &mut open_nots, depth);
-                depth = depth.saturating_sub(1);
-                out.push(')');
-            }
-            ',' => {
-                close(&mut out, &mut open_nots, depth);
-                out.push(',');
-            }
-            '*' if chars.peek() == Some(&'*') => {
-                chars.next();
-                out.push('^');
-            }
-            '/' if chars.peek() == Some(&'/') => {
-                chars.next();
-                out.push('/');
-            }
-            c if c.is_ascii_alphabetic() || c == '_' => {
-                let mut word = String::from(c);
-                while let Some(&d) = chars.peek() {
-                    if !(d.is_ascii_alphanumeric() || d == '_') {
-                        break;
-                    }
-                    word.push(d);
-                    chars.next();
-                }
-                match word.as_str() {
-                    "and" | "or" => {
-                        // Trim the space before the operator so that a closing `)` hugs its
-                        // operand; the space is put back after it.
-                        let trimmed = out.trim_end().len();
-                        let gap = out.split_off(trimmed);
-                        close(&mut out, &mut open_nots, depth);
-                        out.push_str(&gap);
-                        out.push_str(if word == "and" { "&&" } else { "||" });
-                    }
-                    "not" => {
-                        while chars.peek().is_some_and(|d| d.is_whitespace()) {
-                            chars.next();
-                        }
-                        out.push_str("!(");
-                        open_nots.push(depth);
-                    }
-                    "True" => out.push_str("true"),
-                    "False" => out.push_str("false"),
-                    other => out.push_str(other),
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    while open_nots.pop().is_some() {
-        out.push(')');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::space::tests::params;
-
-    #[test]
-    fn python_spellings_become_evalexpr_s() {
-        assert_eq!(
-            from_python("A * B <= 8 and not (A == 2 or B ** 2 > 4) and 'x' != \"and\""),
-            "A * B <= 8 && !((A == 2 || B ^ 2 > 4)) && \"x\" != \"and\""
-        );
-        assert_eq!(
-            from_python("not A == 1 or B // 2 > 1"),
-            "!(A == 1) || B / 2 > 1"
-        );
-        assert_eq!(from_python("f(not A, B)"), "f(!(A), B)");
-    }
 
     fn choice(values: &[(&str, i64)]) -> Choice {
         Choice::new(

@@ -97,10 +97,11 @@
 #![deny(missing_docs)]
 
 mod cache;
-mod community;
 mod error;
+mod error_line;
 mod fingerprint;
 pub mod formats;
+mod interchange;
 mod interference;
 mod launch;
 mod manifest;
@@ -120,29 +121,29 @@ mod strategy;
 mod windows;
 
 pub use crate::cache::ResultsCache;
-pub use crate::community::{t4_invalidity, to_t4, write_t4};
 pub use crate::error::{Error, Result};
+pub use crate::error_line::{short_error, short_error_line};
 pub use crate::fingerprint::compiler_version;
+pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
-pub use crate::manifest::{MAX_TIMEOUT_S, Manifest, ManifestBuilder};
+pub use crate::manifest::{
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler, load_space,
+};
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::observer::{Event, Observer, Phase};
-pub use crate::report::{
-    load as load_reports, short_error, short_error_line, write_csv, write_json,
-};
+pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
     RunInfo, Selection, ShardInfo, best, choices as choice_count, define_line,
 };
 pub use crate::run::{
     CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
-    TuneOptions, compile, compiler, cxx_compiler, lookup_cached, measure, plan, reference,
-    refine_order, run, tune,
+    TuneOptions, compile, lookup_cached, measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace, load_space};
+pub use crate::space::{Choice, ParamValue, SearchSpace};
 pub use crate::stop::Stop;
 pub use crate::strategy::{BruteForce, RandomSample, Strategy};
 pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};

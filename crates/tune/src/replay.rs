@@ -87,10 +87,11 @@ impl Recording {
     ///
     /// The file cannot be read, is none of these, or is malformed (naming the field).
     pub fn read(path: &Path) -> crate::Result<Recording> {
-        Recording::read_inner(path).map_err(crate::Error::report)
+        Recording::read_any(path).map_err(crate::Error::report)
     }
 
-    fn read_inner(path: &Path) -> Result<Recording> {
+    /// [`Recording::read`] of any of the formats it reads, its errors as `anyhow`.
+    fn read_any(path: &Path) -> Result<Recording> {
         let gz = path.extension().is_some_and(|e| e == "gz");
         if gz {
             return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
@@ -584,7 +585,7 @@ pub fn replay(
     selection: &Selection,
     budget: Budget,
 ) -> crate::Result<(Report, Trace)> {
-    let space = crate::space::load_space(file)?;
+    let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
     let mut strategy = crate::strategy::from_selection(selection);

@@ -6,38 +6,11 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use crate::cache;
-use crate::community;
+use crate::error_line::short_error;
 use crate::formats::{KtCache, T4File};
+use crate::interchange;
 use crate::results::{Report, ReportJson, ResultJson, RunInfo, rank_by_device};
 use tunebox_pool::Status;
-
-/// The first meaningful line of an error, uncut.
-pub fn short_error_line(error: &str) -> String {
-    short_error(error, usize::MAX)
-}
-
-/// The first meaningful line of an error, cut to `width` characters: for compiler output the
-/// first `error:` line, else the first line. A compile that timed out is said so by its first
-/// line, whatever the compiler printed before it was killed.
-pub fn short_error(error: &str, width: usize) -> String {
-    let first = error.lines().next();
-    let line = first
-        .filter(|l| l.starts_with("compile timed out"))
-        .or_else(|| {
-            error
-                .lines()
-                .find(|l| l.contains("error:") || l.contains("#error"))
-        })
-        .or(first)
-        .unwrap_or("")
-        .trim();
-    if line.chars().count() > width {
-        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
-    } else {
-        line.to_owned()
-    }
-}
 
 /// Writes the report as JSON to `path`.
 ///
@@ -204,7 +177,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
     // object with `cache` and `tune_params_keys` is one too, one with `schema_version` and
     // `results` whose entries have a `configuration` is T4.
     if bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
@@ -212,7 +185,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
         && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
     {
         if doc.contains_key("cache") && doc.contains_key("tune_params_keys") {
-            return Ok(vec![community::kt_report(&KtCache::read(path)?)]);
+            return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
         }
         let t4 = doc.contains_key("schema_version")
             && doc
@@ -220,7 +193,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
                 .and_then(serde_json::Value::as_array)
                 .is_some_and(|r| r.iter().all(|r| r.get("configuration").is_some()));
         if t4 {
-            return Ok(vec![community::t4_report(&T4File::read(path)?, path)]);
+            return Ok(vec![interchange::t4_report(&T4File::read(path)?, path)]);
         }
     }
     let json_error = match serde_json::from_str::<ReportJson>(&text) {
@@ -307,29 +280,6 @@ fn read(path: &Path) -> Result<Vec<Report>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_errors() {
-        let log =
-            "compilation failed: `cc …`\nk.c: In function 'f':\nk.c:3:5: error: expected ';'\n";
-        assert_eq!(short_error(log, 60), "k.c:3:5: error: expected ';'");
-        assert_eq!(
-            short_error(
-                "the worker crashed: killed by signal 11 (SIGSEGV)\n--- tail",
-                60
-            ),
-            "the worker crashed: killed by signal 11 (SIGSEGV)"
-        );
-        let timed_out = "compile timed out after 120 s (compile_timeout_s)\nthe compiler was \
-                         killed: cc …\nthe compiler's last output:\nk.c:3:5: error: expected ';'";
-        assert_eq!(
-            short_error(timed_out, 60),
-            "compile timed out after 120 s (compile_timeout_s)"
-        );
-        let long = "x".repeat(200);
-        assert_eq!(short_error(&long, 60).chars().count(), 60);
-        assert_eq!(short_error(&long, 20).chars().count(), 20);
-    }
 
     #[test]
     fn csv_quotes_what_needs_quoting() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, compiler};
 use crate::observer::Observer;
 use crate::results::{NotMeasured, Report, Selection, ShardInfo, choices as plural};
 use crate::shard;
@@ -83,23 +83,6 @@ pub struct TuneOptions {
 pub const DEFAULT_ROUNDS: usize = 2;
 /// The longest the race for the top takes by default.
 pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);
-
-/// The C compiler: `$CC`, else `cc`.
-pub fn compiler() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .unwrap_or_else(|| "cc".into())
-}
-
-/// The C++ compiler, for C++ sources whose manifest names no compiler: `$CXX`, else `g++`
-/// (Kernel Tuner's default for `lang = "C"`).
-pub fn cxx_compiler() -> String {
-    std::env::var("CXX")
-        .ok()
-        .filter(|c| !c.trim().is_empty())
-        .unwrap_or_else(|| "g++".into())
-}
 
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and
 /// the choices the strategy asked for first (this shard's part of them).

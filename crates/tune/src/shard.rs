@@ -66,12 +66,13 @@ pub fn resolve(
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
 ) -> crate::Result<Option<ShardInfo>> {
-    resolve_inner(spec, shards, var).map_err(|e| crate::Error::Options {
+    resolve_with(spec, shards, var).map_err(|e| crate::Error::Options {
         message: format!("{e:#}"),
     })
 }
 
-fn resolve_inner(
+/// [`resolve`] with environment variables read through `var`, its errors as `anyhow`.
+fn resolve_with(
     spec: Option<ShardSpec>,
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
@@ -180,7 +181,7 @@ mod tests {
     }
 
     fn auto(vars: &[(&str, &str)], shards: Option<usize>) -> Result<Option<ShardInfo>> {
-        resolve_inner(Some(ShardSpec::Auto), shards, env(vars))
+        resolve_with(Some(ShardSpec::Auto), shards, env(vars))
     }
 
     fn shard(index: usize, count: usize) -> Option<ShardInfo> {

@@ -8,7 +8,6 @@
 //! each valid choice (8 bytes); a [`Choice`] is built when asked for.
 
 use anyhow::{Context, Result, bail, ensure};
-use evalexpr::{ContextWithMutableVariables, DefaultNumericTypes, HashMapContext, Value};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use tunebox_expr::{Compiled, Expr, Value as PyValue};
@@ -57,22 +56,14 @@ impl ParamValue {
         }
     }
 
-    /// The value as a Python value for restrictions, borrowing strings.
-    fn to_python(&self) -> PyValue<'_> {
+    /// The value as a Python value for restrictions, metrics and launch geometry, borrowing
+    /// strings.
+    pub(crate) fn to_python(&self) -> PyValue<'_> {
         match self {
             ParamValue::Int(i) => PyValue::Int(*i),
             ParamValue::Float(f) => PyValue::Float(*f),
             ParamValue::Bool(b) => PyValue::Bool(*b),
             ParamValue::Str(s) => PyValue::Str(s),
-        }
-    }
-
-    fn to_eval(&self) -> Value<DefaultNumericTypes> {
-        match self {
-            ParamValue::Int(i) => Value::Int(*i),
-            ParamValue::Float(f) => Value::Float(*f),
-            ParamValue::Bool(b) => Value::Boolean(*b),
-            ParamValue::Str(s) => Value::String(s.clone()),
         }
     }
 }
@@ -107,19 +98,6 @@ impl Choice {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    /// An expression context with every parameter bound to its value here.
-    ///
-    /// # Errors
-    ///
-    /// A value evalexpr cannot hold (none today).
-    pub(crate) fn context(&self) -> Result<HashMapContext<DefaultNumericTypes>> {
-        let mut context = HashMapContext::<DefaultNumericTypes>::new();
-        for (name, value) in &self.0 {
-            bind(&mut context, name, value)?;
-        }
-        Ok(context)
     }
 
     /// The choice as compiler defines.
@@ -473,40 +451,6 @@ impl SearchSpace {
     pub fn is_valid(&self, choice: &Choice) -> bool {
         self.index_of(choice).is_some()
     }
-}
-
-/// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
-/// and conditions), without planning a run: what `tunebox tune --count` and `--replay` build.
-///
-/// # Errors
-///
-/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
-pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
-    if path.extension().is_some_and(|e| e == "json") {
-        let t1 = crate::formats::T1File::read(path)
-            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
-        let conditions: Vec<String> = t1
-            .configuration_space
-            .conditions
-            .iter()
-            .map(|c| c.expression.clone())
-            .collect();
-        return SearchSpace::from_params(&t1.tune_params(), &conditions);
-    }
-    let manifest = crate::Manifest::load(path, &crate::compiler())?;
-    SearchSpace::new(&manifest.params, &manifest.restrictions)
-        .with_context(|| format!("invalid manifest {}", path.display()))
-        .map_err(crate::Error::manifest)
-}
-
-fn bind(
-    context: &mut HashMapContext<DefaultNumericTypes>,
-    name: &str,
-    value: &ParamValue,
-) -> Result<()> {
-    context
-        .set_value(name.to_owned(), value.to_eval())
-        .map_err(|e| anyhow::anyhow!("cannot bind {name}: {e}"))
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_protocol::{Define, Init, Scalar, TensorSpec, TimingConfig};
 
-use super::{Manifest, RawManifest, t1};
+use super::Manifest;
+use super::raw::{Extras, RawManifest};
 use crate::space::ParamValue;
 
 /// Builds a [`Manifest`] in code: the fields of a manifest file (see docs/manifest.md), as
@@ -361,12 +362,14 @@ impl ManifestBuilder {
     /// an argument order that misses or repeats a name, …
     pub fn build(self) -> crate::Result<Manifest> {
         let what = format!("invalid manifest {} (built in code)", self.name);
-        self.build_inner()
+        self.assemble()
             .context(what)
             .map_err(crate::Error::manifest)
     }
 
-    fn build_inner(mut self) -> Result<Manifest> {
+    /// The manifest these calls describe, as [`ManifestBuilder::build`] returns it (errors
+    /// without the "built in code" context).
+    fn assemble(mut self) -> Result<Manifest> {
         if let Some(error) = self.errors.first() {
             bail!("{error}");
         }
@@ -378,9 +381,9 @@ impl ManifestBuilder {
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
         if self.text.is_some() {
             // The kernel is not read from a file; its text is set below, once checked.
-            raw.t1 = Some(Box::new(t1::Extras {
+            raw.t1 = Some(Box::new(Extras {
                 source_missing: true,
-                ..t1::Extras::default()
+                ..Extras::default()
             }));
         }
         let mut manifest = Manifest::from_raw(raw, &path, &compiler)?;

@@ -10,10 +10,10 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use super::context::{Ledger, Run, open_bench};
 use super::lookup::cached;
+use crate::error_line;
 use crate::fingerprint;
 use crate::measure;
 use crate::observer::{Observer, ObserverExt, Phase};
-use crate::report;
 use crate::results::{ChoiceResult, choices as plural};
 use crate::windows::Windows;
 
@@ -47,7 +47,7 @@ fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
     let why = failed
         .error
         .as_deref()
-        .map(report::short_error_line)
+        .map(error_line::short_error_line)
         .filter(|e| !e.is_empty())
         .unwrap_or_else(|| failed.status.to_string());
     format!(

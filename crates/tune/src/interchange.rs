@@ -141,7 +141,7 @@ pub fn to_t4(report: &Report) -> T4File {
             if let Some(error) = &r.error {
                 t.extra.insert(
                     "error".into(),
-                    Value::from(crate::report::short_error_line(error)),
+                    Value::from(crate::error_line::short_error_line(error)),
                 );
             }
             t

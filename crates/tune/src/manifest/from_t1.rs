@@ -17,9 +17,9 @@
 //! - `BenchmarkConfig.iterations` -> `iterations` (exactly that many timed reps).
 //!
 //! What tunebox cannot run (another language, a missing source, constant-memory arguments,
-//! float scalars, …) does not stop `--list`: it is recorded in [`Extras::unsupported`] and
+//! float scalars, …) does not stop `--list`: it is recorded in [`Extras::unsupported`](super::raw::Extras::unsupported) and
 //! refused by a run with those reasons. Fields that are read but not used are
-//! [`Extras::notes`].
+//! [`Extras::notes`](super::raw::Extras::notes).
 
 use std::path::{Path, PathBuf};
 
@@ -27,24 +27,11 @@ use anyhow::{Result, bail};
 use indexmap::IndexMap;
 use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 
-use super::{RawKernel, RawManifest, RawScalar, RawTensor};
+use super::raw::{Extras, RawKernel, RawManifest, RawScalar, RawTensor};
 use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
-use crate::launch::{RawLaunch, from_python};
+use crate::launch::RawLaunch;
 use crate::space::ParamValue;
-
-/// What a T1 file says beyond the TOML fields.
-#[derive(Debug, Default)]
-pub(super) struct Extras {
-    /// Fields read but not used, and how others were read.
-    pub notes: Vec<String>,
-    /// Why the file cannot be tuned (it can still be listed).
-    pub unsupported: Vec<String>,
-    /// The kernel source does not exist: do not read it.
-    pub source_missing: bool,
-    /// Tensors (by index) filled with a constant other than 0 and 1.
-    pub fills: Vec<(usize, f64)>,
-}
 
 /// Reads the T1 file at `path` as the fields of a manifest.
 pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
@@ -267,8 +254,7 @@ fn launch(
 /// A T1 size (Python, over params and `ProblemSize[i]`) as three launch expressions.
 fn dims(d: &T1Dims, problem: &[i64]) -> [String; 3] {
     let one = |e: &Option<String>| e.clone().unwrap_or_else(|| "1".into());
-    [d.x.clone(), one(&d.y), one(&d.z)].map(|e| {
-        let mut e = from_python(&e);
+    [d.x.clone(), one(&d.y), one(&d.z)].map(|mut e| {
         for (i, size) in problem.iter().enumerate() {
             for spelling in [format!("ProblemSize[{i}]"), format!("ProblemSize [{i}]")] {
                 e = e.replace(&spelling, &size.to_string());

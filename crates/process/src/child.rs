@@ -1,17 +1,17 @@
 //! A live worker process: its channels, its process group, and how it ends.
 
-use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
+use rustix::process::{PidfdFlags, Signal};
 use tunebox_protocol::{Request, Response, ResponseBody, StartedCell};
 
 use crate::capture::Tail;
 use crate::exit_watch::Watch;
+use crate::pids::{deadline_after, has_exited, kill_group, pid, signal_group};
 use crate::quiet_panic::catch_quietly;
 use crate::watchdog;
 
@@ -28,13 +28,6 @@ const EXIT_CHECK: Duration = Duration::from_millis(10);
 
 /// How long after a receive deadline the watchdog kills a worker whose read is still blocked.
 const STUCK_GRACE: Duration = Duration::from_millis(250);
-
-/// `now + duration`, saturating far in the future instead of overflowing.
-pub(crate) fn deadline_after(duration: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(duration)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
-}
 
 /// One running worker process.
 pub(crate) struct Worker {
@@ -255,51 +248,4 @@ fn is_running(raw: u32) -> bool {
         stat.rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
-}
-
-/// SIGKILLs the process group led by `child` and reaps `child`.
-pub(crate) fn kill_group(child: &mut Child) -> Option<ExitStatus> {
-    signal_group(child.id(), Signal::KILL);
-    // Also signal the leader directly: if it left its group (setsid), the group kill missed it.
-    let _ = child.kill();
-    child.wait().ok()
-}
-
-pub(crate) fn pid(raw: u32) -> Option<Pid> {
-    i32::try_from(raw).ok().and_then(Pid::from_raw)
-}
-
-/// Whether our child `raw` has exited, without reaping it. The caller must make sure `raw` is
-/// not reaped meanwhile (it owns the child, or holds the lock its owner clears before reaping).
-pub(crate) fn has_exited(raw: u32) -> bool {
-    pid(raw).is_some_and(|p| {
-        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-        matches!(
-            rustix::process::waitid(WaitId::Pid(p), options),
-            Ok(Some(_))
-        )
-    })
-}
-
-/// Sends `signal` to the process group led by `leader`.
-pub(crate) fn signal_group(leader: u32, signal: Signal) {
-    if let Some(pid) = pid(leader) {
-        // ESRCH (the group is already empty) is the expected outcome after a clean exit.
-        let _ = rustix::process::kill_process_group(pid, signal);
-    }
-}
-
-/// Sends `signal` to the process `raw`.
-pub(crate) fn signal_process(raw: u32, signal: Signal) {
-    if let Some(pid) = pid(raw) {
-        let _ = rustix::process::kill_process(pid, signal);
-    }
-}
-
-/// `(exit_code, signal)` of an exit status.
-pub(crate) fn exit_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
-    match status {
-        Some(status) => (status.code(), status.signal()),
-        None => (None, None),
-    }
 }

@@ -1,0 +1,214 @@
+//! Verification: the tolerance, the reference (a choice, a source, or expected outputs) and
+//! the reference run's timeout.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use indexmap::IndexMap;
+use tunebox_pool::Tolerance;
+use tunebox_protocol::{Bytes, TensorData, TensorSpec};
+
+use super::arguments::read_data;
+use super::raw::{RawReference, RawVerify};
+use super::source::{DEFAULT_FLAGS, KernelSource, Language, language_of, resolve_paths};
+use super::timing::MAX_TIMEOUT_S;
+use crate::launch::Launch;
+use crate::space::{Choice, ParamValue};
+
+/// Least time the reference gets when `verify.timeout_s` is not set.
+const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
+
+/// How choices are checked.
+#[derive(Debug)]
+pub(crate) struct Verify {
+    pub tolerance: Tolerance,
+    pub reference: Reference,
+    /// The reference run's own timeout (`verify.timeout_s`); `None`: see
+    /// [`Verify::reference_timeout`].
+    pub timeout: Option<Duration>,
+}
+
+impl Verify {
+    /// The deadline of the one reference call: `verify.timeout_s`, else the per-choice
+    /// `timeout` but at least [`DEFAULT_REFERENCE_TIMEOUT_S`] (a naive reference is often far
+    /// slower than the choices it checks).
+    pub(crate) fn reference_timeout(&self, timeout: Duration) -> Duration {
+        self.timeout
+            .unwrap_or_else(|| timeout.max(Duration::from_secs_f64(DEFAULT_REFERENCE_TIMEOUT_S)))
+    }
+}
+
+/// What produces the reference outputs.
+#[derive(Debug)]
+pub(crate) enum Reference {
+    /// A choice of the kernel itself.
+    Choice(Choice),
+    /// A separate source with the same signature (C on the CPU, or CUDA with its own launch;
+    /// `None`: the kernel's launch without params).
+    Source(Box<KernelSource>, Option<Box<Launch>>),
+    /// The expected outputs, read from files (the caller's answer).
+    Outputs(Vec<TensorData>),
+}
+
+pub(super) fn verify(
+    raw: RawVerify,
+    dir: &Path,
+    params: &IndexMap<String, Vec<ParamValue>>,
+    kernel: &KernelSource,
+    tensors: &[TensorSpec],
+    problem_size: Option<&[toml::Value]>,
+) -> Result<Verify> {
+    let tolerance = Tolerance {
+        rtol: raw.rtol.unwrap_or(1e-5),
+        atol: raw.atol.unwrap_or(1e-8),
+        equal_nan: raw.equal_nan.unwrap_or(false),
+    };
+    for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
+        ensure!(
+            value.is_finite() && value >= 0.0,
+            "verify.{name} = {value}: it must be 0 or more"
+        );
+    }
+    ensure!(
+        tensors.iter().any(|t| t.output),
+        "verify: no tensor has `output = true`, so there is nothing to compare"
+    );
+    let reference = match raw.reference {
+        RawReference {
+            choice: Some(choice),
+            source: None,
+            entry: None,
+            flags: None,
+            outputs: None,
+            launch: None,
+        } => Reference::Choice(reference_choice(choice, params)?),
+        RawReference {
+            choice: None,
+            source: None,
+            entry: None,
+            flags: None,
+            outputs: Some(files),
+            launch: None,
+        } => Reference::Outputs(reference_outputs(&files, dir, tensors)?),
+        RawReference {
+            choice: None,
+            source: Some(source),
+            entry,
+            flags,
+            outputs: None,
+            launch,
+        } => {
+            let language = language_of(&source, None)?;
+            let flags = match flags {
+                Some(flags) => resolve_paths(flags, dir, language),
+                None => match (language, kernel.language) {
+                    (a, b) if a == b => kernel.flags.clone(),
+                    (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
+                    (Language::Cuda, _) => Vec::new(),
+                },
+            };
+            let reference = KernelSource::read(
+                dir,
+                &source,
+                entry.unwrap_or_else(|| kernel.entry.clone()),
+                language,
+                flags,
+                kernel.compiler.clone(),
+                "verify.reference",
+            )?;
+            let launch = match (language, launch) {
+                (Language::Cuda, Some(raw)) => Some(Box::new(
+                    Launch::from_raw(raw, problem_size, &IndexMap::new())
+                        .context("verify.reference.launch")?,
+                )),
+                (Language::Cuda, None) => None,
+                (Language::C, Some(_)) => {
+                    bail!("verify.reference.launch applies to a CUDA reference source")
+                }
+                (Language::C, None) => None,
+            };
+            Reference::Source(Box::new(reference), launch)
+        }
+        _ => bail!(
+            "verify.reference: give one of `choice = {{ … }}` (a choice of this kernel), \
+             `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel), \
+             or `outputs = {{ NAME = \"file\", … }}` (the expected output of each output tensor)"
+        ),
+    };
+    let timeout = raw
+        .timeout_s
+        .map(|t| {
+            ensure!(
+                t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
+                "verify.timeout_s = {t}: it must be a number of seconds above 0 and at most \
+                 {MAX_TIMEOUT_S} (a week)"
+            );
+            Ok(Duration::from_secs_f64(t))
+        })
+        .transpose()?;
+    Ok(Verify {
+        tolerance,
+        reference,
+        timeout,
+    })
+}
+
+/// The expected contents of every output tensor, from raw binary files.
+fn reference_outputs(
+    files: &IndexMap<String, PathBuf>,
+    dir: &Path,
+    tensors: &[TensorSpec],
+) -> Result<Vec<TensorData>> {
+    for name in files.keys() {
+        ensure!(
+            tensors.iter().any(|t| t.output && &t.name == name),
+            "verify.reference.outputs.{name}: no tensor `{name}` has `output = true`"
+        );
+    }
+    tensors
+        .iter()
+        .filter(|t| t.output)
+        .map(|spec| {
+            let field = format!("verify.reference.outputs.{}", spec.name);
+            let file = files.get(&spec.name).with_context(|| {
+                format!("{field} is missing: give the expected contents of every output tensor")
+            })?;
+            let bytes = spec.byte_len().expect("checked when the tensor was read");
+            let data = read_data(&dir.join(file), bytes, spec).with_context(|| field.clone())?;
+            Ok(TensorData {
+                name: spec.name.clone(),
+                dtype: spec.dtype,
+                shape: spec.shape.clone(),
+                bytes: Bytes::copy_from_slice(&data).with_context(|| field.clone())?,
+            })
+        })
+        .collect()
+}
+
+fn reference_choice(
+    raw: IndexMap<String, toml::Value>,
+    params: &IndexMap<String, Vec<ParamValue>>,
+) -> Result<Choice> {
+    for name in raw.keys() {
+        ensure!(
+            params.contains_key(name),
+            "verify.reference.choice.{name}: `{name}` is not a param (params: {})",
+            params.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    params
+        .keys()
+        .map(|name| {
+            let value = raw.get(name).with_context(|| {
+                format!(
+                    "verify.reference.choice: give a value for every param; `{name}` is missing"
+                )
+            })?;
+            let value = ParamValue::from_toml(value)
+                .with_context(|| format!("verify.reference.choice.{name}"))?;
+            Ok((name.clone(), value))
+        })
+        .collect::<Result<IndexMap<_, _>>>()
+        .map(Choice::new)
+}
