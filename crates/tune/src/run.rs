@@ -1,15 +1,19 @@
-//! `tunebox tune`: select (strategy, shard), take what the results cache has, precompile,
-//! benchmark, verify, cache each result as it finishes, refine the best, rank.
+//! `tunebox tune` as the composition of its stages. [`plan`] selects (strategy, shard); a
+//! private run context ([`context`]) then prepares (output checks, compilers, device, the one
+//! place the timeout and the results cache are resolved, the header), screens in rounds
+//! ([`round`]: cached lookup → [`pipeline`], compiling while measuring → record → tell the
+//! strategy), measures the contenders again in rounds of short windows and races the top
+//! ([`race`]), refines the best ([`refine`]) and finishes the report. The public stage
+//! functions ([`lookup_cached`], [`compile()`], [`reference()`], [`measure()`]) are the same
+//! code: `measure` is the pipeline without its compile threads.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 
 use crate::manifest::{Manifest, compiler};
 use crate::observer::Observer;
-use crate::results::{NotMeasured, Report, Selection, ShardInfo, choices as plural};
-use crate::shard;
+use crate::results::{Report, Selection, ShardInfo, choices as plural};
 use crate::space::SearchSpace;
 use crate::stop::Stop;
 use crate::strategy::{self, Strategy};
@@ -18,6 +22,7 @@ mod bench;
 mod compile;
 mod context;
 mod lookup;
+mod options;
 mod pipeline;
 mod race;
 mod reference;
@@ -28,61 +33,10 @@ pub use self::bench::measure;
 pub use self::compile::{Compiled, compile};
 use self::context::Run;
 pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
+pub use self::options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions};
 pub use self::reference::reference;
 pub use self::refine::refine_order;
-
-/// Where results are cached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CacheMode {
-    /// Beside the JSON report, else beside the manifest.
-    Default,
-    /// At this path.
-    Path(PathBuf),
-    /// No results cache: nothing is read or written.
-    Off,
-}
-
-/// What `tune` was asked to do (the manifest itself is the [`Plan`]'s, or [`tune`]'s path).
-#[derive(Debug)]
-pub struct TuneOptions {
-    /// Worker processes measuring in parallel (at least 1; compiles are always parallel).
-    pub workers: usize,
-    /// The per-choice timeout (`None`: the manifest's `timeout_s`).
-    pub timeout: Option<Duration>,
-    /// Benchmarks per worker process before it is replaced (`None`: unlimited).
-    pub max_process_uses: Option<u64>,
-    /// The worker executable (`None`: `$TUNEBOX_WORKER`, else the current executable, which
-    /// must then call `tunebox_worker::run_if_worker` first thing in `main`).
-    pub worker: Option<PathBuf>,
-    /// Where the JSON report will go (checked before the run).
-    pub json: Option<PathBuf>,
-    /// Where the CSV table will go (checked before the run).
-    pub csv: Option<PathBuf>,
-    /// Where the results cache is.
-    pub cache: CacheMode,
-    /// Ignore what the cache holds (new results are still appended).
-    pub fresh: bool,
-    /// How the choices are picked (and what reports record).
-    pub selection: Selection,
-    /// Start no new choice after this long.
-    pub max_time: Option<Duration>,
-    /// Re-measure the best this many choices with more reps.
-    pub refine: Option<usize>,
-    /// Measure only this shard of the choices (`None`: all).
-    pub shard: Option<ShardInfo>,
-    /// Rounds of short windows after screening (0: each choice is measured once, in one
-    /// window of the manifest's `rep_ms`, as tunebox did before 0.2): see
-    /// [`DEFAULT_ROUNDS`].
-    pub rounds: usize,
-    /// Time the race for the top may take after the rounds (`None`: as long as the rounds
-    /// took, at most [`DEFAULT_RACE_LIMIT`]).
-    pub race: Option<Duration>,
-}
-
-/// Rounds of short windows after screening, by default.
-pub const DEFAULT_ROUNDS: usize = 2;
-/// The longest the race for the top takes by default.
-pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);
+use self::round::ask;
 
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and
 /// the choices the strategy asked for first (this shard's part of them).
@@ -183,47 +137,6 @@ impl Plan {
     pub fn selected(&self) -> &[usize] {
         &self.selected
     }
-}
-
-/// The strategy's next choices, as many as it names, that `shard` owns.
-fn ask(strategy: &mut dyn Strategy, space: &SearchSpace, shard: Option<ShardInfo>) -> Vec<usize> {
-    strategy
-        .ask(space, usize::MAX)
-        .into_iter()
-        .filter(|&i| i < space.len() && shard::owns(shard, i))
-        .collect()
-}
-
-/// The choices `strategy` would still ask for, that `shard` owns, told nothing more: those a
-/// stopped run never got to (at most as many as the space has).
-fn unasked(
-    strategy: &mut dyn Strategy,
-    space: &SearchSpace,
-    shard: Option<ShardInfo>,
-    reason: &str,
-) -> Vec<NotMeasured> {
-    let mut left = Vec::new();
-    let mut asked = 0usize;
-    while asked < space.len() {
-        let batch = strategy.ask(space, usize::MAX);
-        if batch.is_empty() {
-            break;
-        }
-        asked = asked.saturating_add(batch.len());
-        left.extend(
-            batch
-                .into_iter()
-                .filter(|&i| shard::owns(shard, i))
-                .filter_map(|index| {
-                    Some(NotMeasured {
-                        index,
-                        choice: space.choice(index)?,
-                        reason: reason.to_owned(),
-                    })
-                }),
-        );
-    }
-    left
 }
 
 /// Reads the manifest and selects the choices to measure: the strategy's selection, then the

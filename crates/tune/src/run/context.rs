@@ -11,9 +11,8 @@ use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::lookup::{Setup, Todo, adopt};
+use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::{Outcome, stop_reason};
-use super::refine::REFINE_FACTOR;
-use super::{CacheMode, TuneOptions};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::Error;
 use crate::fingerprint;

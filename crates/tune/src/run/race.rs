@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use tunebox_pool::Status;
 use tunebox_protocol::BenchmarkRequest;
 
-use super::DEFAULT_RACE_LIMIT;
 use super::context::Run;
 use super::lookup::window_timing;
+use super::options::DEFAULT_RACE_LIMIT;
 use crate::interference::{self, Conditions};
 use crate::measure;
 use crate::observer::ObserverExt;

@@ -10,6 +10,7 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use super::context::{Ledger, Run, open_bench};
 use super::lookup::cached;
+use super::options::REFINE_FACTOR;
 use crate::error_line;
 use crate::fingerprint;
 use crate::measure;
@@ -17,9 +18,6 @@ use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::windows::Windows;
 
-/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
-/// gives each re-measurement this many times the per-choice timeout.
-pub(crate) const REFINE_FACTOR: f64 = 4.0;
 /// Most timed reps a refined measurement may ask for.
 const MAX_REPS: u32 = 1_000_000;
 

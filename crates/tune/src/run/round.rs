@@ -7,9 +7,11 @@ use tunebox_cpu::CompileControl;
 use super::context::{Run, reason};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Compiling, Stage, pipeline};
-use super::{ask, unasked};
 use crate::observer::ObserverExt;
-use crate::results::NotMeasured;
+use crate::results::{NotMeasured, ShardInfo};
+use crate::shard;
+use crate::space::SearchSpace;
+use crate::strategy::Strategy;
 
 impl Run<'_> {
     /// Measures `first` (the plan's selection), then what the strategy asks for next, each
@@ -107,4 +109,49 @@ impl Run<'_> {
             ledger.settle(&todo[p], outcome, observer);
         });
     }
+}
+
+/// The strategy's next choices, as many as it names, that `shard` owns.
+pub(super) fn ask(
+    strategy: &mut dyn Strategy,
+    space: &SearchSpace,
+    shard: Option<ShardInfo>,
+) -> Vec<usize> {
+    strategy
+        .ask(space, usize::MAX)
+        .into_iter()
+        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .collect()
+}
+
+/// The choices `strategy` would still ask for, that `shard` owns, told nothing more: those a
+/// stopped run never got to (at most as many as the space has).
+fn unasked(
+    strategy: &mut dyn Strategy,
+    space: &SearchSpace,
+    shard: Option<ShardInfo>,
+    reason: &str,
+) -> Vec<NotMeasured> {
+    let mut left = Vec::new();
+    let mut asked = 0usize;
+    while asked < space.len() {
+        let batch = strategy.ask(space, usize::MAX);
+        if batch.is_empty() {
+            break;
+        }
+        asked = asked.saturating_add(batch.len());
+        left.extend(
+            batch
+                .into_iter()
+                .filter(|&i| shard::owns(shard, i))
+                .filter_map(|index| {
+                    Some(NotMeasured {
+                        index,
+                        choice: space.choice(index)?,
+                        reason: reason.to_owned(),
+                    })
+                }),
+        );
+    }
+    left
 }
