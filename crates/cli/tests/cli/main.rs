@@ -3,6 +3,7 @@
 mod careful;
 mod community;
 mod compile_deadline;
+mod interference;
 mod kernel_tuner;
 mod resume;
 mod search;

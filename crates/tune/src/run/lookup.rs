@@ -384,4 +384,74 @@ mod tests {
         let cache = ResultsCache::open(&path, &[], false).unwrap();
         assert_eq!(lookup_cached(&setup, &space, &[0], Some(&cache)).hits, 0);
     }
+
+    /// Never luck: a result measured under interference is cached with its windows'
+    /// conditions and not taken as final; the quiet re-measurement's line replaces it.
+    #[test]
+    fn a_result_measured_under_interference_is_not_final() {
+        let manifest = manifest();
+        let space = SearchSpace::new(&manifest.params, &manifest.restrictions).unwrap();
+        let setup = Setup::new(&manifest, "test-cpu", None, Some(1));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let t = lookup_cached(&setup, &space, &[0], None).todo.remove(0);
+        let h = dir.path().join("h.h");
+        std::fs::write(&h, "#define Y 1\n").unwrap();
+        let deps = Deps::of(std::slice::from_ref(&h)).unwrap();
+        let stats = tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            mean_ms: 0.5,
+            min_ms: 0.5,
+            max_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            stddev_ms: 0.0,
+            reps: 10,
+            warmup_reps: 1,
+            stopped: "reps".into(),
+        };
+        let line = |disturbed: &[bool]| {
+            let mut r = ChoiceResult::failed(
+                t.index,
+                t.choice.clone(),
+                Status::Ok,
+                String::new(),
+                "test-cpu",
+            );
+            r.error = None;
+            r.stats = Some(stats.clone());
+            let busy = |d: bool| crate::interference::Conditions {
+                other_busy: if d { 1.0 } else { 0.0 },
+                steal: 0.0,
+                disturbed: d,
+            };
+            let mut w = crate::windows::Windows::first(&stats, busy(disturbed[0]));
+            for &d in &disturbed[1..] {
+                w.add(0.5, busy(d), 0);
+            }
+            r.windows = Some(w);
+            CacheLine::new(
+                t.key.clone(),
+                &header(),
+                setup.timeout,
+                &r,
+                Some(deps.clone()),
+            )
+        };
+        let hits = |path: &std::path::Path| {
+            let cache = ResultsCache::open(path, &[], false).unwrap();
+            lookup_cached(&setup, &space, &[0], Some(&cache)).hits
+        };
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        // Every window disturbed, or only one quiet one of three: measured again.
+        cache.append(line(&[true])).unwrap();
+        assert_eq!(hits(&path), 0);
+        cache.append(line(&[true, false, true])).unwrap();
+        assert_eq!(hits(&path), 0);
+        // Two quiet windows of three: final; so is one quiet window measured alone.
+        cache.append(line(&[true, false, false])).unwrap();
+        assert_eq!(hits(&path), 1);
+        cache.append(line(&[false])).unwrap();
+        assert_eq!(hits(&path), 1);
+    }
 }
