@@ -216,8 +216,8 @@ struct TuneArgs {
     /// 0 measures each choice once, in one window (docs/performance.md).
     #[arg(long, default_value_t = tunebox_tune::DEFAULT_ROUNDS, value_name = "N")]
     rounds: usize,
-    /// Seconds the race for the top may take after the rounds [default: as long as the rounds
-    /// took, at most 10].
+    /// Seconds the race for the top may take after the rounds [default: half as long as the
+    /// rounds took, at most 10].
     #[arg(long, value_name = "SECS")]
     race_time: Option<f64>,
     /// Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their

@@ -342,7 +342,11 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
         line.push_str("; spread = (p80 - p20) / median");
     }
     writeln!(out, "{line}")?;
-    if let Some(c) = info.conditions.as_ref().filter(|c| c.rounds > 0) {
+    if let Some(c) = info
+        .conditions
+        .as_ref()
+        .filter(|c| c.rounds > 0 && c.windows > 0)
+    {
         let mut windows = format!(
             "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
              for the top",

@@ -152,7 +152,7 @@ fn tune_help() {
                       [default: 2]
 
                   --race-time <SECS>
-                      Seconds the race for the top may take after the rounds [default: as long as the rounds took, at most 10]
+                      Seconds the race for the top may take after the rounds [default: half as long as the rounds took, at most 10]
 
                   --shard <K/N|auto>
                       Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them

@@ -48,8 +48,8 @@ pub struct TuneOptions {
     /// window of the manifest's `rep_ms`, as tunebox did before 0.2): see
     /// [`DEFAULT_ROUNDS`].
     pub rounds: usize,
-    /// Time the race for the top may take after the rounds (`None`: as long as the rounds
-    /// took, at most [`DEFAULT_RACE_LIMIT`]).
+    /// Time the race for the top may take after the rounds (`None`: half as long as the
+    /// rounds took, at most [`DEFAULT_RACE_LIMIT`]).
     pub race: Option<Duration>,
 }
 

@@ -2,7 +2,8 @@
 //! is measured again in rounds of short windows (order shuffled per round, one window at a
 //! time, after every compile has finished), so that an episode of interference hits one
 //! window of one choice rather than its result. A window in which other CPUs were busy or time
-//! was stolen is measured again once at the end of its round. Then the choices whose interval
+//! was stolen is measured again once at the end of its round, unless most of the round was
+//! disturbed (a machine busy all along stays busy). Then the choices whose interval
 //! overlaps the best's are raced: more rounds of them alone, until the intervals separate or
 //! the race's time is spent. Each choice's time is the estimate over its windows
 //! ([`crate::windows::Windows`]); the report says how sure the pick is.
@@ -75,7 +76,7 @@ impl Run<'_> {
             let budget = self
                 .options
                 .race
-                .unwrap_or_else(|| started.elapsed().min(DEFAULT_RACE_LIMIT));
+                .unwrap_or_else(|| (started.elapsed() / 2).min(DEFAULT_RACE_LIMIT));
             self.race_for_the_top(budget, &mut tally);
         }
         self.mark_ties();
@@ -155,14 +156,22 @@ impl Run<'_> {
         fastrand::Rng::with_seed(seed).shuffle(&mut order);
         let probe = (0..3).map(|_| interference::speed_probe()).min();
         tally.probes.extend(probe);
-        let mut again = Vec::new();
+        let (mut again, mut measured) = (Vec::new(), 0usize);
         for p in order {
             if self.should_stop() {
                 return;
             }
-            if let Some(true) = self.window(p, round, tally) {
-                again.push(p);
+            match self.window(p, round, tally) {
+                Some(true) => again.push(p),
+                Some(false) => {}
+                None => continue,
             }
+            measured += 1;
+        }
+        // An episode passes; a machine busy all round long stays busy: measuring its windows
+        // again would only double the time (their estimate leans on the lower quartile).
+        if again.len() * 2 > measured {
+            return;
         }
         for p in again {
             // Measured again once: a window stays disturbed on a machine that stays busy.
