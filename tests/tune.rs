@@ -219,13 +219,19 @@ fn errors_name_the_stage() {
         &Stop::new(),
     )
     .unwrap_err();
-    assert!(matches!(e, tunebox_tune::Error::Manifest { .. }), "{e:?}");
+    assert!(
+        matches!(e, tunebox_tune::TuneError::Manifest { .. }),
+        "{e:?}"
+    );
     let dir = setup();
     let mut options = options(dir.path());
     options.json = Some(dir.path().join("missing/r.json"));
     let e =
         tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap_err();
-    assert!(matches!(e, tunebox_tune::Error::Options { .. }), "{e:?}");
+    assert!(
+        matches!(e, tunebox_tune::TuneError::Options { .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 

@@ -15,7 +15,8 @@
 //! code the workspace writes (rustfmt-formatted), not every program Rust accepts.
 //!
 //! `--max-fn N` fails when a function outside tests is longer than N lines and `--no-circles`
-//! fails on a module circle, for CI.
+//! fails on a module circle, for CI; `--edges CRATE` prints that crate's module graph;
+//! `--root DIR` measures another checkout (e.g. a `git worktree` of an older commit).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -26,6 +27,7 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
     let mut max_fn = None;
     let mut no_circles = false;
     let mut edges_of = None;
+    let mut root = crate::workspace_root();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -35,15 +37,20 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
             }
             "--no-circles" => no_circles = true,
             "--edges" => edges_of = rest.next().cloned(),
+            "--root" => {
+                root = rest
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--root takes a folder")?
+            }
             other => {
                 return Err(format!(
                     "code-metrics: unknown argument `{other}`; usage: cargo xtask code-metrics \
-                     [--max-fn N] [--no-circles]"
+                     [--max-fn N] [--no-circles] [--edges CRATE] [--root DIR]"
                 ));
             }
         }
     }
-    let root = crate::workspace_root();
     let crates = crate_roots(&root)?;
     let mut functions = Vec::new();
     let mut circles = Vec::new();

@@ -39,10 +39,15 @@
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
 //!   stripped, into `target/gpu-bundle/` with the CUDA examples and a `run.sh` that runs them on
 //!   a GPU machine without a Rust toolchain (see `docs/gpu.md`).
+//! - `python-test`, `python-conformance`, `python-bench`: the Python package `tunebox`
+//!   (crates/python) built into `target/python/venv`: its pytest suite, TVM's own pool test
+//!   against it (and against TVM's pool), and its overheads against TVM's and Python's pools
+//!   (`docs/python.md`).
 
 mod agreement;
 mod code_metrics;
 mod loaded;
+mod python;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -78,7 +83,16 @@ const USAGE: &str = "usage: cargo xtask <task>
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
-                            in target/gpu-bundle/, to copy to a GPU machine and run there";
+                            in target/gpu-bundle/, to copy to a GPU machine and run there
+  python-test [PYTEST_ARGS…]
+                            the Python package's pytest suite (wheel built into
+                            target/python/venv)
+  python-conformance [--no-tvm]
+                            TVM's own test_popen_pool.py against tunebox.popen_pool, then
+                            against TVM's pool (apache-tvm from PyPI), both timed
+  python-bench [ARGS…]      tunebox.popen_pool against TVM's PopenPoolExecutor and
+                            ProcessPoolExecutor: cold start, round trip, throughput, crash,
+                            256 MiB array";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -99,6 +113,9 @@ fn main() -> ExitCode {
             &["--svg", "docs/search-strategies.svg"],
         ),
         Some("gpu-bundle") => gpu_bundle(),
+        Some("python-test") => python::python_test(&args[1..]),
+        Some("python-conformance") => python::python_conformance(&args[1..]),
+        Some("python-bench") => python::python_bench(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
             return if task.is_some() {

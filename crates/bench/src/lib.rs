@@ -1,6 +1,7 @@
 //! The measuring method shared by tunebox backends.
 //!
-//! A backend (`tunebox-cpu`, the worker's diagnostics backend, later CUDA) implements
+//! A backend (`tunebox-cpu`, `tunebox-cuda`, the worker's diagnostics backend, a task kind's
+//! [`TaskBackend`]) implements
 //! [`Backend`]: given a [`BenchmarkRequest`](tunebox_protocol::BenchmarkRequest), measure it and
 //! return a [`BenchmarkResult`](tunebox_protocol::BenchmarkResult) or a
 //! [`BenchError`](tunebox_protocol::BenchError). To time a kernel it implements [`Runner`] (run
@@ -12,6 +13,13 @@
 //! reference and a candidate see the same inputs. A task kind defined outside tunebox
 //! ([`Task`](tunebox_protocol::Task)) gets a [`TaskBackend`] from a closure, which receives a
 //! [`TaskContext`] with the request's tensors and scalars and the same timing helpers.
+//!
+//! Modules: `backend.rs` ([`Backend`]), `cache_dir.rs` ([`CacheDir`]: one backend's private
+//! directory of compiled kernels), `do_bench.rs` ([`do_bench`], and [`do_bench_within`],
+//! which fits warmup and reps into the request's budget), `stats.rs` ([`summarize`],
+//! [`quantile`] as numpy's), `progress.rs` ([`report_progress`]: each phase and call, to the
+//! worker's progress sink), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
+//! ([`TaskBackend`], [`TaskContext`]).
 //!
 //! # Example
 //!
@@ -39,15 +47,19 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod cache_dir;
 mod do_bench;
 mod progress;
+mod restore;
 mod stats;
 mod task;
 mod tensor;
 
 pub use backend::Backend;
+pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
 pub use progress::{install_progress_sink, report_progress};
+pub use restore::Restore;
 pub use stats::{quantile, summarize};
 pub use task::{TaskBackend, TaskContext};
 pub use tensor::{HostTensor, physical_memory_bytes};

@@ -43,7 +43,7 @@ pub(crate) fn run(out: &mut impl Write) -> std::io::Result<bool> {
     let mut checks = Vec::new();
     let compiler = compiler();
     checks.push(check_compiler(&compiler));
-    let cache = CacheDir::from_env();
+    let cache = tunebox_cpu::default_cache_dir();
     let compiled = match &cache {
         Ok(cache) => check_compile(&compiler, cache),
         Err(e) => Outcome::Fail(

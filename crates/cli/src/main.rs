@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tunebox_tune::{CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions};
+use tunebox_tune::{
+    CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions, WorkerEnv,
+};
 
 use crate::interrupt::EXIT_INTERRUPTED;
 use crate::progress::Progress;
@@ -121,7 +123,12 @@ const TUNE_EXAMPLES: &str = "Examples:
   tunebox tune m.toml --shard auto --json r-$SLURM_ARRAY_TASK_ID.json   in a Slurm array
 
 A re-run skips the choices its results cache already has (Ctrl-C, a kill or a lost node lose
-nothing finished); --fresh measures everything again.";
+nothing finished); --fresh measures everything again.
+
+Exit status: 0 the run completed (even if choices failed); 1 an error (bad manifest or options,
+a reference that fails); 3 the run completed but some results could not be kept in the results
+cache (full or read-only file system: a re-run measures them again); 130 interrupted (Ctrl-C,
+SIGTERM).";
 
 /// Where a report goes besides the table.
 #[derive(Args)]
@@ -139,6 +146,10 @@ struct OutputArgs {
     /// Show only the best N rows of the table (per device).
     #[arg(long, value_name = "N")]
     top: Option<usize>,
+    /// After the table, print each distinct error message whole (compiler output, the crashed
+    /// worker's stderr), with the choices that gave it; the table shows its first line.
+    #[arg(long)]
+    errors: bool,
 }
 
 #[derive(Args)]
@@ -231,6 +242,11 @@ struct TuneArgs {
     /// --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7).
     #[arg(long, value_name = "N")]
     shards: Option<usize>,
+    /// Give the workers a variable of this environment (NAME), or set one (NAME=VALUE), on
+    /// top of the manifest's `[env]`; repeat for more. Workers get only a documented part of
+    /// the environment by default (docs/manifest.md, "[env]"); `--env '*'` passes all of it.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -322,7 +338,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if i > 0 {
                     writeln!(std::io::stdout())?;
                 }
-                emit(report, &output, reports.len() == 1, true)?;
+                emit(
+                    report,
+                    &output,
+                    reports.len() == 1,
+                    true,
+                    Origin::Report(&file),
+                )?;
             }
             if reports.len() > 1
                 && (output.json.is_some() || output.csv.is_some() || output.t4.is_some())
@@ -350,7 +372,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             {
                 eprintln!("tunebox: warning: {note}");
             }
-            emit(&report, &output, true, true)?;
+            emit(&report, &output, true, true, Origin::Merge)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tune(args) => tune(*args, verbose),
@@ -358,17 +380,58 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Prints the table and writes the requested files.
-fn emit(report: &Report, output: &OutputArgs, write_files: bool, announce: bool) -> Result<()> {
+/// What a printed report comes from: what the table may suggest depends on it.
+#[derive(Debug, Clone, Copy)]
+enum Origin<'a> {
+    /// `tunebox tune` measured it.
+    Tune,
+    /// `tunebox tune --replay`: recorded measurements.
+    Replay,
+    /// `tunebox merge`.
+    Merge,
+    /// `tunebox report FILE`.
+    Report(&'a std::path::Path),
+}
+
+fn emit(
+    report: &Report,
+    output: &OutputArgs,
+    write_files: bool,
+    announce: bool,
+    origin: Origin<'_>,
+) -> Result<()> {
+    let source = match origin {
+        Origin::Report(file) => Some(file),
+        _ => None,
+    };
+    // Only tunebox's own measurements can be measured again, by `tune`.
+    let manifest = &report.info.header.manifest;
+    let measurable = !report.info.header.manifest_hash.is_empty();
+    let remeasure = match origin {
+        Origin::Tune => table::Remeasure::Flag,
+        Origin::Replay => table::Remeasure::No,
+        Origin::Merge | Origin::Report(_) if measurable => table::Remeasure::Command(manifest),
+        Origin::Merge | Origin::Report(_) => table::Remeasure::No,
+    };
     let files: Vec<String> = [&output.json, &output.csv, &output.t4]
         .into_iter()
         .flatten()
         .filter(|_| write_files)
         .map(|path| path.display().to_string())
         .collect();
+    // Where the whole messages can be read again: the file reported, else the --json written,
+    // else the run's results cache.
+    let source = source
+        .or(output.json.as_deref().filter(|_| write_files))
+        .map(|p| p.display().to_string())
+        .or_else(|| report.info.cache.as_ref().map(|c| c.path.clone()));
     let options = TableOptions {
         width: table::terminal_width(),
         top: output.top,
         files: &files,
+        errors: output.errors,
+        source: source.as_deref(),
+        remeasure,
     };
     table::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
@@ -433,10 +496,15 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
     let race = seconds("--race-time", args.race_time)?;
+    let env = args
+        .env
+        .iter()
+        .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
+        .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
     match Mode::of(&args) {
         Mode::Count => count(&args.manifest),
         Mode::Replay(recorded) => replay(&args, &recorded, &selection, max_time),
-        Mode::List => list(&args.manifest, &selection, shard),
+        Mode::List => list(&args.manifest, &selection, shard, env),
         Mode::Run => {
             let options = TuneOptions {
                 workers: args.workers,
@@ -458,7 +526,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
                 rounds: args.rounds,
                 race,
             };
-            run_tune(args, options, verbose)
+            run_tune(args, options, env, verbose)
         }
     }
 }
@@ -501,17 +569,16 @@ fn replay(
     };
     let (report, trace) =
         tunebox_tune::replay::replay(&args.manifest, recorded, selection, budget)?;
-    emit(&report, &args.output, true, !args.quiet)?;
+    emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
     writeln!(
         std::io::stdout(),
         "replayed {} measurements of {}: simulated time {:.1} s, best {}",
         trace.points.len(),
         recorded.display(),
         trace.elapsed_ms() / 1000.0,
-        trace.best_ms().map_or_else(
-            || "none (every choice failed)".into(),
-            |b| format!("{b:.4} ms")
-        )
+        trace
+            .best_ms()
+            .map_or_else(|| "none (every choice failed)".into(), table::format_time)
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -521,8 +588,9 @@ fn list(
     manifest: &std::path::Path,
     selection: &Selection,
     shard: Option<tunebox_tune::ShardInfo>,
+    env: WorkerEnv,
 ) -> Result<ExitCode> {
-    let plan = tunebox_tune::plan(manifest, selection, shard)?;
+    let plan = tunebox_tune::plan(manifest, selection, shard)?.with_env(env);
     for note in plan.manifest().notes() {
         eprintln!("tunebox: note: {note}");
     }
@@ -545,7 +613,12 @@ fn list(
 
 /// A tuning run: the output files settled (a shard's JSON named after it), the run, the table
 /// and files.
-fn run_tune(args: TuneArgs, mut options: TuneOptions, verbose: bool) -> Result<ExitCode> {
+fn run_tune(
+    args: TuneArgs,
+    mut options: TuneOptions,
+    env: WorkerEnv,
+    verbose: bool,
+) -> Result<ExitCode> {
     let mut output = args.output;
     if let Some(t4) = &output.t4 {
         check_t4_path(t4, &args.manifest)?;
@@ -564,13 +637,41 @@ fn run_tune(args: TuneArgs, mut options: TuneOptions, verbose: bool) -> Result<E
     options.csv = output.csv.clone();
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    let report = tunebox_tune::tune(&args.manifest, &options, &progress, &stop)?;
+    let plan = tunebox_tune::plan(&args.manifest, &options.selection, options.shard)?;
+    let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet)?;
+    emit(&report, &output, true, !args.quiet, Origin::Tune)?;
+    // Said even with --quiet: a result that was not kept is measured again by the next run.
+    let not_cached = not_cached_warning(&report);
+    if let Some(warning) = &not_cached {
+        eprintln!("tunebox: warning: {warning}");
+    }
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
+    if not_cached.is_some() {
+        return Ok(ExitCode::from(EXIT_NOT_CACHED));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The exit status of a run that finished (its table and files written) but could not keep
+/// every result in its results cache (a full or read-only file system).
+const EXIT_NOT_CACHED: u8 = 3;
+
+/// What a run whose results cache could not keep every result must say: how many, why, and
+/// the fix.
+fn not_cached_warning(report: &Report) -> Option<String> {
+    let cache = report.info.cache.as_ref().filter(|c| c.not_cached > 0)?;
+    Some(format!(
+        "{} of this run's results could not be kept: {}. The table and files above have them; \
+         a re-run measures them again (exit status {EXIT_NOT_CACHED})",
+        cache.not_cached,
+        cache
+            .not_cached_reason
+            .as_deref()
+            .unwrap_or("the results cache could not be written")
+    ))
 }
 
 /// `--t4`'s file, checked before the run: its folder exists, and it is not the manifest.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tunebox_pool::Status;
-use tunebox_tune::{Event, Observer};
+use tunebox_tune::{Event, Observer, Phase};
 
 use crate::table::format_time;
 
@@ -23,6 +23,10 @@ enum Mode {
 }
 
 /// The progress of a run, shared by the threads that report to it.
+///
+/// Benchmarking is counted over the whole run once the engine says how many choices it plans
+/// (`Event::Planned`): an adaptive search's rounds of a few choices each then continue one bar
+/// (one count, one ETA) instead of starting a `1/1` bar each, and cached choices count as done.
 #[derive(Debug)]
 pub(crate) struct Progress {
     mode: Mode,
@@ -30,6 +34,10 @@ pub(crate) struct Progress {
     total: AtomicUsize,
     done: AtomicUsize,
     failed: AtomicUsize,
+    /// The choices the whole run plans to finish (0: not said).
+    planned: AtomicUsize,
+    /// Benchmarking over the whole run has started (its bar or line is shown once).
+    run_phase: std::sync::atomic::AtomicBool,
     /// The best `ok` median so far and its choice.
     best: Mutex<Option<(f64, String)>>,
 }
@@ -50,6 +58,8 @@ impl Progress {
             total: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             failed: AtomicUsize::new(0),
+            planned: AtomicUsize::new(0),
+            run_phase: std::sync::atomic::AtomicBool::new(false),
             best: Mutex::new(None),
         }
     }
@@ -69,12 +79,29 @@ impl Progress {
     /// Starts a phase of `total` steps (`compiling`, `benchmarking`, `refining`); without a bar,
     /// `line` says what starts.
     pub(crate) fn phase(&self, name: &str, total: usize, line: &str) {
-        self.end_phase();
-        self.total.store(total, Ordering::Relaxed);
-        self.done.store(0, Ordering::Relaxed);
-        self.failed.store(0, Ordering::Relaxed);
+        let planned = self.planned.load(Ordering::Relaxed);
+        let whole_run = planned > 0 && name == Phase::Benchmarking.name();
+        if whole_run && self.run_phase.load(Ordering::Relaxed) {
+            // A later round of the same run: the bar (or the line) goes on.
+            return;
+        }
+        self.clear_bar();
+        self.run_phase.store(whole_run, Ordering::Relaxed);
+        if whole_run {
+            // Cached choices before the first round count as done.
+            self.total.store(planned, Ordering::Relaxed);
+        } else {
+            self.total.store(total, Ordering::Relaxed);
+            self.done.store(0, Ordering::Relaxed);
+            self.failed.store(0, Ordering::Relaxed);
+        }
+        let round = total;
+        let total = self.total.load(Ordering::Relaxed);
         match self.mode {
             Mode::Quiet => {}
+            Mode::Lines if whole_run && planned > round => eprintln!(
+                "tunebox: {line} (the first round of a search of up to {planned} choices)"
+            ),
             Mode::Lines => eprintln!("tunebox: {line}"),
             Mode::Bars => {
                 let bar =
@@ -88,6 +115,7 @@ impl Progress {
                             .progress_chars("=> "),
                         )
                         .with_prefix(name.to_owned());
+                bar.set_position(self.done.load(Ordering::Relaxed).min(total) as u64);
                 bar.enable_steady_tick(Duration::from_millis(200));
                 *self.lock_bar() = Some(bar);
             }
@@ -139,8 +167,24 @@ impl Progress {
         }
     }
 
-    /// Ends the current phase, clearing its bar.
+    /// Ends the current phase, clearing its bar; the run's benchmarking bar stays until the
+    /// next phase (refining) or the end of the run, as rounds of an adaptive search follow.
     pub(crate) fn end_phase(&self) {
+        if !self.run_phase.load(Ordering::Relaxed) {
+            self.clear_bar();
+        }
+    }
+
+    /// `count` choices came from the results cache: done, without a line each.
+    pub(crate) fn cached(&self, count: usize) {
+        self.done.fetch_add(count, Ordering::Relaxed);
+        if let Some(bar) = &*self.lock_bar() {
+            bar.inc(count as u64);
+        }
+    }
+
+    fn clear_bar(&self) {
+        self.run_phase.store(false, Ordering::Relaxed);
         if let Some(bar) = self.lock_bar().take() {
             bar.finish_and_clear();
         }
@@ -166,6 +210,8 @@ impl Observer for Progress {
                 median_ms,
             } => self.finished(label, status, median_ms),
             Event::PhaseEnded => self.end_phase(),
+            Event::Planned { total } => self.planned.store(total, Ordering::Relaxed),
+            Event::Cached { count } => self.cached(count),
             // Events of later versions.
             _ => {}
         }
@@ -174,6 +220,54 @@ impl Observer for Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.end_phase();
+        self.clear_bar();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bars() -> Progress {
+        let mut progress = Progress::new(false, false);
+        progress.mode = Mode::Bars;
+        progress
+    }
+
+    fn bar_state(progress: &Progress) -> Option<(u64, Option<u64>)> {
+        progress
+            .lock_bar()
+            .as_ref()
+            .map(|b| (b.position(), b.length()))
+    }
+
+    /// Rounds of one choice each continue one bar of the planned length; cached choices count.
+    #[test]
+    fn an_adaptive_search_continues_one_bar() {
+        let progress = bars();
+        progress.on_event(Event::Planned { total: 5 });
+        progress.on_event(Event::Cached { count: 2 });
+        for round in 0..3 {
+            progress.phase("benchmarking", 1, "benchmarking 1 choice…");
+            progress.finished(&format!("X={round}"), Status::Ok, Some(1.0));
+            progress.end_phase();
+        }
+        assert_eq!(bar_state(&progress), Some((5, Some(5))));
+        // Refining is a phase of its own.
+        progress.phase("refining", 2, "refining 2 choices…");
+        assert_eq!(bar_state(&progress), Some((0, Some(2))));
+        progress.end_phase();
+        assert_eq!(bar_state(&progress), None);
+    }
+
+    /// Without a plan, each phase is its own bar, as before.
+    #[test]
+    fn phases_without_a_plan_are_bars_of_their_own() {
+        let progress = bars();
+        progress.phase("benchmarking", 3, "benchmarking 3 choices…");
+        progress.finished("X=1", Status::Crashed, None);
+        assert_eq!(bar_state(&progress), Some((1, Some(3))));
+        progress.end_phase();
+        assert_eq!(bar_state(&progress), None);
     }
 }

@@ -22,6 +22,38 @@ pub(crate) struct TableOptions<'a> {
     pub(crate) top: Option<usize>,
     /// The files being written with every row (`--json`, `--csv`), named when `top` hides some.
     pub(crate) files: &'a [String],
+    /// Print each distinct error message whole (`--errors`), after the table.
+    pub(crate) errors: bool,
+    /// A file holding the whole messages, for `tunebox report FILE --errors` (the report read,
+    /// the `--json` written, or the run's results cache).
+    pub(crate) source: Option<&'a str>,
+    /// How choices tied within the noise can be measured again.
+    pub(crate) remeasure: Remeasure<'a>,
+}
+
+/// How the table says to measure tied choices again (`--refine`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum Remeasure<'a> {
+    /// `--refine N`: this is `tunebox tune`.
+    Flag,
+    /// `tunebox tune MANIFEST --refine N`: a report of tunebox's measurements of MANIFEST.
+    Command(&'a str),
+    /// Not at all: measurements recorded by another tool, or replayed.
+    #[default]
+    No,
+}
+
+impl Remeasure<'_> {
+    /// `; --refine N measures them longer`, as the table's tie note ends (empty for `No`).
+    fn hint(self, n: usize, them: &str) -> String {
+        match self {
+            Remeasure::Flag => format!("; --refine {n} measures {them} longer"),
+            Remeasure::Command(manifest) => {
+                format!("; `tunebox tune {manifest} --refine {n}` measures {them} longer")
+            }
+            Remeasure::No => String::new(),
+        }
+    }
 }
 
 /// The width of the terminal on stdout: `$COLUMNS` when set, else the terminal's, else `None`.
@@ -79,14 +111,14 @@ pub(crate) fn print_table(
                         .map(|c| format!(" ({})", c.confidence))
                         .unwrap_or_default(),
                     0 => String::new(),
-                    1 => " (tied within the noise with the next choice; --refine 2 measures both \
-                          longer)"
-                        .to_owned(),
+                    1 => format!(
+                        " (tied within the noise with the next choice{})",
+                        options.remeasure.hint(2, "both")
+                    ),
                     n => format!(
-                        " (tied within the noise with the next {}; --refine {} measures them \
-                         longer)",
+                        " (tied within the noise with the next {}{})",
                         choices(n),
-                        n + 1
+                        options.remeasure.hint(n + 1, "them")
                     ),
                 };
                 let metrics: Vec<String> = best
@@ -135,6 +167,47 @@ fn title(info: &RunInfo, device: &str) -> String {
     title
 }
 
+/// Failed choices whose errors say the same (same status, same meaningful line): the table
+/// shows the first and counts the rest, and a footnote gives the line whole.
+struct ErrorGroup<'r> {
+    status: Status,
+    line: String,
+    members: Vec<&'r ChoiceResult>,
+    /// Its footnote number, when it has one (shared, or cut in the table).
+    note: Option<usize>,
+}
+
+/// The groups of identical errors among `members`, in order of first appearance.
+fn error_groups<'r>(members: &[&'r ChoiceResult]) -> Vec<ErrorGroup<'r>> {
+    let mut groups: Vec<ErrorGroup<'r>> = Vec::new();
+    for r in members.iter().copied() {
+        let Some(error) = r.error.as_deref().filter(|_| r.status != Status::Ok) else {
+            continue;
+        };
+        let line = short_error(error, usize::MAX);
+        match groups
+            .iter_mut()
+            .find(|g| g.status == r.status && g.line == line)
+        {
+            Some(group) => group.members.push(r),
+            None => groups.push(ErrorGroup {
+                status: r.status,
+                line,
+                members: vec![r],
+                note: None,
+            }),
+        }
+    }
+    groups
+}
+
+/// A row of the table: a choice, or the count of those hidden under the first of their error
+/// group.
+enum Row<'r> {
+    Choice(&'r ChoiceResult),
+    More(usize),
+}
+
 fn print_rows(
     members: &[&ChoiceResult],
     info: &RunInfo,
@@ -156,52 +229,43 @@ fn print_rows(
     header.extend(["spread".into(), "status".into(), "error".into()]);
     let columns = header.len();
     let ranks = rank_labels(members);
-    let mut rows: Vec<Vec<String>> = Vec::with_capacity(shown);
-    for (r, rank) in members[..shown].iter().zip(ranks) {
-        let mut row = vec![rank, r.choice.label()];
-        if info.across_devices {
-            row.push(r.device.clone());
-        }
-        row.push(r.median_ms().map_or("-".into(), |m| {
-            format!(
-                "{}{}",
-                format_time(m),
-                if r.screen_median_ms.is_some() {
-                    "*"
-                } else {
-                    ""
+    let mut groups = error_groups(&members[..shown]);
+    let group_of = |r: &ChoiceResult, groups: &[ErrorGroup<'_>]| {
+        groups
+            .iter()
+            .position(|g| g.members.iter().any(|m| std::ptr::eq(*m, r)))
+    };
+    // The rows: a failed choice whose error an earlier row shows is counted under it.
+    let mut layout: Vec<(Row<'_>, String)> = Vec::with_capacity(shown);
+    for (r, rank) in members[..shown].iter().copied().zip(ranks) {
+        match group_of(r, &groups) {
+            Some(g) if !std::ptr::eq(groups[g].members[0], r) => continue,
+            Some(g) => {
+                layout.push((Row::Choice(r), rank));
+                if groups[g].members.len() > 1 {
+                    layout.push((Row::More(g), String::new()));
                 }
-            )
-        }));
-        for name in metrics {
-            row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
-        }
-        if with_windows {
-            row.push(
-                r.windows
-                    .as_ref()
-                    .map_or("-".into(), |w| match w.disturbed_count() {
-                        0 => w.medians_ms.len().to_string(),
-                        d => format!("{} ({d} busy)", w.medians_ms.len()),
-                    }),
-            );
-        }
-        // One rep has no spread to show; windows show their interval's.
-        row.push(match (&r.windows, &r.stats) {
-            (Some(w), Some(_)) if windowed(r) => {
-                format!(
-                    "{:.1}%",
-                    (w.interval_ms[1] - w.interval_ms[0]) / w.estimate_ms * 100.0
-                )
             }
-            (_, stats) => stats
-                .as_ref()
-                .filter(|s| s.reps > 1)
-                .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
+            None => layout.push((Row::Choice(r), rank)),
+        }
+    }
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(layout.len());
+    for (row, rank) in &layout {
+        rows.push(match row {
+            Row::Choice(r) => choice_cells(r, rank, info, with_windows),
+            Row::More(g) => {
+                let group = &groups[*g];
+                let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
+                if info.across_devices {
+                    cells.push(String::new());
+                }
+                let blank = metrics.len() + 2 + usize::from(with_windows);
+                cells.extend(std::iter::repeat_n(String::new(), blank));
+                cells.push(group.status.to_string());
+                cells.push(String::new());
+                cells
+            }
         });
-        row.push(r.status.to_string());
-        row.push(String::new());
-        rows.push(row);
     }
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
@@ -214,12 +278,31 @@ fn print_rows(
     let error_width = options.width.map_or(ERROR_WIDTH, |w| {
         w.saturating_sub(fixed).clamp(MIN_ERROR_WIDTH, ERROR_WIDTH)
     });
-    for (row, r) in rows.iter_mut().zip(members) {
-        row[columns - 1] = r
-            .error
-            .as_deref()
-            .map(|e| short_error(e, error_width))
-            .unwrap_or_default();
+    // A footnote for each error shared by several choices or cut to fit.
+    let mut next_note = 0;
+    for group in &mut groups {
+        if group.members.len() > 1 || group.line.chars().count() > error_width {
+            next_note += 1;
+            group.note = Some(next_note);
+        }
+    }
+    for (cells, (row, _)) in rows.iter_mut().zip(&layout) {
+        let (group, error) = match row {
+            Row::Choice(r) => (group_of(r, &groups), r.error.as_deref()),
+            Row::More(g) => (Some(*g), None),
+        };
+        cells[columns - 1] = match (group.and_then(|g| groups[g].note), error) {
+            (Some(note), Some(e)) => {
+                let tag = format!("[{note}] ");
+                format!(
+                    "{tag}{}",
+                    short_error(e, error_width.saturating_sub(tag.len()).max(8))
+                )
+            }
+            (Some(note), None) => format!("[{note}]"),
+            (None, Some(e)) => short_error(e, error_width),
+            _ => String::new(),
+        };
     }
     // Numbers right-aligned; the choice, the device, the status and the error left-aligned.
     let left = |c: usize| c == 1 || (c == 2 && info.across_devices) || c >= columns - 2;
@@ -254,6 +337,96 @@ fn print_rows(
             out,
             "… {} more (--top shows {shown}{all})",
             members.len() - shown
+        )?;
+    }
+    print_error_notes(&groups, out, options)
+}
+
+/// The cells of a choice's row, the error cell left empty.
+fn choice_cells(r: &ChoiceResult, rank: &str, info: &RunInfo, with_windows: bool) -> Vec<String> {
+    let mut row = vec![rank.to_owned(), r.choice.label()];
+    if info.across_devices {
+        row.push(r.device.clone());
+    }
+    row.push(r.median_ms().map_or("-".into(), |m| {
+        format!(
+            "{}{}",
+            format_time(m),
+            if r.screen_median_ms.is_some() {
+                "*"
+            } else {
+                ""
+            }
+        )
+    }));
+    for name in &info.header.metrics {
+        row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
+    }
+    if with_windows {
+        row.push(
+            r.windows
+                .as_ref()
+                .map_or("-".into(), |w| match w.disturbed_count() {
+                    0 => w.medians_ms.len().to_string(),
+                    d => format!("{} ({d} busy)", w.medians_ms.len()),
+                }),
+        );
+    }
+    // One rep has no spread to show; windows show their interval's.
+    row.push(match (&r.windows, &r.stats) {
+        (Some(w), Some(_)) if windowed(r) => format!(
+            "{:.1}%",
+            (w.interval_ms[1] - w.interval_ms[0]) / w.estimate_ms * 100.0
+        ),
+        (_, stats) => stats
+            .as_ref()
+            .filter(|s| s.reps > 1)
+            .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
+    });
+    row.push(r.status.to_string());
+    row.push(String::new());
+    row
+}
+
+/// The footnotes of the error column (each shared or cut error's line, whole), then either
+/// every distinct message whole (`--errors`) or how to see them.
+fn print_error_notes(
+    groups: &[ErrorGroup<'_>],
+    out: &mut impl Write,
+    options: TableOptions<'_>,
+) -> std::io::Result<()> {
+    for group in groups {
+        let Some(note) = group.note else { continue };
+        let count = match group.members.len() {
+            1 => String::new(),
+            n => format!("{n} choices: "),
+        };
+        writeln!(out, "[{note}] {count}{}", group.line)?;
+    }
+    let longer = groups.iter().any(|g| {
+        g.note.is_some()
+            || g.members
+                .iter()
+                .any(|r| r.error.as_deref().is_some_and(|e| e.trim() != g.line))
+    });
+    if options.errors {
+        for group in groups {
+            writeln!(out)?;
+            let labels: Vec<String> = group.members.iter().map(|r| r.choice.label()).collect();
+            let tag = group.note.map_or_else(String::new, |n| format!("[{n}] "));
+            writeln!(out, "{tag}{} ({}):", group.status, labels.join(", "))?;
+            let first = group.members[0].error.as_deref().unwrap_or_default();
+            for line in first.lines() {
+                writeln!(out, "    {line}")?;
+            }
+        }
+    } else if longer {
+        let report = options.source.map_or_else(String::new, |file| {
+            format!(" (or `tunebox report {file} --errors`)")
+        });
+        writeln!(
+            out,
+            "whole error messages: run with --errors{report}; --json keeps them too"
         )?;
     }
     Ok(())
@@ -368,6 +541,15 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             out,
             "cache: {} of them from {} (measured earlier; --fresh re-measures)",
             cache.hits, cache.path
+        )?;
+    }
+    if let Some(cache) = &info.cache
+        && cache.not_cached > 0
+    {
+        writeln!(
+            out,
+            "cache: {} of them could not be written to {}; a re-run measures them again",
+            cache.not_cached, cache.path
         )?;
     }
     let by_reason = |reason: &str| {

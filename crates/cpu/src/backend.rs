@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{
-    Backend, HostTensor, Runner, check_budget, do_bench_within, report_progress, summarize,
+    Backend, HostTensor, Restore, Runner, check_budget, do_bench_within, report_progress, summarize,
 };
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Kernel, Phase, TensorData,
@@ -58,13 +58,13 @@ impl CpuBackend {
         }
     }
 
-    /// A backend using [`CacheDir::from_env`].
+    /// A backend using [`default_cache_dir`](crate::default_cache_dir) (`<cache root>/cpu`).
     ///
     /// # Errors
     ///
     /// [`CpuError::NoCacheDir`] when no cache directory can be derived from the environment.
     pub fn from_env() -> Result<Self, CpuError> {
-        CacheDir::from_env().map(Self::new)
+        crate::default_cache_dir().map(Self::new)
     }
 
     /// The cache directory this backend uses.
@@ -113,13 +113,7 @@ impl Backend for CpuBackend {
             pointers: &pointers,
             scalars: &scalars,
             tensors: &mut tensors,
-            restore: request
-                .tensors
-                .iter()
-                .enumerate()
-                .filter(|(_, spec)| spec.reset)
-                .map(|(i, _)| i)
-                .collect(),
+            restore: Restore::resets(&request.tensors),
             flush,
         };
 
@@ -140,19 +134,10 @@ impl Backend for CpuBackend {
         // A kernel too slow for its time budget says so now, rather than being killed later.
         check_budget(timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
-        let mutated: Vec<usize> = request
-            .tensors
-            .iter()
-            .zip(runner.tensors.iter())
-            .enumerate()
-            .filter(|(_, (spec, tensor))| !spec.output && !spec.reset && !tensor.is_pristine())
-            .map(|(i, _)| i)
-            .collect();
-        let mutated_inputs = mutated
-            .iter()
-            .map(|&i| request.tensors[i].name.clone())
-            .collect();
-        runner.restore.extend(mutated);
+        let tensors = &*runner.tensors;
+        let mutated_inputs = runner.restore.add_written_inputs(&request.tensors, |i| {
+            Ok::<_, BenchError>(!tensors[i].is_pristine())
+        })?;
 
         let stats = do_bench_within(&mut runner, timing, started)?;
         check_bounds(runner.tensors)?;
@@ -290,8 +275,8 @@ struct CpuRunner<'a> {
     scalars: &'a [i64],
     /// The tensors behind `pointers`, to restore between calls.
     tensors: &'a mut [HostTensor],
-    /// Indices of the tensors re-initialized before every call.
-    restore: Vec<usize>,
+    /// The tensors re-initialized before every call after the first.
+    restore: Restore,
     flush: Flush<'a>,
 }
 
@@ -319,7 +304,7 @@ impl Runner for CpuRunner<'_> {
     }
 
     fn restore(&mut self) -> Result<(), BenchError> {
-        for &i in &self.restore {
+        for &i in self.restore.indices() {
             self.tensors[i].reset();
         }
         Ok(())

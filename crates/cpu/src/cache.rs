@@ -9,92 +9,36 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::DirBuilder;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use tunebox_bench::CacheDir;
 
 use crate::CpuError;
 
-pub use tunebox_protocol::CACHE_DIR_ENV;
+/// The backend's name in the cache root: compiled C kernels live in `<root>/cpu`.
+pub(crate) const BACKEND: &str = "cpu";
 
-/// The directory holding compiled kernels: per base key a dependency manifest `<base>.deps` and
-/// one `<base>-<deps>.so` per variant of the headers it includes (see [`compile`](crate::compile())).
+/// The default directory of compiled C kernels: [`CacheDir::from_env`]`("cpu")`, i.e.
+/// `$TUNEBOX_CACHE_DIR/cpu`, else `$XDG_CACHE_HOME/tunebox/cpu`, else `~/.cache/tunebox/cpu`.
+/// In it, per base key, a dependency manifest `<base>.deps` and one `<base>-<deps>.so` per
+/// variant of the headers it includes (see [`compile`](crate::compile())). Share it between the
+/// parent, which precompiles, and its workers, which then only load.
 ///
-/// The directory is created (mode 0700, with any missing parents) on first use by
-/// [`compile`](crate::compile()), not by the constructors. Share one between the parent, which
-/// precompiles, and its workers, which then only load: [`CacheDir::from_env`] resolves to the same
-/// place in both as long as they share an environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheDir {
-    path: PathBuf,
+/// # Errors
+///
+/// [`CpuError::NoCacheDir`] when none of the three variables is usable.
+pub fn default_cache_dir() -> Result<CacheDir, CpuError> {
+    CacheDir::from_env(BACKEND).ok_or(CpuError::NoCacheDir)
 }
 
-impl CacheDir {
-    /// Uses `path` itself as the cache directory (no `cpu` suffix is added). Tests pass a
-    /// temporary directory here instead of touching the environment.
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
-    }
-
-    /// The default cache directory: `$TUNEBOX_CACHE_DIR/cpu` if that variable is set, else
-    /// `$XDG_CACHE_HOME/tunebox/cpu` (when it is an absolute path, as the XDG spec requires),
-    /// else `$HOME/.cache/tunebox/cpu`. Empty variables count as unset.
-    ///
-    /// # Errors
-    ///
-    /// [`CpuError::NoCacheDir`] when none of the three variables is usable.
-    pub fn from_env() -> Result<Self, CpuError> {
-        Self::from_vars(|name| std::env::var_os(name))
-    }
-
-    fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Self, CpuError> {
-        tunebox_protocol::cache_root(var)
-            .map(|root| Self::new(root.join("cpu")))
-            .ok_or(CpuError::NoCacheDir)
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Creates the directory and its missing parents with mode 0700 (objects built with
-    /// `-march=native` and the kernels' sources are the user's own), and returns its path.
-    ///
-    /// An existing directory must belong to this user and be writable by nobody else: compiled
-    /// objects in it are loaded and run, so a directory others can write to would let them run
-    /// code as this user.
-    ///
-    /// # Errors
-    ///
-    /// [`CpuError::CacheDir`] when it cannot be created or inspected, or is not private.
-    pub(crate) fn ensure(&self) -> Result<&Path, CpuError> {
-        let error = |source| CpuError::CacheDir {
-            path: self.path.clone(),
-            source,
-        };
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.path)
-            .map_err(error)?;
-        let metadata = std::fs::metadata(&self.path).map_err(error)?;
-        let me = rustix::process::geteuid().as_raw();
-        if metadata.uid() != me || metadata.mode() & 0o022 != 0 {
-            return Err(error(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "it belongs to uid {} with mode {:o}; it must be yours and writable only by \
-                     you (chmod 700), because its compiled kernels are loaded and run",
-                    metadata.uid(),
-                    metadata.mode() & 0o7777
-                ),
-            )));
-        }
-        Ok(&self.path)
-    }
+/// [`CacheDir::ensure`], its error a [`CpuError::CacheDir`].
+pub(crate) fn ensure(cache: &CacheDir) -> Result<&Path, CpuError> {
+    cache.ensure().map_err(|source| CpuError::CacheDir {
+        path: cache.path().to_owned(),
+        source,
+    })
 }
 
 /// Feeds length-prefixed fields to blake3, so that no two different field lists hash alike.
@@ -501,14 +445,6 @@ pub(crate) fn path_from_bytes(bytes: Vec<u8>) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn resolve(vars: &[(&str, &str)]) -> Result<CacheDir, CpuError> {
-        CacheDir::from_vars(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| OsString::from(v))
-        })
-    }
-
     const BASE: &str = "b4se";
 
     fn manifest() -> Manifest {
@@ -703,13 +639,5 @@ mod tests {
                 (0..Manifest::MAX_LISTS).map(list).collect::<Vec<_>>()
             );
         }
-    }
-
-    #[test]
-    fn compiled_c_kernels_live_in_the_cpu_subdirectory_of_the_cache_root() {
-        // The root's own rules are tested with `tunebox_protocol::cache_root`.
-        let vars = [(CACHE_DIR_ENV, "/t"), ("HOME", "/h")];
-        assert_eq!(resolve(&vars).unwrap().path(), Path::new("/t/cpu"));
-        assert!(matches!(resolve(&[]), Err(CpuError::NoCacheDir)));
     }
 }

@@ -20,7 +20,11 @@ use crate::{CacheDir, CpuError};
 
 /// Bump when the artifact layout or the trampoline's contract changes, so that old cache entries
 /// are never loaded by a new tunebox.
-const KEY_VERSION: &str = "tunebox-cpu artifact v2";
+const KEY_VERSION: &str = "tunebox-cpu artifact v3";
+
+/// The target the dependency file names (`-MT`), the same for every build, so that the file's
+/// text depends on what was compiled only (compiler caches such as ccache restore it as is).
+const DEPFILE_TARGET: &str = "tunebox-kernel.o";
 
 /// How long [`compile`] lets the compiler run (probing its identity, then compiling, all
 /// attempts together) before it kills it: two minutes, far more than a C kernel needs even on a
@@ -177,10 +181,19 @@ impl CompileControl<'_> {
 /// implicit conversion from `void *`); only `-fPIC -shared` are added, C++'s own rules check
 /// the call.
 ///
-/// The command is `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -shared -Werror=… -MD -MF
-/// <tmp>.d -o <tmp>.so <tmp>.c`, run with the working directory of the caller (so relative `-I`
-/// flags resolve there). `-MD -MF` (gcc and clang have both) makes the compiler list every file it
-/// read; a compiler that writes no such list is refused ([`CpuError::NoDependencies`]).
+/// Compiling and linking are two commands, as a build system runs them, so that a compiler
+/// launcher such as ccache (`CC="ccache cc"`) can cache the compile (it never caches a command
+/// that compiles and links at once):
+///
+/// - `<compiler> <flags…> -D<NAME>=<VALUE>… -fPIC -Werror=… -c -MD -MF <tmp>.d -MT
+///   tunebox-kernel.o -o <tmp>.o <cache>/src/<base>.c`, run with the working directory of the
+///   caller (so relative `-I` flags resolve there). The source (the kernel with its trampoline)
+///   is written once per base key under a stable name, so that a compiler cache sees the same
+///   file again. `-MD -MF` (gcc and clang have both) makes the compiler list every file it
+///   read; a compiler that writes no such list is refused ([`CpuError::NoDependencies`]).
+/// - `<compiler> <flags…> -fPIC -shared -o <tmp>.so <tmp>.o`, the flags without those that only
+///   preprocessing or compiling reads ([`link_flags`]: `-D`, `-U`, `-I`, `-include`, `-x`, the
+///   `-M` family, …), so that `-fopenmp`, `-l`, `-L`, `-Wl,…` and `-O` still reach the link.
 ///
 /// # Cache
 ///
@@ -303,7 +316,7 @@ pub fn compile_with(
     })?;
     let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
     let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
-    let dir = cache.ensure()?;
+    let dir = cache::ensure(cache)?;
     if let Some((key, path, dependencies)) = cache::lookup(dir, &base) {
         log::debug!(
             "cpu: cache hit for `{}`: {}",
@@ -353,13 +366,7 @@ fn build(
             .tempfile_in(dir)
     };
 
-    let mut source_file =
-        temp(language.suffix()).map_err(io_err("create a temporary source file in", dir))?;
-    source_file
-        .write_all(combined_source(kernel, trampoline).as_bytes())
-        .map_err(io_err("write the kernel source to", source_file.path()))?;
-    // Closed before the compiler reads it; removed when dropped, on every path.
-    let source_path = source_file.into_temp_path();
+    let source_path = stable_source(dir, base, language, &combined_source(kernel, trampoline))?;
 
     let mut changed = None;
     for attempt in 1..=BUILD_ATTEMPTS {
@@ -373,8 +380,11 @@ fn build(
                 std::thread::sleep(wait.min(TIMESTAMP_SLACK));
             }
         }
-        // Both removed when dropped, on every path (the object only if not persisted).
+        // All removed when dropped, on every path (the shared object only if not persisted).
         let object_path = temp(".so")
+            .map_err(io_err("create a temporary object file in", dir))?
+            .into_temp_path();
+        let compiled_path = temp(".o")
             .map_err(io_err("create a temporary object file in", dir))?
             .into_temp_path();
         let depfile_path = temp(".d")
@@ -388,30 +398,34 @@ fn build(
                 .iter()
                 .map(|d| format!("-D{}={}", d.name, d.value)),
         );
-        args.extend(language.fixed_flags().iter().map(|f| (*f).to_owned()));
-        args.extend(["-MD".into(), "-MF".into()]);
+        args.extend(
+            language
+                .fixed_flags()
+                .iter()
+                .filter(|f| **f != "-shared")
+                .map(|f| (*f).to_owned()),
+        );
+        args.extend(["-c".into(), "-MD".into(), "-MF".into()]);
         args.push(depfile_path.to_string_lossy().into_owned());
-        args.push("-o".into());
-        args.push(object_path.to_string_lossy().into_owned());
+        args.extend(["-MT".into(), DEPFILE_TARGET.into(), "-o".into()]);
+        args.push(compiled_path.to_string_lossy().into_owned());
         args.push(source_path.to_string_lossy().into_owned());
-        let (program, mut command_args) = compiler_command(&kernel.compiler)?;
-        command_args.extend(args);
-        let args = command_args;
-        let command = render_command(&program, &args);
-        log::debug!("cpu: compiling `{}`: {command}", kernel.source_name);
 
         let started = SystemTime::now();
-        let outcome = subprocess::run(Command::new(&program).args(&args), limits)
-            .map_err(|e| spawn_error(&program, e))?;
-        let (status, output) = finished(outcome, &command, timeout)?;
-        if !status.success() {
-            return Err(CpuError::Compile {
+        run_compiler(kernel, "compiling", args, limits, timeout).map_err(|e| match e {
+            CpuError::Compile { command, log, .. } => CpuError::Compile {
                 command,
-                log: compiler_log(status, &output),
+                log,
                 dependencies: read_dependencies(kernel, &depfile_path, &source_path)
                     .unwrap_or_default(),
-            });
-        }
+            },
+            other => other,
+        })?;
+        let mut args = link_flags(&kernel.flags);
+        args.extend(["-fPIC".into(), "-shared".into(), "-o".into()]);
+        args.push(object_path.to_string_lossy().into_owned());
+        args.push(compiled_path.to_string_lossy().into_owned());
+        run_compiler(kernel, "linking", args, limits, timeout)?;
         let deps = read_dependencies(kernel, &depfile_path, &source_path)?;
         match digest_dependencies(&deps, started)? {
             Ok(digests) => {
@@ -444,6 +458,120 @@ fn build(
         source_name: kernel.source_name.clone(),
         path,
     })
+}
+
+/// Runs the kernel's compiler command with `args` (`step` says which, for the log).
+///
+/// # Errors
+///
+/// The compiler cannot be run, runs past the deadline, or fails ([`CpuError::Compile`], with
+/// no dependencies: the caller adds those it knows).
+fn run_compiler(
+    kernel: &CKernel,
+    step: &str,
+    args: Vec<String>,
+    limits: &Limits<'_>,
+    timeout: Duration,
+) -> Result<(), CpuError> {
+    let (program, mut command_args) = compiler_command(&kernel.compiler)?;
+    command_args.extend(args);
+    let command = render_command(&program, &command_args);
+    log::debug!("cpu: {step} `{}`: {command}", kernel.source_name);
+    let outcome = subprocess::run(Command::new(&program).args(&command_args), limits)
+        .map_err(|e| spawn_error(&program, e))?;
+    let (status, output) = finished(outcome, &command, timeout)?;
+    if !status.success() {
+        return Err(CpuError::Compile {
+            command,
+            log: compiler_log(status, &output),
+            dependencies: Vec::new(),
+        });
+    }
+    Ok(())
+}
+
+/// The source compiled for base key `base`: `<dir>/src/<base><suffix>`, written once (to a
+/// temporary file renamed into place, so concurrent builds see a whole file) and kept, so that
+/// every build of that key compiles the same file, as a compiler cache needs.
+///
+/// # Errors
+///
+/// [`CpuError::Io`]: the folder or the file cannot be written.
+fn stable_source(
+    dir: &Path,
+    base: &str,
+    language: Language,
+    text: &str,
+) -> Result<PathBuf, CpuError> {
+    let sources = dir.join("src");
+    let path = sources.join(format!("{base}{}", language.suffix()));
+    if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+        return Ok(path);
+    }
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&sources)
+        .map_err(io_err("create the kernel sources folder", &sources))?;
+    let mut file = tempfile::Builder::new()
+        .prefix(".tunebox-")
+        .suffix(language.suffix())
+        .tempfile_in(&sources)
+        .map_err(io_err("create a temporary source file in", &sources))?;
+    file.write_all(text.as_bytes())
+        .map_err(io_err("write the kernel source to", file.path()))?;
+    file.persist(&path)
+        .map_err(|e| io_err("move the kernel source to", &path)(e.error))?;
+    Ok(path)
+}
+
+/// The kernel's flags that still mean something when linking objects: without those that only
+/// preprocessing or compiling reads (`-D`, `-U`, `-I` and the other include-path options,
+/// `-include`, `-imacros`, `-x`, the `-M` dependency options, `-c`, `-E`, `-S`), each with its
+/// separate argument when it has one (`-I dir`, `-include h.h`, `-x c++`).
+pub(crate) fn link_flags(flags: &[String]) -> Vec<String> {
+    /// Options whose value may be the next argument.
+    const WITH_VALUE: [&str; 12] = [
+        "-D",
+        "-U",
+        "-I",
+        "-include",
+        "-imacros",
+        "-isystem",
+        "-iquote",
+        "-idirafter",
+        "-x",
+        "-MF",
+        "-MT",
+        "-MQ",
+    ];
+    /// Prefixes of options that only preprocessing or compiling reads.
+    const COMPILE_ONLY: [&str; 9] = [
+        "-D",
+        "-U",
+        "-I",
+        "-include",
+        "-imacros",
+        "-isystem",
+        "-iquote",
+        "-idirafter",
+        "-x",
+    ];
+    let mut kept = Vec::with_capacity(flags.len());
+    let mut words = flags.iter();
+    while let Some(flag) = words.next() {
+        if WITH_VALUE.contains(&flag.as_str()) {
+            words.next();
+            continue;
+        }
+        let dependency_option = flag.starts_with("-M") && !flag.starts_with("-Wl");
+        if dependency_option
+            || ["-c", "-E", "-S"].contains(&flag.as_str())
+            || COMPILE_ONLY.iter().any(|p| flag.starts_with(p))
+        {
+            continue;
+        }
+        kept.push(flag.clone());
+    }
+    kept
 }
 
 fn validate(kernel: &CKernel) -> Result<(), CpuError> {

@@ -106,11 +106,13 @@ fn cache_files<'a>(artifacts: impl IntoIterator<Item = &'a Artifact>) -> Vec<Str
     names
 }
 
-/// Files in `dir`, sorted.
+/// Files in `dir`, sorted (not folders: the kernel sources live in `src/`).
 fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .map(|e| e.unwrap())
+        .filter(|e| !e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
     names
@@ -223,7 +225,7 @@ fn syntax_error_cites_the_users_file_and_line() {
     let (command, log) = compile_error(&kernel, &add_signature());
     assert!(log.contains("kernels/add.c:4:"), "{log}");
     assert!(
-        command.starts_with("cc -O2 -DOFFSET=0.5f -fPIC -shared "),
+        command.starts_with("cc -O2 -DOFFSET=0.5f -fPIC -Werror=") && command.contains(" -c "),
         "{command}"
     );
     assert!(
@@ -1228,4 +1230,121 @@ fn a_compiler_that_floods_its_output_and_fails_gives_a_bounded_log() {
     );
     assert!(log.len() < 65 * 1024, "{} bytes", log.len());
     assert!(log.ends_with(" more bytes of compiler output]"), "{log}");
+}
+
+/// A compiler command that records each of its command lines in `log`, then runs `cc`.
+fn logging_compiler(dir: &Path, log: &Path) -> String {
+    let script = dir.join("logging-cc");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec cc \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    script.display().to_string()
+}
+
+/// Compiling and linking are two commands (a compiler launcher such as ccache caches only the
+/// first): the compile of a stable source, with `-c`, then the link of its object, without
+/// the flags only compiling reads.
+#[test]
+fn compile_and_link_are_separate_commands() {
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("commands.log");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let mut kernel = add_kernel();
+    kernel.compiler = logging_compiler(tools.path(), &log);
+    kernel.flags = vec![
+        "-O2".into(),
+        "-I".into(),
+        "/nonexistent".into(),
+        "-lm".into(),
+    ];
+    let first = compile(&kernel, &add_signature(), &cache).unwrap();
+    let commands = fs::read_to_string(&log).unwrap();
+    let commands: Vec<&str> = commands
+        .lines()
+        .filter(|l| !l.contains("--version"))
+        .collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let (compile_line, link_line) = (commands[0], commands[1]);
+    assert!(
+        compile_line.contains(" -c ") && !compile_line.contains("-shared"),
+        "{compile_line}"
+    );
+    assert!(compile_line.contains("-DOFFSET=0.5f") && compile_line.contains("-I /nonexistent"));
+    assert!(
+        compile_line.contains("/src/") && compile_line.ends_with(".c"),
+        "{compile_line}"
+    );
+    assert!(
+        link_line.contains("-shared") && link_line.ends_with(".o"),
+        "{link_line}"
+    );
+    assert!(
+        link_line.contains("-O2") && link_line.contains("-lm"),
+        "{link_line}"
+    );
+    assert!(
+        !link_line.contains("-DOFFSET") && !link_line.contains("/nonexistent"),
+        "{link_line}"
+    );
+    // The object still runs, is cached, and nothing temporary is left.
+    assert!(
+        compile(&kernel, &add_signature(), &cache)
+            .unwrap()
+            .was_cached()
+    );
+    assert_eq!(entries(cache_dir.path()), cache_files([&first]));
+}
+
+/// With `CC="ccache cc"`, a build tunebox's own cache no longer has is a ccache hit (when
+/// ccache is installed; `apt-get install ccache`).
+#[test]
+fn ccache_gets_hits_on_a_second_build() {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("ccache").is_file()));
+    if !found {
+        eprintln!(
+            "skipped: ccache is not installed (compile_and_link_are_separate_commands checks the two commands)"
+        );
+        return;
+    }
+    let ccache_dir = tempfile::tempdir().unwrap();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path().join("cpu"));
+    let mut kernel = add_kernel();
+    kernel.compiler = format!("env CCACHE_DIR={} ccache cc", ccache_dir.path().display());
+    let first = compile(&kernel, &add_signature(), &cache).unwrap();
+    assert!(!first.was_cached());
+    // tunebox's own cache is gone: the next build runs the compiler again, through ccache.
+    fs::remove_dir_all(cache_dir.path().join("cpu")).unwrap();
+    let second = compile(&kernel, &add_signature(), &cache).unwrap();
+    assert!(!second.was_cached());
+    assert_eq!(
+        second.key(),
+        first.key(),
+        "the same headers, the same artifact key"
+    );
+    let stats = std::process::Command::new("ccache")
+        .arg("--print-stats")
+        .env("CCACHE_DIR", ccache_dir.path())
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&stats.stdout).into_owned();
+    let count = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        count("direct_cache_hit") + count("preprocessed_cache_hit") >= 1,
+        "{stats}"
+    );
+    assert_eq!(count("cache_miss"), 1, "{stats}");
 }

@@ -1,7 +1,9 @@
 //! The `cuda` backend: compile (a cache hit), load, check the launch, allocate, call once, time.
 
 use cudarc::driver::sys::CUfunction_attribute as F;
-use tunebox_bench::{Backend, Runner, check_budget, do_bench_within, report_progress, summarize};
+use tunebox_bench::{
+    Backend, Restore, Runner, check_budget, do_bench_within, report_progress, summarize,
+};
 use tunebox_protocol::{
     Arg, BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
     TensorData,
@@ -82,7 +84,7 @@ impl CudaBackend {
     /// A backend caching compiled kernels in [`CacheDir::from_env`] (or nowhere, when the
     /// environment names no cache directory). Touches neither the disk nor the driver.
     pub fn new() -> Self {
-        Self::with_cache(CacheDir::from_env())
+        Self::with_cache(CacheDir::from_env(crate::cache::BACKEND))
     }
 
     /// A backend caching compiled kernels in `cache`, or nowhere with `None`.
@@ -192,13 +194,7 @@ impl CudaBackend {
             ),
             stream,
             tensors: &tensors,
-            restore: request
-                .tensors
-                .iter()
-                .enumerate()
-                .filter(|(_, spec)| spec.reset)
-                .map(|(i, _)| i)
-                .collect(),
+            restore: Restore::resets(&request.tensors),
             flusher: if cold { state.flusher.as_mut() } else { None },
             delay: state.delay.as_ref().and_then(Option::as_ref),
             start: Event::new()?,
@@ -228,18 +224,9 @@ impl CudaBackend {
         // A kernel too slow for its time budget says so now, rather than being killed later.
         check_budget(&request.timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's restore_value).
-        let mut mutated = Vec::new();
-        for (i, tensor) in tensors.iter().enumerate() {
-            let spec = tensor.spec();
-            if !spec.output && !spec.reset && !tensor.is_pristine(stream)? {
-                mutated.push(i);
-            }
-        }
-        let mutated_inputs = mutated
-            .iter()
-            .map(|&i| request.tensors[i].name.clone())
-            .collect();
-        runner.restore.extend(mutated);
+        let mutated_inputs = runner.restore.add_written_inputs(&request.tensors, |i| {
+            tensors[i].is_pristine(stream).map(|pristine| !pristine)
+        })?;
 
         let stats = do_bench_within(&mut runner, &request.timing, started)?;
 

@@ -5,126 +5,68 @@
 //! in the directory and renamed into place, so a reader sees a whole artifact or none; a file
 //! that does not parse is a miss (and is overwritten by the next compilation).
 
-use std::ffi::OsString;
-use std::fs::DirBuilder;
 use std::io::{Read as _, Write as _};
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use tunebox_bench::CacheDir;
 
 use tunebox_protocol::Define;
 
 use crate::driver::ImageKind;
 
-pub use tunebox_protocol::CACHE_DIR_ENV;
+/// The backend's name in the cache root: compiled CUDA kernels live in `<root>/cuda`.
+pub(crate) const BACKEND: &str = "cuda";
 
-/// The directory holding compiled CUDA kernels.
-///
-/// Created (mode 0700, with missing parents) on first write, not by the constructors.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheDir {
-    path: PathBuf,
+/// The file of `key` in `cache`.
+pub(crate) fn artifact_path(cache: &CacheDir, key: &ArtifactKey) -> PathBuf {
+    cache.path().join(format!("{}.cuda", key.0))
 }
 
-impl CacheDir {
-    /// Uses `path` itself as the cache directory (no `cuda` suffix is added).
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+/// The artifact stored under `key`, or `None` (missing, unreadable or corrupt: a miss; a
+/// directory that is not private: always a miss, with a warning).
+pub(crate) fn load(cache: &CacheDir, key: &ArtifactKey) -> Option<Artifact> {
+    if let Some(why) = cache.untrusted() {
+        log::warn!("cuda: not using the kernel cache: {why}");
+        return None;
     }
-
-    /// The default: `$TUNEBOX_CACHE_DIR/cuda` if that variable is set, else
-    /// `$XDG_CACHE_HOME/tunebox/cuda` (when it is an absolute path), else
-    /// `$HOME/.cache/tunebox/cuda`; `None` when none of the three is usable (empty variables
-    /// count as unset). The same rules as the cpu backend's cache, in a sibling directory.
-    pub fn from_env() -> Option<Self> {
-        Self::from_vars(|name| std::env::var_os(name))
-    }
-
-    fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Option<Self> {
-        tunebox_protocol::cache_root(var).map(|root| Self::new(root.join("cuda")))
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The file of `key`.
-    pub(crate) fn artifact_path(&self, key: &ArtifactKey) -> PathBuf {
-        self.path.join(format!("{}.cuda", key.0))
-    }
-
-    /// Why the directory must not be trusted, or `None` when it is private: it must belong to
-    /// this user and be writable by nobody else (as the cpu cache), since whoever can write it
-    /// chooses the code the GPU runs. A directory that does not exist yet is fine.
-    fn untrusted(&self) -> Option<String> {
-        use std::os::unix::fs::MetadataExt as _;
-        let metadata = std::fs::metadata(&self.path).ok()?;
-        let me = rustix::process::geteuid().as_raw();
-        (metadata.uid() != me || metadata.mode() & 0o022 != 0).then(|| {
-            format!(
-                "`{}` belongs to uid {} with mode {:o}; it must be yours and writable only by \
-                 you (chmod 700)",
-                self.path.display(),
-                metadata.uid(),
-                metadata.mode() & 0o7777
-            )
-        })
-    }
-
-    /// The artifact stored under `key`, or `None` (missing, unreadable or corrupt: a miss; a
-    /// directory that is not private: always a miss, with a warning).
-    pub(crate) fn load(&self, key: &ArtifactKey) -> Option<Artifact> {
-        if let Some(why) = self.untrusted() {
-            log::warn!("cuda: not using the kernel cache: {why}");
+    let path = artifact_path(cache, key);
+    let mut bytes = Vec::new();
+    match std::fs::File::open(&path).and_then(|f| f.take(MAX_BYTES).read_to_end(&mut bytes)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            log::warn!("cuda: ignoring unreadable `{}`: {e}", path.display());
             return None;
         }
-        let path = self.artifact_path(key);
-        let mut bytes = Vec::new();
-        match std::fs::File::open(&path).and_then(|f| f.take(MAX_BYTES).read_to_end(&mut bytes)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                log::warn!("cuda: ignoring unreadable `{}`: {e}", path.display());
-                return None;
-            }
-        }
-        let artifact = Artifact::decode(&bytes);
-        if artifact.is_none() {
-            log::warn!("cuda: ignoring corrupt `{}`", path.display());
-        }
-        artifact
     }
+    let artifact = Artifact::decode(&bytes);
+    if artifact.is_none() {
+        log::warn!("cuda: ignoring corrupt `{}`", path.display());
+    }
+    artifact
+}
 
-    /// Stores `artifact` under `key` atomically (temporary file + rename). A failure is logged
-    /// and otherwise ignored: the kernel was compiled, only the next compile is not saved.
-    pub(crate) fn store(&self, key: &ArtifactKey, artifact: &Artifact) {
-        if let Err(e) = self.try_store(key, artifact) {
-            log::warn!(
-                "cuda: could not cache a compiled kernel in `{}`: {e}",
-                self.path.display()
-            );
-        }
+/// Stores `artifact` under `key` atomically (temporary file + rename). A failure is logged
+/// and otherwise ignored: the kernel was compiled, only the next compile is not saved.
+pub(crate) fn store(cache: &CacheDir, key: &ArtifactKey, artifact: &Artifact) {
+    if let Err(e) = try_store(cache, key, artifact) {
+        log::warn!(
+            "cuda: could not cache a compiled kernel in `{}`: {e}",
+            cache.path().display()
+        );
     }
+}
 
-    fn try_store(&self, key: &ArtifactKey, artifact: &Artifact) -> std::io::Result<()> {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.path)?;
-        if let Some(why) = self.untrusted() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                why,
-            ));
-        }
-        let mut file = tempfile::Builder::new()
-            .prefix(".tunebox-")
-            .suffix(".cuda")
-            .tempfile_in(&self.path)?;
-        file.write_all(&artifact.encode())?;
-        file.persist(self.artifact_path(key)).map_err(|e| e.error)?;
-        Ok(())
-    }
+fn try_store(cache: &CacheDir, key: &ArtifactKey, artifact: &Artifact) -> std::io::Result<()> {
+    let dir = cache.ensure()?;
+    let mut file = tempfile::Builder::new()
+        .prefix(".tunebox-")
+        .suffix(".cuda")
+        .tempfile_in(dir)?;
+    file.write_all(&artifact.encode())?;
+    file.persist(artifact_path(cache, key))
+        .map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A larger cache file is treated as corrupt rather than read.
@@ -334,14 +276,14 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let cache = CacheDir::new(root.path().join("nested").join("cuda"));
         let key = key_with(|_| {});
-        assert_eq!(cache.load(&key), None);
+        assert_eq!(load(&cache, &key), None);
         let artifact = Artifact {
             kind: ImageKind::Ptx,
             image: b".version 8.0\n".to_vec(),
             lowered_name: "k".into(),
         };
-        cache.store(&key, &artifact);
-        assert_eq!(cache.load(&key), Some(artifact));
+        store(&cache, &key, &artifact);
+        assert_eq!(load(&cache, &key), Some(artifact));
         let mode = std::fs::metadata(cache.path())
             .unwrap()
             .permissions()
@@ -353,8 +295,8 @@ mod tests {
             .collect();
         assert_eq!(names, [format!("{}.cuda", key.0)], "no temporary file left");
         // A corrupt file is a miss.
-        std::fs::write(cache.artifact_path(&key), b"garbage").unwrap();
-        assert_eq!(cache.load(&key), None);
+        std::fs::write(artifact_path(&cache, &key), b"garbage").unwrap();
+        assert_eq!(load(&cache, &key), None);
     }
 
     #[test]
@@ -368,34 +310,18 @@ mod tests {
             image: b".version 8.0\n".to_vec(),
             lowered_name: "k".into(),
         };
-        cache.store(&key, &artifact);
-        assert_eq!(cache.load(&key), Some(artifact.clone()));
+        store(&cache, &key, &artifact);
+        assert_eq!(load(&cache, &key), Some(artifact.clone()));
         let open = std::fs::Permissions::from_mode(0o777);
         std::fs::set_permissions(cache.path(), open).unwrap();
-        assert_eq!(cache.load(&key), None, "a world-writable cache is a miss");
+        assert_eq!(load(&cache, &key), None, "a world-writable cache is a miss");
         let other = key_with(|k| k.entry = "other");
-        cache.store(&other, &artifact);
+        store(&cache, &other, &artifact);
         assert!(
-            !cache.artifact_path(&other).exists(),
+            !artifact_path(&cache, &other).exists(),
             "nothing is stored there"
         );
         std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert_eq!(cache.load(&key), Some(artifact));
-    }
-
-    fn resolve(vars: &[(&str, &str)]) -> Option<CacheDir> {
-        CacheDir::from_vars(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| OsString::from(v))
-        })
-    }
-
-    #[test]
-    fn compiled_cuda_kernels_live_in_the_cuda_subdirectory_of_the_cache_root() {
-        // The root's own rules are tested with `tunebox_protocol::cache_root`.
-        let vars = [(CACHE_DIR_ENV, "/t"), ("HOME", "/h")];
-        assert_eq!(resolve(&vars).unwrap().path(), Path::new("/t/cuda"));
-        assert_eq!(resolve(&[]), None);
+        assert_eq!(load(&cache, &key), Some(artifact));
     }
 }

@@ -19,7 +19,8 @@ use std::ptr;
 use cudarc::nvrtc::sys as nvrtc;
 use tunebox_protocol::{BenchError, CudaCode, CudaKernel, Define};
 
-use crate::cache::{Artifact, ArtifactKey, CacheDir, KeyInputs};
+use crate::CacheDir;
+use crate::cache::{self, Artifact, ArtifactKey, KeyInputs};
 use crate::driver::ImageKind;
 use crate::probe;
 
@@ -189,14 +190,14 @@ pub(crate) fn artifact(
         nvrtc_version: compiler.version,
         arch: &target.arch,
     });
-    if let Some(artifact) = cache.and_then(|c| c.load(&key)) {
+    if let Some(artifact) = cache.and_then(|c| cache::load(c, &key)) {
         log::debug!("cuda: cache hit for `{name}` ({})", key.0);
         return Ok((artifact, name.clone()));
     }
     let options = nvrtc_options(kernel, &target);
     let artifact = compile(text, name, &kernel.entry, &options, target.kind)?;
     if let Some(cache) = cache {
-        cache.store(&key, &artifact);
+        cache::store(cache, &key, &artifact);
     }
     Ok((artifact, name.clone()))
 }
@@ -546,7 +547,7 @@ mod tests {
             lowered_name: "marked".into(),
             ..first.clone()
         };
-        cache.store(&key, &marked);
+        cache::store(&cache, &key, &marked);
         let second = compile_for_hopper(text, "k", &[("BM", "1")], Some(&cache)).unwrap();
         assert_eq!(second, marked);
         // Another define is another key: compiled afresh.

@@ -70,10 +70,11 @@ mod tensors;
 mod timing;
 
 pub use backend::CudaBackend;
-pub use cache::{CACHE_DIR_ENV, CacheDir};
 pub use device::DeviceLimits;
 pub use fault::{Stickiness, error_name, stickiness};
 pub use launch::{FunctionLimits, LaunchPlan, validate_launch};
+pub use tunebox_bench::CacheDir;
+pub use tunebox_protocol::CACHE_DIR_ENV;
 
 #[cfg(test)]
 mod tests {

@@ -227,12 +227,13 @@ fn probe_driver() -> Result<Driver, BenchError> {
     ) {
         Ok(opened) => opened,
         Err(OpenError::NotFound { tried, message }) => {
+            log::debug!("cuda: no driver library; tried {}", tried.join(", "));
             return Err(unavailable(
                 DRIVER_LIBRARY,
                 format!(
-                    "{message} (also tried: {}). The cuda backend needs the NVIDIA driver (R580 \
-                     or newer, CUDA 13.0); on a machine without a GPU use the cpu backend",
-                    tried.join(", ")
+                    "{message} (nor under {} other names). No NVIDIA driver is installed \
+                     here; the cuda backend needs one (R580 or newer, CUDA 13.0)",
+                    tried.len()
                 ),
             ));
         }
@@ -276,12 +277,13 @@ fn probe_nvrtc() -> Result<Nvrtc, BenchError> {
     let opened = match open("nvrtc", "libnvrtc.so.13", NVRTC_SYMBOLS, &[]) {
         Ok(opened) => opened,
         Err(OpenError::NotFound { tried, message }) => {
+            log::debug!("cuda: no NVRTC library; tried {}", tried.join(", "));
             return Err(BenchError::CompilerUnavailable {
                 detail: format!(
-                    "{message} (also tried: {}). Install the CUDA toolkit's NVRTC (libnvrtc.so.13) \
-                     and put its directory on LD_LIBRARY_PATH, or pass PTX or a cubin instead of \
-                     source",
-                    tried.join(", ")
+                    "{message} (nor under {} other names). Install the CUDA toolkit's \
+                     NVRTC (libnvrtc.so.13) and put its directory on \
+                     LD_LIBRARY_PATH, or pass PTX or a cubin instead of source",
+                    tried.len()
                 ),
             });
         }

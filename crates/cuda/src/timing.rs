@@ -17,7 +17,7 @@
 
 use std::ffi::c_void;
 
-use tunebox_bench::Runner;
+use tunebox_bench::{Restore, Runner};
 use tunebox_protocol::{Arg, BenchError, LaunchConfig, Scalar};
 
 use crate::driver::{DeviceBuffer, Event, Function, ImageKind, Module, Stream};
@@ -170,8 +170,8 @@ pub(crate) struct CudaRunner<'a> {
     pub(crate) arguments: Arguments,
     pub(crate) stream: &'a Stream,
     pub(crate) tensors: &'a [DeviceTensor],
-    /// Indices of the tensors restored before every call.
-    pub(crate) restore: Vec<usize>,
+    /// The tensors restored before every call after the first.
+    pub(crate) restore: Restore,
     pub(crate) flusher: Option<&'a mut L2Flusher>,
     pub(crate) delay: Option<&'a DelayKernel>,
     pub(crate) start: Event,
@@ -232,7 +232,7 @@ impl Runner for CudaRunner<'_> {
     }
 
     fn restore(&mut self) -> Result<(), BenchError> {
-        for &i in &self.restore {
+        for &i in self.restore.indices() {
             self.tensors[i].reset(self.stream)?;
         }
         Ok(())

@@ -4,12 +4,12 @@
 ///
 /// Every variant carries the expression's text; evaluation errors also carry the sub-expression
 /// that failed (`part`), so that a message can say which part of which restriction went wrong.
-/// The evaluation variants follow Python's exceptions ([`Error::python_exception`] names the
-/// one Python raises), except [`Error::IntOverflow`] and [`Error::Unsupported`], which are
+/// The evaluation variants follow Python's exceptions ([`ExprError::python_exception`] names the
+/// one Python raises), except [`ExprError::IntOverflow`] and [`ExprError::Unsupported`], which are
 /// limits of this evaluator where Python would have given a value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ExprError {
     /// The text is not an expression this crate understands.
     #[error("cannot parse `{text}`: at column {column}, expected {expected}, found {found}")]
     Parse {
@@ -106,17 +106,17 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl ExprError {
     /// The name of the exception Python raises for the same expression over the same values
     /// (`"ZeroDivisionError"`, `"OverflowError"`, `"TypeError"`, `"ValueError"`), or `None`
     /// for parse and binding errors and for the limits of this evaluator
-    /// ([`Error::IntOverflow`], [`Error::Unsupported`]), where Python gives a value.
+    /// ([`ExprError::IntOverflow`], [`ExprError::Unsupported`]), where Python gives a value.
     pub fn python_exception(&self) -> Option<&'static str> {
         match self {
-            Error::ZeroDivision { .. } => Some("ZeroDivisionError"),
-            Error::Overflow { .. } => Some("OverflowError"),
-            Error::Type { .. } => Some("TypeError"),
-            Error::Value { .. } => Some("ValueError"),
+            ExprError::ZeroDivision { .. } => Some("ZeroDivisionError"),
+            ExprError::Overflow { .. } => Some("OverflowError"),
+            ExprError::Type { .. } => Some("TypeError"),
+            ExprError::Value { .. } => Some("ValueError"),
             _ => None,
         }
     }

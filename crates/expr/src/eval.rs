@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::builtins::{self, Func};
-use crate::error::Error;
+use crate::error::ExprError;
 use crate::ops::{self, BinOp, CmpOp, Fault, FaultKind};
 use crate::parse::{self, Kind, Node, Span};
 use crate::value::Value;
@@ -24,10 +24,10 @@ impl Expr {
     ///
     /// # Errors
     ///
-    /// [`Error::Parse`], with the column, what was found and what was expected there, when
+    /// [`ExprError::Parse`], with the column, what was found and what was expected there, when
     /// the text is not Python or uses what this crate does not support (`None`, `is`, calls of
     /// unknown functions, a list outside `in` / `min` / `max`, a complex literal).
-    pub fn parse(text: &str) -> Result<Expr, Error> {
+    pub fn parse(text: &str) -> Result<Expr, ExprError> {
         let parsed = parse::parse(text)?;
         Ok(Expr {
             text: text.to_owned(),
@@ -52,12 +52,12 @@ impl Expr {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownName`] for the first variable that is not in `names`.
-    pub fn bind<S: AsRef<str>>(&self, names: &[S]) -> Result<Compiled, Error> {
+    /// [`ExprError::UnknownName`] for the first variable that is not in `names`.
+    pub fn bind<S: AsRef<str>>(&self, names: &[S]) -> Result<Compiled, ExprError> {
         let mut slots = Vec::with_capacity(self.variables.len());
         for variable in &self.variables {
             let Some(slot) = names.iter().position(|n| n.as_ref() == variable) else {
-                return Err(Error::UnknownName {
+                return Err(ExprError::UnknownName {
                     text: self.text.clone(),
                     name: variable.clone(),
                     known: names.iter().map(|n| n.as_ref().to_owned()).collect(),
@@ -143,14 +143,14 @@ impl Compiled {
     ///
     /// # Errors
     ///
-    /// [`Error::BindingCount`] when `values` does not hold one value per bound name; the
-    /// evaluation errors ([`Error::ZeroDivision`], [`Error::Type`], [`Error::Value`],
-    /// [`Error::Overflow`], [`Error::IntOverflow`], [`Error::Unsupported`]) name the
+    /// [`ExprError::BindingCount`] when `values` does not hold one value per bound name; the
+    /// evaluation errors ([`ExprError::ZeroDivision`], [`ExprError::Type`], [`ExprError::Value`],
+    /// [`ExprError::Overflow`], [`ExprError::IntOverflow`], [`ExprError::Unsupported`]) name the
     /// sub-expression that failed. As in Python, `and`, `or` and `x if c else y` do not
     /// evaluate the operand they skip, so `b != 0 and a % b == 0` never divides by zero.
-    pub fn eval<'a>(&'a self, values: &[Value<'a>]) -> Result<Value<'a>, Error> {
+    pub fn eval<'a>(&'a self, values: &[Value<'a>]) -> Result<Value<'a>, ExprError> {
         if values.len() != self.arity {
-            return Err(Error::BindingCount {
+            return Err(ExprError::BindingCount {
                 text: self.text.clone(),
                 expected: self.arity,
                 got: values.len(),
@@ -166,9 +166,9 @@ impl Compiled {
     /// # Errors
     ///
     /// As [`Compiled::eval`].
-    pub fn eval_bool(&self, values: &[Value<'_>]) -> Result<bool, Error> {
+    pub fn eval_bool(&self, values: &[Value<'_>]) -> Result<bool, ExprError> {
         if values.len() != self.arity {
-            return Err(Error::BindingCount {
+            return Err(ExprError::BindingCount {
                 text: self.text.clone(),
                 expected: self.arity,
                 got: values.len(),
@@ -180,7 +180,7 @@ impl Compiled {
         }
     }
 
-    fn error(&self, Located(located): Located) -> Error {
+    fn error(&self, Located(located): Located) -> ExprError {
         let (fault, span) = *located;
         let part = self.text[span.start as usize..span.end as usize].to_owned();
         fault_error(fault, self.text.clone(), part)
@@ -394,31 +394,31 @@ fn in_value(needle: Value<'_>, haystack: Value<'_>) -> Result<bool, Fault> {
 }
 
 /// The error of `fault` in the expression `text`, at its sub-expression `part`.
-fn fault_error(fault: Fault, text: String, part: String) -> Error {
+fn fault_error(fault: Fault, text: String, part: String) -> ExprError {
     let message = fault.message.into_owned();
     match fault.kind {
-        FaultKind::ZeroDivision => Error::ZeroDivision {
+        FaultKind::ZeroDivision => ExprError::ZeroDivision {
             text,
             part,
             message,
         },
-        FaultKind::Overflow => Error::Overflow {
+        FaultKind::Overflow => ExprError::Overflow {
             text,
             part,
             message,
         },
-        FaultKind::Type => Error::Type {
+        FaultKind::Type => ExprError::Type {
             text,
             part,
             message,
         },
-        FaultKind::Value => Error::Value {
+        FaultKind::Value => ExprError::Value {
             text,
             part,
             message,
         },
-        FaultKind::IntOverflow => Error::IntOverflow { text, part },
-        FaultKind::Unsupported => Error::Unsupported {
+        FaultKind::IntOverflow => ExprError::IntOverflow { text, part },
+        FaultKind::Unsupported => ExprError::Unsupported {
             text,
             part,
             what: message,
@@ -440,14 +440,14 @@ fn fault_error(fault: Fault, text: String, part: String) -> Error {
 ///     operate("%", Value::Int(1), Value::Int(0)).unwrap_err().to_string(),
 ///     "`1 % 0`: integer modulo by zero in `1 % 0`"
 /// );
-/// # Ok::<(), tunebox_expr::Error>(())
+/// # Ok::<(), tunebox_expr::ExprError>(())
 /// ```
 ///
 /// # Errors
 ///
-/// What Python would raise (as for [`Compiled::eval`]), and [`Error::Unsupported`] for an
+/// What Python would raise (as for [`Compiled::eval`]), and [`ExprError::Unsupported`] for an
 /// operator outside the list.
-pub fn operate<'a>(op: &str, a: Value<'a>, b: Value<'a>) -> Result<Value<'a>, Error> {
+pub fn operate<'a>(op: &str, a: Value<'a>, b: Value<'a>) -> Result<Value<'a>, ExprError> {
     let text = format!("{a} {op} {b}");
     let result = match op {
         "<" | "<=" | ">" | ">=" | "==" | "!=" => {

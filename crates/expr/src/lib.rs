@@ -12,7 +12,7 @@
 //! - [`Compiled`]: an [`Expr`] bound to an order of names ([`Expr::bind`]);
 //!   [`Compiled::eval`] and [`Compiled::eval_bool`] evaluate it over one [`Value`] per name.
 //! - [`Value`]: `bool`, `int` (`i64`), `float`, `str`; `Copy`, strings borrowed.
-//! - [`Error`]: the one error type; parse errors give the column and what was expected,
+//! - [`ExprError`]: the one error type; parse errors give the column and what was expected,
 //!   evaluation errors name the sub-expression and the exception Python would raise.
 //!
 //! It is meant for the tuning engine (`tunebox-tune`) to evaluate restrictions and metrics;
@@ -40,7 +40,7 @@
 //! let err = ratio.eval(&[Value::Int(1), Value::Int(0)]).unwrap_err();
 //! assert_eq!(err.python_exception(), Some("ZeroDivisionError"));
 //! assert_eq!(err.to_string(), "`a / b > 2`: division by zero in `a / b`");
-//! # Ok::<(), tunebox_expr::Error>(())
+//! # Ok::<(), tunebox_expr::ExprError>(())
 //! ```
 //!
 //! # Speed
@@ -53,13 +53,13 @@
 //!
 //! # What differs from Python
 //!
-//! - Ints are `i64`: a result outside it is [`Error::IntOverflow`] where Python would give a
+//! - Ints are `i64`: a result outside it is [`ExprError::IntOverflow`] where Python would give a
 //!   bigger int. True division of ints larger than 2**53 rounds the operands to floats first.
 //! - Lists and tuples are understood only as the last operand of `in` / `not in` and as the
 //!   one argument of `min` / `max`; `x in s` also works for strings (substring).
 //! - Expressions that would build a new string (`s + t`, `s * 2`), a complex number
 //!   (`(-8) ** 0.5`), use `None`, `is`, lambdas, comprehensions, slicing, attribute access
-//!   other than `math.`, or keyword arguments, are [`Error::Unsupported`] or parse errors.
+//!   other than `math.`, or keyword arguments, are [`ExprError::Unsupported`] or parse errors.
 //! - The functions are `min`, `max`, `abs`, `int`, `float`, `bool`, `round`, `pow` (two
 //!   arguments), tunebox's `ceil_div(a, b)` (not Python's: `-(-a // b)`, the ceiling of `a / b`,
 //!   for launch geometry), `math.ceil`, `math.floor`, `math.sqrt`, `math.log` (one or two arguments),
@@ -77,6 +77,6 @@ mod ops;
 mod parse;
 mod value;
 
-pub use error::Error;
+pub use error::ExprError;
 pub use eval::{Compiled, Expr, operate};
 pub use value::Value;

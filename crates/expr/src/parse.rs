@@ -4,7 +4,7 @@
 //! calls and `math.` attributes.
 
 use crate::builtins::{BUILTINS, Func, MATH, MATH_CONSTANTS};
-use crate::error::Error;
+use crate::error::ExprError;
 use crate::ops::{BinOp, CmpOp, UnOp};
 
 /// A byte range of the expression's text.
@@ -106,7 +106,7 @@ pub(crate) struct Parsed {
     pub(crate) variables: Vec<String>,
 }
 
-pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
+pub(crate) fn parse(text: &str) -> Result<Parsed, ExprError> {
     let tokens = lex(text)?;
     let mut parser = Parser {
         text,
@@ -126,8 +126,8 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, Error> {
     })
 }
 
-fn parse_error(text: &str, at: usize, found: String, expected: &str) -> Error {
-    Error::Parse {
+fn parse_error(text: &str, at: usize, found: String, expected: &str) -> ExprError {
+    ExprError::Parse {
         text: text.to_owned(),
         column: text[..at.min(text.len())].chars().count() + 1,
         found,
@@ -135,7 +135,7 @@ fn parse_error(text: &str, at: usize, found: String, expected: &str) -> Error {
     }
 }
 
-fn lex(text: &str) -> Result<Vec<Token>, Error> {
+fn lex(text: &str) -> Result<Vec<Token>, ExprError> {
     let bytes = text.as_bytes();
     let mut tokens = Vec::new();
     let mut i = 0;
@@ -216,7 +216,7 @@ fn digits_end(bytes: &[u8], mut i: usize, radix: u32) -> usize {
     i
 }
 
-fn lex_number(text: &str, start: usize) -> Result<(Tok, usize), Error> {
+fn lex_number(text: &str, start: usize) -> Result<(Tok, usize), ExprError> {
     let bytes = text.as_bytes();
     let bad = |at: usize, what: &str| {
         let end = text[at..]
@@ -301,7 +301,7 @@ fn lex_number(text: &str, start: usize) -> Result<(Tok, usize), Error> {
     Ok((tok, end))
 }
 
-fn lex_string(text: &str, start: usize) -> Result<(String, usize), Error> {
+fn lex_string(text: &str, start: usize) -> Result<(String, usize), ExprError> {
     let quote = text[start..].chars().next().expect("a quote");
     let mut out = String::new();
     let mut chars = text[start + 1..].char_indices();
@@ -385,7 +385,7 @@ impl Parser<'_> {
         matches!(self.peek(), Tok::Name(n) if n == word)
     }
 
-    fn error_here(&self, expected: &str) -> Error {
+    fn error_here(&self, expected: &str) -> ExprError {
         let t = &self.tokens[self.pos];
         parse_error(
             self.text,
@@ -395,7 +395,7 @@ impl Parser<'_> {
         )
     }
 
-    fn expect_op(&mut self, op: &str, expected: &str) -> Result<Span, Error> {
+    fn expect_op(&mut self, op: &str, expected: &str) -> Result<Span, ExprError> {
         if self.is_op(op) {
             Ok(self.bump().span)
         } else {
@@ -404,7 +404,7 @@ impl Parser<'_> {
     }
 
     /// `or_test ['if' or_test 'else' expr]`
-    fn expr(&mut self) -> Result<Node, Error> {
+    fn expr(&mut self) -> Result<Node, ExprError> {
         let then = self.or_test()?;
         if !self.is_word("if") {
             return Ok(then);
@@ -427,7 +427,7 @@ impl Parser<'_> {
         })
     }
 
-    fn or_test(&mut self) -> Result<Node, Error> {
+    fn or_test(&mut self) -> Result<Node, ExprError> {
         let mut left = self.and_test()?;
         while self.is_word("or") {
             self.bump();
@@ -441,7 +441,7 @@ impl Parser<'_> {
         Ok(left)
     }
 
-    fn and_test(&mut self) -> Result<Node, Error> {
+    fn and_test(&mut self) -> Result<Node, ExprError> {
         let mut left = self.not_test()?;
         while self.is_word("and") {
             self.bump();
@@ -455,7 +455,7 @@ impl Parser<'_> {
         Ok(left)
     }
 
-    fn not_test(&mut self) -> Result<Node, Error> {
+    fn not_test(&mut self) -> Result<Node, ExprError> {
         if self.is_word("not") {
             let start = self.bump().span;
             let operand = self.not_test()?;
@@ -484,7 +484,7 @@ impl Parser<'_> {
         }
     }
 
-    fn comparison(&mut self) -> Result<Node, Error> {
+    fn comparison(&mut self) -> Result<Node, ExprError> {
         let first = self.bitor()?;
         let mut links = Vec::new();
         let mut prev = first.span;
@@ -519,8 +519,8 @@ impl Parser<'_> {
     fn binary_level(
         &mut self,
         ops: &[(&str, BinOp)],
-        next: fn(&mut Self) -> Result<Node, Error>,
-    ) -> Result<Node, Error> {
+        next: fn(&mut Self) -> Result<Node, ExprError>,
+    ) -> Result<Node, ExprError> {
         let mut left = next(self)?;
         while let Some(&(_, op)) = ops.iter().find(|(sym, _)| self.is_op(sym)) {
             self.bump();
@@ -534,27 +534,27 @@ impl Parser<'_> {
         Ok(left)
     }
 
-    fn bitor(&mut self) -> Result<Node, Error> {
+    fn bitor(&mut self) -> Result<Node, ExprError> {
         self.binary_level(&[("|", BinOp::BitOr)], Self::bitxor)
     }
 
-    fn bitxor(&mut self) -> Result<Node, Error> {
+    fn bitxor(&mut self) -> Result<Node, ExprError> {
         self.binary_level(&[("^", BinOp::BitXor)], Self::bitand)
     }
 
-    fn bitand(&mut self) -> Result<Node, Error> {
+    fn bitand(&mut self) -> Result<Node, ExprError> {
         self.binary_level(&[("&", BinOp::BitAnd)], Self::shift)
     }
 
-    fn shift(&mut self) -> Result<Node, Error> {
+    fn shift(&mut self) -> Result<Node, ExprError> {
         self.binary_level(&[("<<", BinOp::Shl), (">>", BinOp::Shr)], Self::arith)
     }
 
-    fn arith(&mut self) -> Result<Node, Error> {
+    fn arith(&mut self) -> Result<Node, ExprError> {
         self.binary_level(&[("+", BinOp::Add), ("-", BinOp::Sub)], Self::term)
     }
 
-    fn term(&mut self) -> Result<Node, Error> {
+    fn term(&mut self) -> Result<Node, ExprError> {
         if self.is_op("@") {
             return Err(self.error_here("a value (`@` is not supported)"));
         }
@@ -570,7 +570,7 @@ impl Parser<'_> {
     }
 
     /// `('+'|'-'|'~') factor | power`
-    fn factor(&mut self) -> Result<Node, Error> {
+    fn factor(&mut self) -> Result<Node, ExprError> {
         let op = match self.peek() {
             Tok::Op("-") => UnOp::Neg,
             Tok::Op("+") => UnOp::Pos,
@@ -588,7 +588,7 @@ impl Parser<'_> {
 
     /// `primary ['**' factor]`: right-associative, and binds tighter than a unary operator on
     /// its left (`-2 ** 2 == -4`) but not on its right (`2 ** -1 == 0.5`).
-    fn power(&mut self) -> Result<Node, Error> {
+    fn power(&mut self) -> Result<Node, ExprError> {
         let base = self.primary()?;
         if !self.is_op("**") {
             return Ok(base);
@@ -602,7 +602,7 @@ impl Parser<'_> {
         })
     }
 
-    fn primary(&mut self) -> Result<Node, Error> {
+    fn primary(&mut self) -> Result<Node, ExprError> {
         let token = self.tokens[self.pos].clone();
         let span = token.span;
         let kind = match token.tok {
@@ -634,7 +634,7 @@ impl Parser<'_> {
     }
 
     /// After `(`: a parenthesized expression or a tuple.
-    fn parenthesized(&mut self) -> Result<Node, Error> {
+    fn parenthesized(&mut self) -> Result<Node, ExprError> {
         let open = self.bump().span;
         if self.is_op(")") {
             let close = self.bump().span;
@@ -664,7 +664,7 @@ impl Parser<'_> {
 
     /// Comma-separated expressions up to `close` (a trailing comma allowed); returns the span
     /// of `close`.
-    fn items(&mut self, close: &str) -> Result<(Vec<Node>, Span), Error> {
+    fn items(&mut self, close: &str) -> Result<(Vec<Node>, Span), ExprError> {
         let mut items = Vec::new();
         loop {
             if self.is_op(close) {
@@ -679,7 +679,7 @@ impl Parser<'_> {
         }
     }
 
-    fn name(&mut self, name: String, span: Span) -> Result<Node, Error> {
+    fn name(&mut self, name: String, span: Span) -> Result<Node, ExprError> {
         match name.as_str() {
             "True" | "False" => {
                 self.bump();
@@ -747,7 +747,7 @@ impl Parser<'_> {
     }
 
     /// At `(` after a function's name.
-    fn call(&mut self, func: Func, start: Span) -> Result<Node, Error> {
+    fn call(&mut self, func: Func, start: Span) -> Result<Node, ExprError> {
         self.expect_op("(", "`(` to call the function")?;
         let (args, close) = self.items(")")?;
         let (min, max) = func.arity();
@@ -773,7 +773,7 @@ impl Parser<'_> {
 
 /// Lists and tuples are understood only as the last operand of `in` / `not in`, and as the one
 /// argument of `min` / `max`.
-fn check_seqs(text: &str, node: &Node, allowed: bool) -> Result<(), Error> {
+fn check_seqs(text: &str, node: &Node, allowed: bool) -> Result<(), ExprError> {
     match &node.kind {
         Kind::Seq(items) => {
             if !allowed {

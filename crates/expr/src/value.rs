@@ -16,7 +16,7 @@ pub enum Value<'a> {
     /// `True` or `False`; an int in arithmetic, as in Python (`True + 1 == 2`).
     Bool(bool),
     /// An int. Python's ints are unbounded; results outside `i64` are an error
-    /// ([`crate::Error::IntOverflow`]).
+    /// ([`crate::ExprError::IntOverflow`]).
     Int(i64),
     /// A float.
     Float(f64),

@@ -2,10 +2,10 @@
 //! FAIR benchmark hub's T1 files. Expected values were computed with CPython 3.11.
 
 use proptest::prelude::*;
-use tunebox_expr::{Error, Expr, Value};
+use tunebox_expr::{Expr, ExprError, Value};
 
 /// Evaluates `text` with `vars` bound by name.
-fn eval<'a>(text: &str, vars: &[(&str, Value<'a>)]) -> Result<String, Error> {
+fn eval<'a>(text: &str, vars: &[(&str, Value<'a>)]) -> Result<String, ExprError> {
     let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
     let values: Vec<Value<'a>> = vars.iter().map(|(_, v)| *v).collect();
     let compiled = Expr::parse(text)?.bind(&names)?;
@@ -181,11 +181,11 @@ fn strings() {
     assert_eq!(eval("layout == 1", &layout).unwrap(), "False");
     assert!(matches!(
         eval("layout < 1", &layout),
-        Err(Error::Type { .. })
+        Err(ExprError::Type { .. })
     ));
     assert!(matches!(
         eval("layout + layout", &layout),
-        Err(Error::Unsupported { .. })
+        Err(ExprError::Unsupported { .. })
     ));
 }
 
@@ -269,7 +269,7 @@ fn variables_and_binding() {
     );
     assert!(matches!(
         c.eval(&[Value::Int(1)]),
-        Err(Error::BindingCount {
+        Err(ExprError::BindingCount {
             expected: 4,
             got: 1,
             ..

@@ -63,6 +63,12 @@ pub const INHERITED_ENV_PREFIXES: &[&str] = &[
     "TSAN_",
 ];
 
+/// Whether a worker gets the parent's variable `name` without being asked to pass it: it is in
+/// [`INHERITED_ENV`] or starts with one of [`INHERITED_ENV_PREFIXES`].
+pub fn inherited_by_default(name: &str) -> bool {
+    Inheritance::default().passes(OsStr::new(name))
+}
+
 /// Which of the parent's variables a worker gets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Inheritance {
@@ -180,6 +186,7 @@ mod tests {
                 .contains(&("MY_VAR".into(), "m".into()))
         );
         assert!(!extra.passes(OsStr::new("MY_VA")));
+        assert!(inherited_by_default("OMP_NUM_THREADS") && !inherited_by_default("MY_VAR"));
         let all = Inheritance {
             all: true,
             extra: Vec::new(),

@@ -6,19 +6,24 @@
 //! device, shard, …) and the result, so a cache file is also a results file: `tunebox report` and
 //! `tunebox merge` read it. Lines are written with one `write` on a file opened for appending;
 //! a line cut short by a kill is skipped when read.
+//!
+//! A cache that cannot be written (a full or read-only file system) never stops a run: its
+//! lines are still read, each result that cannot be written is counted
+//! ([`ResultsCache::not_cached`], reported in [`CacheInfo`] and by the CLI's exit status), and a
+//! write that fails half-way is taken back, so that a full disk never leaves a cut line.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use tunebox_pool::Status;
 
-use crate::results::{ChoiceResult, ResultJson, RunHeader, ShardInfo};
+use crate::results::{CacheInfo, ChoiceResult, ResultJson, RunHeader, ShardInfo};
 
 /// One line of the cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,9 +165,68 @@ pub struct ResultsCache {
     entries: HashMap<String, CacheLine>,
     /// Keys whose line came from another file (`others` of [`ResultsCache::open`]).
     borrowed: std::collections::HashSet<String>,
-    file: File,
-    /// Lines that could not be read (cut short by a kill, or not ours).
-    unreadable: usize,
+    /// The file, open for appending; `None` when it cannot be written (`unwritable` says why).
+    file: Option<File>,
+    /// Why the file cannot be opened for appending (read-only file system, no permission, …).
+    unwritable: Option<String>,
+    /// The file ends in a line cut short (by a kill): the next line written starts with a
+    /// newline of its own, so that it is read.
+    cut: bool,
+    /// Lines that could not be read.
+    unreadable: Unreadable,
+    /// Results of this run that could not be written.
+    not_cached: usize,
+    /// Why the first of them could not, with the fix.
+    not_cached_reason: Option<String>,
+}
+
+/// The lines of a cache file that could not be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Unreadable {
+    /// The last line, unterminated and unreadable: cut short while it was written.
+    pub cut_last: bool,
+    /// Other lines that are not results tunebox can read.
+    pub other: usize,
+}
+
+impl Unreadable {
+    pub(crate) fn total(self) -> usize {
+        self.other + usize::from(self.cut_last)
+    }
+}
+
+/// What happened when `path` could not be written (`error`), and the fix, in words.
+fn write_failure(path: &Path, error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    let what = match error.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+            "its file system is full (or over quota); free space there, or give --cache a path \
+             on another file system"
+        }
+        ErrorKind::ReadOnlyFilesystem => {
+            "its file system is read-only; give --cache a writable path, or run with --no-cache"
+        }
+        ErrorKind::PermissionDenied => {
+            "it may not be written (permissions); give --cache a writable path, or run with \
+             --no-cache"
+        }
+        _ => "give --cache another path, or run with --no-cache",
+    };
+    format!(
+        "cannot write the results cache {} ({error}): {what}",
+        path.display()
+    )
+}
+
+/// Appends `text` to `file` in one `write`; when the write fails part-way, cuts the file back
+/// to its length before (truncating needs no free space), and says whether that failed too
+/// (the file may then end in a cut line).
+fn append_text(file: &mut File, text: &[u8]) -> Result<(), (std::io::Error, bool)> {
+    let before = file.metadata().map(|m| m.len()).ok();
+    file.write_all(text).map_err(|e| {
+        let taken_back = before.is_some_and(|len| file.set_len(len).is_ok());
+        (e, !taken_back)
+    })
 }
 
 impl ResultsCache {
@@ -170,25 +234,32 @@ impl ResultsCache {
     /// unless `fresh`; then, unless `fresh`, the lines of `others` (caches of the same manifest
     /// written by other runs, such as shards), which are only read.
     ///
+    /// A file that cannot be created or opened for appending (a read-only or full file system,
+    /// no permission) is only read, and [`ResultsCache::notes`] says that results will not be
+    /// kept; nothing is written when the file is opened (a line cut short by a kill is ended by
+    /// the next line written).
+    ///
     /// # Errors
     ///
-    /// The file cannot be created, read or opened for appending.
+    /// `path` is a directory, or holds something other than a results cache (never appended
+    /// to).
     pub(crate) fn open(path: &Path, others: &[PathBuf], fresh: bool) -> Result<ResultsCache> {
-        let mut file = OpenOptions::new()
+        anyhow::ensure!(
+            !path.is_dir(),
+            "the results cache {} is a directory; give --cache a file's path, or run with \
+             --no-cache",
+            path.display()
+        );
+        let (mut file, unwritable) = match OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .open(path)
-            .with_context(|| {
-                format!(
-                    "cannot open the results cache {}; choose another with --cache PATH, or run \
-                     with --no-cache",
-                    path.display()
-                )
-            })?;
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .with_context(|| format!("cannot read the results cache {}", path.display()))?;
+        {
+            Ok(file) => (Some(file), None),
+            Err(e) => (None, Some(write_failure(path, &e))),
+        };
+        let text = read_text(path, file.as_mut());
         // Never append to a file that is something else (a JSON report given as --cache).
         anyhow::ensure!(
             text.trim().is_empty() || text.trim_start().starts_with("{\"key\""),
@@ -217,17 +288,20 @@ impl ResultsCache {
                 entries.insert(line.key.clone(), line);
             }
         }
-        // A line cut short by a kill: end it, so that the next line starts on its own.
-        if !text.is_empty() && !text.ends_with('\n') {
-            file.seek(SeekFrom::End(0))?;
-            file.write_all(b"\n")?;
-        }
         Ok(ResultsCache {
             path: path.to_owned(),
             entries,
             borrowed,
             file,
-            unreadable: if fresh { 0 } else { unreadable },
+            unwritable,
+            cut: !text.is_empty() && !text.ends_with('\n'),
+            unreadable: if fresh {
+                Unreadable::default()
+            } else {
+                unreadable
+            },
+            not_cached: 0,
+            not_cached_reason: None,
         })
     }
 
@@ -236,10 +310,10 @@ impl ResultsCache {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Run`]: the file cannot be created, read or opened for appending, or is
+    /// [`crate::TuneError::Run`]: the file cannot be created, read or opened for appending, or is
     /// not a results cache.
     pub fn load(path: &Path, fresh: bool) -> crate::Result<ResultsCache> {
-        ResultsCache::open(path, &[], fresh).map_err(crate::Error::run)
+        ResultsCache::open(path, &[], fresh).map_err(crate::TuneError::run)
     }
 
     /// The file's path.
@@ -257,9 +331,49 @@ impl ResultsCache {
         self.entries.is_empty()
     }
 
-    /// Lines that could not be read.
-    pub(crate) fn unreadable(&self) -> usize {
-        self.unreadable
+    /// What the user should know about the file as it was opened: lines it could not read
+    /// (and why they are there), and that it cannot be written.
+    pub(crate) fn notes(&self) -> Vec<String> {
+        let path = self.path.display();
+        let mut notes = Vec::new();
+        if self.unreadable.cut_last {
+            notes.push(format!(
+                "the last line of the results cache {path} was cut short while it was written \
+                 (the run writing it was killed, or its disk was full): it was ignored, and its \
+                 choice measured again"
+            ));
+        }
+        if self.unreadable.other > 0 {
+            notes.push(format!(
+                "{} lines of the results cache {path} are not results this tunebox can read \
+                 (edited, or written by another version) and were ignored; --fresh re-measures \
+                 everything",
+                self.unreadable.other
+            ));
+        }
+        if let Some(reason) = &self.unwritable {
+            notes.push(format!(
+                "{reason}; this run's results are not kept (what the file holds is still used)"
+            ));
+        }
+        notes
+    }
+
+    /// How many results of this run could not be written (a full or read-only file system),
+    /// and why the first could not, with the fix: a re-run measures them again.
+    pub fn not_cached(&self) -> (usize, Option<&str>) {
+        (self.not_cached, self.not_cached_reason.as_deref())
+    }
+
+    /// What a report says of this cache: its path, the `hits` a run took from it, and the
+    /// results that could not be kept.
+    pub(crate) fn info(&self, hits: usize) -> CacheInfo {
+        CacheInfo {
+            path: self.path.display().to_string(),
+            hits,
+            not_cached: self.not_cached,
+            not_cached_reason: self.not_cached_reason.clone(),
+        }
     }
 
     /// The cached result for `key`, if there is one usable with `timeout`. With `deps` (a C
@@ -283,38 +397,113 @@ impl ResultsCache {
     ///
     /// # Errors
     ///
-    /// The write fails.
+    /// The write fails (the line stays in the other file, and is copied by a later run).
     pub(crate) fn adopt(&mut self, key: &str) -> Result<()> {
-        if self.borrowed.remove(key)
-            && let Some(line) = self.entries.get(key).cloned()
+        if self.borrowed.contains(key)
+            && let Some(line) = self.entries.get(key)
         {
-            self.append(line)?;
+            let text = self.line_text(line)?;
+            self.write(&text).map_err(anyhow::Error::msg)?;
+            self.borrowed.remove(key);
         }
         Ok(())
     }
 
     /// Appends a line (one `write`, so that concurrent appenders do not interleave on a local
-    /// file system).
+    /// file system). A line that cannot be written is counted ([`ResultsCache::not_cached`])
+    /// and still answers this run's lookups; every later line is tried again (space may have
+    /// been freed).
     ///
     /// # Errors
     ///
-    /// The write fails (disk full, …).
+    /// The first line of the run that cannot be written (disk full, read-only, …), saying what
+    /// happened and the fix; later failures are only counted.
     pub(crate) fn append(&mut self, line: CacheLine) -> Result<()> {
-        let mut text = serde_json::to_string(&line)?;
-        text.push('\n');
-        self.file.write_all(text.as_bytes()).with_context(|| {
-            format!("cannot append to the results cache {}", self.path.display())
-        })?;
+        let text = self.line_text(&line)?;
+        self.borrowed.remove(&line.key);
         self.entries.insert(line.key.clone(), line);
-        Ok(())
+        match self.write(&text) {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                self.not_cached += 1;
+                if self.not_cached_reason.is_some() {
+                    return Ok(());
+                }
+                self.not_cached_reason = Some(reason.clone());
+                anyhow::bail!(
+                    "{reason}; results that cannot be written are counted, and a re-run \
+                     measures them again"
+                )
+            }
+        }
+    }
+
+    /// Appends `line` in place of a line of the same key this run wrote already (a result
+    /// measured in rounds, now with all its windows; the last line of a key wins). A write that
+    /// fails is not counted: the earlier line keeps the result, with fewer windows.
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub(crate) fn update(&mut self, line: CacheLine) -> Result<()> {
+        let text = self.line_text(&line)?;
+        self.entries.insert(line.key.clone(), line);
+        self.write(&text)
+            .map_err(|reason| anyhow::anyhow!("{reason}"))
+    }
+
+    /// `line` as the text to append: after a cut line, on a line of its own.
+    fn line_text(&self, line: &CacheLine) -> Result<String> {
+        let mut text = String::from(if self.cut { "\n" } else { "" });
+        text.push_str(&serde_json::to_string(line)?);
+        text.push('\n');
+        Ok(text)
+    }
+
+    /// Appends `text`, or says why it could not be, with the fix.
+    fn write(&mut self, text: &str) -> Result<(), String> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(self.unwritable.clone().unwrap_or_else(|| {
+                format!("cannot write the results cache {}", self.path.display())
+            }));
+        };
+        match append_text(file, text.as_bytes()) {
+            Ok(()) => {
+                self.cut = false;
+                Ok(())
+            }
+            Err((error, left_cut)) => {
+                self.cut |= left_cut;
+                Err(write_failure(&self.path, &error))
+            }
+        }
     }
 }
 
-/// The readable lines of a cache file's text, and the number of unreadable ones.
-pub(crate) fn parse_lines(text: &str) -> (Vec<CacheLine>, usize) {
+/// The text of the cache at `path` (read through `file` when it is open): empty when there is
+/// none, or it cannot be read (then it is not used either).
+fn read_text(path: &Path, file: Option<&mut File>) -> String {
+    let mut text = String::new();
+    let read = match file {
+        Some(file) => file.read_to_string(&mut text).map(|_| ()),
+        None => std::fs::read_to_string(path).map(|t| text = t),
+    };
+    match read {
+        Ok(()) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            log::warn!("cannot read the results cache {}: {e}", path.display());
+            String::new()
+        }
+    }
+}
+
+/// The readable lines of a cache file's text, and those that could not be read.
+pub(crate) fn parse_lines(text: &str) -> (Vec<CacheLine>, Unreadable) {
     let mut lines = Vec::new();
-    let mut unreadable = 0;
-    for (n, line) in text.lines().enumerate() {
+    let mut unreadable = Unreadable::default();
+    let mut rows = text.lines().enumerate().peekable();
+    while let Some((n, line)) = rows.next() {
         if line.trim().is_empty() {
             continue;
         }
@@ -322,7 +511,11 @@ pub(crate) fn parse_lines(text: &str) -> (Vec<CacheLine>, usize) {
             Ok(line) => lines.push(line),
             Err(e) => {
                 log::debug!("results cache line {}: {e}", n + 1);
-                unreadable += 1;
+                if rows.peek().is_none() && !text.ends_with('\n') {
+                    unreadable.cut_last = true;
+                } else {
+                    unreadable.other += 1;
+                }
             }
         }
     }
@@ -416,12 +609,94 @@ mod tests {
     }
 
     #[test]
-    fn cut_lines_are_skipped_and_ended() {
+    fn cut_lines_are_skipped_and_ended_by_the_next_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.jsonl");
         std::fs::write(&path, "{\"key\": \"a\", \"trunc").unwrap();
-        let cache = ResultsCache::open(&path, &[], false).unwrap();
-        assert_eq!(cache.unreadable(), 1);
-        assert!(std::fs::read_to_string(&path).unwrap().ends_with('\n'));
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        assert_eq!(cache.unreadable.total(), 1);
+        let notes = cache.notes();
+        assert!(notes[0].contains("cut short") && notes[0].contains("disk was full"));
+        // Opening writes nothing (a full disk cannot stop a run there).
+        assert!(!std::fs::read_to_string(&path).unwrap().ends_with('\n'));
+        cache.append(line("b")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (lines, unreadable) = parse_lines(&text);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(
+            unreadable,
+            Unreadable {
+                cut_last: false,
+                other: 1
+            }
+        );
+    }
+
+    fn line(key: &str) -> CacheLine {
+        let result = ChoiceResult::failed(
+            0,
+            crate::space::Choice::new(Default::default()),
+            Status::CompileError,
+            "e".into(),
+            "cpu",
+        );
+        let header = RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size: 1,
+            selection: crate::Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+        };
+        CacheLine::new(key.into(), &header, Duration::from_secs(1), &result, None)
+    }
+
+    /// A file that cannot be opened for writing is read, never an error; each result that
+    /// cannot be written is counted, and the first says why.
+    #[test]
+    fn an_unwritable_cache_is_read_and_its_losses_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        cache.append(line("a")).unwrap();
+        drop(cache);
+        // As a read-only file system does: the file is there, but cannot be opened to append.
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        cache.file = None;
+        cache.unwritable = Some(write_failure(
+            &path,
+            &std::io::Error::from(std::io::ErrorKind::ReadOnlyFilesystem),
+        ));
+        assert_eq!(cache.len(), 1);
+        let first = cache.append(line("b")).unwrap_err().to_string();
+        assert!(
+            first.contains("read-only") && first.contains("--cache"),
+            "{first}"
+        );
+        cache.append(line("c")).unwrap();
+        assert_eq!(cache.not_cached().0, 2);
+        assert_eq!(cache.info(1).not_cached, 2);
+        assert!(cache.lookup("c", Duration::from_secs(1), None).is_some());
+    }
+
+    /// `/dev/full` fails every write with ENOSPC, as a full disk does.
+    #[test]
+    fn a_full_disk_is_named_with_its_fix() {
+        let Ok(mut full) = OpenOptions::new().append(true).open("/dev/full") else {
+            return;
+        };
+        let (error, _) = append_text(&mut full, b"{}\n").unwrap_err();
+        let text = write_failure(Path::new("c.jsonl"), &error);
+        assert!(text.contains("file system is full"), "{text}");
+        assert!(text.contains("free space"), "{text}");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Inside, the engine builds its messages with `anyhow` (context chains such as
 //! `invalid manifest m.toml: tensors[0].dtype = "f16": unknown dtype`); at the public boundary
-//! they become an [`Error`] whose variant says which stage failed and whose message is the
+//! they become an [`TuneError`] whose variant says which stage failed and whose message is the
 //! whole chain, word for word what `tunebox` prints after `tunebox: error:`.
 
 /// What stopped a stage of a run. A choice that fails is never an error: it is a result with
@@ -12,7 +12,7 @@
 /// `source()`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum TuneError {
     /// The manifest cannot be read or is invalid, or its restrictions leave no choice.
     #[error("{message}")]
     Manifest {
@@ -48,40 +48,40 @@ pub enum Error {
     },
 }
 
-/// A `Result` with this crate's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// A `Result` with this crate's [`TuneError`].
+pub type Result<T, E = TuneError> = std::result::Result<T, E>;
 
-impl Error {
+impl TuneError {
     /// An `Options` error carried through the engine's internal `anyhow` chain.
     pub(crate) fn options(message: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::Error::new(Error::Options {
+        anyhow::Error::new(TuneError::Options {
             message: message.to_string(),
         })
     }
 
     /// `error` as the variant `kind` builds, unless it already is one of ours (not wrapped in
     /// context), which is kept.
-    pub(crate) fn from_chain(error: anyhow::Error, kind: fn(String) -> Error) -> Error {
-        match error.downcast::<Error>() {
+    pub(crate) fn from_chain(error: anyhow::Error, kind: fn(String) -> TuneError) -> TuneError {
+        match error.downcast::<TuneError>() {
             Ok(ours) => ours,
             Err(error) => kind(format!("{error:#}")),
         }
     }
 
-    pub(crate) fn manifest(error: anyhow::Error) -> Error {
-        Error::from_chain(error, |message| Error::Manifest { message })
+    pub(crate) fn manifest(error: anyhow::Error) -> TuneError {
+        TuneError::from_chain(error, |message| TuneError::Manifest { message })
     }
 
-    pub(crate) fn run(error: anyhow::Error) -> Error {
-        Error::from_chain(error, |message| Error::Run { message })
+    pub(crate) fn run(error: anyhow::Error) -> TuneError {
+        TuneError::from_chain(error, |message| TuneError::Run { message })
     }
 
-    pub(crate) fn report(error: anyhow::Error) -> Error {
-        Error::from_chain(error, |message| Error::Report { message })
+    pub(crate) fn report(error: anyhow::Error) -> TuneError {
+        TuneError::from_chain(error, |message| TuneError::Report { message })
     }
 
-    pub(crate) fn merge(error: anyhow::Error) -> Error {
-        Error::from_chain(error, |message| Error::Merge { message })
+    pub(crate) fn merge(error: anyhow::Error) -> TuneError {
+        TuneError::from_chain(error, |message| TuneError::Merge { message })
     }
 }
 
@@ -92,11 +92,13 @@ mod tests {
     #[test]
     fn messages_are_the_whole_chain_and_ours_are_kept() {
         let chained = anyhow::anyhow!("unknown dtype").context("invalid manifest m.toml");
-        let e = Error::manifest(chained);
+        let e = TuneError::manifest(chained);
         assert_eq!(e.to_string(), "invalid manifest m.toml: unknown dtype");
-        assert!(matches!(e, Error::Manifest { .. }));
-        let ours = Error::run(Error::options("--json x: the directory y does not exist"));
-        assert!(matches!(ours, Error::Options { .. }));
+        assert!(matches!(e, TuneError::Manifest { .. }));
+        let ours = TuneError::run(TuneError::options(
+            "--json x: the directory y does not exist",
+        ));
+        assert!(matches!(ours, TuneError::Options { .. }));
         assert_eq!(ours.to_string(), "--json x: the directory y does not exist");
     }
 }

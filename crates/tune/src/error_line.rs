@@ -2,7 +2,7 @@
 //! line, a timeout's first line, cut to a width.
 
 /// The first meaningful line of an error, uncut.
-pub fn short_error_line(error: &str) -> String {
+pub(crate) fn short_error_line(error: &str) -> String {
     short_error(error, usize::MAX)
 }
 

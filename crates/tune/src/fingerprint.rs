@@ -69,6 +69,10 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     if !manifest.args.is_empty() {
         h.text("args").text(&format!("{:?}", manifest.args));
     }
+    // And `[env]`: what the workers get beyond the defaults (nothing adds nothing).
+    for part in manifest.env.identity() {
+        h.text("env").text(&part);
+    }
     match &manifest.verify {
         None => {
             h.text("no verify");

@@ -161,7 +161,7 @@ pub fn to_t4(report: &Report) -> T4File {
 pub fn write_t4(report: &Report, path: &Path) -> crate::Result<()> {
     to_t4(report)
         .write(path)
-        .map_err(|e| crate::Error::report(anyhow::Error::new(e)))
+        .map_err(|e| crate::TuneError::report(anyhow::Error::new(e)))
 }
 
 /// Statistics of one time `ms`, with the reps' times when known.
@@ -273,6 +273,18 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
         kt.failed_count(),
         kt.objective
     ));
+    if kt.still_open {
+        info.notes.push(format!(
+            "{} was not closed (a Kernel Tuner run still writing it, or interrupted): read as \
+             Kernel Tuner reads it, up to its last whole record{}",
+            kt.path.display(),
+            if kt.cut_record {
+                " (the record being written when it was read is left out)"
+            } else {
+                ""
+            }
+        ));
+    }
     Report { info, results }
 }
 

@@ -31,7 +31,7 @@
 //!    [`merge`] for shards.
 //!
 //! A choice that fails (does not compile, crashes, hangs, computes garbage) is a result with
-//! its status, never an [`Error`]. A [`Stop`] raised from any thread, or an [`Observer`] whose
+//! its status, never a [`TuneError`]. A [`Stop`] raised from any thread, or an [`Observer`] whose
 //! [`Observer::should_stop`] answers `true`, ends the run early with the results so far; the
 //! report lists the rest, those the strategy had yet to ask for included, as [`NotMeasured`].
 //!
@@ -119,15 +119,16 @@ mod stop;
 pub mod strategies;
 mod strategy;
 mod windows;
+mod worker_stdout;
 
 pub use crate::cache::ResultsCache;
-pub use crate::error::{Error, Result};
-pub use crate::error_line::{short_error, short_error_line};
+pub use crate::error::{Result, TuneError};
+pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
 pub use crate::manifest::{
-    MAX_TIMEOUT_S, Manifest, ManifestBuilder, compiler, cxx_compiler, load_space,
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, load_space,
 };
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;

@@ -9,6 +9,7 @@
 
 mod arguments;
 mod builder;
+mod env;
 mod from_t1;
 mod kernel_tuner;
 mod params;
@@ -33,8 +34,9 @@ use crate::metrics::Metrics;
 use crate::space::{ParamValue, Restriction, SearchSpace};
 
 pub use self::builder::ManifestBuilder;
+pub use self::env::WorkerEnv;
+pub use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
-pub use self::source::{compiler, cxx_compiler};
 pub use self::timing::MAX_TIMEOUT_S;
 pub(crate) use self::verify::{Reference, Verify};
 
@@ -68,6 +70,8 @@ pub struct Manifest {
     /// Why the manifest can be listed but not tuned (a T1 file naming a source that is not
     /// there, a language or an argument tunebox cannot run); empty for a runnable manifest.
     pub(crate) unsupported: Vec<String>,
+    /// `[env]`: the user's variables the workers get beyond the default list.
+    pub(crate) env: WorkerEnv,
 }
 
 impl Manifest {
@@ -80,13 +84,25 @@ impl Manifest {
     /// unknown or missing keys, wrong types, bad dtypes or shapes, params without values,
     /// restrictions that do not parse or use unknown names, an unreadable or non-UTF-8 source.
     pub fn load(path: &Path, compiler: &str) -> crate::Result<Manifest> {
-        Manifest::read(path, compiler).map_err(crate::Error::manifest)
+        Manifest::read(path, compiler).map_err(crate::TuneError::manifest)
     }
 
     /// What the user should know about how the file was read: the fields of a T1 file that
     /// tunebox does not use, and how it reads them.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// Adds `env` to `[env]` (its values win), and says again which variables the kernel
+    /// reads that do not reach the workers.
+    pub(crate) fn add_env(&mut self, env: WorkerEnv) {
+        let dropped =
+            |m: &Manifest| env::dropped_notes(&m.kernel.source_name, &m.kernel.text, &m.env);
+        let before = dropped(self);
+        self.notes.retain(|n| !before.contains(n));
+        self.env.extend(env);
+        let after = dropped(self);
+        self.notes.extend(after);
     }
 
     /// Why this manifest can be listed (`tunebox tune --list`) but not tuned: e.g. a T1 file
@@ -150,6 +166,9 @@ impl Manifest {
             .take()
             .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size))
             .transpose()?;
+        let env = env::env(raw.env.take())?;
+        let mut notes = extras.notes;
+        notes.extend(env::dropped_notes(&kernel.source_name, &kernel.text, &env));
         Ok(Manifest {
             path: path.to_owned(),
             name: name(raw.name, path),
@@ -165,8 +184,9 @@ impl Manifest {
             verify,
             launch,
             metrics,
-            notes: extras.notes,
+            notes,
             unsupported: extras.unsupported,
+            env,
         })
     }
 }
@@ -176,11 +196,11 @@ impl Manifest {
 ///
 /// # Errors
 ///
-/// [`crate::Error::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
+/// [`crate::TuneError::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
 pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
     if path.extension().is_some_and(|e| e == "json") {
         let t1 = crate::formats::T1File::read(path)
-            .map_err(|e| crate::Error::manifest(anyhow::Error::new(e)))?;
+            .map_err(|e| crate::TuneError::manifest(anyhow::Error::new(e)))?;
         let conditions: Vec<String> = t1
             .configuration_space
             .conditions
@@ -192,7 +212,7 @@ pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
     let manifest = Manifest::load(path, &compiler())?;
     SearchSpace::new(&manifest.params, &manifest.restrictions)
         .with_context(|| format!("invalid manifest {}", path.display()))
-        .map_err(crate::Error::manifest)
+        .map_err(crate::TuneError::manifest)
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel

@@ -18,7 +18,7 @@ use tunebox_protocol::{
 
 use crate::interference::Conditions;
 use crate::launch::Launch;
-use crate::manifest::{KernelSource, Language, Manifest, Reference};
+use crate::manifest::{KernelSource, Language, Manifest, Reference, WorkerEnv};
 use crate::results::{Check, ChoiceResult};
 use crate::space::Choice;
 
@@ -169,13 +169,14 @@ pub(crate) fn start_pool(
     timeout: Duration,
     max_process_uses: Option<u64>,
     worker: Option<&Path>,
+    env: &WorkerEnv,
 ) -> Result<Arc<TuningProcessPool>> {
     let config = PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
         .process_config(
-            process_config(worker)
-                .stdout(Output::Capture { tail_bytes: 4096 })
+            env.configure(process_config(worker))
+                .stdout(crate::worker_stdout::output())
                 .stderr(Output::Capture {
                     tail_bytes: 16 * 1024,
                 }),
@@ -217,7 +218,7 @@ pub(crate) fn reference_outputs(
     let timeout = verify.reference_timeout(timeout);
     let mut request = request.clone();
     request.timing.outputs_only = true;
-    let pool = start_pool(1, timeout, Some(1), worker)?;
+    let pool = start_pool(1, timeout, Some(1), worker, &manifest.env)?;
     watch(Arc::clone(&pool));
     if matches!(request.kernel, Kernel::Cuda(_))
         && let Err(e) = pool.prepare(std::slice::from_ref(&request)).remove(0)
@@ -400,11 +401,7 @@ pub(crate) fn judge(
         if !first.passed() {
             Some(first.summary())
         } else if !after.passed() {
-            Some(format!(
-                "correct on the first call, wrong on a call after the timed reps (the kernel must \
-                 overwrite its outputs on every call): {}",
-                after.summary()
-            ))
+            Some(wrong_after_reps(after, manifest))
         } else {
             None
         }
@@ -457,7 +454,12 @@ pub(crate) fn probe_gpu(worker: Option<&Path>) -> Result<String> {
         .find(|(backend, _)| backend == "cuda")
     {
         Some((_, why)) => {
-            bail!("this manifest needs a GPU, but the cuda backend is unavailable: {why}")
+            bail!(
+                "this manifest needs a GPU, but the cuda backend is unavailable: {why}.\n\
+                 Tune it on a machine with an NVIDIA GPU. Here, --list and --count show its \
+                 choices, and --replay RECORDED simulates a search on measurements recorded \
+                 elsewhere (a Kernel Tuner cache file, a T4 file or a results cache)"
+            )
         }
         None if !probe.backends.iter().any(|b| b == "cuda") => {
             bail!("this manifest needs a GPU, but the worker has no cuda backend")
@@ -466,6 +468,51 @@ pub(crate) fn probe_gpu(worker: Option<&Path>) -> Result<String> {
             bail!("this manifest needs a GPU, but the worker sees none (CUDA_VISIBLE_DEVICES?)")
         }
     }
+}
+
+/// The error of a choice whose first call was correct and whose call after the timed reps (on
+/// outputs filled with garbage, unless `reset`) was not: what the kernel did to each tensor
+/// that differs, named as the manifest has it, and the fix.
+fn wrong_after_reps(after: &tunebox_pool::Verification, manifest: &Manifest) -> String {
+    let fixes: Vec<String> = after
+        .tensors
+        .iter()
+        .filter(|t| !t.passed())
+        .filter_map(|t| manifest.tensors.iter().find(|s| s.name == t.name))
+        .map(|spec| {
+            let name = &spec.name;
+            if spec.reset {
+                format!(
+                    "`{name}` differs although it is re-initialized before every call (reset): \
+                     the kernel's results vary from call to call (state kept between calls, a \
+                     race, or a nondeterministic order of float operations; for the last, loosen \
+                     verify.rtol/atol)"
+                )
+            } else if matches!(spec.init, tunebox_protocol::Init::Zeros) {
+                format!(
+                    "the kernel reads `{name}` before writing it (it accumulates into it, \
+                     `{name}[i] += …`: set `reset = true` on `{name}`, so that every call starts \
+                     from its init), or leaves part of it unwritten (then write every element: \
+                     a later call finds what the one before left)"
+                )
+            } else {
+                format!(
+                    "the kernel updates `{name}` in place (it is an input and an output), so each \
+                     call changes it further: set `reset = true` on `{name}`, so that it is \
+                     re-initialized before every call, outside the timed window"
+                )
+            }
+        })
+        .collect();
+    format!(
+        "correct on the first call, wrong on a call after the timed reps ({}): {}",
+        after.summary(),
+        if fixes.is_empty() {
+            "a later call gives other outputs".to_owned()
+        } else {
+            fixes.join("; ")
+        }
+    )
 }
 
 /// The CPU's model name and core count, e.g. `AMD EPYC 7B13 (2 cores)`.

@@ -25,7 +25,7 @@ const NAMED: usize = 8;
 /// No file, an unreadable file, or files from different tunebox versions, manifests or
 /// selections (the message names the two files and what differs).
 pub fn merge(files: &[PathBuf], across_devices: bool) -> crate::Result<Report> {
-    merge_files(files, across_devices).map_err(crate::Error::merge)
+    merge_files(files, across_devices).map_err(crate::TuneError::merge)
 }
 
 fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {

@@ -54,6 +54,20 @@ pub enum Event<'a> {
     },
     /// The current phase ended.
     PhaseEnded,
+    /// The run will finish about `total` choices, cached ones included: all it selected, or
+    /// for an adaptive search that asks a few at a time, its budget (at most the space). Sent
+    /// once, before the first phase, so that progress can count the whole run: an adaptive
+    /// search starts a [`Phase::Benchmarking`] of a few choices each round.
+    Planned {
+        /// The choices the run expects to finish.
+        total: usize,
+    },
+    /// `count` choices were taken from the results cache instead of being measured (sent each
+    /// round that has some; only the first says so in a [`Event::Note`]).
+    Cached {
+        /// How many.
+        count: usize,
+    },
 }
 
 /// Receives a run's [`Event`]s, and may ask it to stop.
@@ -87,6 +101,8 @@ pub(crate) trait ObserverExt {
     fn phase(&self, phase: Phase, total: usize, description: &str);
     fn finished(&self, label: &str, status: Status, median_ms: Option<f64>);
     fn end_phase(&self);
+    fn planned(&self, total: usize);
+    fn cached(&self, count: usize);
 }
 
 impl<O: Observer + ?Sized> ObserverExt for O {
@@ -112,5 +128,13 @@ impl<O: Observer + ?Sized> ObserverExt for O {
 
     fn end_phase(&self) {
         self.on_event(Event::PhaseEnded);
+    }
+
+    fn planned(&self, total: usize) {
+        self.on_event(Event::Planned { total });
+    }
+
+    fn cached(&self, count: usize) {
+        self.on_event(Event::Cached { count });
     }
 }

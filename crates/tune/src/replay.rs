@@ -87,7 +87,7 @@ impl Recording {
     ///
     /// The file cannot be read, is none of these, or is malformed (naming the field).
     pub fn read(path: &Path) -> crate::Result<Recording> {
-        Recording::read_any(path).map_err(crate::Error::report)
+        Recording::read_any(path).map_err(crate::TuneError::report)
     }
 
     /// [`Recording::read`] of any of the formats it reads, its errors as `anyhow`.
@@ -100,6 +100,10 @@ impl Recording {
             .with_context(|| format!("cannot read the recorded file {}", path.display()))?;
         if text.trim_start().starts_with("{\"key\"") {
             return Recording::from_results_cache(path, &text);
+        }
+        // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+        if crate::formats::is_open_cache(&text) {
+            return Ok(Recording::from_kt_cache(&KtCache::read(path)?));
         }
         let doc: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
@@ -304,7 +308,7 @@ impl Recorded {
         recorded.sort_unstable();
         ours.sort_unstable();
         if recorded != ours {
-            return Err(crate::Error::Report {
+            return Err(crate::TuneError::Report {
                 message: format!(
                     "{} records the params {}, the space has {}: replay needs the same params",
                     recording.source,
@@ -593,9 +597,14 @@ pub fn replay(
     let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
         results.push(r.clone());
     });
-    let name = file
-        .file_stem()
-        .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned());
+    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
+    let name = crate::Manifest::load(file, &crate::compiler()).map_or_else(
+        |_| {
+            file.file_stem()
+                .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned())
+        },
+        |m| m.name,
+    );
     let report = report(
         &space,
         &recorded,

@@ -18,7 +18,7 @@ use tunebox_pool::Status;
 ///
 /// The file cannot be written.
 pub fn write_json(report: &Report, path: &Path) -> crate::Result<()> {
-    json_file(report, path).map_err(crate::Error::report)
+    json_file(report, path).map_err(crate::TuneError::report)
 }
 
 fn json_file(report: &Report, path: &Path) -> Result<()> {
@@ -34,7 +34,7 @@ fn json_file(report: &Report, path: &Path) -> Result<()> {
 ///
 /// The file cannot be written.
 pub fn write_csv(report: &Report, path: &Path) -> crate::Result<()> {
-    csv_file(report, path).map_err(crate::Error::report)
+    csv_file(report, path).map_err(crate::TuneError::report)
 }
 
 fn csv_file(report: &Report, path: &Path) -> Result<()> {
@@ -168,7 +168,7 @@ fn csv_line(fields: &[String]) -> String {
 ///
 /// The file cannot be read or is neither.
 pub fn load(path: &Path) -> crate::Result<Vec<Report>> {
-    read(path).map_err(crate::Error::report)
+    read(path).map_err(crate::TuneError::report)
 }
 
 fn read(path: &Path) -> Result<Vec<Report>> {
@@ -181,6 +181,10 @@ fn read(path: &Path) -> Result<Vec<Report>> {
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
+    // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
+    if crate::formats::is_open_cache(&text) {
+        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
+    }
     if text.trim_start().starts_with('{')
         && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
     {
@@ -223,8 +227,16 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             Some(p) => p,
             None => {
                 let mut notes = vec![format!("from the results cache {}", path.display())];
-                if unreadable > 0 {
-                    notes.push(format!("{unreadable} unreadable lines were skipped"));
+                if unreadable.total() > 0 {
+                    notes.push(format!(
+                        "{} unreadable lines were skipped{}",
+                        unreadable.total(),
+                        if unreadable.cut_last {
+                            " (the last was cut short while it was written)"
+                        } else {
+                            ""
+                        }
+                    ));
                 }
                 reports.push(Report {
                     info: RunInfo {

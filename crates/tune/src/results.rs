@@ -176,13 +176,24 @@ pub struct RefineInfo {
     pub rep_factor: f64,
 }
 
-/// Where results came from the cache.
+/// Where results came from the cache, and those it could not keep.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheInfo {
     /// The results cache's path.
     pub path: String,
     /// Choices taken from it rather than measured.
     pub hits: usize,
+    /// Results of the run that could not be written to it (a full or read-only file system):
+    /// a re-run measures them again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_cached: usize,
+    /// Why the first of them could not be written, with the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_cached_reason: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A run, described.
@@ -350,7 +361,7 @@ pub(crate) fn parse_status(name: &str) -> Option<Status> {
 
 /// One result as JSON (the entries of a report's `results`, and of cache lines).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResultJson {
+pub(crate) struct ResultJson {
     /// 1-based rank among the `ok` results of its device (reports only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<usize>,
@@ -394,7 +405,7 @@ pub struct ResultJson {
 }
 
 impl ResultJson {
-    pub fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
+    pub(crate) fn from_result(r: &ChoiceResult, rank: Option<usize>) -> ResultJson {
         let s = r.stats.as_ref();
         ResultJson {
             rank,
@@ -426,7 +437,7 @@ impl ResultJson {
     }
 
     /// Back to a result; `None` (with the reason) for an unknown status.
-    pub fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
+    pub(crate) fn into_result(self, default_device: &str) -> Result<ChoiceResult, String> {
         let status = parse_status(&self.status)
             .ok_or_else(|| format!("unknown status {:?}", self.status))?;
         let stats = match (
@@ -493,7 +504,7 @@ impl ResultJson {
 
 /// The best choice, in a report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BestJson {
+pub(crate) struct BestJson {
     pub index: usize,
     pub choice: Choice,
     pub median_ms: f64,
@@ -511,7 +522,7 @@ pub struct BestJson {
 
 /// A whole report as JSON.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct ReportJson {
+pub(crate) struct ReportJson {
     #[serde(flatten)]
     pub info: RunInfo,
     pub results: Vec<ResultJson>,
@@ -533,7 +544,7 @@ pub fn define_line(choice: &Choice) -> String {
 }
 
 impl BestJson {
-    pub fn of(r: &ChoiceResult) -> Option<BestJson> {
+    pub(crate) fn of(r: &ChoiceResult) -> Option<BestJson> {
         Some(BestJson {
             index: r.index,
             choice: r.choice.clone(),
@@ -548,7 +559,7 @@ impl BestJson {
 
 impl Report {
     /// The report as JSON.
-    pub fn to_json(&self) -> ReportJson {
+    pub(crate) fn to_json(&self) -> ReportJson {
         let groups = self.groups();
         let mut results = Vec::with_capacity(self.results.len());
         let mut bests = Vec::new();
@@ -576,7 +587,7 @@ impl Report {
 
 impl ReportJson {
     /// Back to a report, ranking the results again.
-    pub fn into_report(self) -> Result<Report, String> {
+    pub(crate) fn into_report(self) -> Result<Report, String> {
         let device = self.info.header.device.clone();
         let mut results = self
             .results

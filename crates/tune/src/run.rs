@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::manifest::{Manifest, compiler};
+use crate::manifest::{Manifest, WorkerEnv, compiler};
 use crate::observer::Observer;
 use crate::results::{Report, Selection, ShardInfo, choices as plural};
 use crate::space::SearchSpace;
@@ -66,7 +66,7 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::Error::manifest)
+        Plan::build(manifest, strategy, shard).map_err(crate::TuneError::manifest)
     }
 
     fn build(
@@ -121,6 +121,14 @@ impl Plan {
         &self.manifest
     }
 
+    /// The plan with `env` added to the manifest's `[env]` (its values win): what
+    /// `tunebox tune --env` passes to the workers for one run. Part of the results-cache key,
+    /// as `[env]` is.
+    pub fn with_env(mut self, env: WorkerEnv) -> Plan {
+        self.manifest.add_env(env);
+        self
+    }
+
     /// The search space (every valid choice, by stable index).
     pub fn space(&self) -> &SearchSpace {
         &self.space
@@ -146,7 +154,7 @@ impl Plan {
 ///
 /// An invalid manifest, or restrictions that leave no choice.
 pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> crate::Result<Plan> {
-    plan_inner(path, selection, shard).map_err(crate::Error::manifest)
+    plan_inner(path, selection, shard).map_err(crate::TuneError::manifest)
 }
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
@@ -216,7 +224,7 @@ pub fn run(
         }
         Ok(run.finish())
     };
-    composed().map_err(crate::Error::run)
+    composed().map_err(crate::TuneError::run)
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ pub fn resolve(
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
 ) -> crate::Result<Option<ShardInfo>> {
-    resolve_with(spec, shards, var).map_err(|e| crate::Error::Options {
+    resolve_with(spec, shards, var).map_err(|e| crate::TuneError::Options {
         message: format!("{e:#}"),
     })
 }

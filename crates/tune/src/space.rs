@@ -301,7 +301,7 @@ impl SearchSpace {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Manifest`]: a restriction that does not parse, names an unknown param or
+    /// [`crate::TuneError::Manifest`]: a restriction that does not parse, names an unknown param or
     /// raises for some choice; a space too large (see [`SearchSpace`]).
     pub fn from_params(
         params: &IndexMap<String, Vec<ParamValue>>,
@@ -317,7 +317,7 @@ impl SearchSpace {
                 .collect::<Result<Vec<_>>>()?;
             SearchSpace::new(params, &parsed)
         };
-        build().map_err(crate::Error::manifest)
+        build().map_err(crate::TuneError::manifest)
     }
 
     /// [`SearchSpace::new`] with at most `max_valid` valid choices.

@@ -6,12 +6,21 @@
 //! 1. arms `PR_SET_PDEATHSIG` (and checks that the parent did not already die), turns core dumps
 //!    off, and checks the parent's protocol version ([`run_from_env`]);
 //! 2. connects and sends `Hello` with its request and response channels;
-//! 3. serves requests ([`serve`]) with the backends of a [`Registry`] (`cpu` from `tunebox-cpu`,
-//!    and [`DiagnosticsBackend`]), catching backend panics as `BenchError::Panic`;
+//! 3. serves requests ([`serve`]) with the backends of a [`Registry`] (`cpu` from `tunebox-cpu`
+//!    and `cuda` from `tunebox-cuda` with their features, [`DiagnosticsBackend`], and the task
+//!    kinds a binary adds with [`Registry::with_task`]), catching backend panics as
+//!    `BenchError::Panic`;
 //! 4. exits on `Shutdown`, or when the parent's end of the channel closes.
 //!
 //! Binaries other than `tunebox-worker` can serve as workers too: call [`run_if_worker`] first
 //! thing in `main` (the `tunebox` CLI does), and a parent can spawn that binary itself.
+//!
+//! Modules: `bootstrap.rs` ([`run_if_worker`], [`run_from_env`]: the steps above up to the
+//! handshake), `serve.rs` ([`serve`]: the request loop, recording each request in the parent's
+//! `StartedCell`), `registry.rs` ([`Registry`]: backends by name), `diagnostics.rs`
+//! ([`DiagnosticsBackend`]: every failure path without a compiler or GPU), `mappings.rs` (the
+//! caller's shared buffers, kept mapped by id), `error.rs` ([`WorkerError`]); the binary is
+//! `bin/tunebox-worker.rs`.
 //!
 //! # Example
 //!

@@ -24,7 +24,7 @@ impl Registry {
     }
 
     /// The backends of the `tunebox-worker` binary: `cpu` (feature `cpu`; its cache directory
-    /// from the environment, see `tunebox_cpu::CacheDir::from_env`), `cuda` (feature `cuda`;
+    /// from the environment, see `tunebox_cpu::default_cache_dir`), `cuda` (feature `cuda`;
     /// loads the driver and NVRTC on first use; on a machine without them it answers with why)
     /// and `diagnostics`. When no cache directory can be derived, `cpu` answers every request
     /// with that error.

@@ -98,6 +98,9 @@ fn tune_help() {
                   --top <N>
                       Show only the best N rows of the table (per device)
 
+                  --errors
+                      After the table, print each distinct error message whole (compiler output, the crashed worker's stderr), with the choices that gave it; the table shows its first line
+
                   --cache <PATH>
                       The results cache [default: the manifest's, beside it as NAME.tunebox-cache.jsonl (NAME.shard-K-of-N.tunebox-cache.jsonl for a shard), whatever --json says]
 
@@ -160,6 +163,9 @@ fn tune_help() {
                   --shards <N>
                       The number of shards, for --shard auto: required in a Kubernetes Indexed Job (its `completions`); in a Slurm array it makes SLURM_ARRAY_TASK_ID the shard index (submit --array=0-N-1), so that failed shards can be submitted again alone (--array=3,7)
 
+                  --env <NAME[=VALUE]>
+                      Give the workers a variable of this environment (NAME), or set one (NAME=VALUE), on top of the manifest's `[env]`; repeat for more. Workers get only a documented part of the environment by default (docs/manifest.md, "[env]"); `--env '*'` passes all of it
+
               -q, --quiet
                       No progress on stderr
 
@@ -184,6 +190,11 @@ fn tune_help() {
 
             A re-run skips the choices its results cache already has (Ctrl-C, a kill or a lost node lose
             nothing finished); --fresh measures everything again.
+
+            Exit status: 0 the run completed (even if choices failed); 1 an error (bad manifest or options,
+            a reference that fails); 3 the run completed but some results could not be kept in the results
+            cache (full or read-only file system: a re-run measures them again); 130 interrupted (Ctrl-C,
+            SIGTERM).
         "#]],
     );
 }
@@ -328,9 +339,12 @@ fn report_of_a_json_file() {
         rank  choice             median  GFLOP/s  spread  status         error
            1  BM=96 UNROLL=6  4.032 ms*    66.57    1.2%  ok
            2  BM=32 UNROLL=1   19.50 ms    13.77    2.6%  ok
-           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong          max abs error 2.000e0, max rel error 1.000e0, 262144 o…
-           -  BM=96 UNROLL=1          -        -       -  compile_error  kernels/matmul.c:27:2: error: #error "this choice does…
+           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong          [1] max abs error 2.000e0, max rel error 1.000e0, 2621…
+           -  BM=96 UNROLL=1          -        -       -  compile_error  [2] kernels/matmul.c:27:2: error: #error "this choice …
            -  BM=96 UNROLL=4          -        -       -  crashed        the worker crashed: killed by signal 11 (SIGSEGV)
+        [1] max abs error 2.000e0, max rel error 1.000e0, 262144 of 262144 elements differ
+        [2] kernels/matmul.c:27:2: error: #error "this choice does not compile, as intended by the test"
+        whole error messages: run with --errors (or `tunebox report r.json --errors`); --json keeps them too
 
         5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
         cache: 2 of them from examples/matmul-cpu.tunebox-cache.jsonl (measured earlier; --fresh re-measures)
@@ -353,8 +367,10 @@ fn report_of_a_json_file() {
         rank  choice             median  GFLOP/s  spread  status  error
            1  BM=96 UNROLL=6  4.032 ms*    66.57    1.2%  ok
            2  BM=32 UNROLL=1   19.50 ms    13.77    2.6%  ok
-           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong   max abs error 2…
+           -  BM=32 UNROLL=4   4.200 ms        -    6.0%  wrong   [1] max abs err…
         … 2 more (--top shows 3)
+        [1] max abs error 2.000e0, max rel error 1.000e0, 262144 of 262144 elements differ
+        whole error messages: run with --errors (or `tunebox report r.json --errors`); --json keeps them too
 
         5 choices (2 ok, 1 wrong, 1 compile_error, 1 crashed) in 12.3 s with 1 worker(s); spread = (p80 - p20) / median
         cache: 2 of them from examples/matmul-cpu.tunebox-cache.jsonl (measured earlier; --fresh re-measures)

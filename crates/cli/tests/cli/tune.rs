@@ -423,6 +423,10 @@ fn a_gpu_manifest_without_a_gpu_is_one_clear_error() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("this manifest needs a GPU"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // What can be done here, not a backend that cannot run CUDA, nor every name tried.
+    assert!(stderr.contains("--replay RECORDED"), "{stderr}");
+    assert!(!stderr.contains("cpu backend"), "{stderr}");
+    assert!(stderr.matches("libcuda").count() <= 2, "{stderr}");
 }
 
 #[test]

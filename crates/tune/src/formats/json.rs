@@ -177,26 +177,30 @@ impl serde::Serialize for J {
 /// Reads `path` as JSON, gunzipping it first when it starts with the gzip magic bytes (so
 /// `.json.gz` and a gzipped file without the suffix both work).
 pub(crate) fn read_json(path: &Path) -> Result<J, FormatError> {
-    let raw = std::fs::read(path).map_err(|source| FormatError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::with_capacity(raw.len() * 8);
-        flate2::read::MultiGzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|source| FormatError::Gzip {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        out
-    } else {
-        raw
-    };
+    let bytes = read_bytes(path)?;
     serde_json::from_slice(&bytes).map_err(|e| FormatError::Syntax {
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+/// The bytes of `path`, gunzipped when they start with the gzip magic bytes.
+pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, FormatError> {
+    let raw = std::fs::read(path).map_err(|source| FormatError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return Ok(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len() * 8);
+    flate2::read::MultiGzDecoder::new(&raw[..])
+        .read_to_end(&mut out)
+        .map_err(|source| FormatError::Gzip {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(out)
 }
 
 /// Writes `doc` as pretty JSON to `path`, objects in their order.

@@ -9,6 +9,13 @@
 //!
 //! All times are milliseconds. A failed configuration has a marker string instead of a number
 //! as its `time` ([`KtFailure`]).
+//!
+//! Kernel Tuner appends each record to the file as it is measured and closes the JSON only
+//! when the run ends, so the file of a run still going (or interrupted) ends after a record and
+//! its comma. Its reader accepts that: when the text does not end as a closed file does, it
+//! drops a trailing comma and closes the `cache` map and the document. [`KtCache::read`] does
+//! the same ([`KtCache::still_open`]), and also leaves out a last record cut short while it
+//! was written ([`KtCache::cut_record`]), which Kernel Tuner's reader refuses.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +23,7 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use super::json::{J, Node, Res, read_json};
+use super::json::{J, Node, Res, read_bytes};
 use super::value::param_from_json;
 use super::{FormatError, ParamValue};
 
@@ -44,6 +51,11 @@ pub struct KtCache {
     pub cache: Vec<KtRecord>,
     /// Top-level members not listed above, as written.
     pub extra: IndexMap<String, Value>,
+    /// The file was not closed (Kernel Tuner was still writing it, or was interrupted): it was
+    /// read as Kernel Tuner reads such a file, closed after its last record.
+    pub still_open: bool,
+    /// The last record of an open file was cut short while it was written, and is left out.
+    pub cut_record: bool,
     by_key: HashMap<String, usize>,
 }
 
@@ -181,8 +193,15 @@ impl KtCache {
     /// `cargo test --release -p tunebox-tune --lib formats::kt_cache -- --ignored --nocapture`.
     pub fn read(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
         let path = path.as_ref();
-        let doc = read_json(path)?;
-        parse(&doc, path).map_err(|p| p.in_file(path))
+        let (doc, opened) =
+            parse_document(&read_bytes(path)?).map_err(|message| FormatError::Syntax {
+                path: path.to_path_buf(),
+                message,
+            })?;
+        let mut cache = parse(&doc, path).map_err(|p| p.in_file(path))?;
+        cache.still_open = opened != Opened::Closed;
+        cache.cut_record = opened == Opened::CutRecord;
+        Ok(cache)
     }
 
     /// The cache key of `params` (in `tune_params_keys` order): their Python `str` forms joined
@@ -290,8 +309,75 @@ fn parse(doc: &J, path: &Path) -> Res<KtCache> {
             .filter(|(k, _)| !KNOWN.contains(k))
             .map(|(k, n)| (k.to_owned(), n.v.to_value()))
             .collect(),
+        still_open: false,
+        cut_record: false,
         by_key,
     })
+}
+
+/// How a cache file's text ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// A whole JSON document.
+    Closed,
+    /// Open after a whole record (a run still writing it, or interrupted).
+    Open,
+    /// Open in the middle of a record, which is left out.
+    CutRecord,
+}
+
+/// Parses a cache file's bytes; a document that ends too soon (an open file) is closed as
+/// Kernel Tuner's reader closes it, or failing that, after its last whole record.
+///
+/// # Errors
+///
+/// serde_json's message for the text as written, when no closing makes it a document.
+fn parse_document(bytes: &[u8]) -> Result<(J, Opened), String> {
+    let error = match serde_json::from_slice::<J>(bytes) {
+        Ok(doc) => return Ok((doc, Opened::Closed)),
+        Err(e) => e,
+    };
+    let open = (error.classify() == serde_json::error::Category::Eof)
+        .then(|| std::str::from_utf8(bytes).ok())
+        .flatten();
+    for (text, opened) in open.map(closings).unwrap_or_default() {
+        if let Ok(doc) = serde_json::from_str::<J>(&text)
+            && matches!(&doc, J::Obj(m) if m.iter().any(|(k, _)| k == "cache"))
+        {
+            return Ok((doc, opened));
+        }
+    }
+    Err(error.to_string())
+}
+
+/// The ways to close an open cache file's text, in the order to try them: after its end (a
+/// trailing comma dropped), as Kernel Tuner does; after its last whole record (Kernel Tuner
+/// starts each on a line of its own and ends it with a comma); after the `cache` map's opening
+/// brace (no whole record yet).
+fn closings(text: &str) -> Vec<(String, Opened)> {
+    let close = |t: &str| {
+        let t = t.trim_end();
+        format!("{}}}\n}}", t.strip_suffix(',').unwrap_or(t))
+    };
+    let mut ways = vec![(close(text), Opened::Open)];
+    if let Some(end) = text.trim_end().rfind(",\n") {
+        ways.push((close(&text[..end]), Opened::CutRecord));
+    }
+    if let Some(start) = text.rfind("\"cache\"")
+        && let Some(brace) = text[start..].find('{')
+    {
+        ways.push((close(&text[..start + brace + 1]), Opened::CutRecord));
+    }
+    ways
+}
+
+/// Whether `text` is a Kernel Tuner cache file that is still open (not yet closed by the run
+/// writing it): [`KtCache::read`] reads it.
+pub(crate) fn is_open_cache(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .is_err_and(|e| e.classify() == serde_json::error::Category::Eof)
+        && matches!(parse_document(text.as_bytes()), Ok((J::Obj(m), _))
+            if m.iter().any(|(k, _)| k == "tune_params_keys"))
 }
 
 /// A key part that matches none of the parameter's values: typed by its look.
@@ -553,6 +639,60 @@ mod tests {
         assert!(r.times.is_empty() && r.compile_time.is_none());
         assert_eq!(c.cache[1].time, KtTime::Failed(KtFailure::Invalid));
         assert_eq!(KtCache::key_of(&c.cache[1].params), "32,0.5,False,a");
+    }
+
+    /// As Kernel Tuner writes a cache while it runs: the header up to `"cache": {`, then each
+    /// record on a line of its own, followed by a comma.
+    fn open_doc(records: &[&str], tail: &str) -> String {
+        let mut text = String::from(
+            "{\n\"device_name\": \"cpu\",\n\"kernel_name\": \"k\",\n\"tune_params_keys\": [\n\
+             \"bs\"\n],\n\"tune_params\": {\n\"bs\": [\n32,\n64\n]\n},\n\"objective\": \
+             \"time\",\n\"cache\": {",
+        );
+        for record in records {
+            text.push('\n');
+            text.push_str(record);
+            text.push(',');
+        }
+        text.push_str(tail);
+        text
+    }
+
+    #[test]
+    fn open_files_are_closed_as_kernel_tuner_closes_them() {
+        let records = [
+            r#""32": {"time": 1.5}"#,
+            r#""64": {"time": "InvalidConfig"}"#,
+        ];
+        // Closed by the run: read as written.
+        let closed = open_doc(&records, "");
+        let closed = format!("{}}}\n}}", closed.strip_suffix(',').unwrap());
+        let c = read_text(&closed).unwrap();
+        assert!(!c.still_open && !c.cut_record);
+        assert_eq!(c.cache.len(), 2);
+        // Open after a record and its comma (also with trailing whitespace).
+        for tail in ["", "\n", "  \n"] {
+            let c = read_text(&open_doc(&records, tail)).unwrap();
+            assert!(c.still_open && !c.cut_record, "{tail:?}");
+            assert_eq!(c.cache.len(), 2);
+        }
+        // Cut in the middle of the third record, of the first, or before any.
+        let c = read_text(&open_doc(&records, "\n\"16\": {\"time\": 2.")).unwrap();
+        assert!(c.still_open && c.cut_record);
+        assert_eq!(c.cache.len(), 2);
+        let c = read_text(&open_doc(&[], "\n\"32\": {\"ti")).unwrap();
+        assert!(c.cut_record);
+        assert_eq!(c.cache.len(), 0);
+        let c = read_text(&open_doc(&[], "")).unwrap();
+        assert!(c.still_open && c.cache.is_empty());
+        // Only an open file is closed: bad JSON elsewhere is still an error.
+        let err = read_text(&open_doc(&["\"32\": {\"time\": 1.5]"], ""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not valid JSON"), "{err}");
+        assert!(is_open_cache(&open_doc(&records, "")));
+        assert!(!is_open_cache(&closed));
+        assert!(!is_open_cache("{\"results\": ["));
     }
 
     #[test]

@@ -48,7 +48,8 @@
 //!   is an error naming the field. Conditions, sizes and `GlobalSize`/`LocalSize` stay
 //!   expressions (text) for the search space and launcher to evaluate. The kernel file is
 //!   resolved against the T1 file's folder but not opened. No T1 writer.
-//! - Kernel Tuner caches: JSON and gzip only (no other compression), read only. Cache keys whose
+//! - Kernel Tuner caches: JSON and gzip only (no other compression), read only; a file still
+//!   being written (unterminated) is read as Kernel Tuner reads it, closed after its last record. Cache keys whose
 //!   values are strings containing commas cannot be split unambiguously and are an error.
 //! - T4: one file holds `schema_version`, optional `metadata` and `results`; the separate T4
 //!   *metadata* file of schema 1.0.0 (`hardware`, `environment`) is kept as raw JSON inside
@@ -63,6 +64,7 @@ mod t4;
 mod value;
 
 pub use error::FormatError;
+pub(crate) use kt_cache::is_open_cache;
 pub use kt_cache::{KtCache, KtFailure, KtRecord, KtTime};
 pub use t1::{
     T1AccessType, T1Arg, T1Condition, T1ConfigurationSpace, T1Dims, T1File, T1FillType, T1General,

@@ -533,8 +533,8 @@ fn scalar(v: &Py) -> Option<Value<'_>> {
 }
 
 /// What Python would say, without the expression around it.
-fn python_error(e: tunebox_expr::Error) -> String {
-    use tunebox_expr::Error as E;
+fn python_error(e: tunebox_expr::ExprError) -> String {
+    use tunebox_expr::ExprError as E;
     match e {
         E::ZeroDivision { message, .. }
         | E::Overflow { message, .. }

@@ -39,7 +39,7 @@ use crate::space::ParamValue;
 ///     .metric("elements_per_ms", "256 / time")
 ///     .build()?;
 /// assert_eq!(manifest.name(), "scale");
-/// # Ok::<(), tunebox_tune::Error>(())
+/// # Ok::<(), tunebox_tune::TuneError>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build` is called"]
@@ -356,7 +356,7 @@ impl ManifestBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::Manifest`](crate::Error::Manifest), naming the field and what to change (the
+    /// [`Error::Manifest`](crate::TuneError::Manifest), naming the field and what to change (the
     /// same messages as for a file): no kernel, an unreadable source, bad shapes, params
     /// without values, restrictions that do not parse, a scalar's value its type cannot take,
     /// an argument order that misses or repeats a name, …
@@ -364,7 +364,7 @@ impl ManifestBuilder {
         let what = format!("invalid manifest {} (built in code)", self.name);
         self.assemble()
             .context(what)
-            .map_err(crate::Error::manifest)
+            .map_err(crate::TuneError::manifest)
     }
 
     /// The manifest these calls describe, as [`ManifestBuilder::build`] returns it (errors

@@ -13,11 +13,13 @@
 //!   `LocalSize` -> the block; `SharedMemory` -> dynamic shared memory.
 //! - `Arguments` -> tensors (`Vector`: `Type`, `Size` evaluated as Kernel Tuner does, with
 //!   `ProblemSize` and each parameter bound to its list of values, `FillType`, `Output`) and
-//!   scalars (`Scalar` with an integer `FillValue`).
+//!   scalars (`Scalar`: `int32`/`int64` with an integral `FillValue`, `float`/`double` with any),
+//!   in the kernel's order.
 //! - `BenchmarkConfig.iterations` -> `iterations` (exactly that many timed reps).
 //!
 //! What tunebox cannot run (another language, a missing source, constant-memory arguments,
-//! float scalars, …) does not stop `--list`: it is recorded in [`Extras::unsupported`](super::raw::Extras::unsupported) and
+//! …) does not stop `--list`: it is recorded in
+//! [`Extras::unsupported`](super::raw::Extras::unsupported) and
 //! refused by a run with those reasons. Fields that are read but not used are
 //! [`Extras::notes`](super::raw::Extras::notes).
 
@@ -155,6 +157,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         problem_size,
         launch,
         metrics: IndexMap::new(),
+        env: None,
         tune_params: None,
         kernel_name: None,
         kernel_source: None,

@@ -14,6 +14,36 @@ use crate::launch::RawLaunch;
 /// `compiler_options`, `answer` + `atol`, `grid_div_x/y/z`, `problem_size` in `[launch]`) to
 /// tunebox's fields, refusing a field given both ways.
 pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
+    argument_list(&mut raw)?;
+    if let Some(tune_params) = raw.tune_params.take() {
+        ensure!(
+            raw.params.is_none(),
+            "params and tune_params: give the parameters once (tune_params is Kernel Tuner's name \
+             for params)"
+        );
+        raw.params = Some(tune_params);
+    }
+    kernel_fields(&mut raw)?;
+    launch_fields(&mut raw)?;
+    if let Some(iterations) = raw.iterations {
+        ensure!(
+            (1..=MAX_REPS).contains(&iterations),
+            "iterations = {iterations}: give 1 to {MAX_REPS} timed reps per choice"
+        );
+        if let Some(t) = &raw.timing {
+            ensure!(
+                t.min_reps.is_none() && t.max_reps.is_none(),
+                "iterations and timing.min_reps/max_reps: iterations sets both; give one or the \
+                 other"
+            );
+        }
+    }
+    answer(&mut raw)?;
+    Ok(raw)
+}
+
+/// `[[arguments]]`: Kernel Tuner's argument list, as `[[tensors]]`, `[[scalars]]` and `args`.
+fn argument_list(raw: &mut RawManifest) -> Result<()> {
     if let Some(arguments) = raw.arguments.take() {
         ensure!(
             raw.tensors.is_empty() && raw.scalars.is_empty() && raw.args.is_none(),
@@ -44,14 +74,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         }
         raw.args = Some(order);
     }
-    if let Some(tune_params) = raw.tune_params.take() {
-        ensure!(
-            raw.params.is_none(),
-            "params and tune_params: give the parameters once (tune_params is Kernel Tuner's name \
-             for params)"
-        );
-        raw.params = Some(tune_params);
-    }
+    Ok(())
+}
+
+/// The top-level `kernel_name`, `kernel_source`, `lang` and `compiler_options`, into `[kernel]`.
+fn kernel_fields(raw: &mut RawManifest) -> Result<()> {
     let top_level = raw.kernel_name.is_some()
         || raw.kernel_source.is_some()
         || raw.lang.is_some()
@@ -105,6 +132,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
             k.compiler_options = raw.compiler_options.take();
         }
     }
+    Ok(())
+}
+
+/// The top-level `grid_div_x/y/z` into `[launch]`, and `[launch]`'s `problem_size` to the top.
+fn launch_fields(raw: &mut RawManifest) -> Result<()> {
     let divs = [
         ("grid_div_x", raw.grid_div_x.take()),
         ("grid_div_y", raw.grid_div_y.take()),
@@ -130,19 +162,11 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         );
         raw.problem_size = Some(problem);
     }
-    if let Some(iterations) = raw.iterations {
-        ensure!(
-            (1..=MAX_REPS).contains(&iterations),
-            "iterations = {iterations}: give 1 to {MAX_REPS} timed reps per choice"
-        );
-        if let Some(t) = &raw.timing {
-            ensure!(
-                t.min_reps.is_none() && t.max_reps.is_none(),
-                "iterations and timing.min_reps/max_reps: iterations sets both; give one or the \
-                 other"
-            );
-        }
-    }
+    Ok(())
+}
+
+/// `answer` (and `atol`): Kernel Tuner's reference outputs, as `[verify]`.
+fn answer(raw: &mut RawManifest) -> Result<()> {
     match (raw.answer.take(), raw.atol) {
         (Some(answer), atol) => {
             ensure!(
@@ -150,7 +174,7 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
                 "answer and [verify]: answer is Kernel Tuner's name for verify.reference; give one \
                  of them"
             );
-            let reference =
+            let (reference, written_as) =
                 answer_reference(answer, &mut raw.tensors, &raw.scalars, raw.args.as_deref())?;
             let atol = atol.unwrap_or(KT_ATOL);
             raw.verify = Some(RawVerify {
@@ -159,6 +183,7 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
                 equal_nan: None,
                 timeout_s: None,
                 reference,
+                written_as,
             });
         }
         (None, Some(_)) => bail!(
@@ -167,7 +192,7 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
         ),
         (None, None) => {}
     }
-    Ok(raw)
+    Ok(())
 }
 
 /// Kernel Tuner's default `atol`.
@@ -177,13 +202,15 @@ const KT_ATOL: f64 = 1e-6;
 /// of output files by tensor name, or Kernel Tuner's list (exactly one entry per kernel argument,
 /// in `order` when given, else the tensors then the scalars: a file for a checked tensor,
 /// `""`/`false` for an argument that is not checked, as Kernel Tuner's `None`). Tensors given a
-/// file become outputs.
+/// file become outputs. Also how the user wrote each output (`answer[3]`, `answer.C`), for
+/// errors about it.
 fn answer_reference(
     answer: toml::Value,
     tensors: &mut [RawTensor],
     scalars: &[RawScalar],
     order: Option<&[String]>,
-) -> Result<RawReference> {
+) -> Result<(RawReference, IndexMap<String, String>)> {
+    let mut written_as = IndexMap::new();
     const FORMS: &str = "give answer as a table of expected-output files by tensor name \
         (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
         then the scalars: a file for each checked tensor, \"\" for the arguments that are not \
@@ -199,14 +226,22 @@ fn answer_reference(
                 .try_into()
                 .map_err(|e| anyhow::anyhow!("answer: {}", e.to_string().trim_end()))?;
             match &reference.outputs {
-                Some(outputs) => outputs.clone(),
-                None => return Ok(reference),
+                Some(outputs) => {
+                    for name in outputs.keys() {
+                        written_as.insert(name.clone(), format!("answer.outputs.{name}"));
+                    }
+                    outputs.clone()
+                }
+                None => return Ok((reference, written_as)),
             }
         }
         toml::Value::Table(table) => table
             .into_iter()
             .map(|(name, file)| match file {
-                toml::Value::String(file) => Ok((name, PathBuf::from(file))),
+                toml::Value::String(file) => {
+                    written_as.insert(name.clone(), format!("answer.{name}"));
+                    Ok((name, PathBuf::from(file)))
+                }
                 other => bail!("answer.{name} = {other}: {FORMS}"),
             })
             .collect::<Result<_>>()?,
@@ -256,6 +291,7 @@ fn answer_reference(
                             );
                         };
                         files.insert(tensor.name.clone(), PathBuf::from(file));
+                        written_as.insert(tensor.name.clone(), format!("answer[{i}]"));
                     }
                     other => bail!("answer[{i}] = {other}: {FORMS}"),
                 }
@@ -272,8 +308,11 @@ fn answer_reference(
             .with_context(|| format!("answer.{name}: there is no tensor `{name}`"))?;
         tensor.output = true;
     }
-    Ok(RawReference {
-        outputs: Some(files),
-        ..RawReference::default()
-    })
+    Ok((
+        RawReference {
+            outputs: Some(files),
+            ..RawReference::default()
+        },
+        written_as,
+    ))
 }

@@ -34,6 +34,8 @@ pub(super) struct RawManifest {
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,
+    /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
+    pub(super) env: Option<super::env::RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
     /// `params`.
     pub(super) tune_params: Option<IndexMap<String, Vec<toml::Value>>>,
@@ -143,6 +145,11 @@ pub(super) struct RawVerify {
     pub(super) equal_nan: Option<bool>,
     pub(super) timeout_s: Option<f64>,
     pub(super) reference: RawReference,
+    /// How the user wrote each reference output, by tensor, when not as
+    /// `verify.reference.outputs.NAME` (Kernel Tuner's `answer[3]`, `answer.C`): what errors
+    /// about it name.
+    #[serde(skip)]
+    pub(super) written_as: IndexMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]

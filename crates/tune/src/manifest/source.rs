@@ -21,7 +21,7 @@ pub fn compiler() -> String {
 
 /// The C++ compiler, for C++ sources whose manifest names no compiler: `$CXX`, else `g++`
 /// (Kernel Tuner's default for `lang = "C"`).
-pub fn cxx_compiler() -> String {
+pub(super) fn cxx_compiler() -> String {
     std::env::var("CXX")
         .ok()
         .filter(|c| !c.trim().is_empty())

@@ -90,7 +90,7 @@ pub(super) fn verify(
             flags: None,
             outputs: Some(files),
             launch: None,
-        } => Reference::Outputs(reference_outputs(&files, dir, tensors)?),
+        } => Reference::Outputs(reference_outputs(&files, dir, tensors, &raw.written_as)?),
         RawReference {
             choice: None,
             source: Some(source),
@@ -154,11 +154,14 @@ pub(super) fn verify(
     })
 }
 
-/// The expected contents of every output tensor, from raw binary files.
+/// The expected contents of every output tensor, from raw binary files; errors name each as
+/// the user wrote it (`written_as`: Kernel Tuner's `answer[3]`), else as
+/// `verify.reference.outputs.NAME`.
 fn reference_outputs(
     files: &IndexMap<String, PathBuf>,
     dir: &Path,
     tensors: &[TensorSpec],
+    written_as: &IndexMap<String, String>,
 ) -> Result<Vec<TensorData>> {
     for name in files.keys() {
         ensure!(
@@ -170,9 +173,20 @@ fn reference_outputs(
         .iter()
         .filter(|t| t.output)
         .map(|spec| {
-            let field = format!("verify.reference.outputs.{}", spec.name);
+            let field = written_as
+                .get(&spec.name)
+                .cloned()
+                .unwrap_or_else(|| format!("verify.reference.outputs.{}", spec.name));
             let file = files.get(&spec.name).with_context(|| {
-                format!("{field} is missing: give the expected contents of every output tensor")
+                if written_as.is_empty() {
+                    format!("{field} is missing: give the expected contents of every output tensor")
+                } else {
+                    format!(
+                        "answer gives no expected contents for `{}`, which has `output = true`: \
+                         give a file for it in answer, or drop its `output = true`",
+                        spec.name
+                    )
+                }
             })?;
             let bytes = spec.byte_len().expect("checked when the tensor was read");
             let data = read_data(&dir.join(file), bytes, spec).with_context(|| field.clone())?;

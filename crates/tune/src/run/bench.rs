@@ -26,7 +26,7 @@ use crate::stop::Stop;
 ///
 /// # Errors
 ///
-/// [`crate::Error::Run`]: the workers cannot start. A choice that fails is a result.
+/// [`crate::TuneError::Run`]: the workers cannot start. A choice that fails is a result.
 pub fn measure(
     setup: &Setup<'_>,
     todo: &[Todo],
@@ -44,8 +44,9 @@ pub fn measure(
         setup.timeout,
         setup.max_process_uses,
         worker,
+        &setup.manifest.env,
     )
-    .map_err(crate::Error::run)?;
+    .map_err(crate::TuneError::run)?;
     stop.watch(Arc::clone(&pool));
     let stage = Stage {
         setup,

@@ -46,10 +46,10 @@ pub enum Compiled {
 ///
 /// # Errors
 ///
-/// The kernel cache cannot be created ([`crate::Error::Run`]); a compile that fails is a
+/// The kernel cache cannot be created ([`crate::TuneError::Run`]); a compile that fails is a
 /// [`Compiled::Failed`], not an error.
 pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Compiled> {
-    let kernel_cache = kernel_cache().map_err(crate::Error::run)?;
+    let kernel_cache = kernel_cache().map_err(crate::TuneError::run)?;
     let cancel = || stop.requested();
     let control = CompileControl {
         timeout: setup.manifest.compile_timeout,
@@ -65,7 +65,7 @@ pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Com
 
 /// The kernel cache, created.
 pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
-    let cache = CacheDir::from_env()?;
+    let cache = tunebox_cpu::default_cache_dir()?;
     std::fs::create_dir_all(cache.path()).with_context(|| {
         format!(
             "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
@@ -109,11 +109,13 @@ pub(crate) fn judge(
                     CpuError::Compile { dependencies, .. } => dependencies.clone(),
                     _ => Vec::new(),
                 };
+                let error = format!("{:#}", anyhow::Error::new(e));
+                let error = match entry_hint(setup.manifest, &error) {
+                    Some(hint) => format!("{hint}\n{error}"),
+                    None => error,
+                };
                 Compiled::Failed {
-                    result: Box::new(failed(
-                        Status::CompileError,
-                        format!("{:#}", anyhow::Error::new(e)),
-                    )),
+                    result: Box::new(failed(Status::CompileError, error)),
                     cacheable: true,
                     dependencies,
                 }
@@ -183,5 +185,55 @@ mod tests {
             matches!(cancelled, Compiled::Cancelled | Compiled::Failed { .. }),
             "{cancelled:?}"
         );
+    }
+}
+
+/// When the call tunebox generates (`<tunebox trampoline>`) fails because the kernel source
+/// declares no function named `entry`, the error for what the user wrote: the manifest's
+/// `entry`, the compiler's "did you mean" suggestion, and the fix.
+fn entry_hint(manifest: &crate::manifest::Manifest, error: &str) -> Option<String> {
+    let entry = &manifest.kernel.entry;
+    let line = error.lines().find(|l| {
+        l.contains("<tunebox trampoline>")
+            && (l.contains("implicit declaration of function") || l.contains("undeclared function"))
+            && quoted(l).first().is_some_and(|name| name == entry)
+    })?;
+    let suggestion = line
+        .split_once("did you mean")
+        .and_then(|(_, rest)| quoted(rest).into_iter().next())
+        .map_or_else(String::new, |name| format!("; did you mean `{name}`?"));
+    Some(format!(
+        "error: [kernel] entry = \"{entry}\", but {} declares no function `{entry}`{suggestion} \
+         (fix `entry` in the manifest)",
+        manifest.kernel.source_name
+    ))
+}
+
+/// The names quoted in a compiler's message, in order: `'name'` (C locale) or `‘name’` (UTF-8).
+fn quoted(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(['\'', '‘']) {
+        let open = rest[start..].chars().next().unwrap_or('\'');
+        let after = &rest[start + open.len_utf8()..];
+        let close = if open == '‘' { '’' } else { '\'' };
+        let Some(end) = after.find(close) else { break };
+        names.push(after[..end].to_owned());
+        rest = &after[end + close.len_utf8()..];
+    }
+    names
+}
+
+#[cfg(test)]
+mod entry_hint_tests {
+    use super::quoted;
+
+    #[test]
+    fn quoted_names_in_either_locale() {
+        let gcc = "<tunebox trampoline>:7:5: error: implicit declaration of function ‘scal’; did \
+                   you mean ‘scale’? [-Werror=implicit-function-declaration]";
+        assert_eq!(quoted(gcc), ["scal", "scale"]);
+        let clang = "<tunebox trampoline>:7:5: error: call to undeclared function 'scal'; ISO C99";
+        assert_eq!(quoted(clang), ["scal"]);
     }
 }

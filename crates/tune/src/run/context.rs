@@ -14,15 +14,15 @@ use super::lookup::{Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::{Outcome, stop_reason};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
-use crate::error::Error;
+use crate::error::TuneError;
 use crate::fingerprint;
 use crate::interference::Topology;
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt};
 use crate::results::{
-    CacheInfo, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo,
-    ShardInfo, choices as plural, rank,
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, ShardInfo,
+    choices as plural, rank,
 };
 use crate::space::SearchSpace;
 use crate::stop::Stop;
@@ -53,9 +53,14 @@ pub(super) struct Run<'a> {
     pub notes: Vec<String>,
     /// How many results the strategy has been told.
     pub told: usize,
-    pub cache_path: Option<PathBuf>,
     /// What the rounds saw (set by [`Run::race`]).
     pub conditions: Option<RunConditions>,
+    /// What workers printed on stdout (the report's note says where it went).
+    pub stdout_log: Option<crate::worker_stdout::Watch>,
+    /// An adaptive search (asking a few choices at a time): cache hits are said at the end.
+    pub adaptive: bool,
+    /// The compiling note is said once, not every round.
+    pub compile_noted: bool,
 }
 
 /// Every result of the run, and the results cache they go to.
@@ -74,6 +79,8 @@ pub(super) struct Ledger {
     pub pending: Vec<(usize, String)>,
     /// Whether rounds follow screening.
     pub rounds_follow: bool,
+    /// The keys whose line this run wrote.
+    pub written: std::collections::HashSet<String>,
 }
 
 impl<'a> Run<'a> {
@@ -92,6 +99,7 @@ impl<'a> Run<'a> {
         stop: &'a Stop,
     ) -> Result<Run<'a>> {
         let start = Instant::now();
+        let stdout_log = crate::worker_stdout::Watch::start();
         let cache_path = check_outputs(options, manifest)?;
         if !manifest.unsupported.is_empty() {
             bail!(
@@ -113,7 +121,13 @@ impl<'a> Run<'a> {
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
         notes.extend(manifest.notes.iter().cloned());
-        let cache = open_cache(cache_path.as_deref(), options, manifest, &mut notes)?;
+        let cache = open_cache(
+            cache_path.as_deref(),
+            options,
+            manifest,
+            &mut notes,
+            observer,
+        )?;
         Ok(Run {
             options,
             observer,
@@ -122,7 +136,7 @@ impl<'a> Run<'a> {
             deadline: options.max_time.map(|t| start + t),
             reference: measure::reference_request(manifest)?,
             reference_compiled: false,
-            kernel_cache: CacheDir::from_env()?,
+            kernel_cache: tunebox_cpu::default_cache_dir()?,
             topology: Topology::detect(),
             bench: None,
             workers: 1,
@@ -137,6 +151,7 @@ impl<'a> Run<'a> {
                 timeout: setup.timeout,
                 pending: Vec::new(),
                 rounds_follow: options.rounds > 0,
+                written: Default::default(),
             },
             setup,
             space,
@@ -144,8 +159,10 @@ impl<'a> Run<'a> {
             shard,
             notes,
             told: 0,
-            cache_path,
             conditions: None,
+            stdout_log: Some(stdout_log),
+            adaptive: false,
+            compile_noted: false,
         })
     }
 
@@ -213,6 +230,11 @@ impl<'a> Run<'a> {
             self.setup.manifest,
             self.setup.timeout,
         ));
+        self.notes.extend(
+            self.stdout_log
+                .take()
+                .and_then(crate::worker_stdout::Watch::note),
+        );
         rank(&mut ledger.results);
         let refine = self.options.refine.filter(|&k| k > 0);
         Report {
@@ -227,10 +249,7 @@ impl<'a> Run<'a> {
                     top,
                     rep_factor: REFINE_FACTOR,
                 }),
-                cache: self.cache_path.map(|path| CacheInfo {
-                    path: path.display().to_string(),
-                    hits: ledger.hits,
-                }),
+                cache: ledger.cache.as_ref().map(|c| c.info(ledger.hits)),
                 interrupted: self.stop.requested(),
                 not_measured: ledger.not_measured,
                 notes: self.notes,
@@ -248,22 +267,25 @@ impl Ledger {
     pub(super) fn take_cached(
         &mut self,
         lookup: super::lookup::Lookup,
+        adaptive: bool,
         observer: &dyn Observer,
     ) -> Vec<Todo> {
         self.results.extend(lookup.done);
         self.deps_of.extend(lookup.deps);
         if let Err(e) = adopt(&mut self.cache, &lookup.hit_keys) {
-            observer.note(&format!("warning: {e:#}; results are no longer cached"));
+            observer.note(&format!("warning: {e:#}"));
         }
         self.hits += lookup.hits;
+        if lookup.hits > 0 {
+            observer.cached(lookup.hits);
+        }
+        // Said once: an adaptive search, which may take one choice at a time from a full
+        // cache, says it at the end.
         if lookup.hits > 0
+            && !adaptive
             && let Some(c) = &self.cache
         {
-            observer.note(&format!(
-                "skipped {} already measured (results cache {}; --fresh re-measures them)",
-                plural(lookup.hits),
-                c.path().display()
-            ));
+            observer.note(&skipped_note(lookup.hits, c));
         }
         lookup.todo
     }
@@ -339,17 +361,17 @@ impl Ledger {
         observer: &dyn Observer,
     ) {
         let deps = self.deps_of.get(&result.index).cloned();
-        if let Some(c) = self.cache.as_mut()
-            && let Err(e) = c.append(CacheLine::new(
-                key.to_owned(),
-                &self.header,
-                timeout,
-                result,
-                deps,
-            ))
-        {
-            observer.note(&format!("warning: {e:#}; results are no longer cached"));
-            self.cache = None;
+        let Some(c) = self.cache.as_mut() else {
+            return;
+        };
+        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps);
+        let failed_before = c.not_cached().0;
+        if let Err(e) = c.append(line) {
+            // Counted by the cache (the report and the exit status say it); the run goes on.
+            observer.note(&format!("warning: {e:#}"));
+        }
+        if c.not_cached().0 == failed_before {
+            self.written.insert(key.to_owned());
         }
     }
 
@@ -362,13 +384,24 @@ impl Ledger {
                 continue;
             };
             // Unchanged since screening (no window added): its line is there already.
-            if result
+            let changed = result
                 .windows
                 .as_ref()
                 .is_some_and(|w| w.medians_ms.len() > 1)
-                || result.status != tunebox_pool::Status::Ok
+                || result.status != tunebox_pool::Status::Ok;
+            // A screening line that could not be written was counted; it is not tried again.
+            if !changed || !self.written.contains(&key) {
+                continue;
+            }
+            let deps = self.deps_of.get(&result.index).cloned();
+            let line = CacheLine::new(key, &self.header, self.timeout, &result, deps);
+            if let Some(c) = self.cache.as_mut()
+                && let Err(e) = c.update(line)
             {
-                self.cache_line(&result, &key, self.timeout, observer);
+                observer.note(&format!(
+                    "warning: {e:#}; {} keeps its screening line",
+                    result.choice.label()
+                ));
             }
         }
     }
@@ -391,6 +424,7 @@ pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Re
         timeout,
         options.max_process_uses,
         options.worker.as_deref(),
+        &run.setup.manifest.env,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Bench { pool, reference })
@@ -426,7 +460,7 @@ fn header(
 fn check_outputs(options: &TuneOptions, manifest: &Manifest) -> Result<Option<PathBuf>> {
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
-            check_output_path(flag, path, manifest).map_err(Error::options)?;
+            check_output_path(flag, path, manifest).map_err(TuneError::options)?;
         }
     }
     let cache_path = match &options.cache {
@@ -435,10 +469,10 @@ fn check_outputs(options: &TuneOptions, manifest: &Manifest) -> Result<Option<Pa
         CacheMode::Off => None,
     };
     if let Some(path) = &cache_path {
-        check_output_path("--cache", path, manifest).map_err(Error::options)?;
+        check_output_path("--cache", path, manifest).map_err(TuneError::options)?;
         for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
             if other.as_deref() == Some(path.as_path()) {
-                return Err(Error::options(format_args!(
+                return Err(TuneError::options(format_args!(
                     "--cache and {flag} are the same file {}; give them different paths",
                     path.display()
                 )));
@@ -455,6 +489,7 @@ fn open_cache(
     options: &TuneOptions,
     manifest: &Manifest,
     notes: &mut Vec<String>,
+    observer: &dyn Observer,
 ) -> Result<Option<ResultsCache>> {
     let Some(path) = path else {
         return Ok(None);
@@ -464,12 +499,9 @@ fn open_cache(
         _ => Vec::new(),
     };
     let cache = ResultsCache::open(path, &others, options.fresh)?;
-    if cache.unreadable() > 0 {
-        notes.push(format!(
-            "{} unreadable lines of the results cache {} were ignored (cut short by a kill?)",
-            cache.unreadable(),
-            cache.path().display()
-        ));
+    for note in cache.notes() {
+        observer.note(&note);
+        notes.push(note);
     }
     Ok(Some(cache))
 }
@@ -572,6 +604,15 @@ fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()>
         dir.display()
     );
     Ok(())
+}
+
+/// The note that `hits` choices came from `cache` and were not measured again.
+pub(super) fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
+    format!(
+        "skipped {} already measured (results cache {}; --fresh re-measures them)",
+        plural(hits),
+        cache.path().display()
+    )
 }
 
 /// Why the run stopped early, for choices it did not start.

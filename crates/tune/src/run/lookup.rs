@@ -232,18 +232,15 @@ pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize
 
 /// Copies the cache's lines of `keys` into its own file when they came from another one (a
 /// shard's cache of the same manifest), so that the file holds every result of the run that
-/// uses it. A failed write turns the cache off (`None`).
+/// uses it. The lines that cannot be written stay in the other file.
 ///
 /// # Errors
 ///
-/// The write fails.
+/// The first write that fails (the rest are not tried).
 pub(crate) fn adopt(cache: &mut Option<ResultsCache>, keys: &[String]) -> anyhow::Result<()> {
     if let Some(c) = cache.as_mut() {
         for key in keys {
-            if let Err(e) = c.adopt(key) {
-                *cache = None;
-                return Err(e);
-            }
+            c.adopt(key)?;
         }
     }
     Ok(())

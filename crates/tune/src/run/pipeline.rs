@@ -57,6 +57,8 @@ pub(crate) fn stop_reason(stop: &Stop) -> &'static str {
 pub(crate) struct Compiling<'c> {
     pub kernel_cache: &'c CacheDir,
     pub control: &'c CompileControl<'c>,
+    /// Say what compiles where (once a run, not every round of an adaptive search).
+    pub say: bool,
     /// The CPUs compiles may use when they run alone.
     pub cpus: usize,
     /// The CPUs on no core a worker may measure on (the CPUs less each worker's core and its
@@ -117,7 +119,7 @@ pub(crate) fn pipeline(
             stage.setup.timeout
         ),
     );
-    if !c_todo.is_empty() {
+    if !c_todo.is_empty() && compiling.as_ref().is_some_and(|c| c.say) {
         stage.observer.note(&format!(
             "compiling {} on {}{}…",
             plural(c_todo.len()),

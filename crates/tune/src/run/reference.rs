@@ -22,7 +22,7 @@ use crate::stop::Stop;
 ///
 /// # Errors
 ///
-/// [`crate::Error::Run`]: the reference does not compile, cannot start, or fails: nothing
+/// [`crate::TuneError::Run`]: the reference does not compile, cannot start, or fails: nothing
 /// could be verified.
 pub fn reference(
     setup: &Setup<'_>,
@@ -52,7 +52,7 @@ pub fn reference(
         stop.unwatch();
         outputs
     };
-    run().map_err(crate::Error::run)
+    run().map_err(crate::TuneError::run)
 }
 
 /// Compiles the reference `request` (labelled `label`) into `cache`, and returns the files the

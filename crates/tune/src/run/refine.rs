@@ -146,7 +146,7 @@ impl Run<'_> {
                 && let Some(c) = self.ledger.cache.as_mut()
                 && let Err(e) = c.adopt(&key)
             {
-                self.notes.push(format!("warning: {e:#}"));
+                self.observer.note(&format!("warning: {e:#}"));
             }
             match hit.map(|(result, _)| result) {
                 Some(mut refined) if refined.status == Status::Ok => {
@@ -176,6 +176,7 @@ impl Run<'_> {
                     timeout,
                     self.options.max_process_uses,
                     self.options.worker.as_deref(),
+                    &self.setup.manifest.env,
                 )
                 .map(|pool| {
                     self.stop.watch(std::sync::Arc::clone(&pool));

@@ -4,11 +4,11 @@
 use anyhow::Result;
 use tunebox_cpu::CompileControl;
 
-use super::context::{Run, reason};
+use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Compiling, Stage, pipeline};
 use crate::observer::ObserverExt;
-use crate::results::{NotMeasured, ShardInfo};
+use crate::results::{NotMeasured, Selection, ShardInfo};
 use crate::shard;
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
@@ -24,6 +24,10 @@ impl Run<'_> {
                 self.space.len()
             ));
         }
+        // One count for the whole run, across the rounds of an adaptive search.
+        let planned = planned_total(&self.options.selection, self.space.len(), first.len());
+        self.adaptive = planned > first.len();
+        self.observer.planned(planned);
         let mut batch = first;
         loop {
             self.round(&batch)?;
@@ -32,20 +36,29 @@ impl Run<'_> {
                 let why = reason(self.stop);
                 let left = unasked(self.strategy.as_mut(), &self.space, self.shard, why);
                 self.ledger.not_measured.extend(left);
-                return Ok(());
+                break;
             }
             batch = ask(self.strategy.as_mut(), &self.space, self.shard);
             if batch.is_empty() {
-                return Ok(());
+                break;
             }
         }
+        if self.adaptive
+            && self.ledger.hits > 0
+            && let Some(c) = &self.ledger.cache
+        {
+            self.observer.note(&skipped_note(self.ledger.hits, c));
+        }
+        Ok(())
     }
 
     /// One round: the cached lookup of `batch`, the pipeline for the rest, every result
     /// recorded, and the strategy told.
     fn round(&mut self, batch: &[usize]) -> Result<()> {
         let lookup = lookup_cached(&self.setup, &self.space, batch, self.ledger.cache.as_ref());
-        let todo = self.ledger.take_cached(lookup, self.observer);
+        let todo = self
+            .ledger
+            .take_cached(lookup, self.adaptive, self.observer);
         if !todo.is_empty() {
             self.ready_to_measure(&todo)?;
         }
@@ -93,6 +106,7 @@ impl Run<'_> {
         let compiling = Compiling {
             kernel_cache: &self.kernel_cache,
             control: &control,
+            say: !std::mem::replace(&mut self.compile_noted, true),
             cpus,
             // With rounds to come, compiles finish first, on every CPU: a compile beside a
             // timed window slows it (a busy sibling, or a vCPU sharing a core with it).
@@ -154,4 +168,13 @@ fn unasked(
         );
     }
     left
+}
+
+/// About how many choices a run finishes, cached ones included: what the strategy asked for
+/// at once, or for an adaptive search asking a few at a time, its budget (at most the space).
+fn planned_total(selection: &Selection, space: usize, first_batch: usize) -> usize {
+    match selection.budget {
+        Some(budget) if budget > first_batch => budget.min(space),
+        _ => first_batch,
+    }
 }

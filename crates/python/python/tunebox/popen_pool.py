@@ -1,0 +1,388 @@
+"""Drop-ins for ``tvm.support.popen_pool``: ``PopenWorker`` and ``PopenPoolExecutor``.
+
+Change ``from tvm.support.popen_pool import ...`` to ``from tunebox.popen_pool import ...``.
+Same constructor arguments, same methods, same exceptions (``TimeoutError`` at a deadline,
+``ChildProcessError`` when the worker dies, the task's own exception type with the worker's
+traceback as its message), same ``StatusKind`` and ``MapResult``. Callables and arguments travel
+with cloudpickle, as TVM sends them (lambdas and closures work).
+
+What tunebox adds underneath: the worker is killed with its whole process group at the deadline
+(helpers it started die too) and reaped; it dies with the parent (``PR_SET_PDEATHSIG``); a crash
+is reported with its signal or exit code; the next worker starts at once after a crash, a timeout
+or the last of ``maximum_uses``, not at the next call; numpy arrays and other large buffers travel
+out of band through shared memory instead of a pipe; functions the parent imports from its own
+``sys.path`` (a test module, a script's folder) import in the worker too.
+
+The timeout counts the call itself, as in TVM's worker: unpickling the function and its
+arguments (which may import modules) happens before the clock starts, and the worker times the
+call (a timer thread ends it at the timeout, as TVM's answers then). A call that runs past it is
+``TimeoutError``; one that holds the GIL so the timer cannot run (native code) is killed by the
+parent at ``timeout`` plus a slack (``KILL_SLACK_S`` + ``KILL_SLACK_FRACTION`` of the timeout),
+whatever the worker does.
+"""
+
+import concurrent.futures
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import namedtuple
+from enum import IntEnum
+
+from tunebox import _calls, _native
+
+__all__ = ["MapResult", "PopenPoolExecutor", "PopenWorker", "StatusKind"]
+
+
+class StatusKind(IntEnum):
+    """Running and return value status, as TVM's."""
+
+    RUNNING = 0
+    COMPLETE = 1
+    EXCEPTION = 2
+    TIMEOUT = 3
+
+
+class MapResult(namedtuple("MapResult", ["status", "value"])):
+    """Result of :meth:`PopenPoolExecutor.map_with_error_catching`.
+
+    ``status`` is a :class:`StatusKind`; ``value`` the function's result (``COMPLETE``) or the
+    exception (``EXCEPTION``, ``TIMEOUT``).
+    """
+
+    __slots__ = []
+
+
+def _worker_command():
+    return sys.executable, ["-m", "tunebox._worker"]
+
+
+def _output(stream, name):
+    """TVM's ``stdout``/``stderr`` values as tunebox's: None inherits, ``subprocess.DEVNULL``
+    discards, ``subprocess.PIPE`` captures the tail (quoted in crash errors), a path or an open
+    file (its descriptor) appends."""
+    if stream is None:
+        return ("inherit", None)
+    if stream == subprocess.DEVNULL:
+        return ("null", None)
+    if stream == subprocess.PIPE:
+        return ("capture", None)
+    if isinstance(stream, (str, bytes, os.PathLike)):
+        return ("file", os.fsdecode(stream))
+    fileno = stream if isinstance(stream, int) else getattr(stream, "fileno", None)
+    if callable(fileno):
+        try:
+            fileno = fileno()
+        except (OSError, ValueError):
+            fileno = None
+    if isinstance(fileno, int) and fileno >= 0:
+        if hasattr(stream, "flush"):
+            stream.flush()
+        return ("file", f"/proc/self/fd/{fileno}")
+    raise ValueError(
+        f"{name}={stream!r}: use None (inherit), subprocess.DEVNULL, subprocess.PIPE, a path, "
+        "a file descriptor or an open file"
+    )
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout={timeout!r}: use a number of seconds or None")
+    return max(float(timeout), 0.0)
+
+
+class PopenWorker:
+    """One isolated worker process, as TVM's ``PopenWorker``.
+
+    Parameters
+    ----------
+    initializer : callable or None
+        Called (with ``initargs``) in every new worker process before its first task.
+    initargs : tuple
+        Arguments of ``initializer``.
+    maximum_uses : int or None
+        Calls a process serves before it is replaced (None: until a timeout or crash).
+    stdout, stderr : None, subprocess.DEVNULL, subprocess.PIPE, path, fd or file
+        Where the worker's output goes (None: the parent's).
+    env : dict or None
+        Variables set in the worker on top of the parent's environment (tunebox's addition:
+        ``{"CUDA_VISIBLE_DEVICES": "1"}`` pins a worker to a GPU).
+
+    ``send`` starts the call; ``recv`` returns its result or raises ``TimeoutError``,
+    ``ChildProcessError`` or the task's exception. A worker that timed out or died is replaced
+    before ``recv`` returns.
+    """
+
+    def __init__(
+        self, initializer=None, initargs=(), maximum_uses=None, stdout=None, stderr=None, env=None
+    ):
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be callable for PopenWorker")
+        if maximum_uses is not None and (not isinstance(maximum_uses, int) or maximum_uses < 0):
+            raise ValueError(f"maximum_uses={maximum_uses!r}: use None or a positive integer")
+        program, args = _worker_command()
+        init = None
+        if initializer is not None:
+            init = _calls.dumps_inband((initializer, tuple(initargs), {}))
+        self._pending = None
+        self._modules = set()
+        self._native = _native.Worker(
+            program,
+            args,
+            _output(stdout, "stdout"),
+            _output(stderr, "stderr"),
+            initializer=init,
+            # TVM treats 0 like None: no limit.
+            maximum_uses=maximum_uses or None,
+            env=[("TUNEBOX_PYTHON_PATH", os.pathsep.join(p for p in sys.path if p))]
+            + [(str(k), str(v)) for k, v in (env or {}).items()],
+        )
+
+    def __del__(self):
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.kill()
+
+    def kill(self):
+        """Kills the worker's process group and reaps it; the next ``send`` starts a new one."""
+        self._pending = None
+        self._native.kill()
+
+    def join(self, timeout=None):
+        """Waits up to ``timeout`` seconds (None: forever) for the worker process to end."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._native.is_alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(0.001)
+
+    def is_alive(self):
+        """Whether the worker process is running."""
+        return self._native.is_alive()
+
+    @property
+    def pid(self):
+        """The worker's pid, or None when none runs."""
+        return self._native.pid
+
+    def start(self):
+        """Starts the worker process now (otherwise the first ``send`` does)."""
+        self._native.start()
+
+    def send(self, fn, args=(), kwargs=None, timeout=None):
+        """Starts ``fn(*args, **kwargs)`` in the worker, with ``timeout`` seconds for the call.
+
+        Errors (a dead worker, an initializer that failed) are raised by the ``recv`` that
+        follows, as in TVM. Call ``recv`` before the next ``send``.
+        """
+        timeout = _check_timeout(timeout)
+        self._remember_module(fn)
+        # A function of the script being run (``__main__``) is pickled by value: cloudpickle.
+        fast = getattr(fn, "__module__", None) != "__main__"
+        data, views = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}), fast)
+        try:
+            # The views stay alive (and the GIL held) while tunebox copies them.
+            if timeout is None:
+                self._native.put(_calls.CALL, data, _calls.addresses(views))
+            else:
+                self._native.load(data, _calls.addresses(views), LOAD_TIMEOUT_S)
+                self._native.put(_calls.RUN, struct.pack("<d", timeout))
+            self._pending = ("sent", timeout)
+        except Exception as error:  # noqa: BLE001 - raised by recv
+            self._pending = ("error", error)
+
+    def _remember_module(self, fn):
+        """Fresh processes import the module ``fn`` comes from before they are needed."""
+        module = getattr(fn, "__module__", None)
+        if isinstance(module, str) and module != "__main__" and module not in self._modules:
+            self._modules.add(module)
+            self._native.preload(module)
+
+    def recv(self):
+        """The result of the last ``send``.
+
+        Raises
+        ------
+        TimeoutError
+            The call ran past its timeout; the worker's process group was killed.
+        ChildProcessError
+            The worker died (the message names the signal or exit code).
+        Exception
+            The task's own exception, its message the worker's traceback.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("PopenWorker.recv() without a send() before it")
+        kind, detail = pending
+        if kind == "error":
+            raise detail
+        timeout = detail
+        kill_at = None if timeout is None else timeout * (1 + KILL_SLACK_FRACTION) + KILL_SLACK_S
+        status, data, buffers = self._native.get(kill_at)
+        if status == _calls.TIMEOUT:
+            self._native.kill(respawn=True)
+            raise TimeoutError(f"the call ran past its timeout of {timeout} s; the worker was replaced")
+        value = _calls.loads(data, buffers)
+        if status == _calls.COMPLETE:
+            return value
+        raise value
+
+
+# The worker ends itself at the timeout (its timer thread, as TVM's); the parent kills a call
+# that has not answered by timeout * (1 + KILL_SLACK_FRACTION) + KILL_SLACK_S, for a call that
+# holds the GIL, leaving room for a death or a reply to reach it on a loaded machine.
+KILL_SLACK_S = 1.0
+KILL_SLACK_FRACTION = 0.1
+
+# Unpickling a call (imports included) may take this long before the worker is deemed hung.
+LOAD_TIMEOUT_S = 300.0
+
+_STOP = object()
+
+
+class PopenPoolExecutor:
+    """A pool of isolated workers, as TVM's ``PopenPoolExecutor``.
+
+    Parameters
+    ----------
+    max_workers : int or None
+        Number of worker processes (None: ``os.cpu_count()``), started as tasks arrive.
+    timeout : float or None
+        Seconds each call may run.
+    initializer, initargs, maximum_process_uses, stdout, stderr
+        As :class:`PopenWorker`'s, for every worker.
+    """
+
+    def __init__(
+        self,
+        max_workers=None,
+        timeout=None,
+        initializer=None,
+        initargs=(),
+        maximum_process_uses=None,
+        stdout=None,
+        stderr=None,
+    ):
+        if max_workers is None:
+            max_workers = os.cpu_count() or 1
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers={max_workers!r}: use a positive integer or None")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be callable for PopenPoolExecutor")
+        self._timeout = _check_timeout(timeout)
+        self._max_workers = max_workers
+        self._worker_args = (initializer, initargs, maximum_process_uses, stdout, stderr)
+        self._queue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = []
+        self._workers = []
+        self._shutdown = False
+        # Workers die with the pool even if shutdown() is never called.
+        self._finalizer = weakref.finalize(self, _stop_all, self._queue, self._workers)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown(wait=True)
+        return False
+
+    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+        """Runs ``fn(*args, **kwargs)`` in a worker; returns a ``concurrent.futures.Future``
+        whose ``result()`` raises as :meth:`PopenWorker.recv` does."""
+        return self._submit(fn, args, kwargs, catch=False)
+
+    def map_with_error_catching(self, fn, iterator):
+        """``fn(x)`` for each ``x``, in order, each as a :class:`MapResult` (exceptions and
+        timeouts caught). Returns an iterator, as TVM's; every call is submitted at once."""
+        futures = [self._submit(fn, (x,), {}, catch=True) for x in iterator]
+
+        def results():
+            for future in futures:
+                yield future.result()
+
+        return results()
+
+    def shutdown(self, wait=True):
+        """Stops the workers; with ``wait``, after the tasks already submitted are done."""
+        with self._lock:
+            self._shutdown = True
+        self._queue.put(_STOP)
+        if wait:
+            for thread in list(self._threads):
+                thread.join()
+        self._finalizer()
+
+    def _submit(self, fn, args, kwargs, catch):
+        future = concurrent.futures.Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
+            self._queue.put((future, fn, args, kwargs, catch))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
+                self._add_thread()
+        return future
+
+    def _add_thread(self):
+        worker = PopenWorker(*self._worker_args)
+        self._workers.append(worker)
+        thread = threading.Thread(
+            target=_serve,
+            args=(self._queue, worker, self._idle, self._timeout),
+            name=f"tunebox-popen-{len(self._threads)}",
+            daemon=True,
+        )
+        self._threads.append(thread)
+        thread.start()
+
+
+def _serve(jobs, worker, idle, timeout):
+    """One pool thread: starts its worker at once, then runs jobs until the pool stops."""
+    try:
+        worker.start()
+    except Exception:  # noqa: BLE001, S110 - the first send reports it
+        pass
+    while True:
+        job = jobs.get()
+        if job is _STOP:
+            jobs.put(_STOP)  # for the next thread
+            return
+        future, fn, args, kwargs, catch = job
+        if future.set_running_or_notify_cancel():
+            _run(worker, future, fn, args, kwargs, catch, timeout)
+        del job, future, fn, args, kwargs
+        idle.release()
+
+
+def _run(worker, future, fn, args, kwargs, catch, timeout):
+    try:
+        worker.send(fn, args, kwargs, timeout)
+        value = worker.recv()
+    except TimeoutError as error:
+        if catch:
+            future.set_result(MapResult(StatusKind.TIMEOUT, error))
+        else:
+            future.set_exception(error)
+    except Exception as error:  # noqa: BLE001 - every task error goes to its future
+        if catch:
+            future.set_result(MapResult(StatusKind.EXCEPTION, error))
+        else:
+            future.set_exception(error)
+    else:
+        future.set_result(MapResult(StatusKind.COMPLETE, value) if catch else value)
+
+
+def _stop_all(jobs, workers):
+    jobs.put(_STOP)
+    for worker in workers:
+        try:
+            worker.kill()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
+            pass

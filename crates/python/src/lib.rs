@@ -1,0 +1,44 @@
+//! The Python package `tunebox` (module `tunebox._native`): tunebox's isolated workers from Python.
+//!
+//! Built with maturin into an abi3 wheel (`pip install .` at the repository root). The Python
+//! faces live in `python/tunebox/`: `tunebox.popen_pool` (TVM's `PopenWorker` and
+//! `PopenPoolExecutor`), `tunebox.benchmark` (an Inductor-style `TuningProcessPool`). This crate
+//! is what they stand on:
+//!
+//! - `Worker` (`tunebox._native.Worker`, in `worker.rs`), the parent's handle on one worker
+//!   process: a `tunebox_process::TuningProcess` whose worker is a Python interpreter, so its
+//!   deadlines, process-group kill, reaping, crash reports and `maximum_process_uses` are
+//!   tunebox's;
+//! - `serve_worker` (`tunebox._native.serve_worker`, in `serve.rs`), the worker side:
+//!   `python -m tunebox._worker` serves requests through `tunebox_worker`'s loop with a `python`
+//!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels).
+//!
+//! Calls travel as one framed payload (`frame`): the cloudpickle of `(fn, args, kwargs)` and its
+//! out-of-band buffers (pickle protocol 5: numpy arrays), in shared memory when large.
+//!
+//! # Example
+//!
+//! From Python, after `pip install .`:
+//!
+//! ```text
+//! from tunebox.popen_pool import PopenPoolExecutor
+//! pool = PopenPoolExecutor(max_workers=2, timeout=1.0)
+//! assert pool.submit(pow, 2, 10).result() == 1024
+//! ```
+
+mod buffers;
+mod ckernel;
+mod frame;
+mod serve;
+mod worker;
+
+use pyo3::prelude::*;
+
+/// The extension module `tunebox._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<worker::Worker>()?;
+    m.add_function(wrap_pyfunction!(serve::serve_worker, m)?)?;
+    m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
+    Ok(())
+}

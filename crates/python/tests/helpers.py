@@ -1,0 +1,76 @@
+"""Task functions the tests send to workers by reference (this folder is on the parent's
+sys.path, which tunebox passes on to its workers)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+STATE = []
+
+
+def init(*values):
+    STATE[:] = values
+
+
+def state():
+    return list(STATE)
+
+
+def failing_init():
+    raise KeyError("no such device")
+
+
+def identity_after(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def pid():
+    return os.getpid()
+
+
+def kill_self(signum):
+    os.kill(os.getpid(), signum)
+    time.sleep(10)
+
+
+def leave_grandchild_and_hang(pidfile):
+    """Starts a long sleep (a helper process of the task), records its pid, then hangs."""
+    child = subprocess.Popen(["sleep", "300"])
+    with open(pidfile, "w") as f:
+        f.write(str(child.pid))
+    time.sleep(300)
+
+
+def exit_with(code):
+    sys.exit(code)
+
+
+def write_stdout(text):
+    print(text)
+    return len(text)
+
+
+def unpicklable():
+    import threading
+
+    return threading.Lock()
+
+
+class CustomError(Exception):
+    """An exception type of the tests' own."""
+
+
+def raise_custom(message):
+    raise CustomError(message)
+
+
+def segfault():
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+SIGKILL = signal.SIGKILL

@@ -1,0 +1,56 @@
+"""Large numpy arrays go to the worker and back out of band (shared memory), intact."""
+
+import pytest
+
+from tunebox.popen_pool import PopenWorker
+
+np = pytest.importorskip("numpy")
+
+
+def test_large_array_round_trip_is_exact_and_writable():
+    a = np.arange(4 * 1024 * 1024, dtype=np.float32)  # 16 MiB
+    worker = PopenWorker()
+    worker.send(lambda x: x * 2, (a,))
+    b = worker.recv()
+    assert b.dtype == np.float32 and b.shape == a.shape
+    assert np.array_equal(b, a * 2)
+    assert b.flags.writeable
+    b[0] = 7
+
+
+def test_many_arrays_and_small_ones_in_one_call():
+    arrays = [np.full(100_000, i, dtype=np.int64) for i in range(8)]
+    small = np.arange(10)
+    worker = PopenWorker()
+    worker.send(lambda xs, s: [x.sum() for x in xs] + [s.sum()], (arrays, small), timeout=30)
+    assert worker.recv() == [100_000 * i for i in range(8)] + [45]
+
+
+def test_array_the_worker_writes_is_the_workers_copy():
+    a = np.zeros(1_000_000)
+
+    def fill(x):
+        x[:] = 1
+        return x.sum()
+
+    worker = PopenWorker()
+    worker.send(fill, (a,))
+    assert worker.recv() == 1_000_000
+    assert a.sum() == 0
+
+
+def test_more_arrays_than_one_message_carries_go_in_band():
+    arrays = [np.full(20_000, i, dtype=np.float64) for i in range(70)]  # 160 KB each
+    worker = PopenWorker()
+    worker.send(lambda xs: [x * 2 for x in xs], (arrays,))
+    back = worker.recv()
+    assert len(back) == 70 and all(np.array_equal(b, a * 2) for a, b in zip(arrays, back))
+
+
+def test_empty_and_non_contiguous_arrays():
+    worker = PopenWorker()
+    big = np.arange(1_000_000, dtype=np.int32).reshape(1000, 1000)
+    worker.send(lambda a, b: (a, b.copy()), (np.zeros(0), big[:, ::2]))
+    empty, strided = worker.recv()
+    assert empty.shape == (0,)
+    assert np.array_equal(strided, big[:, ::2])
