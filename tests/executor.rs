@@ -520,6 +520,32 @@ fn a_gpu_pool_without_a_device_mask_counts_the_gpus_through_a_probe_worker() {
 }
 
 #[test]
+fn a_gpu_pool_of_a_worker_with_only_task_kinds_says_it_has_no_gpu_backend() {
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        return; // The mask decides, not the worker.
+    }
+    let err = TuningProcessPool::new(
+        PoolConfig::new()
+            .devices(Devices::Visible)
+            .process_config(config().env("TUNEBOX_TEST_REGISTRY", "tasks")),
+    )
+    .map(|pool| pool.size())
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(&err, PoolError::NoGpuInWorker { backends } if backends.contains(&"test-tasks".to_owned())),
+        "{err:?}"
+    );
+    assert!(
+        !message.contains("hides every device")
+            && message.contains("CUDA_VISIBLE_DEVICES is unset")
+            && message.contains("no GPU backend")
+            && message.contains("Devices::Cpu"),
+        "{message}"
+    );
+}
+
+#[test]
 fn no_task_is_blamed_for_its_predecessor_ending_the_worker() {
     let ex = executor(2, LONG);
     let results = ex.map_with_error_catching(

@@ -36,6 +36,7 @@ fn encoded() -> Vec<Vec<u8>> {
             postcard::to_allocvec(&Response {
                 id: id as u64,
                 body,
+                left_behind: Vec::new(),
             })
             .unwrap()
         })

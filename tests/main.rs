@@ -8,6 +8,7 @@ mod gpu;
 mod kernels;
 mod pool;
 mod process;
+mod reuse;
 mod shared;
 #[allow(
     dead_code,

@@ -7,7 +7,8 @@ installed in `target/kernel-tuner-venv` (or `$KT_VENV`); see docs/search.md.
 
 BUDGETS.json is written by the Rust side: per space its name, Kernel Tuner cache file (.json or
 .json.gz), T1 file (whose Conditions are the restrictions) and simulated time budget `end_ms`.
-Each strategy runs once per seed (Python's `random` and NumPy's global generator seeded) with
+Each strategy runs once per seed (Python's `random` and NumPy's global generator seeded, and
+SciPy's Latin hypercube, which diff_evo starts from, seeded from them) with
 `strategy_options={"time_limit": ...}`; its trace is rebuilt from the returned results in
 evaluation order on tunebox's clock: the first evaluation of a configuration costs its recorded
 compile + verification + benchmark + framework time (as tunebox's replay counts it), a repeat
@@ -78,6 +79,29 @@ def load_space(space, workdir):
     return cache, plain, restrictions, records
 
 
+def seed_latin_hypercube():
+    """Kernel Tuner's diff_evo (and others) start from `scipy.stats.qmc.LatinHypercube(d)` without
+    a seed, so their runs differ every time: give it one drawn from NumPy's seeded global generator
+    (Kernel Tuner imports the class inside the function that uses it, so patching the module
+    attribute reaches it)."""
+    import inspect
+
+    import numpy as np
+    import scipy.stats.qmc as qmc
+
+    base = getattr(qmc, "_tunebox_unseeded_lhs", qmc.LatinHypercube)
+    key = "rng" if "rng" in inspect.signature(base.__init__).parameters else "seed"
+
+    class SeededLatinHypercube(base):
+        def __init__(self, d, **kwargs):
+            if kwargs.get(key) is None:
+                kwargs[key] = np.random.randint(2**31 - 1)
+            super().__init__(d, **kwargs)
+
+    qmc._tunebox_unseeded_lhs = base
+    qmc.LatinHypercube = SeededLatinHypercube
+
+
 def run_one(args):
     space, plain, restrictions, strategy, seed = args
     import numpy as np
@@ -87,6 +111,7 @@ def run_one(args):
         header = json.load(f)
     random.seed(seed)
     np.random.seed(seed)
+    seed_latin_hypercube()
     records = _RECORDS[space["name"]]
     keys = header["tune_params_keys"]
     started = time.perf_counter()

@@ -25,9 +25,10 @@
 //!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
 //!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
 //!   `Searchspace` when `target/kernel-tuner-venv` (or `$KT_VENV`) has it (`docs/search.md`).
-//! - `strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]`: every search
-//!   strategy on every replayable space of the benchmark hub, simulated, scored by the
-//!   methodology of Willemsen et al. (FGCS 2024); with Kernel Tuner's strategies side by side
+//! - `strategies [FILES…] [--seeds N] [--budget-fraction F] [--loo] [--no-kt] [--kt-seeds N]`:
+//!   every search strategy on recorded spaces (T1 and cache files by path; default the hub's in
+//!   `data/benchmark_hub`), simulated, scored by the methodology of Willemsen et al. (FGCS 2024)
+//!   as its `autotuning-methodology` package computes it; with Kernel Tuner's strategies side by side
 //!   (its simulation mode, `benchmarks/kernel-tuner/strategies.py`) when `target/kernel-tuner-venv`
 //!   (or `$KT_VENV`) has it; prints the table, writes `docs/search-strategies.svg`
 //!   (`docs/search.md`).
@@ -73,8 +74,11 @@ const USAGE: &str = "usage: cargo xtask <task>
                             Spearman, top-1 regret and wall time against the targets
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
-  strategies [--seeds N] [--budget-fraction F] [--no-kt] [--kt-seeds N]
-                            every strategy on the hub's recorded spaces (simulated): scores,
+  strategies [FILES…] [--seeds N] [--max-seeds M] [--budget-fraction F] [--loo]
+             [--package] [--no-kt] [--kt-seeds N]
+                            every strategy on recorded spaces (T1 + cache files by path; default
+                            the hub's in data/), simulated, scored as autotuning-methodology
+                            does, with standard errors and seeds until the leaders are settled;
                             docs/search-strategies.svg; Kernel Tuner's side by side when
                             installed
   code-metrics [--max-fn N] [--no-circles]
@@ -87,9 +91,11 @@ const USAGE: &str = "usage: cargo xtask <task>
   python-test [PYTEST_ARGS…]
                             the Python package's pytest suite (wheel built into
                             target/python/venv)
-  python-conformance [--no-tvm]
+  python-conformance [--no-tvm] [--kt-size N]
                             TVM's own test_popen_pool.py against tunebox.popen_pool, then
-                            against TVM's pool (apache-tvm from PyPI), both timed
+                            against TVM's pool (apache-tvm from PyPI), both timed; Kernel
+                            Tuner's examples/c/vector_add.py through tunebox.kernel_tuner and
+                            Kernel Tuner 1.5, compared
   python-bench [ARGS…]      tunebox.popen_pool against TVM's PopenPoolExecutor and
                             ProcessPoolExecutor: cold start, round trip, throughput, crash,
                             256 MiB array";

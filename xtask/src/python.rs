@@ -25,6 +25,9 @@ const BASE_PACKAGES: &[&str] = &[
 /// TVM's release that the conformance run and the benchmark compare with.
 const TVM_PACKAGE: &str = "apache-tvm==0.27.0.post1";
 
+/// Kernel Tuner's release that the conformance run compares `tune_kernel` with.
+const KERNEL_TUNER_PACKAGE: &str = "kernel_tuner==1.5.0";
+
 /// pytest's exit code when it collected no test: not a failure of ours.
 const PYTEST_NO_TESTS: i32 = 5;
 
@@ -47,15 +50,26 @@ pub(crate) fn python_test(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// `cargo xtask python-conformance [--no-tvm]`: TVM's own test of its pool against tunebox's,
-/// then (unless `--no-tvm`) the same file against TVM's pool, both timed.
+/// `cargo xtask python-conformance [--no-tvm] [--kt-size N]`: TVM's own test of its pool against
+/// tunebox's, then (unless `--no-tvm`) the same file against TVM's pool, both timed; then Kernel
+/// Tuner's `examples/c/vector_add.py` through `tunebox.kernel_tuner` and through Kernel Tuner,
+/// compared (`--kt-size N`: N floats per array instead of the example's 72 Mi).
 pub(crate) fn python_conformance(args: &[String]) -> Result<(), String> {
-    let with_tvm = match args {
-        [] => true,
-        [flag] if flag == "--no-tvm" => false,
-        _ => return Err("usage: cargo xtask python-conformance [--no-tvm]".into()),
-    };
-    let venv = prepare(&[TVM_PACKAGE])?;
+    let mut with_tvm = true;
+    let mut kt_size = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--no-tvm" => with_tvm = false,
+            "--kt-size" => kt_size = rest.next().cloned(),
+            _ => {
+                return Err(
+                    "usage: cargo xtask python-conformance [--no-tvm] [--kt-size N]".into(),
+                );
+            }
+        }
+    }
+    let venv = prepare(&[TVM_PACKAGE, KERNEL_TUNER_PACKAGE])?;
     let root = workspace_root();
     let ours = root.join("crates/python/conformance/tvm/test_popen_pool.py");
     let (code, ours_s) = timed_pytest(&venv, &ours, &root)?;
@@ -73,13 +87,20 @@ pub(crate) fn python_conformance(args: &[String]) -> Result<(), String> {
         "\nxtask: TVM's test_popen_pool.py\n  {}",
         summary.join("\n  ")
     );
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "TVM's pool test failed against tunebox (pytest exit code {code})"
-        ))
+    let mut compare = vec!["crates/python/conformance/kernel_tuner/compare.py"];
+    if let Some(size) = &kt_size {
+        compare.extend(["--size", size.as_str()]);
     }
+    let kt_code = run_python(&venv, &compare, &root)?;
+    if code != 0 {
+        return Err(format!(
+            "TVM's pool test failed against tunebox (pytest exit code {code})"
+        ));
+    }
+    if kt_code != 0 {
+        return Err("Kernel Tuner's vector_add example: tunebox and Kernel Tuner differ".into());
+    }
+    Ok(())
 }
 
 /// `cargo xtask python-bench [ARGS…]`: the overheads of `tunebox.popen_pool` against TVM's

@@ -1,6 +1,8 @@
 //! Backends for task kinds defined outside tunebox ([`Task`]).
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tunebox_protocol::{
@@ -8,7 +10,7 @@ use tunebox_protocol::{
     TimingConfig, TimingStats, decode, encode,
 };
 
-use crate::{Backend, HostTensor, Runner, do_bench_within};
+use crate::{Backend, HostTensor, Restore, Runner, do_bench_within};
 
 /// What the backend of a task kind sees of the request it runs, and the timing helpers it
 /// measures with.
@@ -23,6 +25,11 @@ pub struct TaskContext<'a> {
     started: Instant,
     stats: Option<TimingStats>,
     outputs: Vec<TensorData>,
+    /// The tensors handed out by `allocate_tensors` that a timed closure must not write
+    /// (inputs and `reset` tensors): their names and write flags.
+    guarded: Vec<(String, Arc<AtomicBool>)>,
+    /// Inputs a `bench_with` closure wrote, restored before every later call.
+    mutated_inputs: Vec<String>,
 }
 
 impl<'a> TaskContext<'a> {
@@ -33,6 +40,8 @@ impl<'a> TaskContext<'a> {
             started,
             stats: None,
             outputs: Vec::new(),
+            guarded: Vec::new(),
+            mutated_inputs: Vec::new(),
         }
     }
 
@@ -57,18 +66,32 @@ impl<'a> TaskContext<'a> {
         &self.request.timing
     }
 
-    /// Allocates and initializes every tensor of the request ([`HostTensor::allocate`]): the
-    /// same contents as in every other worker, shared-memory data copied in.
+    /// Every tensor of the request, initialized from its spec: the same contents as in every
+    /// other worker. A caller's shared buffer (`Init::Data`) is read in place
+    /// ([`HostTensor::map`]: no copy until the task asks to write it); the rest is allocated
+    /// ([`HostTensor::allocate`]).
+    ///
+    /// The context keeps watch of the inputs and `reset` tensors it hands out:
+    /// [`TaskContext::bench`] refuses a closure that writes them (it could not put them back
+    /// between calls); [`TaskContext::bench_with`] restores them.
     ///
     /// # Errors
     ///
     /// As [`HostTensor::allocate`]: a bad spec or no memory.
-    pub fn allocate_tensors(&self) -> Result<Vec<HostTensor>, BenchError> {
-        self.request
+    pub fn allocate_tensors(&mut self) -> Result<Vec<HostTensor>, BenchError> {
+        let mut tensors = self
+            .request
             .tensors
             .iter()
-            .map(HostTensor::allocate)
-            .collect()
+            .map(HostTensor::map)
+            .collect::<Result<Vec<_>, _>>()?;
+        for tensor in &mut tensors {
+            if !tensor.is_output() || tensor.resets_each_call() {
+                let flag = tensor.watch_writes();
+                self.guarded.push((tensor.name().to_owned(), flag));
+            }
+        }
+        Ok(tensors)
     }
 
     /// Times `runner` as triton's `do_bench` ([`do_bench_within`]) under the request's timing
@@ -91,14 +114,82 @@ impl<'a> TaskContext<'a> {
     /// between reps (a closure's data is its own; flush it inside `call`, or implement
     /// [`Runner`], when cold caches matter).
     ///
+    /// Every call must see the same inputs: a closure that writes an input or a `reset` tensor
+    /// from [`TaskContext::allocate_tensors`] (takes mutable access to it) would time later
+    /// calls on what earlier ones left (an in-place sort timing already sorted data), and
+    /// `bench` cannot put it back, so the measurement is refused after the first call. Time
+    /// such a closure with [`TaskContext::bench_with`], which restores them, or
+    /// [`TaskContext::do_bench`] with a [`Runner`] whose [`Runner::restore`] does.
+    ///
     /// # Errors
     ///
-    /// As [`TaskContext::do_bench`]; an error of `call` ends the measurement.
+    /// As [`TaskContext::do_bench`]; an error of `call` ends the measurement;
+    /// [`BenchError::InvalidRequest`] naming the tensor the closure wrote.
     pub fn bench<F>(&mut self, call: F) -> Result<TimingStats, BenchError>
     where
         F: FnMut() -> Result<(), BenchError>,
     {
-        self.do_bench(&mut ClosureRunner(call))
+        for (_, flag) in &self.guarded {
+            flag.store(false, Ordering::Relaxed);
+        }
+        let guarded = std::mem::take(&mut self.guarded);
+        let mut runner = ClosureRunner {
+            call,
+            guarded: &guarded,
+            calls: 0,
+        };
+        let result = self.do_bench(&mut runner);
+        self.guarded = guarded;
+        result
+    }
+
+    /// Times `call` on `tensors` (those of [`TaskContext::allocate_tensors`]) as
+    /// [`TaskContext::do_bench`] does, and gives every call the same inputs, as the C backend
+    /// does: inputs (tensors not marked `output`) that the first call changed are put back
+    /// before every later call, outside the timed window, and reported in the result's
+    /// `mutated_inputs`; tensors marked `reset` are put back before every call. Outputs are
+    /// left as the calls wrote them. Checking the inputs costs one pass over them after the
+    /// first call; restoring, one copy of each changed input per call.
+    ///
+    /// ```
+    /// # use tunebox_bench::TaskContext;
+    /// # use tunebox_protocol::{BenchError, TaskRequest, DType, TensorSpec, TimingConfig};
+    /// # fn sort(cx: &mut TaskContext<'_>) -> Result<f64, BenchError> {
+    /// let mut tensors = cx.allocate_tensors()?;
+    /// // An in-place sort: each call sorts the unsorted input again.
+    /// let stats = cx.bench_with(&mut tensors, |t| {
+    ///     t[0].as_mut_slice::<i32>()?.sort_unstable();
+    ///     Ok(())
+    /// })?;
+    /// Ok(stats.median_ms)
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskContext::do_bench`]; an error of `call` ends the measurement.
+    pub fn bench_with<F>(
+        &mut self,
+        tensors: &mut [HostTensor],
+        call: F,
+    ) -> Result<TimingStats, BenchError>
+    where
+        F: FnMut(&mut [HostTensor]) -> Result<(), BenchError>,
+    {
+        let mut runner = TensorRunner {
+            tensors,
+            call,
+            calls: 0,
+            restore: None,
+            written: Vec::new(),
+        };
+        let result = self.do_bench(&mut runner);
+        for name in runner.written {
+            if !self.mutated_inputs.contains(&name) {
+                self.mutated_inputs.push(name);
+            }
+        }
+        result
     }
 
     /// Returns `tensor` to the parent with the reply (in `BenchmarkResult::outputs`, shared
@@ -126,14 +217,84 @@ fn unqualified(type_name: &str) -> String {
     out
 }
 
-struct ClosureRunner<F>(F);
+/// A closure timed by [`TaskContext::bench`], which refuses to go on once it wrote a tensor it
+/// may not.
+struct ClosureRunner<'g, F> {
+    call: F,
+    guarded: &'g [(String, Arc<AtomicBool>)],
+    calls: u32,
+}
 
-impl<F: FnMut() -> Result<(), BenchError>> Runner for ClosureRunner<F> {
+impl<F: FnMut() -> Result<(), BenchError>> Runner for ClosureRunner<'_, F> {
     fn run(&mut self) -> Result<(), BenchError> {
-        (self.0)()
+        self.calls += 1;
+        (self.call)()
     }
 
     fn flush(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    fn restore(&mut self) -> Result<(), BenchError> {
+        if self.calls == 0 {
+            return Ok(());
+        }
+        match self.guarded.iter().find(|(_, w)| w.load(Ordering::Relaxed)) {
+            None => Ok(()),
+            Some((name, _)) => Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "the closure timed by TaskContext::bench writes tensor `{name}` (it takes \
+                     mutable access to an input or a `reset` tensor), so later calls would run \
+                     on what earlier ones left; time it with TaskContext::bench_with(&mut \
+                     tensors, |t| …), which puts inputs back before every call, or mark the \
+                     tensor as an output if its contents do not matter"
+                ),
+            }),
+        }
+    }
+}
+
+/// A closure timed by [`TaskContext::bench_with`] on tensors it may write.
+struct TensorRunner<'t, F> {
+    tensors: &'t mut [HostTensor],
+    call: F,
+    calls: u32,
+    /// The tensors put back before every call, once the first call showed which inputs it
+    /// writes (the rule of every backend: [`Restore`]).
+    restore: Option<Restore>,
+    /// The inputs the first call wrote.
+    written: Vec<String>,
+}
+
+impl<F: FnMut(&mut [HostTensor]) -> Result<(), BenchError>> Runner for TensorRunner<'_, F> {
+    fn run(&mut self) -> Result<(), BenchError> {
+        self.calls += 1;
+        (self.call)(self.tensors)
+    }
+
+    fn flush(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    fn restore(&mut self) -> Result<(), BenchError> {
+        if self.calls == 0 {
+            // Fresh from their specs.
+            return Ok(());
+        }
+        if self.restore.is_none() {
+            let specs: Vec<TensorSpec> = self.tensors.iter().map(HostTensor::spec).collect();
+            let mut restore = Restore::resets(&specs);
+            let tensors = &*self.tensors;
+            self.written = restore
+                .add_written_inputs(&specs, |i| {
+                    Ok::<_, std::convert::Infallible>(!tensors[i].is_pristine())
+                })
+                .unwrap_or_else(|never| match never {});
+            self.restore = Some(restore);
+        }
+        for &i in self.restore.iter().flat_map(Restore::indices) {
+            self.tensors[i].reset();
+        }
         Ok(())
     }
 }
@@ -201,7 +362,8 @@ where
             value: Some(encode(&output)?),
             outputs: context.outputs,
             outputs_after_reps: Vec::new(),
-            mutated_inputs: Vec::new(),
+            mutated_inputs: context.mutated_inputs,
+            left_behind: Vec::new(),
         })
     }
 }
@@ -209,7 +371,7 @@ where
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
-    use tunebox_protocol::{TaskRequest, decode_output};
+    use tunebox_protocol::{TaskRequest, TensorSpec, decode_output};
 
     use super::*;
 
@@ -254,6 +416,107 @@ mod tests {
         let result = backend.benchmark(&request).unwrap();
         assert!(result.stats.median_ms.is_nan());
         assert_eq!(result.stats.stopped, "unmeasured");
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Sort;
+
+    impl Task for Sort {
+        const BACKEND: &'static str = "sorts";
+        type Output = Vec<String>;
+    }
+
+    fn quick() -> TimingConfig {
+        TimingConfig {
+            warmup_ms: 0.1,
+            rep_ms: 0.5,
+            ..TimingConfig::default()
+        }
+    }
+
+    fn sort_request() -> BenchmarkRequest {
+        TaskRequest::new(Sort)
+            .tensor(TensorSpec::new("x", tunebox_protocol::DType::I32, [1000]).random(7))
+            .timing(quick())
+            .encode()
+            .unwrap()
+    }
+
+    #[test]
+    fn bench_with_gives_an_in_place_sort_unsorted_data_every_call() {
+        let mut backend = TaskBackend::new(|_: Sort, cx: &mut TaskContext<'_>| {
+            let mut tensors = cx.allocate_tensors()?;
+            let mut sorted_before = 0;
+            let stats = cx.bench_with(&mut tensors, |t| {
+                let x = t[0].as_mut_slice::<i32>()?;
+                if x.is_sorted() {
+                    sorted_before += 1;
+                }
+                x.sort_unstable();
+                Ok(())
+            })?;
+            assert_eq!(sorted_before, 0, "every call sorts unsorted data");
+            Ok(vec![stats.reps.to_string()])
+        });
+        let result = backend.benchmark(&sort_request()).unwrap();
+        assert_eq!(result.mutated_inputs, vec!["x".to_owned()]);
+    }
+
+    #[test]
+    fn bench_refuses_a_closure_that_writes_an_input() {
+        let mut backend = TaskBackend::new(|_: Sort, cx: &mut TaskContext<'_>| {
+            let mut tensors = cx.allocate_tensors()?;
+            cx.bench(|| {
+                tensors[0].as_mut_slice::<i32>()?.sort_unstable();
+                Ok(())
+            })?;
+            Ok(Vec::new())
+        });
+        let err = backend.benchmark(&sort_request()).unwrap_err().to_string();
+        assert!(
+            err.contains("writes tensor `x`") && err.contains("bench_with"),
+            "{err}"
+        );
+        // Reading is fine.
+        let mut backend = TaskBackend::new(|_: Sort, cx: &mut TaskContext<'_>| {
+            let tensors = cx.allocate_tensors()?;
+            let stats = cx.bench(|| {
+                std::hint::black_box(tensors[0].as_slice::<i32>()?.iter().sum::<i32>());
+                Ok(())
+            })?;
+            Ok(vec![stats.reps.to_string()])
+        });
+        let result = backend.benchmark(&sort_request()).unwrap();
+        assert!(result.mutated_inputs.is_empty());
+    }
+
+    #[test]
+    fn shared_inputs_are_read_in_place_and_copied_only_when_written() {
+        let bytes: Vec<u8> = (0..4096u32).flat_map(|v| v.to_ne_bytes()).collect();
+        let buffer = tunebox_protocol::SharedBuffer::from_slice(&bytes).unwrap();
+        let request = TaskRequest::new(Sort)
+            .tensor(TensorSpec::new("x", tunebox_protocol::DType::I32, [4096]).data(buffer.share()))
+            .encode()
+            .unwrap();
+        let mut context = TaskContext::new(&request, Instant::now());
+        let mut tensors = context.allocate_tensors().unwrap();
+        assert!(tensors[0].is_mapped());
+        assert_eq!(
+            tensors[0].bytes().as_ptr(),
+            buffer.as_slice().as_ptr(),
+            "no copy"
+        );
+        tensors[0].as_mut_slice::<i32>().unwrap()[0] = -1;
+        assert!(!tensors[0].is_mapped());
+        assert_eq!(tensors[0].as_slice::<i32>().unwrap()[..2], [-1, 1]);
+        assert_eq!(
+            buffer.as_slice()[..4],
+            0u32.to_ne_bytes(),
+            "the caller's buffer is intact"
+        );
+        tensors[0].check_bounds().unwrap();
+        tensors[0].reset();
+        assert!(tensors[0].is_pristine());
     }
 
     #[test]

@@ -2,8 +2,12 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tunebox_protocol::{BenchError, Bytes, DType, Element, Init, TensorData, TensorSpec};
+use tunebox_protocol::{
+    BenchError, Bytes, DType, Element, Init, SharedData, TensorData, TensorSpec,
+};
 
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
@@ -29,18 +33,40 @@ const GUARD_BYTE: u8 = 0xDB;
 ///
 /// `Init::Random { seed }` produces the same bytes in every process for the same spec, so a
 /// reference and a candidate measured in different workers see the same inputs.
+///
+/// [`HostTensor::map`] instead reads a caller's shared buffer in place, copying it only when
+/// written (see there).
 #[derive(Debug)]
 pub struct HostTensor {
     name: String,
     dtype: DType,
     shape: Vec<u64>,
     init: Init,
-    /// The start of the allocation: the front guard zone.
-    base: NonNull<u8>,
-    /// The first element, `GUARD` bytes after `base`.
+    /// The spec's `output` and `reset` flags.
+    output: bool,
+    reset_each_call: bool,
+    storage: Storage,
+    /// The first element: `GUARD` bytes into an owned allocation, or the mapping's start.
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// Set on every mutable access, for a caller that must know whether a tensor may have
+    /// been written ([`HostTensor::watch_writes`]).
+    written: Option<Arc<AtomicBool>>,
+}
+
+/// Where a tensor's bytes live.
+#[derive(Debug)]
+enum Storage {
+    /// An allocation of `layout` starting at `base` (the front guard zone), owned.
+    Owned { base: NonNull<u8>, layout: Layout },
+    /// The caller's shared buffer, mapped in this process, read in place and never written.
+    Mapped(
+        #[expect(
+            dead_code,
+            reason = "keeps the mapping alive while `ptr` points into it"
+        )]
+        SharedData,
+    ),
 }
 
 // SAFETY: the buffer is owned exclusively by this value (like a `Vec<u8>`); moving it to another
@@ -120,10 +146,12 @@ impl HostTensor {
             dtype: spec.dtype,
             shape: spec.shape.clone(),
             init: spec.init.clone(),
-            base,
+            output: spec.output,
+            reset_each_call: spec.reset,
+            storage: Storage::Owned { base, layout },
             ptr,
             len,
-            layout,
+            written: None,
         };
         tensor.front_guard_mut().fill(GUARD_BYTE);
         tensor.back_guard_mut().fill(GUARD_BYTE);
@@ -132,6 +160,97 @@ impl HostTensor {
             tensor.reset();
         }
         Ok(tensor)
+    }
+
+    /// The tensor of `spec`, reading a caller's shared buffer (`Init::Data`) in place instead
+    /// of copying it: a 64 MiB input costs no copy and no page faults in a worker that has
+    /// mapped the buffer before. The first mutable access ([`HostTensor::bytes_mut`],
+    /// [`HostTensor::as_mut_slice`], [`HostTensor::as_mut_ptr`]) copies it into an allocation
+    /// of its own, as [`HostTensor::allocate`] makes, so the caller's buffer is never written.
+    /// A mapped tensor has no guard zones ([`HostTensor::check_bounds`] has nothing to check
+    /// until it is copied), and its pages are the mapping's, not huge pages. Other inits are
+    /// [`HostTensor::allocate`]d.
+    ///
+    /// # Errors
+    ///
+    /// As [`HostTensor::allocate`].
+    pub fn map(spec: &TensorSpec) -> Result<Self, BenchError> {
+        let Init::Data(data) = &spec.init else {
+            return HostTensor::allocate(spec);
+        };
+        let len = checked_len(spec)?;
+        if data.len() != len || len == 0 {
+            return HostTensor::allocate(spec);
+        }
+        let ptr = NonNull::new(data.as_ptr().cast_mut()).ok_or_else(|| BenchError::Failed {
+            message: format!("tensor `{}`: its shared buffer is not mapped", spec.name),
+        })?;
+        Ok(HostTensor {
+            name: spec.name.clone(),
+            dtype: spec.dtype,
+            shape: spec.shape.clone(),
+            init: spec.init.clone(),
+            output: spec.output,
+            reset_each_call: spec.reset,
+            storage: Storage::Mapped(data.clone()),
+            ptr,
+            len,
+            written: None,
+        })
+    }
+
+    /// Whether the tensor still reads the caller's shared buffer in place ([`HostTensor::map`]).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped(_))
+    }
+
+    /// Whether the spec marks the tensor as an output.
+    pub fn is_output(&self) -> bool {
+        self.output
+    }
+
+    /// Whether the spec asks for the tensor to be reset before every call (`reset = true`).
+    pub fn resets_each_call(&self) -> bool {
+        self.reset_each_call
+    }
+
+    /// The spec the tensor was made from.
+    pub fn spec(&self) -> TensorSpec {
+        TensorSpec {
+            name: self.name.clone(),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            init: self.init.clone(),
+            output: self.output,
+            reset: self.reset_each_call,
+        }
+    }
+
+    /// A flag that every later mutable access to this tensor sets (a `TaskContext` uses it to
+    /// tell whether a timed closure may write its inputs).
+    pub fn watch_writes(&mut self) -> Arc<AtomicBool> {
+        self.written
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
+            .clone()
+    }
+
+    /// Before a mutable access: notes it, and copies a mapped tensor into an allocation of its
+    /// own.
+    ///
+    /// # Panics
+    ///
+    /// When the copy cannot be allocated (the worker answers the panic as the task's error).
+    fn make_writable(&mut self) {
+        if let Some(written) = &self.written {
+            written.store(true, Ordering::Relaxed);
+        }
+        if self.is_mapped() {
+            let owned = HostTensor::allocate(&self.spec())
+                .unwrap_or_else(|e| panic!("copying mapped tensor `{}`: {e}", self.name));
+            let mut owned = owned;
+            owned.written = self.written.take();
+            *self = owned;
+        }
     }
 
     /// The tensor's name.
@@ -156,9 +275,11 @@ impl HostTensor {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    /// The bytes, mutably.
+    /// The bytes, mutably (a mapped tensor is copied first: [`HostTensor::map`]).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and `&mut self` makes the borrow exclusive.
+        self.make_writable();
+        // SAFETY: as in `bytes`, and `&mut self` makes the borrow exclusive; the storage is
+        // owned (made so just above), never the caller's mapping.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
@@ -184,6 +305,7 @@ impl HostTensor {
     /// As [`HostTensor::as_slice`].
     pub fn as_mut_slice<T: Element>(&mut self) -> Result<&mut [T], BenchError> {
         self.check_element::<T>()?;
+        self.make_writable();
         // SAFETY: as in `as_slice`, and `&mut self` makes the borrow exclusive.
         Ok(unsafe {
             std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), self.len / size_of::<T>())
@@ -205,8 +327,10 @@ impl HostTensor {
         }
     }
 
-    /// Pointer to the first element, to pass to a kernel. Valid while `self` lives.
+    /// Pointer to the first element, to pass to a kernel. Valid while `self` lives (a mapped
+    /// tensor is copied first: [`HostTensor::map`]).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.make_writable();
         self.ptr.as_ptr()
     }
 
@@ -218,6 +342,10 @@ impl HostTensor {
     /// [`BenchError::OutOfBounds`] naming the tensor, the side and how far from the tensor the
     /// first changed byte lies.
     pub fn check_bounds(&self) -> Result<(), BenchError> {
+        if self.is_mapped() {
+            // Never written: nothing around it can have been either.
+            return Ok(());
+        }
         let after = self.back_guard().iter().position(|&b| b != GUARD_BYTE);
         let before = self.front_guard().iter().rposition(|&b| b != GUARD_BYTE);
         let detail = match (after, before) {
@@ -237,9 +365,18 @@ impl HostTensor {
         })
     }
 
+    /// The start of the owned allocation (only called on owned tensors: `check_bounds` and
+    /// `allocate` return before for mapped ones).
+    fn base(&self) -> NonNull<u8> {
+        match &self.storage {
+            Storage::Owned { base, .. } => *base,
+            Storage::Mapped(_) => unreachable!("mapped tensors have no guard zones"),
+        }
+    }
+
     fn front_guard(&self) -> &[u8] {
         // SAFETY: the first `GUARD` bytes of the allocation, initialized at allocation.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), GUARD) }
+        unsafe { std::slice::from_raw_parts(self.base().as_ptr(), GUARD) }
     }
 
     fn back_guard(&self) -> &[u8] {
@@ -249,7 +386,7 @@ impl HostTensor {
 
     fn front_guard_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `front_guard`, borrowed exclusively through `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), GUARD) }
+        unsafe { std::slice::from_raw_parts_mut(self.base().as_ptr(), GUARD) }
     }
 
     fn back_guard_mut(&mut self) -> &mut [u8] {
@@ -280,16 +417,27 @@ impl HostTensor {
         })
     }
 
-    /// Writes the spec's initial contents again (for `reset` tensors and restored inputs).
+    /// Writes the spec's initial contents again (for `reset` tensors and restored inputs). A
+    /// mapped tensor holds them already.
     pub fn reset(&mut self) {
+        if self.is_mapped() {
+            return;
+        }
         let init = std::mem::replace(&mut self.init, Init::Zeros);
-        fill(self.dtype, &init, self.bytes_mut());
+        // SAFETY: the storage is owned (checked above): `len` bytes at `ptr`, borrowed
+        // exclusively through `&mut self`. Not `bytes_mut`: putting the initial contents back
+        // is no write of the task's.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
+        fill(self.dtype, &init, bytes);
         self.init = init;
     }
 
     /// Whether the contents still equal the spec's initial contents (to detect a kernel that
     /// writes an input). Costs one pass over the tensor (and a regeneration for random ones).
     pub fn is_pristine(&self) -> bool {
+        if self.is_mapped() {
+            return true;
+        }
         match &self.init {
             Init::Zeros => self.bytes().iter().all(|&b| b == 0),
             Init::Data(data) => **data == *self.bytes(),
@@ -329,8 +477,11 @@ fn fill(dtype: DType, init: &Init, bytes: &mut [u8]) {
 
 impl Drop for HostTensor {
     fn drop(&mut self) {
-        // SAFETY: `base` was returned by `alloc_zeroed(self.layout)` and is freed only here.
-        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) }
+        if let Storage::Owned { base, layout } = self.storage {
+            // SAFETY: `base` was returned by `alloc`/`alloc_zeroed(layout)` and is freed only
+            // here.
+            unsafe { alloc::dealloc(base.as_ptr(), layout) }
+        }
     }
 }
 

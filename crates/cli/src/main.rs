@@ -3,6 +3,7 @@
 //! Spawned with `TUNEBOX_WORKER_SERVER` set, the binary runs as a worker instead (so a
 //! `TuningProcess` can use it without a second binary).
 
+mod count;
 mod devices;
 mod doctor;
 mod interrupt;
@@ -114,7 +115,7 @@ const TUNE_EXAMPLES: &str = "Examples:
   tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
   tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
   tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
-  tunebox tune m.toml --strategy bayes --budget 100      Bayesian optimization, 100 choices
+  tunebox tune m.toml --strategy auto --budget 100       adaptive search, 100 choices
   tunebox tune m.toml --count                            how many choices, nothing run
   tunebox tune t1.json --replay cache.json.gz --strategy ils --budget 200
                                                          simulate a search on recorded data
@@ -201,7 +202,10 @@ struct TuneArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     max_process_uses: u64,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
-    /// search that measures --budget choices (docs/search.md).
+    /// search that measures --budget choices. For adaptive search pick `auto`: first of either
+    /// tool's strategies held out at a quarter budget and above random on every recorded space;
+    /// with budget for hundreds of measurements `ils` scored higher on the repository's data
+    /// (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
@@ -269,6 +273,9 @@ enum Strategy {
     De,
     /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
     Bayes,
+    /// The default adaptive search: Bayesian optimization on ranks, failures ranked last,
+    /// string params categorical (docs/search.md has its held-out scores).
+    Auto,
 }
 
 impl Strategy {
@@ -282,6 +289,7 @@ impl Strategy {
             Strategy::Ils => "ils",
             Strategy::De => "de",
             Strategy::Bayes => "bayes",
+            Strategy::Auto => "auto",
         }
     }
 }
@@ -502,7 +510,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
         .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
         .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
     match Mode::of(&args) {
-        Mode::Count => count(&args.manifest),
+        Mode::Count => count(&args.manifest, args.quiet),
         Mode::Replay(recorded) => replay(&args, &recorded, &selection, max_time),
         Mode::List => list(&args.manifest, &selection, shard, env),
         Mode::Run => {
@@ -545,14 +553,8 @@ fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>> {
 }
 
 /// `--count`.
-fn count(manifest: &std::path::Path) -> Result<ExitCode> {
-    let space = tunebox_tune::load_space(manifest)?;
-    writeln!(
-        std::io::stdout(),
-        "{} valid choices ({} before restrictions)",
-        space.len(),
-        space.raw_len()
-    )?;
+fn count(manifest: &std::path::Path, quiet: bool) -> Result<ExitCode> {
+    count::print_count(manifest, quiet)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -640,12 +642,14 @@ fn run_tune(
     let plan = tunebox_tune::plan(&args.manifest, &options.selection, options.shard)?;
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     drop(progress);
-    emit(&report, &output, true, !args.quiet, Origin::Tune)?;
-    // Said even with --quiet: a result that was not kept is measured again by the next run.
+    let emitted = emit(&report, &output, true, !args.quiet, Origin::Tune);
+    // Said even with --quiet, and when a file could not be written either (the same full
+    // disk): a result that was not kept is measured again by the next run.
     let not_cached = not_cached_warning(&report);
     if let Some(warning) = &not_cached {
         eprintln!("tunebox: warning: {warning}");
     }
+    emitted?;
     if report.info.interrupted {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }

@@ -126,9 +126,15 @@ pub(crate) fn print_table(
                     .iter()
                     .map(|(name, value)| format!(", {} {name}", format_value(*value)))
                     .collect();
+                let ranked_by = info
+                    .header
+                    .objective
+                    .as_ref()
+                    .map(|o| format!(" (ranked by {})", o.describe()))
+                    .unwrap_or_default();
                 writeln!(
                     out,
-                    "best{on}: {} at {median}{}{tied}",
+                    "best{on}: {} at {median}{}{ranked_by}{tied}",
                     best.choice.label(),
                     metrics.concat()
                 )?;
@@ -442,6 +448,10 @@ pub(crate) fn format_time(ms: f64) -> String {
 /// measured alike (both refined or neither), and their 20th–80th percentile ranges overlap.
 pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
     let ok = |r: &ChoiceResult| r.status == Status::Ok;
+    // The noise of a time says nothing of a metric's (the objective's) closeness.
+    if leader.objective.is_some() {
+        return false;
+    }
     if let (Some(a), Some(b)) = (&leader.windows, &other.windows)
         && windowed(leader)
         && windowed(other)

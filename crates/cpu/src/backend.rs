@@ -129,6 +129,7 @@ impl Backend for CpuBackend {
                 outputs,
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
+                left_behind: Vec::new(),
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -166,6 +167,7 @@ impl Backend for CpuBackend {
             outputs,
             outputs_after_reps,
             mutated_inputs,
+            left_behind: Vec::new(),
         })
     }
 }

@@ -219,6 +219,7 @@ impl CudaBackend {
                 outputs,
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
+                left_behind: Vec::new(),
             });
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
@@ -256,6 +257,7 @@ impl CudaBackend {
             outputs,
             outputs_after_reps,
             mutated_inputs,
+            left_behind: Vec::new(),
         })
     }
 

@@ -152,7 +152,9 @@ impl PoolConfig {
                 Some((backend, why)) => PoolError::DeviceCountUnknown {
                     reason: format!("{backend}: {why}"),
                 },
-                None => PoolError::NoDevices,
+                None => PoolError::NoGpuInWorker {
+                    backends: probe.backends.clone(),
+                },
             });
         }
         Ok(probe.devices.len())

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tunebox_process::{KillSwitch, ProcessConfig, ProcessError, TuningProcess};
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Leftover};
 
 use crate::PoolError;
 
@@ -54,6 +54,10 @@ pub(crate) struct Completion {
     notify: Option<(Sender<usize>, usize)>,
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per task, resolved once; boxing the result would allocate per task"
+)]
 enum Outcome {
     Pending,
     Ready(TaskResult),
@@ -515,6 +519,7 @@ pub(crate) fn prepared() -> BenchmarkResult {
         outputs: Vec::new(),
         outputs_after_reps: Vec::new(),
         mutated_inputs: Vec::new(),
+        left_behind: Vec::new(),
     }
 }
 
@@ -587,6 +592,42 @@ fn start_all(configs: Vec<ProcessConfig>) -> Result<Vec<TuningProcess>, PoolErro
         .map_err(PoolError::from)
 }
 
+/// Measures `request` on `process`. A task that fails for lack of a resource (descriptors,
+/// memory, threads) in a worker that earlier tasks used, which the worker then reports with the
+/// likely culprit (a `resources` leftover), is measured once more in a fresh worker: its own
+/// failure only if it fails there too. The retried result keeps the first attempt's report in
+/// its `left_behind`.
+fn benchmark(
+    process: &mut TuningProcess,
+    request: BenchmarkRequest,
+    timeout: Duration,
+) -> Result<BenchmarkResult, ProcessError> {
+    let again = request.clone();
+    let error = match process.benchmark(request, timeout) {
+        Err(error @ ProcessError::Remote(_)) => error,
+        other => return other,
+    };
+    let Some(exhausted) = process
+        .left_behind()
+        .iter()
+        .find(|l| l.what == "resources" && !l.restored)
+        .cloned()
+    else {
+        return Err(error);
+    };
+    log::warn!("{exhausted}; measuring the task again in a fresh worker");
+    process.ensure_running()?;
+    let mut result = process.benchmark(again, timeout)?;
+    result.left_behind.insert(
+        0,
+        Leftover {
+            detail: format!("{}; measured again in a fresh worker", exhausted.detail),
+            ..exhausted
+        },
+    );
+    Ok(result)
+}
+
 /// A worker thread: keeps its process ready, runs tasks one at a time.
 fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
     let slot = &shared.slots[index];
@@ -632,7 +673,7 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
                     .prepare(task.request, task.timeout)
                     .map(|()| prepared())
             } else {
-                process.benchmark(task.request, task.timeout)
+                benchmark(&mut process, task.request, task.timeout)
             };
             Some(result.map_err(PoolError::from))
         };

@@ -48,6 +48,21 @@ pub enum PoolError {
         "CUDA_VISIBLE_DEVICES hides every device; set it to the GPUs to use, or use Devices::Cpu"
     )]
     NoDevices,
+    /// `CUDA_VISIBLE_DEVICES` is unset and the probe worker lists no GPU: none of its backends
+    /// has devices (a worker with only task kinds and `diagnostics` has none to list, or the
+    /// `cuda` backend found no GPU), so a pool of `Devices::Visible` / `FirstVisible` has
+    /// nothing to pin its workers to.
+    #[error(
+        "Devices::Visible found no GPU: CUDA_VISIBLE_DEVICES is unset and the worker's backends \
+         ({}) list no device{}; use Devices::Cpu(n) for workers not pinned to a GPU, or a worker \
+         with the cuda backend on a machine with a GPU",
+        backends.join(", "),
+        if backends.iter().any(|b| b == "cuda") { " (its cuda backend sees no GPU)" } else { " (it has no GPU backend)" }
+    )]
+    NoGpuInWorker {
+        /// The backends of the probe worker.
+        backends: Vec<String>,
+    },
     /// A device is named twice, in `CUDA_VISIBLE_DEVICES` (where the CUDA driver then hides
     /// every device) or in `Devices::List`. A pool runs one worker per GPU, so that no two
     /// workers measure on the same device; tokens are neither deduplicated nor shared.

@@ -205,8 +205,138 @@ fn unread_bytes(pipe: &OwnedFd) -> u64 {
     }
 }
 
+/// The lines of a worker's stderr tail that a crash error quotes: at most `max` (and a line
+/// saying how many were left out), the last ones, with each run of backtrace frames (Rust's `  12: path` / `at file:line`, a
+/// sanitizer's `#3 0x…`, glibc's `[0x…]`) collapsed into one line, and the lines that say what
+/// happened (a panic, an allocation failure, an abort, a sanitizer's or glibc's report) kept
+/// even when they came earlier, so that `RUST_BACKTRACE=1` cannot push the cause out.
+pub(crate) fn quote_lines(tail: &str, max: usize) -> Vec<String> {
+    let lines = collapse_frames(tail);
+    if lines.len() <= max {
+        return lines;
+    }
+    let causes: Vec<usize> = (0..lines.len() - max)
+        .filter(|&i| is_cause(&lines[i]))
+        .take(max / 4)
+        .collect();
+    let start = lines.len() - (max - causes.len());
+    let mut quoted: Vec<String> = causes.iter().map(|&i| lines[i].clone()).collect();
+    quoted.push(format!(
+        "[… {} earlier lines; the error's `stderr_tail` has them]",
+        start - causes.len()
+    ));
+    quoted.extend(lines[start..].iter().cloned());
+    quoted
+}
+
+/// The lines of `tail`, each run of backtrace frames replaced by one line saying how many.
+fn collapse_frames(tail: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut frames = 0usize;
+    let flush = |frames: &mut usize, out: &mut Vec<String>| {
+        if *frames > 0 {
+            out.push(format!("   [… {} backtrace frame lines]", *frames));
+            *frames = 0;
+        }
+    };
+    for line in tail.lines() {
+        if is_frame(line) {
+            frames += 1;
+        } else {
+            flush(&mut frames, &mut out);
+            out.push(line.to_owned());
+        }
+    }
+    flush(&mut frames, &mut out);
+    out
+}
+
+/// Whether `line` is one line of a backtrace.
+fn is_frame(line: &str) -> bool {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with("at ") && line.len() > trimmed.len() {
+        return true;
+    }
+    // `  12: std::rt::lang_start` (Rust), `    #3 0x55d0 in main` (sanitizers).
+    let numbered = trimmed.strip_prefix('#').unwrap_or(trimmed);
+    let digits = numbered.chars().take_while(char::is_ascii_digit).count();
+    if digits > 0 {
+        let rest = &numbered[digits..];
+        return (rest.starts_with(": ") && line.len() > trimmed.len())
+            || (trimmed.starts_with('#') && rest.starts_with(" 0x"));
+    }
+    // glibc's `./prog(+0x1234)[0x55d0]` lines under "Backtrace:".
+    trimmed.ends_with(']') && trimmed.contains("[0x")
+}
+
+/// Whether `line` says what happened to the worker.
+fn is_cause(line: &str) -> bool {
+    const CAUSES: [&str; 20] = [
+        "panicked at",
+        "memory allocation of",
+        "fatal runtime error",
+        "has overflowed its stack",
+        "ERROR: AddressSanitizer",
+        "ERROR: LeakSanitizer",
+        "WARNING: ThreadSanitizer",
+        "runtime error:",
+        "SUMMARY: ",
+        "*** ",
+        "malloc(): ",
+        "free(): ",
+        "double free",
+        "corrupted",
+        "Fatal glibc error",
+        "terminate called",
+        "Assertion `",
+        "assertion failed",
+        "Segmentation fault",
+        "out of memory",
+    ];
+    CAUSES.iter().any(|c| line.contains(c))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::quote_lines;
+
+    #[test]
+    fn a_backtrace_is_collapsed_and_the_cause_kept() {
+        let mut tail = String::from("memory allocation of 4294967296 bytes failed\n");
+        for i in 0..60 {
+            tail.push_str(&format!("  {i:>2}: std::alloc::frame_{i}\n"));
+            tail.push_str(&format!(
+                "             at /rustc/library/std/src/alloc.rs:{i}:5\n"
+            ));
+        }
+        tail.push_str("note: Some details are omitted, run with `RUST_BACKTRACE=full`\n");
+        let quoted = quote_lines(&tail, 20);
+        assert_eq!(
+            quoted,
+            [
+                "memory allocation of 4294967296 bytes failed",
+                "   [… 120 backtrace frame lines]",
+                "note: Some details are omitted, run with `RUST_BACKTRACE=full`",
+            ]
+        );
+    }
+
+    #[test]
+    fn causes_before_a_long_tail_are_quoted_first() {
+        let mut tail = String::from("thread 'main' panicked at src/k.rs:3:5:\nboom\n");
+        tail.push_str("==12==ERROR: AddressSanitizer: heap-buffer-overflow\n");
+        for i in 0..100 {
+            tail.push_str(&format!("chatter {i}\n"));
+            tail.push_str(&format!("    #{i} 0x55d0{i:04x} in f{i} k.c:{i}\n"));
+        }
+        let quoted = quote_lines(&tail, 20);
+        assert_eq!(quoted.len(), 21, "{quoted:#?}");
+        assert_eq!(quoted[0], "thread 'main' panicked at src/k.rs:3:5:");
+        assert!(quoted[1].contains("AddressSanitizer"));
+        assert!(quoted[2].starts_with("[… ") && quoted[2].contains("earlier lines"));
+        assert_eq!(quoted[20], "   [… 1 backtrace frame lines]");
+        assert_eq!(quoted[19], "chatter 99");
+    }
     use std::io::Write;
 
     use super::*;

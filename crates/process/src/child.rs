@@ -7,7 +7,7 @@ use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::process::{PidfdFlags, Signal};
-use tunebox_protocol::{Request, Response, ResponseBody, StartedCell};
+use tunebox_protocol::{Request, Response, StartedCell};
 
 use crate::capture::Tail;
 use crate::exit_watch::Watch;
@@ -98,11 +98,7 @@ impl Worker {
     /// so a worker that writes a partial or garbled message into its channel could block this
     /// read; the watchdog kills such a worker shortly after the deadline
     /// ([`ReceiveFailure::Stuck`]).
-    pub(crate) fn receive(
-        &self,
-        id: u64,
-        deadline: Instant,
-    ) -> Result<ResponseBody, ReceiveFailure> {
+    pub(crate) fn receive(&self, id: u64, deadline: Instant) -> Result<Response, ReceiveFailure> {
         let armed = watchdog::arm(self.pid, deadline + STUCK_GRACE);
         match self.receive_until(id, deadline) {
             Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if armed.fired() => {
@@ -112,7 +108,7 @@ impl Worker {
         }
     }
 
-    fn receive_until(&self, id: u64, deadline: Instant) -> Result<ResponseBody, ReceiveFailure> {
+    fn receive_until(&self, id: u64, deadline: Instant) -> Result<Response, ReceiveFailure> {
         // Look without sleeping for a moment first: a quick reply is then taken without the
         // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
         let spin_until = Instant::now() + RECEIVE_SPIN;
@@ -129,7 +125,7 @@ impl Worker {
             let received = catch_quietly(|| self.responses.try_recv_timeout(wait))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
-                Ok(response) if response.id == id => return Ok(response.body),
+                Ok(response) if response.id == id => return Ok(response),
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 // ipc-channel polls with millisecond granularity: check the clock, not the error.
                 Err(TryRecvError::Empty) if !wait.is_zero() && self.has_exited() => {
@@ -156,13 +152,13 @@ impl Worker {
     /// group (whatever held the channel open) and takes a reply the worker sent before it died
     /// (a sticky device fault is answered, then the worker exits); without one, the worker
     /// crashed.
-    fn last_words(&self, id: u64) -> Result<ResponseBody, ReceiveFailure> {
+    fn last_words(&self, id: u64) -> Result<Response, ReceiveFailure> {
         signal_group(self.pid, Signal::KILL);
         loop {
             let received = catch_quietly(|| self.responses.try_recv_timeout(Duration::ZERO))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
-                Ok(response) if response.id == id => return Ok(response.body),
+                Ok(response) if response.id == id => return Ok(response),
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 Err(_) => return Err(ReceiveFailure::Closed),
             }

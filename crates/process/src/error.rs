@@ -1,6 +1,5 @@
 //! Everything that can go wrong with one worker process.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -226,17 +225,8 @@ fn quote(tail: &str) -> String {
     if tail.trim().is_empty() {
         return String::new();
     }
-    let lines: Vec<&str> = tail.lines().collect();
-    let shown = &lines[lines.len().saturating_sub(QUOTED_LINES)..];
     let mut text = String::from("\n--- worker stderr (tail) ---\n");
-    if shown.len() < lines.len() {
-        let _ = writeln!(
-            text,
-            "[… {} earlier lines; the error's `stderr_tail` has them]",
-            lines.len() - shown.len()
-        );
-    }
-    text.push_str(&shown.join("\n"));
+    text.push_str(&crate::capture::quote_lines(tail, QUOTED_LINES).join("\n"));
     text
 }
 

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS,
-    Probe, Request, RequestBody, ResponseBody, Task, TaskRequest, decode_output,
+    BenchError, BenchmarkRequest, BenchmarkResult, Leftover, MAX_INLINE_REQUEST_BYTES,
+    MAX_SHARED_PAYLOADS, Probe, Request, RequestBody, ResponseBody, Task, TaskRequest,
+    WORKER_USES_ENV, decode_output,
 };
 
 use crate::child::{ReceiveFailure, SendFailure, Worker};
@@ -102,6 +103,11 @@ pub struct TuningProcess {
     /// The pid of the last worker started (0 before the first), for errors about a worker
     /// already taken out.
     last_pid: u32,
+    /// What the last reply said its request left behind in the worker.
+    left_behind: Vec<Leftover>,
+    /// The current worker was left damaged (a leftover not restored): replace it before the
+    /// next request.
+    damaged: bool,
 }
 
 impl TuningProcess {
@@ -122,6 +128,16 @@ impl TuningProcess {
     /// A handle whose worker starts on the first [`put`](TuningProcess::put) or
     /// [`ping`](TuningProcess::ping).
     pub fn lazy(config: ProcessConfig) -> TuningProcess {
+        // The worker skips its state checks after its last use (see `WORKER_USES_ENV`); set
+        // either way, so that a value inherited from this process's environment never counts.
+        let uses = match config.maximum_process_uses {
+            Some(uses) => {
+                let init = u64::from(config.initializer.is_some());
+                uses.saturating_add(init).to_string()
+            }
+            None => "unlimited".to_owned(),
+        };
+        let config = config.env(WORKER_USES_ENV, uses);
         TuningProcess {
             config,
             worker: None,
@@ -131,6 +147,8 @@ impl TuningProcess {
             switch: KillSwitch::default(),
             on_exit: None,
             last_pid: 0,
+            left_behind: Vec::new(),
+            damaged: false,
         }
     }
 
@@ -177,11 +195,25 @@ impl TuningProcess {
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
         match self.receive(timeout)? {
-            ResponseBody::Benchmark(result) => result.map_err(|e| self.remote(e)),
+            ResponseBody::Benchmark(result) => result
+                .map(|mut result| {
+                    result.left_behind = self.left_behind.clone();
+                    result
+                })
+                .map_err(|e| self.remote(e)),
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
             }
         }
+    }
+
+    /// What the request of the last reply left behind in its worker, as the worker found after
+    /// it (`BenchmarkResult::left_behind` carries the same for a measurement; this also serves
+    /// a task that failed). Restorable state was put back; when a leftover is not `restored`,
+    /// the worker is replaced before the next request. Empty when the last reply said nothing,
+    /// or no reply came (a crash, a timeout).
+    pub fn left_behind(&self) -> &[Leftover] {
+        &self.left_behind
     }
 
     /// Does everything `benchmark` would before measuring (compile into the cache, load, check
@@ -441,7 +473,19 @@ impl TuningProcess {
             .as_ref()
             .zip(self.config.maximum_process_uses)
             .is_some_and(|(worker, max)| worker.uses >= max);
-        if exhausted {
+        if self.damaged && self.worker.is_some() {
+            log::info!(
+                "worker {} was left damaged by its last task ({}); replacing it",
+                self.last_pid,
+                self.left_behind
+                    .iter()
+                    .filter(|l| !l.restored)
+                    .map(Leftover::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            let _ = self.shutdown(RETIRE_GRACE);
+        } else if exhausted {
             log::debug!("worker reached maximum_process_uses; replacing it");
             // The retired worker's exit status is of no interest.
             let _ = self.shutdown(RETIRE_GRACE);
@@ -465,6 +509,7 @@ impl TuningProcess {
     /// Starts a worker if there is none, and runs the initializer on it.
     fn ensure_started(&mut self) -> Result<&mut Worker, ProcessError> {
         if self.worker.is_none() {
+            self.damaged = false;
             let worker = handshake::start(&self.config)?;
             self.starts += 1;
             self.last_pid = worker.pid;
@@ -628,6 +673,7 @@ impl TuningProcess {
 
     /// Waits for the reply to the pending request.
     fn receive(&mut self, timeout: Duration) -> Result<ResponseBody, ProcessError> {
+        self.left_behind.clear();
         loop {
             let (Some(pending), Some(worker)) = (self.pending.as_ref(), self.worker.as_ref())
             else {
@@ -637,9 +683,11 @@ impl TuningProcess {
                 });
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
-                Ok(body) => {
+                Ok(response) => {
                     self.pending = None;
-                    return Ok(body);
+                    self.damaged |= response.left_behind.iter().any(|l| !l.restored);
+                    self.left_behind = response.left_behind;
+                    return Ok(response.body);
                 }
                 Err(ReceiveFailure::TimedOut) => {
                     let progress = worker.started.progress(pending.id);

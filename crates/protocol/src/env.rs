@@ -36,6 +36,11 @@ pub const PARENT_PID_ENV: &str = "TUNEBOX_PARENT_PID";
 /// connects.
 pub const PROTOCOL_VERSION_ENV: &str = "TUNEBOX_PROTOCOL_VERSION";
 
+/// How many benchmark requests the worker will serve before the parent replaces it (its
+/// `maximum_process_uses`, plus one for an initializer); unset: no limit. A worker skips the
+/// checks of its state after the last one, which no later task could inherit.
+pub const WORKER_USES_ENV: &str = "TUNEBOX_WORKER_USES";
+
 /// Names tunebox's cache root; each backend keeps its compiled kernels in a subdirectory
 /// (`cpu`, `cuda`).
 pub const CACHE_DIR_ENV: &str = "TUNEBOX_CACHE_DIR";

@@ -38,6 +38,8 @@
 
 mod bytes;
 mod cuda;
+mod define;
+mod dtype;
 mod env;
 mod error;
 mod message;
@@ -49,24 +51,29 @@ mod task;
 
 pub use bytes::{Bytes, INLINE_LIMIT, MAX_INLINE_REQUEST_BYTES, MAX_SHARED_PAYLOADS};
 pub use cuda::{CudaCode, CudaKernel, DeviceInfo, LaunchConfig, Probe};
-pub use env::{CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, cache_root};
+pub use define::Define;
+pub use dtype::DType;
+pub use env::{
+    CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, WORKER_USES_ENV,
+    cache_root,
+};
 #[doc(hidden)]
 pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
-    Arg, BenchmarkRequest, CKernel, CacheFlush, DType, Define, DiagnosticTask, Element, Init,
-    Kernel, Scalar, ScalarKind, TensorSpec, TimingConfig,
+    Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, Scalar,
+    ScalarKind, TaskKernel, TensorSpec, TimingConfig,
 };
-pub use result::{BenchmarkResult, TensorData, TimingStats};
+pub use result::{BenchmarkResult, Leftover, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
 pub use started::{Phase, Progress, StartedCell, short_duration, short_ms};
-pub use task::{Task, TaskKernel, TaskRequest, decode, decode_output, encode};
+pub use task::{Task, TaskRequest, decode, decode_output, encode};
 
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use serde::{Deserialize, Serialize};
 
-use crate::{BenchError, BenchmarkRequest, BenchmarkResult, Probe, StartedCell};
+use crate::{BenchError, BenchmarkRequest, BenchmarkResult, Leftover, Probe, StartedCell};
 
 /// The one message a worker sends on the parent's one-shot bootstrap server.
 #[derive(Debug, Serialize, Deserialize)]
@@ -83,6 +83,10 @@ pub struct Response {
     pub id: u64,
     /// The answer.
     pub body: ResponseBody,
+    /// What the request left changed in the worker process, as the worker found after it
+    /// (empty for most requests); see [`BenchmarkResult::left_behind`]. A leftover that was not
+    /// `restored` means the parent must replace this worker before the next request.
+    pub left_behind: Vec<Leftover>,
 }
 
 /// What a [`Response`] carries.

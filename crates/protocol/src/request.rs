@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{BenchError, Bytes, CudaCode, CudaKernel, SharedData, TaskKernel};
+use crate::{BenchError, Bytes, CudaCode, CudaKernel, DType, Define, SharedData};
 
 /// One measurement: a kernel, the tensors and scalars it is called with, and how to time it.
 ///
@@ -389,6 +389,29 @@ impl From<DiagnosticTask> for Kernel {
     }
 }
 
+/// A task of a kind defined outside tunebox, as it travels: the backend that runs it and the
+/// task itself, encoded with postcard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskKernel {
+    /// The worker backend that runs it ([`Task::BACKEND`](crate::Task::BACKEND)).
+    pub backend: String,
+    /// The task's Rust type (`std::any::type_name`), which the backend checks against its own
+    /// before decoding, module paths aside (a separate worker binary names the same type from
+    /// another crate): a worker built with another task type under the same backend name
+    /// answers with both names instead of running a misread task.
+    pub task_type: String,
+    /// The task, postcard-encoded ([`encode`](crate::encode)); shared memory when larger than
+    /// [`INLINE_LIMIT`](crate::INLINE_LIMIT).
+    pub payload: Bytes,
+}
+
+impl TaskKernel {
+    /// How many shared-memory regions the payload needs (0 or 1).
+    pub(crate) fn shared_payloads(&self) -> usize {
+        usize::from(self.payload.is_shared())
+    }
+}
+
 /// A C kernel: a source text, an entry function, and the defines of one choice.
 ///
 /// The entry is called as `entry(tensor_0, …, tensor_n, scalar_0, …, scalar_m)`: each tensor as a
@@ -476,41 +499,6 @@ impl CKernel {
     pub fn source_name(mut self, name: impl Into<String>) -> Self {
         self.source_name = name.into();
         self
-    }
-}
-
-/// One preprocessor define, passed to the compiler as `-DNAME=VALUE`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Define {
-    /// Macro name, a C identifier.
-    pub name: String,
-    /// Macro value, verbatim.
-    pub value: String,
-}
-
-impl Define {
-    /// `NAME=VALUE`.
-    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            value: value.into(),
-        }
-    }
-
-    /// Whether `name` is a C identifier (`[A-Za-z_][A-Za-z0-9_]*`), as a define's name, a
-    /// kernel's entry and a tensor's C name must be.
-    ///
-    /// ```
-    /// use tunebox_protocol::Define;
-    /// assert!(Define::is_c_identifier("BLOCK_M"));
-    /// assert!(!Define::is_c_identifier("2D") && !Define::is_c_identifier("A-B"));
-    /// ```
-    pub fn is_c_identifier(name: &str) -> bool {
-        let mut chars = name.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
     }
 }
 
@@ -662,51 +650,6 @@ pub(crate) fn element_bytes<T: Element>(values: &[T]) -> &[u8] {
     // SAFETY: `Element` is sealed to primitive numbers, which have no padding and no invalid
     // byte patterns; the slice covers exactly the memory of `values`, borrowed as long as it.
     unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) }
-}
-
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DType {
-    /// 32-bit float (`float`).
-    F32,
-    /// 64-bit float (`double`).
-    F64,
-    /// 32-bit signed integer (`int32_t`).
-    I32,
-    /// 64-bit signed integer (`int64_t`).
-    I64,
-    /// Unsigned byte (`uint8_t`).
-    U8,
-}
-
-impl DType {
-    /// Every dtype, in declaration order.
-    pub const ALL: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8];
-
-    /// Size of one element in bytes.
-    pub fn size_bytes(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-            DType::U8 => 1,
-        }
-    }
-
-    /// The short name used in manifests: `f32`, `f64`, `i32`, `i64`, `u8`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::U8 => "u8",
-        }
-    }
-
-    /// Parses a manifest name ([`DType::name`]).
-    pub fn from_name(name: &str) -> Option<DType> {
-        DType::ALL.into_iter().find(|d| d.name() == name)
-    }
 }
 
 /// Initial contents of a tensor.

@@ -27,6 +27,53 @@ pub struct BenchmarkResult {
     /// to its initial contents before every later call, so the measurement is not corrupted; a
     /// caller may still want to know.
     pub mutated_inputs: Vec<String>,
+    /// What this task left behind in its worker process that a later task would have inherited
+    /// (a changed floating-point mode, signal handler or working directory, descriptors or
+    /// threads left open, memory kept), as the worker found after it. Restorable state was put
+    /// back; for the rest the worker was replaced before the next task. Empty for a task that
+    /// left its worker as it found it. Filled by `TuningProcess` from
+    /// [`Response::left_behind`](crate::Response::left_behind); backends leave it empty.
+    #[serde(default)]
+    pub left_behind: Vec<Leftover>,
+}
+
+/// One piece of process state a task left changed in its worker (see
+/// [`BenchmarkResult::left_behind`]), or, with `what = "resources"`, a task that failed for lack
+/// of a resource in a worker that earlier tasks had used, with the likely culprit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leftover {
+    /// What changed: `"floating-point environment"`, `"signal dispositions"`, `"signal mask"`,
+    /// `"working directory"`, `"umask"`, `"environment"`, `"rlimits"`, `"cpu affinity"`,
+    /// `"scheduling priority"`, `"timer slack"`, `"descriptors"`, `"threads"`, `"memory"`, or
+    /// `"resources"`.
+    pub what: String,
+    /// How: the values before and after, the descriptors' targets, the threads' names, …
+    pub detail: String,
+    /// Whether the worker put it back. When not, the worker is replaced before the next task
+    /// (`TuningProcess` retires it after this reply).
+    pub restored: bool,
+}
+
+impl Leftover {
+    /// A leftover of kind `what`.
+    pub fn new(what: impl Into<String>, detail: impl Into<String>, restored: bool) -> Self {
+        Leftover {
+            what: what.into(),
+            detail: detail.into(),
+            restored,
+        }
+    }
+}
+
+impl std::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let outcome = if self.restored {
+            "restored"
+        } else {
+            "the worker was replaced"
+        };
+        write!(f, "{}: {} ({outcome})", self.what, self.detail)
+    }
 }
 
 /// Statistics over the timed reps of one measurement. All times in milliseconds.

@@ -8,11 +8,12 @@
 //! postcard, in shared memory when large (as every [`Bytes`]); its result comes back in
 //! [`BenchmarkResult::value`](crate::BenchmarkResult::value), encoded the same way.
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use crate::{
-    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, Kernel, Scalar, TensorSpec, TimingConfig,
+    BenchError, BenchmarkRequest, BenchmarkResult, Bytes, Kernel, Scalar, TaskKernel, TensorSpec,
+    TimingConfig,
 };
 
 /// A kind of work a downstream crate defines and a backend of its own runs in the worker.
@@ -43,22 +44,6 @@ pub trait Task: Serialize + DeserializeOwned + Send + 'static {
     /// What the backend returns for one task (timing statistics, a figure of merit, anything
     /// serde can encode).
     type Output: Serialize + DeserializeOwned + Send + 'static;
-}
-
-/// A task of a kind defined outside tunebox, as it travels: the backend that runs it and the
-/// task itself, encoded with postcard.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskKernel {
-    /// The worker backend that runs it ([`Task::BACKEND`]).
-    pub backend: String,
-    /// The task's Rust type (`std::any::type_name`), which the backend checks against its own
-    /// before decoding, module paths aside (a separate worker binary names the same type from
-    /// another crate): a worker built with another task type under the same backend name
-    /// answers with both names instead of running a misread task.
-    pub task_type: String,
-    /// The task, postcard-encoded ([`encode`]); shared memory when larger than
-    /// [`INLINE_LIMIT`](crate::INLINE_LIMIT).
-    pub payload: Bytes,
 }
 
 /// A [`Task`] with the tensors, scalars and timing budget it runs with: what the typed
@@ -196,11 +181,4 @@ pub fn decode_output<T: Task>(result: &BenchmarkResult) -> Result<T::Output, Ben
         },
         other => other,
     })
-}
-
-impl TaskKernel {
-    /// How many shared-memory regions the payload needs (0 or 1).
-    pub(crate) fn shared_payloads(&self) -> usize {
-        usize::from(self.payload.is_shared())
-    }
 }

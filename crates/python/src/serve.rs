@@ -62,6 +62,7 @@ impl Backend for PythonBackend {
             outputs: reply.buffers,
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
+            left_behind: Vec::new(),
         })
     }
 

@@ -19,7 +19,9 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use tunebox_process::{InitRequest, Output, ProcessConfig, ProcessError, TuningProcess};
+use tunebox_process::{
+    DeviceToken, InitRequest, Output, ProcessConfig, ProcessError, TuningProcess,
+};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TaskKernel};
 
 use crate::buffers::{self, RawBuffer};
@@ -101,7 +103,12 @@ impl Worker {
             .stdout(output(stdout)?)
             .stderr(output(stderr)?);
         for (key, value) in env {
-            config = config.env(key, value);
+            // A device is pinned through tunebox-process, which owns CUDA_VISIBLE_DEVICES.
+            config = if key == "CUDA_VISIBLE_DEVICES" {
+                config.device(Some(DeviceToken::from(value)))
+            } else {
+                config.env(key, value)
+            };
         }
         config = config.env("TUNEBOX_PYTHON_TIMED_OUT_EXIT", TIMED_OUT_EXIT.to_string());
         if let Some(pickle) = initializer {

@@ -74,3 +74,7 @@ def segfault():
 
 
 SIGKILL = signal.SIGKILL
+
+
+def getenv(name):
+    return os.environ.get(name)

@@ -241,3 +241,12 @@ def test_workers_die_with_a_parent_that_is_killed(tmp_path):
     while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(pid_alive(p) for p in workers), "a worker outlived its killed parent"
+
+
+def test_env_pins_a_worker_and_the_parents_path_is_passed_on():
+    worker = PopenWorker(env={"CUDA_VISIBLE_DEVICES": "3"})
+    worker.send(helpers.getenv, ("CUDA_VISIBLE_DEVICES",))
+    assert worker.recv() == "3"
+    # `helpers` is importable only through this folder, which is on the parent's sys.path.
+    worker.send(helpers.state)
+    assert worker.recv() == []

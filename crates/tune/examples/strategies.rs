@@ -1,59 +1,86 @@
-//! Compares the search strategies on the FAIR Benchmark Hub's recorded spaces, in simulation,
-//! with the methodology of Willemsen et al., "A methodology for comparing optimization
-//! algorithms for auto-tuning" (FGCS 2024). Run by `cargo xtask strategies`; see
-//! docs/search.md for the formula and the figures.
-//!
-//! When Kernel Tuner is installed (a Python environment with `kernel_tuner`, `$KT_VENV` or
-//! `target/kernel-tuner-venv`) and `--no-kt` is not given, Kernel Tuner's strategies run too, in
-//! its simulation mode on the same files under the same simulated budgets
-//! (`benchmarks/kernel-tuner/strategies.py`, reading the budgets this writes to
-//! `target/strategies/kt-budgets.json`); their traces are scored here by the same formula and
-//! appear as `kt:NAME` in the table and dotted in the plot.
+//! Compares search strategies on recorded spaces, in simulation, scored as the field scores them:
+//! the methodology of Willemsen et al., "A methodology for comparing optimization algorithms for
+//! auto-tuning" (FGCS 2024), as its `autotuning-methodology` package (1.1.0) computes it
+//! (`tunebox_tune::strategies::score`, a port checked against the package). Run by
+//! `cargo xtask strategies`; see docs/search.md.
 //!
 //! ```text
-//! cargo run --release -p tunebox-tune --example strategies -- [--seeds N] [--budget-fraction F]
-//!     [--hub DIR] [--svg PATH] [--markdown PATH] [--strategies a,b,…]
+//! cargo run --release -p tunebox-tune --example strategies -- [FILES…]
+//!     [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
+//!     [--svg PATH] [--markdown PATH] [--loo] [--package]
 //!     [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
 //! ```
+//!
+//! FILES are T1 files (their Conditions are the restrictions) and recorded files (Kernel Tuner
+//! cache files `.json`/`.json.gz`, T4 results, tunebox results caches), any kernels, any devices;
+//! a recorded file is paired with the T1 file whose stem or `BenchmarkName` is its folder's name
+//! or whose `KernelName` is its `kernel_name` (with the only T1 file when there is one). Without
+//! FILES: every cache file and T1 file of `data/benchmark_hub`.
+//!
+//! Each tunebox strategy runs `--seeds` seeds (default 10), doubled up to `--max-seeds` (default
+//! 40) until the order of the three leading strategies is settled (each gap above twice its
+//! standard error); the output says when it is not. Standard errors come from a bootstrap over
+//! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold
+//! the tunebox strategy (or `auto` variant, e.g. `auto[transform=log]`) of best mean score on the
+//! other spaces is chosen and scored on the held-out ones. `--package` scores the same traces with
+//! the `autotuning-methodology` package too (`benchmarks/kernel-tuner/methodology.py`, in the
+//! Kernel Tuner environment) and prints both.
+//!
+//! When Kernel Tuner is installed (`$KT_VENV` or `target/kernel-tuner-venv`) and `--no-kt` is
+//! not given, Kernel Tuner's strategies run in its simulation mode on the same files under the
+//! same simulated budgets (`benchmarks/kernel-tuner/strategies.py`), scored the same way, as
+//! `kt:NAME`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tunebox_tune::SearchSpace;
+use tunebox_tune::Strategy;
 use tunebox_tune::formats::T1File;
-use tunebox_tune::replay::{Budget, Recorded, Recording, Trace, simulate};
-use tunebox_tune::strategies;
+use tunebox_tune::replay::{Budget, Recorded, Recording, simulate};
+use tunebox_tune::strategies::score::{self, Run, Settings, SpaceStats};
+use tunebox_tune::strategies::{self, AutoOptions, AutoSearch, Transform};
 
-/// The random baseline reaches this fraction of the way from the median to the optimum at the
-/// end of the budget …
-const CUTOFF: f64 = 0.95;
-/// … and this fraction at its start.
-const CUTOFF_START: f64 = 0.01;
-/// Points of the time axis the performance is averaged over.
-const STEPS: usize = 100;
+/// Runs go on past the end of the time range by this factor, so that the methodology's curve
+/// fit has points beyond it (it looks 10–35% past the end).
+const RUN_PAST_END: f64 = 1.4;
+/// Bootstrap resamples of the runs for a standard error.
+const BOOTSTRAP: usize = 16;
 
 struct Options {
+    files: Vec<PathBuf>,
     seeds: u64,
+    max_seeds: u64,
     fraction: f64,
-    hub: PathBuf,
     svg: PathBuf,
     markdown: Option<PathBuf>,
     strategies: Vec<String>,
-    /// Kernel Tuner's Python, when it runs.
+    jobs: usize,
+    loo: bool,
+    package: bool,
     kt_python: Option<PathBuf>,
     kt_seeds: u64,
     kt_strategies: Option<String>,
-    /// Kernel Tuner traces recorded before: score these instead of running Kernel Tuner.
     kt_traces: Option<PathBuf>,
+    /// tunebox's simulated runs are kept here and reused when their strategy and seeds match.
+    runs_file: Option<PathBuf>,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn parse() -> Result<Options, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root();
     let mut o = Options {
-        seeds: 20,
+        files: Vec::new(),
+        seeds: 10,
+        max_seeds: 40,
         fraction: 1.0,
-        hub: root.join("data/benchmark_hub"),
         svg: root.join("target/strategies/search-strategies.svg"),
         markdown: None,
         strategies: strategies::NAMES
@@ -61,209 +88,473 @@ fn parse() -> Result<Options, String> {
             .filter(|n| **n != "brute-force")
             .map(|n| (*n).to_owned())
             .collect(),
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        loo: false,
+        package: false,
         kt_python: None,
-        kt_seeds: 10,
+        kt_seeds: 5,
         kt_strategies: None,
         kt_traces: None,
+        runs_file: None,
     };
     let mut kt = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        let number = |v: String, what: &str| {
+            v.parse::<u64>()
+                .map_err(|e| format!("{what} {v}: {e} (a whole number)"))
+        };
         match arg.as_str() {
-            "--seeds" => o.seeds = value()?.parse().map_err(|e| format!("--seeds: {e}"))?,
+            "--seeds" => o.seeds = number(value()?, "--seeds")?,
+            "--max-seeds" => o.max_seeds = number(value()?, "--max-seeds")?,
+            "--jobs" => o.jobs = number(value()?, "--jobs")? as usize,
             "--budget-fraction" => {
-                o.fraction = value()?
+                let v = value()?;
+                o.fraction = v
                     .parse()
-                    .map_err(|e| format!("--budget-fraction: {e}"))?;
+                    .map_err(|e| format!("--budget-fraction {v}: {e}"))?;
             }
-            "--hub" => o.hub = value()?.into(),
             "--svg" => o.svg = value()?.into(),
             "--markdown" => o.markdown = Some(value()?.into()),
-            "--strategies" => {
-                o.strategies = value()?.split(',').map(str::to_owned).collect();
-            }
+            "--strategies" => o.strategies = value()?.split(',').map(str::to_owned).collect(),
+            "--loo" => o.loo = true,
+            "--package" => o.package = true,
             "--no-kt" => kt = false,
-            "--kt-seeds" => {
-                o.kt_seeds = value()?.parse().map_err(|e| format!("--kt-seeds: {e}"))?;
-            }
+            "--kt-seeds" => o.kt_seeds = number(value()?, "--kt-seeds")?,
             "--kt-strategies" => o.kt_strategies = Some(value()?),
             "--kt-traces" => o.kt_traces = Some(value()?.into()),
-            other => return Err(format!("unknown option {other}")),
+            "--runs" => o.runs_file = Some(value()?.into()),
+            other if other.starts_with("--") => return Err(format!("unknown option {other}")),
+            file => o.files.push(file.into()),
         }
     }
     for s in &o.strategies {
-        if strategies::by_name(s, 1, 0).is_none() {
-            return Err(format!("unknown strategy {s}"));
-        }
+        make(s, 1, 0)?;
     }
+    if o.fraction.is_nan() || o.fraction <= 0.0 || o.fraction > 1.0 {
+        return Err(format!(
+            "--budget-fraction {}: give a fraction in (0, 1]",
+            o.fraction
+        ));
+    }
+    if o.seeds < 2 || o.kt_seeds < 2 {
+        return Err(
+            "--seeds and --kt-seeds must be at least 2 (a standard error needs two)".into(),
+        );
+    }
+    o.max_seeds = o.max_seeds.max(o.seeds);
+    o.jobs = o.jobs.max(1);
     let venv = std::env::var_os("KT_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
     let python = venv.join("bin/python");
-    if kt && o.kt_traces.is_none() && python.is_file() {
+    if (kt || o.package) && python.is_file() {
         o.kt_python = Some(python);
     }
     if !kt {
         o.kt_traces = None;
     }
-    if o.fraction.is_nan() || o.fraction <= 0.0 || o.seeds == 0 || o.kt_seeds == 0 {
-        return Err("--seeds and --budget-fraction must be above 0".into());
+    if o.files.is_empty() {
+        o.files = hub_files(&root.join("data/benchmark_hub"))?;
     }
     Ok(o)
+}
+
+/// Every cache file and T1 file of the hub folder.
+fn hub_files(hub: &Path) -> Result<Vec<PathBuf>, String> {
+    let list = |dir: PathBuf| -> Result<Vec<PathBuf>, String> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        v.sort();
+        Ok(v)
+    };
+    let mut files = Vec::new();
+    let mut kernels = Vec::new();
+    for dir in list(hub.join("cachefiles"))? {
+        if dir.is_dir() {
+            let stem = dir.file_name().unwrap_or_default().to_owned();
+            files.extend(list(dir)?);
+            kernels.push(hub.join("kernels").join(stem).with_extension("json"));
+        }
+    }
+    files.extend(kernels.into_iter().filter(|k| k.is_file()));
+    Ok(files)
+}
+
+/// The strategy `name` names: one of [`strategies::NAMES`], or an `auto` variant
+/// `auto[transform=rank|log;init=N;xi=F;batch=N]`.
+fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, String> {
+    if let Some(spec) = name.strip_prefix("auto[").and_then(|s| s.strip_suffix(']')) {
+        let mut o = AutoOptions::default();
+        for kv in spec.split(';').filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or(format!("{name}: `{kv}` is not key=value"))?;
+            let bad = |e: String| format!("{name}: {k}={v}: {e}");
+            match k {
+                "transform" => {
+                    o.transform = match v {
+                        "rank" => Transform::Rank,
+                        "log" => Transform::Log,
+                        _ => return Err(bad("rank or log".into())),
+                    }
+                }
+                "init" => o.initial = v.parse().map_err(|e| bad(format!("{e}")))?,
+                "xi" => o.xi = v.parse().map_err(|e| bad(format!("{e}")))?,
+                "batch" => o.batch = v.parse().map_err(|e| bad(format!("{e}")))?,
+                _ => return Err(bad("keys: transform, init, xi, batch".into())),
+            }
+        }
+        return Ok(Box::new(AutoSearch::with_options(budget, seed, o)));
+    }
+    strategies::by_name(name, budget, seed).ok_or(format!(
+        "unknown strategy {name} (one of {}, or auto[transform=log;init=20;xi=0.1;batch=4])",
+        strategies::NAMES.join(", ")
+    ))
 }
 
 /// One replayable space and what the methodology needs of it.
 struct Problem {
     name: String,
+    kernel: String,
+    device: String,
     cache: PathBuf,
-    t1: PathBuf,
+    t1: Option<PathBuf>,
     space: SearchSpace,
     recorded: Recorded,
-    optimum: f64,
-    median: f64,
-    /// Mean cost of one measurement, ms.
-    mean_cost: f64,
-    /// Expected best time of random search after k measurements, k = 1..=N (index k-1).
-    baseline: Vec<f64>,
-    /// The budget: [start, end] in simulated ms.
-    start_ms: f64,
-    end_ms: f64,
+    stats: SpaceStats,
+    /// The time range scored, s.
+    range: Vec<f64>,
+    /// How long each simulated run goes on, ms.
+    limit_ms: f64,
+    /// Objectives and costs of the recorded configurations (for the package).
+    performance: Vec<Option<f64>>,
+    cost_s: Vec<f64>,
 }
 
-impl Problem {
-    fn load(cache: &Path, t1_path: &Path, name: String, fraction: f64) -> Problem {
-        let t1 = t1_path;
-        let recording = Recording::read(cache).expect("a readable cache file");
-        let t1 = T1File::read(t1).expect("a readable T1 file");
-        let conditions: Vec<String> = t1
-            .configuration_space
-            .conditions
-            .iter()
-            .map(|c| c.expression.clone())
-            .collect();
-        let space = recording.space(&conditions).expect("a valid space");
-        let recorded = Recorded::new(&recording, &space).expect("matching params");
-        let mut times: Vec<f64> = recorded.times().collect();
-        times.sort_by(f64::total_cmp);
-        let n = space.len();
-        let optimum = times[0];
-        let median = times[times.len() / 2];
-        let mean_cost = recorded.total_cost_ms() / n as f64;
-        let baseline = expected_best(&times, n);
-        let time_of = |fraction: f64| {
-            let target = median - fraction * (median - optimum);
-            let k = baseline.iter().position(|&b| b <= target).unwrap_or(n - 1) + 1;
-            k as f64 * mean_cost
-        };
-        let start_ms = time_of(CUTOFF_START);
-        let end_ms = (time_of(CUTOFF) * fraction).max(start_ms * 1.01);
-        Problem {
-            name,
-            cache: cache.to_owned(),
-            t1: t1_path.to_owned(),
-            space,
-            recorded,
-            optimum,
-            median,
-            mean_cost,
-            baseline,
-            start_ms,
-            end_ms,
+fn read_t1(path: &Path) -> Option<T1File> {
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    if gz {
+        return None;
+    }
+    T1File::read(path).ok()
+}
+
+/// The T1 file for a recorded file: by folder name, by kernel name, or the only one.
+fn pair<'a>(cache: &Path, recording_kernel: &str, t1s: &'a [T1File]) -> Option<&'a T1File> {
+    let folder = cache
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = |t: &T1File| {
+        t.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    t1s.iter()
+        .find(|t| stem(t) == folder || t.general.benchmark_name.as_deref() == Some(&*folder))
+        .or_else(|| {
+            t1s.iter()
+                .find(|t| t.kernel_specification.kernel_name == recording_kernel)
+        })
+        .or(if t1s.len() == 1 { t1s.first() } else { None })
+}
+
+fn load(options: &Options) -> Result<Vec<Problem>, String> {
+    let mut t1s = Vec::new();
+    let mut caches = Vec::new();
+    for f in &options.files {
+        match read_t1(f) {
+            Some(t) => t1s.push(t),
+            None => caches.push(f.clone()),
         }
     }
-
-    /// The random baseline at simulated time `t`.
-    fn baseline_at(&self, t: f64) -> f64 {
-        let k = ((t / self.mean_cost).floor() as usize).clamp(1, self.baseline.len());
-        self.baseline[k - 1]
+    if caches.is_empty() {
+        return Err("no recorded file among FILES (Kernel Tuner cache files, T4 files)".into());
     }
-
-    fn times(&self) -> Vec<f64> {
-        (0..STEPS)
-            .map(|j| self.start_ms + (self.end_ms - self.start_ms) * j as f64 / (STEPS - 1) as f64)
-            .collect()
+    let settings = Settings::default();
+    let mut problems = Vec::new();
+    for cache in caches {
+        let recording = Recording::read(&cache).map_err(|e| format!("{e}"))?;
+        let kt_kernel = tunebox_tune::formats::KtCache::read(&cache)
+            .map(|c| c.kernel_name)
+            .unwrap_or_default();
+        let t1 = pair(&cache, &kt_kernel, &t1s);
+        let conditions: Vec<String> = t1
+            .map(|t| {
+                t.configuration_space
+                    .conditions
+                    .iter()
+                    .map(|c| c.expression.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if t1.is_none() {
+            eprintln!(
+                "strategies: {}: no T1 file pairs with it; its space is every combination of \
+                 its params, those it lacks failed and free",
+                cache.display()
+            );
+        }
+        let space = recording
+            .space(&conditions)
+            .map_err(|e| format!("{}: {e}", cache.display()))?;
+        let recorded = Recorded::new(&recording, &space).map_err(|e| format!("{e}"))?;
+        let (performance, cost_s): (Vec<Option<f64>>, Vec<f64>) = recorded
+            .present()
+            .map(|(_, m)| (m.time_ms, m.cost_ms / 1000.0))
+            .unzip();
+        let stats = SpaceStats::new(&performance, &cost_s)
+            .map_err(|e| format!("{}: {e}", cache.display()))?;
+        let (_, _, t0, t1_s) = stats
+            .budget(&settings)
+            .map_err(|e| format!("{}: {e}", cache.display()))?;
+        let end = (t1_s * options.fraction).max(t0 * 1.05 + 1e-9);
+        let range: Vec<f64> = (0..settings.resolution)
+            .map(|i| t0 + (end - t0) * i as f64 / (settings.resolution - 1) as f64)
+            .collect();
+        let kernel = t1
+            .map(|t| {
+                t.path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_else(|| {
+                if kt_kernel.is_empty() {
+                    "kernel".into()
+                } else {
+                    kt_kernel.clone()
+                }
+            });
+        let device = recorded.device().to_owned();
+        problems.push(Problem {
+            name: format!("{} {device}", kernel.trim_end_matches("_milo")),
+            kernel,
+            device,
+            cache: cache.clone(),
+            t1: t1.map(|t| t.path.clone()),
+            space,
+            recorded,
+            stats,
+            range,
+            limit_ms: end * 1000.0 * RUN_PAST_END,
+            performance,
+            cost_s,
+        });
     }
+    Ok(problems)
 }
 
-/// E[best of k draws without replacement] for k = 1..=n, over `sorted` working times among
-/// `n` choices (the others failed), conditioned on at least one working draw.
-fn expected_best(sorted: &[f64], n: usize) -> Vec<f64> {
-    (1..=n)
-        .map(|k| {
-            // P(the best draw is the i-th best choice) = C(n-i, k-1) / C(n, k).
-            let mut p = k as f64 / n as f64;
-            let (mut sum, mut mass) = (0.0, 0.0);
-            for (i, &t) in sorted.iter().enumerate() {
-                sum += p * t;
-                mass += p;
-                let i = i + 1;
-                if i + k > n {
-                    break;
-                }
-                p *= (n - i + 1 - k) as f64 / (n - i) as f64;
-            }
-            if mass > 0.0 { sum / mass } else { f64::NAN }
-        })
+/// One simulated run of `strategy` with `seed`.
+fn run_once(problem: &Problem, strategy: &str, seed: u64) -> Run {
+    let mut s = make(strategy, problem.space.len(), seed).expect("checked names");
+    let budget = Budget {
+        max_evals: usize::MAX,
+        max_time_ms: problem.limit_ms,
+    };
+    let trace = simulate(&problem.space, s.as_mut(), &problem.recorded, budget);
+    trace
+        .points
+        .iter()
+        .map(|p| (p.elapsed_ms / 1000.0, p.best_ms))
         .collect()
 }
 
-/// Per strategy and problem: the mean best-found curve over seeds at `problem.times()`.
-fn curve(problem: &Problem, strategy: &str, seeds: u64) -> Vec<f64> {
-    let ts = problem.times();
-    let mut sum = vec![0.0; ts.len()];
-    for seed in 0..seeds {
-        let mut s = strategies::by_name(strategy, problem.space.len(), seed).expect("a strategy");
-        let budget = Budget {
-            max_evals: usize::MAX,
-            max_time_ms: problem.end_ms,
-        };
-        let trace: Trace = simulate(&problem.space, s.as_mut(), &problem.recorded, budget);
-        for (acc, &t) in sum.iter_mut().zip(&ts) {
-            // Nothing found yet: as good as the median choice.
-            *acc += trace.best_at(t).unwrap_or(problem.median);
-        }
-    }
-    sum.iter().map(|s| s / seeds as f64).collect()
+/// A score and its standard error (bootstrap over the runs); `None` when refused.
+#[derive(Debug, Clone, Copy)]
+struct Cell {
+    score: f64,
+    se: f64,
 }
 
-/// Kernel Tuner's strategies on the same problems: per strategy (`kt:NAME`), per problem, the
-/// mean best-found curve; and a line saying what ran and what was skipped.
-type KtCurves = (Vec<String>, Curves, String);
+fn score_cell(problem: &Problem, runs: &[Run], seed: u64) -> Result<Cell, String> {
+    let value =
+        score::score_over(&problem.stats, runs, &problem.range, 8).map_err(|e| e.to_string())?;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut boot = Vec::new();
+    for _ in 0..BOOTSTRAP {
+        let sample: Vec<Run> = (0..runs.len())
+            .map(|_| runs[rng.usize(0..runs.len())].clone())
+            .collect();
+        if let Ok(s) = score::score_over(&problem.stats, &sample, &problem.range, 2) {
+            boot.push(s);
+        }
+    }
+    let m = boot.iter().sum::<f64>() / boot.len().max(1) as f64;
+    let var = boot.iter().map(|b| (b - m) * (b - m)).sum::<f64>() / (boot.len().max(2) - 1) as f64;
+    Ok(Cell {
+        score: value,
+        se: var.sqrt(),
+    })
+}
 
-/// Per strategy, per problem, the mean best-found curve.
-type Curves = Vec<Vec<Vec<f64>>>;
+/// Runs `work` items on `jobs` threads.
+fn parallel<T: Send>(jobs: usize, n: usize, work: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(n.max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let v = work(i);
+                    out.lock().expect("no panic")[i] = Some(v);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("no panic")
+        .into_iter()
+        .map(|v| v.expect("every item ran"))
+        .collect()
+}
 
-/// Runs `benchmarks/kernel-tuner/strategies.py` with `python` on the problems' files and
-/// budgets; returns the path of its traces.
-fn run_kt(problems: &[Problem], python: &Path, options: &Options) -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = root.join("target/strategies");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let spaces: Vec<serde_json::Value> = problems
-        .iter()
-        .map(|p| {
-            serde_json::json!({
-                "name": p.name,
-                "cache": p.cache,
-                "t1": p.t1,
-                "start_ms": p.start_ms,
-                "end_ms": p.end_ms,
-            })
+/// Per strategy, per problem: the runs.
+type AllRuns = Vec<Vec<Vec<Run>>>;
+
+/// Runs kept by `--runs`: per strategy name, per problem name, the runs.
+type Kept = BTreeMap<String, BTreeMap<String, Vec<Run>>>;
+
+fn read_kept(path: &Path) -> Kept {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn write_kept(path: &Path, problems: &[Problem], names: &[String], runs: &AllRuns) {
+    let mut kept = read_kept(path);
+    for (s, name) in names.iter().enumerate() {
+        let per = kept.entry(name.clone()).or_default();
+        for (p, problem) in problems.iter().enumerate() {
+            per.insert(problem.name.clone(), runs[s][p].clone());
+        }
+    }
+    if let Ok(text) = serde_json::to_string(&kept) {
+        let _ = std::fs::write(path, text);
+    }
+}
+
+/// Per strategy: CPU seconds spent in simulated runs (the strategy's own time, the replay's
+/// being negligible) and steps taken.
+type OwnCost = Vec<(f64, usize)>;
+
+/// Adds seeds `from..to` of every tunebox strategy to `runs`, and their time to `cost`.
+fn extend_runs(
+    problems: &[Problem],
+    names: &[String],
+    runs: &mut AllRuns,
+    cost: &mut OwnCost,
+    (from, to): (u64, u64),
+    jobs: usize,
+) {
+    let items: Vec<(usize, usize, u64)> = (0..names.len())
+        .flat_map(|s| {
+            (0..problems.len()).flat_map(move |p| (from..to).map(move |seed| (s, p, seed)))
         })
+        .filter(|&(s, p, seed)| runs[s][p].len() <= seed as usize)
         .collect();
+    let started = Instant::now();
+    let done = parallel(jobs, items.len(), |i| {
+        let (s, p, seed) = items[i];
+        let t = Instant::now();
+        let run = run_once(&problems[p], &names[s], seed);
+        (run, t.elapsed().as_secs_f64())
+    });
+    for ((s, p, _), (run, secs)) in items.into_iter().zip(done) {
+        cost[s].0 += secs;
+        cost[s].1 += run.len();
+        runs[s][p].push(run);
+    }
+    eprintln!(
+        "strategies: seeds {from}..{to} of {} strategies on {} spaces: {:.1} s",
+        names.len(),
+        problems.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Scores of every strategy on every problem.
+fn score_all(problems: &[Problem], runs: &AllRuns, jobs: usize) -> Vec<Vec<Result<Cell, String>>> {
+    let n = problems.len();
+    let flat = parallel(jobs, runs.len() * n, |i| {
+        let (s, p) = (i / n, i % n);
+        score_cell(&problems[p], &runs[s][p], i as u64)
+    });
+    flat.chunks(n).map(<[_]>::to_vec).collect()
+}
+
+/// Mean score over the problems `which`, and its standard error; NaN when any is refused.
+fn mean_over(cells: &[Result<Cell, String>], which: &[usize]) -> (f64, f64) {
+    let mut sum = 0.0;
+    let mut var = 0.0;
+    for &p in which {
+        match &cells[p] {
+            Ok(c) => {
+                sum += c.score;
+                var += c.se * c.se;
+            }
+            Err(_) => return (f64::NAN, f64::NAN),
+        }
+    }
+    let k = which.len() as f64;
+    (sum / k, var.sqrt() / k)
+}
+
+/// Whether the leading `k` of `order` (by mean) are each ahead of the next by more than twice
+/// the standard error of the difference; the first pair that is not.
+fn unsettled(means: &[(f64, f64)], order: &[usize], k: usize) -> Option<(usize, usize)> {
+    for w in order.windows(2).take(k.saturating_sub(1).max(1)) {
+        let (a, b) = (means[w[0]], means[w[1]]);
+        if a.0 - b.0 <= 2.0 * (a.1 * a.1 + b.1 * b.1).sqrt() {
+            return Some((w[0], w[1]));
+        }
+    }
+    None
+}
+
+/// Runs `benchmarks/kernel-tuner/strategies.py` on the problems' files and budgets.
+fn run_kt(problems: &[Problem], python: &Path, options: &Options) -> Result<PathBuf, String> {
+    let dir = root().join("target/strategies");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut spaces = Vec::new();
+    for p in problems {
+        let Some(t1) = &p.t1 else {
+            return Err(format!(
+                "{}: Kernel Tuner needs the T1 file's restrictions",
+                p.name
+            ));
+        };
+        spaces.push(serde_json::json!({
+            "name": p.name,
+            "cache": p.cache,
+            "t1": t1,
+            "end_ms": p.limit_ms,
+        }));
+    }
     let budgets = dir.join("kt-budgets.json");
-    let traces = dir.join("kt-traces.json");
+    let traces = dir.join(format!("kt-traces-{}.json", options.fraction));
     std::fs::write(
         &budgets,
         serde_json::json!({ "spaces": spaces }).to_string(),
     )
     .map_err(|e| format!("{}: {e}", budgets.display()))?;
     let mut cmd = std::process::Command::new(python);
-    cmd.arg(root.join("benchmarks/kernel-tuner/strategies.py"))
+    cmd.arg(root().join("benchmarks/kernel-tuner/strategies.py"))
         .arg(&budgets)
         .arg(&traces)
-        .args(["--seeds", &options.kt_seeds.to_string()]);
+        .args(["--seeds", &options.kt_seeds.to_string()])
+        .args(["--jobs", &options.jobs.to_string()]);
     if let Some(list) = &options.kt_strategies {
         cmd.args(["--strategies", list]);
     }
@@ -276,9 +567,9 @@ fn run_kt(problems: &[Problem], python: &Path, options: &Options) -> Result<Path
     Ok(traces)
 }
 
-/// Scores the traces of `run_kt` (`[[elapsed_ms, best_ms or null], …]` per seed) as `curve`
-/// does tunebox's.
-fn kt_curves(problems: &[Problem], traces: &Path) -> Result<KtCurves, String> {
+/// Kernel Tuner's runs from a traces file (`[[elapsed_ms, best_ms or null], …]` per seed), per
+/// strategy (`kt:NAME`) and problem, and a line on what ran.
+fn kt_runs(problems: &[Problem], traces: &Path) -> Result<(Vec<String>, AllRuns, String), String> {
     let text = std::fs::read_to_string(traces).map_err(|e| format!("{}: {e}", traces.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", traces.display()))?;
@@ -287,120 +578,461 @@ fn kt_curves(problems: &[Problem], traces: &Path) -> Result<KtCurves, String> {
         .as_object()
         .ok_or("no traces for the first space")?;
     let mut names = Vec::new();
-    let mut curves = Vec::new();
+    let mut all = Vec::new();
     for strategy in first.keys() {
         let mut per_problem = Vec::new();
         for p in problems {
             let runs = spaces[p.name.as_str()][strategy]
                 .as_array()
                 .ok_or(format!("no {strategy} traces for {}", p.name))?;
-            let runs: Vec<Vec<(f64, Option<f64>)>> = runs
+            let runs: Vec<Run> = runs
                 .iter()
                 .filter_map(|r| r.as_array())
                 .map(|r| {
                     r.iter()
-                        .map(|pt| (pt[0].as_f64().unwrap_or(f64::INFINITY), pt[1].as_f64()))
+                        .map(|pt| {
+                            (
+                                pt[0].as_f64().unwrap_or(f64::INFINITY) / 1000.0,
+                                pt[1].as_f64(),
+                            )
+                        })
                         .collect()
                 })
                 .collect();
-            if runs.is_empty() {
-                return Err(format!("no {strategy} runs for {}", p.name));
-            }
-            let curve: Vec<f64> = p
-                .times()
-                .iter()
-                .map(|&t| {
-                    runs.iter()
-                        .map(|r| {
-                            let n = r.partition_point(|pt| pt.0 <= t);
-                            n.checked_sub(1).and_then(|i| r[i].1).unwrap_or(p.median)
-                        })
-                        .sum::<f64>()
-                        / runs.len() as f64
-                })
-                .collect();
-            per_problem.push(curve);
+            per_problem.push(runs);
         }
         names.push(format!("kt:{strategy}"));
-        curves.push(per_problem);
+        all.push(per_problem);
     }
-    let skipped = v["skipped"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, why)| format!("{k} ({})", why.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_default();
     let note = format!(
-        "Kernel Tuner {}: {} seeds, {:.1} s wall (all runs, {} processes){}{}",
+        "Kernel Tuner {}: {} seeds{}, {:.0} s wall",
         v["kernel_tuner"].as_str().unwrap_or("?"),
         v["seeds"].as_u64().unwrap_or(0),
-        v["total_wall_s"].as_f64().unwrap_or(f64::NAN),
-        v["jobs"].as_u64().unwrap_or(1),
         v["slow_seeds"]
             .as_object()
             .map(|m| m
                 .iter()
-                .map(|(k, n)| format!(" ({k}: {n} seed(s))"))
+                .map(|(k, n)| format!(" ({k}: {n})"))
                 .collect::<String>())
             .unwrap_or_default(),
-        if skipped.is_empty() {
-            String::new()
-        } else {
-            format!("; skipped: {skipped}")
-        }
+        v["total_wall_s"].as_f64().unwrap_or(f64::NAN),
     );
-    Ok((names, curves, note))
+    Ok((names, all, note))
 }
 
-/// The performance at each time: 0 is random search, 1 the optimum.
-fn performance(problem: &Problem, curve: &[f64]) -> Vec<f64> {
-    problem
-        .times()
+/// Scores the same traces with the package (`methodology.py`); per problem and strategy, its
+/// score.
+fn package_scores(
+    problems: &[Problem],
+    names: &[String],
+    runs: &AllRuns,
+    python: &Path,
+) -> Result<BTreeMap<(String, String), f64>, String> {
+    let dir = root().join("target/strategies");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let spaces: Vec<serde_json::Value> = problems
         .iter()
-        .zip(curve)
-        .map(|(&t, &best)| {
-            let b = problem.baseline_at(t);
-            (b - best) / (b - problem.optimum).max(1e-12)
+        .enumerate()
+        .map(|(p, problem)| {
+            let strategies: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .enumerate()
+                .map(|(s, name)| (name.clone(), serde_json::json!(runs[s][p])))
+                .collect();
+            serde_json::json!({
+                "name": problem.name,
+                "performance": problem.performance,
+                "cost_s": problem.cost_s,
+                "strategies": strategies,
+            })
         })
-        .collect()
+        .collect();
+    let input = dir.join("package-traces.json");
+    let output = dir.join("package-scores.json");
+    std::fs::write(&input, serde_json::json!({ "spaces": spaces }).to_string())
+        .map_err(|e| format!("{}: {e}", input.display()))?;
+    let status = std::process::Command::new(python)
+        .arg(root().join("benchmarks/kernel-tuner/methodology.py"))
+        .arg(&input)
+        .arg(&output)
+        .args(["--bagging-seeds", "3"])
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !status.success() {
+        return Err(format!("methodology.py failed ({status})"));
+    }
+    let text = std::fs::read_to_string(&output).map_err(|e| format!("{e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}"))?;
+    let mut out = BTreeMap::new();
+    for p in problems {
+        for name in names {
+            if let Some(s) =
+                v["spaces"][p.name.as_str()]["strategies"][name.as_str()]["score"].as_f64()
+            {
+                out.insert((p.name.clone(), name.clone()), s);
+            }
+        }
+    }
+    Ok(out)
 }
 
-const COLORS: [&str; 8] = [
-    "#888888", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-];
+/// Leave-one-group-out: per fold, the tunebox strategy of best mean on the other problems,
+/// and its score on the held-out ones; rows of markdown and the overall held-out mean.
+fn loo(
+    problems: &[Problem],
+    names: &[String],
+    table: &[Vec<Result<Cell, String>>],
+    group: impl Fn(&Problem) -> String,
+    what: &str,
+) -> String {
+    let mut groups: Vec<String> = problems.iter().map(&group).collect();
+    groups.sort();
+    groups.dedup();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\nLeave-one-{what}-out (choose on the others, score on the held-out):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| held out | chosen | held-out score | best Kernel Tuner strategy there |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|");
+    let mut held = Vec::new();
+    for g in &groups {
+        let test: Vec<usize> = (0..problems.len())
+            .filter(|&p| group(&problems[p]) == *g)
+            .collect();
+        let train: Vec<usize> = (0..problems.len())
+            .filter(|&p| group(&problems[p]) != *g)
+            .collect();
+        if train.is_empty() {
+            continue;
+        }
+        let chosen = (0..names.len())
+            .filter(|&s| !names[s].starts_with("kt:"))
+            .max_by(|&a, &b| {
+                mean_over(&table[a], &train)
+                    .0
+                    .total_cmp(&mean_over(&table[b], &train).0)
+            });
+        let Some(c) = chosen else { continue };
+        let (score, se) = mean_over(&table[c], &test);
+        let kt_best = (0..names.len())
+            .filter(|&s| names[s].starts_with("kt:"))
+            .map(|s| (mean_over(&table[s], &test).0, s))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        held.extend(
+            test.iter()
+                .map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)),
+        );
+        let _ = writeln!(
+            md,
+            "| {g} | {} | {score:.3} ± {se:.3} | {} |",
+            names[c],
+            kt_best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
+        );
+    }
+    let mean = held.iter().sum::<f64>() / held.len().max(1) as f64;
+    let _ = writeln!(
+        md,
+        "\nHeld-out mean of the chosen strategies: **{mean:.3}**."
+    );
+    md
+}
 
-/// Legend entries per row.
-const LEGEND_ROW: usize = 6;
-
-/// Kernel Tuner's strategies (`kt:…`) are dotted, tunebox's solid.
-fn style(name: &str) -> &'static str {
-    if name.starts_with("kt:") {
-        r#"stroke-dasharray="2 2""#
-    } else {
-        ""
+fn main() {
+    if let Err(e) = main_inner() {
+        eprintln!("strategies: {e}");
+        std::process::exit(2);
     }
 }
 
-/// Colours cycle separately over tunebox's and Kernel Tuner's strategies.
+fn main_inner() -> Result<(), String> {
+    let options = parse()?;
+    let started = Instant::now();
+    let problems = load(&options)?;
+    let names = options.strategies.clone();
+    // Kernel Tuner's strategies run beside tunebox's.
+    let (mut runs, mut cost, kt) = std::thread::scope(|scope| {
+        let kt = options
+            .kt_python
+            .as_ref()
+            .filter(|_| options.kt_traces.is_none())
+            .map(|python| {
+                let (problems, options) = (&problems, &options);
+                scope.spawn(move || run_kt(problems, python, options))
+            });
+        let mut runs: AllRuns =
+            vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
+        if let Some(path) = &options.runs_file {
+            let kept = read_kept(path);
+            for (s, name) in names.iter().enumerate() {
+                for (p, problem) in problems.iter().enumerate() {
+                    if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
+                        runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
+                    }
+                }
+            }
+        }
+        let mut cost: OwnCost = vec![(0.0, 0); names.len()];
+        extend_runs(
+            &problems,
+            &names,
+            &mut runs,
+            &mut cost,
+            (0, options.seeds),
+            options.jobs,
+        );
+        (runs, cost, kt.map(|h| h.join().expect("no panic")))
+    });
+    let kt = kt.or(options.kt_traces.clone().map(Ok));
+    let mut kt_note = None;
+    let (mut all_names, mut kt_all) = (names.clone(), Vec::new());
+    if let Some(traces) = kt {
+        match traces.and_then(|t| kt_runs(&problems, &t)) {
+            Ok((n, r, note)) => {
+                all_names.extend(n);
+                kt_all = r;
+                kt_note = Some(note);
+            }
+            Err(e) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
+        }
+    }
+    let every: Vec<usize> = (0..problems.len()).collect();
+    // More seeds until the leaders' order is settled.
+    let mut seeds = options.seeds;
+    let (table, settled) = loop {
+        let mut combined = runs.clone();
+        combined.extend(kt_all.iter().cloned());
+        let table = score_all(&problems, &combined, options.jobs);
+        let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+        let mut order: Vec<usize> = (0..means.len()).filter(|&s| !means[s].0.is_nan()).collect();
+        order.sort_by(|&a, &b| means[b].0.total_cmp(&means[a].0));
+        let open = unsettled(&means, &order, 3);
+        let leader_is_ours = |s: usize| s < names.len();
+        let can_grow = seeds < options.max_seeds
+            && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
+        if !can_grow {
+            break (
+                table,
+                open.map(|(a, b)| (all_names[a].clone(), all_names[b].clone())),
+            );
+        }
+        let next = (seeds * 2).min(options.max_seeds);
+        extend_runs(
+            &problems,
+            &names,
+            &mut runs,
+            &mut cost,
+            (seeds, next),
+            options.jobs,
+        );
+        seeds = next;
+    };
+    if let Some(path) = &options.runs_file {
+        write_kept(path, &problems, &names, &runs);
+    }
+    let seeds = runs
+        .iter()
+        .flatten()
+        .map(Vec::len)
+        .min()
+        .unwrap_or(0)
+        .max(seeds as usize);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes it \
+         (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
+         seeds{}.\n",
+        options.fraction,
+        kt_note
+            .as_deref()
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        md,
+        "| space | choices | failed | optimum ms | median ms | time range (simulated) | random draws by its end |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    for p in &problems {
+        let failed = p.performance.iter().filter(|v| v.is_none()).count();
+        let (t0, t1) = (p.range[0], p.range[p.range.len() - 1]);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {failed} | {:.4} | {:.4} | {t0:.0}–{t1:.0} s | {:.0} |",
+            p.name,
+            p.space.len(),
+            p.stats.optimum(),
+            p.stats.median(),
+            t1 / p.stats.mean_cost_s()
+        );
+    }
+    let header: Vec<&str> = problems.iter().map(|p| p.name.as_str()).collect();
+    let _ = writeln!(md, "\n| strategy | score ± se | {} |", header.join(" | "));
+    let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(problems.len()));
+    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+    let mut order: Vec<usize> = (0..all_names.len()).collect();
+    order.sort_by(|&a, &b| match (means[a].0.is_nan(), means[b].0.is_nan()) {
+        (false, true) => std::cmp::Ordering::Less,
+        (true, false) => std::cmp::Ordering::Greater,
+        _ => means[b].0.total_cmp(&means[a].0),
+    });
+    for &s in &order {
+        let cells: Vec<String> = table[s]
+            .iter()
+            .map(|c| match c {
+                Ok(c) => format!("{:.3} ± {:.3}", c.score, c.se),
+                Err(_) => "refused".into(),
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | **{:.3}** ± {:.3} | {} |",
+            all_names[s],
+            means[s].0,
+            means[s].1,
+            cells.join(" | ")
+        );
+    }
+    match &settled {
+        None => {
+            let _ = writeln!(
+                md,
+                "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
+            );
+        }
+        Some((a, b)) => {
+            let _ = writeln!(
+                md,
+                "\nNot settled: {a} and {b} are within twice the standard error of their difference \
+                 at {seeds} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by --kt-seeds).",
+                options.max_seeds
+            );
+        }
+    }
+    for (s, cells) in table.iter().enumerate() {
+        for (p, c) in cells.iter().enumerate() {
+            if let Err(e) = c {
+                let _ = writeln!(md, "- {} on {}: {e}", all_names[s], problems[p].name);
+            }
+        }
+    }
+    let measured: Vec<String> = names
+        .iter()
+        .zip(&cost)
+        .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
+        .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
+        .collect();
+    if !measured.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
+             machine): {}.",
+            options.jobs,
+            measured.join(", ")
+        );
+    }
+    if options.loo {
+        md.push_str(&loo(
+            &problems,
+            &all_names,
+            &table,
+            |p| p.device.clone(),
+            "GPU",
+        ));
+        md.push_str(&loo(
+            &problems,
+            &all_names,
+            &table,
+            |p| p.kernel.clone(),
+            "kernel",
+        ));
+    }
+    if options.package {
+        let mut combined = runs.clone();
+        combined.extend(kt_all.iter().cloned());
+        match options
+            .kt_python
+            .as_ref()
+            .ok_or("no Python with the package (target/kernel-tuner-venv or $KT_VENV)".to_owned())
+            .and_then(|py| package_scores(&problems, &all_names, &combined, py))
+        {
+            Ok(package) => {
+                let mut worst: f64 = 0.0;
+                let _ = writeln!(
+                    md,
+                    "\nThe package on the same traces (3 bagging draws) against the port:\n"
+                );
+                let _ = writeln!(
+                    md,
+                    "| strategy | space | package | port |\n|---|---|---:|---:|"
+                );
+                for &s in &order {
+                    for (p, problem) in problems.iter().enumerate() {
+                        if let (Some(theirs), Ok(ours)) = (
+                            package.get(&(problem.name.clone(), all_names[s].clone())),
+                            &table[s][p],
+                        ) {
+                            worst = worst.max((theirs - ours.score).abs());
+                            let _ = writeln!(
+                                md,
+                                "| {} | {} | {theirs:.3} | {:.3} |",
+                                all_names[s], problem.name, ours.score
+                            );
+                        }
+                    }
+                }
+                let _ = writeln!(md, "\nLargest difference: {worst:.4}.");
+            }
+            Err(e) => eprintln!("strategies: --package: {e}"),
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n({:.0} s on this machine)",
+        started.elapsed().as_secs_f64()
+    );
+    print!("{md}");
+    if let Some(path) = &options.markdown {
+        std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let mut combined = runs;
+    combined.extend(kt_all);
+    let svg = svg(&problems, &all_names, &combined);
+    if let Some(dir) = options.svg.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&options.svg, svg).map_err(|e| format!("{}: {e}", options.svg.display()))?;
+    eprintln!("strategies: wrote {}", options.svg.display());
+    Ok(())
+}
+
+const COLORS: [&str; 7] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+];
+const KT_COLORS: [&str; 10] = [
+    "#17becf", "#bcbd22", "#7f7f7f", "#e377c2", "#8c564b", "#9467bd", "#d62728", "#2ca02c",
+    "#ff7f0e", "#1f77b4",
+];
+/// Legend entries per row.
+const LEGEND_ROW: usize = 6;
+
 fn color(names: &[String], s: usize) -> &'static str {
     let kt = names[s].starts_with("kt:");
     let k = names[..s]
         .iter()
         .filter(|n| n.starts_with("kt:") == kt)
         .count();
-    let palette: &[&str] = if kt { &KT_COLORS } else { &COLORS[1..] };
+    let palette: &[&str] = if kt { &KT_COLORS } else { &COLORS };
     palette[k % palette.len()]
 }
 
-const KT_COLORS: [&str; 10] = [
-    "#17becf", "#bcbd22", "#7f7f7f", "#e377c2", "#8c564b", "#9467bd", "#d62728", "#2ca02c",
-    "#ff7f0e", "#1f77b4",
-];
-
-fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> String {
+/// Per space, each strategy's standardised performance over the time range (the methodology's
+/// curve: 0 is random search, 1 the optimum), tunebox's solid, Kernel Tuner's dotted.
+fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
     let (cols, w, h, pad) = (3, 360.0, 260.0, 50.0);
     let rows = problems.len().div_ceil(cols);
     let width = cols as f64 * w;
@@ -411,13 +1043,12 @@ fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> Stri
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let (lo, hi) = (-1.0, 1.0);
     for (p, problem) in problems.iter().enumerate() {
         let (ox, oy) = ((p % cols) as f64 * w, (p / cols) as f64 * h);
-        let ts = problem.times();
+        let ts: Vec<f64> = problem.range.iter().step_by(10).copied().collect();
+        let baseline = problem.stats.baseline(&ts);
         let (x0, x1) = (ts[0], ts[ts.len() - 1]);
-        let base: Vec<f64> = ts.iter().map(|&t| problem.baseline_at(t)).collect();
-        let lo = problem.optimum;
-        let hi = base[0].max(problem.optimum * 1.05);
         let px = |t: f64| ox + pad + (t - x0) / (x1 - x0) * (w - pad - 15.0);
         let py =
             |v: f64| oy + 30.0 + (1.0 - ((v - lo) / (hi - lo)).clamp(0.0, 1.0)) * (h - pad - 40.0);
@@ -436,25 +1067,23 @@ fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> Stri
             w - pad - 15.0,
             h - pad - 40.0
         );
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="{}" text-anchor="end">{:.3}</text><text x="{}" y="{}" text-anchor="end">{:.3}</text>"#,
-            ox + pad - 3.0,
-            py(hi) + 4.0,
-            hi,
-            ox + pad - 3.0,
-            py(lo) + 4.0,
-            lo
-        );
+        for v in [-1.0, 0.0, 1.0] {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{}" text-anchor="end">{v:.0}</text>"#,
+                ox + pad - 3.0,
+                py(v) + 4.0
+            );
+        }
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}">{:.0} s</text><text x="{}" y="{}" text-anchor="end">{:.0} s</text>"#,
             px(x0),
             oy + h - 12.0,
-            x0 / 1000.0,
+            x0,
             px(x1),
             oy + h - 12.0,
-            x1 / 1000.0
+            x1
         );
         let line = |values: &[f64], color: &str, dash: &str| {
             let points: Vec<String> = ts
@@ -467,164 +1096,47 @@ fn svg(problems: &[Problem], names: &[String], curves: &[Vec<Vec<f64>>]) -> Stri
                 points.join(" ")
             )
         };
-        let _ = writeln!(out, "{}", line(&base, "black", r#"stroke-dasharray="4 3""#));
-        for (s, c) in curves.iter().enumerate() {
-            let _ = writeln!(out, "{}", line(&c[p], color(names, s), style(&names[s])));
+        let _ = writeln!(
+            out,
+            "{}",
+            line(&vec![0.0; ts.len()], "black", r#"stroke-dasharray="4 3""#)
+        );
+        for (s, per) in runs.iter().enumerate() {
+            let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &ts, 0) else {
+                continue;
+            };
+            let perf = score::standardised(&problem.stats, &baseline, &curve);
+            let dash = if names[s].starts_with("kt:") {
+                r#"stroke-dasharray="2 2""#
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "{}", line(&perf, color(names, s), dash));
         }
     }
-    // Legend.
     let ly = rows as f64 * h + 20.0;
     let _ = writeln!(
         out,
-        r#"<line x1="10" y1="{ly}" x2="30" y2="{ly}" stroke="black" stroke-dasharray="4 3"/><text x="34" y="{}">random (expected)</text>"#,
+        r#"<line x1="10" y1="{ly}" x2="30" y2="{ly}" stroke="black" stroke-dasharray="4 3"/><text x="34" y="{}">random (0)</text>"#,
         ly + 4.0
     );
     for (s, name) in names.iter().enumerate() {
         let x = 150.0 + (s % LEGEND_ROW) as f64 * 150.0;
         let y = ly + (s / LEGEND_ROW) as f64 * 18.0;
+        let dash = if name.starts_with("kt:") {
+            r#"stroke-dasharray="2 2""#
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {}/><text x="{}" y="{}">{name}</text>"#,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {dash}/><text x="{}" y="{}">{name}</text>"#,
             x + 20.0,
             color(names, s),
-            style(name),
             x + 24.0,
             y + 4.0
         );
     }
     out.push_str("</svg>\n");
     out
-}
-
-fn main() {
-    let options = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("strategies: {e}");
-            std::process::exit(2);
-        }
-    };
-    let started = Instant::now();
-    let mut problems = Vec::new();
-    for kernel in ["convolution_milo", "dedispersion_milo"] {
-        for gpu in ["A100", "A4000", "A6000"] {
-            let cache = options
-                .hub
-                .join(format!("cachefiles/{kernel}/{gpu}.json.gz"));
-            let t1 = options.hub.join(format!("kernels/{kernel}.json"));
-            let name = format!("{} {gpu}", kernel.trim_end_matches("_milo"));
-            problems.push(Problem::load(&cache, &t1, name, options.fraction));
-        }
-    }
-    let names = &options.strategies;
-    // curves[strategy][problem][step]
-    let (curves, kt): (Curves, Option<Result<PathBuf, String>>) = std::thread::scope(|scope| {
-        // Kernel Tuner's strategies run beside tunebox's.
-        let kt = options.kt_python.as_ref().map(|python| {
-            let problems = &problems;
-            let options = &options;
-            scope.spawn(move || run_kt(problems, python, options))
-        });
-        let handles: Vec<_> = names
-            .iter()
-            .map(|name| {
-                let problems = &problems;
-                let seeds = options.seeds;
-                scope.spawn(move || {
-                    let started = Instant::now();
-                    let curves = problems
-                        .iter()
-                        .map(|p| curve(p, name, seeds))
-                        .collect::<Vec<_>>();
-                    eprintln!(
-                        "strategies: {name} done in {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    );
-                    curves
-                })
-            })
-            .collect();
-        let curves = handles
-            .into_iter()
-            .map(|h| h.join().expect("no panic"))
-            .collect();
-        (curves, kt.map(|h| h.join().expect("no panic")))
-    });
-    let kt = kt.or(options.kt_traces.clone().map(Ok));
-    let (mut names, mut curves) = (names.clone(), curves);
-    let mut kt_note = None;
-    match kt.map(|traces| traces.and_then(|t| kt_curves(&problems, &t))) {
-        Some(Ok((kt_names, kt_curves, note))) => {
-            names.extend(kt_names);
-            curves.extend(kt_curves);
-            kt_note = Some(note);
-        }
-        Some(Err(e)) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
-        None => {}
-    }
-    let names = &names;
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "Seeds: {}; budget fraction: {}; cutoffs {CUTOFF_START}–{CUTOFF}; {} time steps.\n",
-        options.seeds, options.fraction, STEPS
-    );
-    let _ = writeln!(
-        md,
-        "| space | choices | optimum ms | median ms | budget (simulated) | random evals in budget |"
-    );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
-    for p in &problems {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.4} | {:.4} | {:.0}–{:.0} s | {:.0} |",
-            p.name,
-            p.space.len(),
-            p.optimum,
-            p.median,
-            p.start_ms / 1000.0,
-            p.end_ms / 1000.0,
-            p.end_ms / p.mean_cost
-        );
-    }
-    let _ = writeln!(md);
-    let header: Vec<&str> = problems.iter().map(|p| p.name.as_str()).collect();
-    let _ = writeln!(md, "| strategy | score | {} |", header.join(" | "));
-    let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(problems.len()));
-    let mut ranked: Vec<(f64, String, Vec<f64>)> = names
-        .iter()
-        .zip(&curves)
-        .map(|(name, per_problem)| {
-            let scores: Vec<f64> = problems
-                .iter()
-                .zip(per_problem)
-                .map(|(p, c)| {
-                    let perf = performance(p, c);
-                    perf.iter().sum::<f64>() / perf.len() as f64
-                })
-                .collect();
-            let score = scores.iter().sum::<f64>() / scores.len() as f64;
-            (score, name.clone(), scores)
-        })
-        .collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
-    for (score, name, scores) in &ranked {
-        let cells: Vec<String> = scores.iter().map(|s| format!("{s:.3}")).collect();
-        let _ = writeln!(md, "| {name} | **{score:.3}** | {} |", cells.join(" | "));
-    }
-    let _ = writeln!(
-        md,
-        "\n({:.1} s on this machine{})",
-        started.elapsed().as_secs_f64(),
-        kt_note.map(|n| format!("; {n}")).unwrap_or_default()
-    );
-    print!("{md}");
-    if let Some(path) = &options.markdown {
-        std::fs::write(path, &md).expect("the markdown file can be written");
-    }
-    if let Some(dir) = options.svg.parent() {
-        std::fs::create_dir_all(dir).expect("the SVG's folder can be made");
-    }
-    std::fs::write(&options.svg, svg(&problems, names, &curves)).expect("the SVG can be written");
-    eprintln!("strategies: wrote {}", options.svg.display());
 }

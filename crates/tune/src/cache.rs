@@ -656,6 +656,7 @@ mod tests {
             },
             shard: None,
             metrics: Vec::new(),
+            objective: None,
         };
         CacheLine::new(key.into(), &header, Duration::from_secs(1), &result, None)
     }

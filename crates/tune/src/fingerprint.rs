@@ -18,7 +18,7 @@ use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec};
 
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
-use crate::space::Choice;
+use crate::space::{Choice, SearchSpace};
 
 /// Most local headers followed from one source.
 const MAX_HEADERS: usize = 256;
@@ -102,15 +102,22 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
 /// The manifest hash: the setup, the timing, and every choice after restrictions (with its
 /// launch, for CUDA). Two files with the same manifest hash hold results of the same space,
 /// measured the same way (on possibly different devices).
-pub(crate) fn manifest_hash(
-    setup: &str,
-    manifest: &Manifest,
-    choices: impl Iterator<Item = Choice>,
-) -> String {
+pub(crate) fn manifest_hash(setup: &str, manifest: &Manifest, space: &SearchSpace) -> String {
     let mut h = Hasher::new("tunebox manifest");
     h.text(setup).text(&format!("{:?}", manifest.timing));
-    for choice in choices {
-        h.text(&choice_identity(&choice, manifest.launch.as_ref()));
+    if space.is_listed() {
+        for choice in space.choices() {
+            h.text(&choice_identity(&choice, manifest.launch.as_ref()));
+        }
+    } else {
+        // Too many choices to hash one by one: the definition of the space instead.
+        for (name, values) in space.params() {
+            h.text(name).text(&format!("{values:?}"));
+        }
+        for restriction in space.restrictions() {
+            h.text(restriction);
+        }
+        h.text(&format!("{:?}", manifest.launch));
     }
     h.finish()
 }

@@ -47,7 +47,8 @@ pub fn t4_invalidity(status: Status) -> T4Invalidity {
 /// - metadata: `autotuner` `"tunebox"` and its version, `timeunit` `"milliseconds"`, `device`,
 ///   `compute_api` `"CUDA"` for a CUDA run; `tunebox` (extra): the manifest, its name, the
 ///   kernel, the strategy and the run's wall-clock time `elapsed_ms`;
-/// - each result: `configuration` (the choice), `objectives` `["time"]`, `invalidity` and
+/// - each result: `configuration` (the choice), `objectives` `["time"]` (or the manifest's
+///   objective metric, e.g. `["GFLOP/s"]`), `invalidity` and
 ///   `correctness` as the module's table says; `times.runtimes` is empty (tunebox keeps the
 ///   reps' statistics, not each rep) and compile times are not recorded; `measurements`:
 ///   `time` (the median, the ranking objective), `mean_time`, `min_time`, `max_time`,
@@ -80,6 +81,11 @@ pub fn to_t4(report: &Report) -> T4File {
         extra,
         ..T4Metadata::default()
     };
+    // The ranking objective: `time`, or the manifest's objective metric (a measurement too).
+    let objective = header
+        .objective
+        .as_ref()
+        .map_or_else(|| "time".to_owned(), |o| o.name.clone());
     let results = report
         .results
         .iter()
@@ -91,7 +97,7 @@ pub fn to_t4(report: &Report) -> T4File {
                 .collect();
             let mut t = T4Result::new(configuration, t4_invalidity(r.status));
             t.correctness = r.status != Status::Wrong;
-            t.objectives = vec!["time".to_owned()];
+            t.objectives = vec![objective.clone()];
             t.times = T4Times::default();
             // A `wrong` choice was measured too: its time is kept, its invalidity says why it
             // does not count.
@@ -218,6 +224,7 @@ fn info(
         },
         shard: None,
         metrics: Vec::new(),
+        objective: None,
     })
 }
 

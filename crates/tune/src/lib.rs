@@ -44,9 +44,8 @@
 //! (`the_stages_one_by_one`).
 //!
 //! ```no_run
-//! use std::path::PathBuf;
 //! use tunebox_protocol::{DType, TensorSpec};
-//! use tunebox_tune::{BruteForce, CacheMode, Manifest, Plan, Selection, Stop, TuneOptions};
+//! use tunebox_tune::{BruteForce, CacheMode, Manifest, Plan, Stop, TuneOptions};
 //!
 //! let manifest = Manifest::builder("scale")
 //!     .c_source("scale.c", r#"
@@ -61,22 +60,9 @@
 //!     .param("UNROLL", [1, 2, 4, 8])
 //!     .verify_against_choice([("UNROLL", 1)])
 //!     .build()?;
-//! let options = TuneOptions {
-//!     workers: 1,
-//!     timeout: None,
-//!     max_process_uses: Some(1),
-//!     worker: Some(PathBuf::from("target/release/tunebox-worker")),
-//!     json: None,
-//!     csv: None,
-//!     cache: CacheMode::Off,
-//!     fresh: false,
-//!     selection: Selection { strategy: "brute-force".into(), budget: None, seed: 0 },
-//!     max_time: None,
-//!     refine: None,
-//!     shard: None,
-//!     rounds: tunebox_tune::DEFAULT_ROUNDS,
-//!     race: None,
-//! };
+//! let options = TuneOptions::new()
+//!     .worker("target/release/tunebox-worker")
+//!     .cache(CacheMode::Off);
 //! let plan = Plan::new(manifest, Box::new(BruteForce::new()), None)?;
 //! // `()` ignores progress; the CLI passes its progress bars.
 //! let report = tunebox_tune::run(plan, &options, &(), &Stop::new())?;
@@ -108,7 +94,9 @@ mod manifest;
 mod measure;
 mod merge;
 mod metrics;
+mod objective;
 mod observer;
+mod options;
 pub mod replay;
 mod report;
 mod results;
@@ -118,6 +106,7 @@ mod space;
 mod stop;
 pub mod strategies;
 mod strategy;
+mod whole_file;
 mod windows;
 mod worker_stdout;
 
@@ -128,23 +117,24 @@ pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
 pub use crate::manifest::{
-    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, load_space,
+    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, count_file, load_space,
 };
 pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
+pub use crate::objective::Objective;
 pub use crate::observer::{Event, Observer, Phase};
 pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
-    RunInfo, Selection, ShardInfo, best, choices as choice_count, define_line,
+    RunInfo, Selection, ShardInfo, best, define_line,
 };
 pub use crate::run::{
     CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
     TuneOptions, compile, lookup_cached, measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace};
+pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
 pub use crate::stop::Stop;
-pub use crate::strategy::{BruteForce, RandomSample, Strategy};
+pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};
 pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};

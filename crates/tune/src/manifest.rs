@@ -31,7 +31,8 @@ use self::source::parent_dir;
 use self::timing::MAX_REPS;
 use crate::launch::{Launch, RawLaunch};
 use crate::metrics::Metrics;
-use crate::space::{ParamValue, Restriction, SearchSpace};
+use crate::objective::{self, Objective};
+use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
 pub use self::builder::ManifestBuilder;
 pub use self::env::WorkerEnv;
@@ -65,6 +66,8 @@ pub struct Manifest {
     pub(crate) launch: Option<Launch>,
     /// Named expressions over params, scalars and time, reported per choice.
     pub(crate) metrics: Metrics,
+    /// What ranks the choices: the time, or a metric (`objective`).
+    pub(crate) objective: Objective,
     /// What the user should know about how the file was read (a T1 field that is not used).
     pub(crate) notes: Vec<String>,
     /// Why the manifest can be listed but not tuned (a T1 file naming a source that is not
@@ -155,19 +158,33 @@ impl Manifest {
             &extras.fills,
         )?;
         let params = params::params(raw.params.take())?;
+        params::not_arguments(&params, &tensors, &scalars)?;
         let restrictions = params::restrictions(&raw.restrictions, &params)?;
+        let mut notes = extras.notes;
         let timing = timing::timing(raw.timing.take(), raw.iterations)?;
         let (timeout, compile_timeout) = timing::timeouts(raw.timeout_s, raw.compile_timeout_s)?;
         let problem_size = raw.problem_size.as_deref();
-        let launch = launch(kernel.language, raw.launch.take(), problem_size, &params)?;
+        let launch = launch(
+            kernel.language,
+            raw.launch.take(),
+            &raw.launch_from_aliases,
+            problem_size,
+            &params,
+            &mut notes,
+        )?;
         let metrics = Metrics::parse(&raw.metrics, &params, &scalars, problem_size)?;
+        let objective = objective::read(
+            raw.objective.take(),
+            raw.objective_higher_is_better,
+            &metrics.names(),
+            &mut notes,
+        )?;
         let verify = raw
             .verify
             .take()
             .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size))
             .transpose()?;
         let env = env::env(raw.env.take())?;
-        let mut notes = extras.notes;
         notes.extend(env::dropped_notes(&kernel.source_name, &kernel.text, &env));
         Ok(Manifest {
             path: path.to_owned(),
@@ -184,6 +201,7 @@ impl Manifest {
             verify,
             launch,
             metrics,
+            objective,
             notes,
             unsupported: extras.unsupported,
             env,
@@ -198,6 +216,32 @@ impl Manifest {
 ///
 /// [`crate::TuneError::Manifest`]: the file cannot be read or is invalid, or a restriction raises.
 pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
+    space_of_file(path, |params, restrictions| {
+        SearchSpace::new(params, restrictions)
+    })
+}
+
+/// Counts the valid choices of the space of a manifest or FAIR T1 file (as [`load_space`]
+/// reads it) without listing them, telling `progress` the fraction done (0.0 to 1.0) now and
+/// then: what `tunebox tune --count` prints (see [`crate::count_space`]).
+///
+/// # Errors
+///
+/// As [`load_space`].
+pub fn count_file(
+    path: &std::path::Path,
+    progress: &mut dyn FnMut(f64),
+) -> crate::Result<SpaceCount> {
+    space_of_file(path, |params, restrictions| {
+        crate::space::count_parsed(params, restrictions, progress)
+    })
+}
+
+/// Reads the params and restrictions of a manifest or T1 file and hands them to `then`.
+fn space_of_file<T>(
+    path: &std::path::Path,
+    then: impl FnOnce(&IndexMap<String, Vec<ParamValue>>, &[Restriction]) -> Result<T>,
+) -> crate::Result<T> {
     if path.extension().is_some_and(|e| e == "json") {
         let t1 = crate::formats::T1File::read(path)
             .map_err(|e| crate::TuneError::manifest(anyhow::Error::new(e)))?;
@@ -207,29 +251,50 @@ pub fn load_space(path: &std::path::Path) -> crate::Result<SearchSpace> {
             .iter()
             .map(|c| c.expression.clone())
             .collect();
-        return SearchSpace::from_params(&t1.tune_params(), &conditions);
+        let params = t1.tune_params();
+        let run = || then(&params, &params::restrictions(&conditions, &params)?);
+        return run().map_err(crate::TuneError::manifest);
     }
     let manifest = Manifest::load(path, &compiler())?;
-    SearchSpace::new(&manifest.params, &manifest.restrictions)
+    then(&manifest.params, &manifest.restrictions)
         .with_context(|| format!("invalid manifest {}", path.display()))
         .map_err(crate::TuneError::manifest)
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel
-/// takes none.
+/// takes none. Kernel Tuner's `grid_div_x/y/z` (`from_aliases`, when they alone made the
+/// launch) mean nothing to a C kernel and are ignored with a note, as Kernel Tuner ignores
+/// them.
 fn launch(
     language: Language,
     raw: Option<RawLaunch>,
+    from_aliases: &[&str],
     problem_size: Option<&[toml::Value]>,
     params: &IndexMap<String, Vec<ParamValue>>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<Launch>> {
     match (language, raw) {
         (Language::Cuda, launch) => Ok(Some(
             Launch::from_raw(launch.unwrap_or_default(), problem_size, params).context("launch")?,
         )),
-        (Language::C, Some(_)) => {
-            bail!("launch: [launch] applies to CUDA kernels; this kernel is C")
+        (Language::C, Some(_)) if !from_aliases.is_empty() => {
+            notes.push(format!(
+                "{} ignored: a C kernel has no grid to divide (Kernel Tuner ignores {} for C \
+                 too)",
+                from_aliases.join(", "),
+                if from_aliases.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                }
+            ));
+            Ok(None)
         }
+        (Language::C, Some(_)) => bail!(
+            "launch: [launch] (grid, block, shared memory) applies to CUDA kernels, and this \
+             kernel is C; remove [launch], or give the CUDA source with kernel.language = \
+             \"cuda\""
+        ),
         (Language::C, None) => Ok(None),
     }
 }
@@ -707,5 +772,92 @@ mod tests {
                 "{manifest:?}\n  gave: {message}\n  wanted: {expected}"
             );
         }
+    }
+
+    /// A manifest with a scalar `n`, a param `BX` and a metric over both.
+    fn kt_like(extra: &str) -> String {
+        format!(
+            "{extra}\n{KERNEL}[[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\n\
+             [[scalars]]\nname = \"n\"\nvalue = 4\n[params]\nBX = [1, 2]\n\
+             [metrics]\n\"GFLOP/s\" = \"n * BX / time\"\n"
+        )
+    }
+
+    #[test]
+    fn the_objective_is_kernel_tuners() {
+        let m = load(&kt_like(
+            "objective = \"GFLOP/s\"\nobjective_higher_is_better = true",
+        ))
+        .unwrap();
+        assert_eq!(m.objective.name, "GFLOP/s");
+        assert!(m.objective.higher_is_better);
+        assert!(m.notes.is_empty(), "{:?}", m.notes);
+        // Kernel Tuner's default direction is lower-first: kept, and said.
+        let m = load(&kt_like("objective = \"GFLOP/s\"")).unwrap();
+        assert!(!m.objective.higher_is_better);
+        assert!(
+            m.notes[0].contains("objective_higher_is_better = true"),
+            "{:?}",
+            m.notes
+        );
+        assert!(load(&kt_like("")).unwrap().objective.is_time());
+        let message = error(&kt_like("objective = \"GB/s\""));
+        assert!(message.contains("its metrics are GFLOP/s"), "{message}");
+    }
+
+    #[test]
+    fn grid_div_of_a_c_kernel_is_ignored_as_kernel_tuner_does() {
+        let m = load(&kt_like(
+            "grid_div_x = [\"BX\"]\nproblem_size = [\"2 ** 14\"]",
+        ))
+        .unwrap();
+        assert!(m.launch.is_none());
+        assert!(
+            m.notes.iter().any(|n| n.contains("grid_div_x ignored")),
+            "{:?}",
+            m.notes
+        );
+        // A [launch] the user wrote is still refused, saying what to do.
+        let message = error(&kt_like("[launch]\nblock = [32, 1, 1]"));
+        assert!(message.contains("remove [launch]"), "{message}");
+    }
+
+    #[test]
+    fn a_problem_size_may_be_one_value_as_in_kernel_tuner() {
+        let one = |size: &str| {
+            let text = kt_like(&format!("problem_size = {size}"))
+                .replace("n * BX / time", "problem_size_x");
+            let m = load(&text).unwrap_or_else(|e| panic!("{size}: {e:#}"));
+            let choice = crate::space::SearchSpace::new(&m.params, &m.restrictions)
+                .unwrap()
+                .choice(0)
+                .unwrap();
+            m.metrics.evaluate(&choice, 1.0)["GFLOP/s"]
+        };
+        assert_eq!(one("\"2 ** 14\""), 16384.0);
+        assert_eq!(one("1000"), 1000.0);
+        assert_eq!(one("[\"2 ** 4\", 3]"), 16.0);
+    }
+
+    #[test]
+    fn a_param_named_as_an_argument_is_refused() {
+        let message = error(&kt_like("").replace("BX = [1, 2]", "n = [1, 2]"));
+        assert!(
+            message.contains("params.n: `n` is also the name of a scalar argument"),
+            "{message}"
+        );
+        let message = error(&kt_like("").replace("BX = [1, 2]", "x = [1, 2]"));
+        assert!(message.contains("tensor argument"), "{message}");
+    }
+
+    #[test]
+    fn a_lambda_restriction_is_told_what_to_write() {
+        let message = error(&kt_like("restrictions = [\"lambda p: p['BX'] * 2 <= 4\"]"));
+        assert!(
+            message.contains("a Python lambda") && message.contains("\"BX * 2 <= 4\""),
+            "{message}"
+        );
+        let message = error(&kt_like("restrictions = [\"lambda BX: BX > 1\"]"));
+        assert!(message.contains("\"BX > 1\""), "{message}");
     }
 }

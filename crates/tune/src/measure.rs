@@ -425,6 +425,7 @@ pub(crate) fn judge(
         cached: false,
         device: device.to_owned(),
         windows: None,
+        objective: None,
     }
 }
 

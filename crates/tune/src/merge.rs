@@ -36,41 +36,8 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
             loaded.push((file.display().to_string(), report));
         }
     }
-    let (first_file, first) = &loaded[0];
-    let h0 = &first.info.header;
-    for (file, report) in &loaded[1..] {
-        let h = &report.info.header;
-        if h.tunebox_version != h0.tunebox_version {
-            bail!(
-                "cannot merge {first_file} (tunebox {}) with {file} (tunebox {}): results of \
-                 different tunebox versions are not comparable; run every shard with one version",
-                h0.tunebox_version,
-                h.tunebox_version
-            );
-        }
-        if h.manifest_hash != h0.manifest_hash {
-            bail!(
-                "cannot merge {first_file} with {file}: they come from different manifests \
-                 ({} {} with hash {}, {} {} with hash {}); the kernel, its headers, params, \
-                 restrictions, tensors, scalars, timing or verification differ. Merge only the \
-                 shards of one run",
-                h0.name,
-                h0.manifest,
-                h0.manifest_hash,
-                h.name,
-                h.manifest,
-                h.manifest_hash
-            );
-        }
-        if h.selection != h0.selection || h.space_size != h0.space_size {
-            bail!(
-                "cannot merge {first_file} with {file}: they measured different selections \
-                 ({} vs {}); run every shard with the same --strategy, --budget and --seed",
-                describe(&h0.selection),
-                describe(&h.selection)
-            );
-        }
-    }
+    check_compatible(&loaded)?;
+    let h0 = &loaded[0].1.info.header;
 
     // One result per choice and device (per choice, across devices).
     let mut results: Vec<ChoiceResult> = Vec::new();
@@ -107,7 +74,12 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
     not_measured.sort_by_key(|n| n.index);
     not_measured.dedup_by_key(|n| n.index);
     let listed: BTreeSet<usize> = not_measured.iter().map(|n| n.index).collect();
-    let expected = strategy::select(h0.space_size, &h0.selection);
+    // A space too large to list (indices are raw ranks) has no expected list to check.
+    let expected = if h0.space_size <= crate::space::MAX_VALID {
+        strategy::select(h0.space_size, &h0.selection)
+    } else {
+        Vec::new()
+    };
     let mut missing: Vec<usize> = expected
         .into_iter()
         .filter(|i| !present.contains(i) && !listed.contains(i))
@@ -127,29 +99,8 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
         }
         notes.push(note);
     }
-    let mut devices: Vec<String> = Vec::new();
-    for r in &results {
-        if !devices.contains(&r.device) {
-            devices.push(r.device.clone());
-        }
-    }
-    if devices.len() > 1 {
-        notes.push(if across_devices {
-            format!(
-                "ranked across {} devices ({}) as --across-devices asks",
-                devices.len(),
-                devices.join("; ")
-            )
-        } else {
-            format!(
-                "the shards ran on {} devices ({}); each device's results are ranked apart, as \
-                 timings from different hardware do not compare (--across-devices ranks them \
-                 together)",
-                devices.len(),
-                devices.join("; ")
-            )
-        });
-    }
+    let devices = devices_of(&results);
+    notes.extend(device_note(&devices, across_devices));
     if across_devices {
         rank(&mut results);
     } else {
@@ -173,6 +124,80 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
             ..RunInfo::new(header)
         },
         results,
+    })
+}
+
+/// Refuses reports that cannot be merged: of different tunebox versions, manifests or
+/// selections (naming the two files and what differs).
+fn check_compatible(loaded: &[(String, Report)]) -> Result<()> {
+    let (first_file, first) = &loaded[0];
+    let h0 = &first.info.header;
+    for (file, report) in &loaded[1..] {
+        let h = &report.info.header;
+        if h.tunebox_version != h0.tunebox_version {
+            bail!(
+                "cannot merge {first_file} (tunebox {}) with {file} (tunebox {}): results of \
+                 different tunebox versions are not comparable; run every shard with one version",
+                h0.tunebox_version,
+                h.tunebox_version
+            );
+        }
+        if h.manifest_hash != h0.manifest_hash {
+            bail!(
+                "cannot merge {first_file} with {file}: they come from different manifests \
+                 ({} {} with hash {}, {} {} with hash {}); the kernel, its headers, params, \
+                 restrictions, tensors, scalars, timing or verification differ. Merge only the \
+                 shards of one run",
+                h0.name,
+                h0.manifest,
+                h0.manifest_hash,
+                h.name,
+                h.manifest,
+                h.manifest_hash
+            );
+        }
+        if h.selection != h0.selection || h.space_size != h0.space_size {
+            bail!(
+                "cannot merge {first_file} with {file}: they measured different selections \
+                 ({} vs {}); run every shard with the same --strategy, --budget and --seed",
+                describe(&h0.selection),
+                describe(&h.selection)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The devices `results` were measured on, in order of appearance.
+fn devices_of(results: &[ChoiceResult]) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for r in results {
+        if !devices.contains(&r.device) {
+            devices.push(r.device.clone());
+        }
+    }
+    devices
+}
+
+/// What the report says about results of more than one device: ranked together
+/// (`across_devices`) or apart.
+fn device_note(devices: &[String], across_devices: bool) -> Option<String> {
+    (devices.len() > 1).then(|| {
+        if across_devices {
+            format!(
+                "ranked across {} devices ({}) as --across-devices asks",
+                devices.len(),
+                devices.join("; ")
+            )
+        } else {
+            format!(
+                "the shards ran on {} devices ({}); each device's results are ranked apart, as \
+                 timings from different hardware do not compare (--across-devices ranks them \
+                 together)",
+                devices.len(),
+                devices.join("; ")
+            )
+        }
     })
 }
 

@@ -5,6 +5,10 @@
 //! them: `/` divides as a person expects (`M / BM` is 16.0, not 16 in integer arithmetic), `**`
 //! is a power. Scalars and constant problem sizes are bound as floats; params keep their type.
 //! A metric whose name is an identifier can be used by the metrics after it.
+//!
+//! A problem size is an integer or, as Kernel Tuner allows, a Python expression in a string:
+//! `problem_size = ["2 ** 14"]` is the constant 16384, and one over the params
+//! (`"4 * block_size_x"`) is evaluated for each choice, as Kernel Tuner evaluates it.
 
 use anyhow::{Result, bail, ensure};
 use indexmap::IndexMap;
@@ -25,6 +29,8 @@ struct Metric {
     compiled: Compiled,
     /// Its slot among the names, when later metrics can use it (an identifier name).
     slot: Option<usize>,
+    /// A problem size over the params (`problem_size_x`), read by metrics but not one itself.
+    hidden: bool,
 }
 
 /// The manifest's metrics, in order.
@@ -56,9 +62,13 @@ impl Metrics {
             .iter()
             .map(|s| (s.name.clone(), s.as_f64()))
             .collect();
+        // Problem sizes over the params, evaluated per choice (after the constants).
+        let mut per_choice: Vec<(usize, Expr)> = Vec::new();
         for (d, value) in problem_size.unwrap_or_default().iter().enumerate().take(3) {
-            if let Some(size) = value.as_integer() {
-                constants.push((PROBLEM_VARS[d].to_owned(), size as f64));
+            match problem_size_value(d, value, &constants)? {
+                ProblemSize::Constant(size) => constants.push((PROBLEM_VARS[d].to_owned(), size)),
+                ProblemSize::PerChoice(expr) => per_choice.push((d, expr)),
+                ProblemSize::Other => {}
             }
         }
         let mut metrics = Metrics {
@@ -70,6 +80,26 @@ impl Metrics {
         let mut names: Vec<String> = metrics.constants.iter().map(|(c, _)| c.clone()).collect();
         names.extend(metrics.params.iter().cloned());
         names.push(TIME.to_owned());
+        for (d, expr) in per_choice {
+            let field = format!("problem_size[{d}]");
+            if let Some(var) = expr.variables().iter().find(|v| !names.contains(v)) {
+                bail!(
+                    "{field} = {:?}: `{var}` is not a param or a scalar (params: {})",
+                    expr.text(),
+                    metrics.params.join(", ")
+                );
+            }
+            let compiled = expr
+                .bind(&names)
+                .map_err(|e| anyhow::anyhow!("{field} = {:?}: {e}", expr.text()))?;
+            names.push(PROBLEM_VARS[d].to_owned());
+            metrics.metrics.push(Metric {
+                name: PROBLEM_VARS[d].to_owned(),
+                compiled,
+                slot: Some(names.len() - 1),
+                hidden: true,
+            });
+        }
         for (name, text) in raw {
             let field = format!("metrics.{}", toml_key(name));
             ensure!(!name.is_empty(), "{field}: a metric needs a name");
@@ -101,6 +131,7 @@ impl Metrics {
                 name: name.clone(),
                 compiled,
                 slot,
+                hidden: false,
             });
         }
         let first = Choice::new(
@@ -126,7 +157,11 @@ impl Metrics {
 
     /// The metrics' names, in order (the extra table columns).
     pub(crate) fn names(&self) -> Vec<String> {
-        self.metrics.iter().map(|m| m.name.clone()).collect()
+        self.metrics
+            .iter()
+            .filter(|m| !m.hidden)
+            .map(|m| m.name.clone())
+            .collect()
     }
 
     /// Every metric of `choice` measured at `time_ms`. A metric that fails for this choice
@@ -135,6 +170,7 @@ impl Metrics {
         let mut out = IndexMap::new();
         let _ = self.evaluate_all(choice, time_ms, |metric, result| {
             match result {
+                _ if metric.hidden => {}
                 Ok(value) if value.is_finite() => {
                     out.insert(metric.name.clone(), value);
                 }
@@ -186,6 +222,49 @@ impl Metric {
             Ok(other) => bail!("gives {other}, not a number"),
             Err(e) => bail!("{e}"),
         }
+    }
+}
+
+/// What one entry of `problem_size` is to the metrics.
+enum ProblemSize {
+    /// An integer, or an expression over no param (`"2 ** 14"`, `"N // 2"` of a scalar `N`).
+    Constant(f64),
+    /// An expression over the params, evaluated for each choice.
+    PerChoice(Expr),
+    /// Neither (a launch-only form, which `[launch]` checks): not bound.
+    Other,
+}
+
+/// Reads entry `d` of `problem_size`, with the `constants` (scalars, earlier sizes) bound.
+///
+/// # Errors
+///
+/// A string that does not parse, or a constant expression that raises or is not a number.
+fn problem_size_value(
+    d: usize,
+    value: &toml::Value,
+    constants: &[(String, f64)],
+) -> Result<ProblemSize> {
+    let text = match value {
+        toml::Value::Integer(size) => return Ok(ProblemSize::Constant(*size as f64)),
+        toml::Value::String(text) => text,
+        _ => return Ok(ProblemSize::Other),
+    };
+    let field = format!("problem_size[{d}] = {text:?}");
+    let expr = Expr::parse(text).map_err(|e| anyhow::anyhow!("{field} does not parse: {e}"))?;
+    let names: Vec<&str> = constants.iter().map(|(n, _)| n.as_str()).collect();
+    if !expr.variables().iter().all(|v| names.contains(&v.as_str())) {
+        return Ok(ProblemSize::PerChoice(expr));
+    }
+    let compiled = expr
+        .bind(&names)
+        .map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+    let values: Vec<Value<'_>> = constants.iter().map(|(_, v)| Value::Float(*v)).collect();
+    match compiled.eval(&values) {
+        Ok(Value::Int(i)) => Ok(ProblemSize::Constant(i as f64)),
+        Ok(Value::Float(f)) => Ok(ProblemSize::Constant(f)),
+        Ok(other) => bail!("{field} gives {other}, not a number"),
+        Err(e) => bail!("{field}: {e}"),
     }
 }
 
@@ -302,6 +381,35 @@ mod tests {
             );
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn problem_sizes_may_be_python_expressions() {
+        let raw = IndexMap::from([(
+            "GB/s".to_string(),
+            "problem_size_x * 4 / (time / 1e3) / 1e9".to_string(),
+        )]);
+        let choice = Choice::new(IndexMap::from([
+            ("BM".to_string(), ParamValue::Int(32)),
+            ("T".to_string(), ParamValue::Str("f".into())),
+        ]));
+        let size = |text: &str| {
+            let problem = [toml::Value::String(text.into())];
+            let m = Metrics::parse(&raw, &params(), &scalars(), Some(&problem))
+                .unwrap_or_else(|e| panic!("{text}: {e:#}"));
+            assert_eq!(m.names(), ["GB/s"], "a problem size is not a column");
+            m.evaluate(&choice, 1.0)["GB/s"] * 1e9 / 1e3 / 4.0
+        };
+        assert_eq!(size("2 ** 14"), 16384.0);
+        assert_eq!(size("M * 2"), 1024.0);
+        // Over the params: evaluated per choice, as Kernel Tuner does.
+        assert_eq!(size("BM * 100"), 3200.0);
+        let problem = [toml::Value::String("2 **".into())];
+        let err = Metrics::parse(&raw, &params(), &scalars(), Some(&problem)).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("problem_size[0] = \"2 **\""),
+            "{err:#}"
+        );
     }
 
     #[test]

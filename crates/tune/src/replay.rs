@@ -289,6 +289,8 @@ impl Recording {
 #[derive(Debug, Clone)]
 pub struct Recorded {
     measurements: Vec<Measurement>,
+    /// Per choice: the recording has it.
+    present: Vec<bool>,
     device: String,
     source: String,
     missing: usize,
@@ -325,10 +327,12 @@ impl Recorded {
             .collect();
         let values: Vec<&[ParamValue]> = space.params().map(|(_, v)| v).collect();
         let mut missing = 0;
+        let mut present = Vec::with_capacity(space.len());
         let measurements = (0..space.len())
             .map(|i| {
                 let idx = space.value_indices(i).expect("an index below len");
                 let key = key_of(order.iter().map(|&p| &values[p][idx[p]]));
+                present.push(recording.by_key.contains_key(&key));
                 recording.by_key.get(&key).copied().unwrap_or_else(|| {
                     missing += 1;
                     Measurement::MISSING
@@ -337,6 +341,7 @@ impl Recorded {
             .collect();
         Ok(Recorded {
             measurements,
+            present,
             device: recording.device.clone(),
             source: recording.source.clone(),
             missing,
@@ -347,6 +352,7 @@ impl Recorded {
     /// benchmarks).
     pub fn from_measurements(measurements: Vec<Measurement>) -> Recorded {
         Recorded {
+            present: vec![true; measurements.len()],
             measurements,
             device: "synthetic".into(),
             source: "synthetic".into(),
@@ -360,6 +366,21 @@ impl Recorded {
             .get(index)
             .copied()
             .unwrap_or(Measurement::MISSING)
+    }
+
+    /// The measurements the recording has (choices it lacks left out), by choice index.
+    pub fn present(&self) -> impl Iterator<Item = (usize, Measurement)> + '_ {
+        self.measurements
+            .iter()
+            .zip(&self.present)
+            .enumerate()
+            .filter(|(_, (_, p))| **p)
+            .map(|(i, (m, _))| (i, *m))
+    }
+
+    /// The device the recording was made on.
+    pub fn device(&self) -> &str {
+        &self.device
     }
 
     /// How many choices of the space the recording lacks.
@@ -499,17 +520,20 @@ pub fn simulate_with(
     let mut trace = Trace::default();
     let mut elapsed = 0.0;
     let mut best: Option<f64> = None;
+    // As a run: an index asked twice is measured once, one outside the space not at all.
+    let mut guard = crate::strategy::AskGuard::new();
     'run: loop {
         let left = budget.max_evals.saturating_sub(trace.points.len());
         if left == 0 || elapsed >= budget.max_time_ms {
             break;
         }
-        let batch = strategy.ask(space, left);
-        if batch.is_empty() {
+        let asked = strategy.ask(space, left);
+        if asked.is_empty() {
             break;
         }
+        let batch = guard.check(space.len(), asked);
         for index in batch.into_iter().take(left) {
-            if elapsed >= budget.max_time_ms || index >= space.len() {
+            if elapsed >= budget.max_time_ms {
                 break 'run;
             }
             let m = recorded.get(index);
@@ -569,6 +593,7 @@ pub fn report(
                 selection,
                 shard: None,
                 metrics: Vec::new(),
+                objective: None,
             })
         },
         results,
@@ -592,9 +617,9 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::from_selection(selection);
+    let mut strategy = crate::strategy::Guarded::new(crate::strategies::from_selection(selection));
     let mut results = Vec::new();
-    let trace = simulate_with(&space, strategy.as_mut(), &recorded, budget, |r, _| {
+    let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
         results.push(r.clone());
     });
     // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
@@ -605,7 +630,7 @@ pub fn replay(
         },
         |m| m.name,
     );
-    let report = report(
+    let mut report = report(
         &space,
         &recorded,
         &name,
@@ -613,6 +638,7 @@ pub fn replay(
         results,
         trace.elapsed_ms(),
     );
+    report.info.notes.extend(strategy.take_warnings());
     Ok((report, trace))
 }
 
@@ -696,6 +722,47 @@ mod tests {
         assert!(trace.points[n - 2].elapsed_ms < 60_000.0);
         assert_eq!(trace.best_at(-1.0), None);
         assert!(trace.best_at(60_000.0) >= trace.best_ms());
+    }
+
+    /// A strategy that asks for the same choice twice and for one outside the space.
+    struct Careless(usize);
+
+    impl Strategy for Careless {
+        fn name(&self) -> &str {
+            "careless"
+        }
+        fn ask(&mut self, _: &SearchSpace, _: usize) -> Vec<usize> {
+            self.0 += 1;
+            match self.0 {
+                1 => vec![0, 0, 1],
+                2 => vec![1, 1_000_000, 2],
+                _ => Vec::new(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_replay_measures_a_repeated_index_once_and_skips_one_outside_the_space() {
+        let measurements = (0..5)
+            .map(|i| Measurement {
+                time_ms: Some(f64::from(i) + 1.0),
+                status: Status::Ok,
+                cost_ms: 1.0,
+            })
+            .collect();
+        let recorded = Recorded::from_measurements(measurements);
+        let params = crate::space::tests::params(&[("X", &[0, 1, 2, 3, 4])]);
+        let space = SearchSpace::new(&params, &[]).unwrap();
+        let mut strategy = crate::strategy::Guarded::new(Box::new(Careless(0)));
+        let trace = simulate(&space, &mut strategy, &recorded, Budget::UNLIMITED);
+        let indices: Vec<usize> = trace.points.iter().map(|p| p.index).collect();
+        assert_eq!(indices, [0, 1, 2]);
+        let warnings = strategy.take_warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[1].contains("1000000"), "{warnings:?}");
+        // Unguarded, the replay still measures each once and nothing outside the space.
+        let trace = simulate(&space, &mut Careless(0), &recorded, Budget::UNLIMITED);
+        assert_eq!(trace.points.len(), 3);
     }
 
     #[test]

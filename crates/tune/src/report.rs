@@ -24,7 +24,17 @@ pub fn write_json(report: &Report, path: &Path) -> crate::Result<()> {
 fn json_file(report: &Report, path: &Path) -> Result<()> {
     let mut text = serde_json::to_string_pretty(&report.to_json())?;
     text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    write_whole(path, text.as_bytes())
+}
+
+/// [`crate::whole_file::write`], its error naming `path`.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    crate::whole_file::write(path, bytes).with_context(|| {
+        format!(
+            "cannot write {} (the file, if there was one, is left as it was)",
+            path.display()
+        )
+    })
 }
 
 /// Writes the results as CSV to `path`: one row per choice, in rank order, one column per param
@@ -38,7 +48,7 @@ pub fn write_csv(report: &Report, path: &Path) -> crate::Result<()> {
 }
 
 fn csv_file(report: &Report, path: &Path) -> Result<()> {
-    std::fs::write(path, csv(report)).with_context(|| format!("cannot write {}", path.display()))
+    write_whole(path, csv(report).as_bytes())
 }
 
 fn csv(report: &Report) -> String {

@@ -2,13 +2,19 @@
 //! [`RunInfo`] describing the run. The same JSON shapes serve the `--json` report, the lines of
 //! the results cache, `tunebox report` and `tunebox merge`.
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use tunebox_pool::{Status, Verification};
 use tunebox_protocol::TimingStats;
 
+use crate::objective::Objective;
 use crate::space::Choice;
 use crate::windows::Windows;
+
+pub use crate::shard::ShardInfo;
+pub(crate) use crate::space::choice_count as choices;
 
 /// What became of one choice.
 #[derive(Debug, Clone)]
@@ -39,6 +45,8 @@ pub struct ChoiceResult {
     /// An `ok` result's windows: each window's median and conditions, the estimate that ranks
     /// it and its interval (`None` for results of older tunebox versions and failures).
     pub windows: Option<Windows>,
+    /// What ranks it, when not the time (the manifest's `objective`; see [`ChoiceResult::cost`]).
+    pub objective: Option<Arc<Objective>>,
 }
 
 impl ChoiceResult {
@@ -63,6 +71,7 @@ impl ChoiceResult {
             cached: false,
             device: device.to_owned(),
             windows: None,
+            objective: None,
         }
     }
 
@@ -73,6 +82,25 @@ impl ChoiceResult {
             (Some(w), Some(_)) => Some(w.estimate_ms),
             (_, stats) => stats.as_ref().map(|s| s.median_ms),
         }
+    }
+
+    /// What the run minimizes for an `ok` result: its median (ms), or with an objective that
+    /// is a metric, the metric's value, negated when higher is better (`None` when the metric
+    /// could not be evaluated for it). Strategies minimize this; the ranking sorts by it.
+    pub fn cost(&self) -> Option<f64> {
+        match &self.objective {
+            None => self.median_ms(),
+            Some(objective) => objective.cost(self.median_ms(), &self.metrics),
+        }
+    }
+
+    /// The value of the objective (the median in ms, or the metric), unnegated.
+    pub fn objective_value(&self) -> Option<f64> {
+        let cost = self.cost()?;
+        Some(match &self.objective {
+            Some(o) if o.higher_is_better => -cost,
+            _ => cost,
+        })
     }
 }
 
@@ -111,21 +139,6 @@ pub struct Selection {
     pub seed: u64,
 }
 
-/// Shard `index` of `count` (0-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardInfo {
-    /// This shard, from 0.
-    pub index: usize,
-    /// The number of shards.
-    pub count: usize,
-}
-
-impl std::fmt::Display for ShardInfo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
 /// What identifies a run's results: shared by a report and every line of its results cache.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunHeader {
@@ -154,6 +167,9 @@ pub struct RunHeader {
     /// The metrics' names, in order.
     #[serde(default)]
     pub metrics: Vec<String>,
+    /// What ranks the choices, when not the time (the manifest's `objective`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<Objective>,
 }
 
 /// A choice that was not measured, and why.
@@ -312,12 +328,18 @@ impl Report {
     }
 }
 
-/// Sorts `ok` results by median (refined ones first), then the rest by status; equal keys keep
-/// the choices' canonical order.
+/// Sorts `ok` results by their [`ChoiceResult::cost`] (the median, or the objective; refined
+/// ones first; one without its objective after those with it), then the rest by status; equal
+/// keys keep the choices' canonical order.
 pub(crate) fn rank(results: &mut [ChoiceResult]) {
     results.sort_by(|a, b| {
         let key = |r: &ChoiceResult| match (r.status, r.median_ms()) {
-            (Status::Ok, Some(median)) => (0u8, r.screen_median_ms.is_none(), median, r.index),
+            (Status::Ok, Some(_)) => (
+                0u8,
+                r.screen_median_ms.is_none(),
+                r.cost().unwrap_or(f64::INFINITY),
+                r.index,
+            ),
             (status, _) => (1 + status as u8, false, 0.0, r.index),
         };
         let (ka, kb) = (key(a), key(b));
@@ -334,15 +356,6 @@ pub fn best<'a>(results: impl IntoIterator<Item = &'a ChoiceResult>) -> Option<&
         .into_iter()
         .next()
         .filter(|r| r.status == Status::Ok)
-}
-
-/// `1 choice`, `2 choices`.
-pub fn choices(n: usize) -> String {
-    if n == 1 {
-        "1 choice".into()
-    } else {
-        format!("{n} choices")
-    }
 }
 
 /// A status from its report name.
@@ -498,6 +511,7 @@ impl ResultJson {
                 self.device
             },
             windows: self.windows,
+            objective: None,
         })
     }
 }
@@ -598,6 +612,7 @@ impl ReportJson {
                     .map_err(|e| format!("results[{i}]: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        set_objective(&mut results, self.info.header.objective.as_ref());
         if self.info.across_devices {
             rank(&mut results);
         } else {
@@ -607,6 +622,14 @@ impl ReportJson {
             info: self.info,
             results,
         })
+    }
+}
+
+/// Gives `results` the run's `objective` (`None` or the time: ranked by time).
+pub(crate) fn set_objective(results: &mut [ChoiceResult], objective: Option<&Objective>) {
+    let objective = objective.filter(|o| !o.is_time()).cloned().map(Arc::new);
+    for r in results {
+        r.objective.clone_from(&objective);
     }
 }
 

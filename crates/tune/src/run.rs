@@ -14,9 +14,10 @@ use anyhow::{Context, Result, ensure};
 use crate::manifest::{Manifest, WorkerEnv, compiler};
 use crate::observer::Observer;
 use crate::results::{Report, Selection, ShardInfo, choices as plural};
-use crate::space::SearchSpace;
+use crate::space::{self, SearchSpace};
 use crate::stop::Stop;
-use crate::strategy::{self, Strategy};
+use crate::strategies;
+use crate::strategy::Strategy;
 
 mod bench;
 mod compile;
@@ -66,17 +67,24 @@ impl Plan {
         strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
     ) -> crate::Result<Plan> {
-        Plan::build(manifest, strategy, shard).map_err(crate::TuneError::manifest)
+        Plan::build(manifest, strategy, shard, true).map_err(crate::TuneError::manifest)
     }
 
     fn build(
         manifest: Manifest,
-        mut strategy: Box<dyn Strategy>,
+        strategy: Box<dyn Strategy>,
         shard: Option<ShardInfo>,
+        budget_given: bool,
     ) -> Result<Plan> {
+        // A strategy's asks are held to its contract: no index twice, none outside the space.
+        let mut strategy: Box<dyn Strategy> = Box::new(crate::strategy::Guarded::new(strategy));
         let mut space = SearchSpace::new(&manifest.params, &manifest.restrictions)
             .with_context(|| format!("invalid manifest {}", manifest.path.display()))?;
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> =
+            space::prepare_unlisted(&mut space, strategy.name(), budget_given, shard)
+                .with_context(|| format!("{}", manifest.path.display()))?
+                .into_iter()
+                .collect();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
         if let Some(launch) = &manifest.launch {
             let removed = space.retain(|choice| {
@@ -159,7 +167,13 @@ pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> cra
 
 fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
-    Plan::build(manifest, strategy::from_selection(selection), shard)
+    let budget_given = selection.budget.is_some();
+    Plan::build(
+        manifest,
+        strategies::from_selection(selection),
+        shard,
+        budget_given,
+    )
 }
 
 /// Runs a tuning session as the manifest and options say.
@@ -181,8 +195,9 @@ pub fn tune(
 }
 
 /// Runs `plan` (a manifest and a strategy, from [`plan`] or [`Plan::new`]) as `options` say;
-/// the manifest's path names it in reports and places the default results cache, and
-/// `options.selection` is what reports record as the strategy.
+/// the manifest's path names it in reports and places the default results cache, and reports
+/// record the plan's strategy by its [`Strategy::name`], with `options.selection`'s budget and
+/// seed.
 ///
 /// The run is its stages composed: prepare (checks, device, timeout, caches), screening
 /// (rounds of lookup, compile and measure, record, tell, until the strategy has no more),
@@ -249,7 +264,12 @@ mod tests {
         )
         .unwrap();
         let manifest = Manifest::read(&path, "cc").unwrap();
-        let plan = Plan::new(manifest, Box::new(strategy::BruteForce::default()), None).unwrap();
+        let plan = Plan::new(
+            manifest,
+            Box::new(crate::strategy::BruteForce::default()),
+            None,
+        )
+        .unwrap();
         // 256x1, 256x2, 512x1, 512x2, 1024x1 stay; 1024x2, 2048x1, 2048x2 go.
         assert_eq!(plan.space().len(), 5);
         assert_eq!(plan.selected().len(), 5);
@@ -271,7 +291,7 @@ mod tests {
         .unwrap();
         let plan = Plan::new(
             Manifest::read(&path, "cc").unwrap(),
-            Box::new(strategy::BruteForce::default()),
+            Box::new(crate::strategy::BruteForce::default()),
             None,
         )
         .unwrap();

@@ -8,7 +8,22 @@
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::results::ShardInfo;
+use serde::{Deserialize, Serialize};
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// This shard, from 0.
+    pub index: usize,
+    /// The number of shards.
+    pub count: usize,
+}
+
+impl std::fmt::Display for ShardInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
 
 /// `--shard` as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

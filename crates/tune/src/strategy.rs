@@ -47,6 +47,129 @@ pub trait Strategy: Send {
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
         let _ = (index, result);
     }
+
+    /// What went against the contract of [`Strategy::ask`] since last asked (an index asked
+    /// twice, one outside the space), in words; the run puts them in its notes. Only
+    /// [`Guarded`] has any: the run wraps every strategy in one.
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Holds a strategy's asks to the contract of [`Strategy::ask`]: an index asked for before is
+/// dropped (it is measured once, and told once), an index outside the space is dropped, and
+/// both are counted for [`AskGuard::take_warnings`], so that neither is silent.
+#[derive(Debug, Clone, Default)]
+pub struct AskGuard {
+    /// The indices asked for (a set, not a bitmap: a space too large to list has billions).
+    asked: std::collections::HashSet<usize>,
+    repeats: usize,
+    first_repeat: Option<usize>,
+    outside: usize,
+    first_outside: Option<usize>,
+    space_len: usize,
+}
+
+impl AskGuard {
+    /// A guard that has seen no ask.
+    pub fn new() -> AskGuard {
+        AskGuard::default()
+    }
+
+    /// The indices of `batch` that are in a space of `space_len` choices and not asked for
+    /// before, in order.
+    pub fn check(&mut self, space_len: usize, batch: Vec<usize>) -> Vec<usize> {
+        self.space_len = space_len;
+        batch
+            .into_iter()
+            .filter(|&i| {
+                if i >= space_len {
+                    self.outside += 1;
+                    self.first_outside.get_or_insert(i);
+                    return false;
+                }
+                if !self.asked.insert(i) {
+                    self.repeats += 1;
+                    self.first_repeat.get_or_insert(i);
+                    return false;
+                }
+                true
+            })
+            .collect()
+    }
+
+    /// What was dropped since the last call, in words naming the strategy `name`.
+    pub fn take_warnings(&mut self, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.repeats > 0 {
+            out.push(format!(
+                "strategy `{name}` asked {} for a choice it had asked for before (first: index {}); each choice is measured and told once",
+                times(self.repeats),
+                self.first_repeat.unwrap_or_default()
+            ));
+        }
+        if self.outside > 0 {
+            out.push(format!(
+                "strategy `{name}` asked {} for an index outside the space of {} choices (first: {}); those were not measured (a strategy names choices by `SearchSpace` index, 0..len)",
+                times(self.outside),
+                self.space_len,
+                self.first_outside.unwrap_or_default()
+            ));
+        }
+        self.repeats = 0;
+        self.first_repeat = None;
+        self.outside = 0;
+        self.first_outside = None;
+        out
+    }
+}
+
+fn times(n: usize) -> String {
+    if n == 1 {
+        "once".into()
+    } else {
+        format!("{n} times")
+    }
+}
+
+/// A strategy held to the contract of [`Strategy::ask`] by an [`AskGuard`]: what a run
+/// measures (see [`crate::Plan::new`]), so that a strategy's mistake is dropped and said in the
+/// run's notes rather than measured twice or lost silently.
+pub struct Guarded {
+    inner: Box<dyn Strategy>,
+    guard: AskGuard,
+}
+
+impl Guarded {
+    /// `inner`, guarded.
+    pub fn new(inner: Box<dyn Strategy>) -> Guarded {
+        Guarded {
+            inner,
+            guard: AskGuard::new(),
+        }
+    }
+}
+
+impl Strategy for Guarded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        let batch = self.inner.ask(space, n);
+        self.guard.check(space.len(), batch)
+    }
+
+    fn tell(&mut self, index: usize, result: &ChoiceResult) {
+        self.inner.tell(index, result);
+    }
+
+    fn take_warnings(&mut self) -> Vec<String> {
+        let name = self.inner.name().to_owned();
+        let mut out = self.inner.take_warnings();
+        out.extend(self.guard.take_warnings(&name));
+        out
+    }
 }
 
 /// Every choice, in canonical order (index 0 first).
@@ -68,8 +191,10 @@ impl Strategy for BruteForce {
     }
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
-        let end = self.next.saturating_add(n).min(space.len());
-        let batch = (self.next..end).collect();
+        let end = self.next.saturating_add(n).min(space.listed_len());
+        let batch = (self.next..end)
+            .filter_map(|p| space.listed_index(p))
+            .collect();
         self.next = end.max(self.next);
         batch
     }
@@ -84,6 +209,7 @@ pub struct RandomSample {
     budget: usize,
     seed: u64,
     sampler: Option<Sampler>,
+    unlisted: Option<UnlistedSampler>,
 }
 
 impl RandomSample {
@@ -93,6 +219,7 @@ impl RandomSample {
             budget,
             seed,
             sampler: None,
+            unlisted: None,
         }
     }
 }
@@ -104,22 +231,16 @@ impl Strategy for RandomSample {
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
         let (budget, seed) = (self.budget, self.seed);
+        if !space.is_listed() {
+            return self
+                .unlisted
+                .get_or_insert_with(|| UnlistedSampler::new(budget, seed))
+                .take(space, n);
+        }
         self.sampler
             .get_or_insert_with(|| Sampler::new(space.len(), budget, seed))
             .take(n)
     }
-}
-
-/// The built-in strategy a [`Selection`] names (see [`crate::strategies::NAMES`]): `random`
-/// samples `budget` choices (all when unset) with `seed`, the adaptive ones measure `budget`
-/// choices; an unknown name is brute force.
-pub(crate) fn from_selection(selection: &Selection) -> Box<dyn Strategy> {
-    crate::strategies::by_name(
-        &selection.strategy,
-        selection.budget.unwrap_or(usize::MAX),
-        selection.seed,
-    )
-    .unwrap_or_else(|| Box::new(BruteForce::new()))
 }
 
 /// The indices of the choices a built-in selection measures, in the order to measure them, out
@@ -168,6 +289,43 @@ impl Sampler {
             self.swapped.insert(j, at_i);
             out.push(at_j);
             self.i += 1;
+        }
+        out
+    }
+}
+
+/// `k` distinct valid choices of a space too large to list, drawn by rejection from its raw
+/// product ([`SearchSpace::random_index`]), in drawn order.
+#[derive(Debug, Clone)]
+struct UnlistedSampler {
+    k: usize,
+    rng: fastrand::Rng,
+    drawn: std::collections::HashSet<usize>,
+}
+
+impl UnlistedSampler {
+    /// At most `k` (and at most 50 million) choices, drawn with `seed`.
+    fn new(k: usize, seed: u64) -> UnlistedSampler {
+        UnlistedSampler {
+            k: k.min(50_000_000),
+            rng: fastrand::Rng::with_seed(seed),
+            drawn: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The next at most `count` indices (fewer when the draws stop finding new valid ones).
+    fn take(&mut self, space: &SearchSpace, count: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut misses = 0;
+        while self.drawn.len() < self.k && out.len() < count && misses < 32 {
+            match space.random_index(&mut self.rng) {
+                Some(i) if self.drawn.insert(i) => {
+                    out.push(i);
+                    misses = 0;
+                }
+                Some(_) => misses += 1,
+                None => break,
+            }
         }
         out
     }
@@ -251,6 +409,38 @@ mod tests {
         );
         assert!(!space.is_valid(&outside));
         assert_eq!(space.params().next().unwrap().1.len(), 4);
+    }
+
+    /// A strategy that asks for `asks` in turn.
+    struct Scripted(Vec<Vec<usize>>);
+
+    impl Strategy for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn ask(&mut self, _: &SearchSpace, _: usize) -> Vec<usize> {
+            if self.0.is_empty() {
+                Vec::new()
+            } else {
+                self.0.remove(0)
+            }
+        }
+    }
+
+    #[test]
+    fn a_guarded_strategy_asks_each_index_once_and_inside_the_space() {
+        let space = space(10);
+        let mut s = Guarded::new(Box::new(Scripted(vec![vec![1, 1, 2], vec![2, 40, 3, 11]])));
+        assert_eq!(s.name(), "scripted");
+        assert_eq!(s.ask(&space, usize::MAX), [1, 2]);
+        assert_eq!(s.ask(&space, usize::MAX), [3]);
+        let warnings = s.take_warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("asked 2 times for a choice it had asked for before"));
+        assert!(warnings[0].contains("first: index 1"), "{warnings:?}");
+        assert!(warnings[1].contains("asked 2 times for an index outside the space of 10"));
+        assert!(warnings[1].contains("first: 40"));
+        assert!(s.take_warnings().is_empty());
     }
 
     #[test]

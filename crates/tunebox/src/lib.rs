@@ -18,12 +18,21 @@
 //! - **Processes**: [`TuningProcess`] (one worker, [`ProcessConfig`], [`ProcessError`]) and the
 //!   pools [`TuningProcessPool`] (Inductor's: one worker per device) and [`PoolExecutor`]
 //!   (TVM's: `submit`, `map_with_error_catching` → [`MapResult`]).
+//! - **Tensors and verification**: [`TensorSpec`] (built from typed values of any
+//!   [`Element`] type with [`TensorSpec::from_values`]), [`HostTensor`] in a task,
+//!   [`TensorData`] back; [`verify_outputs`] as `numpy.allclose` ([`Tolerance`]) gives a
+//!   [`Verification`] of one [`TensorComparison`] per output, with its first
+//!   [`ElementMismatch`]; every outcome is a [`Status`] ([`StatusKind`]).
 //! - **The worker entry point**: a program that uses its own executable as the worker (the
 //!   default) calls [`run_if_worker`] first thing in `main`.
+//! - **Whole tuning runs** (feature `tune`): the engine behind `tunebox tune`, whole as
+//!   [`mod@tune`], with its main types here: a [`Manifest`] (read, or built in code), its
+//!   [`SearchSpace`] of [`Choice`]s, a [`Strategy`], [`TuneOptions`] (a builder over the
+//!   CLI's defaults), and the [`Report`] of [`ChoiceResult`]s that `tune::tune` returns.
 //!
 //! Features: `cpu` and `cuda` (both default) put the built-in C and CUDA backends into
 //! [`Registry::standard`]; without them nothing of CUDA is compiled, and a worker runs the
-//! diagnostics backend and your own task kinds.
+//! diagnostics backend and your own task kinds. `tune` (default) adds the tuning engine.
 //!
 //! # Example
 //!
@@ -74,21 +83,30 @@ pub use tunebox_bench as bench;
 pub use tunebox_pool as pool;
 pub use tunebox_process as process;
 pub use tunebox_protocol as protocol;
+#[cfg(feature = "tune")]
+pub use tunebox_tune as tune;
 pub use tunebox_worker as worker;
 
 pub use tunebox_bench::{
     Backend, HostTensor, Runner, TaskBackend, TaskContext, do_bench, do_bench_within,
 };
 pub use tunebox_pool::{
-    Devices, MapResult, PoolConfig, PoolError, PoolExecutor, Status, StatusKind, TaskHandle,
-    Tolerance, TuningProcessPool, Verification, verify_outputs,
+    Devices, ElementMismatch, MapResult, PoolConfig, PoolError, PoolExecutor, Status, StatusKind,
+    TaskHandle, TensorComparison, Tolerance, TuningProcessPool, Verification, verify_outputs,
 };
 pub use tunebox_process::{
     DeviceToken, InitRequest, KillSwitch, Output, ProcessConfig, ProcessError, TuningProcess,
+    WORKER_PATH_ENV,
 };
 pub use tunebox_protocol::{
-    Arg, BenchError, BenchmarkRequest, BenchmarkResult, CKernel, CacheFlush, CudaKernel, DType,
-    Define, DiagnosticTask, Init, Kernel, LaunchConfig, Scalar, ScalarKind, SharedBuffer,
-    SharedData, Task, TaskRequest, TensorData, TensorSpec, TimingConfig, TimingStats,
+    Arg, BenchError, BenchmarkRequest, BenchmarkResult, CACHE_DIR_ENV, CKernel, CacheFlush,
+    CudaCode, CudaKernel, DType, Define, DeviceInfo, DiagnosticTask, Element, Init, Kernel,
+    LaunchConfig, Scalar, ScalarKind, SharedBuffer, SharedData, Task, TaskRequest, TensorData,
+    TensorSpec, TimingConfig, TimingStats,
 };
-pub use tunebox_worker::{Registry, run_if_worker};
+#[cfg(feature = "tune")]
+pub use tunebox_tune::{
+    BruteForce, CacheMode, Choice, ChoiceResult, Manifest, ManifestBuilder, Observer, ParamValue,
+    Plan, RandomSample, Report, SearchSpace, Selection, Stop, Strategy, TuneOptions,
+};
+pub use tunebox_worker::{DiagnosticsBackend, Registry, WorkerError, run_if_worker};

@@ -57,6 +57,7 @@ impl Backend for DiagnosticsBackend {
             outputs,
             outputs_after_reps: Vec::new(),
             mutated_inputs: Vec::new(),
+            left_behind: Vec::new(),
         })
     }
 }

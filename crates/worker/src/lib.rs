@@ -9,7 +9,10 @@
 //! 3. serves requests ([`serve`]) with the backends of a [`Registry`] (`cpu` from `tunebox-cpu`
 //!    and `cuda` from `tunebox-cuda` with their features, [`DiagnosticsBackend`], and the task
 //!    kinds a binary adds with [`Registry::with_task`]), catching backend panics as
-//!    `BenchError::Panic`;
+//!    `BenchError::Panic`; after each task it puts back the process state the task changed
+//!    (floating-point modes, signal handlers, working directory, …) and names in the reply what
+//!    the task left behind (`Response::left_behind`), descriptors, threads or memory included,
+//!    which make the parent replace the worker;
 //! 4. exits on `Shutdown`, or when the parent's end of the channel closes.
 //!
 //! Binaries other than `tunebox-worker` can serve as workers too: call [`run_if_worker`] first
@@ -19,7 +22,8 @@
 //! handshake), `serve.rs` ([`serve`]: the request loop, recording each request in the parent's
 //! `StartedCell`), `registry.rs` ([`Registry`]: backends by name), `diagnostics.rs`
 //! ([`DiagnosticsBackend`]: every failure path without a compiler or GPU), `mappings.rs` (the
-//! caller's shared buffers, kept mapped by id), `error.rs` ([`WorkerError`]); the binary is
+//! caller's shared buffers, kept mapped by id), `hygiene/` (the process state between tasks),
+//! `error.rs` ([`WorkerError`]); the binary is
 //! `bin/tunebox-worker.rs`.
 //!
 //! # Example
@@ -48,6 +52,7 @@
 mod bootstrap;
 mod diagnostics;
 mod error;
+mod hygiene;
 mod mappings;
 mod registry;
 mod serve;

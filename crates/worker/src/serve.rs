@@ -13,6 +13,7 @@ use tunebox_protocol::{
 };
 
 use crate::diagnostics::take_exit_after_reply;
+use crate::hygiene::Hygiene;
 use crate::mappings::Mappings;
 use crate::{Registry, WorkerError};
 
@@ -43,6 +44,8 @@ pub(crate) fn serve_recording(
     started: Option<&StartedCell>,
 ) -> Result<(), WorkerError> {
     let mut mappings = Mappings::default();
+    // The state every task should find, recorded before the first one.
+    let mut hygiene = Hygiene::new();
     loop {
         let request = match next_request(requests) {
             Ok(request) => request,
@@ -58,6 +61,7 @@ pub(crate) fn serve_recording(
         if let Some(started) = started {
             started.record_start(request.id);
         }
+        let mut left_behind = Vec::new();
         // The only owner of a body that came through the channel: no copy.
         let body = match Arc::unwrap_or_clone(request.body) {
             RequestBody::Ping => ResponseBody::Pong,
@@ -68,15 +72,21 @@ pub(crate) fn serve_recording(
                     request.id,
                     benchmark.kernel.backend()
                 );
-                ResponseBody::Benchmark(dispatch(registry, &benchmark, |backend, request| {
+                let before = hygiene.before(&benchmark, true);
+                let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.benchmark(request)
-                }))
+                });
+                left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
+                ResponseBody::Benchmark(result)
             }
             RequestBody::Prepare(mut benchmark) => {
                 mappings.intern(&mut benchmark);
-                ResponseBody::Prepared(dispatch(registry, &benchmark, |backend, request| {
+                let before = hygiene.before(&benchmark, false);
+                let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.prepare(request)
-                }))
+                });
+                left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
+                ResponseBody::Prepared(result)
             }
             RequestBody::Probe => ResponseBody::Probe(probe(registry)),
             RequestBody::Shutdown => return Ok(()),
@@ -91,6 +101,7 @@ pub(crate) fn serve_recording(
             .send(Response {
                 id: request.id,
                 body,
+                left_behind,
             })
             .map_err(|e| WorkerError::Ipc {
                 during: "sending a response",

@@ -172,6 +172,9 @@ fn a_full_disk_loses_no_result_and_says_so_even_with_quiet() {
     let dir = setup();
     let cache = fs.mount.join("quick.tunebox-cache.jsonl");
 
+    // A report from before, on the same file system.
+    let old_report = fs.mount.join("old.json");
+    std::fs::write(&old_report, "{}\n").unwrap();
     // Room for a line or two of the six.
     fs.fill_leaving(4096);
     let out = tune(dir.path(), &cache);
@@ -226,6 +229,31 @@ fn a_full_disk_loses_no_result_and_says_so_even_with_quiet() {
         "{stdout}"
     );
     assert_eq!(report(dir.path()).0, 6);
+
+    // --json on the full disk too: the table is printed, the loss said, the write fails (exit
+    // 1) and the report from before is left whole.
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "quick.toml",
+            "-q",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--json",
+            old_report.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        text(&out.stdout).contains("best: MODE="),
+        "{}",
+        describe(&out)
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("results could not be kept"), "{stderr}");
+    assert!(stderr.contains("is left as it was"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&old_report).unwrap(), "{}\n");
 
     // Read-only: what the cache holds is used, the rest measured, the loss said.
     fs.remount_read_only();

@@ -1,17 +1,19 @@
 //! End-to-end tests of the `tunebox` binary, which also serves as its own worker.
 
 mod careful;
-mod community;
 mod compile_deadline;
+mod fair_formats;
 mod full_disk;
 mod interference;
 mod kernel_tuner;
+mod kt_manifests;
 mod messages;
 mod open_kt_caches;
 mod resume;
 mod search;
 mod shards;
 mod snapshots;
+mod spaces;
 mod terminal;
 mod timing;
 mod tune;

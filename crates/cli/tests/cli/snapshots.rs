@@ -124,7 +124,7 @@ fn tune_help() {
                       [default: 1]
 
                   --strategy <STRATEGY>
-                      How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices (docs/search.md). [default: brute-force; random with --budget]
+                      How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices. For adaptive search pick `auto`: first of either tool's strategies held out at a quarter budget and above random on every recorded space; with budget for hundreds of measurements `ils` scored higher on the repository's data (docs/search.md). [default: brute-force; random with --budget]
 
                       Possible values:
                       - brute-force: Every choice, in canonical order
@@ -134,6 +134,7 @@ fn tune_help() {
                       - ils:         Greedy iterated local search (Kernel Tuner's greedy_ils)
                       - de:          Differential evolution, best1bin (Kernel Tuner's diff_evo)
                       - bayes:       Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt)
+                      - auto:        The default adaptive search: Bayesian optimization on ranks, failures ranked last, string params categorical (docs/search.md has its held-out scores)
 
                   --budget <N>
                       Measure N choices: a random sample unless --strategy names another
@@ -180,7 +181,7 @@ fn tune_help() {
               tunebox tune examples/matmul-cpu.toml --list           the choices, nothing run
               tunebox tune m.toml --json r.json --csv r.csv          also write JSON and CSV
               tunebox tune m.toml --strategy random --budget 50      a seeded random sample of 50
-              tunebox tune m.toml --strategy bayes --budget 100      Bayesian optimization, 100 choices
+              tunebox tune m.toml --strategy auto --budget 100       adaptive search, 100 choices
               tunebox tune m.toml --count                            how many choices, nothing run
               tunebox tune t1.json --replay cache.json.gz --strategy ils --budget 200
                                                                      simulate a search on recorded data

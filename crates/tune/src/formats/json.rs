@@ -211,7 +211,7 @@ pub(crate) fn write_json(path: &Path, doc: &J) -> Result<(), FormatError> {
     };
     let mut text = serde_json::to_vec_pretty(doc).map_err(|e| werr(std::io::Error::other(e)))?;
     text.push(b'\n');
-    std::fs::write(path, text).map_err(werr)
+    crate::whole_file::write(path, &text).map_err(werr)
 }
 
 /// The name of a JSON value's type, for messages.

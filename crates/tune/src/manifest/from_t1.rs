@@ -157,6 +157,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         problem_size,
         launch,
         metrics: IndexMap::new(),
+        objective: None,
+        objective_higher_is_better: None,
         env: None,
         tune_params: None,
         kernel_name: None,
@@ -171,6 +173,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         grid_div_x: grid_div[0].clone(),
         grid_div_y: grid_div[1].clone(),
         grid_div_z: grid_div[2].clone(),
+        launch_from_aliases: Vec::new(),
         t1: Some(Box::new(x)),
     })
 }

@@ -143,6 +143,13 @@ fn launch_fields(raw: &mut RawManifest) -> Result<()> {
         ("grid_div_z", raw.grid_div_z.take()),
     ];
     if divs.iter().any(|(_, d)| d.is_some()) {
+        if raw.launch.is_none() {
+            raw.launch_from_aliases = divs
+                .iter()
+                .filter(|(_, d)| d.is_some())
+                .map(|(field, _)| *field)
+                .collect();
+        }
         let launch = raw.launch.get_or_insert_with(RawLaunch::default);
         for (d, (field, value)) in divs.into_iter().enumerate() {
             if let Some(value) = value {

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use indexmap::IndexMap;
-use tunebox_protocol::Define;
+use tunebox_protocol::{Define, Scalar, TensorSpec};
 
 use crate::space::{ParamValue, Restriction};
 
@@ -38,6 +38,35 @@ pub(super) fn params(
         params.insert(name, values);
     }
     Ok(params)
+}
+
+/// Refuses a param named as a tensor or scalar argument: its `-DNAME=VALUE` would replace the
+/// argument's name in the kernel's source, so that no choice would compile.
+///
+/// # Errors
+///
+/// The first such param, saying what to rename.
+pub(super) fn not_arguments(
+    params: &IndexMap<String, Vec<ParamValue>>,
+    tensors: &[TensorSpec],
+    scalars: &[Scalar],
+) -> Result<()> {
+    for name in params.keys() {
+        let kind = if scalars.iter().any(|s| &s.name == name) {
+            "scalar"
+        } else if tensors.iter().any(|t| &t.name == name) {
+            "tensor"
+        } else {
+            continue;
+        };
+        bail!(
+            "params.{name}: `{name}` is also the name of a {kind} argument; a parameter is \
+             defined as -D{name}=VALUE, which would replace the argument's name in the kernel \
+             so that no choice compiles. Rename the parameter (and its uses in the source), or \
+             the {kind}"
+        );
+    }
+    Ok(())
 }
 
 /// `restrictions`, each parsed over the names of `params`.

@@ -29,11 +29,16 @@ pub(super) struct RawManifest {
     pub(super) verify: Option<RawVerify>,
     /// Kernel Tuner's problem size: one to three integers or expressions (CUDA kernels; also
     /// `problem_size_x/y/z` in metrics).
+    #[serde(default, deserialize_with = "one_or_list")]
     pub(super) problem_size: Option<Vec<toml::Value>>,
     pub(super) launch: Option<RawLaunch>,
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,
+    /// What ranks the choices: `time` or a metric's name (Kernel Tuner's `objective`).
+    pub(super) objective: Option<String>,
+    /// Whether a larger objective is better (Kernel Tuner's `objective_higher_is_better`).
+    pub(super) objective_higher_is_better: Option<bool>,
     /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
     pub(super) env: Option<super::env::RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
@@ -59,6 +64,10 @@ pub(super) struct RawManifest {
     pub(super) grid_div_x: Option<toml::Value>,
     pub(super) grid_div_y: Option<toml::Value>,
     pub(super) grid_div_z: Option<toml::Value>,
+    /// The Kernel Tuner fields (`grid_div_x`, …) that alone made up `launch` (no `[launch]`
+    /// table was written): a C kernel ignores them, as Kernel Tuner does.
+    #[serde(skip)]
+    pub(super) launch_from_aliases: Vec<&'static str>,
     /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
     #[serde(skip)]
     pub(super) t1: Option<Box<Extras>>,
@@ -198,4 +207,15 @@ pub(super) fn misplaced_key_hint(message: &str) -> String {
             )
         })
         .unwrap_or_default()
+}
+
+/// A list, or one value standing for a list of it: Kernel Tuner takes `problem_size = 1024`
+/// (or `"2 ** 14"`) for `(1024,)`.
+fn one_or_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<toml::Value>>, D::Error> {
+    Ok(Some(match toml::Value::deserialize(deserializer)? {
+        toml::Value::Array(values) => values,
+        one => vec![one],
+    }))
 }

@@ -21,8 +21,8 @@ use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt};
 use crate::results::{
-    ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, ShardInfo,
-    choices as plural, rank,
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
+    ShardInfo, choices as plural, rank, set_objective,
 };
 use crate::space::SearchSpace;
 use crate::stop::Stop;
@@ -117,7 +117,7 @@ impl<'a> Run<'a> {
         check_compilers(manifest)?;
         let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
             .with_rounds(options.rounds);
-        let header = header(&setup, &space, options, backend);
+        let header = header(&setup, &space, strategy.name(), options, backend);
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
         notes.extend(manifest.notes.iter().cloned());
@@ -235,6 +235,11 @@ impl<'a> Run<'a> {
                 .take()
                 .and_then(crate::worker_stdout::Watch::note),
         );
+        for warning in self.strategy.take_warnings() {
+            self.observer.note(&format!("warning: {warning}"));
+            self.notes.push(warning);
+        }
+        set_objective(&mut ledger.results, ledger.header.objective.as_ref());
         rank(&mut ledger.results);
         let refine = self.options.refine.filter(|&k| k > 0);
         Report {
@@ -434,6 +439,7 @@ pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Re
 fn header(
     setup: &Setup<'_>,
     space: &SearchSpace,
+    strategy: &str,
     options: &TuneOptions,
     backend: &str,
 ) -> RunHeader {
@@ -441,7 +447,7 @@ fn header(
     RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: manifest.path.display().to_string(),
-        manifest_hash: fingerprint::manifest_hash(&setup.hash, manifest, space.choices()),
+        manifest_hash: fingerprint::manifest_hash(&setup.hash, manifest, space),
         name: manifest.name.clone(),
         kernel: format!(
             "{} ({})",
@@ -450,9 +456,14 @@ fn header(
         backend: backend.to_owned(),
         device: setup.device.clone(),
         space_size: space.len(),
-        selection: options.selection.clone(),
+        // The strategy that runs names itself; budget and seed are the options'.
+        selection: Selection {
+            strategy: strategy.to_owned(),
+            ..options.selection.clone()
+        },
         shard: options.shard,
         metrics: manifest.metrics.names(),
+        objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
     }
 }
 

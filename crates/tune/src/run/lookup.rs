@@ -282,6 +282,7 @@ mod tests {
             },
             shard: None,
             metrics: vec!["twice".into()],
+            objective: None,
         }
     }
 

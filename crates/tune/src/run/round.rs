@@ -8,8 +8,7 @@ use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Compiling, Stage, pipeline};
 use crate::observer::ObserverExt;
-use crate::results::{NotMeasured, Selection, ShardInfo};
-use crate::shard;
+use crate::results::{NotMeasured, Selection, ShardInfo, set_objective};
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
 
@@ -63,6 +62,8 @@ impl Run<'_> {
             self.ready_to_measure(&todo)?;
         }
         self.measure(&todo);
+        let objective = self.ledger.header.objective.as_ref();
+        set_objective(&mut self.ledger.results[self.told..], objective);
         for result in &self.ledger.results[self.told..] {
             self.strategy.tell(result.index, result);
         }
@@ -134,7 +135,7 @@ pub(super) fn ask(
     strategy
         .ask(space, usize::MAX)
         .into_iter()
-        .filter(|&i| i < space.len() && shard::owns(shard, i))
+        .filter(|&i| space.contains(i) && space.owns(shard, i))
         .collect()
 }
 
@@ -157,7 +158,7 @@ fn unasked(
         left.extend(
             batch
                 .into_iter()
-                .filter(|&i| shard::owns(shard, i))
+                .filter(|&i| space.owns(shard, i))
                 .filter_map(|index| {
                     Some(NotMeasured {
                         index,

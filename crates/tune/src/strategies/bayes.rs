@@ -66,7 +66,7 @@ fn point(space: &SearchSpace, counts: &[usize], index: usize) -> Vec<f64> {
         .collect()
 }
 
-fn rbf(a: &[f64], b: &[f64], length: f64) -> f64 {
+pub(crate) fn rbf(a: &[f64], b: &[f64], length: f64) -> f64 {
     let d2: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
     (-d2 / (2.0 * length * length)).exp()
 }
@@ -108,7 +108,7 @@ fn backward(l: &[f64], n: usize, b: &mut [f64]) {
 }
 
 /// A fitted Gaussian process.
-struct Gp {
+pub(crate) struct Gp {
     xs: Vec<Vec<f64>>,
     l: Vec<f64>,
     alpha: Vec<f64>,
@@ -118,7 +118,12 @@ struct Gp {
 impl Gp {
     /// Fits `ys` (standardized) at `xs` with length scale `length`, or with the one of
     /// [`LENGTH_SCALES`] (times √dims) of highest marginal likelihood.
-    fn fit(xs: Vec<Vec<f64>>, ys: &[f64], dims: usize, length: Option<f64>) -> Option<Gp> {
+    pub(crate) fn fit(
+        xs: Vec<Vec<f64>>,
+        ys: &[f64],
+        dims: usize,
+        length: Option<f64>,
+    ) -> Option<Gp> {
         let n = xs.len();
         let scale = (dims.max(1) as f64).sqrt();
         let grid: Vec<f64> = match length {
@@ -163,8 +168,13 @@ impl Gp {
         })
     }
 
+    /// The length scale it was fitted with.
+    pub(crate) fn length(&self) -> f64 {
+        self.length
+    }
+
     /// Mean and standard deviation at `x`.
-    fn predict(&self, x: &[f64]) -> (f64, f64) {
+    pub(crate) fn predict(&self, x: &[f64]) -> (f64, f64) {
         let n = self.xs.len();
         let mut k: Vec<f64> = self.xs.iter().map(|xi| rbf(xi, x, self.length)).collect();
         let mean: f64 = k.iter().zip(&self.alpha).map(|(a, b)| a * b).sum();
@@ -176,7 +186,7 @@ impl Gp {
 
 /// The standard normal density and distribution function (erf by Abramowitz & Stegun 7.1.26,
 /// error below 1.5e-7).
-fn normal(z: f64) -> (f64, f64) {
+pub(crate) fn normal(z: f64) -> (f64, f64) {
     let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
     let x = z.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * x);

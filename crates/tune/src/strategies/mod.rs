@@ -9,6 +9,10 @@
 //! | `ils` | [`GreedyIls`] | Kernel Tuner `greedy_ils.py` (hill climbing + random walk) |
 //! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
 //! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
+//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization |
+//!
+//! [`score`] scores strategies as the field does (a port of the `autotuning-methodology`
+//! package).
 //!
 //! What they share (`Core`): they propose only choices of the space (stable indices, so
 //! never one that breaks a restriction), never the same index twice, at most `budget` in all;
@@ -20,12 +24,15 @@
 //! space is spent.
 
 mod annealing;
+mod auto;
 mod bayes;
 mod de;
 mod genetic;
 mod ils;
+pub mod score;
 
 pub use annealing::SimulatedAnnealing;
+pub use auto::{AutoOptions, AutoSearch, Transform};
 pub use bayes::BayesianOptimization;
 pub use de::DifferentialEvolution;
 pub use genetic::GeneticAlgorithm;
@@ -35,13 +42,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use tunebox_pool::Status;
 
-use crate::results::ChoiceResult;
+use crate::results::{ChoiceResult, Selection};
 use crate::space::SearchSpace;
 use crate::strategy::{BruteForce, RandomSample, Strategy};
 
 /// The names [`by_name`] knows, in the order of the evaluation's tables.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "brute-force",
+    "auto",
     "random",
     "genetic",
     "annealing",
@@ -61,15 +69,29 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
         "ils" => Box::new(GreedyIls::new(budget, seed)),
         "de" => Box::new(DifferentialEvolution::new(budget, seed)),
         "bayes" => Box::new(BayesianOptimization::new(budget, seed)),
+        "auto" => Box::new(AutoSearch::new(budget, seed)),
         _ => return None,
     })
 }
 
-/// The objective a strategy minimizes for a result: the median in ms for `ok`, `+inf` for a
-/// failure (or a NaN median).
+/// The built-in strategy a [`Selection`] names (see [`NAMES`]): `random`
+/// samples `budget` choices (all when unset) with `seed`, the adaptive ones measure `budget`
+/// choices; an unknown name is brute force.
+pub(crate) fn from_selection(selection: &Selection) -> Box<dyn Strategy> {
+    by_name(
+        &selection.strategy,
+        selection.budget.unwrap_or(usize::MAX),
+        selection.seed,
+    )
+    .unwrap_or_else(|| Box::new(BruteForce::new()))
+}
+
+/// The objective a strategy minimizes for a result: its [`ChoiceResult::cost`] for `ok` (the
+/// median in ms, or the manifest's objective metric, negated when higher is better), `+inf`
+/// for a failure (or a NaN or missing cost).
 pub(crate) fn objective(result: &ChoiceResult) -> f64 {
-    match (result.status, result.median_ms()) {
-        (Status::Ok, Some(ms)) if !ms.is_nan() => ms,
+    match (result.status, result.cost()) {
+        (Status::Ok, Some(cost)) if !cost.is_nan() => cost,
         _ => f64::INFINITY,
     }
 }
@@ -83,6 +105,8 @@ pub(crate) struct Core {
     asked: usize,
     /// One bit per choice of the space: handed out.
     visited: Vec<u64>,
+    /// The choices handed out, in a space too large to list (its bit set would not fit).
+    visited_unlisted: HashSet<usize>,
     /// Objective of every told choice.
     pub told: HashMap<usize, f64>,
     /// The best told choice and its objective.
@@ -96,6 +120,7 @@ impl Core {
             budget,
             asked: 0,
             visited: Vec::new(),
+            visited_unlisted: HashSet::new(),
             told: HashMap::new(),
             best: None,
         }
@@ -108,7 +133,7 @@ impl Core {
 
     /// Sizes the visited set for `space` (once).
     pub(crate) fn init(&mut self, space: &SearchSpace) {
-        if self.visited.is_empty() {
+        if self.visited.is_empty() && space.is_listed() {
             self.visited = vec![0; space.len().div_ceil(64).max(1)];
         }
     }
@@ -119,6 +144,9 @@ impl Core {
     }
 
     pub(crate) fn is_visited(&self, index: usize) -> bool {
+        if self.visited.is_empty() {
+            return self.visited_unlisted.contains(&index);
+        }
         self.visited[index / 64] & (1 << (index % 64)) != 0
     }
 
@@ -127,7 +155,11 @@ impl Core {
         if self.is_visited(index) {
             return false;
         }
-        self.visited[index / 64] |= 1 << (index % 64);
+        if self.visited.is_empty() {
+            self.visited_unlisted.insert(index);
+        } else {
+            self.visited[index / 64] |= 1 << (index % 64);
+        }
         self.asked += 1;
         true
     }
@@ -148,17 +180,22 @@ impl Core {
     }
 
     /// An unvisited choice drawn uniformly (by rejection, then by a scan from a random
-    /// start once most are visited); `None` when every choice was handed out.
+    /// start once most are visited; in a space too large to list, by rejection from the raw
+    /// product only, see [`SearchSpace::random_index`]); `None` when every choice was handed
+    /// out (or no draw found a valid one).
     pub(crate) fn random_unvisited(&mut self, space: &SearchSpace) -> Option<usize> {
         let n = space.len();
         if self.asked >= n {
             return None;
         }
         for _ in 0..32 {
-            let i = self.rng.usize(0..n);
+            let i = space.random_index(&mut self.rng)?;
             if !self.is_visited(i) {
                 return Some(i);
             }
+        }
+        if !space.is_listed() {
+            return None;
         }
         let start = self.rng.usize(0..n);
         (0..n)

@@ -1,0 +1,77 @@
+"""Runs Kernel Tuner's vector_add example with tunebox.kernel_tuner and with Kernel Tuner, and
+compares the configurations each measured and their verification outcomes.
+
+Usage: python compare.py [--size N]   (N overrides the example's 72 Mi floats, for a quick run)
+"""
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[3]
+LINE = re.compile(r"^((?:\w+=[^,]+, )+)(time=|ok|wrong|crashed|timeout|compile_error|error)")
+
+
+def variant(text, size, for_kernel_tuner):
+    if size is not None:
+        text = text.replace("size = 72*1024*1024", f"size = {size}")
+    if for_kernel_tuner:
+        text = text.replace("from tunebox.kernel_tuner import tune_kernel", "from kernel_tuner import tune_kernel")
+        # The two changes Kernel Tuner 1.5 needs to run its own example (README.md).
+        text = text.replace("compiler_options=['-O3']", "compiler_options=['-O3', '-fopenmp']")
+        text = text.replace("answer = [a+b, None, None]", "answer = [a+b, None, None, None]")
+    return text
+
+
+def run(text, name):
+    path = ROOT / "target" / "python" / f"vector_add_{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    configs = {}
+    for line in done.stdout.splitlines():
+        match = LINE.match(line)
+        if match and not line.startswith("best"):
+            key = match.group(1).rstrip(", ")
+            configs.setdefault(key, "ok" if match.group(2) == "time=" else match.group(2))
+    return done.returncode, elapsed, configs, done.stderr[-2000:]
+
+
+def main():
+    size = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--size":
+        size = int(sys.argv[2])
+    text = (HERE / "vector_add.py").read_text()
+    ours = run(variant(text, size, False), "tunebox")
+    print(f"tunebox.kernel_tuner: exit {ours[0]} in {ours[1]:.1f} s, {len(ours[2])} configurations")
+    if ours[0] != 0:
+        print(ours[3])
+        return 1
+    try:
+        import kernel_tuner  # noqa: F401
+    except ImportError:
+        print("Kernel Tuner is not installed: no comparison")
+        return 0
+    theirs = run(variant(text, size, True), "kernel_tuner")
+    print(
+        f"kernel_tuner (with -fopenmp and a 4-entry answer): exit {theirs[0]} in {theirs[1]:.1f} s, "
+        f"{len(theirs[2])} configurations"
+    )
+    if theirs[0] != 0:
+        print(theirs[3])
+    same = ours[2] == theirs[2]
+    print("same configurations and verification outcomes:", same)
+    if not same:
+        for key in sorted(set(ours[2]) | set(theirs[2])):
+            if ours[2].get(key) != theirs[2].get(key):
+                print(f"  {key}: tunebox {ours[2].get(key)}, Kernel Tuner {theirs[2].get(key)}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

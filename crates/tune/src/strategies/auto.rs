@@ -1,0 +1,461 @@
+//! `auto`: the default adaptive search, Bayesian optimization made robust to what recorded GPU
+//! spaces do (Snoek, Larochelle, Adams 2012; Willemsen et al., PMBS 2021; the batch rule after
+//! González et al., "Batch Bayesian Optimization via Local Penalization", AISTATS 2016):
+//!
+//! - **skewed objectives**: the model sees ranks, not times: each told time becomes the standard
+//!   normal quantile of its rank among the successful ones (a Gaussian copula), so a space whose
+//!   median is 30× its optimum, or one whose times differ by 2%, looks the same to it;
+//! - **failed choices** (compile errors, crashes, wrong answers) rank below every success, one
+//!   step further down, so the model learns to avoid their region without a made-up time;
+//! - **ordinal and categorical params**: a param whose values are all numbers is ordinal, its
+//!   value index scaled to [0, 1]; any other (strings, booleans) is categorical, one-hot scaled
+//!   so that two different values are as far apart as the ends of an ordinal one;
+//! - **batches**: asked for `n > 1` choices (several workers measuring), it proposes up to its
+//!   batch size at once, each next one maximizing expected improvement multiplied by
+//!   `1 − k(x, chosen)` for the ones already chosen (local penalization), so that a batch spreads;
+//! - candidates are the unvisited adjacent neighbours of the 5 best, random walks of one or two
+//!   params from the 3 best, and 128 random unvisited choices; the first 10 choices are random.
+//!
+//! [`AutoOptions`] holds the few settings (random start, ξ, the transform, the batch size).
+//! It has no constant fitted to a space: the only settings are the usual ones of GP-EI
+//! (ξ = 0.01, length scale by marginal likelihood over a grid). Its cost per step is one GP fit
+//! on at most 128 points (a Cholesky factorization, O(128³)) plus O(128²) per candidate: a few
+//! milliseconds, independent of the space's size and of the budget.
+
+use super::Core;
+use super::bayes::{Gp, normal, rbf};
+use crate::results::ChoiceResult;
+use crate::space::{ParamValue, SearchSpace};
+use crate::strategy::Strategy;
+
+const POOL: usize = 128;
+const WALKS: usize = 32;
+const MAX_POINTS: usize = 128;
+
+/// What `auto` can be told; [`AutoOptions::default`] is what `--strategy auto` runs (chosen by
+/// leave-one-GPU-out and leave-one-kernel-out on the repository's data: docs/search.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoOptions {
+    /// Random choices before the model (10).
+    pub initial: usize,
+    /// Expected improvement's exploration margin, in standardized units (0.01).
+    pub xi: f64,
+    /// What the model sees of a time.
+    pub transform: Transform,
+    /// The most proposals at once, when asked for several (1).
+    pub batch: usize,
+}
+
+/// How told times become the model's targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transform {
+    /// Normal scores of ranks (the default): robust to skew and outliers.
+    Rank,
+    /// Logarithms, as `bayes` (and Kernel Tuner's `bayes_opt`) model them.
+    Log,
+}
+
+impl Default for AutoOptions {
+    fn default() -> AutoOptions {
+        AutoOptions {
+            initial: 10,
+            xi: 0.01,
+            transform: Transform::Rank,
+            batch: 1,
+        }
+    }
+}
+
+/// The default adaptive search (see the module docs).
+#[derive(Debug, Clone)]
+pub struct AutoSearch {
+    core: Core,
+    /// Proposals handed out and not yet told.
+    pending: Vec<usize>,
+    /// Every told choice and its objective (`+inf` failed), in the order told.
+    history: Vec<(usize, f64)>,
+    options: AutoOptions,
+    /// The length scale chosen last, and the history length then.
+    length: Option<(usize, f64)>,
+    /// How each param is encoded, once the space is known.
+    encoding: Option<Vec<Encoding>>,
+}
+
+/// How a param enters the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Encoding {
+    /// Value index over `count − 1`.
+    Ordinal(usize),
+    /// One coordinate per value, `1/√2` for the value taken.
+    Categorical(usize),
+}
+
+impl AutoSearch {
+    /// At most `budget` choices, seeded by `seed`, one proposal at a time.
+    pub fn new(budget: usize, seed: u64) -> AutoSearch {
+        AutoSearch::with_batch(budget, seed, 1)
+    }
+
+    /// As [`AutoSearch::new`], proposing up to `batch` choices when asked for several (as many
+    /// as there are workers measuring).
+    pub fn with_batch(budget: usize, seed: u64, batch: usize) -> AutoSearch {
+        AutoSearch::with_options(
+            budget,
+            seed,
+            AutoOptions {
+                batch,
+                ..AutoOptions::default()
+            },
+        )
+    }
+
+    /// As [`AutoSearch::new`], with `options`.
+    pub fn with_options(budget: usize, seed: u64, options: AutoOptions) -> AutoSearch {
+        AutoSearch {
+            core: Core::new(budget, seed),
+            pending: Vec::new(),
+            history: Vec::new(),
+            options: AutoOptions {
+                batch: options.batch.max(1),
+                ..options
+            },
+            length: None,
+            encoding: None,
+        }
+    }
+}
+
+fn encodings(space: &SearchSpace) -> Vec<Encoding> {
+    space
+        .params()
+        .map(|(_, values)| {
+            let numeric = values
+                .iter()
+                .all(|v| matches!(v, ParamValue::Int(_) | ParamValue::Float(_)));
+            if numeric || values.len() <= 2 {
+                Encoding::Ordinal(values.len())
+            } else {
+                Encoding::Categorical(values.len())
+            }
+        })
+        .collect()
+}
+
+fn encode(space: &SearchSpace, encoding: &[Encoding], index: usize) -> Vec<f64> {
+    let values = space.value_indices(index).expect("a choice of the space");
+    let mut x = Vec::with_capacity(encoding.len());
+    for (&v, e) in values.iter().zip(encoding) {
+        match *e {
+            Encoding::Ordinal(c) => x.push(if c > 1 {
+                v as f64 / (c - 1) as f64
+            } else {
+                0.0
+            }),
+            Encoding::Categorical(c) => {
+                x.extend((0..c).map(|k| {
+                    if k == v {
+                        std::f64::consts::FRAC_1_SQRT_2
+                    } else {
+                        0.0
+                    }
+                }));
+            }
+        }
+    }
+    x
+}
+
+/// The standard normal quantile of `p` in (0, 1), by bisection on [`normal`] (60 halvings:
+/// to the precision of its distribution function).
+fn quantile(p: f64) -> f64 {
+    let (mut lo, mut hi) = (-8.0, 8.0);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if normal(mid).1 < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// The model's targets under `transform`, standardized.
+fn targets(values: &[f64], transform: Transform) -> Vec<f64> {
+    let ys = match transform {
+        Transform::Rank => rank_scores(values),
+        Transform::Log => log_scores(values),
+    };
+    let mean = ys.iter().sum::<f64>() / ys.len() as f64;
+    let sd = (ys.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / ys.len() as f64)
+        .sqrt()
+        .max(1e-12);
+    ys.iter().map(|y| (y - mean) / sd).collect()
+}
+
+/// Logarithms; a failure a quarter of the range above the worst success.
+fn log_scores(values: &[f64]) -> Vec<f64> {
+    let logs: Vec<f64> = values
+        .iter()
+        .filter(|v| v.is_finite())
+        .map(|v| v.max(1e-30).ln())
+        .collect();
+    let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
+    let fail = hi + 0.25 * (hi - lo).max(1e-6);
+    values
+        .iter()
+        .map(|v| {
+            if v.is_finite() {
+                v.max(1e-30).ln()
+            } else {
+                fail
+            }
+        })
+        .collect()
+}
+
+/// Normal scores of the ranks of the successes (ties share the mean rank), failures one step
+/// below the worst success.
+fn rank_scores(values: &[f64]) -> Vec<f64> {
+    let mut ok: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    ok.sort_by(f64::total_cmp);
+    let n = ok.len() as f64;
+    let score = |v: f64| {
+        let below = ok.partition_point(|&o| o < v) as f64;
+        let equal = ok.partition_point(|&o| o <= v) as f64 - below;
+        quantile((below + 0.5 * equal) / n)
+    };
+    let worst = quantile((n - 0.5) / n);
+    let step = (worst - quantile((n - 1.5).max(0.5) / n)).max(0.5);
+    values
+        .iter()
+        .map(|&v| {
+            if v.is_finite() {
+                score(v)
+            } else {
+                worst + step
+            }
+        })
+        .collect()
+}
+
+impl AutoSearch {
+    /// The training set: everything, or the best half and the most recent half when there are
+    /// more than [`MAX_POINTS`].
+    fn training(&self) -> Vec<(usize, f64)> {
+        if self.history.len() <= MAX_POINTS {
+            return self.history.clone();
+        }
+        let mut by_value = self.history.clone();
+        by_value.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        let mut set: Vec<(usize, f64)> = by_value[..MAX_POINTS / 2].to_vec();
+        let mut seen: std::collections::BTreeSet<usize> = set.iter().map(|s| s.0).collect();
+        for &h in self.history.iter().rev() {
+            if set.len() >= MAX_POINTS {
+                break;
+            }
+            if seen.insert(h.0) {
+                set.push(h);
+            }
+        }
+        set
+    }
+
+    /// Candidates: neighbours of the best, random walks from the best, random unvisited ones.
+    fn pool(&mut self, space: &SearchSpace, best: &[usize]) -> Vec<usize> {
+        let mut pool: Vec<usize> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut add = |j: usize, core: &Core, pool: &mut Vec<usize>| {
+            if !core.is_visited(j) && seen.insert(j) {
+                pool.push(j);
+            }
+        };
+        for &i in best.iter().take(5) {
+            for j in Core::neighbours(space, i) {
+                add(j, &self.core, &mut pool);
+            }
+        }
+        for w in 0..WALKS {
+            if best.is_empty() {
+                break;
+            }
+            let from = best[w % best.len().min(3)];
+            if let Some(j) = self.core.random_walk(space, from, 1 + w % 2) {
+                add(j, &self.core, &mut pool);
+            }
+        }
+        for _ in 0..POOL {
+            match self.core.random_unvisited(space) {
+                Some(j) => add(j, &self.core, &mut pool),
+                None => break,
+            }
+        }
+        pool
+    }
+
+    /// Up to `n` proposals by expected improvement with local penalization; empty while the
+    /// model cannot be fitted (too few results).
+    fn propose(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        let ok = self.history.iter().filter(|h| h.1.is_finite()).count();
+        if self.history.len() < self.options.initial || ok < 2 {
+            return Vec::new();
+        }
+        let encoding = self
+            .encoding
+            .get_or_insert_with(|| encodings(space))
+            .clone();
+        let mut train = self.training();
+        let values: Vec<f64> = train.iter().map(|t| t.1).collect();
+        let ys = targets(&values, self.options.transform);
+        let xs: Vec<Vec<f64>> = train
+            .iter()
+            .map(|&(i, _)| encode(space, &encoding, i))
+            .collect();
+        let dims = xs[0].len();
+        let reuse = self
+            .length
+            .filter(|&(at, _)| self.history.len() < at + 10)
+            .map(|(_, l)| l);
+        let Some(gp) = Gp::fit(xs, &ys, dims, reuse) else {
+            return Vec::new();
+        };
+        if reuse.is_none() {
+            self.length = Some((self.history.len(), gp.length()));
+        }
+        let y_best = ys.iter().copied().fold(f64::INFINITY, f64::min);
+        train.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        let best: Vec<usize> = train.iter().map(|t| t.0).collect();
+        let pool = self.pool(space, &best);
+        let mut scored: Vec<(f64, usize, Vec<f64>)> = pool
+            .into_iter()
+            .map(|j| {
+                let x = encode(space, &encoding, j);
+                let (mu, sigma) = gp.predict(&x);
+                let improvement = y_best - mu - self.options.xi;
+                let z = improvement / sigma;
+                let (pdf, cdf) = normal(z);
+                ((improvement * cdf + sigma * pdf).max(0.0), j, x)
+            })
+            .collect();
+        let mut out = Vec::new();
+        while out.len() < n && !scored.is_empty() {
+            let k = (0..scored.len())
+                .max_by(|&a, &b| {
+                    scored[a]
+                        .0
+                        .total_cmp(&scored[b].0)
+                        .then(scored[b].1.cmp(&scored[a].1))
+                })
+                .expect("a candidate");
+            let (_, j, x) = scored.swap_remove(k);
+            for s in &mut scored {
+                s.0 *= 1.0 - rbf(&s.2, &x, gp.length());
+            }
+            out.push(j);
+        }
+        out
+    }
+}
+
+impl Strategy for AutoSearch {
+    fn name(&self) -> &str {
+        "auto"
+    }
+
+    fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        self.core.init(space);
+        let room = n.min(self.core.left(space));
+        // One proposal out at a time unless batching; more only when asked for more.
+        let want = room.min(self.options.batch.saturating_sub(self.pending.len()));
+        if want == 0 {
+            return Vec::new();
+        }
+        let mut out = self.propose(space, want);
+        out.retain(|&i| !self.core.is_visited(i));
+        while out.len() < want {
+            match self.core.random_unvisited(space) {
+                Some(i) if !out.contains(&i) => out.push(i),
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        for &i in &out {
+            self.core.take(i);
+        }
+        self.pending.extend(&out);
+        out
+    }
+
+    fn tell(&mut self, index: usize, result: &ChoiceResult) {
+        let value = self.core.record(index, result);
+        self.history.push((index, value));
+        self.pending.retain(|&p| p != index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_ranks_with_failures_last() {
+        let ys = targets(&[5.0, 1.0, 1000.0, f64::INFINITY, 2.0], Transform::Rank);
+        let mut order: Vec<usize> = (0..5).collect();
+        order.sort_by(|&a, &b| ys[a].total_cmp(&ys[b]));
+        assert_eq!(order, [1, 4, 0, 2, 3]);
+        // A 1000× outlier is one rank step, not a thousand.
+        assert!((ys[2] - ys[0]) < 2.0 * (ys[0] - ys[4]) + 1e-9);
+        assert!((quantile(0.975) - 1.96).abs() < 1e-3);
+    }
+
+    #[test]
+    fn strings_are_categorical_and_numbers_ordinal() {
+        let params = crate::space::tests::params(&[("A", &[1, 2, 4, 8])]);
+        let mut params = params;
+        params.insert(
+            "B".into(),
+            ["x", "y", "z"]
+                .iter()
+                .map(|s| ParamValue::Str((*s).into()))
+                .collect(),
+        );
+        let space = SearchSpace::from_params(&params, &[]).unwrap();
+        let e = encodings(&space);
+        assert_eq!(e, [Encoding::Ordinal(4), Encoding::Categorical(3)]);
+        let x = encode(&space, &e, 0);
+        assert_eq!(x.len(), 4);
+    }
+
+    #[test]
+    fn a_batch_is_distinct_and_spread() {
+        let params = crate::space::tests::params(&[
+            ("A", &(0..8).collect::<Vec<_>>()),
+            ("B", &(0..8).collect::<Vec<_>>()),
+        ]);
+        let space = SearchSpace::from_params(&params, &[]).unwrap();
+        let mut s = AutoSearch::with_batch(40, 3, 4);
+        let mut asked = Vec::new();
+        while asked.len() < 40 {
+            let batch = s.ask(&space, usize::MAX);
+            assert!(!batch.is_empty() && batch.len() <= 4);
+            for &i in &batch {
+                let v = space.value_indices(i).unwrap();
+                let t = ((v[0] as f64 - 5.0).powi(2) + (v[1] as f64 - 2.0).powi(2)) + 1.0;
+                let m = crate::replay::Measurement {
+                    time_ms: Some(t),
+                    status: tunebox_pool::Status::Ok,
+                    cost_ms: 1.0,
+                };
+                s.tell(i, &crate::replay::result_of(&space, i, m, "test"));
+            }
+            asked.extend(batch);
+        }
+        let mut d = asked.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert_eq!(d.len(), asked.len());
+        // The optimum (A=5, B=2) is found well within 40 of 64.
+        assert!(asked.contains(&space.index_of_values(&[5, 2]).unwrap()));
+    }
+}

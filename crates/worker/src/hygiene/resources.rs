@@ -1,0 +1,153 @@
+//! Resources a task can leave behind that the worker cannot take back safely: descriptors,
+//! threads, memory. Compared before and after each task.
+
+use std::collections::BTreeSet;
+
+/// Open descriptors, live threads and anonymous resident memory at one moment.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Resources {
+    pub(crate) fds: BTreeSet<i32>,
+    pub(crate) threads: BTreeSet<i32>,
+    /// Anonymous resident memory, in KiB.
+    pub(crate) anon_kib: u64,
+}
+
+impl Resources {
+    /// The resources of this process now (empty sets where `/proc` cannot be read).
+    pub(crate) fn now() -> Resources {
+        Resources {
+            fds: open_descriptors(),
+            threads: numbered_entries("/proc/self/task"),
+            anon_kib: anon_kib().unwrap_or(0),
+        }
+    }
+}
+
+/// The open descriptors, without the one that lists them.
+fn open_descriptors() -> BTreeSet<i32> {
+    let mut fds = BTreeSet::new();
+    // SAFETY: `opendir` gets a NUL-terminated path; the stream is read with `readdir` until it
+    // ends and closed once; each entry's name is a NUL-terminated string inside the entry,
+    // valid until the next `readdir`.
+    unsafe {
+        let dir = libc::opendir(c"/proc/self/fd".as_ptr());
+        if dir.is_null() {
+            return fds;
+        }
+        let own = libc::dirfd(dir);
+        loop {
+            let entry = libc::readdir(dir);
+            if entry.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*entry).d_name.as_ptr());
+            if let Some(fd) = name.to_str().ok().and_then(|n| n.parse::<i32>().ok())
+                && fd != own
+            {
+                fds.insert(fd);
+            }
+        }
+        libc::closedir(dir);
+    }
+    fds
+}
+
+/// The numeric names in a `/proc` directory.
+fn numbered_entries(dir: &str) -> BTreeSet<i32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Resident memory not backed by a file or shared memory: `resident - shared` of
+/// `/proc/self/statm` (the `RssAnon` of `/proc/self/status`, which costs ten times more to
+/// read), in KiB.
+fn anon_kib() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut fields = statm.split_whitespace().skip(1);
+    let resident: u64 = fields.next()?.parse().ok()?;
+    let shared: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    Some(resident.saturating_sub(shared) * page / 1024)
+}
+
+/// What descriptor `fd` refers to (`/dev/null`, `pipe:[123]`, `socket:[456]`, …); `None` once
+/// it is closed (the one that listed `/proc/self/fd`, say).
+pub(crate) fn fd_target(fd: i32) -> Option<String> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .ok()
+        .map(|p| p.display().to_string())
+}
+
+/// The name of thread `tid` (its `comm`).
+pub(crate) fn thread_name(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|n| n.trim().to_owned())
+        .unwrap_or_else(|_| "exited since".into())
+}
+
+/// Whether a descriptor to `target` is the worker's own plumbing: the shared-memory regions of
+/// requests and replies (ipc-channel's memfds), whose mappings the worker keeps between
+/// requests.
+pub(crate) fn is_plumbing(target: &str) -> bool {
+    target.contains("ipc-channel-shared-memory")
+}
+
+/// Whether a descriptor to `target`, left by the first request a backend serves, is the
+/// backend's own setup (a device file or event descriptor of the CUDA driver, …).
+pub(crate) fn is_backend_setup(target: &str) -> bool {
+    target.starts_with("/dev/")
+        || target.starts_with("anon_inode:")
+        || target.starts_with("pipe:")
+        || target.starts_with("socket:")
+}
+
+/// `n` bytes given in KiB, in words (`1.5 GiB`, `300 MiB`).
+pub(crate) fn kib_words(kib: u64) -> String {
+    if kib >= 1 << 20 {
+        format!("{:.1} GiB", kib as f64 / f64::from(1u32 << 20))
+    } else {
+        format!("{} MiB", kib >> 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sees_a_new_descriptor_and_a_new_thread() {
+        let before = Resources::now();
+        assert!(before.fds.contains(&0) || before.fds.contains(&1) || !before.fds.is_empty());
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            stop_rx.recv()
+        });
+        let tid = tid_rx.recv().unwrap();
+        let after = Resources::now();
+        let new_fds: Vec<_> = after.fds.difference(&before.fds).copied().collect();
+        assert!(
+            new_fds
+                .iter()
+                .any(|&fd| fd_target(fd).as_deref() == Some("/dev/null")),
+            "{new_fds:?}"
+        );
+        assert!(after.threads.contains(&tid) && !before.threads.contains(&tid));
+        drop(file);
+        drop(stop_tx);
+        thread.join().unwrap().unwrap_err();
+        assert!(is_plumbing(
+            "/memfd:/ipc-channel-shared-memory.1.2.3.4 (deleted)"
+        ));
+        assert!(is_backend_setup("/dev/nvidiactl") && !is_backend_setup("/tmp/x"));
+        assert_eq!(kib_words(3 << 20), "3.0 GiB");
+    }
+}
