@@ -168,8 +168,11 @@ fn expected(cheat: u32) -> (Status, &'static str) {
 
 #[test]
 fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
-    // SAFETY: set once, before any worker starts; every test sets the same value.
-    unsafe { std::env::set_var("TUNEBOX_CACHE_DIR", cache_root()) };
+    // SAFETY: set before any worker starts; every test sets the same values (tests/tune.rs).
+    unsafe {
+        std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
+        std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
+    }
     let dir = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("secret");
@@ -199,8 +202,13 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     std::fs::write(dir.path().join("zoo.c"), include_str!("zoo/zoo.c")).unwrap();
     std::fs::write(dir.path().join("m.toml"), manifest).unwrap();
 
-    let report = tunebox_tune::tune(&zoo_options(dir.path()), &Quiet, &Stop::new())
-        .expect("the run survives its candidates");
+    let report = tunebox_tune::tune(
+        &dir.path().join("m.toml"),
+        &zoo_options(),
+        &Quiet,
+        &Stop::new(),
+    )
+    .expect("the run survives its candidates");
     let results = &report.results;
     assert_eq!(results.len(), cheats.len(), "every candidate has a result");
     let mut misjudged = Vec::new();
@@ -241,9 +249,8 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
 }
 
 /// Options for the zoo run: the test worker, one worker at a time, a fresh worker per choice.
-fn zoo_options(dir: &std::path::Path) -> TuneOptions {
+fn zoo_options() -> TuneOptions {
     TuneOptions {
-        manifest: dir.join("m.toml"),
         workers: 1,
         timeout: None,
         max_process_uses: Some(1),
@@ -260,6 +267,8 @@ fn zoo_options(dir: &std::path::Path) -> TuneOptions {
         max_time: None,
         refine: None,
         shard: None,
+        rounds: 0,
+        race: None,
     }
 }
 

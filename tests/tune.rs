@@ -98,7 +98,6 @@ impl Strategy for UntilFirstOk {
 
 fn options(dir: &std::path::Path) -> TuneOptions {
     TuneOptions {
-        manifest: dir.join("m.toml"),
         workers: 1,
         timeout: None,
         max_process_uses: Some(1),
@@ -115,12 +114,19 @@ fn options(dir: &std::path::Path) -> TuneOptions {
         max_time: None,
         refine: None,
         shard: None,
+        rounds: 0,
+        race: None,
     }
 }
 
 fn setup() -> tempfile::TempDir {
-    // SAFETY: set once, before any worker starts; every test sets the same value.
-    unsafe { std::env::set_var("TUNEBOX_CACHE_DIR", cache_root()) };
+    // SAFETY: set once, before any worker starts; every test sets the same values. The runs
+    // see no interference (an empty /proc/stat: conditions unknown), so that what they cache
+    // does not depend on what else this machine runs.
+    unsafe {
+        std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
+        std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("scale.c"), KERNEL).unwrap();
     std::fs::write(dir.path().join("m.toml"), MANIFEST).unwrap();
@@ -132,7 +138,13 @@ fn a_whole_run_through_the_library() {
     let dir = setup();
     let options = options(dir.path());
     let recorder = Recorder::default();
-    let report = tunebox_tune::tune(&options, &recorder, &Stop::new()).unwrap();
+    let report = tunebox_tune::tune(
+        &dir.path().join("m.toml"),
+        &options,
+        &recorder,
+        &Stop::new(),
+    )
+    .unwrap();
     let statuses: Vec<(String, Status)> = report
         .results
         .iter()
@@ -159,7 +171,8 @@ fn a_whole_run_through_the_library() {
         4
     );
     // The results cache has them: a second run measures nothing.
-    let again = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap();
+    let again =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap();
     assert_eq!(again.info.cache.as_ref().map(|c| c.hits), Some(4));
     assert!(again.results.iter().all(|r| r.cached));
     // The JSON and CSV formats are the library's.
@@ -176,7 +189,7 @@ fn a_strategy_of_our_own_is_asked_and_told_round_by_round() {
     let dir = setup();
     let mut options = options(dir.path());
     options.cache = CacheMode::Off;
-    let manifest = tunebox_tune::Manifest::load(&options.manifest, "cc").unwrap();
+    let manifest = tunebox_tune::Manifest::load(&dir.path().join("m.toml"), "cc").unwrap();
     let plan = Plan::new(manifest, Box::new(UntilFirstOk::default()), None).unwrap();
     assert_eq!(plan.selected(), [2]);
     let report = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
@@ -199,7 +212,13 @@ fn a_strategy_of_our_own_is_asked_and_told_round_by_round() {
 fn errors_name_the_stage() {
     let dir = setup();
     std::fs::write(dir.path().join("m.toml"), "timeout_s = \"x\"").unwrap();
-    let e = tunebox_tune::tune(&options(dir.path()), &(), &Stop::new()).unwrap_err();
+    let e = tunebox_tune::tune(
+        &dir.path().join("m.toml"),
+        &options(dir.path()),
+        &(),
+        &Stop::new(),
+    )
+    .unwrap_err();
     assert!(
         matches!(e, tunebox_tune::TuneError::Manifest { .. }),
         "{e:?}"
@@ -207,7 +226,8 @@ fn errors_name_the_stage() {
     let dir = setup();
     let mut options = options(dir.path());
     options.json = Some(dir.path().join("missing/r.json"));
-    let e = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap_err();
+    let e =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap_err();
     assert!(
         matches!(e, tunebox_tune::TuneError::Options { .. }),
         "{e:?}"
@@ -258,7 +278,8 @@ fn a_manifest_built_in_code_runs_as_its_toml_does() {
         MANIFEST.replace("flags = [\"-O2\"]", "flags = [\"-O2\"]\ncompiler = \"cc\""),
     )
     .unwrap();
-    let from_toml = tunebox_tune::tune(&options, &(), &Stop::new()).unwrap();
+    let from_toml =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap();
     // The built manifest is the same manifest: the same space, measured the same way, so the
     // results cache answers every choice of it.
     let plan = Plan::new(built(dir.path()), Box::new(BruteForce::new()), None).unwrap();
@@ -401,4 +422,72 @@ fn an_observer_stops_the_run_and_what_was_never_asked_for_is_not_measured() {
         not_measured,
         [(1, "interrupted"), (2, "interrupted"), (3, "interrupted")]
     );
+}
+
+/// The public stages are the run's code path: `measure` (the pipeline without its compile
+/// threads) gives what the run gives for the same choices, and the run's results cache answers
+/// a lookup with the run's results.
+#[test]
+fn measure_and_the_run_give_the_same_results() {
+    let dir = setup();
+    // Fixed reps, so that both measure the same number of calls.
+    let fixed = MANIFEST.replace("rep_ms = 2\n", "rep_ms = 2\nmin_reps = 5\nmax_reps = 5\n");
+    std::fs::write(dir.path().join("m.toml"), fixed).unwrap();
+    let manifest_path = dir.path().join("m.toml");
+    let options = options(dir.path());
+    let report = tunebox_tune::tune(&manifest_path, &options, &(), &Stop::new()).unwrap();
+    let mut by_run: Vec<&ChoiceResult> = report.results.iter().collect();
+    by_run.sort_by_key(|r| r.index);
+
+    let plan = tunebox_tune::plan(&manifest_path, &options.selection, None).unwrap();
+    let setup = Setup::new(plan.manifest(), &report.info.header.device, None, Some(1));
+    let all: Vec<usize> = (0..plan.space().len()).collect();
+    let stop = Stop::new();
+    // The run's cache answers every choice, with the run's results.
+    let cache = ResultsCache::load(&dir.path().join("results.jsonl"), false).unwrap();
+    let hits = tunebox_tune::lookup_cached(&setup, plan.space(), &all, Some(&cache));
+    assert_eq!((hits.hits, hits.todo.len()), (4, 0));
+    for (hit, run) in hits.done.iter().zip(&by_run) {
+        assert_eq!((hit.index, hit.status), (run.index, run.status));
+        assert_eq!(hit.median_ms(), run.median_ms());
+        // (Ties are the report's: a choice's tie depends on the others of the run.)
+        let windows = |r: &ChoiceResult| {
+            r.windows
+                .as_ref()
+                .map(|w| (w.medians_ms.clone(), w.interval_ms))
+        };
+        assert_eq!(windows(hit), windows(run));
+    }
+    // `measure` on the same choices: the same statuses, reps, checks and windows' shape.
+    let lookup = tunebox_tune::lookup_cached(&setup, plan.space(), &all, None);
+    for todo in &lookup.todo {
+        tunebox_tune::compile(&setup, todo, &stop).unwrap();
+    }
+    let outputs = tunebox_tune::reference(&setup, Some(worker_exe()), &(), &stop).unwrap();
+    let measured = tunebox_tune::measure(
+        &setup,
+        &lookup.todo,
+        outputs.as_deref(),
+        1,
+        Some(worker_exe()),
+        &(),
+        &stop,
+    )
+    .unwrap();
+    assert_eq!(measured.len(), by_run.len());
+    for (m, run) in measured.iter().zip(&by_run) {
+        assert_eq!((m.index, m.status), (run.index, run.status), "{m:?}");
+        assert_eq!(
+            m.stats.as_ref().map(|s| s.reps),
+            run.stats.as_ref().map(|s| s.reps)
+        );
+        assert_eq!(
+            m.check.map(|c| c.mismatches),
+            run.check.map(|c| c.mismatches)
+        );
+        assert_eq!(
+            m.windows.as_ref().map(|w| w.medians_ms.len()),
+            run.windows.as_ref().map(|w| w.medians_ms.len())
+        );
+    }
 }

@@ -1,22 +1,46 @@
-//! `cargo xtask agreement [RUNS] [-- TUNE_ARGS…]`: how well back-to-back runs of the main job
-//! (`tunebox tune examples/matmul-cpu.toml`) agree on one machine.
+//! `cargo xtask agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]`: how well independent runs
+//! of the main job (`tunebox tune examples/matmul-cpu.toml`) agree on one machine, beside
+//! Kernel Tuner's runs of the same kernel and space.
 //!
-//! For each pair of consecutive runs it reports Spearman's rank correlation over the choices
-//! both measured `ok`, and the top-1 regret: run i's best as run i+1 measured it, against run
-//! i+1's best (0 % when both runs pick the same choice, or choices within the noise of each
-//! other). Writes `target/agreement/summary.json` and each run's JSON report beside it.
+//! Each of the RUNS (default 5) runs starts from an empty results cache (`--no-cache`) and an
+//! empty kernel cache (a fresh `TUNEBOX_CACHE_DIR`), so it compiles every choice as a new
+//! user's first run does. With `--busy`, 2 × `nproc` busy loops run the whole time, and each
+//! tunebox run must print its busy-machine warning. Between tunebox's runs, Kernel Tuner 1.5
+//! (from `target/kernel-tuner-venv` or `$KT_VENV`, created with pip as
+//! `benchmarks/kernel-tuner/run.sh` does) tunes the same 27 choices once per run
+//! (`benchmarks/kernel-tuner/compare.py kt-tune`), unless `--no-kt`.
+//!
+//! For every pair of runs of a tool it reports Spearman's rank correlation over the choices
+//! both measured `ok`, and the top-1 regret: run i's best as run j measured it, against run j's
+//! best (both directions). Prints min / median / max of each and of the wall times, checks them
+//! against the targets of issue 23 (idle: regret ≤ 1 %, Spearman ≥ 0.95; busy: ≤ 3 %, ≥ 0.9;
+//! tunebox's median wall time ≤ Kernel Tuner's), and writes `target/agreement/summary.json`
+//! (`summary-busy.json`) with each run's JSON report beside it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use crate::loaded::Hogs;
 use crate::{cargo, target_dir, workspace_root};
 
-/// One run's `ok` results: choice label → median ms.
+/// One run's `ok` results: choice label → time in ms (tunebox's estimate, Kernel Tuner's
+/// objective).
 pub(crate) type Medians = BTreeMap<String, f64>;
+
+const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [-- TUNE_ARGS…]";
+
+/// What one tool's runs gave.
+#[derive(Default)]
+struct Runs {
+    medians: Vec<Medians>,
+    walls: Vec<f64>,
+    /// Runs that printed the busy-machine warning.
+    warned: usize,
+}
 
 /// `cargo xtask agreement`.
 pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
@@ -24,82 +48,266 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &[][..]),
     };
-    let runs: usize = match own {
-        [] => 2,
-        [n] => n
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n >= 2)
-            .ok_or("usage: cargo xtask agreement [RUNS ≥ 2] [-- TUNE_ARGS…]")?,
-        _ => return Err("usage: cargo xtask agreement [RUNS ≥ 2] [-- TUNE_ARGS…]".into()),
-    };
+    let (mut runs, mut busy, mut kt) = (5usize, false, true);
+    for arg in own {
+        match arg.as_str() {
+            "--busy" => busy = true,
+            "--no-kt" => kt = false,
+            n => runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
+        }
+    }
     let root = workspace_root();
     cargo(&["build", "--release", "--package", "tunebox-cli"], &[])?;
     let tunebox = target_dir(&root).join("release").join("tunebox");
     let out = target_dir(&root).join("agreement");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    // Kernels compile once, in the first run; every run measures afresh (--no-cache).
-    let kernels = fresh_dir(&out.join("kernel-cache"))?;
-
-    let mut medians = Vec::new();
-    let mut walls = Vec::new();
+    let python = if kt { Some(kt_python(&root)?) } else { None };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _hogs = if busy {
+        eprintln!("xtask: {} busy loops on {cores} cores", 2 * cores);
+        Some(Hogs::start(2 * cores)?)
+    } else {
+        None
+    };
+    let tag = if busy { "busy" } else { "idle" };
+    let (mut ours, mut theirs) = (Runs::default(), Runs::default());
     for run in 0..runs {
-        let json_path = out.join(format!("run-{run}.json"));
+        let kernels = fresh_dir(&out.join("kernel-cache"))?;
+        let json_path = out.join(format!("run-{tag}-{run}.json"));
         let started = Instant::now();
-        let status = Command::new(&tunebox)
-            .args([
-                "tune",
-                "examples/matmul-cpu.toml",
-                "--no-cache",
-                "-q",
-                "--json",
-            ])
+        let output = Command::new(&tunebox)
+            .args(["tune", "examples/matmul-cpu.toml", "--no-cache", "--json"])
             .arg(&json_path)
             .args(tune_args)
             .env("TUNEBOX_CACHE_DIR", &kernels)
             .current_dir(&root)
-            .stdout(std::process::Stdio::null())
-            .status()
+            .output()
             .map_err(|e| format!("cannot run {}: {e}", tunebox.display()))?;
-        if !status.success() {
-            return Err(format!("run {run} failed ({status})"));
+        let wall = started.elapsed().as_secs_f64();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            return Err(format!("run {run} failed ({}):\n{stderr}", output.status));
         }
-        walls.push(started.elapsed().as_secs_f64());
-        medians.push(ok_medians(&json_path)?);
+        let warned = stderr.contains("warning: the machine was busy");
+        ours.warned += usize::from(warned);
+        ours.walls.push(wall);
+        ours.medians.push(ok_medians(&json_path)?);
         eprintln!(
-            "xtask: run {run}: {} ok choices in {:.1} s",
-            medians[run].len(),
-            walls[run]
+            "xtask: tunebox run {run}: {} ok choices in {wall:.1} s{}",
+            ours.medians[run].len(),
+            if warned { ", warned: busy machine" } else { "" }
         );
+        if let Some(python) = &python {
+            let kt_path = out.join(format!("kt-{tag}-{run}.json"));
+            let started = Instant::now();
+            let status = Command::new(python)
+                .args(["benchmarks/kernel-tuner/compare.py", "kt-tune", "--out"])
+                .arg(&kt_path)
+                .current_dir(&root)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+            if !status.success() {
+                return Err(format!("Kernel Tuner run {run} failed ({status})"));
+            }
+            theirs.walls.push(started.elapsed().as_secs_f64());
+            theirs.medians.push(kt_times(&kt_path)?);
+            eprintln!(
+                "xtask: Kernel Tuner run {run}: {} ok choices in {:.1} s",
+                theirs.medians[run].len(),
+                theirs.walls[run]
+            );
+        }
     }
-
-    let mut pairs = Vec::new();
-    println!("runs     spearman  top-1 regret  best (run i)                 best (run i+1)");
-    for i in 0..runs - 1 {
-        let (a, b) = (&medians[i], &medians[i + 1]);
-        let rho = spearman(a, b).ok_or("fewer than 2 choices measured ok in both runs")?;
-        let (best_a, best_b) = (best(a), best(b));
-        let regret = regret(a, b).ok_or("no choice measured ok")?;
-        println!(
-            "{i}→{}     {rho:>8.3}  {:>11.1}%  {:<27}  {}",
-            i + 1,
-            regret * 100.0,
-            best_a.as_deref().unwrap_or_default(),
-            best_b.as_deref().unwrap_or_default()
-        );
-        pairs.push(json!({
-            "runs": [i, i + 1],
-            "spearman": rho,
-            "top1_regret": regret,
-            "best": [best_a, best_b],
-        }));
-    }
-    let summary = json!({ "runs": runs, "wall_s": walls, "tune_args": tune_args, "pairs": pairs });
-    let path = out.join("summary.json");
+    let summary = summarize(&ours, &theirs, busy, tune_args)?;
+    let path = out.join(if busy {
+        "summary-busy.json"
+    } else {
+        "summary.json"
+    });
     std::fs::write(&path, format!("{summary:#}\n"))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
+}
+
+/// Pairwise figures of one tool's runs: (Spearman of each pair, regret both ways).
+fn pairwise(medians: &[Medians]) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let (mut rhos, mut regrets) = (Vec::new(), Vec::new());
+    for i in 0..medians.len() {
+        for j in i + 1..medians.len() {
+            let (a, b) = (&medians[i], &medians[j]);
+            rhos.push(spearman(a, b).ok_or("fewer than 2 choices measured ok in both runs")?);
+            regrets.push(regret(a, b).ok_or("no choice measured ok")?);
+            regrets.push(regret(b, a).ok_or("no choice measured ok")?);
+        }
+    }
+    Ok((rhos, regrets))
+}
+
+/// Min, median and max.
+fn spread(values: &[f64]) -> [f64; 3] {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => [f64::NAN; 3],
+        n => [v[0], (v[(n - 1) / 2] + v[n / 2]) / 2.0, v[n - 1]],
+    }
+}
+
+/// Prints the table and the targets' verdicts; the summary as JSON.
+fn summarize(
+    ours: &Runs,
+    theirs: &Runs,
+    busy: bool,
+    tune_args: &[String],
+) -> Result<Value, String> {
+    let (rho, regret) = pairwise(&ours.medians)?;
+    let (kt_rho, kt_regret) = if theirs.medians.len() >= 2 {
+        pairwise(&theirs.medians)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let row = |name: &str, ours: [f64; 3], theirs: [f64; 3], scale: f64, unit: &str| {
+        let f = |v: [f64; 3]| {
+            if v[0].is_nan() {
+                "-".to_owned()
+            } else {
+                format!(
+                    "{:.3}{unit} / {:.3}{unit} / {:.3}{unit}",
+                    v[0] * scale,
+                    v[1] * scale,
+                    v[2] * scale
+                )
+            }
+        };
+        println!("{name:<28} {:<34} {}", f(ours), f(theirs));
+    };
+    let machine = if busy {
+        "busy (2 x nproc loops)"
+    } else {
+        "idle"
+    };
+    println!(
+        "{} runs each, {machine}; min / median / max over pairs of runs",
+        ours.medians.len()
+    );
+    println!("{:<28} {:<34} Kernel Tuner 1.5", "", "tunebox");
+    row("Spearman", spread(&rho), spread(&kt_rho), 1.0, "");
+    row(
+        "top-1 regret",
+        spread(&regret),
+        spread(&kt_regret),
+        100.0,
+        " %",
+    );
+    row(
+        "wall time",
+        spread(&ours.walls),
+        spread(&theirs.walls),
+        1.0,
+        " s",
+    );
+    let (max_regret, min_rho) = if busy { (0.03, 0.9) } else { (0.01, 0.95) };
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let worst_regret = spread(&regret)[2];
+    let worst_rho = spread(&rho)[0];
+    println!(
+        "target: top-1 regret <= {:.0} %: {} ({:.2} %); Spearman >= {min_rho}: {} ({worst_rho:.3})",
+        max_regret * 100.0,
+        verdict(worst_regret <= max_regret),
+        worst_regret * 100.0,
+        verdict(worst_rho >= min_rho)
+    );
+    if busy {
+        println!(
+            "target: every busy run warns: {} ({} of {})",
+            verdict(ours.warned == ours.medians.len()),
+            ours.warned,
+            ours.medians.len()
+        );
+    } else if !theirs.walls.is_empty() {
+        let (a, b) = (spread(&ours.walls)[1], spread(&theirs.walls)[1]);
+        println!(
+            "target: wall time <= Kernel Tuner's: {} (median {a:.1} s against {b:.1} s)",
+            verdict(a <= b)
+        );
+    }
+    if !kt_rho.is_empty() {
+        println!(
+            "tunebox better than Kernel Tuner: Spearman {}, regret {}",
+            verdict(worst_rho >= spread(&kt_rho)[0]),
+            verdict(worst_regret <= spread(&kt_regret)[2])
+        );
+    }
+    Ok(json!({
+        "runs": ours.medians.len(),
+        "busy": busy,
+        "tune_args": tune_args,
+        "tunebox": {
+            "spearman": rho, "top1_regret": regret, "wall_s": ours.walls, "warned": ours.warned,
+        },
+        "kernel_tuner": { "spearman": kt_rho, "top1_regret": kt_regret, "wall_s": theirs.walls },
+    }))
+}
+
+/// The Python of the Kernel Tuner virtualenv (`$KT_VENV`, else `target/kernel-tuner-venv`),
+/// created with Kernel Tuner 1.5 and numpy from pip when it lacks them.
+fn kt_python(root: &Path) -> Result<PathBuf, String> {
+    let venv = std::env::var_os("KT_VENV")
+        .map_or_else(|| target_dir(root).join("kernel-tuner-venv"), PathBuf::from);
+    let python = venv.join("bin").join("python");
+    let has_kt = || {
+        Command::new(&python)
+            .args(["-c", "import kernel_tuner, numpy"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has_kt() {
+        return Ok(python);
+    }
+    eprintln!(
+        "xtask: installing Kernel Tuner 1.5 and numpy into {}",
+        venv.display()
+    );
+    let run = |cmd: &mut Command| {
+        cmd.status()
+            .map_err(|e| format!("{e}"))
+            .and_then(|s| s.success().then_some(()).ok_or(format!("{s}")))
+    };
+    run(Command::new("python3").arg("-m").arg("venv").arg(&venv)).map_err(|e| {
+        format!(
+            "python3 -m venv {} failed ({e}); --no-kt skips Kernel Tuner",
+            venv.display()
+        )
+    })?;
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "kernel_tuner>=1.5,<1.6",
+        "numpy",
+    ]))
+    .map_err(|e| format!("pip install of kernel_tuner failed ({e}); --no-kt skips Kernel Tuner"))?;
+    Ok(python)
+}
+
+/// Kernel Tuner's objective (`time`, ms) of each `ok` choice of a `compare.py kt-tune` file.
+fn kt_times(path: &Path) -> Result<Medians, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let data: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(data["results"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no results", path.display()))?
+        .iter()
+        .filter(|r| r["status"] == "ok")
+        .filter_map(|r| Some((label(&r["choice"]), r["time_ms"].as_f64()?)))
+        .collect())
 }
 
 /// A fresh, empty directory at `path`.

@@ -23,10 +23,10 @@ const FAULT_STATUSES: [&str; 6] = [
 ];
 
 /// Busy loops, killed and reaped on drop.
-struct Hogs(Vec<Child>);
+pub(crate) struct Hogs(Vec<Child>);
 
 impl Hogs {
-    fn start(count: usize) -> Result<Hogs, String> {
+    pub(crate) fn start(count: usize) -> Result<Hogs, String> {
         let mut hogs = Hogs(Vec::with_capacity(count));
         for _ in 0..count {
             let child = Command::new("sh")

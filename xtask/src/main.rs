@@ -17,8 +17,10 @@
 //!   per round, new random seeds each round, until SECONDS (default 60) have passed.
 //! - `loaded-test [--all]`: the CLI's end-to-end tests (`--all`: every test) and the faults
 //!   example with 2 × `nproc` busy loops running (issue 13; `docs/reliability.md`).
-//! - `agreement [RUNS] [-- TUNE_ARGS…]`: runs the main job RUNS (default 2) times and reports
-//!   the rank correlation and top-1 regret between consecutive runs (`docs/performance.md`).
+//! - `agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]`: runs the main job RUNS (default 5)
+//!   times from empty caches (idle, or with 2 × `nproc` busy loops) beside Kernel Tuner's runs
+//!   of the same space, and reports pairwise rank correlation, top-1 regret and wall time
+//!   against issue 23's targets (`docs/performance.md`).
 //! - `space-bench [--no-kt]`: builds the 10.6-million raw GEMM-like space and the benchmark
 //!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
 //!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
@@ -66,9 +68,10 @@ const USAGE: &str = "usage: cargo xtask <task>
                             seeds until SECONDS (default 60) have passed
   loaded-test [--all]       the CLI tests (--all: every test) and the faults example with
                             2 x nproc busy loops running
-  agreement [RUNS] [-- TUNE_ARGS…]
-                            the main job RUNS (default 2) times: rank correlation and top-1
-                            regret between consecutive runs
+  agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]
+                            the main job RUNS (default 5) times from empty caches (--busy:
+                            with 2 x nproc busy loops), Kernel Tuner's runs beside: pairwise
+                            Spearman, top-1 regret and wall time against the targets
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
   strategies [FILES…] [--seeds N] [--max-seeds M] [--budget-fraction F] [--loo]

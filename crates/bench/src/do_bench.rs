@@ -147,8 +147,9 @@ pub fn do_bench_within<R: Runner + ?Sized>(
 
     let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
     let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
-    report_progress(started, Phase::Estimate, (0, ESTIMATE_RUNS), None, None);
-    while estimate_runs < ESTIMATE_RUNS {
+    let estimate_target = config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1);
+    report_progress(started, Phase::Estimate, (0, estimate_target), None, None);
+    while estimate_runs < estimate_target {
         runner.restore()?;
         let wall = Instant::now();
         flush_ms += flush(runner)?;
@@ -158,7 +159,7 @@ pub fn do_bench_within<R: Runner + ?Sized>(
         report_progress(
             started,
             Phase::Estimate,
-            (estimate_runs, ESTIMATE_RUNS),
+            (estimate_runs, estimate_target),
             ms(call_ms),
             None,
         );

@@ -229,6 +229,17 @@ struct TuneArgs {
     /// a choice whose re-measurement fails keeps its screening result.
     #[arg(long, value_name = "K")]
     refine: Option<usize>,
+    /// Rounds of short windows after screening: the manifest's reps are shared by the
+    /// screening window and N more, measured once every compile has finished, in an order
+    /// shuffled per round; each choice's time is the lower quartile of its quiet windows'
+    /// medians, and the choices whose intervals overlap the best's are raced in more rounds.
+    /// 0 measures each choice once, in one window (docs/performance.md).
+    #[arg(long, default_value_t = tunebox_tune::DEFAULT_ROUNDS, value_name = "N")]
+    rounds: usize,
+    /// Seconds the race for the top may take after the rounds [default: half as long as the
+    /// rounds took, at most 10].
+    #[arg(long, value_name = "SECS")]
+    race_time: Option<f64>,
     /// Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their
     /// stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes'
     /// JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default:
@@ -459,84 +470,167 @@ fn emit(
     Ok(())
 }
 
+/// What `tunebox tune` was asked to do.
+enum Mode {
+    /// `--count`: the number of valid choices.
+    Count,
+    /// `--replay RECORDED`: a simulated run over recorded measurements.
+    Replay(PathBuf),
+    /// `--list`: the choices a run would measure.
+    List,
+    /// A tuning run.
+    Run,
+}
+
+impl Mode {
+    fn of(args: &TuneArgs) -> Mode {
+        if args.count {
+            Mode::Count
+        } else if let Some(recorded) = &args.replay {
+            Mode::Replay(recorded.clone())
+        } else if args.list {
+            Mode::List
+        } else {
+            Mode::Run
+        }
+    }
+}
+
+/// `tunebox tune`: the options are checked first (a listed command line is one that runs),
+/// then one function per mode.
 fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     let selection = selection(&args)?;
     let shard =
         tunebox_tune::resolve_shard(args.shard, args.shards, |name| std::env::var(name).ok())?;
-    // The options are checked before --list too: a listed command line is one that runs.
     ensure!(
         (1..=MAX_WORKERS).contains(&args.workers),
         "--workers must be between 1 and {MAX_WORKERS}"
     );
-    let seconds = |flag: &str, value: Option<f64>| {
-        value
-            .map(|t| {
-                ensure!(
-                    t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
-                    "{flag} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S} \
-                     (a week)"
-                );
-                Ok(Duration::from_secs_f64(t))
-            })
-            .transpose()
-    };
     let timeout = seconds("--timeout", args.timeout)?;
     let max_time = seconds("--max-time", args.max_time)?;
+    let race = seconds("--race-time", args.race_time)?;
     let env = args
         .env
         .iter()
         .try_fold(WorkerEnv::default(), |env, arg| env.arg(arg))
         .map_err(|e| anyhow::anyhow!("--env: {e}"))?;
-    if args.count {
-        count::print_count(&args.manifest, args.quiet)?;
-        return Ok(ExitCode::SUCCESS);
+    match Mode::of(&args) {
+        Mode::Count => count(&args.manifest, args.quiet),
+        Mode::Replay(recorded) => replay(&args, &recorded, &selection, max_time),
+        Mode::List => list(&args.manifest, &selection, shard, env),
+        Mode::Run => {
+            let options = TuneOptions {
+                workers: args.workers,
+                timeout,
+                max_process_uses: (args.max_process_uses > 0).then_some(args.max_process_uses),
+                worker: None,
+                json: None,
+                csv: None,
+                cache: match (args.no_cache, &args.cache) {
+                    (true, _) => CacheMode::Off,
+                    (false, Some(path)) => CacheMode::Path(path.clone()),
+                    (false, None) => CacheMode::Default,
+                },
+                fresh: args.fresh,
+                selection,
+                max_time,
+                refine: args.refine,
+                shard,
+                rounds: args.rounds,
+                race,
+            };
+            run_tune(args, options, env, verbose)
+        }
     }
-    if let Some(recorded) = &args.replay {
-        let budget = tunebox_tune::replay::Budget {
-            max_evals: selection.budget.unwrap_or(usize::MAX),
-            max_time_ms: max_time.map_or(f64::INFINITY, |t| t.as_secs_f64() * 1000.0),
-        };
-        let (report, trace) =
-            tunebox_tune::replay::replay(&args.manifest, recorded, &selection, budget)?;
-        emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
-        writeln!(
-            std::io::stdout(),
-            "replayed {} measurements of {}: simulated time {:.1} s, best {}",
-            trace.points.len(),
-            recorded.display(),
-            trace.elapsed_ms() / 1000.0,
-            trace
-                .best_ms()
-                .map_or_else(|| "none (every choice failed)".into(), table::format_time)
-        )?;
-        return Ok(ExitCode::SUCCESS);
+}
+
+/// A number of seconds given as `flag`: above 0, at most a week.
+fn seconds(flag: &str, value: Option<f64>) -> Result<Option<Duration>> {
+    value
+        .map(|t| {
+            ensure!(
+                t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_S,
+                "{flag} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S} (a week)"
+            );
+            Ok(Duration::from_secs_f64(t))
+        })
+        .transpose()
+}
+
+/// `--count`.
+fn count(manifest: &std::path::Path, quiet: bool) -> Result<ExitCode> {
+    count::print_count(manifest, quiet)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--replay RECORDED`.
+fn replay(
+    args: &TuneArgs,
+    recorded: &std::path::Path,
+    selection: &Selection,
+    max_time: Option<Duration>,
+) -> Result<ExitCode> {
+    let budget = tunebox_tune::replay::Budget {
+        max_evals: selection.budget.unwrap_or(usize::MAX),
+        max_time_ms: max_time.map_or(f64::INFINITY, |t| t.as_secs_f64() * 1000.0),
+    };
+    let (report, trace) =
+        tunebox_tune::replay::replay(&args.manifest, recorded, selection, budget)?;
+    emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
+    writeln!(
+        std::io::stdout(),
+        "replayed {} measurements of {}: simulated time {:.1} s, best {}",
+        trace.points.len(),
+        recorded.display(),
+        trace.elapsed_ms() / 1000.0,
+        trace
+            .best_ms()
+            .map_or_else(|| "none (every choice failed)".into(), table::format_time)
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--list`.
+fn list(
+    manifest: &std::path::Path,
+    selection: &Selection,
+    shard: Option<tunebox_tune::ShardInfo>,
+    env: WorkerEnv,
+) -> Result<ExitCode> {
+    let plan = tunebox_tune::plan(manifest, selection, shard)?.with_env(env);
+    for note in plan.manifest().notes() {
+        eprintln!("tunebox: note: {note}");
     }
-    if args.list {
-        let plan = tunebox_tune::plan(&args.manifest, &selection, shard)?.with_env(env);
-        for note in plan.manifest().notes() {
-            eprintln!("tunebox: note: {note}");
-        }
-        for reason in plan.manifest().unsupported() {
-            eprintln!("tunebox: note: cannot be tuned: {reason}");
-        }
-        let mut out = std::io::stdout().lock();
-        for choice in plan
-            .selected()
-            .iter()
-            .filter_map(|&i| plan.space().choice(i))
-        {
-            writeln!(out, "{}", choice.label())?;
-        }
-        for note in plan.notes() {
-            eprintln!("note: {note}");
-        }
-        return Ok(ExitCode::SUCCESS);
+    for reason in plan.manifest().unsupported() {
+        eprintln!("tunebox: note: cannot be tuned: {reason}");
     }
+    let mut out = std::io::stdout().lock();
+    for choice in plan
+        .selected()
+        .iter()
+        .filter_map(|&i| plan.space().choice(i))
+    {
+        writeln!(out, "{}", choice.label())?;
+    }
+    for note in plan.notes() {
+        eprintln!("note: {note}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A tuning run: the output files settled (a shard's JSON named after it), the run, the table
+/// and files.
+fn run_tune(
+    args: TuneArgs,
+    mut options: TuneOptions,
+    env: WorkerEnv,
+    verbose: bool,
+) -> Result<ExitCode> {
     let mut output = args.output;
     if let Some(t4) = &output.t4 {
         check_t4_path(t4, &args.manifest)?;
     }
-    if let (Some(shard), None) = (shard, &output.json) {
+    if let (Some(shard), None) = (options.shard, &output.json) {
         let stem = args
             .manifest
             .file_stem()
@@ -546,29 +640,11 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
             shard.index, shard.count
         )));
     }
-    let cache = match (args.no_cache, args.cache) {
-        (true, _) => CacheMode::Off,
-        (false, Some(path)) => CacheMode::Path(path),
-        (false, None) => CacheMode::Default,
-    };
-    let options = TuneOptions {
-        manifest: args.manifest,
-        workers: args.workers,
-        timeout,
-        max_process_uses: (args.max_process_uses > 0).then_some(args.max_process_uses),
-        worker: None,
-        json: output.json.clone(),
-        csv: output.csv.clone(),
-        cache,
-        fresh: args.fresh,
-        selection,
-        max_time,
-        refine: args.refine,
-        shard,
-    };
+    options.json = output.json.clone();
+    options.csv = output.csv.clone();
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    let plan = tunebox_tune::plan(&options.manifest, &options.selection, options.shard)?;
+    let plan = tunebox_tune::plan(&args.manifest, &options.selection, options.shard)?;
     let plan = match plan.manifest().sandbox() {
         None if args.sandbox => {
             let sandbox = plan.manifest().default_sandbox();

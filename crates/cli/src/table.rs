@@ -104,6 +104,12 @@ pub(crate) fn print_table(
                 let tied = match tied {
                     // Refined choices were measured longer already.
                     _ if best.screen_median_ms.is_some() => String::new(),
+                    // Measured in windows: the run says how sure it is.
+                    _ if windowed(best) => info
+                        .conditions
+                        .as_ref()
+                        .map(|c| format!(" ({})", c.confidence))
+                        .unwrap_or_default(),
                     0 => String::new(),
                     1 => format!(
                         " (tied within the noise with the next choice{})",
@@ -222,6 +228,10 @@ fn print_rows(
     }
     header.push("median".into());
     header.extend(metrics.iter().cloned());
+    let with_windows = members.iter().any(|r| windowed(r));
+    if with_windows {
+        header.push("windows".into());
+    }
     header.extend(["spread".into(), "status".into(), "error".into()]);
     let columns = header.len();
     let ranks = rank_labels(members);
@@ -248,14 +258,15 @@ fn print_rows(
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(layout.len());
     for (row, rank) in &layout {
         rows.push(match row {
-            Row::Choice(r) => choice_cells(r, rank, info),
+            Row::Choice(r) => choice_cells(r, rank, info, with_windows),
             Row::More(g) => {
                 let group = &groups[*g];
                 let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
                 if info.across_devices {
                     cells.push(String::new());
                 }
-                cells.extend(std::iter::repeat_n(String::new(), metrics.len() + 2));
+                let blank = metrics.len() + 2 + usize::from(with_windows);
+                cells.extend(std::iter::repeat_n(String::new(), blank));
                 cells.push(group.status.to_string());
                 cells.push(String::new());
                 cells
@@ -338,7 +349,7 @@ fn print_rows(
 }
 
 /// The cells of a choice's row, the error cell left empty.
-fn choice_cells(r: &ChoiceResult, rank: &str, info: &RunInfo) -> Vec<String> {
+fn choice_cells(r: &ChoiceResult, rank: &str, info: &RunInfo, with_windows: bool) -> Vec<String> {
     let mut row = vec![rank.to_owned(), r.choice.label()];
     if info.across_devices {
         row.push(r.device.clone());
@@ -357,13 +368,27 @@ fn choice_cells(r: &ChoiceResult, rank: &str, info: &RunInfo) -> Vec<String> {
     for name in &info.header.metrics {
         row.push(r.metrics.get(name).map_or("-".into(), |v| format_value(*v)));
     }
-    // One rep has no spread to show.
-    row.push(
-        r.stats
+    if with_windows {
+        row.push(
+            r.windows
+                .as_ref()
+                .map_or("-".into(), |w| match w.disturbed_count() {
+                    0 => w.medians_ms.len().to_string(),
+                    d => format!("{} ({d} busy)", w.medians_ms.len()),
+                }),
+        );
+    }
+    // One rep has no spread to show; windows show their interval's.
+    row.push(match (&r.windows, &r.stats) {
+        (Some(w), Some(_)) if windowed(r) => format!(
+            "{:.1}%",
+            (w.interval_ms[1] - w.interval_ms[0]) / w.estimate_ms * 100.0
+        ),
+        (_, stats) => stats
             .as_ref()
             .filter(|s| s.reps > 1)
             .map_or("-".into(), |s| format!("{:.1}%", s.noise() * 100.0)),
-    );
+    });
     row.push(r.status.to_string());
     row.push(String::new());
     row
@@ -427,6 +452,16 @@ pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
     if leader.objective.is_some() {
         return false;
     }
+    if let (Some(a), Some(b)) = (&leader.windows, &other.windows)
+        && windowed(leader)
+        && windowed(other)
+    {
+        // Measured in windows: their intervals over windows overlap.
+        return ok(leader)
+            && ok(other)
+            && leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
+            && a.overlaps(b);
+    }
     match (&leader.stats, &other.stats) {
         (Some(a), Some(b)) if ok(leader) && ok(other) => {
             leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
@@ -434,6 +469,11 @@ pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `r` was measured in more than one window (its interval is over windows).
+fn windowed(r: &ChoiceResult) -> bool {
+    r.windows.as_ref().is_some_and(|w| w.medians_ms.len() > 1)
 }
 
 /// The rank column of ranked `members`: `ok` choices are numbered from 1, and a choice tied
@@ -479,10 +519,31 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     if info.workers > 0 {
         line.push_str(&format!(" with {} worker(s)", info.workers));
     }
-    if report.results.iter().any(|r| r.stats.is_some()) {
+    if report.results.iter().any(windowed) {
+        line.push_str("; spread = the 90 % interval over windows / median");
+    } else if report.results.iter().any(|r| r.stats.is_some()) {
         line.push_str("; spread = (p80 - p20) / median");
     }
     writeln!(out, "{line}")?;
+    if let Some(c) = info
+        .conditions
+        .as_ref()
+        .filter(|c| c.rounds > 0 && c.windows > 0)
+    {
+        let mut windows = format!(
+            "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
+             for the top",
+            c.windows,
+            c.rounds,
+            c.disturbed,
+            c.remeasured,
+            choices(c.raced)
+        );
+        if c.busy {
+            windows.push_str("; the machine was busy: the ranking is less sure");
+        }
+        writeln!(out, "{windows}")?;
+    }
     if let Some(cache) = &info.cache
         && cache.hits > 0
     {

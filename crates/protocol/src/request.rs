@@ -925,6 +925,11 @@ pub struct TimingConfig {
     /// the same. `None` (default): the call after the reps uses the same inputs.
     #[serde(default)]
     pub fresh_seed: Option<u64>,
+    /// Runs that estimate one call's time before warmup (`None`: 5, as triton's `do_bench`).
+    /// A short window of a tuning round uses 1: the first call has warmed the kernel already,
+    /// and every further estimate run of a slow kernel costs a whole call.
+    #[serde(default)]
+    pub estimate_runs: Option<u32>,
 }
 
 impl TimingConfig {
@@ -990,6 +995,7 @@ impl Default for TimingConfig {
             budget_ms: None,
             outputs_only: false,
             fresh_seed: None,
+            estimate_runs: None,
         }
     }
 }

@@ -438,6 +438,20 @@ impl ResultsCache {
         }
     }
 
+    /// Appends `line` in place of a line of the same key this run wrote already (a result
+    /// measured in rounds, now with all its windows; the last line of a key wins). A write that
+    /// fails is not counted: the earlier line keeps the result, with fewer windows.
+    ///
+    /// # Errors
+    ///
+    /// The write fails.
+    pub(crate) fn update(&mut self, line: CacheLine) -> Result<()> {
+        let text = self.line_text(&line)?;
+        self.entries.insert(line.key.clone(), line);
+        self.write(&text)
+            .map_err(|reason| anyhow::anyhow!("{reason}"))
+    }
+
     /// `line` as the text to append: after a cut line, on a line of its own.
     fn line_text(&self, line: &CacheLine) -> Result<String> {
         let mut text = String::from(if self.cut { "\n" } else { "" });

@@ -104,7 +104,7 @@ pub fn to_t4(report: &Report) -> T4File {
             // does not count.
             if let Some(s) = &r.stats {
                 for (name, value) in [
-                    ("time", s.median_ms),
+                    ("time", r.median_ms().unwrap_or(s.median_ms)),
                     ("mean_time", s.mean_ms),
                     ("min_time", s.min_ms),
                     ("max_time", s.max_ms),
@@ -117,6 +117,22 @@ pub fn to_t4(report: &Report) -> T4File {
                 }
                 t.measurements
                     .push(T4Measurement::number("reps", f64::from(s.reps), ""));
+                // Measured in windows: the estimate's interval over them, and their count.
+                if let Some(w) = r.windows.as_ref().filter(|w| w.medians_ms.len() > 1) {
+                    for (name, value) in [
+                        ("interval_low_time", w.interval_ms[0]),
+                        ("interval_high_time", w.interval_ms[1]),
+                    ] {
+                        t.measurements
+                            .push(T4Measurement::number(name, value, "ms"));
+                    }
+                    t.measurements.push(T4Measurement::number(
+                        "windows",
+                        w.medians_ms.len() as f64,
+                        "",
+                    ));
+                    t.extra.insert("tie".into(), Value::from(w.tie));
+                }
                 for (name, value) in &r.metrics {
                     let unit = if name.ends_with("/s") {
                         name.as_str()
@@ -193,36 +209,24 @@ fn info(
     device: &str,
     results: &[ChoiceResult],
 ) -> RunInfo {
-    RunInfo {
-        header: RunHeader {
-            tunebox_version: String::new(),
-            manifest: path.display().to_string(),
-            manifest_hash: String::new(),
-            name,
-            kernel,
-            backend: String::new(),
-            device: device.to_owned(),
-            space_size: results.len(),
-            selection: Selection {
-                strategy: String::new(),
-                budget: None,
-                seed: 0,
-            },
-            shard: None,
-            metrics: Vec::new(),
-            objective: None,
+    RunInfo::new(RunHeader {
+        tunebox_version: String::new(),
+        manifest: path.display().to_string(),
+        manifest_hash: String::new(),
+        name,
+        kernel,
+        backend: String::new(),
+        device: device.to_owned(),
+        space_size: results.len(),
+        selection: Selection {
+            strategy: String::new(),
+            budget: None,
+            seed: 0,
         },
-        elapsed_s: 0.0,
-        workers: 0,
-        refine: None,
-        cache: None,
-        interrupted: false,
-        not_measured: Vec::new(),
-        notes: Vec::new(),
-        merged_from: Vec::new(),
-        missing: Vec::new(),
-        across_devices: false,
-    }
+        shard: None,
+        metrics: Vec::new(),
+        objective: None,
+    })
 }
 
 /// A Kernel Tuner cache file as a report: one result per record (its index is the record's

@@ -60,7 +60,7 @@
 //!     .param("UNROLL", [1, 2, 4, 8])
 //!     .verify_against_choice([("UNROLL", 1)])
 //!     .build()?;
-//! let options = TuneOptions::new("scale")
+//! let options = TuneOptions::new()
 //!     .worker("target/release/tunebox-worker")
 //!     .cache(CacheMode::Off);
 //! let plan = Plan::new(manifest, Box::new(BruteForce::new()), None)?;
@@ -78,7 +78,7 @@
 //! measurements (Kernel Tuner cache files, T4 files, results caches) in simulated time, as
 //! `tunebox tune --replay` does (docs/search.md compares them).
 //!
-//! A manifest file reads the same way through [`tune`] (`TuneOptions::manifest` names it); a
+//! A manifest file reads the same way through [`tune`] (which takes its path); a
 //! strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`].
 #![deny(missing_docs)]
 
@@ -89,6 +89,7 @@ mod fingerprint;
 pub mod formats;
 mod integrity;
 mod interchange;
+mod interference;
 mod launch;
 mod manifest;
 mod measure;
@@ -107,6 +108,7 @@ mod stop;
 pub mod strategies;
 mod strategy;
 mod whole_file;
+mod windows;
 mod worker_stdout;
 
 pub use crate::cache::ResultsCache;
@@ -114,6 +116,7 @@ pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
+pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
 pub use crate::manifest::{
     MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, count_file, load_space,
 };
@@ -124,14 +127,15 @@ pub use crate::objective::Objective;
 pub use crate::observer::{Event, Observer, Phase};
 pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
-    CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunHeader, RunInfo, Selection,
-    ShardInfo, best, define_line,
+    CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
+    RunInfo, Selection, ShardInfo, best, define_line,
 };
 pub use crate::run::{
-    CacheMode, Compiled, Lookup, Plan, Setup, Todo, TuneOptions, compile, lookup_cached, measure,
-    plan, reference, refine_order, run, tune,
+    CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
+    TuneOptions, compile, lookup_cached, measure, plan, reference, refine_order, run, tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
 pub use crate::stop::Stop;
 pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};
+pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};

@@ -17,6 +17,7 @@ use tunebox_protocol::{
     TimingConfig,
 };
 
+use crate::interference::Conditions;
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
 use crate::results::{Check, ChoiceResult};
@@ -281,13 +282,14 @@ pub(crate) fn reference_outputs(
 /// Runs the requests that `next` hands out (`(position, request)`; it may block until one is
 /// ready, and `None` ends the run) on the pool, keeping at most one request per worker in
 /// flight so that `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls
-/// `on_result(position, result)` on this thread as each finishes; a request `next` handed out
-/// always gets its result.
+/// `on_result(position, result, conditions)` on this thread as each finishes, `conditions`
+/// saying what else ran on the machine meanwhile (see [`Conditions`]); a request `next` handed
+/// out always gets its result.
 pub(crate) fn run_all<'r>(
     pool: &TuningProcessPool,
     next: impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync,
     should_stop: impl Fn() -> bool + Sync,
-    mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>),
+    mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>, Conditions),
 ) {
     std::thread::scope(|scope| {
         let (done_tx, done_rx) = mpsc::channel();
@@ -299,16 +301,18 @@ pub(crate) fn run_all<'r>(
                     let Some((position, request)) = next() else {
                         break;
                     };
-                    let result = pool.benchmark(std::slice::from_ref(request)).remove(0);
-                    if done_tx.send((position, result)).is_err() {
+                    let (result, conditions) = Conditions::around(|| {
+                        pool.benchmark(std::slice::from_ref(request)).remove(0)
+                    });
+                    if done_tx.send((position, result, conditions)).is_err() {
                         break;
                     }
                 }
             });
         }
         drop(done_tx);
-        for (position, result) in done_rx {
-            on_result(position, result);
+        for (position, result, conditions) in done_rx {
+            on_result(position, result, conditions);
         }
     });
 }
@@ -478,6 +482,7 @@ pub(crate) fn judge(
         screen_median_ms: None,
         cached: false,
         device: device.to_owned(),
+        windows: None,
         objective: None,
     }
 }

@@ -113,17 +113,15 @@ fn merge_files(files: &[PathBuf], across_devices: bool) -> Result<Report> {
     }
     Ok(Report {
         info: RunInfo {
-            header,
             elapsed_s: elapsed,
-            workers: 0,
             refine: loaded.iter().find_map(|(_, r)| r.info.refine),
-            cache: None,
             interrupted: loaded.iter().any(|(_, r)| r.info.interrupted),
             not_measured,
             notes,
             merged_from: files.iter().map(|f| f.display().to_string()).collect(),
             missing,
             across_devices,
+            ..RunInfo::new(header)
         },
         results,
     })

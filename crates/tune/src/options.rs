@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::results::{Selection, ShardInfo};
-use crate::run::{CacheMode, TuneOptions};
+use crate::run::{CacheMode, DEFAULT_ROUNDS, TuneOptions};
 
 impl Default for Selection {
     /// Brute force: every choice, in canonical order.
@@ -21,11 +21,10 @@ impl Default for TuneOptions {
     /// What `tunebox tune` does without options: one worker, a fresh worker process per
     /// choice (`max_process_uses` 1), the manifest's `timeout_s`, the worker found as
     /// [`TuneOptions::worker`] says, the default results cache, brute force, no time limit,
-    /// no refinement, no shard, no JSON or CSV. The manifest path is empty: set it
-    /// ([`TuneOptions::new`]) before [`crate::tune`].
+    /// no refinement, no shard, no JSON or CSV, [`DEFAULT_ROUNDS`] rounds of windows. The
+    /// manifest is [`crate::tune`]'s path, or the [`crate::Plan`]'s.
     fn default() -> TuneOptions {
         TuneOptions {
-            manifest: PathBuf::new(),
             workers: 1,
             timeout: None,
             max_process_uses: Some(1),
@@ -38,19 +37,20 @@ impl Default for TuneOptions {
             max_time: None,
             refine: None,
             shard: None,
+            rounds: DEFAULT_ROUNDS,
+            race: None,
         }
     }
 }
 
 impl TuneOptions {
-    /// The defaults ([`TuneOptions::default`]) for the manifest at `manifest`; the methods
-    /// below change one option each:
+    /// The defaults ([`TuneOptions::default`]); the methods below change one option each:
     ///
     /// ```
     /// use std::time::Duration;
     /// use tunebox_tune::{CacheMode, TuneOptions};
     ///
-    /// let options = TuneOptions::new("examples/matmul-cpu.toml")
+    /// let options = TuneOptions::new()
     ///     .workers(2)
     ///     .strategy("genetic")
     ///     .budget(100)
@@ -60,11 +60,20 @@ impl TuneOptions {
     /// assert_eq!(options.selection.strategy, "genetic");
     /// assert_eq!(options.max_process_uses, Some(1));
     /// ```
-    pub fn new(manifest: impl Into<PathBuf>) -> TuneOptions {
-        TuneOptions {
-            manifest: manifest.into(),
-            ..TuneOptions::default()
-        }
+    pub fn new() -> TuneOptions {
+        TuneOptions::default()
+    }
+
+    /// Rounds of short windows after screening (0: each choice measured once, in one window).
+    pub fn rounds(mut self, rounds: usize) -> TuneOptions {
+        self.rounds = rounds;
+        self
+    }
+
+    /// The time the race for the top may take after the rounds.
+    pub fn race(mut self, race: Duration) -> TuneOptions {
+        self.race = Some(race);
+        self
     }
 
     /// Worker processes measuring in parallel (at least 1).
@@ -159,8 +168,8 @@ mod tests {
 
     #[test]
     fn the_builder_sets_one_option_each_over_the_cli_defaults() {
-        let options = TuneOptions::new("m.toml");
-        assert_eq!(options.manifest, PathBuf::from("m.toml"));
+        let options = TuneOptions::new();
+        assert_eq!(options.rounds, DEFAULT_ROUNDS);
         assert_eq!((options.workers, options.max_process_uses), (1, Some(1)));
         assert_eq!(options.cache, CacheMode::Default);
         assert_eq!(options.selection, Selection::default());
@@ -178,7 +187,9 @@ mod tests {
             .seed(4)
             .max_time(Duration::from_secs(60))
             .refine(2)
-            .shard(1, 4);
+            .shard(1, 4)
+            .rounds(0)
+            .race(Duration::from_secs(3));
         assert_eq!(options.workers, 3);
         assert_eq!(options.timeout, Some(Duration::from_secs(5)));
         assert_eq!(options.max_process_uses, None);
@@ -198,5 +209,9 @@ mod tests {
         assert_eq!(options.max_time, Some(Duration::from_secs(60)));
         assert_eq!(options.refine, Some(2));
         assert_eq!(options.shard, Some(ShardInfo { index: 1, count: 4 }));
+        assert_eq!(
+            (options.rounds, options.race),
+            (0, Some(Duration::from_secs(3)))
+        );
     }
 }

@@ -579,7 +579,9 @@ pub fn report(
     }
     Report {
         info: RunInfo {
-            header: RunHeader {
+            elapsed_s: elapsed_ms / 1000.0,
+            notes,
+            ..RunInfo::new(RunHeader {
                 tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
                 manifest: name.to_owned(),
                 manifest_hash: String::new(),
@@ -592,17 +594,7 @@ pub fn report(
                 shard: None,
                 metrics: Vec::new(),
                 objective: None,
-            },
-            elapsed_s: elapsed_ms / 1000.0,
-            workers: 0,
-            refine: None,
-            cache: None,
-            interrupted: false,
-            not_measured: Vec::new(),
-            notes,
-            merged_from: Vec::new(),
-            missing: Vec::new(),
-            across_devices: false,
+            })
         },
         results,
     }

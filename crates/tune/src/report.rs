@@ -80,6 +80,19 @@ fn csv(report: &Report) -> String {
     for field in ["refined", "screen_median_ms", "cached", "device", "error"] {
         header.push(field.into());
     }
+    // Measured in windows: the estimate's interval over them, their count, and ties.
+    let windowed = report.results.iter().any(|r| r.windows.is_some());
+    if windowed {
+        for field in [
+            "interval_low_ms",
+            "interval_high_ms",
+            "windows",
+            "disturbed_windows",
+            "tie",
+        ] {
+            header.push(field.into());
+        }
+    }
     let mut text = csv_line(&header);
     let json = report.to_json();
     let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
@@ -125,6 +138,18 @@ fn csv(report: &Report) -> String {
                 .map(|e| short_error(e, usize::MAX))
                 .unwrap_or_default(),
         );
+        if windowed {
+            match &r.windows {
+                Some(w) => row.extend([
+                    w.interval_ms[0].to_string(),
+                    w.interval_ms[1].to_string(),
+                    w.medians_ms.len().to_string(),
+                    w.disturbed_count().to_string(),
+                    w.tie.to_string(),
+                ]),
+                None => row.extend(std::iter::repeat_n(String::new(), 5)),
+            }
+        }
         text.push_str(&csv_line(&row));
     }
     text
@@ -225,17 +250,8 @@ fn read(path: &Path) -> Result<Vec<Report>> {
                 }
                 reports.push(Report {
                     info: RunInfo {
-                        header: line.header.clone(),
-                        elapsed_s: 0.0,
-                        workers: 0,
-                        refine: None,
-                        cache: None,
-                        interrupted: false,
-                        not_measured: Vec::new(),
                         notes,
-                        merged_from: Vec::new(),
-                        missing: Vec::new(),
-                        across_devices: false,
+                        ..RunInfo::new(line.header.clone())
                     },
                     results: Vec::new(),
                 });

@@ -11,6 +11,7 @@ use tunebox_protocol::TimingStats;
 
 use crate::objective::Objective;
 use crate::space::Choice;
+use crate::windows::Windows;
 
 pub use crate::shard::ShardInfo;
 pub(crate) use crate::space::choice_count as choices;
@@ -41,6 +42,9 @@ pub struct ChoiceResult {
     pub cached: bool,
     /// What it ran on.
     pub device: String,
+    /// An `ok` result's windows: each window's median and conditions, the estimate that ranks
+    /// it and its interval (`None` for results of older tunebox versions and failures).
+    pub windows: Option<Windows>,
     /// What ranks it, when not the time (the manifest's `objective`; see [`ChoiceResult::cost`]).
     pub objective: Option<Arc<Objective>>,
 }
@@ -66,13 +70,18 @@ impl ChoiceResult {
             screen_median_ms: None,
             cached: false,
             device: device.to_owned(),
+            windows: None,
             objective: None,
         }
     }
 
-    /// The median that ranks an `ok` result.
+    /// The time that ranks an `ok` result, ms: the estimate over its windows (see
+    /// [`Windows::estimate_ms`]), else its one measurement's median.
     pub fn median_ms(&self) -> Option<f64> {
-        self.stats.as_ref().map(|s| s.median_ms)
+        match (&self.windows, &self.stats) {
+            (Some(w), Some(_)) => Some(w.estimate_ms),
+            (_, stats) => stats.as_ref().map(|s| s.median_ms),
+        }
     }
 
     /// What the run minimizes for an `ok` result: its median (ms), or with an objective that
@@ -239,6 +248,56 @@ pub struct RunInfo {
     /// `tunebox merge --across-devices`: results of different devices ranked together.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub across_devices: bool,
+    /// How the windows went: interference seen, windows measured again, how sure the pick is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<RunConditions>,
+}
+
+impl RunInfo {
+    /// A run of `header` that took no time and measured nothing, with no notes: what a report
+    /// starts from before its fields are filled in (one constructor for every kind of report).
+    pub fn new(header: RunHeader) -> RunInfo {
+        RunInfo {
+            header,
+            elapsed_s: 0.0,
+            workers: 0,
+            refine: None,
+            cache: None,
+            interrupted: false,
+            not_measured: Vec::new(),
+            notes: Vec::new(),
+            merged_from: Vec::new(),
+            missing: Vec::new(),
+            across_devices: false,
+            conditions: None,
+        }
+    }
+}
+
+/// The machine while a run measured, and how sure its pick is (see docs/performance.md,
+/// "Rankings that hold").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConditions {
+    /// Rounds of short windows after screening (0: each choice was measured once).
+    pub rounds: usize,
+    /// Windows measured, screening included.
+    pub windows: usize,
+    /// Windows in which other CPUs were busy or time was stolen.
+    pub disturbed: usize,
+    /// Windows measured again because they were disturbed.
+    pub remeasured: usize,
+    /// Choices raced for the top (their interval overlapped the best's) after the rounds.
+    pub raced: usize,
+    /// The slowest speed probe over the fastest (1: the machine's speed held).
+    pub probe_ratio: f64,
+    /// The 1-minute load average at the start and at the end.
+    pub load: [f64; 2],
+    /// Interference was seen: the machine was busy.
+    pub busy: bool,
+    /// How sure the pick is, in words (the `best:` line's).
+    pub confidence: String,
+    /// Choices whose interval overlaps the best's.
+    pub ties: usize,
 }
 
 /// A run's results, ranked.
@@ -354,6 +413,9 @@ pub(crate) struct ResultJson {
     pub cached: bool,
     #[serde(default)]
     pub device: String,
+    /// The windows that `median_ms` (their estimate) rests on, with their conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Windows>,
 }
 
 impl ResultJson {
@@ -364,7 +426,7 @@ impl ResultJson {
             index: r.index,
             choice: r.choice.clone(),
             status: r.status.as_str().to_owned(),
-            median_ms: s.map(|s| s.median_ms),
+            median_ms: s.and(r.median_ms()),
             mean_ms: s.map(|s| s.mean_ms),
             min_ms: s.map(|s| s.min_ms),
             max_ms: s.map(|s| s.max_ms),
@@ -384,6 +446,7 @@ impl ResultJson {
             screen_median_ms: r.screen_median_ms,
             cached: r.cached,
             device: r.device.clone(),
+            windows: r.windows.clone(),
         }
     }
 
@@ -448,6 +511,7 @@ impl ResultJson {
             } else {
                 self.device
             },
+            windows: self.windows,
             objective: None,
         })
     }

@@ -36,7 +36,7 @@ fn a_downstream_tuner_plans_a_run_with_the_facade_alone() {
     // Every strategy of the engine, by name.
     assert!(tunebox::tune::strategies::by_name("genetic", 10, 0).is_some());
 
-    let options = TuneOptions::new("scale")
+    let options = TuneOptions::new()
         .strategy("random")
         .budget(2)
         .cache(CacheMode::Off);

@@ -269,6 +269,8 @@ fn a_t1_c_kernel_tunes_and_writes_t4() {
             "tune",
             "axpb.json",
             "--no-cache",
+            "--rounds",
+            "0",
             "--json",
             "r.json",
             "--t4",

@@ -137,6 +137,8 @@ fn report(dir: &Path) -> (usize, u64) {
 }
 
 /// Every line of the cache file is a whole line (no cut line at the end); how many.
+/// The results a cache holds: its whole lines' distinct keys (a choice measured in rounds has
+/// its screening line and one with all its windows).
 fn whole_lines(cache: &Path) -> usize {
     let text = std::fs::read_to_string(cache).unwrap_or_default();
     assert!(
@@ -145,10 +147,12 @@ fn whole_lines(cache: &Path) -> usize {
     );
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .inspect(|l| {
-            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        .map(|l| {
+            let line = serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            line["key"].as_str().unwrap_or(l).to_owned()
         })
-        .count()
+        .collect::<std::collections::HashSet<_>>()
+        .len()
 }
 
 fn describe(out: &Output) -> String {

@@ -61,7 +61,10 @@ fn a_kernel_tuner_manifest_tunes() {
     std::fs::write(dir.path().join("kt.toml"), KT_MANIFEST).unwrap();
     let out = tunebox(
         dir.path(),
-        &["tune", "kt.toml", "--json", "r.json", "--csv", "r.csv"],
+        // One window per choice: its reps are the manifest's iterations.
+        &[
+            "tune", "kt.toml", "--json", "r.json", "--csv", "r.csv", "--rounds", "0",
+        ],
     );
     check(&out);
     let report = json(&dir.path().join("r.json"));
@@ -127,6 +130,8 @@ fn the_kernel_tuner_matmul_example_works() {
             "--budget",
             "2",
             "--no-cache",
+            "--rounds",
+            "0",
             "--quiet",
             "--json",
             json_path.to_str().unwrap(),

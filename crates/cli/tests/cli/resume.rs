@@ -67,7 +67,27 @@ fn write_slow(dir: &Path, modes: usize) {
     std::fs::write(dir.join("slow.toml"), slow_manifest(modes)).unwrap();
 }
 
+/// The choices a results cache holds: its distinct keys (a choice measured in rounds is
+/// cached after screening and again with all its windows; the last line of a key wins).
 fn cache_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .ok()
+                        .and_then(|v| v["key"].as_str().map(str::to_owned))
+                        .unwrap_or_else(|| l.to_owned())
+                })
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+        })
+        .unwrap_or(0)
+}
+
+/// The lines of a results cache.
+fn raw_lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
         .unwrap_or(0)
@@ -111,6 +131,7 @@ fn a_second_run_measures_nothing() {
     assert_eq!(results[0]["median_ms"], before["results"][0]["median_ms"]);
 
     // --fresh measures everything again, and appends.
+    let raw_lines_before_fresh = raw_lines(&cache);
     let fresh = tunebox(
         dir.path(),
         &[
@@ -124,7 +145,10 @@ fn a_second_run_measures_nothing() {
     );
     check(&fresh);
     assert_eq!(skipped(&text(&fresh.stderr)), None);
-    assert_eq!(cache_lines(&cache), 8);
+    // (The cache's lines: each choice measured in rounds has two, its screening line and its
+    // final one; the fresh run appended its own.)
+    assert_eq!(raw_lines(&cache), 2 * raw_lines_before_fresh, "appended");
+    assert_eq!(cache_lines(&cache), 4);
     // A changed kernel is a different key: measured again.
     let edited = FAMILY.replace("2.0f * x[i]", "2.0f * x[i] + 0.0f");
     std::fs::write(dir.path().join("family.c"), edited).unwrap();
@@ -414,7 +438,17 @@ fn refinement_gets_a_longer_timeout_and_a_failed_one_keeps_the_screening_result(
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("refine.c"), REFINE_KERNEL).unwrap();
     std::fs::write(dir.path().join("refine.toml"), refine_manifest()).unwrap();
-    let args = ["tune", "refine.toml", "--json", "r.json", "--refine", "2"];
+    // One screening window of the manifest's fixed 10 reps, then the refinement's 40.
+    let args = [
+        "tune",
+        "refine.toml",
+        "--json",
+        "r.json",
+        "--refine",
+        "2",
+        "--rounds",
+        "0",
+    ];
     let out = tunebox(dir.path(), &args);
     check(&out);
     let report = json(&dir.path().join("r.json"));

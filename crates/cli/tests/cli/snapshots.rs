@@ -153,6 +153,14 @@ fn tune_help() {
                   --refine <K>
                       Re-measure the best K choices at the end with 4x rep_ms (and 4x the timeout) and rank them by that median (a quick screen, then a careful look at the candidates that matter); a choice whose re-measurement fails keeps its screening result
 
+                  --rounds <N>
+                      Rounds of short windows after screening: the manifest's reps are shared by the screening window and N more, measured once every compile has finished, in an order shuffled per round; each choice's time is the lower quartile of its quiet windows' medians, and the choices whose intervals overlap the best's are raced in more rounds. 0 measures each choice once, in one window (docs/performance.md)
+
+                      [default: 2]
+
+                  --race-time <SECS>
+                      Seconds the race for the top may take after the rounds [default: half as long as the rounds took, at most 10]
+
                   --shard <K/N|auto>
                       Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them
 

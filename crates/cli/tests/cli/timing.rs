@@ -72,7 +72,16 @@ fn slow_choices_get_fewer_reps_and_the_reference_is_never_timed() {
     std::fs::write(dir.path().join("slow.toml"), MANIFEST).unwrap();
     let out = tunebox(
         dir.path(),
-        &["tune", "slow.toml", "--json", "out.json", "--no-cache"],
+        // One window, as the timeout's budget is asked of it.
+        &[
+            "tune",
+            "slow.toml",
+            "--json",
+            "out.json",
+            "--no-cache",
+            "--rounds",
+            "0",
+        ],
     );
     check(&out);
     let calls = std::fs::read_to_string(dir.path().join("reference-calls.txt")).unwrap();

@@ -29,6 +29,10 @@ pub(crate) fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Comman
         .args(args)
         .current_dir(dir)
         .env("TUNEBOX_CACHE_DIR", kernel_cache)
+        // No interference seen (conditions unknown), so that what a run caches does not depend
+        // on what else this machine runs; a test of interference sets TUNEBOX_PROC_STAT.
+        .env("TUNEBOX_PROC_STAT", "/dev/null")
+        .env_remove("TUNEBOX_SYSFS_CPU")
         .env_remove("TUNEBOX_WORKER")
         .env_remove("RUST_LOG")
         .env_remove("COLUMNS");

@@ -5,11 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tunebox_protocol::{BenchmarkRequest, TensorData};
+use tunebox_protocol::TensorData;
 
 use super::lookup::{Setup, Todo};
-use crate::measure::{is_transient, judge, one_by_one, run_all, start_pool};
-use crate::observer::{Observer, ObserverExt};
+use super::pipeline::{Outcome, Stage, pipeline};
+use crate::measure::start_pool;
+use crate::observer::Observer;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;
 
@@ -20,7 +21,8 @@ use crate::stop::Stop;
 /// `observer`, and returned in `todo`'s order. A raised `stop` (or `observer` asking to stop)
 /// starts no new choice and kills those running; they are left out of the results.
 ///
-/// [`crate::run`] does the same, compiling while it measures, and caches each result.
+/// This is the pipeline [`crate::run`] measures with, without its compile threads: the same
+/// choices and reference give the same results (each `ok` one with its first window).
 ///
 /// # Errors
 ///
@@ -46,29 +48,20 @@ pub fn measure(
     )
     .map_err(crate::TuneError::run)?;
     stop.watch(Arc::clone(&pool));
-    let requests: Vec<BenchmarkRequest> = todo.iter().map(|t| t.request.clone()).collect();
+    let stage = Stage {
+        setup,
+        pool: &pool,
+        reference,
+        observer,
+        stop,
+        deadline: None,
+    };
     let mut results: Vec<(usize, ChoiceResult)> = Vec::with_capacity(todo.len());
-    run_all(
-        &pool,
-        one_by_one(&requests),
-        || stop.poll(observer),
-        |p, result| {
-            if matches!(&result, Err(e) if is_transient(e)) && stop.requested() {
-                return; // Killed by the stop: says nothing about the choice.
-            }
-            let t = &todo[p];
-            let r = judge(
-                t.index,
-                t.choice.clone(),
-                result,
-                reference,
-                setup.manifest,
-                &setup.device,
-            );
-            observer.finished(&r.choice.label(), r.status, r.median_ms());
-            results.push((p, r));
-        },
-    );
+    pipeline(&stage, todo, None, |p, outcome| {
+        if let Outcome::Done { result, .. } = outcome {
+            results.push((p, *result));
+        }
+    });
     stop.unwatch();
     pool.shutdown(Duration::from_millis(500));
     results.sort_by_key(|(p, _)| *p);

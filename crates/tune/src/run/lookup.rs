@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tunebox_pool::Status;
-use tunebox_protocol::{BenchmarkRequest, Kernel};
+use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use crate::cache::{Deps, DepsCheck, ResultsCache};
 use crate::fingerprint;
@@ -28,6 +28,9 @@ pub struct Setup<'m> {
     pub(crate) max_process_uses: Option<u64>,
     /// Checks the headers of cached C lines as they are now, each file hashed once.
     pub(crate) deps_check: DepsCheck,
+    /// Windows each choice is measured in (1: once, with the manifest's timing; more: the
+    /// screening window and rounds, sharing the manifest's reps, see [`window_timing`]).
+    pub(crate) windows: usize,
 }
 
 impl<'m> Setup<'m> {
@@ -48,7 +51,16 @@ impl<'m> Setup<'m> {
             timeout: timeout.unwrap_or(manifest.timeout),
             max_process_uses,
             deps_check: DepsCheck::default(),
+            windows: 1,
         }
+    }
+
+    /// The same, with `rounds` rounds of short windows after screening (as
+    /// [`crate::TuneOptions::rounds`]): the manifest's reps and time are shared by the
+    /// screening window and the rounds' windows, so each window is short.
+    pub fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
+        self.windows = rounds.saturating_add(1);
+        self
     }
 
     /// The manifest.
@@ -121,7 +133,10 @@ pub fn lookup_cached(
             manifest.launch.as_ref(),
             &choice,
         ) {
-            Ok(request) => request,
+            Ok(mut request) => {
+                request.timing = window_timing(&request.timing, setup.windows, 0);
+                request
+            }
             // A choice whose request cannot be built (its launch fails) is an error at once.
             Err(e) => {
                 lookup.done.push(ChoiceResult::failed(
@@ -177,6 +192,11 @@ pub(crate) fn cached(
 ) -> Option<(ChoiceResult, Option<Deps>)> {
     let line = cache?.lookup(key, timeout, check)?;
     let mut result = line.result.clone().into_result(&setup.device).ok()?;
+    // Never luck: a result measured under interference, without enough quiet windows, is
+    // not final; this run measures it again.
+    if result.windows.as_ref().is_some_and(|w| !w.settled()) {
+        return None;
+    }
     result.index = index;
     result.choice = choice.clone();
     result.cached = true;
@@ -185,6 +205,29 @@ pub(crate) fn cached(
         result.metrics = setup.manifest.metrics.evaluate(choice, median);
     }
     Some((result, line.deps.clone()))
+}
+
+/// The timing of window `window` (0: the screening window) of `windows` that share the
+/// manifest's `timing`: `rep_ms`, `warmup_ms` and `max_time_ms` split evenly, `min_reps` and
+/// `max_reps` split so that the windows' reps add up to the manifest's (Kernel Tuner's
+/// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; windows after the
+/// first estimate a call once (the first call has warmed the kernel). One window: `timing`.
+pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize) -> TimingConfig {
+    if windows <= 1 {
+        return timing.clone();
+    }
+    let n = windows as u32;
+    let i = window.min(windows - 1) as u32;
+    let share = |reps: u32| (reps / n + u32::from(i < reps % n)).max(1);
+    let scale = 1.0 / f64::from(n);
+    let mut w = timing.clone();
+    w.rep_ms *= scale;
+    w.warmup_ms *= scale;
+    w.min_reps = share(timing.min_reps);
+    w.max_reps = share(timing.max_reps).max(w.min_reps);
+    w.max_time_ms = timing.max_time_ms.map(|t| t * scale);
+    w.estimate_runs = Some(1);
+    w
 }
 
 /// Copies the cache's lines of `keys` into its own file when they came from another one (a
@@ -338,5 +381,75 @@ mod tests {
             .unwrap();
         let cache = ResultsCache::open(&path, &[], false).unwrap();
         assert_eq!(lookup_cached(&setup, &space, &[0], Some(&cache)).hits, 0);
+    }
+
+    /// Never luck: a result measured under interference is cached with its windows'
+    /// conditions and not taken as final; the quiet re-measurement's line replaces it.
+    #[test]
+    fn a_result_measured_under_interference_is_not_final() {
+        let manifest = manifest();
+        let space = SearchSpace::new(&manifest.params, &manifest.restrictions).unwrap();
+        let setup = Setup::new(&manifest, "test-cpu", None, Some(1));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let t = lookup_cached(&setup, &space, &[0], None).todo.remove(0);
+        let h = dir.path().join("h.h");
+        std::fs::write(&h, "#define Y 1\n").unwrap();
+        let deps = Deps::of(std::slice::from_ref(&h)).unwrap();
+        let stats = tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            mean_ms: 0.5,
+            min_ms: 0.5,
+            max_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            stddev_ms: 0.0,
+            reps: 10,
+            warmup_reps: 1,
+            stopped: "reps".into(),
+        };
+        let line = |disturbed: &[bool]| {
+            let mut r = ChoiceResult::failed(
+                t.index,
+                t.choice.clone(),
+                Status::Ok,
+                String::new(),
+                "test-cpu",
+            );
+            r.error = None;
+            r.stats = Some(stats.clone());
+            let busy = |d: bool| crate::interference::Conditions {
+                other_busy: if d { 1.0 } else { 0.0 },
+                steal: 0.0,
+                disturbed: d,
+            };
+            let mut w = crate::windows::Windows::first(&stats, busy(disturbed[0]));
+            for &d in &disturbed[1..] {
+                w.add(0.5, busy(d), 0);
+            }
+            r.windows = Some(w);
+            CacheLine::new(
+                t.key.clone(),
+                &header(),
+                setup.timeout,
+                &r,
+                Some(deps.clone()),
+            )
+        };
+        let hits = |path: &std::path::Path| {
+            let cache = ResultsCache::open(path, &[], false).unwrap();
+            lookup_cached(&setup, &space, &[0], Some(&cache)).hits
+        };
+        let mut cache = ResultsCache::open(&path, &[], false).unwrap();
+        // Every window disturbed, or only one quiet one of three: measured again.
+        cache.append(line(&[true])).unwrap();
+        assert_eq!(hits(&path), 0);
+        cache.append(line(&[true, false, true])).unwrap();
+        assert_eq!(hits(&path), 0);
+        // Two quiet windows of three: final; so is one quiet window measured alone.
+        cache.append(line(&[true, false, false])).unwrap();
+        assert_eq!(hits(&path), 1);
+        cache.append(line(&[false])).unwrap();
+        assert_eq!(hits(&path), 1);
     }
 }

@@ -2,40 +2,24 @@
 //! measured again with 4× the reps and ranked by that, so that a lucky screening measurement
 //! does not win.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Result;
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
-use super::lookup::{Setup, cached};
-use super::{TuneOptions, open_bench};
-use crate::cache::{CacheLine, Deps, ResultsCache};
+use super::context::{Ledger, Run, open_bench};
+use super::lookup::cached;
+use super::options::REFINE_FACTOR;
 use crate::error_line;
 use crate::fingerprint;
-use crate::measure::{self, Bench};
+use crate::measure;
 use crate::observer::{Observer, ObserverExt, Phase};
-use crate::results::{ChoiceResult, RunHeader, choices as plural};
-use crate::stop::Stop;
+use crate::results::{ChoiceResult, choices as plural};
+use crate::windows::Windows;
 
-/// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
-/// gives each re-measurement this many times the per-choice timeout.
-pub(crate) const REFINE_FACTOR: f64 = 4.0;
 /// Most timed reps a refined measurement may ask for.
 const MAX_REPS: u32 = 1_000_000;
-
-/// What refining needs from the run.
-pub(crate) struct RefineContext<'a> {
-    pub setup: &'a Setup<'a>,
-    /// The headers each C choice's screening line was recorded with.
-    pub deps: &'a HashMap<usize, Deps>,
-    pub header: &'a RunHeader,
-    pub reference: Option<&'a (String, BenchmarkRequest)>,
-    pub options: &'a TuneOptions,
-    pub stop: &'a Stop,
-    pub progress: &'a dyn Observer,
-}
 
 /// The manifest's timing, stretched for a refined measurement.
 pub(crate) fn refined_timing(timing: &TimingConfig) -> TimingConfig {
@@ -72,155 +56,164 @@ fn refine_failed_note(failed: &ChoiceResult, cached: bool) -> String {
     )
 }
 
-/// Re-measures the `top` best `ok` results with [`refined_timing`] and [`refine_timeout`]
-/// (from the cache when it has them), replacing their results and keeping the screening
-/// median. A choice whose re-measurement fails keeps its screening result, with a note.
-pub(crate) fn refine_best(
-    top: usize,
-    results: &mut [ChoiceResult],
-    bench: &mut Option<Bench>,
-    cx: RefineContext<'_>,
-    cache: &mut Option<ResultsCache>,
-    notes: &mut Vec<String>,
-) -> Result<()> {
-    let timeout = refine_timeout(cx.setup.timeout);
-    let best = refine_order(results, top);
-    let mut todo: Vec<(usize, BenchmarkRequest, String)> = Vec::new();
-    for p in best {
-        let screen = results[p].median_ms();
-        let choice = results[p].choice.clone();
-        let mut request = measure::request(
-            cx.setup.manifest,
-            &cx.setup.manifest.kernel,
-            cx.setup.manifest.launch.as_ref(),
-            &choice,
-        )?;
-        request.timing = refined_timing(&request.timing);
-        let key = fingerprint::key(
-            &cx.setup.hash,
-            &cx.setup.device,
-            &request,
-            &choice.label(),
-            cx.options.max_process_uses,
+impl Run<'_> {
+    /// Re-measures the `top` best `ok` results with [`refined_timing`] and [`refine_timeout`]
+    /// (from the cache when it has them), replacing their results and keeping the screening
+    /// median. A choice whose re-measurement fails keeps its screening result, with a note.
+    pub(super) fn refine(&mut self, top: usize) -> Result<()> {
+        let timeout = refine_timeout(self.setup.timeout);
+        let todo = self.refine_cached(top, timeout)?;
+        if todo.is_empty() || !self.refine_pool(todo.len(), timeout)? {
+            return Ok(());
+        }
+        let bench = self.bench.as_ref().expect("started by refine_pool");
+        let (observer, stop) = (self.observer, self.stop);
+        observer.phase(
+            Phase::Refining,
+            todo.len(),
+            &format!(
+                "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",
+                plural(todo.len())
+            ),
         );
-        let check = matches!(request.kernel, Kernel::C(_)).then_some(&cx.setup.deps_check);
-        let hit = cached(
-            cache.as_ref(),
-            (&key, check),
-            cx.setup,
-            timeout,
-            results[p].index,
-            &choice,
-        )
-        .map(|(result, _)| result);
-        if hit.is_some()
-            && let Some(c) = cache.as_mut()
-            && let Err(e) = c.adopt(&key)
-        {
-            notes.push(format!("warning: {e:#}"));
-        }
-        match hit {
-            Some(mut refined) if refined.status == Status::Ok => {
+        let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
+        let ledger = &mut self.ledger;
+        let notes = &mut self.notes;
+        let setup = &self.setup;
+        measure::run_all(
+            &bench.pool,
+            measure::one_by_one(&requests),
+            || stop.poll(observer),
+            |i, result, conditions| {
+                if matches!(&result, Err(e) if measure::is_transient(e)) {
+                    return; // The screening result stands.
+                }
+                let (p, _, key) = &todo[i];
+                let screen = ledger.results[*p].median_ms();
+                let mut refined = measure::judge(
+                    ledger.results[*p].index,
+                    ledger.results[*p].choice.clone(),
+                    result,
+                    bench.reference.as_deref(),
+                    setup.manifest,
+                    &setup.device,
+                );
+                observer.finished(&refined.choice.label(), refined.status, refined.median_ms());
                 refined.screen_median_ms = screen;
-                results[p] = refined;
-            }
-            Some(failed) => notes.push(refine_failed_note(&failed, true)),
-            None => todo.push((p, request, key)),
-        }
+                if let Some(stats) = &refined.stats {
+                    refined.windows = Some(Windows::first(stats, conditions));
+                }
+                if let Some(note) = ledger.record_refined(refined, key, timeout, observer) {
+                    notes.push(note);
+                }
+            },
+        );
+        observer.end_phase();
+        Ok(())
     }
-    if todo.is_empty() {
-        return Ok(());
-    }
-    // The screening pool's timeout is the choice's: refining needs a pool of its own.
-    let workers = cx.options.workers.clamp(1, todo.len());
-    match bench.as_mut() {
-        Some(screening) => {
-            cx.stop.unwatch();
-            screening.pool.shutdown(Duration::from_millis(500));
-            if cx.stop.poll(cx.progress) {
-                return Ok(());
-            }
-            let pool = match measure::start_pool(
-                cx.setup.manifest,
-                workers,
-                timeout,
-                cx.options.max_process_uses,
-                cx.options.worker.as_deref(),
-            ) {
-                Ok(pool) => pool,
-                Err(_) if cx.stop.requested() => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            cx.stop.watch(std::sync::Arc::clone(&pool));
-            // The reference's outputs stay.
-            screening.pool = pool;
-        }
-        None => match open_bench(
-            cx.setup.manifest,
-            cx.reference,
-            workers,
-            timeout,
-            cx.options,
-            cx.stop,
-            cx.progress,
-        ) {
-            Ok(b) => *bench = Some(b),
-            Err(_) if cx.stop.requested() => return Ok(()),
-            Err(e) => return Err(e),
-        },
-    }
-    let bench = bench.as_ref().expect("started above");
-    cx.progress.phase(
-        Phase::Refining,
-        todo.len(),
-        &format!(
-            "re-measuring the best {} with {REFINE_FACTOR}x rep_ms, timeout {timeout:?}…",
-            plural(todo.len())
-        ),
-    );
-    let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
-    measure::run_all(
-        &bench.pool,
-        measure::one_by_one(&requests),
-        || cx.stop.poll(cx.progress),
-        |i, result| {
-            if matches!(&result, Err(e) if measure::is_transient(e)) {
-                return; // The screening result stands.
-            }
-            let (p, _, key) = &todo[i];
-            let screen = results[*p].median_ms();
-            let mut refined = measure::judge(
-                results[*p].index,
-                results[*p].choice.clone(),
-                result,
-                bench.reference.as_deref(),
-                cx.setup.manifest,
-                &cx.setup.device,
+
+    /// Takes the refined results the cache holds for the best `top`; returns the rest to
+    /// measure: (position in the results, request, key).
+    fn refine_cached(
+        &mut self,
+        top: usize,
+        timeout: Duration,
+    ) -> Result<Vec<(usize, BenchmarkRequest, String)>> {
+        let setup = &self.setup;
+        let mut todo = Vec::new();
+        for p in refine_order(&self.ledger.results, top) {
+            let screen = self.ledger.results[p].median_ms();
+            let choice = self.ledger.results[p].choice.clone();
+            let mut request = measure::request(
+                setup.manifest,
+                &setup.manifest.kernel,
+                setup.manifest.launch.as_ref(),
+                &choice,
+            )?;
+            request.timing = refined_timing(&request.timing);
+            let key = fingerprint::key(
+                &setup.hash,
+                &setup.device,
+                &request,
+                &choice.label(),
+                setup.max_process_uses,
             );
-            cx.progress
-                .finished(&refined.choice.label(), refined.status, refined.median_ms());
-            refined.screen_median_ms = screen;
-            if let Some(c) = cache.as_mut()
-                && let Err(e) = c.append(CacheLine::new(
-                    key.clone(),
-                    cx.header,
-                    timeout,
-                    &refined,
-                    cx.deps.get(&refined.index).cloned(),
-                ))
+            let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
+            let index = self.ledger.results[p].index;
+            let cache = self.ledger.cache.as_ref();
+            let hit = cached(cache, (&key, check), setup, timeout, index, &choice);
+            if hit.is_some()
+                && let Some(c) = self.ledger.cache.as_mut()
+                && let Err(e) = c.adopt(&key)
             {
-                cx.progress.note(&format!("warning: {e:#}"));
+                self.observer.note(&format!("warning: {e:#}"));
             }
-            if refined.status == Status::Ok {
-                results[*p] = refined;
-            } else {
-                // A choice that was ok keeps its rank: the screening result stands.
-                notes.push(refine_failed_note(&refined, false));
+            match hit.map(|(result, _)| result) {
+                Some(mut refined) if refined.status == Status::Ok => {
+                    refined.screen_median_ms = screen;
+                    self.ledger.results[p] = refined;
+                }
+                Some(failed) => self.notes.push(refine_failed_note(&failed, true)),
+                None => todo.push((p, request, key)),
             }
-        },
-    );
-    cx.progress.end_phase();
-    Ok(())
+        }
+        Ok(todo)
+    }
+
+    /// A pool for `n` refined measurements with `timeout` (the screening pool's timeout is the
+    /// choice's: refining needs a pool of its own); `false` when a stop came first.
+    fn refine_pool(&mut self, n: usize, timeout: Duration) -> Result<bool> {
+        let workers = self.options.workers.clamp(1, n);
+        let started = match self.bench.as_mut() {
+            Some(screening) => {
+                self.stop.unwatch();
+                screening.pool.shutdown(Duration::from_millis(500));
+                if self.stop.poll(self.observer) {
+                    return Ok(false);
+                }
+                measure::start_pool(
+                    self.setup.manifest,
+                    workers,
+                    timeout,
+                    self.options.max_process_uses,
+                    self.options.worker.as_deref(),
+                )
+                .map(|pool| {
+                    self.stop.watch(std::sync::Arc::clone(&pool));
+                    // The reference's outputs stay.
+                    screening.pool = pool;
+                })
+            }
+            None => open_bench(self, workers, timeout).map(|b| self.bench = Some(b)),
+        };
+        match started {
+            Ok(()) => Ok(true),
+            Err(_) if self.stop.requested() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Ledger {
+    /// A refined result: cached under its refined `key` (measured with `timeout`), with the
+    /// headers of its screening line; kept in place of the screening result when `ok`, else
+    /// the screening result stands and the note says why.
+    pub(super) fn record_refined(
+        &mut self,
+        refined: ChoiceResult,
+        key: &str,
+        timeout: Duration,
+        observer: &dyn Observer,
+    ) -> Option<String> {
+        self.cache_line(&refined, key, timeout, observer);
+        if refined.status == Status::Ok {
+            self.keep(refined);
+            None
+        } else {
+            // A choice that was ok keeps its rank: the screening result stands.
+            Some(refine_failed_note(&refined, false))
+        }
+    }
 }
 
 /// Stage 6: which results to refine: the positions in `results` of the `top` fastest `ok`

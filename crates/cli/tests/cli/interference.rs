@@ -1,0 +1,186 @@
+//! Interference seen and never cached as final (issue 23): a run whose windows another process
+//! disturbs says so, ranks by its quiet windows or by a statistic disturbed windows cannot
+//! move, and caches nothing as final that a quiet run should not replace.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::util::{check, json, text, tunebox_env};
+
+/// `WORK` rounds of arithmetic the compiler cannot fold: the time grows with `WORK`.
+const KERNEL: &str = r#"#include <stdint.h>
+void work(float *y, int64_t n) {
+    float acc = y[0];
+    for (int64_t r = 0; r < WORK * 20000; r++)
+        acc = acc * 0.999f + (float)(r & 7);
+    for (int64_t i = 0; i < n; i++) y[i] = acc;
+}
+"#;
+
+const MANIFEST: &str = r#"
+name = "work"
+timeout_s = 30
+[kernel]
+source = "work.c"
+entry = "work"
+flags = ["-O1"]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [16]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 16
+[params]
+WORK = [4, 1]
+[timing]
+warmup_ms = 2
+rep_ms = 12
+flush_cache = false
+"#;
+
+fn write(dir: &Path) {
+    std::fs::write(dir.join("work.c"), KERNEL).unwrap();
+    std::fs::write(dir.join("work.toml"), MANIFEST).unwrap();
+}
+
+/// Writes a `/proc/stat` to `path` every millisecond whose two CPUs are both always busy (as
+/// with a busy loop beside the worker, 50 ticks a step so that any window sees it), until the
+/// returned flag is raised.
+fn busy_proc_stat(path: &Path) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let (flag, path) = (Arc::clone(&done), path.to_owned());
+    let writer = std::thread::spawn(move || {
+        let mut ticks = 1000u64;
+        while !flag.load(Ordering::SeqCst) {
+            ticks += 50;
+            let text = format!(
+                "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 {ticks} 0 0 100 0 0 0 0 0 0\n\
+                 cpu1 {ticks} 0 0 100 0 0 0 0 0 0\n"
+            );
+            let tmp = path.with_extension("tmp");
+            // The test's folder goes away when it fails: stop writing then.
+            if std::fs::write(&tmp, text).is_err() || std::fs::rename(&tmp, &path).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    (done, writer)
+}
+
+fn skipped(stderr: &str) -> Option<usize> {
+    let (_, rest) = stderr.split_once("skipped ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// A run under interference warns, records it in the JSON, and caches nothing as final: the
+/// next run measures everything again; a quiet run's results are then final.
+#[test]
+fn luck_is_never_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path());
+    let stat = dir.path().join("stat");
+    let (done, writer) = busy_proc_stat(&stat);
+    let stat_path = stat.to_str().unwrap();
+    let args = ["tune", "work.toml", "--json", "r.json"];
+    let busy = tunebox_env(dir.path(), &args, &[("TUNEBOX_PROC_STAT", stat_path)]);
+    check(&busy);
+    let stderr = text(&busy.stderr);
+    assert!(stderr.contains("warning: the machine was busy"), "{stderr}");
+    let report = json(&dir.path().join("r.json"));
+    assert_eq!(report["conditions"]["busy"], true, "{report}");
+    assert!(report["conditions"]["disturbed"].as_u64().unwrap() > 0);
+    // Busy all along: no round is measured again (it would stay busy).
+    assert_eq!(report["conditions"]["remeasured"], 0, "{report}");
+    for r in report["results"].as_array().unwrap() {
+        assert!(
+            r["windows"]["disturbed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| d == true),
+            "{r}"
+        );
+    }
+    assert!(text(&busy.stdout).contains("the machine was busy"));
+    // Still busy: nothing was final, everything is measured again.
+    let again = tunebox_env(dir.path(), &args, &[("TUNEBOX_PROC_STAT", stat_path)]);
+    check(&again);
+    assert_eq!(
+        skipped(&text(&again.stderr)),
+        None,
+        "{}",
+        text(&again.stderr)
+    );
+    done.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    // Quiet (no interference seen): measured again, and now final.
+    let quiet = tunebox_env(dir.path(), &args, &[]);
+    check(&quiet);
+    assert_eq!(skipped(&text(&quiet.stderr)), None);
+    let cached = tunebox_env(dir.path(), &args, &[]);
+    check(&cached);
+    assert_eq!(skipped(&text(&cached.stderr)), Some(2));
+}
+
+/// Busy loops, killed and reaped on drop.
+struct Hogs(Vec<Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Busy loops started beside the kernel on every CPU (twice as many as CPUs): the run sees
+/// them in /proc/stat, warns, and still ranks the choice with a quarter of the work first.
+#[test]
+fn a_kernel_disturbed_by_busy_loops_still_ranks_right_and_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let hogs = Hogs(
+        (0..2 * cpus)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let out = tunebox_env(
+        dir.path(),
+        &["tune", "work.toml", "--json", "r.json", "--no-cache"],
+        &[("TUNEBOX_PROC_STAT", "/proc/stat")],
+    );
+    drop(hogs);
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let results = report["results"].as_array().unwrap();
+    let order: Vec<i64> = results
+        .iter()
+        .map(|r| r["choice"]["WORK"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [1, 4], "{report}");
+    assert!(
+        report["conditions"]["disturbed"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(report["conditions"]["busy"], true, "{report}");
+    assert!(
+        text(&out.stderr).contains("warning: the machine was busy"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,333 @@
+//! Seeing interference: what else ran on the machine while a window was timed.
+//!
+//! A window's [`Conditions`] come from two snapshots of `/proc/stat` (per-CPU busy and steal
+//! time, in clock ticks), taken by the parent just before it hands a request to a worker and
+//! just after the result comes back. The worker is one thread on (at most) one CPU at a time,
+//! so the busy time beyond one CPU's worth is someone else's: another process, another worker,
+//! one of tunebox's compiles. Steal time is the hypervisor running another guest on our vCPU.
+//! Either one above its threshold marks the window disturbed: such a window does not decide a
+//! choice's time, and a result without enough quiet windows is not cached as final.
+//!
+//! The CPU topology ([`Topology`], from sysfs `thread_siblings_list`) says which CPUs share a
+//! core, so that compiles stay off every core a worker may measure on. Both sources can be
+//! replaced for tests and for simulating other machines: `TUNEBOX_PROC_STAT` (a file in
+//! `/proc/stat`'s format) and `TUNEBOX_SYSFS_CPU` (a folder shaped as `/sys/devices/system/cpu`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The other CPUs' busy share (of their time) above which a window counts as disturbed.
+pub const BUSY_THRESHOLD: f64 = 0.25;
+/// The steal share (of all CPUs' time) above which a window counts as disturbed.
+pub const STEAL_THRESHOLD: f64 = 0.05;
+/// Clock ticks of foreign busy time below which nothing is flagged (one tick is 10 ms at the
+/// usual `USER_HZ` of 100: a window of 30 ms cannot tell 1 tick from noise).
+const MIN_TICKS: u64 = 2;
+
+/// One CPU's counters from `/proc/stat`, in clock ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CpuTicks {
+    /// user + nice + system + irq + softirq.
+    pub busy: u64,
+    /// steal.
+    pub steal: u64,
+    /// Every field but guest time (already in user): busy + idle + iowait + steal.
+    pub total: u64,
+}
+
+/// A snapshot of every CPU's counters (the `cpuN` lines, not the `cpu` sum).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CpuTimes(pub Vec<CpuTicks>);
+
+impl CpuTimes {
+    /// Parses `/proc/stat` text; lines other than `cpuN …` are ignored, and missing fields
+    /// (older kernels have no steal) count as 0.
+    pub(crate) fn parse(text: &str) -> CpuTimes {
+        let cpus = text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix("cpu")
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .map(|line| {
+                let f: Vec<u64> = line
+                    .split_whitespace()
+                    .skip(1)
+                    .map(|v| v.parse().unwrap_or(0))
+                    .collect();
+                let at = |i: usize| f.get(i).copied().unwrap_or(0);
+                let busy = at(0) + at(1) + at(2) + at(5) + at(6);
+                let (idle, steal) = (at(3) + at(4), at(7));
+                CpuTicks {
+                    busy,
+                    steal,
+                    total: busy + idle + steal,
+                }
+            })
+            .collect();
+        CpuTimes(cpus)
+    }
+
+    /// The counters now (`$TUNEBOX_PROC_STAT`, else `/proc/stat`); `None` where unreadable.
+    pub(crate) fn now() -> Option<CpuTimes> {
+        let path = std::env::var_os("TUNEBOX_PROC_STAT")
+            .map_or_else(|| PathBuf::from("/proc/stat"), PathBuf::from);
+        let text = std::fs::read_to_string(path).ok()?;
+        Some(CpuTimes::parse(&text))
+    }
+}
+
+/// What else ran while a window was timed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Conditions {
+    /// The other CPUs' busy share during the window (0-1): busy time beyond one CPU's worth
+    /// (the worker's), over the other CPUs' time.
+    pub other_busy: f64,
+    /// The share of all CPUs' time stolen by the hypervisor (0-1).
+    pub steal: f64,
+    /// Either one above its threshold ([`BUSY_THRESHOLD`], [`STEAL_THRESHOLD`]).
+    pub disturbed: bool,
+}
+
+impl Conditions {
+    /// The conditions between two snapshots (`None` where either is missing or the CPUs
+    /// changed: unknown, so not disturbed).
+    pub(crate) fn between(before: Option<&CpuTimes>, after: Option<&CpuTimes>) -> Conditions {
+        let (Some(before), Some(after)) = (before, after) else {
+            return Conditions::default();
+        };
+        if before.0.len() != after.0.len() || before.0.is_empty() {
+            return Conditions::default();
+        }
+        let delta: Vec<CpuTicks> = before
+            .0
+            .iter()
+            .zip(&after.0)
+            .map(|(b, a)| CpuTicks {
+                busy: a.busy.saturating_sub(b.busy),
+                steal: a.steal.saturating_sub(b.steal),
+                total: a.total.saturating_sub(b.total),
+            })
+            .collect();
+        let busy: u64 = delta.iter().map(|d| d.busy).sum();
+        let steal: u64 = delta.iter().map(|d| d.steal).sum();
+        let total: u64 = delta.iter().map(|d| d.total).sum();
+        // One CPU's worth of time is the worker's (it may move between CPUs: the sum counts).
+        let one = delta.iter().map(|d| d.total).max().unwrap_or(0);
+        let foreign = busy.saturating_sub(one);
+        let others = total.saturating_sub(one);
+        let share = |part: u64, whole: u64| {
+            if whole == 0 {
+                0.0
+            } else {
+                part as f64 / whole as f64
+            }
+        };
+        let other_busy = share(foreign, others);
+        let steal_share = share(steal, total);
+        Conditions {
+            other_busy,
+            steal: steal_share,
+            disturbed: (foreign >= MIN_TICKS && other_busy > BUSY_THRESHOLD)
+                || (steal >= MIN_TICKS && steal_share > STEAL_THRESHOLD),
+        }
+    }
+
+    /// Runs `f`, and says what else ran meanwhile.
+    pub(crate) fn around<T>(f: impl FnOnce() -> T) -> (T, Conditions) {
+        let before = CpuTimes::now();
+        let value = f();
+        let after = CpuTimes::now();
+        (value, Conditions::between(before.as_ref(), after.as_ref()))
+    }
+}
+
+/// Which CPUs share a core: the groups of sysfs `cpuN/topology/thread_siblings_list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// One entry per core: the CPUs (SMT threads) it runs.
+    pub cores: Vec<Vec<usize>>,
+}
+
+impl Topology {
+    /// The machine's topology (`$TUNEBOX_SYSFS_CPU`, else `/sys/devices/system/cpu`); without
+    /// sysfs, one core per CPU the process may use.
+    pub fn detect() -> Topology {
+        let root = std::env::var_os("TUNEBOX_SYSFS_CPU")
+            .map_or_else(|| PathBuf::from("/sys/devices/system/cpu"), PathBuf::from);
+        Topology::read(&root).unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Topology {
+                cores: (0..n).map(|c| vec![c]).collect(),
+            }
+        })
+    }
+
+    /// The topology under `root` (shaped as `/sys/devices/system/cpu`), `None` when it has no
+    /// `cpuN/topology/thread_siblings_list`.
+    pub(crate) fn read(root: &Path) -> Option<Topology> {
+        let mut cores: Vec<Vec<usize>> = Vec::new();
+        let mut cpus: Vec<usize> = std::fs::read_dir(root)
+            .ok()?
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_prefix("cpu")?.parse().ok()
+            })
+            .collect();
+        cpus.sort_unstable();
+        for cpu in cpus {
+            let path = root.join(format!("cpu{cpu}/topology/thread_siblings_list"));
+            let Ok(text) = std::fs::read_to_string(path) else {
+                continue;
+            };
+            let siblings = parse_cpu_list(&text)?;
+            if !cores.iter().any(|c| c.contains(&cpu)) {
+                cores.push(siblings);
+            }
+        }
+        (!cores.is_empty()).then_some(Topology { cores })
+    }
+
+    /// All CPUs.
+    pub fn cpus(&self) -> usize {
+        self.cores.iter().map(Vec::len).sum()
+    }
+
+    /// The CPUs left when `workers` workers each hold a whole core (the largest cores first:
+    /// a worker and an SMT sibling slow each other as much as two workers on one CPU).
+    pub fn free_cpus(&self, workers: usize) -> usize {
+        let mut sizes: Vec<usize> = self.cores.iter().map(Vec::len).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes.iter().skip(workers).sum()
+    }
+}
+
+/// `0-3,8,10-11` → `[0, 1, 2, 3, 8, 10, 11]`; `None` when malformed.
+pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// A short machine-speed probe: the time a fixed piece of integer work takes on this thread
+/// (about 0.5 ms on a current core). Run before each round: a round whose probe is much slower
+/// than the run's fastest ran on a slowed machine (frequency, a busy sibling, steal).
+pub(crate) fn speed_probe() -> Duration {
+    let start = Instant::now();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..400_000u64 {
+        x = x.rotate_left(7) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    }
+    std::hint::black_box(x);
+    start.elapsed()
+}
+
+/// The 1-minute load average (`/proc/loadavg`), where readable.
+pub(crate) fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(cpus: &[(u64, u64, u64)]) -> String {
+        // (busy as user, idle, steal) per CPU.
+        let mut text = String::from("cpu  0 0 0 0 0 0 0 0 0 0\n");
+        for (i, (busy, idle, steal)) in cpus.iter().enumerate() {
+            text.push_str(&format!("cpu{i} {busy} 0 0 {idle} 0 0 0 {steal} 0 0\n"));
+        }
+        text.push_str("intr 1 2 3\nctxt 5\n");
+        text
+    }
+
+    #[test]
+    fn proc_stat_parses_per_cpu_lines_only() {
+        let t = CpuTimes::parse(
+            "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 10 1 2 100 3 4 5 6 0 0\ncpu1 1 2 3\nintr 7\n",
+        );
+        assert_eq!(
+            t.0,
+            [
+                CpuTicks {
+                    busy: 10 + 1 + 2 + 4 + 5,
+                    steal: 6,
+                    total: 22 + 103 + 6
+                },
+                CpuTicks {
+                    busy: 6,
+                    steal: 0,
+                    total: 6
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_busy_other_cpu_disturbs_a_window_and_an_idle_one_does_not() {
+        let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
+        // The worker busy on cpu0 for 10 ticks, cpu1 idle (1 tick of the parent).
+        let quiet = CpuTimes::parse(&stat(&[(110, 100, 0), (101, 109, 0)]));
+        let c = Conditions::between(Some(&before), Some(&quiet));
+        assert!(!c.disturbed, "{c:?}");
+        assert!(c.other_busy < 0.15, "{c:?}");
+        // A busy loop on cpu1 all along.
+        let busy = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
+        let c = Conditions::between(Some(&before), Some(&busy));
+        assert!(c.disturbed && (c.other_busy - 1.0).abs() < 1e-9, "{c:?}");
+        // The worker moved between the CPUs half way: still one CPU's worth, quiet.
+        let moved = CpuTimes::parse(&stat(&[(105, 105, 0), (105, 105, 0)]));
+        assert!(!Conditions::between(Some(&before), Some(&moved)).disturbed);
+        // The hypervisor stole a third of the time.
+        let stolen = CpuTimes::parse(&stat(&[(107, 100, 3), (100, 107, 3)]));
+        let c = Conditions::between(Some(&before), Some(&stolen));
+        assert!(c.disturbed && c.steal > 0.25, "{c:?}");
+        // One tick of foreign work in a short window is below what ticks can tell.
+        let short = CpuTimes::parse(&stat(&[(103, 100, 0), (101, 102, 0)]));
+        assert!(!Conditions::between(Some(&before), Some(&short)).disturbed);
+        // Unknown conditions are not interference.
+        assert_eq!(
+            Conditions::between(None, Some(&busy)),
+            Conditions::default()
+        );
+    }
+
+    #[test]
+    fn topology_groups_smt_siblings_from_a_fake_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        // 4 CPUs on 2 cores (0,2 and 1,3), and an entry that is not a CPU.
+        for (cpu, siblings) in [(0, "0,2"), (1, "1,3"), (2, "0,2"), (3, "1,3")] {
+            let topology = dir.path().join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&topology).unwrap();
+            std::fs::write(
+                topology.join("thread_siblings_list"),
+                format!("{siblings}\n"),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(dir.path().join("cpufreq")).unwrap();
+        let t = Topology::read(dir.path()).unwrap();
+        assert_eq!(t.cores, [vec![0, 2], vec![1, 3]]);
+        assert_eq!(t.cpus(), 4);
+        // One worker holds a core and its sibling: two CPUs are free for compiles.
+        assert_eq!(t.free_cpus(1), 2);
+        assert_eq!(t.free_cpus(2), 0);
+        // Ranges; no sysfs at all.
+        assert_eq!(parse_cpu_list("0-2,5\n"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(Topology::read(&dir.path().join("none")), None);
+    }
+}

@@ -1,0 +1,633 @@
+//! The run's private context: [`Run::prepare`] resolves everything once (output checks,
+//! compilers, device, timeout, caches, the header), [`Ledger::record`] is the one place a
+//! result is cached and kept, and [`Run::finish`] makes the report.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_protocol::{BenchmarkRequest, Kernel};
+
+use super::lookup::{Setup, Todo, adopt};
+use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
+use super::pipeline::{Outcome, stop_reason};
+use crate::cache::{self, CacheLine, Deps, ResultsCache};
+use crate::error::TuneError;
+use crate::fingerprint;
+use crate::interference::Topology;
+use crate::manifest::{Language, Manifest, Reference, Verify};
+use crate::measure::{self, Bench};
+use crate::observer::{Observer, ObserverExt};
+use crate::results::{
+    ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
+    ShardInfo, choices as plural, rank, set_objective,
+};
+use crate::space::SearchSpace;
+use crate::stop::Stop;
+use crate::strategy::Strategy;
+
+/// A run under way: what [`Run::prepare`] resolved, the pool once started, and the ledger.
+pub(super) struct Run<'a> {
+    pub options: &'a TuneOptions,
+    pub observer: &'a dyn Observer,
+    pub stop: &'a Stop,
+    pub start: Instant,
+    /// `--max-time`: start no new choice after this.
+    pub deadline: Option<Instant>,
+    /// The manifest, device, timeout (resolved here, once) and key hash.
+    pub setup: Setup<'a>,
+    pub space: SearchSpace,
+    pub strategy: Box<dyn Strategy>,
+    pub shard: Option<ShardInfo>,
+    /// The reference kernel's label and request, when verifying against one.
+    pub reference: Option<(String, BenchmarkRequest)>,
+    pub reference_compiled: bool,
+    pub kernel_cache: CacheDir,
+    pub topology: Topology,
+    /// The pool and the reference outputs, started when something needs measuring.
+    pub bench: Option<Bench>,
+    pub workers: usize,
+    pub ledger: Ledger,
+    pub notes: Vec<String>,
+    /// How many results the strategy has been told.
+    pub told: usize,
+    /// What the rounds saw (set by [`Run::race`]).
+    pub conditions: Option<RunConditions>,
+    /// What workers printed on stdout (the report's note says where it went).
+    pub stdout_log: Option<crate::worker_stdout::Watch>,
+    /// An adaptive search (asking a few choices at a time): cache hits are said at the end.
+    pub adaptive: bool,
+    /// The compiling note is said once, not every round.
+    pub compile_noted: bool,
+}
+
+/// Every result of the run, and the results cache they go to.
+pub(super) struct Ledger {
+    pub cache: Option<ResultsCache>,
+    pub results: Vec<ChoiceResult>,
+    pub not_measured: Vec<NotMeasured>,
+    /// The headers each C choice's line was recorded with (refined lines share them).
+    pub deps_of: HashMap<usize, Deps>,
+    /// The files the reference's compile read (a C reference): every line depends on them.
+    pub reference_deps: Vec<PathBuf>,
+    pub hits: usize,
+    pub header: RunHeader,
+    pub timeout: Duration,
+    /// `ok` results to cache again once their rounds are done (their keys), by index.
+    pub pending: Vec<(usize, String)>,
+    /// Whether rounds follow screening.
+    pub rounds_follow: bool,
+    /// The keys whose line this run wrote.
+    pub written: std::collections::HashSet<String>,
+}
+
+impl<'a> Run<'a> {
+    /// Checks the options against `manifest`, probes the device, resolves the timeout and the
+    /// results cache, and writes the header.
+    pub(super) fn prepare(
+        manifest: &'a Manifest,
+        (space, strategy, shard, space_notes): (
+            SearchSpace,
+            Box<dyn Strategy>,
+            Option<ShardInfo>,
+            Vec<String>,
+        ),
+        options: &'a TuneOptions,
+        observer: &'a dyn Observer,
+        stop: &'a Stop,
+    ) -> Result<Run<'a>> {
+        let start = Instant::now();
+        let stdout_log = crate::worker_stdout::Watch::start();
+        let cache_path = check_outputs(options, manifest)?;
+        if !manifest.unsupported.is_empty() {
+            bail!(
+                "{} can be listed (--list) but not tuned:\n  {}",
+                manifest.path.display(),
+                manifest.unsupported.join("\n  ")
+            );
+        }
+        // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing
+        // driver is one clear error rather than an error per choice.
+        let (device, backend) = match manifest.kernel.language {
+            Language::Cuda => (measure::probe_gpu(options.worker.as_deref())?, "cuda"),
+            Language::C => (measure::cpu_model(), "cpu"),
+        };
+        check_compilers(manifest)?;
+        let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
+            .with_rounds(options.rounds);
+        let header = header(&setup, &space, strategy.name(), options, backend);
+        let mut notes = space_notes;
+        notes.extend(source_notes(manifest));
+        notes.extend(manifest.notes.iter().cloned());
+        let cache = open_cache(
+            cache_path.as_deref(),
+            options,
+            manifest,
+            &mut notes,
+            observer,
+        )?;
+        Ok(Run {
+            options,
+            observer,
+            stop,
+            start,
+            deadline: options.max_time.map(|t| start + t),
+            reference: measure::reference_request(manifest)?,
+            reference_compiled: false,
+            kernel_cache: tunebox_cpu::default_cache_dir()?,
+            topology: Topology::detect(),
+            bench: None,
+            workers: 1,
+            ledger: Ledger {
+                cache,
+                results: Vec::new(),
+                not_measured: Vec::new(),
+                deps_of: HashMap::new(),
+                reference_deps: Vec::new(),
+                hits: 0,
+                header,
+                timeout: setup.timeout,
+                pending: Vec::new(),
+                rounds_follow: options.rounds > 0,
+                written: Default::default(),
+            },
+            setup,
+            space,
+            strategy,
+            shard,
+            notes,
+            told: 0,
+            conditions: None,
+            stdout_log: Some(stdout_log),
+            adaptive: false,
+            compile_noted: false,
+        })
+    }
+
+    /// A stop was asked for, or the time budget is spent.
+    pub(super) fn should_stop(&self) -> bool {
+        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Readies measuring `todo`: the kernel cache exists, the reference is compiled, the pool
+    /// is started (unless a stop came first).
+    pub(super) fn ready_to_measure(&mut self, todo: &[Todo]) -> Result<()> {
+        let is_c = |r: &BenchmarkRequest| matches!(r.kernel, Kernel::C(_));
+        let needs_c = todo.iter().any(|t| is_c(&t.request))
+            || self.reference.as_ref().is_some_and(|(_, r)| is_c(r));
+        if needs_c {
+            let path = self.kernel_cache.path();
+            std::fs::create_dir_all(path).with_context(|| {
+                format!(
+                    "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable \
+                     directory",
+                    path.display()
+                )
+            })?;
+        }
+        if !self.reference_compiled
+            && let Some((label, request)) = &self.reference
+        {
+            self.reference_compiled = true;
+            let cancel = || self.stop.poll(self.observer);
+            let control = CompileControl {
+                timeout: self.setup.manifest.compile_timeout,
+                cancel: Some(&cancel),
+                ..CompileControl::default()
+            };
+            // Interrupted: no choice is measured either.
+            self.ledger.reference_deps =
+                super::reference::compile_reference(label, request, &self.kernel_cache, &control)?;
+        }
+        if self.bench.is_some() {
+            return Ok(());
+        }
+        let refine = self.options.refine.unwrap_or(1);
+        self.workers = self.options.workers.clamp(1, todo.len().max(refine).max(1));
+        if self.should_stop() {
+            return Ok(());
+        }
+        match open_bench(self, self.workers, self.setup.timeout) {
+            Ok(b) => self.bench = Some(b),
+            Err(_) if self.stop.requested() => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// The report: the pool shut down, the results ranked, every note and figure in.
+    pub(super) fn finish(mut self) -> Report {
+        if let Some(bench) = &self.bench {
+            bench.pool.shutdown(Duration::from_millis(500));
+        }
+        self.stop.unwatch();
+        let mut ledger = self.ledger;
+        ledger.not_measured.sort_by_key(|n| n.index);
+        self.notes.extend(budget_note(
+            &ledger.results,
+            self.setup.manifest,
+            self.setup.timeout,
+        ));
+        self.notes.extend(
+            self.stdout_log
+                .take()
+                .and_then(crate::worker_stdout::Watch::note),
+        );
+        for warning in self.strategy.take_warnings() {
+            self.observer.note(&format!("warning: {warning}"));
+            self.notes.push(warning);
+        }
+        set_objective(&mut ledger.results, ledger.header.objective.as_ref());
+        rank(&mut ledger.results);
+        let refine = self.options.refine.filter(|&k| k > 0);
+        Report {
+            info: RunInfo {
+                elapsed_s: self.start.elapsed().as_secs_f64(),
+                workers: if self.bench.is_some() {
+                    self.workers
+                } else {
+                    0
+                },
+                refine: refine.map(|top| RefineInfo {
+                    top,
+                    rep_factor: REFINE_FACTOR,
+                }),
+                cache: ledger.cache.as_ref().map(|c| c.info(ledger.hits)),
+                interrupted: self.stop.requested(),
+                not_measured: ledger.not_measured,
+                notes: self.notes,
+                conditions: self.conditions,
+                ..RunInfo::new(ledger.header)
+            },
+            results: ledger.results,
+        }
+    }
+}
+
+impl Ledger {
+    /// Takes what the cached lookup answered: results, their headers, hits (lines read from
+    /// another file of the manifest, a shard's, are copied into this one).
+    pub(super) fn take_cached(
+        &mut self,
+        lookup: super::lookup::Lookup,
+        adaptive: bool,
+        observer: &dyn Observer,
+    ) -> Vec<Todo> {
+        self.results.extend(lookup.done);
+        self.deps_of.extend(lookup.deps);
+        if let Err(e) = adopt(&mut self.cache, &lookup.hit_keys) {
+            observer.note(&format!("warning: {e:#}"));
+        }
+        self.hits += lookup.hits;
+        if lookup.hits > 0 {
+            observer.cached(lookup.hits);
+        }
+        // Said once: an adaptive search, which may take one choice at a time from a full
+        // cache, says it at the end.
+        if lookup.hits > 0
+            && !adaptive
+            && let Some(c) = &self.cache
+        {
+            observer.note(&skipped_note(lookup.hits, c));
+        }
+        lookup.todo
+    }
+
+    /// What became of `todo` in a pipeline: a result is recorded, a skipped choice noted.
+    pub(super) fn settle(&mut self, todo: &Todo, outcome: Outcome, observer: &dyn Observer) {
+        match outcome {
+            Outcome::Done {
+                result,
+                cacheable,
+                files,
+            } => {
+                let deps = self.deps_for(files);
+                let key = cacheable.then_some(todo.key.as_str());
+                self.record(*result, key, deps, observer);
+            }
+            Outcome::Skipped(reason) => self.not_measured.push(NotMeasured {
+                index: todo.index,
+                choice: todo.choice.clone(),
+                reason: reason.to_owned(),
+            }),
+        }
+    }
+
+    /// The headers a C choice's line depends on: those its compile read, and the reference's.
+    pub(super) fn deps_for(&self, files: Option<Vec<PathBuf>>) -> Option<Deps> {
+        files.filter(|f| !f.is_empty()).and_then(|mut files| {
+            files.extend(self.reference_deps.iter().cloned());
+            Deps::of(&files)
+        })
+    }
+
+    /// Every result goes through here: cached under `key` (none: a transient failure, not
+    /// cached) with the headers it depends on and its windows' conditions, then kept (in place
+    /// of an earlier result of the same choice). A result without enough quiet windows is
+    /// cached, but not taken as final by a later run (see `lookup::cached`).
+    pub(super) fn record(
+        &mut self,
+        result: ChoiceResult,
+        key: Option<&str>,
+        deps: Option<Deps>,
+        observer: &dyn Observer,
+    ) {
+        if let Some(deps) = &deps {
+            self.deps_of.insert(result.index, deps.clone());
+        }
+        if let Some(key) = key {
+            // Cached at once, so that a run killed later loses nothing; an `ok` result with
+            // rounds to come is cached again with all its windows (the last line of a key wins).
+            self.cache_line(&result, key, self.timeout, observer);
+            if self.rounds_follow && result.windows.is_some() {
+                self.pending.push((result.index, key.to_owned()));
+            }
+        }
+        self.keep(result);
+    }
+
+    /// Keeps `result`, replacing an earlier result of the same choice.
+    pub(super) fn keep(&mut self, result: ChoiceResult) {
+        match self.results.iter_mut().find(|r| r.index == result.index) {
+            Some(old) => *old = result,
+            None => self.results.push(result),
+        }
+    }
+
+    /// Appends `result`'s line (`timeout`: what it was measured with) to the results cache;
+    /// a failed write turns the cache off, with a warning.
+    pub(super) fn cache_line(
+        &mut self,
+        result: &ChoiceResult,
+        key: &str,
+        timeout: Duration,
+        observer: &dyn Observer,
+    ) {
+        let deps = self.deps_of.get(&result.index).cloned();
+        let Some(c) = self.cache.as_mut() else {
+            return;
+        };
+        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps);
+        let failed_before = c.not_cached().0;
+        if let Err(e) = c.append(line) {
+            // Counted by the cache (the report and the exit status say it); the run goes on.
+            observer.note(&format!("warning: {e:#}"));
+        }
+        if c.not_cached().0 == failed_before {
+            self.written.insert(key.to_owned());
+        }
+    }
+
+    /// Caches the results measured in rounds again, each with all its windows (a result with
+    /// too few quiet windows is cached with them, and is not taken as final: a quiet run
+    /// measures it again).
+    pub(super) fn cache_pending(&mut self, observer: &dyn Observer) {
+        for (index, key) in std::mem::take(&mut self.pending) {
+            let Some(result) = self.results.iter().find(|r| r.index == index).cloned() else {
+                continue;
+            };
+            // Unchanged since screening (no window added): its line is there already.
+            let changed = result
+                .windows
+                .as_ref()
+                .is_some_and(|w| w.medians_ms.len() > 1)
+                || result.status != tunebox_pool::Status::Ok;
+            // A screening line that could not be written was counted; it is not tried again.
+            if !changed || !self.written.contains(&key) {
+                continue;
+            }
+            let deps = self.deps_of.get(&result.index).cloned();
+            let line = CacheLine::new(key, &self.header, self.timeout, &result, deps);
+            if let Some(c) = self.cache.as_mut()
+                && let Err(e) = c.update(line)
+            {
+                observer.note(&format!(
+                    "warning: {e:#}; {} keeps its screening line",
+                    result.choice.label()
+                ));
+            }
+        }
+    }
+}
+
+/// Starts the pool of `run` (`workers` workers, `timeout` per choice; watched by its stop) and
+/// runs the reference.
+pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Result<Bench> {
+    let (options, stop) = (run.options, run.stop);
+    measure::note_sandbox(run.setup.manifest, |m| run.observer.note(m));
+    let reference = measure::reference_outputs(
+        run.setup.manifest,
+        run.reference.as_ref(),
+        timeout,
+        options.worker.as_deref(),
+        |pool| stop.watch(pool),
+        |m| run.observer.note(m),
+    )?;
+    let pool = measure::start_pool(
+        run.setup.manifest,
+        workers,
+        timeout,
+        options.max_process_uses,
+        options.worker.as_deref(),
+    )?;
+    stop.watch(std::sync::Arc::clone(&pool));
+    Ok(Bench { pool, reference })
+}
+
+/// What identifies the run's results.
+fn header(
+    setup: &Setup<'_>,
+    space: &SearchSpace,
+    strategy: &str,
+    options: &TuneOptions,
+    backend: &str,
+) -> RunHeader {
+    let manifest = setup.manifest;
+    RunHeader {
+        tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
+        manifest: manifest.path.display().to_string(),
+        manifest_hash: fingerprint::manifest_hash(&setup.hash, manifest, space),
+        name: manifest.name.clone(),
+        kernel: format!(
+            "{} ({})",
+            manifest.kernel.entry, manifest.kernel.source_name
+        ),
+        backend: backend.to_owned(),
+        device: setup.device.clone(),
+        space_size: space.len(),
+        // The strategy that runs names itself; budget and seed are the options'.
+        selection: Selection {
+            strategy: strategy.to_owned(),
+            ..options.selection.clone()
+        },
+        shard: options.shard,
+        metrics: manifest.metrics.names(),
+        objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
+    }
+}
+
+/// Checks `--json`, `--csv` and the results cache's path; returns the cache's path.
+fn check_outputs(options: &TuneOptions, manifest: &Manifest) -> Result<Option<PathBuf>> {
+    for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
+        if let Some(path) = path {
+            check_output_path(flag, path, manifest).map_err(TuneError::options)?;
+        }
+    }
+    let cache_path = match &options.cache {
+        CacheMode::Default => Some(cache::default_path(&manifest.path, options.shard)),
+        CacheMode::Path(path) => Some(path.clone()),
+        CacheMode::Off => None,
+    };
+    if let Some(path) = &cache_path {
+        check_output_path("--cache", path, manifest).map_err(TuneError::options)?;
+        for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
+            if other.as_deref() == Some(path.as_path()) {
+                return Err(TuneError::options(format_args!(
+                    "--cache and {flag} are the same file {}; give them different paths",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(cache_path)
+}
+
+/// Opens the results cache at `path`, reading the manifest's other default caches (the
+/// unsharded run's, every shard's) too.
+fn open_cache(
+    path: Option<&Path>,
+    options: &TuneOptions,
+    manifest: &Manifest,
+    notes: &mut Vec<String>,
+    observer: &dyn Observer,
+) -> Result<Option<ResultsCache>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let others = match &options.cache {
+        CacheMode::Default => cache::sibling_paths(&manifest.path, path),
+        _ => Vec::new(),
+    };
+    let cache = ResultsCache::open(path, &others, options.fresh)?;
+    for note in cache.notes() {
+        observer.note(&note);
+        notes.push(note);
+    }
+    Ok(Some(cache))
+}
+
+/// The sources of the manifest: the kernel's, and a C reference's.
+fn sources(manifest: &Manifest) -> Vec<&crate::manifest::KernelSource> {
+    let mut sources = vec![&manifest.kernel];
+    if let Some(Verify {
+        reference: Reference::Source(source, _),
+        ..
+    }) = &manifest.verify
+    {
+        sources.push(source);
+    }
+    sources
+}
+
+/// The C compiler of the kernel (and of a C reference) must exist: one clear error before the
+/// run, rather than a `compile_error` for every choice.
+fn check_compilers(manifest: &Manifest) -> Result<()> {
+    let control = CompileControl {
+        timeout: manifest.compile_timeout,
+        ..CompileControl::default()
+    };
+    for source in sources(manifest)
+        .into_iter()
+        .filter(|s| s.language == Language::C)
+    {
+        // A compiler that hangs or fails on --version says why per choice, as before.
+        if let Err(e @ (CpuError::CompilerNotFound { .. } | CpuError::CompilerSpawn { .. })) =
+            tunebox_cpu::compiler_version(&source.compiler, &control)
+        {
+            bail!(
+                "{:#} (the compiler command is `{}`); nothing was measured",
+                anyhow::Error::new(e),
+                source.compiler
+            )
+        }
+    }
+    Ok(())
+}
+
+/// A note naming the choices whose reps were cut to fit the timeout (`stopped = "budget"`).
+fn budget_note(results: &[ChoiceResult], manifest: &Manifest, timeout: Duration) -> Option<String> {
+    let cut: Vec<&ChoiceResult> = results
+        .iter()
+        .filter(|r| r.stats.as_ref().is_some_and(|s| s.stopped == "budget"))
+        .collect();
+    let first = cut.first()?;
+    let reps = first.stats.as_ref().map_or(0, |s| s.reps);
+    Some(format!(
+        "{} measured with fewer reps than the timing asks for (e.g. {}: {reps} reps, min_reps \
+         {}) to fit the {timeout:?} timeout; raise timeout_s (or --timeout) for full measurements",
+        plural(cut.len()),
+        first.choice.label(),
+        manifest.timing.min_reps
+    ))
+}
+
+/// Notes about the sources (outside the manifest's folder).
+fn source_notes(manifest: &Manifest) -> Vec<String> {
+    sources(manifest)
+        .into_iter()
+        .filter(|s| s.outside)
+        .map(|s| {
+            format!(
+                "the source {} lies outside the manifest's folder",
+                s.source_name
+            )
+        })
+        .collect()
+}
+
+/// Refuses an output path (`flag` names it) that would overwrite the manifest or a kernel
+/// source, or whose directory does not exist, before any time is spent.
+fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
+    let same = |other: &Path| {
+        path.canonicalize()
+            .ok()
+            .zip(other.canonicalize().ok())
+            .is_some_and(|(a, b)| a == b)
+    };
+    let mut inputs = vec![manifest.path.clone()];
+    inputs.extend(sources(manifest).into_iter().map(|s| s.path.clone()));
+    if let Some(input) = inputs.iter().find(|input| same(input)) {
+        bail!(
+            "{flag} {} would overwrite the input {}; write it elsewhere",
+            path.display(),
+            input.display()
+        );
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    ensure!(
+        dir.is_dir(),
+        "{flag} {}: the directory {} does not exist",
+        path.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The note that `hits` choices came from `cache` and were not measured again.
+pub(super) fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
+    format!(
+        "skipped {} already measured (results cache {}; --fresh re-measures them)",
+        plural(hits),
+        cache.path().display()
+    )
+}
+
+/// Why the run stopped early, for choices it did not start.
+pub(super) fn reason(stop: &Stop) -> &'static str {
+    stop_reason(stop)
+}

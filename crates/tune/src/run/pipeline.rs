@@ -1,0 +1,383 @@
+//! The pipeline of one round, compile and measure overlapped: C choices compile in the parent
+//! (on the cores the workers leave) while those compiled before them are measured, in the
+//! batch's order; CUDA choices compile in their workers first. [`super::measure()`] is this
+//! pipeline with no compile threads (its C choices are compiled already).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_pool::{Status, TuningProcessPool};
+use tunebox_protocol::{BenchmarkRequest, Kernel, TensorData};
+
+use super::compile::{Compiled, judge as judge_compile};
+use super::lookup::{Setup, Todo};
+use crate::interference::Conditions;
+use crate::measure::{self, InOrder};
+use crate::observer::{Observer, ObserverExt, Phase};
+use crate::results::{ChoiceResult, choices as plural};
+use crate::stop::Stop;
+use crate::windows::Windows;
+
+/// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
+pub(crate) struct Stage<'s> {
+    pub setup: &'s Setup<'s>,
+    pub pool: &'s TuningProcessPool,
+    pub reference: Option<&'s [TensorData]>,
+    pub observer: &'s dyn Observer,
+    pub stop: &'s Stop,
+    /// Start no new choice after this (`--max-time`).
+    pub deadline: Option<Instant>,
+}
+
+impl Stage<'_> {
+    /// A stop was asked for, or the time budget is spent.
+    pub(crate) fn should_stop(&self) -> bool {
+        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Why a choice was not started: the run was interrupted, else the time budget ran out.
+    pub(crate) fn stop_reason(&self) -> &'static str {
+        stop_reason(self.stop)
+    }
+}
+
+/// Why a choice was not started: the run was interrupted, else the time budget ran out.
+pub(crate) fn stop_reason(stop: &Stop) -> &'static str {
+    if stop.requested() {
+        "interrupted"
+    } else {
+        "max_time"
+    }
+}
+
+/// How the pipeline compiles the C choices it is given.
+pub(crate) struct Compiling<'c> {
+    pub kernel_cache: &'c CacheDir,
+    pub control: &'c CompileControl<'c>,
+    /// Say what compiles where (once a run, not every round of an adaptive search).
+    pub say: bool,
+    /// The CPUs compiles may use when they run alone.
+    pub cpus: usize,
+    /// The CPUs on no core a worker may measure on (the CPUs less each worker's core and its
+    /// SMT siblings: see [`crate::interference::Topology::free_cpus`]). Compiles overlap
+    /// measuring on these; with none, they all finish first, on every CPU, so that no compile
+    /// shares a measuring core.
+    pub free_cpus: usize,
+}
+
+/// What became of one position of the batch.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// A result: measured, or failed to compile or prepare. `cacheable`: the results cache may
+    /// keep it (not a transient failure); `files`: the headers its compile read (C).
+    Done {
+        result: Box<ChoiceResult>,
+        cacheable: bool,
+        files: Option<Vec<PathBuf>>,
+    },
+    /// Not started, or killed by a stop: why (`interrupted`, `max_time`).
+    Skipped(&'static str),
+}
+
+/// Runs `todo` through `stage`: CUDA choices are prepared (compiled) in the workers, C choices
+/// compile as `compiling` says (`None`: they are compiled already), and every choice is
+/// measured once its compile settles, in `todo`'s order, judged against the reference and
+/// reported to the observer. `on_outcome(position, outcome)` is called on this thread for every
+/// position of `todo`, each measured result as it finishes.
+pub(crate) fn pipeline(
+    stage: &Stage<'_>,
+    todo: &[Todo],
+    compiling: Option<Compiling<'_>>,
+    mut on_outcome: impl FnMut(usize, Outcome),
+) {
+    let workers = stage.pool.size();
+    let mut ready: Vec<usize> = prepare_cuda(stage, todo, &mut on_outcome);
+    let c_todo: Vec<usize> = match &compiling {
+        Some(_) => {
+            let (c, rest): (Vec<usize>, Vec<usize>) = ready
+                .iter()
+                .partition(|&&p| matches!(todo[p].request.kernel, Kernel::C(_)));
+            ready = rest;
+            c
+        }
+        None => Vec::new(),
+    };
+    let (cpus, free) = compiling
+        .as_ref()
+        .map_or((1, 0), |c| (c.cpus.max(1), c.free_cpus));
+    let overlap = free > 0;
+    let compile_threads = if overlap { free } else { cpus };
+    stage.observer.phase(
+        Phase::Benchmarking,
+        ready.len() + c_todo.len(),
+        &format!(
+            "benchmarking {} on {workers} worker(s), timeout {:?}…",
+            plural(ready.len() + c_todo.len()),
+            stage.setup.timeout
+        ),
+    );
+    if !c_todo.is_empty() && compiling.as_ref().is_some_and(|c| c.say) {
+        stage.observer.note(&format!(
+            "compiling {} on {}{}…",
+            plural(c_todo.len()),
+            if compile_threads == 1 {
+                "1 thread".to_owned()
+            } else {
+                format!("{compile_threads} threads")
+            },
+            if overlap {
+                " while measuring"
+            } else {
+                ", then measuring"
+            }
+        ));
+    }
+    let mut measurable = vec![false; todo.len()];
+    for &p in ready.iter().chain(&c_todo) {
+        measurable[p] = true;
+    }
+    let gate = InOrder::new(
+        (0..todo.len()).filter(|&p| measurable[p]).collect(),
+        todo.len(),
+    );
+    for &p in &ready {
+        gate.settle(p, true);
+    }
+    let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
+    let compiled_deps: Mutex<Vec<Option<Vec<PathBuf>>>> = Mutex::new(vec![None; todo.len()]);
+    let mut measured = vec![false; todo.len()];
+    let gate = &gate;
+    std::thread::scope(|scope| {
+        let compilers = compiling.as_ref().map(|c| {
+            let job = CompileJob {
+                stage,
+                todo,
+                c_todo: &c_todo,
+                next: AtomicUsize::new(0),
+                compiled: &compiled,
+                compiled_deps: &compiled_deps,
+                gate,
+                compiling: c,
+            };
+            scope.spawn(move || {
+                std::thread::scope(|inner| {
+                    for _ in 0..compile_threads {
+                        inner.spawn(|| job.work());
+                    }
+                });
+                // Every compile thread is done (or panicked): nothing is left pending.
+                gate.settle_rest(false);
+            })
+        });
+        if !overlap && let Some(compilers) = compilers {
+            let _ = compilers.join();
+        }
+        measure::run_all(
+            stage.pool,
+            || gate.next().map(|p| (p, &todo[p].request)),
+            || stage.should_stop(),
+            |p, result, conditions| {
+                measured[p] = true;
+                let outcome = measured_outcome(stage, &todo[p], result, conditions);
+                let outcome = match outcome {
+                    Outcome::Done {
+                        result,
+                        cacheable,
+                        files: _,
+                    } => Outcome::Done {
+                        result,
+                        cacheable,
+                        files: lock(&compiled_deps)[p].clone(),
+                    },
+                    skipped => skipped,
+                };
+                on_outcome(p, outcome);
+            },
+        );
+    });
+    stage.observer.end_phase();
+    for p in ready {
+        if !measured[p] {
+            on_outcome(p, Outcome::Skipped(stage.stop_reason()));
+        }
+    }
+    compile_outcomes(stage, todo, &c_todo, &measured, compiled, &mut on_outcome);
+}
+
+/// Prepares the CUDA choices of `todo` in the workers (a compiler can crash too), spread over
+/// the pool; those that fail are outcomes at once. Returns the positions left to measure.
+fn prepare_cuda(
+    stage: &Stage<'_>,
+    todo: &[Todo],
+    on_outcome: &mut impl FnMut(usize, Outcome),
+) -> Vec<usize> {
+    let mut ready: Vec<usize> = (0..todo.len()).collect();
+    let cuda: Vec<usize> = (0..todo.len())
+        .filter(|&p| matches!(todo[p].request.kernel, Kernel::Cuda(_)))
+        .collect();
+    if cuda.is_empty() {
+        return ready;
+    }
+    stage.observer.note(&format!(
+        "compiling {} on {} worker(s)…",
+        plural(cuda.len()),
+        stage.pool.size()
+    ));
+    let batch: Vec<BenchmarkRequest> = cuda.iter().map(|&p| todo[p].request.clone()).collect();
+    for (&p, outcome) in cuda.iter().zip(stage.pool.prepare(&batch)) {
+        let Err(e) = outcome else { continue };
+        ready.retain(|&q| q != p);
+        if measure::is_transient(&e) {
+            on_outcome(p, Outcome::Skipped(stage.stop_reason()));
+            continue;
+        }
+        let t = &todo[p];
+        let result = ChoiceResult::failed(
+            t.index,
+            t.choice.clone(),
+            e.status(),
+            format!("{:#}", anyhow::Error::new(e)),
+            &stage.setup.device,
+        );
+        on_outcome(
+            p,
+            Outcome::Done {
+                result: Box::new(result),
+                cacheable: true,
+                files: None,
+            },
+        );
+    }
+    ready
+}
+
+/// What a measurement of `todo` means: a judged result (not cacheable when the failure says
+/// nothing about the choice), or nothing when a stop killed it. An `ok` result carries its
+/// first window: its median and the conditions it was measured under.
+pub(crate) fn measured_outcome(
+    stage: &Stage<'_>,
+    todo: &Todo,
+    result: Result<tunebox_protocol::BenchmarkResult, tunebox_pool::PoolError>,
+    conditions: Conditions,
+) -> Outcome {
+    let transient = matches!(&result, Err(e) if measure::is_transient(e));
+    if transient && stage.stop.requested() {
+        return Outcome::Skipped("interrupted");
+    }
+    let mut r = measure::judge(
+        todo.index,
+        todo.choice.clone(),
+        result,
+        stage.reference,
+        stage.setup.manifest,
+        &stage.setup.device,
+    );
+    if let (Status::Ok, Some(stats)) = (r.status, &r.stats) {
+        r.windows = Some(Windows::first(stats, conditions));
+    }
+    stage
+        .observer
+        .finished(&r.choice.label(), r.status, r.median_ms());
+    Outcome::Done {
+        result: Box::new(r),
+        cacheable: !transient,
+        files: None,
+    }
+}
+
+/// What compiling one C choice gave: `None` when it was not started (the run was stopped).
+type CompileOutcome = Option<Result<Vec<PathBuf>, CpuError>>;
+
+/// The compile threads' shared work list.
+struct CompileJob<'j> {
+    stage: &'j Stage<'j>,
+    todo: &'j [Todo],
+    c_todo: &'j [usize],
+    next: AtomicUsize,
+    compiled: &'j Mutex<Vec<(usize, CompileOutcome)>>,
+    compiled_deps: &'j Mutex<Vec<Option<Vec<PathBuf>>>>,
+    gate: &'j InOrder,
+    compiling: &'j Compiling<'j>,
+}
+
+impl CompileJob<'_> {
+    /// Compiles positions until none is left; each settles its gate position (the files it
+    /// read are set before, so before it is measured). A compile that fails is reported now.
+    fn work(&self) {
+        while let Some(&p) = self.c_todo.get(self.next.fetch_add(1, Ordering::SeqCst)) {
+            let outcome = (!self.stage.should_stop()).then(|| {
+                measure::precompile(
+                    &self.todo[p].request,
+                    self.compiling.kernel_cache,
+                    self.compiling.control,
+                )
+            });
+            if let Some(Ok(deps)) = &outcome {
+                lock(self.compiled_deps)[p] = Some(deps.clone());
+            }
+            self.gate.settle(p, matches!(outcome, Some(Ok(_))));
+            if let Some(Err(e)) = &outcome
+                && !matches!(e, CpuError::CompileCancelled { .. })
+            {
+                let status = if measure::compile_timeout_message(e).is_some() {
+                    Status::Timeout
+                } else {
+                    Status::CompileError
+                };
+                self.stage
+                    .observer
+                    .finished(&self.todo[p].choice.label(), status, None);
+            }
+            lock(self.compiled).push((p, outcome));
+        }
+    }
+}
+
+/// The outcomes of the C choices that were not measured: a compile failure is a result; one
+/// compiled but never measured, or never compiled, was not started.
+fn compile_outcomes(
+    stage: &Stage<'_>,
+    todo: &[Todo],
+    c_todo: &[usize],
+    measured: &[bool],
+    compiled: Mutex<Vec<(usize, CompileOutcome)>>,
+    on_outcome: &mut impl FnMut(usize, Outcome),
+) {
+    let mut outcomes = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut reported = vec![false; todo.len()];
+    for (p, _) in &outcomes {
+        reported[*p] = true;
+    }
+    outcomes.extend(c_todo.iter().filter(|&&p| !reported[p]).map(|&p| (p, None)));
+    outcomes.sort_by_key(|(p, _)| *p);
+    for (p, outcome) in outcomes {
+        let outcome = match outcome {
+            Some(Ok(_)) if measured[p] => continue,
+            Some(Ok(_)) | None => Outcome::Skipped(stage.stop_reason()),
+            Some(Err(e)) => match judge_compile(stage.setup, &todo[p], Err(e)) {
+                // Killed by Ctrl-C: says nothing about the choice.
+                Compiled::Ready { .. } | Compiled::Cancelled => Outcome::Skipped("interrupted"),
+                // Cached with the headers read before the error (none when one was missing:
+                // then the next run compiles it again).
+                Compiled::Failed {
+                    result,
+                    cacheable,
+                    dependencies,
+                } => Outcome::Done {
+                    result,
+                    cacheable,
+                    files: Some(dependencies),
+                },
+            },
+        };
+        on_outcome(p, outcome);
+    }
+}
+
+/// Locks `mutex`, whatever a panicking holder left in it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,337 @@
+//! Rounds and the race for the top: after screening, every `ok` choice measured in this run
+//! is measured again in rounds of short windows (order shuffled per round, one window at a
+//! time, after every compile has finished), so that an episode of interference hits one
+//! window of one choice rather than its result. A window in which other CPUs were busy or time
+//! was stolen is measured again once at the end of its round, unless most of the round was
+//! disturbed (a machine busy all along stays busy). Then the choices whose interval
+//! overlaps the best's are raced: more rounds of them alone, until the intervals separate or
+//! the race's time is spent. Each choice's time is the estimate over its windows
+//! ([`crate::windows::Windows`]); the report says how sure the pick is.
+
+use std::time::{Duration, Instant};
+
+use tunebox_pool::Status;
+use tunebox_protocol::BenchmarkRequest;
+
+use super::context::Run;
+use super::lookup::window_timing;
+use super::options::DEFAULT_RACE_LIMIT;
+use crate::interference::{self, Conditions};
+use crate::measure;
+use crate::observer::ObserverExt;
+use crate::results::{ChoiceResult, RunConditions, choices as plural};
+
+/// Most rounds the race adds after the base rounds.
+const MAX_RACE_ROUNDS: usize = 8;
+/// A round's probe (the fastest of three) this much slower than the run's fastest says the
+/// machine slowed down by itself (frequency, a host neighbour), whatever /proc/stat says.
+const SLOW_PROBE: f64 = 1.5;
+
+/// What the rounds counted.
+#[derive(Debug, Default)]
+struct Tally {
+    windows: usize,
+    disturbed: usize,
+    remeasured: usize,
+    raced: usize,
+    probes: Vec<Duration>,
+}
+
+impl Run<'_> {
+    /// The rounds, then the race (see the module's docs); records what they saw in
+    /// [`Run::conditions`], and each `ok` result's estimate, interval and tie.
+    pub(super) fn race(&mut self) {
+        let load_start = interference::load_average();
+        let mut tally = Tally::default();
+        let contenders: Vec<usize> = self
+            .ledger
+            .results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.status == Status::Ok && r.windows.is_some() && !r.cached)
+            .map(|(p, _)| p)
+            .collect();
+        for r in &self.ledger.results {
+            if let Some(w) = &r.windows
+                && !r.cached
+            {
+                tally.windows += w.medians_ms.len();
+                tally.disturbed += w.disturbed_count();
+            }
+        }
+        let rounds = self.setup.windows.saturating_sub(1);
+        if rounds > 0 && contenders.len() > 1 && self.bench.is_some() && !self.should_stop() {
+            self.observer.note(&format!(
+                "measuring {} again in {rounds} rounds of short windows (shuffled, one at a \
+                 time)…",
+                plural(contenders.len())
+            ));
+            let started = Instant::now();
+            for round in 1..=rounds {
+                if self.should_stop() {
+                    break;
+                }
+                self.window_round(&contenders, round, &mut tally);
+            }
+            let budget = self
+                .options
+                .race
+                .unwrap_or_else(|| (started.elapsed() / 2).min(DEFAULT_RACE_LIMIT));
+            self.race_for_the_top(budget, &mut tally);
+        }
+        self.mark_ties();
+        self.conditions = Some(self.summary(tally, load_start));
+        if let Some(c) = &self.conditions
+            && c.busy
+        {
+            self.observer.note(&format!(
+                "warning: the machine was busy while measuring: {} of {} windows disturbed \
+                 (other CPUs busy or time stolen), {} measured again; {}",
+                c.disturbed, c.windows, c.remeasured, c.confidence
+            ));
+        }
+    }
+
+    /// Rounds of the choices whose interval overlaps the best's, until none does or `budget`
+    /// is spent.
+    fn race_for_the_top(&mut self, budget: Duration, tally: &mut Tally) {
+        let started = Instant::now();
+        let mut raced = vec![false; self.ledger.results.len()];
+        for extra in 0..MAX_RACE_ROUNDS {
+            if self.should_stop() || started.elapsed() >= budget {
+                break;
+            }
+            let racing = self.overlapping_best(false);
+            if racing.len() < 2 {
+                break;
+            }
+            if extra == 0 {
+                self.observer.note(&format!(
+                    "racing {} whose intervals overlap the best's…",
+                    plural(racing.len())
+                ));
+            }
+            for &p in &racing {
+                raced[p] = true;
+            }
+            self.window_round(&racing, self.setup.windows, tally);
+        }
+        tally.raced = raced.iter().filter(|r| **r).count();
+    }
+
+    /// The positions of the `ok` results with windows whose interval overlaps the best's (the
+    /// best included), best first; those from the results cache only `with_cached`.
+    fn overlapping_best(&self, with_cached: bool) -> Vec<usize> {
+        let results = &self.ledger.results;
+        let ok = |p: &usize| {
+            let r = &results[*p];
+            r.status == Status::Ok && r.windows.is_some() && (with_cached || !r.cached)
+        };
+        let mut ranked: Vec<usize> = (0..results.len()).filter(ok).collect();
+        ranked.sort_by(|&a, &b| {
+            let m = |p: usize| results[p].median_ms().unwrap_or(f64::INFINITY);
+            m(a).total_cmp(&m(b))
+        });
+        let Some(&best) = ranked.first() else {
+            return Vec::new();
+        };
+        let best_w = results[best].windows.as_ref().expect("filtered");
+        ranked
+            .into_iter()
+            .filter(|&p| {
+                p == best
+                    || results[p]
+                        .windows
+                        .as_ref()
+                        .is_some_and(|w| w.overlaps(best_w))
+            })
+            .collect()
+    }
+
+    /// One round: a window of each of `positions`, in an order shuffled for `round`; windows
+    /// found disturbed are measured once more at the round's end.
+    fn window_round(&mut self, positions: &[usize], round: usize, tally: &mut Tally) {
+        let mut order = positions.to_vec();
+        let seed = self.options.selection.seed ^ (round as u64).wrapping_mul(0x9E37_79B9);
+        fastrand::Rng::with_seed(seed).shuffle(&mut order);
+        let probe = (0..3).map(|_| interference::speed_probe()).min();
+        tally.probes.extend(probe);
+        let (mut again, mut measured) = (Vec::new(), 0usize);
+        for p in order {
+            if self.should_stop() {
+                return;
+            }
+            match self.window(p, round, tally) {
+                Some(true) => again.push(p),
+                Some(false) => {}
+                None => continue,
+            }
+            measured += 1;
+        }
+        // An episode passes; a machine busy all round long stays busy: measuring its windows
+        // again would only double the time (their estimate leans on the lower quartile).
+        if again.len() * 2 > measured {
+            return;
+        }
+        for p in again {
+            // Measured again once: a window stays disturbed on a machine that stays busy.
+            if self.should_stop() || tally.remeasured * 2 > tally.windows {
+                return;
+            }
+            tally.remeasured += 1;
+            if let Some(w) = self.ledger.results[p].windows.as_mut() {
+                w.remeasured += 1;
+            }
+            self.window(p, round, tally);
+        }
+    }
+
+    /// Measures one window of the result at position `p`: `Some(disturbed)` when it gave a
+    /// time, `None` when it failed (a failure that says something about the choice replaces
+    /// its result) or a stop killed it.
+    fn window(&mut self, p: usize, round: usize, tally: &mut Tally) -> Option<bool> {
+        let request = self.window_request(&self.ledger.results[p], round)?;
+        let bench = self.bench.as_ref()?;
+        let (result, conditions) = Conditions::around(|| {
+            bench
+                .pool
+                .benchmark(std::slice::from_ref(&request))
+                .remove(0)
+        });
+        let r = &mut self.ledger.results[p];
+        match result {
+            Ok(measured) if measured.stats.median_ms.is_finite() => {
+                tally.windows += 1;
+                tally.disturbed += usize::from(conditions.disturbed);
+                let seed = r.index as u64;
+                if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
+                    w.add(measured.stats.median_ms, conditions, seed);
+                    stats.reps += measured.stats.reps;
+                }
+                Some(conditions.disturbed)
+            }
+            Ok(_) => None,
+            Err(e) if measure::is_transient(&e) => None,
+            Err(e) => {
+                // A choice that crashes, hangs or errs in a later window is not a choice to
+                // pick: its failure is its result.
+                let failed = ChoiceResult::failed(
+                    r.index,
+                    r.choice.clone(),
+                    e.status(),
+                    format!("in round {round}: {:#}", anyhow::Error::new(e)),
+                    &self.setup.device,
+                );
+                self.observer
+                    .finished(&failed.choice.label(), failed.status, None);
+                *r = failed;
+                None
+            }
+        }
+    }
+
+    /// The request of one window of `result` in `round`: its screening request with the
+    /// window's share of the timing, no outputs (screening verified them).
+    fn window_request(&self, result: &ChoiceResult, round: usize) -> Option<BenchmarkRequest> {
+        let manifest = self.setup.manifest;
+        let mut request = measure::request(
+            manifest,
+            &manifest.kernel,
+            manifest.launch.as_ref(),
+            &result.choice,
+        )
+        .ok()?;
+        request.timing = window_timing(&request.timing, self.setup.windows, round);
+        for t in &mut request.tensors {
+            t.output = false;
+        }
+        Some(request)
+    }
+
+    /// Marks each `ok` result whose interval overlaps the best's as tied with it, and
+    /// recomputes metrics at the estimate.
+    fn mark_ties(&mut self) {
+        let tied = self.overlapping_best(true);
+        let manifest = self.setup.manifest;
+        for (p, r) in self.ledger.results.iter_mut().enumerate() {
+            if let Some(median) = r.median_ms()
+                && r.windows.is_some()
+                && !r.cached
+            {
+                r.metrics = manifest.metrics.evaluate(&r.choice, median);
+            }
+            if let Some(w) = r.windows.as_mut() {
+                w.tie = tied.len() > 1 && tied.contains(&p);
+            }
+        }
+    }
+
+    /// The rounds' figures, and how sure the pick is in words.
+    fn summary(&self, tally: Tally, load_start: Option<f64>) -> RunConditions {
+        let fastest = tally.probes.iter().min().copied();
+        let slowest = tally.probes.iter().max().copied();
+        let probe_ratio = match (fastest, slowest) {
+            (Some(f), Some(s)) if !f.is_zero() => s.as_secs_f64() / f.as_secs_f64(),
+            _ => 1.0,
+        };
+        let busy = tally.disturbed * 10 > tally.windows.max(1) || probe_ratio > SLOW_PROBE;
+        let tied = self.overlapping_best(true);
+        let ties = tied.len().saturating_sub(1);
+        RunConditions {
+            rounds: self.setup.windows.saturating_sub(1),
+            windows: tally.windows,
+            disturbed: tally.disturbed,
+            remeasured: tally.remeasured,
+            raced: tally.raced,
+            probe_ratio,
+            load: [
+                load_start.unwrap_or(f64::NAN),
+                interference::load_average().unwrap_or(f64::NAN),
+            ],
+            busy,
+            confidence: self.confidence(&tied, busy),
+            ties,
+        }
+    }
+
+    /// How sure the pick is: tied with how many, or how far ahead of the next.
+    fn confidence(&self, tied: &[usize], busy: bool) -> String {
+        let results = &self.ledger.results;
+        let Some(&best) = tied.first() else {
+            return "no choice was measured in windows".to_owned();
+        };
+        let w = results[best].windows.as_ref().expect("windows");
+        let n = w.medians_ms.len();
+        let best_ms = w.estimate_ms;
+        let mut text = if tied.len() > 1 {
+            let worst = tied
+                .iter()
+                .filter_map(|&p| results[p].median_ms())
+                .fold(best_ms, f64::max);
+            format!(
+                "tied with {} (intervals overlap, within {:.1} %)",
+                plural(tied.len() - 1),
+                (worst / best_ms - 1.0) * 100.0
+            )
+        } else {
+            let next = results
+                .iter()
+                .filter(|r| r.status == Status::Ok && r.index != results[best].index)
+                .filter_map(ChoiceResult::median_ms)
+                .fold(f64::INFINITY, f64::min);
+            if next.is_finite() {
+                format!(
+                    "sure: its interval over {n} windows lies below every other's (next best \
+                     +{:.1} %)",
+                    (next / best_ms - 1.0) * 100.0
+                )
+            } else {
+                format!("the only choice measured ok ({n} windows)")
+            }
+        };
+        if busy {
+            text.push_str("; the machine was busy, so less sure than it looks");
+        }
+        text
+    }
+}

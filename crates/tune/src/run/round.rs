@@ -1,0 +1,181 @@
+//! Screening: rounds of lookup → pipeline → record → tell, until the strategy asks for no
+//! more (brute force and random sampling ask for everything at once: one round).
+
+use anyhow::Result;
+use tunebox_cpu::CompileControl;
+
+use super::context::{Run, reason, skipped_note};
+use super::lookup::{Todo, lookup_cached};
+use super::pipeline::{Compiling, Stage, pipeline};
+use crate::observer::ObserverExt;
+use crate::results::{NotMeasured, Selection, ShardInfo, set_objective};
+use crate::space::SearchSpace;
+use crate::strategy::Strategy;
+
+impl Run<'_> {
+    /// Measures `first` (the plan's selection), then what the strategy asks for next, each
+    /// round told to the strategy, until it has no more or the run is stopped.
+    pub(super) fn screen(&mut self, first: Vec<usize>) -> Result<()> {
+        if let Some(shard) = self.options.shard {
+            self.observer.note(&format!(
+                "shard {shard}: {} of the {} choices",
+                first.len(),
+                self.space.len()
+            ));
+        }
+        // One count for the whole run, across the rounds of an adaptive search.
+        let planned = planned_total(&self.options.selection, self.space.len(), first.len());
+        self.adaptive = planned > first.len();
+        self.observer.planned(planned);
+        let mut batch = first;
+        loop {
+            self.round(&batch)?;
+            if self.should_stop() {
+                // What the strategy would still have asked for was not measured either.
+                let why = reason(self.stop);
+                let left = unasked(self.strategy.as_mut(), &self.space, self.shard, why);
+                self.ledger.not_measured.extend(left);
+                break;
+            }
+            batch = ask(self.strategy.as_mut(), &self.space, self.shard);
+            if batch.is_empty() {
+                break;
+            }
+        }
+        if self.adaptive
+            && self.ledger.hits > 0
+            && let Some(c) = &self.ledger.cache
+        {
+            self.observer.note(&skipped_note(self.ledger.hits, c));
+        }
+        Ok(())
+    }
+
+    /// One round: the cached lookup of `batch`, the pipeline for the rest, every result
+    /// recorded, and the strategy told.
+    fn round(&mut self, batch: &[usize]) -> Result<()> {
+        let lookup = lookup_cached(&self.setup, &self.space, batch, self.ledger.cache.as_ref());
+        let todo = self
+            .ledger
+            .take_cached(lookup, self.adaptive, self.observer);
+        if !todo.is_empty() {
+            self.ready_to_measure(&todo)?;
+        }
+        self.measure(&todo);
+        let objective = self.ledger.header.objective.as_ref();
+        set_objective(&mut self.ledger.results[self.told..], objective);
+        for result in &self.ledger.results[self.told..] {
+            self.strategy.tell(result.index, result);
+        }
+        self.told = self.ledger.results.len();
+        Ok(())
+    }
+
+    /// The pipeline over `todo`, compiling as it measures; every outcome to the ledger.
+    fn measure(&mut self, todo: &[Todo]) {
+        let Some(bench) = &self.bench else {
+            let why = reason(self.stop);
+            self.ledger
+                .not_measured
+                .extend(todo.iter().map(|t| NotMeasured {
+                    index: t.index,
+                    choice: t.choice.clone(),
+                    reason: why.to_owned(),
+                }));
+            return;
+        };
+        // Each compile has the manifest's deadline, and Ctrl-C kills the compilers at once
+        // (they run in process groups of their own, so the terminal's SIGINT reaches only us).
+        let (stop, observer) = (self.stop, self.observer);
+        let cancel = || stop.poll(observer);
+        let control = CompileControl {
+            timeout: self.setup.manifest.compile_timeout,
+            cancel: Some(&cancel),
+            ..CompileControl::default()
+        };
+        let stage = Stage {
+            setup: &self.setup,
+            pool: &bench.pool,
+            reference: bench.reference.as_deref(),
+            observer,
+            stop,
+            deadline: self.deadline,
+        };
+        // The CPUs this process may use (an affinity mask can hide some that sysfs lists).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = bench.pool.size();
+        let compiling = Compiling {
+            kernel_cache: &self.kernel_cache,
+            control: &control,
+            say: !std::mem::replace(&mut self.compile_noted, true),
+            cpus,
+            // With rounds to come, compiles finish first, on every CPU: a compile beside a
+            // timed window slows it (a busy sibling, or a vCPU sharing a core with it).
+            free_cpus: if self.setup.windows > 1 {
+                0
+            } else {
+                self.topology
+                    .free_cpus(workers)
+                    .min(cpus.saturating_sub(workers))
+            },
+        };
+        let ledger = &mut self.ledger;
+        pipeline(&stage, todo, Some(compiling), |p, outcome| {
+            ledger.settle(&todo[p], outcome, observer);
+        });
+    }
+}
+
+/// The strategy's next choices, as many as it names, that `shard` owns.
+pub(super) fn ask(
+    strategy: &mut dyn Strategy,
+    space: &SearchSpace,
+    shard: Option<ShardInfo>,
+) -> Vec<usize> {
+    strategy
+        .ask(space, usize::MAX)
+        .into_iter()
+        .filter(|&i| space.contains(i) && space.owns(shard, i))
+        .collect()
+}
+
+/// The choices `strategy` would still ask for, that `shard` owns, told nothing more: those a
+/// stopped run never got to (at most as many as the space has).
+fn unasked(
+    strategy: &mut dyn Strategy,
+    space: &SearchSpace,
+    shard: Option<ShardInfo>,
+    reason: &str,
+) -> Vec<NotMeasured> {
+    let mut left = Vec::new();
+    let mut asked = 0usize;
+    while asked < space.len() {
+        let batch = strategy.ask(space, usize::MAX);
+        if batch.is_empty() {
+            break;
+        }
+        asked = asked.saturating_add(batch.len());
+        left.extend(
+            batch
+                .into_iter()
+                .filter(|&i| space.owns(shard, i))
+                .filter_map(|index| {
+                    Some(NotMeasured {
+                        index,
+                        choice: space.choice(index)?,
+                        reason: reason.to_owned(),
+                    })
+                }),
+        );
+    }
+    left
+}
+
+/// About how many choices a run finishes, cached ones included: what the strategy asked for
+/// at once, or for an adaptive search asking a few at a time, its budget (at most the space).
+fn planned_total(selection: &Selection, space: usize, first_batch: usize) -> usize {
+    match selection.budget {
+        Some(budget) if budget > first_batch => budget.min(space),
+        _ => first_batch,
+    }
+}

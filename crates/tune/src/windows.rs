@@ -1,0 +1,233 @@
+//! A choice's time over many short windows: the estimate, its interval, and the evidence.
+//!
+//! Interference (another process, a busy SMT sibling, a neighbour on the host) only ever slows a
+//! kernel down: a disturbed window's median is too high, never too low. So a choice's time is
+//! a low quantile of its windows' medians, not their mean: [`Windows::estimate_ms`] is the
+//! lower quartile (linear interpolation, as numpy) of the quiet windows' medians, which stays
+//! put while up to three windows in four are slowed, and moves by the in-window noise alone
+//! otherwise. Windows flagged disturbed ([`crate::interference::Conditions`]) are left out
+//! while at least two quiet ones remain. The interval is a bootstrap percentile interval of
+//! that estimate (90 %, 400 resamples of the windows, a fixed seed per choice so that reports
+//! are reproducible); with one window, the window's own p20-p80.
+
+use serde::{Deserialize, Serialize};
+use tunebox_protocol::TimingStats;
+
+use crate::interference::Conditions;
+
+/// The quantile of the windows' medians that estimates a choice's time.
+pub const ESTIMATE_QUANTILE: f64 = 0.25;
+/// Bootstrap resamples for the interval.
+const RESAMPLES: usize = 400;
+/// Quiet windows a result needs before the results cache keeps it as final.
+pub const SETTLED_WINDOWS: usize = 2;
+
+/// A choice's windows: each one's median and conditions, and what they add up to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Windows {
+    /// Each window's median, ms, in the order measured (the first is the screening window).
+    pub medians_ms: Vec<f64>,
+    /// Whether each window was disturbed (by the same position).
+    pub disturbed: Vec<bool>,
+    /// The other CPUs' largest busy share in any window (0-1).
+    #[serde(default)]
+    pub worst_busy: f64,
+    /// The estimate, ms: the lower quartile of the quiet windows' medians.
+    pub estimate_ms: f64,
+    /// The estimate's 90 % interval, ms.
+    pub interval_ms: [f64; 2],
+    /// Windows measured again because they were disturbed.
+    #[serde(default)]
+    pub remeasured: usize,
+    /// Its interval overlaps the best's (set when the run ranks).
+    #[serde(default)]
+    pub tie: bool,
+}
+
+impl Windows {
+    /// The windows of a choice measured once: `stats`' median under `conditions`.
+    pub fn first(stats: &TimingStats, conditions: Conditions) -> Windows {
+        let mut w = Windows {
+            medians_ms: Vec::new(),
+            disturbed: Vec::new(),
+            worst_busy: 0.0,
+            estimate_ms: stats.median_ms,
+            interval_ms: [stats.p20_ms, stats.p80_ms],
+            remeasured: 0,
+            tie: false,
+        };
+        w.push(stats.median_ms, conditions);
+        w.interval_ms = [
+            stats.p20_ms.min(stats.median_ms),
+            stats.p80_ms.max(stats.median_ms),
+        ];
+        w
+    }
+
+    /// Adds a window, and estimates again (`seed`: the choice's, for the bootstrap).
+    pub fn add(&mut self, median_ms: f64, conditions: Conditions, seed: u64) {
+        self.push(median_ms, conditions);
+        self.estimate(seed);
+    }
+
+    fn push(&mut self, median_ms: f64, conditions: Conditions) {
+        self.medians_ms.push(median_ms);
+        self.disturbed.push(conditions.disturbed);
+        self.worst_busy = self.worst_busy.max(conditions.other_busy);
+    }
+
+    /// The windows an estimate rests on: the quiet ones while at least [`SETTLED_WINDOWS`]
+    /// remain (or all are quiet), else all.
+    pub fn used(&self) -> Vec<f64> {
+        let quiet: Vec<f64> = self.quiet().collect();
+        if quiet.len() >= SETTLED_WINDOWS.min(self.medians_ms.len()) && !quiet.is_empty() {
+            quiet
+        } else {
+            self.medians_ms.clone()
+        }
+    }
+
+    fn quiet(&self) -> impl Iterator<Item = f64> + '_ {
+        self.medians_ms
+            .iter()
+            .zip(&self.disturbed)
+            .filter(|(_, d)| !**d)
+            .map(|(m, _)| *m)
+    }
+
+    /// Windows flagged disturbed.
+    pub fn disturbed_count(&self) -> usize {
+        self.disturbed.iter().filter(|d| **d).count()
+    }
+
+    /// Whether enough quiet windows back the estimate for the results cache to take it as
+    /// final: [`SETTLED_WINDOWS`] of them, or every window of a choice measured in fewer.
+    pub fn settled(&self) -> bool {
+        let quiet = self.quiet().count();
+        quiet >= 1 && quiet >= SETTLED_WINDOWS.min(self.medians_ms.len())
+    }
+
+    /// Estimates from the windows: [`ESTIMATE_QUANTILE`] of [`Windows::used`], and its
+    /// bootstrap interval.
+    pub fn estimate(&mut self, seed: u64) {
+        let used = self.used();
+        if used.len() < 2 {
+            return;
+        }
+        self.estimate_ms = quantile(&used, ESTIMATE_QUANTILE);
+        self.interval_ms = bootstrap(&used, seed);
+    }
+
+    /// Whether this interval and `other`'s overlap.
+    pub fn overlaps(&self, other: &Windows) -> bool {
+        self.interval_ms[0] <= other.interval_ms[1] && other.interval_ms[0] <= self.interval_ms[1]
+    }
+}
+
+/// The `q` quantile of `values` (linear interpolation between order statistics, numpy's
+/// default); NaN for none.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo as f64)
+}
+
+/// The 5th and 95th percentiles of the estimate over bootstrap resamples of `values`.
+fn bootstrap(values: &[f64], seed: u64) -> [f64; 2] {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x0074_756E_6562_6F78);
+    let mut estimates = Vec::with_capacity(RESAMPLES);
+    let mut sample = vec![0.0; values.len()];
+    for _ in 0..RESAMPLES {
+        for s in sample.iter_mut() {
+            *s = values[rng.usize(..values.len())];
+        }
+        estimates.push(quantile(&sample, ESTIMATE_QUANTILE));
+    }
+    [quantile(&estimates, 0.05), quantile(&estimates, 0.95)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet() -> Conditions {
+        Conditions::default()
+    }
+
+    fn busy() -> Conditions {
+        Conditions {
+            other_busy: 1.0,
+            steal: 0.0,
+            disturbed: true,
+        }
+    }
+
+    fn stats(median: f64) -> TimingStats {
+        TimingStats {
+            median_ms: median,
+            p20_ms: median * 0.99,
+            p80_ms: median * 1.01,
+            ..TimingStats::unmeasured()
+        }
+    }
+
+    #[test]
+    fn quantiles_interpolate_as_numpy() {
+        assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0], 0.25), 1.75);
+        assert_eq!(quantile(&[4.0, 1.0], 0.5), 2.5);
+        assert_eq!(quantile(&[3.0], 0.25), 3.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    /// The one-sidedness at work: windows slowed by an episode (undetected, so they are not
+    /// left out) move the mean and the median of the windows, not the estimate.
+    #[test]
+    fn slow_windows_do_not_move_the_estimate() {
+        let mut w = Windows::first(&stats(3.2), quiet());
+        for m in [3.21, 7.3, 3.19, 7.2, 3.2, 3.22, 7.4] {
+            w.add(m, quiet(), 1);
+        }
+        let median = quantile(&w.medians_ms, 0.5);
+        assert!(median > 3.2, "{median}");
+        assert!((w.estimate_ms - 3.2).abs() < 0.02, "{w:?}");
+        assert!(w.interval_ms[0] <= w.estimate_ms && w.estimate_ms <= w.interval_ms[1]);
+        assert!(w.interval_ms[1] < 3.5, "{w:?}");
+        assert!(w.settled());
+    }
+
+    #[test]
+    fn disturbed_windows_are_left_out_while_two_quiet_ones_remain() {
+        let mut w = Windows::first(&stats(6.0), busy());
+        assert!(!w.settled());
+        w.add(3.0, quiet(), 1);
+        // One quiet window: not enough to leave the other out, nor to settle.
+        assert_eq!(w.used(), [6.0, 3.0]);
+        assert!(!w.settled());
+        w.add(3.1, quiet(), 1);
+        assert_eq!(w.used(), [3.0, 3.1]);
+        assert!(w.settled());
+        assert_eq!(w.disturbed_count(), 1);
+        assert!((w.estimate_ms - 3.025).abs() < 1e-9, "{w:?}");
+        // Measured once, one quiet window settles.
+        assert!(Windows::first(&stats(1.0), quiet()).settled());
+    }
+
+    #[test]
+    fn intervals_overlap_or_separate() {
+        let mut a = Windows::first(&stats(1.0), quiet());
+        let mut b = Windows::first(&stats(1.005), quiet());
+        assert!(a.overlaps(&b));
+        for m in [1.0, 1.001, 0.999] {
+            a.add(m, quiet(), 1);
+        }
+        for m in [1.5, 1.51, 1.49] {
+            b.add(m, quiet(), 2);
+        }
+        assert!(!a.overlaps(&b), "{a:?} {b:?}");
+    }
+}
