@@ -192,7 +192,7 @@ impl CompileControl<'_> {
 ///   file again. `-MD -MF` (gcc and clang have both) makes the compiler list every file it
 ///   read; a compiler that writes no such list is refused ([`CpuError::NoDependencies`]).
 /// - `<compiler> <flags…> -fPIC -shared -o <tmp>.so <tmp>.o`, the flags without those that only
-///   preprocessing or compiling reads ([`link_flags`]: `-D`, `-U`, `-I`, `-include`, `-x`, the
+///   preprocessing or compiling reads (`-D`, `-U`, `-I`, `-include`, `-x`, the
 ///   `-M` family, …), so that `-fopenmp`, `-l`, `-L`, `-Wl,…` and `-O` still reach the link.
 ///
 /// # Cache

@@ -195,23 +195,18 @@ fn targets(values: &[f64], transform: Transform) -> Vec<f64> {
 
 /// Logarithms; a failure a quarter of the range above the worst success.
 fn log_scores(values: &[f64]) -> Vec<f64> {
+    let log = super::log_cost(values);
     let logs: Vec<f64> = values
         .iter()
         .filter(|v| v.is_finite())
-        .map(|v| v.max(1e-30).ln())
+        .map(|&v| log(v))
         .collect();
     let hi = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let lo = logs.iter().copied().fold(f64::INFINITY, f64::min);
     let fail = hi + 0.25 * (hi - lo).max(1e-6);
     values
         .iter()
-        .map(|v| {
-            if v.is_finite() {
-                v.max(1e-30).ln()
-            } else {
-                fail
-            }
-        })
+        .map(|&v| if v.is_finite() { log(v) } else { fail })
         .collect()
 }
 

@@ -237,9 +237,10 @@ impl BayesianOptimization {
             history.to_vec()
         };
         let worst = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let log = super::log_cost(&finite);
         let logs: Vec<f64> = chosen
             .iter()
-            .map(|&(_, v)| if v.is_finite() { v } else { worst }.max(1e-30).ln())
+            .map(|&(_, v)| log(if v.is_finite() { v } else { worst }))
             .collect();
         let mean = logs.iter().sum::<f64>() / logs.len() as f64;
         let sd = (logs.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / logs.len() as f64)

@@ -96,6 +96,26 @@ pub(crate) fn objective(result: &ChoiceResult) -> f64 {
     }
 }
 
+/// A logarithm that keeps the order of finite objectives of one sign: `ln v` when every value
+/// is positive (times in ms), `-ln(-v)` when every value is negative (a higher-is-better metric,
+/// negated by [`ChoiceResult::cost`]), the value itself when signs are mixed or a value is 0
+/// (no logarithm keeps that order). Strategies that model log costs (`bayes`, `auto` with
+/// `transform = log`) map their history through it.
+pub(crate) fn log_cost(values: &[f64]) -> impl Fn(f64) -> f64 + use<> {
+    let finite = || values.iter().copied().filter(|v| v.is_finite());
+    let positive = finite().all(|v| v > 0.0);
+    let negative = !positive && finite().all(|v| v < 0.0);
+    move |v: f64| {
+        if positive {
+            v.max(1e-30).ln()
+        } else if negative {
+            -(-v).max(1e-30).ln()
+        } else {
+            v
+        }
+    }
+}
+
 /// What every strategy here keeps: the seeded generator, the budget, the choices handed out
 /// and what was heard about them.
 #[derive(Debug, Clone)]

@@ -122,3 +122,19 @@ fn every_name_makes_its_strategy() {
     }
     assert!(by_name("nope", 10, 0).is_none());
 }
+
+/// A higher-is-better metric reaches the strategies negated: the logarithm the model strategies
+/// take must keep its order (it took `ln` of a clamped negative, so every rate looked alike).
+#[test]
+fn log_cost_keeps_the_order_of_negated_metrics() {
+    let rates = [-900.0, -100.0, -10.0];
+    let log = super::log_cost(&rates);
+    let mapped: Vec<f64> = rates.iter().map(|&v| log(v)).collect();
+    assert!(mapped[0] < mapped[1] && mapped[1] < mapped[2], "{mapped:?}");
+    let times = [0.5, 2.0, 8.0];
+    let log = super::log_cost(&times);
+    assert!((log(2.0) - 2.0f64.ln()).abs() < 1e-12);
+    let mixed = [-1.0, 0.0, 3.0];
+    let log = super::log_cost(&mixed);
+    assert_eq!(mixed.map(&log), mixed);
+}
