@@ -42,38 +42,6 @@ fn thread_names() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One-shot server sockets ipc-channel left in the temporary directory (`.tmpXXXXXX/socket`).
-fn socket_files() -> std::collections::BTreeSet<std::path::PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path().join("socket"))
-                .filter(|socket| socket.exists())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The socket files in `after` that were not in `before` and that no live socket is bound to
-/// (none in `/proc/net/unix` has the path): what a leak leaves. Other processes on the machine
-/// (another test suite running at the same time) create and remove socket files in the same
-/// temporary directory; theirs are either gone, present before, or still bound.
-fn leaked_sockets(
-    before: &std::collections::BTreeSet<std::path::PathBuf>,
-    after: &std::collections::BTreeSet<std::path::PathBuf>,
-) -> Vec<std::path::PathBuf> {
-    let bound = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-    after
-        .difference(before)
-        .filter(|socket| {
-            let path = socket.to_string_lossy();
-            !bound.lines().any(|line| line.ends_with(&*path))
-        })
-        .cloned()
-        .collect()
-}
-
 #[test]
 fn a_thousand_crash_cycles_leave_no_descriptors_behind() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,7 +84,7 @@ fn failed_handshakes_leave_no_accept_threads_or_socket_files() {
     };
     let silent = script("silent.sh", "exec sleep 60");
     let quitter = script("quitter.sh", "exit 7");
-    let sockets_before = socket_files();
+    let sockets_before = soak::socket_files();
     let fds_before = open_fds();
     for _ in 0..20 {
         let err = TuningProcess::spawn(
@@ -146,7 +114,7 @@ fn failed_handshakes_leave_no_accept_threads_or_socket_files() {
         .filter(|n| n.starts_with("tunebox-accept"))
         .collect();
     assert!(blocked.is_empty(), "threads left in accept: {blocked:?}");
-    let leaked = leaked_sockets(&sockets_before, &socket_files());
+    let leaked = soak::leaked_sockets(&sockets_before, &soak::socket_files());
     assert!(leaked.is_empty(), "socket files left behind: {leaked:?}");
     assert!(open_fds() <= fds_before + 2);
 }

@@ -135,24 +135,47 @@ fn zombie_children() -> usize {
         .unwrap_or(0)
 }
 
-/// One-shot server directories ipc-channel left in the temporary directory, and core files in
-/// the working directory.
-fn leftovers(cwd: &Path) -> (usize, usize) {
-    let sockets = std::fs::read_dir(std::env::temp_dir())
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.path().join("socket").exists())
-                .count()
+/// One-shot server sockets ipc-channel left in the temporary directory (`.tmpXXXXXX/socket`).
+pub(crate) fn socket_files() -> std::collections::BTreeSet<std::path::PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("socket"))
+                .filter(|socket| socket.exists())
+                .collect()
         })
-        .unwrap_or(0);
-    let cores = std::fs::read_dir(cwd)
+        .unwrap_or_default()
+}
+
+/// The socket files in `after` that were not in `before` and that no live socket is bound to
+/// (none in `/proc/net/unix` has the path): what a leak leaves. Other processes on the machine
+/// (another test suite running at the same time) create and remove socket files in the same
+/// temporary directory; theirs are either gone, present before, or still bound.
+pub(crate) fn leaked_sockets(
+    before: &std::collections::BTreeSet<std::path::PathBuf>,
+    after: &std::collections::BTreeSet<std::path::PathBuf>,
+) -> Vec<std::path::PathBuf> {
+    let bound = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    after
+        .difference(before)
+        .filter(|socket| {
+            let path = socket.to_string_lossy();
+            !bound.lines().any(|line| line.ends_with(&*path))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Core files in the working directory.
+fn core_files(cwd: &Path) -> usize {
+    std::fs::read_dir(cwd)
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.file_name().to_string_lossy().starts_with("core"))
                 .count()
         })
-        .unwrap_or(0);
-    (sockets, cores)
+        .unwrap_or(0)
 }
 
 /// The outcome of a soak.
@@ -164,7 +187,8 @@ pub(crate) struct Soak {
     pub(crate) wrong: Vec<String>,
     pub(crate) before: Resources,
     pub(crate) after: Resources,
-    pub(crate) socket_files: (usize, usize),
+    /// One-shot server sockets the soak left behind (new, and bound by no live socket).
+    pub(crate) leaked_sockets: Vec<PathBuf>,
     pub(crate) core_files: (usize, usize),
 }
 
@@ -191,10 +215,10 @@ impl Soak {
         if a.zombies > 0 {
             out.push(format!("{} zombie children", a.zombies));
         }
-        if self.socket_files.1 > self.socket_files.0 {
+        if !self.leaked_sockets.is_empty() {
             out.push(format!(
-                "one-shot server directories left: {} before, {} after",
-                self.socket_files.0, self.socket_files.1
+                "one-shot server sockets left: {:?}",
+                self.leaked_sockets
             ));
         }
         if self.core_files.1 > self.core_files.0 {
@@ -211,7 +235,7 @@ impl Soak {
 /// every 200 uses, with a 100 ms timeout, and measures the parent before and after.
 pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
     let cwd = std::env::current_dir().expect("a working directory");
-    let (sockets_before, cores_before) = leftovers(&cwd);
+    let (sockets_before, cores_before) = (socket_files(), core_files(&cwd));
     let config = ProcessConfig::new()
         .worker(worker)
         .stdout(Output::Null)
@@ -271,7 +295,7 @@ pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
     // Give the drain threads of the last workers a moment to see their pipes close.
     std::thread::sleep(Duration::from_millis(200));
     let after = Resources::now();
-    let (sockets_after, cores_after) = leftovers(&cwd);
+    let (sockets_after, cores_after) = (socket_files(), core_files(&cwd));
     Soak {
         tasks,
         elapsed,
@@ -279,7 +303,7 @@ pub(crate) fn run(worker: &Path, tasks: u64) -> Soak {
         wrong,
         before,
         after,
-        socket_files: (sockets_before, sockets_after),
+        leaked_sockets: leaked_sockets(&sockets_before, &sockets_after),
         core_files: (cores_before, cores_after),
     }
 }
