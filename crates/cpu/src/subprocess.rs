@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -168,19 +169,22 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
             .map(|pipe| drain(pipe, &stderr, &done_tx)),
     ];
     drop(done_tx);
-    let mut streams = 0;
+    let mut handles = Vec::new();
     for started in drains.into_iter().flatten() {
-        if let Err(e) = started {
-            kill(&mut child, limits.own_group);
-            return Err(e);
+        match started {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                kill(&mut child, limits.own_group);
+                return Err(e);
+            }
         }
-        streams += 1;
     }
 
     let end = wait(&mut child, limits);
-    let captured = |done_rx: Receiver<()>| {
+    let captured = |done_rx: Receiver<()>, handles: Vec<JoinHandle<()>>| {
         let until = Instant::now() + DRAIN_GRACE;
-        for _ in 0..streams {
+        let mut drained = 0;
+        while drained < handles.len() {
             let left = until.saturating_duration_since(Instant::now());
             if done_rx.recv_timeout(left).is_err() {
                 log::warn!(
@@ -189,6 +193,14 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
                      far"
                 );
                 break;
+            }
+            drained += 1;
+        }
+        if drained == handles.len() {
+            // Every drain has sent its last word and is returning: join them, so no thread of
+            // a compile outlives it (a reused worker counts the threads a task leaves).
+            for handle in handles {
+                let _ = handle.join();
             }
         }
         let take =
@@ -201,10 +213,10 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
     Ok(match end? {
         End::Exited(status) => Outcome::Exited {
             status,
-            output: captured(done_rx),
+            output: captured(done_rx, handles),
         },
         End::TimedOut(late) => Outcome::TimedOut {
-            output: captured(done_rx),
+            output: captured(done_rx, handles),
             late,
         },
         End::Cancelled => Outcome::Cancelled,
@@ -287,7 +299,7 @@ fn drain(
     mut pipe: impl Read + Send + 'static,
     into: &Arc<Mutex<Capture>>,
     done: &Sender<()>,
-) -> io::Result<()> {
+) -> io::Result<JoinHandle<()>> {
     let (into, done) = (Arc::clone(into), done.clone());
     std::thread::Builder::new()
         .name("tunebox-cc-output".into())
@@ -306,7 +318,6 @@ fn drain(
             }
             let _ = done.send(());
         })
-        .map(drop)
 }
 
 #[cfg(test)]
