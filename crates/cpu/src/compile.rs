@@ -648,22 +648,25 @@ pub fn compiler_version(compiler: &str, control: &CompileControl<'_>) -> Result<
     compiler_identity(compiler, control.timeout, &control.limits(Instant::now()))
 }
 
+/// The kernel the unit tests of this crate's compile modules build from.
+#[cfg(test)]
+pub(crate) fn test_kernel() -> CKernel {
+    CKernel {
+        source: "void k(float *a) { a[0] = 1; }".into(),
+        source_name: "k.c".into(),
+        entry: "k".into(),
+        defines: vec![tunebox_protocol::Define::new("BLOCK", "32")],
+        flags: vec!["-O2".into()],
+        compiler: "cc".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_kernel as kernel;
     use tunebox_protocol::DType;
 
     use super::*;
-
-    fn kernel() -> CKernel {
-        CKernel {
-            source: "void k(float *a) { a[0] = 1; }".into(),
-            source_name: "k.c".into(),
-            entry: "k".into(),
-            defines: vec![Define::new("BLOCK", "32")],
-            flags: vec!["-O2".into()],
-            compiler: "cc".into(),
-        }
-    }
 
     #[test]
     fn key_covers_every_input() {

@@ -346,20 +346,8 @@ fn last_output(output: &Captured) -> String {
 
 #[cfg(test)]
 mod tests {
-    use tunebox_protocol::Define;
-
     use super::*;
-
-    fn kernel() -> CKernel {
-        CKernel {
-            source: "void k(float *a) { a[0] = 1; }".into(),
-            source_name: "k.c".into(),
-            entry: "k".into(),
-            defines: vec![Define::new("BLOCK", "32")],
-            flags: vec!["-O2".into()],
-            compiler: "cc".into(),
-        }
-    }
+    use crate::compile::test_kernel as kernel;
 
     #[test]
     fn compiler_commands_are_split_like_cc() {

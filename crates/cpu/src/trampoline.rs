@@ -183,18 +183,7 @@ fn c_string_body(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tunebox_protocol::Define;
-
-    fn kernel() -> CKernel {
-        CKernel {
-            source: "void k(float *a) { a[0] = 1; }".into(),
-            source_name: "k.c".into(),
-            entry: "k".into(),
-            defines: vec![Define::new("BLOCK", "32")],
-            flags: vec!["-O2".into()],
-            compiler: "cc".into(),
-        }
-    }
+    use crate::compile::test_kernel as kernel;
 
     #[test]
     fn trampoline_casts_tensors_and_passes_scalars() {
