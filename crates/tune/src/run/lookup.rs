@@ -254,6 +254,22 @@ mod tests {
     use crate::cache::CacheLine;
     use crate::results::RunHeader;
 
+    /// 10 reps of exactly 0.5 ms.
+    fn steady_stats() -> tunebox_protocol::TimingStats {
+        tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            mean_ms: 0.5,
+            min_ms: 0.5,
+            max_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            stddev_ms: 0.0,
+            reps: 10,
+            warmup_reps: 1,
+            stopped: "reps".into(),
+        }
+    }
+
     fn manifest() -> Manifest {
         Manifest::builder("k")
             .c_source("k.c", "void k(float *y) { y[0] = X; }", "k")
@@ -310,18 +326,7 @@ mod tests {
         let h = dir.path().join("h.h");
         std::fs::write(&h, "#define Y 1\n").unwrap();
         let deps = Deps::of(std::slice::from_ref(&h)).unwrap();
-        let stats = tunebox_protocol::TimingStats {
-            median_ms: 0.5,
-            mean_ms: 0.5,
-            min_ms: 0.5,
-            max_ms: 0.5,
-            p20_ms: 0.5,
-            p80_ms: 0.5,
-            stddev_ms: 0.0,
-            reps: 10,
-            warmup_reps: 1,
-            stopped: "reps".into(),
-        };
+        let stats = steady_stats();
         let mut measured = ChoiceResult::failed(
             t.index,
             t.choice.clone(),
@@ -396,18 +401,7 @@ mod tests {
         let h = dir.path().join("h.h");
         std::fs::write(&h, "#define Y 1\n").unwrap();
         let deps = Deps::of(std::slice::from_ref(&h)).unwrap();
-        let stats = tunebox_protocol::TimingStats {
-            median_ms: 0.5,
-            mean_ms: 0.5,
-            min_ms: 0.5,
-            max_ms: 0.5,
-            p20_ms: 0.5,
-            p80_ms: 0.5,
-            stddev_ms: 0.0,
-            reps: 10,
-            warmup_reps: 1,
-            stopped: "reps".into(),
-        };
+        let stats = steady_stats();
         let line = |disturbed: &[bool]| {
             let mut r = ChoiceResult::failed(
                 t.index,
