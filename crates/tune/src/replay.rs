@@ -484,6 +484,7 @@ pub fn result_of(space: &SearchSpace, index: usize, m: Measurement, device: &str
                 reps: 1,
                 warmup_reps: 0,
                 stopped: "replay".into(),
+                preempted_reps: 0,
             });
             r
         }
