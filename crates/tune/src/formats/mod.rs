@@ -59,7 +59,6 @@
 mod error;
 mod json;
 mod kt_cache;
-pub(crate) mod py_values;
 mod t1;
 mod t4;
 mod value;

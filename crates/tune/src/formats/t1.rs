@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::FormatError;
 use super::json::{J, Node, Res, read_json};
-use super::py_values::{self, Py};
 use super::value::param_from_json;
 use crate::space::ParamValue;
+use tunebox_expr::Object;
 
 /// One T1 file, read by [`T1File::read`].
 #[derive(Debug, Clone, PartialEq)]
@@ -396,24 +396,26 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
     let values_node = p.req("Values")?;
     let (values, values_text) = match values_node.v {
         J::Str(text) => {
-            let list = match py_values::eval(text) {
-                Ok(Py::List(items)) => items,
+            let list = match tunebox_expr::eval(text, &[]) {
+                Ok(Object::List(items)) => items,
                 Ok(other) => {
-                    return Err(values_node
-                        .problem(format!("`{text}` is a {other}, expected a list of values")));
+                    return Err(values_node.problem(format!(
+                        "`{text}` is a {}, expected a list of values",
+                        other.type_name()
+                    )));
                 }
                 Err(e) => {
-                    return Err(values_node.problem(format!("cannot evaluate `{text}`: {e}")));
+                    return Err(values_node.problem(e.to_string()));
                 }
             };
             let mut values = Vec::with_capacity(list.len());
             for item in list {
                 values.push(match item {
-                    Py::Int(i) => ParamValue::Int(i),
-                    Py::Float(f) => ParamValue::Float(f),
-                    Py::Bool(b) => ParamValue::Bool(b),
-                    Py::Str(s) => ParamValue::Str(s),
-                    Py::List(_) => {
+                    Object::Int(i) => ParamValue::Int(i),
+                    Object::Float(f) => ParamValue::Float(f),
+                    Object::Bool(b) => ParamValue::Bool(b),
+                    Object::Str(s) => ParamValue::Str(s),
+                    Object::List(_) => {
                         return Err(values_node.problem(format!(
                             "`{text}` holds a list; a value must be a number, boolean or string"
                         )));
@@ -820,7 +822,7 @@ mod tests {
     fn errors_name_file_and_field() {
         let bad = MINIMAL.replace("\"[32, 64]\"", "\"[32, 64\"");
         let err = read_text(&bad).unwrap_err().to_string();
-        assert!(err.contains("t1.json`: $.ConfigurationSpace.TuningParameters[0].Values: cannot evaluate `[32, 64`: expected `]`, found the end"), "{err}");
+        assert!(err.contains("t1.json`: $.ConfigurationSpace.TuningParameters[0].Values: cannot parse `[32, 64`: at column 8, expected `,` or `]`, found the end of the expression"), "{err}");
 
         let bad = MINIMAL.replace("\"[32, 64]\"", "\"[32, 6.5]\"");
         let err = read_text(&bad).unwrap_err().to_string();
