@@ -2,7 +2,8 @@
 
 use cudarc::driver::sys::CUfunction_attribute as F;
 use tunebox_bench::{
-    Backend, Restore, Runner, check_budget, do_bench_within, report_progress, summarize,
+    Backend, Restore, Runner, check_budget, do_bench_within, fresh_inputs, report_progress,
+    summarize,
 };
 use tunebox_protocol::{
     Arg, BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
@@ -212,7 +213,20 @@ impl CudaBackend {
         runner.run()?;
         let first_ms = first.elapsed().as_secs_f64() * 1e3;
         let outputs = output_data(&tensors, stream)?;
+        // The fresh inputs of the call after the reps (none without a seed, outputs or random
+        // inputs); kept alive until that call has synchronized.
+        let fresh = match request.timing.fresh_seed {
+            Some(seed) if !outputs.is_empty() => fresh_inputs(request, seed)?,
+            _ => Vec::new(),
+        };
+        let has_fresh = fresh.iter().any(Option::is_some);
         if request.timing.outputs_only {
+            // The reference: its outputs, and its outputs on the fresh inputs.
+            let fresh_outputs = if has_fresh {
+                runner.poisoned_call(&fresh)?
+            } else {
+                Vec::new()
+            };
             return Ok(BenchmarkResult {
                 value: None,
                 stats: summarize(&[first_ms], 0),
@@ -220,7 +234,7 @@ impl CudaBackend {
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
                 integrity: tunebox_protocol::Integrity {
-                    fresh_outputs: Vec::new(),
+                    fresh_outputs,
                     // The parent checks its clock against this one.
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 },
@@ -237,20 +251,24 @@ impl CudaBackend {
         let stats = do_bench_within(&mut runner, &request.timing, started)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
+        // With a fresh seed it also runs on inputs the kernel has not seen (one untimed call for
+        // both checks, as in the cpu backend); without one, on the same inputs.
         let mut outputs_after_reps = Vec::new();
+        let mut fresh_outputs = Vec::new();
         if !outputs.is_empty() {
             // The reps' median is the estimate of this call.
             let median = std::time::Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
             report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            runner.restore()?;
-            for tensor in &tensors {
-                if tensor.spec().output && !tensor.spec().reset {
-                    tensor.poison(stream)?;
-                }
+            let last = runner.poisoned_call(if has_fresh { &fresh } else { &[] })?;
+            runner.check_outputs_settled(&state.context, &last)?;
+            if has_fresh {
+                fresh_outputs = last;
+            } else {
+                outputs_after_reps = last;
             }
-            runner.run()?;
-            outputs_after_reps = output_data(&tensors, stream)?;
         }
+        // Then a look for work outside the measuring stream (untimed).
+        runner.check_work_in_stream(&state.context)?;
         drop(runner);
         // Everything enqueued has completed (the last call synchronized): free the tensors,
         // then unload the module.
@@ -263,7 +281,7 @@ impl CudaBackend {
             outputs_after_reps,
             mutated_inputs,
             integrity: tunebox_protocol::Integrity {
-                fresh_outputs: Vec::new(),
+                fresh_outputs,
                 // The parent checks its clock against this one.
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
             },
