@@ -283,9 +283,10 @@ pub(crate) fn apply(prepared: &Prepared) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     if prepared.write_xor_execute {
-        // SAFETY: `PR_SET_MDWE` takes integers only. Kept across `execve` and inherited by
-        // every process the worker forks (no `PR_MDWE_NO_INHERIT`).
+        // Kept across `execve` and inherited by every process the worker forks (no
+        // `PR_MDWE_NO_INHERIT`).
         let flags = libc::PR_MDWE_REFUSE_EXEC_GAIN as libc::c_ulong;
+        // SAFETY: `PR_SET_MDWE` takes integers only.
         if unsafe { libc::prctl(libc::PR_SET_MDWE, flags, 0, 0, 0) } != 0 {
             return Err(io::Error::last_os_error());
         }

@@ -141,7 +141,7 @@ pub(crate) fn compile(network: bool, parent: u32) -> Result<Filters, String> {
 pub(crate) fn trapped_name(number: i64) -> Option<&'static str> {
     TRAPPED
         .iter()
-        .find(|&&(_, nr)| i64::from(nr) == number)
+        .find(|&&(_, nr)| nr == number)
         .map(|&(name, _)| name)
 }
 
@@ -177,12 +177,12 @@ mod tests {
 
     #[test]
     fn trapped_calls_are_named_from_their_numbers() {
-        assert_eq!(trapped_name(libc::SYS_ptrace.into()), Some("ptrace"));
+        assert_eq!(trapped_name(libc::SYS_ptrace), Some("ptrace"));
         assert_eq!(
-            trapped_name(libc::SYS_process_vm_readv.into()),
+            trapped_name(libc::SYS_process_vm_readv),
             Some("process_vm_readv")
         );
-        assert_eq!(trapped_name(libc::SYS_read.into()), None);
+        assert_eq!(trapped_name(libc::SYS_read), None);
         assert_eq!(trapped_name(-1), None);
     }
 
