@@ -35,9 +35,14 @@ use crate::timing::{Arguments, CudaRunner, DelayKernel, L2Flusher};
 /// and CUDA events (cold: the L2 flushed before every rep;
 /// hot: batches of launches between one pair of events). Inputs the first call wrote, and
 /// `reset` tensors, are restored before every later call. When there are outputs, they are then
-/// filled with `0xFF`, the kernel is called once more, and those outputs are returned too
-/// (`outputs_after_reps`), as the cpu backend does. With `timing.outputs_only` it returns after
-/// the first call.
+/// filled with `0xFF`, the kernel is called once more, and those outputs are returned too, as
+/// the cpu backend does: as `integrity.fresh_outputs` when `timing.fresh_seed` is set (that call
+/// runs with every random input drawn again, [`tunebox_bench::fresh_inputs`]), else as
+/// `outputs_after_reps`. Then, untimed: the outputs must be unchanged after a device-wide
+/// synchronize, and one more call timed by its events must not leave the device busy well
+/// past them (`Suspicious` `outputs_changed_after_call` / `work_outside_stream`, docs/sandbox.md).
+/// With `timing.outputs_only` (a reference) it returns after the first call and, with a fresh
+/// seed, the fresh-input call.
 ///
 /// A sticky device fault (see [`stickiness`](crate::stickiness)) is returned as
 /// [`BenchError::DeviceFault`] with `sticky: true`; the worker exits after answering it, and

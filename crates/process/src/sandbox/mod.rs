@@ -36,7 +36,8 @@ pub use support::SandboxSupport;
 ///   NVIDIA and DRI device files) and the [`write`](Sandbox::write) paths; TCP bind and connect
 ///   refused (Landlock ABI 4), abstract unix sockets and signals to processes outside the
 ///   sandbox refused (ABI 6);
-/// - with `no_new_privs` and a seccomp filter that kills it (SIGSYS) for `ptrace`,
+/// - with `no_new_privs` and a seccomp filter that traps (SIGSYS; the worker dies of it, and
+///   `SandboxStop::ForbiddenSystemCall` names the call) `ptrace`,
 ///   `process_vm_readv`/`process_vm_writev`, `kcmp` and `pidfd_getfd`, and refuses
 ///   (`EPERM`) new namespaces, mounts, `bpf`, `perf_event_open`, `userfaultfd`, keyrings,
 ///   module loading and `kill(-1)` / `kill(parent)`;
