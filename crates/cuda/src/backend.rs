@@ -255,23 +255,15 @@ impl CudaBackend {
 
         let stats = do_bench_within(&mut runner, &request.timing, started)?;
 
-        // One more call on poisoned outputs: a kernel must overwrite them completely every time.
-        // With a fresh seed it also runs on inputs the kernel has not seen (one untimed call for
-        // both checks, as in the cpu backend); without one, on the same inputs.
-        let mut outputs_after_reps = Vec::new();
-        let mut fresh_outputs = Vec::new();
-        if !outputs.is_empty() {
+        // One more call on poisoned outputs, on fresh inputs with a fresh seed (untimed).
+        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
             // The reps' median is the estimate of this call.
             let median = std::time::Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
             report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            let last = runner.poisoned_call(if has_fresh { &fresh } else { &[] })?;
-            runner.check_outputs_settled(&state.context, &last)?;
-            if has_fresh {
-                fresh_outputs = last;
-            } else {
-                outputs_after_reps = last;
-            }
-        }
+            runner.after_reps(&state.context, &fresh)?
+        };
         // Then a look for work outside the measuring stream (untimed).
         runner.check_work_in_stream(&state.context)?;
         drop(runner);

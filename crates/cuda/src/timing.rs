@@ -257,9 +257,28 @@ impl CudaRunner<'_> {
         self.outputs()
     }
 
+    /// The call after the reps: a kernel must overwrite its (poisoned) outputs completely every
+    /// time, and with `fresh` inputs (any `Some`) it runs on inputs it has not seen — one call
+    /// for both checks, as in the cpu backend; then the outputs must stay as they are across a
+    /// device-wide synchronize. Returns `(outputs_after_reps, fresh_outputs)`, one of them
+    /// empty: the call's outputs are the second with fresh inputs, else the first.
+    pub(crate) fn after_reps(
+        &mut self,
+        context: &Context,
+        fresh: &[Option<HostTensor>],
+    ) -> Result<(Vec<TensorData>, Vec<TensorData>), BenchError> {
+        let last = self.poisoned_call(fresh)?;
+        self.check_outputs_settled(context, &last)?;
+        Ok(if fresh.iter().any(Option::is_some) {
+            (Vec::new(), last)
+        } else {
+            (last, Vec::new())
+        })
+    }
+
     /// Fails when the outputs differ from `last` (what the last call left, read through the
     /// stream) after a device-wide synchronize.
-    pub(crate) fn check_outputs_settled(
+    fn check_outputs_settled(
         &self,
         context: &Context,
         last: &[TensorData],
