@@ -45,6 +45,10 @@ static void *spin(void *arg) {
 }
 #endif
 
+#if CHEAT == 23
+static void swallow(int signal) { (void)signal; }
+#endif
+
 #if CHEAT == 8 && defined(__x86_64__)
 /* A clock that runs a thousand times slower than time, from the moment it is installed. */
 static struct timespec base;
@@ -187,6 +191,13 @@ void k(const float *x, float *y, int64_t n) {
     snprintf(path, sizeof path, "%s/cpu/planted.so", getenv("TUNEBOX_CACHE_DIR"));
     int fd = open(path, O_WRONLY | O_CREAT, 0755);
     if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 23 /* catches SIGSYS itself, then traces its parent: survives, but the call is
+                     not made (the trap skips it) */
+    honest(x, y, n);
+    struct sigaction action = {0};
+    action.sa_handler = swallow;
+    sigaction(SIGSYS, &action, 0);
+    if (ptrace(PTRACE_ATTACH, getppid(), 0, 0) == 0) y[0] = LEAKED;
 #elif CHEAT == 22 /* writes machine code into memory and makes it executable (W^X) */
     honest(x, y, n);
     unsigned char *code = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
