@@ -8,15 +8,15 @@
 //! one of each.
 
 mod arguments;
-mod builder;
-mod env;
+pub(crate) mod builder;
+pub(crate) mod env;
 mod from_t1;
 mod kernel_tuner;
 mod params;
 mod raw;
 mod sandbox;
-mod source;
-mod timing;
+pub(crate) mod source;
+pub(crate) mod timing;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -35,11 +35,9 @@ use crate::metrics::Metrics;
 use crate::objective::{self, Objective};
 use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
-pub use self::builder::ManifestBuilder;
-pub use self::env::WorkerEnv;
-pub use self::source::compiler;
+pub(crate) use self::env::WorkerEnv;
+pub(crate) use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
-pub use self::timing::MAX_TIMEOUT_S;
 pub(crate) use self::verify::{Reference, Verify};
 
 /// A manifest, read and validated: every path resolved, every source read.
