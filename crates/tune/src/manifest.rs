@@ -359,9 +359,10 @@ mod tests {
         let sandbox = m.sandbox().expect("on");
         assert!(!sandbox.network_value());
         assert_eq!(sandbox.read_paths().len(), 1, "the manifest's folder");
+        assert!(sandbox.write_xor_execute_value(), "W^X by default for C");
         let m = load(&format!(
             "{KERNEL}[sandbox]\nnetwork = true\nread = [\".\"]\nmemory_mb = 0\ntasks = 8\n\
-             cpu_time_s = 3\nfile_size_mb = 2\n"
+             cpu_time_s = 3\nfile_size_mb = 2\nwrite_xor_execute = false\n"
         ))
         .unwrap();
         let sandbox = m.sandbox().unwrap();
@@ -370,6 +371,7 @@ mod tests {
         assert_eq!(sandbox.tasks_value(), Some(8));
         assert_eq!(sandbox.cpu_time_value(), Some(Duration::from_secs(3)));
         assert_eq!(sandbox.file_size_value(), Some(2 << 20));
+        assert!(!sandbox.write_xor_execute_value());
         assert!(
             load(&format!("{KERNEL}[sandbox]\nenabled = false\n"))
                 .unwrap()

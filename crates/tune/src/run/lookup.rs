@@ -155,6 +155,7 @@ pub fn lookup_cached(
             &request,
             &choice.label(),
             setup.max_process_uses,
+            manifest.sandbox(),
         );
         let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
         if let Some((result, deps)) =
