@@ -681,7 +681,10 @@ mod tests {
             corrected.median_ms < 1.5 * before.median_ms,
             "{before:?} {corrected:?}"
         );
-        assert!(walled.mean_ms > corrected.mean_ms, "{walled:?} {corrected:?}");
+        assert!(
+            walled.mean_ms > corrected.mean_ms,
+            "{walled:?} {corrected:?}"
+        );
     }
 
     #[test]

@@ -62,8 +62,8 @@ pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
-    Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock, Scalar,
-    ScalarKind, TaskKernel, TensorSpec, TimingConfig,
+    Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,
+    Scalar, ScalarKind, TaskKernel, TensorSpec, TimingConfig,
 };
 pub use result::{BenchmarkResult, Integrity, Leftover, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
