@@ -166,6 +166,23 @@ pub fn do_bench_within<R: Runner + ?Sized>(
     config: &TimingConfig,
     started: Instant,
 ) -> Result<TimingStats, BenchError> {
+    do_bench_after(runner, config, started, None)
+}
+
+/// [`do_bench_within`] for a backend that has already called the kernel once, on this
+/// request's tensors, in `first_call_ms`: with `config.estimate_runs == Some(0)` that call's
+/// time is the estimate (and one flush is timed for the flush's cost) instead of estimate runs
+/// of its own.
+///
+/// # Errors
+///
+/// As [`do_bench`].
+pub fn do_bench_after<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+    started: Instant,
+    first_call_ms: Option<f64>,
+) -> Result<TimingStats, BenchError> {
     validate(config)?;
     let budget = Budget::new(config.budget_ms, started);
     let flush = |runner: &mut R| -> Result<f64, BenchError> {
@@ -180,7 +197,18 @@ pub fn do_bench_within<R: Runner + ?Sized>(
 
     let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
     let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
-    let estimate_target = config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1);
+    let reuse_first = config.estimate_runs == Some(0) && first_call_ms.is_some();
+    let estimate_target = if reuse_first {
+        0
+    } else {
+        config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1)
+    };
+    if let (true, Some(first_ms)) = (reuse_first, first_call_ms) {
+        runner.restore()?;
+        flush_ms = flush(runner)?;
+        kernel_ms = first_ms;
+        estimate_runs = 1;
+    }
     report_progress(started, Phase::Estimate, (0, estimate_target), None, None);
     while estimate_runs < estimate_target {
         runner.restore()?;
@@ -645,6 +673,49 @@ mod tests {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
+    }
+
+    /// A runner that counts its calls.
+    struct Counting(u32);
+
+    impl Runner for Counting {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.0 += 1;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_first_call_can_stand_for_the_estimate() {
+        let config = TimingConfig {
+            warmup_ms: 0.0,
+            rep_ms: 0.0,
+            min_reps: 3,
+            max_reps: 3,
+            estimate_runs: Some(0),
+            ..TimingConfig::default()
+        };
+        let started = Instant::now();
+        let mut runner = Counting(0);
+        let stats = do_bench_after(&mut runner, &config, started, Some(2.0)).unwrap();
+        // No estimate run: one warmup call and the three reps.
+        assert_eq!((runner.0, stats.reps, stats.warmup_reps), (4, 3, 1));
+        // Without a first call, one estimate run.
+        let mut runner = Counting(0);
+        do_bench_after(&mut runner, &config, started, None).unwrap();
+        assert_eq!(runner.0, 5);
+        // Without estimate_runs = 0 the first call is ignored: five estimate runs.
+        let mut runner = Counting(0);
+        let five = TimingConfig {
+            estimate_runs: None,
+            ..config
+        };
+        do_bench_after(&mut runner, &five, started, Some(2.0)).unwrap();
+        assert_eq!(runner.0, 9);
     }
 
     /// A busy loop on the kernel's own CPU takes its CPU away for whole time slices: the wall

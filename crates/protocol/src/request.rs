@@ -926,8 +926,10 @@ pub struct TimingConfig {
     #[serde(default)]
     pub fresh_seed: Option<u64>,
     /// Runs that estimate one call's time before warmup (`None`: 5, as triton's `do_bench`).
-    /// A short window of a tuning round uses 1: the first call has warmed the kernel already,
-    /// and every further estimate run of a slow kernel costs a whole call.
+    /// A short window of a tuning round uses 0: a backend that makes a first call before
+    /// timing (the CPU backend) gives its time as the estimate (one flush is timed for the
+    /// flush's cost), since every further estimate run of a slow kernel costs a whole call;
+    /// a backend that makes none runs one estimate run.
     #[serde(default)]
     pub estimate_runs: Option<u32>,
     /// How a host-timed rep (the CPU backend, Python callables) is timed: by default
