@@ -30,6 +30,7 @@ mod buffers;
 mod ckernel;
 mod frame;
 mod serve;
+mod tune;
 mod worker;
 
 use pyo3::prelude::*;
@@ -39,6 +40,9 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::Worker>()?;
     m.add_function(wrap_pyfunction!(serve::serve_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::count, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::serve_engine_worker, m)?)?;
     m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
     Ok(())
 }
