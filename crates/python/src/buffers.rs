@@ -3,14 +3,18 @@
 //! The Python side hands a buffer over as `(address, length)` of memory it holds alive for the
 //! call (`tunebox._calls.addresses`): abi3 before CPython 3.11 has no buffer protocol, and this
 //! spares the copy into a `bytes` object. Each buffer is copied once, into a shared-memory region
-//! of its own that travels as a `u8` tensor of the request (or a `u8` output of the reply); the
-//! receiving side copies it once more, into a `bytearray` that the unpickled array then owns.
+//! of its own that travels as a `u8` tensor of the request (or a `u8` output of the reply). The
+//! receiving side does not copy it: a [`SharedView`] holds the mapping and gives Python its
+//! address, which `tunebox._calls` wraps (ctypes) for the unpickled array to live on, writable,
+//! as long as the array does. A region is mapped read-write (`MAP_SHARED`) on both sides; the
+//! sender never reads a region again once sent, so the receiver's writes reach nobody.
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, Bytes, DType, Init, SharedBuffer, TensorData, TensorSpec,
+    BenchError, BenchmarkRequest, Bytes, DType, Init, SharedBuffer, SharedData, TensorData,
+    TensorSpec,
 };
 
 /// A buffer's address and length in bytes, as the Python side gives it.
@@ -50,7 +54,49 @@ pub(crate) unsafe fn tensors(buffers: &[RawBuffer]) -> PyResult<Vec<TensorSpec>>
     Ok(specs)
 }
 
-/// The request's buffers as `bytearray`s, in order.
+/// A received shared-memory buffer, handed to Python without a copy
+/// (`tunebox._native.SharedView`): `address` and `nbytes` of the mapping, which lives as long
+/// as this object.
+#[pyclass(frozen, module = "tunebox._native")]
+pub(crate) struct SharedView {
+    memory: Held,
+}
+
+/// What keeps a mapping alive.
+enum Held {
+    /// A request's buffer, in the worker.
+    Request(SharedData),
+    /// A reply's buffer, in the parent.
+    Reply(Bytes),
+}
+
+impl SharedView {
+    fn bytes(&self) -> &[u8] {
+        match &self.memory {
+            Held::Request(data) => data,
+            Held::Reply(bytes) => bytes,
+        }
+    }
+}
+
+#[pymethods]
+impl SharedView {
+    /// The address of the first byte. Writable memory: the mapping is `PROT_READ |
+    /// PROT_WRITE`, `MAP_SHARED`, and no Rust reference to it is used once handed over.
+    #[getter]
+    fn address(&self) -> usize {
+        self.bytes().as_ptr() as usize
+    }
+
+    /// The length in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.bytes().len()
+    }
+}
+
+/// The request's buffers in order: a [`SharedView`] each (an empty `bytearray` for an empty
+/// one).
 pub(crate) fn from_request<'py>(
     py: Python<'py>,
     request: &BenchmarkRequest,
@@ -58,7 +104,9 @@ pub(crate) fn from_request<'py>(
     let list = PyList::empty(py);
     for tensor in &request.tensors {
         match &tensor.init {
-            Init::Data(data) => list.append(PyByteArray::new(py, data))?,
+            Init::Data(data) if !data.is_empty() => list.append(SharedView {
+                memory: Held::Request(data.clone()),
+            })?,
             _ => list.append(PyByteArray::new(py, &[]))?,
         }
     }
@@ -87,14 +135,22 @@ pub(crate) unsafe fn outputs(buffers: &[RawBuffer]) -> Result<Vec<TensorData>, B
     Ok(outputs)
 }
 
-/// A reply's buffers as `bytearray`s, in order.
+/// A reply's buffers in order: a [`SharedView`] for each one in shared memory, a `bytearray`
+/// (copied) for each small one sent inline.
 pub(crate) fn from_outputs<'py>(
     py: Python<'py>,
     outputs: &[TensorData],
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for output in outputs {
-        list.append(PyByteArray::new(py, &output.bytes))?;
+        if output.bytes.is_shared() {
+            // A clone maps the same pages again: no copy.
+            list.append(SharedView {
+                memory: Held::Reply(output.bytes.clone()),
+            })?;
+        } else {
+            list.append(PyByteArray::new(py, &output.bytes))?;
+        }
     }
     Ok(list)
 }

@@ -111,5 +111,17 @@ def _address(view):
 
 
 def loads(data, buffers=()):
-    """The object :func:`dumps` encoded (``buffers``: ``bytearray``s, as the worker gives them)."""
-    return pickle.loads(data, buffers=buffers)
+    """The object :func:`dumps` encoded. ``buffers`` are ``bytearray``s or
+    ``tunebox._native.SharedView``s (shared memory received without a copy), which become
+    writable memoryviews the unpickled arrays live on, keeping the mapping alive."""
+    return pickle.loads(data, buffers=[_writable(b) for b in buffers])
+
+
+def _writable(buffer):
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        return buffer
+    import ctypes
+
+    memory = (ctypes.c_char * buffer.nbytes).from_address(buffer.address)
+    memory._tunebox_owner = buffer  # the mapping lives as long as the memory does
+    return memoryview(memory).cast("B")
