@@ -22,7 +22,10 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use tunebox_process::{
     DeviceToken, InitRequest, Output, ProcessConfig, ProcessError, TuningProcess,
 };
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TaskKernel};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, Bytes, DType, Kernel, SharedBuffer, SharedData, TaskKernel,
+    TensorSpec,
+};
 
 use crate::buffers::{self, RawBuffer};
 use crate::ckernel;
@@ -61,6 +64,9 @@ struct Shared {
     spare_starting: AtomicBool,
     /// Modules of the calls seen so far, imported by every fresh process.
     preload: Mutex<Vec<String>>,
+    /// The last batch's results region: the worker writes it (its mapping is shared), the
+    /// parent reads it after the reply or the worker's death.
+    region: Mutex<Option<SharedData>>,
 }
 
 struct State {
@@ -128,6 +134,7 @@ impl Worker {
                 keep_spare: AtomicBool::new(maximum_uses.is_some()),
                 spare_starting: AtomicBool::new(false),
                 preload: Mutex::new(Vec::new()),
+                region: Mutex::new(None),
             }),
         })
     }
@@ -137,17 +144,32 @@ impl Worker {
     ///
     /// `buffers` are the pickle's out-of-band buffers as `(address, length)`, which the caller
     /// (`tunebox._calls`) holds alive for the call.
-    #[pyo3(signature = (op, pickle, buffers=Vec::new()))]
+    ///
+    /// `region` > 0 (op 5, a batch) adds a zeroed shared buffer of that many bytes as the
+    /// request's last buffer, the batch's results region, kept for [`Worker::region`].
+    #[pyo3(signature = (op, pickle, buffers=Vec::new(), region=0))]
     fn put(
         &self,
         py: Python<'_>,
         op: u8,
         pickle: Bound<'_, PyBytes>,
         buffers: Vec<RawBuffer>,
+        region: usize,
     ) -> PyResult<()> {
         let op = op_of(op)?;
         // SAFETY: the caller holds the buffers alive (see above) and we hold the GIL.
-        let request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        let mut request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        let kept = if region > 0 {
+            let buffer = SharedBuffer::new(region).map_err(|e| PyOSError::new_err(e.to_string()))?;
+            let data = buffer.share();
+            request.tensors.push(
+                TensorSpec::new("region", DType::U8, [region as u64]).data(data.clone()),
+            );
+            Some(data)
+        } else {
+            None
+        };
+        *lock(&self.shared.region) = kept;
         py.detach(|| {
             let mut state = self.shared.lock_state();
             self.shared.prepare_for_call(&mut state);
@@ -200,6 +222,18 @@ impl Worker {
             state.process.prepare(request, wait)
         })
         .map_err(|e| self.failed(e))
+    }
+
+    /// The records of the last batch's results region that the worker finished writing (see
+    /// `frame::region_records`), as `bytes`; empty when the last call was no batch. Read after
+    /// the reply, or after the worker died: what it finished before it died is there.
+    fn region<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let region = lock(&self.shared.region);
+        let records = region
+            .as_deref()
+            .map(frame::region_records)
+            .unwrap_or_default();
+        PyBytes::new(py, records)
     }
 
     /// Remembers a module that calls come from: every fresh process imports it before its first

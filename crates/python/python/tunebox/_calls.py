@@ -15,6 +15,7 @@ LOAD = 1
 RUN = 2
 INIT = 3
 WARM = 4
+BATCH = 5
 
 # Status codes of a reply: TVM's StatusKind.
 COMPLETE = 1
@@ -115,6 +116,39 @@ def loads(data, buffers=()):
     ``tunebox._native.SharedView``s (shared memory received without a copy), which become
     writable memoryviews the unpickled arrays live on, keeping the mapping alive."""
     return pickle.loads(data, buffers=[_writable(b) for b in buffers])
+
+
+def region_records(data):
+    """The records of a batch's results region (``tunebox._native.Worker.region``): a list of
+    ``(status, object)``."""
+    records = []
+    offset = 0
+    while offset + 4 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "little")
+        if length == 0:
+            break
+        body = data[offset + 4 : offset + 4 + length]
+        records.append((body[0], pickle.loads(body[1:])))
+        offset += 4 + length
+    return records
+
+
+def write_record(region, offset, status, payload):
+    """Appends one record to a batch's results region at ``offset`` (its bytes, then its length,
+    so that a worker that dies part way leaves no half record); returns the next offset, or None
+    when it does not fit."""
+    end = offset + 5 + len(payload)
+    if end + 4 > len(region):  # room for the zero length that ends the records
+        return None
+    region[offset + 4] = status
+    region[offset + 5 : end] = payload
+    region[offset : offset + 4] = (1 + len(payload)).to_bytes(4, "little")
+    return end
+
+
+def writable(buffer):
+    """A writable memoryview of a buffer the worker received (see :func:`loads`)."""
+    return _writable(buffer)
 
 
 def _writable(buffer):
