@@ -185,7 +185,7 @@ class PopenWorker:
         self._remember_module(fn)
         # A function of the script being run (``__main__``) is pickled by value: cloudpickle.
         fast = getattr(fn, "__module__", None) != "__main__"
-        data, views = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}), fast)
+        data, views = _calls.dumps_call(fn, tuple(args), dict(kwargs) if kwargs else {}, fast)
         try:
             # The views stay alive (and the GIL held) while tunebox copies them.
             if timeout is None:
@@ -246,7 +246,7 @@ class PopenWorker:
         self._remember_module(fn)
         fast = getattr(fn, "__module__", None) != "__main__"
         try:
-            data, views = _calls.dumps((fn, list(calls), timeout), fast)
+            data, views = _calls.dumps_call(fn, list(calls), timeout, fast)
             self._native.put(_calls.BATCH, data, _calls.addresses(views), BATCH_REGION_BYTES)
         except Exception as error:  # noqa: BLE001 - the first call reports it, as recv would
             return [MapResult(StatusKind.EXCEPTION, error)]
