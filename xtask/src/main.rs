@@ -1,7 +1,8 @@
 //! `cargo xtask <task>`: the checks CI runs, runnable by any developer.
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy --workspace --all-targets -D warnings`,
-//!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `cargo test --workspace`.
+//!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `code-metrics --max-fn 150
+//!   --no-circles`, `cargo test --workspace`.
 //! - `bench [--quick] [--strict]`: builds `tunebox-worker` and `tunebox-benchmarks` in release,
 //!   runs the overhead benchmarks (issue 9), prints their table and writes
 //!   `target/bench/summary.json`. `--quick` runs fewer iterations (a smoke test, under a minute);
@@ -57,7 +58,8 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cargo xtask <task>
 
-  ci                        fmt check, clippy -D warnings, docs -D warnings, tests
+  ci                        fmt check, clippy -D warnings, docs -D warnings, code-metrics
+                            --max-fn 150 --no-circles, tests
   bench [--quick] [--strict]
                             overhead benchmarks (release build): prints the table and writes
                             target/bench/summary.json; --quick: fewer iterations (smoke test);
@@ -158,6 +160,8 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
+    // Issue 25's limits: no function outside tests over 150 lines, no module circle.
+    code_metrics::code_metrics(&["--max-fn".into(), "150".into(), "--no-circles".into()])?;
     cargo(&["test", "--workspace"], &[])
 }
 

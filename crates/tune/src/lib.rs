@@ -92,7 +92,6 @@ mod interchange;
 mod interference;
 mod launch;
 mod manifest;
-mod measure;
 mod merge;
 mod metrics;
 mod objective;
@@ -110,6 +109,7 @@ mod strategy;
 mod whole_file;
 mod windows;
 mod worker_stdout;
+mod workers;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Result, TuneError};
@@ -120,7 +120,6 @@ pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topol
 pub use crate::manifest::{
     MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, count_file, load_space,
 };
-pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::objective::Objective;
@@ -139,3 +138,4 @@ pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count
 pub use crate::stop::Stop;
 pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};
 pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};
+pub use crate::workers::PROBE_TIMEOUT;

@@ -19,10 +19,10 @@ use crate::stop::Stop;
 use crate::strategies;
 use crate::strategy::Strategy;
 
-mod bench;
 mod compile;
 mod context;
 mod lookup;
+mod measure;
 mod options;
 mod pipeline;
 mod race;
@@ -30,10 +30,10 @@ mod reference;
 mod refine;
 mod round;
 
-pub use self::bench::measure;
 pub use self::compile::{Compiled, compile};
 use self::context::Run;
 pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
+pub use self::measure::measure;
 pub use self::options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions};
 pub use self::reference::reference;
 pub use self::refine::refine_order;

@@ -16,26 +16,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use serde::Deserialize;
 use tunebox_process::Sandbox;
 
 use super::Language;
-
-/// `[sandbox]` as written; `enabled = false` turns a table off without deleting it.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSandbox {
-    enabled: Option<bool>,
-    network: Option<bool>,
-    #[serde(default)]
-    read: Vec<String>,
-    #[serde(default)]
-    write: Vec<String>,
-    memory_mb: Option<u64>,
-    cpu_time_s: Option<u64>,
-    tasks: Option<u64>,
-    file_size_mb: Option<u64>,
-}
+use super::raw::RawSandbox;
 
 /// The sandbox `raw` asks for, with the manifest's folder (the kernel's sources and headers)
 /// readable; `None` without a table or with `enabled = false`.

@@ -10,9 +10,9 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 use crate::cache::{Deps, DepsCheck, ResultsCache};
 use crate::fingerprint;
 use crate::manifest::Manifest;
-use crate::measure;
 use crate::results::ChoiceResult;
 use crate::space::{Choice, SearchSpace};
+use crate::workers;
 
 /// What every stage of a run shares: the manifest, the device it measures on, the hash of
 /// the manifest's setup that the results cache's keys start from, the per-choice timeout and
@@ -127,7 +127,7 @@ pub fn lookup_cached(
         let Some(choice) = space.choice(index) else {
             continue;
         };
-        let request = match measure::request(
+        let request = match workers::request(
             manifest,
             &manifest.kernel,
             manifest.launch.as_ref(),

@@ -9,82 +9,26 @@
 //! choice (8 bytes); a [`Choice`] is built when asked for. A space of more than 50 million
 //! valid choices is not listed at all: see [`SearchSpace`].
 
+mod restriction;
 mod solver;
+mod value;
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail, ensure};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use tunebox_expr::{Compiled, Expr, Value as PyValue};
+use tunebox_expr::Value as PyValue;
 use tunebox_protocol::Define;
 
 use crate::shard::ShardInfo;
 use solver::Problem;
 
+pub(crate) use restriction::Restriction;
+pub use value::ParamValue;
+
 /// Most valid choices a space may hold (8 bytes each: 400 MB at most).
 pub(crate) const MAX_VALID: usize = 50_000_000;
-
-/// One value of a parameter, as written in the manifest (and in reports: a JSON number, boolean
-/// or string).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ParamValue {
-    /// An integer.
-    Int(i64),
-    /// A float.
-    Float(f64),
-    /// A boolean (defined as 1 or 0).
-    Bool(bool),
-    /// A string (defined verbatim).
-    Str(String),
-}
-
-impl ParamValue {
-    pub(crate) fn from_toml(value: &toml::Value) -> Result<ParamValue> {
-        Ok(match value {
-            toml::Value::Integer(i) => ParamValue::Int(*i),
-            toml::Value::Float(f) => ParamValue::Float(*f),
-            toml::Value::Boolean(b) => ParamValue::Bool(*b),
-            toml::Value::String(s) => ParamValue::Str(s.clone()),
-            other => bail!(
-                "{other} is a {}; a parameter value must be an integer, float, boolean or string",
-                other.type_str()
-            ),
-        })
-    }
-
-    /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
-    /// or 0, strings verbatim.
-    pub fn define_text(&self) -> String {
-        match self {
-            ParamValue::Int(i) => i.to_string(),
-            ParamValue::Float(f) => format!("{f:?}"),
-            ParamValue::Bool(b) => u8::from(*b).to_string(),
-            ParamValue::Str(s) => s.clone(),
-        }
-    }
-
-    /// The value as a Python value for restrictions, metrics and launch geometry, borrowing
-    /// strings.
-    pub(crate) fn to_python(&self) -> PyValue<'_> {
-        match self {
-            ParamValue::Int(i) => PyValue::Int(*i),
-            ParamValue::Float(f) => PyValue::Float(*f),
-            ParamValue::Bool(b) => PyValue::Bool(*b),
-            ParamValue::Str(s) => PyValue::Str(s),
-        }
-    }
-}
-
-impl std::fmt::Display for ParamValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ParamValue::Bool(b) => write!(f, "{b}"),
-            other => f.write_str(&other.define_text()),
-        }
-    }
-}
 
 /// One point of the space: a value for every parameter, in the manifest's order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,75 +87,6 @@ impl Choice {
             format!("{{ {} }}", entries.join(", "))
         }
     }
-}
-
-/// A restriction: a Python expression over the params that a choice must satisfy (as a Python
-/// `if` would read it: any truthy value keeps the choice), such as `32 <= BX * BY <= 1024`.
-#[derive(Debug, Clone)]
-pub(crate) struct Restriction {
-    compiled: Compiled,
-    /// The position of the last param it reads: it can be checked once params `0..=last` are
-    /// bound (0 for a restriction that reads none).
-    last: usize,
-}
-
-impl Restriction {
-    /// Parses `text` and binds its names to the params' positions.
-    ///
-    /// # Errors
-    ///
-    /// A parse error (the column, and what was expected there), or a name that is not a param
-    /// (naming the params).
-    pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
-        if let Some(body) = lambda_body(text) {
-            bail!(
-                "{text:?} is a Python lambda, which Kernel Tuner takes in a script; a manifest \
-                 gives the condition itself, over the params' names: {:?}",
-                body
-            );
-        }
-        let expr = Expr::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let names: Vec<&str> = params.keys().map(String::as_str).collect();
-        if let Some(unknown) = expr.variables().iter().find(|v| !params.contains_key(*v)) {
-            bail!(
-                "{text:?}: `{unknown}` is not a param (params: {})",
-                names.join(", ")
-            );
-        }
-        let compiled = expr.bind(&names).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let last = compiled.slots().iter().copied().max().unwrap_or(0);
-        Ok(Restriction { compiled, last })
-    }
-}
-
-/// The condition a restriction written as a Python lambda means, as a manifest writes it:
-/// `lambda p: p["BX"] * p["BY"] <= 1024` is `BX * BY <= 1024`, and `lambda BX, BY: BX < BY`
-/// is `BX < BY`; `None` when `text` is not a lambda.
-fn lambda_body(text: &str) -> Option<String> {
-    let rest = text.trim_start().strip_prefix("lambda")?;
-    if !rest.starts_with(|c: char| c.is_whitespace()) {
-        return None;
-    }
-    let (args, body) = rest.split_once(':')?;
-    let args: Vec<&str> = args.split(',').map(str::trim).collect();
-    let mut body = body.trim().to_owned();
-    // `lambda p: p["X"]`: Kernel Tuner hands the lambda a dict of the params.
-    if let [dict] = args.as_slice()
-        && !dict.is_empty()
-    {
-        for quote in ['"', '\''] {
-            let open = format!("{dict}[{quote}");
-            while let Some(start) = body.find(&open) {
-                let name_start = start + open.len();
-                let Some(len) = body[name_start..].find(&format!("{quote}]")) else {
-                    break;
-                };
-                let name = body[name_start..name_start + len].to_owned();
-                body.replace_range(start..name_start + len + 2, &name);
-            }
-        }
-    }
-    Some(body)
 }
 
 /// Every choice of the space that satisfies every restriction, in canonical order.
@@ -735,6 +610,7 @@ pub fn choice_count(n: usize) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use tunebox_expr::{Compiled, Expr};
 
     /// Integer params from `(name, values)` pairs, in order.
     pub(crate) fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {

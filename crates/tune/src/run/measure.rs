@@ -9,10 +9,10 @@ use tunebox_protocol::TensorData;
 
 use super::lookup::{Setup, Todo};
 use super::pipeline::{Outcome, Stage, pipeline};
-use crate::measure::start_pool;
 use crate::observer::Observer;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;
+use crate::workers::start_pool;
 
 /// Stage 5, on its own: measures `todo` (C choices compiled first: see [`super::compile()`])
 /// on a pool of `workers` fresh workers (`worker`: their executable, as
