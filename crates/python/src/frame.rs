@@ -100,4 +100,3 @@ pub(crate) fn region_records(region: &[u8]) -> &[u8] {
     }
     &region[..end]
 }
-

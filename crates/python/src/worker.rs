@@ -160,11 +160,12 @@ impl Worker {
         // SAFETY: the caller holds the buffers alive (see above) and we hold the GIL.
         let mut request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
         let kept = if region > 0 {
-            let buffer = SharedBuffer::new(region).map_err(|e| PyOSError::new_err(e.to_string()))?;
+            let buffer =
+                SharedBuffer::new(region).map_err(|e| PyOSError::new_err(e.to_string()))?;
             let data = buffer.share();
-            request.tensors.push(
-                TensorSpec::new("region", DType::U8, [region as u64]).data(data.clone()),
-            );
+            request
+                .tensors
+                .push(TensorSpec::new("region", DType::U8, [region as u64]).data(data.clone()));
             Some(data)
         } else {
             None
