@@ -54,28 +54,44 @@ pub(crate) unsafe fn tensors(buffers: &[RawBuffer]) -> PyResult<Vec<TensorSpec>>
     Ok(specs)
 }
 
-/// A received shared-memory buffer, handed to Python without a copy
+/// A received shared-memory buffer (or a part of one), handed to Python without a copy
 /// (`tunebox._native.SharedView`): `address` and `nbytes` of the mapping, which lives as long
 /// as this object.
 #[pyclass(frozen, module = "tunebox._native")]
 pub(crate) struct SharedView {
     memory: Held,
+    /// The part of the mapping this view is: `offset..offset + len`.
+    offset: usize,
+    len: usize,
 }
 
 /// What keeps a mapping alive.
 enum Held {
-    /// A request's buffer, in the worker.
+    /// A request's buffer, in the worker (or, sent back, in the parent).
     Request(SharedData),
     /// A reply's buffer, in the parent.
     Reply(Bytes),
 }
 
 impl SharedView {
+    fn new(memory: Held) -> SharedView {
+        let len = match &memory {
+            Held::Request(data) => data.len(),
+            Held::Reply(bytes) => bytes.len(),
+        };
+        SharedView {
+            memory,
+            offset: 0,
+            len,
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
-        match &self.memory {
+        let all: &[u8] = match &self.memory {
             Held::Request(data) => data,
             Held::Reply(bytes) => bytes,
-        }
+        };
+        &all[self.offset..self.offset + self.len]
     }
 }
 
@@ -104,27 +120,39 @@ pub(crate) fn from_request<'py>(
     let list = PyList::empty(py);
     for tensor in &request.tensors {
         match &tensor.init {
-            Init::Data(data) if !data.is_empty() => list.append(SharedView {
-                memory: Held::Request(data.clone()),
-            })?,
+            Init::Data(data) if !data.is_empty() => {
+                list.append(SharedView::new(Held::Request(data.clone())))?
+            }
             _ => list.append(PyByteArray::new(py, &[]))?,
         }
     }
     Ok(list)
 }
 
-/// The buffers as `u8` outputs of a reply.
+/// Where each buffer of a reply is: [`Place::Sent`] for one that lies in a buffer of the
+/// request (an array the task got and returns, written in place or not), which goes back as a
+/// reference and is not copied; [`Place::Output`] for the others, copied into `u8` outputs of
+/// the reply (in shared memory when large), in order.
 ///
 /// # Safety
 ///
 /// As [`slice`], for every buffer.
-pub(crate) unsafe fn outputs(buffers: &[RawBuffer]) -> Result<Vec<TensorData>, BenchError> {
-    let mut outputs = Vec::with_capacity(buffers.len());
-    for (i, &buffer) in buffers.iter().enumerate() {
+pub(crate) unsafe fn outputs(
+    buffers: &[RawBuffer],
+    request: &BenchmarkRequest,
+) -> Result<(Vec<Place>, Vec<TensorData>), BenchError> {
+    let mut places = Vec::with_capacity(buffers.len());
+    let mut outputs = Vec::new();
+    for &buffer in buffers {
+        if let Some(place) = sent_place(buffer, request) {
+            places.push(place);
+            continue;
+        }
         // SAFETY: the caller's contract.
         let bytes = unsafe { slice(buffer) };
+        places.push(Place::Output);
         outputs.push(TensorData {
-            name: format!("buffer{i}"),
+            name: format!("buffer{}", outputs.len()),
             dtype: DType::U8,
             shape: vec![bytes.len() as u64],
             bytes: Bytes::copy_from_slice(bytes).map_err(|e| BenchError::Failed {
@@ -132,24 +160,136 @@ pub(crate) unsafe fn outputs(buffers: &[RawBuffer]) -> Result<Vec<TensorData>, B
             })?,
         });
     }
-    Ok(outputs)
+    Ok((places, outputs))
 }
 
-/// A reply's buffers in order: a [`SharedView`] for each one in shared memory, a `bytearray`
-/// (copied) for each small one sent inline.
+/// Where a reply's buffer is (see [`outputs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The next of the reply's outputs.
+    Output,
+    /// Bytes `offset..offset + len` of the request's buffer `tensor`.
+    Sent {
+        tensor: usize,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl Place {
+    const BYTES: usize = 24;
+
+    /// The places as bytes: per place `tensor + 1` (0 for an output), `offset`, `len`, each a
+    /// little-endian `u64`.
+    pub(crate) fn encode(places: &[Place]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(places.len() * Place::BYTES);
+        for place in places {
+            let (tensor, offset, len) = match *place {
+                Place::Output => (0, 0, 0),
+                Place::Sent {
+                    tensor,
+                    offset,
+                    len,
+                } => (tensor as u64 + 1, offset as u64, len as u64),
+            };
+            for word in [tensor, offset, len] {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// What [`Place::encode`] wrote.
+    ///
+    /// # Errors
+    ///
+    /// A length that is not a whole number of places.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Place>, String> {
+        if !bytes.len().is_multiple_of(Place::BYTES) {
+            return Err("malformed tunebox Python payload: buffer places".into());
+        }
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize;
+        Ok(bytes
+            .chunks_exact(Place::BYTES)
+            .map(|c| match word(&c[..8]) {
+                0 => Place::Output,
+                tensor => Place::Sent {
+                    tensor: tensor - 1,
+                    offset: word(&c[8..16]),
+                    len: word(&c[16..]),
+                },
+            })
+            .collect())
+    }
+}
+
+/// The request buffer that `buffer` lies in, if any (the worker's mapping of it: the addresses
+/// its [`SharedView`]s handed out).
+fn sent_place((address, length): RawBuffer, request: &BenchmarkRequest) -> Option<Place> {
+    if length == 0 {
+        return None;
+    }
+    request
+        .tensors
+        .iter()
+        .enumerate()
+        .find_map(|(tensor, spec)| match &spec.init {
+            Init::Data(data) => {
+                let start = data.as_ptr() as usize;
+                let inside = address >= start && address + length <= start + data.len();
+                inside.then(|| Place::Sent {
+                    tensor,
+                    offset: address - start,
+                    len: length,
+                })
+            }
+            _ => None,
+        })
+}
+
+/// A reply's buffers in order, as `places` says: a [`SharedView`] of the parent's own buffer
+/// for one the worker sent back from the request (`sent`: the request's buffers, kept by the
+/// parent), a [`SharedView`] for each output in shared memory, a `bytearray` (copied) for each
+/// small output sent inline.
 pub(crate) fn from_outputs<'py>(
     py: Python<'py>,
+    places: &[Place],
     outputs: &[TensorData],
+    sent: &[Option<SharedData>],
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
-    for output in outputs {
-        if output.bytes.is_shared() {
-            // A clone maps the same pages again: no copy.
-            list.append(SharedView {
-                memory: Held::Reply(output.bytes.clone()),
-            })?;
-        } else {
-            list.append(PyByteArray::new(py, &output.bytes))?;
+    let mut outputs = outputs.iter();
+    for place in places {
+        match *place {
+            Place::Sent {
+                tensor,
+                offset,
+                len,
+            } => {
+                let data = sent
+                    .get(tensor)
+                    .and_then(Option::as_ref)
+                    .filter(|d| offset.checked_add(len).is_some_and(|end| end <= d.len()))
+                    .ok_or_else(|| {
+                        PyOSError::new_err("the worker named a buffer the request did not have")
+                    })?;
+                list.append(SharedView {
+                    memory: Held::Request(data.clone()),
+                    offset,
+                    len,
+                })?;
+            }
+            Place::Output => {
+                let output = outputs.next().ok_or_else(|| {
+                    PyOSError::new_err("the worker's reply lacks one of its buffers")
+                })?;
+                if output.bytes.is_shared() {
+                    // A clone maps the same pages again: no copy.
+                    list.append(SharedView::new(Held::Reply(output.bytes.clone())))?;
+                } else {
+                    list.append(PyByteArray::new(py, &output.bytes))?;
+                }
+            }
         }
     }
     Ok(list)

@@ -27,7 +27,7 @@ use tunebox_protocol::{
     TensorSpec,
 };
 
-use crate::buffers::{self, RawBuffer};
+use crate::buffers::{self, Place, RawBuffer};
 use crate::ckernel;
 use crate::frame::{self, Op};
 use crate::serve::{BACKEND, TASK_TYPE};
@@ -67,6 +67,9 @@ struct Shared {
     /// The last batch's results region: the worker writes it (its mapping is shared), the
     /// parent reads it after the reply or the worker's death.
     region: Mutex<Option<SharedData>>,
+    /// The buffers of the last call sent: a reply may hand one back (an array the task
+    /// returns) by reference instead of a copy.
+    sent: Mutex<Vec<Option<SharedData>>>,
 }
 
 struct State {
@@ -135,6 +138,7 @@ impl Worker {
                 spare_starting: AtomicBool::new(false),
                 preload: Mutex::new(Vec::new()),
                 region: Mutex::new(None),
+                sent: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -171,6 +175,7 @@ impl Worker {
             None
         };
         *lock(&self.shared.region) = kept;
+        *lock(&self.shared.sent) = shared_buffers(&request);
         py.detach(|| {
             let mut state = self.shared.lock_state();
             self.shared.prepare_for_call(&mut state);
@@ -201,7 +206,8 @@ impl Worker {
             std::thread::spawn(move || shared.ensure_spare());
         }
         let result = result.map_err(|e| self.failed(e))?;
-        reply(py, &result)
+        let sent = lock(&self.shared.sent).clone();
+        reply(py, &result, &sent)
     }
 
     /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
@@ -216,6 +222,7 @@ impl Worker {
     ) -> PyResult<()> {
         // SAFETY: as for `put`.
         let request = unsafe { call_request(Op::Load, pickle.as_bytes(), &buffers) }?;
+        *lock(&self.shared.sent) = shared_buffers(&request);
         let wait = timeout.map_or(FOREVER, seconds);
         py.detach(|| {
             let mut state = self.shared.lock_state();
@@ -529,16 +536,36 @@ unsafe fn call_request(op: Op, pickle: &[u8], buffers: &[RawBuffer]) -> PyResult
     Ok(request)
 }
 
+/// The shared buffers of a request, in order (kept by the parent for [`reply`]).
+fn shared_buffers(request: &BenchmarkRequest) -> Vec<Option<SharedData>> {
+    request
+        .tensors
+        .iter()
+        .map(|t| match &t.init {
+            tunebox_protocol::Init::Data(data) => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `(status, pickle, [bytearray…])` from a reply: the framed status and pickle, and the
 /// out-of-band buffers as its outputs.
-fn reply<'py>(py: Python<'py>, result: &BenchmarkResult) -> PyResult<Bound<'py, PyTuple>> {
+fn reply<'py>(
+    py: Python<'py>,
+    result: &BenchmarkResult,
+    sent: &[Option<SharedData>],
+) -> PyResult<Bound<'py, PyTuple>> {
     let value = result
         .value
         .as_ref()
         .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
     let (status, parts) = frame::decode(value).map_err(PyRuntimeError::new_err)?;
     let pickle = parts.first().copied().unwrap_or_default();
-    let buffers = buffers::from_outputs(py, &result.outputs)?;
+    let places = match parts.get(1) {
+        Some(places) => Place::decode(places).map_err(PyRuntimeError::new_err)?,
+        None => vec![Place::Output; result.outputs.len()],
+    };
+    let buffers = buffers::from_outputs(py, &places, &result.outputs, sent)?;
     (status, PyBytes::new(py, pickle), buffers).into_pyobject(py)
 }
 

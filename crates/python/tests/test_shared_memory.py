@@ -82,3 +82,19 @@ def test_received_arrays_live_on_the_shared_memory_and_outlive_the_worker():
     del b
     gc.collect()
     assert np.array_equal(view, a[10:20] * 3 + 1)
+
+
+def test_an_array_the_task_returns_from_its_arguments_comes_back_without_a_copy():
+    """An argument the task returns (or a slice of it) is handed back as a reference to the
+    request's shared buffer, which the parent still maps: both results share its memory."""
+    a = np.arange(1024 * 1024, dtype=np.float64)  # 8 MiB
+    worker = PopenWorker()
+    worker.send(lambda x: (x, x[10:20_000], x * 2), (a,))
+    whole, part, doubled = worker.recv()
+    assert np.array_equal(whole, a) and np.array_equal(part, a[10:20_000])
+    assert np.array_equal(doubled, a * 2)
+    assert np.shares_memory(whole, part) and not np.shares_memory(whole, doubled)
+    assert not np.shares_memory(whole, a)
+    whole[10] = -1
+    assert part[0] == -1
+    worker.kill()
