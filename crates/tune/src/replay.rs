@@ -5,7 +5,7 @@
 //!
 //! - A [`Recording`] is what a file holds: per configuration (matched by parameter values), its
 //!   objective and what measuring it cost. It reads Kernel Tuner cache files
-//!   ([`KtCache`]), T4 result files ([`T4File`]) and tunebox's own results cache
+//!   ([`KtCache`]), FAIR T4 result files and tunebox's own results cache
 //!   (`*.tunebox-cache.jsonl`).
 //! - [`Recorded`] binds a recording to a [`SearchSpace`]: one [`Measurement`] per choice (a
 //!   choice the file lacks is a failed one that cost nothing).
@@ -167,7 +167,7 @@ impl Recording {
     /// The measurements of a T4 results file: the `time` measurement (else the first
     /// objective's), `compilation_time + validation + benchmark + framework` as the cost
     /// (the sum of `runtimes` when `benchmark` is absent).
-    pub fn from_t4(file: &T4File, path: &Path) -> Recording {
+    pub(crate) fn from_t4(file: &T4File, path: &Path) -> Recording {
         let mut params: IndexMap<String, Vec<ParamValue>> = IndexMap::new();
         let mut by_key = HashMap::new();
         for r in &file.results {

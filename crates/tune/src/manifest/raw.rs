@@ -236,6 +236,7 @@ pub(super) struct RawSandbox {
     pub(super) cpu_time_s: Option<u64>,
     pub(super) tasks: Option<u64>,
     pub(super) file_size_mb: Option<u64>,
+    pub(super) write_xor_execute: Option<bool>,
 }
 
 /// `[env]` as written.

@@ -58,7 +58,7 @@ impl<'m> Setup<'m> {
     /// The same, with `rounds` rounds of short windows after screening (as
     /// [`crate::TuneOptions::rounds`]): the manifest's reps and time are shared by the
     /// screening window and the rounds' windows, so each window is short.
-    pub fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
+    pub(crate) fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
         self.windows = rounds.saturating_add(1);
         self
     }
@@ -155,6 +155,7 @@ pub fn lookup_cached(
             &request,
             &choice.label(),
             setup.max_process_uses,
+            manifest.sandbox(),
         );
         let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
         if let Some((result, deps)) =

@@ -137,6 +137,7 @@ impl Run<'_> {
                 &request,
                 &choice.label(),
                 setup.max_process_uses,
+                setup.manifest.sandbox(),
             );
             let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
             let index = self.ledger.results[p].index;

@@ -11,7 +11,7 @@
 
 mod restriction;
 mod solver;
-mod value;
+pub(crate) mod value;
 
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use crate::shard::ShardInfo;
 use solver::Problem;
 
 pub(crate) use restriction::Restriction;
-pub use value::ParamValue;
+pub(crate) use value::ParamValue;
 
 /// Most valid choices a space may hold (8 bytes each: 400 MB at most).
 pub(crate) const MAX_VALID: usize = 50_000_000;
@@ -54,7 +54,7 @@ impl Choice {
     }
 
     /// The choice as compiler defines.
-    pub fn defines(&self) -> Vec<Define> {
+    pub(crate) fn defines(&self) -> Vec<Define> {
         self.0
             .iter()
             .map(|(k, v)| Define::new(k, v.define_text()))
@@ -108,14 +108,12 @@ pub(crate) fn choices(
 ///
 /// # Spaces too large to list
 ///
-/// A space with more than 50 million valid choices is not listed ([`SearchSpace::is_listed`]
-/// is false): a choice's index is then its rank in the raw product (the product of the value
+/// A space with more than 50 million valid choices is not listed: a choice's index is then its rank in the raw product (the product of the value
 /// lists, before restrictions), [`SearchSpace::len`] is the size of that product (every index
 /// is below it, but not every index below it is a choice: [`SearchSpace::contains`] says),
-/// random choices are drawn by rejection from the raw product
-/// ([`SearchSpace::random_index`]), and a shard of such a space owns a block of the raw product
-/// rather than every N-th choice ([`SearchSpace::owns`]); brute force lists one shard's block
-/// at a time ([`SearchSpace::list_shard`]).
+/// random choices are drawn by rejection from the raw product, and a shard of such a space owns
+/// a block of the raw product rather than every N-th choice; brute force lists one shard's
+/// block at a time ([`SearchSpace::list_shard`]).
 #[derive(Debug, Clone)]
 pub struct SearchSpace {
     params: IndexMap<String, Vec<ParamValue>>,
@@ -198,14 +196,14 @@ impl SearchSpace {
     }
 
     /// The restrictions' texts, in the manifest's order.
-    pub fn restrictions(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn restrictions(&self) -> impl Iterator<Item = &str> {
         self.restrictions.iter().map(|r| r.compiled.text())
     }
 
     /// Whether every valid choice is listed (a space of at most 50 million): indices are then
     /// positions among the valid choices, `0..len()` every one a choice. See [`SearchSpace`]
     /// for the other kind.
-    pub fn is_listed(&self) -> bool {
+    pub(crate) fn is_listed(&self) -> bool {
         matches!(self.listing, Listing::All(_))
     }
 
@@ -238,7 +236,7 @@ impl SearchSpace {
 
     /// The value indices of the choice with stable index `index`, one per param, if there is
     /// one.
-    pub fn value_indices(&self, index: usize) -> Option<Vec<usize>> {
+    pub(crate) fn value_indices(&self, index: usize) -> Option<Vec<usize>> {
         let rank = match &self.listing {
             Listing::All(ranks) => *ranks.get(index)?,
             Listing::Unlisted { .. } => index as u64,
@@ -302,7 +300,7 @@ impl SearchSpace {
 
     /// How many choices are listed: [`SearchSpace::len`], or for a space too large to list,
     /// those of the shard's block.
-    pub fn listed_len(&self) -> usize {
+    pub(crate) fn listed_len(&self) -> usize {
         match &self.listing {
             Listing::All(ranks) | Listing::Unlisted { block: ranks } => ranks.len(),
         }
@@ -311,7 +309,7 @@ impl SearchSpace {
     /// The index of the `position`-th listed choice (canonical order): `position` itself in a
     /// listed space, the rank of the `position`-th choice of the shard's block otherwise. How
     /// brute force walks any space.
-    pub fn listed_index(&self, position: usize) -> Option<usize> {
+    pub(crate) fn listed_index(&self, position: usize) -> Option<usize> {
         match &self.listing {
             Listing::All(ranks) => (position < ranks.len()).then_some(position),
             Listing::Unlisted { block } => block.get(position).map(|&r| r as usize),
@@ -321,7 +319,7 @@ impl SearchSpace {
     /// A valid choice's index drawn uniformly at random with `rng`: in a listed space one of
     /// `0..len()`; in one too large to list, by rejection from the raw product (up to a
     /// million draws). `None` when the space is empty, or no draw was valid.
-    pub fn random_index(&self, rng: &mut fastrand::Rng) -> Option<usize> {
+    pub(crate) fn random_index(&self, rng: &mut fastrand::Rng) -> Option<usize> {
         match &self.listing {
             Listing::All(ranks) => (!ranks.is_empty()).then(|| rng.usize(0..ranks.len())),
             Listing::Unlisted { .. } => {
@@ -337,7 +335,7 @@ impl SearchSpace {
     /// Whether shard `shard` (all of them when `None`) owns the choice `index`: in a listed
     /// space every N-th choice (`index % N == K`), in a space too large to list the K-th of N
     /// equal blocks of the raw product.
-    pub fn owns(&self, shard: Option<ShardInfo>, index: usize) -> bool {
+    pub(crate) fn owns(&self, shard: Option<ShardInfo>, index: usize) -> bool {
         match (&self.listing, shard) {
             (_, None) => true,
             (Listing::All(_), shard) => crate::shard::owns(shard, index),
@@ -357,7 +355,7 @@ impl SearchSpace {
 
     /// Lists the valid choices of the block of the raw product that `shard` owns, in a space
     /// too large to list whole (nothing to do in a listed one), so that brute force can walk
-    /// them ([`SearchSpace::listed_index`]).
+    /// them.
     ///
     /// # Errors
     ///
@@ -431,7 +429,7 @@ impl SearchSpace {
     /// The stable index of the choice with these value indices (one per param, each below its
     /// param's value count), or `None` when it breaks a restriction or an index is out of
     /// range: how a local search finds a neighbour without building a [`Choice`].
-    pub fn index_of_values(&self, indices: &[usize]) -> Option<usize> {
+    pub(crate) fn index_of_values(&self, indices: &[usize]) -> Option<usize> {
         if indices.len() != self.radix.len()
             || indices
                 .iter()

@@ -36,7 +36,7 @@ impl ParamValue {
 
     /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
     /// or 0, strings verbatim.
-    pub fn define_text(&self) -> String {
+    pub(crate) fn define_text(&self) -> String {
         match self {
             ParamValue::Int(i) => i.to_string(),
             ParamValue::Float(f) => format!("{f:?}"),
