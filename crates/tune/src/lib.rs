@@ -146,6 +146,6 @@ pub use crate::space::{
     Choice, SearchSpace, SpaceCount, choice_count, count_space, value::ParamValue,
 };
 pub use crate::stop::Stop;
-pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};
+pub use crate::strategy::{BruteForce, RandomSample, Strategy};
 pub use crate::windows::Windows;
 pub use crate::workers::PROBE_TIMEOUT;

@@ -122,7 +122,7 @@ impl Recording {
 
     /// The measurements of a Kernel Tuner cache file: `time` (or its failure marker), and
     /// `compile_time + verification_time + benchmark_time + framework_time` as the cost.
-    pub fn from_kt_cache(cache: &KtCache) -> Recording {
+    pub(crate) fn from_kt_cache(cache: &KtCache) -> Recording {
         let by_key = cache
             .cache
             .iter()
@@ -467,7 +467,12 @@ impl Trace {
 
 /// The result a strategy is told for a replayed measurement (`ok` with a median of the
 /// recorded time, else failed), on `device`.
-pub fn result_of(space: &SearchSpace, index: usize, m: Measurement, device: &str) -> ChoiceResult {
+pub(crate) fn result_of(
+    space: &SearchSpace,
+    index: usize,
+    m: Measurement,
+    device: &str,
+) -> ChoiceResult {
     let choice = space.choice(index).expect("an index of the space");
     match m.time_ms {
         Some(ms) if m.status == Status::Ok => {
@@ -511,7 +516,7 @@ pub fn simulate(
 }
 
 /// [`simulate`], calling `each` with every result as it is told.
-pub fn simulate_with(
+pub(crate) fn simulate_with(
     space: &SearchSpace,
     strategy: &mut dyn Strategy,
     recorded: &Recorded,

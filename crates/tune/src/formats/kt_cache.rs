@@ -182,9 +182,8 @@ impl KtCache {
     ///
     /// # Errors
     ///
-    /// [`FormatError::Read`], [`FormatError::Gzip`], [`FormatError::Syntax`] for a file that
-    /// cannot be read, decompressed or parsed; [`FormatError::Field`] naming the JSON path of a
-    /// missing or bad member (e.g. a key with the wrong number of values, a `time` string that
+    /// [`crate::TuneError::Report`], naming the file: it cannot be read, decompressed or
+    /// parsed, or the JSON path of a missing or bad member (e.g. a key with the wrong number of values, a `time` string that
     /// is not a known failure marker, a record that disagrees with its key).
     ///
     /// # Speed
@@ -194,7 +193,12 @@ impl KtCache {
     /// in about 0.14 s, convolution (1.1 MB, 4,362 records) in about 0.07 s; a debug build
     /// takes several times longer. Measure with
     /// `cargo test --release -p tunebox-tune --lib formats::kt_cache -- --ignored --nocapture`.
-    pub fn read(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
+    pub fn read(path: impl AsRef<Path>) -> crate::Result<KtCache> {
+        KtCache::read_file(path.as_ref()).map_err(|e| crate::TuneError::report(e.into()))
+    }
+
+    /// [`KtCache::read`], its error the readers' own.
+    pub(crate) fn read_file(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
         let path = path.as_ref();
         let (doc, opened) =
             parse_document(&read_bytes(path)?).map_err(|message| FormatError::Syntax {
@@ -609,7 +613,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.json");
         std::fs::write(&path, text).unwrap();
-        KtCache::read(&path)
+        KtCache::read_file(&path)
     }
 
     fn doc(cache: &str) -> String {
@@ -735,7 +739,7 @@ mod tests {
         let gz = dir.path().join("bad.json.gz");
         std::fs::write(&gz, [0x1f, 0x8b, 0, 1, 2, 3]).unwrap();
         assert!(matches!(
-            KtCache::read(&gz).unwrap_err(),
+            KtCache::read_file(&gz).unwrap_err(),
             FormatError::Gzip { .. }
         ));
     }

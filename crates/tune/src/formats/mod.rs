@@ -25,7 +25,7 @@
 //! println!("{} restrictions", t1.configuration_space.conditions.len());
 //! let kt = KtCache::read(hub.join("cachefiles/convolution_milo/A100.json.gz"))?;
 //! println!("{} on {}", kt.kernel_name, kt.device_name);
-//! # Ok::<(), tunebox_tune::formats::FormatError>(())
+//! # Ok::<(), tunebox_tune::TuneError>(())
 //! ```
 //!
 //! # Values and units
@@ -38,8 +38,9 @@
 //!
 //! # Errors
 //!
-//! Every reader returns [`FormatError`]: it names the file, and for a bad field the JSON path of
-//! that field (`$.ConfigurationSpace.TuningParameters[2].Values`) and what is wrong with it.
+//! Every reader's error is the crate's [`crate::TuneError`]: it names the file, and for a bad
+//! field the JSON path of that field (`$.ConfigurationSpace.TuningParameters[2].Values`) and
+//! what is wrong with it.
 //!
 //! # Not supported
 //!
@@ -63,7 +64,7 @@ mod t1;
 mod t4;
 mod value;
 
-pub use error::FormatError;
+pub(crate) use error::FormatError;
 pub use kt_cache::KtCache;
 pub(crate) use kt_cache::{KtFailure, KtTime, is_open_cache};
 pub(crate) use t1::{T1Arg, T1Dims, T1FillType, T1MemoryType, T1Size};

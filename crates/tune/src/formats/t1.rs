@@ -255,11 +255,15 @@ impl T1File {
     ///
     /// # Errors
     ///
-    /// [`FormatError::Read`] when the file cannot be read, [`FormatError::Syntax`] when it is
-    /// not JSON, [`FormatError::Field`] naming the JSON path of a missing or bad field (e.g.
-    /// a `Values` expression outside the supported subset, a value that does not fit `Type`,
-    /// an unknown `MemoryType`).
-    pub fn read(path: impl AsRef<Path>) -> Result<T1File, FormatError> {
+    /// [`crate::TuneError::Manifest`], naming the file: it cannot be read or is not JSON, or
+    /// the JSON path of a missing or bad field (e.g. a `Values` expression outside the
+    /// supported subset, a value that does not fit `Type`, an unknown `MemoryType`).
+    pub fn read(path: impl AsRef<Path>) -> crate::Result<T1File> {
+        T1File::read_file(path.as_ref()).map_err(|e| crate::TuneError::manifest(e.into()))
+    }
+
+    /// [`T1File::read`], its error the readers' own.
+    pub(crate) fn read_file(path: impl AsRef<Path>) -> Result<T1File, FormatError> {
         let path = path.as_ref();
         let doc = read_json(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -793,7 +797,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t1.json");
         std::fs::write(&path, text).unwrap();
-        T1File::read(&path)
+        T1File::read_file(&path)
     }
 
     const MINIMAL: &str = r#"{
@@ -844,8 +848,16 @@ mod tests {
 
         let err = read_text("{").unwrap_err();
         assert!(matches!(err, FormatError::Syntax { .. }), "{err}");
-        let err = T1File::read("/nonexistent/t1.json").unwrap_err();
+        let err = T1File::read_file("/nonexistent/t1.json").unwrap_err();
         assert!(matches!(err, FormatError::Read { .. }));
         assert_eq!(err.to_string(), "cannot read `/nonexistent/t1.json`");
+        // The public reader's error is the crate's one type, its message the whole chain.
+        let err = T1File::read("/nonexistent/t1.json").unwrap_err();
+        assert!(matches!(err, crate::TuneError::Manifest { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("cannot read `/nonexistent/t1.json`: "),
+            "{err}"
+        );
     }
 }
