@@ -722,6 +722,7 @@ mod tests {
     /// times of the reps it preempted grow by the hog's slices, their thread CPU times do not.
     #[test]
     fn a_rep_preempted_by_a_busy_loop_on_its_cpu_counts_its_cpu_time() {
+        // SAFETY: sched_getcpu takes nothing and only reads the calling thread's CPU.
         let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
         pin_this_thread(Some(cpu));
         let config = TimingConfig {

@@ -32,9 +32,10 @@ impl Reading {
     fn now() -> Option<Reading> {
         let thread_cpu_ms = cpu_ms(libc::CLOCK_THREAD_CPUTIME_ID)?;
         let process_cpu_ms = cpu_ms(libc::CLOCK_PROCESS_CPUTIME_ID)?;
+        // SAFETY: rusage is plain integers, for which all-zero bytes are a valid value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD only reads the calling
         // thread's counters.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
             return None;
         }

@@ -68,9 +68,7 @@ impl WaitMark {
         let worker = self
             .worker
             .filter(|(marked, _)| *marked == pid)
-            .and_then(|(_, ns)| {
-                Some(read_wait_ns(&format!("/proc/{pid}/schedstat"))?.checked_sub(ns)?)
-            });
+            .and_then(|(_, ns)| read_wait_ns(&format!("/proc/{pid}/schedstat"))?.checked_sub(ns));
         let parent = self
             .parent
             .and_then(|ns| read_wait_ns("/proc/thread-self/schedstat")?.checked_sub(ns));
