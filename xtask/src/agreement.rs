@@ -10,9 +10,10 @@
 //! `benchmarks/kernel-tuner/run.sh` does) tunes the same 27 choices once per run
 //! (`benchmarks/kernel-tuner/compare.py kt-tune`), unless `--no-kt`.
 //!
-//! With `--clock wall`, tunebox's runs use a copy of the manifest with `timing.clock = "wall"`
-//! (every rep's wall time, as before issue 23's preemption clock), written to
-//! `target/agreement/`.
+//! With `--timing KEY=VALUE` (repeatable), tunebox's runs use a copy of the manifest, written
+//! to `target/agreement/`, whose `[timing]` sets KEY to VALUE (a TOML value): `--timing
+//! clock='"wall"'` times every rep's wall time, as before issue 23's preemption clock;
+//! `--timing rep_ms=50` halves the measuring budget.
 //!
 //! For every pair of runs of a tool it reports Spearman's rank correlation over the choices
 //! both measured `ok`, and the top-1 regret: run i's best as run j measured it, against run j's
@@ -35,8 +36,7 @@ use crate::{cargo, target_dir, workspace_root};
 /// objective).
 pub(crate) type Medians = BTreeMap<String, f64>;
 
-const USAGE: &str =
-    "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--clock wall] [-- TUNE_ARGS…]";
+const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--timing KEY=VALUE]… [-- TUNE_ARGS…]";
 
 /// What one tool's runs gave.
 #[derive(Default)]
@@ -53,13 +53,17 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &[][..]),
     };
-    let (mut runs, mut busy, mut kt, mut clock) = (5usize, false, true, None);
+    let (mut runs, mut busy, mut kt) = (5usize, false, true);
+    let mut timing: Vec<(String, String)> = Vec::new();
     let mut own = own.iter();
     while let Some(arg) = own.next() {
         match arg.as_str() {
             "--busy" => busy = true,
             "--no-kt" => kt = false,
-            "--clock" => clock = Some(own.next().ok_or(USAGE)?.clone()),
+            "--timing" => {
+                let (key, value) = own.next().and_then(|kv| kv.split_once('=')).ok_or(USAGE)?;
+                timing.push((key.trim().to_owned(), value.trim().to_owned()));
+            }
             n => runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
         }
     }
@@ -68,9 +72,10 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let tunebox = target_dir(&root).join("release").join("tunebox");
     let out = target_dir(&root).join("agreement");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let manifest = match &clock {
-        Some(clock) => manifest_with_clock(&root, &out, clock)?,
-        None => root.join("examples").join("matmul-cpu.toml"),
+    let manifest = if timing.is_empty() {
+        root.join("examples").join("matmul-cpu.toml")
+    } else {
+        manifest_with_timing(&root, &out, &timing)?
     };
     let python = if kt { Some(kt_python(&root)?) } else { None };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -135,7 +140,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let described: Vec<String> = tune_args
         .iter()
         .cloned()
-        .chain(clock.iter().map(|c| format!("timing.clock = {c:?}")))
+        .chain(timing.iter().map(|(k, v)| format!("timing.{k} = {v}")))
         .collect();
     let summary = summarize(&ours, &theirs, busy, &described)?;
     let path = out.join(if busy {
@@ -149,25 +154,45 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A copy of the main job's manifest in `out` with `timing.clock = clock` and its kernels'
-/// paths made absolute.
-fn manifest_with_clock(root: &Path, out: &Path, clock: &str) -> Result<PathBuf, String> {
+/// A copy of the main job's manifest in `out` whose `[timing]` sets each KEY to its VALUE
+/// (replacing the manifest's own line for KEY), with its kernels' paths made absolute.
+fn manifest_with_timing(
+    root: &Path,
+    out: &Path,
+    timing: &[(String, String)],
+) -> Result<PathBuf, String> {
     let examples = root.join("examples");
     let original = examples.join("matmul-cpu.toml");
     let text = std::fs::read_to_string(&original)
         .map_err(|e| format!("cannot read {}: {e}", original.display()))?;
     let kernels = format!("source = \"{}/kernels/", examples.display());
-    let text = text
-        .replace("source = \"kernels/", &kernels)
-        .replace("[timing]\n", &format!("[timing]\nclock = {clock:?}\n"));
-    if !text.contains(&kernels) || !text.contains("clock = ") {
-        return Err(format!(
-            "{}: no [timing] table or kernel source to rewrite",
-            original.display()
-        ));
+    let text = text.replace("source = \"kernels/", &kernels);
+    let mut table = String::new();
+    let mut lines: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with('[') {
+            table = line.trim().to_owned();
+        }
+        let key = line.split('=').next().map(str::trim);
+        let replaced = table == "[timing]" && timing.iter().any(|(k, _)| key == Some(k.as_str()));
+        if !replaced {
+            lines.push(line.to_owned());
+        }
     }
-    let path = out.join(format!("matmul-cpu-{clock}.toml"));
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == "[timing]")
+        .ok_or_else(|| format!("{}: no [timing] table", original.display()))?;
+    for (key, value) in timing {
+        lines.insert(at + 1, format!("{key} = {value}"));
+    }
+    let name: Vec<String> = timing
+        .iter()
+        .map(|(k, v)| format!("{k}-{}", v.replace('"', "")))
+        .collect();
+    let path = out.join(format!("matmul-cpu-{}.toml", name.join("-")));
+    std::fs::write(&path, lines.join("\n") + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
