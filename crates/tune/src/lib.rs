@@ -132,7 +132,8 @@ pub use crate::results::{
 };
 pub use crate::run::{
     CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
-    TuneOptions, compile, lookup_cached, measure, plan, reference, refine_order, run, tune,
+    TuneOptions, compile, lookup_cached, measure, plan, plan_batched, reference, refine_order, run,
+    tune,
 };
 pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
 pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
