@@ -829,6 +829,26 @@ fn loo(
     md
 }
 
+/// `auto` (the default) against Kernel Tuner's strategy of best mean score: the gap, its
+/// standard error and whether it is settled (above twice that).
+fn against_kt(names: &[String], means: &[(f64, f64)]) -> Option<String> {
+    let ours = names.iter().position(|n| n == "auto")?;
+    let theirs = (0..names.len())
+        .filter(|&s| names[s].starts_with("kt:") && !means[s].0.is_nan())
+        .max_by(|&a, &b| means[a].0.total_cmp(&means[b].0))?;
+    let gap = means[ours].0 - means[theirs].0;
+    let se = (means[ours].1.powi(2) + means[theirs].1.powi(2)).sqrt();
+    Some(format!(
+        "`auto` against Kernel Tuner's best, {}: {gap:+.3} ± {se:.3} ({}).",
+        names[theirs],
+        if gap.abs() > 2.0 * se {
+            "settled: beyond twice its standard error"
+        } else {
+            "not settled: within twice its standard error"
+        }
+    ))
+}
+
 fn main() {
     if let Err(e) = main_inner() {
         eprintln!("strategies: {e}");
@@ -1002,6 +1022,9 @@ fn main_inner() -> Result<(), String> {
                 options.max_seeds
             );
         }
+    }
+    if let Some(line) = against_kt(&all_names, &means) {
+        let _ = writeln!(md, "\n{line}");
     }
     for (s, cells) in table.iter().enumerate() {
         for (p, c) in cells.iter().enumerate() {
