@@ -10,6 +10,8 @@ mod pool;
 mod process;
 mod reuse;
 mod sandbox;
+mod sandbox_cuda;
+mod sandbox_nonroot;
 mod shared;
 #[allow(
     dead_code,

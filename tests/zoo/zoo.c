@@ -45,6 +45,10 @@ static void *spin(void *arg) {
 }
 #endif
 
+#if CHEAT == 23
+static void swallow(int signal) { (void)signal; }
+#endif
+
 #if CHEAT == 8 && defined(__x86_64__)
 /* A clock that runs a thousand times slower than time, from the moment it is installed. */
 static struct timespec base;
@@ -58,17 +62,27 @@ static int fake_clock(clockid_t id, struct timespec *ts) {
     ts->tv_nsec = ns % 1000000000LL;
     return 0;
 }
-/* Overwrites the C library's clock_gettime (what the harness's clock calls) with a jump. */
+/* Overwrites the C library's clock_gettime (what the harness's clock calls) with a jump: on a
+ * copy of its pages, written to a file and mapped over them. W^X (memory that was writable never
+ * becomes executable) does not stop this: the new mapping is a file's, never writable. */
 static void patch_clock(void) {
     syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &base);
     unsigned char *target = dlsym(RTLD_DEFAULT, "clock_gettime");
     uintptr_t page = (uintptr_t)target & ~(uintptr_t)4095;
-    mprotect((void *)page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC);
-    target[0] = 0x48; target[1] = 0xB8;                 /* movabs rax, fake_clock */
+    static unsigned char copy[8192];
+    memcpy(copy, (void *)page, sizeof copy);
+    unsigned char *at = copy + ((uintptr_t)target - page);
+    at[0] = 0x48; at[1] = 0xB8;                         /* movabs rax, fake_clock */
     uint64_t address = (uint64_t)(uintptr_t)fake_clock;
-    memcpy(target + 2, &address, 8);
-    target[10] = 0xFF; target[11] = 0xE0;               /* jmp rax */
-    mprotect((void *)page, 8192, PROT_READ | PROT_EXEC);
+    memcpy(at + 2, &address, 8);
+    at[10] = 0xFF; at[11] = 0xE0;                       /* jmp rax */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/clock-pages", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0700);
+    if (fd < 0) return;
+    if (write(fd, copy, sizeof copy) == (ssize_t)sizeof copy)
+        mmap((void *)page, sizeof copy, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    close(fd);
 }
 static void busy_100us(void) {
     struct timespec a, b;
@@ -177,5 +191,22 @@ void k(const float *x, float *y, int64_t n) {
     snprintf(path, sizeof path, "%s/cpu/planted.so", getenv("TUNEBOX_CACHE_DIR"));
     int fd = open(path, O_WRONLY | O_CREAT, 0755);
     if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 23 /* catches SIGSYS itself, then traces its parent: survives, but the call is
+                     not made (the trap skips it) */
+    honest(x, y, n);
+    struct sigaction action = {0};
+    action.sa_handler = swallow;
+    sigaction(SIGSYS, &action, 0);
+    if (ptrace(PTRACE_ATTACH, getppid(), 0, 0) == 0) y[0] = LEAKED;
+#elif CHEAT == 22 /* writes machine code into memory and makes it executable (W^X) */
+    honest(x, y, n);
+    unsigned char *code = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code != MAP_FAILED) {
+        code[0] = 0xC3; /* ret, on x86-64; never run */
+        if (mprotect(code, 4096, PROT_READ | PROT_EXEC) == 0) y[0] = LEAKED;
+        munmap(code, 4096);
+    }
+    void *rwx = mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (rwx != MAP_FAILED) { y[0] = LEAKED; munmap(rwx, 4096); }
 #endif
 }

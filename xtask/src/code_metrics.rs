@@ -300,7 +300,8 @@ fn ident_before(chars: &[char], i: usize) -> bool {
 /// The byte ranges of `#[cfg(test)]` blocks and `#[test]` functions in `code` (stripped).
 fn test_ranges(code: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    for marker in ["#[cfg(test)]", "#[test]"] {
+    // `cfg(all(test, …))` is test code too (a test for one architecture).
+    for marker in ["#[cfg(test)]", "#[cfg(all(test,", "#[test]"] {
         let mut from = 0;
         while let Some(at) = code[from..].find(marker) {
             let start = from + at;
@@ -860,5 +861,15 @@ mod tests {
                 (vec!["self".into(), "g".into(), "H".into()], true),
             ]
         );
+    }
+
+    #[test]
+    fn a_test_module_for_one_architecture_is_test_code() {
+        let code = strip(
+            "fn a() {\n}\n#[cfg(all(test, target_arch = \"x86_64\"))]\nmod tests {\n    \
+             use super::*;\n    fn c() {\n    }\n}\n",
+        );
+        assert_eq!(long_functions(&code), [("a".to_owned(), 1, 2)]);
+        assert!(without_tests(&code).find("super").is_none());
     }
 }

@@ -1,11 +1,13 @@
 //! `cargo xtask <task>`: the checks CI runs, runnable by any developer.
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy --workspace --all-targets -D warnings`,
-//!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `cargo test --workspace`.
+//!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `code-metrics --max-fn 150
+//!   --no-circles`, `cargo test --workspace`.
 //! - `bench [--quick] [--strict]`: builds `tunebox-worker` and `tunebox-benchmarks` in release,
 //!   runs the overhead benchmarks (issue 9), prints their table and writes
 //!   `target/bench/summary.json`. `--quick` runs fewer iterations (a smoke test, under a minute);
-//!   `--strict` fails when a target is missed. See `docs/performance.md`.
+//!   `--strict` fails when a target is missed; `--only GROUP,…` runs some groups (e.g.
+//!   `sandbox,cold-start`). See `docs/performance.md`.
 //! - `soak [TASKS]`: builds the soak in release and runs it: 100,000 tasks (by default) of every
 //!   kind (ok, error, panic, abort, segfault, timeout, exit, output floods, memory leaks) through
 //!   a pool of 2 recycling workers, then checks that every task got one result of the right kind
@@ -57,11 +59,13 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cargo xtask <task>
 
-  ci                        fmt check, clippy -D warnings, docs -D warnings, tests
-  bench [--quick] [--strict]
+  ci                        fmt check, clippy -D warnings, docs -D warnings, code-metrics
+                            --max-fn 150 --no-circles, tests
+  bench [--quick] [--strict] [--only GROUP,…]
                             overhead benchmarks (release build): prints the table and writes
                             target/bench/summary.json; --quick: fewer iterations (smoke test);
-                            --strict: fail when a target is missed
+                            --strict: fail when a target is missed; --only: some groups
+                            (spawn, round-trips, cold-start, …, sandbox; see tunebox-benchmarks)
   soak [TASKS]              TASKS (default 100000) tasks of every kind through a recycling
                             pool, then a check that nothing leaked (release build)
   fuzz [SECONDS]            protocol fuzzing (tests/fuzz.rs, release) in rounds with new
@@ -158,6 +162,8 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
+    // Issue 25's limits: no function outside tests over 150 lines, no module circle.
+    code_metrics::code_metrics(&["--max-fn".into(), "150".into(), "--no-circles".into()])?;
     cargo(&["test", "--workspace"], &[])
 }
 
@@ -242,12 +248,19 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask bench [--quick] [--strict]`.
+/// `cargo xtask bench [--quick] [--strict] [--only GROUP,…]`.
 fn bench(args: &[String]) -> Result<(), String> {
     let mut extra = Vec::new();
-    for arg in args {
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" | "--strict" => extra.push(arg.as_str()),
+            "--only" => {
+                let groups = args
+                    .next()
+                    .ok_or("--only needs groups, e.g. --only sandbox,cold-start")?;
+                extra.extend(["--only", groups.as_str()]);
+            }
             other => {
                 return Err(format!(
                     "unknown option `{other}` for bench; see `cargo xtask help`"

@@ -49,6 +49,7 @@
 mod backend;
 mod cache_dir;
 mod do_bench;
+mod fresh;
 mod progress;
 mod restore;
 mod stats;
@@ -58,6 +59,7 @@ mod tensor;
 pub use backend::Backend;
 pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_within};
+pub use fresh::{fresh_input_spec, fresh_inputs};
 pub use progress::{install_progress_sink, report_progress};
 pub use restore::Restore;
 pub use stats::{quantile, summarize};

@@ -147,6 +147,9 @@ fn check_sandbox() -> Outcome {
     if support.pids_cgroup.is_some() {
         have.push("pids cgroup".to_owned());
     }
+    if support.write_xor_execute {
+        have.push("W^X".to_owned());
+    }
     let missing = support.missing(&Sandbox::new());
     let have = if have.is_empty() {
         "nothing".to_owned()

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tunebox_bench::HostTensor;
-use tunebox_protocol::{BenchError, BenchmarkRequest, Init};
+use tunebox_protocol::{BenchError, BenchmarkRequest};
 
 /// How long the worker waits after the last call before it looks for deferred work, when the
 /// kernel started threads: long enough for a runtime's idle threads to fall asleep (libgomp
@@ -75,20 +75,14 @@ pub(crate) fn refill_fresh(
     fresh: u64,
 ) -> Result<bool, BenchError> {
     let mut any = false;
-    for (spec, tensor) in request.tensors.iter().zip(tensors.iter_mut()) {
-        let Init::Random { seed } = spec.init else {
-            continue;
-        };
-        if spec.output {
-            continue;
+    for (refilled, tensor) in tunebox_bench::fresh_inputs(request, fresh)?
+        .into_iter()
+        .zip(tensors.iter_mut())
+    {
+        if let Some(refilled) = refilled {
+            tensor.bytes_mut().copy_from_slice(refilled.bytes());
+            any = true;
         }
-        let mut other = spec.clone();
-        other.init = Init::Random {
-            seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
-        };
-        let refilled = HostTensor::allocate(&other)?;
-        tensor.bytes_mut().copy_from_slice(refilled.bytes());
-        any = true;
     }
     Ok(any)
 }

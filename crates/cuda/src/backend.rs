@@ -2,7 +2,8 @@
 
 use cudarc::driver::sys::CUfunction_attribute as F;
 use tunebox_bench::{
-    Backend, Restore, Runner, check_budget, do_bench_within, report_progress, summarize,
+    Backend, Restore, Runner, check_budget, do_bench_within, fresh_inputs, report_progress,
+    summarize,
 };
 use tunebox_protocol::{
     Arg, BenchError, BenchmarkRequest, BenchmarkResult, CudaKernel, DeviceInfo, Kernel, Phase,
@@ -34,9 +35,14 @@ use crate::timing::{Arguments, CudaRunner, DelayKernel, L2Flusher};
 /// and CUDA events (cold: the L2 flushed before every rep;
 /// hot: batches of launches between one pair of events). Inputs the first call wrote, and
 /// `reset` tensors, are restored before every later call. When there are outputs, they are then
-/// filled with `0xFF`, the kernel is called once more, and those outputs are returned too
-/// (`outputs_after_reps`), as the cpu backend does. With `timing.outputs_only` it returns after
-/// the first call.
+/// filled with `0xFF`, the kernel is called once more, and those outputs are returned too, as
+/// the cpu backend does: as `integrity.fresh_outputs` when `timing.fresh_seed` is set (that call
+/// runs with every random input drawn again, [`tunebox_bench::fresh_inputs`]), else as
+/// `outputs_after_reps`. Then, untimed: the outputs must be unchanged after a device-wide
+/// synchronize, and one more call timed by its events must not leave the device busy well
+/// past them (`Suspicious` `outputs_changed_after_call` / `work_outside_stream`, docs/sandbox.md).
+/// With `timing.outputs_only` (a reference) it returns after the first call and, with a fresh
+/// seed, the fresh-input call.
 ///
 /// A sticky device fault (see [`stickiness`](crate::stickiness)) is returned as
 /// [`BenchError::DeviceFault`] with `sticky: true`; the worker exits after answering it, and
@@ -212,7 +218,20 @@ impl CudaBackend {
         runner.run()?;
         let first_ms = first.elapsed().as_secs_f64() * 1e3;
         let outputs = output_data(&tensors, stream)?;
+        // The fresh inputs of the call after the reps (none without a seed, outputs or random
+        // inputs); kept alive until that call has synchronized.
+        let fresh = match request.timing.fresh_seed {
+            Some(seed) if !outputs.is_empty() => fresh_inputs(request, seed)?,
+            _ => Vec::new(),
+        };
+        let has_fresh = fresh.iter().any(Option::is_some);
         if request.timing.outputs_only {
+            // The reference: its outputs, and its outputs on the fresh inputs.
+            let fresh_outputs = if has_fresh {
+                runner.poisoned_call(&fresh)?
+            } else {
+                Vec::new()
+            };
             return Ok(BenchmarkResult {
                 value: None,
                 stats: summarize(&[first_ms], 0),
@@ -220,7 +239,7 @@ impl CudaBackend {
                 outputs_after_reps: Vec::new(),
                 mutated_inputs: Vec::new(),
                 integrity: tunebox_protocol::Integrity {
-                    fresh_outputs: Vec::new(),
+                    fresh_outputs,
                     // The parent checks its clock against this one.
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                 },
@@ -236,21 +255,17 @@ impl CudaBackend {
 
         let stats = do_bench_within(&mut runner, &request.timing, started)?;
 
-        // One more call on poisoned outputs: a kernel must overwrite them completely every time.
-        let mut outputs_after_reps = Vec::new();
-        if !outputs.is_empty() {
+        // One more call on poisoned outputs, on fresh inputs with a fresh seed (untimed).
+        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
             // The reps' median is the estimate of this call.
             let median = std::time::Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
             report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            runner.restore()?;
-            for tensor in &tensors {
-                if tensor.spec().output && !tensor.spec().reset {
-                    tensor.poison(stream)?;
-                }
-            }
-            runner.run()?;
-            outputs_after_reps = output_data(&tensors, stream)?;
-        }
+            runner.after_reps(&state.context, &fresh)?
+        };
+        // Then a look for work outside the measuring stream (untimed).
+        runner.check_work_in_stream(&state.context)?;
         drop(runner);
         // Everything enqueued has completed (the last call synchronized): free the tensors,
         // then unload the module.
@@ -263,7 +278,7 @@ impl CudaBackend {
             outputs_after_reps,
             mutated_inputs,
             integrity: tunebox_protocol::Integrity {
-                fresh_outputs: Vec::new(),
+                fresh_outputs,
                 // The parent checks its clock against this one.
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
             },

@@ -163,6 +163,15 @@ impl Context {
     pub(crate) fn device(&self) -> Device {
         self.device
     }
+
+    /// Waits for everything enqueued on every stream of the context, which must be current
+    /// (`cuCtxSynchronize`: device-wide, where [`Stream::synchronize`] waits for one stream);
+    /// `during` names it in an error.
+    pub(crate) fn synchronize(&self, during: impl FnOnce() -> String) -> Result<(), BenchError> {
+        // SAFETY: takes no arguments; the context (alive while `self` is) is current, as every
+        // entry point of the backend makes it.
+        check(unsafe { cu::cuCtxSynchronize() }, during)
+    }
 }
 
 impl Drop for Context {

@@ -64,6 +64,7 @@ mod compile;
 mod device;
 mod driver;
 mod fault;
+mod integrity;
 mod launch;
 mod probe;
 mod tensors;

@@ -36,6 +36,7 @@ pub(crate) const DRIVER_SYMBOLS: &[&str] = &[
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuCtxSetCurrent",
+    "cuCtxSynchronize",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",

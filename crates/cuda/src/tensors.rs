@@ -56,6 +56,16 @@ impl DeviceTensor {
         }
     }
 
+    /// Enqueues replacing the contents with `host`'s (the same length: a fresh draw of the same
+    /// spec), without changing what [`reset`](Self::reset) puts back.
+    pub(crate) fn upload(&self, host: &HostTensor, stream: &Stream) -> Result<(), BenchError> {
+        self.buffer.upload(
+            stream,
+            host.bytes(),
+            &format!("fresh inputs of tensor `{}`", self.spec.name),
+        )
+    }
+
     /// Enqueues filling the tensor with `0xFF` bytes (NaN for floats, -1 for signed integers).
     pub(crate) fn poison(&self, stream: &Stream) -> Result<(), BenchError> {
         self.buffer

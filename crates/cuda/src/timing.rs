@@ -17,10 +17,11 @@
 
 use std::ffi::c_void;
 
-use tunebox_bench::{Restore, Runner};
-use tunebox_protocol::{Arg, BenchError, LaunchConfig, Scalar};
+use tunebox_bench::{HostTensor, Restore, Runner};
+use tunebox_protocol::{Arg, BenchError, LaunchConfig, Scalar, TensorData};
 
-use crate::driver::{DeviceBuffer, Event, Function, ImageKind, Module, Stream};
+use crate::driver::{Context, DeviceBuffer, Event, Function, ImageKind, Module, Stream};
+use crate::integrity::{self, StreamVsDevice};
 use crate::tensors::DeviceTensor;
 
 /// The flush buffer when the device reports no L2 size: triton's 256 MiB.
@@ -214,6 +215,108 @@ impl CudaRunner<'_> {
         let during = self.running();
         self.end.synchronize(|| during)?;
         self.end.elapsed_since(&self.start)
+    }
+}
+
+/// The integrity calls after the reps (crate::integrity): untimed by the reps, each one call.
+impl CudaRunner<'_> {
+    /// Enqueues filling the outputs (those not re-initialized before every call) with `0xFF`.
+    fn poison_outputs(&self) -> Result<(), BenchError> {
+        for tensor in self.tensors {
+            if tensor.spec().output && !tensor.spec().reset {
+                tensor.poison(self.stream)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The outputs as they are now (waits for the stream).
+    pub(crate) fn outputs(&self) -> Result<Vec<TensorData>, BenchError> {
+        self.tensors
+            .iter()
+            .filter(|t| t.spec().output)
+            .map(|t| t.to_data(self.stream))
+            .collect()
+    }
+
+    /// One call on poisoned outputs, and on `fresh` inputs where given (by tensor index, from
+    /// [`tunebox_bench::fresh_inputs`]; they stay in the buffers afterwards); its outputs.
+    pub(crate) fn poisoned_call(
+        &mut self,
+        fresh: &[Option<HostTensor>],
+    ) -> Result<Vec<TensorData>, BenchError> {
+        self.restore()?;
+        for (tensor, host) in self.tensors.iter().zip(fresh) {
+            if let Some(host) = host {
+                tensor.upload(host, self.stream)?;
+            }
+        }
+        self.poison_outputs()?;
+        // `run` synchronizes the stream, after which `fresh` may go.
+        self.run()?;
+        self.outputs()
+    }
+
+    /// The call after the reps: a kernel must overwrite its (poisoned) outputs completely every
+    /// time, and with `fresh` inputs (any `Some`) it runs on inputs it has not seen — one call
+    /// for both checks, as in the cpu backend; then the outputs must stay as they are across a
+    /// device-wide synchronize. Returns `(outputs_after_reps, fresh_outputs)`, one of them
+    /// empty: the call's outputs are the second with fresh inputs, else the first.
+    pub(crate) fn after_reps(
+        &mut self,
+        context: &Context,
+        fresh: &[Option<HostTensor>],
+    ) -> Result<(Vec<TensorData>, Vec<TensorData>), BenchError> {
+        let last = self.poisoned_call(fresh)?;
+        self.check_outputs_settled(context, &last)?;
+        Ok(if fresh.iter().any(Option::is_some) {
+            (Vec::new(), last)
+        } else {
+            (last, Vec::new())
+        })
+    }
+
+    /// Fails when the outputs differ from `last` (what the last call left, read through the
+    /// stream) after a device-wide synchronize.
+    fn check_outputs_settled(
+        &self,
+        context: &Context,
+        last: &[TensorData],
+    ) -> Result<(), BenchError> {
+        let during = self.running();
+        context.synchronize(|| during)?;
+        integrity::outputs_settled(&integrity::changed_outputs(last, &self.outputs()?))
+    }
+
+    /// Times one more call by the events on the stream and by the host's clock across a
+    /// device-wide synchronize, up to [`integrity::ESCAPE_LOOKS`] times (the first look that
+    /// sees nothing outside the stream ends it); fails when every look did.
+    pub(crate) fn check_work_in_stream(&mut self, context: &Context) -> Result<(), BenchError> {
+        let mut looks = Vec::new();
+        for _ in 0..integrity::ESCAPE_LOOKS {
+            let look = self.stream_vs_device(context)?;
+            looks.push(look);
+            if !look.escaped() {
+                break;
+            }
+        }
+        integrity::work_outside_stream(&looks)
+    }
+
+    fn stream_vs_device(&mut self, context: &Context) -> Result<StreamVsDevice, BenchError> {
+        self.restore()?;
+        let during = self.running();
+        self.stream.synchronize(|| during.clone())?;
+        let started = std::time::Instant::now();
+        self.start.record(self.stream)?;
+        self.enqueue()?;
+        self.end.record(self.stream)?;
+        context.synchronize(|| during)?;
+        let device_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(StreamVsDevice {
+            event_ms: self.end.elapsed_since(&self.start)?,
+            device_ms,
+        })
     }
 }
 

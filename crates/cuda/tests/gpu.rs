@@ -251,6 +251,147 @@ fn gpu_invalid_launches_are_refused_and_the_backend_goes_on() {
 }
 
 /// `C = A x B` on the CPU, in f64.
+/// The CUDA zoo at the backend (crate::integrity): kernels that cheat, each body run by
+/// thread `i < n` of `zoo(x, y, n)`, with module globals declared by `globals`.
+fn zoo_request(globals: &str, body: &str, n: u64) -> BenchmarkRequest {
+    let text = format!(
+        "{globals}\nextern \"C\" __global__ void zoo(const float *x, float *y, long long n) {{\n\
+         long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n\
+         if (i >= n) return;\n{body}\n}}\n"
+    );
+    let mut request = axpy_request(n);
+    request.kernel = Kernel::Cuda(kernel(
+        &text,
+        "zoo",
+        [n.div_ceil(256) as u32, 1, 1],
+        [256, 1, 1],
+    ));
+    request.timing.fresh_seed = Some(0xF00D);
+    request
+}
+
+/// `2 x + 1` over `request`'s x drawn again with its fresh seed.
+fn fresh_expected(request: &BenchmarkRequest) -> Vec<f32> {
+    let seed = request.timing.fresh_seed.unwrap();
+    let spec = tunebox_bench::fresh_input_spec(&request.tensors[0], seed).unwrap();
+    floats(tunebox_bench::HostTensor::allocate(&spec).unwrap().bytes())
+        .iter()
+        .map(|x| 2.0 * x + 1.0)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_fresh_inputs_catch_a_memoizing_kernel_and_honest_ones_pass_every_check() {
+    let n = 1 << 16;
+    let mut backend = backend();
+    let honest = zoo_request("", "y[i] = 2.0f * x[i] + 1.0f;", n);
+    let result = backend.benchmark(&honest).unwrap();
+    assert_eq!(
+        floats(&result.integrity.fresh_outputs[0].bytes),
+        fresh_expected(&honest)
+    );
+
+    let memo = zoo_request(
+        "__device__ float memo[1 << 16]; __device__ unsigned char seen[1 << 16];",
+        "if (!seen[i]) { memo[i] = 2.0f * x[i] + 1.0f; seen[i] = 1; } y[i] = memo[i];",
+        n,
+    );
+    let result = backend.benchmark(&memo).unwrap();
+    assert_eq!(
+        result.integrity.fresh_outputs[0].bytes, result.outputs[0].bytes,
+        "a memoized answer is replayed on fresh inputs"
+    );
+    assert_ne!(
+        floats(&result.integrity.fresh_outputs[0].bytes),
+        fresh_expected(&memo)
+    );
+
+    let once = zoo_request(
+        "__device__ unsigned char written[1 << 16];",
+        "if (!written[i]) { y[i] = 2.0f * x[i] + 1.0f; written[i] = 1; }",
+        n,
+    );
+    let result = backend.benchmark(&once).unwrap();
+    assert!(
+        floats(&result.integrity.fresh_outputs[0].bytes)
+            .iter()
+            .all(|v| v.is_nan())
+    );
+
+    // A 5 ms spin, honest: its events and a device-wide wait agree (no work_outside_stream).
+    let spin = BenchmarkRequest {
+        args: Vec::new(),
+        kernel: Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])),
+        tensors: vec![],
+        scalars: vec![scalar("ns", 5_000_000)],
+        timing: TimingConfig {
+            warmup_ms: 10.0,
+            rep_ms: 50.0,
+            ..TimingConfig::default()
+        },
+    };
+    backend.benchmark(&spin).unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_kernel_that_writes_nothing_gets_initialized_outputs_not_freed_memory() {
+    let n = 1 << 16;
+    let mut backend = backend();
+    // The innocent candidate's output is freed when its request ends; the next request of the
+    // same size likely gets that memory back.
+    let honest = backend.benchmark(&axpy_request(n)).unwrap();
+    assert!(floats(&honest.outputs[0].bytes).iter().any(|&v| v != 0.0));
+    let lazy = backend.benchmark(&zoo_request("", "(void)x;", n)).unwrap();
+    assert!(
+        floats(&lazy.outputs[0].bytes).iter().all(|&v| v == 0.0),
+        "the output is initialized before the first call"
+    );
+    assert!(
+        floats(&lazy.integrity.fresh_outputs[0].bytes)
+            .iter()
+            .all(|v| v.is_nan())
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_input_mutation_is_reported_and_undone() {
+    let n = 1 << 16;
+    let mut backend = backend();
+    let request = zoo_request("", "y[i] = 2.0f * x[i] + 1.0f; ((float *)x)[i] = -0.5f;", n);
+    let result = backend.benchmark(&request).unwrap();
+    assert_eq!(result.mutated_inputs, ["x"]);
+    // x is put back (then drawn fresh) before every later call: the answers stay right.
+    assert_eq!(
+        floats(&result.integrity.fresh_outputs[0].bytes),
+        fresh_expected(&request)
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_a_device_side_launch_onto_another_stream_fails_to_build() {
+    // Work left to a grid on the fire-and-forget stream (the device's way to return early with
+    // work still queued): it needs relocatable device code and the device runtime, which
+    // tunebox does not link, so it fails to build. (Were it to run, a parent grid completes
+    // only after its children, inside the measuring stream's events.)
+    let request = zoo_request(
+        "__global__ void later(const float *x, float *y, long long n) {\n\
+         long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n\
+         if (i < n) y[i] = 2.0f * x[i] + 1.0f; }",
+        "if (i == 0) later<<<(unsigned)((n + 255) / 256), 256, 0, cudaStreamFireAndForget>>>(x, y, n);",
+        1 << 16,
+    );
+    let result = backend().benchmark(&request);
+    println!("{result:?}");
+    assert!(
+        matches!(result, Err(BenchError::Compile { .. })),
+        "{result:?}"
+    );
+}
+
 fn reference_matmul(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     let mut c = vec![0f32; m * n];
     for i in 0..m {

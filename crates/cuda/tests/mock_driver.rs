@@ -67,6 +67,7 @@ fn backend_against_the_mock_driver() {
         "mock_child_devices_and_a_cold_measurement",
         "mock_child_hot_and_unflushed_measurements",
         "mock_child_inputs_are_restored_and_outputs_checked",
+        "mock_child_the_cuda_zoo_is_caught",
         "mock_child_invalid_launches_keep_the_backend",
         "mock_child_load_errors",
         "mock_child_sticky_fault",
@@ -135,6 +136,10 @@ const PTX: &str = "
 .visible .entry accumulate(.param .u64 y, .param .u64 n) { ret; }
 .visible .entry heavy(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
 .visible .entry illegal(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
+.visible .entry memoize(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
+.visible .entry once(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
+.visible .entry late_write(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
+.visible .entry hidden_work(.param .u64 x, .param .u64 y, .param .u64 n) { ret; }
 ";
 
 fn tensor(name: &str, init: Init, output: bool) -> TensorSpec {
@@ -322,6 +327,102 @@ fn mock_child_inputs_are_restored_and_outputs_checked() {
             .all(|&v| v == 1.0)
     );
     assert!(mock.log().contains("memset8 4000 0x00\nmemset32"));
+}
+
+/// The seed of the fresh-input call in the zoo's requests.
+const FRESH: u64 = 0xF00D;
+
+/// `2 x + 1` over `x`'s values drawn again with [`FRESH`].
+fn fresh_expected() -> Vec<f32> {
+    let spec =
+        tunebox_bench::fresh_input_spec(&tensor("x", Init::Random { seed: 3 }, false), FRESH)
+            .unwrap();
+    let host = tunebox_bench::HostTensor::allocate(&spec).unwrap();
+    floats(host.bytes()).iter().map(|x| 2.0 * x + 1.0).collect()
+}
+
+fn with_fresh_seed(entry: &str) -> BenchmarkRequest {
+    let mut r = request(entry);
+    r.timing.fresh_seed = Some(FRESH);
+    r
+}
+
+fn suspicious_check(result: Result<tunebox_protocol::BenchmarkResult, BenchError>) -> String {
+    match result {
+        Err(BenchError::Suspicious { check, .. }) => check,
+        other => panic!("not suspicious: {other:?}"),
+    }
+}
+
+/// The CUDA zoo against the mock: an honest kernel passes every check; a memoizing one
+/// replays its first answer on fresh inputs (where the poisoned call alone does not see it);
+/// one that writes once leaves the poison; work finished after the stream said done, and work
+/// the events do not bracket, are suspicious.
+#[test]
+fn mock_child_the_cuda_zoo_is_caught() {
+    if !in_child() {
+        return;
+    }
+    let mock = Mock::open();
+    let mut backend = backend();
+    let first: Vec<f32> = x_values().iter().map(|x| 2.0 * x + 1.0).collect();
+
+    let honest = backend.benchmark(&with_fresh_seed("axpy")).unwrap();
+    assert_eq!(floats(&honest.outputs[0].bytes), first);
+    assert_eq!(
+        floats(&honest.integrity.fresh_outputs[0].bytes),
+        fresh_expected()
+    );
+    assert_ne!(fresh_expected(), first, "fresh inputs differ");
+    assert!(
+        honest.outputs_after_reps.is_empty(),
+        "one call for both checks"
+    );
+    assert!(mock.log().contains("ctx-synchronize"), "{}", mock.log());
+
+    // The reference (outputs only) makes its fresh-input call too.
+    let mut reference = with_fresh_seed("axpy");
+    reference.timing.outputs_only = true;
+    let reference = backend.benchmark(&reference).unwrap();
+    assert_eq!(
+        floats(&reference.integrity.fresh_outputs[0].bytes),
+        fresh_expected()
+    );
+
+    // Memoized: right on the same inputs even when poisoned, caught only on fresh ones.
+    let memo = backend.benchmark(&request("memoize")).unwrap();
+    assert_eq!(memo.outputs_after_reps[0].bytes, memo.outputs[0].bytes);
+    let memo = backend.benchmark(&with_fresh_seed("memoize")).unwrap();
+    assert_eq!(
+        memo.integrity.fresh_outputs[0].bytes, memo.outputs[0].bytes,
+        "replayed"
+    );
+    assert_ne!(
+        floats(&memo.integrity.fresh_outputs[0].bytes),
+        fresh_expected()
+    );
+
+    // Written once: the poison stays.
+    let once = backend.benchmark(&with_fresh_seed("once")).unwrap();
+    assert_eq!(floats(&once.outputs[0].bytes), first);
+    assert!(
+        floats(&once.integrity.fresh_outputs[0].bytes)
+            .iter()
+            .all(|v| v.is_nan())
+    );
+
+    assert_eq!(
+        suspicious_check(backend.benchmark(&request("late_write"))),
+        "outputs_changed_after_call"
+    );
+    assert_eq!(
+        suspicious_check(backend.benchmark(&request("hidden_work"))),
+        "work_outside_stream"
+    );
+    // An honest kernel after them is measured as before.
+    assert!(backend.benchmark(&request("axpy")).is_ok());
+    drop(backend);
+    assert_eq!(mock.live(), 0, "leaked driver objects:\n{}", mock.log());
 }
 
 #[test]

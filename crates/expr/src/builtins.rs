@@ -27,10 +27,18 @@ pub(crate) enum Func {
     Log2,
     Log10,
     Exp,
+    /// `range(stop)`, `range(start, stop[, step])`: only in [`crate::eval`].
+    Range,
+    /// `list(iterable)`: only in [`crate::eval`].
+    List,
+    /// `tuple(iterable)`: only in [`crate::eval`] (a tuple is a list there).
+    Tuple,
+    /// `len(sequence)`: only in [`crate::eval`].
+    Len,
 }
 
 /// The builtins, by name.
-pub(crate) const BUILTINS: [(&str, Func); 9] = [
+pub(crate) const BUILTINS: [(&str, Func); 13] = [
     ("min", Func::Min),
     ("max", Func::Max),
     ("abs", Func::Abs),
@@ -40,6 +48,10 @@ pub(crate) const BUILTINS: [(&str, Func); 9] = [
     ("round", Func::Round),
     ("pow", Func::Pow),
     ("ceil_div", Func::CeilDiv),
+    ("range", Func::Range),
+    ("list", Func::List),
+    ("tuple", Func::Tuple),
+    ("len", Func::Len),
 ];
 
 /// The functions of `math`, by name.
@@ -79,8 +91,16 @@ impl Func {
             Func::Min | Func::Max => (1, usize::MAX),
             Func::Round | Func::Log => (1, 2),
             Func::Pow | Func::CeilDiv => (2, 2),
+            Func::Range => (1, 3),
+            Func::List | Func::Tuple => (0, 1),
             _ => (1, 1),
         }
+    }
+
+    /// Whether the function takes or gives a list (`range`, `list`, `tuple`, `len`): those are
+    /// evaluated by [`crate::eval`] only.
+    pub(crate) fn builds_lists(self) -> bool {
+        matches!(self, Func::Range | Func::List | Func::Tuple | Func::Len)
     }
 }
 
@@ -149,6 +169,9 @@ pub(crate) fn prefer(func: Func, candidate: Value<'_>, best: Value<'_>) -> Resul
 pub(crate) fn call<'a>(func: Func, a: Value<'a>, b: Option<Value<'a>>) -> OpResult<'a> {
     match func {
         Func::Min | Func::Max => unreachable!("min and max are evaluated by `extreme`"),
+        Func::Range | Func::List | Func::Tuple | Func::Len => {
+            unreachable!("list functions are rejected when parsing a restriction")
+        }
         Func::Abs => match a {
             Value::Float(f) => Ok(Value::Float(f.abs())),
             Value::Str(_) => Err(arg_type_error(func, a)),

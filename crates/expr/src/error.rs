@@ -84,6 +84,17 @@ pub enum ExprError {
         /// Python's message ("math domain error", …).
         message: String,
     },
+    /// Python's `IndexError`: a subscript outside its sequence (`ProblemSize[2]` of two
+    /// sizes), in [`crate::eval`].
+    #[error("`{text}`: {message} in `{part}`")]
+    Index {
+        /// The expression.
+        text: String,
+        /// The subscript.
+        part: String,
+        /// Python's message ("list index out of range").
+        message: String,
+    },
     /// An int result outside `i64`. Python's ints are unbounded; this evaluator reports the
     /// overflow rather than wrap or silently switch to floats.
     #[error("`{text}`: integer overflow in `{part}` (the result does not fit in 64 bits)")]
@@ -108,15 +119,17 @@ pub enum ExprError {
 
 impl ExprError {
     /// The name of the exception Python raises for the same expression over the same values
-    /// (`"ZeroDivisionError"`, `"OverflowError"`, `"TypeError"`, `"ValueError"`), or `None`
-    /// for parse and binding errors and for the limits of this evaluator
-    /// ([`ExprError::IntOverflow`], [`ExprError::Unsupported`]), where Python gives a value.
+    /// (`"ZeroDivisionError"`, `"OverflowError"`, `"TypeError"`, `"ValueError"`, and from
+    /// [`crate::eval`] `"IndexError"`), or `None` for parse and binding errors and for the
+    /// limits of this evaluator ([`ExprError::IntOverflow`], [`ExprError::Unsupported`]),
+    /// where Python gives a value.
     pub fn python_exception(&self) -> Option<&'static str> {
         match self {
             ExprError::ZeroDivision { .. } => Some("ZeroDivisionError"),
             ExprError::Overflow { .. } => Some("OverflowError"),
             ExprError::Type { .. } => Some("TypeError"),
             ExprError::Value { .. } => Some("ValueError"),
+            ExprError::Index { .. } => Some("IndexError"),
             _ => None,
         }
     }

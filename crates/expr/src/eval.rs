@@ -101,6 +101,9 @@ fn remap(node: &mut Node, slots: &[usize]) {
             remap(other, slots);
         }
         Kind::Seq(items) | Kind::Call(_, items) => items.iter_mut().for_each(|n| remap(n, slots)),
+        Kind::Comp { .. } | Kind::Index(..) => {
+            unreachable!("comprehensions and subscripts are rejected when parsing a restriction")
+        }
     }
 }
 
@@ -279,6 +282,9 @@ impl Compiled {
                 Ok(Value::Bool(true))
             }
             Kind::Seq(_) => unreachable!("the parser only accepts lists after `in` and in min/max"),
+            Kind::Comp { .. } | Kind::Index(..) => {
+                unreachable!("comprehensions and subscripts are rejected when parsing")
+            }
             Kind::Call(func, args) => self.call(*func, args, values, node.span),
         }
     }
@@ -394,7 +400,7 @@ fn in_value(needle: Value<'_>, haystack: Value<'_>) -> Result<bool, Fault> {
 }
 
 /// The error of `fault` in the expression `text`, at its sub-expression `part`.
-fn fault_error(fault: Fault, text: String, part: String) -> ExprError {
+pub(crate) fn fault_error(fault: Fault, text: String, part: String) -> ExprError {
     let message = fault.message.into_owned();
     match fault.kind {
         FaultKind::ZeroDivision => ExprError::ZeroDivision {
@@ -418,6 +424,11 @@ fn fault_error(fault: Fault, text: String, part: String) -> ExprError {
             message,
         },
         FaultKind::IntOverflow => ExprError::IntOverflow { text, part },
+        FaultKind::Index => ExprError::Index {
+            text,
+            part,
+            message,
+        },
         FaultKind::Unsupported => ExprError::Unsupported {
             text,
             part,

@@ -14,9 +14,12 @@
 //! - [`Value`]: `bool`, `int` (`i64`), `float`, `str`; `Copy`, strings borrowed.
 //! - [`ExprError`]: the one error type; parse errors give the column and what was expected,
 //!   evaluation errors name the sub-expression and the exception Python would raise.
+//! - [`eval`]: an expression of lists as well as scalars (list displays, comprehensions,
+//!   subscripts, `range`, `list`, `len`), evaluated once into an [`Object`]: how a T1 file's
+//!   value lists and sizes are read, with the same arithmetic as restrictions.
 //!
-//! It is meant for the tuning engine (`tunebox-tune`) to evaluate restrictions and metrics;
-//! it depends on nothing else in the workspace.
+//! It is meant for the tuning engine (`tunebox-tune`) to evaluate restrictions, metrics, launch
+//! geometry and T1 value lists; it depends on nothing else in the workspace.
 //!
 //! # Example
 //!
@@ -55,15 +58,19 @@
 //!
 //! - Ints are `i64`: a result outside it is [`ExprError::IntOverflow`] where Python would give a
 //!   bigger int. True division of ints larger than 2**53 rounds the operands to floats first.
-//! - Lists and tuples are understood only as the last operand of `in` / `not in` and as the
-//!   one argument of `min` / `max`; `x in s` also works for strings (substring).
-//! - Expressions that would build a new string (`s + t`, `s * 2`), a complex number
-//!   (`(-8) ** 0.5`), use `None`, `is`, lambdas, comprehensions, slicing, attribute access
-//!   other than `math.`, or keyword arguments, are [`ExprError::Unsupported`] or parse errors.
+//! - In a restriction or metric ([`Expr`]), lists and tuples are understood only as the last
+//!   operand of `in` / `not in` and as the one argument of `min` / `max`; `x in s` also works
+//!   for strings (substring). Comprehensions, subscripts, `range`, `list`, `tuple` and `len`
+//!   are understood by [`eval`] only, which builds lists (at most [`MAX_LEN`] elements).
+//! - Expressions that would build a new string in a restriction (`s + t`, `s * 2`), a complex
+//!   number (`(-8) ** 0.5`), use `None`, `is`, lambdas, slicing, dicts or sets, attribute
+//!   access other than `math.`, or keyword arguments, are [`ExprError::Unsupported`] or parse
+//!   errors.
 //! - The functions are `min`, `max`, `abs`, `int`, `float`, `bool`, `round`, `pow` (two
 //!   arguments), tunebox's `ceil_div(a, b)` (not Python's: `-(-a // b)`, the ceiling of `a / b`,
 //!   for launch geometry), `math.ceil`, `math.floor`, `math.sqrt`, `math.log` (one or two arguments),
-//!   `math.log2`, `math.log10`, `math.exp`; the constants `math.pi`, `math.e`, `math.inf`.
+//!   `math.log2`, `math.log10`, `math.exp`; the constants `math.pi`, `math.e`, `math.inf`; in
+//!   [`eval`] also `range`, `list`, `tuple`, `len`.
 //!   Names cannot shadow them when called.
 //! - An exception Python would raise is an error value (Kernel Tuner lets a restriction that
 //!   raises abort the run; what to do with one is the caller's choice).
@@ -73,10 +80,12 @@
 mod builtins;
 mod error;
 mod eval;
+mod object;
 mod ops;
 mod parse;
 mod value;
 
 pub use error::ExprError;
 pub use eval::{Compiled, Expr, operate};
+pub use object::{MAX_LEN, Object, eval};
 pub use value::Value;

@@ -22,6 +22,7 @@ pub(crate) enum FaultKind {
     Value,
     IntOverflow,
     Unsupported,
+    Index,
 }
 
 impl Fault {

@@ -1,7 +1,7 @@
 //! Tokens and a recursive-descent parser for the expression subset of Python's grammar, with
 //! Python's precedence (lowest first): `x if c else y`, `or`, `and`, `not`, comparisons
 //! (chained), `|`, `^`, `&`, `<<` `>>`, `+` `-`, `*` `/` `//` `%`, unary `-` `+` `~`, `**`,
-//! calls and `math.` attributes.
+//! subscripts, calls and `math.` attributes; list displays, tuples and comprehensions.
 
 use crate::builtins::{BUILTINS, Func, MATH, MATH_CONSTANTS};
 use crate::error::ExprError;
@@ -65,9 +65,26 @@ pub(crate) enum Kind {
         cond: Box<Node>,
         other: Box<Node>,
     },
-    /// A list or tuple literal: only after `in`/`not in`, or as `min`/`max`'s one argument.
+    /// A list or tuple literal: in a restriction or metric only after `in`/`not in`, or as
+    /// `min`/`max`'s one argument; anywhere in [`crate::eval`].
     Seq(Box<[Node]>),
     Call(Func, Box<[Node]>),
+    /// `[elt for var in iter if cond …]`, one or more `for` clauses: only in [`crate::eval`].
+    Comp {
+        elt: Box<Node>,
+        clauses: Box<[Clause]>,
+    },
+    /// `seq[index]`: only in [`crate::eval`].
+    Index(Box<Node>, Box<Node>),
+}
+
+/// One `for var in iter if cond …` clause of a comprehension.
+#[derive(Debug, Clone)]
+pub(crate) struct Clause {
+    /// The loop variable: its index in the expression's variables.
+    pub(crate) var: usize,
+    pub(crate) iter: Node,
+    pub(crate) conds: Box<[Node]>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +123,16 @@ pub(crate) struct Parsed {
     pub(crate) variables: Vec<String>,
 }
 
+/// Parses a restriction or metric: lists only where [`check_seqs`] allows them, no
+/// comprehension, subscript or list-building function.
 pub(crate) fn parse(text: &str) -> Result<Parsed, ExprError> {
+    let parsed = parse_objects(text)?;
+    check_seqs(text, &parsed.root, false)?;
+    Ok(parsed)
+}
+
+/// Parses an expression of lists as well as scalars (for [`crate::eval`]).
+pub(crate) fn parse_objects(text: &str) -> Result<Parsed, ExprError> {
     let tokens = lex(text)?;
     let mut parser = Parser {
         text,
@@ -119,7 +145,6 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, ExprError> {
         let expected = "an operator, or the end of the expression";
         return Err(parser.error_here(expected));
     }
-    check_seqs(text, &root, false)?;
     Ok(Parsed {
         root,
         variables: parser.variables,
@@ -586,10 +611,10 @@ impl Parser<'_> {
         })
     }
 
-    /// `primary ['**' factor]`: right-associative, and binds tighter than a unary operator on
-    /// its left (`-2 ** 2 == -4`) but not on its right (`2 ** -1 == 0.5`).
+    /// `subscripted ['**' factor]`: right-associative, and binds tighter than a unary operator
+    /// on its left (`-2 ** 2 == -4`) but not on its right (`2 ** -1 == 0.5`).
     fn power(&mut self) -> Result<Node, ExprError> {
-        let base = self.primary()?;
+        let base = self.subscripted()?;
         if !self.is_op("**") {
             return Ok(base);
         }
@@ -600,6 +625,22 @@ impl Parser<'_> {
             kind: Kind::Binary(BinOp::Pow, Box::new(base), Box::new(exponent)),
             span,
         })
+    }
+
+    /// `primary ('[' expr ']')*`
+    fn subscripted(&mut self) -> Result<Node, ExprError> {
+        let mut node = self.primary()?;
+        while self.is_op("[") {
+            self.bump();
+            let index = self.expr()?;
+            let close = self.expect_op("]", "`]` to close the subscript")?;
+            let span = node.span.to(close);
+            node = Node {
+                kind: Kind::Index(Box::new(node), Box::new(index)),
+                span,
+            };
+        }
+        Ok(node)
     }
 
     fn primary(&mut self) -> Result<Node, ExprError> {
@@ -619,14 +660,7 @@ impl Parser<'_> {
                 Kind::Str(s.into_boxed_str())
             }
             Tok::Op("(") => return self.parenthesized(),
-            Tok::Op("[") => {
-                self.bump();
-                let (items, end) = self.items("]")?;
-                return Ok(Node {
-                    kind: Kind::Seq(items.into_boxed_slice()),
-                    span: span.to(end),
-                });
-            }
+            Tok::Op("[") => return self.list(),
             Tok::Name(name) => return self.name(name, span),
             _ => return Err(self.error_here("a value, a name or `(`")),
         };
@@ -660,6 +694,87 @@ impl Parser<'_> {
             kind: Kind::Seq(items.into_boxed_slice()),
             span: open.to(close),
         })
+    }
+
+    /// After `[`: a list display `[a, b, …]` or a comprehension `[elt for x in it if c …]`.
+    fn list(&mut self) -> Result<Node, ExprError> {
+        let open = self.bump().span;
+        if self.is_op("]") {
+            let close = self.bump().span;
+            return Ok(Node {
+                kind: Kind::Seq(Box::new([])),
+                span: open.to(close),
+            });
+        }
+        let first = self.expr()?;
+        if !self.is_word("for") {
+            let mut items = vec![first];
+            if self.is_op(",") {
+                self.bump();
+            } else if !self.is_op("]") {
+                return Err(self.error_here("`,`, `]` or `for`"));
+            }
+            let (rest, close) = self.items("]")?;
+            items.extend(rest);
+            return Ok(Node {
+                kind: Kind::Seq(items.into_boxed_slice()),
+                span: open.to(close),
+            });
+        }
+        let mut clauses = Vec::new();
+        while self.is_word("for") {
+            self.bump();
+            let target = self.span();
+            let var = match self.peek().clone() {
+                Tok::Name(name) if !KEYWORDS.contains(&name.as_str()) => {
+                    self.bump();
+                    self.variable(name)
+                }
+                _ => return Err(self.error_here("a name to bind (`for x in …`)")),
+            };
+            if !self.is_word("in") {
+                return Err(parse_error(
+                    self.text,
+                    self.span().start as usize,
+                    describe(self.peek(), self.text, self.span()),
+                    &format!(
+                        "`in` after `for {}`",
+                        &self.text[target.start as usize..target.end as usize]
+                    ),
+                ));
+            }
+            self.bump();
+            let iter = self.or_test()?;
+            let mut conds = Vec::new();
+            while self.is_word("if") {
+                self.bump();
+                conds.push(self.or_test()?);
+            }
+            clauses.push(Clause {
+                var,
+                iter,
+                conds: conds.into_boxed_slice(),
+            });
+        }
+        let close = self.expect_op("]", "`]`, `for` or `if`")?;
+        Ok(Node {
+            kind: Kind::Comp {
+                elt: Box::new(first),
+                clauses: clauses.into_boxed_slice(),
+            },
+            span: open.to(close),
+        })
+    }
+
+    /// The index of variable `name`, added in first-use order.
+    fn variable(&mut self, name: String) -> usize {
+        match self.variables.iter().position(|v| *v == name) {
+            Some(i) => i,
+            None => {
+                self.variables.push(name);
+                self.variables.len() - 1
+            }
+        }
     }
 
     /// Comma-separated expressions up to `close` (a trailing comma allowed); returns the span
@@ -733,13 +848,7 @@ impl Parser<'_> {
             };
             return self.call(*func, span);
         }
-        let index = match self.variables.iter().position(|v| *v == name) {
-            Some(i) => i,
-            None => {
-                self.variables.push(name);
-                self.variables.len() - 1
-            }
-        };
+        let index = self.variable(name);
         Ok(Node {
             kind: Kind::Var(index),
             span,
@@ -755,7 +864,8 @@ impl Parser<'_> {
             let expected = match (min, max) {
                 (1, usize::MAX) => "at least one argument".to_owned(),
                 (a, b) if a == b => format!("{a} argument{}", if a == 1 { "" } else { "s" }),
-                (a, b) => format!("{a} or {b} arguments"),
+                (a, b) if b == a + 1 => format!("{a} or {b} arguments"),
+                (a, b) => format!("{a} to {b} arguments"),
             };
             return Err(parse_error(
                 self.text,
@@ -771,10 +881,31 @@ impl Parser<'_> {
     }
 }
 
-/// Lists and tuples are understood only as the last operand of `in` / `not in`, and as the one
-/// argument of `min` / `max`.
+/// In a restriction or metric, lists and tuples are understood only as the last operand of
+/// `in` / `not in`, and as the one argument of `min` / `max`; comprehensions, subscripts and
+/// the functions that build lists (`range`, `list`, `tuple`, `len`) only in [`crate::eval`].
 fn check_seqs(text: &str, node: &Node, allowed: bool) -> Result<(), ExprError> {
+    let quoted = || {
+        format!(
+            "`{}`",
+            &text[node.span.start as usize..node.span.end as usize]
+        )
+    };
+    let lists_only = "a value (comprehensions, subscripts, range(), list(), tuple() and len() \
+                      are understood in value lists, not in restrictions or metrics)";
     match &node.kind {
+        Kind::Comp { .. } | Kind::Index(..) => Err(parse_error(
+            text,
+            node.span.start as usize,
+            quoted(),
+            lists_only,
+        )),
+        Kind::Call(func, _) if func.builds_lists() => Err(parse_error(
+            text,
+            node.span.start as usize,
+            quoted(),
+            lists_only,
+        )),
         Kind::Seq(items) => {
             if !allowed {
                 return Err(parse_error(

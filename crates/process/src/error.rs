@@ -196,19 +196,70 @@ pub enum ProcessError {
 /// What a sandboxed worker did that the kernel stopped it for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxStop {
-    /// A system call the sandbox's seccomp filter kills for (SIGSYS): `ptrace`,
-    /// `process_vm_readv`, `process_vm_writev`, `kcmp` or `pidfd_getfd`.
-    ForbiddenSystemCall,
+    /// A system call the sandbox's seccomp filter traps (SIGSYS): `ptrace`,
+    /// `process_vm_readv`, `process_vm_writev`, `kcmp` or `pidfd_getfd`. `call` is the one the
+    /// worker made, as its SIGSYS handler reported it on stderr (`None` when stderr was not
+    /// captured, or the worker has no such handler). The report comes from inside the worker,
+    /// so a candidate could forge it: it can misname the call, not undo the stop.
+    ForbiddenSystemCall {
+        /// The call, when the worker reported it.
+        call: Option<SystemCall>,
+    },
     /// Its CPU time passed `Sandbox::cpu_time` (SIGXCPU, or SIGKILL a second later).
     CpuTime,
     /// It wrote a file past `Sandbox::file_size` (SIGXFSZ).
     FileSize,
 }
 
+/// A system call a sandboxed worker was stopped for: its number on this architecture and,
+/// when the sandbox traps it, its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SystemCall {
+    /// The number, as in `libc::SYS_*`.
+    pub number: i64,
+    /// The name (`ptrace`), for the calls the sandbox traps.
+    pub name: Option<&'static str>,
+}
+
+impl SystemCall {
+    /// The call `number` names on this architecture.
+    pub(crate) fn from_number(number: i64) -> SystemCall {
+        SystemCall {
+            number,
+            name: crate::sandbox::trapped_name(number),
+        }
+    }
+
+    /// The number in the last refused-call line of a worker's stderr
+    /// ([`tunebox_protocol::REFUSED_SYSTEM_CALL_LINE`]).
+    pub(crate) fn from_stderr(tail: &str) -> Option<SystemCall> {
+        let rest = &tail[tail.rfind(tunebox_protocol::REFUSED_SYSTEM_CALL_LINE)?
+            + tunebox_protocol::REFUSED_SYSTEM_CALL_LINE.len()..];
+        let digits = rest.lines().next()?.trim();
+        digits.parse().ok().map(SystemCall::from_number)
+    }
+}
+
+impl std::fmt::Display for SystemCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name {
+            Some(name) => write!(f, "{name} (system call {})", self.number),
+            None => write!(f, "system call {}", self.number),
+        }
+    }
+}
+
 impl std::fmt::Display for SandboxStop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            SandboxStop::ForbiddenSystemCall => {
+            SandboxStop::ForbiddenSystemCall { call: Some(call) } => {
+                return write!(
+                    f,
+                    "it made a system call that reaches into another process, {call}, \
+                     killed by SIGSYS"
+                );
+            }
+            SandboxStop::ForbiddenSystemCall { call: None } => {
                 "it made a system call that reaches into another process (ptrace, \
                  process_vm_readv/writev, kcmp or pidfd_getfd), killed by SIGSYS"
             }
@@ -246,7 +297,9 @@ pub(crate) fn explain_crash(
         return error;
     };
     let stop = match signal {
-        Some(libc::SIGSYS) if sandboxed => Some(SandboxStop::ForbiddenSystemCall),
+        Some(libc::SIGSYS) if sandboxed => Some(SandboxStop::ForbiddenSystemCall {
+            call: SystemCall::from_stderr(&stderr_tail),
+        }),
         Some(libc::SIGXCPU) if sandboxed => Some(SandboxStop::CpuTime),
         Some(libc::SIGXFSZ) if sandboxed => Some(SandboxStop::FileSize),
         _ => None,
@@ -451,11 +504,34 @@ mod tests {
         assert!(matches!(
             sys,
             ProcessError::SandboxStop {
-                stop: SandboxStop::ForbiddenSystemCall,
+                stop: SandboxStop::ForbiddenSystemCall { call: None },
                 ..
             }
         ));
         assert!(sys.to_string().contains("ptrace"), "{sys}");
+        // The worker's SIGSYS handler names the call; the last line counts.
+        let line = tunebox_protocol::REFUSED_SYSTEM_CALL_LINE;
+        let tail = format!("{line}1\nnoise\n{line}{}\n", libc::SYS_process_vm_readv);
+        let named = explain_crash(crash(libc::SIGSYS, &tail), true, None);
+        let ProcessError::SandboxStop {
+            stop: SandboxStop::ForbiddenSystemCall { call: Some(call) },
+            ..
+        } = named
+        else {
+            panic!("{named:?}")
+        };
+        assert_eq!(call.name, Some("process_vm_readv"));
+        assert!(
+            named
+                .to_string()
+                .contains(&format!("process_vm_readv (system call {})", call.number)),
+            "{named}"
+        );
+        let unknown = explain_crash(crash(libc::SIGSYS, &format!("{line}99999\n")), true, None);
+        assert!(
+            unknown.to_string().contains("system call 99999"),
+            "{unknown}"
+        );
         // Outside the sandbox SIGSYS is an ordinary crash.
         assert!(matches!(
             explain_crash(crash(libc::SIGSYS, ""), false, None),

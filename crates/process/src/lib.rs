@@ -71,7 +71,7 @@ mod worker_entry;
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
 pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES, inherited_by_default};
-pub use error::{ProcessError, SandboxStop};
+pub use error::{ProcessError, SandboxStop, SystemCall};
 pub use kill_switch::KillSwitch;
 pub use process::TuningProcess;
 pub use sandbox::{Sandbox, SandboxSupport};

@@ -84,3 +84,8 @@ pub const EXIT_PROTOCOL_MISMATCH: i32 = 86;
 /// workers of its own, or its `main` returned. The parent turns it into a "no worker entry"
 /// error that names the fix, instead of "exited before connecting".
 pub const EXIT_NO_WORKER_ENTRY: i32 = 87;
+
+/// What a worker writes to stderr, followed by the number and a newline, when the sandbox's
+/// seccomp filter traps a system call (SIGSYS, `SECCOMP_RET_TRAP`), just before it dies of
+/// that signal: the parent names the call in its `SandboxStop` error.
+pub const REFUSED_SYSTEM_CALL_LINE: &str = "tunebox-worker: the sandbox refused system call ";

@@ -317,7 +317,7 @@ impl ResultsCache {
     }
 
     /// The file's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -361,7 +361,7 @@ impl ResultsCache {
 
     /// How many results of this run could not be written (a full or read-only file system),
     /// and why the first could not, with the fix: a re-run measures them again.
-    pub fn not_cached(&self) -> (usize, Option<&str>) {
+    pub(crate) fn not_cached(&self) -> (usize, Option<&str>) {
         (self.not_cached, self.not_cached_reason.as_deref())
     }
 

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tunebox_cpu::CompileControl;
+use tunebox_process::Sandbox;
 use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec, TimingConfig};
 
 use crate::launch::Launch;
@@ -123,15 +124,23 @@ pub(crate) fn manifest_hash(setup: &str, manifest: &Manifest, space: &SearchSpac
 }
 
 /// The cache key of one choice's request on `device`, with workers replaced after
-/// `max_process_uses` choices (`None`: never).
+/// `max_process_uses` choices (`None`: never), in `sandbox` (`None`: plain workers).
+///
+/// A sandboxed result is never served to a plain run, nor the other way round: the sandbox
+/// decides outcomes (a refused call, a limit that stops a worker, W^X) even where it leaves
+/// times alone. A plain run's key is that of earlier versions.
 pub(crate) fn key(
     setup: &str,
     device: &str,
     request: &BenchmarkRequest,
     label: &str,
     max_process_uses: Option<u64>,
+    sandbox: Option<&Sandbox>,
 ) -> String {
     let mut h = Hasher::new("tunebox choice");
+    if let Some(sandbox) = sandbox {
+        h.text(&sandbox_identity(sandbox));
+    }
     h.text(setup)
         .text(device)
         .text(label)
@@ -151,6 +160,21 @@ pub(crate) fn key(
         Kernel::C(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => {}
     }
     h.finish()
+}
+
+/// What of a sandbox can change a measurement's outcome: the network, W^X and the limits. Not
+/// the allowed paths, which hold the manifest's own (absolute) folder: moving a project must
+/// not empty its cache.
+fn sandbox_identity(sandbox: &Sandbox) -> String {
+    format!(
+        "sandbox network={} wx={} memory={:?} cpu={:?} tasks={:?} file={:?}",
+        sandbox.network_value(),
+        sandbox.write_xor_execute_value(),
+        sandbox.memory_value(),
+        sandbox.cpu_time_value(),
+        sandbox.tasks_value(),
+        sandbox.file_size_value()
+    )
 }
 
 /// A text that identifies a choice together with its launch (for the manifest hash).
@@ -296,6 +320,29 @@ mod tests {
         assert_ne!(setup("", "value = 4\ntype = \"i32\""), old);
         assert_ne!(setup("", "value = 4.0"), old);
         assert_ne!(setup("args = [\"n\", \"x\"]\n", "value = 4"), old);
+    }
+
+    /// Sandboxed and plain results never share a key; a plain key is the earlier one; limits
+    /// count, allowed paths do not.
+    #[test]
+    fn the_sandbox_is_part_of_the_key() {
+        let request = BenchmarkRequest::new(tunebox_protocol::DiagnosticTask::Sleep { ms: 1 });
+        let key = |sandbox: Option<&Sandbox>| key("setup", "cpu", &request, "A=1", None, sandbox);
+        let plain = key(None);
+        let sandboxed = Sandbox::new();
+        assert_ne!(key(Some(&sandboxed)), plain);
+        assert_eq!(
+            key(Some(&sandboxed.clone().read("/data"))),
+            key(Some(&sandboxed))
+        );
+        assert_ne!(
+            key(Some(&sandboxed.clone().tasks(Some(3)))),
+            key(Some(&sandboxed))
+        );
+        assert_ne!(
+            key(Some(&sandboxed.clone().network(true))),
+            key(Some(&sandboxed))
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::results::{ChoiceResult, Report, RunHeader, RunInfo, Selection, rank_b
 use crate::space::Choice;
 
 /// The T4 invalidity of a tunebox status (the module's table).
-pub fn t4_invalidity(status: Status) -> T4Invalidity {
+pub(crate) fn t4_invalidity(status: Status) -> T4Invalidity {
     match status {
         Status::Ok => T4Invalidity::Correct,
         // A measurement caught cheating is not a correct one.
@@ -56,7 +56,7 @@ pub fn t4_invalidity(status: Status) -> T4Invalidity {
 ///   `p20_time`, `p80_time`, `stddev_time` (all `"ms"`), `reps`, then the manifest's
 ///   metrics, for every measured choice (`ok`, and `wrong`, which was timed before its
 ///   outputs were judged); `extra`: tunebox's `status` and, for a failure, the first line of its `error`.
-pub fn to_t4(report: &Report) -> T4File {
+pub(crate) fn to_t4(report: &Report) -> T4File {
     let header = &report.info.header;
     let mut tunebox = serde_json::Map::new();
     for (key, value) in [
@@ -160,7 +160,7 @@ pub fn to_t4(report: &Report) -> T4File {
     file
 }
 
-/// Writes `report` as a T4 file at `path` ([`to_t4`]).
+/// Writes `report` as a FAIR T4 results file at `path`.
 ///
 /// # Errors
 ///

@@ -144,7 +144,7 @@ impl Conditions {
 
 /// Which CPUs share a core: the groups of sysfs `cpuN/topology/thread_siblings_list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Topology {
+pub(crate) struct Topology {
     /// One entry per core: the CPUs (SMT threads) it runs.
     pub cores: Vec<Vec<usize>>,
 }
@@ -152,7 +152,7 @@ pub struct Topology {
 impl Topology {
     /// The machine's topology (`$TUNEBOX_SYSFS_CPU`, else `/sys/devices/system/cpu`); without
     /// sysfs, one core per CPU the process may use.
-    pub fn detect() -> Topology {
+    pub(crate) fn detect() -> Topology {
         let root = std::env::var_os("TUNEBOX_SYSFS_CPU")
             .map_or_else(|| PathBuf::from("/sys/devices/system/cpu"), PathBuf::from);
         Topology::read(&root).unwrap_or_else(|| {
@@ -189,13 +189,14 @@ impl Topology {
     }
 
     /// All CPUs.
-    pub fn cpus(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cpus(&self) -> usize {
         self.cores.iter().map(Vec::len).sum()
     }
 
     /// The CPUs left when `workers` workers each hold a whole core (the largest cores first:
     /// a worker and an SMT sibling slow each other as much as two workers on one CPU).
-    pub fn free_cpus(&self, workers: usize) -> usize {
+    pub(crate) fn free_cpus(&self, workers: usize) -> usize {
         let mut sizes: Vec<usize> = self.cores.iter().map(Vec::len).collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         sizes.iter().skip(workers).sum()

@@ -92,7 +92,6 @@ mod interchange;
 mod interference;
 mod launch;
 mod manifest;
-mod measure;
 mod merge;
 mod metrics;
 mod objective;
@@ -110,17 +109,18 @@ mod strategy;
 mod whole_file;
 mod windows;
 mod worker_stdout;
+mod workers;
 
 pub use crate::cache::ResultsCache;
 pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
-pub use crate::interchange::{t4_invalidity, to_t4, write_t4};
-pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD, Topology};
+pub use crate::interchange::write_t4;
+pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};
 pub use crate::manifest::{
-    MAX_TIMEOUT_S, Manifest, ManifestBuilder, WorkerEnv, compiler, count_file, load_space,
+    Manifest, builder::ManifestBuilder, count_file, env::WorkerEnv, load_space, source::compiler,
+    timing::MAX_TIMEOUT_S,
 };
-pub use crate::measure::PROBE_TIMEOUT;
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::objective::Objective;
@@ -128,15 +128,24 @@ pub use crate::observer::{Event, Observer, Phase};
 pub use crate::report::{load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
-    RunInfo, Selection, ShardInfo, best, define_line,
+    RunInfo, Selection, best, define_line,
 };
 pub use crate::run::{
-    CacheMode, Compiled, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, Lookup, Plan, Setup, Todo,
-    TuneOptions, compile, lookup_cached, measure, plan, plan_batched, reference, refine_order, run,
-    tune,
+    Plan,
+    compile::{Compiled, compile},
+    lookup::{Lookup, Setup, Todo, lookup_cached},
+    measure::measure,
+    options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions},
+    plan, plan_batched,
+    reference::reference,
+    refine::refine_order,
+    run, tune,
 };
-pub use crate::shard::{ShardSpec, parse as parse_shard, resolve as resolve_shard};
-pub use crate::space::{Choice, ParamValue, SearchSpace, SpaceCount, choice_count, count_space};
+pub use crate::shard::{ShardInfo, ShardSpec, parse as parse_shard, resolve as resolve_shard};
+pub use crate::space::{
+    Choice, SearchSpace, SpaceCount, choice_count, count_space, value::ParamValue,
+};
 pub use crate::stop::Stop;
-pub use crate::strategy::{AskGuard, BruteForce, Guarded, RandomSample, Strategy};
-pub use crate::windows::{ESTIMATE_QUANTILE, SETTLED_WINDOWS, Windows, quantile};
+pub use crate::strategy::{BruteForce, RandomSample, Strategy};
+pub use crate::windows::Windows;
+pub use crate::workers::PROBE_TIMEOUT;

@@ -8,15 +8,15 @@
 //! one of each.
 
 mod arguments;
-mod builder;
-mod env;
+pub(crate) mod builder;
+pub(crate) mod env;
 mod from_t1;
 mod kernel_tuner;
 mod params;
 mod raw;
 mod sandbox;
-mod source;
-mod timing;
+pub(crate) mod source;
+pub(crate) mod timing;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -35,11 +35,9 @@ use crate::metrics::Metrics;
 use crate::objective::{self, Objective};
 use crate::space::{ParamValue, Restriction, SearchSpace, SpaceCount};
 
-pub use self::builder::ManifestBuilder;
-pub use self::env::WorkerEnv;
-pub use self::source::compiler;
+pub(crate) use self::env::WorkerEnv;
+pub(crate) use self::source::compiler;
 pub(crate) use self::source::{KernelSource, Language};
-pub use self::timing::MAX_TIMEOUT_S;
 pub(crate) use self::verify::{Reference, Verify};
 
 /// A manifest, read and validated: every path resolved, every source read.
@@ -361,9 +359,10 @@ mod tests {
         let sandbox = m.sandbox().expect("on");
         assert!(!sandbox.network_value());
         assert_eq!(sandbox.read_paths().len(), 1, "the manifest's folder");
+        assert!(sandbox.write_xor_execute_value(), "W^X by default for C");
         let m = load(&format!(
             "{KERNEL}[sandbox]\nnetwork = true\nread = [\".\"]\nmemory_mb = 0\ntasks = 8\n\
-             cpu_time_s = 3\nfile_size_mb = 2\n"
+             cpu_time_s = 3\nfile_size_mb = 2\nwrite_xor_execute = false\n"
         ))
         .unwrap();
         let sandbox = m.sandbox().unwrap();
@@ -372,6 +371,7 @@ mod tests {
         assert_eq!(sandbox.tasks_value(), Some(8));
         assert_eq!(sandbox.cpu_time_value(), Some(Duration::from_secs(3)));
         assert_eq!(sandbox.file_size_value(), Some(2 << 20));
+        assert!(!sandbox.write_xor_execute_value());
         assert!(
             load(&format!("{KERNEL}[sandbox]\nenabled = false\n"))
                 .unwrap()

@@ -33,7 +33,7 @@ impl Default for Objective {
 
 impl Objective {
     /// Whether this is the default objective (the time, lower is better).
-    pub fn is_time(&self) -> bool {
+    pub(crate) fn is_time(&self) -> bool {
         self.name == TIME && !self.higher_is_better
     }
 

@@ -5,7 +5,7 @@
 //!
 //! - A [`Recording`] is what a file holds: per configuration (matched by parameter values), its
 //!   objective and what measuring it cost. It reads Kernel Tuner cache files
-//!   ([`KtCache`]), T4 result files ([`T4File`]) and tunebox's own results cache
+//!   ([`KtCache`]), FAIR T4 result files and tunebox's own results cache
 //!   (`*.tunebox-cache.jsonl`).
 //! - [`Recorded`] binds a recording to a [`SearchSpace`]: one [`Measurement`] per choice (a
 //!   choice the file lacks is a failed one that cost nothing).
@@ -122,7 +122,7 @@ impl Recording {
 
     /// The measurements of a Kernel Tuner cache file: `time` (or its failure marker), and
     /// `compile_time + verification_time + benchmark_time + framework_time` as the cost.
-    pub fn from_kt_cache(cache: &KtCache) -> Recording {
+    pub(crate) fn from_kt_cache(cache: &KtCache) -> Recording {
         let by_key = cache
             .cache
             .iter()
@@ -167,7 +167,7 @@ impl Recording {
     /// The measurements of a T4 results file: the `time` measurement (else the first
     /// objective's), `compilation_time + validation + benchmark + framework` as the cost
     /// (the sum of `runtimes` when `benchmark` is absent).
-    pub fn from_t4(file: &T4File, path: &Path) -> Recording {
+    pub(crate) fn from_t4(file: &T4File, path: &Path) -> Recording {
         let mut params: IndexMap<String, Vec<ParamValue>> = IndexMap::new();
         let mut by_key = HashMap::new();
         for r in &file.results {
@@ -486,7 +486,12 @@ impl Trace {
 
 /// The result a strategy is told for a replayed measurement (`ok` with a median of the
 /// recorded time, else failed), on `device`.
-pub fn result_of(space: &SearchSpace, index: usize, m: Measurement, device: &str) -> ChoiceResult {
+pub(crate) fn result_of(
+    space: &SearchSpace,
+    index: usize,
+    m: Measurement,
+    device: &str,
+) -> ChoiceResult {
     let choice = space.choice(index).expect("an index of the space");
     match m.time_ms {
         Some(ms) if m.status == Status::Ok => {
@@ -531,7 +536,7 @@ pub fn simulate(
 }
 
 /// [`simulate`], calling `each` with every result as it is told.
-pub fn simulate_with(
+pub(crate) fn simulate_with(
     space: &SearchSpace,
     strategy: &mut dyn Strategy,
     recorded: &Recorded,

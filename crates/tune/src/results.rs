@@ -13,7 +13,7 @@ use crate::objective::Objective;
 use crate::space::Choice;
 use crate::windows::Windows;
 
-pub use crate::shard::ShardInfo;
+pub(crate) use crate::shard::ShardInfo;
 pub(crate) use crate::space::choice_count as choices;
 
 /// What became of one choice.

@@ -4,8 +4,9 @@
 //! ([`round`]: cached lookup → [`pipeline`], compiling while measuring → record → tell the
 //! strategy), measures the contenders again in rounds of short windows and races the top
 //! ([`race`]), refines the best ([`refine`]) and finishes the report. The public stage
-//! functions ([`lookup_cached`], [`compile()`], [`reference()`], [`measure()`]) are the same
-//! code: `measure` is the pipeline without its compile threads.
+//! functions ([`lookup::lookup_cached`], [`compile::compile()`], [`reference::reference()`],
+//! [`measure::measure()`]) are the same code: `measure` is the pipeline without its compile
+//! threads.
 
 use std::path::Path;
 
@@ -19,24 +20,19 @@ use crate::stop::Stop;
 use crate::strategies;
 use crate::strategy::Strategy;
 
-mod bench;
-mod compile;
+pub(crate) mod compile;
 mod context;
-mod lookup;
-mod options;
+pub(crate) mod lookup;
+pub(crate) mod measure;
+pub(crate) mod options;
 mod pipeline;
 mod race;
-mod reference;
-mod refine;
+pub(crate) mod reference;
+pub(crate) mod refine;
 mod round;
 
-pub use self::bench::measure;
-pub use self::compile::{Compiled, compile};
 use self::context::Run;
-pub use self::lookup::{Lookup, Setup, Todo, lookup_cached};
-pub use self::options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions};
-pub use self::reference::reference;
-pub use self::refine::refine_order;
+pub(crate) use self::options::{CacheMode, DEFAULT_ROUNDS, TuneOptions};
 use self::round::ask;
 
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and

@@ -33,7 +33,7 @@ impl Stop {
     }
 
     /// Whether the run was asked to stop.
-    pub fn requested(&self) -> bool {
+    pub(crate) fn requested(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 

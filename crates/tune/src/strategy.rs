@@ -50,7 +50,7 @@ pub trait Strategy: Send {
 
     /// What went against the contract of [`Strategy::ask`] since last asked (an index asked
     /// twice, one outside the space), in words; the run puts them in its notes. Only
-    /// [`Guarded`] has any: the run wraps every strategy in one.
+    /// the run's guard has any: the run wraps every strategy in one that checks its asks.
     fn take_warnings(&mut self) -> Vec<String> {
         Vec::new()
     }
@@ -60,7 +60,7 @@ pub trait Strategy: Send {
 /// dropped (it is measured once, and told once), an index outside the space is dropped, and
 /// both are counted for [`AskGuard::take_warnings`], so that neither is silent.
 #[derive(Debug, Clone, Default)]
-pub struct AskGuard {
+pub(crate) struct AskGuard {
     /// The indices asked for (a set, not a bitmap: a space too large to list has billions).
     asked: std::collections::HashSet<usize>,
     repeats: usize,
@@ -72,13 +72,13 @@ pub struct AskGuard {
 
 impl AskGuard {
     /// A guard that has seen no ask.
-    pub fn new() -> AskGuard {
+    pub(crate) fn new() -> AskGuard {
         AskGuard::default()
     }
 
     /// The indices of `batch` that are in a space of `space_len` choices and not asked for
     /// before, in order.
-    pub fn check(&mut self, space_len: usize, batch: Vec<usize>) -> Vec<usize> {
+    pub(crate) fn check(&mut self, space_len: usize, batch: Vec<usize>) -> Vec<usize> {
         self.space_len = space_len;
         batch
             .into_iter()
@@ -99,7 +99,7 @@ impl AskGuard {
     }
 
     /// What was dropped since the last call, in words naming the strategy `name`.
-    pub fn take_warnings(&mut self, name: &str) -> Vec<String> {
+    pub(crate) fn take_warnings(&mut self, name: &str) -> Vec<String> {
         let mut out = Vec::new();
         if self.repeats > 0 {
             out.push(format!(
@@ -135,14 +135,14 @@ fn times(n: usize) -> String {
 /// A strategy held to the contract of [`Strategy::ask`] by an [`AskGuard`]: what a run
 /// measures (see [`crate::Plan::new`]), so that a strategy's mistake is dropped and said in the
 /// run's notes rather than measured twice or lost silently.
-pub struct Guarded {
+pub(crate) struct Guarded {
     inner: Box<dyn Strategy>,
     guard: AskGuard,
 }
 
 impl Guarded {
     /// `inner`, guarded.
-    pub fn new(inner: Box<dyn Strategy>) -> Guarded {
+    pub(crate) fn new(inner: Box<dyn Strategy>) -> Guarded {
         Guarded {
             inner,
             guard: AskGuard::new(),

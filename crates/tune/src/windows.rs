@@ -16,11 +16,11 @@ use tunebox_protocol::TimingStats;
 use crate::interference::Conditions;
 
 /// The quantile of the windows' medians that estimates a choice's time.
-pub const ESTIMATE_QUANTILE: f64 = 0.25;
+pub(crate) const ESTIMATE_QUANTILE: f64 = 0.25;
 /// Bootstrap resamples for the interval.
 const RESAMPLES: usize = 400;
 /// Quiet windows a result needs before the results cache keeps it as final.
-pub const SETTLED_WINDOWS: usize = 2;
+pub(crate) const SETTLED_WINDOWS: usize = 2;
 
 /// A choice's windows: each one's median and conditions, and what they add up to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,7 +46,7 @@ pub struct Windows {
 
 impl Windows {
     /// The windows of a choice measured once: `stats`' median under `conditions`.
-    pub fn first(stats: &TimingStats, conditions: Conditions) -> Windows {
+    pub(crate) fn first(stats: &TimingStats, conditions: Conditions) -> Windows {
         let mut w = Windows {
             medians_ms: Vec::new(),
             disturbed: Vec::new(),
@@ -65,7 +65,7 @@ impl Windows {
     }
 
     /// Adds a window, and estimates again (`seed`: the choice's, for the bootstrap).
-    pub fn add(&mut self, median_ms: f64, conditions: Conditions, seed: u64) {
+    pub(crate) fn add(&mut self, median_ms: f64, conditions: Conditions, seed: u64) {
         self.push(median_ms, conditions);
         self.estimate(seed);
     }
@@ -78,7 +78,7 @@ impl Windows {
 
     /// The windows an estimate rests on: the quiet ones while at least [`SETTLED_WINDOWS`]
     /// remain (or all are quiet), else all.
-    pub fn used(&self) -> Vec<f64> {
+    pub(crate) fn used(&self) -> Vec<f64> {
         let quiet: Vec<f64> = self.quiet().collect();
         if quiet.len() >= SETTLED_WINDOWS.min(self.medians_ms.len()) && !quiet.is_empty() {
             quiet
@@ -102,14 +102,14 @@ impl Windows {
 
     /// Whether enough quiet windows back the estimate for the results cache to take it as
     /// final: [`SETTLED_WINDOWS`] of them, or every window of a choice measured in fewer.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         let quiet = self.quiet().count();
         quiet >= 1 && quiet >= SETTLED_WINDOWS.min(self.medians_ms.len())
     }
 
     /// Estimates from the windows: [`ESTIMATE_QUANTILE`] of [`Windows::used`], and its
     /// bootstrap interval.
-    pub fn estimate(&mut self, seed: u64) {
+    pub(crate) fn estimate(&mut self, seed: u64) {
         let used = self.used();
         if used.len() < 2 {
             return;
@@ -126,7 +126,7 @@ impl Windows {
 
 /// The `q` quantile of `values` (linear interpolation between order statistics, numpy's
 /// default); NaN for none.
-pub fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }

@@ -31,7 +31,8 @@ pub fn run_if_worker(registry: impl FnOnce() -> Registry) {
 /// Setup, in order: `PR_SET_PDEATHSIG(SIGKILL)` so the worker dies with the thread that spawned
 /// it, then a check that the parent is still the process in [`PARENT_PID_ENV`] (it may have died
 /// before the signal was armed); core dumps off (`RLIMIT_CORE` = 0) unless
-/// `TUNEBOX_CORE_DUMPS=1`; SIGSEGV and SIGBUS at their default action; the parent's [`PROTOCOL_VERSION_ENV`] must equal ours (otherwise exit
+/// `TUNEBOX_CORE_DUMPS=1`; SIGSEGV and SIGBUS at their default action; a SIGSYS handler that names the
+/// system call the sandbox refused on stderr before the worker dies of it; the parent's [`PROTOCOL_VERSION_ENV`] must equal ours (otherwise exit
 /// code [`EXIT_PROTOCOL_MISMATCH`](tunebox_protocol::EXIT_PROTOCOL_MISMATCH)).
 pub fn run_from_env(mut registry: Registry) -> i32 {
     // This is the worker entry point: a process started as a worker that gets here is no
@@ -55,6 +56,7 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
     arm_parent_death_signal()?;
     disable_core_dumps()?;
     default_fault_signals();
+    crate::sigsys::install();
 
     let bootstrap: IpcSender<Bootstrap> =
         IpcSender::connect(server).map_err(|e| ipc("connecting to the parent", e))?;

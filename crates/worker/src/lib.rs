@@ -56,6 +56,7 @@ mod hygiene;
 mod mappings;
 mod registry;
 mod serve;
+mod sigsys;
 
 pub use bootstrap::{run_from_env, run_if_worker};
 pub use diagnostics::DiagnosticsBackend;

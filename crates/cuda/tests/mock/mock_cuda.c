@@ -15,16 +15,22 @@
  *   the kernel's name (axpy computes y = 2x + 1; illegal and trap lose the context);
  * - a context must be current for every call that needs one (CUDA_ERROR_INVALID_CONTEXT
  *   otherwise); after a sticky fault every call fails with it, as a real driver does;
- * - live objects are counted (mock_cuda_live) to find leaks.
+ * - live objects are counted (mock_cuda_live) to find leaks;
+ * - some kernels cheat (the CUDA zoo's integrity checks): memoize replays its first answer from
+ *   a module global, once writes y on its first launch only, late_write leaves y to be written
+ *   at the next cuCtxSynchronize (work queued outside the stream), hidden_work writes y at once
+ *   but keeps the "device" busy for 5 ms of real time that only cuCtxSynchronize waits for.
  *
  * Only error codes that exist in CUDA 13's enum are returned (cudarc reads them as a Rust enum).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -33,7 +39,7 @@ typedef unsigned long long CUdeviceptr;
 struct mock_ctx { int refs; };
 struct mock_stream { unsigned flags; };
 struct mock_event { double t; int recorded; };
-struct mock_module { char *image; };
+struct mock_module { char *image; float *memo; int done; }; /* memo, done: module globals */
 struct mock_func { char name[256]; struct mock_module *module; int max_dynamic_shared; };
 
 enum {
@@ -55,6 +61,10 @@ static int sticky;
 static double clock_ms;
 static int live_allocations, live_streams, live_events, live_modules;
 static char op_log[1 << 20];
+/* Work "queued outside the stream": done by the next cuCtxSynchronize. */
+static float *pending_x, *pending_y;
+static long long pending_n;
+static int pending_busy_ms;
 static size_t op_len;
 
 static void op(const char *format, ...)
@@ -218,6 +228,23 @@ CUresult cuCtxSetCurrent(struct mock_ctx *context)
     if (sticky)
         return sticky;
     current = context;
+    return SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    NEED_CONTEXT;
+    op("ctx-synchronize");
+    if (pending_busy_ms) {
+        struct timespec busy = {0, (long)pending_busy_ms * 1000000L};
+        nanosleep(&busy, NULL);
+        pending_busy_ms = 0;
+    }
+    if (pending_y) {
+        for (long long i = 0; i < pending_n; i++)
+            pending_y[i] = 2.0f * pending_x[i] + 1.0f;
+        pending_y = NULL;
+    }
     return SUCCESS;
 }
 
@@ -385,6 +412,7 @@ CUresult cuModuleLoadDataEx(struct mock_module **module, const void *image, unsi
 CUresult cuModuleUnload(struct mock_module *module)
 {
     free(module->image);
+    free(module->memo);
     free(module);
     live_modules--;
     return sticky ? sticky : SUCCESS;
@@ -491,6 +519,33 @@ CUresult cuLaunchKernel(struct mock_func *f, unsigned gx, unsigned gy, unsigned 
             y[i] = 2.0f * x[i] + 1.0f;
         if (strcmp(name, "scribble") == 0)
             x[0] = 42.0f; /* writes an input */
+    } else if (strcmp(name, "memoize") == 0 || strcmp(name, "once") == 0 ||
+               strcmp(name, "late_write") == 0 || strcmp(name, "hidden_work") == 0) {
+        float *x = *(float **)params[0];
+        float *y = *(float **)params[1];
+        long long n = *(long long *)params[2];
+        struct mock_module *m = f->module;
+        if (strcmp(name, "memoize") == 0) {
+            if (!m->memo) {
+                m->memo = malloc((size_t)n * sizeof *m->memo);
+                for (long long i = 0; i < n; i++)
+                    m->memo[i] = 2.0f * x[i] + 1.0f;
+            }
+            memcpy(y, m->memo, (size_t)n * sizeof *y);
+        } else if (strcmp(name, "once") == 0) {
+            if (!m->done)
+                for (long long i = 0; i < n; i++)
+                    y[i] = 2.0f * x[i] + 1.0f;
+            m->done = 1;
+        } else if (strcmp(name, "late_write") == 0) {
+            pending_x = x;
+            pending_y = y;
+            pending_n = n;
+        } else {
+            for (long long i = 0; i < n; i++)
+                y[i] = 2.0f * x[i] + 1.0f;
+            pending_busy_ms = 5;
+        }
     } else if (strcmp(name, "accumulate") == 0) {
         float *y = *(float **)params[0];
         long long n = *(long long *)params[1];

@@ -26,6 +26,8 @@ pub(crate) struct Prepared {
     id_maps: Option<(CString, CString)>,
     /// Whether to set `no_new_privs`, Landlock and seccomp at all.
     sandboxed: bool,
+    /// Whether to set W^X (`PR_SET_MDWE`).
+    write_xor_execute: bool,
     landlock: Option<OwnedFd>,
     filters: Option<FiltersBox>,
 }
@@ -97,6 +99,7 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
         unshare: 0,
         id_maps: None,
         sandboxed: false,
+        write_xor_execute: false,
         landlock: None,
         filters: None,
     };
@@ -109,6 +112,7 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
     let support = SandboxSupport::probe();
     let mut guard = Guard::default();
     prepared.sandboxed = true;
+    prepared.write_xor_execute = sandbox.write_xor_execute && support.write_xor_execute;
 
     if let Some(limit) = sandbox.cpu_time {
         let secs = limit.as_secs().max(1);
@@ -240,7 +244,8 @@ fn allowed(path: &Path, what: &str) -> io::Result<PathBuf> {
 /// Puts `prepared` in place in the child, between `fork` and `exec`.
 ///
 /// Async-signal-safe: only system calls (`open`/`write`/`close` of prepared paths, `setrlimit`,
-/// `unshare`, `prctl`, `landlock_restrict_self`, `seccomp`) on memory made before `fork`; no
+/// `unshare`, `prctl` (`no_new_privs`, W^X), `landlock_restrict_self`, `seccomp`) on memory
+/// made before `fork`; no
 /// allocation, no lock. The order matters: the cgroup is joined and the user namespace mapped
 /// while `/proc` and the cgroup files are still writable, Landlock is enforced before seccomp
 /// (which would refuse nothing it needs, but stays last so that every later call is filtered).
@@ -276,6 +281,15 @@ pub(crate) fn apply(prepared: &Prepared) -> io::Result<()> {
     // SAFETY: `PR_SET_NO_NEW_PRIVS` takes integers only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    if prepared.write_xor_execute {
+        // Kept across `execve` and inherited by every process the worker forks (no
+        // `PR_MDWE_NO_INHERIT`).
+        let flags = libc::PR_MDWE_REFUSE_EXEC_GAIN as libc::c_ulong;
+        // SAFETY: `PR_SET_MDWE` takes integers only.
+        if unsafe { libc::prctl(libc::PR_SET_MDWE, flags, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     if let Some(fd) = &prepared.landlock {
         rules::enforce(fd)?;

@@ -2,9 +2,12 @@
 //!
 //! Three filters, because a seccompiler filter has one action for all its rules (the kernel runs
 //! every installed filter and the strictest answer wins):
-//! - **kill** (SIGSYS, the whole process): reaching into another process — `ptrace`,
-//!   `process_vm_readv`/`process_vm_writev`, `kcmp`, `pidfd_getfd`. The worker dies and the
-//!   parent reports a sandbox violation.
+//! - **trap** (`SECCOMP_RET_TRAP`: SIGSYS, the call not made): reaching into another process —
+//!   `ptrace`, `process_vm_readv`/`process_vm_writev`, `kcmp`, `pidfd_getfd`. The worker's
+//!   SIGSYS handler (tunebox-worker) writes the call's number to stderr and the worker dies of
+//!   the signal; the parent reports a sandbox violation naming the call ([`trapped_name`]). A
+//!   worker without the handler dies of SIGSYS's default action, unnamed. A candidate that
+//!   installs a SIGSYS handler of its own survives, but the call is still not made.
 //! - **refuse** (`EPERM`): sockets other than `AF_UNIX` (without network), io_uring (its
 //!   operations are not seen by seccomp), new namespaces and mounts, `bpf`,
 //!   `perf_event_open`, `userfaultfd`, keyrings, module loading, and `kill` of every process
@@ -24,8 +27,8 @@ pub(crate) struct Filters {
     pub(crate) programs: Vec<BpfProgram>,
 }
 
-/// System calls that read or write another process: they kill the worker.
-const KILLED: &[(&str, libc::c_long)] = &[
+/// System calls that read or write another process: they are trapped, and the worker dies.
+const TRAPPED: &[(&str, libc::c_long)] = &[
     ("ptrace", libc::SYS_ptrace),
     ("process_vm_readv", libc::SYS_process_vm_readv),
     ("process_vm_writev", libc::SYS_process_vm_writev),
@@ -81,15 +84,10 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
 pub(crate) fn compile(network: bool, parent: u32) -> Result<Filters, String> {
     let arch = target_arch()?;
     let e = |e: seccompiler::BackendError| e.to_string();
-    let kill_rules: BTreeMap<i64, Vec<SeccompRule>> =
-        KILLED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
-    let kill = SeccompFilter::new(
-        kill_rules,
-        SeccompAction::Allow,
-        SeccompAction::KillProcess,
-        arch,
-    )
-    .map_err(e)?;
+    let trap_rules: BTreeMap<i64, Vec<SeccompRule>> =
+        TRAPPED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
+    let trap = SeccompFilter::new(trap_rules, SeccompAction::Allow, SeccompAction::Trap, arch)
+        .map_err(e)?;
 
     let mut refuse: BTreeMap<i64, Vec<SeccompRule>> =
         REFUSED.iter().map(|&nr| (nr, Vec::new())).collect();
@@ -131,11 +129,20 @@ pub(crate) fn compile(network: bool, parent: u32) -> Result<Filters, String> {
     )
     .map_err(e)?;
 
-    let programs = [kill, refuse, clone3]
+    let programs = [trap, refuse, clone3]
         .into_iter()
         .map(|f| BpfProgram::try_from(f).map_err(e))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Filters { programs })
+}
+
+/// The name of a system call the sandbox traps, from its number on this architecture (the
+/// number a worker's SIGSYS handler reports); `None` for any other number.
+pub(crate) fn trapped_name(number: i64) -> Option<&'static str> {
+    TRAPPED
+        .iter()
+        .find(|&&(_, nr)| nr == number)
+        .map(|&(name, _)| name)
 }
 
 /// Installs the programs on the calling thread. Async-signal-safe: `prctl` and `seccomp` system
@@ -161,5 +168,27 @@ fn target_arch() -> Result<TargetArch, String> {
         "aarch64" => Ok(TargetArch::aarch64),
         "riscv64" => Ok(TargetArch::riscv64),
         other => Err(format!("no seccomp filter for the {other} architecture")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trapped_calls_are_named_from_their_numbers() {
+        assert_eq!(trapped_name(libc::SYS_ptrace), Some("ptrace"));
+        assert_eq!(
+            trapped_name(libc::SYS_process_vm_readv),
+            Some("process_vm_readv")
+        );
+        assert_eq!(trapped_name(libc::SYS_read), None);
+        assert_eq!(trapped_name(-1), None);
+    }
+
+    #[test]
+    fn the_filters_compile_for_this_machine() {
+        let filters = compile(false, 1).unwrap();
+        assert_eq!(filters.programs.len(), 3);
     }
 }

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) use apply::{Guard, Request, apply, prepare, scratch_of};
+pub(crate) use filters::trapped_name;
 pub use support::SandboxSupport;
 
 /// What a sandboxed worker may do; a builder. `ProcessConfig::sandbox(Some(Sandbox::new()))`
@@ -35,7 +36,8 @@ pub use support::SandboxSupport;
 ///   NVIDIA and DRI device files) and the [`write`](Sandbox::write) paths; TCP bind and connect
 ///   refused (Landlock ABI 4), abstract unix sockets and signals to processes outside the
 ///   sandbox refused (ABI 6);
-/// - with `no_new_privs` and a seccomp filter that kills it (SIGSYS) for `ptrace`,
+/// - with `no_new_privs` and a seccomp filter that traps (SIGSYS; the worker dies of it, and
+///   `SandboxStop::ForbiddenSystemCall` names the call) `ptrace`,
 ///   `process_vm_readv`/`process_vm_writev`, `kcmp` and `pidfd_getfd`, and refuses
 ///   (`EPERM`) new namespaces, mounts, `bpf`, `perf_event_open`, `userfaultfd`, keyrings,
 ///   module loading and `kill(-1)` / `kill(parent)`;
@@ -45,7 +47,9 @@ pub use support::SandboxSupport;
 ///   tasks (processes and threads, [`tasks`](Sandbox::tasks), default 256 or 8 per CPU, in a
 ///   cgroup of its own when one can be made, so a fork bomb stops there and every process it
 ///   made is killed with the worker) and file size ([`file_size`](Sandbox::file_size),
-///   default 1 GiB).
+///   default 1 GiB);
+/// - with W^X ([`write_xor_execute`](Sandbox::write_xor_execute), Linux 6.3+): memory that was
+///   writable never becomes executable.
 ///
 /// Where the kernel lacks a feature, the worker starts without that protection and
 /// [`SandboxSupport::missing`] names it; nothing is pretended.
@@ -69,6 +73,7 @@ pub struct Sandbox {
     pub(crate) cpu_time: Option<Duration>,
     pub(crate) tasks: Option<u64>,
     pub(crate) file_size: Option<u64>,
+    pub(crate) write_xor_execute: bool,
 }
 
 impl Default for Sandbox {
@@ -82,6 +87,7 @@ impl Default for Sandbox {
             cpu_time: None,
             tasks: Some((8 * cpus).max(256)),
             file_size: Some(1 << 30),
+            write_xor_execute: true,
         }
     }
 }
@@ -139,6 +145,24 @@ impl Sandbox {
     pub fn file_size(mut self, bytes: Option<u64>) -> Self {
         self.file_size = bytes;
         self
+    }
+
+    /// W^X: memory that was writable never becomes executable (`PR_SET_MDWE` with
+    /// `PR_MDWE_REFUSE_EXEC_GAIN`, Linux 6.3+): `mmap` of anonymous memory that is both
+    /// writable and executable, and `mprotect` adding `PROT_EXEC`, fail with `EACCES`, so a
+    /// candidate cannot write machine code (a patched harness, a shellcode) and run it. Loading
+    /// shared objects from files still works; a JIT (or a library that asks for an executable
+    /// stack) does not. Default on; off where the runtime needs it (CUDA workers, see
+    /// `tunebox-tune`'s `[sandbox] write_xor_execute`). A kernel without it is named by
+    /// [`SandboxSupport::missing`].
+    pub fn write_xor_execute(mut self, on: bool) -> Self {
+        self.write_xor_execute = on;
+        self
+    }
+
+    /// Whether W^X is asked for.
+    pub fn write_xor_execute_value(&self) -> bool {
+        self.write_xor_execute
     }
 
     /// Whether the network is allowed.

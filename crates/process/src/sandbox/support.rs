@@ -25,6 +25,8 @@ pub struct SandboxSupport {
     pub pids_cgroup: Option<PathBuf>,
     /// Whether this process runs as root, which `RLIMIT_NPROC` does not bind.
     pub root: bool,
+    /// Whether the kernel has W^X per process (`PR_SET_MDWE`, Linux 6.3+).
+    pub write_xor_execute: bool,
 }
 
 impl SandboxSupport {
@@ -42,6 +44,7 @@ impl SandboxSupport {
                 user_namespace: unshare_works(libc::CLONE_NEWUSER | libc::CLONE_NEWNET),
                 pids_cgroup: cgroup::probe_base(),
                 root,
+                write_xor_execute: mdwe_available(),
             }
         })
     }
@@ -87,6 +90,13 @@ impl SandboxSupport {
                     .to_owned(),
             );
         }
+        if sandbox.write_xor_execute && !self.write_xor_execute {
+            missing.push(
+                "no W^X (PR_SET_MDWE, Linux 6.3+): a worker can make writable memory \
+                 executable and run code it wrote"
+                    .to_owned(),
+            );
+        }
         if sandbox.tasks.is_some() && self.pids_cgroup.is_none() {
             missing.push(if self.root {
                 "no pids cgroup can be made and root is not bound by RLIMIT_NPROC: the task \
@@ -122,6 +132,12 @@ fn landlock_abi() -> i32 {
 fn seccomp_available() -> bool {
     // SAFETY: `PR_GET_SECCOMP` only reads this thread's seccomp mode.
     unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+/// Whether this kernel has `PR_SET_MDWE` (`PR_GET_MDWE` answers rather than failing EINVAL).
+fn mdwe_available() -> bool {
+    // SAFETY: `PR_GET_MDWE` only reads this process's memory-deny-write-execute flags.
+    unsafe { libc::prctl(libc::PR_GET_MDWE, 0, 0, 0, 0) >= 0 }
 }
 
 /// Whether a forked child can `unshare(flags)`. The child makes two system calls only

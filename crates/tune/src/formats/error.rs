@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// `` `convolution.json`: $.ConfigurationSpace.TuningParameters[2].Values: … ``.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum FormatError {
+pub(crate) enum FormatError {
     /// The file could not be opened or read (the I/O error is the `source`).
     #[error("cannot read `{}`", path.display())]
     Read {
@@ -55,17 +55,4 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
-}
-
-impl FormatError {
-    /// The file this error is about.
-    pub fn path(&self) -> &std::path::Path {
-        match self {
-            FormatError::Read { path, .. }
-            | FormatError::Gzip { path, .. }
-            | FormatError::Syntax { path, .. }
-            | FormatError::Field { path, .. }
-            | FormatError::Write { path, .. } => path,
-        }
-    }
 }

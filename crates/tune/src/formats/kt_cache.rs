@@ -23,9 +23,10 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use serde_json::Value;
 
+use super::FormatError;
 use super::json::{J, Node, Res, read_bytes};
 use super::value::param_from_json;
-use super::{FormatError, ParamValue};
+use crate::space::ParamValue;
 
 /// One Kernel Tuner cache file, read by [`KtCache::read`].
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +49,7 @@ pub struct KtCache {
     /// `objective`: the name of the value tuned for, e.g. `"time"` or `"GFLOP/s"`.
     pub objective: String,
     /// `cache`: one record per measured configuration, in the file's order.
-    pub cache: Vec<KtRecord>,
+    pub(crate) cache: Vec<KtRecord>,
     /// Top-level members not listed above, as written.
     pub extra: IndexMap<String, Value>,
     /// The file was not closed (Kernel Tuner was still writing it, or was interrupted): it was
@@ -62,7 +63,7 @@ pub struct KtCache {
 /// One configuration's record (a value of the cache file's `cache` map).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct KtRecord {
+pub(crate) struct KtRecord {
     /// The cache key as written, e.g. `"16,1,1,1,0,0,0,1,15,15"`.
     pub key: String,
     /// The parameter values, in `tune_params_keys` order, typed as in `tune_params` (an `int`
@@ -92,7 +93,7 @@ pub struct KtRecord {
 
 /// A record's `time`: milliseconds, or the marker Kernel Tuner wrote for a failure.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KtTime {
+pub(crate) enum KtTime {
     /// The kernel's time (Kernel Tuner's mean over `times`), ms.
     Ms(f64),
     /// The configuration has no time.
@@ -101,7 +102,8 @@ pub enum KtTime {
 
 impl KtTime {
     /// The time in ms, `None` for a failure.
-    pub fn ms(self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn ms(self) -> Option<f64> {
         match self {
             KtTime::Ms(ms) => Some(ms),
             KtTime::Failed(_) => None,
@@ -109,7 +111,7 @@ impl KtTime {
     }
 
     /// The failure, `None` for a time.
-    pub fn failure(self) -> Option<KtFailure> {
+    pub(crate) fn failure(self) -> Option<KtFailure> {
         match self {
             KtTime::Ms(_) => None,
             KtTime::Failed(f) => Some(f),
@@ -119,7 +121,7 @@ impl KtTime {
 
 /// Why a configuration has no time: Kernel Tuner's `ErrorConfig` subclasses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KtFailure {
+pub(crate) enum KtFailure {
     /// `"RuntimeFailedConfig"`: the kernel failed to launch or run (e.g. too many resources).
     Runtime,
     /// `"CompilationFailedConfig"`: the kernel did not compile.
@@ -130,7 +132,7 @@ pub enum KtFailure {
 
 impl KtFailure {
     /// The marker string as Kernel Tuner writes it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KtFailure::Runtime => "RuntimeFailedConfig",
             KtFailure::Compilation => "CompilationFailedConfig",
@@ -139,7 +141,7 @@ impl KtFailure {
     }
 
     /// The failure for a marker string, `None` for any other text.
-    pub fn from_marker(text: &str) -> Option<KtFailure> {
+    pub(crate) fn from_marker(text: &str) -> Option<KtFailure> {
         match text {
             "RuntimeFailedConfig" => Some(KtFailure::Runtime),
             "CompilationFailedConfig" => Some(KtFailure::Compilation),
@@ -158,7 +160,8 @@ impl std::fmt::Display for KtFailure {
 impl KtRecord {
     /// The value of `objective` for this record: `time` in ms when the objective is `"time"`,
     /// otherwise the metric of that name; `None` for a failure or a missing metric.
-    pub fn objective_value(&self, objective: &str) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn objective_value(&self, objective: &str) -> Option<f64> {
         if objective == "time" {
             self.time.ms()
         } else if self.time.failure().is_some() {
@@ -179,9 +182,8 @@ impl KtCache {
     ///
     /// # Errors
     ///
-    /// [`FormatError::Read`], [`FormatError::Gzip`], [`FormatError::Syntax`] for a file that
-    /// cannot be read, decompressed or parsed; [`FormatError::Field`] naming the JSON path of a
-    /// missing or bad member (e.g. a key with the wrong number of values, a `time` string that
+    /// [`crate::TuneError::Report`], naming the file: it cannot be read, decompressed or
+    /// parsed, or the JSON path of a missing or bad member (e.g. a key with the wrong number of values, a `time` string that
     /// is not a known failure marker, a record that disagrees with its key).
     ///
     /// # Speed
@@ -191,7 +193,12 @@ impl KtCache {
     /// in about 0.14 s, convolution (1.1 MB, 4,362 records) in about 0.07 s; a debug build
     /// takes several times longer. Measure with
     /// `cargo test --release -p tunebox-tune --lib formats::kt_cache -- --ignored --nocapture`.
-    pub fn read(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
+    pub fn read(path: impl AsRef<Path>) -> crate::Result<KtCache> {
+        KtCache::read_file(path.as_ref()).map_err(|e| crate::TuneError::report(e.into()))
+    }
+
+    /// [`KtCache::read`], its error the readers' own.
+    pub(crate) fn read_file(path: impl AsRef<Path>) -> Result<KtCache, FormatError> {
         let path = path.as_ref();
         let (doc, opened) =
             parse_document(&read_bytes(path)?).map_err(|message| FormatError::Syntax {
@@ -206,20 +213,22 @@ impl KtCache {
 
     /// The cache key of `params` (in `tune_params_keys` order): their Python `str` forms joined
     /// by commas, as Kernel Tuner builds it.
-    pub fn key_of(params: &[ParamValue]) -> String {
+    #[cfg(test)]
+    pub(crate) fn key_of(params: &[ParamValue]) -> String {
         let parts: Vec<String> = params.iter().map(ParamValue::python_str).collect();
         parts.join(",")
     }
 
     /// The record of `params` (in `tune_params_keys` order), if the cache has one.
-    pub fn find(&self, params: &[ParamValue]) -> Option<&KtRecord> {
+    #[cfg(test)]
+    pub(crate) fn find(&self, params: &[ParamValue]) -> Option<&KtRecord> {
         self.by_key
             .get(&Self::key_of(params))
             .map(|&i| &self.cache[i])
     }
 
     /// A record's configuration as `name -> value`, in `tune_params_keys` order.
-    pub fn configuration(&self, record: &KtRecord) -> IndexMap<String, ParamValue> {
+    pub(crate) fn configuration(&self, record: &KtRecord) -> IndexMap<String, ParamValue> {
         self.tune_params_keys
             .iter()
             .cloned()
@@ -228,7 +237,7 @@ impl KtCache {
     }
 
     /// How many records failed (their `time` is a [`KtFailure`]).
-    pub fn failed_count(&self) -> usize {
+    pub(crate) fn failed_count(&self) -> usize {
         self.cache
             .iter()
             .filter(|r| r.time.failure().is_some())
@@ -604,7 +613,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cache.json");
         std::fs::write(&path, text).unwrap();
-        KtCache::read(&path)
+        KtCache::read_file(&path)
     }
 
     fn doc(cache: &str) -> String {
@@ -730,7 +739,7 @@ mod tests {
         let gz = dir.path().join("bad.json.gz");
         std::fs::write(&gz, [0x1f, 0x8b, 0, 1, 2, 3]).unwrap();
         assert!(matches!(
-            KtCache::read(&gz).unwrap_err(),
+            KtCache::read_file(&gz).unwrap_err(),
             FormatError::Gzip { .. }
         ));
     }

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use serde_json::Value;
 
+use super::FormatError;
 use super::json::{J, Node, Res, read_json};
-use super::py_values::{self, Py};
 use super::value::param_from_json;
-use super::{FormatError, ParamValue};
+use crate::space::ParamValue;
+use tunebox_expr::Object;
 
 /// One T1 file, read by [`T1File::read`].
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +60,7 @@ pub struct T1General {
 #[non_exhaustive]
 pub struct T1ConfigurationSpace {
     /// `TuningParameters`, in the file's order.
-    pub tuning_parameters: Vec<T1Param>,
+    pub(crate) tuning_parameters: Vec<T1Param>,
     /// `Conditions`: the restrictions, each a Python boolean expression.
     pub conditions: Vec<T1Condition>,
 }
@@ -67,7 +68,7 @@ pub struct T1ConfigurationSpace {
 /// One tuning parameter (T1 `TuningParameters[i]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct T1Param {
+pub(crate) struct T1Param {
     /// `Name`.
     pub name: String,
     /// `Type`: `int`, `uint`, `float`, `bool` or `string`.
@@ -89,7 +90,7 @@ pub struct T1Param {
 /// T1 parameter `Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum T1ParamType {
+pub(crate) enum T1ParamType {
     /// `int`.
     Int,
     /// `uint`.
@@ -133,9 +134,9 @@ pub struct T1KernelSpec {
     /// `GlobalSizeType`: how `GlobalSize` counts, `"CUDA"` (blocks) or `"OpenCL"` (threads).
     pub global_size_type: Option<String>,
     /// `GlobalSize`: Python expressions over the parameters (and `ProblemSize`).
-    pub global_size: T1Dims,
+    pub(crate) global_size: T1Dims,
     /// `LocalSize`: Python expressions over the parameters (the block size).
-    pub local_size: T1Dims,
+    pub(crate) local_size: T1Dims,
     /// `GridDivX` / `GridDivY` / `GridDivZ` (not in the schema; Kernel Tuner's
     /// `grid_div_x`…): parameter names whose product divides the problem size.
     pub grid_div: [Vec<String>; 3],
@@ -144,7 +145,7 @@ pub struct T1KernelSpec {
     /// `SharedMemory`: bytes of dynamic shared memory.
     pub shared_memory: Option<i64>,
     /// `Arguments`, in the kernel's parameter order.
-    pub arguments: Vec<T1Arg>,
+    pub(crate) arguments: Vec<T1Arg>,
     /// Members not listed above, as written (`Stream`, `Misc`, `Device`, `Profiling`,
     /// `ReferenceArguments`, …).
     pub extra: IndexMap<String, Value>,
@@ -153,7 +154,7 @@ pub struct T1KernelSpec {
 /// A launch size, one expression per axis (`X` required, `Y` and `Z` optional).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct T1Dims {
+pub(crate) struct T1Dims {
     /// `X`.
     pub x: String,
     /// `Y`.
@@ -165,7 +166,7 @@ pub struct T1Dims {
 /// One kernel argument (T1 `Arguments[i]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct T1Arg {
+pub(crate) struct T1Arg {
     /// `Name` (empty when absent).
     pub name: String,
     /// `Type`: the element type, e.g. `"float"`, `"int32"`, `"double4"`, `"custom"`.
@@ -198,7 +199,7 @@ pub struct T1Arg {
 /// T1 argument `MemoryType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum T1MemoryType {
+pub(crate) enum T1MemoryType {
     /// `Scalar`: passed by value.
     Scalar,
     /// `Vector`: a buffer.
@@ -212,7 +213,7 @@ pub enum T1MemoryType {
 /// T1 argument `AccessType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum T1AccessType {
+pub(crate) enum T1AccessType {
     /// `ReadOnly`.
     ReadOnly,
     /// `WriteOnly`.
@@ -224,7 +225,7 @@ pub enum T1AccessType {
 /// T1 argument `FillType`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum T1FillType {
+pub(crate) enum T1FillType {
     /// `Constant`: every element `FillValue`.
     Constant,
     /// `Random`: random values (up to `FillValue`).
@@ -241,7 +242,7 @@ pub enum T1FillType {
 
 /// T1 argument `Size`: a count, or an expression (`"ProblemSize[0]*ProblemSize[1]"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum T1Size {
+pub(crate) enum T1Size {
     /// A number of elements (also a string holding only digits, like `"1"`).
     Count(u64),
     /// A Python expression over `ProblemSize` and the parameters, e.g.
@@ -254,11 +255,15 @@ impl T1File {
     ///
     /// # Errors
     ///
-    /// [`FormatError::Read`] when the file cannot be read, [`FormatError::Syntax`] when it is
-    /// not JSON, [`FormatError::Field`] naming the JSON path of a missing or bad field (e.g.
-    /// a `Values` expression outside the supported subset, a value that does not fit `Type`,
-    /// an unknown `MemoryType`).
-    pub fn read(path: impl AsRef<Path>) -> Result<T1File, FormatError> {
+    /// [`crate::TuneError::Manifest`], naming the file: it cannot be read or is not JSON, or
+    /// the JSON path of a missing or bad field (e.g. a `Values` expression outside the
+    /// supported subset, a value that does not fit `Type`, an unknown `MemoryType`).
+    pub fn read(path: impl AsRef<Path>) -> crate::Result<T1File> {
+        T1File::read_file(path.as_ref()).map_err(|e| crate::TuneError::manifest(e.into()))
+    }
+
+    /// [`T1File::read`], its error the readers' own.
+    pub(crate) fn read_file(path: impl AsRef<Path>) -> Result<T1File, FormatError> {
         let path = path.as_ref();
         let doc = read_json(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -266,7 +271,7 @@ impl T1File {
     }
 
     /// The parameters as `name -> values`, in the file's order: the shape of a search space.
-    pub fn tune_params(&self) -> IndexMap<String, Vec<ParamValue>> {
+    pub(crate) fn tune_params(&self) -> IndexMap<String, Vec<ParamValue>> {
         self.configuration_space
             .tuning_parameters
             .iter()
@@ -275,7 +280,8 @@ impl T1File {
     }
 
     /// The number of configurations before restrictions (the product of the value counts).
-    pub fn cartesian_size(&self) -> u128 {
+    #[cfg(test)]
+    pub(crate) fn cartesian_size(&self) -> u128 {
         self.configuration_space
             .tuning_parameters
             .iter()
@@ -394,24 +400,26 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
     let values_node = p.req("Values")?;
     let (values, values_text) = match values_node.v {
         J::Str(text) => {
-            let list = match py_values::eval(text) {
-                Ok(Py::List(items)) => items,
+            let list = match tunebox_expr::eval(text, &[]) {
+                Ok(Object::List(items)) => items,
                 Ok(other) => {
-                    return Err(values_node
-                        .problem(format!("`{text}` is a {other}, expected a list of values")));
+                    return Err(values_node.problem(format!(
+                        "`{text}` is a {}, expected a list of values",
+                        other.type_name()
+                    )));
                 }
                 Err(e) => {
-                    return Err(values_node.problem(format!("cannot evaluate `{text}`: {e}")));
+                    return Err(values_node.problem(e.to_string()));
                 }
             };
             let mut values = Vec::with_capacity(list.len());
             for item in list {
                 values.push(match item {
-                    Py::Int(i) => ParamValue::Int(i),
-                    Py::Float(f) => ParamValue::Float(f),
-                    Py::Bool(b) => ParamValue::Bool(b),
-                    Py::Str(s) => ParamValue::Str(s),
-                    Py::List(_) => {
+                    Object::Int(i) => ParamValue::Int(i),
+                    Object::Float(f) => ParamValue::Float(f),
+                    Object::Bool(b) => ParamValue::Bool(b),
+                    Object::Str(s) => ParamValue::Str(s),
+                    Object::List(_) => {
                         return Err(values_node.problem(format!(
                             "`{text}` holds a list; a value must be a number, boolean or string"
                         )));
@@ -789,7 +797,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t1.json");
         std::fs::write(&path, text).unwrap();
-        T1File::read(&path)
+        T1File::read_file(&path)
     }
 
     const MINIMAL: &str = r#"{
@@ -818,7 +826,7 @@ mod tests {
     fn errors_name_file_and_field() {
         let bad = MINIMAL.replace("\"[32, 64]\"", "\"[32, 64\"");
         let err = read_text(&bad).unwrap_err().to_string();
-        assert!(err.contains("t1.json`: $.ConfigurationSpace.TuningParameters[0].Values: cannot evaluate `[32, 64`: expected `]`, found the end"), "{err}");
+        assert!(err.contains("t1.json`: $.ConfigurationSpace.TuningParameters[0].Values: cannot parse `[32, 64`: at column 8, expected `,` or `]`, found the end of the expression"), "{err}");
 
         let bad = MINIMAL.replace("\"[32, 64]\"", "\"[32, 6.5]\"");
         let err = read_text(&bad).unwrap_err().to_string();
@@ -840,8 +848,16 @@ mod tests {
 
         let err = read_text("{").unwrap_err();
         assert!(matches!(err, FormatError::Syntax { .. }), "{err}");
-        let err = T1File::read("/nonexistent/t1.json").unwrap_err();
+        let err = T1File::read_file("/nonexistent/t1.json").unwrap_err();
         assert!(matches!(err, FormatError::Read { .. }));
         assert_eq!(err.to_string(), "cannot read `/nonexistent/t1.json`");
+        // The public reader's error is the crate's one type, its message the whole chain.
+        let err = T1File::read("/nonexistent/t1.json").unwrap_err();
+        assert!(matches!(err, crate::TuneError::Manifest { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("cannot read `/nonexistent/t1.json`: "),
+            "{err}"
+        );
     }
 }

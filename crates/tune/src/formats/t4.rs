@@ -17,18 +17,21 @@ use std::path::Path;
 use indexmap::IndexMap;
 use serde_json::Value;
 
+use super::FormatError;
 use super::json::{J, Node, Res, read_json, write_json};
-use super::kt_cache::{KtCache, KtFailure, KtTime};
+use super::kt_cache::KtFailure;
+#[cfg(test)]
+use super::kt_cache::{KtCache, KtTime};
 use super::value::{param_from_json, to_j};
-use super::{FormatError, ParamValue};
+use crate::space::ParamValue;
 
 /// The schema version [`T4File::new`] and [`T4File::from_kt_cache`] write.
-pub const T4_SCHEMA_VERSION: &str = "1.1.0";
+pub(crate) const T4_SCHEMA_VERSION: &str = "1.1.0";
 
 /// One T4 results file.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct T4File {
+pub(crate) struct T4File {
     /// `schema_version`, `major.minor.patch` (Kernel Tuner writes `"1.0.0"`).
     pub schema_version: String,
     /// `metadata` (schema 1.1.0), if present.
@@ -42,7 +45,7 @@ pub struct T4File {
 /// T4 `metadata`: where and how the results were obtained.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct T4Metadata {
+pub(crate) struct T4Metadata {
     /// `compute_api`: `"CUDA"`, `"OpenCL"` or `"Vulkan"`.
     pub compute_api: Option<String>,
     /// `platform`: the vendor SDK.
@@ -65,7 +68,7 @@ pub struct T4Metadata {
 /// One evaluated configuration (T4 `results[i]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct T4Result {
+pub(crate) struct T4Result {
     /// `timestamp`: when it was evaluated (ISO 8601, or Kernel Tuner's
     /// `"2023-12-22 09:54:05.502007+00:00"`).
     pub timestamp: Option<String>,
@@ -90,7 +93,7 @@ pub struct T4Result {
 /// T4 `times`, all in the metadata's `timeunit` (milliseconds unless stated otherwise).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct T4Times {
+pub(crate) struct T4Times {
     /// `compilation_time` (Kernel Tuner 1.0.0's writer says `compilation`; both are read).
     pub compilation_time: Option<f64>,
     /// `runtimes`: the kernel's time in each repetition.
@@ -110,7 +113,7 @@ pub struct T4Times {
 
 /// T4 `invalidity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum T4Invalidity {
+pub(crate) enum T4Invalidity {
     /// `"correct"`: the configuration is valid and was measured.
     Correct,
     /// `"timeout"`: it ran past the time limit.
@@ -136,7 +139,7 @@ impl T4Invalidity {
     ];
 
     /// The schema's string.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             T4Invalidity::Correct => "correct",
             T4Invalidity::Timeout => "timeout",
@@ -162,7 +165,7 @@ impl From<KtFailure> for T4Invalidity {
 /// One T4 measurement: a named value with its unit.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct T4Measurement {
+pub(crate) struct T4Measurement {
     /// `name`, e.g. `"time"`, `"GFLOP/s"`.
     pub name: String,
     /// `value`: a number, a string or an array (the schema allows all three).
@@ -175,7 +178,7 @@ pub struct T4Measurement {
 
 impl T4Measurement {
     /// A numeric measurement.
-    pub fn number(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
+    pub(crate) fn number(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
         T4Measurement {
             name: name.into(),
             value: Value::from(value),
@@ -185,14 +188,17 @@ impl T4Measurement {
     }
 
     /// The value as a number, if it is one.
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         self.value.as_f64()
     }
 }
 
 impl T4Result {
     /// A result with a configuration and validity and nothing measured yet (correctness 1).
-    pub fn new(configuration: IndexMap<String, ParamValue>, invalidity: T4Invalidity) -> Self {
+    pub(crate) fn new(
+        configuration: IndexMap<String, ParamValue>,
+        invalidity: T4Invalidity,
+    ) -> Self {
         T4Result {
             timestamp: None,
             configuration,
@@ -206,7 +212,7 @@ impl T4Result {
     }
 
     /// The measurement called `name`, if any.
-    pub fn measurement(&self, name: &str) -> Option<&T4Measurement> {
+    pub(crate) fn measurement(&self, name: &str) -> Option<&T4Measurement> {
         self.measurements.iter().find(|m| m.name == name)
     }
 }
@@ -220,7 +226,7 @@ impl Default for T4File {
 impl T4File {
     /// An empty file of schema [`T4_SCHEMA_VERSION`] with metadata saying `"timeunit":
     /// "milliseconds"` and `"autotuner": "tunebox"`.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         T4File {
             schema_version: T4_SCHEMA_VERSION.to_owned(),
             metadata: Some(T4Metadata {
@@ -246,7 +252,8 @@ impl T4File {
     ///   `constraints`), `correctness` 1, `objectives` = `[objective]`;
     /// - measurements: `time` (unit `"ms"`, only when measured), then every metric; a metric
     ///   named like a rate (`"GFLOP/s"`, `"GB/s"`) has itself as unit, others `""`.
-    pub fn from_kt_cache(cache: &KtCache) -> T4File {
+    #[cfg(test)]
+    pub(crate) fn from_kt_cache(cache: &KtCache) -> T4File {
         let results = cache
             .cache
             .iter()
@@ -306,7 +313,7 @@ impl T4File {
     /// JSON; [`FormatError::Field`] naming the JSON path of a missing required member
     /// (`configuration`, `times`, `invalidity`, `correctness`) or a bad one (an unknown
     /// `invalidity`, a `correctness` other than 0 or 1, …).
-    pub fn read(path: impl AsRef<Path>) -> Result<T4File, FormatError> {
+    pub(crate) fn read(path: impl AsRef<Path>) -> Result<T4File, FormatError> {
         let path = path.as_ref();
         let doc = read_json(path)?;
         parse(&doc).map_err(|p| p.in_file(path))
@@ -318,7 +325,7 @@ impl T4File {
     /// # Errors
     ///
     /// [`FormatError::Write`] when the file cannot be written.
-    pub fn write(&self, path: impl AsRef<Path>) -> Result<(), FormatError> {
+    pub(crate) fn write(&self, path: impl AsRef<Path>) -> Result<(), FormatError> {
         write_json(path.as_ref(), &self.to_j())
     }
 

@@ -1,5 +1,6 @@
 //! [`ParamValue`] as the formats need it: Python's `repr` and `str`, numbers, JSON.
 
+#[cfg(test)]
 use serde_json::Value;
 
 use super::json::{J, Node, Res};
@@ -9,7 +10,7 @@ impl ParamValue {
     /// The value as Python's `repr` writes it: `16`, `0.5`, `1e-07`, `True`, `'text'`.
     ///
     /// This is how the value looks in a Python expression (a T1 `Values` list, a restriction).
-    pub fn repr(&self) -> String {
+    pub(crate) fn repr(&self) -> String {
         match self {
             ParamValue::Str(s) => python_str_repr(s),
             other => other.python_str(),
@@ -19,7 +20,7 @@ impl ParamValue {
     /// The value as Python's `str` writes it: like [`ParamValue::repr`], but strings bare.
     ///
     /// Kernel Tuner joins these with commas into a cache key (`"16,1,True,abc"`).
-    pub fn python_str(&self) -> String {
+    pub(crate) fn python_str(&self) -> String {
         match self {
             ParamValue::Int(i) => i.to_string(),
             ParamValue::Float(f) => python_float_repr(*f),
@@ -31,7 +32,8 @@ impl ParamValue {
 
     /// The value as a number: ints and floats as themselves, booleans as 1 and 0, strings
     /// `None` (no parsing).
-    pub fn as_f64(&self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             ParamValue::Int(i) => Some(*i as f64),
             ParamValue::Float(f) => Some(*f),
@@ -41,7 +43,8 @@ impl ParamValue {
     }
 
     /// The value as JSON: a number, boolean or string.
-    pub fn to_json(&self) -> Value {
+    #[cfg(test)]
+    pub(crate) fn to_json(&self) -> Value {
         to_j(self).to_value()
     }
 }

@@ -12,18 +12,9 @@
 
 use anyhow::{Result, bail};
 use indexmap::IndexMap;
-use serde::Deserialize;
 use tunebox_process::ProcessConfig;
 
-/// `[env]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawEnv {
-    #[serde(default)]
-    pass: Vec<String>,
-    #[serde(default)]
-    set: IndexMap<String, String>,
-}
+use super::raw::RawEnv;
 
 /// The variables a run's workers get beyond the default list: the user's variables passed on
 /// by name (or all of them), and variables set to a value.

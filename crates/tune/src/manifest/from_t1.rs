@@ -30,10 +30,10 @@ use indexmap::IndexMap;
 use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 
 use super::raw::{Extras, RawKernel, RawManifest, RawScalar, RawTensor};
-use crate::formats::py_values::{self, Py};
 use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
 use crate::launch::RawLaunch;
 use crate::space::ParamValue;
+use tunebox_expr::Object;
 
 /// Reads the T1 file at `path` as the fields of a manifest.
 pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
@@ -422,31 +422,31 @@ fn argument(
 /// `Size`, evaluated as Kernel Tuner's `int(eval(size, {**tune_params, "ProblemSize": …}))`:
 /// each parameter is bound to the list of its values (`max(filter_width)`).
 fn size(t1: &T1File, text: &str) -> Result<i64> {
-    let mut names: Vec<(String, Py)> = t1
+    let mut names: Vec<(&str, Object)> = t1
         .configuration_space
         .tuning_parameters
         .iter()
         .map(|p| {
             (
-                p.name.clone(),
-                Py::List(p.values.iter().map(to_py).collect()),
+                p.name.as_str(),
+                Object::List(p.values.iter().map(to_object).collect()),
             )
         })
         .collect();
     names.push((
-        "ProblemSize".into(),
-        Py::List(
+        "ProblemSize",
+        Object::List(
             t1.kernel_specification
                 .problem_size
                 .iter()
-                .map(|&s| Py::Int(s))
+                .map(|&s| Object::Int(s))
                 .collect(),
         ),
     ));
-    match py_values::eval_with(text, names) {
-        Ok(Py::Int(n)) => Ok(n),
-        Ok(Py::Float(f)) if f.is_finite() => Ok(f.trunc() as i64),
-        Ok(other) => bail!("Size = {text:?} is a {other}, not a number"),
+    match tunebox_expr::eval(text, &names) {
+        Ok(Object::Int(n)) => Ok(n),
+        Ok(Object::Float(f)) if f.is_finite() => Ok(f.trunc() as i64),
+        Ok(other) => bail!("Size = {text:?} is a {}, not a number", other.type_name()),
         Err(e) => bail!("Size = {text:?} cannot be evaluated: {e}"),
     }
 }
@@ -484,13 +484,8 @@ fn to_toml(v: &ParamValue) -> toml::Value {
     }
 }
 
-fn to_py(v: &ParamValue) -> Py {
-    match v {
-        ParamValue::Int(i) => Py::Int(*i),
-        ParamValue::Float(f) => Py::Float(*f),
-        ParamValue::Bool(b) => Py::Bool(*b),
-        ParamValue::Str(s) => Py::Str(s.clone()),
-    }
+fn to_object(v: &ParamValue) -> Object {
+    v.to_python().into()
 }
 
 /// Fills the tensors a T1 file gives a constant other than 0 and 1 (`FillType = Constant`),

@@ -33,7 +33,7 @@ pub(super) struct RawManifest {
     pub(super) problem_size: Option<Vec<toml::Value>>,
     pub(super) launch: Option<RawLaunch>,
     /// `[sandbox]`: run the workers sandboxed (docs/sandbox.md).
-    pub(super) sandbox: Option<super::sandbox::RawSandbox>,
+    pub(super) sandbox: Option<RawSandbox>,
     /// Named expressions over params, scalars and `time` (ms), shown as extra columns.
     #[serde(default)]
     pub(super) metrics: IndexMap<String, String>,
@@ -42,7 +42,7 @@ pub(super) struct RawManifest {
     /// Whether a larger objective is better (Kernel Tuner's `objective_higher_is_better`).
     pub(super) objective_higher_is_better: Option<bool>,
     /// `[env]`: the user's variables the workers get (`pass`), and variables set (`set`).
-    pub(super) env: Option<super::env::RawEnv>,
+    pub(super) env: Option<RawEnv>,
     // Kernel Tuner's names (`tune_kernel` arguments), as aliases of the fields above.
     /// `params`.
     pub(super) tune_params: Option<IndexMap<String, Vec<toml::Value>>>,
@@ -220,4 +220,31 @@ fn one_or_list<'de, D: serde::Deserializer<'de>>(
         toml::Value::Array(values) => values,
         one => vec![one],
     }))
+}
+
+/// `[sandbox]` as written; `enabled = false` turns a table off without deleting it.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSandbox {
+    pub(super) enabled: Option<bool>,
+    pub(super) network: Option<bool>,
+    #[serde(default)]
+    pub(super) read: Vec<String>,
+    #[serde(default)]
+    pub(super) write: Vec<String>,
+    pub(super) memory_mb: Option<u64>,
+    pub(super) cpu_time_s: Option<u64>,
+    pub(super) tasks: Option<u64>,
+    pub(super) file_size_mb: Option<u64>,
+    pub(super) write_xor_execute: Option<bool>,
+}
+
+/// `[env]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEnv {
+    #[serde(default)]
+    pub(super) pass: Vec<String>,
+    #[serde(default)]
+    pub(super) set: IndexMap<String, String>,
 }

@@ -10,32 +10,18 @@
 //! cpu_time_s = 600          # CPU time per worker; 0 (default): unlimited
 //! tasks = 256               # processes + threads per worker; 0: unlimited
 //! file_size_mb = 1024       # largest file a worker may write; 0: unlimited
+//! write_xor_execute = true  # W^X: writable memory never becomes executable (default true
+//!                           # for C; false for CUDA, whose driver is not known to do without)
 //! ```
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use serde::Deserialize;
 use tunebox_process::Sandbox;
 
 use super::Language;
-
-/// `[sandbox]` as written; `enabled = false` turns a table off without deleting it.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSandbox {
-    enabled: Option<bool>,
-    network: Option<bool>,
-    #[serde(default)]
-    read: Vec<String>,
-    #[serde(default)]
-    write: Vec<String>,
-    memory_mb: Option<u64>,
-    cpu_time_s: Option<u64>,
-    tasks: Option<u64>,
-    file_size_mb: Option<u64>,
-}
+use super::raw::RawSandbox;
 
 /// The sandbox `raw` asks for, with the manifest's folder (the kernel's sources and headers)
 /// readable; `None` without a table or with `enabled = false`.
@@ -84,17 +70,21 @@ pub(super) fn sandbox(
     if let Some(size) = limit(raw.file_size_mb, 1 << 20) {
         sandbox = sandbox.file_size(size);
     }
+    if let Some(on) = raw.write_xor_execute {
+        sandbox = sandbox.write_xor_execute(on);
+    }
     Ok(Some(sandbox))
 }
 
 /// The default sandbox for a kernel in `dir`: the folder readable (the sources and headers the
-/// cache check rereads), and no address-space limit for CUDA, whose driver maps more virtual
-/// memory than the machine has (what `tunebox tune --sandbox` uses when the manifest has no
-/// `[sandbox]`).
+/// cache check rereads); for CUDA no address-space limit (the driver maps more virtual memory
+/// than the machine has) and no W^X (the driver has not been checked to run without making
+/// memory executable). What `tunebox tune --sandbox` uses when the manifest has no
+/// `[sandbox]`.
 pub(crate) fn for_kernel(dir: &Path, language: Language) -> Sandbox {
     let sandbox = Sandbox::new().read(dir);
     match language {
-        Language::Cuda => sandbox.memory(None),
+        Language::Cuda => sandbox.memory(None).write_xor_execute(false),
         Language::C => sandbox,
     }
 }

@@ -9,9 +9,9 @@ use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
 
 use super::lookup::{Setup, Todo};
-use crate::measure;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;
+use crate::workers;
 
 /// What compiling one choice gave.
 #[derive(Debug)]
@@ -59,7 +59,7 @@ pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Com
     Ok(judge(
         setup,
         todo,
-        measure::precompile(&todo.request, &kernel_cache, &control),
+        workers::precompile(&todo.request, &kernel_cache, &control),
     ))
 }
 
@@ -96,7 +96,7 @@ pub(crate) fn judge(
         Err(CpuError::CompileCancelled { .. }) => Compiled::Cancelled,
         // Killed at compile_timeout_s: a `timeout`, not cached (a slow compiler, a loaded
         // machine or a larger compile_timeout_s may let the next run compile it).
-        Err(e) => match measure::compile_timeout_message(&e) {
+        Err(e) => match workers::compile_timeout_message(&e) {
             Some(message) => Compiled::Failed {
                 result: Box::new(failed(Status::Timeout, message)),
                 cacheable: false,

@@ -18,7 +18,6 @@ use crate::error::TuneError;
 use crate::fingerprint;
 use crate::interference::Topology;
 use crate::manifest::{Language, Manifest, Reference, Verify};
-use crate::measure::{self, Bench};
 use crate::observer::{Observer, ObserverExt};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
@@ -27,6 +26,7 @@ use crate::results::{
 use crate::space::SearchSpace;
 use crate::stop::Stop;
 use crate::strategy::Strategy;
+use crate::workers::{self, Measuring};
 
 /// A run under way: what [`Run::prepare`] resolved, the pool once started, and the ledger.
 pub(super) struct Run<'a> {
@@ -47,7 +47,7 @@ pub(super) struct Run<'a> {
     pub kernel_cache: CacheDir,
     pub topology: Topology,
     /// The pool and the reference outputs, started when something needs measuring.
-    pub bench: Option<Bench>,
+    pub measuring: Option<Measuring>,
     pub workers: usize,
     pub ledger: Ledger,
     pub notes: Vec<String>,
@@ -111,8 +111,8 @@ impl<'a> Run<'a> {
         // A GPU manifest needs a worker that sees a GPU: ask one first, so that a missing
         // driver is one clear error rather than an error per choice.
         let (device, backend) = match manifest.kernel.language {
-            Language::Cuda => (measure::probe_gpu(options.worker.as_deref())?, "cuda"),
-            Language::C => (measure::cpu_model(), "cpu"),
+            Language::Cuda => (workers::probe_gpu(options.worker.as_deref())?, "cuda"),
+            Language::C => (workers::cpu_model(), "cpu"),
         };
         check_compilers(manifest)?;
         let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
@@ -134,11 +134,11 @@ impl<'a> Run<'a> {
             stop,
             start,
             deadline: options.max_time.map(|t| start + t),
-            reference: measure::reference_request(manifest)?,
+            reference: workers::reference_request(manifest)?,
             reference_compiled: false,
             kernel_cache: tunebox_cpu::default_cache_dir()?,
             topology: Topology::detect(),
-            bench: None,
+            measuring: None,
             workers: 1,
             ledger: Ledger {
                 cache,
@@ -201,7 +201,7 @@ impl<'a> Run<'a> {
             self.ledger.reference_deps =
                 super::reference::compile_reference(label, request, &self.kernel_cache, &control)?;
         }
-        if self.bench.is_some() {
+        if self.measuring.is_some() {
             return Ok(());
         }
         let refine = self.options.refine.unwrap_or(1);
@@ -209,8 +209,8 @@ impl<'a> Run<'a> {
         if self.should_stop() {
             return Ok(());
         }
-        match open_bench(self, self.workers, self.setup.timeout) {
-            Ok(b) => self.bench = Some(b),
+        match start_measuring(self, self.workers, self.setup.timeout) {
+            Ok(b) => self.measuring = Some(b),
             Err(_) if self.stop.requested() => {}
             Err(e) => return Err(e),
         }
@@ -219,8 +219,8 @@ impl<'a> Run<'a> {
 
     /// The report: the pool shut down, the results ranked, every note and figure in.
     pub(super) fn finish(mut self) -> Report {
-        if let Some(bench) = &self.bench {
-            bench.pool.shutdown(Duration::from_millis(500));
+        if let Some(measuring) = &self.measuring {
+            measuring.pool.shutdown(Duration::from_millis(500));
         }
         self.stop.unwatch();
         let mut ledger = self.ledger;
@@ -245,7 +245,7 @@ impl<'a> Run<'a> {
         Report {
             info: RunInfo {
                 elapsed_s: self.start.elapsed().as_secs_f64(),
-                workers: if self.bench.is_some() {
+                workers: if self.measuring.is_some() {
                     self.workers
                 } else {
                     0
@@ -414,10 +414,14 @@ impl Ledger {
 
 /// Starts the pool of `run` (`workers` workers, `timeout` per choice; watched by its stop) and
 /// runs the reference.
-pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Result<Bench> {
+pub(super) fn start_measuring(
+    run: &Run<'_>,
+    workers: usize,
+    timeout: Duration,
+) -> Result<Measuring> {
     let (options, stop) = (run.options, run.stop);
-    measure::note_sandbox(run.setup.manifest, |m| run.observer.note(m));
-    let reference = measure::reference_outputs(
+    workers::note_sandbox(run.setup.manifest, |m| run.observer.note(m));
+    let reference = workers::reference_outputs(
         run.setup.manifest,
         run.reference.as_ref(),
         timeout,
@@ -425,7 +429,7 @@ pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Re
         |pool| stop.watch(pool),
         |m| run.observer.note(m),
     )?;
-    let pool = measure::start_pool(
+    let pool = workers::start_pool(
         run.setup.manifest,
         workers,
         timeout,
@@ -433,7 +437,7 @@ pub(super) fn open_bench(run: &Run<'_>, workers: usize, timeout: Duration) -> Re
         options.worker.as_deref(),
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
-    Ok(Bench { pool, reference })
+    Ok(Measuring { pool, reference })
 }
 
 /// What identifies the run's results.

@@ -10,9 +10,9 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 use crate::cache::{Deps, DepsCheck, ResultsCache};
 use crate::fingerprint;
 use crate::manifest::Manifest;
-use crate::measure;
 use crate::results::ChoiceResult;
 use crate::space::{Choice, SearchSpace};
+use crate::workers;
 
 /// What every stage of a run shares: the manifest, the device it measures on, the hash of
 /// the manifest's setup that the results cache's keys start from, the per-choice timeout and
@@ -58,7 +58,7 @@ impl<'m> Setup<'m> {
     /// The same, with `rounds` rounds of short windows after screening (as
     /// [`crate::TuneOptions::rounds`]): the manifest's reps and time are shared by the
     /// screening window and the rounds' windows, so each window is short.
-    pub fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
+    pub(crate) fn with_rounds(mut self, rounds: usize) -> Setup<'m> {
         self.windows = rounds.saturating_add(1);
         self
     }
@@ -127,7 +127,7 @@ pub fn lookup_cached(
         let Some(choice) = space.choice(index) else {
             continue;
         };
-        let request = match measure::request(
+        let request = match workers::request(
             manifest,
             &manifest.kernel,
             manifest.launch.as_ref(),
@@ -155,6 +155,7 @@ pub fn lookup_cached(
             &request,
             &choice.label(),
             setup.max_process_uses,
+            manifest.sandbox(),
         );
         let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
         if let Some((result, deps)) =

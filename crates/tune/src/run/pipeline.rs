@@ -15,11 +15,11 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TensorData};
 use super::compile::{Compiled, judge as judge_compile};
 use super::lookup::{Setup, Todo};
 use crate::interference::Conditions;
-use crate::measure::{self, InOrder};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::stop::Stop;
 use crate::windows::Windows;
+use crate::workers::{self, InOrder};
 
 /// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
 pub(crate) struct Stage<'s> {
@@ -175,7 +175,7 @@ pub(crate) fn pipeline(
         if !overlap && let Some(compilers) = compilers {
             let _ = compilers.join();
         }
-        measure::run_all(
+        workers::run_all(
             stage.pool,
             || gate.next().map(|p| (p, &todo[p].request)),
             || stage.should_stop(),
@@ -230,7 +230,7 @@ fn prepare_cuda(
     for (&p, outcome) in cuda.iter().zip(stage.pool.prepare(&batch)) {
         let Err(e) = outcome else { continue };
         ready.retain(|&q| q != p);
-        if measure::is_transient(&e) {
+        if workers::is_transient(&e) {
             on_outcome(p, Outcome::Skipped(stage.stop_reason()));
             continue;
         }
@@ -263,11 +263,11 @@ pub(crate) fn measured_outcome(
     result: Result<tunebox_protocol::BenchmarkResult, tunebox_pool::PoolError>,
     conditions: Conditions,
 ) -> Outcome {
-    let transient = matches!(&result, Err(e) if measure::is_transient(e));
+    let transient = matches!(&result, Err(e) if workers::is_transient(e));
     if transient && stage.stop.requested() {
         return Outcome::Skipped("interrupted");
     }
-    let mut r = measure::judge(
+    let mut r = workers::judge(
         todo.index,
         todo.choice.clone(),
         result,
@@ -309,7 +309,7 @@ impl CompileJob<'_> {
     fn work(&self) {
         while let Some(&p) = self.c_todo.get(self.next.fetch_add(1, Ordering::SeqCst)) {
             let outcome = (!self.stage.should_stop()).then(|| {
-                measure::precompile(
+                workers::precompile(
                     &self.todo[p].request,
                     self.compiling.kernel_cache,
                     self.compiling.control,
@@ -322,7 +322,7 @@ impl CompileJob<'_> {
             if let Some(Err(e)) = &outcome
                 && !matches!(e, CpuError::CompileCancelled { .. })
             {
-                let status = if measure::compile_timeout_message(e).is_some() {
+                let status = if workers::compile_timeout_message(e).is_some() {
                     Status::Timeout
                 } else {
                     Status::CompileError

@@ -17,9 +17,9 @@ use super::context::Run;
 use super::lookup::window_timing;
 use super::options::DEFAULT_RACE_LIMIT;
 use crate::interference::{self, Conditions};
-use crate::measure;
 use crate::observer::ObserverExt;
 use crate::results::{ChoiceResult, RunConditions, choices as plural};
+use crate::workers;
 
 /// Most rounds the race adds after the base rounds.
 const MAX_RACE_ROUNDS: usize = 8;
@@ -60,7 +60,7 @@ impl Run<'_> {
             }
         }
         let rounds = self.setup.windows.saturating_sub(1);
-        if rounds > 0 && contenders.len() > 1 && self.bench.is_some() && !self.should_stop() {
+        if rounds > 0 && contenders.len() > 1 && self.measuring.is_some() && !self.should_stop() {
             self.observer.note(&format!(
                 "measuring {} again in {rounds} rounds of short windows (shuffled, one at a \
                  time)…",
@@ -191,9 +191,9 @@ impl Run<'_> {
     /// its result) or a stop killed it.
     fn window(&mut self, p: usize, round: usize, tally: &mut Tally) -> Option<bool> {
         let request = self.window_request(&self.ledger.results[p], round)?;
-        let bench = self.bench.as_ref()?;
+        let measuring = self.measuring.as_ref()?;
         let (result, conditions) = Conditions::around(|| {
-            bench
+            measuring
                 .pool
                 .benchmark(std::slice::from_ref(&request))
                 .remove(0)
@@ -211,7 +211,7 @@ impl Run<'_> {
                 Some(conditions.disturbed)
             }
             Ok(_) => None,
-            Err(e) if measure::is_transient(&e) => None,
+            Err(e) if workers::is_transient(&e) => None,
             Err(e) => {
                 // A choice that crashes, hangs or errs in a later window is not a choice to
                 // pick: its failure is its result.
@@ -234,7 +234,7 @@ impl Run<'_> {
     /// window's share of the timing, no outputs (screening verified them).
     fn window_request(&self, result: &ChoiceResult, round: usize) -> Option<BenchmarkRequest> {
         let manifest = self.setup.manifest;
-        let mut request = measure::request(
+        let mut request = workers::request(
             manifest,
             &manifest.kernel,
             manifest.launch.as_ref(),

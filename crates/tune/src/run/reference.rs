@@ -10,9 +10,9 @@ use tunebox_protocol::{BenchmarkRequest, TensorData};
 
 use super::compile::kernel_cache;
 use super::lookup::Setup;
-use crate::measure;
 use crate::observer::{Observer, ObserverExt};
 use crate::stop::Stop;
+use crate::workers;
 
 /// Stage 4: the outputs every choice of `setup`'s manifest is judged by: those of its
 /// reference kernel, compiled (C) and run once, untimed, in a worker of its own (`worker`: the
@@ -34,7 +34,7 @@ pub fn reference(
     stop: &Stop,
 ) -> crate::Result<Option<Vec<TensorData>>> {
     let run = || -> Result<Option<Vec<TensorData>>> {
-        let request = measure::reference_request(setup.manifest)?;
+        let request = workers::reference_request(setup.manifest)?;
         if let Some((label, request)) = &request {
             let cancel = || stop.poll(observer);
             let control = CompileControl {
@@ -44,7 +44,7 @@ pub fn reference(
             };
             compile_reference(label, request, &kernel_cache()?, &control)?;
         }
-        let outputs = measure::reference_outputs(
+        let outputs = workers::reference_outputs(
             setup.manifest,
             request.as_ref(),
             setup.timeout,
@@ -71,11 +71,11 @@ pub(crate) fn compile_reference(
     cache: &CacheDir,
     control: &CompileControl<'_>,
 ) -> Result<Vec<PathBuf>> {
-    match measure::precompile(request, cache, control) {
+    match workers::precompile(request, cache, control) {
         Ok(dependencies) => Ok(dependencies),
         // Interrupted: no choice is measured either.
         Err(CpuError::CompileCancelled { .. }) => Ok(Vec::new()),
-        Err(e) => match measure::compile_timeout_message(&e) {
+        Err(e) => match workers::compile_timeout_message(&e) {
             Some(message) => bail!("the reference {label} does not compile: {message}"),
             None => bail!(
                 "the reference {label} does not compile: {:#}",

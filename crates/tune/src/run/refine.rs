@@ -8,15 +8,15 @@ use anyhow::Result;
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
-use super::context::{Ledger, Run, open_bench};
+use super::context::{Ledger, Run, start_measuring};
 use super::lookup::cached;
 use super::options::REFINE_FACTOR;
 use crate::error_line;
 use crate::fingerprint;
-use crate::measure;
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::windows::Windows;
+use crate::workers;
 
 /// Most timed reps a refined measurement may ask for.
 const MAX_REPS: u32 = 1_000_000;
@@ -66,7 +66,7 @@ impl Run<'_> {
         if todo.is_empty() || !self.refine_pool(todo.len(), timeout)? {
             return Ok(());
         }
-        let bench = self.bench.as_ref().expect("started by refine_pool");
+        let measuring = self.measuring.as_ref().expect("started by refine_pool");
         let (observer, stop) = (self.observer, self.stop);
         observer.phase(
             Phase::Refining,
@@ -80,21 +80,21 @@ impl Run<'_> {
         let ledger = &mut self.ledger;
         let notes = &mut self.notes;
         let setup = &self.setup;
-        measure::run_all(
-            &bench.pool,
-            measure::one_by_one(&requests),
+        workers::run_all(
+            &measuring.pool,
+            workers::one_by_one(&requests),
             || stop.poll(observer),
             |i, result, conditions| {
-                if matches!(&result, Err(e) if measure::is_transient(e)) {
+                if matches!(&result, Err(e) if workers::is_transient(e)) {
                     return; // The screening result stands.
                 }
                 let (p, _, key) = &todo[i];
                 let screen = ledger.results[*p].median_ms();
-                let mut refined = measure::judge(
+                let mut refined = workers::judge(
                     ledger.results[*p].index,
                     ledger.results[*p].choice.clone(),
                     result,
-                    bench.reference.as_deref(),
+                    measuring.reference.as_deref(),
                     setup.manifest,
                     &setup.device,
                 );
@@ -124,7 +124,7 @@ impl Run<'_> {
         for p in refine_order(&self.ledger.results, top) {
             let screen = self.ledger.results[p].median_ms();
             let choice = self.ledger.results[p].choice.clone();
-            let mut request = measure::request(
+            let mut request = workers::request(
                 setup.manifest,
                 &setup.manifest.kernel,
                 setup.manifest.launch.as_ref(),
@@ -137,6 +137,7 @@ impl Run<'_> {
                 &request,
                 &choice.label(),
                 setup.max_process_uses,
+                setup.manifest.sandbox(),
             );
             let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
             let index = self.ledger.results[p].index;
@@ -164,14 +165,14 @@ impl Run<'_> {
     /// choice's: refining needs a pool of its own); `false` when a stop came first.
     fn refine_pool(&mut self, n: usize, timeout: Duration) -> Result<bool> {
         let workers = self.options.workers.clamp(1, n);
-        let started = match self.bench.as_mut() {
+        let started = match self.measuring.as_mut() {
             Some(screening) => {
                 self.stop.unwatch();
                 screening.pool.shutdown(Duration::from_millis(500));
                 if self.stop.poll(self.observer) {
                     return Ok(false);
                 }
-                measure::start_pool(
+                workers::start_pool(
                     self.setup.manifest,
                     workers,
                     timeout,
@@ -184,7 +185,7 @@ impl Run<'_> {
                     screening.pool = pool;
                 })
             }
-            None => open_bench(self, workers, timeout).map(|b| self.bench = Some(b)),
+            None => start_measuring(self, workers, timeout).map(|b| self.measuring = Some(b)),
         };
         match started {
             Ok(()) => Ok(true),

@@ -73,7 +73,7 @@ impl Run<'_> {
 
     /// The pipeline over `todo`, compiling as it measures; every outcome to the ledger.
     fn measure(&mut self, todo: &[Todo]) {
-        let Some(bench) = &self.bench else {
+        let Some(measuring) = &self.measuring else {
             let why = reason(self.stop);
             self.ledger
                 .not_measured
@@ -95,15 +95,15 @@ impl Run<'_> {
         };
         let stage = Stage {
             setup: &self.setup,
-            pool: &bench.pool,
-            reference: bench.reference.as_deref(),
+            pool: &measuring.pool,
+            reference: measuring.reference.as_deref(),
             observer,
             stop,
             deadline: self.deadline,
         };
         // The CPUs this process may use (an affinity mask can hide some that sysfs lists).
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = bench.pool.size();
+        let workers = measuring.pool.size();
         let compiling = Compiling {
             kernel_cache: &self.kernel_cache,
             control: &control,

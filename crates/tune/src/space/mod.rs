@@ -9,82 +9,26 @@
 //! choice (8 bytes); a [`Choice`] is built when asked for. A space of more than 50 million
 //! valid choices is not listed at all: see [`SearchSpace`].
 
+mod restriction;
 mod solver;
+pub(crate) mod value;
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail, ensure};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use tunebox_expr::{Compiled, Expr, Value as PyValue};
+use tunebox_expr::Value as PyValue;
 use tunebox_protocol::Define;
 
 use crate::shard::ShardInfo;
 use solver::Problem;
 
+pub(crate) use restriction::Restriction;
+pub(crate) use value::ParamValue;
+
 /// Most valid choices a space may hold (8 bytes each: 400 MB at most).
 pub(crate) const MAX_VALID: usize = 50_000_000;
-
-/// One value of a parameter, as written in the manifest (and in reports: a JSON number, boolean
-/// or string).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ParamValue {
-    /// An integer.
-    Int(i64),
-    /// A float.
-    Float(f64),
-    /// A boolean (defined as 1 or 0).
-    Bool(bool),
-    /// A string (defined verbatim).
-    Str(String),
-}
-
-impl ParamValue {
-    pub(crate) fn from_toml(value: &toml::Value) -> Result<ParamValue> {
-        Ok(match value {
-            toml::Value::Integer(i) => ParamValue::Int(*i),
-            toml::Value::Float(f) => ParamValue::Float(*f),
-            toml::Value::Boolean(b) => ParamValue::Bool(*b),
-            toml::Value::String(s) => ParamValue::Str(s.clone()),
-            other => bail!(
-                "{other} is a {}; a parameter value must be an integer, float, boolean or string",
-                other.type_str()
-            ),
-        })
-    }
-
-    /// The text of the `-DNAME=VALUE` define: integers and floats as written, booleans as 1
-    /// or 0, strings verbatim.
-    pub fn define_text(&self) -> String {
-        match self {
-            ParamValue::Int(i) => i.to_string(),
-            ParamValue::Float(f) => format!("{f:?}"),
-            ParamValue::Bool(b) => u8::from(*b).to_string(),
-            ParamValue::Str(s) => s.clone(),
-        }
-    }
-
-    /// The value as a Python value for restrictions, metrics and launch geometry, borrowing
-    /// strings.
-    pub(crate) fn to_python(&self) -> PyValue<'_> {
-        match self {
-            ParamValue::Int(i) => PyValue::Int(*i),
-            ParamValue::Float(f) => PyValue::Float(*f),
-            ParamValue::Bool(b) => PyValue::Bool(*b),
-            ParamValue::Str(s) => PyValue::Str(s),
-        }
-    }
-}
-
-impl std::fmt::Display for ParamValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ParamValue::Bool(b) => write!(f, "{b}"),
-            other => f.write_str(&other.define_text()),
-        }
-    }
-}
 
 /// One point of the space: a value for every parameter, in the manifest's order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,7 +54,7 @@ impl Choice {
     }
 
     /// The choice as compiler defines.
-    pub fn defines(&self) -> Vec<Define> {
+    pub(crate) fn defines(&self) -> Vec<Define> {
         self.0
             .iter()
             .map(|(k, v)| Define::new(k, v.define_text()))
@@ -145,75 +89,6 @@ impl Choice {
     }
 }
 
-/// A restriction: a Python expression over the params that a choice must satisfy (as a Python
-/// `if` would read it: any truthy value keeps the choice), such as `32 <= BX * BY <= 1024`.
-#[derive(Debug, Clone)]
-pub(crate) struct Restriction {
-    compiled: Compiled,
-    /// The position of the last param it reads: it can be checked once params `0..=last` are
-    /// bound (0 for a restriction that reads none).
-    last: usize,
-}
-
-impl Restriction {
-    /// Parses `text` and binds its names to the params' positions.
-    ///
-    /// # Errors
-    ///
-    /// A parse error (the column, and what was expected there), or a name that is not a param
-    /// (naming the params).
-    pub(crate) fn parse(text: &str, params: &IndexMap<String, Vec<ParamValue>>) -> Result<Self> {
-        if let Some(body) = lambda_body(text) {
-            bail!(
-                "{text:?} is a Python lambda, which Kernel Tuner takes in a script; a manifest \
-                 gives the condition itself, over the params' names: {:?}",
-                body
-            );
-        }
-        let expr = Expr::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let names: Vec<&str> = params.keys().map(String::as_str).collect();
-        if let Some(unknown) = expr.variables().iter().find(|v| !params.contains_key(*v)) {
-            bail!(
-                "{text:?}: `{unknown}` is not a param (params: {})",
-                names.join(", ")
-            );
-        }
-        let compiled = expr.bind(&names).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let last = compiled.slots().iter().copied().max().unwrap_or(0);
-        Ok(Restriction { compiled, last })
-    }
-}
-
-/// The condition a restriction written as a Python lambda means, as a manifest writes it:
-/// `lambda p: p["BX"] * p["BY"] <= 1024` is `BX * BY <= 1024`, and `lambda BX, BY: BX < BY`
-/// is `BX < BY`; `None` when `text` is not a lambda.
-fn lambda_body(text: &str) -> Option<String> {
-    let rest = text.trim_start().strip_prefix("lambda")?;
-    if !rest.starts_with(|c: char| c.is_whitespace()) {
-        return None;
-    }
-    let (args, body) = rest.split_once(':')?;
-    let args: Vec<&str> = args.split(',').map(str::trim).collect();
-    let mut body = body.trim().to_owned();
-    // `lambda p: p["X"]`: Kernel Tuner hands the lambda a dict of the params.
-    if let [dict] = args.as_slice()
-        && !dict.is_empty()
-    {
-        for quote in ['"', '\''] {
-            let open = format!("{dict}[{quote}");
-            while let Some(start) = body.find(&open) {
-                let name_start = start + open.len();
-                let Some(len) = body[name_start..].find(&format!("{quote}]")) else {
-                    break;
-                };
-                let name = body[name_start..name_start + len].to_owned();
-                body.replace_range(start..name_start + len + 2, &name);
-            }
-        }
-    }
-    Some(body)
-}
-
 /// Every choice of the space that satisfies every restriction, in canonical order.
 #[cfg(test)]
 pub(crate) fn choices(
@@ -233,14 +108,12 @@ pub(crate) fn choices(
 ///
 /// # Spaces too large to list
 ///
-/// A space with more than 50 million valid choices is not listed ([`SearchSpace::is_listed`]
-/// is false): a choice's index is then its rank in the raw product (the product of the value
+/// A space with more than 50 million valid choices is not listed: a choice's index is then its rank in the raw product (the product of the value
 /// lists, before restrictions), [`SearchSpace::len`] is the size of that product (every index
 /// is below it, but not every index below it is a choice: [`SearchSpace::contains`] says),
-/// random choices are drawn by rejection from the raw product
-/// ([`SearchSpace::random_index`]), and a shard of such a space owns a block of the raw product
-/// rather than every N-th choice ([`SearchSpace::owns`]); brute force lists one shard's block
-/// at a time ([`SearchSpace::list_shard`]).
+/// random choices are drawn by rejection from the raw product, and a shard of such a space owns
+/// a block of the raw product rather than every N-th choice; brute force lists one shard's
+/// block at a time ([`SearchSpace::list_shard`]).
 #[derive(Debug, Clone)]
 pub struct SearchSpace {
     params: IndexMap<String, Vec<ParamValue>>,
@@ -323,14 +196,14 @@ impl SearchSpace {
     }
 
     /// The restrictions' texts, in the manifest's order.
-    pub fn restrictions(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn restrictions(&self) -> impl Iterator<Item = &str> {
         self.restrictions.iter().map(|r| r.compiled.text())
     }
 
     /// Whether every valid choice is listed (a space of at most 50 million): indices are then
     /// positions among the valid choices, `0..len()` every one a choice. See [`SearchSpace`]
     /// for the other kind.
-    pub fn is_listed(&self) -> bool {
+    pub(crate) fn is_listed(&self) -> bool {
         matches!(self.listing, Listing::All(_))
     }
 
@@ -363,7 +236,7 @@ impl SearchSpace {
 
     /// The value indices of the choice with stable index `index`, one per param, if there is
     /// one.
-    pub fn value_indices(&self, index: usize) -> Option<Vec<usize>> {
+    pub(crate) fn value_indices(&self, index: usize) -> Option<Vec<usize>> {
         let rank = match &self.listing {
             Listing::All(ranks) => *ranks.get(index)?,
             Listing::Unlisted { .. } => index as u64,
@@ -427,7 +300,7 @@ impl SearchSpace {
 
     /// How many choices are listed: [`SearchSpace::len`], or for a space too large to list,
     /// those of the shard's block.
-    pub fn listed_len(&self) -> usize {
+    pub(crate) fn listed_len(&self) -> usize {
         match &self.listing {
             Listing::All(ranks) | Listing::Unlisted { block: ranks } => ranks.len(),
         }
@@ -436,7 +309,7 @@ impl SearchSpace {
     /// The index of the `position`-th listed choice (canonical order): `position` itself in a
     /// listed space, the rank of the `position`-th choice of the shard's block otherwise. How
     /// brute force walks any space.
-    pub fn listed_index(&self, position: usize) -> Option<usize> {
+    pub(crate) fn listed_index(&self, position: usize) -> Option<usize> {
         match &self.listing {
             Listing::All(ranks) => (position < ranks.len()).then_some(position),
             Listing::Unlisted { block } => block.get(position).map(|&r| r as usize),
@@ -446,7 +319,7 @@ impl SearchSpace {
     /// A valid choice's index drawn uniformly at random with `rng`: in a listed space one of
     /// `0..len()`; in one too large to list, by rejection from the raw product (up to a
     /// million draws). `None` when the space is empty, or no draw was valid.
-    pub fn random_index(&self, rng: &mut fastrand::Rng) -> Option<usize> {
+    pub(crate) fn random_index(&self, rng: &mut fastrand::Rng) -> Option<usize> {
         match &self.listing {
             Listing::All(ranks) => (!ranks.is_empty()).then(|| rng.usize(0..ranks.len())),
             Listing::Unlisted { .. } => {
@@ -462,7 +335,7 @@ impl SearchSpace {
     /// Whether shard `shard` (all of them when `None`) owns the choice `index`: in a listed
     /// space every N-th choice (`index % N == K`), in a space too large to list the K-th of N
     /// equal blocks of the raw product.
-    pub fn owns(&self, shard: Option<ShardInfo>, index: usize) -> bool {
+    pub(crate) fn owns(&self, shard: Option<ShardInfo>, index: usize) -> bool {
         match (&self.listing, shard) {
             (_, None) => true,
             (Listing::All(_), shard) => crate::shard::owns(shard, index),
@@ -482,7 +355,7 @@ impl SearchSpace {
 
     /// Lists the valid choices of the block of the raw product that `shard` owns, in a space
     /// too large to list whole (nothing to do in a listed one), so that brute force can walk
-    /// them ([`SearchSpace::listed_index`]).
+    /// them.
     ///
     /// # Errors
     ///
@@ -556,7 +429,7 @@ impl SearchSpace {
     /// The stable index of the choice with these value indices (one per param, each below its
     /// param's value count), or `None` when it breaks a restriction or an index is out of
     /// range: how a local search finds a neighbour without building a [`Choice`].
-    pub fn index_of_values(&self, indices: &[usize]) -> Option<usize> {
+    pub(crate) fn index_of_values(&self, indices: &[usize]) -> Option<usize> {
         if indices.len() != self.radix.len()
             || indices
                 .iter()
@@ -735,6 +608,7 @@ pub fn choice_count(n: usize) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use tunebox_expr::{Compiled, Expr};
 
     /// Integer params from `(name, values)` pairs, in order.
     pub(crate) fn params(spec: &[(&str, &[i64])]) -> IndexMap<String, Vec<ParamValue>> {

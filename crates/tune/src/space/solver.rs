@@ -14,7 +14,8 @@
 use anyhow::{Context, Result};
 use tunebox_expr::Value as PyValue;
 
-use super::{ParamValue, Restriction};
+use super::restriction::Restriction;
+use super::value::ParamValue;
 use indexmap::IndexMap;
 
 /// How often (in partial choices visited) a walk reports its progress.

@@ -134,7 +134,7 @@ impl AutoSearch {
 
     /// As [`AutoSearch::new`], proposing up to `batch` choices when asked for several (as many
     /// as there are workers measuring).
-    pub fn with_batch(budget: usize, seed: u64, batch: usize) -> AutoSearch {
+    pub(crate) fn with_batch(budget: usize, seed: u64, batch: usize) -> AutoSearch {
         AutoSearch::with_options(
             budget,
             seed,

@@ -76,7 +76,7 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
 
 /// As [`by_name`], for a run that measures `batch` choices at once (as many as it has
 /// workers): `auto` then proposes up to `batch` choices at a time (by local penalization, see
-/// [`AutoSearch::with_batch`]). The others are unchanged: `genetic` and `de` propose a
+/// [`AutoOptions::batch`]). The others are unchanged: `genetic` and `de` propose a
 /// generation at once, brute force and `random` everything, the rest one choice at a time.
 pub fn by_name_batched(
     name: &str,

@@ -228,7 +228,7 @@ impl SpaceStats {
     /// # Errors
     ///
     /// As [`SpaceStats::budget`].
-    pub fn time_range(&self, settings: &Settings) -> Result<Vec<f64>, Refused> {
+    pub(crate) fn time_range(&self, settings: &Settings) -> Result<Vec<f64>, Refused> {
         let (_, _, t0, t1) = self.budget(settings)?;
         Ok(linspace(t0, t1, settings.resolution))
     }

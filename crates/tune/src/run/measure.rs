@@ -9,15 +9,15 @@ use tunebox_protocol::TensorData;
 
 use super::lookup::{Setup, Todo};
 use super::pipeline::{Outcome, Stage, pipeline};
-use crate::measure::start_pool;
 use crate::observer::Observer;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;
+use crate::workers::start_pool;
 
-/// Stage 5, on its own: measures `todo` (C choices compiled first: see [`super::compile()`])
+/// Stage 5, on its own: measures `todo` (C choices compiled first: see [`crate::compile()`])
 /// on a pool of `workers` fresh workers (`worker`: their executable, as
 /// [`crate::TuneOptions::worker`]), one choice per worker at a time in `todo`'s order, each
-/// judged against `reference` (from [`super::reference()`]; `None`: unverified), reported to
+/// judged against `reference` (from [`crate::reference()`]; `None`: unverified), reported to
 /// `observer`, and returned in `todo`'s order. A raised `stop` (or `observer` asking to stop)
 /// starts no new choice and kills those running; they are left out of the results.
 ///

@@ -1,6 +1,7 @@
-//! Measuring choices in a pool: building requests, the reference, feeding the workers one choice
-//! at a time (so that a time budget or Ctrl-C stops new choices from starting), and judging
-//! each result against the reference.
+//! The run's side of its workers: a choice's `BenchmarkRequest`, the pool that measures the
+//! requests one choice at a time (so that a time budget or Ctrl-C stops new choices from
+//! starting), the reference's outputs, judging each result against them, and the probes of the
+//! device (`probe_gpu`, `cpu_model`). The stages in `run/` call these.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -158,8 +159,9 @@ pub(crate) fn reference_request(manifest: &Manifest) -> Result<Option<(String, B
     })
 }
 
-/// A pool of workers and the reference outputs to judge choices by.
-pub(crate) struct Bench {
+/// What measuring needs once the run has started it: the pool of workers, and the reference
+/// outputs each choice's result is judged by (`None`: unverified).
+pub(crate) struct Measuring {
     pub pool: Arc<TuningProcessPool>,
     pub reference: Option<Vec<TensorData>>,
 }

@@ -1,0 +1,66 @@
+//! Fresh inputs for the last verification call (docs/sandbox.md): every randomly initialized
+//! input drawn again with the run's fresh seed mixed into its seed, so that a memoized or
+//! replayed answer fails. Shared by the backends, so that a candidate and its reference (which
+//! run in the same backend kind) see the same fresh inputs.
+
+use tunebox_protocol::{BenchError, BenchmarkRequest, Init, TensorSpec};
+
+use crate::HostTensor;
+
+/// `spec` with `fresh` mixed into its seed, when it is a randomly initialized input; `None`
+/// for an output, or an input given as data or a constant (which cannot be drawn again).
+pub fn fresh_input_spec(spec: &TensorSpec, fresh: u64) -> Option<TensorSpec> {
+    let Init::Random { seed } = spec.init else {
+        return None;
+    };
+    if spec.output {
+        return None;
+    }
+    let mut other = spec.clone();
+    other.init = Init::Random {
+        seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
+    };
+    Some(other)
+}
+
+/// The fresh contents of each of `request`'s tensors, by index: `Some(tensor)` for each
+/// randomly initialized input ([`fresh_input_spec`]), `None` for the rest.
+///
+/// # Errors
+///
+/// A tensor cannot be allocated (as [`HostTensor::allocate`]).
+pub fn fresh_inputs(
+    request: &BenchmarkRequest,
+    fresh: u64,
+) -> Result<Vec<Option<HostTensor>>, BenchError> {
+    request
+        .tensors
+        .iter()
+        .map(|spec| {
+            fresh_input_spec(spec, fresh)
+                .map(|s| HostTensor::allocate(&s))
+                .transpose()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunebox_protocol::DType;
+
+    #[test]
+    fn only_random_inputs_are_drawn_again() {
+        let x = TensorSpec::new("x", DType::F32, [4]).random(7);
+        let fresh = fresh_input_spec(&x, 99).unwrap();
+        assert_ne!(fresh.init, x.init);
+        assert_eq!(
+            fresh_input_spec(&x, 99).unwrap().init,
+            fresh.init,
+            "deterministic"
+        );
+        assert_ne!(fresh_input_spec(&x, 98).unwrap().init, fresh.init);
+        assert!(fresh_input_spec(&TensorSpec::new("y", DType::F32, [4]).output(), 1).is_none());
+        assert!(fresh_input_spec(&TensorSpec::new("z", DType::F32, [4]), 1).is_none());
+    }
+}
