@@ -279,7 +279,7 @@ enum Strategy {
     Bayes,
     /// The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures
     /// ranked last, string params categorical, a batch for as many workers), then iterated
-    /// local search from the best after 32 results. First of either tool's strategies in
+    /// local search from the best after 64 results. First of either tool's strategies in
     /// held-out scores (docs/search.md).
     Auto,
 }

@@ -137,7 +137,7 @@ fn tune_help() {
                       - ils:         Greedy iterated local search (Kernel Tuner's greedy_ils)
                       - de:          Differential evolution, best1bin (Kernel Tuner's diff_evo)
                       - bayes:       Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt)
-                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers), then iterated local search from the best after 32 results. First of either tool's strategies in held-out scores (docs/search.md)
+                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers), then iterated local search from the best after 64 results. First of either tool's strategies in held-out scores (docs/search.md)
 
                   --budget <N>
                       Measure N choices: a random sample unless --strategy names another

@@ -15,7 +15,7 @@
 //!   `1 − k(x, chosen)` for the ones already chosen (local penalization), so that a batch spreads;
 //! - candidates are the unvisited adjacent neighbours of the 5 best, random walks of one or two
 //!   params from the 3 best, and 128 random unvisited choices; the first 10 choices are random;
-//! - **late, local search**: after 32 results the model has found the good region, and what
+//! - **late, local search**: after 64 results the model has found the good region, and what
 //!   is left is to find its best, which a GP on ranks does poorly (its targets near the top are
 //!   a few rank steps apart). From there `auto` climbs as `ils` does (Kernel Tuner's
 //!   `greedy_ils`: first-improvement over adjacent neighbours, a random walk of 30% of the
@@ -23,7 +23,7 @@
 //!   the best choice found; with a batch, the climb has one slot and the model the others.
 //!
 //! [`AutoOptions`] holds the few settings (random start, ξ, the transform, the batch size, the
-//! handoff). The handoff (32, from 16, 32, 64, 128, 256 and never) and the rank transform were
+//! handoff). The handoff (64, from 16, 32, 64, 128, 256 and never) and the rank transform were
 //! chosen by leave-one-GPU-out and leave-one-kernel-out on the repository's data
 //! (docs/search.md); the others are the usual ones of GP-EI (ξ = 0.01, length scale by marginal
 //! likelihood over a grid). Its cost per step before the handoff is one GP fit on at most 128 points (a Cholesky
@@ -40,7 +40,7 @@ const POOL: usize = 128;
 const WALKS: usize = 32;
 const MAX_POINTS: usize = 128;
 /// Results before local search takes over, chosen by leave-one-out (docs/search.md).
-const HANDOFF: usize = 32;
+const HANDOFF: usize = 64;
 
 /// What `auto` can be told; [`AutoOptions::default`] is what `--strategy auto` runs (chosen by
 /// leave-one-GPU-out and leave-one-kernel-out on the repository's data: docs/search.md).
@@ -638,7 +638,7 @@ mod tests {
             assert!(sizes.iter().all(|&n| n == batch), "{sizes:?}");
             assert!(asked.contains(&space.index_of_values(&[11, 4]).unwrap()));
         }
-        // The default hands over after 32 results.
-        assert_eq!(AutoOptions::default().handoff, 32);
+        // The default hands over after 64 results.
+        assert_eq!(AutoOptions::default().handoff, 64);
     }
 }
