@@ -7,7 +7,8 @@
 //! ```text
 //! cargo run --release -p tunebox-tune --example strategies -- [FILES…]
 //!     [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
-//!     [--svg PATH] [--markdown PATH] [--loo] [--package]
+//!     [--svg PATH] [--markdown PATH] [--loo] [--loo-fractions F,…] [--choose a,b,…]
+//!     [--runs PATH] [--strategy-time] [--package]
 //!     [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
 //! ```
 //!
@@ -22,7 +23,10 @@
 //! standard error); the output says when it is not. Standard errors come from a bootstrap over
 //! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold
 //! the tunebox strategy (or `auto` variant, e.g. `auto[transform=log]`) of best mean score on the
-//! other spaces is chosen and scored on the held-out ones. `--package` scores the same traces with
+//! other spaces is chosen and scored on the held-out ones; `--loo-fractions 1,0.25` chooses by
+//! the mean over those budget fractions and reports each, `--choose` limits the candidates.
+//! `--runs PATH` keeps tunebox's simulated runs and reuses them by strategy name;
+//! `--strategy-time` puts tunebox's strategies' own time on the simulated clock. `--package` scores the same traces with
 //! the `autotuning-methodology` package too (`benchmarks/kernel-tuner/methodology.py`, in the
 //! Kernel Tuner environment) and prints both.
 //!
