@@ -10,6 +10,10 @@
 //! `benchmarks/kernel-tuner/run.sh` does) tunes the same 27 choices once per run
 //! (`benchmarks/kernel-tuner/compare.py kt-tune`), unless `--no-kt`.
 //!
+//! With `--clock wall`, tunebox's runs use a copy of the manifest with `timing.clock = "wall"`
+//! (every rep's wall time, as before issue 23's preemption clock), written to
+//! `target/agreement/`.
+//!
 //! For every pair of runs of a tool it reports Spearman's rank correlation over the choices
 //! both measured `ok`, and the top-1 regret: run i's best as run j measured it, against run j's
 //! best (both directions). Prints min / median / max of each and of the wall times, checks them
@@ -31,7 +35,8 @@ use crate::{cargo, target_dir, workspace_root};
 /// objective).
 pub(crate) type Medians = BTreeMap<String, f64>;
 
-const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [-- TUNE_ARGS…]";
+const USAGE: &str =
+    "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--clock wall] [-- TUNE_ARGS…]";
 
 /// What one tool's runs gave.
 #[derive(Default)]
@@ -48,11 +53,13 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &[][..]),
     };
-    let (mut runs, mut busy, mut kt) = (5usize, false, true);
-    for arg in own {
+    let (mut runs, mut busy, mut kt, mut clock) = (5usize, false, true, None);
+    let mut own = own.iter();
+    while let Some(arg) = own.next() {
         match arg.as_str() {
             "--busy" => busy = true,
             "--no-kt" => kt = false,
+            "--clock" => clock = Some(own.next().ok_or(USAGE)?.clone()),
             n => runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
         }
     }
@@ -61,6 +68,10 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let tunebox = target_dir(&root).join("release").join("tunebox");
     let out = target_dir(&root).join("agreement");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let manifest = match &clock {
+        Some(clock) => manifest_with_clock(&root, &out, clock)?,
+        None => root.join("examples").join("matmul-cpu.toml"),
+    };
     let python = if kt { Some(kt_python(&root)?) } else { None };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let _hogs = if busy {
@@ -76,7 +87,9 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         let json_path = out.join(format!("run-{tag}-{run}.json"));
         let started = Instant::now();
         let output = Command::new(&tunebox)
-            .args(["tune", "examples/matmul-cpu.toml", "--no-cache", "--json"])
+            .arg("tune")
+            .arg(&manifest)
+            .args(["--no-cache", "--json"])
             .arg(&json_path)
             .args(tune_args)
             .env("TUNEBOX_CACHE_DIR", &kernels)
@@ -119,7 +132,12 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
             );
         }
     }
-    let summary = summarize(&ours, &theirs, busy, tune_args)?;
+    let described: Vec<String> = tune_args
+        .iter()
+        .cloned()
+        .chain(clock.iter().map(|c| format!("timing.clock = {c:?}")))
+        .collect();
+    let summary = summarize(&ours, &theirs, busy, &described)?;
     let path = out.join(if busy {
         "summary-busy.json"
     } else {
@@ -129,6 +147,28 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
+}
+
+/// A copy of the main job's manifest in `out` with `timing.clock = clock` and its kernels'
+/// paths made absolute.
+fn manifest_with_clock(root: &Path, out: &Path, clock: &str) -> Result<PathBuf, String> {
+    let examples = root.join("examples");
+    let original = examples.join("matmul-cpu.toml");
+    let text = std::fs::read_to_string(&original)
+        .map_err(|e| format!("cannot read {}: {e}", original.display()))?;
+    let kernels = format!("source = \"{}/kernels/", examples.display());
+    let text = text
+        .replace("source = \"kernels/", &kernels)
+        .replace("[timing]\n", &format!("[timing]\nclock = {clock:?}\n"));
+    if !text.contains(&kernels) || !text.contains("clock = ") {
+        return Err(format!(
+            "{}: no [timing] table or kernel source to rewrite",
+            original.display()
+        ));
+    }
+    let path = out.join(format!("matmul-cpu-{clock}.toml"));
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// Pairwise figures of one tool's runs: (Spearman of each pair, regret both ways).

@@ -2,9 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_protocol::{BenchError, Phase, TimingConfig, TimingStats};
+use tunebox_protocol::{BenchError, Phase, RepClock, TimingConfig, TimingStats};
 
 use crate::progress::report_progress;
+use crate::rep_clock::ThreadWatch;
 use crate::stats::summarize;
 
 /// Number of runs used to estimate the cost of one run (triton uses 5).
@@ -64,6 +65,38 @@ pub trait Runner {
         self.run()?;
         Ok(start.elapsed().as_secs_f64() * 1e3)
     }
+
+    /// Whether [`Runner::run_timed`] and [`Runner::run_batch_timed`] time the calls on this
+    /// thread with the host's monotonic clock, as the defaults do. [`do_bench`] then watches
+    /// the thread's CPU time and context switches around each sample and corrects a preempted
+    /// one ([`TimingConfig::clock`]). A backend that times on a device (events), or returns
+    /// times it did not measure on this thread, returns `false`.
+    fn host_timed(&self) -> bool {
+        true
+    }
+}
+
+/// One timed sample of `runner`, one call or (`batch`, hot mode) a batch of back-to-back
+/// calls: its total time in ms, after [`RepClock`]'s correction on a host-timed runner, and
+/// whether the correction applied.
+fn timed_sample<R: Runner + ?Sized>(
+    runner: &mut R,
+    clock: RepClock,
+    batch: Option<u32>,
+) -> Result<(f64, bool), BenchError> {
+    let clock = if runner.host_timed() {
+        clock
+    } else {
+        RepClock::Wall
+    };
+    let watch = ThreadWatch::start(clock);
+    let wall_ms = match batch {
+        Some(calls) => runner.run_batch_timed(calls)?,
+        None => runner.run_timed()?,
+    };
+    Ok(watch
+        .stop()
+        .map_or((wall_ms, false), |span| span.time_ms(wall_ms)))
 }
 
 /// In hot mode, a timed batch of back-to-back calls lasts about this long (ms).
@@ -133,6 +166,23 @@ pub fn do_bench_within<R: Runner + ?Sized>(
     config: &TimingConfig,
     started: Instant,
 ) -> Result<TimingStats, BenchError> {
+    do_bench_after(runner, config, started, None)
+}
+
+/// [`do_bench_within`] for a backend that has already called the kernel once, on this
+/// request's tensors, in `first_call_ms`: with `config.estimate_runs == Some(0)` that call's
+/// time is the estimate (and one flush is timed for the flush's cost) instead of estimate runs
+/// of its own.
+///
+/// # Errors
+///
+/// As [`do_bench`].
+pub fn do_bench_after<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+    started: Instant,
+    first_call_ms: Option<f64>,
+) -> Result<TimingStats, BenchError> {
     validate(config)?;
     let budget = Budget::new(config.budget_ms, started);
     let flush = |runner: &mut R| -> Result<f64, BenchError> {
@@ -147,13 +197,24 @@ pub fn do_bench_within<R: Runner + ?Sized>(
 
     let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
     let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
-    let estimate_target = config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1);
+    let reuse_first = config.estimate_runs == Some(0) && first_call_ms.is_some();
+    let estimate_target = if reuse_first {
+        0
+    } else {
+        config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1)
+    };
+    if let (true, Some(first_ms)) = (reuse_first, first_call_ms) {
+        runner.restore()?;
+        flush_ms = flush(runner)?;
+        kernel_ms = first_ms;
+        estimate_runs = 1;
+    }
     report_progress(started, Phase::Estimate, (0, estimate_target), None, None);
     while estimate_runs < estimate_target {
         runner.restore()?;
         let wall = Instant::now();
         flush_ms += flush(runner)?;
-        let call_ms = runner.run_timed()?;
+        let (call_ms, _) = timed_sample(runner, config.clock, None)?;
         kernel_ms += call_ms;
         estimate_runs += 1;
         report_progress(
@@ -229,6 +290,7 @@ pub fn do_bench_within<R: Runner + ?Sized>(
     let sampling = Instant::now();
     let mut samples = Vec::with_capacity(reps as usize);
     let mut stopped = "reps";
+    let mut preempted_reps = 0u32;
     let mut last_rep_ms = 0.0f64;
     loop {
         // A rep that would not leave room for the final call ends sampling (at least one rep).
@@ -241,12 +303,13 @@ pub fn do_bench_within<R: Runner + ?Sized>(
         report_progress(started, Phase::Reps, (done, planned), last, estimate);
         let wall = Instant::now();
         runner.restore()?;
-        if config.hot {
-            samples.push(runner.run_batch_timed(batch)? / f64::from(batch));
-        } else {
+        if !config.hot {
             flush(runner)?;
-            samples.push(runner.run_timed()?);
         }
+        let calls = config.hot.then_some(batch);
+        let (sample_ms, preempted) = timed_sample(runner, config.clock, calls)?;
+        samples.push(sample_ms / f64::from(calls.unwrap_or(1)));
+        preempted_reps += u32::from(preempted);
         last_rep_ms = wall.elapsed().as_secs_f64() * 1e3;
         let done = samples.len() as u32;
         if done >= config.max_reps {
@@ -274,6 +337,7 @@ pub fn do_bench_within<R: Runner + ?Sized>(
     }
     let mut stats = summarize(&samples, warmup_reps);
     stats.stopped = stopped.into();
+    stats.preempted_reps = preempted_reps;
     Ok(stats)
 }
 
@@ -484,6 +548,9 @@ mod tests {
         fn run_timed(&mut self) -> Result<f64, BenchError> {
             Ok(self.kernel_ms)
         }
+        fn host_timed(&self) -> bool {
+            false
+        }
     }
 
     #[test]
@@ -547,6 +614,149 @@ mod tests {
             self.next += 1;
             Ok(self.times[self.next % self.times.len()])
         }
+        fn host_timed(&self) -> bool {
+            false
+        }
+    }
+
+    /// A fixed amount of integer work per call (~1 ms on a 2020s core), timed on the host.
+    struct Spinner;
+
+    impl Runner for Spinner {
+        fn run(&mut self) -> Result<(), BenchError> {
+            let mut x = 0u64;
+            for i in 0..1_500_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            std::hint::black_box(x);
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
+    /// Pins the calling thread to `cpu` (or, with `None`, to every CPU it may use).
+    fn pin_this_thread(cpu: Option<usize>) {
+        // SAFETY: the set is a plain bit set, zeroed then filled; pid 0 is the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            match cpu {
+                Some(cpu) => libc::CPU_SET(cpu, &mut set),
+                None => (0..libc::CPU_SETSIZE as usize).for_each(|c| libc::CPU_SET(c, &mut set)),
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+
+    /// A busy loop in another process, pinned to `cpu`; killed on drop.
+    struct Hog(std::process::Child);
+
+    impl Hog {
+        fn on(cpu: usize) -> Hog {
+            use std::os::unix::process::CommandExt;
+            let mut command = std::process::Command::new("sh");
+            command.args(["-c", "while :; do :; done"]);
+            // SAFETY: only sched_setaffinity between fork and exec (async-signal-safe).
+            unsafe {
+                command.pre_exec(move || {
+                    pin_this_thread(Some(cpu));
+                    Ok(())
+                });
+            }
+            Hog(command.spawn().expect("sh runs"))
+        }
+    }
+
+    impl Drop for Hog {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A runner that counts its calls.
+    struct Counting(u32);
+
+    impl Runner for Counting {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.0 += 1;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_first_call_can_stand_for_the_estimate() {
+        let config = TimingConfig {
+            warmup_ms: 0.0,
+            rep_ms: 0.0,
+            min_reps: 3,
+            max_reps: 3,
+            estimate_runs: Some(0),
+            ..TimingConfig::default()
+        };
+        let started = Instant::now();
+        let mut runner = Counting(0);
+        let stats = do_bench_after(&mut runner, &config, started, Some(2.0)).unwrap();
+        // No estimate run: one warmup call and the three reps.
+        assert_eq!((runner.0, stats.reps, stats.warmup_reps), (4, 3, 1));
+        // Without a first call, one estimate run.
+        let mut runner = Counting(0);
+        do_bench_after(&mut runner, &config, started, None).unwrap();
+        assert_eq!(runner.0, 5);
+        // Without estimate_runs = 0 the first call is ignored: five estimate runs.
+        let mut runner = Counting(0);
+        let five = TimingConfig {
+            estimate_runs: None,
+            ..config
+        };
+        do_bench_after(&mut runner, &five, started, Some(2.0)).unwrap();
+        assert_eq!(runner.0, 9);
+    }
+
+    /// A busy loop on the kernel's own CPU takes its CPU away for whole time slices: the wall
+    /// times of the reps it preempted grow by the hog's slices, their thread CPU times do not.
+    #[test]
+    fn a_rep_preempted_by_a_busy_loop_on_its_cpu_counts_its_cpu_time() {
+        // SAFETY: sched_getcpu takes nothing and only reads the calling thread's CPU.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
+        pin_this_thread(Some(cpu));
+        let config = TimingConfig {
+            warmup_ms: 5.0,
+            rep_ms: 150.0,
+            min_reps: 40,
+            max_reps: 400,
+            flush_cache: false,
+            ..TimingConfig::default()
+        };
+        let wall = TimingConfig {
+            clock: RepClock::Wall,
+            ..config.clone()
+        };
+        let before = do_bench(&mut Spinner, &config).unwrap();
+        let hog = Hog::on(cpu);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let corrected = do_bench(&mut Spinner, &config).unwrap();
+        let walled = do_bench(&mut Spinner, &wall).unwrap();
+        drop(hog);
+        pin_this_thread(None);
+        assert!(corrected.preempted_reps > 0, "{corrected:?}");
+        assert_eq!(walled.preempted_reps, 0, "{walled:?}");
+        // Sharing its CPU half and half, the kernel's wall time per rep grows; the corrected
+        // time stays near the time measured before the hog (cache effects of the switches
+        // aside: generous bounds, the machine may be busy).
+        assert!(
+            corrected.median_ms < 1.5 * before.median_ms,
+            "{before:?} {corrected:?}"
+        );
+        assert!(
+            walled.mean_ms > corrected.mean_ms,
+            "{walled:?} {corrected:?}"
+        );
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub fn summarize(samples: &[f64], warmup_reps: u32) -> TimingStats {
         reps: u32::try_from(n).unwrap_or(u32::MAX),
         warmup_reps,
         stopped: if n == 1 { "single" } else { "reps" }.into(),
+        preempted_reps: 0,
     }
 }
 

@@ -648,6 +648,7 @@ mod tests {
             reps: 10,
             warmup_reps: 1,
             stopped: "reps".into(),
+            preempted_reps: 0,
         });
         r
     }

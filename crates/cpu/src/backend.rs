@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{
-    Backend, HostTensor, Restore, Runner, check_budget, do_bench_within, report_progress, summarize,
+    Backend, HostTensor, Restore, Runner, check_budget, do_bench_after, report_progress, summarize,
 };
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase, TensorData,
@@ -29,7 +29,7 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// process group, which in a worker is the group its parent kills at the request's timeout),
 /// loads the shared object, allocates and initializes every tensor with
 /// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
-/// are after that call, then times it with [`do_bench_within`] (within `timing.budget_ms` from
+/// are after that call, then times it with [`do_bench_after`] (within `timing.budget_ms` from
 /// the request's start), evicting the cache lines of every tensor ([`evict`]) before every
 /// timed rep when `timing.flush_cache` (or, with [`CacheFlush::LastLevelCache`] and on
 /// architectures without a line flush, writing a [`CacheFlusher`] buffer twice the last-level
@@ -153,7 +153,7 @@ impl Backend for CpuBackend {
             Ok::<_, BenchError>(!tensors[i].is_pristine())
         })?;
 
-        let stats = do_bench_within(&mut runner, timing, started)?;
+        let stats = do_bench_after(&mut runner, timing, started, Some(first_ms))?;
         check_bounds(runner.tensors)?;
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.

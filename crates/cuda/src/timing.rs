@@ -348,6 +348,11 @@ impl Runner for CudaRunner<'_> {
     fn run_batch_timed(&mut self, calls: u32) -> Result<f64, BenchError> {
         self.timed(calls)
     }
+
+    /// Device events time the launches: the host thread's CPU time says nothing of them.
+    fn host_timed(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

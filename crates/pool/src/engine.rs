@@ -514,6 +514,7 @@ pub(crate) fn prepared() -> BenchmarkResult {
         value: None,
         stats: tunebox_protocol::TimingStats {
             stopped: "prepared".into(),
+            preempted_reps: 0,
             ..tunebox_protocol::TimingStats::unmeasured()
         },
         outputs: Vec::new(),

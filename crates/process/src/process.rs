@@ -41,6 +41,8 @@ struct Pending {
     /// When it was handed to a worker (again, for a resend): the parent's clock, which the
     /// worker's is checked against.
     sent: Instant,
+    /// The worker's and this thread's waits for a CPU when it was sent (the clock check).
+    waits: Option<crate::clock::WaitMark>,
 }
 
 /// What a request is for, which decides how it is resent and counted.
@@ -197,10 +199,18 @@ impl TuningProcess {
     /// - [`ProcessError::Protocol`]: no request is pending, or the worker sent a malformed reply
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
-        let sent = self.pending.as_ref().map(|p| p.sent);
-        match self.receive(timeout)? {
+        let sent = self.pending.as_ref().map(|p| (p.sent, p.waits));
+        let response = self.receive(timeout)?;
+        // The worker that replied (a fresh one when the request was sent again).
+        let pid = self.last_pid;
+        match response {
             ResponseBody::Benchmark(result) => result
-                .and_then(|r| crate::clock::check_worker_clock(r, sent.map(|s| s.elapsed())))
+                .and_then(|r| {
+                    let waited_ms = sent
+                        .and_then(|(_, waits)| waits)
+                        .map_or(0.0, |w| w.waited_ms(pid));
+                    crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), waited_ms)
+                })
                 .and_then(|r| self.check_no_strays(r))
                 .map(|mut result| {
                     result.left_behind = self.left_behind.clone();
@@ -592,6 +602,7 @@ impl TuningProcess {
             large,
             is_use: purpose == Purpose::Use,
             sent: Instant::now(),
+            waits: None,
         };
         self.transmit(request, queued)
     }
@@ -603,6 +614,7 @@ impl TuningProcess {
         self.next_id += 1;
         request.id = self.next_id;
         let worker = self.worker.as_mut().expect("started by the caller");
+        request.waits = Some(crate::clock::WaitMark::now(worker.pid));
         let message = Request {
             id: request.id,
             body: request.body.clone(),

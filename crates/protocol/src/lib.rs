@@ -62,8 +62,8 @@ pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
-    Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, Scalar,
-    ScalarKind, TaskKernel, TensorSpec, TimingConfig,
+    Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,
+    Scalar, ScalarKind, TaskKernel, TensorSpec, TimingConfig,
 };
 pub use result::{BenchmarkResult, Integrity, Leftover, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
@@ -73,7 +73,7 @@ pub use task::{Task, TaskRequest, decode, decode_output, encode};
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

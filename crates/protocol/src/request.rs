@@ -926,10 +926,58 @@ pub struct TimingConfig {
     #[serde(default)]
     pub fresh_seed: Option<u64>,
     /// Runs that estimate one call's time before warmup (`None`: 5, as triton's `do_bench`).
-    /// A short window of a tuning round uses 1: the first call has warmed the kernel already,
-    /// and every further estimate run of a slow kernel costs a whole call.
+    /// A short window of a tuning round uses 0: a backend that makes a first call before
+    /// timing (the CPU backend) gives its time as the estimate (one flush is timed for the
+    /// flush's cost), since every further estimate run of a slow kernel costs a whole call;
+    /// a backend that makes none runs one estimate run.
     #[serde(default)]
     pub estimate_runs: Option<u32>,
+    /// How a host-timed rep (the CPU backend, Python callables) is timed: by default
+    /// ([`RepClock::Preemption`]) its wall time, except that a rep during which the calling
+    /// thread was preempted, or lost time to the hypervisor, counts the thread's own CPU time
+    /// instead. GPU backends time on the device and ignore it.
+    #[serde(default)]
+    pub clock: RepClock,
+}
+
+/// How a timed rep measured on the host is turned into a time (see [`TimingConfig::clock`]).
+///
+/// A busy machine mostly slows a single-threaded kernel by taking its CPU away: another process
+/// is scheduled on it (an involuntary context switch) or the hypervisor runs another guest
+/// (steal time). Both inflate the rep's wall time by however long the kernel was not running,
+/// while the calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) counts only the time it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RepClock {
+    /// Wall time, except for a rep whose thread was preempted (`getrusage(RUSAGE_THREAD)`'s
+    /// involuntary context switches went up) or whose wall time exceeds its thread's CPU time
+    /// by more than 5 % with no switch at all (time stolen by the hypervisor): such a rep counts
+    /// the thread's CPU time. A rep keeps its wall time when the kernel blocked (a voluntary
+    /// switch: sleeping, waiting for I/O or a lock is part of its time) or when other threads
+    /// of the worker ran during it (a multi-threaded kernel: its calling thread's CPU time is
+    /// not its time). The stats count the corrected reps ([`TimingStats::preempted_reps`]).
+    ///
+    /// [`TimingStats::preempted_reps`]: crate::TimingStats::preempted_reps
+    #[default]
+    Preemption,
+    /// Wall time of every rep (the monotonic clock), as triton's `do_bench` and Kernel Tuner.
+    Wall,
+}
+
+impl RepClock {
+    /// The manifest name: `preemption` or `wall`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RepClock::Preemption => "preemption",
+            RepClock::Wall => "wall",
+        }
+    }
+
+    /// Parses a manifest name ([`RepClock::name`]).
+    pub fn from_name(name: &str) -> Option<RepClock> {
+        [RepClock::Preemption, RepClock::Wall]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
 }
 
 impl TimingConfig {
@@ -996,6 +1044,7 @@ impl Default for TimingConfig {
             outputs_only: false,
             fresh_seed: None,
             estimate_runs: None,
+            clock: RepClock::Preemption,
         }
     }
 }

@@ -122,6 +122,14 @@ pub struct TimingStats {
     /// below `max_noise`), `"time"` (`max_time_ms` reached), `"budget"` (the request's
     /// `budget_ms` left room for fewer reps than asked), or `"single"` (one measurement).
     pub stopped: String,
+    /// How many of the timed reps were preempted or had time stolen, and so count their
+    /// thread's CPU time rather than their wall time ([`RepClock::Preemption`]). Zero on a
+    /// quiet machine, for device-timed reps and with [`RepClock::Wall`].
+    ///
+    /// [`RepClock::Preemption`]: crate::RepClock::Preemption
+    /// [`RepClock::Wall`]: crate::RepClock::Wall
+    #[serde(default)]
+    pub preempted_reps: u32,
 }
 
 impl TimingStats {
@@ -140,6 +148,7 @@ impl TimingStats {
             reps: 0,
             warmup_reps: 0,
             stopped: "unmeasured".into(),
+            preempted_reps: 0,
         }
     }
 

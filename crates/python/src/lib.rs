@@ -2,7 +2,8 @@
 //!
 //! Built with maturin into an abi3 wheel (`pip install .` at the repository root). The Python
 //! faces live in `python/tunebox/`: `tunebox.popen_pool` (TVM's `PopenWorker` and
-//! `PopenPoolExecutor`), `tunebox.benchmark` (an Inductor-style `TuningProcessPool`). This crate
+//! `PopenPoolExecutor`), `tunebox.benchmark` (an Inductor-style `TuningProcessPool`),
+//! `tunebox.kernel_tuner` (Kernel Tuner's `tune_kernel`). This crate
 //! is what they stand on:
 //!
 //! - `Worker` (`tunebox._native.Worker`, in `worker.rs`), the parent's handle on one worker
@@ -11,7 +12,11 @@
 //!   tunebox's;
 //! - `serve_worker` (`tunebox._native.serve_worker`, in `serve.rs`), the worker side:
 //!   `python -m tunebox._worker` serves requests through `tunebox_worker`'s loop with a `python`
-//!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels).
+//!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels);
+//! - `tune` (`tunebox._native.tune`, in `tune.rs`): a manifest run by tunebox-tune's engine, as
+//!   `tunebox tune` runs it, for `tunebox.kernel_tuner.tune_kernel`; `serve_engine_worker` is
+//!   the worker it starts (`tunebox-engine-worker`: the `cpu`, `cuda` and `diagnostics`
+//!   backends).
 //!
 //! Calls travel as one framed payload (`frame`): the cloudpickle of `(fn, args, kwargs)` and its
 //! out-of-band buffers (pickle protocol 5: numpy arrays), in shared memory when large.
@@ -30,6 +35,7 @@ mod buffers;
 mod ckernel;
 mod frame;
 mod serve;
+mod tune;
 mod worker;
 
 use pyo3::prelude::*;
@@ -38,7 +44,11 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::Worker>()?;
+    m.add_class::<buffers::SharedView>()?;
     m.add_function(wrap_pyfunction!(serve::serve_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::count, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::serve_engine_worker, m)?)?;
     m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
     Ok(())
 }

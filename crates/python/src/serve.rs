@@ -13,7 +13,7 @@ use tunebox_protocol::{
 };
 use tunebox_worker::Registry;
 
-use crate::buffers::{self, RawBuffer};
+use crate::buffers::{self, Place, RawBuffer};
 use crate::frame::{self, Op};
 
 /// The backend name Python calls are sent to.
@@ -111,9 +111,9 @@ impl PythonBackend {
         ) = reply.extract(py).map_err(|e| python_error(py, e))?;
         // SAFETY: `_owners` (alive until the end of this function, GIL held) owns the memory
         // that `raw` points to; the handler computed the addresses from it.
-        let buffers = unsafe { buffers::outputs(&raw) }?;
+        let (places, buffers) = unsafe { buffers::outputs(&raw, request) }?;
         Ok(Reply {
-            framed: frame::encode(status, &[pickle.as_bytes()]),
+            framed: frame::encode(status, &[pickle.as_bytes(), &Place::encode(&places)]),
             buffers,
         })
     }

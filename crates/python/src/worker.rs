@@ -22,9 +22,12 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use tunebox_process::{
     DeviceToken, InitRequest, Output, ProcessConfig, ProcessError, TuningProcess,
 };
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Bytes, Kernel, TaskKernel};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, Bytes, DType, Kernel, SharedBuffer, SharedData, TaskKernel,
+    TensorSpec,
+};
 
-use crate::buffers::{self, RawBuffer};
+use crate::buffers::{self, Place, RawBuffer};
 use crate::ckernel;
 use crate::frame::{self, Op};
 use crate::serve::{BACKEND, TASK_TYPE};
@@ -61,6 +64,12 @@ struct Shared {
     spare_starting: AtomicBool,
     /// Modules of the calls seen so far, imported by every fresh process.
     preload: Mutex<Vec<String>>,
+    /// The last batch's results region: the worker writes it (its mapping is shared), the
+    /// parent reads it after the reply or the worker's death.
+    region: Mutex<Option<SharedData>>,
+    /// The buffers of the last call sent: a reply may hand one back (an array the task
+    /// returns) by reference instead of a copy.
+    sent: Mutex<Vec<Option<SharedData>>>,
 }
 
 struct State {
@@ -128,6 +137,8 @@ impl Worker {
                 keep_spare: AtomicBool::new(maximum_uses.is_some()),
                 spare_starting: AtomicBool::new(false),
                 preload: Mutex::new(Vec::new()),
+                region: Mutex::new(None),
+                sent: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -137,17 +148,34 @@ impl Worker {
     ///
     /// `buffers` are the pickle's out-of-band buffers as `(address, length)`, which the caller
     /// (`tunebox._calls`) holds alive for the call.
-    #[pyo3(signature = (op, pickle, buffers=Vec::new()))]
+    ///
+    /// `region` > 0 (op 5, a batch) adds a zeroed shared buffer of that many bytes as the
+    /// request's last buffer, the batch's results region, kept for [`Worker::region`].
+    #[pyo3(signature = (op, pickle, buffers=Vec::new(), region=0))]
     fn put(
         &self,
         py: Python<'_>,
         op: u8,
         pickle: Bound<'_, PyBytes>,
         buffers: Vec<RawBuffer>,
+        region: usize,
     ) -> PyResult<()> {
         let op = op_of(op)?;
         // SAFETY: the caller holds the buffers alive (see above) and we hold the GIL.
-        let request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        let mut request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        let kept = if region > 0 {
+            let buffer =
+                SharedBuffer::new(region).map_err(|e| PyOSError::new_err(e.to_string()))?;
+            let data = buffer.share();
+            request
+                .tensors
+                .push(TensorSpec::new("region", DType::U8, [region as u64]).data(data.clone()));
+            Some(data)
+        } else {
+            None
+        };
+        *lock(&self.shared.region) = kept;
+        *lock(&self.shared.sent) = shared_buffers(&request);
         py.detach(|| {
             let mut state = self.shared.lock_state();
             self.shared.prepare_for_call(&mut state);
@@ -178,7 +206,8 @@ impl Worker {
             std::thread::spawn(move || shared.ensure_spare());
         }
         let result = result.map_err(|e| self.failed(e))?;
-        reply(py, &result)
+        let sent = lock(&self.shared.sent).clone();
+        reply(py, &result, &sent)
     }
 
     /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
@@ -193,6 +222,7 @@ impl Worker {
     ) -> PyResult<()> {
         // SAFETY: as for `put`.
         let request = unsafe { call_request(Op::Load, pickle.as_bytes(), &buffers) }?;
+        *lock(&self.shared.sent) = shared_buffers(&request);
         let wait = timeout.map_or(FOREVER, seconds);
         py.detach(|| {
             let mut state = self.shared.lock_state();
@@ -200,6 +230,18 @@ impl Worker {
             state.process.prepare(request, wait)
         })
         .map_err(|e| self.failed(e))
+    }
+
+    /// The records of the last batch's results region that the worker finished writing (see
+    /// `frame::region_records`), as `bytes`; empty when the last call was no batch. Read after
+    /// the reply, or after the worker died: what it finished before it died is there.
+    fn region<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let region = lock(&self.shared.region);
+        let records = region
+            .as_deref()
+            .map(frame::region_records)
+            .unwrap_or_default();
+        PyBytes::new(py, records)
     }
 
     /// Remembers a module that calls come from: every fresh process imports it before its first
@@ -494,16 +536,36 @@ unsafe fn call_request(op: Op, pickle: &[u8], buffers: &[RawBuffer]) -> PyResult
     Ok(request)
 }
 
+/// The shared buffers of a request, in order (kept by the parent for [`reply`]).
+fn shared_buffers(request: &BenchmarkRequest) -> Vec<Option<SharedData>> {
+    request
+        .tensors
+        .iter()
+        .map(|t| match &t.init {
+            tunebox_protocol::Init::Data(data) => Some(data.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `(status, pickle, [bytearray…])` from a reply: the framed status and pickle, and the
 /// out-of-band buffers as its outputs.
-fn reply<'py>(py: Python<'py>, result: &BenchmarkResult) -> PyResult<Bound<'py, PyTuple>> {
+fn reply<'py>(
+    py: Python<'py>,
+    result: &BenchmarkResult,
+    sent: &[Option<SharedData>],
+) -> PyResult<Bound<'py, PyTuple>> {
     let value = result
         .value
         .as_ref()
         .ok_or_else(|| PyRuntimeError::new_err("the worker's reply carries no value"))?;
     let (status, parts) = frame::decode(value).map_err(PyRuntimeError::new_err)?;
     let pickle = parts.first().copied().unwrap_or_default();
-    let buffers = buffers::from_outputs(py, &result.outputs)?;
+    let places = match parts.get(1) {
+        Some(places) => Place::decode(places).map_err(PyRuntimeError::new_err)?,
+        None => vec![Place::Output; result.outputs.len()],
+    };
+    let buffers = buffers::from_outputs(py, &places, &result.outputs, sent)?;
     (status, PyBytes::new(py, pickle), buffers).into_pyobject(py)
 }
 

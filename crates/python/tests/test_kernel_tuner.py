@@ -1,22 +1,37 @@
-"""tunebox.kernel_tuner.tune_kernel: Kernel Tuner's signature and result shape for C kernels."""
+"""tunebox.kernel_tuner.tune_kernel: Kernel Tuner's signature and result shape, run by the engine."""
 
-import math
+import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
-from tunebox.kernel_tuner import tune_kernel  # noqa: E402
+from tunebox.kernel_tuner import (  # noqa: E402
+    CompilationFailedConfig,
+    RuntimeFailedConfig,
+    tune_kernel,
+)
 
-# As Kernel Tuner's examples/c/vector_add.py, small: vector types, C++ linkage, OpenMP; one
-# configuration crashes and one computes a wrong answer.
-KERNEL = """
+FIXTURES = Path(__file__).resolve().parents[1] / "conformance" / "kernel_tuner"
+
+# As Kernel Tuner's examples/c/vector_add.py, small: vector types, C++ linkage, OpenMP; among
+# its configurations one segfaults, one loops forever, one computes a wrong answer and one does
+# not compile: each of those ends a Kernel Tuner run (or the Python process).
+FAULTY = """
 #include <omp.h>
 typedef float vfloat __attribute__ ((vector_size (vecsize*4)));
+#if nthreads == 2 && vecsize == 4
+#error this configuration does not compile
+#endif
 extern "C" void vector_add(vfloat *c, vfloat *a, vfloat *b, int n) {
     if (nthreads == 3 && vecsize == 4) { *(volatile int *)0 = 1; }
+    if (nthreads == 3 && vecsize == 1) { for (;;) {} }
     int chunk = n / (vecsize * nthreads);
     #pragma omp parallel num_threads(nthreads)
     {
@@ -29,47 +44,158 @@ extern "C" void vector_add(vfloat *c, vfloat *a, vfloat *b, int n) {
 }
 """
 
+SCALE = "void scale(float *x, int n) { for (int i = 0; i < n; i++) x[i] = x[i] * F + G; }"
 
-def test_vector_add_gives_one_row_per_configuration_with_its_status():
-    size = 3 << 14  # every nthreads * vecsize divides it, as in Kernel Tuner's example
+
+def vectors(size=3 << 12):
     a = np.random.randn(size).astype(np.float32)
     b = np.random.randn(size).astype(np.float32)
-    c = np.zeros_like(b)
-    n = np.int32(size)
+    return size, a, b, np.zeros_like(b)
+
+
+def test_each_fault_that_kills_kernel_tuner_is_one_row():
+    size, a, b, c = vectors()
     tune_params = {"nthreads": [1, 2, 3], "vecsize": [1, 2, 4]}
     results, env = tune_kernel(
-        "vector_add", KERNEL, size, [c, a, b, n], tune_params,
-        answer=[a + b, None, None, None], compiler_options=["-O3"],
-        restrictions=["nthreads * vecsize <= 12"], quiet=True,
-        metrics={"GFLOP/s": lambda p: size / 1e6 / p["time"]},
+        "vector_add", FAULTY, size, [c, a, b, np.int32(size)], tune_params,
+        answer=[a + b, None, None, None], compiler_options=["-O3", "-fopenmp"],
+        quiet=True, timeout=3.0,
     )
-    assert len(results) == 9
+    assert [(r["nthreads"], r["vecsize"]) for r in results] == [
+        (t, v) for t in (1, 2, 3) for v in (1, 2, 4)
+    ]
+    status = {(r["nthreads"], r["vecsize"]): r["status"] for r in results}
+    assert status.pop((3, 4)) == "crashed"
+    assert status.pop((3, 1)) == "timeout"
+    assert status.pop((2, 2)) == "wrong"
+    assert status.pop((2, 4)) == "compile_error"
+    assert set(status.values()) == {"ok"}
     by = {(r["nthreads"], r["vecsize"]): r for r in results}
-    assert by[(3, 4)]["status"] == "crashed" and by[(3, 4)]["time"] == math.inf
-    assert by[(2, 2)]["status"] == "wrong"
-    ok = [r for r in results if r["status"] == "ok"]
-    assert len(ok) == 7
-    assert all(r["time"] > 0 and r["GFLOP/s"] > 0 for r in ok)
+    assert isinstance(by[(2, 4)]["__error__"], CompilationFailedConfig)
+    assert "does not compile" in by[(2, 4)]["error"]
+    for key in ((3, 4), (3, 1), (2, 2)):
+        assert isinstance(by[key]["__error__"], RuntimeFailedConfig)
+        assert "time" not in by[key]
+    for key, row in by.items():
+        if row["status"] == "ok":
+            assert row["time"] > 0 and row["reps"] >= 1 and "__error__" not in row
     assert env["kernel_name"] == "vector_add" and env["problem_size"] == size
-    assert env["tune_params"] == tune_params
+    assert env["tune_params"] == tune_params and env["backend"] == "tunebox"
+    assert env["report"]["space_size"] == 9
 
 
-def test_restrictions_as_a_function_and_random_sample():
+def test_restrictions_strategies_metrics_and_the_objective():
     x = np.ones(1024, np.float32)
-    src = "void scale(float *x, int n) { for (int i = 0; i < n; i++) x[i] *= F; }"
+    tune_params = {"F": [1, 2, 3, 4, 5, 6], "G": [0, 1]}
     results, _ = tune_kernel(
-        "scale", src, 1024, [x, np.int32(1024)], {"F": [1, 2, 3, 4, 5, 6]},
-        restrictions=lambda p: p["F"] % 2 == 0, strategy="random_sample",
-        strategy_options={"max_fevals": 2}, quiet=True, lang="C",
+        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
+        restrictions=[lambda p: p["F"] % 2 == 0, "G == 0 or F > 2"], quiet=True, lang="C",
+        metrics={"work": "F * 1000 / time", "twice": lambda p: 2 * p["work"]},
+        objective="work", objective_higher_is_better=True,
     )
-    assert len(results) == 2 and all(r["F"] % 2 == 0 for r in results)
+    assert [(r["F"], r["G"]) for r in results] == [(2, 0), (4, 0), (4, 1), (6, 0), (6, 1)]
+    for r in results:
+        assert r["work"] == pytest.approx(r["F"] * 1000 / r["time"], rel=1e-6)
+        assert r["twice"] == pytest.approx(2 * r["work"])
+    sampled, _ = tune_kernel(
+        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
+        restrictions=lambda p: p["F"] % 2 == 0, strategy="random_sample",
+        strategy_options={"max_fevals": 2}, quiet=True,
+    )
+    assert len(sampled) == 2 and all(r["F"] % 2 == 0 for r in sampled)
+    searched, env = tune_kernel(
+        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
+        strategy="genetic_algorithm", strategy_options={"max_fevals": 4, "seed": 3}, quiet=True,
+    )
+    assert 1 <= len(searched) <= 4
+    assert env["report"]["selection"]["strategy"] == "genetic"
 
 
-def test_unsupported_things_are_named():
+def test_answer_and_verify_function_and_iterations():
+    x = np.arange(1, 257, dtype=np.float32)
+    tune_params = {"F": [1, 2], "G": [0, 1]}
+    expected = x * 1 + 0
+    results, _ = tune_kernel(
+        "scale", SCALE, 256, [x, np.int32(256)], tune_params,
+        answer=[expected, None], quiet=True, iterations=5,
+    )
+    assert [r["status"] for r in results] == ["ok", "wrong", "wrong", "wrong"]
+    # The engine splits the iterations over its windows (Kernel Tuner's 7: 3, 2 and 2).
+    assert 1 <= results[0]["reps"] <= 5
+    seen = []
+
+    def verify(answer, result, atol=None):
+        seen.append((answer, atol))
+        return bool(np.all(result[0] >= x))  # F >= 1, G >= 0 never shrinks
+
+    results, _ = tune_kernel(
+        "scale", SCALE.replace("+ G", "- G"), 256, [x, np.int32(256)], tune_params,
+        answer=[expected, None], verify=verify, atol=1e-3, quiet=True,
+    )
+    assert [r["status"] for r in results] == ["ok", "wrong", "ok", "ok"]
+    assert results[0]["reps"] > 5  # without iterations, do_bench's budget sizes the reps
+    assert len(seen) == 4 and seen[0][1] == 1e-3
+
+
+def test_a_cache_file_makes_a_second_run_measure_nothing(tmp_path, monkeypatch):
+    # The engine caches a result as final only when its windows ran on a quiet machine: a
+    # /proc/stat that never changes is one (this machine may be busy).
+    stat = tmp_path / "stat"
+    stat.write_text(Path("/proc/stat").read_text())
+    monkeypatch.setenv("TUNEBOX_PROC_STAT", str(stat))
+    x = np.ones(512, np.float32)
+    cache = tmp_path / "scale.json"
+    args = ("scale", SCALE, 512, [x, np.int32(512)], {"F": [1, 2, 3], "G": [0]})
+    first, env = tune_kernel(*args, cache=str(cache), quiet=True)
+    assert env["cache"] == str(tmp_path / "scale.tunebox-cache.jsonl")
+    assert Path(env["cache"]).exists()
+    assert not any(r["cached"] for r in first)
+    second, _ = tune_kernel(*args, cache=str(cache), quiet=True)
+    assert [r["F"] for r in second] == [1, 2, 3] and all(r["cached"] for r in second)
+    assert [r["time"] for r in second] == [r["time"] for r in first]
+
+
+def test_kernel_tuners_vector_add_example_runs_with_only_its_import_changed(tmp_path):
+    """examples/c/vector_add.py of Kernel Tuner (the fixture), with fewer floats per array:
+    every configuration Kernel Tuner measures, each verified against its answer."""
+    text = (FIXTURES / "vector_add.py").read_text()
+    assert "size = 72 * 1024 * 1024" in text
+    script = tmp_path / "vector_add.py"
+    script.write_text(text.replace("size = 72 * 1024 * 1024", "size = 96 * 1024"))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = re.findall(r"^nthreads=(\d+), vecsize=(\d+), time=", done.stdout, re.M)
+    configs = set(lines)
+    expected = {(str(t), str(v)) for t in (1, 2, 3, 4, 8, 12, 16, 24, 32) for v in (1, 2, 4, 8, 16)}
+    assert configs == expected, done.stdout[-3000:]
+    assert "best performing configuration:" in done.stdout
+
+
+def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("a GPU is present: tests/gpu covers CUDA")
+    x = np.ones(1024, np.float32)
+    kernel = "extern \"C\" __global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }"
+    with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver"):
+        tune_kernel("k", kernel, 1024, [x, np.int32(1024)], {"block_size_x": [32, 64]}, quiet=True)
+
+
+def test_what_is_not_supported_is_named():
     x = np.ones(4, np.float32)
-    with pytest.raises(NotImplementedError, match="CUDA"):
-        tune_kernel("k", "__global__ void k(float *x) {}", 4, [x], {"B": [1]})
+    src = "void k(float *x) {}"
+    with pytest.raises(NotImplementedError, match="lang"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, lang="OpenCL")
     with pytest.raises(NotImplementedError, match="strategy"):
-        tune_kernel("k", "void k(float *x) {}", 4, [x], {"B": [1]}, strategy="genetic_algorithm")
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="firefly_algorithm")
+    with pytest.raises(NotImplementedError, match="cmem_args"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, cmem_args={"c": x})
+    with pytest.raises(TypeError, match="answer has 2 entries and arguments 1"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, answer=[x, None])
     with pytest.raises(ValueError, match="no configuration"):
-        tune_kernel("k", "void k(float *x) {}", 4, [x], {"B": [1]}, restrictions=["B > 1"])
+        tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=lambda p: False)
+    with pytest.raises(ValueError, match="restrictions"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=["NOPE > 1"], quiet=True)
+    with pytest.raises(TypeError, match="float16"):
+        tune_kernel("k", src, 4, [x.astype(np.float16)], {"B": [1]})

@@ -90,3 +90,55 @@ def test_submit_after_shutdown_is_an_error():
 def test_bad_max_workers():
     with pytest.raises(ValueError, match="max_workers=0"):
         PopenPoolExecutor(max_workers=0)
+
+
+def test_map_in_batches_costs_a_crash_or_a_timeout_only_its_own_call(tmp_path):
+    """map_with_error_catching sends its calls in batches; a call that kills the worker or runs
+    past the timeout in the middle of one is that call's status, the calls before it keep their
+    results (from the batch's results region) and run once, the calls after it run in a fresh
+    worker."""
+    log = tmp_path / "ran"
+
+    def task(x):
+        import os
+        import time
+
+        with open(log, "a") as f:
+            f.write(f"{x}\n")
+        if x == 7:
+            os._exit(3)
+        if x == 19:
+            time.sleep(60)
+        if x == 23:
+            raise KeyError(x)
+        return [x] * 3
+
+    pool = PopenPoolExecutor(max_workers=1, timeout=2.0)
+    results = list(pool.map_with_error_catching(task, range(40)))
+    pool.shutdown()
+    assert [r.status for r in results] == [
+        StatusKind.EXCEPTION if x in (7, 23) else StatusKind.TIMEOUT if x == 19 else StatusKind.COMPLETE
+        for x in range(40)
+    ]
+    assert isinstance(results[7].value, ChildProcessError)
+    assert isinstance(results[19].value, TimeoutError)
+    assert isinstance(results[23].value, KeyError) and "Traceback" in str(results[23].value)
+    assert all(r.value == [x] * 3 for x, r in enumerate(results) if r.status == StatusKind.COMPLETE)
+    ran = [int(line) for line in log.read_text().split()]
+    assert sorted(ran) == list(range(40)), "each call ran exactly once"
+
+
+def test_map_in_batches_takes_results_larger_than_the_region():
+    np = pytest.importorskip("numpy")
+    pool = PopenPoolExecutor(max_workers=2)
+    results = list(pool.map_with_error_catching(lambda n: np.full(n, n, np.int32), [10, 200_000] * 8))
+    pool.shutdown()
+    assert [r.status for r in results] == [StatusKind.COMPLETE] * 16
+    assert all(r.value.shape == (n,) and r.value[-1] == n for n, r in zip([10, 200_000] * 8, results))
+
+
+def test_map_with_maximum_process_uses_is_not_batched():
+    pool = PopenPoolExecutor(max_workers=1, maximum_process_uses=2)
+    pids = [r.value for r in pool.map_with_error_catching(lambda _: os.getpid(), range(6))]
+    pool.shutdown()
+    assert len(set(pids)) == 3

@@ -250,3 +250,36 @@ def test_env_pins_a_worker_and_the_parents_path_is_passed_on():
     # `helpers` is importable only through this folder, which is on the parent's sys.path.
     worker.send(helpers.state)
     assert worker.recv() == []
+
+
+def test_a_function_sent_by_value_is_pickled_again_when_what_it_reads_changes():
+    """A lambda is cloudpickled once and kept by the worker, until a global it reads is bound
+    to another value; a function that writes globals, or closes over a list, travels afresh
+    every time, as in TVM."""
+    from tunebox import _calls
+
+    worker = PopenWorker()
+    scale = 2
+    globals()["SCALE_FOR_TEST"] = scale
+    f = eval("lambda x: x * SCALE_FOR_TEST", globals())
+    worker.send(f, (3,))
+    assert worker.recv() == 6
+    first = _calls._cached(f)
+    assert first is not None and _calls._cached(f) is first
+    globals()["SCALE_FOR_TEST"] = 5
+    worker.send(f, (3,))
+    assert worker.recv() == 15
+    assert _calls._cached(f) is not first
+    items = [1]
+    g = lambda: len(items)  # noqa: E731 - a closure over a list
+    assert _calls._cached(g) is None
+    worker.send(g)
+    assert worker.recv() == 1
+    items.append(2)
+    worker.send(g)
+    assert worker.recv() == 2
+    writes = {}
+    exec("def bump():\n    global N\n    N = N + 1\n    return N\n", writes)
+    writes["N"] = 0
+    assert _calls._cached(writes["bump"]) is None
+    worker.kill()

@@ -54,3 +54,47 @@ def test_empty_and_non_contiguous_arrays():
     empty, strided = worker.recv()
     assert empty.shape == (0,)
     assert np.array_equal(strided, big[:, ::2])
+
+
+def test_received_arrays_live_on_the_shared_memory_and_outlive_the_worker():
+    """Neither side copies a received buffer: the array is a writable view of the mapping,
+    which lives as long as the array (after the worker is gone, after the message)."""
+    a = np.arange(2 * 1024 * 1024, dtype=np.float64)  # 16 MiB
+
+    def in_place(x):
+        x *= 3  # the worker's view is writable
+        return x, type(x.base).__name__
+
+    worker = PopenWorker()
+    worker.send(in_place, (a,))
+    b, base = worker.recv()
+    assert base in ("ndarray", "memoryview")
+    assert np.array_equal(b, a * 3) and b.flags.writeable
+    assert not np.shares_memory(a, b)
+    worker.kill()
+    del worker
+    import gc
+
+    gc.collect()
+    b += 1  # the parent's mapping outlives the worker and the reply
+    assert b[-1] == a[-1] * 3 + 1
+    view = b[10:20]
+    del b
+    gc.collect()
+    assert np.array_equal(view, a[10:20] * 3 + 1)
+
+
+def test_an_array_the_task_returns_from_its_arguments_comes_back_without_a_copy():
+    """An argument the task returns (or a slice of it) is handed back as a reference to the
+    request's shared buffer, which the parent still maps: both results share its memory."""
+    a = np.arange(1024 * 1024, dtype=np.float64)  # 8 MiB
+    worker = PopenWorker()
+    worker.send(lambda x: (x, x[10:20_000], x * 2), (a,))
+    whole, part, doubled = worker.recv()
+    assert np.array_equal(whole, a) and np.array_equal(part, a[10:20_000])
+    assert np.array_equal(doubled, a * 2)
+    assert np.shares_memory(whole, part) and not np.shares_memory(whole, doubled)
+    assert not np.shares_memory(whole, a)
+    whole[10] = -1
+    assert part[0] == -1
+    worker.kill()

@@ -199,6 +199,7 @@ fn stats(ms: f64, times: &[f64]) -> TimingStats {
         reps: sorted.len() as u32,
         warmup_reps: 0,
         stopped: String::new(),
+        preempted_reps: 0,
     }
 }
 

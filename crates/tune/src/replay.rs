@@ -508,6 +508,7 @@ pub(crate) fn result_of(
                 reps: 1,
                 warmup_reps: 0,
                 stopped: "replay".into(),
+                preempted_reps: 0,
             });
             r
         }

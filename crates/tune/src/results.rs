@@ -394,6 +394,9 @@ pub(crate) struct ResultJson {
     pub warmup_reps: Option<u32>,
     #[serde(default)]
     pub stopped: Option<String>,
+    /// Timed reps that were preempted and count their thread's CPU time (`RepClock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_reps: Option<u32>,
     pub error: Option<String>,
     pub max_abs_error: Option<f64>,
     pub max_rel_error: Option<f64>,
@@ -436,6 +439,7 @@ impl ResultJson {
             reps: s.map(|s| s.reps),
             warmup_reps: s.map(|s| s.warmup_reps),
             stopped: s.map(|s| s.stopped.clone()),
+            preempted_reps: s.map(|s| s.preempted_reps),
             error: r.error.clone(),
             max_abs_error: r.check.and_then(|c| c.max_abs_error),
             max_rel_error: r.check.and_then(|c| c.max_rel_error),
@@ -484,6 +488,7 @@ impl ResultJson {
                 reps,
                 warmup_reps: self.warmup_reps.unwrap_or(0),
                 stopped: self.stopped.unwrap_or_default(),
+                preempted_reps: self.preempted_reps.unwrap_or(0),
             }),
             _ => None,
         };

@@ -1,8 +1,4 @@
 #!/usr/bin/env python
-# examples/c/vector_add.py of KernelTuner/kernel_tuner (Apache-2.0), kept as a test fixture of
-# tunebox (see README.md beside it). Only the import line differs from the original:
-#   -from kernel_tuner import tune_kernel
-#   +from tunebox.kernel_tuner import tune_kernel
 """This is a simple example for tuning C code with the kernel tuner"""
 
 import numpy
@@ -30,7 +26,7 @@ extern "C" float vector_add(vfloat *c, vfloat *a, vfloat *b, int n) {
 }
 """
 
-size = 72*1024*1024
+size = 72 * 1024 * 1024
 
 a = numpy.random.randn(size).astype(numpy.float32)
 b = numpy.random.randn(size).astype(numpy.float32)
@@ -43,7 +39,6 @@ tune_params = OrderedDict()
 tune_params["nthreads"] = [1, 2, 3, 4, 8, 12, 16, 24, 32]
 tune_params["vecsize"] = [1, 2, 4, 8, 16]
 
-answer = [a+b, None, None]
+answer = [a + b, None, None, None]
 
-tune_kernel("vector_add", kernel_string, size, args, tune_params,
-    answer=answer, compiler_options=['-O3'])
+tune_kernel("vector_add", kernel_string, size, args, tune_params, answer=answer, compiler_options=["-fopenmp", "-O3"])

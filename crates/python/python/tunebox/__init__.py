@@ -6,7 +6,8 @@ Submodules (imported on demand, so that a worker starts fast):
   drop-ins for ``tvm.support.popen_pool``.
 - ``tunebox.benchmark``: ``TuningProcessPool``, Inductor-style: one worker per device, each choice
   timed as triton's ``do_bench`` times it, a failed choice ``inf``.
-- ``tunebox.kernel_tuner``: ``tune_kernel``, Kernel Tuner's signature for C and C++ kernels.
+- ``tunebox.kernel_tuner``: ``tune_kernel``, Kernel Tuner's signature (C, C++ and CUDA
+  kernels), run by tunebox's tuning engine (``tunebox_tune::tune``).
 
 The worker processes, their deadlines, process-group kill, reaping, crash reports and shared
 memory are tunebox's (Rust, ``tunebox._native``); the workers are Python interpreters running

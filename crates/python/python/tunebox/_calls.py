@@ -6,6 +6,8 @@ pickling it, and the receiving side rebuilds the array on a writable ``bytearray
 """
 
 import pickle
+import types
+import weakref
 
 import cloudpickle
 
@@ -15,6 +17,7 @@ LOAD = 1
 RUN = 2
 INIT = 3
 WARM = 4
+BATCH = 5
 
 # Status codes of a reply: TVM's StatusKind.
 COMPLETE = 1
@@ -65,6 +68,133 @@ def dumps(obj, fast=True):
     return _pickle(cloudpickle.dumps, obj)
 
 
+def dumps_call(fn, args, kwargs, fast=True):
+    """:func:`dumps` of the call ``(fn, args, kwargs)``. A function that must travel by value
+    (one of ``__main__``, a lambda) and whose pickle cannot change between calls (see
+    :func:`_state`) is cloudpickled once per parent and unpickled once per worker process:
+    each call carries its pickle's digest and bytes, and the worker keeps the function by the
+    digest."""
+    by_value = not fast or getattr(fn, "__module__", None) == "__main__" or _is_lambda(fn)
+    if by_value and not _by_value_modules():
+        cached = _cached(fn)
+        if cached is not None:
+            return dumps((cached, args, kwargs), True)
+    return dumps((fn, args, kwargs), fast)
+
+
+class _Cached:
+    """A function pickled by value once: travels as its digest and its cloudpickle (base64, so
+    that the pickle of the call never reads as referring to ``__main__``)."""
+
+    __slots__ = ("digest", "data")
+
+    def __init__(self, digest, data):
+        self.digest = digest
+        self.data = data
+
+    def __reduce__(self):
+        return (cached_function, (self.digest, self.data))
+
+
+# The worker's functions by digest (bounded: cleared when full).
+_FUNCTIONS = {}
+_MAX_FUNCTIONS = 256
+
+
+def cached_function(digest, data):
+    """The function a :class:`_Cached` carries, unpickled once per worker process."""
+    fn = _FUNCTIONS.get(digest)
+    if fn is None:
+        import base64
+
+        fn = pickle.loads(base64.b64decode(data))
+        if len(_FUNCTIONS) >= _MAX_FUNCTIONS:
+            _FUNCTIONS.clear()
+        _FUNCTIONS[digest] = fn
+    return fn
+
+
+# The parent's cache: function -> (what its pickle depends on, its _Cached).
+_PICKLED = weakref.WeakKeyDictionary()
+# Per code object: the global names it (and the code nested in it) reads, or None when it
+# writes globals (a worker that kept the function would keep those writes between calls).
+_CODE_NAMES = {}
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _cached(fn):
+    if not isinstance(fn, types.FunctionType):
+        return None
+    state = _state(fn)
+    if state is None:
+        return None
+    entry = _PICKLED.get(fn)
+    if entry is not None and entry[0] == state:
+        return entry[1]
+    import base64
+    import hashlib
+
+    data = cloudpickle.dumps(fn, protocol=5)
+    cached = _Cached(hashlib.blake2b(data, digest_size=16).digest(), base64.b64encode(data))
+    _PICKLED[fn] = (state, cached)
+    return cached
+
+
+def _state(fn):
+    """What ``fn``'s cloudpickle depends on, compared by identity; None when it may depend on
+    more (then it is pickled afresh for every call, as TVM does). Cached are functions with no
+    closure, no attributes, immutable defaults, no writes to globals, and every global they
+    read a module, an immutable value or absent (a builtin)."""
+    if fn.__closure__ is not None or fn.__dict__:
+        return None
+    defaults = (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values())
+    if not all(isinstance(d, _IMMUTABLE) for d in defaults):
+        return None
+    names = _global_names(fn.__code__)
+    if names is None:
+        return None
+    values = []
+    for name in names:
+        value = fn.__globals__.get(name, _IMMUTABLE)  # absent: a builtin, or a NameError
+        if not isinstance(value, (types.ModuleType, *_IMMUTABLE)) and value is not _IMMUTABLE:
+            return None
+        values.append(id(value))
+    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__.get("__name__"), tuple(values))
+
+
+def _global_names(code):
+    names = _CODE_NAMES.get(code, False)
+    if names is not False:
+        return names
+    import dis
+
+    found = set()
+    names = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+            names = None
+            break
+        if instruction.opname == "LOAD_GLOBAL" and instruction.argval not in found:
+            found.add(instruction.argval)
+            names.append(instruction.argval)
+    if names is not None:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                nested = _global_names(const)
+                if nested is None:
+                    names = None
+                    break
+                names.extend(n for n in nested if n not in found and not found.add(n))
+    if len(_CODE_NAMES) > 4096:
+        _CODE_NAMES.clear()
+    _CODE_NAMES[code] = tuple(names) if names is not None else None
+    return _CODE_NAMES[code]
+
+
+def _is_lambda(fn):
+    return getattr(fn, "__name__", None) == "<lambda>"
+
+
 def _by_value_modules():
     registry = getattr(cloudpickle, "list_registry_pickle_by_value", None)
     return bool(registry()) if registry is not None else False
@@ -111,5 +241,50 @@ def _address(view):
 
 
 def loads(data, buffers=()):
-    """The object :func:`dumps` encoded (``buffers``: ``bytearray``s, as the worker gives them)."""
-    return pickle.loads(data, buffers=buffers)
+    """The object :func:`dumps` encoded. ``buffers`` are ``bytearray``s or
+    ``tunebox._native.SharedView``s (shared memory received without a copy), which become
+    writable memoryviews the unpickled arrays live on, keeping the mapping alive."""
+    return pickle.loads(data, buffers=[_writable(b) for b in buffers])
+
+
+def region_records(data):
+    """The records of a batch's results region (``tunebox._native.Worker.region``): a list of
+    ``(status, object)``."""
+    records = []
+    offset = 0
+    while offset + 4 <= len(data):
+        length = int.from_bytes(data[offset : offset + 4], "little")
+        if length == 0:
+            break
+        body = data[offset + 4 : offset + 4 + length]
+        records.append((body[0], pickle.loads(body[1:])))
+        offset += 4 + length
+    return records
+
+
+def write_record(region, offset, status, payload):
+    """Appends one record to a batch's results region at ``offset`` (its bytes, then its length,
+    so that a worker that dies part way leaves no half record); returns the next offset, or None
+    when it does not fit."""
+    end = offset + 5 + len(payload)
+    if end + 4 > len(region):  # room for the zero length that ends the records
+        return None
+    region[offset + 4] = status
+    region[offset + 5 : end] = payload
+    region[offset : offset + 4] = (1 + len(payload)).to_bytes(4, "little")
+    return end
+
+
+def writable(buffer):
+    """A writable memoryview of a buffer the worker received (see :func:`loads`)."""
+    return _writable(buffer)
+
+
+def _writable(buffer):
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        return buffer
+    import ctypes
+
+    memory = (ctypes.c_char * buffer.nbytes).from_address(buffer.address)
+    memory._tunebox_owner = buffer  # the mapping lives as long as the memory does
+    return memoryview(memory).cast("B")

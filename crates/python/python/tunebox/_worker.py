@@ -6,6 +6,7 @@ each pickled call.
 """
 
 import os
+import pickle
 import struct
 import sys
 import time
@@ -29,6 +30,8 @@ def handle(op, data, buffers):
     if op == _calls.WARM:
         _import_all(data.decode().split("\n"))
         return _NOTHING
+    if op == _calls.BATCH:
+        return _batch(data, buffers)
     timeout = None
     if op == _calls.RUN:
         (timeout,) = struct.unpack("<d", data)
@@ -69,6 +72,77 @@ def handle(op, data, buffers):
             TypeError(f"tunebox: could not pickle the result of {fn!r}: {exception}")
         )
     return _calls.COMPLETE, data, _calls.addresses(views), views
+
+
+def _batch(data, buffers):
+    """Runs ``fn(*args, **kwargs)`` for each call of a batch in turn, each with the batch's
+    timeout, writing each outcome into the results region (the last buffer) as it finishes.
+
+    Replies ``(count, None)`` when every call's outcome is in the region, or ``(count,
+    (status, value))`` when call ``count`` ended the batch early: its result did not fit in the
+    region (it travels in the reply, large buffers out of band) or it ran past the timeout (the
+    parent replaces this worker and sends the rest again)."""
+    region = _calls.writable(buffers[-1])
+    loaded = _load(data, buffers[:-1])
+    if loaded[0] == "error":
+        return _reply(loaded[1])
+    fn, calls, timeout = loaded[1]
+    offset = 0
+    for index, (args, kwargs) in enumerate(calls):
+        status, value = _call(fn, args, kwargs, timeout)
+        if status == _calls.TIMEOUT:
+            return _batch_reply(index, (status, None))
+        try:
+            payload = _calls.dumps_inband(value) if status == _calls.EXCEPTION else _inband(value)
+        except Exception as exception:  # noqa: BLE001
+            status = _calls.EXCEPTION
+            value = _with_traceback(
+                TypeError(f"tunebox: could not pickle the result of {fn!r}: {exception}")
+            )
+            payload = _calls.dumps_inband(value)
+        next_offset = _calls.write_record(region, offset, status, payload)
+        if next_offset is None:
+            return _batch_reply(index, (status, value))
+        offset = next_offset
+    return _batch_reply(len(calls), None)
+
+
+def _inband(value):
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # noqa: BLE001 - not picklable by reference: cloudpickle
+        return _calls.dumps_inband(value)
+
+
+def _batch_reply(count, tail):
+    try:
+        data, views = _calls.dumps_result((count, tail))
+    except Exception as exception:  # noqa: BLE001
+        message = f"tunebox: could not pickle the result of a call: {exception}"
+        data, views = _calls.dumps_result((count, (_calls.EXCEPTION, TypeError(message))))
+    return _calls.COMPLETE, data, _calls.addresses(views), views
+
+
+def _call(fn, args, kwargs, timeout):
+    """``(status, value)`` of one call of a batch: the value, or the exception with the
+    worker's traceback; ``sys.exit`` ends the worker, as in a single call."""
+    try:
+        timer = _arm(timeout)
+        started = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if timeout is not None and time.perf_counter() - started > timeout:
+            return _calls.TIMEOUT, None
+        return _calls.COMPLETE, value
+    except SystemExit as stop:
+        _exit_now(stop.code)
+    except BaseException as exception:  # noqa: BLE001 - every task error goes back as a value
+        return _calls.EXCEPTION, _with_traceback(exception)
+    finally:
+        _flush()
 
 
 def _arm(timeout):

@@ -1,42 +1,107 @@
-"""``tune_kernel`` with Kernel Tuner's signature, for C and C++ kernels, over tunebox's workers.
+"""``tune_kernel`` with Kernel Tuner's signature, run by tunebox's tuning engine.
 
 Change ``from kernel_tuner import tune_kernel`` to ``from tunebox.kernel_tuner import tune_kernel``.
-Every configuration is compiled (into tunebox's kernel cache) and timed in an isolated worker by
-tunebox's ``cpu`` backend (do_bench: estimate, warmup, reps, last-level cache flushed between
-reps); a configuration that does not compile, crashes, hangs past ``timeout`` or computes a wrong
-answer is one result row with its ``status``, where Kernel Tuner's C backend aborts the run (or
+
+The call is written as a manifest in Kernel Tuner's spelling (docs/manifest.md, "Kernel Tuner's
+names"), with every array argument and expected answer as a raw data file beside it, in a
+temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
+So every configuration compiles in parallel in the parent (into tunebox's kernel cache), is
+measured in an isolated worker process (do_bench: estimate, warmup, reps, the cache flushed
+between reps; then rounds of short windows and a race for the top), verified against
+``answer``, kept in the results cache when ``cache`` is given, and ranked. A configuration that
+does not compile, crashes, hangs past ``timeout`` (seconds, tunebox's own argument) or computes a
+wrong answer is one result with its status, where Kernel Tuner's C backend aborts the run (or
 dies with it).
 
-What it takes from Kernel Tuner: ``kernel_name``, ``kernel_source`` (text or a file name),
-``problem_size`` (recorded), ``arguments`` (numpy arrays, passed as pointers, and numpy scalars,
-by value), ``tune_params`` (each name is defined for the compiler, ``-Dname=value``),
-``restrictions`` (strings evaluated with the parameters, or a function of the parameter dict),
-``answer`` (expected arrays, None for those not checked), ``atol``, ``verify`` (a function
-``verify(answer, result, atol=...)``), ``lang`` (``C`` or ``C++``), ``compiler``,
-``compiler_options``, ``defines``, ``iterations`` (recorded: tunebox's do_bench sets the reps from its
-100 ms budget), ``metrics``
-(functions of the result dict, or expressions), ``objective``, ``strategy`` (``brute_force``,
-``random_sample`` with ``strategy_options`` ``fraction`` or ``max_fevals``), ``verbose`` and
-``quiet``. It returns ``(results, env)``: a list of dicts (the parameters, ``time`` in ms —
-the mean of the timed reps, as Kernel Tuner reports it —, the metrics, and tunebox's
-``status``, ``time_median``, ``time_min``, ``time_max``, ``reps``) and a dict describing the run.
+What it takes from Kernel Tuner:
 
-Not supported (an error names it): CUDA, OpenCL and HIP kernels (``lang``), strategies other
-than the two above, and a ``cache`` file (Kernel Tuner's JSON cache is not written: a warning).
+- ``kernel_name``, ``kernel_source`` (text, or a file name), ``lang`` (``C``, ``C++``, ``CUDA``;
+  ``None`` tells them apart as Kernel Tuner does: ``__global__`` is CUDA, ``extern "C"`` C++),
+  ``problem_size`` (an int or a tuple of ints and param names), ``grid_div_x/y/z``;
+- ``arguments``: numpy arrays (``float32``, ``float64``, ``int32``, ``int64``, ``uint8``; C
+  kernels get them untyped, as Kernel Tuner passes them, so vector types work) and numpy scalars
+  (``int32``, ``int64``, ``float32``, ``float64``; a Python int is ``int64``, a float
+  ``float64``), by value;
+- ``tune_params`` (each defined for the compiler, ``-Dname=value``), ``restrictions`` (strings,
+  Python expressions evaluated by the engine; a function of the parameter dict, or a list
+  mixing both, evaluated here over the space and handed to the engine as one expression);
+- ``answer`` (one entry per argument, ``None`` for those not checked) with ``atol``; ``verify``
+  (``verify(answer, result, atol=...)``, Kernel Tuner's: each configuration the engine measured
+  runs once more in an isolated worker, and its arrays go to the function);
+- ``compiler``, ``compiler_options``, ``defines`` (``-Dname=value``), ``iterations`` (the timed
+  reps per window; ``None``, the default here, lets do_bench size them from its budget);
+- ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
+  engine, or functions of the result dict, evaluated here);
+- ``strategy`` (``brute_force``, ``random_sample``, ``genetic_algorithm``,
+  ``simulated_annealing``, ``greedy_ils``, ``diff_evo``, ``bayes_opt``, or an engine name such as
+  ``auto``) with ``strategy_options`` ``max_fevals``, ``fraction``, ``time_limit`` (s) and
+  ``seed``;
+- ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
+  (``.json`` dropped), so a second call measures only what is not in it;
+- ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration) and ``workers``.
+
+It returns ``(results, env)`` as Kernel Tuner does: one dict per configuration the run
+finished, in the space's order: the parameters, ``time`` (ms: the median the engine ranks by),
+the metrics, and for a failed one ``__error__`` (``CompilationFailedConfig`` or
+``RuntimeFailedConfig``, Kernel Tuner's classes' names) instead of ``time``; plus tunebox's
+``status`` (``ok``, ``wrong``, ``compile_error``, ``crashed``, ``timeout``, ``error``),
+``error``, ``time_mean``, ``time_min``, ``time_max``, ``time_stddev``, ``reps`` and
+``cached``. ``env`` describes the run (Kernel Tuner's keys, and ``report``: the engine's JSON
+report).
+
+Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
+``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
+callables as ``problem_size``, and strategies the engine does not have.
 """
 
 import itertools
+import json
 import math
 import os
-import platform as _platform
-import random
+import shutil
+import stat
+import sys
+import sysconfig
+import tempfile
 import warnings
 
-from tunebox.benchmark import BenchmarkResult, CKernelChoice, TuningProcessPool
+__all__ = ["tune_kernel", "ErrorConfig", "CompilationFailedConfig", "RuntimeFailedConfig"]
 
-__all__ = ["tune_kernel"]
 
-_C_LANGS = {"c", "c++", "cpp"}
+class ErrorConfig(str):
+    """Why a configuration has no time, as Kernel Tuner's ``kernel_tuner.util.ErrorConfig``."""
+
+    def __new__(cls, detail=""):
+        value = super().__new__(cls, cls.__name__)
+        value.detail = detail
+        return value
+
+    def __str__(self):
+        return self.__class__.__name__
+
+
+class CompilationFailedConfig(ErrorConfig):
+    """The configuration did not compile."""
+
+
+class RuntimeFailedConfig(ErrorConfig):
+    """The configuration crashed, hung, failed or computed a wrong answer."""
+
+
+# Kernel Tuner's strategy names, and the engine's.
+_STRATEGIES = {
+    "brute_force": "brute-force",
+    "random_sample": "random",
+    "genetic_algorithm": "genetic",
+    "simulated_annealing": "annealing",
+    "greedy_ils": "ils",
+    "diff_evo": "de",
+    "bayes_opt": "bayes",
+}
+
+_DTYPES = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8"}
+_CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".hpp")
+_SCALARS = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
 
 def tune_kernel(
@@ -63,7 +128,7 @@ def tune_kernel(
     compiler_options=None,
     defines=None,
     log=None,
-    iterations=7,
+    iterations=None,
     block_size_names=None,
     quiet=False,
     strategy=None,
@@ -75,236 +140,79 @@ def tune_kernel(
     objective=None,
     objective_higher_is_better=None,
     timeout=60.0,
+    workers=1,
     **unsupported,
 ):
-    """Tunes a C or C++ kernel as Kernel Tuner's ``tune_kernel`` does; see the module's doc."""
-    source = _read_source(kernel_source)
-    language = _language(lang, source)
+    """Tunes a kernel as Kernel Tuner's ``tune_kernel`` does, through tunebox's engine; see the
+    module's doc for the arguments, the result and what is refused."""
     if unsupported:
         raise TypeError(f"tune_kernel got unknown arguments: {', '.join(sorted(unsupported))}")
-    if cache:
-        warnings.warn(
-            f"tunebox.kernel_tuner: cache={cache!r} is not written (Kernel Tuner's cache format "
-            "is not supported yet); tunebox's own kernel cache still skips recompiles",
-            stacklevel=2,
+    _refuse(
+        smem_args=smem_args,
+        cmem_args=cmem_args,
+        texmem_args=texmem_args,
+        block_size_names=block_size_names,
+        observers=observers,
+        simulation_mode=simulation_mode or None,
+    )
+    if device not in (0, None):
+        raise NotImplementedError(
+            f"tunebox.kernel_tuner: device={device!r}: tunebox measures on the first visible "
+            "device; set CUDA_VISIBLE_DEVICES instead"
         )
-    if simulation_mode:
-        raise NotImplementedError("tunebox.kernel_tuner: simulation_mode is not supported")
-    names = list(tune_params)
-    configs = _space(tune_params, restrictions)
-    configs = _select(configs, strategy, strategy_options or {})
-    checked = _checked_outputs(answer, arguments)
-    choices = [
-        CKernelChoice(
-            source,
-            kernel_name,
-            arguments,
-            compiler_options=_flags(compiler_options, source),
-            compiler=compiler or ("cc" if language == "C" else "g++"),
-            defines={**(defines or {}), **config},
-            outputs=checked,
+    metrics = dict(metrics or {})
+    engine_strategy, options = _strategy(strategy, strategy_options or {})
+    with tempfile.TemporaryDirectory(prefix="tunebox-kernel-tuner-") as folder:
+        writer = _Manifest(folder)
+        source, language = writer.kernel(kernel_name, kernel_source, lang, compiler)
+        writer.flags(compiler_options, defines, language, source)
+        writer.arguments(arguments, language)
+        writer.params(tune_params)
+        writer.restrictions(restrictions, tune_params)
+        writer.answer(answer, arguments, atol, verify)
+        writer.launch(problem_size, grid_div_x, grid_div_y, grid_div_z)
+        writer.timing(iterations, timeout)
+        writer.metrics(metrics)
+        writer.objective(objective, objective_higher_is_better, metrics)
+        path = writer.write()
+        from tunebox import _native
+
+        budget = options.get("max_fevals")
+        if budget is None and "fraction" in options:
+            count = _native.count(path)
+            budget = max(1, int(round(float(options["fraction"]) * count)))
+        report_path = os.path.join(folder, "report.json")
+        printer = _Printer(list(tune_params), verbose and not quiet)
+        _native.tune(
+            path,
+            _worker(folder),
+            report_path,
+            cache=_cache_path(cache),
+            strategy=engine_strategy,
+            budget=None if budget is None else int(budget),
+            seed=int(options.get("seed", 0)),
+            workers=int(workers),
+            max_time_s=options.get("time_limit"),
+            on_choice=printer.choice,
+            on_note=printer.note,
         )
-        for config in configs
-    ]
-    rep_ms = 100.0
-    pool = TuningProcessPool(timeout=timeout, warmup=10, rep=rep_ms)
-    try:
-        measured = pool.benchmark_results(choices)
-    finally:
-        pool.shutdown()
+        with open(report_path) as f:
+            report = json.load(f)
+        results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
+        if verify is not None:
+            _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify)
+    _python_metrics(results, metrics)
     objective = objective or "time"
-    results = []
-    for config, outcome in zip(configs, measured):
-        row = dict(config)
-        row.update(_outcome(outcome, answer, checked, atol, verify))
-        if row["status"] == "ok":
-            row.update(_metrics(metrics, row))
-        results.append(row)
-        if not quiet and (verbose or row["status"] == "ok"):
-            print(_line(row, names, objective))
-    env = _env(kernel_name, source, problem_size, tune_params, compiler_options, iterations, language)
+    higher = bool(objective_higher_is_better)
     if not quiet:
-        best = _best(results, objective, objective_higher_is_better)
+        for row in results:
+            if verbose or "__error__" not in row:
+                print(_line(row, list(tune_params), objective))
+        best = _best(results, objective, higher)
         if best is not None:
             print("best performing configuration:")
-            print(_line(best, names, objective))
-    return results, env
-
-
-def _read_source(kernel_source):
-    if isinstance(kernel_source, (list, tuple)):
-        kernel_source = kernel_source[0]
-    if isinstance(kernel_source, os.PathLike) or (
-        isinstance(kernel_source, str) and "\n" not in kernel_source and os.path.isfile(kernel_source)
-    ):
-        with open(kernel_source) as f:
-            return f.read()
-    if not isinstance(kernel_source, str):
-        raise TypeError(f"kernel_source={kernel_source!r}: use the source text or a file name")
-    return kernel_source
-
-
-def _language(lang, source):
-    if lang is None:
-        if "__global__" in source:
-            raise NotImplementedError(
-                "tunebox.kernel_tuner runs C and C++ kernels only; this looks like CUDA "
-                "(`tunebox tune` with a manifest runs CUDA kernels)"
-            )
-        return "C++" if 'extern "C"' in source else "C"
-    if str(lang).lower() not in _C_LANGS:
-        raise NotImplementedError(
-            f"tunebox.kernel_tuner: lang={lang!r} is not supported; use lang='C' (or 'C++')"
-        )
-    return "C" if str(lang).lower() == "c" and 'extern "C"' not in source else "C++"
-
-
-def _flags(compiler_options, source):
-    flags = list(compiler_options) if compiler_options else ["-O3"]
-    if ("omp.h" in source or "#pragma omp" in source) and "-fopenmp" not in flags:
-        flags.append("-fopenmp")
-    return flags
-
-
-def _space(tune_params, restrictions):
-    names = list(tune_params)
-    for name, values in tune_params.items():
-        if not isinstance(values, (list, tuple, range)) or len(values) == 0:
-            raise ValueError(f"tune_params[{name!r}] = {values!r}: give a non-empty list of values")
-    configs = []
-    for values in itertools.product(*(tune_params[n] for n in names)):
-        config = dict(zip(names, values))
-        if _allowed(config, restrictions):
-            configs.append(config)
-    if not configs:
-        raise ValueError("no configuration satisfies the restrictions")
-    return configs
-
-
-def _allowed(config, restrictions):
-    if restrictions is None:
-        return True
-    if callable(restrictions):
-        return bool(restrictions(dict(config)))
-    if isinstance(restrictions, str):
-        restrictions = [restrictions]
-    for restriction in restrictions:
-        if callable(restriction):
-            if not restriction(dict(config)):
-                return False
-            continue
-        try:
-            ok = eval(restriction, {"__builtins__": {}, "math": math, "min": min, "max": max}, dict(config))  # noqa: S307
-        except Exception as error:  # noqa: BLE001
-            raise ValueError(f"restriction {restriction!r} cannot be evaluated: {error}") from None
-        if not ok:
-            return False
-    return True
-
-
-def _select(configs, strategy, options):
-    if strategy in (None, "brute_force"):
-        return configs
-    if strategy == "random_sample":
-        if "max_fevals" in options:
-            count = int(options["max_fevals"])
-        else:
-            count = max(1, int(round(float(options.get("fraction", 0.1)) * len(configs))))
-        rng = random.Random(options.get("seed", 0))
-        return rng.sample(configs, min(count, len(configs)))
-    raise NotImplementedError(
-        f"tunebox.kernel_tuner: strategy={strategy!r} is not supported; use brute_force or "
-        "random_sample (`tunebox tune --strategy` has the others)"
-    )
-
-
-def _checked_outputs(answer, arguments):
-    if answer is None:
-        return []
-    # Kernel Tuner's own examples give fewer entries than arguments (the trailing scalars left
-    # out); more is a mistake.
-    if len(answer) > len(arguments):
-        raise ValueError(
-            f"answer has {len(answer)} entries and arguments only {len(arguments)}: give one "
-            "per argument, None for those not checked"
-        )
-    return [i for i, expected in enumerate(answer) if expected is not None]
-
-
-def _outcome(outcome, answer, checked, atol, verify):
-    if not isinstance(outcome, BenchmarkResult):
-        return {"status": _status(outcome), "time": math.inf, "error": str(outcome)}
-    row = {
-        "status": "ok",
-        "time": outcome.mean_ms,
-        "time_median": outcome.median_ms,
-        "time_min": outcome.min_ms,
-        "time_max": outcome.max_ms,
-        "reps": outcome.reps,
-    }
-    if checked and not _correct(answer, outcome.outputs, checked, atol, verify):
-        row["status"] = "wrong"
-        row["time"] = math.inf
-    return row
-
-
-def _status(error):
-    if isinstance(error, TimeoutError):
-        return "timeout"
-    if isinstance(error, ChildProcessError):
-        return "crashed"
-    if "compil" in str(error):
-        return "compile_error"
-    return "error"
-
-
-def _correct(answer, outputs, checked, atol, verify):
-    import numpy as np
-
-    results = [None] * len(answer)
-    for i in checked:
-        if i not in outputs:
-            return False
-        results[i] = outputs[i].reshape(np.shape(answer[i]))
-    if verify is not None:
-        return bool(verify(answer, results, atol=atol))
-    return all(
-        results[i] is not None and np.allclose(results[i], answer[i], atol=atol) for i in checked
-    )
-
-
-def _metrics(metrics, row):
-    out = {}
-    if not metrics:
-        return out
-    for name, metric in metrics.items():
-        values = {**row, **out}
-        try:
-            if callable(metric):
-                out[name] = metric(values)
-            else:
-                out[name] = eval(metric, {"__builtins__": {}, "math": math}, values)  # noqa: S307
-        except Exception as error:  # noqa: BLE001
-            raise ValueError(f"metric {name!r} cannot be computed: {error}") from None
-    return out
-
-
-def _best(results, objective, higher_is_better):
-    ok = [r for r in results if r["status"] == "ok" and objective in r]
-    if not ok:
-        return None
-    return (max if higher_is_better else min)(ok, key=lambda r: r[objective])
-
-
-def _line(row, names, objective):
-    params = ", ".join(f"{n}={row[n]}" for n in names)
-    if row["status"] != "ok":
-        return f"{params}, {row['status']}"
-    return f"{params}, {objective}={row.get(objective, math.nan):.3f}"
-
-
-def _env(kernel_name, source, problem_size, tune_params, compiler_options, iterations, language):
-    return {
+            print(_line(best, list(tune_params), objective))
+    env = {
         "kernel_name": kernel_name,
         "kernel_string": source,
         "problem_size": problem_size,
@@ -312,6 +220,454 @@ def _env(kernel_name, source, problem_size, tune_params, compiler_options, itera
         "compiler_options": compiler_options,
         "iterations": iterations,
         "lang": language,
-        "device_name": _platform.processor() or _platform.machine(),
+        "device_name": report.get("device"),
+        "strategy": strategy or "brute_force",
+        "strategy_options": strategy_options or {},
+        "objective": objective,
+        "objective_higher_is_better": higher,
+        "cache": _cache_path(cache),
         "backend": "tunebox",
+        "report": report,
     }
+    return results, env
+
+
+def _refuse(**given):
+    for name, value in given.items():
+        if value is not None:
+            raise NotImplementedError(f"tunebox.kernel_tuner: {name} is not supported yet")
+
+
+def _strategy(strategy, options):
+    name = strategy or "brute_force"
+    engine = _STRATEGIES.get(name, name)
+    from tunebox import _native  # noqa: F401 - the engine's names are checked there too
+
+    known = set(_STRATEGIES.values()) | {"auto"}
+    if engine not in known:
+        raise NotImplementedError(
+            f"tunebox.kernel_tuner: strategy={strategy!r} is not supported; use one of "
+            f"{', '.join(sorted(_STRATEGIES))} (Kernel Tuner's names) or auto"
+        )
+    if engine == "random" and "max_fevals" not in options and "fraction" not in options:
+        options = {**options, "fraction": 0.1}  # Kernel Tuner's random_sample default
+    ignored = sorted(set(options) - {"max_fevals", "fraction", "time_limit", "seed"})
+    if ignored:
+        warnings.warn(
+            f"tunebox.kernel_tuner: strategy_options {', '.join(ignored)} are not used: tunebox's "
+            f"{engine} strategy has its own settings",
+            stacklevel=3,
+        )
+    return engine, options
+
+
+def _cache_path(cache):
+    if not cache:
+        return None
+    cache = os.fspath(cache)
+    if cache.endswith(".json"):
+        cache = cache[: -len(".json")]
+    return os.path.abspath(cache + ".tunebox-cache.jsonl")
+
+
+def _worker(folder):
+    """The worker executable: the `tunebox-engine-worker` script pip installed, else a launcher
+    for this interpreter written into `folder`."""
+    found = shutil.which("tunebox-engine-worker", path=sysconfig.get_path("scripts"))
+    if found:
+        return found
+    path = os.path.join(folder, "tunebox-engine-worker")
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\nimport sys\nfrom tunebox._engine_worker import main\nsys.exit(main())\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return path
+
+
+class _Manifest:
+    """A manifest in Kernel Tuner's spelling, with its data files, in `folder`."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.top = []  # (key, value)
+        self.tables = {}  # name -> [(key, value)]
+        self.argument_tables = []
+        self.language = "C"
+        self.arrays = []  # (index, numpy array) of the array arguments
+        self.include_dir = None  # where the user's source was, when it is copied here
+
+    def kernel(self, kernel_name, kernel_source, lang, compiler):
+        if isinstance(kernel_source, (list, tuple)):
+            if len(kernel_source) != 1:
+                raise NotImplementedError(
+                    "tunebox.kernel_tuner: a list of kernel sources is not supported yet: "
+                    "#include the others from the first"
+                )
+            kernel_source = kernel_source[0]
+        file_name = None
+        if isinstance(kernel_source, os.PathLike) or (
+            isinstance(kernel_source, str)
+            and "\n" not in kernel_source
+            and os.path.isfile(kernel_source)
+        ):
+            file_name = os.path.abspath(os.fspath(kernel_source))
+            with open(file_name) as f:
+                text = f.read()
+        elif isinstance(kernel_source, str):
+            text = kernel_source
+        else:
+            raise TypeError(f"kernel_source={kernel_source!r}: give the source text or a file name")
+        language = _language(lang, text, file_name)
+        self.language = language
+        if file_name is not None and language == "C++" and not file_name.endswith(_CXX_SUFFIXES):
+            # Kernel Tuner compiles every C source as C++ (g++); the engine goes by the suffix.
+            self.include_dir = os.path.dirname(file_name)
+            file_name = None
+        if file_name is None:
+            suffix = {"C": ".c", "C++": ".cpp", "CUDA": ".cu"}[language]
+            file_name = os.path.join(self.folder, "kernel" + suffix)
+            with open(file_name, "w") as f:
+                f.write(text)
+        self.top.append(("kernel_name", kernel_name))
+        self.top.append(("kernel_source", file_name))
+        self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
+        if compiler is not None:
+            if language == "CUDA":
+                raise NotImplementedError("tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler=")
+            self.table("kernel").append(("compiler", compiler))
+        self.text = text
+        return text, language
+
+    def flags(self, compiler_options, defines, language, source):
+        flags = [str(f) for f in compiler_options] if compiler_options else []
+        if language != "CUDA":
+            if not compiler_options:
+                flags = ["-O3"]
+            if '#include "' in source:
+                flags.append("-I" + (self.include_dir or os.getcwd()))
+        for name, value in (defines or {}).items():
+            flags.append(f"-D{name}={value}")
+        if flags or compiler_options is not None:
+            self.top.append(("compiler_options", flags))
+
+    def arguments(self, arguments, language):
+        import numpy as np
+
+        for i, arg in enumerate(arguments):
+            name = f"arg{i}"
+            if isinstance(arg, np.ndarray):
+                dtype = _DTYPES.get(arg.dtype.name)
+                if dtype is None:
+                    raise TypeError(
+                        f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
+                        f"one of {', '.join(_DTYPES)}"
+                    )
+                data = f"{name}.bin"
+                np.ascontiguousarray(arg).tofile(os.path.join(self.folder, data))
+                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", {"file": data})]
+                if language != "CUDA":
+                    table.append(("c_type", "void"))
+                self.arrays.append((i, arg))
+            elif isinstance(arg, (np.generic, int, float)) and not isinstance(arg, (bool, np.bool_)):
+                kind = _SCALARS.get(np.asarray(arg).dtype.name) if isinstance(arg, np.generic) else (
+                    "i64" if isinstance(arg, int) else "f64"
+                )
+                if kind is None:
+                    raise TypeError(
+                        f"arguments[{i}] = {arg!r}: use numpy.int32, numpy.int64, numpy.float32 "
+                        "or numpy.float64 scalars"
+                    )
+                value = arg.item() if isinstance(arg, np.generic) else arg
+                table = [("name", name), ("type", kind), ("value", value)]
+            else:
+                raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
+            self.argument_tables.append(table)
+
+    def params(self, tune_params):
+        table = self.table("tune_params")
+        for name, values in tune_params.items():
+            if not isinstance(values, (list, tuple, range)) or len(values) == 0:
+                raise ValueError(f"tune_params[{name!r}] = {values!r}: give a non-empty list of values")
+            table.append((name, [_plain(v) for v in values]))
+
+    def restrictions(self, restrictions, tune_params):
+        if restrictions is None:
+            return
+        if callable(restrictions) or isinstance(restrictions, str):
+            restrictions = [restrictions]
+        strings = [r for r in restrictions if isinstance(r, str)]
+        functions = [r for r in restrictions if callable(r)]
+        if len(strings) + len(functions) != len(restrictions):
+            raise TypeError("restrictions: give strings (Python expressions) or functions of the parameter dict")
+        if functions:
+            strings.append(_as_expression(tune_params, functions))
+        self.top.append(("restrictions", strings))
+
+    def answer(self, answer, arguments, atol, verify):
+        if answer is None or verify is not None:
+            return  # a verify function is called here, after the engine's run
+        import numpy as np
+
+        if len(answer) != len(arguments):
+            raise TypeError(
+                f"answer has {len(answer)} entries and arguments {len(arguments)}: give one per "
+                "argument, None for those not checked (Kernel Tuner refuses this too)"
+            )
+        entries = []
+        for i, (expected, arg) in enumerate(zip(answer, arguments)):
+            if expected is None:
+                entries.append("")
+                continue
+            if not isinstance(arg, np.ndarray):
+                raise TypeError(f"answer[{i}]: argument {i} is a scalar; give None")
+            expected = np.asarray(expected)
+            if expected.dtype != arg.dtype or expected.size != arg.size:
+                raise TypeError(
+                    f"answer[{i}]: {expected.dtype.name} × {expected.size} for an argument of "
+                    f"{arg.dtype.name} × {arg.size}: give the same type and size"
+                )
+            data = f"answer{i}.bin"
+            np.ascontiguousarray(expected).tofile(os.path.join(self.folder, data))
+            entries.append(data)
+            # Kernel Tuner checks the arrays after one call on fresh copies of the arguments:
+            # an in-place kernel (`x[i] = x[i] * 2`) gets its inputs back before every call.
+            self.argument_tables[i].append(("reset", True))
+        if not any(entries):
+            return
+        self.top.append(("answer", entries))
+        self.top.append(("atol", float(atol)))
+
+    def launch(self, problem_size, grid_div_x, grid_div_y, grid_div_z):
+        if callable(problem_size):
+            raise NotImplementedError("tunebox.kernel_tuner: problem_size as a function is not supported")
+        sizes = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
+        self.top.append(("problem_size", [_plain(s) for s in sizes]))
+        for name, value in (("grid_div_x", grid_div_x), ("grid_div_y", grid_div_y), ("grid_div_z", grid_div_z)):
+            if value is not None:
+                if self.language != "CUDA":
+                    continue  # Kernel Tuner ignores it for C kernels
+                self.top.append((name, [value] if isinstance(value, str) else list(value)))
+
+    def timing(self, iterations, timeout):
+        if iterations is not None:
+            self.top.append(("iterations", int(iterations)))
+        self.top.append(("timeout_s", float(timeout)))
+
+    def metrics(self, metrics):
+        expressions = [(name, m) for name, m in metrics.items() if isinstance(m, str)]
+        if expressions:
+            self.table("metrics").extend(expressions)
+
+    def objective(self, objective, higher, metrics):
+        if objective is None or objective == "time":
+            return
+        if isinstance(metrics.get(objective), str):
+            self.top.append(("objective", objective))
+            if higher is not None:
+                self.top.append(("objective_higher_is_better", bool(higher)))
+        elif objective not in metrics:
+            raise ValueError(f"objective={objective!r}: it is neither 'time' nor one of the metrics")
+        # A metric computed here (a function) ranks the results here; the engine's strategy
+        # searches by time.
+
+    def table(self, name):
+        return self.tables.setdefault(name, [])
+
+    def write(self):
+        lines = [f"{key} = {_toml(value)}" for key, value in self.top]
+        for name, entries in self.tables.items():
+            lines.append(f"\n[{name}]")
+            lines.extend(f"{_toml_key(k)} = {_toml(v)}" for k, v in entries)
+        for table in self.argument_tables:
+            lines.append("\n[[arguments]]")
+            lines.extend(f"{k} = {_toml(v)}" for k, v in table)
+        path = os.path.join(self.folder, "kernel_tuner.toml")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+
+def _language(lang, text, file_name):
+    if lang is None:
+        if file_name is not None and file_name.endswith(".cu") or "__global__" in text:
+            return "CUDA"
+        if file_name is not None and file_name.endswith(_CXX_SUFFIXES):
+            return "C++"
+        return "C++" if 'extern "C"' in text else "C"
+    name = str(lang).lower()
+    if name == "cuda":
+        return "CUDA"
+    if name in ("c", "c++", "cpp"):
+        return "C++" if name != "c" or 'extern "C"' in text else "C"
+    raise NotImplementedError(
+        f"tunebox.kernel_tuner: lang={lang!r} is not supported; use 'C', 'C++' or 'CUDA'"
+    )
+
+
+def _as_expression(tune_params, functions):
+    """The configurations the functions allow, as one expression the engine evaluates: nested
+    by parameter, `name == value and (...)`, the last parameter as `name in [...]`."""
+    names = list(tune_params)
+    allowed = []
+    for values in itertools.product(*(tune_params[n] for n in names)):
+        config = dict(zip(names, values))
+        if all(f(dict(config)) for f in functions):
+            allowed.append(tuple(_plain(v) for v in values))
+    if not allowed:
+        raise ValueError("no configuration satisfies the restrictions")
+    return _nest(names, [[_plain(v) for v in tune_params[n]] for n in names], allowed)
+
+
+def _nest(names, values, allowed):
+    if len(allowed) == math.prod(len(v) for v in values):
+        return "True"
+    if len(names) == 1:
+        return f"{names[0]} in [{', '.join(_literal(t[0]) for t in allowed)}]"
+    groups = {}
+    for t in allowed:
+        groups.setdefault(t[0], []).append(t[1:])
+    parts = []
+    for value, rest in groups.items():
+        inner = _nest(names[1:], values[1:], rest)
+        test = f"{names[0]} == {_literal(value)}"
+        parts.append(test if inner == "True" else f"({test} and ({inner}))")
+    return " or ".join(parts)
+
+
+def _literal(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"tune_params value {value!r} cannot be written in a restriction")
+    return repr(value)
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") and not isinstance(value, (list, tuple)) else value
+
+
+def _toml_key(key):
+    key = str(key)
+    return key if key.replace("_", "").replace("-", "").isalnum() and key.isascii() else json.dumps(key)
+
+
+def _toml(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"{value!r} ({type(value).__name__}) cannot be written to a manifest")
+
+
+class _Printer:
+    """Prints the engine's notes and each finished configuration when verbose."""
+
+    def __init__(self, names, verbose):
+        self.names = names
+        self.verbose = verbose
+
+    def choice(self, label, status, median_ms):
+        if self.verbose:
+            time = f"{median_ms:.3f} ms" if median_ms is not None else status
+            print(f"tunebox: {label}: {time}", flush=True)
+
+    def note(self, line):
+        if self.verbose:
+            print(f"tunebox: {line}", flush=True)
+
+
+def _row(result, tune_params):
+    row = {name: result["choice"].get(name) for name in tune_params}
+    status = result["status"]
+    row["status"] = status
+    if status == "ok":
+        row["time"] = result["median_ms"]
+        row["time_mean"] = result.get("mean_ms")
+        row["time_min"] = result.get("min_ms")
+        row["time_max"] = result.get("max_ms")
+        row["time_stddev"] = result.get("stddev_ms")
+        row["reps"] = result.get("reps")
+        row.update(result.get("metrics") or {})
+    else:
+        failure = CompilationFailedConfig if status == "compile_error" else RuntimeFailedConfig
+        row["__error__"] = failure(result.get("error") or status)
+        row["error"] = result.get("error")
+    row["cached"] = result.get("cached", False)
+    return row
+
+
+def _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify):
+    """Runs each measured configuration once more in an isolated worker for its arrays, and
+    asks the user's `verify` whether they are right (Kernel Tuner's `verify(answer, result,
+    atol=...)`)."""
+    if writer.language == "CUDA":
+        raise NotImplementedError("tunebox.kernel_tuner: a verify function for CUDA kernels is not supported yet; give answer")
+    from tunebox.benchmark import BenchmarkResult, CKernelChoice, TuningProcessPool
+
+    ok = [row for row in results if row["status"] == "ok"]
+    if not ok:
+        return
+    array_indices = [i for i, _ in writer.arrays]
+    flags = dict(writer.top).get("compiler_options")
+    compiler = dict(writer.tables.get("kernel", [])).get("compiler") or ("g++" if writer.language == "C++" else "cc")
+    params = [k for k, _ in writer.tables["tune_params"]]
+    choices = [
+        CKernelChoice(
+            source, kernel_name, arguments, compiler_options=flags, compiler=compiler,
+            defines={p: row[p] for p in params}, outputs=array_indices,
+        )
+        for row in ok
+    ]
+    pool = TuningProcessPool(timeout=60.0, warmup=0.0, rep=0.0)
+    try:
+        outcomes = pool.benchmark_results(choices)
+    finally:
+        pool.shutdown()
+    for row, outcome in zip(ok, outcomes):
+        if not isinstance(outcome, BenchmarkResult):
+            _fail(row, "error", f"the verification run failed: {outcome}")
+            continue
+        result = [None] * len(arguments)
+        for i in array_indices:
+            result[i] = outcome.outputs[i].reshape(arguments[i].shape)
+        if not bool(verify(answer, result, atol=atol)):
+            _fail(row, "wrong", "verify returned False")
+
+
+def _fail(row, status, error):
+    for key in ("time", "time_mean", "time_min", "time_max", "time_stddev", "reps"):
+        row.pop(key, None)
+    row["status"] = status
+    row["__error__"] = RuntimeFailedConfig(error)
+    row["error"] = error
+
+
+def _python_metrics(results, metrics):
+    functions = [(name, m) for name, m in metrics.items() if callable(m)]
+    for row in results:
+        if "__error__" in row:
+            continue
+        for name, metric in functions:
+            try:
+                row[name] = metric(dict(row))
+            except Exception as error:  # noqa: BLE001
+                raise ValueError(f"metric {name!r} cannot be computed: {error}") from None
+
+
+def _best(results, objective, higher_is_better):
+    ok = [r for r in results if "__error__" not in r and objective in r]
+    if not ok:
+        return None
+    return (max if higher_is_better else min)(ok, key=lambda r: r[objective])
+
+
+def _line(row, names, objective):
+    params = ", ".join(f"{n}={row[n]}" for n in names)
+    if "__error__" in row:
+        return f"{params}, {row['status']}"
+    return f"{params}, {objective}={row.get(objective, math.nan):.3f}"

@@ -185,7 +185,7 @@ class PopenWorker:
         self._remember_module(fn)
         # A function of the script being run (``__main__``) is pickled by value: cloudpickle.
         fast = getattr(fn, "__module__", None) != "__main__"
-        data, views = _calls.dumps((fn, tuple(args), dict(kwargs) if kwargs else {}), fast)
+        data, views = _calls.dumps_call(fn, tuple(args), dict(kwargs) if kwargs else {}, fast)
         try:
             # The views stay alive (and the GIL held) while tunebox copies them.
             if timeout is None:
@@ -233,6 +233,60 @@ class PopenWorker:
             return value
         raise value
 
+
+    def _run_batch(self, fn, calls, timeout):
+        """Runs ``fn(*args, **kwargs)`` for each ``(args, kwargs)`` of ``calls`` in this worker
+        in one round trip (each call with ``timeout``), as :meth:`send` + :meth:`recv` would
+        one by one; returns the :class:`MapResult` of the first calls, in order: all of them,
+        or fewer when the batch ended early (a call timed out or killed the worker: it is the
+        last one returned; the caller sends the rest again).
+
+        The worker writes each call's outcome into a shared results region as it finishes, so a
+        worker that dies part way loses only the call it was running."""
+        self._remember_module(fn)
+        fast = getattr(fn, "__module__", None) != "__main__"
+        try:
+            data, views = _calls.dumps_call(fn, list(calls), timeout, fast)
+            self._native.put(_calls.BATCH, data, _calls.addresses(views), BATCH_REGION_BYTES)
+        except Exception as error:  # noqa: BLE001 - the first call reports it, as recv would
+            return [MapResult(StatusKind.EXCEPTION, error)]
+        kill_at = None
+        if timeout is not None:
+            kill_at = len(calls) * (timeout * (1 + KILL_SLACK_FRACTION) + KILL_SLACK_S)
+        try:
+            status, data, buffers = self._native.get(kill_at)
+        except Exception as error:  # noqa: BLE001 - the call it was running gets it
+            done = self._finished(self._native.region())
+            kind = StatusKind.TIMEOUT if isinstance(error, TimeoutError) else StatusKind.EXCEPTION
+            return done + [MapResult(kind, error)]
+        value = _calls.loads(data, buffers)
+        if status != _calls.COMPLETE:
+            # (fn, calls) could not be unpickled: every call fails as its own would.
+            return [MapResult(StatusKind.EXCEPTION, value)] * len(calls)
+        count, tail = value
+        done = self._finished(self._native.region())[:count]
+        if tail is not None:
+            tail_status, tail_value = tail
+            if tail_status == _calls.TIMEOUT:
+                self._native.kill(respawn=True)
+                tail_value = TimeoutError(
+                    f"the call ran past its timeout of {timeout} s; the worker was replaced"
+                )
+            done.append(MapResult(StatusKind(tail_status), tail_value))
+        return done
+
+    @staticmethod
+    def _finished(region):
+        return [MapResult(StatusKind(status), value) for status, value in _calls.region_records(region)]
+
+
+# The results region of a batch: records of the calls' outcomes (a larger result comes in the
+# reply, ending the batch there).
+BATCH_REGION_BYTES = 256 * 1024
+
+# The most calls of map_with_error_catching in one batch, and the batches per worker it aims for.
+BATCH_MAX_CALLS = 64
+BATCHES_PER_WORKER = 4
 
 # The worker ends itself at the timeout (its timer thread, as TVM's); the parent kills a call
 # that has not answered by timeout * (1 + KILL_SLACK_FRACTION) + KILL_SLACK_S, for a call that
@@ -301,8 +355,24 @@ class PopenPoolExecutor:
 
     def map_with_error_catching(self, fn, iterator):
         """``fn(x)`` for each ``x``, in order, each as a :class:`MapResult` (exceptions and
-        timeouts caught). Returns an iterator, as TVM's; every call is submitted at once."""
-        futures = [self._submit(fn, (x,), {}, catch=True) for x in iterator]
+        timeouts caught). Returns an iterator, as TVM's; every call is submitted at once.
+
+        The calls go to the workers in batches (up to ``BATCH_MAX_CALLS``, about
+        ``BATCHES_PER_WORKER`` per worker), one round trip each, unless ``maximum_process_uses``
+        is set: each call still has the pool's timeout and its own result, exception or
+        timeout, and a call that kills its worker or runs past its timeout costs only itself
+        (the rest of its batch runs again in a fresh worker)."""
+        items = list(iterator)
+        maximum_uses = self._worker_args[2]
+        if maximum_uses is not None or len(items) < 2:
+            futures = [self._submit(fn, (x,), {}, catch=True) for x in items]
+        else:
+            size = -(-len(items) // (self._max_workers * BATCHES_PER_WORKER))
+            size = max(1, min(BATCH_MAX_CALLS, size))
+            futures = [concurrent.futures.Future() for _ in items]
+            for start in range(0, len(items), size):
+                chunk = [((x,), {}) for x in items[start : start + size]]
+                self._enqueue(_Batch(fn, chunk, futures[start : start + size]))
 
         def results():
             for future in futures:
@@ -322,13 +392,16 @@ class PopenPoolExecutor:
 
     def _submit(self, fn, args, kwargs, catch):
         future = concurrent.futures.Future()
+        self._enqueue((future, fn, args, kwargs, catch))
+        return future
+
+    def _enqueue(self, job):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
-            self._queue.put((future, fn, args, kwargs, catch))
+            self._queue.put(job)
             if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
                 self._add_thread()
-        return future
 
     def _add_thread(self):
         worker = PopenWorker(*self._worker_args)
@@ -354,11 +427,38 @@ def _serve(jobs, worker, idle, timeout):
         if job is _STOP:
             jobs.put(_STOP)  # for the next thread
             return
-        future, fn, args, kwargs, catch = job
-        if future.set_running_or_notify_cancel():
-            _run(worker, future, fn, args, kwargs, catch, timeout)
-        del job, future, fn, args, kwargs
+        if isinstance(job, _Batch):
+            _run_batch(worker, job, timeout)
+        else:
+            future, fn, args, kwargs, catch = job
+            if future.set_running_or_notify_cancel():
+                _run(worker, future, fn, args, kwargs, catch, timeout)
+            del future, fn, args, kwargs
+        del job
         idle.release()
+
+
+class _Batch(namedtuple("_Batch", ["fn", "calls", "futures"])):
+    """Calls of one ``map_with_error_catching`` that go to a worker together."""
+
+    __slots__ = []
+
+
+def _run_batch(worker, batch, timeout):
+    """Runs a batch on ``worker`` until every call has its result, sending again in a fresh
+    worker what a call that timed out or killed the worker left unrun."""
+    pending = [
+        (call, future)
+        for call, future in zip(batch.calls, batch.futures)
+        if future.set_running_or_notify_cancel()
+    ]
+    while pending:
+        done = worker._run_batch(batch.fn, [call for call, _ in pending], timeout)
+        if not done:  # never: a batch returns at least the call that ended it
+            done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
+        for (_, future), result in zip(pending, done):
+            future.set_result(result)
+        pending = pending[len(done) :]
 
 
 def _run(worker, future, fn, args, kwargs, catch, timeout):

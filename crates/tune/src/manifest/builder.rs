@@ -272,6 +272,10 @@ impl ManifestBuilder {
             "cache_flush".into(),
             toml::Value::String(timing.cache_flush.name().into()),
         );
+        t.insert(
+            "clock".into(),
+            toml::Value::String(timing.clock.name().into()),
+        );
         self.table.insert("timing".into(), toml::Value::Table(t));
         self
     }

@@ -145,6 +145,7 @@ pub(super) struct RawTiming {
     pub(super) max_noise: Option<f64>,
     pub(super) max_time_ms: Option<f64>,
     pub(super) cache_flush: Option<String>,
+    pub(super) clock: Option<String>,
 }
 
 #[derive(Deserialize)]

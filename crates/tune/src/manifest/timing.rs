@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use tunebox_protocol::{CacheFlush, TimingConfig};
+use tunebox_protocol::{CacheFlush, RepClock, TimingConfig};
 
 use super::raw::RawTiming;
 
@@ -72,6 +72,15 @@ pub(super) fn timing(raw: Option<RawTiming>, iterations: Option<u32>) -> Result<
             format!(
                 "timing.cache_flush = {name:?}: use \"tensors\" (evict the tensors' cache lines, \
                  the default) or \"llc\" (write a buffer twice the last-level cache)"
+            )
+        })?;
+    }
+    if let Some(name) = raw.clock {
+        timing.clock = RepClock::from_name(&name).with_context(|| {
+            format!(
+                "timing.clock = {name:?}: use \"preemption\" (wall time, but a rep whose thread \
+                 was preempted counts its CPU time; the default) or \"wall\" (wall time of \
+                 every rep, as triton's do_bench)"
             )
         })?;
     }

@@ -211,8 +211,9 @@ pub(crate) fn cached(
 /// The timing of window `window` (0: the screening window) of `windows` that share the
 /// manifest's `timing`: `rep_ms`, `warmup_ms` and `max_time_ms` split evenly, `min_reps` and
 /// `max_reps` split so that the windows' reps add up to the manifest's (Kernel Tuner's
-/// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; windows after the
-/// first estimate a call once (the first call has warmed the kernel). One window: `timing`.
+/// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; a window runs no
+/// estimate runs of its own (`estimate_runs = 0`: the backend's first call is the estimate).
+/// One window: `timing`.
 pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize) -> TimingConfig {
     if windows <= 1 {
         return timing.clone();
@@ -227,7 +228,7 @@ pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize
     w.min_reps = share(timing.min_reps);
     w.max_reps = share(timing.max_reps).max(w.min_reps);
     w.max_time_ms = timing.max_time_ms.map(|t| t * scale);
-    w.estimate_runs = Some(1);
+    w.estimate_runs = Some(0);
     w
 }
 
@@ -268,6 +269,7 @@ mod tests {
             reps: 10,
             warmup_reps: 1,
             stopped: "reps".into(),
+            preempted_reps: 0,
         }
     }
 

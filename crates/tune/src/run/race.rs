@@ -23,9 +23,31 @@ use crate::workers;
 
 /// Most rounds the race adds after the base rounds.
 const MAX_RACE_ROUNDS: usize = 8;
+/// A contender whose estimate is within this share of the best's is not raced: picking either
+/// costs at most that much, less than a window's median moves between runs on a quiet machine
+/// (~1 %), so more windows would spend time without making the pick better.
+const RACE_TIES_WITHIN: f64 = 0.01;
 /// A round's probe (the fastest of three) this much slower than the run's fastest says the
 /// machine slowed down by itself (frequency, a host neighbour), whatever /proc/stat says.
 const SLOW_PROBE: f64 = 1.5;
+
+/// Of `overlapping` (the best first, then the choices whose interval overlaps its own), the
+/// best and those whose `estimate` is more than [`RACE_TIES_WITHIN`] above the best's; only
+/// the best when there are none.
+fn worth_racing(overlapping: &[usize], estimate: impl Fn(usize) -> f64) -> Vec<usize> {
+    let Some(&best) = overlapping.first() else {
+        return Vec::new();
+    };
+    let within = estimate(best) * (1.0 + RACE_TIES_WITHIN);
+    std::iter::once(best)
+        .chain(
+            overlapping[1..]
+                .iter()
+                .copied()
+                .filter(|&p| estimate(p) > within),
+        )
+        .collect()
+}
 
 /// What the rounds counted.
 #[derive(Debug, Default)]
@@ -101,7 +123,7 @@ impl Run<'_> {
             if self.should_stop() || started.elapsed() >= budget {
                 break;
             }
-            let racing = self.overlapping_best(false);
+            let racing = self.worth_racing();
             if racing.len() < 2 {
                 break;
             }
@@ -117,6 +139,16 @@ impl Run<'_> {
             self.window_round(&racing, self.setup.windows, tally);
         }
         tally.raced = raced.iter().filter(|r| **r).count();
+    }
+
+    /// The best and the contenders whose interval overlaps its own and whose estimate is more
+    /// than [`RACE_TIES_WITHIN`] above it (measured in this run, best first); only the best
+    /// when there are none.
+    fn worth_racing(&self) -> Vec<usize> {
+        let results = &self.ledger.results;
+        worth_racing(&self.overlapping_best(false), |p| {
+            results[p].median_ms().unwrap_or(f64::INFINITY)
+        })
     }
 
     /// The positions of the `ok` results with windows whose interval overlaps the best's (the
@@ -333,5 +365,20 @@ impl Run<'_> {
             text.push_str("; the machine was busy, so less sure than it looks");
         }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_within_a_percent_of_the_best_are_not_raced() {
+        let estimates = [3.20, 3.21, 3.30, 3.50];
+        let estimate = |p: usize| estimates[p];
+        // 3.21 is within 1 % of 3.20: a tie no more windows make worth breaking.
+        assert_eq!(worth_racing(&[0, 1, 2, 3], estimate), [0, 2, 3]);
+        assert_eq!(worth_racing(&[0, 1], estimate), [0]);
+        assert_eq!(worth_racing(&[], estimate), Vec::<usize>::new());
     }
 }
