@@ -230,8 +230,8 @@ struct TuneArgs {
     refine: Option<usize>,
     /// Rounds of short windows after screening: the manifest's reps are shared by the
     /// screening window and N more, measured once every compile has finished, in an order
-    /// shuffled per round; each choice's time is the lower quartile of its quiet windows'
-    /// medians, and the choices whose intervals overlap the best's are raced in more rounds.
+    /// shuffled per round; each choice's time is the fastest of its windows' medians, and the
+    /// choices whose intervals overlap the best's are raced in more rounds.
     /// 0 measures each choice once, in one window (docs/performance.md).
     #[arg(long, default_value_t = tunebox_tune::DEFAULT_ROUNDS, value_name = "N")]
     rounds: usize,

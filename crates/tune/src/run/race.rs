@@ -201,7 +201,7 @@ impl Run<'_> {
             measured += 1;
         }
         // An episode passes; a machine busy all round long stays busy: measuring its windows
-        // again would only double the time (their estimate leans on the lower quartile).
+        // again would only double the time (their estimate is the fastest window).
         if again.len() * 2 > measured {
             return;
         }
