@@ -491,3 +491,49 @@ fn measure_and_the_run_give_the_same_results() {
         );
     }
 }
+
+/// Asks for one choice at a time in index order, taking `.1` of wall time over every ask after
+/// the first (the plan's).
+struct Slow(usize, std::time::Duration);
+
+impl Strategy for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn ask(&mut self, space: &SearchSpace, _n: usize) -> Vec<usize> {
+        if self.0 > 0 {
+            std::thread::sleep(self.1);
+        }
+        if self.0 >= space.len() {
+            return Vec::new();
+        }
+        self.0 += 1;
+        vec![self.0 - 1]
+    }
+}
+
+#[test]
+fn the_strategys_own_time_is_on_the_runs_clock() {
+    let dir = setup();
+    let mut options = options(dir.path());
+    options.cache = CacheMode::Off;
+    // Measuring the 4 choices takes well under 1.5 s; the strategy's 0.8 s an ask does not fit
+    // 4 times, and --max-time counts it (as Kernel Tuner's time_limit counts its strategies).
+    options.max_time = Some(std::time::Duration::from_secs_f64(1.5));
+    let manifest = tunebox_tune::Manifest::load(&dir.path().join("m.toml"), "cc").unwrap();
+    let slow = Slow(0, std::time::Duration::from_millis(800));
+    let plan = Plan::new(manifest, Box::new(slow), None).unwrap();
+    let report = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
+    assert!(report.results.len() < 4, "{:?}", report.results.len());
+    assert!(!report.info.not_measured.is_empty());
+    assert!(
+        report
+            .info
+            .not_measured
+            .iter()
+            .all(|n| n.reason == "max_time"),
+        "{:?}",
+        report.info.not_measured
+    );
+}

@@ -79,7 +79,8 @@ const USAGE: &str = "usage: cargo xtask <task>
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
   strategies [FILES…] [--seeds N] [--max-seeds M] [--budget-fraction F] [--loo]
-             [--package] [--no-kt] [--kt-seeds N]
+             [--loo-fractions F,…] [--choose a,b,…] [--runs FILE] [--strategy-time]
+             [--package] [--no-kt] [--kt-seeds N] [--kt-traces FILE]
                             every strategy on recorded spaces (T1 + cache files by path; default
                             the hub's in data/), simulated, scored as autotuning-methodology
                             does, with standard errors and seeds until the leaders are settled;

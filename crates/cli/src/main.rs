@@ -208,9 +208,8 @@ struct TuneArgs {
     max_process_uses: u64,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
     /// search that measures --budget choices. For adaptive search pick `auto`: first of either
-    /// tool's strategies held out at a quarter budget and above random on every recorded space;
-    /// with budget for hundreds of measurements `ils` scored higher on the repository's data
-    /// (docs/search.md).
+    /// tool's strategies in held-out scores at full and quarter budgets, and above random on
+    /// every recorded space (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
@@ -278,8 +277,10 @@ enum Strategy {
     De,
     /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
     Bayes,
-    /// The default adaptive search: Bayesian optimization on ranks, failures ranked last,
-    /// string params categorical (docs/search.md has its held-out scores).
+    /// The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures
+    /// ranked last, string params categorical, a batch for as many workers), then iterated
+    /// local search from the best after 64 results. First of either tool's strategies in
+    /// held-out scores (docs/search.md).
     Auto,
 }
 
@@ -517,7 +518,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
     match Mode::of(&args) {
         Mode::Count => count(&args.manifest, args.quiet),
         Mode::Replay(recorded) => replay(&args, &recorded, &selection, max_time),
-        Mode::List => list(&args.manifest, &selection, shard, env),
+        Mode::List => list(&args.manifest, &selection, shard, env, args.workers),
         Mode::Run => {
             let options = TuneOptions {
                 workers: args.workers,
@@ -570,19 +571,22 @@ fn replay(
     selection: &Selection,
     max_time: Option<Duration>,
 ) -> Result<ExitCode> {
-    let budget = tunebox_tune::replay::Budget {
-        max_evals: selection.budget.unwrap_or(usize::MAX),
-        max_time_ms: max_time.map_or(f64::INFINITY, |t| t.as_secs_f64() * 1000.0),
-    };
+    // The strategy's own time is on the simulated clock, as a real run's --max-time counts it.
+    let budget = tunebox_tune::replay::Budget::new(
+        selection.budget.unwrap_or(usize::MAX),
+        max_time.map_or(f64::INFINITY, |t| t.as_secs_f64() * 1000.0),
+    );
     let (report, trace) =
         tunebox_tune::replay::replay(&args.manifest, recorded, selection, budget)?;
     emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
     writeln!(
         std::io::stdout(),
-        "replayed {} measurements of {}: simulated time {:.1} s, best {}",
+        "replayed {} measurements of {}: simulated time {:.1} s (the strategy's own {:.3} s), \
+         best {}",
         trace.points.len(),
         recorded.display(),
         trace.elapsed_ms() / 1000.0,
+        trace.strategy_ms / 1000.0,
         trace
             .best_ms()
             .map_or_else(|| "none (every choice failed)".into(), table::format_time)
@@ -596,8 +600,9 @@ fn list(
     selection: &Selection,
     shard: Option<tunebox_tune::ShardInfo>,
     env: WorkerEnv,
+    workers: usize,
 ) -> Result<ExitCode> {
-    let plan = tunebox_tune::plan(manifest, selection, shard)?.with_env(env);
+    let plan = tunebox_tune::plan_batched(manifest, selection, shard, workers)?.with_env(env);
     for note in plan.manifest().notes() {
         eprintln!("tunebox: note: {note}");
     }
@@ -644,7 +649,13 @@ fn run_tune(
     options.csv = output.csv.clone();
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    let plan = tunebox_tune::plan(&args.manifest, &options.selection, options.shard)?;
+    // As many proposals at once as there are workers to measure them (auto's batch).
+    let plan = tunebox_tune::plan_batched(
+        &args.manifest,
+        &options.selection,
+        options.shard,
+        options.workers,
+    )?;
     let plan = match plan.manifest().sandbox() {
         None if args.sandbox => {
             let sandbox = plan.manifest().default_sandbox();

@@ -7,7 +7,8 @@
 //! ```text
 //! cargo run --release -p tunebox-tune --example strategies -- [FILES…]
 //!     [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
-//!     [--svg PATH] [--markdown PATH] [--loo] [--package]
+//!     [--svg PATH] [--markdown PATH] [--loo] [--loo-fractions F,…] [--choose a,b,…]
+//!     [--runs PATH] [--strategy-time] [--package]
 //!     [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
 //! ```
 //!
@@ -22,7 +23,10 @@
 //! standard error); the output says when it is not. Standard errors come from a bootstrap over
 //! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold
 //! the tunebox strategy (or `auto` variant, e.g. `auto[transform=log]`) of best mean score on the
-//! other spaces is chosen and scored on the held-out ones. `--package` scores the same traces with
+//! other spaces is chosen and scored on the held-out ones; `--loo-fractions 1,0.25` chooses by
+//! the mean over those budget fractions and reports each, `--choose` limits the candidates.
+//! `--runs PATH` keeps tunebox's simulated runs and reuses them by strategy name;
+//! `--strategy-time` puts tunebox's strategies' own time on the simulated clock. `--package` scores the same traces with
 //! the `autotuning-methodology` package too (`benchmarks/kernel-tuner/methodology.py`, in the
 //! Kernel Tuner environment) and prints both.
 //!
@@ -68,6 +72,14 @@ struct Options {
     kt_traces: Option<PathBuf>,
     /// tunebox's simulated runs are kept here and reused when their strategy and seeds match.
     runs_file: Option<PathBuf>,
+    /// The strategies' own time on the simulated clock (tunebox's only: Kernel Tuner's traces
+    /// are rebuilt from recorded costs).
+    strategy_time: bool,
+    /// The strategies the leave-one-out folds choose among (all of tunebox's when empty).
+    choose: Vec<String>,
+    /// The budget fractions the leave-one-out folds choose by (their mean) and report (the
+    /// `--budget-fraction` alone when empty).
+    loo_fractions: Vec<f64>,
 }
 
 fn root() -> PathBuf {
@@ -96,6 +108,9 @@ fn parse() -> Result<Options, String> {
         kt_strategies: None,
         kt_traces: None,
         runs_file: None,
+        strategy_time: false,
+        choose: Vec::new(),
+        loo_fractions: Vec::new(),
     };
     let mut kt = true;
     let mut args = std::env::args().skip(1);
@@ -125,12 +140,31 @@ fn parse() -> Result<Options, String> {
             "--kt-strategies" => o.kt_strategies = Some(value()?),
             "--kt-traces" => o.kt_traces = Some(value()?.into()),
             "--runs" => o.runs_file = Some(value()?.into()),
+            "--strategy-time" => o.strategy_time = true,
+            "--choose" => o.choose = value()?.split(',').map(str::to_owned).collect(),
+            "--loo-fractions" => {
+                let v = value()?;
+                o.loo_fractions = v
+                    .split(',')
+                    .map(|f| {
+                        f.parse::<f64>()
+                            .map_err(|e| format!("--loo-fractions {v}: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             other if other.starts_with("--") => return Err(format!("unknown option {other}")),
             file => o.files.push(file.into()),
         }
     }
     for s in &o.strategies {
         make(s, 1, 0)?;
+    }
+    if let Some(f) = o
+        .loo_fractions
+        .iter()
+        .find(|f| f.is_nan() || **f <= 0.0 || **f > 1.0)
+    {
+        return Err(format!("--loo-fractions {f}: give fractions in (0, 1]"));
     }
     if o.fraction.is_nan() || o.fraction <= 0.0 || o.fraction > 1.0 {
         return Err(format!(
@@ -185,7 +219,7 @@ fn hub_files(hub: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// The strategy `name` names: one of [`strategies::NAMES`], or an `auto` variant
-/// `auto[transform=rank|log;init=N;xi=F;batch=N]`.
+/// `auto[transform=rank|log;init=N;xi=F;batch=N;refine=N;handoff=N]`.
 fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, String> {
     if let Some(spec) = name.strip_prefix("auto[").and_then(|s| s.strip_suffix(']')) {
         let mut o = AutoOptions::default();
@@ -205,7 +239,13 @@ fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, Strin
                 "init" => o.initial = v.parse().map_err(|e| bad(format!("{e}")))?,
                 "xi" => o.xi = v.parse().map_err(|e| bad(format!("{e}")))?,
                 "batch" => o.batch = v.parse().map_err(|e| bad(format!("{e}")))?,
-                _ => return Err(bad("keys: transform, init, xi, batch".into())),
+                "refine" => o.refine = v.parse().map_err(|e| bad(format!("{e}")))?,
+                "handoff" => o.handoff = v.parse().map_err(|e| bad(format!("{e}")))?,
+                _ => {
+                    return Err(bad(
+                        "keys: transform, init, xi, batch, refine, handoff".into()
+                    ));
+                }
             }
         }
         return Ok(Box::new(AutoSearch::with_options(budget, seed, o)));
@@ -228,6 +268,8 @@ struct Problem {
     stats: SpaceStats,
     /// The time range scored, s.
     range: Vec<f64>,
+    /// Where the methodology's time range starts and ends at the full budget, s.
+    span: (f64, f64),
     /// How long each simulated run goes on, ms.
     limit_ms: f64,
     /// Objectives and costs of the recorded configurations (for the package).
@@ -314,10 +356,12 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
         let (_, _, t0, t1_s) = stats
             .budget(&settings)
             .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let end = (t1_s * options.fraction).max(t0 * 1.05 + 1e-9);
-        let range: Vec<f64> = (0..settings.resolution)
-            .map(|i| t0 + (end - t0) * i as f64 / (settings.resolution - 1) as f64)
-            .collect();
+        let range = range_at((t0, t1_s), options.fraction, settings.resolution);
+        let longest = options
+            .loo_fractions
+            .iter()
+            .fold(options.fraction, |a, &b| a.max(b));
+        let end = range_at((t0, t1_s), longest, 2)[1];
         let kernel = t1
             .map(|t| {
                 t.path
@@ -343,6 +387,7 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
             recorded,
             stats,
             range,
+            span: (t0, t1_s),
             limit_ms: end * 1000.0 * RUN_PAST_END,
             performance,
             cost_s,
@@ -351,12 +396,22 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
     Ok(problems)
 }
 
+/// The methodology's time range from `t0` to `fraction` of the way to `t1` (its end at the full
+/// budget), in `steps` steps, s.
+fn range_at((t0, t1): (f64, f64), fraction: f64, steps: usize) -> Vec<f64> {
+    let end = (t1 * fraction).max(t0 * 1.05 + 1e-9);
+    (0..steps)
+        .map(|i| t0 + (end - t0) * i as f64 / (steps - 1) as f64)
+        .collect()
+}
+
 /// One simulated run of `strategy` with `seed`.
-fn run_once(problem: &Problem, strategy: &str, seed: u64) -> Run {
+fn run_once(problem: &Problem, strategy: &str, seed: u64, strategy_time: bool) -> Run {
     let mut s = make(strategy, problem.space.len(), seed).expect("checked names");
     let budget = Budget {
         max_evals: usize::MAX,
         max_time_ms: problem.limit_ms,
+        strategy_time,
     };
     let trace = simulate(&problem.space, s.as_mut(), &problem.recorded, budget);
     trace
@@ -366,6 +421,9 @@ fn run_once(problem: &Problem, strategy: &str, seed: u64) -> Run {
         .collect()
 }
 
+/// Per strategy, per problem: its score, or why it was refused.
+type Table = Vec<Vec<Result<Cell, String>>>;
+
 /// A score and its standard error (bootstrap over the runs); `None` when refused.
 #[derive(Debug, Clone, Copy)]
 struct Cell {
@@ -373,16 +431,15 @@ struct Cell {
     se: f64,
 }
 
-fn score_cell(problem: &Problem, runs: &[Run], seed: u64) -> Result<Cell, String> {
-    let value =
-        score::score_over(&problem.stats, runs, &problem.range, 8).map_err(|e| e.to_string())?;
+fn score_cell(problem: &Problem, runs: &[Run], seed: u64, range: &[f64]) -> Result<Cell, String> {
+    let value = score::score_over(&problem.stats, runs, range, 8).map_err(|e| e.to_string())?;
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut boot = Vec::new();
     for _ in 0..BOOTSTRAP {
         let sample: Vec<Run> = (0..runs.len())
             .map(|_| runs[rng.usize(0..runs.len())].clone())
             .collect();
-        if let Ok(s) = score::score_over(&problem.stats, &sample, &problem.range, 2) {
+        if let Ok(s) = score::score_over(&problem.stats, &sample, range, 2) {
             boot.push(s);
         }
     }
@@ -457,6 +514,7 @@ fn extend_runs(
     cost: &mut OwnCost,
     (from, to): (u64, u64),
     jobs: usize,
+    strategy_time: bool,
 ) {
     let items: Vec<(usize, usize, u64)> = (0..names.len())
         .flat_map(|s| {
@@ -468,7 +526,7 @@ fn extend_runs(
     let done = parallel(jobs, items.len(), |i| {
         let (s, p, seed) = items[i];
         let t = Instant::now();
-        let run = run_once(&problems[p], &names[s], seed);
+        let run = run_once(&problems[p], &names[s], seed, strategy_time);
         (run, t.elapsed().as_secs_f64())
     });
     for ((s, p, _), (run, secs)) in items.into_iter().zip(done) {
@@ -485,11 +543,17 @@ fn extend_runs(
 }
 
 /// Scores of every strategy on every problem.
-fn score_all(problems: &[Problem], runs: &AllRuns, jobs: usize) -> Vec<Vec<Result<Cell, String>>> {
+fn score_all(problems: &[Problem], runs: &AllRuns, jobs: usize) -> Table {
+    let ranges: Vec<Vec<f64>> = problems.iter().map(|p| p.range.clone()).collect();
+    score_all_in(problems, runs, jobs, &ranges)
+}
+
+/// Every strategy's scores on every problem, over `ranges` (one per problem).
+fn score_all_in(problems: &[Problem], runs: &AllRuns, jobs: usize, ranges: &[Vec<f64>]) -> Table {
     let n = problems.len();
     let flat = parallel(jobs, runs.len() * n, |i| {
         let (s, p) = (i / n, i % n);
-        score_cell(&problems[p], &runs[s][p], i as u64)
+        score_cell(&problems[p], &runs[s][p], i as u64, &ranges[p])
     });
     flat.chunks(n).map(<[_]>::to_vec).collect()
 }
@@ -676,29 +740,39 @@ fn package_scores(
     Ok(out)
 }
 
-/// Leave-one-group-out: per fold, the tunebox strategy of best mean on the other problems,
-/// and its score on the held-out ones; rows of markdown and the overall held-out mean.
+/// Leave-one-group-out: per fold, the tunebox strategy (among `choose`, all when empty) of
+/// best mean on the other problems, averaged over every table (one per budget fraction), and
+/// its score on the held-out ones in each; rows of markdown and the held-out means.
 fn loo(
     problems: &[Problem],
     names: &[String],
-    table: &[Vec<Result<Cell, String>>],
+    tables: &[(f64, Table)],
     group: impl Fn(&Problem) -> String,
     what: &str,
+    choose: &[String],
 ) -> String {
     let mut groups: Vec<String> = problems.iter().map(&group).collect();
     groups.sort();
     groups.dedup();
     let mut md = String::new();
+    let fractions: Vec<String> = tables.iter().map(|(f, _)| format!("{f}")).collect();
     let _ = writeln!(
         md,
-        "\nLeave-one-{what}-out (choose on the others, score on the held-out):\n"
+        "\nLeave-one-{what}-out (choose on the others by the mean over budget fractions {}, \
+         score on the held-out):\n",
+        fractions.join(" and ")
     );
-    let _ = writeln!(
-        md,
-        "| held out | chosen | held-out score | best Kernel Tuner strategy there |"
-    );
-    let _ = writeln!(md, "|---|---|---:|---:|");
-    let mut held = Vec::new();
+    let mut header = "| held out | chosen |".to_owned();
+    let mut rule = "|---|---|".to_owned();
+    for f in &fractions {
+        let _ = write!(
+            header,
+            " held-out score ({f}) | best Kernel Tuner strategy there ({f}) |"
+        );
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(md, "{header}\n{rule}");
+    let mut held: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
     for g in &groups {
         let test: Vec<usize> = (0..problems.len())
             .filter(|&p| group(&problems[p]) == *g)
@@ -709,36 +783,74 @@ fn loo(
         if train.is_empty() {
             continue;
         }
+        let training = |s: usize| {
+            tables
+                .iter()
+                .map(|(_, t)| mean_over(&t[s], &train).0)
+                .sum::<f64>()
+                / tables.len() as f64
+        };
         let chosen = (0..names.len())
             .filter(|&s| !names[s].starts_with("kt:"))
-            .max_by(|&a, &b| {
-                mean_over(&table[a], &train)
-                    .0
-                    .total_cmp(&mean_over(&table[b], &train).0)
-            });
+            .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
+            .filter(|&s| !training(s).is_nan())
+            .max_by(|&a, &b| training(a).total_cmp(&training(b)));
         let Some(c) = chosen else { continue };
-        let (score, se) = mean_over(&table[c], &test);
-        let kt_best = (0..names.len())
-            .filter(|&s| names[s].starts_with("kt:"))
-            .map(|s| (mean_over(&table[s], &test).0, s))
-            .max_by(|a, b| a.0.total_cmp(&b.0));
-        held.extend(
-            test.iter()
-                .map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)),
-        );
-        let _ = writeln!(
-            md,
-            "| {g} | {} | {score:.3} ± {se:.3} | {} |",
-            names[c],
-            kt_best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
-        );
+        let mut row = format!("| {g} | {} |", names[c]);
+        for (k, (_, table)) in tables.iter().enumerate() {
+            let (score, se) = mean_over(&table[c], &test);
+            let kt_best = (0..names.len())
+                .filter(|&s| names[s].starts_with("kt:"))
+                .map(|s| (mean_over(&table[s], &test).0, s))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            held[k].extend(
+                test.iter()
+                    .map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)),
+            );
+            let _ = write!(
+                row,
+                " {score:.3} ± {se:.3} | {} |",
+                kt_best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
+            );
+        }
+        let _ = writeln!(md, "{row}");
     }
-    let mean = held.iter().sum::<f64>() / held.len().max(1) as f64;
+    let means: Vec<String> = held
+        .iter()
+        .zip(&fractions)
+        .map(|(h, f)| {
+            format!(
+                "**{:.3}** at {f}",
+                h.iter().sum::<f64>() / h.len().max(1) as f64
+            )
+        })
+        .collect();
     let _ = writeln!(
         md,
-        "\nHeld-out mean of the chosen strategies: **{mean:.3}**."
+        "\nHeld-out mean of the chosen strategies: {}.",
+        means.join(", ")
     );
     md
+}
+
+/// `auto` (the default) against Kernel Tuner's strategy of best mean score: the gap, its
+/// standard error and whether it is settled (above twice that).
+fn against_kt(names: &[String], means: &[(f64, f64)]) -> Option<String> {
+    let ours = names.iter().position(|n| n == "auto")?;
+    let theirs = (0..names.len())
+        .filter(|&s| names[s].starts_with("kt:") && !means[s].0.is_nan())
+        .max_by(|&a, &b| means[a].0.total_cmp(&means[b].0))?;
+    let gap = means[ours].0 - means[theirs].0;
+    let se = (means[ours].1.powi(2) + means[theirs].1.powi(2)).sqrt();
+    Some(format!(
+        "`auto` against Kernel Tuner's best, {}: {gap:+.3} ± {se:.3} ({}).",
+        names[theirs],
+        if gap.abs() > 2.0 * se {
+            "settled: beyond twice its standard error"
+        } else {
+            "not settled: within twice its standard error"
+        }
+    ))
 }
 
 fn main() {
@@ -783,6 +895,7 @@ fn main_inner() -> Result<(), String> {
             &mut cost,
             (0, options.seeds),
             options.jobs,
+            options.strategy_time,
         );
         (runs, cost, kt.map(|h| h.join().expect("no panic")))
     });
@@ -827,6 +940,7 @@ fn main_inner() -> Result<(), String> {
             &mut cost,
             (seeds, next),
             options.jobs,
+            options.strategy_time,
         );
         seeds = next;
     };
@@ -913,6 +1027,9 @@ fn main_inner() -> Result<(), String> {
             );
         }
     }
+    if let Some(line) = against_kt(&all_names, &means) {
+        let _ = writeln!(md, "\n{line}");
+    }
     for (s, cells) in table.iter().enumerate() {
         for (p, c) in cells.iter().enumerate() {
             if let Err(e) = c {
@@ -936,19 +1053,38 @@ fn main_inner() -> Result<(), String> {
         );
     }
     if options.loo {
+        let mut combined = runs.clone();
+        combined.extend(kt_all.iter().cloned());
+        let tables: Vec<(f64, Table)> = if options.loo_fractions.is_empty() {
+            vec![(options.fraction, table.clone())]
+        } else {
+            options
+                .loo_fractions
+                .iter()
+                .map(|&f| {
+                    let ranges: Vec<Vec<f64>> = problems
+                        .iter()
+                        .map(|p| range_at(p.span, f, Settings::default().resolution))
+                        .collect();
+                    (f, score_all_in(&problems, &combined, options.jobs, &ranges))
+                })
+                .collect()
+        };
         md.push_str(&loo(
             &problems,
             &all_names,
-            &table,
+            &tables,
             |p| p.device.clone(),
             "GPU",
+            &options.choose,
         ));
         md.push_str(&loo(
             &problems,
             &all_names,
-            &table,
+            &tables,
             |p| p.kernel.clone(),
             "kernel",
+            &options.choose,
         ));
     }
     if options.package {

@@ -136,7 +136,7 @@ pub use crate::run::{
     lookup::{Lookup, Setup, Todo, lookup_cached},
     measure::measure,
     options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions},
-    plan,
+    plan, plan_batched,
     reference::reference,
     refine::refine_order,
     run, tune,

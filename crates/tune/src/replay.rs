@@ -417,14 +417,30 @@ pub struct Budget {
     pub max_evals: usize,
     /// Most simulated time, ms.
     pub max_time_ms: f64,
+    /// The strategy's own time (the wall time of its asks and tells) runs on the simulated
+    /// clock too, as a real run's `--max-time` counts it and as Kernel Tuner's simulation mode
+    /// and the `autotuning-methodology` package count it. Off, the simulated clock is the
+    /// recorded costs alone, so a replay gives the same trace on any machine.
+    pub strategy_time: bool,
 }
 
 impl Budget {
-    /// No limit but the space.
+    /// No limit but the space (the strategy's time not counted).
     pub const UNLIMITED: Budget = Budget {
         max_evals: usize::MAX,
         max_time_ms: f64::INFINITY,
+        strategy_time: false,
     };
+
+    /// At most `max_evals` measurements and `max_time_ms` of simulated time, the strategy's own
+    /// time counted on it (as a real run counts it).
+    pub fn new(max_evals: usize, max_time_ms: f64) -> Budget {
+        Budget {
+            max_evals,
+            max_time_ms,
+            strategy_time: true,
+        }
+    }
 }
 
 /// One simulated measurement.
@@ -445,6 +461,9 @@ pub struct TracePoint {
 pub struct Trace {
     /// Every measurement, in order.
     pub points: Vec<TracePoint>,
+    /// The strategy's own time, ms: the wall time of its asks and tells, on the simulated
+    /// clock when [`Budget::strategy_time`] is set.
+    pub strategy_ms: f64,
 }
 
 impl Trace {
@@ -505,7 +524,9 @@ pub(crate) fn result_of(
 
 /// Runs `strategy` over `space` with every measurement taken from `recorded`, until the
 /// strategy has no more choices or the budget is spent, telling it each result as it finishes
-/// (one choice at a time, in the order asked, as a run with one worker measures them).
+/// (one choice at a time, in the order asked, as a run with one worker measures them). With
+/// [`Budget::strategy_time`], the strategy's asks and tells advance the simulated clock by the
+/// wall time they take.
 pub fn simulate(
     space: &SearchSpace,
     strategy: &mut dyn Strategy,
@@ -528,12 +549,21 @@ pub(crate) fn simulate_with(
     let mut best: Option<f64> = None;
     // As a run: an index asked twice is measured once, one outside the space not at all.
     let mut guard = crate::strategy::AskGuard::new();
+    let own = |elapsed: &mut f64, trace: &mut Trace, started: std::time::Instant| {
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        trace.strategy_ms += ms;
+        if budget.strategy_time {
+            *elapsed += ms;
+        }
+    };
     'run: loop {
         let left = budget.max_evals.saturating_sub(trace.points.len());
         if left == 0 || elapsed >= budget.max_time_ms {
             break;
         }
+        let started = std::time::Instant::now();
         let asked = strategy.ask(space, left);
+        own(&mut elapsed, &mut trace, started);
         if asked.is_empty() {
             break;
         }
@@ -555,7 +585,9 @@ pub(crate) fn simulate_with(
             });
             let result = result_of(space, index, m, &recorded.device);
             each(&result, elapsed);
+            let started = std::time::Instant::now();
             strategy.tell(index, &result);
+            own(&mut elapsed, &mut trace, started);
         }
     }
     trace
@@ -623,7 +655,8 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy = crate::strategy::Guarded::new(crate::strategies::from_selection(selection));
+    let mut strategy =
+        crate::strategy::Guarded::new(crate::strategies::from_selection(selection, 1));
     let mut results = Vec::new();
     let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
         results.push(r.clone());
@@ -714,13 +747,13 @@ mod tests {
         );
         let by_evals = Budget {
             max_evals: 10,
-            max_time_ms: f64::INFINITY,
+            ..Budget::UNLIMITED
         };
         let trace = simulate(&space, &mut BruteForce::new(), &recorded, by_evals);
         assert_eq!(trace.points.len(), 10);
         let by_time = Budget {
-            max_evals: usize::MAX,
             max_time_ms: 60_000.0,
+            ..Budget::UNLIMITED
         };
         let trace = simulate(&space, &mut BruteForce::new(), &recorded, by_time);
         let n = trace.points.len();
@@ -769,6 +802,57 @@ mod tests {
         // Unguarded, the replay still measures each once and nothing outside the space.
         let trace = simulate(&space, &mut Careless(0), &recorded, Budget::UNLIMITED);
         assert_eq!(trace.points.len(), 3);
+    }
+
+    /// Brute force that takes `ms` of wall time over each ask.
+    struct Slow(BruteForce, u64);
+
+    impl Strategy for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn ask(&mut self, space: &SearchSpace, _: usize) -> Vec<usize> {
+            std::thread::sleep(std::time::Duration::from_millis(self.1));
+            self.0.ask(space, 1)
+        }
+    }
+
+    #[test]
+    fn the_strategys_own_time_runs_on_the_simulated_clock_when_asked() {
+        let measurements = (0..5)
+            .map(|i| Measurement {
+                time_ms: Some(f64::from(i) + 1.0),
+                status: Status::Ok,
+                cost_ms: 10.0,
+            })
+            .collect();
+        let recorded = Recorded::from_measurements(measurements);
+        let params = crate::space::tests::params(&[("X", &[0, 1, 2, 3, 4])]);
+        let space = SearchSpace::new(&params, &[]).unwrap();
+        // Not counted: the recorded costs alone, 10 ms each, whatever the strategy took.
+        let off = simulate(
+            &space,
+            &mut Slow(BruteForce::new(), 30),
+            &recorded,
+            Budget {
+                max_time_ms: 35.0,
+                ..Budget::UNLIMITED
+            },
+        );
+        assert_eq!(off.points.len(), 4);
+        assert_eq!(off.elapsed_ms(), 40.0);
+        assert!(off.strategy_ms >= 4.0 * 30.0, "{}", off.strategy_ms);
+        // Counted (as a real run's --max-time counts it): 30 ms or more an ask, so the budget
+        // of 35 ms is spent after the first measurement.
+        let on = simulate(
+            &space,
+            &mut Slow(BruteForce::new(), 30),
+            &recorded,
+            Budget::new(usize::MAX, 35.0),
+        );
+        assert_eq!(on.points.len(), 1);
+        assert!(on.points[0].elapsed_ms >= 40.0, "{:?}", on.points);
+        assert!(on.elapsed_ms() >= on.strategy_ms);
     }
 
     #[test]

@@ -165,15 +165,36 @@ impl Plan {
 ///
 /// An invalid manifest, or restrictions that leave no choice.
 pub fn plan(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> crate::Result<Plan> {
-    plan_inner(path, selection, shard).map_err(crate::TuneError::manifest)
+    plan_batched(path, selection, shard, 1)
 }
 
-fn plan_inner(path: &Path, selection: &Selection, shard: Option<ShardInfo>) -> Result<Plan> {
+/// As [`plan`], for a run that measures `batch` choices at once (its workers): the strategy
+/// proposes that many at a time where it can ([`crate::strategies::by_name_batched`]: `auto`),
+/// so that every worker has a choice to measure. [`tune`] passes [`TuneOptions::workers`].
+///
+/// # Errors
+///
+/// As [`plan`].
+pub fn plan_batched(
+    path: &Path,
+    selection: &Selection,
+    shard: Option<ShardInfo>,
+    batch: usize,
+) -> crate::Result<Plan> {
+    plan_inner(path, selection, shard, batch).map_err(crate::TuneError::manifest)
+}
+
+fn plan_inner(
+    path: &Path,
+    selection: &Selection,
+    shard: Option<ShardInfo>,
+    batch: usize,
+) -> Result<Plan> {
     let manifest = Manifest::read(path, &compiler())?;
     let budget_given = selection.budget.is_some();
     Plan::build(
         manifest,
-        strategies::from_selection(selection),
+        strategies::from_selection(selection, batch),
         shard,
         budget_given,
     )
@@ -193,7 +214,7 @@ pub fn tune(
     observer: &dyn Observer,
     stop: &Stop,
 ) -> crate::Result<Report> {
-    let plan = plan(manifest, &options.selection, options.shard)?;
+    let plan = plan_batched(manifest, &options.selection, options.shard, options.workers)?;
     run(plan, options, observer, stop)
 }
 

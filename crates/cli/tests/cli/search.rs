@@ -61,9 +61,23 @@ fn replay_ranks_simulated_measurements_and_reports_the_simulated_time() {
     assert!(all.contains("best 553.6 µs"), "{all}");
     let ils = run(&["--strategy", "ils", "--budget", "50", "--seed", "3"]);
     assert!(ils.contains("replayed 50 measurements"), "{ils}");
+    // The same choices and results; only the strategy's own (wall) time may differ.
+    let own = |s: &str| {
+        s.split(" (the strategy's own ")
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
     assert_eq!(
-        ils,
-        run(&["--strategy", "ils", "--budget", "50", "--seed", "3"])
+        own(&ils),
+        own(&run(&[
+            "--strategy",
+            "ils",
+            "--budget",
+            "50",
+            "--seed",
+            "3"
+        ]))
     );
     let timed = run(&["--strategy", "bayes", "--budget", "500", "--max-time", "60"]);
     let seconds: f64 = timed
@@ -96,4 +110,35 @@ fn adaptive_strategies_need_a_budget() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn auto_proposes_as_many_choices_at_once_as_there_are_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let t1 = hub().join("kernels/convolution_milo.json");
+    let first = |workers: &str| {
+        let out = tunebox(
+            dir.path(),
+            &[
+                "tune",
+                t1.to_str().unwrap(),
+                "--list",
+                "--strategy",
+                "auto",
+                "--budget",
+                "20",
+                "--workers",
+                workers,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // `--list` prints the first proposals: one at a time for one worker, a batch for four.
+    assert_eq!(first("1"), 1);
+    assert_eq!(first("4"), 4);
 }

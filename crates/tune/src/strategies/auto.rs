@@ -14,13 +14,21 @@
 //!   batch size at once, each next one maximizing expected improvement multiplied by
 //!   `1 − k(x, chosen)` for the ones already chosen (local penalization), so that a batch spreads;
 //! - candidates are the unvisited adjacent neighbours of the 5 best, random walks of one or two
-//!   params from the 3 best, and 128 random unvisited choices; the first 10 choices are random.
+//!   params from the 3 best, and 128 random unvisited choices; the first 10 choices are random;
+//! - **late, local search**: after 64 results the model has found the good region, and what
+//!   is left is to find its best, which a GP on ranks does poorly (its targets near the top are
+//!   a few rank steps apart). From there `auto` climbs as `ils` does (Kernel Tuner's
+//!   `greedy_ils`: first-improvement over adjacent neighbours, a random walk of 30% of the
+//!   params at a local optimum, a restart after 50 optima without a better one), starting at
+//!   the best choice found; with a batch, the climb has one slot and the model the others.
 //!
-//! [`AutoOptions`] holds the few settings (random start, ξ, the transform, the batch size).
-//! It has no constant fitted to a space: the only settings are the usual ones of GP-EI
-//! (ξ = 0.01, length scale by marginal likelihood over a grid). Its cost per step is one GP fit
-//! on at most 128 points (a Cholesky factorization, O(128³)) plus O(128²) per candidate: a few
-//! milliseconds, independent of the space's size and of the budget.
+//! [`AutoOptions`] holds the few settings (random start, ξ, the transform, the batch size, the
+//! handoff). The handoff (64, from 16, 32, 64, 128, 256 and never) and the rank transform were
+//! chosen by leave-one-GPU-out and leave-one-kernel-out on the repository's data
+//! (docs/search.md); the others are the usual ones of GP-EI (ξ = 0.01, length scale by marginal
+//! likelihood over a grid). Its cost per step before the handoff is one GP fit on at most 128 points (a Cholesky
+//! factorization, O(128³)) plus O(128²) per candidate: a few milliseconds, independent of the
+//! space's size and of the budget; after it, microseconds (without a batch).
 
 use super::Core;
 use super::bayes::{Gp, normal, rbf};
@@ -31,6 +39,8 @@ use crate::strategy::Strategy;
 const POOL: usize = 128;
 const WALKS: usize = 32;
 const MAX_POINTS: usize = 128;
+/// Results before local search takes over, chosen by leave-one-out (docs/search.md).
+const HANDOFF: usize = 64;
 
 /// What `auto` can be told; [`AutoOptions::default`] is what `--strategy auto` runs (chosen by
 /// leave-one-GPU-out and leave-one-kernel-out on the repository's data: docs/search.md).
@@ -44,6 +54,13 @@ pub struct AutoOptions {
     pub transform: Transform,
     /// The most proposals at once, when asked for several (1).
     pub batch: usize,
+    /// Local refinement: after this many results in a row that did not improve on the best,
+    /// climb from the best (its unmeasured adjacent neighbours, first improvement) until it is
+    /// a local optimum, then hand back to the model; 0 never climbs.
+    pub refine: usize,
+    /// Hand over to iterated local search (`ils`, from the best choice) after this many
+    /// results; 0 never does.
+    pub handoff: usize,
 }
 
 /// How told times become the model's targets.
@@ -62,6 +79,8 @@ impl Default for AutoOptions {
             xi: 0.01,
             transform: Transform::Rank,
             batch: 1,
+            refine: 0,
+            handoff: HANDOFF,
         }
     }
 }
@@ -79,6 +98,23 @@ pub struct AutoSearch {
     length: Option<(usize, f64)>,
     /// How each param is encoded, once the space is known.
     encoding: Option<Vec<Encoding>>,
+    /// The local refinement's state.
+    climb: Climb,
+    /// Iterated local search, once handed over to, and its proposal not heard yet.
+    ils: Option<(super::ils::Climb, Option<usize>)>,
+}
+
+/// Local refinement around the best choice (see [`AutoOptions::refine`]).
+#[derive(Debug, Clone, Default)]
+struct Climb {
+    /// Results in a row that did not improve on the best.
+    stale: usize,
+    /// Climbing now.
+    on: bool,
+    /// The choice whose neighbours `untried` holds.
+    from: Option<usize>,
+    /// Its neighbours not handed out yet, in the order to try them.
+    untried: Vec<usize>,
 }
 
 /// How a param enters the model.
@@ -121,6 +157,8 @@ impl AutoSearch {
             },
             length: None,
             encoding: None,
+            climb: Climb::default(),
+            ils: None,
         }
     }
 }
@@ -239,15 +277,16 @@ impl AutoSearch {
     /// The training set: everything, or the best half and the most recent half when there are
     /// more than [`MAX_POINTS`].
     fn training(&self) -> Vec<(usize, f64)> {
-        if self.history.len() <= MAX_POINTS {
+        let max = MAX_POINTS;
+        if self.history.len() <= max {
             return self.history.clone();
         }
         let mut by_value = self.history.clone();
         by_value.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let mut set: Vec<(usize, f64)> = by_value[..MAX_POINTS / 2].to_vec();
+        let mut set: Vec<(usize, f64)> = by_value[..max / 2].to_vec();
         let mut seen: std::collections::BTreeSet<usize> = set.iter().map(|s| s.0).collect();
         for &h in self.history.iter().rev() {
-            if set.len() >= MAX_POINTS {
+            if set.len() >= max {
                 break;
             }
             if seen.insert(h.0) {
@@ -353,6 +392,70 @@ impl AutoSearch {
     }
 }
 
+impl AutoSearch {
+    /// Up to `n` unmeasured neighbours of the best choice while refining (see
+    /// [`AutoOptions::refine`]); none when not refining, or when the best is a local optimum
+    /// (which hands back to the model).
+    fn refine(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
+        let k = self.options.refine;
+        if k == 0 {
+            return Vec::new();
+        }
+        if !self.climb.on && self.climb.stale >= k && self.history.len() >= self.options.initial {
+            self.climb.on = true;
+        }
+        if !self.climb.on {
+            return Vec::new();
+        }
+        let Some((best, _)) = self.core.best else {
+            return Vec::new();
+        };
+        if self.climb.from != Some(best) {
+            self.climb.from = Some(best);
+            self.climb.untried = Core::neighbours(space, best);
+            self.core.rng.shuffle(&mut self.climb.untried);
+        }
+        let mut out = Vec::new();
+        while out.len() < n {
+            match self.climb.untried.pop() {
+                Some(j) if !self.core.is_visited(j) => out.push(j),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        if out.is_empty() && self.pending.is_empty() {
+            // A local optimum: the model again, for `refine` more results.
+            self.climb.on = false;
+            self.climb.stale = 0;
+        }
+        out
+    }
+}
+
+impl AutoSearch {
+    /// Once handed over to local search ([`AutoOptions::handoff`]), when its last choice was
+    /// heard: its next one, or a random unvisited one where the climb has none (as `ils`). A
+    /// climb is one choice at a time; with a batch, the model proposes the others.
+    fn climb_step(&mut self, space: &SearchSpace) -> Vec<usize> {
+        let Some((climb, own)) = &mut self.ils else {
+            return Vec::new();
+        };
+        if own.is_some() {
+            return Vec::new();
+        }
+        let next = climb
+            .step(&mut self.core, space)
+            .filter(|&i| !self.core.is_visited(i));
+        match next {
+            Some(i) => {
+                *own = Some(i);
+                vec![i]
+            }
+            None => self.core.random_unvisited(space).into_iter().collect(),
+        }
+    }
+}
+
 impl Strategy for AutoSearch {
     fn name(&self) -> &str {
         "auto"
@@ -360,13 +463,32 @@ impl Strategy for AutoSearch {
 
     fn ask(&mut self, space: &SearchSpace, n: usize) -> Vec<usize> {
         self.core.init(space);
+        let h = self.options.handoff;
+        if self.ils.is_none() && h > 0 && self.history.len() >= h {
+            self.ils = self
+                .core
+                .best
+                .map(|best| (super::ils::Climb::starting_at(best), None));
+        }
         let room = n.min(self.core.left(space));
         // One proposal out at a time unless batching; more only when asked for more.
         let want = room.min(self.options.batch.saturating_sub(self.pending.len()));
         if want == 0 {
             return Vec::new();
         }
-        let mut out = self.propose(space, want);
+        // Handed over to local search: its climb has one slot of the batch (the next step,
+        // or a random choice where it has none, as `ils`), the model the others.
+        let mut out = self.climb_step(space);
+        let model = want - out.len();
+        out.extend(self.refine(space, model));
+        if out.len() < model {
+            let more = self.propose(space, model - out.len());
+            for j in more {
+                if !out.contains(&j) {
+                    out.push(j);
+                }
+            }
+        }
         out.retain(|&i| !self.core.is_visited(i));
         while out.len() < want {
             match self.core.random_unvisited(space) {
@@ -383,7 +505,21 @@ impl Strategy for AutoSearch {
     }
 
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
+        let before = self.core.best.map_or(f64::INFINITY, |b| b.1);
         let value = self.core.record(index, result);
+        if let Some((climb, own)) = &mut self.ils {
+            if *own == Some(index) {
+                *own = None;
+                climb.heard(index, value);
+            } else {
+                climb.heard_other(index, value);
+            }
+        }
+        if value < before {
+            self.climb.stale = 0;
+        } else {
+            self.climb.stale += 1;
+        }
         self.history.push((index, value));
         self.pending.retain(|&p| p != index);
     }
@@ -452,5 +588,57 @@ mod tests {
         assert_eq!(d.len(), asked.len());
         // The optimum (A=5, B=2) is found well within 40 of 64.
         assert!(asked.contains(&space.index_of_values(&[5, 2]).unwrap()));
+    }
+
+    /// A bowl over a 16 × 16 space, its optimum at (11, 4).
+    fn bowl(space: &SearchSpace, i: usize) -> ChoiceResult {
+        let v = space.value_indices(i).unwrap();
+        let t = (v[0] as f64 - 11.0).powi(2) + (v[1] as f64 - 4.0).powi(2) + 1.0;
+        let m = crate::replay::Measurement {
+            time_ms: Some(t),
+            status: tunebox_pool::Status::Ok,
+            cost_ms: 1.0,
+        };
+        crate::replay::result_of(space, i, m, "test")
+    }
+
+    #[test]
+    fn after_the_handoff_the_climb_and_the_model_share_a_batch() {
+        let params = crate::space::tests::params(&[
+            ("A", &(0..16).collect::<Vec<_>>()),
+            ("B", &(0..16).collect::<Vec<_>>()),
+        ]);
+        let space = SearchSpace::from_params(&params, &[]).unwrap();
+        for batch in [1, 3] {
+            let options = AutoOptions {
+                handoff: 20,
+                batch,
+                ..AutoOptions::default()
+            };
+            let mut s = AutoSearch::with_options(120, 5, options);
+            let mut asked = Vec::new();
+            let mut sizes = Vec::new();
+            loop {
+                let b = s.ask(&space, usize::MAX);
+                if b.is_empty() {
+                    break;
+                }
+                sizes.push(b.len());
+                for &i in &b {
+                    s.tell(i, &bowl(&space, i));
+                }
+                asked.extend(b);
+            }
+            let mut d = asked.clone();
+            d.sort_unstable();
+            d.dedup();
+            assert_eq!((d.len(), asked.len()), (120, 120), "batch {batch}");
+            assert!(s.ils.is_some(), "handed over after 20 results");
+            // Every worker has a choice after the handoff too, and the climb finds the optimum.
+            assert!(sizes.iter().all(|&n| n == batch), "{sizes:?}");
+            assert!(asked.contains(&space.index_of_values(&[11, 4]).unwrap()));
+        }
+        // The default hands over after 64 results.
+        assert_eq!(AutoOptions::default().handoff, 64);
     }
 }

@@ -24,8 +24,10 @@ pub struct GreedyIls {
     climb: Climb,
 }
 
+/// The climb: where it stands, what it has left to try there, and when to restart (also
+/// `auto`'s local search, once it hands over).
 #[derive(Debug, Clone, Default)]
-struct Climb {
+pub(super) struct Climb {
     /// The climb's position and its time.
     current: Option<(usize, f64)>,
     /// Its neighbours not tried yet, in the order to try them.
@@ -38,6 +40,42 @@ struct Climb {
 }
 
 impl Climb {
+    /// A climb that starts at `from` (a choice heard and its objective).
+    pub(super) fn starting_at(from: (usize, f64)) -> Climb {
+        Climb {
+            current: Some(from),
+            fresh: true,
+            best: f64::INFINITY,
+            ..Climb::default()
+        }
+    }
+
+    /// Hears the objective of its own proposal `index`: a start (random, or after a walk)
+    /// begins the climb there; a better one moves the climb.
+    pub(super) fn heard(&mut self, index: usize, value: f64) {
+        match self.current {
+            None => {
+                self.current = Some((index, value));
+                self.fresh = true;
+            }
+            Some((_, here)) if value < here => {
+                self.current = Some((index, value));
+                self.fresh = true;
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Hears another's result: a better choice than where the climb stands moves it there.
+    pub(super) fn heard_other(&mut self, index: usize, value: f64) {
+        if let Some((_, here)) = self.current
+            && value < here
+        {
+            self.current = Some((index, value));
+            self.fresh = true;
+        }
+    }
+
     fn move_to(&mut self, core: &mut Core, space: &SearchSpace, index: usize, value: f64) {
         self.current = Some((index, value));
         self.untried = Core::neighbours(space, index);
@@ -45,7 +83,7 @@ impl Climb {
     }
 
     /// The next unvisited choice to measure, moving freely through measured ones.
-    fn step(&mut self, core: &mut Core, space: &SearchSpace) -> Option<usize> {
+    pub(super) fn step(&mut self, core: &mut Core, space: &SearchSpace) -> Option<usize> {
         for _ in 0..256 {
             let Some((here, value)) = self.current else {
                 self.best = f64::INFINITY;
@@ -132,17 +170,6 @@ impl Strategy for GreedyIls {
         if self.pending == Some(index) {
             self.pending = None;
         }
-        match self.climb.current {
-            // A start (random or after a walk): the climb begins there.
-            None => {
-                self.climb.current = Some((index, value));
-                self.climb.fresh = true;
-            }
-            Some((_, here)) if value < here => {
-                self.climb.current = Some((index, value));
-                self.climb.fresh = true;
-            }
-            Some(_) => {}
-        }
+        self.climb.heard(index, value);
     }
 }

@@ -9,7 +9,7 @@
 //! | `ils` | [`GreedyIls`] | Kernel Tuner `greedy_ils.py` (hill climbing + random walk) |
 //! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
 //! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
-//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization |
+//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization; after 64 results, `ils` from the best |
 //!
 //! [`score`] scores strategies as the field does (a port of the `autotuning-methodology`
 //! package).
@@ -74,14 +74,32 @@ pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>
     })
 }
 
-/// The built-in strategy a [`Selection`] names (see [`NAMES`]): `random`
-/// samples `budget` choices (all when unset) with `seed`, the adaptive ones measure `budget`
-/// choices; an unknown name is brute force.
-pub(crate) fn from_selection(selection: &Selection) -> Box<dyn Strategy> {
-    by_name(
+/// As [`by_name`], for a run that measures `batch` choices at once (as many as it has
+/// workers): `auto` then proposes up to `batch` choices at a time (by local penalization, see
+/// [`AutoOptions::batch`]). The others are unchanged: `genetic` and `de` propose a
+/// generation at once, brute force and `random` everything, the rest one choice at a time.
+pub fn by_name_batched(
+    name: &str,
+    budget: usize,
+    seed: u64,
+    batch: usize,
+) -> Option<Box<dyn Strategy>> {
+    match name {
+        "auto" => Some(Box::new(AutoSearch::with_batch(budget, seed, batch.max(1)))),
+        _ => by_name(name, budget, seed),
+    }
+}
+
+/// The built-in strategy a [`Selection`] names (see [`NAMES`]) for a run measuring `batch`
+/// choices at once (see [`by_name_batched`]): `random` samples `budget` choices (all when
+/// unset) with `seed`, the adaptive ones measure `budget` choices; an unknown name is brute
+/// force.
+pub(crate) fn from_selection(selection: &Selection, batch: usize) -> Box<dyn Strategy> {
+    by_name_batched(
         &selection.strategy,
         selection.budget.unwrap_or(usize::MAX),
         selection.seed,
+        batch,
     )
     .unwrap_or_else(|| Box::new(BruteForce::new()))
 }

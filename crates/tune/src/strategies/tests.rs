@@ -138,3 +138,16 @@ fn log_cost_keeps_the_order_of_negated_metrics() {
     let log = super::log_cost(&mixed);
     assert_eq!(mixed.map(&log), mixed);
 }
+
+#[test]
+fn auto_batches_only_when_built_for_a_batch() {
+    let params = crate::space::tests::params(&[("A", &(0..6).collect::<Vec<_>>())]);
+    let space = SearchSpace::new(&params, &[]).unwrap();
+    let mut one = super::by_name("auto", 20, 1).unwrap();
+    assert_eq!(one.ask(&space, usize::MAX).len(), 1);
+    let mut four = super::by_name_batched("auto", 20, 1, 4).unwrap();
+    assert_eq!(four.ask(&space, usize::MAX).len(), 4);
+    // The others are as `by_name` builds them.
+    let mut ils = super::by_name_batched("ils", 20, 1, 4).unwrap();
+    assert_eq!(ils.ask(&space, usize::MAX).len(), 1);
+}
