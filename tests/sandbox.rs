@@ -4,17 +4,14 @@
 
 use std::time::Duration;
 
-use tunebox_cpu::{CacheDir, Signature, compile};
 use tunebox_pool::Status;
 use tunebox_process::{
     ProcessConfig, ProcessError, Sandbox, SandboxStop, SandboxSupport, SystemCall, TuningProcess,
 };
-use tunebox_protocol::{
-    BenchmarkRequest, BenchmarkResult, CKernel, DType, Kernel, TensorSpec, TimingConfig,
-};
-use tunebox_tune::{CacheMode, Event, Observer, Selection, Stop, TuneOptions};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec};
+use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
-use crate::util::{cache_root, config, worker_exe};
+use crate::util::{cache_root, compiled_xy, config, worker_exe};
 
 /// Elements of `x` and `y`.
 const N: i64 = 4096;
@@ -28,26 +25,10 @@ void k(const float *x, float *y, int64_t n) {\n\
 /// A request for `k(x, y, n)` with `x` random and `y` the output, compiled here in the parent
 /// (a sandboxed worker reads the cache but may not write it).
 fn request(source: &str) -> BenchmarkRequest {
-    let request = BenchmarkRequest::new(CKernel::new(source, "k").flags(["-O2"]))
-        .tensor(TensorSpec::new("x", DType::F32, [N as u64]).random(7))
-        .tensor(TensorSpec::new("y", DType::F32, [N as u64]).output())
-        .scalar("n", N)
-        .timing(TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        });
-    let Kernel::C(kernel) = &request.kernel else {
-        unreachable!()
-    };
-    compile(
-        kernel,
-        &Signature::of(&request),
-        &CacheDir::new(cache_root().join("cpu")),
+    compiled_xy(
+        BenchmarkRequest::new(CKernel::new(source, "k").flags(["-O2"])),
+        N as u64,
     )
-    .expect("the candidate compiles");
-    request
 }
 
 /// The sandbox the zoo runs in: small limits, so that harm is cheap to provoke.
@@ -217,7 +198,7 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     let report = tunebox_tune::tune(
         &dir.path().join("m.toml"),
         &zoo_options(),
-        &Quiet,
+        &(),
         &Stop::new(),
     )
     .expect("the run survives its candidates");
@@ -262,33 +243,11 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
 
 /// Options for the zoo run: the test worker, one worker at a time, a fresh worker per choice.
 fn zoo_options() -> TuneOptions {
-    TuneOptions {
-        workers: 1,
-        timeout: None,
-        max_process_uses: Some(1),
-        worker: Some(worker_exe().to_owned()),
-        json: None,
-        csv: None,
-        cache: CacheMode::Off,
-        fresh: true,
-        selection: Selection {
-            strategy: "brute-force".into(),
-            budget: None,
-            seed: 0,
-        },
-        max_time: None,
-        refine: None,
-        shard: None,
-        rounds: 0,
-        race: None,
-    }
-}
-
-/// An observer that ignores everything.
-struct Quiet;
-
-impl Observer for Quiet {
-    fn on_event(&self, _event: Event<'_>) {}
+    TuneOptions::new()
+        .worker(worker_exe())
+        .cache(CacheMode::Off)
+        .fresh(true)
+        .rounds(0)
 }
 
 /// Issue 24: a 4 GiB tensor under a 1 GiB memory limit fails at once, as one request's error,

@@ -5,7 +5,7 @@
 //! driver's cheating kernels in crates/cuda/tests/mock_driver.rs).
 
 use tunebox_pool::Status;
-use tunebox_tune::{CacheMode, Event, Observer, Selection, Stop, TuneOptions};
+use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
 use crate::util::{cache_root, worker_exe};
 
@@ -73,7 +73,7 @@ fn run_zoo(sandbox: &str) {
         ZOO_MANIFEST.replace("SANDBOX", sandbox),
     )
     .unwrap();
-    let report = tunebox_tune::tune(&dir.path().join("m.toml"), &options(), &Quiet, &Stop::new())
+    let report = tunebox_tune::tune(&dir.path().join("m.toml"), &options(), &(), &Stop::new())
         .expect("the run survives its candidates");
     assert_eq!(report.results.len(), 8, "every candidate has a result");
     let mut wrong = Vec::new();
@@ -129,30 +129,10 @@ fn the_cuda_zoo_expectations_accept_only_the_catches() {
 /// The test worker, one worker reused for every choice (so that a candidate's output buffer is
 /// likely the memory the previous, innocent candidate's output was freed from), no cache.
 fn options() -> TuneOptions {
-    TuneOptions {
-        workers: 1,
-        timeout: None,
-        max_process_uses: None,
-        worker: Some(worker_exe().to_owned()),
-        json: None,
-        csv: None,
-        cache: CacheMode::Off,
-        fresh: true,
-        selection: Selection {
-            strategy: "brute-force".into(),
-            budget: None,
-            seed: 0,
-        },
-        max_time: None,
-        refine: None,
-        shard: None,
-        rounds: 0,
-        race: None,
-    }
-}
-
-struct Quiet;
-
-impl Observer for Quiet {
-    fn on_event(&self, _event: Event<'_>) {}
+    TuneOptions::new()
+        .max_process_uses(None)
+        .worker(worker_exe())
+        .cache(CacheMode::Off)
+        .fresh(true)
+        .rounds(0)
 }

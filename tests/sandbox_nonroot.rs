@@ -9,13 +9,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use tunebox_cpu::{CacheDir, Signature, compile};
 use tunebox_process::{
     ProcessConfig, ProcessError, Sandbox, SandboxStop, SandboxSupport, SystemCall, TuningProcess,
 };
-use tunebox_protocol::{BenchmarkRequest, CKernel, DType, Kernel, TensorSpec, TimingConfig};
+use tunebox_protocol::{BenchmarkRequest, CKernel};
 
-use crate::util::{cache_root, config};
+use crate::util::{cache_root, compiled_xy, config};
 
 /// Set (to the helper's folder) only on the process `the_sandbox_holds_for_a_user_other_than_root`
 /// starts: without it `nonroot_protections` returns at once.
@@ -188,9 +187,10 @@ void k(const float *x, float *y, int64_t n) {\n\
 }\n";
 
 fn fork_counter() -> BenchmarkRequest {
-    compiled(BenchmarkRequest::new(
-        CKernel::new(FORK_COUNTER, "k").flags(["-O2"]),
-    ))
+    compiled_xy(
+        BenchmarkRequest::new(CKernel::new(FORK_COUNTER, "k").flags(["-O2"])),
+        4096,
+    )
 }
 
 /// `zoo/zoo.c` as candidate `cheat`, with `defines`.
@@ -201,33 +201,7 @@ fn zoo(cheat: u32, defines: &[(&str, &str)]) -> BenchmarkRequest {
     for &(name, value) in defines {
         kernel = kernel.define(name, value);
     }
-    compiled(BenchmarkRequest::new(kernel))
-}
-
-/// `request` with `k(x, y, n)`'s tensors, compiled here (a sandboxed worker may not write the
-/// cache).
-fn compiled(request: BenchmarkRequest) -> BenchmarkRequest {
-    let n = 4096u64;
-    let request = request
-        .tensor(TensorSpec::new("x", DType::F32, [n]).random(7))
-        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
-        .scalar("n", n as i64)
-        .timing(TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        });
-    let Kernel::C(kernel) = &request.kernel else {
-        unreachable!()
-    };
-    compile(
-        kernel,
-        &Signature::of(&request),
-        &CacheDir::new(cache_root().join("cpu")),
-    )
-    .expect("the candidate compiles");
-    request
+    compiled_xy(BenchmarkRequest::new(kernel), 4096)
 }
 
 fn sandboxed() -> ProcessConfig {

@@ -113,3 +113,29 @@ pub(crate) fn wait_gone(pid: u32, limit: Duration) -> Option<Duration> {
     }
     None
 }
+
+/// `request` with the tensors of a kernel `k(x, y, n)` (`x`: `n` random f32, `y`: the output),
+/// a short timing, compiled here in the parent: a sandboxed worker reads the kernel cache but
+/// may not write it.
+pub(crate) fn compiled_xy(request: BenchmarkRequest, n: u64) -> BenchmarkRequest {
+    let request = request
+        .tensor(TensorSpec::new("x", DType::F32, [n]).random(7))
+        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+        .scalar("n", n as i64)
+        .timing(TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 5.0,
+            flush_cache: false,
+            ..TimingConfig::default()
+        });
+    let tunebox_protocol::Kernel::C(kernel) = &request.kernel else {
+        unreachable!("compiled_xy takes C kernels")
+    };
+    tunebox_cpu::compile(
+        kernel,
+        &tunebox_cpu::Signature::of(&request),
+        &tunebox_cpu::CacheDir::new(cache_root().join("cpu")),
+    )
+    .expect("the candidate compiles");
+    request
+}
