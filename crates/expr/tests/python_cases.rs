@@ -66,14 +66,7 @@ fn value_lists_as_python() {
                 (name, object)
             })
             .collect();
-        let got = match eval(text, &names) {
-            Ok(o) => format!("= {o}"),
-            Err(ExprError::UnknownName { .. }) => "! NameError".to_owned(),
-            Err(e) => match e.python_exception() {
-                Some(name) => format!("! {name}"),
-                None => format!("! {e}"),
-            },
-        };
+        let got = outcome(eval(text, &names));
         if got != expected {
             failures.push(format!(
                 "{text}  [{bindings}]: Python {expected}, tunebox-expr {got}"
@@ -81,13 +74,29 @@ fn value_lists_as_python() {
         }
         checked += 1;
     }
+    assert_none_differ(&failures, checked);
+    assert!(checked >= 600, "only {checked} cases");
+}
+
+/// A result as the case files write Python's: `= value`, or `! ExceptionName`.
+fn outcome<T: std::fmt::Display>(result: Result<T, ExprError>) -> String {
+    match result {
+        Ok(v) => format!("= {v}"),
+        Err(ExprError::UnknownName { .. }) => "! NameError".to_owned(),
+        Err(e) => match e.python_exception() {
+            Some(name) => format!("! {name}"),
+            None => format!("! {e}"),
+        },
+    }
+}
+
+fn assert_none_differ(failures: &[String], checked: usize) {
     assert!(
         failures.is_empty(),
         "{} of {checked} cases differ from Python:\n{}",
         failures.len(),
         failures.join("\n")
     );
-    assert!(checked >= 600, "only {checked} cases");
 }
 
 /// Checks every case of `cases`; returns how many there were.
@@ -118,13 +127,7 @@ fn check(cases: &str) -> usize {
             }
         };
         let compiled = expr.bind(&NAMES).unwrap();
-        let got = match compiled.eval(&values) {
-            Ok(v) => format!("= {v}"),
-            Err(e) => match e.python_exception() {
-                Some(name) => format!("! {name}"),
-                None => format!("! {e}"),
-            },
-        };
+        let got = outcome(compiled.eval(&values));
         if got != expected {
             failures.push(format!(
                 "{text}  [{bindings}]: Python {expected}, tunebox-expr {got}"
@@ -132,11 +135,6 @@ fn check(cases: &str) -> usize {
         }
         checked += 1;
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} cases differ from Python:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_none_differ(&failures, checked);
     checked
 }
