@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tunebox_protocol::{BenchError, BenchmarkResult};
+use tunebox_protocol::{BenchError, BenchmarkResult, Kernel, RequestBody};
 
 /// Slack for what the worker's clock cannot see: the request's transfer and decoding, the
 /// reply's, and the parent's wake-up on a loaded machine.
@@ -54,6 +54,17 @@ pub(crate) struct WaitMark {
 }
 
 impl WaitMark {
+    /// The waits so far of worker `pid` and of this thread, for a request whose reply the
+    /// clock check judges (a benchmark of a C or CUDA kernel: the backends that report
+    /// `worker_ms`); `None` for any other, which reads nothing.
+    pub(crate) fn for_request(body: &RequestBody, pid: u32) -> Option<WaitMark> {
+        let checked = matches!(
+            body,
+            RequestBody::Benchmark(request) if matches!(request.kernel, Kernel::C(_) | Kernel::Cuda(_))
+        );
+        checked.then(|| WaitMark::now(pid))
+    }
+
     /// The waits so far of worker `pid` and of this thread.
     pub(crate) fn now(pid: u32) -> WaitMark {
         WaitMark {
@@ -129,6 +140,20 @@ mod tests {
         // A clock slowed tenfold is still caught when the worker waited a little.
         let parent = Some(Duration::from_millis(400));
         assert!(check_worker_clock(result(Some(40.0)), parent, 20.0).is_err());
+    }
+
+    #[test]
+    fn only_requests_the_clock_check_judges_read_the_waits() {
+        use tunebox_protocol::{BenchmarkRequest, CKernel, DiagnosticTask};
+        let pid = std::process::id();
+        let c = RequestBody::Benchmark(Box::new(BenchmarkRequest::new(CKernel::new("", "k"))));
+        assert!(WaitMark::for_request(&c, pid).is_some());
+        let sleep =
+            RequestBody::Benchmark(Box::new(BenchmarkRequest::new(DiagnosticTask::Sleep {
+                ms: 1,
+            })));
+        assert!(WaitMark::for_request(&sleep, pid).is_none());
+        assert!(WaitMark::for_request(&RequestBody::Ping, pid).is_none());
     }
 
     #[test]

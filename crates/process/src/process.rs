@@ -614,7 +614,7 @@ impl TuningProcess {
         self.next_id += 1;
         request.id = self.next_id;
         let worker = self.worker.as_mut().expect("started by the caller");
-        request.waits = Some(crate::clock::WaitMark::now(worker.pid));
+        request.waits = crate::clock::WaitMark::for_request(&request.body, worker.pid);
         let message = Request {
             id: request.id,
             body: request.body.clone(),
