@@ -18,7 +18,7 @@
 //! directory of compiled kernels), `do_bench.rs` ([`do_bench`], and [`do_bench_within`],
 //! which fits warmup and reps into the request's budget), `stats.rs` ([`summarize`],
 //! [`quantile`] as numpy's), `progress.rs` ([`report_progress`]: each phase and call, to the
-//! worker's progress sink), `rep_clock.rs` ([`ThreadWatch`]: a preempted rep counts its thread's
+//! worker's progress sink), `rep_clock.rs` (a preempted rep counts its thread's
 //! CPU time), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
 //! ([`TaskBackend`], [`TaskContext`]).
 //!
@@ -63,7 +63,6 @@ pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_after, do_bench_within};
 pub use fresh::{fresh_input_spec, fresh_inputs};
 pub use progress::{install_progress_sink, report_progress};
-pub use rep_clock::{ThreadSpan, ThreadWatch};
 pub use restore::Restore;
 pub use stats::{quantile, summarize};
 pub use task::{TaskBackend, TaskContext};

@@ -61,14 +61,14 @@ fn cpu_ms(clock: libc::clockid_t) -> Option<f64> {
 /// Watches the calling thread across one timed sample: [`ThreadWatch::start`] before it,
 /// [`ThreadWatch::stop`] after it, on the same thread.
 #[derive(Debug)]
-pub struct ThreadWatch {
+pub(crate) struct ThreadWatch {
     start: Option<Reading>,
 }
 
 impl ThreadWatch {
     /// Reads the thread's clocks and counters (a few system calls, before the timed window). With
     /// [`RepClock::Wall`] it reads nothing.
-    pub fn start(clock: RepClock) -> ThreadWatch {
+    pub(crate) fn start(clock: RepClock) -> ThreadWatch {
         ThreadWatch {
             start: match clock {
                 RepClock::Preemption => Reading::now(),
@@ -79,7 +79,7 @@ impl ThreadWatch {
 
     /// What happened to the thread since [`ThreadWatch::start`]; `None` with
     /// [`RepClock::Wall`] or where the clocks cannot be read.
-    pub fn stop(self) -> Option<ThreadSpan> {
+    pub(crate) fn stop(self) -> Option<ThreadSpan> {
         let start = self.start?;
         let end = Reading::now()?;
         let thread_cpu_ms = end.thread_cpu_ms - start.thread_cpu_ms;
@@ -94,15 +94,15 @@ impl ThreadWatch {
 
 /// What the calling thread went through during one timed sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ThreadSpan {
+pub(crate) struct ThreadSpan {
     /// The thread's CPU time (user + system), ms.
-    pub thread_cpu_ms: f64,
+    pub(crate) thread_cpu_ms: f64,
     /// CPU time of the process's other threads, ms.
-    pub others_cpu_ms: f64,
+    pub(crate) others_cpu_ms: f64,
     /// Times the thread gave up the CPU itself (sleep, I/O, a lock).
-    pub voluntary_switches: i64,
+    pub(crate) voluntary_switches: i64,
     /// Times the scheduler took the CPU from it.
-    pub involuntary_switches: i64,
+    pub(crate) involuntary_switches: i64,
 }
 
 impl ThreadSpan {
@@ -110,7 +110,7 @@ impl ThreadSpan {
     /// the thread's CPU time when the thread was preempted or lost time it did not spend
     /// itself, `wall_ms` when nothing took its CPU, when the kernel blocked (its waits are its
     /// time) or when other threads of the worker ran (a multi-threaded kernel).
-    pub fn time_ms(&self, wall_ms: f64) -> (f64, bool) {
+    pub(crate) fn time_ms(&self, wall_ms: f64) -> (f64, bool) {
         let blocked = self.voluntary_switches > 0;
         let threaded =
             self.others_cpu_ms > (OTHERS_SHARE * self.thread_cpu_ms).max(OTHERS_FLOOR_MS);
