@@ -72,6 +72,14 @@ impl Backend for PythonBackend {
     fn prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
         self.run(request).map(drop)
     }
+
+    /// No: a Python worker keeps what its calls leave (globals, threads, open files, the
+    /// initializer's state) for the next call, as TVM's worker does. Checking it would also cost
+    /// about 100 µs a call and replace the worker after any call that leaves a thread running
+    /// (a timeout's timer thread among them). `maximum_uses` is how a Python user bounds it.
+    fn checks_worker_state(&self) -> bool {
+        false
+    }
 }
 
 impl PythonBackend {

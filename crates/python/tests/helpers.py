@@ -78,3 +78,20 @@ SIGKILL = signal.SIGKILL
 
 def getenv(name):
     return os.environ.get(name)
+
+
+COUNT = [0]
+KEPT = []
+
+
+def count_and_keep(path):
+    """Counts its calls in a module global; the second call leaves a thread running and the
+    third a file open (kept in a global), as a module's cache or pool would."""
+    import threading
+
+    COUNT[0] += 1
+    if COUNT[0] == 2:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    if COUNT[0] == 3:
+        KEPT.append(open(path, "w"))  # noqa: SIM115 - kept open on purpose
+    return COUNT[0], os.getpid()
