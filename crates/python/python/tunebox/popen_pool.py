@@ -378,10 +378,18 @@ class PopenPoolExecutor:
         else:
             size = -(-len(items) // (self._max_workers * BATCHES_PER_WORKER))
             size = max(1, min(BATCH_MAX_CALLS, size))
-            futures = [concurrent.futures.Future() for _ in items]
+            # One future per batch, whose result is the batch's MapResults.
+            batches = []
             for start in range(0, len(items), size):
-                chunk = [((x,), {}) for x in items[start : start + size]]
-                self._enqueue(_Batch(fn, chunk, futures[start : start + size]))
+                batch = _Batch(fn, [((x,), {}) for x in items[start : start + size]])
+                batches.append(batch.future)
+                self._enqueue(batch)
+
+            def batched():
+                for future in batches:
+                    yield from future.result()
+
+            return batched()
 
         def results():
             for future in futures:
@@ -611,27 +619,34 @@ def _serve(pool, slot):
         pool._set_state(slot, _IDLE)
 
 
-class _Batch(namedtuple("_Batch", ["fn", "calls", "futures"])):
-    """Calls of one ``map_with_error_catching`` that go to a worker together."""
+class _Batch:
+    """Calls of one ``map_with_error_catching`` that go to a worker together, and the future
+    of their :class:`MapResult` list."""
 
-    __slots__ = []
+    __slots__ = ("fn", "calls", "future")
+
+    def __init__(self, fn, calls):
+        self.fn = fn
+        self.calls = calls
+        self.future = concurrent.futures.Future()
 
 
 def _run_batch(worker, batch, timeout):
     """Runs a batch on ``worker`` until every call has its result, sending again in a fresh
     worker what a call that timed out or killed the worker left unrun."""
-    pending = [
-        (call, future)
-        for call, future in zip(batch.calls, batch.futures)
-        if future.set_running_or_notify_cancel()
-    ]
-    while pending:
-        done = worker._run_batch(batch.fn, [call for call, _ in pending], timeout)
-        if not done:  # never: a batch returns at least the call that ended it
-            done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
-        for (_, future), result in zip(pending, done):
-            future.set_result(result)
-        pending = pending[len(done) :]
+    if not batch.future.set_running_or_notify_cancel():
+        return
+    calls = batch.calls
+    results = []
+    try:
+        while len(results) < len(calls):
+            done = worker._run_batch(batch.fn, calls[len(results) :], timeout)
+            if not done:  # never: a batch returns at least the call that ended it
+                done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
+            results.extend(done[: len(calls) - len(results)])
+    except BaseException as error:  # noqa: BLE001 - each call left gets it, none is lost
+        results.extend([MapResult(StatusKind.EXCEPTION, error)] * (len(calls) - len(results)))
+    batch.future.set_result(results)
 
 
 def _run(worker, future, fn, args, kwargs, catch, timeout):
