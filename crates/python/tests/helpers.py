@@ -95,3 +95,24 @@ def count_and_keep(path):
     if COUNT[0] == 3:
         KEPT.append(open(path, "w"))  # noqa: SIM115 - kept open on purpose
     return COUNT[0], os.getpid()
+
+
+KEPT_ARRAYS = []
+
+
+def keep_array(a):
+    """Keeps the array it got (on the request's shared memory) in a global."""
+    KEPT_ARRAYS.append(a)
+    return float(a[0])
+
+
+def kept_firsts():
+    return [float(a[0]) for a in KEPT_ARRAYS] + [float(a[-1]) for a in KEPT_ARRAYS]
+
+
+def echo(a):
+    return a
+
+
+def first_and_last(a):
+    return float(a[0]), float(a[-1])
