@@ -229,3 +229,21 @@ def test_an_idle_pool_does_not_spin():
     # Generous: a spin that never stops would use about 1 s of each process.
     assert used < 0.3, f"{used:.3f} s of CPU in 1 s of idling"
     pool.shutdown()
+
+
+def test_a_future_sent_by_the_caller_is_freed_without_the_garbage_collector():
+    # Its result may be an array on shared memory, whose region a later call reuses once freed.
+    import gc
+    import weakref
+
+    pool = warm_pool()
+    gc.disable()
+    try:
+        future = pool.submit(helpers.identity_after, 8, 0)
+        assert future.result() == 8
+        freed = weakref.ref(future)
+        del future
+        assert freed() is None
+    finally:
+        gc.enable()
+    pool.shutdown()

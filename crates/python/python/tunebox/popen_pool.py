@@ -577,11 +577,15 @@ class _Waiters(list):
 
     def __init__(self, future):
         super().__init__()
-        self.future = future
+        # Not a reference: a cycle would keep the future and its result (an array on shared
+        # memory) alive until the garbage collector ran.
+        self.future = weakref.ref(future)
 
     def append(self, waiter):
         super().append(waiter)
-        self.future._hand_over()
+        future = self.future()
+        if future is not None:
+            future._hand_over()
 
 
 def _serve(pool, slot):
