@@ -161,14 +161,21 @@ def main():
         except ImportError as error:
             print(f"skipping {name}: {error}", file=sys.stderr)
     metrics = list(next(iter(results.values())).keys())
-    print(f"\n{os.cpu_count()} CPUs; median (min-max) of {args.repeat} run(s)\n")
-    print("| metric | " + " | ".join(results) + " |")
-    print("|---" * (len(results) + 1) + "|")
+    ours, tvm = "tunebox.popen_pool", "tvm PopenPoolExecutor"
+    ratio = ours in results and tvm in results
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n{os.cpu_count()} CPUs, load average {load:.2f} at the end; median (min-max) of {args.repeat} run(s)\n")
+    print("| metric | " + " | ".join(results) + (" | tunebox vs TVM |" if ratio else " |"))
+    print("|---" * (len(results) + 1 + ratio) + "|")
     for metric in metrics:
         cells = []
         for name in results:
             values = results[name][metric]
             cells.append(f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})")
+        if ratio:
+            a, b = (statistics.median(results[n][metric]) for n in (ours, tvm))
+            # Throughput is better higher; every other figure is a time.
+            cells.append(f"{(a / b if 'tasks/s' in metric else b / a):.1f}x")
         print(f"| {metric} | " + " | ".join(cells) + " |")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
