@@ -196,12 +196,21 @@ def test_a_call_that_cannot_be_pickled_fails_its_future_not_submit():
     pool.shutdown()
 
 
-def test_the_deadline_and_a_death_hold_for_calls_sent_by_the_caller():
-    pool = warm_pool(timeout=0.5)
-    with pytest.raises(TimeoutError):
-        pool.submit(helpers.identity_after, 1, 60).result()
+def test_a_death_holds_for_a_call_sent_by_the_caller():
+    pool = warm_pool()
     with pytest.raises(ChildProcessError):
         pool.submit(helpers.exit_with, 3).result()
+    assert pool.submit(helpers.identity_after, 5, 0).result() == 5
+    pool.shutdown()
+
+
+def test_with_a_timeout_submit_returns_at_once_and_the_deadline_holds():
+    pool = warm_pool(timeout=0.5)
+    started = time.monotonic()
+    slow = pool.submit(helpers.identity_after, 1, 60)
+    assert time.monotonic() - started < 5
+    with pytest.raises(TimeoutError):
+        slow.result()
     assert pool.submit(helpers.identity_after, 5, 0).result() == 5
     pool.shutdown()
 

@@ -312,8 +312,8 @@ class PopenPoolExecutor:
     initializer, initargs, maximum_process_uses, stdout, stderr
         As :class:`PopenWorker`'s, for every worker.
 
-    A task submitted while a worker is idle and nothing waits in the queue is sent by the
-    calling thread itself, and ``result()`` on that thread receives its reply (the GIL released
+    Without a ``timeout``, a task submitted while a worker is idle and nothing waits in the
+    queue is sent by the calling thread itself, and ``result()`` on that thread receives its reply (the GIL released
     while it waits): one task at a time costs no hand-off between threads. The pool's thread for
     that worker takes the reply instead when something else waits for the future (a callback,
     ``concurrent.futures.wait``, ``as_completed``, ``result`` with a timeout) or the next task
@@ -433,7 +433,9 @@ class PopenPoolExecutor:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
-            if self._queued:
+            # With a timeout a call is two requests, the first a round trip (unpickling, which
+            # may import, outside the call's timeout): submit would wait for it.
+            if self._queued or self._timeout is not None:
                 return None
             for slot in self._slots:
                 if slot.state == _IDLE and slot.collecting.acquire(blocking=False):
