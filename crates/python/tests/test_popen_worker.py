@@ -187,6 +187,20 @@ def test_calls_with_a_timeout_reuse_one_process():
     assert len(pids) == 1
 
 
+def test_a_finished_calls_deadline_never_fires_on_the_next_call():
+    # One watcher thread serves every call's timeout: disarmed at the end of each call.
+    worker = PopenWorker()
+    worker.send(helpers.identity_after, (1, 0), timeout=0.3)
+    assert worker.recv() == 1
+    worker.send(helpers.identity_after, (2, 0.8), timeout=10)
+    assert worker.recv() == 2
+    started = time.monotonic()
+    worker.send(helpers.identity_after, (3, 60), timeout=0.3)
+    with pytest.raises(TimeoutError):
+        worker.recv()
+    assert time.monotonic() - started < 30
+
+
 def test_stdout_to_a_file(tmp_path):
     out = tmp_path / "out.txt"
     worker = PopenWorker(stdout=str(out))
