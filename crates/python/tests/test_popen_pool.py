@@ -256,3 +256,24 @@ def test_a_future_sent_by_the_caller_is_freed_without_the_garbage_collector():
     finally:
         gc.enable()
     pool.shutdown()
+
+
+def test_a_pool_nobody_shut_down_stops_its_workers_when_it_is_collected():
+    # Its threads and futures hold what they share, not the pool: its finalizer can run.
+    import gc
+
+    def gone(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    pool = warm_pool()
+    pid = pool.submit(helpers.pid).result()
+    del pool
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)

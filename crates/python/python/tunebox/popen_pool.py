@@ -339,11 +339,13 @@ class PopenPoolExecutor:
         self._timeout = _check_timeout(timeout)
         self._max_workers = max_workers
         self._worker_args = (initializer, initargs, maximum_process_uses, stdout, stderr)
-        self._queue = queue.SimpleQueue()
+        # What the pool's threads and futures share (not the pool: it must stay collectable,
+        # so that its finalizer stops the workers of a pool nobody shut down).
+        self._dispatch = _Dispatch(self._timeout)
+        self._queue = self._dispatch.queue
         # Guards the slots' states, the count of queued jobs and the shutdown flag.
-        self._lock = threading.Lock()
-        self._queued = 0
-        self._slots = []
+        self._lock = self._dispatch.lock
+        self._slots = self._dispatch.slots
         self._threads = []
         self._workers = []
         self._shutdown = False
@@ -420,7 +422,7 @@ class PopenPoolExecutor:
             slot.worker.send(fn, args, kwargs, self._timeout)
         except Exception as error:  # noqa: BLE001 - the future reports it, as _run does
             slot.direct = None
-            self._set_state(slot, _IDLE, unless=_BUSY)
+            self._dispatch.set_state(slot, _IDLE, unless=_BUSY)
             _fail(direct, error, catch)
         finally:
             slot.collecting.release()
@@ -435,12 +437,12 @@ class PopenPoolExecutor:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
             # With a timeout a call is two requests, the first a round trip (unpickling, which
             # may import, outside the call's timeout): submit would wait for it.
-            if self._queued or self._timeout is not None:
+            if self._dispatch.queued or self._timeout is not None:
                 return None
             for slot in self._slots:
                 if slot.state == _IDLE and slot.collecting.acquire(blocking=False):
                     slot.state = _DIRECT
-                    future = _DirectFuture(self, slot, catch)
+                    future = _DirectFuture(self._dispatch, slot, catch)
                     future.set_running_or_notify_cancel()
                     slot.direct = future
                     return future
@@ -450,10 +452,10 @@ class PopenPoolExecutor:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
-            self._queued += 1
+            self._dispatch.queued += 1
             self._queue.put(job)
             idle = sum(slot.state == _IDLE for slot in self._slots)
-            if idle < self._queued and len(self._slots) < self._max_workers:
+            if idle < self._dispatch.queued and len(self._slots) < self._max_workers:
                 self._add_slot()
 
     def _add_slot(self):
@@ -463,23 +465,36 @@ class PopenPoolExecutor:
         self._slots.append(slot)
         thread = threading.Thread(
             target=_serve,
-            args=(self, slot),
+            args=(self._dispatch, slot),
             name=f"tunebox-popen-{len(self._threads)}",
             daemon=True,
         )
         self._threads.append(thread)
         thread.start()
 
-    def _set_state(self, slot, state, unless=None):
-        with self._lock:
+class _Dispatch:
+    """What a pool's threads and direct futures share: the job queue, the slots (one per
+    worker) and their states, the count of queued jobs, under one lock."""
+
+    __slots__ = ("queue", "lock", "slots", "queued", "timeout")
+
+    def __init__(self, timeout):
+        self.queue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.slots = []
+        self.queued = 0
+        self.timeout = timeout
+
+    def set_state(self, slot, state, unless=None):
+        with self.lock:
             if slot.state != unless:
                 slot.state = state
 
-    def _took_job(self, slot):
+    def took_job(self, slot):
         """Called by ``slot``'s thread when it took a job: the job is no longer queued, the
         slot is busy; returns the call sent to it directly, which is collected first."""
-        with self._lock:
-            self._queued -= 1
+        with self.lock:
+            self.queued -= 1
             slot.state = _BUSY
             return slot.direct
 
@@ -518,9 +533,9 @@ class _DirectFuture(concurrent.futures.Future):
     when no other thread does; anything else that waits hands the receiving to a pool
     thread."""
 
-    def __init__(self, pool, slot, catch):
+    def __init__(self, dispatch, slot, catch):
         super().__init__()
-        self._tunebox = (pool, slot, catch)
+        self._tunebox = (dispatch, slot, catch)
         self._tunebox_handed_over = False
         # concurrent.futures.wait and as_completed add their waiters here.
         self._waiters = _Waiters(self)
@@ -550,12 +565,12 @@ class _DirectFuture(concurrent.futures.Future):
         """Has a pool thread receive the reply (once)."""
         if not self._tunebox_handed_over:
             self._tunebox_handed_over = True
-            self._tunebox[0]._queue.put(_Collect(self))
+            self._tunebox[0].queue.put(_Collect(self))
 
     def _collect(self, block):
         """Receives the reply and completes this future, unless another thread is doing it
         (``block``: then wait for that thread) or did."""
-        pool, slot, catch = self._tunebox
+        dispatch, slot, catch = self._tunebox
         if not slot.collecting.acquire(blocking=block):
             return
         try:
@@ -566,7 +581,7 @@ class _DirectFuture(concurrent.futures.Future):
             finally:
                 slot.direct = None
                 # The slot's own thread may have taken a job meanwhile: it stays busy then.
-                pool._set_state(slot, _IDLE, unless=_BUSY)
+                dispatch.set_state(slot, _IDLE, unless=_BUSY)
         finally:
             slot.collecting.release()
 
@@ -590,7 +605,7 @@ class _Waiters(list):
             future._hand_over()
 
 
-def _serve(pool, slot):
+def _serve(dispatch, slot):
     """One pool thread: starts its worker at once, then runs jobs until the pool stops; first
     receives the reply of a call sent to its worker directly, when one is outstanding."""
     worker = slot.worker
@@ -598,8 +613,8 @@ def _serve(pool, slot):
         worker.start()
     except Exception:  # noqa: BLE001, S110 - the first send reports it
         pass
-    pool._set_state(slot, _IDLE, unless=_DIRECT)
-    jobs = pool._queue
+    dispatch.set_state(slot, _IDLE, unless=_DIRECT)
+    jobs = dispatch.queue
     while True:
         job = jobs.get()
         if job is _STOP:
@@ -611,18 +626,18 @@ def _serve(pool, slot):
         if isinstance(job, _Collect):
             job.future._collect(block=True)
             continue
-        direct = pool._took_job(slot)
+        direct = dispatch.took_job(slot)
         if direct is not None:
             direct._collect(block=True)
         if isinstance(job, _Batch):
-            _run_batch(worker, job, pool._timeout)
+            _run_batch(worker, job, dispatch.timeout)
         else:
             future, fn, args, kwargs, catch = job
             if future.set_running_or_notify_cancel():
-                _run(worker, future, fn, args, kwargs, catch, pool._timeout)
+                _run(worker, future, fn, args, kwargs, catch, dispatch.timeout)
             del future, fn, args, kwargs
         del job, direct
-        pool._set_state(slot, _IDLE)
+        dispatch.set_state(slot, _IDLE)
 
 
 class _Batch:
