@@ -314,7 +314,10 @@ pub fn compile_with(
             detail,
         }
     })?;
-    let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
+    let identity = match &kernel.compiler_identity {
+        Some(identity) => identity.clone(),
+        None => compiler_identity(&kernel.compiler, control.timeout, &limits)?,
+    };
     let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
     let dir = cache::ensure(cache)?;
     if let Some((key, path, dependencies)) = cache::lookup(dir, &base) {
@@ -658,6 +661,7 @@ pub(crate) fn test_kernel() -> CKernel {
         defines: vec![tunebox_protocol::Define::new("BLOCK", "32")],
         flags: vec!["-O2".into()],
         compiler: "cc".into(),
+        compiler_identity: None,
     }
 }
 
