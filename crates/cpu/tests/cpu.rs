@@ -1261,8 +1261,8 @@ fn a_kernel_with_its_compilers_identity_runs_no_probe() {
     let cache = CacheDir::new(cache_dir.path());
     let mut kernel = add_kernel();
     kernel.compiler = logging_compiler(tools.path(), &log);
-    let identity = tunebox_cpu::compiler_version(&kernel.compiler, &CompileControl::default())
-        .unwrap();
+    let identity =
+        tunebox_cpu::compiler_version(&kernel.compiler, &CompileControl::default()).unwrap();
     let built = compile(&kernel, &add_signature(), &cache).unwrap();
     let commands = || fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(commands().matches("--version").count(), 1, "{}", commands());
