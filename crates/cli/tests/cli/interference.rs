@@ -197,12 +197,19 @@ fn the_compiler_is_probed_once_per_run_not_per_window() {
     let cc = dir.path().join("logging-cc");
     std::fs::write(
         &cc,
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec cc \"$@\"\n", log.display()),
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec cc \"$@\"\n",
+            log.display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
     let args = ["tune", "work.toml", "--no-cache", "--json", "r.json"];
-    check(&tunebox_env(dir.path(), &args, &[("CC", cc.to_str().unwrap())]));
+    check(&tunebox_env(
+        dir.path(),
+        &args,
+        &[("CC", cc.to_str().unwrap())],
+    ));
     let report = json(&dir.path().join("r.json"));
     let windows: Vec<&serde_json::Value> = report["results"]
         .as_array()
