@@ -651,6 +651,14 @@ pub fn compiler_version(compiler: &str, control: &CompileControl<'_>) -> Result<
     compiler_identity(compiler, control.timeout, &control.limits(Instant::now()))
 }
 
+/// What [`compiler_version`] (or a compile) already found for `compiler` in this process, without
+/// running anything: `None` when it was never asked, or did not answer in time. For a parent
+/// that compiled its kernels and hands the identity to its workers
+/// ([`CKernel::compiler_identity`](tunebox_protocol::CKernel::compiler_identity)).
+pub fn known_compiler_version(compiler: &str) -> Option<String> {
+    crate::toolchain::known_identity(compiler)
+}
+
 /// The kernel the unit tests of this crate's compile modules build from.
 #[cfg(test)]
 pub(crate) fn test_kernel() -> CKernel {

@@ -48,13 +48,9 @@ pub(crate) fn request(
             defines: choice.defines(),
             flags,
             compiler: source.compiler.clone(),
-            // The parent compiled every choice before a worker runs it: the identity it found
+            // The parent compiled the choice before a worker runs it: the identity it found
             // spares each fresh worker the compiler's `--version` (a worker per window).
-            compiler_identity: tunebox_cpu::compiler_version(
-                &source.compiler,
-                &tunebox_cpu::CompileControl::default(),
-            )
-            .ok(),
+            compiler_identity: tunebox_cpu::known_compiler_version(&source.compiler),
         }),
         Language::Cuda => Kernel::Cuda(CudaKernel {
             code: CudaCode::Source {
