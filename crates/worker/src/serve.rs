@@ -289,6 +289,7 @@ mod tests {
                 defines: vec![],
                 flags: vec![],
                 compiler: "cc".into(),
+                compiler_identity: None,
             }));
             request.timing.min_reps = 1;
             tx.send(Request::new(3, RequestBody::Benchmark(Box::new(request))))
