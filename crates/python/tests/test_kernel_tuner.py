@@ -187,6 +187,7 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     def tune(manifest, *args, **kwargs):
         folder = Path(manifest).parent
         seen["files"] = {p.name: p.stat().st_size for p in folder.iterdir() if p.suffix == ".bin"}
+        seen["manifest"] = Path(manifest).read_text()
         return engine_tune(manifest, *args, **kwargs)
 
     def verify_again(*args):
@@ -202,7 +203,9 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     )
     assert len(results) == 8
     assert {(r["nthreads"], r["vecsize"]): r["status"] for r in results}[(2, 2)] == "wrong"
-    assert seen["files"] == {name: 4 * size for name in ("arg0.bin", "arg1.bin", "arg2.bin", "answer0.bin")}
+    # c (zeros) travels as `init = "zeros"`: no file, and fresh zero pages in each worker.
+    assert seen["files"] == {name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")}
+    assert seen["manifest"].count('init = "zeros"') == 1
 
 
 def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):

@@ -3,8 +3,8 @@
 Change ``from kernel_tuner import tune_kernel`` to ``from tunebox.kernel_tuner import tune_kernel``.
 
 The call is written as a manifest in Kernel Tuner's spelling (docs/manifest.md, "Kernel Tuner's
-names"), with every array argument and expected answer as a raw data file beside it, in a
-temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
+names"), with every array argument and expected answer as a raw data file beside it (written
+once per call; an array of zeros is ``init = "zeros"`` instead), in a temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
 So every configuration compiles in parallel in the parent (into tunebox's kernel cache), is
 measured in an isolated worker process (do_bench: estimate, warmup, reps, the cache flushed
 between reps; then rounds of short windows and a race for the top), verified against
@@ -387,9 +387,7 @@ class _Manifest:
                         f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
                         f"one of {', '.join(_DTYPES)}"
                     )
-                data = f"{name}.bin"
-                np.ascontiguousarray(arg).tofile(os.path.join(self.folder, data))
-                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", {"file": data})]
+                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", self.contents(name, arg))]
                 if language != "CUDA":
                     table.append(("c_type", "void"))
                 self.arrays.append((i, arg))
@@ -407,6 +405,19 @@ class _Manifest:
             else:
                 raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
             self.argument_tables.append(table)
+
+    def contents(self, name, arg):
+        """An array's `init`: ``"zeros"`` when every byte is 0 (an output buffer, the usual
+        ``numpy.zeros_like``: no file, and each worker gets fresh zero pages instead of a copy
+        of the caller's), else its bytes as a raw file, written once for the whole call."""
+        import numpy as np
+
+        arg = np.ascontiguousarray(arg)
+        if arg.size and not arg.reshape(-1).view(np.uint8).any():
+            return "zeros"
+        data = f"{name}.bin"
+        arg.tofile(os.path.join(self.folder, data))
+        return {"file": data}
 
     def params(self, tune_params):
         table = self.table("tune_params")
