@@ -316,7 +316,12 @@ fn all_close<const N: usize>(
     let mut lanes = Maxima::<LANES>::new();
     for (reference, candidate) in want_blocks.iter().zip(got_blocks) {
         for lane in 0..LANES {
-            lanes.add(lane, value(reference[lane]), value(candidate[lane]), tolerance);
+            lanes.add(
+                lane,
+                value(reference[lane]),
+                value(candidate[lane]),
+                tolerance,
+            );
         }
     }
     let mut rest = Maxima::<1>::new();
