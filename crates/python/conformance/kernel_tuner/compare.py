@@ -54,10 +54,40 @@ def run(text, name):
     return child.returncode, elapsed, configs, stderr[-2000:]
 
 
+def worker_start(runs=30):
+    """The engine worker's start, exec to exit, median and min over `runs` (ms): the launcher
+    tune_kernel uses (python -IS, the extension alone) and the `tunebox-engine-worker` console
+    script. Started by hand, without a parent, each exits once tunebox-worker's loop finds no
+    server to talk to: what it costs to get there is its start."""
+    import shutil
+    import statistics
+    import sysconfig
+
+    from tunebox.kernel_tuner import _worker
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEBOX_WORKER")}
+    with tempfile.TemporaryDirectory() as folder:
+        workers = {"launcher (python -IS)": _worker(folder)}
+        script = shutil.which("tunebox-engine-worker", path=sysconfig.get_path("scripts"))
+        if script:
+            workers["console script"] = script
+        for name, path in workers.items():
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                subprocess.run([path], env=env, stderr=subprocess.DEVNULL, check=False)
+                times.append((time.perf_counter() - start) * 1e3)
+            print(
+                f"engine worker start, {name}: median {statistics.median(times):.1f} ms, "
+                f"min {min(times):.1f} ms ({runs} runs)"
+            )
+
+
 def main():
     size = None
     if len(sys.argv) == 3 and sys.argv[1] == "--size":
         size = int(sys.argv[2])
+    worker_start()
     text = (HERE / "vector_add.py").read_text()
     ours = run(variant(text, size, False), "tunebox")
     print(f"tunebox.kernel_tuner: exit {ours[0]} in {ours[1]:.1f} s, {len(ours[2])} configurations")
