@@ -299,6 +299,7 @@ pub(crate) fn spin_request() -> BenchmarkRequest {
             defines: Vec::new(),
             flags: vec!["-O2".into()],
             compiler: std::env::var("CC").unwrap_or_else(|_| "cc".into()),
+            compiler_identity: None,
         }),
         tensors: Vec::new(),
         scalars: vec![Scalar::new("ns", 100_000)],

@@ -1,4 +1,4 @@
-//! `cargo xtask agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]`: how well independent runs
+//! `cargo xtask agreement [RUNS] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs "ARGS"] [-- TUNE_ARGS…]`: how well independent runs
 //! of the main job (`tunebox tune examples/matmul-cpu.toml`) agree on one machine, beside
 //! Kernel Tuner's runs of the same kernel and space.
 //!
@@ -14,6 +14,11 @@
 //! to `target/agreement/`, whose `[timing]` sets KEY to VALUE (a TOML value): `--timing
 //! clock='"wall"'` times every rep's wall time, as before issue 23's preemption clock;
 //! `--timing rep_ms=50` halves the measuring budget.
+//!
+//! With `--vs "ARGS"`, each run is followed by a run of tunebox with ARGS (split at spaces)
+//! added to TUNE_ARGS, kernel cache emptied again: two configurations interleaved in the same
+//! stretch of time, as a before/after comparison must be on a machine whose speed drifts
+//! (`--vs "--rounds 3"`). Its figures are printed in a column of their own.
 //!
 //! For every pair of runs of a tool it reports Spearman's rank correlation over the choices
 //! both measured `ok`, and the top-1 regret: run i's best as run j measured it, against run j's
@@ -36,7 +41,7 @@ use crate::{cargo, target_dir, workspace_root};
 /// objective).
 pub(crate) type Medians = BTreeMap<String, f64>;
 
-const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--timing KEY=VALUE]… [-- TUNE_ARGS…]";
+const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs \"ARGS\"] [-- TUNE_ARGS…]";
 
 /// What one tool's runs gave.
 #[derive(Default)]
@@ -55,11 +60,16 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     };
     let (mut runs, mut busy, mut kt) = (5usize, false, true);
     let mut timing: Vec<(String, String)> = Vec::new();
+    let mut vs: Option<Vec<String>> = None;
     let mut own = own.iter();
     while let Some(arg) = own.next() {
         match arg.as_str() {
             "--busy" => busy = true,
             "--no-kt" => kt = false,
+            "--vs" => {
+                let extra = own.next().ok_or(USAGE)?;
+                vs = Some(extra.split_whitespace().map(str::to_owned).collect());
+            }
             "--timing" => {
                 let (key, value) = own.next().and_then(|kv| kv.split_once('=')).ok_or(USAGE)?;
                 timing.push((key.trim().to_owned(), value.trim().to_owned()));
@@ -86,35 +96,35 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         None
     };
     let tag = if busy { "busy" } else { "idle" };
-    let (mut ours, mut theirs) = (Runs::default(), Runs::default());
+    let (mut ours, mut theirs, mut alt) = (Runs::default(), Runs::default(), Runs::default());
+    let vs_args: Option<Vec<String>> =
+        vs.map(|extra| tune_args.iter().cloned().chain(extra).collect());
+    let tune = TuneRun {
+        tunebox: &tunebox,
+        manifest: &manifest,
+        root: &root,
+        kernels: &out.join("kernel-cache"),
+    };
     for run in 0..runs {
-        let kernels = fresh_dir(&out.join("kernel-cache"))?;
-        let json_path = out.join(format!("run-{tag}-{run}.json"));
-        let started = Instant::now();
-        let output = Command::new(&tunebox)
-            .arg("tune")
-            .arg(&manifest)
-            .args(["--no-cache", "--json"])
-            .arg(&json_path)
-            .args(tune_args)
-            .env("TUNEBOX_CACHE_DIR", &kernels)
-            .current_dir(&root)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", tunebox.display()))?;
-        let wall = started.elapsed().as_secs_f64();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if !output.status.success() {
-            return Err(format!("run {run} failed ({}):\n{stderr}", output.status));
+        let base = |ours: &mut Runs| -> Result<(), String> {
+            let json_path = out.join(format!("run-{tag}-{run}.json"));
+            ours.record(run, "tunebox", tune.run(&json_path, tune_args)?);
+            Ok(())
+        };
+        match &vs_args {
+            None => base(&mut ours)?,
+            Some(args) => {
+                // Which goes first alternates: neither is always the one after Kernel Tuner.
+                let json_path = out.join(format!("run-{tag}-vs-{run}.json"));
+                if run % 2 == 0 {
+                    base(&mut ours)?;
+                }
+                alt.record(run, "tunebox --vs", tune.run(&json_path, args)?);
+                if run % 2 == 1 {
+                    base(&mut ours)?;
+                }
+            }
         }
-        let warned = stderr.contains("warning: the machine was busy");
-        ours.warned += usize::from(warned);
-        ours.walls.push(wall);
-        ours.medians.push(ok_medians(&json_path)?);
-        eprintln!(
-            "xtask: tunebox run {run}: {} ok choices in {wall:.1} s{}",
-            ours.medians[run].len(),
-            if warned { ", warned: busy machine" } else { "" }
-        );
         if let Some(python) = &python {
             let kt_path = out.join(format!("kt-{tag}-{run}.json"));
             let started = Instant::now();
@@ -142,7 +152,12 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         .cloned()
         .chain(timing.iter().map(|(k, v)| format!("timing.{k} = {v}")))
         .collect();
-    let summary = summarize(&ours, &theirs, busy, &described)?;
+    let mut summary = summarize(&ours, &theirs, busy, &described)?;
+    if let Some(args) = &vs_args {
+        println!();
+        println!("--vs: tunebox {}", args.join(" "));
+        summary["vs"] = summarize(&alt, &theirs, busy, args)?;
+    }
     let path = out.join(if busy {
         "summary-busy.json"
     } else {
@@ -152,6 +167,73 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
+}
+
+/// What one tunebox run needs besides its arguments.
+struct TuneRun<'a> {
+    tunebox: &'a Path,
+    manifest: &'a Path,
+    root: &'a Path,
+    /// The kernel cache, emptied before each run.
+    kernels: &'a Path,
+}
+
+/// One tunebox run's figures: its `ok` medians, wall time (s), and whether it warned.
+struct Outcome {
+    medians: Medians,
+    wall: f64,
+    warned: bool,
+}
+
+impl TuneRun<'_> {
+    /// `tunebox tune MANIFEST --no-cache --json JSON_PATH ARGS…` from an empty kernel cache.
+    fn run(&self, json_path: &Path, args: &[String]) -> Result<Outcome, String> {
+        let kernels = fresh_dir(self.kernels)?;
+        let started = Instant::now();
+        let output = Command::new(self.tunebox)
+            .arg("tune")
+            .arg(self.manifest)
+            .args(["--no-cache", "--json"])
+            .arg(json_path)
+            .args(args)
+            .env("TUNEBOX_CACHE_DIR", &kernels)
+            .current_dir(self.root)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.tunebox.display()))?;
+        let wall = started.elapsed().as_secs_f64();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            return Err(format!(
+                "tunebox {} failed ({}):\n{stderr}",
+                args.join(" "),
+                output.status
+            ));
+        }
+        Ok(Outcome {
+            medians: ok_medians(json_path)?,
+            wall,
+            warned: stderr.contains("warning: the machine was busy"),
+        })
+    }
+}
+
+impl Runs {
+    /// Keeps run `run`'s outcome, and says what it was.
+    fn record(&mut self, run: usize, who: &str, outcome: Outcome) {
+        eprintln!(
+            "xtask: {who} run {run}: {} ok choices in {:.1} s{}",
+            outcome.medians.len(),
+            outcome.wall,
+            if outcome.warned {
+                ", warned: busy machine"
+            } else {
+                ""
+            }
+        );
+        self.warned += usize::from(outcome.warned);
+        self.walls.push(outcome.wall);
+        self.medians.push(outcome.medians);
+    }
 }
 
 /// A copy of the main job's manifest in `out` whose `[timing]` sets each KEY to its VALUE

@@ -39,4 +39,15 @@ pub trait Backend {
     fn devices(&mut self) -> Result<Vec<DeviceInfo>, BenchError> {
         Ok(Vec::new())
     }
+
+    /// Whether the worker checks its state around this backend's requests and puts it back
+    /// (floating-point modes, signal dispositions, working directory, rlimits…), replacing a
+    /// worker a task left descriptors, threads or memory in. The default is yes.
+    ///
+    /// A backend whose tasks keep state in the worker on purpose says no: a Python interpreter
+    /// whose calls keep globals, threads and open files from one call to the next, as TVM's
+    /// `PopenWorker` keeps them (an initializer's state, a module's cache).
+    fn checks_worker_state(&self) -> bool {
+        true
+    }
 }

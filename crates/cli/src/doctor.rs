@@ -188,6 +188,7 @@ fn c_request(compiler: &str) -> BenchmarkRequest {
             defines: Vec::new(),
             flags: vec!["-O2".into()],
             compiler: compiler.into(),
+            compiler_identity: None,
         }),
         tensors: vec![TensorSpec {
             name: "x".into(),

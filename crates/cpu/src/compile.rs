@@ -314,7 +314,10 @@ pub fn compile_with(
             detail,
         }
     })?;
-    let identity = compiler_identity(&kernel.compiler, control.timeout, &limits)?;
+    let identity = match &kernel.compiler_identity {
+        Some(identity) => identity.clone(),
+        None => compiler_identity(&kernel.compiler, control.timeout, &limits)?,
+    };
     let base = cache_key(kernel, language, &trampoline, &identity, host_cpu());
     let dir = cache::ensure(cache)?;
     if let Some((key, path, dependencies)) = cache::lookup(dir, &base) {
@@ -648,6 +651,14 @@ pub fn compiler_version(compiler: &str, control: &CompileControl<'_>) -> Result<
     compiler_identity(compiler, control.timeout, &control.limits(Instant::now()))
 }
 
+/// What [`compiler_version`] (or a compile) already found for `compiler` in this process, without
+/// running anything: `None` when it was never asked, or did not answer in time. For a parent
+/// that compiled its kernels and hands the identity to its workers
+/// ([`CKernel::compiler_identity`](tunebox_protocol::CKernel::compiler_identity)).
+pub fn known_compiler_version(compiler: &str) -> Option<String> {
+    crate::toolchain::known_identity(compiler)
+}
+
 /// The kernel the unit tests of this crate's compile modules build from.
 #[cfg(test)]
 pub(crate) fn test_kernel() -> CKernel {
@@ -658,6 +669,7 @@ pub(crate) fn test_kernel() -> CKernel {
         defines: vec![tunebox_protocol::Define::new("BLOCK", "32")],
         flags: vec!["-O2".into()],
         compiler: "cc".into(),
+        compiler_identity: None,
     }
 }
 

@@ -161,6 +161,19 @@ pub(crate) fn finished(
     }
 }
 
+/// What [`compiler_identity`] learned, per compiler name.
+static PROBES: Mutex<BTreeMap<String, Probe>> = Mutex::new(BTreeMap::new());
+
+/// The identity [`compiler_identity`] already found for `compiler` in this process, without
+/// running anything; `None` when it was never asked or did not answer.
+pub(crate) fn known_identity(compiler: &str) -> Option<String> {
+    let probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
+    match probes.get(compiler) {
+        Some(Probe::Identity(identity)) => Some(identity.clone()),
+        Some(Probe::Hung { .. }) | None => None,
+    }
+}
+
 /// What [`compiler_identity`] learned about a compiler.
 #[derive(Debug, Clone)]
 enum Probe {
@@ -179,7 +192,6 @@ pub(crate) fn compiler_identity(
     timeout: Duration,
     limits: &Limits<'_>,
 ) -> Result<String, CpuError> {
-    static PROBES: Mutex<BTreeMap<String, Probe>> = Mutex::new(BTreeMap::new());
     let (program, mut args) = compiler_command(compiler)?;
     args.push("--version".to_owned());
     let command = render_command(&program, &args);

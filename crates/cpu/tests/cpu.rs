@@ -28,6 +28,7 @@ fn add_kernel() -> CKernel {
         defines: vec![Define::new("OFFSET", "0.5f")],
         flags: vec!["-O2".into()],
         compiler: "cc".into(),
+        compiler_identity: None,
     }
 }
 
@@ -187,6 +188,7 @@ fn many_arguments_and_every_dtype() {
         defines: vec![],
         flags: vec![],
         compiler: "cc".into(),
+        compiler_identity: None,
     };
     let request = BenchmarkRequest {
         kernel: Kernel::C(kernel),
@@ -489,6 +491,7 @@ fn scale_kernel(include_dir: &Path) -> CKernel {
         defines: vec![],
         flags: vec!["-O2".into(), format!("-I{}", include_dir.display())],
         compiler: "cc".into(),
+        compiler_identity: None,
     }
 }
 
@@ -1245,6 +1248,37 @@ fn logging_compiler(dir: &Path, log: &Path) -> String {
     .unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     script.display().to_string()
+}
+
+/// A kernel that carries its compiler's identity (as the parent sends it to a fresh worker) is
+/// found in the cache without running the compiler at all, not even `--version`; without it,
+/// the probe runs. The identity is part of the key: another identity is another build.
+#[test]
+fn a_kernel_with_its_compilers_identity_runs_no_probe() {
+    let tools = tempfile::tempdir().unwrap();
+    let log = tools.path().join("commands.log");
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = CacheDir::new(cache_dir.path());
+    let mut kernel = add_kernel();
+    kernel.compiler = logging_compiler(tools.path(), &log);
+    assert_eq!(tunebox_cpu::known_compiler_version(&kernel.compiler), None);
+    let built = compile(&kernel, &add_signature(), &cache).unwrap();
+    // What the compile found is known without running anything again.
+    let identity = tunebox_cpu::known_compiler_version(&kernel.compiler).unwrap();
+    assert!(identity.contains(' '), "{identity}");
+    let commands = || fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(commands().matches("--version").count(), 1, "{}", commands());
+    fs::remove_file(&log).unwrap();
+
+    let given = kernel.clone().compiler_identity(identity);
+    let hit = compile(&given, &add_signature(), &cache).unwrap();
+    assert!(hit.was_cached() && hit.path() == built.path());
+    assert_eq!(commands(), "", "a hit with the identity given runs nothing");
+
+    let other = kernel.compiler_identity("cc (Other) 99.1");
+    let rebuilt = compile(&other, &add_signature(), &cache).unwrap();
+    assert!(!rebuilt.was_cached() && rebuilt.path() != built.path());
+    assert!(!commands().contains("--version"), "{}", commands());
 }
 
 /// Compiling and linking are two commands (a compiler launcher such as ccache caches only the

@@ -432,6 +432,13 @@ pub struct CKernel {
     /// leading words as make users give `CC` (`"ccache cc"`, `"cc -std=c11"`), split as a
     /// POSIX shell splits words (a path to an existing file is one word even with spaces).
     pub compiler: String,
+    /// The first lines of `compiler --version`, as the parent found them when it compiled the
+    /// kernel (`tunebox_cpu::compiler_version`): part of the kernel cache's key. A worker given
+    /// it finds the parent's build without running the compiler, which a fresh worker per
+    /// window would otherwise do once per window (a process start, ~2 ms). `None`: the worker
+    /// asks the compiler itself.
+    #[serde(default)]
+    pub compiler_identity: Option<String>,
 }
 
 impl CKernel {
@@ -464,6 +471,7 @@ impl CKernel {
             defines: Vec::new(),
             flags: Self::DEFAULT_FLAGS.map(String::from).to_vec(),
             compiler: Self::DEFAULT_COMPILER.into(),
+            compiler_identity: None,
         }
     }
 
@@ -492,6 +500,13 @@ impl CKernel {
     /// The C compiler to run, a name on `PATH` or a path (default `cc`).
     pub fn compiler(mut self, compiler: impl Into<String>) -> Self {
         self.compiler = compiler.into();
+        self
+    }
+
+    /// The compiler's identity as [`CKernel::compiler_identity`] documents it (default: the
+    /// worker asks the compiler).
+    pub fn compiler_identity(mut self, identity: impl Into<String>) -> Self {
+        self.compiler_identity = Some(identity.into());
         self
     }
 

@@ -1,8 +1,10 @@
 //! How a call and its reply travel in one payload: an op byte, then byte strings.
 //!
 //! Layout: `op: u8`, `count: u32` (little endian), `count` lengths (`u64` each), then the parts
-//! back to back. Part 0 is the pickle; the others are its out-of-band buffers (pickle protocol 5),
-//! so that a large numpy array is copied into the shared-memory payload once and never pickled.
+//! back to back. Part 0 is the pickle; its out-of-band buffers (pickle protocol 5) travel as the
+//! request's shared-memory tensors, so that a large numpy array is copied once and never pickled.
+//! A reply's part 1 says where each of its buffers is (`buffers::Place`), and part 2 which of the
+//! request's buffers the worker let go of (`buffers::released`), one byte each.
 
 /// What a request asks of the Python worker, or what a reply reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -72,6 +72,14 @@ impl Backend for PythonBackend {
     fn prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
         self.run(request).map(drop)
     }
+
+    /// No: a Python worker keeps what its calls leave (globals, threads, open files, the
+    /// initializer's state) for the next call, as TVM's worker does. Checking it would also cost
+    /// about 100 µs a call and replace the worker after any call that leaves a thread running
+    /// (a timeout's timer thread among them). `maximum_uses` is how a Python user bounds it.
+    fn checks_worker_state(&self) -> bool {
+        false
+    }
 }
 
 impl PythonBackend {
@@ -97,23 +105,30 @@ impl PythonBackend {
         request: &BenchmarkRequest,
     ) -> Result<Reply, BenchError> {
         let pickle = PyBytes::new(py, pickle);
-        let buffers = buffers::from_request(py, request).map_err(|e| python_error(py, e))?;
+        let views = buffers::from_request(py, request).map_err(|e| python_error(py, e))?;
         let reply = self
             .handler
-            .call1(py, (op as u8, pickle, buffers))
+            .call1(py, (op as u8, pickle, views.clone()))
             .map_err(|e| python_error(py, e))?;
         // (status, pickle, [(address, length)], the objects that own that memory)
-        let (status, pickle, raw, _owners): (
+        let (status, pickle, raw, owners): (
             u8,
             Bound<'_, PyBytes>,
             Vec<RawBuffer>,
             Bound<'_, PyAny>,
         ) = reply.extract(py).map_err(|e| python_error(py, e))?;
-        // SAFETY: `_owners` (alive until the end of this function, GIL held) owns the memory
-        // that `raw` points to; the handler computed the addresses from it.
+        // SAFETY: `owners` (alive until after this, GIL held) owns the memory that `raw`
+        // points to; the handler computed the addresses from it.
         let (places, buffers) = unsafe { buffers::outputs(&raw, request) }?;
+        // The reply's buffers are copied or placed: what still holds a request buffer now is
+        // the task's own.
+        drop((owners, reply));
+        let released = buffers::released(&views);
         Ok(Reply {
-            framed: frame::encode(status, &[pickle.as_bytes(), &Place::encode(&places)]),
+            framed: frame::encode(
+                status,
+                &[pickle.as_bytes(), &Place::encode(&places), &released],
+            ),
             buffers,
         })
     }

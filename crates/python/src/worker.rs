@@ -70,6 +70,9 @@ struct Shared {
     /// The buffers of the last call sent: a reply may hand one back (an array the task
     /// returns) by reference instead of a copy.
     sent: Mutex<Vec<Option<SharedData>>>,
+    /// The regions of those buffers, kept as spares (`buffers::keep_spare`) for the ones the
+    /// worker says it let go of.
+    regions: Mutex<Vec<SharedBuffer>>,
 }
 
 struct State {
@@ -139,6 +142,7 @@ impl Worker {
                 preload: Mutex::new(Vec::new()),
                 region: Mutex::new(None),
                 sent: Mutex::new(Vec::new()),
+                regions: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -161,8 +165,10 @@ impl Worker {
         region: usize,
     ) -> PyResult<()> {
         let op = op_of(op)?;
+        self.shared.forget_last_call();
         // SAFETY: the caller holds the buffers alive (see above) and we hold the GIL.
-        let mut request = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        let (mut request, regions) = unsafe { call_request(op, pickle.as_bytes(), &buffers) }?;
+        *lock(&self.shared.regions) = regions;
         let kept = if region > 0 {
             let buffer =
                 SharedBuffer::new(region).map_err(|e| PyOSError::new_err(e.to_string()))?;
@@ -207,7 +213,9 @@ impl Worker {
         }
         let result = result.map_err(|e| self.failed(e))?;
         let sent = lock(&self.shared.sent).clone();
-        reply(py, &result, &sent)
+        let (reply, released) = reply(py, &result, &sent)?;
+        self.shared.keep_released(&released);
+        Ok(reply)
     }
 
     /// Unpickles a call in the worker and keeps it for the next `run` (op 2), waiting up to
@@ -220,8 +228,10 @@ impl Worker {
         buffers: Vec<RawBuffer>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        self.shared.forget_last_call();
         // SAFETY: as for `put`.
-        let request = unsafe { call_request(Op::Load, pickle.as_bytes(), &buffers) }?;
+        let (request, regions) = unsafe { call_request(Op::Load, pickle.as_bytes(), &buffers) }?;
+        *lock(&self.shared.regions) = regions;
         *lock(&self.shared.sent) = shared_buffers(&request);
         let wait = timeout.map_or(FOREVER, seconds);
         py.detach(|| {
@@ -383,6 +393,25 @@ impl Shared {
         lock(&self.state)
     }
 
+    /// Drops this side's handles on the last call's buffers, so that their regions can be
+    /// reused for the next call's (`buffers::keep_spare`).
+    fn forget_last_call(&self) {
+        lock(&self.sent).clear();
+        lock(&self.regions).clear();
+    }
+
+    /// Keeps as spares the regions of the last call's buffers that the worker let go of
+    /// (`released`: a byte per request buffer, 1 for let go of).
+    fn keep_released(&self, released: &[u8]) {
+        lock(&self.sent).clear();
+        let regions = std::mem::take(&mut *lock(&self.regions));
+        for (region, &flag) in regions.into_iter().zip(released) {
+            if flag == 1 {
+                buffers::keep_spare(region);
+            }
+        }
+    }
+
     /// The current process replaced by the spare if it is dead (or retired), started and
     /// warmed. A process the caller started meanwhile is kept.
     fn replace_now(&self) {
@@ -529,11 +558,16 @@ fn request(op: Op, parts: &[&[u8]]) -> PyResult<BenchmarkRequest> {
 /// # Safety
 ///
 /// As `buffers::tensors`: the buffers are alive and readable for the call.
-unsafe fn call_request(op: Op, pickle: &[u8], buffers: &[RawBuffer]) -> PyResult<BenchmarkRequest> {
+unsafe fn call_request(
+    op: Op,
+    pickle: &[u8],
+    buffers: &[RawBuffer],
+) -> PyResult<(BenchmarkRequest, Vec<SharedBuffer>)> {
     let mut request = request(op, &[pickle])?;
     // SAFETY: the caller's contract.
-    request.tensors = unsafe { buffers::tensors(buffers) }?;
-    Ok(request)
+    let (tensors, regions) = unsafe { buffers::tensors(buffers) }?;
+    request.tensors = tensors;
+    Ok((request, regions))
 }
 
 /// The shared buffers of a request, in order (kept by the parent for [`reply`]).
@@ -549,12 +583,13 @@ fn shared_buffers(request: &BenchmarkRequest) -> Vec<Option<SharedData>> {
 }
 
 /// `(status, pickle, [bytearray…])` from a reply: the framed status and pickle, and the
-/// out-of-band buffers as its outputs.
+/// out-of-band buffers as its outputs; and the worker's release flags of the request's buffers
+/// (`buffers::released`; empty from a worker that sends none).
 fn reply<'py>(
     py: Python<'py>,
     result: &BenchmarkResult,
     sent: &[Option<SharedData>],
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<(Bound<'py, PyTuple>, Vec<u8>)> {
     let value = result
         .value
         .as_ref()
@@ -565,8 +600,10 @@ fn reply<'py>(
         Some(places) => Place::decode(places).map_err(PyRuntimeError::new_err)?,
         None => vec![Place::Output; result.outputs.len()],
     };
+    let released = parts.get(2).map(|r| r.to_vec()).unwrap_or_default();
     let buffers = buffers::from_outputs(py, &places, &result.outputs, sent)?;
-    (status, PyBytes::new(py, pickle), buffers).into_pyobject(py)
+    let reply = (status, PyBytes::new(py, pickle), buffers).into_pyobject(py)?;
+    Ok((reply, released))
 }
 
 /// TVM's exception types: `TimeoutError` for a deadline, `ChildProcessError` for a worker that

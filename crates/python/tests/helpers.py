@@ -78,3 +78,41 @@ SIGKILL = signal.SIGKILL
 
 def getenv(name):
     return os.environ.get(name)
+
+
+COUNT = [0]
+KEPT = []
+
+
+def count_and_keep(path):
+    """Counts its calls in a module global; the second call leaves a thread running and the
+    third a file open (kept in a global), as a module's cache or pool would."""
+    import threading
+
+    COUNT[0] += 1
+    if COUNT[0] == 2:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    if COUNT[0] == 3:
+        KEPT.append(open(path, "w"))  # noqa: SIM115 - kept open on purpose
+    return COUNT[0], os.getpid()
+
+
+KEPT_ARRAYS = []
+
+
+def keep_array(a):
+    """Keeps the array it got (on the request's shared memory) in a global."""
+    KEPT_ARRAYS.append(a)
+    return float(a[0])
+
+
+def kept_firsts():
+    return [float(a[0]) for a in KEPT_ARRAYS] + [float(a[-1]) for a in KEPT_ARRAYS]
+
+
+def echo(a):
+    return a
+
+
+def first_and_last(a):
+    return float(a[0]), float(a[-1])

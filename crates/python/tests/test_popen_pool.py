@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import os
+import time
 
 import pytest
 
@@ -142,3 +143,137 @@ def test_map_with_maximum_process_uses_is_not_batched():
     pids = [r.value for r in pool.map_with_error_catching(lambda _: os.getpid(), range(6))]
     pool.shutdown()
     assert len(set(pids)) == 3
+
+
+def warm_pool(**kwargs):
+    """A pool whose one worker is idle: the next submit is sent by the calling thread."""
+    pool = PopenPoolExecutor(max_workers=1, **kwargs)
+    assert pool.submit(helpers.pid).result() > 0
+    return pool
+
+
+def test_a_call_sent_by_the_caller_completes_for_callbacks_wait_and_as_completed():
+    # Nothing calls result() on these futures: a pool thread must take their replies.
+    pool = warm_pool()
+    done = concurrent.futures.Future()
+    pool.submit(helpers.identity_after, 1, 0.05).add_done_callback(done.set_result)
+    assert done.result(timeout=30).result() == 1
+    waited = pool.submit(helpers.identity_after, 2, 0.05)
+    finished, _ = concurrent.futures.wait([waited], timeout=30)
+    assert finished == {waited}
+    completed = pool.submit(helpers.identity_after, 3, 0.05)
+    assert [f._result for f in concurrent.futures.as_completed([completed], timeout=30)] == [3]
+    pool.shutdown()
+
+
+def test_result_with_a_timeout_times_out_and_the_call_goes_on():
+    pool = warm_pool()
+    slow = pool.submit(helpers.identity_after, 7, 1.0)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        slow.result(timeout=0.05)
+    assert slow.result(timeout=30) == 7
+    pool.shutdown()
+
+
+def test_a_call_queued_behind_one_sent_by_the_caller_waits_for_it():
+    pool = warm_pool()
+    first = pool.submit(helpers.identity_after, 1, 0.3)
+    second = pool.submit(helpers.identity_after, 2, 0)
+    assert second.result(timeout=30) == 2
+    assert first.done() and first.result() == 1
+    assert pool.submit(helpers.identity_after, 3, 0).result() == 3
+    pool.shutdown()
+
+
+def test_a_call_that_cannot_be_pickled_fails_its_future_not_submit():
+    import threading
+
+    pool = warm_pool()
+    future = pool.submit(helpers.identity_after, threading.Lock(), 0)
+    with pytest.raises(TypeError):
+        future.result(timeout=30)
+    assert pool.submit(helpers.identity_after, 4, 0).result() == 4
+    pool.shutdown()
+
+
+def test_a_death_holds_for_a_call_sent_by_the_caller():
+    pool = warm_pool()
+    with pytest.raises(ChildProcessError):
+        pool.submit(helpers.exit_with, 3).result()
+    assert pool.submit(helpers.identity_after, 5, 0).result() == 5
+    pool.shutdown()
+
+
+def test_with_a_timeout_submit_returns_at_once_and_the_deadline_holds():
+    pool = warm_pool(timeout=0.5)
+    started = time.monotonic()
+    slow = pool.submit(helpers.identity_after, 1, 60)
+    assert time.monotonic() - started < 5
+    with pytest.raises(TimeoutError):
+        slow.result()
+    assert pool.submit(helpers.identity_after, 5, 0).result() == 5
+    pool.shutdown()
+
+
+def test_shutdown_waits_for_a_call_nobody_collected():
+    pool = warm_pool()
+    future = pool.submit(helpers.identity_after, 6, 0.2)
+    pool.shutdown(wait=True)
+    assert future.done() and future.result() == 6
+
+
+def test_an_idle_pool_does_not_spin():
+    psutil = pytest.importorskip("psutil")
+    pool = warm_pool()
+    for i in range(50):
+        assert pool.submit(helpers.identity_after, i, 0).result() == i
+    worker = psutil.Process(pool.submit(helpers.pid).result())
+    me = psutil.Process()
+    before = (me.cpu_times(), worker.cpu_times())
+    time.sleep(1.0)
+    after = (me.cpu_times(), worker.cpu_times())
+    used = sum(
+        (a.user + a.system) - (b.user + b.system) for a, b in zip(after, before)
+    )
+    # Generous: a spin that never stops would use about 1 s of each process.
+    assert used < 0.3, f"{used:.3f} s of CPU in 1 s of idling"
+    pool.shutdown()
+
+
+def test_a_future_sent_by_the_caller_is_freed_without_the_garbage_collector():
+    # Its result may be an array on shared memory, whose region a later call reuses once freed.
+    import gc
+    import weakref
+
+    pool = warm_pool()
+    gc.disable()
+    try:
+        future = pool.submit(helpers.identity_after, 8, 0)
+        assert future.result() == 8
+        freed = weakref.ref(future)
+        del future
+        assert freed() is None
+    finally:
+        gc.enable()
+    pool.shutdown()
+
+
+def test_a_pool_nobody_shut_down_stops_its_workers_when_it_is_collected():
+    # Its threads and futures hold what they share, not the pool: its finalizer can run.
+    import gc
+
+    def gone(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    pool = warm_pool()
+    pid = pool.submit(helpers.pid).result()
+    del pool
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)

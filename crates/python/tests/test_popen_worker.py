@@ -166,6 +166,41 @@ def test_no_maximum_uses_reuses_one_process():
     assert len(pids) == 1
 
 
+def test_a_worker_keeps_what_its_calls_leave_as_tvms_does(tmp_path):
+    # Globals, a thread left running and an open file stay for the next call, in one process.
+    worker = PopenWorker()
+    seen = []
+    for _ in range(5):
+        worker.send(helpers.count_and_keep, [str(tmp_path / "kept.txt")])
+        seen.append(worker.recv())
+    assert [count for count, _ in seen] == [1, 2, 3, 4, 5]
+    assert len({pid for _, pid in seen}) == 1
+
+
+def test_calls_with_a_timeout_reuse_one_process():
+    # Each call's timer thread is no reason to replace the worker.
+    worker = PopenWorker()
+    pids = set()
+    for _ in range(30):
+        worker.send(helpers.pid, timeout=10)
+        pids.add(worker.recv())
+    assert len(pids) == 1
+
+
+def test_a_finished_calls_deadline_never_fires_on_the_next_call():
+    # One watcher thread serves every call's timeout: disarmed at the end of each call.
+    worker = PopenWorker()
+    worker.send(helpers.identity_after, (1, 0), timeout=0.3)
+    assert worker.recv() == 1
+    worker.send(helpers.identity_after, (2, 0.8), timeout=10)
+    assert worker.recv() == 2
+    started = time.monotonic()
+    worker.send(helpers.identity_after, (3, 60), timeout=0.3)
+    with pytest.raises(TimeoutError):
+        worker.recv()
+    assert time.monotonic() - started < 30
+
+
 def test_stdout_to_a_file(tmp_path):
     out = tmp_path / "out.txt"
     worker = PopenWorker(stdout=str(out))

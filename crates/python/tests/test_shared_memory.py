@@ -2,6 +2,7 @@
 
 import pytest
 
+import helpers
 from tunebox.popen_pool import PopenWorker
 
 np = pytest.importorskip("numpy")
@@ -98,3 +99,35 @@ def test_an_array_the_task_returns_from_its_arguments_comes_back_without_a_copy(
     whole[10] = -1
     assert part[0] == -1
     worker.kill()
+
+
+SPARE_SIZE = 2 * 1024 * 1024 // 8  # 2 MiB of float64: large enough to reuse its region
+
+
+def test_arrays_of_one_size_sent_again_and_again_arrive_intact():
+    # The later calls reuse the regions of the earlier ones.
+    worker = PopenWorker()
+    for fill in range(6):
+        worker.send(helpers.first_and_last, (np.full(SPARE_SIZE, float(fill)),))
+        assert worker.recv() == (fill, fill)
+
+
+def test_an_array_sent_back_keeps_its_contents_while_more_are_sent():
+    worker = PopenWorker()
+    worker.send(helpers.echo, (np.full(SPARE_SIZE, 1.0),))
+    kept = worker.recv()
+    for fill in range(2, 5):
+        worker.send(helpers.echo, (np.full(SPARE_SIZE, float(fill)),))
+        assert worker.recv()[-1] == fill
+    assert kept[0] == 1.0 and kept[-1] == 1.0
+
+
+def test_an_array_the_task_keeps_in_the_worker_keeps_its_contents():
+    worker = PopenWorker()
+    worker.send(helpers.keep_array, (np.full(SPARE_SIZE, 1.0),))
+    assert worker.recv() == 1.0
+    for fill in range(2, 5):
+        worker.send(helpers.first_and_last, (np.full(SPARE_SIZE, float(fill)),))
+        assert worker.recv() == (fill, fill)
+    worker.send(helpers.kept_firsts)
+    assert worker.recv() == [1.0, 1.0]

@@ -87,6 +87,8 @@ pub struct Conditions {
     pub steal: f64,
     /// Either one above its threshold ([`BUSY_THRESHOLD`], [`STEAL_THRESHOLD`]).
     pub disturbed: bool,
+    /// When the window ended, seconds since the Unix epoch (0: not known).
+    pub ended_s: f64,
 }
 
 impl Conditions {
@@ -130,6 +132,7 @@ impl Conditions {
             steal: steal_share,
             disturbed: (foreign >= MIN_TICKS && other_busy > BUSY_THRESHOLD)
                 || (steal >= MIN_TICKS && steal_share > STEAL_THRESHOLD),
+            ended_s: 0.0,
         }
     }
 
@@ -138,7 +141,17 @@ impl Conditions {
         let before = CpuTimes::now();
         let value = f();
         let after = CpuTimes::now();
-        (value, Conditions::between(before.as_ref(), after.as_ref()))
+        let conditions = Conditions::between(before.as_ref(), after.as_ref());
+        (value, conditions.ended_now())
+    }
+
+    /// These conditions, of a window that ended now.
+    fn ended_now(self) -> Conditions {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        Conditions {
+            ended_s: now.map_or(0.0, |d| d.as_secs_f64()),
+            ..self
+        }
     }
 }
 

@@ -30,6 +30,10 @@ pub struct Windows {
     pub medians_ms: Vec<f64>,
     /// Whether each window was disturbed (by the same position).
     pub disturbed: Vec<bool>,
+    /// When each window ended, seconds since the Unix epoch (by the same position; empty in
+    /// results recorded before it was kept): the windows of a run in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ended_s: Vec<f64>,
     /// The other CPUs' largest busy share in any window (0-1).
     #[serde(default)]
     pub worst_busy: f64,
@@ -51,6 +55,7 @@ impl Windows {
         let mut w = Windows {
             medians_ms: Vec::new(),
             disturbed: Vec::new(),
+            ended_s: Vec::new(),
             worst_busy: 0.0,
             estimate_ms: stats.median_ms,
             interval_ms: [stats.p20_ms, stats.p80_ms],
@@ -74,6 +79,7 @@ impl Windows {
     fn push(&mut self, median_ms: f64, conditions: Conditions) {
         self.medians_ms.push(median_ms);
         self.disturbed.push(conditions.disturbed);
+        self.ended_s.push(conditions.ended_s);
         self.worst_busy = self.worst_busy.max(conditions.other_busy);
     }
 
@@ -154,6 +160,7 @@ mod tests {
             other_busy: 1.0,
             steal: 0.0,
             disturbed: true,
+            ended_s: 0.0,
         }
     }
 

@@ -48,6 +48,9 @@ pub(crate) fn request(
             defines: choice.defines(),
             flags,
             compiler: source.compiler.clone(),
+            // The parent compiled the choice before a worker runs it: the identity it found
+            // spares each fresh worker the compiler's `--version` (a worker per window).
+            compiler_identity: tunebox_cpu::known_compiler_version(&source.compiler),
         }),
         Language::Cuda => Kernel::Cuda(CudaKernel {
             code: CudaCode::Source {

@@ -72,7 +72,7 @@ pub(crate) fn serve_recording(
                     request.id,
                     benchmark.kernel.backend()
                 );
-                let before = hygiene.before(&benchmark, true);
+                let before = hygiene.before(&benchmark, true, checks_state(registry, &benchmark));
                 let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.benchmark(request)
                 });
@@ -81,7 +81,7 @@ pub(crate) fn serve_recording(
             }
             RequestBody::Prepare(mut benchmark) => {
                 mappings.intern(&mut benchmark);
-                let before = hygiene.before(&benchmark, false);
+                let before = hygiene.before(&benchmark, false, checks_state(registry, &benchmark));
                 let result = dispatch(registry, &benchmark, |backend, request| {
                     backend.prepare(request)
                 });
@@ -117,6 +117,14 @@ pub(crate) fn serve_recording(
             unsafe { libc::_exit(code) };
         }
     }
+}
+
+/// Whether the backend of `request` wants the worker's state checked around it (an unknown
+/// backend is answered with an error before anything runs).
+fn checks_state(registry: &mut Registry, request: &BenchmarkRequest) -> bool {
+    registry
+        .get_mut(request.kernel.backend())
+        .is_none_or(|backend| backend.checks_worker_state())
 }
 
 /// Every backend's devices, and the backends that cannot list theirs.
@@ -281,6 +289,7 @@ mod tests {
                 defines: vec![],
                 flags: vec![],
                 compiler: "cc".into(),
+                compiler_identity: None,
             }));
             request.timing.min_reps = 1;
             tx.send(Request::new(3, RequestBody::Benchmark(Box::new(request))))

@@ -184,3 +184,60 @@ fn a_kernel_disturbed_by_busy_loops_still_ranks_right_and_is_flagged() {
         text(&out.stderr)
     );
 }
+
+/// A run asks its compiler for its version once, in the parent, not once per window: every
+/// window's fresh worker gets the identity with its request. The windows say when they ended,
+/// in the order they ran.
+#[test]
+fn the_compiler_is_probed_once_per_run_not_per_window() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path());
+    let log = dir.path().join("cc.log");
+    let cc = dir.path().join("logging-cc");
+    std::fs::write(
+        &cc,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec cc \"$@\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = ["tune", "work.toml", "--no-cache", "--json", "r.json"];
+    check(&tunebox_env(
+        dir.path(),
+        &args,
+        &[("CC", cc.to_str().unwrap())],
+    ));
+    let report = json(&dir.path().join("r.json"));
+    let windows: Vec<&serde_json::Value> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["windows"])
+        .collect();
+    let ended: Vec<f64> = windows
+        .iter()
+        .flat_map(|w| w["ended_s"].as_array().unwrap())
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    assert!(ended.len() >= 2 * windows.len(), "{windows:?}");
+    for w in &windows {
+        let times: Vec<f64> = w["ended_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_f64().unwrap())
+            .collect();
+        assert_eq!(times.len(), w["medians_ms"].as_array().unwrap().len());
+        assert!(times.windows(2).all(|p| p[0] < p[1]), "{times:?}");
+    }
+    let commands = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        commands.matches("--version").count(),
+        1,
+        "{} windows; the compiler ran:\n{commands}",
+        ended.len()
+    );
+}

@@ -146,17 +146,54 @@ def _call(fn, args, kwargs, timeout):
 
 
 def _arm(timeout):
-    """TVM's watcher: a timer thread that ends the worker when the call runs past ``timeout``,
-    with the exit code the parent reads as a timeout (the parent's own kill, at ``timeout`` plus
-    a slack, covers a call that holds the GIL)."""
+    """TVM's watcher: a thread that ends the worker when the call runs past ``timeout``, with
+    the exit code the parent reads as a timeout (the parent's own kill, at ``timeout`` plus a
+    slack, covers a call that holds the GIL). Returns what ``cancel()`` disarms, or None.
+
+    One watcher thread serves every call: starting a ``threading.Timer`` per call cost more than
+    a trivial call itself."""
     if timeout is None:
         return None
-    import threading
+    _WATCH.arm(timeout)
+    return _WATCH
 
-    timer = threading.Timer(timeout, _timed_out)
-    timer.daemon = True
-    timer.start()
-    return timer
+
+class _Watch:
+    """The watcher thread, started with the first call that has a timeout. ``arm`` sets the
+    deadline and wakes it; ``cancel`` clears it without a wake (the thread, waking at the old
+    deadline, finds none and sleeps again)."""
+
+    def __init__(self):
+        self._condition = None
+        self._deadline = None
+
+    def arm(self, timeout):
+        if self._condition is None:
+            import threading
+
+            self._condition = threading.Condition(threading.Lock())
+            threading.Thread(target=self._run, name="tunebox-timeout", daemon=True).start()
+        with self._condition:
+            self._deadline = time.monotonic() + timeout
+            self._condition.notify()
+
+    def cancel(self):
+        with self._condition:
+            self._deadline = None
+
+    def _run(self):
+        with self._condition:
+            while True:
+                if self._deadline is None:
+                    self._condition.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    _timed_out()
+                self._condition.wait(left)
+
+
+_WATCH = _Watch()
 
 
 def _timed_out():

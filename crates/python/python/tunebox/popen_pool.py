@@ -311,6 +311,13 @@ class PopenPoolExecutor:
         Seconds each call may run.
     initializer, initargs, maximum_process_uses, stdout, stderr
         As :class:`PopenWorker`'s, for every worker.
+
+    Without a ``timeout``, a task submitted while a worker is idle and nothing waits in the
+    queue is sent by the calling thread itself, and ``result()`` on that thread receives its reply (the GIL released
+    while it waits): one task at a time costs no hand-off between threads. The pool's thread for
+    that worker takes the reply instead when something else waits for the future (a callback,
+    ``concurrent.futures.wait``, ``as_completed``, ``result`` with a timeout) or the next task
+    needs the worker.
     """
 
     def __init__(
@@ -332,9 +339,13 @@ class PopenPoolExecutor:
         self._timeout = _check_timeout(timeout)
         self._max_workers = max_workers
         self._worker_args = (initializer, initargs, maximum_process_uses, stdout, stderr)
-        self._queue = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)
-        self._lock = threading.Lock()
+        # What the pool's threads and futures share (not the pool: it must stay collectable,
+        # so that its finalizer stops the workers of a pool nobody shut down).
+        self._dispatch = _Dispatch(self._timeout)
+        self._queue = self._dispatch.queue
+        # Guards the slots' states, the count of queued jobs and the shutdown flag.
+        self._lock = self._dispatch.lock
+        self._slots = self._dispatch.slots
         self._threads = []
         self._workers = []
         self._shutdown = False
@@ -369,10 +380,18 @@ class PopenPoolExecutor:
         else:
             size = -(-len(items) // (self._max_workers * BATCHES_PER_WORKER))
             size = max(1, min(BATCH_MAX_CALLS, size))
-            futures = [concurrent.futures.Future() for _ in items]
+            # One future per batch, whose result is the batch's MapResults.
+            batches = []
             for start in range(0, len(items), size):
-                chunk = [((x,), {}) for x in items[start : start + size]]
-                self._enqueue(_Batch(fn, chunk, futures[start : start + size]))
+                batch = _Batch(fn, [((x,), {}) for x in items[start : start + size]])
+                batches.append(batch.future)
+                self._enqueue(batch)
+
+            def batched():
+                for future in batches:
+                    yield from future.result()
+
+            return batched()
 
         def results():
             for future in futures:
@@ -391,92 +410,292 @@ class PopenPoolExecutor:
         self._finalizer()
 
     def _submit(self, fn, args, kwargs, catch):
-        future = concurrent.futures.Future()
-        self._enqueue((future, fn, args, kwargs, catch))
-        return future
+        direct = self._take_idle_slot(catch)
+        if direct is None:
+            future = concurrent.futures.Future()
+            self._enqueue((future, fn, args, kwargs, catch))
+            return future
+        slot = direct._tunebox[1]
+        # The slot's `collecting` lock is held (see _take_idle_slot) until the call is sent, so
+        # that no thread waits for its reply before that.
+        try:
+            slot.worker.send(fn, args, kwargs, self._timeout)
+        except Exception as error:  # noqa: BLE001 - the future reports it, as _run does
+            slot.direct = None
+            self._dispatch.set_state(slot, _IDLE, unless=_BUSY)
+            _fail(direct, error, catch)
+        finally:
+            slot.collecting.release()
+        return direct
+
+    def _take_idle_slot(self, catch):
+        """A :class:`_DirectFuture` on a worker that is idle with no job queued ahead, marked as
+        running a call that the calling thread sends now, its ``collecting`` lock held; None
+        when there is no such worker."""
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
+            # With a timeout a call is two requests, the first a round trip (unpickling, which
+            # may import, outside the call's timeout): submit would wait for it.
+            if self._dispatch.queued or self._timeout is not None:
+                return None
+            for slot in self._slots:
+                if slot.state == _IDLE and slot.collecting.acquire(blocking=False):
+                    slot.state = _DIRECT
+                    future = _DirectFuture(self._dispatch, slot, catch)
+                    future.set_running_or_notify_cancel()
+                    slot.direct = future
+                    return future
+            return None
 
     def _enqueue(self, job):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
+            self._dispatch.queued += 1
             self._queue.put(job)
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
-                self._add_thread()
+            idle = sum(slot.state == _IDLE for slot in self._slots)
+            if idle < self._dispatch.queued and len(self._slots) < self._max_workers:
+                self._add_slot()
 
-    def _add_thread(self):
+    def _add_slot(self):
         worker = PopenWorker(*self._worker_args)
+        slot = _Slot(worker)
         self._workers.append(worker)
+        self._slots.append(slot)
         thread = threading.Thread(
             target=_serve,
-            args=(self._queue, worker, self._idle, self._timeout),
+            args=(self._dispatch, slot),
             name=f"tunebox-popen-{len(self._threads)}",
             daemon=True,
         )
         self._threads.append(thread)
         thread.start()
 
+class _Dispatch:
+    """What a pool's threads and direct futures share: the job queue, the slots (one per
+    worker) and their states, the count of queued jobs, under one lock."""
 
-def _serve(jobs, worker, idle, timeout):
-    """One pool thread: starts its worker at once, then runs jobs until the pool stops."""
+    __slots__ = ("queue", "lock", "slots", "queued", "timeout")
+
+    def __init__(self, timeout):
+        self.queue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.slots = []
+        self.queued = 0
+        self.timeout = timeout
+
+    def set_state(self, slot, state, unless=None):
+        with self.lock:
+            if slot.state != unless:
+                slot.state = state
+
+    def took_job(self, slot):
+        """Called by ``slot``'s thread when it took a job: the job is no longer queued, the
+        slot is busy; returns the call sent to it directly, which is collected first."""
+        with self.lock:
+            self.queued -= 1
+            slot.state = _BUSY
+            return slot.direct
+
+
+# A slot's states: waiting for a job; running a call that the submitting thread sent (a
+# _DirectFuture); running a job its thread took from the queue (or starting its worker).
+_IDLE = 0
+_DIRECT = 1
+_BUSY = 2
+
+
+class _Slot:
+    """One worker of a pool, its state (guarded by the pool's lock) and the call sent to it
+    directly, whose reply is not yet collected."""
+
+    __slots__ = ("worker", "state", "direct", "collecting")
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.state = _BUSY  # until its thread has started the worker
+        self.direct = None
+        # Held by the one thread that receives the direct call's reply.
+        self.collecting = threading.Lock()
+
+
+class _Collect(namedtuple("_Collect", ["future"])):
+    """A job for any pool thread: receive the reply of a direct call that something other than
+    ``result()`` on the submitting thread waits for."""
+
+    __slots__ = []
+
+
+class _DirectFuture(concurrent.futures.Future):
+    """The future of a call the submitting thread sent itself (see :class:`PopenPoolExecutor`):
+    ``result()`` and ``exception()`` without a timeout receive the reply on the calling thread
+    when no other thread does; anything else that waits hands the receiving to a pool
+    thread."""
+
+    def __init__(self, dispatch, slot, catch):
+        super().__init__()
+        self._tunebox = (dispatch, slot, catch)
+        self._tunebox_handed_over = False
+        # concurrent.futures.wait and as_completed add their waiters here.
+        self._waiters = _Waiters(self)
+
+    def result(self, timeout=None):
+        self._wait_for_reply(timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self._wait_for_reply(timeout)
+        return super().exception(timeout)
+
+    def add_done_callback(self, fn):
+        super().add_done_callback(fn)
+        if not self.done():
+            self._hand_over()
+
+    def _wait_for_reply(self, timeout):
+        if self.done():
+            return
+        if timeout is None:
+            self._collect(block=False)
+        else:
+            self._hand_over()
+
+    def _hand_over(self):
+        """Has a pool thread receive the reply (once)."""
+        if not self._tunebox_handed_over:
+            self._tunebox_handed_over = True
+            self._tunebox[0].queue.put(_Collect(self))
+
+    def _collect(self, block):
+        """Receives the reply and completes this future, unless another thread is doing it
+        (``block``: then wait for that thread) or did."""
+        dispatch, slot, catch = self._tunebox
+        if not slot.collecting.acquire(blocking=block):
+            return
+        try:
+            if slot.direct is not self:
+                return
+            try:
+                _finish(slot.worker, self, catch)
+            finally:
+                slot.direct = None
+                # The slot's own thread may have taken a job meanwhile: it stays busy then.
+                dispatch.set_state(slot, _IDLE, unless=_BUSY)
+        finally:
+            slot.collecting.release()
+
+
+class _Waiters(list):
+    """A future's waiter list that hands the reply's receiving to a pool thread when
+    ``concurrent.futures.wait`` or ``as_completed`` adds a waiter."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        super().__init__()
+        # Not a reference: a cycle would keep the future and its result (an array on shared
+        # memory) alive until the garbage collector ran.
+        self.future = weakref.ref(future)
+
+    def append(self, waiter):
+        super().append(waiter)
+        future = self.future()
+        if future is not None:
+            future._hand_over()
+
+
+def _serve(dispatch, slot):
+    """One pool thread: starts its worker at once, then runs jobs until the pool stops; first
+    receives the reply of a call sent to its worker directly, when one is outstanding."""
+    worker = slot.worker
     try:
         worker.start()
     except Exception:  # noqa: BLE001, S110 - the first send reports it
         pass
+    dispatch.set_state(slot, _IDLE, unless=_DIRECT)
+    jobs = dispatch.queue
     while True:
         job = jobs.get()
         if job is _STOP:
             jobs.put(_STOP)  # for the next thread
+            direct = slot.direct
+            if direct is not None:
+                direct._collect(block=True)
             return
+        if isinstance(job, _Collect):
+            job.future._collect(block=True)
+            continue
+        direct = dispatch.took_job(slot)
+        if direct is not None:
+            direct._collect(block=True)
         if isinstance(job, _Batch):
-            _run_batch(worker, job, timeout)
+            _run_batch(worker, job, dispatch.timeout)
         else:
             future, fn, args, kwargs, catch = job
             if future.set_running_or_notify_cancel():
-                _run(worker, future, fn, args, kwargs, catch, timeout)
+                _run(worker, future, fn, args, kwargs, catch, dispatch.timeout)
             del future, fn, args, kwargs
-        del job
-        idle.release()
+        del job, direct
+        dispatch.set_state(slot, _IDLE)
 
 
-class _Batch(namedtuple("_Batch", ["fn", "calls", "futures"])):
-    """Calls of one ``map_with_error_catching`` that go to a worker together."""
+class _Batch:
+    """Calls of one ``map_with_error_catching`` that go to a worker together, and the future
+    of their :class:`MapResult` list."""
 
-    __slots__ = []
+    __slots__ = ("fn", "calls", "future")
+
+    def __init__(self, fn, calls):
+        self.fn = fn
+        self.calls = calls
+        self.future = concurrent.futures.Future()
 
 
 def _run_batch(worker, batch, timeout):
     """Runs a batch on ``worker`` until every call has its result, sending again in a fresh
     worker what a call that timed out or killed the worker left unrun."""
-    pending = [
-        (call, future)
-        for call, future in zip(batch.calls, batch.futures)
-        if future.set_running_or_notify_cancel()
-    ]
-    while pending:
-        done = worker._run_batch(batch.fn, [call for call, _ in pending], timeout)
-        if not done:  # never: a batch returns at least the call that ended it
-            done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
-        for (_, future), result in zip(pending, done):
-            future.set_result(result)
-        pending = pending[len(done) :]
+    if not batch.future.set_running_or_notify_cancel():
+        return
+    calls = batch.calls
+    results = []
+    try:
+        while len(results) < len(calls):
+            done = worker._run_batch(batch.fn, calls[len(results) :], timeout)
+            if not done:  # never: a batch returns at least the call that ended it
+                done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
+            results.extend(done[: len(calls) - len(results)])
+    except BaseException as error:  # noqa: BLE001 - each call left gets it, none is lost
+        results.extend([MapResult(StatusKind.EXCEPTION, error)] * (len(calls) - len(results)))
+    batch.future.set_result(results)
 
 
 def _run(worker, future, fn, args, kwargs, catch, timeout):
     try:
         worker.send(fn, args, kwargs, timeout)
+    except Exception as error:  # noqa: BLE001 - a call that cannot be pickled
+        _fail(future, error, catch)
+    else:
+        _finish(worker, future, catch)
+
+
+def _finish(worker, future, catch):
+    """Receives the reply of the call sent to ``worker`` and completes ``future`` with it."""
+    try:
         value = worker.recv()
-    except TimeoutError as error:
-        if catch:
-            future.set_result(MapResult(StatusKind.TIMEOUT, error))
-        else:
-            future.set_exception(error)
     except Exception as error:  # noqa: BLE001 - every task error goes to its future
-        if catch:
-            future.set_result(MapResult(StatusKind.EXCEPTION, error))
-        else:
-            future.set_exception(error)
+        _fail(future, error, catch)
     else:
         future.set_result(MapResult(StatusKind.COMPLETE, value) if catch else value)
+
+
+def _fail(future, error, catch):
+    if not catch:
+        future.set_exception(error)
+    elif isinstance(error, TimeoutError):
+        future.set_result(MapResult(StatusKind.TIMEOUT, error))
+    else:
+        future.set_result(MapResult(StatusKind.EXCEPTION, error))
 
 
 def _stop_all(jobs, workers):

@@ -419,6 +419,7 @@ mod tests {
                 other_busy: if d { 1.0 } else { 0.0 },
                 steal: 0.0,
                 disturbed: d,
+                ended_s: 0.0,
             };
             let mut w = crate::windows::Windows::first(&stats, busy(disturbed[0]));
             for &d in &disturbed[1..] {

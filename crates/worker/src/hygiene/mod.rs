@@ -79,15 +79,22 @@ impl Hygiene {
     /// Called before a benchmark (`counts`: a use of the worker) or prepare request runs.
     /// `None` when the request is not checked: the worker's last use (nothing could inherit its
     /// state), a task of the `diagnostics` backend (tunebox's own scripted tasks, which change
-    /// no state a later task sees), or checks turned off (`TUNEBOX_WORKER_STATE_CHECKS=0`).
-    pub(crate) fn before(&mut self, request: &BenchmarkRequest, counts: bool) -> Option<Before> {
+    /// no state a later task sees), a backend that keeps state on purpose (`backend_checks`
+    /// false: `Backend::checks_worker_state`), or checks turned off
+    /// (`TUNEBOX_WORKER_STATE_CHECKS=0`).
+    pub(crate) fn before(
+        &mut self,
+        request: &BenchmarkRequest,
+        counts: bool,
+        backend_checks: bool,
+    ) -> Option<Before> {
         if counts && let Some(left) = &mut self.uses_left {
             *left = left.saturating_sub(1);
             if *left == 0 {
                 return None;
             }
         }
-        if !self.enabled || request.kernel.backend() == "diagnostics" {
+        if !self.enabled || !backend_checks || request.kernel.backend() == "diagnostics" {
             return None;
         }
         Some(Before(Resources::now()))
@@ -353,19 +360,31 @@ mod tests {
         hygiene.uses_left = Some(2);
         let diagnostics =
             BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Sleep { ms: 0 }));
-        assert!(hygiene.before(&diagnostics, false).is_none());
+        assert!(hygiene.before(&diagnostics, false, true).is_none());
         assert!(
-            hygiene.before(&task(), true).is_some(),
+            hygiene.before(&task(), true, true).is_some(),
             "the first of two uses"
         );
-        assert!(hygiene.before(&task(), true).is_none(), "the last use");
+        assert!(
+            hygiene.before(&task(), true, true).is_none(),
+            "the last use"
+        );
+        hygiene.uses_left = Some(2);
+        assert!(
+            hygiene.before(&task(), true, false).is_none(),
+            "a backend that keeps its state"
+        );
+        assert!(
+            hygiene.before(&task(), true, true).is_none(),
+            "it counted as a use"
+        );
     }
 
     #[test]
     fn a_task_that_changes_nothing_leaves_nothing() {
         let mut hygiene = Hygiene::new();
         for _ in 0..3 {
-            let before = hygiene.before(&task(), true);
+            let before = hygiene.before(&task(), true, true);
             let found = hygiene.after(before, &task(), None);
             // Other tests of this process start threads and open files meanwhile.
             let found: Vec<_> = found
@@ -464,7 +483,7 @@ mod cost {
             })
         );
         let whole = time(&mut || {
-            let b = h.before(&r, true);
+            let b = h.before(&r, true, true);
             std::hint::black_box(h.after(b, &r, None));
         });
         eprintln!("a whole request (two snapshots, one check): {whole:.1} µs");
