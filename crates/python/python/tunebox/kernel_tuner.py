@@ -277,7 +277,8 @@ def _worker(folder):
     straight from ``tunebox._native``, which takes about half the start of the
     ``tunebox-engine-worker`` console script (site, ``re``, the package's imports). Where a
     ``#!`` line cannot name this interpreter (spaces in its path, too long for the kernel),
-    that script, else a plain launcher."""
+    that script, else a plain launcher. The package's folder goes after the standard
+    library's on ``sys.path``, so that nothing installed beside it shadows a standard module."""
     from tunebox import _native
 
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_native.__file__)))
@@ -285,7 +286,7 @@ def _worker(folder):
     if sys.executable and not any(c.isspace() for c in sys.executable) and len(shebang) < _SHEBANG_MAX:
         return _launcher(
             folder,
-            f"{shebang}\nimport sys\nsys.path.insert(0, {package_root!r})\n"
+            f"{shebang}\nimport sys\nsys.path.append({package_root!r})\n"
             "from tunebox._native import serve_engine_worker\nsys.exit(serve_engine_worker())\n",
         )
     found = shutil.which("tunebox-engine-worker", path=sysconfig.get_path("scripts"))
