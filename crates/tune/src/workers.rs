@@ -614,6 +614,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn outputs_are_the_same_only_with_the_same_names_and_bytes() {
+        let tensor = |name: &str, bytes: Vec<u8>| TensorData {
+            name: name.into(),
+            dtype: tunebox_protocol::DType::U8,
+            shape: vec![bytes.len() as u64],
+            bytes: tunebox_protocol::Bytes::from_vec(bytes).unwrap(),
+        };
+        let first = [tensor("y", vec![1, 2, 3])];
+        assert!(same_bytes(&first, &[tensor("y", vec![1, 2, 3])]));
+        assert!(!same_bytes(&first, &[tensor("y", vec![1, 2, 4])]));
+        assert!(!same_bytes(&first, &[tensor("z", vec![1, 2, 3])]));
+        assert!(!same_bytes(&first, &[]));
+    }
+
+    #[test]
     fn positions_are_handed_out_in_order_once_settled() {
         let gate = InOrder::new(vec![0, 1, 2, 3], 4);
         std::thread::scope(|scope| {
