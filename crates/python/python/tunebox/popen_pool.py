@@ -313,11 +313,12 @@ class PopenPoolExecutor:
         As :class:`PopenWorker`'s, for every worker.
 
     Without a ``timeout``, a task submitted while a worker is idle and nothing waits in the
-    queue is sent by the calling thread itself, and ``result()`` on that thread receives its reply (the GIL released
-    while it waits): one task at a time costs no hand-off between threads. The pool's thread for
-    that worker takes the reply instead when something else waits for the future (a callback,
-    ``concurrent.futures.wait``, ``as_completed``, ``result`` with a timeout) or the next task
-    needs the worker.
+    queue is sent by the calling thread itself, and ``result()`` on that thread receives its
+    reply (the GIL released while it waits): one task at a time costs no hand-off between
+    threads. The pool's thread for that worker takes the reply instead when something else waits
+    for the future (a callback, ``concurrent.futures.wait``, ``as_completed``, ``result`` with a
+    timeout) or the next task needs the worker. Such a ``result()`` waits in native code, as
+    :meth:`PopenWorker.recv` does: a KeyboardInterrupt reaches Python when the reply comes.
     """
 
     def __init__(
