@@ -229,6 +229,36 @@ def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):
     assert not imported & {"numpy", "cloudpickle", "site", "re"}, sorted(imported)
 
 
+def test_max_process_uses_lets_measurements_share_a_worker_process(tmp_path, monkeypatch):
+    """Each measurement gets a fresh worker process by default (as `tunebox tune`);
+    max_process_uses=0 lets one process make them all (tunebox tune --max-process-uses 0)."""
+    import tunebox.kernel_tuner as kt
+
+    starts = tmp_path / "starts"
+    launch = kt._worker
+
+    def counted(folder):
+        real = launch(folder)
+        path = Path(folder) / "counted-worker"
+        path.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {real} \"$@\"\n")
+        path.chmod(0o755)
+        return str(path)
+
+    monkeypatch.setattr(kt, "_worker", counted)
+    x = np.ones(1024, np.float32)
+    args = ("scale", SCALE, 1024, [x, np.int32(1024)], {"F": [1, 2, 3, 4], "G": [0]})
+    fresh, _ = tune_kernel(*args, quiet=True)
+    fresh_starts = len(starts.read_text().splitlines())
+    starts.unlink()
+    shared, _ = tune_kernel(*args, quiet=True, max_process_uses=0)
+    shared_starts = len(starts.read_text().splitlines())
+    assert [r["status"] for r in fresh] == [r["status"] for r in shared] == ["ok"] * 4
+    assert fresh_starts >= 4  # one a measurement: at least one a configuration
+    assert shared_starts < fresh_starts
+    with pytest.raises(ValueError, match="max_process_uses"):
+        tune_kernel(*args, quiet=True, max_process_uses=-1)
+
+
 def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("a GPU is present: tests/gpu covers CUDA")

@@ -38,7 +38,11 @@ What it takes from Kernel Tuner:
   ``seed``;
 - ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
   (``.json`` dropped), so a second call measures only what is not in it;
-- ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration) and ``workers``.
+- ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration), ``workers``
+  and ``max_process_uses`` (the measurements a worker process makes before it is replaced: 1,
+  the default, gives each a fresh process, so that nothing a configuration does to its
+  process changes the next result; 0 is no limit, faster for many small, well-behaved
+  configurations; ``tunebox tune --max-process-uses``).
 
 It returns ``(results, env)`` as Kernel Tuner does: one dict per configuration the run
 finished, in the space's order: the parameters, ``time`` (ms: the median the engine ranks by),
@@ -57,6 +61,7 @@ callables as ``problem_size``, and strategies the engine does not have.
 import itertools
 import json
 import math
+import operator
 import os
 import shutil
 import stat
@@ -141,6 +146,7 @@ def tune_kernel(
     objective_higher_is_better=None,
     timeout=60.0,
     workers=1,
+    max_process_uses=1,
     **unsupported,
 ):
     """Tunes a kernel as Kernel Tuner's ``tune_kernel`` does, through tunebox's engine; see the
@@ -160,6 +166,7 @@ def tune_kernel(
             f"tunebox.kernel_tuner: device={device!r}: tunebox measures on the first visible "
             "device; set CUDA_VISIBLE_DEVICES instead"
         )
+    uses = _uses(max_process_uses)
     metrics = dict(metrics or {})
     engine_strategy, options = _strategy(strategy, strategy_options or {})
     with tempfile.TemporaryDirectory(prefix="tunebox-kernel-tuner-") as folder:
@@ -192,6 +199,7 @@ def tune_kernel(
             budget=None if budget is None else int(budget),
             seed=int(options.get("seed", 0)),
             workers=int(workers),
+            max_process_uses=uses,
             max_time_s=options.get("time_limit"),
             on_choice=printer.choice,
             on_note=printer.note,
@@ -259,6 +267,19 @@ def _strategy(strategy, options):
             stacklevel=3,
         )
     return engine, options
+
+
+def _uses(max_process_uses):
+    try:
+        uses = None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)
+    except TypeError:
+        uses = None
+    if uses is None or uses < 0:
+        raise ValueError(
+            f"max_process_uses={max_process_uses!r}: give the measurements a worker process makes "
+            "before it is replaced (1: a fresh process each, 0: no limit)"
+        )
+    return uses
 
 
 def _cache_path(cache):
