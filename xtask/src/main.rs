@@ -96,7 +96,7 @@ const USAGE: &str = "usage: cargo xtask <task>
   python-test [PYTEST_ARGS…]
                             the Python package's pytest suite (wheel built into
                             target/python/venv)
-  python-conformance [--no-tvm] [--kt-size N]
+  python-conformance [--no-tvm] [--kt-only] [--kt-size N]
                             TVM's own test_popen_pool.py against tunebox.popen_pool, then
                             against TVM's pool (apache-tvm from PyPI), both timed; Kernel
                             Tuner's examples/c/vector_add.py through tunebox.kernel_tuner and

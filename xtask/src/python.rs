@@ -50,43 +50,40 @@ pub(crate) fn python_test(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// `cargo xtask python-conformance [--no-tvm] [--kt-size N]`: TVM's own test of its pool against
-/// tunebox's, then (unless `--no-tvm`) the same file against TVM's pool, both timed; then Kernel
-/// Tuner's `examples/c/vector_add.py` through `tunebox.kernel_tuner` and through Kernel Tuner,
-/// compared (`--kt-size N`: N floats per array instead of the example's 72 Mi).
+/// `cargo xtask python-conformance [--no-tvm] [--kt-only] [--kt-size N]`: TVM's own test of its
+/// pool against tunebox's, then (unless `--no-tvm`) the same file against TVM's pool, both
+/// timed; then Kernel Tuner's `examples/c/vector_add.py` through `tunebox.kernel_tuner` and
+/// through Kernel Tuner, compared (`--kt-size N`: N floats per array instead of the example's
+/// 72 Mi; `--kt-only`: that comparison alone).
 pub(crate) fn python_conformance(args: &[String]) -> Result<(), String> {
     let mut with_tvm = true;
+    let mut tvm_test = true;
     let mut kt_size = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--no-tvm" => with_tvm = false,
+            "--kt-only" => tvm_test = false,
             "--kt-size" => kt_size = rest.next().cloned(),
             _ => {
                 return Err(
-                    "usage: cargo xtask python-conformance [--no-tvm] [--kt-size N]".into(),
+                    "usage: cargo xtask python-conformance [--no-tvm] [--kt-only] [--kt-size N]"
+                        .into(),
                 );
             }
         }
     }
-    let venv = prepare(&[TVM_PACKAGE, KERNEL_TUNER_PACKAGE])?;
+    let venv = if tvm_test {
+        prepare(&[TVM_PACKAGE, KERNEL_TUNER_PACKAGE])?
+    } else {
+        prepare(&[KERNEL_TUNER_PACKAGE])?
+    };
     let root = workspace_root();
-    let ours = root.join("crates/python/conformance/tvm/test_popen_pool.py");
-    let (code, ours_s) = timed_pytest(&venv, &ours, &root)?;
-    let mut summary = vec![format!(
-        "tunebox.popen_pool: pytest exit {code} in {ours_s:.1} s"
-    )];
-    if with_tvm {
-        let original = tvm_original(&ours, &root)?;
-        let (tvm_code, tvm_s) = timed_pytest(&venv, &original, &root)?;
-        summary.push(format!(
-            "tvm.support.popen_pool: pytest exit {tvm_code} in {tvm_s:.1} s"
-        ));
-    }
-    eprintln!(
-        "\nxtask: TVM's test_popen_pool.py\n  {}",
-        summary.join("\n  ")
-    );
+    let code = if tvm_test {
+        tvm_conformance(&venv, &root, with_tvm)?
+    } else {
+        0
+    };
     let mut compare = vec!["crates/python/conformance/kernel_tuner/compare.py"];
     if let Some(size) = &kt_size {
         compare.extend(["--size", size.as_str()]);
@@ -101,6 +98,28 @@ pub(crate) fn python_conformance(args: &[String]) -> Result<(), String> {
         return Err("Kernel Tuner's vector_add example: tunebox and Kernel Tuner differ".into());
     }
     Ok(())
+}
+
+/// TVM's `test_popen_pool.py` against tunebox's pool, then (`with_tvm`) against TVM's, both
+/// timed; returns pytest's exit code against tunebox's.
+fn tvm_conformance(venv: &Path, root: &Path, with_tvm: bool) -> Result<i32, String> {
+    let ours = root.join("crates/python/conformance/tvm/test_popen_pool.py");
+    let (code, ours_s) = timed_pytest(venv, &ours, root)?;
+    let mut summary = vec![format!(
+        "tunebox.popen_pool: pytest exit {code} in {ours_s:.1} s"
+    )];
+    if with_tvm {
+        let original = tvm_original(&ours, root)?;
+        let (tvm_code, tvm_s) = timed_pytest(venv, &original, root)?;
+        summary.push(format!(
+            "tvm.support.popen_pool: pytest exit {tvm_code} in {tvm_s:.1} s"
+        ));
+    }
+    eprintln!(
+        "\nxtask: TVM's test_popen_pool.py\n  {}",
+        summary.join("\n  ")
+    );
+    Ok(code)
 }
 
 /// `cargo xtask python-bench [ARGS…]`: the overheads of `tunebox.popen_pool` against TVM's

@@ -112,7 +112,13 @@ impl HostTensor {
                 unsafe {
                     libc::madvise(raw.cast(), layout.size(), libc::MADV_HUGEPAGE);
                     // Zeroed after the advice, so that the first touch faults in huge pages.
-                    std::ptr::write_bytes(raw, 0, layout.size());
+                    // Other contents are written below, over every byte of the tensor: that
+                    // write is the first touch (a zeroing first would be a second pass over
+                    // hundreds of MiB in every worker); the guards are filled too, and the
+                    // padding after them is never read.
+                    if matches!(spec.init, Init::Zeros) {
+                        std::ptr::write_bytes(raw, 0, layout.size());
+                    }
                 }
             }
             raw

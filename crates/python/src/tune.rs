@@ -25,7 +25,8 @@ use tunebox_worker::Registry;
 /// `workers` the worker processes measuring in parallel, `max_time_s` the time after which no
 /// new choice starts, `timeout_s` the per-choice timeout (`None`: the manifest's). `on_choice`
 /// is called as `on_choice(label, status, median_ms)` when a choice finishes, `on_note(line)`
-/// for each of the run's notes. The GIL is released while the run goes; Ctrl-C stops it (the
+/// for each of the run's notes; `max_process_uses` the measurements a worker process makes
+/// before it is replaced (1: a fresh process for each, `tunebox tune`'s default; 0: no limit). The GIL is released while the run goes; Ctrl-C stops it (the
 /// choices being measured are killed) and raises `KeyboardInterrupt`.
 ///
 /// # Errors
@@ -34,7 +35,7 @@ use tunebox_worker::Registry;
 /// strategy; `RuntimeError` for a run that cannot go on (no GPU for a CUDA kernel, workers that
 /// cannot start, an unusable cache).
 #[pyfunction]
-#[pyo3(signature = (manifest, worker, json, cache=None, strategy="brute-force".to_owned(), budget=None, seed=0, workers=1, max_time_s=None, timeout_s=None, on_choice=None, on_note=None))]
+#[pyo3(signature = (manifest, worker, json, cache=None, strategy="brute-force".to_owned(), budget=None, seed=0, workers=1, max_time_s=None, timeout_s=None, on_choice=None, on_note=None, max_process_uses=1))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one per option
 pub(crate) fn tune(
     py: Python<'_>,
@@ -50,6 +51,7 @@ pub(crate) fn tune(
     timeout_s: Option<f64>,
     on_choice: Option<Py<PyAny>>,
     on_note: Option<Py<PyAny>>,
+    max_process_uses: u64,
 ) -> PyResult<()> {
     if !tunebox_tune::strategies::NAMES.contains(&strategy.as_str()) {
         return Err(PyValueError::new_err(format!(
@@ -63,6 +65,7 @@ pub(crate) fn tune(
         .workers(workers.max(1))
         .strategy(strategy)
         .seed(seed)
+        .max_process_uses((max_process_uses > 0).then_some(max_process_uses))
         .cache(cache.map_or(CacheMode::Off, CacheMode::Path));
     if let Some(budget) = budget {
         options = options.budget(budget);

@@ -173,6 +173,92 @@ def test_kernel_tuners_vector_add_example_runs_with_only_its_import_changed(tmp_
     assert "best performing configuration:" in done.stdout
 
 
+def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configurations(monkeypatch):
+    """A large argument is written once per call (raw, one file per array and per answer) and
+    verified by the engine: nothing in Python runs per configuration, nothing is copied per
+    configuration."""
+    import tunebox.kernel_tuner as kt
+    from tunebox import _native
+
+    size, a, b, c = vectors(1 << 16)
+    seen = {}
+    engine_tune = _native.tune
+
+    def tune(manifest, *args, **kwargs):
+        folder = Path(manifest).parent
+        seen["files"] = {p.name: p.stat().st_size for p in folder.iterdir() if p.suffix == ".bin"}
+        seen["manifest"] = Path(manifest).read_text()
+        return engine_tune(manifest, *args, **kwargs)
+
+    def verify_again(*args):
+        raise AssertionError("an answer is verified by the engine, not again in Python")
+
+    monkeypatch.setattr(_native, "tune", tune)
+    monkeypatch.setattr(kt, "_verify_again", verify_again)
+    tune_params = {"nthreads": [1, 2], "vecsize": [1, 2, 4, 8]}
+    results, _ = tune_kernel(
+        "vector_add", FAULTY.replace("#error", "#warning"), size, [c, a, b, np.int32(size)],
+        tune_params, answer=[a + b, None, None, None], compiler_options=["-O3", "-fopenmp"],
+        quiet=True,
+    )
+    assert len(results) == 8
+    assert {(r["nthreads"], r["vecsize"]): r["status"] for r in results}[(2, 2)] == "wrong"
+    # c (zeros) travels as `init = "zeros"`: no file, and fresh zero pages in each worker.
+    assert seen["files"] == {name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")}
+    assert seen["manifest"].count('init = "zeros"') == 1
+
+
+def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):
+    """The worker the engine starts for every measurement runs this interpreter with -IS and
+    imports the extension only: it gets to tunebox-worker's loop (which, started by hand,
+    says it needs a parent) without numpy, cloudpickle or site-packages' .pth files."""
+    from tunebox.kernel_tuner import _worker
+
+    launcher = Path(_worker(str(tmp_path)))
+    if not launcher.read_text().startswith(f"#!{sys.executable} -IS\n"):
+        pytest.skip("this interpreter's path cannot go on a #! line")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEBOX_WORKER")}
+    done = subprocess.run([str(launcher)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "TUNEBOX_WORKER_SERVER is not set" in done.stderr, done.stderr
+    timed = subprocess.run(
+        [sys.executable, "-IS", "-X", "importtime", str(launcher)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines() if "|" in line}
+    assert "tunebox._native" in imported, timed.stderr[-2000:]
+    assert not imported & {"numpy", "cloudpickle", "site", "re"}, sorted(imported)
+
+
+def test_max_process_uses_lets_measurements_share_a_worker_process(tmp_path, monkeypatch):
+    """Each measurement gets a fresh worker process by default (as `tunebox tune`);
+    max_process_uses=0 lets one process make them all (tunebox tune --max-process-uses 0)."""
+    import tunebox.kernel_tuner as kt
+
+    starts = tmp_path / "starts"
+    launch = kt._worker
+
+    def counted(folder):
+        real = launch(folder)
+        path = Path(folder) / "counted-worker"
+        path.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {real} \"$@\"\n")
+        path.chmod(0o755)
+        return str(path)
+
+    monkeypatch.setattr(kt, "_worker", counted)
+    x = np.ones(1024, np.float32)
+    args = ("scale", SCALE, 1024, [x, np.int32(1024)], {"F": [1, 2, 3, 4], "G": [0]})
+    fresh, _ = tune_kernel(*args, quiet=True)
+    fresh_starts = len(starts.read_text().splitlines())
+    starts.unlink()
+    shared, _ = tune_kernel(*args, quiet=True, max_process_uses=0)
+    shared_starts = len(starts.read_text().splitlines())
+    assert [r["status"] for r in fresh] == [r["status"] for r in shared] == ["ok"] * 4
+    assert fresh_starts >= 4  # one a measurement: at least one a configuration
+    assert shared_starts < fresh_starts
+    with pytest.raises(ValueError, match="max_process_uses"):
+        tune_kernel(*args, quiet=True, max_process_uses=-1)
+
+
 def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("a GPU is present: tests/gpu covers CUDA")

@@ -438,8 +438,12 @@ pub(crate) fn judge(
         .zip(manifest.verify.as_ref())
         .map(|(reference, v)| {
             let first = verify_outputs(reference, &measured.outputs, v.tolerance);
-            // Backends that make no call after the reps return no such outputs.
-            let after = if measured.outputs_after_reps.is_empty() {
+            // Backends that make no call after the reps return no such outputs; outputs
+            // the reps left byte for byte as the first call did compare the same (a memcmp
+            // instead of a second pass over every element).
+            let after = if measured.outputs_after_reps.is_empty()
+                || same_bytes(&measured.outputs, &measured.outputs_after_reps)
+            {
                 first.clone()
             } else {
                 verify_outputs(reference, &measured.outputs_after_reps, v.tolerance)
@@ -490,6 +494,17 @@ pub(crate) fn judge(
         windows: None,
         objective: None,
     }
+}
+
+/// Whether two lists of outputs are the same tensors with the same bytes.
+fn same_bytes(a: &[TensorData], b: &[TensorData]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.name == b.name
+                && a.dtype == b.dtype
+                && a.shape == b.shape
+                && a.bytes[..] == b.bytes[..]
+        })
 }
 
 /// The GPU a worker sees, e.g. `NVIDIA H200 (sm_90, 132 SMs)`.
@@ -597,6 +612,21 @@ pub(crate) fn cpu_model() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outputs_are_the_same_only_with_the_same_names_and_bytes() {
+        let tensor = |name: &str, bytes: Vec<u8>| TensorData {
+            name: name.into(),
+            dtype: tunebox_protocol::DType::U8,
+            shape: vec![bytes.len() as u64],
+            bytes: tunebox_protocol::Bytes::from_vec(bytes).unwrap(),
+        };
+        let first = [tensor("y", vec![1, 2, 3])];
+        assert!(same_bytes(&first, &[tensor("y", vec![1, 2, 3])]));
+        assert!(!same_bytes(&first, &[tensor("y", vec![1, 2, 4])]));
+        assert!(!same_bytes(&first, &[tensor("z", vec![1, 2, 3])]));
+        assert!(!same_bytes(&first, &[]));
+    }
 
     #[test]
     fn positions_are_handed_out_in_order_once_settled() {

@@ -3,8 +3,8 @@
 Change ``from kernel_tuner import tune_kernel`` to ``from tunebox.kernel_tuner import tune_kernel``.
 
 The call is written as a manifest in Kernel Tuner's spelling (docs/manifest.md, "Kernel Tuner's
-names"), with every array argument and expected answer as a raw data file beside it, in a
-temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
+names"), with every array argument and expected answer as a raw data file beside it (written
+once per call; an array of zeros is ``init = "zeros"`` instead), in a temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
 So every configuration compiles in parallel in the parent (into tunebox's kernel cache), is
 measured in an isolated worker process (do_bench: estimate, warmup, reps, the cache flushed
 between reps; then rounds of short windows and a race for the top), verified against
@@ -38,7 +38,11 @@ What it takes from Kernel Tuner:
   ``seed``;
 - ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
   (``.json`` dropped), so a second call measures only what is not in it;
-- ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration) and ``workers``.
+- ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration), ``workers``
+  and ``max_process_uses`` (the measurements a worker process makes before it is replaced: 1,
+  the default, gives each a fresh process, so that nothing a configuration does to its
+  process changes the next result; 0 is no limit, faster for many small, well-behaved
+  configurations; ``tunebox tune --max-process-uses``).
 
 It returns ``(results, env)`` as Kernel Tuner does: one dict per configuration the run
 finished, in the space's order: the parameters, ``time`` (ms: the median the engine ranks by),
@@ -57,6 +61,7 @@ callables as ``problem_size``, and strategies the engine does not have.
 import itertools
 import json
 import math
+import operator
 import os
 import shutil
 import stat
@@ -141,6 +146,7 @@ def tune_kernel(
     objective_higher_is_better=None,
     timeout=60.0,
     workers=1,
+    max_process_uses=1,
     **unsupported,
 ):
     """Tunes a kernel as Kernel Tuner's ``tune_kernel`` does, through tunebox's engine; see the
@@ -160,6 +166,7 @@ def tune_kernel(
             f"tunebox.kernel_tuner: device={device!r}: tunebox measures on the first visible "
             "device; set CUDA_VISIBLE_DEVICES instead"
         )
+    uses = _uses(max_process_uses)
     metrics = dict(metrics or {})
     engine_strategy, options = _strategy(strategy, strategy_options or {})
     with tempfile.TemporaryDirectory(prefix="tunebox-kernel-tuner-") as folder:
@@ -192,6 +199,7 @@ def tune_kernel(
             budget=None if budget is None else int(budget),
             seed=int(options.get("seed", 0)),
             workers=int(workers),
+            max_process_uses=uses,
             max_time_s=options.get("time_limit"),
             on_choice=printer.choice,
             on_note=printer.note,
@@ -261,6 +269,19 @@ def _strategy(strategy, options):
     return engine, options
 
 
+def _uses(max_process_uses):
+    try:
+        uses = None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)
+    except TypeError:
+        uses = None
+    if uses is None or uses < 0:
+        raise ValueError(
+            f"max_process_uses={max_process_uses!r}: give the measurements a worker process makes "
+            "before it is replaced (1: a fresh process each, 0: no limit)"
+        )
+    return uses
+
+
 def _cache_path(cache):
     if not cache:
         return None
@@ -271,14 +292,41 @@ def _cache_path(cache):
 
 
 def _worker(folder):
-    """The worker executable: the `tunebox-engine-worker` script pip installed, else a launcher
-    for this interpreter written into `folder`."""
+    """The worker executable the engine starts for every measurement (a fresh process each):
+    a launcher in `folder` that starts this interpreter isolated and without `site`
+    (``python -IS``: no site-packages scan, no ``.pth`` files, no user paths) and serves
+    straight from ``tunebox._native``, which takes about half the start of the
+    ``tunebox-engine-worker`` console script (site, ``re``, the package's imports). Where a
+    ``#!`` line cannot name this interpreter (spaces in its path, too long for the kernel),
+    that script, else a plain launcher. The package's folder goes after the standard
+    library's on ``sys.path``, so that nothing installed beside it shadows a standard module."""
+    from tunebox import _native
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(_native.__file__)))
+    shebang = f"#!{sys.executable} -IS"
+    if sys.executable and not any(c.isspace() for c in sys.executable) and len(shebang) < _SHEBANG_MAX:
+        return _launcher(
+            folder,
+            f"{shebang}\nimport sys\nsys.path.append({package_root!r})\n"
+            "from tunebox._native import serve_engine_worker\nsys.exit(serve_engine_worker())\n",
+        )
     found = shutil.which("tunebox-engine-worker", path=sysconfig.get_path("scripts"))
     if found:
         return found
+    return _launcher(
+        folder,
+        f"#!{sys.executable}\nimport sys\nfrom tunebox._engine_worker import main\nsys.exit(main())\n",
+    )
+
+
+# The longest `#!` line every Linux reads whole (BINPRM_BUF_SIZE before 5.1 was 128 bytes).
+_SHEBANG_MAX = 127
+
+
+def _launcher(folder, text):
     path = os.path.join(folder, "tunebox-engine-worker")
     with open(path, "w") as f:
-        f.write(f"#!{sys.executable}\nimport sys\nfrom tunebox._engine_worker import main\nsys.exit(main())\n")
+        f.write(text)
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
     return path
 
@@ -361,9 +409,7 @@ class _Manifest:
                         f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
                         f"one of {', '.join(_DTYPES)}"
                     )
-                data = f"{name}.bin"
-                np.ascontiguousarray(arg).tofile(os.path.join(self.folder, data))
-                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", {"file": data})]
+                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", self.contents(name, arg))]
                 if language != "CUDA":
                     table.append(("c_type", "void"))
                 self.arrays.append((i, arg))
@@ -381,6 +427,19 @@ class _Manifest:
             else:
                 raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
             self.argument_tables.append(table)
+
+    def contents(self, name, arg):
+        """An array's `init`: ``"zeros"`` when every byte is 0 (an output buffer, the usual
+        ``numpy.zeros_like``: no file, and each worker gets fresh zero pages instead of a copy
+        of the caller's), else its bytes as a raw file, written once for the whole call."""
+        import numpy as np
+
+        arg = np.ascontiguousarray(arg)
+        if arg.size and not arg.reshape(-1).view(np.uint8).any():
+            return "zeros"
+        data = f"{name}.bin"
+        arg.tofile(os.path.join(self.folder, data))
+        return {"file": data}
 
     def params(self, tune_params):
         table = self.table("tune_params")
