@@ -235,7 +235,7 @@ struct TuneArgs {
     /// 0 measures each choice once, in one window (docs/performance.md).
     #[arg(long, default_value_t = tunebox_tune::DEFAULT_ROUNDS, value_name = "N")]
     rounds: usize,
-    /// Seconds the race for the top may take after the rounds [default: half as long as the
+    /// Seconds the race for the top may take after the rounds [default: a quarter as long as the
     /// rounds took, at most 10].
     #[arg(long, value_name = "SECS")]
     race_time: Option<f64>,

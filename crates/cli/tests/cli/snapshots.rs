@@ -156,10 +156,10 @@ fn tune_help() {
                   --rounds <N>
                       Rounds of short windows after screening: the manifest's reps are shared by the screening window and N more, measured once every compile has finished, in an order shuffled per round; each choice's time is the fastest of its windows' medians, and the choices whose intervals overlap the best's are raced in more rounds. 0 measures each choice once, in one window (docs/performance.md)
 
-                      [default: 2]
+                      [default: 3]
 
                   --race-time <SECS>
-                      Seconds the race for the top may take after the rounds [default: half as long as the rounds took, at most 10]
+                      Seconds the race for the top may take after the rounds [default: a quarter as long as the rounds took, at most 10]
 
                   --shard <K/N|auto>
                       Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them

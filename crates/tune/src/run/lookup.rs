@@ -209,7 +209,8 @@ pub(crate) fn cached(
 }
 
 /// The timing of window `window` (0: the screening window) of `windows` that share the
-/// manifest's `timing`: `rep_ms`, `warmup_ms` and `max_time_ms` split evenly, `min_reps` and
+/// manifest's `timing`: `rep_ms` and `max_time_ms` split evenly, `warmup_ms` likewise for the
+/// first (screening) window and none for the later ones (their first call warms), `min_reps` and
 /// `max_reps` split so that the windows' reps add up to the manifest's (Kernel Tuner's
 /// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; a window runs no
 /// estimate runs of its own (`estimate_runs = 0`: the backend's first call is the estimate).
@@ -224,7 +225,14 @@ pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize
     let scale = 1.0 / f64::from(n);
     let mut w = timing.clone();
     w.rep_ms *= scale;
-    w.warmup_ms *= scale;
+    // A later window's first call has warmed the kernel: its warmup share is spared (one call
+    // fewer per window; do_bench runs no warmup when the first call is the estimate and
+    // `warmup_ms` is 0).
+    w.warmup_ms = if i == 0 {
+        timing.warmup_ms * scale
+    } else {
+        0.0
+    };
     w.min_reps = share(timing.min_reps);
     w.max_reps = share(timing.max_reps).max(w.min_reps);
     w.max_time_ms = timing.max_time_ms.map(|t| t * scale);
@@ -255,6 +263,32 @@ mod tests {
     use super::*;
     use crate::cache::CacheLine;
     use crate::results::RunHeader;
+
+    #[test]
+    fn windows_share_the_reps_and_only_the_first_warms_up() {
+        let timing = TimingConfig {
+            warmup_ms: 12.0,
+            rep_ms: 60.0,
+            min_reps: 7,
+            max_reps: 7,
+            ..TimingConfig::default()
+        };
+        let w: Vec<TimingConfig> = (0..4).map(|i| window_timing(&timing, 3, i)).collect();
+        assert_eq!(
+            w.iter().map(|t| t.min_reps).collect::<Vec<_>>(),
+            [3, 2, 2, 2]
+        );
+        assert!(
+            w.iter()
+                .all(|t| t.rep_ms == 20.0 && t.estimate_runs == Some(0))
+        );
+        assert_eq!(
+            w.iter().map(|t| t.warmup_ms).collect::<Vec<_>>(),
+            [4.0, 0.0, 0.0, 0.0]
+        );
+        // One window: the manifest's timing as it is.
+        assert_eq!(window_timing(&timing, 1, 0), timing);
+    }
 
     /// 10 reps of exactly 0.5 ms.
     fn steady_stats() -> tunebox_protocol::TimingStats {

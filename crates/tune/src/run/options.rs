@@ -48,13 +48,18 @@ pub struct TuneOptions {
     /// window of the manifest's `rep_ms`, as tunebox did before 0.2): see
     /// [`DEFAULT_ROUNDS`].
     pub rounds: usize,
-    /// Time the race for the top may take after the rounds (`None`: half as long as the
-    /// rounds took, at most [`DEFAULT_RACE_LIMIT`]).
+    /// Time the race for the top may take after the rounds (`None`: a quarter as long as the
+    /// rounds took ([`RACE_SHARE`]), at most [`DEFAULT_RACE_LIMIT`]).
     pub race: Option<Duration>,
 }
 
-/// Rounds of short windows after screening, by default.
-pub const DEFAULT_ROUNDS: usize = 2;
+/// Rounds of short windows after screening, by default: with the screening window, four
+/// windows a choice. Issue 23 measured 2 and 3 interleaved, 5 + 5 runs idle and under 2 × nproc
+/// busy loops: 3 raised the worst pair's Spearman from 0.871 to 0.907 idle and from 0.777 to
+/// 0.908 busy (docs/performance.md).
+pub const DEFAULT_ROUNDS: usize = 3;
+/// The race's default time, as a share of the time the rounds took.
+pub const RACE_SHARE: f64 = 0.25;
 /// The longest the race for the top takes by default.
 pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);
 

@@ -15,7 +15,7 @@ use tunebox_protocol::BenchmarkRequest;
 
 use super::context::Run;
 use super::lookup::window_timing;
-use super::options::DEFAULT_RACE_LIMIT;
+use super::options::{DEFAULT_RACE_LIMIT, RACE_SHARE};
 use crate::interference::{self, Conditions};
 use crate::observer::ObserverExt;
 use crate::results::{ChoiceResult, RunConditions, choices as plural};
@@ -95,10 +95,12 @@ impl Run<'_> {
                 }
                 self.window_round(&contenders, round, &mut tally);
             }
-            let budget = self
-                .options
-                .race
-                .unwrap_or_else(|| (started.elapsed() / 2).min(DEFAULT_RACE_LIMIT));
+            let budget = self.options.race.unwrap_or_else(|| {
+                started
+                    .elapsed()
+                    .mul_f64(RACE_SHARE)
+                    .min(DEFAULT_RACE_LIMIT)
+            });
             self.race_for_the_top(budget, &mut tally);
         }
         self.mark_ties();

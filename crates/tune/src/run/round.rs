@@ -1,14 +1,17 @@
 //! Screening: rounds of lookup → pipeline → record → tell, until the strategy asks for no
 //! more (brute force and random sampling ask for everything at once: one round).
 
+use std::borrow::Cow;
+
 use anyhow::Result;
 use tunebox_cpu::CompileControl;
 
 use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Compiling, Stage, pipeline};
+use crate::metrics::Metrics;
 use crate::observer::ObserverExt;
-use crate::results::{NotMeasured, Selection, ShardInfo, set_objective};
+use crate::results::{ChoiceResult, NotMeasured, Selection, ShardInfo, set_objective};
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
 
@@ -64,8 +67,10 @@ impl Run<'_> {
         self.measure(&todo);
         let objective = self.ledger.header.objective.as_ref();
         set_objective(&mut self.ledger.results[self.told..], objective);
+        let manifest = self.setup.manifest;
         for result in &self.ledger.results[self.told..] {
-            self.strategy.tell(result.index, result);
+            self.strategy
+                .tell(result.index, &as_screened(result, &manifest.metrics));
         }
         self.told = self.ledger.results.len();
         Ok(())
@@ -124,6 +129,23 @@ impl Run<'_> {
             ledger.settle(&todo[p], outcome, observer);
         });
     }
+}
+
+/// `result` as its screening window measured it: what a strategy is told. A result from the
+/// results cache carries its estimate over every window of the run that cached it, which the
+/// strategy of that run never saw (the rounds come after the search); told that instead, a
+/// re-run of an adaptive search would ask for other choices and measure them again.
+fn as_screened<'a>(result: &'a ChoiceResult, metrics: &Metrics) -> Cow<'a, ChoiceResult> {
+    let Some(windows) = result.windows.as_ref().filter(|w| w.medians_ms.len() > 1) else {
+        return Cow::Borrowed(result);
+    };
+    let first = windows.medians_ms[0];
+    let mut screened = result.clone();
+    if let Some(w) = screened.windows.as_mut() {
+        w.estimate_ms = first;
+    }
+    screened.metrics = metrics.evaluate(&screened.choice, first);
+    Cow::Owned(screened)
 }
 
 /// The strategy's next choices, as many as it names, that `shard` owns.
