@@ -59,7 +59,7 @@ pub struct TuneOptions {
 /// 0.908 busy (docs/performance.md).
 pub const DEFAULT_ROUNDS: usize = 3;
 /// The race's default time, as a share of the time the rounds took.
-pub const RACE_SHARE: f64 = 0.25;
+pub(crate) const RACE_SHARE: f64 = 0.25;
 /// The longest the race for the top takes by default.
 pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);
 
