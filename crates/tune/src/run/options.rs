@@ -49,7 +49,7 @@ pub struct TuneOptions {
     /// [`DEFAULT_ROUNDS`].
     pub rounds: usize,
     /// Time the race for the top may take after the rounds (`None`: a quarter as long as the
-    /// rounds took ([`RACE_SHARE`]), at most [`DEFAULT_RACE_LIMIT`]).
+    /// rounds took, at most [`DEFAULT_RACE_LIMIT`]).
     pub race: Option<Duration>,
 }
 
