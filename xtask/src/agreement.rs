@@ -138,13 +138,13 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
             if !status.success() {
                 return Err(format!("Kernel Tuner run {run} failed ({status})"));
             }
-            theirs.walls.push(started.elapsed().as_secs_f64());
-            theirs.medians.push(kt_times(&kt_path)?);
-            eprintln!(
-                "xtask: Kernel Tuner run {run}: {} ok choices in {:.1} s",
-                theirs.medians[run].len(),
-                theirs.walls[run]
-            );
+            let wall = started.elapsed().as_secs_f64();
+            let outcome = Outcome {
+                medians: kt_times(&kt_path)?,
+                wall,
+                warned: false,
+            };
+            theirs.record(run, "Kernel Tuner", outcome);
         }
     }
     let described: Vec<String> = tune_args
