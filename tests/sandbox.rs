@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use tunebox_pool::Status;
-use tunebox_process::{
-    ProcessConfig, ProcessError, Sandbox, SandboxStop, SandboxSupport, SystemCall, TuningProcess,
-};
+use tunebox_process::{ProcessConfig, ProcessError, Sandbox, SandboxSupport, TuningProcess};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec};
 use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
-use crate::util::{cache_root, compiled_xy, config, worker_exe};
+use crate::util::{cache_root, cheat_of, compiled_xy, config, stopped_at, worker_exe};
 
 /// Elements of `x` and `y`.
 const N: i64 = 4096;
@@ -76,21 +74,7 @@ void k(const float *x, float *y, int64_t n) {\n\
     for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;\n\
 }\n";
     let err = run(source).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ProcessError::SandboxStop {
-                stop: SandboxStop::ForbiddenSystemCall {
-                    call: Some(SystemCall {
-                        name: Some("ptrace"),
-                        ..
-                    })
-                },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(stopped_at(&err, "ptrace"), "{err}");
     assert!(err.to_string().contains("ptrace (system call"), "{err}");
 }
 
@@ -206,12 +190,7 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     assert_eq!(results.len(), cheats.len(), "every candidate has a result");
     let mut misjudged = Vec::new();
     for result in results {
-        let cheat: u32 = result
-            .choice
-            .label()
-            .trim_start_matches("CHEAT=")
-            .parse()
-            .unwrap();
+        let cheat = cheat_of(result);
         let error = result.error.clone().unwrap_or_default();
         let ok = if cheat == 4 {
             // Caught by whichever check sees the scribble first: a wrong output, or an output

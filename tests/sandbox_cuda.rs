@@ -7,7 +7,7 @@
 use tunebox_pool::Status;
 use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
-use crate::util::{cache_root, worker_exe};
+use crate::util::{cache_root, cheat_of, worker_exe};
 
 /// The zoo's manifest: every candidate of `zoo/zoo.cu` as one choice, judged against CHEAT=0;
 /// `SANDBOX` is replaced by a `[sandbox]` table or nothing.
@@ -78,12 +78,7 @@ fn run_zoo(sandbox: &str) {
     assert_eq!(report.results.len(), 8, "every candidate has a result");
     let mut wrong = Vec::new();
     for result in &report.results {
-        let cheat: u32 = result
-            .choice
-            .label()
-            .trim_start_matches("CHEAT=")
-            .parse()
-            .unwrap();
+        let cheat = cheat_of(result);
         let error = result.error.clone().unwrap_or_default();
         println!("CHEAT={cheat}: {} {error}", result.status);
         wrong.extend(misjudged(cheat, result.status, &error));

@@ -9,12 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use tunebox_process::{
-    ProcessConfig, ProcessError, Sandbox, SandboxStop, SandboxSupport, SystemCall, TuningProcess,
-};
+use tunebox_process::{ProcessConfig, ProcessError, Sandbox, SandboxSupport, TuningProcess};
 use tunebox_protocol::{BenchmarkRequest, CKernel};
 
-use crate::util::{cache_root, compiled_xy, config};
+use crate::util::{cache_root, compiled_xy, config, stopped_at};
 
 /// Set (to the helper's folder) only on the process `the_sandbox_holds_for_a_user_other_than_root`
 /// starts: without it `nonroot_protections` returns at once.
@@ -95,21 +93,7 @@ fn nonroot_protections() {
 
     // A system call that reaches into another process: stopped, and named.
     let err = run(zoo(9, &[])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ProcessError::SandboxStop {
-                stop: SandboxStop::ForbiddenSystemCall {
-                    call: Some(SystemCall {
-                        name: Some("ptrace"),
-                        ..
-                    })
-                },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(stopped_at(&err, "ptrace"), "{err}");
 
     // The network: no connection reaches a listener of ours.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -54,21 +54,25 @@ void axpy(const float *x, float *y, int64_t n) {\n\
 
 /// A request for a C kernel called as `entry(x, y, n)` with `x` random and `y` the output.
 pub(crate) fn c_request(source: &str, entry: &str, offset: &str) -> BenchmarkRequest {
-    let n = 4096;
-    BenchmarkRequest::new(
-        CKernel::new(source, entry)
-            .define("OFFSET", offset)
-            .flags(["-O2"]),
-    )
-    .tensor(TensorSpec::new("x", DType::F32, [n]).random(1))
-    .tensor(TensorSpec::new("y", DType::F32, [n]).output())
-    .scalar("n", n as i64)
-    .timing(TimingConfig {
-        warmup_ms: 1.0,
-        rep_ms: 5.0,
-        flush_cache: false,
-        ..TimingConfig::default()
-    })
+    let kernel = CKernel::new(source, entry)
+        .define("OFFSET", offset)
+        .flags(["-O2"]);
+    with_xy(BenchmarkRequest::new(kernel), 4096, 1)
+}
+
+/// `request` with the arguments of a kernel `k(x, y, n)` (`x`: `n` f32 random from `seed`,
+/// `y`: the output) and a short timing.
+fn with_xy(request: BenchmarkRequest, n: u64, seed: u64) -> BenchmarkRequest {
+    request
+        .tensor(TensorSpec::new("x", DType::F32, [n]).random(seed))
+        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+        .scalar("n", n as i64)
+        .timing(TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 5.0,
+            flush_cache: false,
+            ..TimingConfig::default()
+        })
 }
 
 /// Whether `pid` exists at all (running or zombie).
@@ -118,16 +122,7 @@ pub(crate) fn wait_gone(pid: u32, limit: Duration) -> Option<Duration> {
 /// a short timing, compiled here in the parent: a sandboxed worker reads the kernel cache but
 /// may not write it.
 pub(crate) fn compiled_xy(request: BenchmarkRequest, n: u64) -> BenchmarkRequest {
-    let request = request
-        .tensor(TensorSpec::new("x", DType::F32, [n]).random(7))
-        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
-        .scalar("n", n as i64)
-        .timing(TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        });
+    let request = with_xy(request, n, 7);
     let tunebox_protocol::Kernel::C(kernel) = &request.kernel else {
         unreachable!("compiled_xy takes C kernels")
     };
@@ -138,4 +133,27 @@ pub(crate) fn compiled_xy(request: BenchmarkRequest, n: u64) -> BenchmarkRequest
     )
     .expect("the candidate compiles");
     request
+}
+
+/// The number `N` of a zoo candidate's result (its choice is `CHEAT=N`).
+pub(crate) fn cheat_of(result: &tunebox_tune::ChoiceResult) -> u32 {
+    let label = result.choice.label();
+    label
+        .trim_start_matches("CHEAT=")
+        .parse()
+        .unwrap_or_else(|e| panic!("{label}: {e}"))
+}
+
+/// Whether `err` is the sandbox stopping a worker at the forbidden system call `name`.
+pub(crate) fn stopped_at(err: &tunebox_process::ProcessError, name: &str) -> bool {
+    use tunebox_process::{ProcessError, SandboxStop, SystemCall};
+    matches!(
+        err,
+        ProcessError::SandboxStop {
+            stop: SandboxStop::ForbiddenSystemCall {
+                call: Some(SystemCall { name: Some(call), .. })
+            },
+            ..
+        } if *call == name
+    )
 }
