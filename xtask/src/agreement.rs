@@ -1,4 +1,4 @@
-//! `cargo xtask agreement [RUNS] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs "ARGS"] [-- TUNE_ARGS…]`: how well independent runs
+//! `cargo xtask agreement [RUNS] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs "ARGS"] [--vs-bin PATH] [-- TUNE_ARGS…]`: how well independent runs
 //! of the main job (`tunebox tune examples/matmul-cpu.toml`) agree on one machine, beside
 //! Kernel Tuner's runs of the same kernel and space.
 //!
@@ -18,7 +18,9 @@
 //! With `--vs "ARGS"`, each run is followed by a run of tunebox with ARGS (split at spaces)
 //! added to TUNE_ARGS, kernel cache emptied again: two configurations interleaved in the same
 //! stretch of time, as a before/after comparison must be on a machine whose speed drifts
-//! (`--vs "--rounds 3"`). Its figures are printed in a column of their own.
+//! (`--vs "--rounds 3"`). Its figures are printed in a column of their own. With `--vs-bin
+//! PATH` (alone or with `--vs`), those runs use the tunebox binary at PATH instead: another
+//! build, such as main's before a change, interleaved with this one.
 //!
 //! For every pair of runs of a tool it reports Spearman's rank correlation over the choices
 //! both measured `ok`, and the top-1 regret: run i's best as run j measured it, against run j's
@@ -41,7 +43,7 @@ use crate::{cargo, target_dir, workspace_root};
 /// objective).
 pub(crate) type Medians = BTreeMap<String, f64>;
 
-const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs \"ARGS\"] [-- TUNE_ARGS…]";
+const USAGE: &str = "usage: cargo xtask agreement [RUNS ≥ 2] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs \"ARGS\"] [--vs-bin PATH] [-- TUNE_ARGS…]";
 
 /// What one tool's runs gave.
 #[derive(Default)]
@@ -61,6 +63,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let (mut runs, mut busy, mut kt) = (5usize, false, true);
     let mut timing: Vec<(String, String)> = Vec::new();
     let mut vs: Option<Vec<String>> = None;
+    let mut vs_bin: Option<PathBuf> = None;
     let mut own = own.iter();
     while let Some(arg) = own.next() {
         match arg.as_str() {
@@ -70,6 +73,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
                 let extra = own.next().ok_or(USAGE)?;
                 vs = Some(extra.split_whitespace().map(str::to_owned).collect());
             }
+            "--vs-bin" => vs_bin = Some(PathBuf::from(own.next().ok_or(USAGE)?)),
             "--timing" => {
                 let (key, value) = own.next().and_then(|kv| kv.split_once('=')).ok_or(USAGE)?;
                 timing.push((key.trim().to_owned(), value.trim().to_owned()));
@@ -97,13 +101,28 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     };
     let tag = if busy { "busy" } else { "idle" };
     let (mut ours, mut theirs, mut alt) = (Runs::default(), Runs::default(), Runs::default());
-    let vs_args: Option<Vec<String>> =
-        vs.map(|extra| tune_args.iter().cloned().chain(extra).collect());
+    if let Some(bin) = &vs_bin
+        && !bin.is_file()
+    {
+        return Err(format!("--vs-bin {}: no such file", bin.display()));
+    }
+    let vs_args: Option<Vec<String>> = (vs.is_some() || vs_bin.is_some()).then(|| {
+        tune_args
+            .iter()
+            .cloned()
+            .chain(vs.into_iter().flatten())
+            .collect()
+    });
+    let kernels = out.join("kernel-cache");
     let tune = TuneRun {
         tunebox: &tunebox,
         manifest: &manifest,
         root: &root,
-        kernels: &out.join("kernel-cache"),
+        kernels: &kernels,
+    };
+    let vs_tune = TuneRun {
+        tunebox: vs_bin.as_deref().unwrap_or(&tunebox),
+        ..tune
     };
     for run in 0..runs {
         let base = |ours: &mut Runs| -> Result<(), String> {
@@ -119,7 +138,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
                 if run % 2 == 0 {
                     base(&mut ours)?;
                 }
-                alt.record(run, "tunebox --vs", tune.run(&json_path, args)?);
+                alt.record(run, "tunebox --vs", vs_tune.run(&json_path, args)?);
                 if run % 2 == 1 {
                     base(&mut ours)?;
                 }
@@ -155,7 +174,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let mut summary = summarize(&ours, &theirs, busy, &described)?;
     if let Some(args) = &vs_args {
         println!();
-        println!("--vs: tunebox {}", args.join(" "));
+        println!("--vs: {} {}", vs_tune.tunebox.display(), args.join(" "));
         summary["vs"] = summarize(&alt, &theirs, busy, args)?;
     }
     let path = out.join(if busy {
