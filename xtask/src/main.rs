@@ -19,7 +19,7 @@
 //!   per round, new random seeds each round, until SECONDS (default 60) have passed.
 //! - `loaded-test [--all]`: the CLI's end-to-end tests (`--all`: every test) and the faults
 //!   example with 2 × `nproc` busy loops running (issue 13; `docs/reliability.md`).
-//! - `agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]`: runs the main job RUNS (default 5)
+//! - `agreement [RUNS] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs "ARGS"] [--vs-bin PATH] [-- TUNE_ARGS…]`: runs the main job RUNS (default 5)
 //!   times from empty caches (idle, or with 2 × `nproc` busy loops) beside Kernel Tuner's runs
 //!   of the same space, and reports pairwise rank correlation, top-1 regret and wall time
 //!   against issue 23's targets (`docs/performance.md`).
@@ -72,7 +72,7 @@ const USAGE: &str = "usage: cargo xtask <task>
                             seeds until SECONDS (default 60) have passed
   loaded-test [--all]       the CLI tests (--all: every test) and the faults example with
                             2 x nproc busy loops running
-  agreement [RUNS] [--busy] [--no-kt] [-- TUNE_ARGS…]
+  agreement [RUNS] [--busy] [--no-kt] [--timing KEY=VALUE]… [--vs \"ARGS\"] [--vs-bin PATH] [-- TUNE_ARGS…]
                             the main job RUNS (default 5) times from empty caches (--busy:
                             with 2 x nproc busy loops), Kernel Tuner's runs beside: pairwise
                             Spearman, top-1 regret and wall time against the targets
