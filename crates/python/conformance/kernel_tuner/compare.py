@@ -32,7 +32,11 @@ def run(text, name):
     load = os.getloadavg()[0]
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen([sys.executable, str(path)], stdout=out, stderr=err, text=True)
+        # Run beside the script, not in the checkout: Kernel Tuner compiles through temp_*.c
+        # files in its working directory and leaves them there when it aborts the run.
+        child = subprocess.Popen(
+            [sys.executable, str(path)], stdout=out, stderr=err, text=True, cwd=path.parent
+        )
         # wait4: the exit status and the peak resident memory of the script's largest process
         # (Linux counts the children it waited for, so a worker can be the largest).
         _, status, usage = os.wait4(child.pid, 0)
