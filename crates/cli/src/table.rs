@@ -541,6 +541,12 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
         );
         if c.busy {
             windows.push_str("; the machine was busy: the ranking is less sure");
+        } else if c.drifted() {
+            windows.push_str(&format!(
+                "; the machine's speed drifted (a choice's windows differ by {:.0} %): the \
+                 ranking is less sure",
+                c.drift * 100.0
+            ));
         }
         writeln!(out, "{windows}")?;
     }

@@ -274,6 +274,10 @@ impl RunInfo {
     }
 }
 
+/// A run whose choices' windows drift further apart than this ([`RunConditions::drift`])
+/// warns that its ranking may not hold, whatever `/proc/stat` said.
+pub(crate) const DRIFT_WARN: f64 = 0.10;
+
 /// The machine while a run measured, and how sure its pick is (see docs/performance.md,
 /// "Rankings that hold").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -290,6 +294,11 @@ pub struct RunConditions {
     pub raced: usize,
     /// The slowest speed probe over the fastest (1: the machine's speed held).
     pub probe_ratio: f64,
+    /// How far the machine's speed drifted, by the choices' own windows: the median over
+    /// choices of slowest window / fastest window, less 1 (0.25: 25 %; 0 in reports made
+    /// before it was kept).
+    #[serde(default)]
+    pub drift: f64,
     /// The 1-minute load average at the start and at the end.
     pub load: [f64; 2],
     /// Interference was seen: the machine was busy.
@@ -298,6 +307,14 @@ pub struct RunConditions {
     pub confidence: String,
     /// Choices whose interval overlaps the best's.
     pub ties: usize,
+}
+
+impl RunConditions {
+    /// Whether the choices' windows drifted apart by more than 10 % ([`RunConditions::drift`]):
+    /// the ranking may not hold on a second run, though nothing else was seen running.
+    pub fn drifted(&self) -> bool {
+        self.drift > DRIFT_WARN
+    }
 }
 
 /// A run's results, ranked.

@@ -241,3 +241,88 @@ fn the_compiler_is_probed_once_per_run_not_per_window() {
         ended.len()
     );
 }
+
+/// `WORK` rounds of arithmetic, three times as many in every other worker process (a counter
+/// file the test owns, at `COUNTER`): the machine's speed seems to drift between windows, with
+/// nothing in `/proc/stat` to show it, as on a VM whose vCPU switches between a fast and a slow
+/// mode.
+const DRIFTING: &str = r#"#include <stdint.h>
+#include <stdio.h>
+static int slow = -1;
+void work(float *y, int64_t n) {
+    if (slow < 0) {
+        int k = 0;
+        FILE *f = fopen(COUNTER, "r+");
+        if (f) {
+            if (fscanf(f, "%d", &k) != 1) k = 0;
+            rewind(f);
+            fprintf(f, "%d\n", k + 1);
+            fclose(f);
+        }
+        slow = k % 2;
+    }
+    float acc = y[0];
+    for (int64_t r = 0; r < WORK * 20000 * (slow ? 3 : 1); r++)
+        acc = acc * 0.999f + (float)(r & 7);
+    for (int64_t i = 0; i < n; i++) y[i] = acc;
+}
+"#;
+
+/// A run whose choices' own windows disagree (every other worker three times slower), on a
+/// machine whose `/proc/stat` shows nothing else running, says its ranking is less sure: a
+/// warning, `drift` in the JSON, the table's windows line and the `best:` line.
+#[test]
+fn a_machine_whose_speed_drifts_between_windows_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0\n").unwrap();
+    std::fs::write(dir.path().join("work.c"), DRIFTING).unwrap();
+    let manifest = MANIFEST
+        .replace(
+            "flags = [\"-O1\"]",
+            &format!("flags = [\"-O1\", '-DCOUNTER=\"{}\"']", counter.display()),
+        )
+        .replace("WORK = [4, 1]", "WORK = [4, 2, 1]");
+    std::fs::write(dir.path().join("work.toml"), manifest).unwrap();
+    // A quiet /proc/stat: no window is disturbed, so none is measured again.
+    let stat = dir.path().join("stat");
+    std::fs::write(
+        &stat,
+        "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0 0 0\n",
+    )
+    .unwrap();
+    let args = [
+        "tune",
+        "work.toml",
+        "--no-cache",
+        "--workers",
+        "1",
+        "--json",
+        "r.json",
+    ];
+    let out = tunebox_env(
+        dir.path(),
+        &args,
+        &[("TUNEBOX_PROC_STAT", stat.to_str().unwrap())],
+    );
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let conditions = &report["conditions"];
+    assert_eq!(conditions["disturbed"], 0, "{conditions}");
+    let drift = conditions["drift"].as_f64().unwrap();
+    assert!(drift > 0.5, "every other window is 3x slower: {conditions}");
+    let stderr = text(&out.stderr);
+    let stdout = text(&out.stdout);
+    assert!(stderr.contains("so less sure than it looks"), "{stderr}");
+    // The parent's speed probe can still call a loaded machine busy (the CPUs this test
+    // shares): that warning then stands for both.
+    if conditions["busy"] == false {
+        assert!(
+            stderr.contains("warning: the machine's speed drifted while measuring"),
+            "{stderr}"
+        );
+        assert!(stdout.contains("the machine's speed drifted"), "{stdout}");
+    }
+    let windows = std::fs::read_to_string(&counter).unwrap();
+    assert!(windows.trim().parse::<u32>().unwrap() >= 12, "{windows}");
+}

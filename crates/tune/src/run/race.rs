@@ -18,7 +18,7 @@ use super::lookup::window_timing;
 use super::options::{DEFAULT_RACE_LIMIT, RACE_SHARE};
 use crate::interference::{self, Conditions};
 use crate::observer::ObserverExt;
-use crate::results::{ChoiceResult, RunConditions, choices as plural};
+use crate::results::{ChoiceResult, DRIFT_WARN, RunConditions, choices as plural};
 use crate::workers;
 
 /// Most rounds the race adds after the base rounds.
@@ -112,6 +112,14 @@ impl Run<'_> {
                 "warning: the machine was busy while measuring: {} of {} windows disturbed \
                  (other CPUs busy or time stolen), {} measured again; {}",
                 c.disturbed, c.windows, c.remeasured, c.confidence
+            ));
+        } else if let Some(c) = self.conditions.as_ref().filter(|c| c.drifted()) {
+            self.observer.note(&format!(
+                "warning: the machine's speed drifted while measuring: a choice's windows \
+                 differ by {:.0} % (the median over choices), with no other work seen; choices \
+                 that close may trade places on a second run ({})",
+                c.drift * 100.0,
+                c.confidence
             ));
         }
     }
@@ -311,6 +319,13 @@ impl Run<'_> {
         let busy = tally.disturbed * 10 > tally.windows.max(1) || probe_ratio > SLOW_PROBE;
         let tied = self.overlapping_best(true);
         let ties = tied.len().saturating_sub(1);
+        let results = &self.ledger.results;
+        let drift = crate::windows::drift(
+            results
+                .iter()
+                .filter(|r| r.status == Status::Ok && !r.cached)
+                .filter_map(|r| r.windows.as_ref()),
+        );
         RunConditions {
             rounds: self.setup.windows.saturating_sub(1),
             windows: tally.windows,
@@ -318,18 +333,20 @@ impl Run<'_> {
             remeasured: tally.remeasured,
             raced: tally.raced,
             probe_ratio,
+            drift,
             load: [
                 load_start.unwrap_or(f64::NAN),
                 interference::load_average().unwrap_or(f64::NAN),
             ],
             busy,
-            confidence: self.confidence(&tied, busy),
+            confidence: self.confidence(&tied, busy, drift),
             ties,
         }
     }
 
-    /// How sure the pick is: tied with how many, or how far ahead of the next.
-    fn confidence(&self, tied: &[usize], busy: bool) -> String {
+    /// How sure the pick is: tied with how many, or how far ahead of the next (and whether
+    /// that is less than the run's `drift`).
+    fn confidence(&self, tied: &[usize], busy: bool, drift: f64) -> String {
         let results = &self.ledger.results;
         let Some(&best) = tied.first() else {
             return "no choice was measured in windows".to_owned();
@@ -354,10 +371,17 @@ impl Run<'_> {
                 .filter_map(ChoiceResult::median_ms)
                 .fold(f64::INFINITY, f64::min);
             if next.is_finite() {
+                let gap = next / best_ms - 1.0;
+                // Ahead by less than the machine drifted: a second run may well pick another.
+                let word = if drift > DRIFT_WARN && gap < drift {
+                    "ahead"
+                } else {
+                    "sure"
+                };
                 format!(
-                    "sure: its interval over {n} windows lies below every other's (next best \
+                    "{word}: its interval over {n} windows lies below every other's (next best \
                      +{:.1} %)",
-                    (next / best_ms - 1.0) * 100.0
+                    gap * 100.0
                 )
             } else {
                 format!("the only choice measured ok ({n} windows)")
@@ -365,6 +389,12 @@ impl Run<'_> {
         };
         if busy {
             text.push_str("; the machine was busy, so less sure than it looks");
+        } else if drift > DRIFT_WARN {
+            text.push_str(&format!(
+                "; the machine's speed drifted by {:.0} % across windows, so less sure than it \
+                 looks",
+                drift * 100.0
+            ));
         }
         text
     }
