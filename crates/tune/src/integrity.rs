@@ -121,14 +121,16 @@ const FLOOR_REMEASURES: usize = 2;
 /// quarter of the floor or less, by the best bandwidth of up to three measurements (a
 /// measurement taken while other work used the memory bus sees too little).
 pub(crate) fn below_floor(measured: &BenchmarkResult, timing: &TimingConfig) -> Option<String> {
-    if !timing.flush_cache || timing.hot {
-        return None;
-    }
     let bytes: usize = measured.outputs.iter().map(|t| t.bytes.len()).sum();
-    if bytes < FLOOR_MIN_BYTES {
+    below_floor_of(measured.stats.median_ms, bytes, timing)
+}
+
+/// [`below_floor`] for a time `median` (ms) of a kernel whose outputs hold `bytes`: for a
+/// window that returns no outputs (a round's), whose request names them.
+pub(crate) fn below_floor_of(median: f64, bytes: usize, timing: &TimingConfig) -> Option<String> {
+    if !timing.flush_cache || timing.hot || bytes < FLOOR_MIN_BYTES {
         return None;
     }
-    let median = measured.stats.median_ms;
     let under = |bandwidth: f64| median * FLOOR_MARGIN < bytes as f64 / bandwidth * 1e3;
     let mut bandwidth = write_bandwidth(false);
     for _ in 0..FLOOR_REMEASURES {
@@ -169,8 +171,9 @@ const BANDWIDTH_PASSES: u8 = 4;
 /// This machine's memory write bandwidth in bytes per second: the fastest of
 /// [`BANDWIDTH_PASSES`] passes over a 64 MiB buffer, after an untimed pass that maps its pages.
 /// Each pass is timed by the calling thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), so the
-/// time the thread waited for a CPU on a busy machine does not count: by the wall clock, the
-/// best of a few passes under a CPU hog measured 0.5 to 8 GB/s on a machine that writes 20.
+/// time the thread waited for a CPU on a busy machine does not count: by the wall clock, with
+/// four threads spinning on the same CPU, it measured 3.3-5.6 GB/s on a machine that writes
+/// 17-22 GB/s (the test below).
 fn measure_write_bandwidth() -> f64 {
     let mut buffer = vec![0u8; BANDWIDTH_BYTES];
     buffer.fill(1);

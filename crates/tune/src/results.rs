@@ -294,9 +294,9 @@ pub struct RunConditions {
     pub raced: usize,
     /// The slowest speed probe over the fastest (1: the machine's speed held).
     pub probe_ratio: f64,
-    /// How far the machine's speed drifted, by the choices' own windows: the median over
-    /// choices of slowest window / fastest window, less 1 (0.25: 25 %; 0 in reports made
-    /// before it was kept).
+    /// How far the machine's speed drifted, by the choices' own windows after screening: the
+    /// median over choices of slowest window / fastest window, less 1 (0.25: 25 %; 0 in
+    /// reports made before it was kept).
     #[serde(default)]
     pub drift: f64,
     /// The 1-minute load average at the start and at the end.

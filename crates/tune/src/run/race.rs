@@ -10,8 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_pool::Status;
-use tunebox_protocol::BenchmarkRequest;
+use tunebox_pool::{PoolError, Status};
+use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, TimingStats};
 
 use super::context::Run;
 use super::lookup::window_timing;
@@ -27,6 +27,11 @@ const MAX_RACE_ROUNDS: usize = 8;
 /// costs at most that much, less than a window's median moves between runs on a quiet machine
 /// (~1 %), so more windows would spend time without making the pick better.
 const RACE_TIES_WITHIN: f64 = 0.01;
+/// A round's window faster than this share of the choice's first window is measured again
+/// with its outputs returned and judged as screening judges them, before it counts: an honest
+/// kernel does not halve its time between windows, a kernel that behaves while screened and
+/// skips its work later does.
+const CHECK_FASTER_THAN: f64 = 0.5;
 /// A round's probe (the fastest of three) this much slower than the run's fastest says the
 /// machine slowed down by itself (frequency, a host neighbour), whatever /proc/stat says.
 const SLOW_PROBE: f64 = 1.5;
@@ -47,6 +52,14 @@ fn worth_racing(overlapping: &[usize], estimate: impl Fn(usize) -> f64) -> Vec<u
                 .filter(|&p| estimate(p) > within),
         )
         .collect()
+}
+
+/// What a round's window that needed checking came to ([`Run::check_window`]).
+enum WindowCheck {
+    /// The choice failed: its result now.
+    Failed(Box<ChoiceResult>),
+    /// Measured again with its outputs checked, and passed: the window that counts.
+    Checked(Box<TimingStats>, Conditions),
 }
 
 /// What the rounds counted.
@@ -117,9 +130,8 @@ impl Run<'_> {
             self.observer.note(&format!(
                 "warning: the machine's speed drifted while measuring: a choice's windows \
                  differ by {:.0} % (the median over choices), with no other work seen; choices \
-                 that close may trade places on a second run ({})",
-                c.drift * 100.0,
-                c.confidence
+                 less than that apart may trade places on a second run",
+                c.drift * 100.0
             ));
         }
     }
@@ -232,23 +244,33 @@ impl Run<'_> {
     /// time, `None` when it failed (a failure that says something about the choice replaces
     /// its result) or a stop killed it.
     fn window(&mut self, p: usize, round: usize, tally: &mut Tally) -> Option<bool> {
-        let request = self.window_request(&self.ledger.results[p], round)?;
-        let measuring = self.measuring.as_ref()?;
-        let (result, conditions) = Conditions::around(|| {
-            measuring
-                .pool
-                .benchmark(std::slice::from_ref(&request))
-                .remove(0)
-        });
+        let request = self.window_request(&self.ledger.results[p], round, false)?;
+        let (result, mut conditions) = self.measure_window(&request)?;
+        let mut result = result.map(|measured| measured.stats);
+        if let Ok(stats) = &result
+            && let Some(check) = self.check_window(p, round, &request, stats.median_ms)
+        {
+            match check {
+                WindowCheck::Failed(failed) => {
+                    self.observer
+                        .finished(&failed.choice.label(), failed.status, None);
+                    self.ledger.results[p] = *failed;
+                    return None;
+                }
+                WindowCheck::Checked(checked, around) => {
+                    (result, conditions) = (Ok(*checked), around);
+                }
+            }
+        }
         let r = &mut self.ledger.results[p];
         match result {
-            Ok(measured) if measured.stats.median_ms.is_finite() => {
+            Ok(measured) if measured.median_ms.is_finite() => {
                 tally.windows += 1;
                 tally.disturbed += usize::from(conditions.disturbed);
                 let seed = r.index as u64;
                 if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
-                    w.add(measured.stats.median_ms, conditions, seed);
-                    stats.reps += measured.stats.reps;
+                    w.add(measured.median_ms, conditions, seed);
+                    stats.reps += measured.reps;
                 }
                 Some(conditions.disturbed)
             }
@@ -272,9 +294,93 @@ impl Run<'_> {
         }
     }
 
+    /// One window of `request`, and the conditions around it; `None` without a pool.
+    fn measure_window(
+        &self,
+        request: &BenchmarkRequest,
+    ) -> Option<(Result<BenchmarkResult, PoolError>, Conditions)> {
+        let measuring = self.measuring.as_ref()?;
+        Some(Conditions::around(|| {
+            measuring
+                .pool
+                .benchmark(std::slice::from_ref(request))
+                .remove(0)
+        }))
+    }
+
+    /// What a round's window of the result at `p` that took `median_ms` must pass before it
+    /// counts, as screening's did: `None` when it passes as it is. Below the physical floor
+    /// of the outputs it names ([`crate::integrity::below_floor_of`]), the choice is
+    /// `suspicious`. Faster than [`CHECK_FASTER_THAN`] of its first window, it is measured
+    /// again with its outputs returned and judged as screening judges (verified, after-reps
+    /// and fresh-input checks, the floor): a failure is the choice's result, a pass is the
+    /// window that counts.
+    fn check_window(
+        &self,
+        p: usize,
+        round: usize,
+        request: &BenchmarkRequest,
+        median_ms: f64,
+    ) -> Option<WindowCheck> {
+        let r = &self.ledger.results[p];
+        let failed = |status: Status, why: String| {
+            Some(WindowCheck::Failed(Box::new(ChoiceResult::failed(
+                r.index,
+                r.choice.clone(),
+                status,
+                format!("in round {round}: {why}"),
+                &self.setup.device,
+            ))))
+        };
+        let checked_request = self.window_request(r, round, true)?;
+        let output_bytes: u64 = checked_request
+            .tensors
+            .iter()
+            .filter(|t| t.output)
+            .filter_map(|t| t.byte_len())
+            .sum();
+        let output_bytes = usize::try_from(output_bytes).unwrap_or(usize::MAX);
+        if let Some(why) =
+            crate::integrity::below_floor_of(median_ms, output_bytes, &request.timing)
+        {
+            return failed(Status::Suspicious, why);
+        }
+        let first = r.windows.as_ref()?.medians_ms.first().copied()?;
+        if median_ms >= first * CHECK_FASTER_THAN {
+            return None;
+        }
+        let (result, conditions) = self.measure_window(&checked_request)?;
+        let reference = self.measuring.as_ref()?.reference.as_deref();
+        let judged = workers::judge(
+            r.index,
+            r.choice.clone(),
+            result,
+            reference,
+            self.setup.manifest,
+            &self.setup.device,
+        );
+        match (judged.status, judged.stats) {
+            (Status::Ok, Some(stats)) => Some(WindowCheck::Checked(Box::new(stats), conditions)),
+            (status, _) => failed(
+                status,
+                format!(
+                    "a window took {median_ms:.4} ms, under half its first window's {first:.4} \
+                     ms; measured again with its outputs checked: {}",
+                    judged.error.unwrap_or_else(|| status.to_string())
+                ),
+            ),
+        }
+    }
+
     /// The request of one window of `result` in `round`: its screening request with the
-    /// window's share of the timing, no outputs (screening verified them).
-    fn window_request(&self, result: &ChoiceResult, round: usize) -> Option<BenchmarkRequest> {
+    /// window's share of the timing, and no outputs (screening verified them) unless
+    /// `outputs`.
+    fn window_request(
+        &self,
+        result: &ChoiceResult,
+        round: usize,
+        outputs: bool,
+    ) -> Option<BenchmarkRequest> {
         let manifest = self.setup.manifest;
         let mut request = workers::request(
             manifest,
@@ -284,8 +390,10 @@ impl Run<'_> {
         )
         .ok()?;
         request.timing = window_timing(&request.timing, self.setup.windows, round);
-        for t in &mut request.tensors {
-            t.output = false;
+        if !outputs {
+            for t in &mut request.tensors {
+                t.output = false;
+            }
         }
         Some(request)
     }
@@ -320,10 +428,12 @@ impl Run<'_> {
         let tied = self.overlapping_best(true);
         let ties = tied.len().saturating_sub(1);
         let results = &self.ledger.results;
+        // Cached results count too: their windows are as measured, and a run taken whole
+        // from the cache must not sound surer than the run that measured it.
         let drift = crate::windows::drift(
             results
                 .iter()
-                .filter(|r| r.status == Status::Ok && !r.cached)
+                .filter(|r| r.status == Status::Ok)
                 .filter_map(|r| r.windows.as_ref()),
         );
         RunConditions {
@@ -373,7 +483,7 @@ impl Run<'_> {
             if next.is_finite() {
                 let gap = next / best_ms - 1.0;
                 // Ahead by less than the machine drifted: a second run may well pick another.
-                let word = if drift > DRIFT_WARN && gap < drift {
+                let word = if !busy && drift > DRIFT_WARN && gap < drift {
                     "ahead"
                 } else {
                     "sure"
