@@ -161,33 +161,58 @@ fn write_bandwidth(again: bool) -> f64 {
     *best
 }
 
-/// Bytes of the buffer [`measure_write_bandwidth`] writes: larger than any last-level cache
-/// tunebox meets.
-const BANDWIDTH_BYTES: usize = 64 << 20;
-
-/// Passes over the buffer that are timed, after one that faults its pages in.
+/// Bytes each measuring thread writes: beyond any core's share of a last-level cache...
+const BANDWIDTH_BYTES_PER_THREAD: usize = 32 << 20;
+/// ...and at most this many in all (a many-core machine's threads write less each).
+const BANDWIDTH_BYTES_MAX: usize = 1 << 30;
+/// Measuring threads at most.
+const BANDWIDTH_MAX_THREADS: usize = 64;
+/// Passes over each thread's buffer that are timed, after one that faults its pages in.
 const BANDWIDTH_PASSES: u8 = 4;
 
-/// This machine's memory write bandwidth in bytes per second: the fastest of
-/// [`BANDWIDTH_PASSES`] passes over a 64 MiB buffer, after an untimed pass that maps its pages.
-/// Each pass is timed by the calling thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), so the
-/// time the thread waited for a CPU on a busy machine does not count: by the wall clock, with
-/// four threads spinning on the same CPU, it measured 3.3-5.6 GB/s on a machine that writes
-/// 17-22 GB/s (the test below).
+/// This machine's memory write bandwidth in bytes per second, as many threads as it has CPUs
+/// (up to 64) writing at once, so that a multi-threaded kernel's outputs are held to what all
+/// its cores can write, not one: the sum over the threads of each one's bytes over its fastest
+/// of [`BANDWIDTH_PASSES`] passes, after an untimed pass that maps its pages. Each pass is
+/// timed by its thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`), so the time a thread waited for
+/// a CPU on a busy machine does not count: by the wall clock, with four threads spinning on the
+/// same CPU, one thread measured 3.3-5.6 GB/s on a machine that writes 17-22 GB/s (the test
+/// below). Threads that could not run at the same time each count as if alone: the figure
+/// errs high, which only lowers the floor.
 fn measure_write_bandwidth() -> f64 {
-    let mut buffer = vec![0u8; BANDWIDTH_BYTES];
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(BANDWIDTH_MAX_THREADS);
+    let bytes = BANDWIDTH_BYTES_PER_THREAD.min(BANDWIDTH_BYTES_MAX / threads);
+    let start = std::sync::Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| scope.spawn(|| thread_write_bandwidth(bytes, &start)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(f64::INFINITY))
+            .sum()
+    })
+}
+
+/// One thread's write bandwidth over a buffer of `bytes` (see [`measure_write_bandwidth`]),
+/// its timed passes started with the other threads' at `start`; infinite when its clock is too
+/// coarse to see a pass (then there is no floor at all).
+fn thread_write_bandwidth(bytes: usize, start: &std::sync::Barrier) -> f64 {
+    let mut buffer = vec![0u8; bytes];
     buffer.fill(1);
+    start.wait();
     let fastest = (0..BANDWIDTH_PASSES)
         .map(|pass| {
-            let start = thread_cpu_s();
+            let begin = thread_cpu_s();
             buffer.fill(pass.wrapping_add(2));
             std::hint::black_box(&buffer);
-            thread_cpu_s() - start
+            thread_cpu_s() - begin
         })
         .fold(f64::INFINITY, f64::min);
-    // A clock too coarse to see a pass leaves the bandwidth unknown: no floor at all.
     if fastest > 0.0 {
-        BANDWIDTH_BYTES as f64 / fastest
+        bytes as f64 / fastest
     } else {
         f64::INFINITY
     }
