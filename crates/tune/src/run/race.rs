@@ -60,6 +60,9 @@ enum WindowCheck {
     Failed(Box<ChoiceResult>),
     /// Measured again with its outputs checked, and passed: the window that counts.
     Checked(Box<TimingStats>, Conditions),
+    /// The check could not be measured (the run was stopped, no worker started): neither
+    /// window counts.
+    Dropped,
 }
 
 /// What the rounds counted.
@@ -260,6 +263,7 @@ impl Run<'_> {
                 WindowCheck::Checked(checked, around) => {
                     (result, conditions) = (Ok(*checked), around);
                 }
+                WindowCheck::Dropped => return None,
             }
         }
         let r = &mut self.ledger.results[p];
@@ -350,6 +354,10 @@ impl Run<'_> {
             return None;
         }
         let (result, conditions) = self.measure_window(&checked_request)?;
+        if matches!(&result, Err(e) if workers::is_transient(e)) {
+            // Stopped, or no worker: the window is dropped, as a failed window is.
+            return Some(WindowCheck::Dropped);
+        }
         let reference = self.measuring.as_ref()?.reference.as_deref();
         let judged = workers::judge(
             r.index,
