@@ -130,8 +130,8 @@ const DRIFT_MIN_WINDOWS: usize = 2;
 /// out: it warms up, and with several workers it runs beside another one, so it differs from
 /// the rounds' windows for reasons of tunebox's own. On a steady machine only the noise of a
 /// window's median is left (a few %); the 2-vCPU VM, whose vCPU switches between a
-/// fast and a slow mode for seconds at a time, gave 0.24-0.36 in each of 20 idle runs of the
-/// main job, with nothing else running and nothing in `/proc/stat` to show it
+/// fast and a slow mode for seconds at a time, gave 0.10-0.33 in 20 idle runs of the main
+/// job, with nothing else running and nothing in `/proc/stat` to show it
 /// (docs/performance.md). Measured from the run itself, so it holds on any machine, and costs
 /// nothing.
 pub(crate) fn drift<'a>(windows: impl Iterator<Item = &'a Windows>) -> f64 {
