@@ -30,7 +30,7 @@ struct Reading {
 
 impl Reading {
     fn now() -> Option<Reading> {
-        let thread_cpu_ms = cpu_ms(libc::CLOCK_THREAD_CPUTIME_ID)?;
+        let thread_cpu_ms = thread_cpu_ms()?;
         let process_cpu_ms = cpu_ms(libc::CLOCK_PROCESS_CPUTIME_ID)?;
         // SAFETY: rusage is plain integers, for which all-zero bytes are a valid value.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -46,6 +46,12 @@ impl Reading {
             involuntary: usage.ru_nivcsw,
         })
     }
+}
+
+/// The calling thread's CPU time in ms (`CLOCK_THREAD_CPUTIME_ID`): the time it ran, not the
+/// time it waited for a CPU; `None` where the clock cannot be read.
+pub fn thread_cpu_ms() -> Option<f64> {
+    cpu_ms(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn cpu_ms(clock: libc::clockid_t) -> Option<f64> {

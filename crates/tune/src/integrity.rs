@@ -6,8 +6,7 @@
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use rustix::time::{ClockId, clock_gettime};
-
+use tunebox_bench::thread_cpu_ms;
 use tunebox_pool::{Tolerance, Verification, verify_outputs};
 use tunebox_protocol::{BenchmarkResult, TensorData, TimingConfig};
 
@@ -198,30 +197,26 @@ fn measure_write_bandwidth() -> f64 {
 
 /// One thread's write bandwidth over a buffer of `bytes` (see [`measure_write_bandwidth`]),
 /// its timed passes started with the other threads' at `start`; infinite when its clock is too
-/// coarse to see a pass (then there is no floor at all).
+/// coarse to see a pass or cannot be read (then there is no floor at all).
 fn thread_write_bandwidth(bytes: usize, start: &std::sync::Barrier) -> f64 {
     let mut buffer = vec![0u8; bytes];
     buffer.fill(1);
     start.wait();
-    let fastest = (0..BANDWIDTH_PASSES)
+    let fastest_ms = (0..BANDWIDTH_PASSES)
         .map(|pass| {
-            let begin = thread_cpu_s();
+            let begin = thread_cpu_ms();
             buffer.fill(pass.wrapping_add(2));
             std::hint::black_box(&buffer);
-            thread_cpu_s() - begin
+            thread_cpu_ms()
+                .zip(begin)
+                .map_or(0.0, |(end, begin)| end - begin)
         })
         .fold(f64::INFINITY, f64::min);
-    if fastest > 0.0 {
-        bytes as f64 / fastest
+    if fastest_ms > 0.0 {
+        bytes as f64 / fastest_ms * 1e3
     } else {
         f64::INFINITY
     }
-}
-
-/// The calling thread's CPU time, in seconds.
-fn thread_cpu_s() -> f64 {
-    let t = clock_gettime(ClockId::ThreadCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 #[cfg(test)]

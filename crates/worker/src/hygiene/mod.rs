@@ -439,13 +439,7 @@ mod tests {
 #[cfg(test)]
 mod cost {
     fn cpu_us() -> f64 {
-        let mut t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: writes the thread's CPU time into `t`.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-        t.tv_sec as f64 * 1e6 + t.tv_nsec as f64 / 1e3
+        tunebox_bench::thread_cpu_ms().expect("the thread's CPU clock") * 1e3
     }
 
     #[test]
