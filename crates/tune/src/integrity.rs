@@ -127,7 +127,7 @@ pub(crate) fn below_floor(measured: &BenchmarkResult, timing: &TimingConfig) -> 
 /// [`below_floor`] for a time `median` (ms) of a kernel whose outputs hold `bytes`: for a
 /// window that returns no outputs (a round's), whose request names them.
 pub(crate) fn below_floor_of(median: f64, bytes: usize, timing: &TimingConfig) -> Option<String> {
-    if !timing.flush_cache || timing.hot || bytes < FLOOR_MIN_BYTES {
+    if !floor_applies(bytes, timing) {
         return None;
     }
     let under = |bandwidth: f64| median * FLOOR_MARGIN < bytes as f64 / bandwidth * 1e3;
@@ -147,6 +147,21 @@ pub(crate) fn below_floor_of(median: f64, bytes: usize, timing: &TimingConfig) -
             bandwidth / 1e9
         )
     })
+}
+
+/// Measures the write bandwidth now, before any worker runs, when a kernel writing `bytes` of
+/// outputs under `timing` can be held to the floor ([`below_floor_of`]): measured on the first
+/// judged result instead, its threads would write on every CPU beside a worker's timed window.
+pub(crate) fn prepare_floor(bytes: usize, timing: &TimingConfig) {
+    if floor_applies(bytes, timing) {
+        write_bandwidth(false);
+    }
+}
+
+/// Whether a kernel writing `bytes` of outputs under `timing` is held to the floor: with a
+/// cache flush and at least [`FLOOR_MIN_BYTES`].
+fn floor_applies(bytes: usize, timing: &TimingConfig) -> bool {
+    timing.flush_cache && !timing.hot && bytes >= FLOOR_MIN_BYTES
 }
 
 /// The best memory write bandwidth measured in this process, in bytes per second: measured on

@@ -15,7 +15,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
-    TimingConfig,
+    TensorSpec, TimingConfig,
 };
 
 use crate::interference::Conditions;
@@ -66,17 +66,14 @@ pub(crate) fn request(
                 .context("launch")?,
         }),
     };
-    let verify = manifest.verify.is_some();
     Ok(BenchmarkRequest {
         kernel,
-        // Outputs travel back only when there is something to compare them with.
         tensors: manifest
             .tensors
             .iter()
-            .cloned()
-            .map(|mut t| {
-                t.output &= verify;
-                t
+            .map(|t| TensorSpec {
+                output: returned(manifest, t),
+                ..t.clone()
             })
             .collect(),
         scalars: manifest.scalars.clone(),
@@ -212,6 +209,7 @@ pub(crate) fn start_pool(
     max_process_uses: Option<u64>,
     worker: Option<&Path>,
 ) -> Result<Arc<TuningProcessPool>> {
+    crate::integrity::prepare_floor(output_bytes(manifest), &manifest.timing);
     let config = PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
@@ -494,6 +492,24 @@ pub(crate) fn judge(
         windows: None,
         objective: None,
     }
+}
+
+/// Whether tensor `t` of `manifest` travels back from a worker as an output: an output, when
+/// there is something to compare it with.
+fn returned(manifest: &Manifest, t: &TensorSpec) -> bool {
+    t.output && manifest.verify.is_some()
+}
+
+/// The bytes of the outputs a worker returns for `manifest`'s requests ([`request`]): what the
+/// physical floor holds a time to ([`crate::integrity::below_floor_of`]).
+pub(crate) fn output_bytes(manifest: &Manifest) -> usize {
+    let bytes: u64 = manifest
+        .tensors
+        .iter()
+        .filter(|t| returned(manifest, t))
+        .filter_map(TensorSpec::byte_len)
+        .sum();
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// Whether two lists of outputs are the same tensors with the same bytes.

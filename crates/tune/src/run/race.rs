@@ -336,14 +336,7 @@ impl Run<'_> {
                 &self.setup.device,
             ))))
         };
-        let checked_request = self.window_request(r, round, true)?;
-        let output_bytes: u64 = checked_request
-            .tensors
-            .iter()
-            .filter(|t| t.output)
-            .filter_map(|t| t.byte_len())
-            .sum();
-        let output_bytes = usize::try_from(output_bytes).unwrap_or(usize::MAX);
+        let output_bytes = workers::output_bytes(self.setup.manifest);
         if let Some(why) =
             crate::integrity::below_floor_of(median_ms, output_bytes, &request.timing)
         {
@@ -353,6 +346,7 @@ impl Run<'_> {
         if median_ms >= first * CHECK_FASTER_THAN {
             return None;
         }
+        let checked_request = self.window_request(r, round, true)?;
         let (result, conditions) = self.measure_window(&checked_request)?;
         if matches!(&result, Err(e) if workers::is_transient(e)) {
             // Stopped, or no worker: the window is dropped, as a failed window is.
