@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::util::{check, json, text, tunebox_env};
+use crate::util::{check, json, mode_manifest, text, tunebox_env};
 
 /// `WORK` rounds of arithmetic the compiler cannot fold: the time grows with `WORK`.
 const KERNEL: &str = r#"#include <stdint.h>
@@ -369,36 +369,9 @@ fn a_choice_that_cheats_only_after_screening_is_caught_in_its_round() {
     let counter = dir.path().join("counter");
     std::fs::write(&counter, "0\n").unwrap();
     std::fs::write(dir.path().join("work.c"), LATER_CHEAT).unwrap();
-    let manifest = format!(
-        r#"
-name = "later"
-timeout_s = 30
-[kernel]
-source = "work.c"
-entry = "work"
-flags = ["-O1", '-DCOUNTER="{}"']
-[[tensors]]
-name = "x"
-dtype = "f32"
-shape = [64]
-[[tensors]]
-name = "y"
-dtype = "f32"
-shape = [64]
-init = "zeros"
-output = true
-[[scalars]]
-name = "n"
-value = 64
-[params]
-MODE = [0, 1]
-[timing]
-warmup_ms = 2
-rep_ms = 12
-[verify]
-reference = {{ choice = {{ MODE = 0 }} }}
-"#,
-        counter.display()
+    let manifest = mode_manifest("work", "30", 2, "warmup_ms = 2\nrep_ms = 12").replace(
+        "flags = [\"-O1\"]",
+        &format!("flags = [\"-O1\", '-DCOUNTER=\"{}\"']", counter.display()),
     );
     std::fs::write(dir.path().join("later.toml"), manifest).unwrap();
     let args = [

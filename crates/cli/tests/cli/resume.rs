@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::util::{FAMILY, MANIFEST, check, command, json, outcomes, text, tunebox};
+use crate::util::{FAMILY, MANIFEST, check, command, json, mode_manifest, outcomes, text, tunebox};
 
 /// A kernel that sleeps 4 ms per call: a choice takes ~0.1 s, long enough to interrupt a run.
 const SLOW: &str = r#"#include <stdint.h>
@@ -17,41 +17,6 @@ void slow(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i];
 }
 "#;
-
-/// A manifest for `entry(x, y, n)` over 64 floats in `name.c`, with MODE = 0..modes, MODE = 0 as
-/// the reference, and the given timeout and `[timing]` lines.
-fn mode_manifest(name: &str, timeout_s: &str, modes: usize, timing: &str) -> String {
-    let modes: Vec<String> = (0..modes).map(|m| m.to_string()).collect();
-    format!(
-        r#"timeout_s = {timeout_s}
-[kernel]
-source = "{name}.c"
-entry = "{name}"
-flags = ["-O1"]
-[[tensors]]
-name = "x"
-dtype = "f32"
-shape = [64]
-[[tensors]]
-name = "y"
-dtype = "f32"
-shape = [64]
-init = "zeros"
-output = true
-[[scalars]]
-name = "n"
-value = 64
-[params]
-MODE = [{}]
-[timing]
-{timing}
-flush_cache = false
-[verify]
-reference = {{ choice = {{ MODE = 0 }} }}
-"#,
-        modes.join(", ")
-    )
-}
 
 fn slow_manifest(modes: usize) -> String {
     mode_manifest(

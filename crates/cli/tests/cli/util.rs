@@ -95,6 +95,41 @@ pub(crate) fn outcomes(report: &Value) -> Vec<(String, String)> {
     outcomes
 }
 
+/// A manifest for `entry(x, y, n)` over 64 floats in `name.c`, with MODE = 0..modes, MODE = 0 as
+/// the reference, and the given timeout and `[timing]` lines.
+pub(crate) fn mode_manifest(name: &str, timeout_s: &str, modes: usize, timing: &str) -> String {
+    let modes: Vec<String> = (0..modes).map(|m| m.to_string()).collect();
+    format!(
+        r#"timeout_s = {timeout_s}
+[kernel]
+source = "{name}.c"
+entry = "{name}"
+flags = ["-O1"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [64]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [64]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 64
+[params]
+MODE = [{}]
+[timing]
+{timing}
+flush_cache = false
+[verify]
+reference = {{ choice = {{ MODE = 0 }} }}
+"#,
+        modes.join(", ")
+    )
+}
+
 /// A kernel family with one choice per outcome.
 pub(crate) const FAMILY: &str = r#"#include <stdint.h>
 #include <stdlib.h>
