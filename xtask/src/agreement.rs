@@ -81,6 +81,11 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
             n => runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
         }
     }
+    if let Some(bin) = &vs_bin
+        && !bin.is_file()
+    {
+        return Err(format!("--vs-bin {}: no such file", bin.display()));
+    }
     let root = workspace_root();
     cargo(&["build", "--release", "--package", "tunebox-cli"], &[])?;
     let tunebox = target_dir(&root).join("release").join("tunebox");
@@ -101,11 +106,6 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     };
     let tag = if busy { "busy" } else { "idle" };
     let (mut ours, mut theirs, mut alt) = (Runs::default(), Runs::default(), Runs::default());
-    if let Some(bin) = &vs_bin
-        && !bin.is_file()
-    {
-        return Err(format!("--vs-bin {}: no such file", bin.display()));
-    }
     let vs_args: Option<Vec<String>> = (vs.is_some() || vs_bin.is_some()).then(|| {
         tune_args
             .iter()
