@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::util::{check, command, json, text, tunebox};
+use crate::util::{check, command, json, mode_manifest, text, tunebox};
 
 /// `y = 2 x` for every MODE (the compiler decides what happens).
 const DOUBLE: &str = r#"#include <stdint.h>
@@ -18,34 +18,8 @@ void twice(const float *x, float *y, int64_t n) {
 /// A manifest over MODE = 0, 1, 2 (MODE = 0 the reference), with `top` lines at its top.
 fn manifest(top: &str) -> String {
     format!(
-        r#"timeout_s = 30
-{top}
-[kernel]
-source = "twice.c"
-entry = "twice"
-flags = ["-O1"]
-[[tensors]]
-name = "x"
-dtype = "f32"
-shape = [64]
-[[tensors]]
-name = "y"
-dtype = "f32"
-shape = [64]
-init = "zeros"
-output = true
-[[scalars]]
-name = "n"
-value = 64
-[params]
-MODE = [0, 1, 2]
-[timing]
-warmup_ms = 1
-rep_ms = 2
-flush_cache = false
-[verify]
-reference = {{ choice = {{ MODE = 0 }} }}
-"#
+        "{top}\n{}",
+        mode_manifest("twice", "30", 3, "warmup_ms = 1\nrep_ms = 2")
     )
 }
 
