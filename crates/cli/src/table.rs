@@ -539,6 +539,19 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             c.remeasured,
             choices(c.raced)
         );
+        if c.confirmed_early > 0 {
+            windows.push_str(&format!(
+                "; {} confirmed early (two windows agreed)",
+                choices(c.confirmed_early)
+            ));
+        }
+        if c.settled > 0 {
+            windows.push_str(&format!(
+                "; {} settled at screening (more than {:.0} % behind the best, the largest                  spread of any choice's windows, with no other choice that close)",
+                choices(c.settled),
+                c.settle_margin * 100.0
+            ));
+        }
         if c.busy {
             windows.push_str("; the machine was busy: the ranking is less sure");
         } else if c.drifted() {

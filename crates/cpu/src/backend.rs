@@ -211,6 +211,7 @@ impl CpuBackend {
             timeout: Duration::MAX,
             cancel: None,
             own_process_group: false,
+            background: false,
         };
         let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
         KernelLibrary::load(artifact.path(), Language::of(kernel))

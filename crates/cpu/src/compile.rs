@@ -114,6 +114,13 @@ pub struct CompileControl<'a> {
     /// with it, while a deadline here kills only the compiler process itself, leaving what it
     /// started to that group kill.
     pub own_process_group: bool,
+    /// Whether the compiler runs in the background (`false`, the default, runs it as any
+    /// process): at the lowest priority the kernel has (`SCHED_IDLE`, and nice 19 so that its
+    /// time shows as `nice` in `/proc/stat`), so that it only ever gets a CPU that nothing else
+    /// wants. A benchmark measuring beside it keeps its CPU: the scheduler preempts a
+    /// `SCHED_IDLE` process as soon as another one wakes on that CPU. Best effort: where the
+    /// kernel refuses either setting, the compiler runs as it would have.
+    pub background: bool,
 }
 
 impl Default for CompileControl<'_> {
@@ -122,6 +129,7 @@ impl Default for CompileControl<'_> {
             timeout: DEFAULT_COMPILE_TIMEOUT,
             cancel: None,
             own_process_group: true,
+            background: false,
         }
     }
 }
@@ -132,6 +140,7 @@ impl std::fmt::Debug for CompileControl<'_> {
             .field("timeout", &self.timeout)
             .field("cancel", &self.cancel.map(|_| "Fn() -> bool"))
             .field("own_process_group", &self.own_process_group)
+            .field("background", &self.background)
             .finish()
     }
 }
@@ -142,6 +151,7 @@ impl CompileControl<'_> {
             deadline: start.checked_add(self.timeout),
             cancel: self.cancel,
             own_group: self.own_process_group,
+            background: self.background,
         }
     }
 }

@@ -42,6 +42,9 @@ pub(crate) struct Limits<'a> {
     /// Start the compiler in a process group of its own (killed as a whole), armed to die with
     /// this process; else it stays in the caller's group and only it is killed.
     pub(crate) own_group: bool,
+    /// Start the compiler at the lowest priority (`SCHED_IDLE`, nice 19): see
+    /// [`crate::CompileControl::background`].
+    pub(crate) background: bool,
 }
 
 impl Limits<'_> {
@@ -51,6 +54,19 @@ impl Limits<'_> {
 
     fn expired(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|d| now >= d)
+    }
+}
+
+/// Puts the calling process at the lowest priority the kernel has, best effort: nice 19 (its
+/// time then counts as `nice` in `/proc/stat`) and the `SCHED_IDLE` policy (a process that
+/// runs only when its CPU has nothing else to run). Async-signal-safe: two system calls.
+fn lowest_priority() {
+    // SAFETY: plain system calls on the calling process (pid 0), with a parameter block that
+    // lives on the stack for the call.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
     }
 }
 
@@ -150,6 +166,17 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
                     // The parent died before the signal was armed.
                     return Err(io::Error::other("the parent exited"));
                 }
+                Ok(())
+            });
+        }
+    }
+    if limits.background {
+        // SAFETY: the closure runs in the forked child before exec and only makes two system
+        // calls (setpriority, sched_setscheduler), both async-signal-safe; it allocates nothing
+        // and takes no lock. Their errors are ignored: the compiler then runs as it would have.
+        unsafe {
+            command.pre_exec(|| {
+                lowest_priority();
                 Ok(())
             });
         }

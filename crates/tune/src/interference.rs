@@ -8,12 +8,20 @@
 //! Either one above its threshold marks the window disturbed: such a window does not decide a
 //! choice's time, and a result without enough quiet windows is not cached as final.
 //!
+//! tunebox's own compiles may run beside a window (on the CPUs the workers leave, and in the
+//! background on theirs: [`tunebox_cpu::CompileControl::background`]). They are not
+//! interference: [`BackgroundWork`] knows how long compile threads ran during the window, and
+//! that much is taken off the CPUs' busy time. A compile thread is one CPU-bound process at a
+//! time, so this is about what it used; while compiles run, work of someone else's up to that
+//! much goes unseen (the rounds after the compiles still see it).
+//!
 //! The CPU topology ([`Topology`], from sysfs `thread_siblings_list`) says which CPUs share a
 //! core, so that compiles stay off every core a worker may measure on. Both sources can be
 //! replaced for tests and for simulating other machines: `TUNEBOX_PROC_STAT` (a file in
 //! `/proc/stat`'s format) and `TUNEBOX_SYSFS_CPU` (a folder shaped as `/sys/devices/system/cpu`).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The other CPUs' busy share (of their time) above which a window counts as disturbed.
@@ -23,6 +31,9 @@ pub const STEAL_THRESHOLD: f64 = 0.05;
 /// Clock ticks of foreign busy time below which nothing is flagged (one tick is 10 ms at the
 /// usual `USER_HZ` of 100: a window of 30 ms cannot tell 1 tick from noise).
 const MIN_TICKS: u64 = 2;
+/// Clock ticks per second in `/proc/stat`: `USER_HZ`, 100 on every Linux ABI (whatever the
+/// kernel's own `HZ`).
+const USER_HZ: f64 = 100.0;
 
 /// One CPU's counters from `/proc/stat`, in clock ticks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,8 +104,13 @@ pub struct Conditions {
 
 impl Conditions {
     /// The conditions between two snapshots (`None` where either is missing or the CPUs
-    /// changed: unknown, so not disturbed).
-    pub(crate) fn between(before: Option<&CpuTimes>, after: Option<&CpuTimes>) -> Conditions {
+    /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
+    /// time, [`BackgroundWork`]) in between: that much of the busy time is not interference.
+    pub(crate) fn between(
+        before: Option<&CpuTimes>,
+        after: Option<&CpuTimes>,
+        own: Duration,
+    ) -> Conditions {
         let (Some(before), Some(after)) = (before, after) else {
             return Conditions::default();
         };
@@ -111,7 +127,13 @@ impl Conditions {
                 total: a.total.saturating_sub(b.total),
             })
             .collect();
-        let busy: u64 = delta.iter().map(|d| d.busy).sum();
+        // Rounded up: a compile that ran for part of a tick may have been charged the tick.
+        let own_ticks = (own.as_secs_f64() * USER_HZ).ceil() as u64;
+        let busy: u64 = delta
+            .iter()
+            .map(|d| d.busy)
+            .sum::<u64>()
+            .saturating_sub(own_ticks);
         let steal: u64 = delta.iter().map(|d| d.steal).sum();
         let total: u64 = delta.iter().map(|d| d.total).sum();
         // One CPU's worth of time is the worker's (it may move between CPUs: the sum counts).
@@ -136,12 +158,21 @@ impl Conditions {
         }
     }
 
-    /// Runs `f`, and says what else ran meanwhile.
-    pub(crate) fn around<T>(f: impl FnOnce() -> T) -> (T, Conditions) {
+    /// Runs `f`, and says what else ran meanwhile, `background` (tunebox's own compiles, if
+    /// any ran) aside.
+    pub(crate) fn around<T>(
+        background: Option<&BackgroundWork>,
+        f: impl FnOnce() -> T,
+    ) -> (T, Conditions) {
+        let own_before = background.map(BackgroundWork::total);
         let before = CpuTimes::now();
         let value = f();
         let after = CpuTimes::now();
-        let conditions = Conditions::between(before.as_ref(), after.as_ref());
+        let own = background
+            .map(BackgroundWork::total)
+            .zip(own_before)
+            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
+        let conditions = Conditions::between(before.as_ref(), after.as_ref(), own);
         (value, conditions.ended_now())
     }
 
@@ -152,6 +183,78 @@ impl Conditions {
             ended_s: now.map_or(0.0, |d| d.as_secs_f64()),
             ..self
         }
+    }
+}
+
+/// How long tunebox's own background work (compile threads) has run, summed over threads: a
+/// clock that each thread starts ([`BackgroundWork::start`]) and that stops with the guard it
+/// returns. [`Conditions::around`] reads it before and after a window.
+#[derive(Debug)]
+pub(crate) struct BackgroundWork {
+    state: Mutex<Clock>,
+}
+
+#[derive(Debug)]
+struct Clock {
+    /// Threads running now.
+    running: u32,
+    /// Thread time summed up to `since`.
+    total: Duration,
+    since: Instant,
+}
+
+impl Default for BackgroundWork {
+    fn default() -> Self {
+        BackgroundWork {
+            state: Mutex::new(Clock {
+                running: 0,
+                total: Duration::ZERO,
+                since: Instant::now(),
+            }),
+        }
+    }
+}
+
+impl BackgroundWork {
+    /// Thread time so far (the running threads' up to now).
+    pub(crate) fn total(&self) -> Duration {
+        let mut clock = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        clock.advance(Instant::now());
+        clock.total
+    }
+
+    /// One more thread runs until the guard is dropped.
+    pub(crate) fn start(&self) -> Running<'_> {
+        let mut clock = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        clock.advance(Instant::now());
+        clock.running += 1;
+        Running { work: self }
+    }
+}
+
+impl Clock {
+    fn advance(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.since);
+        self.total += elapsed * self.running;
+        self.since = now;
+    }
+}
+
+/// A thread of [`BackgroundWork`] running; it stops when dropped.
+#[derive(Debug)]
+pub(crate) struct Running<'w> {
+    work: &'w BackgroundWork,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut clock = self
+            .work
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        clock.advance(Instant::now());
+        clock.running = clock.running.saturating_sub(1);
     }
 }
 
@@ -205,6 +308,12 @@ impl Topology {
     #[cfg(test)]
     pub(crate) fn cpus(&self) -> usize {
         self.cores.iter().map(Vec::len).sum()
+    }
+
+    /// Whether some core runs two CPUs or more (SMT: a compile on a worker's sibling would
+    /// share its core's execution units, whatever its priority).
+    pub(crate) fn has_smt(&self) -> bool {
+        self.cores.iter().any(|c| c.len() > 1)
     }
 
     /// The CPUs left when `workers` workers each hold a whole core (the largest cores first:
@@ -295,28 +404,67 @@ mod tests {
         let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
         // The worker busy on cpu0 for 10 ticks, cpu1 idle (1 tick of the parent).
         let quiet = CpuTimes::parse(&stat(&[(110, 100, 0), (101, 109, 0)]));
-        let c = Conditions::between(Some(&before), Some(&quiet));
+        let c = Conditions::between(Some(&before), Some(&quiet), Duration::ZERO);
         assert!(!c.disturbed, "{c:?}");
         assert!(c.other_busy < 0.15, "{c:?}");
         // A busy loop on cpu1 all along.
         let busy = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&busy));
+        let c = Conditions::between(Some(&before), Some(&busy), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 1.0).abs() < 1e-9, "{c:?}");
         // The worker moved between the CPUs half way: still one CPU's worth, quiet.
         let moved = CpuTimes::parse(&stat(&[(105, 105, 0), (105, 105, 0)]));
-        assert!(!Conditions::between(Some(&before), Some(&moved)).disturbed);
+        assert!(!Conditions::between(Some(&before), Some(&moved), Duration::ZERO).disturbed);
         // The hypervisor stole a third of the time.
         let stolen = CpuTimes::parse(&stat(&[(107, 100, 3), (100, 107, 3)]));
-        let c = Conditions::between(Some(&before), Some(&stolen));
+        let c = Conditions::between(Some(&before), Some(&stolen), Duration::ZERO);
         assert!(c.disturbed && c.steal > 0.25, "{c:?}");
         // One tick of foreign work in a short window is below what ticks can tell.
         let short = CpuTimes::parse(&stat(&[(103, 100, 0), (101, 102, 0)]));
-        assert!(!Conditions::between(Some(&before), Some(&short)).disturbed);
+        assert!(!Conditions::between(Some(&before), Some(&short), Duration::ZERO).disturbed);
         // Unknown conditions are not interference.
         assert_eq!(
-            Conditions::between(None, Some(&busy)),
+            Conditions::between(None, Some(&busy), Duration::ZERO),
             Conditions::default()
         );
+    }
+
+    /// tunebox's own compiles beside a window (timed by [`BackgroundWork`]) are not
+    /// interference; someone else's work, beyond what the compiles ran, still is.
+    #[test]
+    fn own_background_compiles_do_not_disturb_a_window() {
+        // (user, nice, idle) per CPU.
+        let stat = |cpus: &[(u64, u64, u64)]| {
+            let mut text = String::new();
+            for (i, (user, nice, idle)) in cpus.iter().enumerate() {
+                text.push_str(&format!("cpu{i} {user} {nice} 0 {idle} 0 0 0 0 0 0\n"));
+            }
+            CpuTimes::parse(&text)
+        };
+        let before = stat(&[(100, 0, 100), (100, 0, 100)]);
+        // The worker on cpu0 for 10 ticks, a compile niced on cpu1 for 10.
+        let after = stat(&[(110, 0, 100), (100, 10, 100)]);
+        let ran = |ms| Duration::from_millis(ms);
+        let c = Conditions::between(Some(&before), Some(&after), ran(100));
+        assert!(!c.disturbed && c.other_busy < 0.01, "{c:?}");
+        // No compile ran: the time is someone else's.
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO);
+        assert!(c.disturbed, "{c:?}");
+        // A compile ran a quarter of the time (3 ticks, rounded up): the rest is someone
+        // else's.
+        let c = Conditions::between(Some(&before), Some(&after), ran(25));
+        assert!(c.disturbed && (c.other_busy - 0.7).abs() < 0.01, "{c:?}");
+        // The clock: two threads for a while, then one.
+        let work = BackgroundWork::default();
+        let start = work.total();
+        {
+            let _a = work.start();
+            let _b = work.start();
+            std::thread::sleep(ran(20));
+        }
+        let two = work.total() - start;
+        assert!(two >= ran(40) && two < ran(400), "{two:?}");
+        std::thread::sleep(ran(10));
+        assert!(work.total() - start - two < ran(5), "no thread ran");
     }
 
     #[test]
@@ -339,6 +487,13 @@ mod tests {
         // One worker holds a core and its sibling: two CPUs are free for compiles.
         assert_eq!(t.free_cpus(1), 2);
         assert_eq!(t.free_cpus(2), 0);
+        assert!(t.has_smt());
+        assert!(
+            !Topology {
+                cores: vec![vec![0], vec![1]]
+            }
+            .has_smt()
+        );
         // Ranges; no sysfs at all.
         assert_eq!(parse_cpu_list("0-2,5\n"), Some(vec![0, 1, 2, 5]));
         assert_eq!(parse_cpu_list("x"), None);

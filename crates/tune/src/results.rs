@@ -292,6 +292,21 @@ pub struct RunConditions {
     pub remeasured: usize,
     /// Choices raced for the top (their interval overlapped the best's) after the rounds.
     pub raced: usize,
+    /// Choices settled at screening: measured in one window, which was behind the best by
+    /// more than [`RunConditions::settle_margin`], so that no later window could have made
+    /// them the best (0 in reports made before it was kept).
+    #[serde(default)]
+    pub settled: usize,
+    /// How far behind the best a choice's screening window had to be to settle it: the
+    /// largest spread between the fastest and the slowest window of any choice the run had
+    /// measured twice or more when it decided (0.4: 40 %; 0 when nothing was settled).
+    #[serde(default)]
+    pub settle_margin: f64,
+    /// Choices whose rounds stopped early, their estimate confirmed: their two fastest windows
+    /// agreed within their reps' noise ([`crate::Windows::confirmed`]) before the last round
+    /// (0 in reports made before it was kept).
+    #[serde(default)]
+    pub confirmed_early: usize,
     /// The slowest speed probe over the fastest (1: the machine's speed held).
     pub probe_ratio: f64,
     /// How far the machine's speed drifted, by the choices' own windows after screening: the

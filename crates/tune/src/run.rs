@@ -21,6 +21,7 @@ use crate::strategies;
 use crate::strategy::Strategy;
 
 pub(crate) mod compile;
+mod compile_threads;
 mod context;
 pub(crate) mod lookup;
 pub(crate) mod measure;

@@ -22,12 +22,27 @@ pub(crate) const ESTIMATE_QUANTILE: f64 = 0.0;
 const RESAMPLES: usize = 400;
 /// Quiet windows a result needs before the results cache keeps it as final.
 pub(crate) const SETTLED_WINDOWS: usize = 2;
+/// Two windows agree when their medians are this close or closer, whatever their reps' noise
+/// says ([`Windows::confirmed`]): about what a window's median moves between runs on a quiet
+/// machine (the same 1 % as the race's ties).
+pub(crate) const AGREE_AT_LEAST: f64 = 0.01;
+/// Two windows never agree further apart than this, however noisy their reps: a window whose
+/// reps spread that much says little, and another window is cheaper than a wrong rank.
+pub(crate) const AGREE_AT_MOST: f64 = 0.03;
+/// Standard errors two windows' medians may differ by and still agree (about 95 %).
+const AGREE_Z: f64 = 2.0;
 
 /// A choice's windows: each one's median and conditions, and what they add up to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Windows {
     /// Each window's median, ms, in the order measured (the first is the screening window).
     pub medians_ms: Vec<f64>,
+    /// Each window's noise (by the same position): the relative standard error of its median,
+    /// from its reps' spread (`1.2533 σ / √reps / median`; 0 when unknown, e.g. one rep, or
+    /// results recorded before it was kept). What [`Windows::confirmed`] allows two windows
+    /// to differ by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub noise: Vec<f64>,
     /// Whether each window was disturbed (by the same position).
     pub disturbed: Vec<bool>,
     /// When each window ended, seconds since the Unix epoch (by the same position; empty in
@@ -54,6 +69,7 @@ impl Windows {
     pub(crate) fn first(stats: &TimingStats, conditions: Conditions) -> Windows {
         let mut w = Windows {
             medians_ms: Vec::new(),
+            noise: Vec::new(),
             disturbed: Vec::new(),
             ended_s: Vec::new(),
             worst_busy: 0.0,
@@ -62,7 +78,7 @@ impl Windows {
             remeasured: 0,
             tie: false,
         };
-        w.push(stats.median_ms, conditions);
+        w.push(stats.median_ms, median_noise(stats), conditions);
         w.interval_ms = [
             stats.p20_ms.min(stats.median_ms),
             stats.p80_ms.max(stats.median_ms),
@@ -70,13 +86,24 @@ impl Windows {
         w
     }
 
-    /// Adds a window, and estimates again (`seed`: the choice's, for the bootstrap).
+    /// Adds a window of median `median_ms` whose noise is not known, and estimates again
+    /// (`seed`: the choice's, for the bootstrap).
+    #[cfg(test)]
     pub(crate) fn add(&mut self, median_ms: f64, conditions: Conditions, seed: u64) {
-        self.push(median_ms, conditions);
+        self.push(median_ms, 0.0, conditions);
         self.estimate(seed);
     }
 
-    fn push(&mut self, median_ms: f64, conditions: Conditions) {
+    /// Adds the window `stats` measured, and estimates again (`seed`: the choice's).
+    pub(crate) fn add_stats(&mut self, stats: &TimingStats, conditions: Conditions, seed: u64) {
+        self.push(stats.median_ms, median_noise(stats), conditions);
+        self.estimate(seed);
+    }
+
+    fn push(&mut self, median_ms: f64, noise: f64, conditions: Conditions) {
+        // Results recorded before noise was kept have none: their windows' noise is unknown.
+        self.noise.resize(self.medians_ms.len(), 0.0);
+        self.noise.push(noise);
         self.medians_ms.push(median_ms);
         self.disturbed.push(conditions.disturbed);
         self.ended_s.push(conditions.ended_s);
@@ -114,6 +141,37 @@ impl Windows {
         self.interval_ms = bootstrap(all, seed);
     }
 
+    /// Whether the estimate is confirmed: its two fastest windows agree, within what their
+    /// medians' noise explains ([`AGREE_Z`] standard errors of the difference), at least
+    /// [`AGREE_AT_LEAST`] and at most [`AGREE_AT_MOST`] apart. Interference only slows a
+    /// window, so a lone fastest window may still be a slowed one (every window so far in a
+    /// slow episode, or the only one); a second that agrees with it says the machine gave the
+    /// same time twice, apart in time. `false` with fewer than two windows.
+    pub fn confirmed(&self) -> bool {
+        let mut by_time: Vec<(f64, f64)> = self
+            .medians_ms
+            .iter()
+            .zip(self.noise.iter().chain(std::iter::repeat(&0.0)))
+            .map(|(&m, &n)| (m, n))
+            .collect();
+        if by_time.len() < 2 {
+            return false;
+        }
+        by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let ((fast, fast_noise), (next, next_noise)) = (by_time[0], by_time[1]);
+        if fast.is_nan() || fast <= 0.0 {
+            return false;
+        }
+        let allowed = (AGREE_Z * fast_noise.hypot(next_noise)).clamp(AGREE_AT_LEAST, AGREE_AT_MOST);
+        next / fast - 1.0 <= allowed
+    }
+
+    /// The largest ratio of a window's median to another's, less 1 (0.3: the slowest window
+    /// is 30 % slower than the fastest); 0 with fewer than two windows.
+    pub(crate) fn spread(&self) -> f64 {
+        spread(&self.medians_ms)
+    }
+
     /// Whether this interval and `other`'s overlap.
     pub fn overlaps(&self, other: &Windows) -> bool {
         self.interval_ms[0] <= other.interval_ms[1] && other.interval_ms[0] <= self.interval_ms[1]
@@ -142,6 +200,20 @@ pub(crate) fn drift<'a>(windows: impl Iterator<Item = &'a Windows>) -> f64 {
     // The true median (two choices: the mean of their spreads, not the larger).
     let median = quantile(&spreads, 0.5);
     if median.is_nan() { 0.0 } else { median }
+}
+
+/// The relative standard error of a window's median, from its reps: `1.2533 σ / √reps`, over
+/// the median (the asymptotic error of a sample median of a normal population); 0 for a
+/// window of one rep or a median of 0.
+fn median_noise(stats: &TimingStats) -> f64 {
+    if stats.reps < 2
+        || stats.median_ms.is_nan()
+        || stats.median_ms <= 0.0
+        || !stats.stddev_ms.is_finite()
+    {
+        return 0.0;
+    }
+    1.2533 * stats.stddev_ms / f64::from(stats.reps).sqrt() / stats.median_ms
 }
 
 /// The slowest of `medians` over the fastest, less 1; 0 when they are not all positive.
@@ -296,6 +368,38 @@ mod tests {
         w.add(5.36, quiet(), 3);
         w.add(6.7, quiet(), 3);
         assert_eq!(w.estimate_ms, 5.36);
+    }
+
+    /// An estimate is confirmed once two windows agree within their reps' noise (at least
+    /// 1 %, at most 3 %), whichever windows they are; one slowed window does not confirm.
+    #[test]
+    fn two_windows_that_agree_confirm_the_estimate() {
+        let noisy = |median: f64, stddev: f64, reps: u32| TimingStats {
+            median_ms: median,
+            stddev_ms: stddev,
+            reps,
+            ..stats(median)
+        };
+        let mut w = Windows::first(&noisy(5.0, 0.0, 3), quiet());
+        assert!(!w.confirmed(), "one window");
+        // Slowed by an episode at screening, then the clean time: not yet.
+        w.add_stats(&noisy(3.6, 0.0, 3), quiet(), 1);
+        assert!(!w.confirmed());
+        // A second clean window 0.5 % away: confirmed (the 1 % floor).
+        w.add_stats(&noisy(3.618, 0.0, 3), quiet(), 1);
+        assert!(w.confirmed());
+        // Noisy reps widen what agrees: 2.4 % apart with a 1 % standard error each.
+        let mut w = Windows::first(&noisy(3.0, 0.048, 4), quiet());
+        w.add_stats(&noisy(3.072, 0.049, 4), quiet(), 1);
+        assert!(w.noise[0] > 0.009 && w.noise[0] < 0.011, "{:?}", w.noise);
+        assert!(w.confirmed());
+        // ... but never beyond 3 %, however noisy.
+        let mut w = Windows::first(&noisy(3.0, 1.0, 4), quiet());
+        w.add_stats(&noisy(3.1, 1.0, 4), quiet(), 1);
+        assert!(!w.confirmed());
+        // Windows recorded without their noise agree within the floor.
+        let w = windows_of(&[3.0, 3.02]);
+        assert!(w.confirmed() && w.noise.iter().all(|n| *n == 0.0));
     }
 
     #[test]

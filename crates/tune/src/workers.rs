@@ -18,7 +18,7 @@ use tunebox_protocol::{
     TensorSpec, TimingConfig,
 };
 
-use crate::interference::Conditions;
+use crate::interference::{BackgroundWork, Conditions};
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
 use crate::results::{Check, ChoiceResult};
@@ -286,12 +286,14 @@ pub(crate) fn reference_outputs(
 /// ready, and `None` ends the run) on the pool, keeping at most one request per worker in
 /// flight so that `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls
 /// `on_result(position, result, conditions)` on this thread as each finishes, `conditions`
-/// saying what else ran on the machine meanwhile (see [`Conditions`]); a request `next` handed
+/// saying what else ran on the machine meanwhile (see [`Conditions`]; `background`: the
+/// run's own compiles, which may run beside, are not interference); a request `next` handed
 /// out always gets its result.
 pub(crate) fn run_all<'r>(
     pool: &TuningProcessPool,
     next: impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync,
     should_stop: impl Fn() -> bool + Sync,
+    background: Option<&BackgroundWork>,
     mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>, Conditions),
 ) {
     std::thread::scope(|scope| {
@@ -304,7 +306,7 @@ pub(crate) fn run_all<'r>(
                     let Some((position, request)) = next() else {
                         break;
                     };
-                    let (result, conditions) = Conditions::around(|| {
+                    let (result, conditions) = Conditions::around(background, || {
                         pool.benchmark(std::slice::from_ref(request)).remove(0)
                     });
                     if done_tx.send((position, result, conditions)).is_err() {

@@ -16,7 +16,7 @@ use super::pipeline::{Outcome, stop_reason};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::TuneError;
 use crate::fingerprint;
-use crate::interference::Topology;
+use crate::interference::{BackgroundWork, Topology};
 use crate::manifest::{Language, Manifest, Reference, Verify};
 use crate::observer::{Observer, ObserverExt};
 use crate::results::{
@@ -46,6 +46,8 @@ pub(super) struct Run<'a> {
     pub reference_compiled: bool,
     pub kernel_cache: CacheDir,
     pub topology: Topology,
+    /// How long compile threads have run (they may run beside windows, in the background).
+    pub compile_clock: BackgroundWork,
     /// The pool and the reference outputs, started when something needs measuring.
     pub measuring: Option<Measuring>,
     pub workers: usize,
@@ -138,6 +140,7 @@ impl<'a> Run<'a> {
             reference_compiled: false,
             kernel_cache: tunebox_cpu::default_cache_dir()?,
             topology: Topology::detect(),
+            compile_clock: BackgroundWork::default(),
             measuring: None,
             workers: 1,
             ledger: Ledger {

@@ -4,17 +4,17 @@
 //! pipeline with no compile threads (its C choices are compiled already).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_cpu::{CacheDir, CompileControl};
 use tunebox_pool::{Status, TuningProcessPool};
 use tunebox_protocol::{BenchmarkRequest, Kernel, TensorData};
 
 use super::compile::{Compiled, judge as judge_compile};
+use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, lock};
 use super::lookup::{Setup, Todo};
-use crate::interference::Conditions;
+use crate::interference::{BackgroundWork, Conditions};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::stop::Stop;
@@ -59,13 +59,11 @@ pub(crate) struct Compiling<'c> {
     pub control: &'c CompileControl<'c>,
     /// Say what compiles where (once a run, not every round of an adaptive search).
     pub say: bool,
-    /// The CPUs compiles may use when they run alone.
-    pub cpus: usize,
-    /// The CPUs on no core a worker may measure on (the CPUs less each worker's core and its
-    /// SMT siblings: see [`crate::interference::Topology::free_cpus`]). Compiles overlap
-    /// measuring on these; with none, they all finish first, on every CPU, so that no compile
-    /// shares a measuring core.
-    pub free_cpus: usize,
+    /// The compile threads, and whether measuring overlaps them.
+    pub plan: CompilePlan,
+    /// The compile threads' time, so that a window beside them can tell them from
+    /// interference ([`Conditions::around`]).
+    pub clock: &'c BackgroundWork,
 }
 
 /// What became of one position of the batch.
@@ -105,11 +103,9 @@ pub(crate) fn pipeline(
         }
         None => Vec::new(),
     };
-    let (cpus, free) = compiling
-        .as_ref()
-        .map_or((1, 0), |c| (c.cpus.max(1), c.free_cpus));
-    let overlap = free > 0;
-    let compile_threads = if overlap { free } else { cpus };
+    let plan = compiling.as_ref().map(|c| c.plan);
+    let compile_threads = plan.map_or(1, |p| p.threads().max(1));
+    let overlap = plan.is_some_and(|p| p.overlap);
     stage.observer.phase(
         Phase::Benchmarking,
         ready.len() + c_todo.len(),
@@ -152,20 +148,14 @@ pub(crate) fn pipeline(
     let gate = &gate;
     std::thread::scope(|scope| {
         let compilers = compiling.as_ref().map(|c| {
-            let job = CompileJob {
-                stage,
-                todo,
-                c_todo: &c_todo,
-                next: AtomicUsize::new(0),
-                compiled: &compiled,
-                compiled_deps: &compiled_deps,
-                gate,
-                compiling: c,
-            };
+            let job = CompileJob::new(stage, todo, &c_todo, &compiled, &compiled_deps, gate, c);
             scope.spawn(move || {
                 std::thread::scope(|inner| {
-                    for _ in 0..compile_threads {
-                        inner.spawn(|| job.work());
+                    for _ in 0..c.plan.foreground.max(1) {
+                        inner.spawn(|| job.foreground());
+                    }
+                    for _ in 0..c.plan.background {
+                        inner.spawn(|| job.background());
                     }
                 });
                 // Every compile thread is done (or panicked): nothing is left pending.
@@ -175,10 +165,12 @@ pub(crate) fn pipeline(
         if !overlap && let Some(compilers) = compilers {
             let _ = compilers.join();
         }
+        let clock = compiling.as_ref().map(|c| c.clock);
         workers::run_all(
             stage.pool,
             || gate.next().map(|p| (p, &todo[p].request)),
             || stage.should_stop(),
+            clock,
             |p, result, conditions| {
                 measured[p] = true;
                 let outcome = measured_outcome(stage, &todo[p], result, conditions);
@@ -288,54 +280,6 @@ pub(crate) fn measured_outcome(
     }
 }
 
-/// What compiling one C choice gave: `None` when it was not started (the run was stopped).
-type CompileOutcome = Option<Result<Vec<PathBuf>, CpuError>>;
-
-/// The compile threads' shared work list.
-struct CompileJob<'j> {
-    stage: &'j Stage<'j>,
-    todo: &'j [Todo],
-    c_todo: &'j [usize],
-    next: AtomicUsize,
-    compiled: &'j Mutex<Vec<(usize, CompileOutcome)>>,
-    compiled_deps: &'j Mutex<Vec<Option<Vec<PathBuf>>>>,
-    gate: &'j InOrder,
-    compiling: &'j Compiling<'j>,
-}
-
-impl CompileJob<'_> {
-    /// Compiles positions until none is left; each settles its gate position (the files it
-    /// read are set before, so before it is measured). A compile that fails is reported now.
-    fn work(&self) {
-        while let Some(&p) = self.c_todo.get(self.next.fetch_add(1, Ordering::SeqCst)) {
-            let outcome = (!self.stage.should_stop()).then(|| {
-                workers::precompile(
-                    &self.todo[p].request,
-                    self.compiling.kernel_cache,
-                    self.compiling.control,
-                )
-            });
-            if let Some(Ok(deps)) = &outcome {
-                lock(self.compiled_deps)[p] = Some(deps.clone());
-            }
-            self.gate.settle(p, matches!(outcome, Some(Ok(_))));
-            if let Some(Err(e)) = &outcome
-                && !matches!(e, CpuError::CompileCancelled { .. })
-            {
-                let status = if workers::compile_timeout_message(e).is_some() {
-                    Status::Timeout
-                } else {
-                    Status::CompileError
-                };
-                self.stage
-                    .observer
-                    .finished(&self.todo[p].choice.label(), status, None);
-            }
-            lock(self.compiled).push((p, outcome));
-        }
-    }
-}
-
 /// The outcomes of the C choices that were not measured: a compile failure is a result; one
 /// compiled but never measured, or never compiled, was not started.
 fn compile_outcomes(
@@ -375,9 +319,4 @@ fn compile_outcomes(
         };
         on_outcome(p, outcome);
     }
-}
-
-/// Locks `mutex`, whatever a panicking holder left in it.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

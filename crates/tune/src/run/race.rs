@@ -35,6 +35,9 @@ const CHECK_FASTER_THAN: f64 = 0.5;
 /// A round's probe (the fastest of three) this much slower than the run's fastest says the
 /// machine slowed down by itself (frequency, a host neighbour), whatever /proc/stat says.
 const SLOW_PROBE: f64 = 1.5;
+/// Choices measured in two windows or more that the run needs before it settles any choice at
+/// screening: the largest spread of fewer says too little about how far a window can be off.
+const SETTLE_EVIDENCE: usize = 3;
 
 /// Of `overlapping` (the best first, then the choices whose interval overlaps its own), the
 /// best and those whose `estimate` is more than [`RACE_TIES_WITHIN`] above the best's; only
@@ -72,7 +75,74 @@ struct Tally {
     disturbed: usize,
     remeasured: usize,
     raced: usize,
+    settled: usize,
+    settle_margin: f64,
+    confirmed_early: usize,
     probes: Vec<Duration>,
+}
+
+/// What settling a choice at screening is judged by, from the windows of the run's `ok`
+/// choices: the best estimate, every choice's estimate (sorted), and the largest spread
+/// between any choice's fastest and slowest window among those measured twice or more.
+#[derive(Debug, Clone)]
+struct Settling {
+    best_ms: f64,
+    estimates: Vec<f64>,
+    margin: f64,
+    evidence: usize,
+}
+
+impl Settling {
+    /// From the windows of the `ok` choices measured in this run.
+    fn of<'w>(windows: impl Iterator<Item = &'w crate::Windows>) -> Settling {
+        let mut s = Settling {
+            best_ms: f64::INFINITY,
+            estimates: Vec::new(),
+            margin: 0.0,
+            evidence: 0,
+        };
+        for w in windows {
+            s.best_ms = s.best_ms.min(w.estimate_ms);
+            s.estimates.push(w.estimate_ms);
+            if w.medians_ms.len() >= 2 {
+                s.margin = s.margin.max(w.spread());
+                s.evidence += 1;
+            }
+        }
+        s.estimates.sort_by(f64::total_cmp);
+        s
+    }
+
+    /// The margin a window may be off by, as far as this run can tell, once it has measured
+    /// half its choices twice or more (and at least [`SETTLE_EVIDENCE`]): the largest spread
+    /// of fewer says too little about how far a window can be off.
+    fn margin(&self) -> Option<f64> {
+        let needed = SETTLE_EVIDENCE.max(self.estimates.len().div_ceil(2));
+        (self.evidence >= needed && self.best_ms.is_finite()).then_some(self.margin)
+    }
+
+    /// Whether a choice measured once, in a window of `screening_ms`, is settled: no later
+    /// window could change its rank. Interference only slows a window, so as far as this run
+    /// can tell the choice's time lies in `[screening_ms / (1 + margin), screening_ms]`: it is
+    /// settled when that trails the best by more than the margin and no other choice's
+    /// estimate lies within the margin of it either (then more windows would only move it
+    /// among choices it does not change places with). On a machine whose windows spread
+    /// little, far choices settle; on one whose speed drifts, none does.
+    fn settles(&self, screening_ms: f64) -> bool {
+        let Some(m) = self.margin() else {
+            return false;
+        };
+        if screening_ms <= self.best_ms * (1.0 + m) {
+            return false;
+        }
+        let (low, high) = (screening_ms / (1.0 + m), screening_ms * (1.0 + m));
+        // Itself, and nobody else, within the margin.
+        self.estimates
+            .iter()
+            .filter(|&&e| low <= e && e <= high)
+            .count()
+            <= 1
+    }
 }
 
 impl Run<'_> {
@@ -105,12 +175,33 @@ impl Run<'_> {
                 plural(contenders.len())
             ));
             let started = Instant::now();
+            let mut settled = vec![false; self.ledger.results.len()];
             for round in 1..=rounds {
                 if self.should_stop() {
                     break;
                 }
-                self.window_round(&contenders, round, &mut tally);
+                let due: Vec<usize> = contenders
+                    .iter()
+                    .copied()
+                    .filter(|&p| !settled[p] && self.needs_window(p, round))
+                    .collect();
+                if due.is_empty() {
+                    break;
+                }
+                let settle = (round == 1).then_some(&mut settled[..]);
+                self.window_round(&due, round, &mut tally, settle);
             }
+            tally.settled = settled.iter().filter(|s| **s).count();
+            tally.confirmed_early = contenders
+                .iter()
+                .filter(|&&p| {
+                    let r = &self.ledger.results[p];
+                    r.status == Status::Ok
+                        && r.windows
+                            .as_ref()
+                            .is_some_and(|w| w.confirmed() && w.medians_ms.len() < 1 + rounds)
+                })
+                .count();
             let budget = self.options.race.unwrap_or_else(|| {
                 started
                     .elapsed()
@@ -161,9 +252,32 @@ impl Run<'_> {
             for &p in &racing {
                 raced[p] = true;
             }
-            self.window_round(&racing, self.setup.windows, tally);
+            self.window_round(&racing, self.setup.windows, tally, None);
         }
         tally.raced = raced.iter().filter(|r| **r).count();
+    }
+
+    /// Whether the result at `p` needs a window in `round` (from 1): it is `ok`, has at most
+    /// `round` windows, and its estimate is not confirmed yet ([`crate::Windows::confirmed`]:
+    /// two windows agree).
+    fn needs_window(&self, p: usize, round: usize) -> bool {
+        let r = &self.ledger.results[p];
+        r.status == Status::Ok
+            && r.windows
+                .as_ref()
+                .is_some_and(|w| w.medians_ms.len() <= round && !w.confirmed())
+    }
+
+    /// How settling at screening stands now ([`Settling`]), from the `ok` results measured in
+    /// this run.
+    fn settling(&self) -> Settling {
+        Settling::of(
+            self.ledger
+                .results
+                .iter()
+                .filter(|r| r.status == Status::Ok && !r.cached)
+                .filter_map(|r| r.windows.as_ref()),
+        )
     }
 
     /// The best and the contenders whose interval overlaps its own and whose estimate is more
@@ -206,19 +320,44 @@ impl Run<'_> {
     }
 
     /// One round: a window of each of `positions`, in an order shuffled for `round`; windows
-    /// found disturbed are measured once more at the round's end.
-    fn window_round(&mut self, positions: &[usize], round: usize, tally: &mut Tally) {
+    /// found disturbed are measured once more at the round's end. With `settle` (the first
+    /// round), a choice still measured once whose screening window trails the best by more
+    /// than the run's windows have ever differed ([`Settling`]) is settled instead (marked
+    /// there, by position) and not measured again.
+    fn window_round(
+        &mut self,
+        positions: &[usize],
+        round: usize,
+        tally: &mut Tally,
+        mut settle: Option<&mut [bool]>,
+    ) {
         let mut order = positions.to_vec();
         let seed = self.options.selection.seed ^ (round as u64).wrapping_mul(0x9E37_79B9);
         fastrand::Rng::with_seed(seed).shuffle(&mut order);
         let probe = (0..3).map(|_| interference::speed_probe()).min();
         tally.probes.extend(probe);
         let (mut again, mut measured) = (Vec::new(), 0usize);
+        let mut settling = self.settling();
         for p in order {
             if self.should_stop() {
                 return;
             }
-            match self.window(p, round, tally) {
+            if let Some(settled) = settle.as_deref_mut()
+                && !settled[p]
+                && let Some(screening) = self.ledger.results[p]
+                    .windows
+                    .as_ref()
+                    .filter(|w| w.medians_ms.len() == 1)
+                    .map(|w| w.medians_ms[0])
+                && settling.settles(screening)
+            {
+                settled[p] = true;
+                tally.settle_margin = tally.settle_margin.max(settling.margin);
+                continue;
+            }
+            let outcome = self.window(p, round, tally);
+            settling = self.settling();
+            match outcome {
                 Some(true) => again.push(p),
                 Some(false) => {}
                 None => continue,
@@ -273,7 +412,7 @@ impl Run<'_> {
                 tally.disturbed += usize::from(conditions.disturbed);
                 let seed = r.index as u64;
                 if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
-                    w.add(measured.median_ms, conditions, seed);
+                    w.add_stats(&measured, conditions, seed);
                     stats.reps += measured.reps;
                 }
                 Some(conditions.disturbed)
@@ -304,7 +443,7 @@ impl Run<'_> {
         request: &BenchmarkRequest,
     ) -> Option<(Result<BenchmarkResult, PoolError>, Conditions)> {
         let measuring = self.measuring.as_ref()?;
-        Some(Conditions::around(|| {
+        Some(Conditions::around(None, || {
             measuring
                 .pool
                 .benchmark(std::slice::from_ref(request))
@@ -444,6 +583,9 @@ impl Run<'_> {
             disturbed: tally.disturbed,
             remeasured: tally.remeasured,
             raced: tally.raced,
+            settled: tally.settled,
+            settle_margin: tally.settle_margin,
+            confirmed_early: tally.confirmed_early,
             probe_ratio,
             drift,
             load: [
@@ -515,6 +657,61 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn windows(medians: &[f64]) -> crate::Windows {
+        let stats = |m: f64| TimingStats {
+            median_ms: m,
+            p20_ms: m,
+            p80_ms: m,
+            ..TimingStats::unmeasured()
+        };
+        let mut w = crate::Windows::first(&stats(medians[0]), Default::default());
+        for &m in &medians[1..] {
+            w.add_stats(&stats(m), Default::default(), 1);
+        }
+        w
+    }
+
+    /// A choice measured once settles only when neither the best nor any other choice lies
+    /// within the largest spread the run's windows have shown: its rank cannot change.
+    #[test]
+    fn a_choice_settles_at_screening_only_where_no_window_could_move_its_rank() {
+        // Four choices measured twice, spreading at most 5 %; four more measured once.
+        let measured = [
+            windows(&[3.0, 3.05]),
+            windows(&[3.3, 3.2]),
+            windows(&[4.0, 4.1]),
+            windows(&[4.41, 4.2]),
+            windows(&[12.0]),
+            windows(&[6.0]),
+            windows(&[6.1]),
+            windows(&[3.1]),
+        ];
+        let settling = Settling::of(measured.iter());
+        assert!((settling.margin().unwrap() - 0.05).abs() < 1e-9);
+        // Far behind, nobody within 5 %: settled.
+        assert!(settling.settles(12.0));
+        // Far behind, but 6.0 and 6.1 could trade places: neither settles.
+        assert!(!settling.settles(6.0) && !settling.settles(6.1));
+        // Within the margin of the best: it could still win.
+        assert!(!settling.settles(3.1));
+        // Too few choices measured twice (three of eight): nothing settles.
+        let early = Settling::of(measured[1..].iter());
+        assert_eq!(early.margin(), None);
+        assert!(!early.settles(12.0));
+        // A drifting machine (one choice's windows 47 % apart): 12 ms still settles, alone and
+        // far; 5.3 ms, with 4.0 and 5.0 within 47 % of it, does not.
+        let drifting = [
+            windows(&[3.0, 4.4]),
+            windows(&[4.0, 4.1]),
+            windows(&[5.0, 5.1]),
+            windows(&[12.0]),
+            windows(&[5.3]),
+        ];
+        let settling = Settling::of(drifting.iter());
+        assert!(settling.settles(12.0));
+        assert!(!settling.settles(5.3));
+    }
 
     #[test]
     fn contenders_within_a_percent_of_the_best_are_not_raced() {

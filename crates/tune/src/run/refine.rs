@@ -84,6 +84,7 @@ impl Run<'_> {
             &measuring.pool,
             workers::one_by_one(&requests),
             || stop.poll(observer),
+            None,
             |i, result, conditions| {
                 if matches!(&result, Err(e) if workers::is_transient(e)) {
                     return; // The screening result stands.

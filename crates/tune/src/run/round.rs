@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use anyhow::Result;
 use tunebox_cpu::CompileControl;
 
+use super::compile_threads::CompilePlan;
 use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Compiling, Stage, pipeline};
@@ -93,6 +94,10 @@ impl Run<'_> {
         // (they run in process groups of their own, so the terminal's SIGINT reaches only us).
         let (stop, observer) = (self.stop, self.observer);
         let cancel = || stop.poll(observer);
+        // The CPUs this process may use (an affinity mask can hide some that sysfs lists).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = measuring.pool.size();
+        let plan = CompilePlan::for_machine(&self.topology, cpus, workers);
         let control = CompileControl {
             timeout: self.setup.manifest.compile_timeout,
             cancel: Some(&cancel),
@@ -106,23 +111,12 @@ impl Run<'_> {
             stop,
             deadline: self.deadline,
         };
-        // The CPUs this process may use (an affinity mask can hide some that sysfs lists).
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = measuring.pool.size();
         let compiling = Compiling {
             kernel_cache: &self.kernel_cache,
             control: &control,
             say: !std::mem::replace(&mut self.compile_noted, true),
-            cpus,
-            // With rounds to come, compiles finish first, on every CPU: a compile beside a
-            // timed window slows it (a busy sibling, or a vCPU sharing a core with it).
-            free_cpus: if self.setup.windows > 1 {
-                0
-            } else {
-                self.topology
-                    .free_cpus(workers)
-                    .min(cpus.saturating_sub(workers))
-            },
+            plan,
+            clock: &self.compile_clock,
         };
         let ledger = &mut self.ledger;
         pipeline(&stage, todo, Some(compiling), |p, outcome| {
