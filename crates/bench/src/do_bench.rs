@@ -115,9 +115,10 @@ const FLUSH_WALL_FACTOR: f64 = 10.0;
 ///
 /// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean time as measured by
 ///    [`Runner::run_timed`], and `flush_ms` the mean time of a flush.
-/// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`; none
-///    when `warmup_ms` is 0 and the first call is the estimate (`estimate_runs = Some(0)`): it
-///    has warmed the kernel already.
+/// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`. When
+///    the first call is the estimate (`estimate_runs = Some(0)`), it has warmed the kernel
+///    already and its time counts toward `warmup_ms`: warmup runs only fill what is left (none
+///    for a kernel slower than `warmup_ms`).
 /// 3. Reps: `rep_ms / estimate_ms` runs clamped to `[min_reps, max_reps]`, each preceded by a
 ///    flush outside the timed window (when `config.flush_cache`), each timed by
 ///    [`Runner::run_timed`].
@@ -250,10 +251,17 @@ pub fn do_bench_after<R: Runner + ?Sized>(
         estimate_ms
     };
     // The first call already warmed the kernel (caches, page tables, branch predictors): a
-    // window that reuses it as the estimate and asks for no warmup time gets none. Otherwise at
-    // least one warmup run, as triton's do_bench.
-    let min_warmup = u32::from(!(reuse_first && config.warmup_ms == 0.0));
-    let mut warmup_reps = count(config.warmup_ms, estimate_ms, min_warmup, config.max_reps);
+    // window that reuses it as the estimate counts its time toward the warmup time, and runs
+    // warmup calls only for what is left of it. Otherwise at least one warmup run, as triton's
+    // do_bench.
+    let mut warmup_reps = if reuse_first {
+        match config.warmup_ms - estimate_ms {
+            left if left > 0.0 => count(left, estimate_ms, 0, config.max_reps),
+            _ => 0,
+        }
+    } else {
+        count(config.warmup_ms, estimate_ms, 1, config.max_reps)
+    };
     let mut reps = count(config.rep_ms, sample_ms, config.min_reps, config.max_reps);
     if !config.hot && config.flush_cache && flush_ms > 0.0 {
         let wall_cap = count(
@@ -710,14 +718,23 @@ mod tests {
         let stats = do_bench_after(&mut runner, &config, started, Some(2.0)).unwrap();
         // No estimate run, and no warmup (the first call warmed it): the three reps only.
         assert_eq!((runner.0, stats.reps, stats.warmup_reps), (3, 3, 0));
-        // Asked for warmup time, at least one warmup call, as triton's do_bench.
+        // Asked for less warmup time than the first call took: that call was the warmup.
         let mut runner = Counting(0);
         let warm = TimingConfig {
             warmup_ms: 0.5,
             ..config.clone()
         };
         let stats = do_bench_after(&mut runner, &warm, started, Some(2.0)).unwrap();
-        assert_eq!((runner.0, stats.warmup_reps), (4, 1));
+        assert_eq!((runner.0, stats.warmup_reps), (3, 0));
+        // Asked for more: warmup calls fill what the first call left (8 ms of 2 ms calls).
+        let mut runner = Counting(0);
+        let warm = TimingConfig {
+            warmup_ms: 10.0,
+            max_reps: 100,
+            ..config.clone()
+        };
+        let stats = do_bench_after(&mut runner, &warm, started, Some(2.0)).unwrap();
+        assert_eq!(stats.warmup_reps, 4);
         // Without a first call, one estimate run and one warmup run.
         let mut runner = Counting(0);
         do_bench_after(&mut runner, &config, started, None).unwrap();

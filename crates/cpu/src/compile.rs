@@ -120,6 +120,12 @@ pub struct CompileControl<'a> {
     /// wants. A benchmark measuring beside it keeps its CPU: the scheduler preempts a
     /// `SCHED_IDLE` process as soon as another one wakes on that CPU. Best effort: where the
     /// kernel refuses either setting, the compiler runs as it would have.
+    ///
+    /// A background compiler may get no CPU at all on a machine kept busy by work of normal
+    /// priority: one that waits for a CPU and gets almost none for a while is killed, and the
+    /// call returns [`CpuError::CompileStarved`], for the caller to compile it again in the
+    /// foreground. Where the kernel cannot tell ([`can_compile_in_background`] is `false`),
+    /// choose `false`.
     pub background: bool,
 }
 
@@ -143,6 +149,13 @@ impl std::fmt::Debug for CompileControl<'_> {
             .field("background", &self.background)
             .finish()
     }
+}
+
+/// Whether compiles can run in the background ([`CompileControl::background`]) here: the
+/// kernel says how long a process waited for a CPU (`/proc/<pid>/schedstat`), which is how a
+/// starved background compile is told from a slow one.
+pub fn can_compile_in_background() -> bool {
+    crate::subprocess::can_watch_starvation()
 }
 
 impl CompileControl<'_> {

@@ -107,6 +107,18 @@ pub enum CpuError {
         /// The command line that was (or would have been) run, shell-quoted.
         command: String,
     },
+    /// A compile in the background ([`CompileControl::background`](crate::CompileControl::background))
+    /// waited for a CPU and got almost none for `after`: the machine is busy with work of
+    /// normal priority. The compiler was killed; compile it again in the foreground.
+    #[error(
+        "compilation starved in the background for {after:?} (the machine is busy): `{command}`"
+    )]
+    CompileStarved {
+        /// The command line that was run, shell-quoted.
+        command: String,
+        /// How long it got almost no CPU.
+        after: Duration,
+    },
     /// The compiler succeeded but wrote no dependency list for `-MD -MF`, so the headers the kernel
     /// includes could not be tracked in the cache.
     #[error(
@@ -197,6 +209,7 @@ impl From<CpuError> for BenchError {
                 log: message,
             },
             CpuError::CompileCancelled { .. }
+            | CpuError::CompileStarved { .. }
             | CpuError::DependencyChanged { .. }
             | CpuError::NoCacheDir
             | CpuError::CacheDir { .. }

@@ -62,8 +62,8 @@ mod trampoline;
 pub use backend::CpuBackend;
 pub use cache::default_cache_dir;
 pub use compile::{
-    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, compile, compile_with, compiler_version,
-    known_compiler_version,
+    Artifact, CompileControl, DEFAULT_COMPILE_TIMEOUT, can_compile_in_background, compile,
+    compile_with, compiler_version, known_compiler_version,
 };
 pub use error::CpuError;
 pub use flush::{CacheFlusher, EVICTS_LINES, LLC_BYTES_ENV, evict};

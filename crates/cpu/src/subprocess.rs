@@ -26,6 +26,13 @@ const CHECK_EVERY: Duration = Duration::from_millis(25);
 /// kept its stdout or stderr open makes them take longer; what they read by then is kept.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+/// How long a background compiler may wait for a CPU, getting at most [`STARVED_SHARE`] of
+/// the time, before it counts as starved ([`Outcome::Starved`]).
+pub(crate) const STARVED_AFTER: Duration = Duration::from_millis(400);
+
+/// The share of the wall time a starved compiler ran, at most (its processes, together).
+const STARVED_SHARE: f64 = 0.1;
+
 /// Bytes kept from the start of each stream (a failed compile's first errors are the useful
 /// ones).
 pub(crate) const HEAD_BYTES: usize = 64 * 1024;
@@ -84,6 +91,10 @@ pub(crate) enum Outcome {
     /// The cancel check asked to stop (before the compiler started, or while it ran); it was
     /// killed and reaped.
     Cancelled,
+    /// A background compiler ([`Limits::background`]) was starved: runnable but given almost
+    /// no CPU for [`STARVED_AFTER`] (the machine is busy with work of normal priority); it was
+    /// killed and reaped, so that the caller can run it in the foreground.
+    Starved,
 }
 
 /// What the compiler printed, bounded.
@@ -247,6 +258,7 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
             late,
         },
         End::Cancelled => Outcome::Cancelled,
+        End::Starved => Outcome::Starved,
     })
 }
 
@@ -254,6 +266,86 @@ enum End {
     Exited(ExitStatus),
     TimedOut(Duration),
     Cancelled,
+    Starved,
+}
+
+/// Whether this kernel tells how long a process waited for a CPU (`/proc/<pid>/schedstat`):
+/// what a background compile is watched by ([`Limits::background`]). Without it a starved
+/// background compile cannot be told from a slow one, so callers should not compile in the
+/// background.
+pub(crate) fn can_watch_starvation() -> bool {
+    std::fs::read_to_string("/proc/self/schedstat").is_ok_and(|t| parse_schedstat(&t).is_some())
+}
+
+/// `/proc/<pid>/schedstat`: nanoseconds on a CPU, and waiting on a run queue.
+fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// The nanoseconds `pid` and its descendants have run and waited for a CPU, summed (processes
+/// that already exited count through their parent no more: a sample between two of them may
+/// go down, which reads as no progress); `None` when `pid`'s own cannot be read.
+fn tree_schedstat(pid: u32) -> Option<(u64, u64)> {
+    let read = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .ok()
+            .and_then(|t| parse_schedstat(&t))
+    };
+    let mut total = read(pid)?;
+    let mut pending = vec![pid];
+    // A compile is a handful of processes (the driver, cc1, as, collect2, ld); bounded anyway.
+    let mut seen = 0;
+    while let Some(parent) = pending.pop() {
+        seen += 1;
+        if seen > 64 {
+            break;
+        }
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            if let Some((run, wait)) = read(child) {
+                total = (total.0 + run, total.1 + wait);
+            }
+            pending.push(child);
+        }
+    }
+    Some(total)
+}
+
+/// Watches a background compiler for starvation: over the last [`STARVED_AFTER`], its processes
+/// ran at most [`STARVED_SHARE`] of the time and waited for a CPU most of it.
+struct Starvation {
+    pid: u32,
+    /// The sample the current stretch started from: when, and the tree's run and wait time.
+    since: Option<(Instant, u64, u64)>,
+}
+
+impl Starvation {
+    fn new(pid: u32) -> Starvation {
+        Starvation { pid, since: None }
+    }
+
+    /// Whether the compiler is starved, as of `now`.
+    fn starved(&mut self, now: Instant) -> bool {
+        let Some((run, wait)) = tree_schedstat(self.pid) else {
+            return false;
+        };
+        let Some((at, run0, wait0)) = self.since else {
+            self.since = Some((now, run, wait));
+            return false;
+        };
+        let wall = now.saturating_duration_since(at);
+        if wall < STARVED_AFTER {
+            return false;
+        }
+        let wall_ns = wall.as_nanos() as f64;
+        let ran = run.saturating_sub(run0) as f64 / wall_ns;
+        let waited = wait.saturating_sub(wait0) as f64 / wall_ns;
+        // A new stretch either way: a compiler that ran is judged afresh from here.
+        self.since = Some((now, run, wait));
+        ran <= STARVED_SHARE && waited >= 0.5
+    }
 }
 
 /// Waits for `child` to exit, or kills it at the deadline or on cancellation. Reaps it either
@@ -264,6 +356,7 @@ fn wait(child: &mut Child, limits: &Limits<'_>) -> io::Result<End> {
         .and_then(Pid::from_raw)
         .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok());
     let mut nap = Duration::from_millis(1);
+    let mut starvation = limits.background.then(|| Starvation::new(child.id()));
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Ok(End::Exited(status)),
@@ -282,6 +375,10 @@ fn wait(child: &mut Child, limits: &Limits<'_>) -> io::Result<End> {
         if limits.cancelled() {
             kill(child, limits.own_group);
             return Ok(End::Cancelled);
+        }
+        if starvation.as_mut().is_some_and(|s| s.starved(now)) {
+            kill(child, limits.own_group);
+            return Ok(End::Starved);
         }
         let slice = limits.deadline.map_or(CHECK_EVERY, |d| {
             d.saturating_duration_since(now).min(CHECK_EVERY)

@@ -158,6 +158,10 @@ pub(crate) fn finished(
         Outcome::Cancelled => Err(CpuError::CompileCancelled {
             command: command.to_owned(),
         }),
+        Outcome::Starved => Err(CpuError::CompileStarved {
+            command: command.to_owned(),
+            after: crate::subprocess::STARVED_AFTER,
+        }),
     }
 }
 

@@ -1382,3 +1382,100 @@ fn ccache_gets_hits_on_a_second_build() {
     );
     assert_eq!(count("cache_miss"), 1, "{stats}");
 }
+
+// Compiles in the background: the lowest priority, and a compiler the machine starves.
+
+/// A compile in the background runs at the lowest priority the kernel has: `SCHED_IDLE`
+/// (policy 5) and nice 19, the compiler's children included.
+#[test]
+fn a_background_compile_runs_at_the_lowest_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // Fields 19 and 41 of /proc/<pid>/stat: nice and policy (`sh`'s comm has no spaces).
+    let cc = fake_compiler(
+        dir.path(),
+        "idle-cc",
+        &format!(
+            "[ \"$1\" = --version ] && {{ echo 'fake cc 1.0'; exit 0; }}\n\
+             sh -c 'cut -d\" \" -f19,41 /proc/$$/stat' > '{d}/priority'\nexit 1\n"
+        ),
+    );
+    let kernel = CKernel {
+        compiler: cc,
+        ..add_kernel()
+    };
+    let cache = CacheDir::new(dir.path().join("cache"));
+    let control = CompileControl {
+        background: true,
+        ..with_timeout(Duration::from_secs(60))
+    };
+    let err = compile_with(&kernel, &add_signature(), &cache, &control).unwrap_err();
+    assert!(matches!(err, CpuError::Compile { .. }), "{err}");
+    let priority = fs::read_to_string(dir.path().join("priority")).unwrap();
+    assert_eq!(
+        priority.trim(),
+        "19 5",
+        "nice and policy of the compiler's child"
+    );
+    // In the foreground, as this process runs.
+    let control = with_timeout(Duration::from_secs(60));
+    compile_with(&kernel, &add_signature(), &cache, &control).unwrap_err();
+    let priority = fs::read_to_string(dir.path().join("priority")).unwrap();
+    let stat = fs::read_to_string("/proc/self/stat").unwrap();
+    let ours: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // Fields 19 and 41 are the 17th and 39th after the comm.
+    assert_eq!(priority.trim(), format!("{} {}", ours[16], ours[38]));
+}
+
+/// On a machine whose every CPU is kept busy at normal priority, a background compile gets
+/// almost no CPU: it is killed and says so (for the caller to compile it in the foreground),
+/// long before its deadline.
+#[test]
+fn a_background_compile_starved_by_a_busy_machine_says_so() {
+    if !tunebox_cpu::can_compile_in_background() {
+        eprintln!("skipped: this kernel has no /proc/<pid>/schedstat to tell starvation by");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A compiler that always wants the CPU.
+    let cc = fake_compiler(
+        dir.path(),
+        "spin-cc",
+        "[ \"$1\" = --version ] && { echo 'fake cc 1.0'; exit 0; }\nwhile :; do :; done\n",
+    );
+    let kernel = CKernel {
+        compiler: cc,
+        ..add_kernel()
+    };
+    let cache = CacheDir::new(dir.path().join("cache"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let hogs: Vec<_> = (0..cpus)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::black_box(0u64);
+                }
+            })
+        })
+        .collect();
+    let control = CompileControl {
+        background: true,
+        ..with_timeout(Duration::from_secs(120))
+    };
+    let started = Instant::now();
+    let err = compile_with(&kernel, &add_signature(), &cache, &control).unwrap_err();
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    assert!(matches!(err, CpuError::CompileStarved { .. }), "{err}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}

@@ -52,9 +52,11 @@ pub(crate) struct CpuTimes(pub Vec<CpuTicks>);
 
 impl CpuTimes {
     /// Parses `/proc/stat` text; lines other than `cpuN …` are ignored, and missing fields
-    /// (older kernels have no steal) count as 0.
+    /// (older kernels have no steal) count as 0. A text of several snapshots, one after the
+    /// other (a named pipe standing for `/proc/stat` read twice as one), counts its last.
     pub(crate) fn parse(text: &str) -> CpuTimes {
-        let cpus = text
+        let last = text.rfind("\ncpu ").map_or(text, |at| &text[at + 1..]);
+        let cpus = last
             .lines()
             .filter(|l| {
                 l.strip_prefix("cpu")
@@ -375,6 +377,17 @@ mod tests {
         }
         text.push_str("intr 1 2 3\nctxt 5\n");
         text
+    }
+
+    #[test]
+    fn of_several_snapshots_the_last_counts() {
+        let one = "cpu  2 0 0 2 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n";
+        let two = "cpu  6 0 0 6 0 0 0 0 0 0\ncpu0 3 0 0 3 0 0 0 0 0 0\n";
+        assert_eq!(
+            CpuTimes::parse(&format!("{one}{two}")),
+            CpuTimes::parse(two)
+        );
+        assert_eq!(CpuTimes::parse(two).0.len(), 1);
     }
 
     #[test]

@@ -6,15 +6,15 @@
 //! the workers leave, and *background* threads ([`tunebox_cpu::CompileControl::background`]:
 //! `SCHED_IDLE`, nice 19) compile on the CPUs the workers measure on, getting only the time a
 //! worker does not want (between windows, while its parent judges a result). A background
-//! compile on a machine that something else keeps busy may get no CPU at all: when the
-//! foreground threads run out of choices to compile, each takes over a background compile
-//! still running (the background one is cancelled and its outcome dropped), so that a run on
-//! a busy machine compiles as fast as with foreground threads alone, never slower.
+//! compile on a machine that something else keeps busy may get no CPU at all: it is then
+//! killed ([`CpuError::CompileStarved`]) and handed to the foreground threads, first in line,
+//! and the background threads stop, so that a run on a busy machine compiles as fast as with
+//! foreground threads alone. A background thread takes a choice only while more are left than
+//! there are foreground threads: the last ones, which the first windows may wait for, go to
+//! the foreground.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_pool::Status;
@@ -45,7 +45,8 @@ impl CompilePlan {
     ///   gives up its CPU the moment a worker's thread wants it, and a foreground one on
     ///   another CPU shares only the machine's caches and memory with a window (measured on a
     ///   2-vCPU guest: within 2 % of an idle machine, 0.2-0.7 % at the median;
-    ///   docs/performance.md);
+    ///   docs/performance.md); only where the kernel tells a starved background compile
+    ///   ([`tunebox_cpu::can_compile_in_background`]; else foreground threads alone);
     /// - SMT: foreground threads on the CPUs outside every worker's core
     ///   ([`Topology::free_cpus`]), beside measuring; no background thread, since one on a
     ///   worker's SMT sibling would share its execution units whenever the sibling is idle;
@@ -61,7 +62,7 @@ impl CompilePlan {
         if left == 0 {
             return first;
         }
-        if !topology.has_smt() {
+        if !topology.has_smt() && tunebox_cpu::can_compile_in_background() {
             return CompilePlan {
                 foreground: left,
                 background: cpus - left,
@@ -87,8 +88,7 @@ impl CompilePlan {
 /// What compiling one C choice gave: `None` when it was not started (the run was stopped).
 pub(crate) type CompileOutcome = Option<Result<Vec<PathBuf>, CpuError>>;
 
-/// The compile threads' shared work: the positions to compile, those compiling in the
-/// background (which a foreground thread may take over), and where outcomes go.
+/// The compile threads' shared work: the positions to compile, and where outcomes go.
 pub(crate) struct CompileJob<'j> {
     pub stage: &'j Stage<'j>,
     pub todo: &'j [Todo],
@@ -98,14 +98,18 @@ pub(crate) struct CompileJob<'j> {
     pub gate: &'j InOrder,
     pub compiling: &'j Compiling<'j>,
     queue: Mutex<Queue>,
+    changed: Condvar,
 }
 
-/// The next position of `c_todo` to hand out, and the background compiles under way (each
-/// with the flag that a takeover raises).
+/// The next position of `c_todo` to hand out, the positions starved in the background (for
+/// the foreground, first), and the background compiles under way.
 #[derive(Default)]
 struct Queue {
     next: usize,
-    background: Vec<(usize, Arc<AtomicBool>)>,
+    starved: Vec<usize>,
+    in_background: usize,
+    /// A background compile was starved: the machine is busy, background threads stop.
+    busy: bool,
 }
 
 impl<'j> CompileJob<'j> {
@@ -127,75 +131,85 @@ impl<'j> CompileJob<'j> {
             gate,
             compiling,
             queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
         }
     }
 
-    /// A foreground thread: compiles positions until none is left, then takes over the
-    /// background compiles still running, oldest first.
+    /// A foreground thread: compiles the positions starved in the background, then the next
+    /// ones, until none is left and no background compile may still hand one back.
     pub(crate) fn foreground(&self) {
         loop {
             let p = {
                 let mut queue = self.lock_queue();
-                if let Some(&p) = self.c_todo.get(queue.next) {
-                    queue.next += 1;
-                    p
-                } else if queue.background.is_empty() {
-                    return;
-                } else {
-                    let (p, taken) = queue.background.remove(0);
-                    taken.store(true, Ordering::SeqCst);
-                    log::debug!(
-                        "compile of {} taken over from the background",
-                        self.todo[p].choice.label()
-                    );
-                    p
+                loop {
+                    if !queue.starved.is_empty() {
+                        break queue.starved.remove(0);
+                    }
+                    if let Some(&p) = self.c_todo.get(queue.next) {
+                        queue.next += 1;
+                        break p;
+                    }
+                    if queue.in_background == 0 {
+                        return;
+                    }
+                    queue = self
+                        .changed
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            let outcome = self.compile(p, false, None);
+            let outcome = self.compile(p, false);
             self.settle(p, outcome);
         }
     }
 
-    /// A background thread: compiles positions until none is left; an outcome whose compile
-    /// a foreground thread took over meanwhile is dropped (that thread settles it).
+    /// A background thread: compiles positions while more are left than there are foreground
+    /// threads, until the machine turns out busy (a compile starved: it goes back to the
+    /// foreground threads).
     pub(crate) fn background(&self) {
+        let foreground = self.compiling.plan.foreground;
         loop {
-            let (p, taken) = {
+            let p = {
                 let mut queue = self.lock_queue();
-                let Some(&p) = self.c_todo.get(queue.next) else {
+                let left = self.c_todo.len().saturating_sub(queue.next);
+                if queue.busy || left <= foreground {
                     return;
-                };
+                }
+                let p = self.c_todo[queue.next];
                 queue.next += 1;
-                let taken = Arc::new(AtomicBool::new(false));
-                queue.background.push((p, Arc::clone(&taken)));
-                (p, taken)
+                queue.in_background += 1;
+                p
             };
-            let outcome = self.compile(p, true, Some(&taken));
+            let outcome = self.compile(p, true);
+            let starved = matches!(outcome, Some(Err(CpuError::CompileStarved { .. })));
             {
                 let mut queue = self.lock_queue();
-                if taken.load(Ordering::SeqCst) {
-                    continue;
+                queue.in_background -= 1;
+                if starved {
+                    log::debug!(
+                        "the compile of {} starved in the background: the foreground takes it",
+                        self.todo[p].choice.label()
+                    );
+                    queue.starved.push(p);
+                    queue.busy = true;
                 }
-                queue.background.retain(|(q, _)| *q != p);
+                self.changed.notify_all();
+            }
+            if starved {
+                return;
             }
             self.settle(p, outcome);
         }
     }
 
-    /// Compiles position `p` (unless the run was stopped), in the background or not, cancelled
-    /// when `taken` is raised as well as when the run's own cancel says so.
-    fn compile(&self, p: usize, background: bool, taken: Option<&AtomicBool>) -> CompileOutcome {
+    /// Compiles position `p` (unless the run was stopped), in the background or not.
+    fn compile(&self, p: usize, background: bool) -> CompileOutcome {
         if self.stage.should_stop() {
             return None;
         }
-        let control = self.compiling.control;
-        let cancel = || {
-            taken.is_some_and(|t| t.load(Ordering::SeqCst)) || control.cancel.is_some_and(|c| c())
-        };
         let control = CompileControl {
-            cancel: Some(&cancel),
             background,
-            ..*control
+            ..*self.compiling.control
         };
         let _running = self.compiling.clock.start();
         Some(workers::precompile(
@@ -254,9 +268,11 @@ mod tests {
             background,
             overlap,
         };
+        // Where the kernel tells a starved background compile (else none in the background).
+        let bg = usize::from(tunebox_cpu::can_compile_in_background());
         // Two CPUs, one worker: one compile beside it, one in its CPU's spare time.
         let two = cores(&[&[0], &[1]]);
-        assert_eq!(CompilePlan::for_machine(&two, 2, 1), plan(1, 1, true));
+        assert_eq!(CompilePlan::for_machine(&two, 2, 1), plan(1, bg, true));
         // As many workers as CPUs, or one CPU: compiles first.
         assert_eq!(CompilePlan::for_machine(&two, 2, 2), plan(2, 0, false));
         assert_eq!(
@@ -266,7 +282,10 @@ mod tests {
         // Sixteen CPUs, two workers.
         let many: Vec<Vec<usize>> = (0..16).map(|c| vec![c]).collect();
         let many = Topology { cores: many };
-        assert_eq!(CompilePlan::for_machine(&many, 16, 2), plan(14, 2, true));
+        assert_eq!(
+            CompilePlan::for_machine(&many, 16, 2),
+            plan(14, 2 * bg, true)
+        );
         // SMT: two cores of two; one worker holds a core, the other core compiles, nothing
         // in the background (it would run on the worker's sibling).
         let smt = cores(&[&[0, 2], &[1, 3]]);
