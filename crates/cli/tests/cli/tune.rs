@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::util::{FAMILY, MANIFEST, examples, text, tunebox};
+use crate::util::{FAMILY, MANIFEST, check, examples, json, outcomes, text, tunebox};
 
 #[test]
 fn tune_reports_every_status_and_writes_json() {
@@ -113,6 +113,60 @@ fn list_shows_the_choices_after_restrictions() {
         choices >= 24,
         "the matmul example needs at least 24 choices, has {choices}"
     );
+}
+
+#[test]
+fn histogram_example_has_32_choices_and_each_kind_counts_exactly() {
+    let out = tunebox(&examples(), &["tune", "--count", "histogram-omp.toml"]);
+    check(&out);
+    assert!(
+        text(&out.stdout).starts_with("32 valid choices"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = tunebox(&examples(), &["tune", "--list", "histogram-omp.toml"]);
+    check(&out);
+    assert_eq!(text(&out.stdout).lines().count(), 32);
+
+    // The example at 200,003 bytes (3 blocks and a partial one, not a multiple of 8), with a
+    // team of 3 and the extreme copies and loads, end to end: every choice must count exactly
+    // as the reference (the whole example takes ~20 s).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("kernels")).unwrap();
+    for kernel in ["histogram.c", "histogram_ref.c"] {
+        let from = examples().join("kernels").join(kernel);
+        std::fs::copy(from, dir.path().join("kernels").join(kernel)).unwrap();
+    }
+    let manifest = std::fs::read_to_string(examples().join("histogram-omp.toml")).unwrap();
+    let mut small = manifest.replace("33554432", "200003");
+    for (from, to) in [
+        ("NTHREADS = [1, 2, 4, 8]", "NTHREADS = [3]"),
+        ("COPIES = [1, 2, 4, 8]", "COPIES = [1, 8]"),
+        ("warmup_ms = 10", "warmup_ms = 1"),
+        ("rep_ms = 50", "rep_ms = 2\nmin_reps = 2"),
+    ] {
+        assert!(small.contains(from), "histogram-omp.toml has no `{from}`");
+        small = small.replace(from, to);
+    }
+    assert_eq!(small.matches("200003").count(), 2, "the data's shape and n");
+    std::fs::write(dir.path().join("small.toml"), small).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            "small.toml",
+            "--no-cache",
+            "--rounds",
+            "0",
+            "--quiet",
+            "--json",
+            "small.json",
+        ],
+    );
+    check(&out);
+    let report = json(&dir.path().join("small.json"));
+    let statuses: Vec<_> = outcomes(&report).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(statuses, ["ok"; 4], "{report}");
 }
 
 #[test]
