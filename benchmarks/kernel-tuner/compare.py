@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""Side-by-side: tunebox vs Kernel Tuner (C backend) on examples/matmul-cpu.toml.
+"""Side-by-side: tunebox vs Kernel Tuner (C backend) on one of tunebox's example jobs.
 
 Usually started by run.sh, which prepares the virtualenv and the tunebox binary:
 
-    compare.py --tunebox target/release/tunebox [--reps 3] [--out target/kernel-tuner-compare/summary.md]
+    compare.py --tunebox target/release/tunebox [--reps 3] [--job matmul|histogram] [--out SUMMARY.md]
 
-For each repetition both tools tune the same choices of examples/kernels/matmul.c, one after the
-other, the order flipped every repetition. Each tool runs as a child process of this driver;
-we record its wall time, its peak RSS (/usr/bin/time -v when present, else os.wait4's rusage:
-both give the largest single process of the tree) and, sampled from /proc, the peak of the RSS
-summed over its whole process tree. Then the per-choice times are compared: Spearman's rank
-correlation between the tools and within each tool across repetitions (the noise floor), and
-top-1 regrets.
+Jobs (JOBS below): `matmul` (the default), examples/matmul-cpu.toml's 27 choices of
+examples/kernels/matmul.c; `histogram`, examples/histogram-omp.toml's 32 choices of the OpenMP
+examples/kernels/histogram.c. For each repetition both tools tune the same choices of the job's
+kernel, one after the other, the order flipped every repetition. Each tool runs as a child
+process of this driver; we record its wall time, its peak RSS (/usr/bin/time -v when present,
+else os.wait4's rusage: both give the largest single process of the tree) and, sampled from
+/proc, the peak of the RSS summed over its whole process tree. Then the per-choice times are
+compared: Spearman's rank correlation between the tools and within each tool across repetitions
+(the noise floor), and top-1 regrets.
 
-`compare.py kt-tune --out FILE.json` is the Kernel Tuner side of one repetition (run by the
-driver under /usr/bin/time in the venv's Python); it needs kernel_tuner and numpy.
+`compare.py kt-tune [--job JOB] --out FILE.json` is the Kernel Tuner side of one repetition (run
+by the driver under /usr/bin/time in the venv's Python); it needs kernel_tuner and numpy.
 
 The driver itself needs only the standard library (Python >= 3.8; tomllib from 3.11 reads the
-manifest, older versions use the built-in copy of its parameters).
+manifest, older versions use the job's built-in copy of its parameters).
 """
 
 import argparse
@@ -35,26 +37,91 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-MANIFEST = "examples/matmul-cpu.toml"
-WRAPPER = os.path.join(HERE, "matmul_kt.c")
-WRAPPER_ENTRY = "matmul_timed"
 
-# examples/matmul-cpu.toml's space, used when tomllib is unavailable (Python < 3.11).
-DEFAULT_SPACE = {
-    "params": {"BM": [32, 96], "BN": [64, 512], "BK": [16, 256], "UNROLL": [1, 2, 4, 6, 8]},
-    "restrictions": ["BM % UNROLL == 0", "BN * BK <= 65536"],
-    "flags": ["-O3", "-march=native"],
-    "kernel_dir": "examples/kernels",
-    "scalars": {"M": 512, "N": 512, "K": 512},
+
+def matmul_arguments(space, np):
+    """matmul.c's arguments (A, B, C, M, N, K) and the float64 reference of C."""
+    sc = space["scalars"]
+    M, N, K = int(sc["M"]), int(sc["N"]), int(sc["K"])
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+    B = rng.uniform(-1, 1, (K, N)).astype(np.float32)
+    C = np.zeros((M, N), np.float32)
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    return {
+        "problem_size": (M, N),
+        "arguments": [A, B, C, np.int64(M), np.int64(N), np.int64(K)],
+        "answer": [None, None, ref, None, None, None],
+        "atol": 1e-3,  # np.allclose(rtol=1e-5, atol=1e-3); the f32 kernel is off by ~3e-5
+    }
+
+
+def histogram_arguments(space, np):
+    """histogram.c's arguments (data, hist, n), numpy's counts, and an exact check of them.
+
+    Kernel Tuner's default check is np.allclose, whose rtol=1e-5 lets a count of ~131072 be off
+    by 1; counts must be equal, as tunebox checks integer outputs, hence `verify`.
+    """
+    n = int(space["scalars"]["n"])
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, n, dtype=np.uint8)  # uniform bytes, as tunebox's random u8
+    hist = np.zeros(256, np.int64)
+    ref = np.bincount(data, minlength=256).astype(np.int64)
+
+    def exact(answer, result_host, atol=None):
+        return all(np.array_equal(a, r) for a, r in zip(answer, result_host) if a is not None)
+
+    return {
+        "problem_size": (n,),
+        "arguments": [data, hist, np.int64(n)],
+        "answer": [None, ref, None],
+        "verify": exact,
+    }
+
+
+# The jobs both tools can tune. `space` is the manifest's, used when tomllib is unavailable
+# (Python < 3.11); `arguments` builds Kernel Tuner's arguments and answer from the space.
+JOBS = {
+    "matmul": {
+        "manifest": "examples/matmul-cpu.toml",
+        "wrapper": os.path.join(HERE, "matmul_kt.c"),
+        "entry": "matmul_timed",
+        "arguments": matmul_arguments,
+        "out": os.path.join("target", "kernel-tuner-compare", "summary.md"),
+        "space": {
+            "params": {"BM": [32, 96], "BN": [64, 512], "BK": [16, 256], "UNROLL": [1, 2, 4, 6, 8]},
+            "restrictions": ["BM % UNROLL == 0", "BN * BK <= 65536"],
+            "flags": ["-O3", "-march=native"],
+            "kernel_dir": "examples/kernels",
+            "scalars": {"M": 512, "N": 512, "K": 512},
+        },
+    },
+    "histogram": {
+        "manifest": "examples/histogram-omp.toml",
+        "wrapper": os.path.join(HERE, "histogram_kt.c"),
+        "entry": "histogram_timed",
+        "arguments": histogram_arguments,
+        "out": os.path.join("target", "kernel-tuner-compare", "histogram", "summary.md"),
+        "space": {
+            "params": {"NTHREADS": [1, 2, 4, 8], "COPIES": [1, 2, 4, 8], "WORDS": [0, 1]},
+            "restrictions": [],
+            "flags": ["-O3", "-march=native", "-fopenmp"],
+            "kernel_dir": "examples/kernels",
+            "scalars": {"n": 33554432},
+        },
+    },
 }
+JOB = JOBS["matmul"]  # the job of this run, set by main()
 
 
-def load_space(manifest):
-    """Params, restrictions, flags and sizes from the tunebox manifest (tomllib), else defaults."""
+def load_space(job):
+    """Params, restrictions, flags and sizes from the job's tunebox manifest (tomllib), else
+    the job's built-in copy."""
+    manifest = os.path.join(ROOT, job["manifest"])
     try:
         import tomllib
     except ImportError:
-        return dict(DEFAULT_SPACE, source="built-in copy (no tomllib)")
+        return dict(job["space"], source="built-in copy (no tomllib)")
     with open(manifest, "rb") as f:
         m = tomllib.load(f)
     kernel = m.get("kernel", {})
@@ -82,15 +149,9 @@ def kt_tune(args):
     import kernel_tuner
 
     t_imported = time.perf_counter()
-    space = load_space(os.path.join(ROOT, MANIFEST))
-    sc = space["scalars"]
-    M, N, K = int(sc["M"]), int(sc["N"]), int(sc["K"])
-    rng = np.random.default_rng(0)
-    A = rng.uniform(-1, 1, (M, K)).astype(np.float32)
-    B = rng.uniform(-1, 1, (K, N)).astype(np.float32)
-    C = np.zeros((M, N), np.float32)
-    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
-    n = [np.int64(M), np.int64(N), np.int64(K)]
+    job = JOB
+    space = load_space(job)
+    kt = job["arguments"](space, np)
     tune_params = OrderedDict((k, v) for k, v in space["params"].items())
     cc = os.environ.get("CC") or "cc"
     if " " in cc.strip():  # Kernel Tuner runs the compiler as one executable name
@@ -98,18 +159,19 @@ def kt_tune(args):
     kernel_dir = os.path.join(ROOT, space["kernel_dir"])
     options = space["flags"] + ["-I" + kernel_dir]
     t0 = time.perf_counter()
+    checks = {k: kt[k] for k in ("atol", "verify") if k in kt}
     results, env = kernel_tuner.tune_kernel(
-        WRAPPER_ENTRY,
-        WRAPPER,
-        (M, N),
-        [A, B, C] + n,
+        job["entry"],
+        job["wrapper"],
+        kt["problem_size"],
+        kt["arguments"],
         tune_params,
         lang="C",
         compiler=cc,
         compiler_options=options,
         restrictions=space["restrictions"],
-        answer=[None, None, ref, None, None, None],
-        atol=1e-3,  # np.allclose(rtol=1e-5, atol=1e-3); the f32 kernel is off by ~3e-5
+        answer=kt["answer"],
+        **checks,
     )
     t1 = time.perf_counter()
     rows = []
@@ -279,7 +341,7 @@ def fail(msg, log_path=None):
 def run_kt(rep, work, args, use_time):
     out = os.path.join(work, "kt-%d.json" % rep)
     log = os.path.join(work, "kt-%d.log" % rep)
-    cmd = [args.python, os.path.abspath(__file__), "kt-tune", "--out", out]
+    cmd = [args.python, os.path.abspath(__file__), "kt-tune", "--job", args.job, "--out", out]
     m = measure(cmd, log, dict(os.environ), use_time, args.sample_ms / 1e3, ROOT)
     if m["rc"] != 0 or not os.path.exists(out):
         fail("Kernel Tuner run %d failed (exit %s)" % (rep + 1, m["rc"]), log)
@@ -297,7 +359,7 @@ def run_tunebox(rep, work, args, use_time):
     log = os.path.join(work, "tunebox-%d.log" % rep)
     cache = tempfile.mkdtemp(prefix="tunebox-kernel-cache-", dir=work)
     env = dict(os.environ, TUNEBOX_CACHE_DIR=cache)
-    cmd = [args.tunebox, "tune", MANIFEST, "--no-cache", "--json", out, "-q"] + args.tunebox_arg
+    cmd = [args.tunebox, "tune", JOB["manifest"], "--no-cache", "--json", out, "-q"] + args.tunebox_arg
     try:
         m = measure(cmd, log, env, use_time, args.sample_ms / 1e3, ROOT)
     finally:
@@ -415,9 +477,9 @@ def main_compare(args):
         fail("--reps must be >= 1")
     if not os.path.isfile(args.tunebox) or not os.access(args.tunebox, os.X_OK):
         fail("no tunebox binary at %s (cargo build --release -p tunebox-cli)" % args.tunebox)
-    space = load_space(os.path.join(ROOT, MANIFEST))
+    space = load_space(JOB)
     PARAM_ORDER[:] = list(space["params"])
-    out_md = os.path.abspath(args.out)
+    out_md = os.path.abspath(args.out or os.path.join(ROOT, JOB["out"]))
     out_dir = os.path.dirname(out_md)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     work = os.path.join(out_dir, "runs", stamp)
@@ -431,7 +493,7 @@ def main_compare(args):
            "dirty": bool(sh(["git", "status", "--porcelain", "--untracked-files=no"]))}
     info = machine_info()
     print("tunebox vs Kernel Tuner: %s, %d repetition(s), %s (%s cores), load %.2f"
-          % (MANIFEST, args.reps, info["cpu"], info["cores"], loadavg() or 0), flush=True)
+          % (JOB["manifest"], args.reps, info["cpu"], info["cores"], loadavg() or 0), flush=True)
     print("raw files: %s" % work, flush=True)
 
     # Untimed warm-up: page cache for Python + kernel_tuner and for the tunebox binary.
@@ -514,7 +576,7 @@ def summarize(reps, space, args, info, git, use_time, work):
     tb_meta = reps[0]["tunebox"]["meta"]
     return {
         "generated": datetime.datetime.now().isoformat(timespec="seconds"),
-        "manifest": MANIFEST,
+        "manifest": JOB["manifest"],
         "space": {"params": space["params"], "restrictions": space["restrictions"],
                   "flags": space["flags"], "from": space["source"]},
         "machine": info,
@@ -614,10 +676,16 @@ def main():
     sub = ap.add_subparsers(dest="cmd")
     k = sub.add_parser("kt-tune", help="run Kernel Tuner once (internal)")
     k.add_argument("--out", required=True)
+    k.add_argument("--job", choices=sorted(JOBS), default=argparse.SUPPRESS,
+                   help="the job to tune (default matmul)")
+    ap.add_argument("--job", choices=sorted(JOBS), default="matmul",
+                    help="the job both tools tune: matmul (examples/matmul-cpu.toml, the default) or "
+                         "histogram (examples/histogram-omp.toml)")
     ap.add_argument("--reps", type=int, default=int(os.environ.get("KT_COMPARE_REPS", "3")))
-    ap.add_argument("--out", default=os.environ.get(
-        "KT_COMPARE_OUT", os.path.join(ROOT, "target", "kernel-tuner-compare", "summary.md")),
-        help="markdown summary; the JSON goes beside it (.json), raw runs under runs/")
+    ap.add_argument("--out", default=os.environ.get("KT_COMPARE_OUT") or None,
+        help="markdown summary; the JSON goes beside it (.json), raw runs under runs/ (default "
+             "target/kernel-tuner-compare/summary.md for matmul, target/kernel-tuner-compare/"
+             "histogram/summary.md for histogram)")
     ap.add_argument("--tunebox", default=os.environ.get("TUNEBOX_BIN", os.path.join(ROOT, "target", "release", "tunebox")))
     ap.add_argument("--tunebox-arg", action="append", default=[],
                     help="extra argument for `tunebox tune` (repeatable), e.g. --tunebox-arg=--workers=2")
@@ -626,6 +694,8 @@ def main():
                     help="period of the process-tree RSS sampler (0 = off)")
     ap.add_argument("--keep-binary", action="store_true", help="keep the snapshot of the tunebox binary")
     args = ap.parse_args()
+    global JOB
+    JOB = JOBS[args.job]
     if args.cmd == "kt-tune":
         return kt_tune(args)
     return main_compare(args)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# tunebox vs Kernel Tuner, side by side on examples/matmul-cpu.toml. See README.md.
+# tunebox vs Kernel Tuner, side by side on examples/matmul-cpu.toml (or, with --job histogram,
+# examples/histogram-omp.toml). See README.md.
 #
-#   benchmarks/kernel-tuner/run.sh [REPS] [compare.py options...]
+#   benchmarks/kernel-tuner/run.sh [REPS] [--job matmul|histogram] [compare.py options...]
 #
 # Environment: KT_VENV (virtualenv, default target/kernel-tuner-venv), KT_COMPARE_OUT (summary
-# path, default target/kernel-tuner-compare/summary.md), TUNEBOX_BIN (use this binary, no
+# path, default target/kernel-tuner-compare/summary.md, for the histogram job
+# target/kernel-tuner-compare/histogram/summary.md), TUNEBOX_BIN (use this binary, no
 # build), PYTHON (python3 that creates the venv), CC (C compiler for both tools),
 # KT_COMPARE_NO_BUILD=1 (use target/release/tunebox as it is).
 set -euo pipefail
@@ -19,7 +21,6 @@ if [[ $# -gt 0 && "$1" =~ ^[0-9]+$ ]]; then
     shift
 fi
 venv="${KT_VENV:-$root/target/kernel-tuner-venv}"
-out="${KT_COMPARE_OUT:-$root/target/kernel-tuner-compare/summary.md}"
 python="${PYTHON:-python3}"
 
 die() { echo "run.sh: $*" >&2; exit 1; }
@@ -65,5 +66,5 @@ else
 fi
 [[ -x "$bin" ]] || die "no tunebox binary at $bin"
 
-# 3. The comparison.
-exec "$venv/bin/python" "$here/compare.py" --reps "$reps" --out "$out" --tunebox "$bin" "$@"
+# 3. The comparison (compare.py picks the summary's path: KT_COMPARE_OUT, else the job's).
+exec "$venv/bin/python" "$here/compare.py" --reps "$reps" --tunebox "$bin" "$@"
