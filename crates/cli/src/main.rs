@@ -229,10 +229,11 @@ struct TuneArgs {
     #[arg(long, value_name = "K")]
     refine: Option<usize>,
     /// Rounds of short windows after screening: the manifest's reps are shared by the
-    /// screening window and N more, measured once every compile has finished, in an order
-    /// shuffled per round; each choice's time is the fastest of its windows' medians, and the
-    /// choices whose intervals overlap the best's are raced in more rounds.
-    /// 0 measures each choice once, in one window (docs/performance.md).
+    /// screening window and up to N more, in an order shuffled per round; a choice leaves the
+    /// rounds once two of its windows agree within their reps' noise (or, far behind the best
+    /// with no other choice near it, at screening); each choice's time is the fastest of its
+    /// windows' medians, and the choices whose intervals overlap the best's are raced in more
+    /// rounds. 0 measures each choice once, in one window (docs/performance.md).
     #[arg(long, default_value_t = tunebox_tune::DEFAULT_ROUNDS, value_name = "N")]
     rounds: usize,
     /// Seconds the race for the top may take after the rounds [default: a quarter as long as the

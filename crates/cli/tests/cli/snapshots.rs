@@ -154,7 +154,7 @@ fn tune_help() {
                       Re-measure the best K choices at the end with 4x rep_ms (and 4x the timeout) and rank them by that median (a quick screen, then a careful look at the candidates that matter); a choice whose re-measurement fails keeps its screening result
 
                   --rounds <N>
-                      Rounds of short windows after screening: the manifest's reps are shared by the screening window and N more, measured once every compile has finished, in an order shuffled per round; each choice's time is the fastest of its windows' medians, and the choices whose intervals overlap the best's are raced in more rounds. 0 measures each choice once, in one window (docs/performance.md)
+                      Rounds of short windows after screening: the manifest's reps are shared by the screening window and up to N more, in an order shuffled per round; a choice leaves the rounds once two of its windows agree within their reps' noise (or, far behind the best with no other choice near it, at screening); each choice's time is the fastest of its windows' medians, and the choices whose intervals overlap the best's are raced in more rounds. 0 measures each choice once, in one window (docs/performance.md)
 
                       [default: 3]
 

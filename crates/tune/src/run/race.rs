@@ -413,7 +413,11 @@ impl Run<'_> {
                 let seed = r.index as u64;
                 if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
                     w.add_stats(&measured, conditions, seed);
+                    // Reps, the fastest and the slowest over every window (the median is the
+                    // estimate; mean, p20, p80 and stddev stay the screening window's).
                     stats.reps += measured.reps;
+                    stats.min_ms = stats.min_ms.min(measured.min_ms);
+                    stats.max_ms = stats.max_ms.max(measured.max_ms);
                 }
                 Some(conditions.disturbed)
             }
