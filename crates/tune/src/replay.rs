@@ -850,9 +850,15 @@ mod tests {
             &recorded,
             Budget::new(usize::MAX, 35.0),
         );
-        assert_eq!(on.points.len(), 1);
-        assert!(on.points[0].elapsed_ms >= 40.0, "{:?}", on.points);
-        assert!(on.elapsed_ms() >= on.strategy_ms);
+        // (None at all when a busy machine wakes the first ask's sleep after 35 ms.)
+        assert!(on.points.len() <= 1, "{:?}", on.points);
+        assert!(
+            on.points.iter().all(|p| p.elapsed_ms >= 40.0),
+            "{:?}",
+            on.points
+        );
+        assert!(on.strategy_ms >= 30.0, "{}", on.strategy_ms);
+        assert!(on.points.is_empty() || on.elapsed_ms() >= on.strategy_ms);
     }
 
     #[test]
