@@ -545,9 +545,16 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 choices(c.confirmed_early)
             ));
         }
+        if c.beside_compiles > 0 {
+            windows.push_str(&format!(
+                "; {} measured while choices compiled (first rounds' windows)",
+                c.beside_compiles
+            ));
+        }
         if c.settled > 0 {
             windows.push_str(&format!(
-                "; {} settled at screening (more than {:.0} % behind the best, the largest                  spread of any choice's windows, with no other choice that close)",
+                "; {} settled at screening (more than {:.0} % behind the best, the largest \
+                 spread of any choice's windows, with no other choice that close)",
                 choices(c.settled),
                 c.settle_margin * 100.0
             ));

@@ -102,6 +102,9 @@ pub struct Conditions {
     pub disturbed: bool,
     /// When the window ended, seconds since the Unix epoch (0: not known).
     pub ended_s: f64,
+    /// How long the window took, its worker's start and checks included, seconds (0: not
+    /// known).
+    pub took_s: f64,
 }
 
 impl Conditions {
@@ -157,6 +160,7 @@ impl Conditions {
             disturbed: (foreign >= MIN_TICKS && other_busy > BUSY_THRESHOLD)
                 || (steal >= MIN_TICKS && steal_share > STEAL_THRESHOLD),
             ended_s: 0.0,
+            took_s: 0.0,
         }
     }
 
@@ -167,6 +171,7 @@ impl Conditions {
         f: impl FnOnce() -> T,
     ) -> (T, Conditions) {
         let own_before = background.map(BackgroundWork::total);
+        let started = Instant::now();
         let before = CpuTimes::now();
         let value = f();
         let after = CpuTimes::now();
@@ -174,7 +179,10 @@ impl Conditions {
             .map(BackgroundWork::total)
             .zip(own_before)
             .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
-        let conditions = Conditions::between(before.as_ref(), after.as_ref(), own);
+        let conditions = Conditions {
+            took_s: started.elapsed().as_secs_f64(),
+            ..Conditions::between(before.as_ref(), after.as_ref(), own)
+        };
         (value, conditions.ended_now())
     }
 

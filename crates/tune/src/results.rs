@@ -307,6 +307,11 @@ pub struct RunConditions {
     /// (0 in reports made before it was kept).
     #[serde(default)]
     pub confirmed_early: usize,
+    /// First rounds' windows measured while the next choice in order compiled, in time a
+    /// worker would otherwise have waited (counted in [`RunConditions::windows`]; 0 in
+    /// reports made before it was kept).
+    #[serde(default)]
+    pub beside_compiles: usize,
     /// The slowest speed probe over the fastest (1: the machine's speed held).
     pub probe_ratio: f64,
     /// How far the machine's speed drifted, by the choices' own windows after screening: the

@@ -31,6 +31,7 @@ mod race;
 pub(crate) mod reference;
 pub(crate) mod refine;
 mod round;
+mod spare;
 
 use self::context::Run;
 pub(crate) use self::options::{CacheMode, DEFAULT_ROUNDS, TuneOptions};

@@ -142,8 +142,8 @@ impl Windows {
     }
 
     /// Whether the estimate is confirmed: its two fastest windows agree, within what their
-    /// medians' noise explains ([`AGREE_Z`] standard errors of the difference), at least
-    /// [`AGREE_AT_LEAST`] and at most [`AGREE_AT_MOST`] apart. Interference only slows a
+    /// medians' noise explains (two standard errors of the difference), at least 1 % and at
+    /// most 3 % apart. Interference only slows a
     /// window, so a lone fastest window may still be a slowed one (every window so far in a
     /// slow episode, or the only one); a second that agrees with it says the machine gave the
     /// same time twice, apart in time. `false` with fewer than two windows.
@@ -175,6 +175,60 @@ impl Windows {
     /// Whether this interval and `other`'s overlap.
     pub fn overlaps(&self, other: &Windows) -> bool {
         self.interval_ms[0] <= other.interval_ms[1] && other.interval_ms[0] <= self.interval_ms[1]
+    }
+}
+
+/// How much slower than each choice's fastest window the run's windows ran: what says how
+/// far a choice measured in few windows may still be from its own fastest time on a machine
+/// whose speed drifts (every one of its windows in a slow stretch).
+///
+/// Taken from the run itself: over the choices with at least two windows after the first
+/// (the screening window is left out, as in [`drift`]), each of those windows' median over
+/// the choice's fastest, less 1. Windows of one choice are taken apart in time (rounds,
+/// shuffled), so each is a draw of the machine's speed at the time.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Slowdowns {
+    /// Sorted, ascending (0: a choice's fastest window).
+    sorted: Vec<f64>,
+}
+
+/// Slowdowns the run must have seen before [`Slowdowns::floor`] widens anything.
+const SLOWDOWNS_MIN: usize = 8;
+/// The chance [`Slowdowns::floor`] leaves that a choice is faster still.
+const FLOOR_RISK: f64 = 0.05;
+
+impl Slowdowns {
+    /// The slowdowns of `windows` (see [`Slowdowns`]).
+    pub(crate) fn of<'a>(windows: impl Iterator<Item = &'a Windows>) -> Slowdowns {
+        let mut sorted: Vec<f64> = windows
+            .filter(|w| w.medians_ms.len() > DRIFT_MIN_WINDOWS)
+            .flat_map(|w| {
+                let rounds = &w.medians_ms[1..];
+                let fastest = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+                rounds
+                    .iter()
+                    .filter(move |_| fastest > 0.0 && fastest.is_finite())
+                    .map(move |&m| m / fastest - 1.0)
+            })
+            .filter(|s| s.is_finite())
+            .collect();
+        sorted.sort_by(f64::total_cmp);
+        Slowdowns { sorted }
+    }
+
+    /// The fastest `w`'s choice may plausibly run, ms: its estimate, less the slowdown that
+    /// all of its `k` windows would exceed together with a chance of only [`FLOOR_RISK`]
+    /// (each window independently slowed by more than `d` with the run's share `p(d)`, so all
+    /// `k` with `p(d)^k`). Many windows: about the estimate; one or two on a drifting machine:
+    /// well below it. The estimate itself until the run has seen [`SLOWDOWNS_MIN`] slowdowns.
+    pub(crate) fn floor(&self, w: &Windows) -> f64 {
+        let k = w.medians_ms.len().max(1) as f64;
+        if self.sorted.len() < SLOWDOWNS_MIN {
+            return w.estimate_ms;
+        }
+        let exceeded_by_all = FLOOR_RISK.powf(1.0 / k);
+        let slowdown = quantile(&self.sorted, 1.0 - exceeded_by_all).max(0.0);
+        w.estimate_ms / (1.0 + slowdown)
     }
 }
 
@@ -268,6 +322,7 @@ mod tests {
             steal: 0.0,
             disturbed: true,
             ended_s: 0.0,
+            took_s: 0.0,
         }
     }
 
@@ -310,6 +365,28 @@ mod tests {
             w.add(m, quiet(), 1);
         }
         w
+    }
+
+    /// On a drifting machine (a third of windows 25 % slow), two agreeing windows are not
+    /// enough to rule a choice out: its floor lies below a rival 10 % faster. Eight windows
+    /// are, and on a steady machine two are.
+    #[test]
+    fn a_choice_measured_in_few_windows_may_be_faster_than_its_estimate() {
+        let drifting: Vec<Windows> = (0..6)
+            .map(|_| windows_of(&[9.0, 2.0, 2.5, 2.0, 2.5, 2.0, 2.0]))
+            .collect();
+        let slowdowns = Slowdowns::of(drifting.iter());
+        let two = windows_of(&[3.3, 3.3]);
+        assert_eq!(two.estimate_ms, 3.3);
+        assert!(slowdowns.floor(&two) < 3.0, "{}", slowdowns.floor(&two));
+        let eight = windows_of(&[3.3; 8]);
+        assert!(slowdowns.floor(&eight) > 3.2, "{}", slowdowns.floor(&eight));
+        let steady: Vec<Windows> = (0..6)
+            .map(|_| windows_of(&[9.0, 2.0, 2.01, 2.0, 2.02, 2.0, 2.0]))
+            .collect();
+        assert!(Slowdowns::of(steady.iter()).floor(&two) > 3.2);
+        // Too few slowdowns seen: the estimate stands.
+        assert_eq!(Slowdowns::of(drifting[..1].iter()).floor(&two), 3.3);
     }
 
     /// The VM idle: most choices saw both its fast and its slow mode (+27 %) in their

@@ -3,6 +3,7 @@
 //! starting), the reference's outputs, judging each result against them, and the probes of the
 //! device (`probe_gpu`, `cpu_model`). The stages in `run/` call these.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -282,19 +283,19 @@ pub(crate) fn reference_outputs(
     Ok(Some(crate::integrity::join_reference(outputs)))
 }
 
-/// Runs the requests that `next` hands out (`(position, request)`; it may block until one is
-/// ready, and `None` ends the run) on the pool, keeping at most one request per worker in
+/// Runs the requests that `next` hands out (`(job, request)`: the job says what the request is
+/// to its caller; `next` may block until one is ready, and `None` ends the run) on the pool, keeping at most one request per worker in
 /// flight so that `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls
-/// `on_result(position, result, conditions)` on this thread as each finishes, `conditions`
+/// `on_result(job, result, conditions)` on this thread as each finishes, `conditions`
 /// saying what else ran on the machine meanwhile (see [`Conditions`]; `background`: the
 /// run's own compiles, which may run beside, are not interference); a request `next` handed
 /// out always gets its result.
-pub(crate) fn run_all<'r>(
+pub(crate) fn run_all<'r, J: Send>(
     pool: &TuningProcessPool,
-    next: impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync,
+    next: impl Fn() -> Option<(J, Cow<'r, BenchmarkRequest>)> + Sync,
     should_stop: impl Fn() -> bool + Sync,
     background: Option<&BackgroundWork>,
-    mut on_result: impl FnMut(usize, Result<BenchmarkResult, PoolError>, Conditions),
+    mut on_result: impl FnMut(J, Result<BenchmarkResult, PoolError>, Conditions),
 ) {
     std::thread::scope(|scope| {
         let (done_tx, done_rx) = mpsc::channel();
@@ -307,7 +308,7 @@ pub(crate) fn run_all<'r>(
                         break;
                     };
                     let (result, conditions) = Conditions::around(background, || {
-                        pool.benchmark(std::slice::from_ref(request)).remove(0)
+                        pool.benchmark(std::slice::from_ref(&*request)).remove(0)
                     });
                     if done_tx.send((position, result, conditions)).is_err() {
                         break;
@@ -325,12 +326,23 @@ pub(crate) fn run_all<'r>(
 /// A `next` for [`run_all`] that hands out `requests` in order.
 pub(crate) fn one_by_one<'r>(
     requests: &'r [BenchmarkRequest],
-) -> impl Fn() -> Option<(usize, &'r BenchmarkRequest)> + Sync {
+) -> impl Fn() -> Option<(usize, Cow<'r, BenchmarkRequest>)> + Sync {
     let next = AtomicUsize::new(0);
     move || {
         let i = next.fetch_add(1, Ordering::SeqCst);
-        requests.get(i).map(|request| (i, request))
+        requests.get(i).map(|request| (i, Cow::Borrowed(request)))
     }
+}
+
+/// What [`InOrder::try_next`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The next position in order, settled and measurable.
+    Ready(usize),
+    /// The next position in order has not settled yet (it is still compiling).
+    Pending,
+    /// No position is left.
+    Done,
 }
 
 /// Hands out positions for measuring in a fixed order, each once it has settled: compiled
@@ -387,6 +399,35 @@ impl InOrder {
                 return Some(position);
             }
         }
+    }
+
+    /// As [`InOrder::next`], without waiting: the next measurable position, or that the next
+    /// one in order is still pending, or that none is left. A gate is used either this way or
+    /// with [`InOrder::next`], not both.
+    pub(crate) fn try_next(&self) -> Next {
+        loop {
+            let at = self.next.load(Ordering::SeqCst);
+            let Some(&position) = self.order.get(at) else {
+                return Next::Done;
+            };
+            let Some(measurable) = self.lock()[position] else {
+                return Next::Pending;
+            };
+            if self
+                .next
+                .compare_exchange(at, at + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+                && measurable
+            {
+                return Next::Ready(position);
+            }
+        }
+    }
+
+    /// Waits until a position settles, or `timeout` passes.
+    pub(crate) fn wait(&self, timeout: Duration) {
+        let settled = self.lock();
+        let _ = self.changed.wait_timeout(settled, timeout);
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Option<bool>>> {
@@ -663,5 +704,15 @@ mod tests {
         gate.settle(0, true);
         gate.settle_rest(false);
         assert_eq!(std::iter::from_fn(|| gate.next()).collect::<Vec<_>>(), [0]);
+        // Without waiting: pending until settled, failed ones skipped, then done.
+        let gate = InOrder::new(vec![0, 1, 2], 3);
+        assert_eq!(gate.try_next(), Next::Pending);
+        gate.settle(0, true);
+        gate.settle(1, false);
+        assert_eq!(gate.try_next(), Next::Ready(0));
+        assert_eq!(gate.try_next(), Next::Pending);
+        gate.settle(2, true);
+        assert_eq!(gate.try_next(), Next::Ready(2));
+        assert_eq!(gate.try_next(), Next::Done);
     }
 }

@@ -48,6 +48,11 @@ pub(super) struct Run<'a> {
     pub topology: Topology,
     /// How long compile threads have run (they may run beside windows, in the background).
     pub compile_clock: BackgroundWork,
+    /// How long the rounds' windows measured beside the compiles took (`spare.rs`): part of
+    /// the rounds' time, which sizes the race.
+    pub spare_windows: Duration,
+    /// How many windows those were.
+    pub beside_compiles: usize,
     /// The pool and the reference outputs, started when something needs measuring.
     pub measuring: Option<Measuring>,
     pub workers: usize,
@@ -141,6 +146,8 @@ impl<'a> Run<'a> {
             kernel_cache: tunebox_cpu::default_cache_dir()?,
             topology: Topology::detect(),
             compile_clock: BackgroundWork::default(),
+            spare_windows: Duration::ZERO,
+            beside_compiles: 0,
             measuring: None,
             workers: 1,
             ledger: Ledger {

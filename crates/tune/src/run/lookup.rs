@@ -454,6 +454,7 @@ mod tests {
                 steal: 0.0,
                 disturbed: d,
                 ended_s: 0.0,
+                took_s: 0.0,
             };
             let mut w = crate::windows::Windows::first(&stats, busy(disturbed[0]));
             for &d in &disturbed[1..] {

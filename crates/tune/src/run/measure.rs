@@ -8,7 +8,7 @@ use std::time::Duration;
 use tunebox_protocol::TensorData;
 
 use super::lookup::{Setup, Todo};
-use super::pipeline::{Outcome, Stage, pipeline};
+use super::pipeline::{Measured, Outcome, Stage, pipeline};
 use crate::observer::Observer;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;
@@ -57,8 +57,8 @@ pub fn measure(
         deadline: None,
     };
     let mut results: Vec<(usize, ChoiceResult)> = Vec::with_capacity(todo.len());
-    pipeline(&stage, todo, None, |p, outcome| {
-        if let Outcome::Done { result, .. } = outcome {
+    pipeline(&stage, todo, None, |measured| {
+        if let Measured::Choice(p, Outcome::Done { result, .. }) = measured {
             results.push((p, *result));
         }
     });

@@ -58,7 +58,8 @@ pub struct TuneOptions {
 /// busy loops: 3 raised the worst pair's Spearman from 0.871 to 0.907 idle and from 0.777 to
 /// 0.908 busy (docs/performance.md).
 pub const DEFAULT_ROUNDS: usize = 3;
-/// The race's default time, as a share of the time the rounds took.
+/// The race's default time, as a share of the time the rounds took (their windows measured
+/// beside the compiles included).
 pub(crate) const RACE_SHARE: f64 = 0.25;
 /// The longest the race for the top takes by default.
 pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);

@@ -3,9 +3,10 @@
 //! batch's order; CUDA choices compile in their workers first. [`super::measure()`] is this
 //! pipeline with no compile threads (its C choices are compiled already).
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tunebox_cpu::{CacheDir, CompileControl};
 use tunebox_pool::{Status, TuningProcessPool};
@@ -14,12 +15,13 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TensorData};
 use super::compile::{Compiled, judge as judge_compile};
 use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, lock};
 use super::lookup::{Setup, Todo};
+use super::spare::Spare;
 use crate::interference::{BackgroundWork, Conditions};
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::stop::Stop;
 use crate::windows::Windows;
-use crate::workers::{self, InOrder};
+use crate::workers::{self, InOrder, Next};
 
 /// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
 pub(crate) struct Stage<'s> {
@@ -64,6 +66,29 @@ pub(crate) struct Compiling<'c> {
     /// The compile threads' time, so that a window beside them can tell them from
     /// interference ([`Conditions::around`]).
     pub clock: &'c BackgroundWork,
+    /// Windows a worker measures while the next choice in order is still compiling (the
+    /// rounds' first windows of choices screened before: [`Spare`]); `None`: it waits.
+    pub spare: Option<&'c Spare>,
+}
+
+/// What a pipeline measured, for its caller.
+pub(crate) enum Measured {
+    /// What became of the position of the batch.
+    Choice(usize, Outcome),
+    /// A spare window of the choice of stable index `index` ([`Spare`]), as the pool
+    /// returned it.
+    Spare {
+        index: usize,
+        result: Box<Result<tunebox_protocol::BenchmarkResult, tunebox_pool::PoolError>>,
+        conditions: Conditions,
+    },
+}
+
+/// What a worker of the pipeline measures: the position of a choice of the batch, or a spare
+/// window of the choice of that stable index.
+enum Job {
+    Choice(usize),
+    Spare(usize),
 }
 
 /// What became of one position of the batch.
@@ -83,16 +108,19 @@ pub(crate) enum Outcome {
 /// Runs `todo` through `stage`: CUDA choices are prepared (compiled) in the workers, C choices
 /// compile as `compiling` says (`None`: they are compiled already), and every choice is
 /// measured once its compile settles, in `todo`'s order, judged against the reference and
-/// reported to the observer. `on_outcome(position, outcome)` is called on this thread for every
-/// position of `todo`, each measured result as it finishes.
+/// reported to the observer. `on_measured(Measured::Choice(position, outcome))` is called on
+/// this thread for every position of `todo`, each measured result as it finishes, and
+/// `on_measured(Measured::Spare { … })` for each spare window ([`Compiling::spare`]).
 pub(crate) fn pipeline(
     stage: &Stage<'_>,
     todo: &[Todo],
     compiling: Option<Compiling<'_>>,
-    mut on_outcome: impl FnMut(usize, Outcome),
+    mut on_measured: impl FnMut(Measured),
 ) {
     let workers = stage.pool.size();
-    let mut ready: Vec<usize> = prepare_cuda(stage, todo, &mut on_outcome);
+    let mut ready: Vec<usize> = prepare_cuda(stage, todo, &mut |p, outcome| {
+        on_measured(Measured::Choice(p, outcome));
+    });
     let c_todo: Vec<usize> = match &compiling {
         Some(_) => {
             let (c, rest): (Vec<usize>, Vec<usize>) = ready
@@ -166,12 +194,25 @@ pub(crate) fn pipeline(
             let _ = compilers.join();
         }
         let clock = compiling.as_ref().map(|c| c.clock);
+        let spare = compiling.as_ref().and_then(|c| c.spare);
+        let next = || next_job(stage, gate, todo, spare);
         workers::run_all(
             stage.pool,
-            || gate.next().map(|p| (p, &todo[p].request)),
+            next,
             || stage.should_stop(),
             clock,
-            |p, result, conditions| {
+            |job, result, conditions| {
+                let p = match job {
+                    Job::Choice(p) => p,
+                    Job::Spare(index) => {
+                        on_measured(Measured::Spare {
+                            index,
+                            result: Box::new(result),
+                            conditions,
+                        });
+                        return;
+                    }
+                };
                 measured[p] = true;
                 let outcome = measured_outcome(stage, &todo[p], result, conditions);
                 let outcome = match outcome {
@@ -186,18 +227,64 @@ pub(crate) fn pipeline(
                     },
                     skipped => skipped,
                 };
-                on_outcome(p, outcome);
+                on_measured(Measured::Choice(p, outcome));
             },
         );
     });
     stage.observer.end_phase();
     for p in ready {
         if !measured[p] {
-            on_outcome(p, Outcome::Skipped(stage.stop_reason()));
+            on_measured(Measured::Choice(p, Outcome::Skipped(stage.stop_reason())));
         }
     }
-    compile_outcomes(stage, todo, &c_todo, &measured, compiled, &mut on_outcome);
+    compile_outcomes(
+        stage,
+        todo,
+        &c_todo,
+        &measured,
+        compiled,
+        &mut |p, outcome| {
+            on_measured(Measured::Choice(p, outcome));
+        },
+    );
 }
+
+/// The next job of a pipeline's worker: the next choice in order once it has compiled; while
+/// it compiles, a spare window if one is due (else a short wait); `None` once every choice is
+/// handed out (or the run stops).
+fn next_job<'t>(
+    stage: &Stage<'_>,
+    gate: &InOrder,
+    todo: &'t [Todo],
+    spare: Option<&Spare>,
+) -> Option<(Job, Cow<'t, BenchmarkRequest>)> {
+    let choice = |p: usize| (Job::Choice(p), Cow::Borrowed(&todo[p].request));
+    let Some(spare) = spare else {
+        return gate.next().map(choice);
+    };
+    loop {
+        match gate.try_next() {
+            Next::Ready(p) => {
+                spare.handed();
+                return Some(choice(p));
+            }
+            Next::Done => return None,
+            Next::Pending => {
+                if let Some((index, request)) = spare.take() {
+                    return Some((Job::Spare(index), Cow::Owned(request)));
+                }
+                if stage.should_stop() {
+                    return None;
+                }
+                gate.wait(SPARE_POLL);
+            }
+        }
+    }
+}
+
+/// How long a worker with nothing to measure waits before it looks again for a compiled
+/// choice or a spare window (a compile settling wakes it at once).
+const SPARE_POLL: Duration = Duration::from_millis(5);
 
 /// Prepares the CUDA choices of `todo` in the workers (a compiler can crash too), spread over
 /// the pool; those that fail are outcomes at once. Returns the positions left to measure.

@@ -14,11 +14,12 @@ use tunebox_pool::{PoolError, Status};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, TimingStats};
 
 use super::context::Run;
-use super::lookup::window_timing;
+use super::lookup::{Setup, window_timing};
 use super::options::{DEFAULT_RACE_LIMIT, RACE_SHARE};
 use crate::interference::{self, Conditions};
-use crate::observer::ObserverExt;
+use crate::observer::{Observer, ObserverExt};
 use crate::results::{ChoiceResult, DRIFT_WARN, RunConditions, choices as plural};
+use crate::windows::{Slowdowns, Windows};
 use crate::workers;
 
 /// Most rounds the race adds after the base rounds.
@@ -203,8 +204,7 @@ impl Run<'_> {
                 })
                 .count();
             let budget = self.options.race.unwrap_or_else(|| {
-                started
-                    .elapsed()
+                (started.elapsed() + self.spare_windows)
                     .mul_f64(RACE_SHARE)
                     .min(DEFAULT_RACE_LIMIT)
             });
@@ -280,12 +280,24 @@ impl Run<'_> {
         )
     }
 
-    /// The best and the contenders whose interval overlaps its own and whose estimate is more
-    /// than [`RACE_TIES_WITHIN`] above it (measured in this run, best first); only the best
-    /// when there are none.
+    /// The best and the contenders that could still beat it, whose estimate is more than
+    /// [`RACE_TIES_WITHIN`] above it (measured in this run, best first); only the best when
+    /// there are none. A contender could beat the best when its interval overlaps the best's,
+    /// or when the fastest it may plausibly run, by how much slower than their fastest the
+    /// run's windows ran ([`Slowdowns::floor`]: few windows on a drifting machine may all have
+    /// been slow), is below the best's interval.
     fn worth_racing(&self) -> Vec<usize> {
         let results = &self.ledger.results;
-        worth_racing(&self.overlapping_best(false), |p| {
+        let slowdowns = Slowdowns::of(
+            results
+                .iter()
+                .filter(|r| r.status == Status::Ok)
+                .filter_map(|r| r.windows.as_ref()),
+        );
+        let could_beat = |w: &Windows, best: &Windows| {
+            w.overlaps(best) || slowdowns.floor(w) <= best.interval_ms[1]
+        };
+        worth_racing(&self.reaching_best(false, could_beat), |p| {
             results[p].median_ms().unwrap_or(f64::INFINITY)
         })
     }
@@ -293,6 +305,16 @@ impl Run<'_> {
     /// The positions of the `ok` results with windows whose interval overlaps the best's (the
     /// best included), best first; those from the results cache only `with_cached`.
     fn overlapping_best(&self, with_cached: bool) -> Vec<usize> {
+        self.reaching_best(with_cached, Windows::overlaps)
+    }
+
+    /// The positions of the `ok` results whose windows `reach(windows, best's windows)`
+    /// (the best included), best first; those from the results cache only `with_cached`.
+    fn reaching_best(
+        &self,
+        with_cached: bool,
+        reach: impl Fn(&Windows, &Windows) -> bool,
+    ) -> Vec<usize> {
         let results = &self.ledger.results;
         let ok = |p: &usize| {
             let r = &results[*p];
@@ -314,7 +336,7 @@ impl Run<'_> {
                     || results[p]
                         .windows
                         .as_ref()
-                        .is_some_and(|w| w.overlaps(best_w))
+                        .is_some_and(|w| reach(w, best_w))
             })
             .collect()
     }
@@ -410,32 +432,13 @@ impl Run<'_> {
             Ok(measured) if measured.median_ms.is_finite() => {
                 tally.windows += 1;
                 tally.disturbed += usize::from(conditions.disturbed);
-                let seed = r.index as u64;
-                if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
-                    w.add_stats(&measured, conditions, seed);
-                    // Reps, the fastest and the slowest over every window (the median is the
-                    // estimate; mean, p20, p80 and stddev stay the screening window's).
-                    stats.reps += measured.reps;
-                    stats.min_ms = stats.min_ms.min(measured.min_ms);
-                    stats.max_ms = stats.max_ms.max(measured.max_ms);
-                }
+                add_window(r, &measured, conditions);
                 Some(conditions.disturbed)
             }
             Ok(_) => None,
             Err(e) if workers::is_transient(&e) => None,
             Err(e) => {
-                // A choice that crashes, hangs or errs in a later window is not a choice to
-                // pick: its failure is its result.
-                let failed = ChoiceResult::failed(
-                    r.index,
-                    r.choice.clone(),
-                    e.status(),
-                    format!("in round {round}: {:#}", anyhow::Error::new(e)),
-                    &self.setup.device,
-                );
-                self.observer
-                    .finished(&failed.choice.label(), failed.status, None);
-                *r = failed;
+                fail_in_round(r, round, e, &self.setup.device, self.observer);
                 None
             }
         }
@@ -526,21 +529,7 @@ impl Run<'_> {
         round: usize,
         outputs: bool,
     ) -> Option<BenchmarkRequest> {
-        let manifest = self.setup.manifest;
-        let mut request = workers::request(
-            manifest,
-            &manifest.kernel,
-            manifest.launch.as_ref(),
-            &result.choice,
-        )
-        .ok()?;
-        request.timing = window_timing(&request.timing, self.setup.windows, round);
-        if !outputs {
-            for t in &mut request.tensors {
-                t.output = false;
-            }
-        }
-        Some(request)
+        window_request(&self.setup, result, round, outputs)
     }
 
     /// Marks each `ok` result whose interval overlaps the best's as tied with it, and
@@ -590,6 +579,7 @@ impl Run<'_> {
             settled: tally.settled,
             settle_margin: tally.settle_margin,
             confirmed_early: tally.confirmed_early,
+            beside_compiles: self.beside_compiles,
             probe_ratio,
             drift,
             load: [
@@ -655,6 +645,105 @@ impl Run<'_> {
             ));
         }
         text
+    }
+}
+
+/// The request of one window of `result` in `round`: its screening request with the window's
+/// share of `setup`'s timing, and no outputs (screening verified them) unless `outputs`.
+pub(super) fn window_request(
+    setup: &Setup<'_>,
+    result: &ChoiceResult,
+    round: usize,
+    outputs: bool,
+) -> Option<BenchmarkRequest> {
+    let manifest = setup.manifest;
+    let mut request = workers::request(
+        manifest,
+        &manifest.kernel,
+        manifest.launch.as_ref(),
+        &result.choice,
+    )
+    .ok()?;
+    request.timing = window_timing(&request.timing, setup.windows, round);
+    if !outputs {
+        for t in &mut request.tensors {
+            t.output = false;
+        }
+    }
+    Some(request)
+}
+
+/// Adds the window `measured` measured under `conditions` to `r`: its windows and estimate,
+/// and its reps, fastest and slowest over every window (the median is the estimate; mean,
+/// p20, p80 and stddev stay the screening window's).
+fn add_window(r: &mut ChoiceResult, measured: &TimingStats, conditions: Conditions) {
+    let seed = r.index as u64;
+    if let (Some(w), Some(stats)) = (r.windows.as_mut(), r.stats.as_mut()) {
+        w.add_stats(measured, conditions, seed);
+        stats.reps += measured.reps;
+        stats.min_ms = stats.min_ms.min(measured.min_ms);
+        stats.max_ms = stats.max_ms.max(measured.max_ms);
+    }
+}
+
+/// Replaces `r` with its failure in a later window: a choice that crashes, hangs or errs in a
+/// round is not a choice to pick.
+fn fail_in_round(
+    r: &mut ChoiceResult,
+    round: usize,
+    error: PoolError,
+    device: &str,
+    observer: &dyn Observer,
+) {
+    let failed = ChoiceResult::failed(
+        r.index,
+        r.choice.clone(),
+        error.status(),
+        format!("in round {round}: {:#}", anyhow::Error::new(error)),
+        device,
+    );
+    observer.finished(&failed.choice.label(), failed.status, None);
+    *r = failed;
+}
+
+/// A first round's window of `r` measured beside the compiles ([`super::spare`]): counted as
+/// the rounds count theirs, unless it would need checking (below the physical floor of its
+/// outputs, or under half its first window: [`CHECK_FASTER_THAN`]), in which case it is
+/// dropped and the choice keeps its place in the first round, which checks. A failure is the
+/// choice's result, as in a round. Whether the window counted.
+pub(super) fn spare_window(
+    r: &mut ChoiceResult,
+    result: Result<BenchmarkResult, PoolError>,
+    conditions: Conditions,
+    setup: &Setup<'_>,
+    observer: &dyn Observer,
+) -> bool {
+    if r.status != Status::Ok || r.windows.as_ref().is_none_or(|w| w.medians_ms.len() != 1) {
+        return false;
+    }
+    match result {
+        Ok(measured) => {
+            let stats = measured.stats;
+            let first = r.windows.as_ref().map_or(0.0, |w| w.medians_ms[0]);
+            let timing = window_timing(&setup.manifest.timing, setup.windows, 1);
+            let needs_check = !stats.median_ms.is_finite()
+                || stats.median_ms < first * CHECK_FASTER_THAN
+                || crate::integrity::below_floor_of(
+                    stats.median_ms,
+                    workers::output_bytes(setup.manifest),
+                    &timing,
+                )
+                .is_some();
+            if !needs_check {
+                add_window(r, &stats, conditions);
+            }
+            !needs_check
+        }
+        Err(e) if workers::is_transient(&e) => false,
+        Err(e) => {
+            fail_in_round(r, 1, e, &setup.device, observer);
+            false
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! more (brute force and random sampling ask for everything at once: one round).
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use anyhow::Result;
 use tunebox_cpu::CompileControl;
@@ -9,12 +10,15 @@ use tunebox_cpu::CompileControl;
 use super::compile_threads::CompilePlan;
 use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
-use super::pipeline::{Compiling, Stage, pipeline};
+use super::pipeline::{Compiling, Measured, Stage, pipeline};
+use super::race::{spare_window, window_request};
+use super::spare::Spare;
 use crate::metrics::Metrics;
 use crate::observer::ObserverExt;
 use crate::results::{ChoiceResult, NotMeasured, Selection, ShardInfo, set_objective};
 use crate::space::SearchSpace;
 use crate::strategy::Strategy;
+use tunebox_pool::Status;
 
 impl Run<'_> {
     /// Measures `first` (the plan's selection), then what the strategy asks for next, each
@@ -111,16 +115,48 @@ impl Run<'_> {
             stop,
             deadline: self.deadline,
         };
+        // With rounds to come and compiles beside measuring, a worker waiting for the next
+        // compile measures a first round's window of a choice screened before.
+        let spare = Spare::default();
+        let rounds = self.setup.windows > 1;
         let compiling = Compiling {
             kernel_cache: &self.kernel_cache,
             control: &control,
             say: !std::mem::replace(&mut self.compile_noted, true),
             plan,
             clock: &self.compile_clock,
+            spare: (rounds && plan.overlap).then_some(&spare),
         };
         let ledger = &mut self.ledger;
-        pipeline(&stage, todo, Some(compiling), |p, outcome| {
-            ledger.settle(&todo[p], outcome, observer);
+        let setup = &self.setup;
+        let spare_windows = &mut self.spare_windows;
+        let beside_compiles = &mut self.beside_compiles;
+        pipeline(&stage, todo, Some(compiling), |measured| match measured {
+            Measured::Choice(p, outcome) => {
+                ledger.settle(&todo[p], outcome, observer);
+                let index = todo[p].index;
+                if rounds
+                    && let Some(r) = ledger.results.iter().find(|r| r.index == index)
+                    && r.status == Status::Ok
+                    && !r.cached
+                    && r.windows.as_ref().is_some_and(|w| w.medians_ms.len() == 1)
+                    && let Some(request) = window_request(setup, r, 1, false)
+                {
+                    spare.offer(index, request);
+                }
+            }
+            Measured::Spare {
+                index,
+                result,
+                conditions,
+            } => {
+                *spare_windows += Duration::from_secs_f64(conditions.took_s);
+                if let Some(r) = ledger.results.iter_mut().find(|r| r.index == index)
+                    && spare_window(r, *result, conditions, setup, observer)
+                {
+                    *beside_compiles += 1;
+                }
+            }
         });
     }
 }
