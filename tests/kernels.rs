@@ -84,7 +84,9 @@ fn a_slow_kernel_gets_fewer_reps_instead_of_a_timeout() {
     let err = worker
         .benchmark(request, Duration::from_millis(400))
         .unwrap_err();
-    assert!(started.elapsed() < Duration::from_millis(400));
+    // A kill at the deadline would be a `Timeout`, caught below; the bound only says it did
+    // not wait for the calls it refused (generous: a busy machine answers late).
+    assert!(started.elapsed() < Duration::from_millis(1200), "{err:?}");
     let Some(BenchError::DoesNotFit { call_ms, .. }) = err.bench_error() else {
         panic!("expected DoesNotFit, got {err:?}");
     };
