@@ -12,23 +12,35 @@ const SLACK: Duration = Duration::from_millis(50);
 /// The share of the parent's time the worker's clock must see at least (after [`SLACK`]).
 const MIN_SHARE: f64 = 0.5;
 
+/// The share of its main thread's time on a CPU the worker's clock must see at least (after
+/// [`SLACK`]): all of it, honestly, but for the request's decoding and the reply's encoding,
+/// which its clock does not cover.
+const RAN_SHARE: f64 = 0.75;
+
 /// Fails with [`BenchError::Suspicious`] (`clock`) when the worker reports having spent much
 /// less time on the request (`integrity.worker_ms`, its own clock) than the parent saw pass
 /// between sending it and the reply (`parent`), less the time the worker's and the parent's
 /// threads spent waiting for a CPU meanwhile (`waited_ms`, [`WaitMark`]: a busy machine's
-/// delay, which no clock in the worker sees): less than half, beyond 50 ms of slack. A result
-/// without `worker_ms` (a backend that does not report it), or a request the parent did not
-/// time, passes.
+/// delay, which no clock in the worker sees): less than half, beyond 50 ms of slack. Nor may
+/// it see less than 3/4 of the time the worker's main thread ran on a CPU meanwhile (`ran_ms`,
+/// the first `schedstat` field, beyond the same slack): a thread's wall time is never less
+/// than its CPU time, and waits do not enter it, so a busy machine, whose waits excuse the
+/// first check, cannot hide a clock slowed while its thread ran. A result without
+/// `worker_ms` (a backend that does not report it), or a request the parent did not time,
+/// passes.
 pub(crate) fn check_worker_clock(
     result: BenchmarkResult,
     parent: Option<Duration>,
-    waited_ms: f64,
+    sched: Sched,
 ) -> Result<BenchmarkResult, BenchError> {
     let (Some(worker_ms), Some(parent)) = (result.integrity.worker_ms, parent) else {
         return Ok(result);
     };
     let parent_ms = parent.as_secs_f64() * 1e3;
-    let floor_ms = (parent_ms - waited_ms.max(0.0) - SLACK.as_secs_f64() * 1e3) * MIN_SHARE;
+    let slack_ms = SLACK.as_secs_f64() * 1e3;
+    let waited_ms = sched.waited_ms.max(0.0);
+    let floor_ms =
+        ((parent_ms - waited_ms - slack_ms) * MIN_SHARE).max((sched.ran_ms - slack_ms) * RAN_SHARE);
     if worker_ms.is_finite() && worker_ms >= floor_ms {
         return Ok(result);
     }
@@ -36,10 +48,19 @@ pub(crate) fn check_worker_clock(
         check: "clock".into(),
         seen: format!(
             "the worker's clock saw {worker_ms:.1} ms pass during the request, the parent's \
-             {parent_ms:.1} ms ({waited_ms:.1} ms of it waiting for a CPU): the candidate \
-             slowed or replaced the clock it is timed with"
+             {parent_ms:.1} ms ({waited_ms:.1} ms of it waiting for a CPU, {:.1} ms on one): \
+             the candidate slowed or replaced the clock it is timed with",
+            sched.ran_ms
         ),
     })
+}
+
+/// What the scheduler saw of a request ([`WaitMark::since`]): ms the worker's main thread
+/// and the parent's calling thread waited for a CPU, and ms the worker's main thread ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Sched {
+    pub waited_ms: f64,
+    pub ran_ms: f64,
 }
 
 /// How long the worker's main thread and the calling thread of the parent have waited for a
@@ -49,8 +70,16 @@ pub(crate) fn check_worker_clock(
 /// no such statistics (no `CONFIG_SCHED_INFO`), nothing is discounted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WaitMark {
-    worker: Option<(u32, u64)>,
+    /// The worker's pid and its main thread's [`Stat`].
+    worker: Option<(u32, Stat)>,
     parent: Option<u64>,
+}
+
+/// A `schedstat` file's first two fields: ns on a CPU, ns waiting for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    ran_ns: u64,
+    waited_ns: u64,
 }
 
 impl WaitMark {
@@ -68,32 +97,49 @@ impl WaitMark {
     /// The waits so far of worker `pid` and of this thread.
     pub(crate) fn now(pid: u32) -> WaitMark {
         WaitMark {
-            worker: read_wait_ns(&format!("/proc/{pid}/schedstat")).map(|ns| (pid, ns)),
-            parent: read_wait_ns("/proc/thread-self/schedstat"),
+            worker: read_stat(&format!("/proc/{pid}/schedstat")).map(|s| (pid, s)),
+            parent: read_stat("/proc/thread-self/schedstat").map(|s| s.waited_ns),
         }
     }
 
-    /// ms both waited since [`WaitMark::now`]: the worker only while it is still `pid`, and the
-    /// parent only when read on the same thread (else 0 for that side).
-    pub(crate) fn waited_ms(&self, pid: u32) -> f64 {
+    /// What the scheduler saw since [`WaitMark::now`]: ms both waited, and ms the worker ran;
+    /// the worker only while it is still `pid`, and the parent only when read on the same
+    /// thread (else 0 for that side).
+    pub(crate) fn since(&self, pid: u32) -> Sched {
         let worker = self
             .worker
             .filter(|(marked, _)| *marked == pid)
-            .and_then(|(_, ns)| read_wait_ns(&format!("/proc/{pid}/schedstat"))?.checked_sub(ns));
-        let parent = self
-            .parent
-            .and_then(|ns| read_wait_ns("/proc/thread-self/schedstat")?.checked_sub(ns));
-        (worker.unwrap_or(0) + parent.unwrap_or(0)) as f64 / 1e6
+            .and_then(|(_, before)| {
+                let now = read_stat(&format!("/proc/{pid}/schedstat"))?;
+                Some((
+                    now.ran_ns.checked_sub(before.ran_ns)?,
+                    now.waited_ns.checked_sub(before.waited_ns)?,
+                ))
+            });
+        let parent = self.parent.and_then(|ns| {
+            read_stat("/proc/thread-self/schedstat")?
+                .waited_ns
+                .checked_sub(ns)
+        });
+        let (ran, waited) = worker.unwrap_or((0, 0));
+        Sched {
+            waited_ms: (waited + parent.unwrap_or(0)) as f64 / 1e6,
+            ran_ms: ran as f64 / 1e6,
+        }
     }
 }
 
-/// The second field (ns waited on a run queue) of a `schedstat` file.
-fn read_wait_ns(path: &str) -> Option<u64> {
-    parse_wait_ns(&std::fs::read_to_string(path).ok()?)
+/// The first two fields of a `schedstat` file.
+fn read_stat(path: &str) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(path).ok()?)
 }
 
-fn parse_wait_ns(text: &str) -> Option<u64> {
-    text.split_whitespace().nth(1)?.parse().ok()
+fn parse_stat(text: &str) -> Option<Stat> {
+    let mut fields = text.split_whitespace();
+    Some(Stat {
+        ran_ns: fields.next()?.parse().ok()?,
+        waited_ns: fields.next()?.parse().ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -119,14 +165,19 @@ mod tests {
     #[test]
     fn a_worker_clock_that_saw_little_time_is_suspicious() {
         let parent = Some(Duration::from_millis(400));
-        assert!(check_worker_clock(result(Some(390.0)), parent, 0.0).is_ok());
-        assert!(check_worker_clock(result(None), parent, 0.0).is_ok());
-        assert!(check_worker_clock(result(Some(1.0)), None, 0.0).is_ok());
-        let err = check_worker_clock(result(Some(3.0)), parent, 0.0).unwrap_err();
+        assert!(check_worker_clock(result(Some(390.0)), parent, waited(0.0)).is_ok());
+        assert!(check_worker_clock(result(None), parent, waited(0.0)).is_ok());
+        assert!(check_worker_clock(result(Some(1.0)), None, waited(0.0)).is_ok());
+        let err = check_worker_clock(result(Some(3.0)), parent, waited(0.0)).unwrap_err();
         assert!(err.to_string().starts_with("suspicious (clock)"), "{err}");
         // Short requests leave room for the slack.
         assert!(
-            check_worker_clock(result(Some(0.5)), Some(Duration::from_millis(40)), 0.0).is_ok()
+            check_worker_clock(
+                result(Some(0.5)),
+                Some(Duration::from_millis(40)),
+                waited(0.0)
+            )
+            .is_ok()
         );
     }
 
@@ -135,11 +186,34 @@ mod tests {
     #[test]
     fn time_spent_waiting_for_a_cpu_is_not_held_against_the_worker() {
         let parent = Some(Duration::from_micros(82_300));
-        assert!(check_worker_clock(result(Some(10.1)), parent, 0.0).is_err());
-        assert!(check_worker_clock(result(Some(10.1)), parent, 60.0).is_ok());
+        assert!(check_worker_clock(result(Some(10.1)), parent, waited(0.0)).is_err());
+        assert!(check_worker_clock(result(Some(10.1)), parent, waited(60.0)).is_ok());
         // A clock slowed tenfold is still caught when the worker waited a little.
         let parent = Some(Duration::from_millis(400));
-        assert!(check_worker_clock(result(Some(40.0)), parent, 20.0).is_err());
+        assert!(check_worker_clock(result(Some(40.0)), parent, waited(20.0)).is_err());
+    }
+
+    fn waited(waited_ms: f64) -> Sched {
+        Sched {
+            waited_ms,
+            ran_ms: 0.0,
+        }
+    }
+
+    /// Under a busy machine's waits (the zoo's clock patcher, 2 busy loops on 2 CPUs), the
+    /// worker's time on a CPU still tells a clock that stopped while its thread ran.
+    #[test]
+    fn a_clock_slower_than_the_workers_own_cpu_time_is_suspicious() {
+        let parent = Some(Duration::from_millis(900));
+        let busy = |ran_ms| Sched {
+            waited_ms: 600.0,
+            ran_ms,
+        };
+        assert!(check_worker_clock(result(Some(130.0)), parent, busy(20.0)).is_ok());
+        let err = check_worker_clock(result(Some(130.0)), parent, busy(290.0)).unwrap_err();
+        assert!(err.to_string().contains("290.0 ms on one"), "{err}");
+        // Honest: a thread's wall time covers its CPU time.
+        assert!(check_worker_clock(result(Some(290.0)), parent, busy(290.0)).is_ok());
     }
 
     #[test]
@@ -157,19 +231,29 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_is_the_second_schedstat_field() {
-        assert_eq!(parse_wait_ns("239667 6030253 2\n"), Some(6_030_253));
-        assert_eq!(parse_wait_ns(""), None);
-        let mark = WaitMark::now(std::process::id());
-        assert!(mark.waited_ms(std::process::id()) >= 0.0);
-        // Another pid than the one marked: nothing is discounted for the worker.
+    fn the_run_and_the_wait_are_the_first_two_schedstat_fields() {
         assert_eq!(
-            WaitMark {
-                worker: Some((1, 0)),
-                parent: None
-            }
-            .waited_ms(2),
-            0.0
+            parse_stat("239667 6030253 2\n"),
+            Some(Stat {
+                ran_ns: 239_667,
+                waited_ns: 6_030_253
+            })
         );
+        assert_eq!(parse_stat(""), None);
+        let mark = WaitMark::now(std::process::id());
+        let sched = mark.since(std::process::id());
+        assert!(sched.waited_ms >= 0.0 && sched.ran_ms >= 0.0, "{sched:?}");
+        // Another pid than the one marked: nothing is discounted for the worker.
+        let other = WaitMark {
+            worker: Some((
+                1,
+                Stat {
+                    ran_ns: 0,
+                    waited_ns: 0,
+                },
+            )),
+            parent: None,
+        };
+        assert_eq!(other.since(2), Sched::default());
     }
 }

@@ -206,10 +206,10 @@ impl TuningProcess {
         match response {
             ResponseBody::Benchmark(result) => result
                 .and_then(|r| {
-                    let waited_ms = sent
+                    let sched = sent
                         .and_then(|(_, waits)| waits)
-                        .map_or(0.0, |w| w.waited_ms(pid));
-                    crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), waited_ms)
+                        .map_or_else(Default::default, |w| w.since(pid));
+                    crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
                 })
                 .and_then(|r| self.check_no_strays(r))
                 .map(|mut result| {
