@@ -152,6 +152,7 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
             init: tunebox_protocol::Init::Data(buffer.share()),
             output: false,
             reset: false,
+            contents: None,
         });
         request
     };

@@ -20,6 +20,8 @@ pub fn fresh_input_spec(spec: &TensorSpec, fresh: u64) -> Option<TensorSpec> {
     other.init = Init::Random {
         seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
     };
+    // The caller's contents are the old seed's.
+    other.contents = None;
     Some(other)
 }
 
@@ -62,5 +64,8 @@ mod tests {
         assert_ne!(fresh_input_spec(&x, 98).unwrap().init, fresh.init);
         assert!(fresh_input_spec(&TensorSpec::new("y", DType::F32, [4]).output(), 1).is_none());
         assert!(fresh_input_spec(&TensorSpec::new("z", DType::F32, [4]), 1).is_none());
+        let made = x.make_contents().unwrap();
+        let with_contents = x.clone().contents(made.share());
+        assert_eq!(fresh_input_spec(&with_contents, 99).unwrap().contents, None);
     }
 }

@@ -150,6 +150,7 @@ fn tensor(name: &str, init: Init, output: bool) -> TensorSpec {
         init,
         output,
         reset: false,
+        contents: None,
     }
 }
 

@@ -43,6 +43,7 @@ fn request() -> BenchmarkRequest {
         init: Init::Zeros,
         output: true,
         reset: false,
+        contents: None,
     });
     request
 }

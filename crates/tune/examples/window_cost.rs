@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p tunebox-tune --example window_cost -- \
-//!     --worker target/release/tunebox [--gib 1] [--rounds 3] [--json PATH]
+//!     --worker target/release/tunebox [--gib 1] [--rounds 3] [--rounds-only] [--json PATH]
 //! ```
 //!
 //! Each choice gets a screening window (outputs returned and verified against the reference,
@@ -18,7 +18,8 @@
 //! run), its kernel calls' time (the first call, the warmup calls, the timed reps and, with
 //! outputs, the final call, each counted at the reps' mean), the overhead (wall less calls)
 //! and the overhead's ratio to the calls. The first window of each batch also starts the
-//! pool. `--gib` scales every tensor (0.25 for a quick look).
+//! pool. `--gib` scales every tensor (0.25 for a quick look); `--rounds-only` skips the
+//! reference and the screening windows (to profile the round windows alone).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -96,6 +97,7 @@ struct Options {
     worker: PathBuf,
     gib: f64,
     rounds: usize,
+    rounds_only: bool,
     json: Option<PathBuf>,
 }
 
@@ -107,6 +109,7 @@ impl Options {
                 .unwrap_or_default(),
             gib: 1.0,
             rounds: 3,
+            rounds_only: false,
             json: None,
         };
         let mut args = std::env::args().skip(1);
@@ -117,6 +120,7 @@ impl Options {
                 "--gib" => options.gib = value()?.parse().context("--gib")?,
                 "--rounds" => options.rounds = value()?.parse().context("--rounds")?,
                 "--json" => options.json = Some(value()?.into()),
+                "--rounds-only" => options.rounds_only = true,
                 other => bail!("unknown option {other}; see the doc comment of window_cost.rs"),
             }
         }
@@ -277,8 +281,12 @@ fn main() -> Result<()> {
     );
 
     let started = Instant::now();
-    let reference = reference(&setup, Some(&options.worker), &(), &stop)?
-        .context("the manifest verifies against a reference")?;
+    let reference = if options.rounds_only {
+        Vec::new()
+    } else {
+        reference(&setup, Some(&options.worker), &(), &stop)?
+            .context("the manifest verifies against a reference")?
+    };
     let reference_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let windows = options.rounds + 1;
@@ -292,18 +300,25 @@ fn main() -> Result<()> {
         }
         t
     };
-    let screening: Vec<Todo> = todo.iter().map(|t| with_timing(t, 0, true)).collect();
+    let screening: Vec<Todo> = if options.rounds_only {
+        Vec::new()
+    } else {
+        todo.iter().map(|t| with_timing(t, 0, true)).collect()
+    };
     let rounds: Vec<Todo> = (1..windows)
         .flat_map(|w| todo.iter().map(move |t| (t, w)))
         .map(|(t, w)| with_timing(t, w, false))
         .collect();
 
     let mut figures = Vec::new();
-    for (i, (result, wall)) in run_batch(&setup, &screening, Some(&reference), &options.worker)?
-        .iter()
-        .enumerate()
-    {
-        figures.push(window(result, *wall, "screening", i == 0)?);
+    if !screening.is_empty() {
+        for (i, (result, wall)) in
+            run_batch(&setup, &screening, Some(&reference), &options.worker)?
+                .iter()
+                .enumerate()
+        {
+            figures.push(window(result, *wall, "screening", i == 0)?);
+        }
     }
     for (i, (result, wall)) in run_batch(&setup, &rounds, None, &options.worker)?
         .iter()

@@ -70,6 +70,7 @@ mod tests {
                 init: Init::Data(d.clone()),
                 output: false,
                 reset: false,
+                contents: None,
             });
         }
         request
