@@ -153,6 +153,7 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
             output: false,
             reset: false,
             contents: None,
+            fresh_contents: None,
         });
         request
     };

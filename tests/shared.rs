@@ -20,6 +20,7 @@ fn data_tensor(name: &str, buffer: &SharedBuffer, output: bool) -> TensorSpec {
         output,
         reset: false,
         contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -81,6 +82,7 @@ fn a_large_output_and_a_large_input_at_once_do_not_deadlock() {
             output: true,
             reset: false,
             contents: None,
+            fresh_contents: None,
         });
         let mut sends = diag(DiagnosticTask::Checksum);
         sends.tensors.push(data_tensor("in", &input, false));

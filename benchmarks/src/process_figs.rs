@@ -477,6 +477,7 @@ fn request(task: DiagnosticTask, buffer: &SharedBuffer) -> BenchmarkRequest {
         output: false,
         reset: false,
         contents: None,
+        fresh_contents: None,
     });
     request
 }

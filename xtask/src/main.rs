@@ -333,7 +333,9 @@ fn target_dir(root: &Path) -> PathBuf {
 /// `window_cost` example of `tunebox-tune` with it.
 fn window_cost(args: &[String]) -> Result<(), String> {
     cargo(&["build", "--release", "--quiet", "-p", "tunebox-cli"], &[])?;
-    let worker = target_dir(&workspace_root()).join("release").join("tunebox");
+    let worker = target_dir(&workspace_root())
+        .join("release")
+        .join("tunebox");
     let worker = worker.to_string_lossy().into_owned();
     example("window_cost", args, &["--worker", &worker])
 }

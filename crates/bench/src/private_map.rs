@@ -158,6 +158,49 @@ impl PrivateMap {
         }
     }
 
+    /// Maps `source` (of the same length) in place of the current buffer, at the same
+    /// addresses, copy-on-write, and faults it in: the private copies of written pages go with
+    /// the old mapping. Returns whether it did; on `false` nothing changed.
+    pub(crate) fn remap(&mut self, source: &SharedData) -> bool {
+        if source.len() != self.len {
+            return false;
+        }
+        let Some(fd) = descriptor_of(source.as_ptr() as usize) else {
+            return false;
+        };
+        // SAFETY: replaces exactly the data range of this reservation (owned by `self`, no
+        // slice of it live: `&mut self`) with a private mapping of `fd`, the open descriptor
+        // of `source` (`len` bytes), kept open by `source` stored below.
+        let data = unsafe {
+            libc::mmap(
+                self.data().as_ptr().cast(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                fd,
+                0,
+            )
+        };
+        if data == libc::MAP_FAILED {
+            // The old mapping may be gone: never read unmapped memory, read zeros instead.
+            // SAFETY: as above, an anonymous mapping over the same range.
+            unsafe {
+                libc::mmap(
+                    self.data().as_ptr().cast(),
+                    self.len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+            }
+            return false;
+        }
+        self.source = source.clone();
+        self.populate(0, self.len);
+        true
+    }
+
     /// Faults `bytes` bytes from `offset` in for reading (best effort: kernels before 5.14
     /// fault them in at the first touch instead).
     fn populate(&self, offset: usize, bytes: usize) {
@@ -248,8 +291,7 @@ fn descriptor_of(address: usize) -> Option<RawFd> {
             let fd: RawFd = entry.file_name().to_str()?.parse().ok()?;
             let meta = std::fs::metadata(entry.path()).ok()?;
             let st_dev = meta.dev();
-            (meta.ino() == inode && (libc::major(st_dev), libc::minor(st_dev)) == dev)
-                .then_some(fd)
+            (meta.ino() == inode && (libc::major(st_dev), libc::minor(st_dev)) == dev).then_some(fd)
         })
 }
 
@@ -281,7 +323,10 @@ mod tests {
             *map.data().as_ptr().add(6 * page) ^= 0xFF;
             *map.data().as_ptr().add(40 * page + 1) ^= 0xFF;
         }
-        assert_eq!(buffer.as_slice()[5 * page + 3], ((5 * page + 3) % 251) as u8);
+        assert_eq!(
+            buffer.as_slice()[5 * page + 3],
+            ((5 * page + 3) % 251) as u8
+        );
         assert_eq!(map.written_pages(), Some(vec![(5, 7), (40, 41)]));
         assert!(!map.unchanged());
         map.drop_written();
@@ -292,6 +337,18 @@ mod tests {
         unsafe { *map.data().as_ptr().add(9 * page) = (9 * page % 251) as u8 };
         assert_eq!(map.written_pages(), Some(vec![(9, 10)]));
         assert!(map.unchanged());
+        // Another buffer mapped in its place, at the same address.
+        let mut map = map;
+        let other = SharedBuffer::from_slice(&vec![7u8; 64 * page]).unwrap();
+        let at = map.data();
+        assert!(map.remap(&other.share()));
+        assert_eq!(map.data(), at);
+        assert_eq!(map.bytes(), other.as_slice());
+        assert_eq!(map.written_pages(), Some(vec![]));
+        assert!(
+            !map.remap(&SharedBuffer::new(page).unwrap().share()),
+            "another length"
+        );
     }
 
     #[test]

@@ -262,6 +262,37 @@ impl HostTensor {
         Some(tensor)
     }
 
+    /// Makes the tensor hold `contents` (exactly its length) instead, at the same address:
+    /// a copy-on-write tensor maps them in place of its pages (no copy), any other copies
+    /// them. Later [`HostTensor::reset`]s of a copy-on-write tensor restore these contents;
+    /// the last verification call's fresh inputs are put in so.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the tensor when `contents` has another length.
+    pub fn refill(&mut self, contents: &SharedData) -> Result<(), BenchError> {
+        if contents.len() != self.len {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "tensor `{}`: its fresh contents have {} bytes, not {}",
+                    self.name,
+                    contents.len(),
+                    self.len
+                ),
+            });
+        }
+        if let Storage::Private(map) = &mut self.storage
+            && map.remap(contents)
+        {
+            if let Some(written) = &self.written {
+                written.store(true, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        self.bytes_mut().copy_from_slice(contents);
+        Ok(())
+    }
+
     /// Whether the tensor reads the caller's shared buffer copy-on-write (see
     /// [`HostTensor::allocate`]).
     pub fn is_copy_on_write(&self) -> bool {
@@ -283,7 +314,8 @@ impl HostTensor {
         self.reset_each_call
     }
 
-    /// The spec the tensor was made from.
+    /// The spec the tensor was made from (without its `fresh_contents`, which only the last
+    /// verification call reads, from the request).
     pub fn spec(&self) -> TensorSpec {
         TensorSpec {
             name: self.name.clone(),
@@ -293,6 +325,7 @@ impl HostTensor {
             output: self.output,
             reset: self.reset_each_call,
             contents: self.contents.clone(),
+            fresh_contents: None,
         }
     }
 
@@ -590,6 +623,7 @@ mod tests {
             output: false,
             reset: false,
             contents: None,
+            fresh_contents: None,
         }
     }
 
@@ -724,7 +758,10 @@ mod tests {
         let len = t.len();
         // SAFETY: the guard page after the mapping is part of the reservation.
         unsafe { *t.as_mut_ptr().add(len) = 0 };
-        assert!(matches!(t.check_bounds(), Err(BenchError::OutOfBounds { .. })));
+        assert!(matches!(
+            t.check_bounds(),
+            Err(BenchError::OutOfBounds { .. })
+        ));
         // Contents of another length are not used: the tensor is filled from its init.
         let short = TensorSpec {
             contents: Some(made.share()),

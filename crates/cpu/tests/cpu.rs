@@ -45,6 +45,7 @@ fn tensor(name: &str, dtype: DType, len: u64, init: Init, output: bool) -> Tenso
         output,
         reset: false,
         contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -190,8 +191,14 @@ fn inputs_given_contents_are_read_in_place_and_a_kernel_writing_them_is_reported
 
     let (clean, _) = scribbling(false, true);
     let mapped = backend.benchmark(&clean).unwrap();
-    assert!(mapped.mutated_inputs.is_empty(), "reading its input is no write");
-    assert_eq!(mapped.outputs, expected.outputs, "the same inputs either way");
+    assert!(
+        mapped.mutated_inputs.is_empty(),
+        "reading its input is no write"
+    );
+    assert_eq!(
+        mapped.outputs, expected.outputs,
+        "the same inputs either way"
+    );
 
     let (scribbler, made) = scribbling(true, true);
     let before = made.as_slice().to_vec();

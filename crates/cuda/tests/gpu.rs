@@ -54,6 +54,7 @@ fn f32_tensor(name: &str, len: u64, init: Init, output: bool) -> TensorSpec {
         output,
         reset: false,
         contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -446,6 +447,7 @@ fn matmul_request(size: u64, choice: [(&str, u32); 5]) -> BenchmarkRequest {
         output,
         reset: false,
         contents: None,
+        fresh_contents: None,
     };
     BenchmarkRequest {
         args: Vec::new(),

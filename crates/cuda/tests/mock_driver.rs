@@ -151,6 +151,7 @@ fn tensor(name: &str, init: Init, output: bool) -> TensorSpec {
         output,
         reset: false,
         contents: None,
+        fresh_contents: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn request() -> BenchmarkRequest {
         output: true,
         reset: false,
         contents: None,
+        fresh_contents: None,
     });
     request
 }

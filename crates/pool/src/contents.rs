@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use tunebox_protocol::{BenchmarkRequest, DType, Init, SharedBuffer, TensorSpec};
+use tunebox_protocol::{BenchmarkRequest, DType, Init, SharedBuffer, SharedData, TensorSpec};
 
 /// Inputs of at least this many bytes are made once per pool: well past any last-level
 /// cache, so that the physical pages they share between workers average out (and with them
@@ -29,10 +29,9 @@ struct Key {
 
 impl Key {
     /// The key of `spec` when it is an input worth making once: not an output, not reset
-    /// before every call (the kernel writes those), generated (random or ones), large, and not
-    /// given contents already.
+    /// before every call (the kernel writes those), generated (random or ones), and large.
     fn of(spec: &TensorSpec) -> Option<Key> {
-        if spec.output || spec.reset || spec.contents.is_some() {
+        if spec.output || spec.reset {
             return None;
         }
         let seed = match spec.init {
@@ -78,25 +77,41 @@ impl Contents {
         if !cfg!(target_os = "linux") {
             return; // Workers map contents copy-on-write on Linux only.
         }
+        let fresh_seed = request.timing.fresh_seed;
         for spec in &mut request.tensors {
-            let Some(key) = Key::of(spec) else { continue };
-            let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-            if !made.buffers.contains_key(&key) {
-                if made.buffers.len() >= MAX_INPUTS || made.bytes + key.bytes > self.max_bytes {
-                    continue;
-                }
-                match spec.make_contents() {
-                    Ok(buffer) => {
-                        made.bytes += key.bytes;
-                        made.buffers.insert(key.clone(), buffer);
-                    }
-                    Err(e) => {
-                        log::warn!("tensor `{}` left to its worker: {e}", spec.name);
-                        continue;
-                    }
-                }
+            if Key::of(spec).is_none() {
+                continue;
             }
-            spec.contents = made.buffers.get(&key).map(SharedBuffer::share);
+            // The inputs of the last verification call too, when the request makes one.
+            spec.fresh_contents = fresh_seed
+                .and_then(|fresh| spec.fresh_input(fresh))
+                .and_then(|fresh| self.made(&fresh));
+            spec.contents = self.made(spec);
+        }
+    }
+
+    /// The contents of `spec`, made now unless made before; `None` when it is not an input
+    /// worth making once, or cannot be made.
+    fn made(&self, spec: &TensorSpec) -> Option<SharedData> {
+        let key = Key::of(spec)?;
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(buffer) = made.buffers.get(&key) {
+            return Some(buffer.share());
+        }
+        if made.buffers.len() >= MAX_INPUTS || made.bytes + key.bytes > self.max_bytes {
+            return None;
+        }
+        match spec.make_contents() {
+            Ok(buffer) => {
+                made.bytes += key.bytes;
+                let shared = buffer.share();
+                made.buffers.insert(key, buffer);
+                Some(shared)
+            }
+            Err(e) => {
+                log::warn!("tensor `{}` left to its worker: {e}", spec.name);
+                None
+            }
         }
     }
 }
@@ -138,12 +153,41 @@ mod tests {
         let given: Vec<bool> = first.tensors.iter().map(|t| t.contents.is_some()).collect();
         assert_eq!(given, [true, true, false, false, false, false]);
         let a = first.tensors[0].contents.as_ref().unwrap();
-        assert_eq!(&a[..], &*tensors[0].make_contents().unwrap().as_slice());
+        assert_eq!(&a[..], tensors[0].make_contents().unwrap().as_slice());
         let mut second = request(tensors);
         contents.attach(&mut second);
         let again = second.tensors[0].contents.as_ref().unwrap();
         assert_eq!(a.id(), again.id(), "made once, shared by every request");
-        assert_eq!(first, second, "equality ignores where the contents come from");
+        assert_eq!(
+            first, second,
+            "equality ignores where the contents come from"
+        );
+    }
+
+    #[test]
+    fn the_fresh_inputs_of_the_last_call_are_made_once_too() {
+        let contents = Contents::new();
+        let a = TensorSpec::new("a", DType::F32, [BIG]).random(3);
+        let mut first = request(vec![
+            a.clone(),
+            TensorSpec::new("b", DType::F32, [BIG]).ones(),
+        ]);
+        first.timing.fresh_seed = Some(77);
+        contents.attach(&mut first);
+        let fresh = first.tensors[0].fresh_contents.as_ref().unwrap();
+        let expected = a.fresh_input(77).unwrap().make_contents().unwrap();
+        assert_eq!(&fresh[..], expected.as_slice());
+        assert!(
+            first.tensors[1].fresh_contents.is_none(),
+            "ones are not drawn again"
+        );
+        let mut second = first.clone();
+        second.tensors[0].fresh_contents = None;
+        contents.attach(&mut second);
+        assert_eq!(
+            second.tensors[0].fresh_contents.as_ref().unwrap().id(),
+            fresh.id()
+        );
     }
 
     #[test]

@@ -550,6 +550,13 @@ pub struct TensorSpec {
     /// `init` as without them. `None` (the default): the worker fills it.
     #[serde(default)]
     pub contents: Option<SharedData>,
+    /// The contents of this input on the request's fresh inputs (what
+    /// [`TensorSpec::fresh_input`] gives with its `TimingConfig::fresh_seed`), made once by
+    /// the caller as `contents` are: the call on fresh inputs maps them in place of the
+    /// input's pages (the same addresses) instead of generating and copying them. Must be
+    /// exactly those bytes; `None` (the default): the worker generates them.
+    #[serde(default)]
+    pub fresh_contents: Option<SharedData>,
 }
 
 impl PartialEq for TensorSpec {
@@ -589,6 +596,7 @@ impl TensorSpec {
             output: false,
             reset: false,
             contents: None,
+            fresh_contents: None,
         }
     }
 
@@ -682,15 +690,42 @@ impl TensorSpec {
         let len = self
             .byte_len()
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                std::io::Error::other(format!("tensor `{}` is too large", self.name))
-            })?;
+            .ok_or_else(|| std::io::Error::other(format!("tensor `{}` is too large", self.name)))?;
         let mut buffer = crate::SharedBuffer::new(len)?;
-        let bytes = buffer
-            .get_mut()
-            .expect("a new buffer has no other handle");
+        let bytes = buffer.get_mut().expect("a new buffer has no other handle");
         self.init.fill(self.dtype, bytes);
         Ok(buffer)
+    }
+
+    /// This tensor with `fresh` mixed into its seed, when it is a randomly initialized input:
+    /// what the last verification call runs on instead (docs/sandbox.md), the same in every
+    /// backend and in the caller; `None` for an output, or an input given as data or a
+    /// constant (which cannot be drawn again). Its `contents` are the spec's
+    /// `fresh_contents`, its own `fresh_contents` none.
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::new("x", DType::F32, [4]).random(7);
+    /// let fresh = x.fresh_input(99).unwrap();
+    /// assert_ne!(fresh.init, x.init);
+    /// assert_eq!(x.fresh_input(99).unwrap().init, fresh.init, "deterministic");
+    /// assert!(TensorSpec::new("y", DType::F32, [4]).output().fresh_input(1).is_none());
+    /// ```
+    pub fn fresh_input(&self, fresh: u64) -> Option<TensorSpec> {
+        let Init::Random { seed } = self.init else {
+            return None;
+        };
+        if self.output {
+            return None;
+        }
+        let mut other = self.clone();
+        other.init = Init::Random {
+            seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
+        };
+        other.contents = self.fresh_contents.clone();
+        other.fresh_contents = None;
+        Some(other)
     }
 
     /// Number of elements, or `None` if the product of the shape overflows `u64`.

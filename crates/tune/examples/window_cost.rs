@@ -16,9 +16,9 @@
 //! only, the first call as the estimate). For every window it prints its wall time (from the
 //! end of the window before to the end of this one, on one worker: what the window adds to a
 //! run), its kernel calls' time (the first call, the warmup calls, the timed reps and, with
-//! outputs, the final call, each counted at the reps' mean), the overhead (wall less calls)
-//! and the overhead's ratio to the calls. The first window of each batch also starts the
-//! pool. `--gib` scales every tensor (0.25 for a quick look); `--rounds-only` skips the
+//! outputs, the final call, each counted at the reps' mean; reps timed by the wall clock), the
+//! overhead (wall less calls) and the overhead's ratio to the calls. The first window of each
+//! batch also starts the pool (and makes the pool's shared inputs). `--gib` scales every tensor (0.25 for a quick look); `--rounds-only` skips the
 //! reference and the screening windows (to profile the round windows alone).
 
 use std::path::{Path, PathBuf};
@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use tunebox_tune::{
-    ChoiceResult, Compiled, Event, Manifest, Observer, Setup, Stop, Todo, compile, compiler, load_space,
-    lookup_cached, measure, reference,
+    ChoiceResult, Compiled, Event, Manifest, Observer, Setup, Stop, Todo, compile, compiler,
+    load_space, lookup_cached, measure, reference,
 };
 
 const KERNEL: &str = r#"#include <stdint.h>
@@ -84,6 +84,11 @@ value = {n}
 
 [params]
 UNROLL = [1, 4]
+
+[timing]
+# Every rep by the wall clock: on a busy machine a preempted rep would otherwise count its
+# thread's CPU time, and the window's wall time less its calls would count the wait as overhead.
+clock = "wall"
 
 [verify]
 rtol = 1e-6
@@ -184,7 +189,11 @@ fn window_timing(
     let scale = 1.0 / f64::from(n);
     let mut w = timing.clone();
     w.rep_ms *= scale;
-    w.warmup_ms = if i == 0 { timing.warmup_ms * scale } else { 0.0 };
+    w.warmup_ms = if i == 0 {
+        timing.warmup_ms * scale
+    } else {
+        0.0
+    };
     w.min_reps = share(timing.min_reps);
     w.max_reps = share(timing.max_reps).max(w.min_reps);
     w.max_time_ms = timing.max_time_ms.map(|t| t * scale);
@@ -202,8 +211,19 @@ fn run_batch(
 ) -> Result<Vec<(ChoiceResult, f64)>> {
     let clock = Clock::default();
     let started = Instant::now();
-    let results = measure(setup, batch, reference, 1, Some(worker), &clock, &Stop::new())?;
-    let finished = clock.finished.into_inner().unwrap_or_else(|e| e.into_inner());
+    let results = measure(
+        setup,
+        batch,
+        reference,
+        1,
+        Some(worker),
+        &clock,
+        &Stop::new(),
+    )?;
+    let finished = clock
+        .finished
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
     if results.len() != batch.len() || finished.len() != batch.len() {
         bail!(
             "{} of {} windows finished",
@@ -312,10 +332,9 @@ fn main() -> Result<()> {
 
     let mut figures = Vec::new();
     if !screening.is_empty() {
-        for (i, (result, wall)) in
-            run_batch(&setup, &screening, Some(&reference), &options.worker)?
-                .iter()
-                .enumerate()
+        for (i, (result, wall)) in run_batch(&setup, &screening, Some(&reference), &options.worker)?
+            .iter()
+            .enumerate()
         {
             figures.push(window(result, *wall, "screening", i == 0)?);
         }

@@ -71,6 +71,7 @@ mod tests {
                 output: false,
                 reset: false,
                 contents: None,
+                fresh_contents: None,
             });
         }
         request

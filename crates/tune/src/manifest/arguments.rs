@@ -128,6 +128,7 @@ fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorS
         output: raw.output,
         reset: raw.reset,
         contents: None,
+        fresh_contents: None,
     };
     let Some(bytes) = spec.byte_len() else {
         bail!(
