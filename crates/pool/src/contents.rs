@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use tunebox_protocol::{BenchmarkRequest, DType, Init, SharedBuffer, SharedData, TensorSpec};
+use tunebox_protocol::{BenchmarkRequest, DType, Init, SharedBuffer, TensorSpec};
 
 /// Inputs of at least this many bytes are made once per pool: well past any last-level
 /// cache, so that the physical pages they share between workers average out (and with them
@@ -69,48 +69,83 @@ impl Contents {
         }
     }
 
-    /// Gives every large generated input of `request` its contents, made on the first
-    /// request that needs them (one pass of the generator, in the calling thread) and shared
-    /// by every later one. An input that cannot be made (out of memory, over the bound) is
+    /// Gives every large generated input of `request` its contents (and, for a request that
+    /// makes a call on fresh inputs, its fresh contents), made on the first request that needs
+    /// them (one pass of the generator each, in parallel, before the request is queued) and
+    /// shared by every later one. An input that cannot be made (out of memory, over the bound) is
     /// left to its worker, as without this.
     pub(crate) fn attach(&self, request: &mut BenchmarkRequest) {
         if !cfg!(target_os = "linux") {
             return; // Workers map contents copy-on-write on Linux only.
         }
-        let fresh_seed = request.timing.fresh_seed;
-        for spec in &mut request.tensors {
-            if Key::of(spec).is_none() {
-                continue;
+        // The inputs of the last verification call too, when the request makes one: it has
+        // a fresh seed and outputs to return.
+        let fresh_seed = request
+            .timing
+            .fresh_seed
+            .filter(|_| request.tensors.iter().any(|t| t.output));
+        let wanted: Vec<(usize, bool, TensorSpec)> = request
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, spec)| Key::of(spec).is_some())
+            .flat_map(|(i, spec)| {
+                let fresh = fresh_seed.and_then(|f| spec.fresh_input(f));
+                std::iter::once((i, false, spec.clone())).chain(fresh.map(|f| (i, true, f)))
+            })
+            .collect();
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        self.make_missing(&mut made, wanted.iter().map(|(_, _, spec)| spec));
+        for (i, fresh, spec) in wanted {
+            let contents = Key::of(&spec)
+                .and_then(|key| made.buffers.get(&key))
+                .map(SharedBuffer::share);
+            let tensor = &mut request.tensors[i];
+            if fresh {
+                tensor.fresh_contents = contents;
+            } else {
+                tensor.contents = contents;
             }
-            // The inputs of the last verification call too, when the request makes one.
-            spec.fresh_contents = fresh_seed
-                .and_then(|fresh| spec.fresh_input(fresh))
-                .and_then(|fresh| self.made(&fresh));
-            spec.contents = self.made(spec);
         }
     }
 
-    /// The contents of `spec`, made now unless made before; `None` when it is not an input
-    /// worth making once, or cannot be made.
-    fn made(&self, spec: &TensorSpec) -> Option<SharedData> {
-        let key = Key::of(spec)?;
-        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(buffer) = made.buffers.get(&key) {
-            return Some(buffer.share());
-        }
-        if made.buffers.len() >= MAX_INPUTS || made.bytes + key.bytes > self.max_bytes {
-            return None;
-        }
-        match spec.make_contents() {
-            Ok(buffer) => {
-                made.bytes += key.bytes;
-                let shared = buffer.share();
-                made.buffers.insert(key, buffer);
-                Some(shared)
+    /// Makes the contents of every spec of `specs` not made yet, as far as the bounds allow,
+    /// each on a thread of its own (the generator is one sequential stream per tensor, but
+    /// tensors are independent). One that cannot be made is left to its worker.
+    fn make_missing<'s>(&self, made: &mut Made, specs: impl Iterator<Item = &'s TensorSpec>) {
+        let mut missing: Vec<(Key, &TensorSpec)> = Vec::new();
+        let mut bytes = made.bytes;
+        for spec in specs {
+            let Some(key) = Key::of(spec) else { continue };
+            if made.buffers.contains_key(&key) || missing.iter().any(|(k, _)| *k == key) {
+                continue;
             }
-            Err(e) => {
-                log::warn!("tensor `{}` left to its worker: {e}", spec.name);
-                None
+            if made.buffers.len() + missing.len() >= MAX_INPUTS
+                || bytes + key.bytes > self.max_bytes
+            {
+                continue;
+            }
+            bytes += key.bytes;
+            missing.push((key, spec));
+        }
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let threads: Vec<_> = missing
+                .iter()
+                .map(|(_, spec)| scope.spawn(|| spec.make_contents()))
+                .collect();
+            threads.into_iter().map(|t| t.join()).collect()
+        });
+        for ((key, spec), result) in missing.into_iter().zip(results) {
+            match result {
+                Ok(Ok(buffer)) => {
+                    made.bytes += key.bytes;
+                    made.buffers.insert(key, buffer);
+                }
+                Ok(Err(e)) => log::warn!("tensor `{}` left to its worker: {e}", spec.name),
+                Err(_) => log::warn!(
+                    "tensor `{}` left to its worker: its maker panicked",
+                    spec.name
+                ),
             }
         }
     }
@@ -173,6 +208,14 @@ mod tests {
             TensorSpec::new("b", DType::F32, [BIG]).ones(),
         ]);
         first.timing.fresh_seed = Some(77);
+        // Without outputs there is no call on fresh inputs: nothing fresh is made.
+        let mut no_outputs = first.clone();
+        contents.attach(&mut no_outputs);
+        assert!(no_outputs.tensors[0].contents.is_some());
+        assert!(no_outputs.tensors[0].fresh_contents.is_none());
+        first
+            .tensors
+            .push(TensorSpec::new("c", DType::F32, [4]).output());
         contents.attach(&mut first);
         let fresh = first.tensors[0].fresh_contents.as_ref().unwrap();
         let expected = a.fresh_input(77).unwrap().make_contents().unwrap();
