@@ -135,7 +135,8 @@ impl PrivateMap {
 
     /// Drops the private copies of every page the process wrote (all pages, without a
     /// readable pagemap), so that they read the caller's buffer again, and faults them back
-    /// in for reading.
+    /// in for reading; where the kernel refuses the advice, copies the caller's bytes over
+    /// them instead.
     pub(crate) fn drop_written(&self) {
         let pages = self
             .written_pages()
@@ -147,14 +148,28 @@ impl PrivateMap {
             // read the file's contents again. No reference into these bytes is live while
             // `&self` is only shared: the tensor hands out slices only through borrows of
             // itself, and the caller holds none across `reset`.
-            unsafe {
+            let dropped = unsafe {
                 libc::madvise(
                     self.data().as_ptr().add(offset).cast(),
                     bytes,
                     libc::MADV_DONTNEED,
-                );
+                )
+            } == 0;
+            if dropped {
+                self.populate(offset, bytes);
+            } else {
+                // Advice refused (a filter, another kernel): write the caller's bytes back.
+                // SAFETY: `offset + bytes <= len`, inside both the mapping and `source` (of
+                // the same length), which never overlap; no reference into the mapping is
+                // live (as above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.source.as_ptr().add(offset),
+                        self.data().as_ptr().add(offset),
+                        bytes,
+                    );
+                }
             }
-            self.populate(offset, bytes);
         }
     }
 
