@@ -152,6 +152,8 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
             init: tunebox_protocol::Init::Data(buffer.share()),
             output: false,
             reset: false,
+            contents: None,
+            fresh_contents: None,
         });
         request
     };

@@ -19,6 +19,8 @@ fn data_tensor(name: &str, buffer: &SharedBuffer, output: bool) -> TensorSpec {
         init: Init::Data(buffer.share()),
         output,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -79,6 +81,8 @@ fn a_large_output_and_a_large_input_at_once_do_not_deadlock() {
             init: Init::Random { seed: 1 },
             output: true,
             reset: false,
+            contents: None,
+            fresh_contents: None,
         });
         let mut sends = diag(DiagnosticTask::Checksum);
         sends.tensors.push(data_tensor("in", &input, false));

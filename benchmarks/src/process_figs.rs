@@ -476,6 +476,8 @@ fn request(task: DiagnosticTask, buffer: &SharedBuffer) -> BenchmarkRequest {
         init: Init::Data(buffer.share()),
         output: false,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     });
     request
 }

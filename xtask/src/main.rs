@@ -27,6 +27,10 @@
 //!   hub's T1 spaces (GEMM, hotspot, convolution, dedispersion) in release, each in a process of
 //!   its own: valid and raw counts, build time, peak RSS; side by side with Kernel Tuner's
 //!   `Searchspace` when `target/kernel-tuner-venv` (or `$KT_VENV`) has it (`docs/search.md`).
+//! - `window-cost [--gib G] [--rounds N] [--json PATH]`: a manifest with three 1 GiB f32
+//!   tensors (`c = a + b`) measured through the engine in fresh workers (release `tunebox` as
+//!   the worker): per window its wall time, its kernel calls' time, the overhead and its ratio
+//!   to the calls (issue 33; `docs/performance.md`).
 //! - `strategies [FILES…] [--seeds N] [--budget-fraction F] [--loo] [--no-kt] [--kt-seeds N]`:
 //!   every search strategy on recorded spaces (T1 and cache files by path; default the hub's in
 //!   `data/benchmark_hub`), simulated, scored by the methodology of Willemsen et al. (FGCS 2024)
@@ -78,6 +82,9 @@ const USAGE: &str = "usage: cargo xtask <task>
                             Spearman, top-1 regret and wall time against the targets
   space-bench [--no-kt]     search-space construction: time and peak RSS (release), with
                             Kernel Tuner side by side when installed
+  window-cost [--gib G] [--rounds N] [--json PATH]
+                            three 1 GiB tensors through the engine: per window its wall
+                            time, kernel calls, overhead and overhead / calls (release)
   strategies [FILES…] [--seeds N] [--max-seeds M] [--budget-fraction F] [--loo]
              [--loo-fractions F,…] [--choose a,b,…] [--runs FILE] [--strategy-time]
              [--package] [--no-kt] [--kt-seeds N] [--kt-traces FILE]
@@ -118,6 +125,7 @@ fn main() -> ExitCode {
         Some("code-metrics") => code_metrics::code_metrics(&args[1..]),
         Some("gpu-test") => gpu_test(),
         Some("space-bench") => example("space_bench", &args[1..], &[]),
+        Some("window-cost") => window_cost(&args[1..]),
         Some("strategies") => example(
             "strategies",
             &args[1..],
@@ -321,7 +329,17 @@ fn target_dir(root: &Path) -> PathBuf {
     }
 }
 
-/// Runs `cargo <args>` with extra environment, failing on a non-zero exit.
+/// `window-cost`: builds the release `tunebox` binary (the workers) and runs the
+/// `window_cost` example of `tunebox-tune` with it.
+fn window_cost(args: &[String]) -> Result<(), String> {
+    cargo(&["build", "--release", "--quiet", "-p", "tunebox-cli"], &[])?;
+    let worker = target_dir(&workspace_root())
+        .join("release")
+        .join("tunebox");
+    let worker = worker.to_string_lossy().into_owned();
+    example("window_cost", args, &["--worker", &worker])
+}
+
 /// Runs example `name` of tunebox-tune in release with `fixed` then `args`.
 fn example(name: &str, args: &[String], fixed: &[&str]) -> Result<(), String> {
     let mut all = vec![
@@ -339,6 +357,7 @@ fn example(name: &str, args: &[String], fixed: &[&str]) -> Result<(), String> {
     cargo(&all, &[])
 }
 
+/// Runs `cargo <args>` with extra environment, failing on a non-zero exit.
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: cargo {}", args.join(" "));

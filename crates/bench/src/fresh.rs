@@ -3,24 +3,15 @@
 //! replayed answer fails. Shared by the backends, so that a candidate and its reference (which
 //! run in the same backend kind) see the same fresh inputs.
 
-use tunebox_protocol::{BenchError, BenchmarkRequest, Init, TensorSpec};
+use tunebox_protocol::{BenchError, BenchmarkRequest, TensorSpec};
 
 use crate::HostTensor;
 
 /// `spec` with `fresh` mixed into its seed, when it is a randomly initialized input; `None`
-/// for an output, or an input given as data or a constant (which cannot be drawn again).
+/// for an output, or an input given as data or a constant (which cannot be drawn again). As
+/// [`TensorSpec::fresh_input`]: its `contents` are the spec's `fresh_contents`.
 pub fn fresh_input_spec(spec: &TensorSpec, fresh: u64) -> Option<TensorSpec> {
-    let Init::Random { seed } = spec.init else {
-        return None;
-    };
-    if spec.output {
-        return None;
-    }
-    let mut other = spec.clone();
-    other.init = Init::Random {
-        seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
-    };
-    Some(other)
+    spec.fresh_input(fresh)
 }
 
 /// The fresh contents of each of `request`'s tensors, by index: `Some(tensor)` for each
@@ -62,5 +53,16 @@ mod tests {
         assert_ne!(fresh_input_spec(&x, 98).unwrap().init, fresh.init);
         assert!(fresh_input_spec(&TensorSpec::new("y", DType::F32, [4]).output(), 1).is_none());
         assert!(fresh_input_spec(&TensorSpec::new("z", DType::F32, [4]), 1).is_none());
+        let made = x.make_contents().unwrap();
+        let with_contents = x.clone().contents(made.share());
+        assert_eq!(fresh_input_spec(&with_contents, 99).unwrap().contents, None);
+        let fresh_made = fresh.make_contents().unwrap();
+        let with_fresh = TensorSpec {
+            fresh_contents: Some(fresh_made.share()),
+            ..with_contents
+        };
+        let fresh_spec = fresh_input_spec(&with_fresh, 99).unwrap();
+        assert_eq!(fresh_spec.contents.unwrap().id(), fresh_made.share().id());
+        assert!(fresh_spec.fresh_contents.is_none());
     }
 }

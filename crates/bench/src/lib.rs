@@ -51,6 +51,7 @@ mod backend;
 mod cache_dir;
 mod do_bench;
 mod fresh;
+mod private_map;
 mod progress;
 mod rep_clock;
 mod restore;

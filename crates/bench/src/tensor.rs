@@ -9,6 +9,8 @@ use tunebox_protocol::{
     BenchError, Bytes, DType, Element, Init, SharedData, TensorData, TensorSpec,
 };
 
+use crate::private_map::{self, PrivateMap};
+
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
 const ALIGN: usize = 64;
 
@@ -45,6 +47,8 @@ pub struct HostTensor {
     /// The spec's `output` and `reset` flags.
     output: bool,
     reset_each_call: bool,
+    /// The spec's `contents`, kept for [`HostTensor::spec`].
+    contents: Option<SharedData>,
     storage: Storage,
     /// The first element: `GUARD` bytes into an owned allocation, or the mapping's start.
     ptr: NonNull<u8>,
@@ -67,7 +71,16 @@ enum Storage {
         )]
         SharedData,
     ),
+    /// The caller's shared buffer mapped copy-on-write between two guard pages
+    /// ([`PrivateMap`]): read in place, and a write copies only the page it touches.
+    Private(PrivateMap),
 }
+
+/// Tensors given as `Init::Data` of at least this many bytes are mapped copy-on-write
+/// ([`PrivateMap`]) rather than copied: well past any last-level cache, where which physical
+/// pages back a tensor averages out over its many pages. (Tensors given `contents` are mapped
+/// whatever their size: the caller chose.)
+const PRIVATE_DATA_MIN: usize = 64 << 20;
 
 // SAFETY: the buffer is owned exclusively by this value (like a `Vec<u8>`); moving it to another
 // thread moves that ownership.
@@ -76,6 +89,15 @@ unsafe impl Send for HostTensor {}
 impl HostTensor {
     /// Allocates and initializes the tensor described by `spec`.
     ///
+    /// With `contents` (of the spec's length), or `Init::Data` of 64 MiB or more, a whole
+    /// number of pages long, the tensor is instead the caller's buffer mapped copy-on-write
+    /// (Linux): no copy, no generator pass, no fresh pages; a kernel that writes it gets
+    /// private copies of the pages it writes, which [`HostTensor::is_pristine`] finds (from
+    /// `/proc/self/pagemap`, comparing those pages only) and [`HostTensor::reset`] drops. Its
+    /// guard zones are pages of their own around the mapping, checked as any tensor's. Where
+    /// the buffer cannot be mapped so (another OS, no `/proc`), the tensor is allocated and
+    /// filled as without them.
+    ///
     /// # Errors
     ///
     /// [`BenchError::InvalidRequest`] when the size overflows or exceeds the machine's physical
@@ -83,6 +105,9 @@ impl HostTensor {
     /// allocation itself fails.
     pub fn allocate(spec: &TensorSpec) -> Result<Self, BenchError> {
         let len = checked_len(spec)?;
+        if let Some(tensor) = HostTensor::map_private(spec, len) {
+            return Ok(tensor);
+        }
         // Guard zones on both sides; `len` stays the logical size. A large tensor takes whole
         // huge pages: which physical 4 KiB pages back a buffer changes from process to process,
         // and with them the cache sets its lines map to (caches are physically indexed), so a
@@ -154,6 +179,7 @@ impl HostTensor {
             init: spec.init.clone(),
             output: spec.output,
             reset_each_call: spec.reset,
+            contents: spec.contents.clone(),
             storage: Storage::Owned { base, layout },
             ptr,
             len,
@@ -198,11 +224,79 @@ impl HostTensor {
             init: spec.init.clone(),
             output: spec.output,
             reset_each_call: spec.reset,
+            contents: spec.contents.clone(),
             storage: Storage::Mapped(data.clone()),
             ptr,
             len,
             written: None,
         })
+    }
+
+    /// `spec`'s tensor as a copy-on-write mapping of its `contents`, or of its `Init::Data`
+    /// when that is large; `None` when it has neither or they cannot be mapped so.
+    fn map_private(spec: &TensorSpec, len: usize) -> Option<HostTensor> {
+        let source = match (&spec.contents, &spec.init) {
+            (Some(contents), _) => contents,
+            (None, Init::Data(data)) if len >= PRIVATE_DATA_MIN => data,
+            _ => return None,
+        };
+        if source.len() != len || GUARD != private_map::page_size() {
+            return None;
+        }
+        let map = PrivateMap::new(source, GUARD)?;
+        let mut tensor = HostTensor {
+            name: spec.name.clone(),
+            dtype: spec.dtype,
+            shape: spec.shape.clone(),
+            init: spec.init.clone(),
+            output: spec.output,
+            reset_each_call: spec.reset,
+            contents: spec.contents.clone(),
+            ptr: map.data(),
+            len,
+            storage: Storage::Private(map),
+            written: None,
+        };
+        tensor.front_guard_mut().fill(GUARD_BYTE);
+        tensor.back_guard_mut().fill(GUARD_BYTE);
+        Some(tensor)
+    }
+
+    /// Makes the tensor hold `contents` (exactly its length) instead, at the same address:
+    /// a copy-on-write tensor maps them in place of its pages (no copy), any other copies
+    /// them. Later [`HostTensor::reset`]s of a copy-on-write tensor restore these contents;
+    /// the last verification call's fresh inputs are put in so.
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidRequest`] naming the tensor when `contents` has another length.
+    pub fn refill(&mut self, contents: &SharedData) -> Result<(), BenchError> {
+        if contents.len() != self.len {
+            return Err(BenchError::InvalidRequest {
+                detail: format!(
+                    "tensor `{}`: its fresh contents have {} bytes, not {}",
+                    self.name,
+                    contents.len(),
+                    self.len
+                ),
+            });
+        }
+        if let Storage::Private(map) = &mut self.storage
+            && map.remap(contents)
+        {
+            if let Some(written) = &self.written {
+                written.store(true, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        self.bytes_mut().copy_from_slice(contents);
+        Ok(())
+    }
+
+    /// Whether the tensor reads the caller's shared buffer copy-on-write (see
+    /// [`HostTensor::allocate`]).
+    pub fn is_copy_on_write(&self) -> bool {
+        matches!(self.storage, Storage::Private(_))
     }
 
     /// Whether the tensor still reads the caller's shared buffer in place ([`HostTensor::map`]).
@@ -220,7 +314,8 @@ impl HostTensor {
         self.reset_each_call
     }
 
-    /// The spec the tensor was made from.
+    /// The spec the tensor was made from (without its `fresh_contents`, which only the last
+    /// verification call reads, from the request).
     pub fn spec(&self) -> TensorSpec {
         TensorSpec {
             name: self.name.clone(),
@@ -229,6 +324,8 @@ impl HostTensor {
             init: self.init.clone(),
             output: self.output,
             reset: self.reset_each_call,
+            contents: self.contents.clone(),
+            fresh_contents: None,
         }
     }
 
@@ -376,6 +473,7 @@ impl HostTensor {
     fn base(&self) -> NonNull<u8> {
         match &self.storage {
             Storage::Owned { base, .. } => *base,
+            Storage::Private(map) => map.base(),
             Storage::Mapped(_) => unreachable!("mapped tensors have no guard zones"),
         }
     }
@@ -429,53 +527,38 @@ impl HostTensor {
         if self.is_mapped() {
             return;
         }
+        if let Storage::Private(map) = &self.storage {
+            // Dropping the private copies of written pages reads the caller's again.
+            map.drop_written();
+            return;
+        }
         let init = std::mem::replace(&mut self.init, Init::Zeros);
         // SAFETY: the storage is owned (checked above): `len` bytes at `ptr`, borrowed
         // exclusively through `&mut self`. Not `bytes_mut`: putting the initial contents back
         // is no write of the task's.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
-        fill(self.dtype, &init, bytes);
+        init.fill(self.dtype, bytes);
         self.init = init;
     }
 
     /// Whether the contents still equal the spec's initial contents (to detect a kernel that
-    /// writes an input). Costs one pass over the tensor (and a regeneration for random ones).
+    /// writes an input). Costs one pass over the tensor (and a regeneration for random ones);
+    /// a copy-on-write tensor ([`HostTensor::allocate`]) compares only the pages written.
     pub fn is_pristine(&self) -> bool {
         if self.is_mapped() {
             return true;
+        }
+        if let Storage::Private(map) = &self.storage {
+            // Only the pages the process wrote can differ from the caller's.
+            return map.unchanged();
         }
         match &self.init {
             Init::Zeros => self.bytes().iter().all(|&b| b == 0),
             Init::Data(data) => **data == *self.bytes(),
             init => {
                 let mut fresh = vec![0u8; self.len];
-                fill(self.dtype, init, &mut fresh);
+                init.fill(self.dtype, &mut fresh);
                 fresh == self.bytes()
-            }
-        }
-    }
-}
-
-/// Writes `init`'s contents for `dtype` elements into `bytes`.
-fn fill(dtype: DType, init: &Init, bytes: &mut [u8]) {
-    match *init {
-        Init::Zeros => bytes.fill(0),
-        Init::Data(ref data) => bytes.copy_from_slice(data),
-        Init::Ones => match dtype {
-            DType::F32 => fill_elements(bytes, || 1f32.to_ne_bytes()),
-            DType::F64 => fill_elements(bytes, || 1f64.to_ne_bytes()),
-            DType::I32 => fill_elements(bytes, || 1i32.to_ne_bytes()),
-            DType::I64 => fill_elements(bytes, || 1i64.to_ne_bytes()),
-            DType::U8 => bytes.fill(1),
-        },
-        Init::Random { seed } => {
-            let mut rng = fastrand::Rng::with_seed(seed);
-            match dtype {
-                DType::F32 => fill_elements(bytes, || (rng.f32() * 2.0 - 1.0).to_ne_bytes()),
-                DType::F64 => fill_elements(bytes, || (rng.f64() * 2.0 - 1.0).to_ne_bytes()),
-                DType::I32 => fill_elements(bytes, || rng.i32(-100..100).to_ne_bytes()),
-                DType::I64 => fill_elements(bytes, || rng.i64(-100..100).to_ne_bytes()),
-                DType::U8 => fill_elements(bytes, || [rng.u8(..)]),
             }
         }
     }
@@ -483,6 +566,7 @@ fn fill(dtype: DType, init: &Init, bytes: &mut [u8]) {
 
 impl Drop for HostTensor {
     fn drop(&mut self) {
+        // A private mapping unmaps itself.
         if let Storage::Owned { base, layout } = self.storage {
             // SAFETY: `base` was returned by `alloc`/`alloc_zeroed(layout)` and is freed only
             // here.
@@ -526,13 +610,6 @@ pub fn physical_memory_bytes() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// Writes `next()` into every `N`-byte element of `bytes`, in order.
-fn fill_elements<const N: usize>(bytes: &mut [u8], mut next: impl FnMut() -> [u8; N]) {
-    for element in bytes.chunks_exact_mut(N) {
-        element.copy_from_slice(&next());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,6 +622,8 @@ mod tests {
             init,
             output: false,
             reset: false,
+            contents: None,
+            fresh_contents: None,
         }
     }
 
@@ -649,6 +728,48 @@ mod tests {
         assert!(!t.is_pristine());
         t.reset();
         assert!(t.is_pristine());
+    }
+
+    #[test]
+    fn tensors_given_contents_map_them_copy_on_write() {
+        let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 11 });
+        let made = random.make_contents().unwrap();
+        let with = TensorSpec {
+            contents: Some(made.share()),
+            ..random.clone()
+        };
+        let mut t = HostTensor::allocate(&with).unwrap();
+        assert!(t.is_copy_on_write());
+        let generated = HostTensor::allocate(&random).unwrap();
+        assert!(!generated.is_copy_on_write());
+        assert_eq!(t.bytes(), generated.bytes(), "the same bytes either way");
+        assert!(t.is_pristine());
+        t.check_bounds().unwrap();
+        // A kernel writing its input writes a private copy: the caller's stays as it was.
+        let ptr = t.as_mut_ptr();
+        // SAFETY: inside the tensor; plays a kernel that writes its input.
+        unsafe { *ptr.add(70_000) ^= 1 };
+        assert!(!t.is_pristine());
+        assert_eq!(made.as_slice(), generated.bytes());
+        t.reset();
+        assert!(t.is_pristine());
+        assert_eq!(t.bytes(), generated.bytes());
+        // Its guard zones catch writes out of bounds as any tensor's.
+        let len = t.len();
+        // SAFETY: the guard page after the mapping is part of the reservation.
+        unsafe { *t.as_mut_ptr().add(len) = 0 };
+        assert!(matches!(
+            t.check_bounds(),
+            Err(BenchError::OutOfBounds { .. })
+        ));
+        // Contents of another length are not used: the tensor is filled from its init.
+        let short = TensorSpec {
+            contents: Some(made.share()),
+            ..spec(DType::F32, &[1 << 15], Init::Random { seed: 11 })
+        };
+        let t = HostTensor::allocate(&short).unwrap();
+        assert!(!t.is_copy_on_write());
+        assert_eq!(t.bytes(), &generated.bytes()[..1 << 17]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tunebox_protocol::{
 };
 
 use crate::error::with_sources;
-use crate::flush::{EVICTS_LINES, evict};
+use crate::flush::{EVICT_MAX_BYTES, EVICTS_LINES, evict};
 use crate::integrity;
 use crate::trampoline::TRAMPOLINE_SYMBOL;
 use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Language, Signature, compile_with};
@@ -28,12 +28,13 @@ type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 /// precompiled it; a compiler that does run has no deadline of its own and stays in the caller's
 /// process group, which in a worker is the group its parent kills at the request's timeout),
 /// loads the shared object, allocates and initializes every tensor with
-/// [`HostTensor::allocate`], calls the kernel once and returns the tensors marked `output` as they
+/// [`HostTensor::allocate`] (an input given `contents` maps them copy-on-write), calls the kernel once and returns the tensors marked `output` as they
 /// are after that call, then times it with [`do_bench_after`] (within `timing.budget_ms` from
 /// the request's start), evicting the cache lines of every tensor ([`evict`]) before every
-/// timed rep when `timing.flush_cache` (or, with [`CacheFlush::LastLevelCache`] and on
-/// architectures without a line flush, writing a [`CacheFlusher`] buffer twice the last-level
-/// cache). When there are outputs, it then fills them with `0xFF` bytes
+/// timed rep when `timing.flush_cache` (or, with [`CacheFlush::LastLevelCache`], on
+/// architectures without a line flush, and for tensors of more than 512 MiB in all, which no
+/// cache holds and whose line flush would cost more than the buffer, writing a
+/// [`CacheFlusher`] buffer twice the last-level cache). When there are outputs, it then fills them with `0xFF` bytes
 /// ([`HostTensor::poison`]), calls the kernel once more and returns those outputs too
 /// (`outputs_after_reps`), so that a kernel which does not overwrite its outputs on every call
 /// cannot pass verification. With `timing.fresh_seed` that call runs on fresh inputs (every
@@ -108,9 +109,12 @@ impl Backend for CpuBackend {
             .map(|s| i64::from_ne_bytes(s.slot()))
             .collect();
         let timing = &request.timing;
+        let tensor_bytes: usize = tensors.iter().map(HostTensor::len).sum();
         let flush = match timing.cache_flush {
             _ if !timing.flush_cache || timing.outputs_only => Flush::None,
-            CacheFlush::Tensors if EVICTS_LINES => Flush::Tensors,
+            CacheFlush::Tensors if EVICTS_LINES && tensor_bytes <= EVICT_MAX_BYTES => {
+                Flush::Tensors
+            }
             CacheFlush::Tensors | CacheFlush::LastLevelCache => {
                 Flush::Buffer(self.flusher.get_or_insert_with(CacheFlusher::new))
             }

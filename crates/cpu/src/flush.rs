@@ -17,6 +17,12 @@ const FALLBACK_LLC_BYTES: u64 = 32 << 20;
 /// The flush buffer never exceeds this: 512 MiB.
 const MAX_FLUSH_BYTES: u64 = 512 << 20;
 
+/// Tensors larger than this in all are flushed by writing a [`CacheFlusher`] buffer rather
+/// than by evicting their lines: more than the buffer ever is (it is capped at the same
+/// 512 MiB), so that a line flush would cost more than the buffer's write, and more than any
+/// cache holds, so that most of their lines are out of the caches anyway.
+pub(crate) const EVICT_MAX_BYTES: usize = MAX_FLUSH_BYTES as usize;
+
 /// Where Linux describes the first core's caches.
 const SYSFS_CACHE_DIR: &str = "/sys/devices/system/cpu/cpu0/cache";
 

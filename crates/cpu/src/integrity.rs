@@ -63,8 +63,9 @@ impl Window {
 const IDLE_CPU_SHARE: f64 = 0.5;
 
 /// Refills every randomly initialized input with `fresh` mixed into its seed, in place (the
-/// same buffers, so a kernel that keys a memo on its pointers replays a stale answer). Returns
-/// whether any input changed; inputs given as data or constants cannot be refilled.
+/// same buffers, so a kernel that keys a memo on its pointers replays a stale answer): from
+/// its `fresh_contents` when the caller made them ([`HostTensor::refill`]), else generated.
+/// Returns whether any input changed; inputs given as data or constants cannot be refilled.
 ///
 /// # Errors
 ///
@@ -75,14 +76,19 @@ pub(crate) fn refill_fresh(
     fresh: u64,
 ) -> Result<bool, BenchError> {
     let mut any = false;
-    for (refilled, tensor) in tunebox_bench::fresh_inputs(request, fresh)?
-        .into_iter()
-        .zip(tensors.iter_mut())
-    {
-        if let Some(refilled) = refilled {
-            tensor.bytes_mut().copy_from_slice(refilled.bytes());
-            any = true;
+    for (spec, tensor) in request.tensors.iter().zip(tensors.iter_mut()) {
+        let Some(fresh_spec) = tunebox_bench::fresh_input_spec(spec, fresh) else {
+            continue;
+        };
+        match &spec.fresh_contents {
+            // Made by the caller: mapped in place of the input's pages.
+            Some(contents) => tensor.refill(contents)?,
+            None => {
+                let refilled = HostTensor::allocate(&fresh_spec)?;
+                tensor.bytes_mut().copy_from_slice(refilled.bytes());
+            }
         }
+        any = true;
     }
     Ok(any)
 }

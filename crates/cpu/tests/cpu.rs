@@ -44,6 +44,8 @@ fn tensor(name: &str, dtype: DType, len: u64, init: Init, output: bool) -> Tenso
         init,
         output,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -153,6 +155,60 @@ fn runs_a_kernel_and_returns_its_outputs() {
         "{:?}",
         entries(cache.path())
     );
+}
+
+/// `c = a + b`, then doubles `a` in place when `SCRIBBLE`: a kernel that writes its input.
+const ADD_THEN_SCRIBBLE: &str = "#include <stdint.h>\n\
+                   void add(float *a, const float *b, float *c, int64_t n) {\n\
+                   \x20   for (int64_t i = 0; i < n; i++) c[i] = a[i] + b[i] + OFFSET;\n\
+                   \x20   if (SCRIBBLE) for (int64_t i = 0; i < n; i += 1000) a[i] *= 2.0f;\n\
+                   }\n";
+
+#[test]
+fn inputs_given_contents_are_read_in_place_and_a_kernel_writing_them_is_reported() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut backend = CpuBackend::new(CacheDir::new(cache.path()));
+    // 64 pages of floats, so that the contents can be mapped copy-on-write.
+    let n = 16 * 4096;
+    let scribbling = |scribble: bool, contents: bool| {
+        let mut request = add_request(n);
+        if let Kernel::C(kernel) = &mut request.kernel {
+            kernel.source = ADD_THEN_SCRIBBLE.into();
+            kernel
+                .defines
+                .push(Define::new("SCRIBBLE", if scribble { "1" } else { "0" }));
+        }
+        request.timing.fresh_seed = None;
+        let made = request.tensors[0].make_contents().unwrap();
+        if contents {
+            request.tensors[0].contents = Some(made.share());
+        }
+        (request, made)
+    };
+    let (plain, _) = scribbling(false, false);
+    let expected = backend.benchmark(&plain).unwrap();
+    assert!(expected.mutated_inputs.is_empty());
+
+    let (clean, _) = scribbling(false, true);
+    let mapped = backend.benchmark(&clean).unwrap();
+    assert!(
+        mapped.mutated_inputs.is_empty(),
+        "reading its input is no write"
+    );
+    assert_eq!(
+        mapped.outputs, expected.outputs,
+        "the same inputs either way"
+    );
+
+    let (scribbler, made) = scribbling(true, true);
+    let before = made.as_slice().to_vec();
+    let scribbled = backend.benchmark(&scribbler).unwrap();
+    assert_eq!(scribbled.mutated_inputs, ["a"]);
+    // Restored before every call: the call after the reps saw the original input too.
+    assert_eq!(scribbled.outputs, expected.outputs);
+    assert_eq!(scribbled.outputs_after_reps, expected.outputs);
+    // The caller's contents were never written.
+    assert_eq!(made.as_slice(), before.as_slice());
 }
 
 #[test]

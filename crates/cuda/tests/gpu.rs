@@ -53,6 +53,8 @@ fn f32_tensor(name: &str, len: u64, init: Init, output: bool) -> TensorSpec {
         init,
         output,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     }
 }
 
@@ -444,6 +446,8 @@ fn matmul_request(size: u64, choice: [(&str, u32); 5]) -> BenchmarkRequest {
         init,
         output,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     };
     BenchmarkRequest {
         args: Vec::new(),

@@ -150,6 +150,8 @@ fn tensor(name: &str, init: Init, output: bool) -> TensorSpec {
         init,
         output,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     }
 }
 

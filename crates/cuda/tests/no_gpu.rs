@@ -43,6 +43,8 @@ fn request() -> BenchmarkRequest {
         init: Init::Zeros,
         output: true,
         reset: false,
+        contents: None,
+        fresh_contents: None,
     });
     request
 }

@@ -13,6 +13,7 @@ use tunebox_process::{KillSwitch, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, Leftover};
 
 use crate::PoolError;
+use crate::contents::Contents;
 
 /// Consecutive start-up failures after which a worker slot gives up.
 const MAX_START_FAILURES: u32 = 3;
@@ -201,6 +202,8 @@ pub(crate) struct Shared {
 pub(crate) struct Engine {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The large inputs made once for every request ([`Contents::attach`]).
+    contents: Contents,
 }
 
 impl Engine {
@@ -271,6 +274,7 @@ impl Engine {
         Ok(Engine {
             shared,
             threads: Mutex::new(threads),
+            contents: Contents::new(),
         })
     }
 
@@ -290,7 +294,8 @@ impl Engine {
         &self.shared
     }
 
-    /// Queues a task.
+    /// Queues a task, its large generated inputs given the pool's shared contents first
+    /// ([`Contents::attach`]: made on the first request that needs them).
     ///
     /// # Errors
     ///
@@ -298,10 +303,11 @@ impl Engine {
     /// left. Nothing is queued or started then.
     pub(crate) fn submit(
         &self,
-        request: BenchmarkRequest,
+        mut request: BenchmarkRequest,
         timeout: Option<Duration>,
         notify: Option<(Sender<usize>, usize)>,
     ) -> Result<Arc<Completion>, PoolError> {
+        self.contents.attach(&mut request);
         self.submit_task(request, timeout, notify, false)
     }
 

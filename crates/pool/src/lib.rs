@@ -21,6 +21,11 @@
 //! [`PoolError::bench_error`] gives the task's own error, and [`StatusKind`] is derived from
 //! [`Status`]).
 //!
+//! A pool makes a request's large generated inputs (random or ones, at least
+//! [`SHARED_INPUT_MIN_BYTES`]) once, in shared memory, and every worker maps them
+//! copy-on-write ([`TensorSpec::contents`](tunebox_protocol::TensorSpec::contents)): a
+//! window's cost does not grow with its inputs.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -50,6 +55,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod contents;
 mod devices;
 mod engine;
 mod error;
@@ -60,6 +66,7 @@ mod status;
 mod verify;
 
 pub use config::PoolConfig;
+pub use contents::SHARED_INPUT_MIN_BYTES;
 pub use devices::Devices;
 pub use error::PoolError;
 pub use executor::{MapResult, PoolExecutor};

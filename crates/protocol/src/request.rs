@@ -518,7 +518,11 @@ impl CKernel {
 }
 
 /// A tensor the worker allocates, initializes and passes to the kernel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Equality compares what the tensor is (name, dtype, shape, init, flags), not
+/// [`contents`](TensorSpec#structfield.contents), which only says where its initial bytes
+/// may be read from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TensorSpec {
     /// Name used in errors and verification reports.
     pub name: String,
@@ -536,6 +540,34 @@ pub struct TensorSpec {
     /// every call without it.
     #[serde(default)]
     pub reset: bool,
+    /// The tensor's initial contents (what `init` gives), made once by the caller in shared
+    /// memory ([`TensorSpec::make_contents`]; `TuningProcessPool` does it for large inputs):
+    /// a worker maps them copy-on-write instead of filling the tensor itself, so that a 1 GiB
+    /// input costs a worker neither a pass of the generator nor a gigabyte of fresh pages, and
+    /// a kernel that writes the input writes private copies of the pages it touches. Must be
+    /// exactly [`byte_len`](TensorSpec::byte_len) bytes of what `init` gives; a worker that
+    /// cannot use them (another length, a backend that does not map) fills the tensor from
+    /// `init` as without them. `None` (the default): the worker fills it.
+    #[serde(default)]
+    pub contents: Option<SharedData>,
+    /// The contents of this input on the request's fresh inputs (what
+    /// [`TensorSpec::fresh_input`] gives with its `TimingConfig::fresh_seed`), made once by
+    /// the caller as `contents` are: the call on fresh inputs maps them in place of the
+    /// input's pages (the same addresses) instead of generating and copying them. Must be
+    /// exactly those bytes; `None` (the default): the worker generates them.
+    #[serde(default)]
+    pub fresh_contents: Option<SharedData>,
+}
+
+impl PartialEq for TensorSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.dtype == other.dtype
+            && self.shape == other.shape
+            && self.init == other.init
+            && self.output == other.output
+            && self.reset == other.reset
+    }
 }
 
 impl TensorSpec {
@@ -563,6 +595,8 @@ impl TensorSpec {
             init: Init::Zeros,
             output: false,
             reset: false,
+            contents: None,
+            fresh_contents: None,
         }
     }
 
@@ -625,6 +659,75 @@ impl TensorSpec {
         self
     }
 
+    /// Sets the initial contents a worker may map instead of filling the tensor itself
+    /// ([`contents`](TensorSpec#structfield.contents)), e.g. from
+    /// [`TensorSpec::make_contents`] of an equal spec.
+    pub fn contents(mut self, contents: SharedData) -> Self {
+        self.contents = Some(contents);
+        self
+    }
+
+    /// A new shared buffer holding the tensor's initial contents: `init`'s bytes, the same as
+    /// every worker writes ([`Init::fill`]), `byte_len` long. Takes one pass of the generator
+    /// (about 1 s per GiB of random floats).
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::new("x", DType::I32, [3]).ones();
+    /// let buffer = x.make_contents()?;
+    /// assert_eq!(buffer.as_slice(), [1i32, 1, 1].map(i32::to_ne_bytes).concat());
+    /// let x = x.contents(buffer.share());
+    /// assert!(x.contents.is_some());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The size overflows, or the region could not be created (out of memory or file
+    /// descriptors).
+    pub fn make_contents(&self) -> std::io::Result<crate::SharedBuffer> {
+        let len = self
+            .byte_len()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| std::io::Error::other(format!("tensor `{}` is too large", self.name)))?;
+        let mut buffer = crate::SharedBuffer::new(len)?;
+        let bytes = buffer.get_mut().expect("a new buffer has no other handle");
+        self.init.fill(self.dtype, bytes);
+        Ok(buffer)
+    }
+
+    /// This tensor with `fresh` mixed into its seed, when it is a randomly initialized input:
+    /// what the last verification call runs on instead (docs/sandbox.md), the same in every
+    /// backend and in the caller; `None` for an output, or an input given as data or a
+    /// constant (which cannot be drawn again). Its `contents` are the spec's
+    /// `fresh_contents`, its own `fresh_contents` none.
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::new("x", DType::F32, [4]).random(7);
+    /// let fresh = x.fresh_input(99).unwrap();
+    /// assert_ne!(fresh.init, x.init);
+    /// assert_eq!(x.fresh_input(99).unwrap().init, fresh.init, "deterministic");
+    /// assert!(TensorSpec::new("y", DType::F32, [4]).output().fresh_input(1).is_none());
+    /// ```
+    pub fn fresh_input(&self, fresh: u64) -> Option<TensorSpec> {
+        let Init::Random { seed } = self.init else {
+            return None;
+        };
+        if self.output {
+            return None;
+        }
+        let mut other = self.clone();
+        other.init = Init::Random {
+            seed: seed ^ fresh.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15,
+        };
+        other.contents = self.fresh_contents.clone();
+        other.fresh_contents = None;
+        Some(other)
+    }
+
     /// Number of elements, or `None` if the product of the shape overflows `u64`.
     pub fn num_elements(&self) -> Option<u64> {
         self.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
@@ -681,8 +784,51 @@ pub enum Init {
         seed: u64,
     },
     /// The caller's bytes (native byte order, row-major), which must be exactly dtype × shape
-    /// long. The worker copies them into the tensor; the buffer itself is only read.
+    /// long. The worker copies them into the tensor (or maps them copy-on-write); the buffer
+    /// itself is only read.
     Data(SharedData),
+}
+
+impl Init {
+    /// Writes these contents for `dtype` elements into `bytes` (native byte order): what
+    /// every worker fills a tensor of this init with, so a reference and a candidate measured
+    /// in different processes, or a caller that makes the contents once
+    /// ([`TensorSpec::make_contents`]), see the same bytes. `Random` draws from
+    /// `fastrand::Rng::with_seed(seed)`, one value per element in order.
+    ///
+    /// # Panics
+    ///
+    /// With `Data`, when `bytes` is not exactly the data's length.
+    pub fn fill(&self, dtype: DType, bytes: &mut [u8]) {
+        match *self {
+            Init::Zeros => bytes.fill(0),
+            Init::Data(ref data) => bytes.copy_from_slice(data),
+            Init::Ones => match dtype {
+                DType::F32 => fill_elements(bytes, || 1f32.to_ne_bytes()),
+                DType::F64 => fill_elements(bytes, || 1f64.to_ne_bytes()),
+                DType::I32 => fill_elements(bytes, || 1i32.to_ne_bytes()),
+                DType::I64 => fill_elements(bytes, || 1i64.to_ne_bytes()),
+                DType::U8 => bytes.fill(1),
+            },
+            Init::Random { seed } => {
+                let mut rng = fastrand::Rng::with_seed(seed);
+                match dtype {
+                    DType::F32 => fill_elements(bytes, || (rng.f32() * 2.0 - 1.0).to_ne_bytes()),
+                    DType::F64 => fill_elements(bytes, || (rng.f64() * 2.0 - 1.0).to_ne_bytes()),
+                    DType::I32 => fill_elements(bytes, || rng.i32(-100..100).to_ne_bytes()),
+                    DType::I64 => fill_elements(bytes, || rng.i64(-100..100).to_ne_bytes()),
+                    DType::U8 => fill_elements(bytes, || [rng.u8(..)]),
+                }
+            }
+        }
+    }
+}
+
+/// Writes `next()` into every `N`-byte element of `bytes`, in order.
+fn fill_elements<const N: usize>(bytes: &mut [u8], mut next: impl FnMut() -> [u8; N]) {
+    for element in bytes.chunks_exact_mut(N) {
+        element.copy_from_slice(&next());
+    }
 }
 
 /// A named scalar argument, passed by value as its C type ([`ScalarKind`]; Kernel Tuner's

@@ -70,6 +70,8 @@ mod tests {
                 init: Init::Data(d.clone()),
                 output: false,
                 reset: false,
+                contents: None,
+                fresh_contents: None,
             });
         }
         request

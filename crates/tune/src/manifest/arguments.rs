@@ -127,6 +127,8 @@ fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorS
         init: Init::Zeros,
         output: raw.output,
         reset: raw.reset,
+        contents: None,
+        fresh_contents: None,
     };
     let Some(bytes) = spec.byte_len() else {
         bail!(
