@@ -130,6 +130,9 @@ pub(crate) fn tune(
         )
         .unwrap_or_else(|| Box::new(BruteForce::new()));
         let plan = Plan::new(parse()?, chosen, None)?;
+        // The manifest holds what it needs of them (tensor data by handle, expected outputs
+        // copied): the expected outputs' shared memory goes now, not after the run.
+        drop(files);
         tunebox_tune::run(plan, &options, &observer, &stop)
             .and_then(|report| tunebox_tune::json_text(&report))
     });
