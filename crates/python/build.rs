@@ -3,10 +3,11 @@
 //! backends), for the extension to carry (`src/worker_binary.rs`), and tells the compiler where
 //! it is (`TUNEBOX_WORKER_EXE`) and a hash of its bytes (`TUNEBOX_WORKER_HASH`).
 //!
-//! The worker is built by a cargo of its own, with the same profile, offline (the outer build
-//! has fetched every crate it needs: this crate depends on tunebox-worker), into a target
-//! directory under `OUT_DIR`: sharing the outer build's directory would wait on its lock
-//! forever. Without the feature (`cargo build --workspace`, clippy, doc) nothing is built.
+//! The worker is built by a cargo of its own, with the same profile and `Cargo.lock` (the outer
+//! build has fetched every crate it needs: this crate depends on tunebox-worker, so nothing is
+//! downloaded), into a target directory under `OUT_DIR`: sharing the outer build's directory
+//! would wait on its lock forever. Without the feature (`cargo build --workspace`, clippy, doc)
+//! nothing is built.
 
 use std::hash::Hasher as _;
 use std::path::{Path, PathBuf};
@@ -44,14 +45,7 @@ fn main() {
     let mut cargo = Command::new(var("CARGO"));
     cargo
         .current_dir(&workspace)
-        .args([
-            "build",
-            "--offline",
-            "-p",
-            "tunebox-worker",
-            "--bin",
-            "tunebox-worker",
-        ])
+        .args(["build", "-p", "tunebox-worker", "--bin", "tunebox-worker"])
         .arg("--target-dir")
         .arg(&target_dir)
         // The outer build's own settings for this package are not the worker's.

@@ -37,7 +37,8 @@ use tunebox_worker::Registry;
 /// `worker` is the worker executable ([`engine_worker`], or the `tunebox-engine-worker`
 /// launcher), `cache` the results cache (`None`: none), `strategy` one of the engine's names
 /// (`brute-force`, `random`, `genetic`, …) with `budget` (choices, `None`: the strategy's own)
-/// or `fraction` (a share of the valid choices, rounded, at least 1, when `budget` is `None`)
+/// or `fraction` (a share of the valid choices, rounded half to even, at least 1, when `budget`
+/// is `None`)
 /// and `seed`, `workers` the worker processes measuring in parallel, `max_time_s` the time
 /// after which no new choice starts, `timeout_s` the per-choice timeout (`None`: the
 /// manifest's). `on_choice` is called as `on_choice(label, status, median_ms)` when a choice
@@ -110,11 +111,12 @@ pub(crate) fn tune(
         let budget = match (budget, fraction) {
             (Some(budget), _) => Some(budget),
             (None, Some(fraction)) => {
-                // Kernel Tuner's `fraction`: a share of the valid choices.
+                // Kernel Tuner's `fraction`: a share of the valid choices, rounded half to
+                // even as Python's `round` (what tune_kernel computed before).
                 let valid = Plan::new(parse()?, Box::new(BruteForce::new()), None)?
                     .space()
                     .len();
-                Some(((fraction * valid as f64).round() as usize).max(1))
+                Some(((fraction * valid as f64).round_ties_even() as usize).max(1))
             }
             (None, None) => None,
         };

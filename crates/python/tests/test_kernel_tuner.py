@@ -383,5 +383,8 @@ def test_what_is_not_supported_is_named():
         tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=lambda p: False)
     with pytest.raises(ValueError, match="restrictions"):
         tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=["NOPE > 1"], quiet=True)
+    with pytest.raises(ValueError, match=r"strategy_options\['fraction'\] = 0:"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="random_sample",
+                    strategy_options={"fraction": 0})
     with pytest.raises(TypeError, match="float16"):
         tune_kernel("k", src, 4, [x.astype(np.float16)], {"B": [1]})

@@ -189,7 +189,7 @@ def tune_kernel(
     from tunebox import _native
 
     budget = options.get("max_fevals")
-    fraction = None if budget is not None or "fraction" not in options else float(options["fraction"])
+    fraction = None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
     printer = _Printer(list(tune_params), verbose and not quiet)
     with _worker() as worker:
         text = _native.tune(
@@ -273,6 +273,19 @@ def _strategy(strategy, options):
             stacklevel=3,
         )
     return engine, options
+
+
+def _fraction(value):
+    try:
+        fraction = float(value)
+    except (TypeError, ValueError):
+        fraction = math.nan
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"strategy_options['fraction'] = {value!r}: give the share of the configurations to "
+            "measure, above 0 and at most 1"
+        )
+    return fraction
 
 
 def _uses(max_process_uses):
