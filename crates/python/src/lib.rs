@@ -14,9 +14,11 @@
 //!   `python -m tunebox._worker` serves requests through `tunebox_worker`'s loop with a `python`
 //!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels);
 //! - `tune` (`tunebox._native.tune`, in `tune.rs`): a manifest run by tunebox-tune's engine, as
-//!   `tunebox tune` runs it, for `tunebox.kernel_tuner.tune_kernel`; `serve_engine_worker` is
-//!   the worker it starts (`tunebox-engine-worker`: the `cpu`, `cuda` and `diagnostics`
-//!   backends).
+//!   `tunebox tune` runs it, for `tunebox.kernel_tuner.tune_kernel`, in memory (manifest text,
+//!   the source and the arrays as buffers in, the report as JSON text out); `engine_worker`
+//!   (`worker_binary.rs`) is the worker it starts, tunebox's Rust `tunebox-worker` (the `cpu`,
+//!   `cuda` and `diagnostics` backends) carried by the extension, and `serve_engine_worker`
+//!   what the Python launcher `tunebox-engine-worker` runs where that binary is missing.
 //!
 //! Calls travel as one framed payload (`frame`): the cloudpickle of `(fn, args, kwargs)` and its
 //! out-of-band buffers (pickle protocol 5: numpy arrays), in shared memory when large.
@@ -37,6 +39,7 @@ mod frame;
 mod serve;
 mod tune;
 mod worker;
+mod worker_binary;
 
 use pyo3::prelude::*;
 
@@ -47,7 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::SharedView>()?;
     m.add_function(wrap_pyfunction!(serve::serve_worker, m)?)?;
     m.add_function(wrap_pyfunction!(tune::tune, m)?)?;
-    m.add_function(wrap_pyfunction!(tune::count, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::engine_worker, m)?)?;
     m.add_function(wrap_pyfunction!(tune::serve_engine_worker, m)?)?;
     m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
     Ok(())

@@ -1,10 +1,13 @@
 """tunebox.kernel_tuner.tune_kernel: Kernel Tuner's signature and result shape, run by the engine."""
 
+import contextlib
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -174,9 +177,9 @@ def test_kernel_tuners_vector_add_example_runs_with_only_its_import_changed(tmp_
 
 
 def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configurations(monkeypatch):
-    """A large argument is written once per call (raw, one file per array and per answer) and
-    verified by the engine: nothing in Python runs per configuration, nothing is copied per
-    configuration."""
+    """A large argument goes to the engine once per call, in memory (one buffer per array and
+    per answer, with the source text), and is verified by the engine: nothing in Python runs
+    per configuration, nothing is copied per configuration."""
     import tunebox.kernel_tuner as kt
     from tunebox import _native
 
@@ -184,11 +187,13 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     seen = {}
     engine_tune = _native.tune
 
-    def tune(manifest, *args, **kwargs):
-        folder = Path(manifest).parent
-        seen["files"] = {p.name: p.stat().st_size for p in folder.iterdir() if p.suffix == ".bin"}
-        seen["manifest"] = Path(manifest).read_text()
-        return engine_tune(manifest, *args, **kwargs)
+    def tune(manifest, path, files, *args, **kwargs):
+        seen["files"] = {
+            name: value if isinstance(value, str) else value[1] for name, value in files.items()
+        }
+        seen["manifest"] = manifest
+        seen["path"] = path
+        return engine_tune(manifest, path, files, *args, **kwargs)
 
     def verify_again(*args):
         raise AssertionError("an answer is verified by the engine, not again in Python")
@@ -196,25 +201,107 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     monkeypatch.setattr(_native, "tune", tune)
     monkeypatch.setattr(kt, "_verify_again", verify_again)
     tune_params = {"nthreads": [1, 2], "vecsize": [1, 2, 4, 8]}
+    source = FAULTY.replace("#error", "#warning")
     results, _ = tune_kernel(
-        "vector_add", FAULTY.replace("#error", "#warning"), size, [c, a, b, np.int32(size)],
+        "vector_add", source, size, [c, a, b, np.int32(size)],
         tune_params, answer=[a + b, None, None, None], compiler_options=["-O3", "-fopenmp"],
         quiet=True,
     )
     assert len(results) == 8
     assert {(r["nthreads"], r["vecsize"]): r["status"] for r in results}[(2, 2)] == "wrong"
-    # c (zeros) travels as `init = "zeros"`: no file, and fresh zero pages in each worker.
-    assert seen["files"] == {name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")}
+    # c (zeros) travels as `init = "zeros"`: no buffer, and fresh zero pages in each worker;
+    # the source (extern "C": C++) as text named with C++'s suffix.
+    assert seen["files"] == {
+        "kernel.cpp": source, **{name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")}
+    }
     assert seen["manifest"].count('init = "zeros"') == 1
+    assert not os.path.exists(seen["path"])
+
+
+def test_nothing_is_written_to_the_folder_or_to_temporary_files(tmp_path, monkeypatch):
+    """The call, its arrays, its answer and its report stay in memory: the current folder and
+    the temporary folder are as empty after tune_kernel as before."""
+    work = tmp_path / "work"
+    temporary = tmp_path / "tmp"
+    work.mkdir()
+    temporary.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    x = np.arange(1, 1025, dtype=np.float32)
+    results, env = tune_kernel(
+        "scale", SCALE, 1024, [x, np.int32(1024)], {"F": [1, 2], "G": [0]},
+        answer=[x, None], quiet=True,
+    )
+    assert [r["status"] for r in results] == ["ok", "wrong"]
+    assert env["report"]["results"] and isinstance(env["report"], dict)
+    assert list(work.iterdir()) == [] and list(temporary.iterdir()) == []
+
+
+RECORD_EXE = r"""
+#include <stdio.h>
+#include <unistd.h>
+void scale(float *x, int n) {
+    static int recorded = 0;
+    if (!recorded) {
+        char exe[4096];
+        ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        FILE *f = fopen(LOG, "a");
+        if (f && k > 0) { exe[k] = 0; fprintf(f, "%d %s\n", (int)getpid(), exe); }
+        if (f) fclose(f);
+        recorded = 1;
+    }
+    for (int i = 0; i < n; i++) x[i] = x[i] * F;
+}
+"""
+
+
+def test_the_workers_are_the_rust_worker_not_python(tmp_path):
+    """Every worker process the engine starts runs tunebox's Rust worker (the executable the
+    extension carries), not a Python interpreter: each kernel records the program it runs in."""
+    log = tmp_path / "exe.log"
+    x = np.ones(1024, np.float32)
+    results, env = tune_kernel(
+        "scale", RECORD_EXE, 1024, [x, np.int32(1024)], {"F": [1, 2, 3]},
+        defines={"LOG": f'"{log}"'}, quiet=True,
+    )
+    assert [r["status"] for r in results] == ["ok"] * 3
+    worker = Path(env["worker"])
+    assert worker.name.startswith("tunebox-worker-"), worker
+    assert worker.read_bytes()[:4] == b"\x7fELF"  # a program, not a #! launcher
+    runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    assert len({pid for pid, _ in runs}) >= 3  # a fresh process per measurement
+    programs = {Path(exe) for _, exe in runs}
+    assert programs == {worker.resolve()}, programs
+    assert Path(sys.executable).resolve() not in programs
+
+
+def test_without_the_rust_worker_a_python_launcher_serves_and_says_so(monkeypatch, caplog):
+    """An extension without the Rust worker (or a cache it cannot run from) falls back to the
+    Python launcher, with a logged note; the results are the same."""
+    from tunebox import _native
+
+    def missing():
+        raise FileNotFoundError("this build of tunebox._native holds no Rust worker")
+
+    monkeypatch.setattr(_native, "engine_worker", missing)
+    x = np.ones(256, np.float32)
+    with caplog.at_level(logging.WARNING, logger="tunebox.kernel_tuner"):
+        results, env = tune_kernel(
+            "scale", SCALE, 256, [x, np.int32(256)], {"F": [1, 2], "G": [0]}, quiet=True,
+        )
+    assert [r["status"] for r in results] == ["ok", "ok"]
+    assert "Python launchers instead" in caplog.text and "no Rust worker" in caplog.text
+    assert Path(env["worker"]).name == "tunebox-engine-worker"
+    assert not Path(env["worker"]).exists()  # its folder lived for the call only
 
 
 def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):
-    """The worker the engine starts for every measurement runs this interpreter with -IS and
-    imports the extension only: it gets to tunebox-worker's loop (which, started by hand,
+    """The Python launcher (where the Rust worker is missing) runs this interpreter with -IS
+    and imports the extension only: it gets to tunebox-worker's loop (which, started by hand,
     says it needs a parent) without numpy, cloudpickle or site-packages' .pth files."""
-    from tunebox.kernel_tuner import _worker
+    from tunebox.kernel_tuner import _python_worker
 
-    launcher = Path(_worker(str(tmp_path)))
+    launcher = Path(_python_worker(str(tmp_path)))
     if not launcher.read_text().startswith(f"#!{sys.executable} -IS\n"):
         pytest.skip("this interpreter's path cannot go on a #! line")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEBOX_WORKER")}
@@ -229,6 +316,18 @@ def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):
     assert not imported & {"numpy", "cloudpickle", "site", "re"}, sorted(imported)
 
 
+def test_the_rust_worker_says_it_needs_a_parent_when_started_by_hand():
+    """The worker the extension carries is tunebox-worker itself: started without a parent it
+    refuses, as every tunebox worker does."""
+    from tunebox import _native
+
+    worker = _native.engine_worker()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEBOX_WORKER")}
+    done = subprocess.run([str(worker)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "TUNEBOX_WORKER_SERVER is not set" in done.stderr, done.stderr
+    assert _native.engine_worker() == worker  # written once, then found
+
+
 def test_max_process_uses_lets_measurements_share_a_worker_process(tmp_path, monkeypatch):
     """Each measurement gets a fresh worker process by default (as `tunebox tune`);
     max_process_uses=0 lets one process make them all (tunebox tune --max-process-uses 0)."""
@@ -237,12 +336,13 @@ def test_max_process_uses_lets_measurements_share_a_worker_process(tmp_path, mon
     starts = tmp_path / "starts"
     launch = kt._worker
 
-    def counted(folder):
-        real = launch(folder)
-        path = Path(folder) / "counted-worker"
-        path.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {real} \"$@\"\n")
-        path.chmod(0o755)
-        return str(path)
+    @contextlib.contextmanager
+    def counted():
+        with launch() as real:
+            path = tmp_path / "counted-worker"
+            path.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {real} \"$@\"\n")
+            path.chmod(0o755)
+            yield str(path)
 
     monkeypatch.setattr(kt, "_worker", counted)
     x = np.ones(1024, np.float32)
@@ -283,5 +383,8 @@ def test_what_is_not_supported_is_named():
         tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=lambda p: False)
     with pytest.raises(ValueError, match="restrictions"):
         tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=["NOPE > 1"], quiet=True)
+    with pytest.raises(ValueError, match=r"strategy_options\['fraction'\] = 0:"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="random_sample",
+                    strategy_options={"fraction": 0})
     with pytest.raises(TypeError, match="float16"):
         tune_kernel("k", src, 4, [x.astype(np.float16)], {"B": [1]})

@@ -118,14 +118,14 @@ pub use crate::fingerprint::compiler_version;
 pub use crate::interchange::write_t4;
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};
 pub use crate::manifest::{
-    Manifest, builder::ManifestBuilder, count_file, env::WorkerEnv, load_space, source::compiler,
-    timing::MAX_TIMEOUT_S,
+    Manifest, builder::ManifestBuilder, count_file, env::WorkerEnv, files::ManifestFiles,
+    load_space, source::compiler, timing::MAX_TIMEOUT_S,
 };
 pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::objective::Objective;
 pub use crate::observer::{Event, Observer, Phase};
-pub use crate::report::{load as load_reports, write_csv, write_json};
+pub use crate::report::{json_text, load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
     RunInfo, Selection, best, define_line,

@@ -10,6 +10,7 @@
 mod arguments;
 pub(crate) mod builder;
 pub(crate) mod env;
+pub(crate) mod files;
 mod from_t1;
 mod kernel_tuner;
 mod params;
@@ -27,6 +28,7 @@ use indexmap::IndexMap;
 use tunebox_protocol::{Arg, Scalar, TensorSpec, TimingConfig};
 
 use self::arguments::Arguments;
+use self::files::ManifestFiles;
 use self::raw::{RawManifest, misplaced_key_hint};
 use self::source::parent_dir;
 use self::timing::MAX_REPS;
@@ -136,16 +138,47 @@ impl Manifest {
         &self.unsupported
     }
 
+    /// Reads and validates the manifest `text` (TOML, in tunebox's or Kernel Tuner's spelling,
+    /// as a manifest file) as if it were the file at `path`, which need not exist: relative
+    /// paths are resolved against its folder, and reports and the default results cache are
+    /// named after it. The files it names are taken from `files` where given there (kernel
+    /// sources, tensor data, expected outputs: nothing is written or read back), else read from
+    /// disk. `compiler` is as for [`Manifest::load`]. What Python's `tune_kernel` calls: its
+    /// arrays and source stay in memory.
+    ///
+    /// # Errors
+    ///
+    /// As [`Manifest::load`]; a file given in `files` whose size is not its tensor's dtype ×
+    /// shape names the path it was given as.
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        compiler: &str,
+        files: &ManifestFiles,
+    ) -> crate::Result<Manifest> {
+        Manifest::from_toml(text, path, compiler, files).map_err(crate::TuneError::manifest)
+    }
+
     pub(crate) fn read(path: &Path, compiler: &str) -> Result<Manifest> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the manifest {}", path.display()))?;
         // A JSON object is a FAIR T1 file (a TOML document cannot start with `{`).
         if text.trim_start().starts_with('{') {
             let raw = from_t1::to_raw(path)?;
-            return Manifest::from_raw(raw, path, compiler)
+            return Manifest::from_raw(raw, path, compiler, &ManifestFiles::new())
                 .with_context(|| format!("invalid T1 file {}", path.display()));
         }
-        let raw: RawManifest = toml::from_str(&text).map_err(|e| {
+        Manifest::from_toml(&text, path, compiler, &ManifestFiles::new())
+    }
+
+    /// The manifest `text` (TOML) of the file at `path`, its files taken from `files` first.
+    fn from_toml(
+        text: &str,
+        path: &Path,
+        compiler: &str,
+        files: &ManifestFiles,
+    ) -> Result<Manifest> {
+        let raw: RawManifest = toml::from_str(text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {}{}",
                 path.display(),
@@ -153,18 +186,23 @@ impl Manifest {
                 misplaced_key_hint(&e.to_string())
             )
         })?;
-        Manifest::from_raw(raw, path, compiler)
+        Manifest::from_raw(raw, path, compiler, files)
             .with_context(|| format!("invalid manifest {}", path.display()))
     }
 
     /// Checks `raw` (read from `path`) field group by field group, in the order errors are
     /// reported: the kernel, its arguments, the space, timing, launch, metrics, verification.
-    fn from_raw(raw: RawManifest, path: &Path, compiler: &str) -> Result<Manifest> {
+    fn from_raw(
+        raw: RawManifest,
+        path: &Path,
+        compiler: &str,
+        files: &ManifestFiles,
+    ) -> Result<Manifest> {
         let mut raw = kernel_tuner::aliases(raw)?;
         let extras = raw.t1.take().map(|e| *e).unwrap_or_default();
         let dir = parent_dir(path);
         let raw_kernel = raw.kernel.take().unwrap_or_default();
-        let kernel = source::kernel(raw_kernel, dir, compiler, extras.source_missing)?;
+        let kernel = source::kernel(raw_kernel, dir, compiler, extras.source_missing, files)?;
         let Arguments {
             tensors,
             scalars,
@@ -176,6 +214,7 @@ impl Manifest {
             raw.seed.unwrap_or(0),
             dir,
             &extras.fills,
+            files,
         )?;
         let params = params::params(raw.params.take())?;
         params::not_arguments(&params, &tensors, &scalars)?;
@@ -202,7 +241,7 @@ impl Manifest {
         let verify = raw
             .verify
             .take()
-            .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size))
+            .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size, files))
             .transpose()?;
         let sandbox = sandbox::sandbox(raw.sandbox.take(), dir, kernel.language)?;
         let env = env::env(raw.env.take())?;

@@ -27,6 +27,18 @@ fn json_file(report: &Report, path: &Path) -> Result<()> {
     write_whole(path, text.as_bytes())
 }
 
+/// The report as the JSON text [`write_json`] writes (docs/cli.md's schema), compact, for a
+/// caller that parses it in memory (Python's `tune_kernel`).
+///
+/// # Errors
+///
+/// [`crate::TuneError::Report`] if it cannot be serialized (not expected: every number in a
+/// report is finite or written as `null`).
+pub fn json_text(report: &Report) -> crate::Result<String> {
+    serde_json::to_string(&report.to_json())
+        .map_err(|e| crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}")))
+}
+
 /// [`crate::whole_file::write`], its error naming `path`.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     crate::whole_file::write(path, bytes).with_context(|| {

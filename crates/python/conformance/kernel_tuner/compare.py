@@ -59,19 +59,22 @@ def run(text, name):
 
 
 def worker_start(runs=30):
-    """The engine worker's start, exec to exit, median and min over `runs` (ms): the launcher
-    tune_kernel uses (python -IS, the extension alone) and the `tunebox-engine-worker` console
+    """The engine worker's start, exec to exit, median and min over `runs` (ms): the Rust
+    worker tune_kernel uses (tunebox-worker, carried by the extension), the Python launcher it
+    falls back to (python -IS, the extension alone) and the `tunebox-engine-worker` console
     script. Started by hand, without a parent, each exits once tunebox-worker's loop finds no
     server to talk to: what it costs to get there is its start."""
     import shutil
     import statistics
     import sysconfig
 
-    from tunebox.kernel_tuner import _worker
+    from tunebox import _native
+    from tunebox.kernel_tuner import _python_worker
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEBOX_WORKER")}
     with tempfile.TemporaryDirectory() as folder:
-        workers = {"launcher (python -IS)": _worker(folder)}
+        workers = {"Rust worker": str(_native.engine_worker())}
+        workers["launcher (python -IS)"] = _python_worker(folder)
         script = shutil.which("tunebox-engine-worker", path=sysconfig.get_path("scripts"))
         if script:
             workers["console script"] = script

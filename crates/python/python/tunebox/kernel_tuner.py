@@ -3,11 +3,15 @@
 Change ``from kernel_tuner import tune_kernel`` to ``from tunebox.kernel_tuner import tune_kernel``.
 
 The call is written as a manifest in Kernel Tuner's spelling (docs/manifest.md, "Kernel Tuner's
-names"), with every array argument and expected answer as a raw data file beside it (written
-once per call; an array of zeros is ``init = "zeros"`` instead), in a temporary folder, and run by ``tunebox_tune::tune``: the path ``tunebox tune MANIFEST`` takes.
+names") and handed to tunebox's engine in memory with the kernel source and every array argument
+and expected answer (each copied once per call into shared memory; an array of zeros is
+``init = "zeros"`` instead): no file is written, and the report comes back as Python objects.
+The engine checks it with the code that reads a manifest file for ``tunebox tune MANIFEST``.
 So every configuration compiles in parallel in the parent (into tunebox's kernel cache), is
 measured in an isolated worker process (do_bench: estimate, warmup, reps, the cache flushed
-between reps; then rounds of short windows and a race for the top), verified against
+between reps; then rounds of short windows and a race for the top) that is tunebox's Rust
+worker, ``tunebox-worker``, carried by the extension (no Python interpreter starts for a
+worker), verified against
 ``answer``, kept in the results cache when ``cache`` is given, and ranked. A configuration that
 does not compile, crashes, hangs past ``timeout`` (seconds, tunebox's own argument) or computes a
 wrong answer is one result with its status, where Kernel Tuner's C backend aborts the run (or
@@ -50,16 +54,18 @@ the metrics, and for a failed one ``__error__`` (``CompilationFailedConfig`` or
 ``RuntimeFailedConfig``, Kernel Tuner's classes' names) instead of ``time``; plus tunebox's
 ``status`` (``ok``, ``wrong``, ``compile_error``, ``crashed``, ``timeout``, ``error``),
 ``error``, ``time_mean``, ``time_min``, ``time_max``, ``time_stddev``, ``reps`` and
-``cached``. ``env`` describes the run (Kernel Tuner's keys, and ``report``: the engine's JSON
-report).
+``cached``. ``env`` describes the run (Kernel Tuner's keys, ``report``: the engine's JSON
+report as Python objects, and ``worker``: the worker executable the engine started).
 
 Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
 ``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
 callables as ``problem_size``, and strategies the engine does not have.
 """
 
+import contextlib
 import itertools
 import json
+import logging
 import math
 import operator
 import os
@@ -169,34 +175,34 @@ def tune_kernel(
     uses = _uses(max_process_uses)
     metrics = dict(metrics or {})
     engine_strategy, options = _strategy(strategy, strategy_options or {})
-    with tempfile.TemporaryDirectory(prefix="tunebox-kernel-tuner-") as folder:
-        writer = _Manifest(folder)
-        source, language = writer.kernel(kernel_name, kernel_source, lang, compiler)
-        writer.flags(compiler_options, defines, language, source)
-        writer.arguments(arguments, language)
-        writer.params(tune_params)
-        writer.restrictions(restrictions, tune_params)
-        writer.answer(answer, arguments, atol, verify)
-        writer.launch(problem_size, grid_div_x, grid_div_y, grid_div_z)
-        writer.timing(iterations, timeout)
-        writer.metrics(metrics)
-        writer.objective(objective, objective_higher_is_better, metrics)
-        path = writer.write()
-        from tunebox import _native
+    writer = _Manifest()
+    source, language = writer.kernel(kernel_name, kernel_source, lang, compiler)
+    writer.flags(compiler_options, defines, language, source)
+    writer.arguments(arguments, language)
+    writer.params(tune_params)
+    writer.restrictions(restrictions, tune_params)
+    writer.answer(answer, arguments, atol, verify)
+    writer.launch(problem_size, grid_div_x, grid_div_y, grid_div_z)
+    writer.timing(iterations, timeout)
+    writer.metrics(metrics)
+    writer.objective(objective, objective_higher_is_better, metrics)
+    from tunebox import _native
 
-        budget = options.get("max_fevals")
-        if budget is None and "fraction" in options:
-            count = _native.count(path)
-            budget = max(1, int(round(float(options["fraction"]) * count)))
-        report_path = os.path.join(folder, "report.json")
-        printer = _Printer(list(tune_params), verbose and not quiet)
-        _native.tune(
-            path,
-            _worker(folder),
-            report_path,
+    budget = options.get("max_fevals")
+    fraction = None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
+    printer = _Printer(list(tune_params), verbose and not quiet)
+    with _worker() as worker:
+        text = _native.tune(
+            writer.toml(),
+            # Named as a file in the current folder (relative paths, the report), which is
+            # neither read nor written.
+            os.path.join(os.getcwd(), "kernel_tuner.toml"),
+            writer.buffers(),
+            worker,
             cache=_cache_path(cache),
             strategy=engine_strategy,
             budget=None if budget is None else int(budget),
+            fraction=fraction,
             seed=int(options.get("seed", 0)),
             workers=int(workers),
             max_process_uses=uses,
@@ -204,11 +210,10 @@ def tune_kernel(
             on_choice=printer.choice,
             on_note=printer.note,
         )
-        with open(report_path) as f:
-            report = json.load(f)
-        results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
-        if verify is not None:
-            _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify)
+    report = json.loads(text)
+    results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
+    if verify is not None:
+        _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify)
     _python_metrics(results, metrics)
     objective = objective or "time"
     higher = bool(objective_higher_is_better)
@@ -236,6 +241,7 @@ def tune_kernel(
         "cache": _cache_path(cache),
         "backend": "tunebox",
         "report": report,
+        "worker": worker,
     }
     return results, env
 
@@ -269,6 +275,19 @@ def _strategy(strategy, options):
     return engine, options
 
 
+def _fraction(value):
+    try:
+        fraction = float(value)
+    except (TypeError, ValueError):
+        fraction = math.nan
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"strategy_options['fraction'] = {value!r}: give the share of the configurations to "
+            "measure, above 0 and at most 1"
+        )
+    return fraction
+
+
 def _uses(max_process_uses):
     try:
         uses = None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)
@@ -291,15 +310,40 @@ def _cache_path(cache):
     return os.path.abspath(cache + ".tunebox-cache.jsonl")
 
 
-def _worker(folder):
+_log = logging.getLogger("tunebox.kernel_tuner")
+
+
+@contextlib.contextmanager
+def _worker():
     """The worker executable the engine starts for every measurement (a fresh process each):
-    a launcher in `folder` that starts this interpreter isolated and without `site`
-    (``python -IS``: no site-packages scan, no ``.pth`` files, no user paths) and serves
-    straight from ``tunebox._native``, which takes about half the start of the
-    ``tunebox-engine-worker`` console script (site, ``re``, the package's imports). Where a
-    ``#!`` line cannot name this interpreter (spaces in its path, too long for the kernel),
-    that script, else a plain launcher. The package's folder goes after the standard
-    library's on ``sys.path``, so that nothing installed beside it shadows a standard module."""
+    tunebox's Rust worker, ``tunebox-worker``, which the extension carries and writes once
+    into tunebox's cache (``tunebox._native.engine_worker``): no Python interpreter starts
+    for a worker. Where it cannot be had (an extension built without it, a cache on a
+    ``noexec`` mount), a note is logged and a Python launcher serves instead (see
+    :func:`_python_worker`), which costs an interpreter start per worker process."""
+    from tunebox import _native
+
+    try:
+        path = os.fspath(_native.engine_worker())
+    except OSError as error:
+        _log.warning("tunebox.kernel_tuner: %s; the workers are Python launchers instead", error)
+        path = None
+    if path is not None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tunebox-engine-worker-") as folder:
+        yield _python_worker(folder)
+
+
+def _python_worker(folder):
+    """The Python launcher of the engine's worker, where the Rust worker is missing: a script
+    in `folder` that starts this interpreter isolated and without `site` (``python -IS``: no
+    site-packages scan, no ``.pth`` files, no user paths) and serves straight from
+    ``tunebox._native``, which takes about half the start of the ``tunebox-engine-worker``
+    console script (site, ``re``, the package's imports). Where a ``#!`` line cannot name
+    this interpreter (spaces in its path, too long for the kernel), that script, else a plain
+    launcher. The package's folder goes after the standard library's on ``sys.path``, so that
+    nothing installed beside it shadows a standard module."""
     from tunebox import _native
 
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_native.__file__)))
@@ -332,10 +376,12 @@ def _launcher(folder, text):
 
 
 class _Manifest:
-    """A manifest in Kernel Tuner's spelling, with its data files, in `folder`."""
+    """A manifest in Kernel Tuner's spelling, and the files it names, in memory: the kernel
+    source (text) and the arrays (``name.bin``: contiguous numpy arrays, held here until the
+    engine has copied them)."""
 
-    def __init__(self, folder):
-        self.folder = folder
+    def __init__(self):
+        self.files = {}  # name in the manifest -> str (source) or a contiguous numpy array
         self.top = []  # (key, value)
         self.tables = {}  # name -> [(key, value)]
         self.argument_tables = []
@@ -371,10 +417,9 @@ class _Manifest:
             self.include_dir = os.path.dirname(file_name)
             file_name = None
         if file_name is None:
-            suffix = {"C": ".c", "C++": ".cpp", "CUDA": ".cu"}[language]
-            file_name = os.path.join(self.folder, "kernel" + suffix)
-            with open(file_name, "w") as f:
-                f.write(text)
+            # In memory, under a name whose suffix tells the engine the language.
+            file_name = "kernel" + {"C": ".c", "C++": ".cpp", "CUDA": ".cu"}[language]
+            self.files[file_name] = text
         self.top.append(("kernel_name", kernel_name))
         self.top.append(("kernel_source", file_name))
         self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
@@ -430,15 +475,16 @@ class _Manifest:
 
     def contents(self, name, arg):
         """An array's `init`: ``"zeros"`` when every byte is 0 (an output buffer, the usual
-        ``numpy.zeros_like``: no file, and each worker gets fresh zero pages instead of a copy
-        of the caller's), else its bytes as a raw file, written once for the whole call."""
+        ``numpy.zeros_like``: nothing to copy, and each worker gets fresh zero pages instead of
+        a copy of the caller's), else its bytes, handed to the engine in memory as the file
+        ``name.bin`` (copied once for the whole call)."""
         import numpy as np
 
         arg = np.ascontiguousarray(arg)
         if arg.size and not arg.reshape(-1).view(np.uint8).any():
             return "zeros"
         data = f"{name}.bin"
-        arg.tofile(os.path.join(self.folder, data))
+        self.files[data] = arg
         return {"file": data}
 
     def params(self, tune_params):
@@ -485,7 +531,7 @@ class _Manifest:
                     f"{arg.dtype.name} × {arg.size}: give the same type and size"
                 )
             data = f"answer{i}.bin"
-            np.ascontiguousarray(expected).tofile(os.path.join(self.folder, data))
+            self.files[data] = np.ascontiguousarray(expected)
             entries.append(data)
             # Kernel Tuner checks the arrays after one call on fresh copies of the arguments:
             # an in-place kernel (`x[i] = x[i] * 2`) gets its inputs back before every call.
@@ -531,7 +577,8 @@ class _Manifest:
     def table(self, name):
         return self.tables.setdefault(name, [])
 
-    def write(self):
+    def toml(self):
+        """The manifest as TOML text."""
         lines = [f"{key} = {_toml(value)}" for key, value in self.top]
         for name, entries in self.tables.items():
             lines.append(f"\n[{name}]")
@@ -539,10 +586,15 @@ class _Manifest:
         for table in self.argument_tables:
             lines.append("\n[[arguments]]")
             lines.extend(f"{k} = {_toml(v)}" for k, v in table)
-        path = os.path.join(self.folder, "kernel_tuner.toml")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        return path
+        return "\n".join(lines) + "\n"
+
+    def buffers(self):
+        """The files for ``tunebox._native.tune``: source text as it is, each array as
+        ``(address, nbytes)`` of its memory, which ``self.files`` keeps alive."""
+        return {
+            name: contents if isinstance(contents, str) else (contents.ctypes.data, contents.nbytes)
+            for name, contents in self.files.items()
+        }
 
 
 def _language(lang, text, file_name):

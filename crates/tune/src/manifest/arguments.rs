@@ -8,6 +8,7 @@ use tunebox_protocol::{
     Arg, DType, Init, Scalar, ScalarKind, SharedBuffer, SharedData, TensorSpec,
 };
 
+use super::files::ManifestFiles;
 use super::from_t1;
 use super::raw::{RawScalar, RawTensor};
 
@@ -20,8 +21,8 @@ pub(super) struct Arguments {
 }
 
 impl Arguments {
-    /// `[[tensors]]` (initialised from `seed`, files relative to `dir`, then T1's constant
-    /// `fills`), `[[scalars]]` and `args`; refuses tensors that together exceed this machine's
+    /// `[[tensors]]` (initialised from `seed`, files from `files` or else relative to `dir`,
+    /// then T1's constant `fills`), `[[scalars]]` and `args`; refuses tensors that together exceed this machine's
     /// memory and two tensors of one name.
     pub(super) fn read(
         raw_tensors: Vec<RawTensor>,
@@ -30,12 +31,13 @@ impl Arguments {
         seed: u64,
         dir: &Path,
         fills: &[(usize, f64)],
+        files: &ManifestFiles,
     ) -> Result<Arguments> {
         let untyped = untyped(&raw_tensors)?;
         let tensors = raw_tensors
             .into_iter()
             .enumerate()
-            .map(|(i, t)| tensor(i, t, seed, dir))
+            .map(|(i, t)| tensor(i, t, seed, dir, files))
             .collect::<Result<Vec<_>>>()?;
         let tensors = from_t1::fill_constants(tensors, fills)?;
         fits_in_memory(&tensors)?;
@@ -98,7 +100,13 @@ fn fits_in_memory(tensors: &[TensorSpec]) -> Result<()> {
     Ok(())
 }
 
-fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorSpec> {
+fn tensor(
+    index: usize,
+    raw: RawTensor,
+    seed: u64,
+    dir: &Path,
+    files: &ManifestFiles,
+) -> Result<TensorSpec> {
     let field = format!("tensors[{index}]");
     ensure!(!raw.name.is_empty(), "{field}.name is empty");
     let dtype = DType::from_name(&raw.dtype).with_context(|| {
@@ -156,7 +164,7 @@ fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorS
         {
             let file = table["file"].as_str().expect("checked above");
             Init::Data(
-                read_data(&dir.join(file), bytes, &spec)
+                read_data(dir, Path::new(file), files, bytes, &spec)
                     .with_context(|| format!("{field}.init"))?,
             )
         }
@@ -167,9 +175,29 @@ fn tensor(index: usize, raw: RawTensor, seed: u64, dir: &Path) -> Result<TensorS
     Ok(TensorSpec { init, ..spec })
 }
 
-/// Reads a tensor's contents from a raw binary file (native byte order, row-major) into shared
-/// memory, once: every choice's request then carries only a handle.
-pub(super) fn read_data(path: &Path, bytes: u64, spec: &TensorSpec) -> Result<SharedData> {
+/// A tensor's contents: the data `files` gives for `file`, else the raw binary file `file`
+/// (relative to `dir`; native byte order, row-major) read into shared memory, once: every
+/// choice's request then carries only a handle.
+pub(super) fn read_data(
+    dir: &Path,
+    file: &Path,
+    files: &ManifestFiles,
+    bytes: u64,
+    spec: &TensorSpec,
+) -> Result<SharedData> {
+    if let Some(given) = files.get(file) {
+        ensure!(
+            given.len() as u64 == bytes,
+            "{} (given in memory) has {} bytes, but {} × {:?} needs {bytes}",
+            file.display(),
+            given.len(),
+            spec.dtype.name(),
+            spec.shape
+        );
+        return Ok(given.clone());
+    }
+    let path = dir.join(file);
+    let path = path.as_path();
     let len = std::fs::metadata(path)
         .with_context(|| {
             format!(

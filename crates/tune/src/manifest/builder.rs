@@ -390,7 +390,8 @@ impl ManifestBuilder {
                 ..Extras::default()
             }));
         }
-        let mut manifest = Manifest::from_raw(raw, &path, &compiler)?;
+        let mut manifest =
+            Manifest::from_raw(raw, &path, &compiler, &super::files::ManifestFiles::new())?;
         if let Some(text) = self.text {
             // The checks `KernelSource::read` makes of a file's text.
             let kernel = &mut manifest.kernel;

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail, ensure};
 use tunebox_protocol::Define;
 
+use super::files::ManifestFiles;
 use super::raw::RawKernel;
 
 /// Compiler flags when the manifest's kernel does not set `flags`.
@@ -82,6 +83,8 @@ impl KernelSource {
         }
     }
 
+    /// The source `source` (relative to `dir`), from `files` when given there, else read.
+    #[allow(clippy::too_many_arguments)] // the fields of a source, as the manifest gives them
     pub(super) fn read(
         dir: &Path,
         source: &Path,
@@ -90,14 +93,18 @@ impl KernelSource {
         flags: Vec<String>,
         compiler: String,
         field: &str,
+        files: &ManifestFiles,
     ) -> Result<KernelSource> {
         let path = dir.join(source);
-        let bytes = std::fs::read(&path).with_context(|| {
-            format!(
-                "{field}.source: cannot read {} (paths are relative to the manifest)",
-                path.display()
-            )
-        })?;
+        let bytes = match files.get(source) {
+            Some(given) => given.to_vec(),
+            None => std::fs::read(&path).with_context(|| {
+                format!(
+                    "{field}.source: cannot read {} (paths are relative to the manifest)",
+                    path.display()
+                )
+            })?,
+        };
         let text = String::from_utf8(bytes).map_err(|e| {
             anyhow::anyhow!(
                 "{field}.source: {} is not UTF-8 text (invalid byte at offset {})",
@@ -137,12 +144,13 @@ impl KernelSource {
 /// The manifest's `[kernel]` (Kernel Tuner's top-level names already moved there): the source
 /// (read, unless `unread`: a T1 file's missing source), its language, its flags with relative
 /// paths made absolute against the manifest's folder `dir`, and its compiler (`c_compiler`
-/// when it names none).
+/// when it names none). The source is taken from `files` when given there.
 pub(super) fn kernel(
     raw: RawKernel,
     dir: &Path,
     c_compiler: &str,
     unread: bool,
+    files: &ManifestFiles,
 ) -> Result<KernelSource> {
     let source = raw.source.clone().context(
         "kernel.source is missing: name the kernel's source file, e.g. [kernel] source = \
@@ -159,7 +167,9 @@ pub(super) fn kernel(
     Ok(if unread {
         KernelSource::unread(dir, &source, entry, language, flags, compiler)
     } else {
-        KernelSource::read(dir, &source, entry, language, flags, compiler, "kernel")?
+        KernelSource::read(
+            dir, &source, entry, language, flags, compiler, "kernel", files,
+        )?
     })
 }
 

@@ -10,6 +10,7 @@ use tunebox_pool::Tolerance;
 use tunebox_protocol::{Bytes, TensorData, TensorSpec};
 
 use super::arguments::read_data;
+use super::files::ManifestFiles;
 use super::raw::{RawReference, RawVerify};
 use super::source::{DEFAULT_FLAGS, KernelSource, Language, language_of, resolve_paths};
 use super::timing::MAX_TIMEOUT_S;
@@ -58,6 +59,7 @@ pub(super) fn verify(
     kernel: &KernelSource,
     tensors: &[TensorSpec],
     problem_size: Option<&[toml::Value]>,
+    files: &ManifestFiles,
 ) -> Result<Verify> {
     let tolerance = Tolerance {
         rtol: raw.rtol.unwrap_or(1e-5),
@@ -88,9 +90,15 @@ pub(super) fn verify(
             source: None,
             entry: None,
             flags: None,
-            outputs: Some(files),
+            outputs: Some(outputs),
             launch: None,
-        } => Reference::Outputs(reference_outputs(&files, dir, tensors, &raw.written_as)?),
+        } => Reference::Outputs(reference_outputs(
+            &outputs,
+            dir,
+            tensors,
+            &raw.written_as,
+            files,
+        )?),
         RawReference {
             choice: None,
             source: Some(source),
@@ -116,6 +124,7 @@ pub(super) fn verify(
                 flags,
                 kernel.compiler.clone(),
                 "verify.reference",
+                files,
             )?;
             let launch = match (language, launch) {
                 (Language::Cuda, Some(raw)) => Some(Box::new(
@@ -154,14 +163,15 @@ pub(super) fn verify(
     })
 }
 
-/// The expected contents of every output tensor, from raw binary files; errors name each as
-/// the user wrote it (`written_as`: Kernel Tuner's `answer[3]`), else as
+/// The expected contents of every output tensor, from `given` or else raw binary files;
+/// errors name each as the user wrote it (`written_as`: Kernel Tuner's `answer[3]`), else as
 /// `verify.reference.outputs.NAME`.
 fn reference_outputs(
     files: &IndexMap<String, PathBuf>,
     dir: &Path,
     tensors: &[TensorSpec],
     written_as: &IndexMap<String, String>,
+    given: &ManifestFiles,
 ) -> Result<Vec<TensorData>> {
     for name in files.keys() {
         ensure!(
@@ -189,7 +199,7 @@ fn reference_outputs(
                 }
             })?;
             let bytes = spec.byte_len().expect("checked when the tensor was read");
-            let data = read_data(&dir.join(file), bytes, spec).with_context(|| field.clone())?;
+            let data = read_data(dir, file, given, bytes, spec).with_context(|| field.clone())?;
             Ok(TensorData {
                 name: spec.name.clone(),
                 dtype: spec.dtype,
