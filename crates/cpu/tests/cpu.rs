@@ -1471,7 +1471,10 @@ fn a_background_compile_runs_at_the_lowest_priority() {
     for _ in 0..20 {
         let err = compile_with(&kernel, &add_signature(), &cache, &control).unwrap_err();
         assert!(
-            matches!(err, CpuError::Compile { .. } | CpuError::CompileStarved { .. }),
+            matches!(
+                err,
+                CpuError::Compile { .. } | CpuError::CompileStarved { .. }
+            ),
             "{err}"
         );
         if fs::read_to_string(&written).is_ok_and(|t| !t.trim().is_empty()) {
