@@ -182,8 +182,9 @@ fn inductor_two_devices_each_worker_sees_its_own_token() {
         assert!(result.as_ref().unwrap().outputs[0].bytes == vec![i as u8]);
     }
     // Both workers took part, each pinned to its token.
+    // (A busy machine may let one worker take a whole batch: a few more batches then.)
     let mut seen = HashSet::new();
-    for _ in 0..10 {
+    for _ in 0..50 {
         let results = pool.benchmark(
             &(0..4)
                 .map(|_| {
