@@ -63,6 +63,9 @@ pub struct HostTensor {
 enum Storage {
     /// An allocation of `layout` starting at `base` (the front guard zone), owned.
     Owned { base: NonNull<u8>, layout: Layout },
+    /// Whole huge pages of an anonymous mapping of its own, starting at its `base` (the front
+    /// guard zone), owned: a tensor of [`HUGE_PAGE_MIN`] bytes or more.
+    Huge(HugeMap),
     /// The caller's shared buffer, mapped in this process, read in place and never written.
     Mapped(
         #[expect(
@@ -109,54 +112,46 @@ impl HostTensor {
             return Ok(tensor);
         }
         // Guard zones on both sides; `len` stays the logical size. A large tensor takes whole
-        // huge pages: which physical 4 KiB pages back a buffer changes from process to process,
-        // and with them the cache sets its lines map to (caches are physically indexed), so a
-        // kernel's conflict misses, and its time, would differ between workers; within a 2 MiB
-        // page the mapping is the same every time.
-        let huge = len >= HUGE_PAGE_MIN;
-        let (size, align) = if huge {
-            let size = len
-                .checked_add(2 * GUARD)
-                .and_then(|s| s.checked_next_multiple_of(HUGE_PAGE));
-            (size, HUGE_PAGE)
+        // huge pages of a mapping of its own: which physical 4 KiB pages back a buffer changes
+        // from process to process, and with them the cache sets its lines map to (caches are
+        // physically indexed), so a kernel's conflict misses, and its time, would differ
+        // between workers; within a 2 MiB page the mapping is the same every time. Mapped
+        // directly rather than allocated: in a worker that serves many requests, the
+        // allocator would hand a later tensor memory an earlier one used (faulted in small
+        // pages, placed as that request left it), and a kernel's time would depend on which
+        // requests the worker served before.
+        let size = if len >= HUGE_PAGE_MIN {
+            len.checked_add(2 * GUARD)
+                .and_then(|s| s.checked_next_multiple_of(HUGE_PAGE))
         } else {
-            (len.checked_add(2 * GUARD), ALIGN)
+            len.checked_add(2 * GUARD)
         };
-        let layout = size
-            .and_then(|size| Layout::from_size_align(size, align).ok())
-            .ok_or_else(|| BenchError::InvalidRequest {
-                detail: format!("tensor `{}` is too large: {len} bytes", spec.name),
-            })?;
-        let raw = if huge {
-            // SAFETY: `layout` has a non-zero size.
-            let raw = unsafe { alloc::alloc(layout) };
-            if !raw.is_null() {
-                // SAFETY: `raw` is the start of `layout.size()` bytes this allocation owns,
-                // aligned to a huge page; `madvise` only changes how they are backed, and
-                // failing (no THP in this kernel) is harmless.
-                unsafe {
-                    libc::madvise(raw.cast(), layout.size(), libc::MADV_HUGEPAGE);
-                    // Zeroed after the advice, so that the first touch faults in huge pages.
-                    // Other contents are written below, over every byte of the tensor: that
-                    // write is the first touch (a zeroing first would be a second pass over
-                    // hundreds of MiB in every worker); the guards are filled too, and the
-                    // padding after them is never read.
-                    if matches!(spec.init, Init::Zeros) {
-                        std::ptr::write_bytes(raw, 0, layout.size());
-                    }
-                }
-            }
-            raw
-        } else {
-            // SAFETY: `layout` has a non-zero size.
-            unsafe { alloc::alloc_zeroed(layout) }
+        let too_large = || BenchError::InvalidRequest {
+            detail: format!("tensor `{}` is too large: {len} bytes", spec.name),
         };
-        let base = NonNull::new(raw).ok_or_else(|| BenchError::Failed {
+        let out_of_memory = || BenchError::Failed {
             message: format!(
                 "out of memory allocating {len} bytes for tensor `{}`",
                 spec.name
             ),
-        })?;
+        };
+        let size = size.ok_or_else(too_large)?;
+        let storage = if len >= HUGE_PAGE_MIN {
+            HugeMap::new(size)
+                .ok_or_else(out_of_memory)
+                .map(Storage::Huge)?
+        } else {
+            let layout = Layout::from_size_align(size, ALIGN).map_err(|_| too_large())?;
+            // SAFETY: `layout` has a non-zero size.
+            let raw = unsafe { alloc::alloc_zeroed(layout) };
+            let base = NonNull::new(raw).ok_or_else(out_of_memory)?;
+            Storage::Owned { base, layout }
+        };
+        let base = match &storage {
+            Storage::Owned { base, .. } => *base,
+            Storage::Huge(map) => map.base,
+            Storage::Mapped(_) | Storage::Private(_) => unreachable!("allocated just above"),
+        };
         if let Init::Data(data) = &spec.init
             && data.len() != len
         {
@@ -180,14 +175,15 @@ impl HostTensor {
             output: spec.output,
             reset_each_call: spec.reset,
             contents: spec.contents.clone(),
-            storage: Storage::Owned { base, layout },
+            storage,
             ptr,
             len,
             written: None,
         };
         tensor.front_guard_mut().fill(GUARD_BYTE);
         tensor.back_guard_mut().fill(GUARD_BYTE);
-        // The allocation is zeroed already; writing zeros again would only fault in every page.
+        // The allocation is zeroed already (fresh pages of a mapping read as zeros); writing
+        // zeros again would only fault in every page.
         if !matches!(tensor.init, Init::Zeros) {
             tensor.reset();
         }
@@ -473,6 +469,7 @@ impl HostTensor {
     fn base(&self) -> NonNull<u8> {
         match &self.storage {
             Storage::Owned { base, .. } => *base,
+            Storage::Huge(map) => map.base,
             Storage::Private(map) => map.base(),
             Storage::Mapped(_) => unreachable!("mapped tensors have no guard zones"),
         }
@@ -561,6 +558,58 @@ impl HostTensor {
                 fresh == self.bytes()
             }
         }
+    }
+}
+
+/// An anonymous private mapping, aligned to a huge page and advised into transparent huge pages
+/// (where the kernel allows them): `size` bytes from `base`, inside the `mapped` bytes from
+/// `start` (up to one huge page more, for the alignment). Unmapped when dropped.
+#[derive(Debug)]
+struct HugeMap {
+    start: NonNull<u8>,
+    mapped: usize,
+    base: NonNull<u8>,
+}
+
+impl HugeMap {
+    /// `size` bytes (a multiple of [`HUGE_PAGE`]) of zeros on a huge-page boundary; `None`
+    /// when the mapping fails (out of memory or address space).
+    fn new(size: usize) -> Option<HugeMap> {
+        let mapped = size.checked_add(HUGE_PAGE)?;
+        // SAFETY: a new anonymous private mapping; no existing memory is touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = NonNull::new(raw.cast::<u8>())?;
+        let offset = start.as_ptr().align_offset(HUGE_PAGE);
+        // SAFETY: `offset < HUGE_PAGE`, so `offset + size <= mapped`: inside the mapping.
+        let base = unsafe { start.add(offset) };
+        // SAFETY: `size` bytes from `base` lie inside the mapping just made; the advice only
+        // changes how they are backed, and failing (no THP in this kernel) is harmless.
+        unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
+        Some(HugeMap {
+            start,
+            mapped,
+            base,
+        })
+    }
+}
+
+impl Drop for HugeMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped only here; the tensor that pointed into
+        // it is being dropped.
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.mapped) };
     }
 }
 
