@@ -116,6 +116,7 @@ fn options(dir: &std::path::Path) -> TuneOptions {
         shard: None,
         rounds: 0,
         race: None,
+        warm_windows: true,
     }
 }
 

@@ -240,6 +240,13 @@ struct TuneArgs {
     /// rounds took, at most 10].
     #[arg(long, value_name = "SECS")]
     race_time: Option<f64>,
+    /// Measure every window in a fresh worker process. By default a choice's first window
+    /// (where it is verified) runs in a fresh worker and its later windows (the rounds', the
+    /// race's) in reused workers, which cost a window its calls rather than a process start;
+    /// with --sandbox, or --max-process-uses other than 1, this is how windows are measured
+    /// anyway.
+    #[arg(long)]
+    fresh_windows: bool,
     /// Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their
     /// stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes'
     /// JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default:
@@ -540,6 +547,7 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
                 shard,
                 rounds: args.rounds,
                 race,
+                warm_windows: !args.fresh_windows,
             };
             run_tune(args, options, env, verbose)
         }

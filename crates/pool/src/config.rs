@@ -1,5 +1,6 @@
 //! `PoolConfig`: the settings of both pool faces.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tunebox_process::{
@@ -10,6 +11,7 @@ use tunebox_process::{
 /// seconds).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
+use crate::contents::Contents;
 use crate::engine::Engine;
 use crate::{Devices, PoolError};
 
@@ -121,9 +123,10 @@ impl PoolConfig {
         self.timeout
     }
 
-    /// Starts the workers: one per device, as configured.
-    pub(crate) fn start(&self) -> Result<Engine, PoolError> {
-        Engine::start(self.worker_configs()?, self.timeout)
+    /// Starts the workers: one per device, as configured, making large inputs into
+    /// `contents` (a new pool's own, or the one of the pool it is started beside).
+    pub(crate) fn start(&self, contents: Arc<Contents>) -> Result<Engine, PoolError> {
+        Engine::start(self.worker_configs()?, self.timeout, contents)
     }
 
     /// One device per worker. When `CUDA_VISIBLE_DEVICES` is unset, a probe worker counts the

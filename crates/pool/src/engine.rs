@@ -202,8 +202,9 @@ pub(crate) struct Shared {
 pub(crate) struct Engine {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// The large inputs made once for every request ([`Contents::attach`]).
-    contents: Contents,
+    /// The large inputs made once for every request ([`Contents::attach`]), shared with the
+    /// pools started beside this one ([`Engine::contents`]).
+    contents: Arc<Contents>,
 }
 
 impl Engine {
@@ -215,6 +216,7 @@ impl Engine {
     pub(crate) fn start(
         configs: Vec<ProcessConfig>,
         timeout: Duration,
+        contents: Arc<Contents>,
     ) -> Result<Engine, PoolError> {
         if configs.is_empty() {
             return Err(PoolError::NoWorkers { requested: 0 });
@@ -274,7 +276,7 @@ impl Engine {
         Ok(Engine {
             shared,
             threads: Mutex::new(threads),
-            contents: Contents::new(),
+            contents,
         })
     }
 
@@ -288,6 +290,11 @@ impl Engine {
 
     pub(crate) fn worker_pids(&self) -> Vec<Option<u32>> {
         self.shared.slots.iter().map(|s| s.kill.pid()).collect()
+    }
+
+    /// The large inputs this engine makes once, for a pool started beside it to share.
+    pub(crate) fn contents(&self) -> &Arc<Contents> {
+        &self.contents
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

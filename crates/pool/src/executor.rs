@@ -132,7 +132,7 @@ impl PoolExecutor {
     /// start-up error (e.g. `InitializerFailed`) with every started worker reaped.
     pub fn new(config: PoolConfig) -> Result<PoolExecutor, PoolError> {
         Ok(PoolExecutor {
-            engine: config.start()?,
+            engine: config.start(std::sync::Arc::new(crate::contents::Contents::new()))?,
         })
     }
 

@@ -1,11 +1,12 @@
 //! `TuningProcessPool`: Inductor's face of the pool.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use tunebox_process::ProcessError;
 use tunebox_protocol::{BenchmarkRequest, Task, TaskRequest};
 
+use crate::contents::Contents;
 use crate::engine::{Engine, TaskResult};
 use crate::handle::typed;
 use crate::{PoolConfig, PoolError};
@@ -42,7 +43,22 @@ impl TuningProcessPool {
     /// killed and reaped.
     pub fn new(config: PoolConfig) -> Result<TuningProcessPool, PoolError> {
         Ok(TuningProcessPool {
-            engine: config.start()?,
+            engine: config.start(Arc::new(Contents::new()))?,
+        })
+    }
+
+    /// Starts a pool of `config` beside this one: its own workers (as [`TuningProcessPool::new`]
+    /// starts them), sharing this pool's large generated inputs
+    /// ([`SHARED_INPUT_MIN_BYTES`](crate::SHARED_INPUT_MIN_BYTES) and up), which are then made
+    /// once for both rather than once per pool. A tuning run measures a choice's first window
+    /// in fresh workers and its later windows in a sibling pool whose workers are reused.
+    ///
+    /// # Errors
+    ///
+    /// As [`TuningProcessPool::new`].
+    pub fn sibling(&self, config: PoolConfig) -> Result<TuningProcessPool, PoolError> {
+        Ok(TuningProcessPool {
+            engine: config.start(Arc::clone(self.engine.contents()))?,
         })
     }
 

@@ -19,7 +19,8 @@ impl Default for Selection {
 
 impl Default for TuneOptions {
     /// What `tunebox tune` does without options: one worker, a fresh worker process per
-    /// choice (`max_process_uses` 1), the manifest's `timeout_s`, the worker found as
+    /// choice (`max_process_uses` 1; the later windows of choices that passed screening in
+    /// reused ones: `warm_windows`), the manifest's `timeout_s`, the worker found as
     /// [`TuneOptions::worker`] says, the default results cache, brute force, no time limit,
     /// no refinement, no shard, no JSON or CSV, [`DEFAULT_ROUNDS`] rounds of windows. The
     /// manifest is [`crate::tune`]'s path, or the [`crate::Plan`]'s.
@@ -39,6 +40,7 @@ impl Default for TuneOptions {
             shard: None,
             rounds: DEFAULT_ROUNDS,
             race: None,
+            warm_windows: true,
         }
     }
 }
@@ -67,6 +69,14 @@ impl TuneOptions {
     /// Rounds of short windows after screening (0: each choice measured once, in one window).
     pub fn rounds(mut self, rounds: usize) -> TuneOptions {
         self.rounds = rounds;
+        self
+    }
+
+    /// Whether the rounds' and the race's windows of choices that passed screening are
+    /// measured in reused workers ([`TuneOptions::warm_windows`](struct@TuneOptions); `false`:
+    /// every window in a fresh worker, as `--fresh-windows`).
+    pub fn warm_windows(mut self, warm: bool) -> TuneOptions {
+        self.warm_windows = warm;
         self
     }
 

@@ -1,5 +1,5 @@
 //! Interrupting a run: a flag any thread may raise (a signal handler, a GUI's cancel button, a
-//! service's deadline), which also shuts down the pool the run is measuring with, so that busy
+//! service's deadline), which also shuts down the pools the run is measuring with, so that busy
 //! workers are killed at once rather than at the end of their choice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,7 @@ use crate::observer::Observer;
 /// How long idle workers get to exit when the run is stopped.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
 
-/// A run's stop flag, and the pool to shut down when it is raised.
+/// A run's stop flag, and the pools to shut down when it is raised.
 ///
 /// Raise it with [`Stop::request`] from any thread; the run then starts no new choice, kills
 /// the choices being measured (their workers are shut down and reaped), and returns a
@@ -23,7 +23,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
 #[derive(Debug, Default)]
 pub struct Stop {
     stopped: AtomicBool,
-    pool: Mutex<Option<Arc<TuningProcessPool>>>,
+    pools: Mutex<Vec<Arc<TuningProcessPool>>>,
 }
 
 impl Stop {
@@ -46,33 +46,40 @@ impl Stop {
         self.requested()
     }
 
-    /// Asks the run to stop: no new choice starts, and the pool measuring now is shut down
+    /// Asks the run to stop: no new choice starts, and the pools measuring now are shut down
     /// (busy workers are killed and reaped, with a grace of 200 ms for idle ones). Idempotent;
-    /// it never blocks on a worker for longer than that grace.
+    /// it never blocks on a worker for longer than that grace (per pool).
     pub fn request(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        let pool = self.lock().clone();
-        if let Some(pool) = pool {
+        let pools = self.lock().clone();
+        for pool in pools {
             pool.shutdown(SHUTDOWN_GRACE);
         }
     }
 
     /// Shuts `pool` down if a stop is requested while it is registered (and at once if one
-    /// already was).
+    /// already was), in place of the pools registered before (the run has moved on from them).
     pub(crate) fn watch(&self, pool: Arc<TuningProcessPool>) {
-        *self.lock() = Some(Arc::clone(&pool));
+        self.lock().clear();
+        self.watch_beside(pool);
+    }
+
+    /// As [`Stop::watch`], keeping the pools registered before: a pool that measures beside
+    /// them.
+    pub(crate) fn watch_beside(&self, pool: Arc<TuningProcessPool>) {
+        self.lock().push(Arc::clone(&pool));
         if self.requested() {
             pool.shutdown(SHUTDOWN_GRACE);
         }
     }
 
-    /// Stops watching the pool.
+    /// Stops watching the pools.
     pub(crate) fn unwatch(&self) {
-        self.lock().take();
+        self.lock().clear();
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Arc<TuningProcessPool>>> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<TuningProcessPool>>> {
+        self.pools.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

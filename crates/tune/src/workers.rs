@@ -163,8 +163,29 @@ pub(crate) fn reference_request(manifest: &Manifest) -> Result<Option<(String, B
 /// What measuring needs once the run has started it: the pool of workers, and the reference
 /// outputs each choice's result is judged by (`None`: unverified).
 pub(crate) struct Measuring {
+    /// Where each choice is first measured, verified and judged (its screening window), and
+    /// where a window that needs checking is measured again.
     pub pool: Arc<TuningProcessPool>,
+    /// Where the later windows of choices that passed screening are measured (the rounds',
+    /// the race's, those beside the compiles): workers reused from window to window
+    /// ([`start_warm_pool`]); `None`: in [`Measuring::pool`] too.
+    pub warm: Option<Arc<TuningProcessPool>>,
     pub reference: Option<Vec<TensorData>>,
+}
+
+impl Measuring {
+    /// The pool a later window of a choice that passed screening is measured in.
+    pub(crate) fn windows_pool(&self) -> &TuningProcessPool {
+        self.warm.as_deref().unwrap_or(&self.pool)
+    }
+
+    /// Shuts every pool down, giving idle workers `grace`.
+    pub(crate) fn shutdown(&self, grace: Duration) {
+        self.pool.shutdown(grace);
+        if let Some(warm) = &self.warm {
+            warm.shutdown(grace);
+        }
+    }
 }
 
 /// A worker's config: `worker` as its executable when given, else the default
@@ -211,7 +232,45 @@ pub(crate) fn start_pool(
     worker: Option<&Path>,
 ) -> Result<Arc<TuningProcessPool>> {
     crate::integrity::prepare_floor(output_bytes(manifest), &manifest.timing);
-    let config = PoolConfig::new()
+    let config = pool_config(manifest, workers, timeout, max_process_uses, worker);
+    let pool = TuningProcessPool::new(config).context("could not start the workers")?;
+    Ok(Arc::new(pool))
+}
+
+/// Starts the pool of `workers` reused workers that measure the later windows of the choices
+/// that passed screening in `screening` (the rounds', the race's, those beside the compiles):
+/// each is kept from window to window (no `max_process_uses`), so that a window costs its
+/// calls, not a process start, a load and fresh pages for every tensor; it shares the large
+/// inputs `screening` makes ([`TuningProcessPool::sibling`]). What a window changes in its
+/// worker is put back or has the worker replaced by the worker's own checks (`hygiene`).
+///
+/// # Errors
+///
+/// The workers cannot start.
+pub(crate) fn start_warm_pool(
+    screening: &TuningProcessPool,
+    manifest: &Manifest,
+    workers: usize,
+    timeout: Duration,
+    worker: Option<&Path>,
+) -> Result<Arc<TuningProcessPool>> {
+    let config = pool_config(manifest, workers, timeout, None, worker);
+    let pool = screening
+        .sibling(config)
+        .context("could not start the workers of the rounds")?;
+    Ok(Arc::new(pool))
+}
+
+/// The config of a pool of `workers` workers with the manifest's `[env]`, in its sandbox if it
+/// has one, replaced after `max_process_uses` tasks (`None`: never).
+fn pool_config(
+    manifest: &Manifest,
+    workers: usize,
+    timeout: Duration,
+    max_process_uses: Option<u64>,
+    worker: Option<&Path>,
+) -> PoolConfig {
+    PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
         .process_config(
@@ -221,9 +280,7 @@ pub(crate) fn start_pool(
                     tail_bytes: 16 * 1024,
                 }),
         )
-        .maximum_process_uses(max_process_uses);
-    let pool = TuningProcessPool::new(config).context("could not start the workers")?;
-    Ok(Arc::new(pool))
+        .maximum_process_uses(max_process_uses)
 }
 
 /// Prepares (CUDA) and runs the reference once, in a worker of its own whose timeout is the
@@ -284,14 +341,16 @@ pub(crate) fn reference_outputs(
 }
 
 /// Runs the requests that `next` hands out (`(job, request)`: the job says what the request is
-/// to its caller; `next` may block until one is ready, and `None` ends the run) on the pool, keeping at most one request per worker in
-/// flight so that `should_stop` (a time budget, Ctrl-C) keeps new ones from starting. Calls
-/// `on_result(job, result, conditions)` on this thread as each finishes, `conditions`
-/// saying what else ran on the machine meanwhile (see [`Conditions`]; `background`: the
-/// run's own compiles, which may run beside, are not interference); a request `next` handed
-/// out always gets its result.
-pub(crate) fn run_all<'r, J: Send>(
-    pool: &TuningProcessPool,
+/// to its caller; `next` may block until one is ready, and `None` ends the run) on `workers`
+/// threads, each measuring one request at a time with `measure(&job, &request)` (a pool's
+/// `benchmark`), so that at most `workers` requests are in flight and `should_stop` (a time
+/// budget, Ctrl-C) keeps new ones from starting. Calls `on_result(job, result, conditions)` on
+/// this thread as each finishes, `conditions` saying what else ran on the machine meanwhile
+/// (see [`Conditions`]; `background`: the run's own compiles, which may run beside, are not
+/// interference); a request `next` handed out always gets its result.
+pub(crate) fn run_all<'r, J: Send + Sync>(
+    workers: usize,
+    measure: impl Fn(&J, &BenchmarkRequest) -> Result<BenchmarkResult, PoolError> + Sync,
     next: impl Fn() -> Option<(J, Cow<'r, BenchmarkRequest>)> + Sync,
     should_stop: impl Fn() -> bool + Sync,
     background: Option<&BackgroundWork>,
@@ -299,28 +358,35 @@ pub(crate) fn run_all<'r, J: Send>(
 ) {
     std::thread::scope(|scope| {
         let (done_tx, done_rx) = mpsc::channel();
-        for _ in 0..pool.size() {
+        for _ in 0..workers.max(1) {
             let done_tx = done_tx.clone();
-            let (next, should_stop) = (&next, &should_stop);
+            let (next, should_stop, measure) = (&next, &should_stop, &measure);
             scope.spawn(move || {
                 while !should_stop() {
-                    let Some((position, request)) = next() else {
+                    let Some((job, request)) = next() else {
                         break;
                     };
-                    let (result, conditions) = Conditions::around(background, || {
-                        pool.benchmark(std::slice::from_ref(&*request)).remove(0)
-                    });
-                    if done_tx.send((position, result, conditions)).is_err() {
+                    let (result, conditions) =
+                        Conditions::around(background, || measure(&job, &request));
+                    if done_tx.send((job, result, conditions)).is_err() {
                         break;
                     }
                 }
             });
         }
         drop(done_tx);
-        for (position, result, conditions) in done_rx {
-            on_result(position, result, conditions);
+        for (job, result, conditions) in done_rx {
+            on_result(job, result, conditions);
         }
     });
+}
+
+/// Measures `request` on `pool`: its one result.
+pub(crate) fn benchmark_one(
+    pool: &TuningProcessPool,
+    request: &BenchmarkRequest,
+) -> Result<BenchmarkResult, PoolError> {
+    pool.benchmark(std::slice::from_ref(request)).remove(0)
 }
 
 /// A `next` for [`run_all`] that hands out `requests` in order.

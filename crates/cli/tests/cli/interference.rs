@@ -313,12 +313,14 @@ fn a_machine_whose_speed_drifts_between_windows_is_named() {
         "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 100 0 0 100 0 0 0 0 0 0\n",
     )
     .unwrap();
+    // Every window in a fresh worker: the kernel picks its speed once per process.
     let args = [
         "tune",
         "work.toml",
         "--no-cache",
         "--workers",
         "1",
+        "--fresh-windows",
         "--json",
         "r.json",
     ];
@@ -422,4 +424,65 @@ fn a_choice_that_cheats_only_after_screening_is_caught_in_its_round() {
     );
     assert_eq!(by_mode(0)["status"], "ok");
     assert_eq!(report["best"]["choice"]["MODE"], 0, "{}", report["best"]);
+}
+
+/// `WORK` rounds of arithmetic, and the pid of every process that calls it written once to
+/// the file `PIDS` (each choice's library records its own first call in a process).
+const PIDS_KERNEL: &str = r#"#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+static int recorded;
+void work(float *y, int64_t n) {
+    if (!recorded) {
+        recorded = 1;
+        FILE *f = fopen(PIDS, "a");
+        if (f) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
+    }
+    float acc = y[0];
+    for (int64_t r = 0; r < WORK * 20000; r++)
+        acc = acc * 0.999f + (float)(r & 7);
+    for (int64_t i = 0; i < n; i++) y[i] = acc;
+}
+"#;
+
+/// Runs the two-choice job with `extra` arguments, its kernel recording the pid of every
+/// worker process that called it: the report's windows, and the distinct pids.
+fn windows_and_workers(extra: &[&str]) -> (u64, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    std::fs::write(dir.path().join("work.c"), PIDS_KERNEL).unwrap();
+    let manifest = MANIFEST.replace(
+        "flags = [\"-O1\"]",
+        &format!("flags = [\"-O1\", '-DPIDS=\"{}\"']", pids.display()),
+    );
+    std::fs::write(dir.path().join("work.toml"), manifest).unwrap();
+    let mut args = vec!["tune", "work.toml", "--no-cache", "--json", "r.json"];
+    args.extend(extra);
+    let out = tunebox_env(dir.path(), &args, &[]);
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    let windows = report["conditions"]["windows"].as_u64().unwrap();
+    let recorded = std::fs::read_to_string(&pids).unwrap();
+    let distinct: std::collections::BTreeSet<&str> = recorded.lines().collect();
+    (windows, distinct.len())
+}
+
+/// A choice's first window, where it is verified, runs in a fresh worker; its later windows
+/// (the rounds', the race's) in workers reused from window to window: two choices, each
+/// screened in a process of its own, then every later window in the one reused worker.
+/// `--fresh-windows` gives every window a process of its own, as before issue 33.
+#[test]
+fn later_windows_reuse_their_workers_and_first_windows_do_not() {
+    let (windows, workers) = windows_and_workers(&[]);
+    assert!(windows > 2, "two choices, with rounds: {windows} windows");
+    assert_eq!(
+        workers, 3,
+        "2 screening workers and 1 reused one, for {windows} windows"
+    );
+    let (windows, workers) = windows_and_workers(&["--fresh-windows"]);
+    assert!(windows > 2, "{windows} windows");
+    assert_eq!(workers as u64, windows, "a fresh worker for every window");
 }

@@ -161,6 +161,9 @@ fn tune_help() {
                   --race-time <SECS>
                       Seconds the race for the top may take after the rounds [default: a quarter as long as the rounds took, at most 10]
 
+                  --fresh-windows
+                      Measure every window in a fresh worker process. By default a choice's first window (where it is verified) runs in a fresh worker and its later windows (the rounds', the race's) in reused workers, which cost a window its calls rather than a process start; with --sandbox, or --max-process-uses other than 1, this is how windows are measured anyway
+
                   --shard <K/N|auto>
                       Measure only shard K of N (K = 0..N-1) of the choices, split round robin by their stable index; `auto` reads SLURM_ARRAY_TASK_ID/_COUNT (or _MIN/_MAX) or Kubernetes' JOB_COMPLETION_INDEX (with --shards N). The results go to --json [default: MANIFEST-STEM.shard-K-of-N.json in the current directory]; `tunebox merge` combines them
 

@@ -230,7 +230,7 @@ impl<'a> Run<'a> {
     /// The report: the pool shut down, the results ranked, every note and figure in.
     pub(super) fn finish(mut self) -> Report {
         if let Some(measuring) = &self.measuring {
-            measuring.pool.shutdown(Duration::from_millis(500));
+            measuring.shutdown(Duration::from_millis(500));
         }
         self.stop.unwatch();
         let mut ledger = self.ledger;
@@ -447,7 +447,38 @@ pub(super) fn start_measuring(
         options.worker.as_deref(),
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
-    Ok(Measuring { pool, reference })
+    let warm = warm_windows(options, run.setup.manifest, run.setup.windows)
+        .then(|| {
+            workers::start_warm_pool(
+                &pool,
+                run.setup.manifest,
+                workers,
+                timeout,
+                options.worker.as_deref(),
+            )
+        })
+        .transpose()?;
+    if let Some(warm) = &warm {
+        stop.watch_beside(std::sync::Arc::clone(warm));
+    }
+    Ok(Measuring {
+        pool,
+        warm,
+        reference,
+    })
+}
+
+/// Whether a run measures the later windows of the choices that passed screening in reused
+/// workers ([`workers::start_warm_pool`]): with rounds (`windows` per choice, more than one),
+/// unless asked for fresh windows (`--fresh-windows`), the options already reuse every worker
+/// (`max_process_uses` other than 1: then every window is measured in those), or the workers
+/// are sandboxed (a candidate written to win must not share a process with another's windows,
+/// or its own later ones).
+fn warm_windows(options: &TuneOptions, manifest: &Manifest, windows: usize) -> bool {
+    windows > 1
+        && options.warm_windows
+        && options.max_process_uses == Some(1)
+        && manifest.sandbox().is_none()
 }
 
 /// What identifies the run's results.
@@ -644,4 +675,35 @@ pub(super) fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
 /// Why the run stopped early, for choices it did not start.
 pub(super) fn reason(stop: &Stop) -> &'static str {
     stop_reason(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Later windows are measured in reused workers only with rounds, by default, when every
+    /// choice otherwise gets a fresh worker, and outside a sandbox.
+    #[test]
+    fn later_windows_reuse_workers_only_where_a_fresh_first_window_is_kept_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *x) {}\n").unwrap();
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n").unwrap();
+        let manifest = Manifest::read(&path, "cc").unwrap();
+        let options = TuneOptions::new();
+        assert!(warm_windows(&options, &manifest, 4));
+        assert!(!warm_windows(&options, &manifest, 1), "no rounds");
+        let fresh = TuneOptions::new().warm_windows(false);
+        assert!(!warm_windows(&fresh, &manifest, 4), "--fresh-windows");
+        for uses in [None, Some(5)] {
+            let reused = TuneOptions::new().max_process_uses(uses);
+            assert!(
+                !warm_windows(&reused, &manifest, 4),
+                "every worker reused already"
+            );
+        }
+        let sandbox = manifest.default_sandbox();
+        let sandboxed = manifest.with_sandbox(Some(sandbox));
+        assert!(!warm_windows(&options, &sandboxed, 4), "sandboxed");
+    }
 }

@@ -51,6 +51,11 @@ pub struct TuneOptions {
     /// Time the race for the top may take after the rounds (`None`: a quarter as long as the
     /// rounds took, at most [`DEFAULT_RACE_LIMIT`]).
     pub race: Option<Duration>,
+    /// Measure the later windows of the choices that passed screening (the rounds', the
+    /// race's) in workers reused from window to window, while each choice's first window
+    /// stays in a fresh worker (default `true`). Only with `max_process_uses` 1 and workers
+    /// outside a sandbox; `false` (`--fresh-windows`): every window in a fresh worker.
+    pub warm_windows: bool,
 }
 
 /// Rounds of short windows after screening, by default: with the screening window, four

@@ -67,8 +67,9 @@ pub(crate) struct Compiling<'c> {
     /// interference ([`Conditions::around`]).
     pub clock: &'c BackgroundWork,
     /// Windows a worker measures while the next choice in order is still compiling (the
-    /// rounds' first windows of choices screened before: [`Spare`]); `None`: it waits.
-    pub spare: Option<&'c Spare>,
+    /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are
+    /// measured in (the rounds' own); `None`: it waits.
+    pub spare: Option<(&'c Spare, &'c TuningProcessPool)>,
 }
 
 /// What a pipeline measured, for its caller.
@@ -195,9 +196,17 @@ pub(crate) fn pipeline(
         }
         let clock = compiling.as_ref().map(|c| c.clock);
         let spare = compiling.as_ref().and_then(|c| c.spare);
-        let next = || next_job(stage, gate, todo, spare);
+        let next = || next_job(stage, gate, todo, spare.map(|(queue, _)| queue));
+        let measure = |job: &Job, request: &BenchmarkRequest| {
+            let pool = match (job, spare) {
+                (Job::Spare(_), Some((_, pool))) => pool,
+                _ => stage.pool,
+            };
+            workers::benchmark_one(pool, request)
+        };
         workers::run_all(
-            stage.pool,
+            workers,
+            measure,
             next,
             || stage.should_stop(),
             clock,

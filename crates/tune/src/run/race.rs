@@ -409,7 +409,7 @@ impl Run<'_> {
     /// its result) or a stop killed it.
     fn window(&mut self, p: usize, round: usize, tally: &mut Tally) -> Option<bool> {
         let request = self.window_request(&self.ledger.results[p], round, false)?;
-        let (result, mut conditions) = self.measure_window(&request)?;
+        let (result, mut conditions) = self.measure_window(&request, false)?;
         let mut result = result.map(|measured| measured.stats);
         if let Ok(stats) = &result
             && let Some(check) = self.check_window(p, round, &request, stats.median_ms)
@@ -444,17 +444,22 @@ impl Run<'_> {
         }
     }
 
-    /// One window of `request`, and the conditions around it; `None` without a pool.
+    /// One window of `request`, and the conditions around it: in the workers of later windows
+    /// ([`workers::Measuring::windows_pool`]: reused ones by default), or in a fresh worker
+    /// with `fresh`; `None` without a pool.
     fn measure_window(
         &self,
         request: &BenchmarkRequest,
+        fresh: bool,
     ) -> Option<(Result<BenchmarkResult, PoolError>, Conditions)> {
         let measuring = self.measuring.as_ref()?;
+        let pool = if fresh {
+            &measuring.pool
+        } else {
+            measuring.windows_pool()
+        };
         Some(Conditions::around(None, || {
-            measuring
-                .pool
-                .benchmark(std::slice::from_ref(request))
-                .remove(0)
+            workers::benchmark_one(pool, request)
         }))
     }
 
@@ -493,7 +498,8 @@ impl Run<'_> {
             return None;
         }
         let checked_request = self.window_request(r, round, true)?;
-        let (result, conditions) = self.measure_window(&checked_request)?;
+        // Measured again to be judged as screening judges: in a fresh worker, as screening.
+        let (result, conditions) = self.measure_window(&checked_request, true)?;
         if matches!(&result, Err(e) if workers::is_transient(e)) {
             // Stopped, or no worker: the window is dropped, as a failed window is.
             return Some(WindowCheck::Dropped);

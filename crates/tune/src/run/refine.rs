@@ -81,7 +81,8 @@ impl Run<'_> {
         let notes = &mut self.notes;
         let setup = &self.setup;
         workers::run_all(
-            &measuring.pool,
+            measuring.pool.size(),
+            |_, request| workers::benchmark_one(&measuring.pool, request),
             workers::one_by_one(&requests),
             || stop.poll(observer),
             None,
@@ -169,7 +170,9 @@ impl Run<'_> {
         let started = match self.measuring.as_mut() {
             Some(screening) => {
                 self.stop.unwatch();
-                screening.pool.shutdown(Duration::from_millis(500));
+                screening.shutdown(Duration::from_millis(500));
+                // Refined choices are measured in the refine pool alone.
+                screening.warm = None;
                 if self.stop.poll(self.observer) {
                     return Ok(false);
                 }

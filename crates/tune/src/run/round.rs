@@ -125,7 +125,7 @@ impl Run<'_> {
             say: !std::mem::replace(&mut self.compile_noted, true),
             plan,
             clock: &self.compile_clock,
-            spare: (rounds && plan.overlap).then_some(&spare),
+            spare: (rounds && plan.overlap).then_some((&spare, measuring.windows_pool())),
         };
         let ledger = &mut self.ledger;
         let setup = &self.setup;
