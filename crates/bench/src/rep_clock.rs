@@ -31,7 +31,7 @@ struct Reading {
 impl Reading {
     fn now() -> Option<Reading> {
         let thread_cpu_ms = thread_cpu_ms()?;
-        let process_cpu_ms = cpu_ms(libc::CLOCK_PROCESS_CPUTIME_ID)?;
+        let process_cpu_ms = process_cpu_ms()?;
         // SAFETY: rusage is plain integers, for which all-zero bytes are a valid value.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD only reads the calling
@@ -52,6 +52,12 @@ impl Reading {
 /// time it waited for a CPU; `None` where the clock cannot be read.
 pub fn thread_cpu_ms() -> Option<f64> {
     cpu_ms(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The calling process's CPU time in ms, all its threads together
+/// (`CLOCK_PROCESS_CPUTIME_ID`); `None` where the clock cannot be read.
+pub fn process_cpu_ms() -> Option<f64> {
+    cpu_ms(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 fn cpu_ms(clock: libc::clockid_t) -> Option<f64> {

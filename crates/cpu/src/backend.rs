@@ -145,6 +145,7 @@ impl Backend for CpuBackend {
                 integrity: Integrity {
                     fresh_outputs,
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                    ..Default::default()
                 },
                 left_behind: Vec::new(),
             });
@@ -191,6 +192,7 @@ impl Backend for CpuBackend {
             integrity: Integrity {
                 fresh_outputs,
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                ..Default::default()
             },
             left_behind: Vec::new(),
         })

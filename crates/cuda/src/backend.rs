@@ -242,6 +242,7 @@ impl CudaBackend {
                     fresh_outputs,
                     // The parent checks its clock against this one.
                     worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                    ..Default::default()
                 },
                 left_behind: Vec::new(),
             });
@@ -281,6 +282,7 @@ impl CudaBackend {
                 fresh_outputs,
                 // The parent checks its clock against this one.
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                ..Default::default()
             },
             left_behind: Vec::new(),
         })

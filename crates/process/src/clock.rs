@@ -157,6 +157,7 @@ mod tests {
             integrity: Integrity {
                 fresh_outputs: Vec::new(),
                 worker_ms,
+                worker_cpu_ms: None,
             },
             left_behind: Vec::new(),
         }

@@ -91,6 +91,10 @@ pub struct Response {
 
 /// What a [`Response`] carries.
 #[derive(Debug, Serialize, Deserialize)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per request, sent once and unpacked at once; boxing would allocate per reply"
+)]
 pub enum ResponseBody {
     /// Answer to [`RequestBody::Ping`].
     Pong,

@@ -260,6 +260,7 @@ mod tests {
             integrity: Integrity {
                 fresh_outputs: fresh,
                 worker_ms: None,
+                ..Default::default()
             },
             left_behind: Vec::new(),
         }

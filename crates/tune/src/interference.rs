@@ -2,9 +2,11 @@
 //!
 //! A window's [`Conditions`] come from two snapshots of `/proc/stat` (per-CPU busy and steal
 //! time, in clock ticks), taken by the parent just before it hands a request to a worker and
-//! just after the result comes back. The worker is one thread on (at most) one CPU at a time,
-//! so the busy time beyond one CPU's worth is someone else's: another process, another worker,
-//! one of tunebox's compiles. Steal time is the hypervisor running another guest on our vCPU.
+//! just after the result comes back. The worker's own time is one CPU's worth, or the CPU time
+//! its process reports for the request when that is more (`Integrity::worker_cpu_ms`: a
+//! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy), so the busy time
+//! beyond that is someone else's: another process, another worker, one of tunebox's compiles.
+//! Steal time is the hypervisor running another guest on our vCPU.
 //! Either one above its threshold marks the window disturbed: such a window does not decide a
 //! choice's time, and a result without enough quiet windows is not cached as final.
 //!
@@ -23,6 +25,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use tunebox_pool::PoolError;
+use tunebox_protocol::BenchmarkResult;
 
 /// The other CPUs' busy share (of their time) above which a window counts as disturbed.
 pub const BUSY_THRESHOLD: f64 = 0.25;
@@ -110,11 +115,13 @@ pub struct Conditions {
 impl Conditions {
     /// The conditions between two snapshots (`None` where either is missing or the CPUs
     /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
-    /// time, [`BackgroundWork`]) in between: that much of the busy time is not interference.
+    /// time, [`BackgroundWork`]) in between, and `worker` of CPU time the window's worker
+    /// process used (all its threads): neither is interference.
     pub(crate) fn between(
         before: Option<&CpuTimes>,
         after: Option<&CpuTimes>,
         own: Duration,
+        worker: Duration,
     ) -> Conditions {
         let (Some(before), Some(after)) = (before, after) else {
             return Conditions::default();
@@ -141,9 +148,12 @@ impl Conditions {
             .saturating_sub(own_ticks);
         let steal: u64 = delta.iter().map(|d| d.steal).sum();
         let total: u64 = delta.iter().map(|d| d.total).sum();
-        // One CPU's worth of time is the worker's (it may move between CPUs: the sum counts).
+        // One CPU's worth of time is the worker's (it may move between CPUs: the sum counts),
+        // or what its threads used together when that is more. Rounded down: a share of a
+        // tick the worker did not use may be someone else's.
         let one = delta.iter().map(|d| d.total).max().unwrap_or(0);
-        let foreign = busy.saturating_sub(one);
+        let worker_ticks = (worker.as_secs_f64() * USER_HZ).floor() as u64;
+        let foreign = busy.saturating_sub(one.max(worker_ticks));
         let others = total.saturating_sub(one);
         let share = |part: u64, whole: u64| {
             if whole == 0 {
@@ -164,12 +174,13 @@ impl Conditions {
         }
     }
 
-    /// Runs `f`, and says what else ran meanwhile, `background` (tunebox's own compiles, if
-    /// any ran) aside.
-    pub(crate) fn around<T>(
+    /// Measures a window with `f`, and says what else ran meanwhile, `background` (tunebox's
+    /// own compiles, if any ran) and the worker's own threads (its result's
+    /// `integrity.worker_cpu_ms`) aside.
+    pub(crate) fn around(
         background: Option<&BackgroundWork>,
-        f: impl FnOnce() -> T,
-    ) -> (T, Conditions) {
+        f: impl FnOnce() -> Result<BenchmarkResult, PoolError>,
+    ) -> (Result<BenchmarkResult, PoolError>, Conditions) {
         let own_before = background.map(BackgroundWork::total);
         let started = Instant::now();
         let before = CpuTimes::now();
@@ -179,9 +190,15 @@ impl Conditions {
             .map(BackgroundWork::total)
             .zip(own_before)
             .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
+        let worker = value
+            .as_ref()
+            .ok()
+            .and_then(|r| r.integrity.worker_cpu_ms)
+            .filter(|ms| ms.is_finite() && *ms > 0.0)
+            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
         let conditions = Conditions {
             took_s: started.elapsed().as_secs_f64(),
-            ..Conditions::between(before.as_ref(), after.as_ref(), own)
+            ..Conditions::between(before.as_ref(), after.as_ref(), own, worker)
         };
         (value, conditions.ended_now())
     }
@@ -425,28 +442,53 @@ mod tests {
         let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
         // The worker busy on cpu0 for 10 ticks, cpu1 idle (1 tick of the parent).
         let quiet = CpuTimes::parse(&stat(&[(110, 100, 0), (101, 109, 0)]));
-        let c = Conditions::between(Some(&before), Some(&quiet), Duration::ZERO);
+        let c = Conditions::between(Some(&before), Some(&quiet), Duration::ZERO, Duration::ZERO);
         assert!(!c.disturbed, "{c:?}");
         assert!(c.other_busy < 0.15, "{c:?}");
         // A busy loop on cpu1 all along.
         let busy = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&busy), Duration::ZERO);
+        let c = Conditions::between(Some(&before), Some(&busy), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 1.0).abs() < 1e-9, "{c:?}");
         // The worker moved between the CPUs half way: still one CPU's worth, quiet.
         let moved = CpuTimes::parse(&stat(&[(105, 105, 0), (105, 105, 0)]));
-        assert!(!Conditions::between(Some(&before), Some(&moved), Duration::ZERO).disturbed);
+        assert!(
+            !Conditions::between(Some(&before), Some(&moved), Duration::ZERO, Duration::ZERO)
+                .disturbed
+        );
         // The hypervisor stole a third of the time.
         let stolen = CpuTimes::parse(&stat(&[(107, 100, 3), (100, 107, 3)]));
-        let c = Conditions::between(Some(&before), Some(&stolen), Duration::ZERO);
+        let c = Conditions::between(Some(&before), Some(&stolen), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed && c.steal > 0.25, "{c:?}");
         // One tick of foreign work in a short window is below what ticks can tell.
         let short = CpuTimes::parse(&stat(&[(103, 100, 0), (101, 102, 0)]));
-        assert!(!Conditions::between(Some(&before), Some(&short), Duration::ZERO).disturbed);
+        assert!(
+            !Conditions::between(Some(&before), Some(&short), Duration::ZERO, Duration::ZERO)
+                .disturbed
+        );
         // Unknown conditions are not interference.
         assert_eq!(
-            Conditions::between(None, Some(&busy), Duration::ZERO),
+            Conditions::between(None, Some(&busy), Duration::ZERO, Duration::ZERO),
             Conditions::default()
         );
+    }
+
+    /// A multi-threaded kernel keeps both CPUs busy with its own threads: the CPU time its
+    /// worker process reports is the window's own, not interference; a busy loop beside a
+    /// single-threaded worker still is.
+    #[test]
+    fn a_worker_whose_threads_keep_every_cpu_busy_is_not_disturbed() {
+        let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
+        let both = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
+        let ms = Duration::from_millis;
+        // 20 ticks of the worker's own threads (200 ms of CPU time over a 100 ms window).
+        let c = Conditions::between(Some(&before), Some(&both), Duration::ZERO, ms(200));
+        assert!(!c.disturbed && c.other_busy < 0.05, "{c:?}");
+        // A single-threaded worker (100 ms of CPU time): the other CPU's 10 ticks are foreign.
+        let c = Conditions::between(Some(&before), Some(&both), Duration::ZERO, ms(100));
+        assert!(c.disturbed, "{c:?}");
+        // Its threads used half the other CPU: the other half is someone else's.
+        let c = Conditions::between(Some(&before), Some(&both), Duration::ZERO, ms(150));
+        assert!((c.other_busy - 0.5).abs() < 1e-9, "{c:?}");
     }
 
     /// tunebox's own compiles beside a window (timed by [`BackgroundWork`]) are not
@@ -465,14 +507,14 @@ mod tests {
         // The worker on cpu0 for 10 ticks, a compile niced on cpu1 for 10.
         let after = stat(&[(110, 0, 100), (100, 10, 100)]);
         let ran = |ms| Duration::from_millis(ms);
-        let c = Conditions::between(Some(&before), Some(&after), ran(100));
+        let c = Conditions::between(Some(&before), Some(&after), ran(100), Duration::ZERO);
         assert!(!c.disturbed && c.other_busy < 0.01, "{c:?}");
         // No compile ran: the time is someone else's.
-        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO);
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed, "{c:?}");
         // A compile ran a quarter of the time (3 ticks, rounded up): the rest is someone
         // else's.
-        let c = Conditions::between(Some(&before), Some(&after), ran(25));
+        let c = Conditions::between(Some(&before), Some(&after), ran(25), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 0.7).abs() < 0.01, "{c:?}");
         // The clock: two threads for a while, then one.
         let work = BackgroundWork::default();

@@ -73,9 +73,15 @@ pub(crate) fn serve_recording(
                     benchmark.kernel.backend()
                 );
                 let before = hygiene.before(&benchmark, true, checks_state(registry, &benchmark));
-                let result = dispatch(registry, &benchmark, |backend, request| {
+                let cpu_before = tunebox_bench::process_cpu_ms();
+                let mut result = dispatch(registry, &benchmark, |backend, request| {
                     backend.benchmark(request)
                 });
+                if let (Ok(result), Some(before), Some(after)) =
+                    (&mut result, cpu_before, tunebox_bench::process_cpu_ms())
+                {
+                    result.integrity.worker_cpu_ms = Some((after - before).max(0.0));
+                }
                 left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
                 ResponseBody::Benchmark(result)
             }
@@ -276,6 +282,23 @@ mod tests {
             let response = rx.recv().unwrap();
             assert_eq!(response.id, 2);
             assert_eq!(result(response).unwrap().outputs[0].bytes, vec![1, 2]);
+        });
+    }
+
+    /// Every benchmark's reply says how much CPU time the worker process used on it, whatever
+    /// its backend: a 30 ms busy wait used some, and no more than two CPUs' worth.
+    #[test]
+    fn a_reply_carries_the_cpu_time_the_worker_used() {
+        with_worker(|tx, rx| {
+            let spin = DiagnosticTask::Spin {
+                ms: 30,
+                block_signals: false,
+            };
+            tx.send(benchmark(1, spin)).unwrap();
+            let used = result(rx.recv().unwrap()).unwrap().integrity.worker_cpu_ms;
+            let used = used.expect("the worker reads its CPU clock");
+            // A busy machine may take the CPU away for most of the wait: some of it, at least.
+            assert!((1.0..1000.0).contains(&used), "{used} ms");
         });
     }
 
