@@ -148,22 +148,38 @@ impl Windows {
     /// slow episode, or the only one); a second that agrees with it says the machine gave the
     /// same time twice, apart in time. `false` with fewer than two windows.
     pub fn confirmed(&self) -> bool {
-        let mut by_time: Vec<(f64, f64)> = self
+        self.agreeing_pair().is_some()
+    }
+
+    /// The two fastest windows, by position, when they agree as [`Windows::confirmed`] says.
+    fn agreeing_pair(&self) -> Option<(usize, usize)> {
+        let mut by_time: Vec<(usize, f64, f64)> = self
             .medians_ms
             .iter()
             .zip(self.noise.iter().chain(std::iter::repeat(&0.0)))
-            .map(|(&m, &n)| (m, n))
+            .enumerate()
+            .map(|(i, (&m, &n))| (i, m, n))
             .collect();
         if by_time.len() < 2 {
-            return false;
+            return None;
         }
-        by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let ((fast, fast_noise), (next, next_noise)) = (by_time[0], by_time[1]);
+        by_time.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let ((i, fast, fast_noise), (j, next, next_noise)) = (by_time[0], by_time[1]);
         if fast.is_nan() || fast <= 0.0 {
-            return false;
+            return None;
         }
         let allowed = (AGREE_Z * fast_noise.hypot(next_noise)).clamp(AGREE_AT_LEAST, AGREE_AT_MOST);
-        next / fast - 1.0 <= allowed
+        (next / fast - 1.0 <= allowed).then_some((i, j))
+    }
+
+    /// When the two agreeing windows of [`Windows::confirmed`] ended (seconds since the Unix
+    /// epoch), the earlier first: `None` when they do not agree, or their end is not known.
+    /// Two windows taken close together share whatever slowed the machine then; their caller
+    /// judges whether they lie far enough apart to confirm anything.
+    pub(crate) fn agreeing_ended(&self) -> Option<(f64, f64)> {
+        let (i, j) = self.agreeing_pair()?;
+        let (a, b) = (*self.ended_s.get(i)?, *self.ended_s.get(j)?);
+        (a > 0.0 && b > 0.0).then(|| (a.min(b), a.max(b)))
     }
 
     /// The largest ratio of a window's median to another's, less 1 (0.3: the slowest window
@@ -477,6 +493,26 @@ mod tests {
         // Windows recorded without their noise agree within the floor.
         let w = windows_of(&[3.0, 3.02]);
         assert!(w.confirmed() && w.noise.iter().all(|n| *n == 0.0));
+    }
+
+    /// The two agreeing windows are named by when they ended, the earlier first, for the run
+    /// to judge whether they lie apart; none when they disagree or their ends are unknown.
+    #[test]
+    fn the_agreeing_windows_say_when_they_ended() {
+        let at = |s: f64| Conditions {
+            ended_s: s,
+            ..quiet()
+        };
+        let mut w = Windows::first(&stats(3.0), at(10.0));
+        w.add_stats(&stats(3.9), at(11.0), 1);
+        assert_eq!(w.agreeing_ended(), None, "3.0 and 3.9 disagree");
+        w.add_stats(&stats(2.99), at(12.0), 1);
+        assert_eq!(w.agreeing_ended(), Some((10.0, 12.0)));
+        assert_eq!(
+            windows_of(&[3.0, 3.0]).agreeing_ended(),
+            None,
+            "no end recorded"
+        );
     }
 
     #[test]

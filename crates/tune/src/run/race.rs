@@ -22,6 +22,10 @@ use crate::results::{ChoiceResult, DRIFT_WARN, RunConditions, choices as plural}
 use crate::windows::{Slowdowns, Windows};
 use crate::workers;
 
+/// How far apart two agreeing windows of a choice must lie to confirm its estimate, in rounds
+/// of the run (a round: one window of every other choice in the rounds): see
+/// [`Run::confirmed`].
+const APART_ROUNDS: f64 = 0.5;
 /// Most rounds the race adds after the base rounds.
 const MAX_RACE_ROUNDS: usize = 8;
 /// A contender whose estimate is within this share of the best's is not raced: picking either
@@ -39,6 +43,14 @@ const SLOW_PROBE: f64 = 1.5;
 /// Choices measured in two windows or more that the run needs before it settles any choice at
 /// screening: the largest spread of fewer says too little about how far a window can be off.
 const SETTLE_EVIDENCE: usize = 3;
+
+/// Whether windows that ended at `first` and `second` lie [`APART_ROUNDS`] rounds apart: that
+/// many windows of the other `choices - 1` choices of the rounds each, of the run's windows
+/// that `ended`, ended between them.
+fn apart(first: f64, second: f64, ended: impl Iterator<Item = f64>, choices: usize) -> bool {
+    let between = ended.filter(|&e| first < e && e < second).count();
+    between as f64 >= APART_ROUNDS * choices.saturating_sub(1) as f64
+}
 
 /// Of `overlapping` (the best first, then the choices whose interval overlaps its own), the
 /// best and those whose `estimate` is more than [`RACE_TIES_WITHIN`] above the best's; only
@@ -200,7 +212,7 @@ impl Run<'_> {
                     r.status == Status::Ok
                         && r.windows
                             .as_ref()
-                            .is_some_and(|w| w.confirmed() && w.medians_ms.len() < 1 + rounds)
+                            .is_some_and(|w| self.confirmed(w) && w.medians_ms.len() < 1 + rounds)
                 })
                 .count();
             let budget = self.options.race.unwrap_or_else(|| {
@@ -258,14 +270,37 @@ impl Run<'_> {
     }
 
     /// Whether the result at `p` needs a window in `round` (from 1): it is `ok`, has at most
-    /// `round` windows, and its estimate is not confirmed yet ([`crate::Windows::confirmed`]:
-    /// two windows agree).
+    /// `round` windows, and its estimate is not confirmed yet ([`Run::confirmed`]).
     fn needs_window(&self, p: usize, round: usize) -> bool {
         let r = &self.ledger.results[p];
         r.status == Status::Ok
             && r.windows
                 .as_ref()
-                .is_some_and(|w| w.medians_ms.len() <= round && !w.confirmed())
+                .is_some_and(|w| w.medians_ms.len() <= round && !self.confirmed(w))
+    }
+
+    /// Whether `w`'s estimate is confirmed: its two fastest windows agree
+    /// ([`crate::Windows::confirmed`]) and lie apart in time, with at least half a round of
+    /// other windows of the run between them ([`APART_ROUNDS`]). Windows taken one after the
+    /// other share whatever slowed the machine then (a slow stretch of a drifting vCPU lasts
+    /// seconds): the last choice screened, its spare window right after, agreed at 30 % above
+    /// its time in other runs and was never measured again. Apart by the run's own rounds, not
+    /// by a time any one machine's drift suggests.
+    fn confirmed(&self, w: &Windows) -> bool {
+        let Some((first, second)) = w.agreeing_ended() else {
+            return false;
+        };
+        let results = &self.ledger.results;
+        let in_rounds = results
+            .iter()
+            .filter(|r| r.status == Status::Ok && r.windows.is_some() && !r.cached)
+            .count();
+        let ended = results
+            .iter()
+            .filter(|r| !r.cached)
+            .filter_map(|r| r.windows.as_ref())
+            .flat_map(|o| o.ended_s.iter().copied());
+        apart(first, second, ended, in_rounds)
     }
 
     /// How settling at screening stands now ([`Settling`]), from the `ok` results measured in
@@ -356,6 +391,16 @@ impl Run<'_> {
         let mut order = positions.to_vec();
         let seed = self.options.selection.seed ^ (round as u64).wrapping_mul(0x9E37_79B9);
         fastrand::Rng::with_seed(seed).shuffle(&mut order);
+        // The choice measured longest ago first (ties in the shuffled order): a choice's
+        // windows then lie about a round apart, not one right after the other.
+        let last_ended = |p: usize| {
+            self.ledger.results[p]
+                .windows
+                .as_ref()
+                .and_then(|w| w.ended_s.last().copied())
+                .unwrap_or(0.0)
+        };
+        order.sort_by(|&a, &b| last_ended(a).total_cmp(&last_ended(b)));
         let probe = (0..3).map(|_| interference::speed_probe()).min();
         tally.probes.extend(probe);
         let (mut again, mut measured) = (Vec::new(), 0usize);
@@ -810,6 +855,26 @@ mod tests {
         let settling = Settling::of(drifting.iter());
         assert!(settling.settles(12.0));
         assert!(!settling.settles(5.3));
+    }
+
+    /// Two agreeing windows confirm a choice's time only with half a round of the run's other
+    /// windows between them; one after the other they share the machine's slow stretch.
+    #[test]
+    fn agreeing_windows_confirm_only_when_apart_by_half_a_round() {
+        // Eleven choices in the rounds: five windows of others between is half a round.
+        let ended = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 2.0];
+        assert!(
+            !apart(1.05, 1.15, ended.iter().copied(), 11),
+            "back to back"
+        );
+        assert!(
+            !apart(1.05, 1.45, ended.iter().copied(), 11),
+            "four between"
+        );
+        assert!(apart(1.05, 1.55, ended.iter().copied(), 11), "five between");
+        // With one other choice, any window of it between will do; alone, no window is needed.
+        assert!(apart(1.05, 1.15, ended.iter().copied(), 2));
+        assert!(apart(1.05, 1.06, ended.iter().copied(), 1));
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl Run<'_> {
         };
         // With rounds to come and compiles beside measuring, a worker waiting for the next
         // compile measures a first round's window of a choice screened before.
-        let spare = Spare::default();
+        let spare = Spare::for_round(todo.len());
         let rounds = self.setup.windows > 1;
         let compiling = Compiling {
             kernel_cache: &self.kernel_cache,
