@@ -8,12 +8,15 @@ use std::sync::{Mutex, PoisonError};
 
 use tunebox_protocol::{BenchmarkRequest, DType, Init, SharedBuffer, TensorSpec};
 
-/// Inputs of at least this many bytes are made once per pool: well past any last-level
-/// cache, so that the physical pages they share between workers average out (and with them
-/// the cache sets their lines fall in), and large enough that a worker's own pass of the
-/// generator and its fresh pages cost more than mapping the pool's copy (64 MiB of random
-/// floats: about 60 ms to generate, 16,384 pages to fault in).
-pub const SHARED_INPUT_MIN_BYTES: u64 = 64 << 20;
+/// Inputs of at least this many bytes are made once per pool: past any core's own cache (L2,
+/// at most a few MiB per core), where a kernel streams them and which physical pages hold them
+/// moves its time little (the main job's matmul, 1 MiB tensors, on 8 placements: within 2-5 %,
+/// as much as the noise of its windows), and large enough that a worker's own pass of the
+/// generator and the fresh pages it fills cost far more than mapping the pool's copy (16 MiB of
+/// random bytes: ~10-15 ms to generate and fault in huge pages, against ~2 ms to map 4,096
+/// shared pages). With 64 MiB, the histogram job (a 32 MiB input) made it in every window: 11.3-11.9 s
+/// against 7.9-8.9 s with 16 MiB (2 + 2 runs interleaved, 2-vCPU EPYC guest).
+pub const SHARED_INPUT_MIN_BYTES: u64 = 16 << 20;
 
 /// Most inputs a pool keeps.
 const MAX_INPUTS: usize = 16;

@@ -2,12 +2,14 @@
 //! (issue 33, "Windows that cost nothing"): a manifest with three 1 GiB f32 tensors
 //! (`c = a + b`, two choices of unrolling), measured through the engine's own stages
 //! ([`tunebox_tune::lookup_cached`], [`tunebox_tune::compile()`], [`tunebox_tune::reference()`],
-//! [`tunebox_tune::measure()`]) in fresh workers, one window per worker as a run measures.
+//! [`tunebox_tune::measure()`]) as a run measures them: each screening window in a fresh
+//! worker, the round windows in one reused worker (`--fresh-windows`: a fresh worker each).
 //! Run by `cargo xtask window-cost`.
 //!
 //! ```text
 //! cargo run --release -p tunebox-tune --example window_cost -- \
-//!     --worker target/release/tunebox [--gib 1] [--rounds 3] [--rounds-only] [--json PATH]
+//!     --worker target/release/tunebox [--gib 1] [--rounds 3] [--rounds-only] [--fresh-windows]
+//!     [--json PATH]
 //! ```
 //!
 //! Each choice gets a screening window (outputs returned and verified against the reference,
@@ -103,6 +105,7 @@ struct Options {
     gib: f64,
     rounds: usize,
     rounds_only: bool,
+    fresh_windows: bool,
     json: Option<PathBuf>,
 }
 
@@ -115,6 +118,7 @@ impl Options {
             gib: 1.0,
             rounds: 3,
             rounds_only: false,
+            fresh_windows: false,
             json: None,
         };
         let mut args = std::env::args().skip(1);
@@ -126,6 +130,7 @@ impl Options {
                 "--rounds" => options.rounds = value()?.parse().context("--rounds")?,
                 "--json" => options.json = Some(value()?.into()),
                 "--rounds-only" => options.rounds_only = true,
+                "--fresh-windows" => options.fresh_windows = true,
                 other => bail!("unknown option {other}; see the doc comment of window_cost.rs"),
             }
         }
@@ -339,7 +344,11 @@ fn main() -> Result<()> {
             figures.push(window(result, *wall, "screening", i == 0)?);
         }
     }
-    for (i, (result, wall)) in run_batch(&setup, &rounds, None, &options.worker)?
+    // A run measures the round windows in one reused worker (`TuneOptions::warm_windows`),
+    // unless asked for a fresh worker per window.
+    let uses = options.fresh_windows.then_some(1);
+    let rounds_setup = Setup::new(&manifest, "cpu", None, uses);
+    for (i, (result, wall)) in run_batch(&rounds_setup, &rounds, None, &options.worker)?
         .iter()
         .enumerate()
     {
