@@ -9,8 +9,15 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::RawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::ptr::NonNull;
+use std::sync::{Mutex, PoisonError};
 
 use tunebox_protocol::SharedData;
+
+/// Most mappings a process keeps between requests ([`PrivateMap::keep`]).
+const KEPT_MAPS: usize = 8;
+
+/// Mappings kept for a later request of the same buffers, least recently kept first.
+static KEPT: Mutex<Vec<PrivateMap>> = Mutex::new(Vec::new());
 
 /// `madvise` advice that faults pages in for reading without writing them (Linux 5.14).
 const MADV_POPULATE_READ: libc::c_int = 22;
@@ -107,6 +114,37 @@ impl PrivateMap {
         }
         map.populate(0, len);
         Some(map)
+    }
+
+    /// A mapping of `source` kept from an earlier request ([`PrivateMap::keep`]) when there is
+    /// one with `guard`-byte zones, else a new one ([`PrivateMap::new`]). A worker that serves
+    /// many requests (a reused worker measuring window after window) then maps a large input
+    /// once: a new mapping faults in every page of it again (some 135 ms per GiB of 4 KiB
+    /// pages), a kept one reads as it did.
+    pub(crate) fn kept_or_new(source: &SharedData, guard: usize) -> Option<PrivateMap> {
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = kept.iter().position(|m| {
+            m.source.id() == source.id() && m.len == source.len() && m.guard == guard
+        });
+        match found {
+            Some(position) => Some(kept.remove(position)),
+            None => {
+                drop(kept);
+                PrivateMap::new(source, guard)
+            }
+        }
+    }
+
+    /// Keeps this mapping for a later request of the same buffer ([`PrivateMap::kept_or_new`]),
+    /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
+    /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
+    pub(crate) fn keep(self) {
+        self.drop_written();
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.push(self);
+        if kept.len() > KEPT_MAPS {
+            kept.remove(0);
+        }
     }
 
     /// The reservation's start: the front guard zone.

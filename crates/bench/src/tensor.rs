@@ -75,8 +75,12 @@ enum Storage {
         SharedData,
     ),
     /// The caller's shared buffer mapped copy-on-write between two guard pages
-    /// ([`PrivateMap`]): read in place, and a write copies only the page it touches.
+    /// ([`PrivateMap`]): read in place, and a write copies only the page it touches. Kept for
+    /// the next request that maps the same buffer when the tensor is dropped.
     Private(PrivateMap),
+    /// What a dropped tensor holds once its storage was handed back ([`PrivateMap::keep`]):
+    /// never read.
+    Released,
 }
 
 /// Tensors given as `Init::Data` of at least this many bytes are mapped copy-on-write
@@ -150,7 +154,9 @@ impl HostTensor {
         let base = match &storage {
             Storage::Owned { base, .. } => *base,
             Storage::Huge(map) => map.base,
-            Storage::Mapped(_) | Storage::Private(_) => unreachable!("allocated just above"),
+            Storage::Mapped(_) | Storage::Private(_) | Storage::Released => {
+                unreachable!("allocated just above")
+            }
         };
         if let Init::Data(data) = &spec.init
             && data.len() != len
@@ -239,7 +245,7 @@ impl HostTensor {
         if source.len() != len || GUARD != private_map::page_size() {
             return None;
         }
-        let map = PrivateMap::new(source, GUARD)?;
+        let map = PrivateMap::kept_or_new(source, GUARD)?;
         let mut tensor = HostTensor {
             name: spec.name.clone(),
             dtype: spec.dtype,
@@ -472,6 +478,7 @@ impl HostTensor {
             Storage::Huge(map) => map.base,
             Storage::Private(map) => map.base(),
             Storage::Mapped(_) => unreachable!("mapped tensors have no guard zones"),
+            Storage::Released => unreachable!("a released tensor is being dropped"),
         }
     }
 
@@ -615,11 +622,15 @@ impl Drop for HugeMap {
 
 impl Drop for HostTensor {
     fn drop(&mut self) {
-        // A private mapping unmaps itself.
-        if let Storage::Owned { base, layout } = self.storage {
-            // SAFETY: `base` was returned by `alloc`/`alloc_zeroed(layout)` and is freed only
-            // here.
-            unsafe { alloc::dealloc(base.as_ptr(), layout) }
+        match std::mem::replace(&mut self.storage, Storage::Released) {
+            // Kept for the next request that maps the same buffer, restored.
+            Storage::Private(map) => map.keep(),
+            Storage::Owned { base, layout } => {
+                // SAFETY: `base` was returned by `alloc_zeroed(layout)` and is freed only here.
+                unsafe { alloc::dealloc(base.as_ptr(), layout) }
+            }
+            // A huge mapping unmaps itself; a mapped buffer is the caller's.
+            Storage::Huge(_) | Storage::Mapped(_) | Storage::Released => {}
         }
     }
 }
@@ -819,6 +830,35 @@ mod tests {
         let t = HostTensor::allocate(&short).unwrap();
         assert!(!t.is_copy_on_write());
         assert_eq!(t.bytes(), &generated.bytes()[..1 << 17]);
+    }
+
+    /// A worker that serves many requests maps a large input once: a tensor of the same
+    /// contents made after one is dropped reads the kept mapping, as the caller's buffer
+    /// again whatever the first one wrote, guards included.
+    #[test]
+    fn a_dropped_tensors_mapping_serves_the_next_request_restored() {
+        let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 12 });
+        let made = random.make_contents().unwrap();
+        let with = TensorSpec {
+            contents: Some(made.share()),
+            ..random.clone()
+        };
+        let mut first = HostTensor::allocate(&with).unwrap();
+        let address = first.as_mut_ptr();
+        let len = first.len();
+        // SAFETY: inside the tensor, and one byte into its back guard: a kernel that writes its
+        // input and past it.
+        unsafe {
+            *address.add(1_000) ^= 1;
+            *address.add(len) = 0;
+        }
+        drop(first);
+        let mut again = HostTensor::allocate(&with).unwrap();
+        assert!(again.is_copy_on_write());
+        assert_eq!(again.as_mut_ptr(), address, "the kept mapping");
+        assert!(again.is_pristine());
+        assert_eq!(again.bytes(), made.as_slice());
+        again.check_bounds().unwrap();
     }
 
     #[test]
