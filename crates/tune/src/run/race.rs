@@ -757,11 +757,12 @@ fn fail_in_round(
     *r = failed;
 }
 
-/// A first round's window of `r` measured beside the compiles ([`super::spare`]): counted as
-/// the rounds count theirs, unless it would need checking (below the physical floor of its
-/// outputs, or under half its first window: [`CHECK_FASTER_THAN`]), in which case it is
-/// dropped and the choice keeps its place in the first round, which checks. A failure is the
-/// choice's result, as in a round. Whether the window counted.
+/// A round's window of `r` measured beside the compiles ([`super::spare`]), the next of its
+/// windows (the first round's after screening, then the next round's): counted as the rounds
+/// count theirs, unless it would need checking (below the physical floor of its outputs, or
+/// under half its first window: [`CHECK_FASTER_THAN`]), in which case it is dropped and the
+/// choice keeps its place in the rounds, which check. A failure is the choice's result, as in
+/// a round. Whether the window counted.
 pub(super) fn spare_window(
     r: &mut ChoiceResult,
     result: Result<BenchmarkResult, PoolError>,
@@ -769,14 +770,19 @@ pub(super) fn spare_window(
     setup: &Setup<'_>,
     observer: &dyn Observer,
 ) -> bool {
-    if r.status != Status::Ok || r.windows.as_ref().is_none_or(|w| w.medians_ms.len() != 1) {
+    let Some(round) = r
+        .windows
+        .as_ref()
+        .map(|w| w.medians_ms.len())
+        .filter(|&n| r.status == Status::Ok && n >= 1)
+    else {
         return false;
-    }
+    };
     match result {
         Ok(measured) => {
             let stats = measured.stats;
             let first = r.windows.as_ref().map_or(0.0, |w| w.medians_ms[0]);
-            let timing = window_timing(&setup.manifest.timing, setup.windows, 1);
+            let timing = window_timing(&setup.manifest.timing, setup.windows, round);
             let needs_check = !stats.median_ms.is_finite()
                 || stats.median_ms < first * CHECK_FASTER_THAN
                 || crate::integrity::below_floor_of(
@@ -792,7 +798,7 @@ pub(super) fn spare_window(
         }
         Err(e) if workers::is_transient(&e) => false,
         Err(e) => {
-            fail_in_round(r, 1, e, &setup.device, observer);
+            fail_in_round(r, round, e, &setup.device, observer);
             false
         }
     }

@@ -155,6 +155,16 @@ impl Run<'_> {
                     && spare_window(r, *result, conditions, setup, observer)
                 {
                     *beside_compiles += 1;
+                    // Its next round's window too, while the compiles leave time for it: the
+                    // rounds after the last compile, when one CPU measures and the others
+                    // idle, then hold fewer windows.
+                    let windows = r.windows.as_ref().map_or(0, |w| w.medians_ms.len());
+                    if windows < setup.windows
+                        && r.windows.as_ref().is_some_and(|w| !w.confirmed())
+                        && let Some(request) = window_request(setup, r, windows, false)
+                    {
+                        spare.offer(index, request);
+                    }
                 }
             }
         });

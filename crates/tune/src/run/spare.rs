@@ -1,5 +1,6 @@
-//! Spare windows: while the next choice in order is still compiling, a worker measures the
-//! first round's window of a choice screened earlier instead of waiting for it.
+//! Spare windows: while the next choice in order is still compiling, a worker measures a
+//! round's window of a choice screened earlier (its first round's, then its next ones')
+//! instead of waiting for it.
 //!
 //! Compiles overlap measuring (`compile_threads.rs`); on a machine with few CPUs they take
 //! longer than screening, and a worker would wait for each next choice to compile. The rounds
