@@ -39,6 +39,30 @@ pub trait Runner {
         Ok(())
     }
 
+    /// Readies the next timed rep, after [`Runner::restore`] and before the flush, outside the
+    /// timed region: a backend timing reps on varied inputs
+    /// ([`TimingConfig::varied_reps`](tunebox_protocol::TimingConfig::varied_reps)) varies
+    /// them here. The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn before_rep(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
+
+    /// Ends timed rep `rep` (from 0) of about `planned`, outside the timed region: a backend
+    /// timing reps on varied inputs keeps the outputs of the reps it picks for checking and
+    /// puts its inputs back here. The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A backend error; it ends the measurement.
+    fn after_rep(&mut self, rep: u32, planned: u32) -> Result<(), BenchError> {
+        let _ = (rep, planned);
+        Ok(())
+    }
+
     /// Runs the kernel `calls` times back to back and returns the total duration in ms (hot
     /// mode). The default times `calls` [`Runner::run`]s with the monotonic clock; a GPU backend
     /// records one pair of events around the launches.
@@ -317,11 +341,13 @@ pub fn do_bench_after<R: Runner + ?Sized>(
         report_progress(started, Phase::Reps, (done, planned), last, estimate);
         let wall = Instant::now();
         runner.restore()?;
+        runner.before_rep()?;
         if !config.hot {
             flush(runner)?;
         }
         let calls = config.hot.then_some(batch);
         let (sample_ms, preempted) = timed_sample(runner, config.clock, calls)?;
+        runner.after_rep(done, reps.max(config.min_reps).max(1))?;
         samples.push(sample_ms / f64::from(calls.unwrap_or(1)));
         preempted_reps += u32::from(preempted);
         last_rep_ms = wall.elapsed().as_secs_f64() * 1e3;

@@ -58,6 +58,7 @@ mod restore;
 mod stats;
 mod task;
 mod tensor;
+mod varied;
 
 pub use backend::Backend;
 pub use cache_dir::CacheDir;
@@ -69,3 +70,4 @@ pub use restore::Restore;
 pub use stats::{quantile, summarize};
 pub use task::{TaskBackend, TaskContext};
 pub use tensor::{HostTensor, physical_memory_bytes};
+pub use varied::{VariedReps, vary_with};

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{
-    Backend, HostTensor, Restore, Runner, check_budget, do_bench_after, report_progress, summarize,
+    Backend, HostTensor, Restore, Runner, VariedReps, check_budget, do_bench_after,
+    report_progress, summarize, vary_with,
 };
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase, TensorData,
@@ -119,6 +120,10 @@ impl Backend for CpuBackend {
                 Flush::Buffer(self.flusher.get_or_insert_with(CacheFlusher::new))
             }
         };
+        // The reference's call on a checked rep's inputs: the same variation, its seed given.
+        if let Some(seed) = timing.varied_seed.filter(|_| timing.outputs_only) {
+            vary_with(&request.tensors, &mut tensors, seed);
+        }
         let mut runner = CpuRunner {
             library: &library,
             pointers: &pointers,
@@ -126,6 +131,8 @@ impl Backend for CpuBackend {
             tensors: &mut tensors,
             restore: Restore::resets(&request.tensors),
             flush,
+            request,
+            varied: VariedReps::new(timing).filter(|_| !timing.outputs_only),
         };
 
         let threads_before = integrity::thread_count();
@@ -160,6 +167,11 @@ impl Backend for CpuBackend {
 
         let stats = do_bench_after(&mut runner, timing, started, Some(first_ms))?;
         check_bounds(runner.tensors)?;
+        let checked_reps = runner
+            .varied
+            .take()
+            .map(VariedReps::into_checked)
+            .unwrap_or_default();
 
         // One more call on poisoned outputs: a kernel must overwrite them completely every time.
         // With a fresh seed it also runs on inputs the kernel has not seen (one untimed call
@@ -192,6 +204,7 @@ impl Backend for CpuBackend {
             integrity: Integrity {
                 fresh_outputs,
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                checked_reps,
                 ..Default::default()
             },
             left_behind: Vec::new(),
@@ -308,6 +321,10 @@ struct CpuRunner<'a> {
     /// The tensors re-initialized before every call after the first.
     restore: Restore,
     flush: Flush<'a>,
+    /// The request: its tensors' specs, to vary and to copy outputs by.
+    request: &'a BenchmarkRequest,
+    /// Timed reps on varied inputs, when the request asks for them.
+    varied: Option<VariedReps>,
 }
 
 impl CpuRunner<'_> {
@@ -369,6 +386,24 @@ impl Runner for CpuRunner<'_> {
             self.tensors[i].reset();
         }
         Ok(())
+    }
+
+    fn before_rep(&mut self) -> Result<(), BenchError> {
+        if let Some(varied) = &mut self.varied {
+            varied.vary(&self.request.tensors, self.tensors);
+        }
+        Ok(())
+    }
+
+    fn after_rep(&mut self, rep: u32, planned: u32) -> Result<(), BenchError> {
+        let Some(varied) = &mut self.varied else {
+            return Ok(());
+        };
+        let request = self.request;
+        varied.end_rep(rep, planned, self.tensors, |tensors| {
+            check_bounds(tensors)?;
+            output_data(request, tensors)
+        })
     }
 
     fn flush(&mut self) -> Result<(), BenchError> {

@@ -157,7 +157,7 @@ mod tests {
             integrity: Integrity {
                 fresh_outputs: Vec::new(),
                 worker_ms,
-                worker_cpu_ms: None,
+                ..Integrity::default()
             },
             left_behind: Vec::new(),
         }

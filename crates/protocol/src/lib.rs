@@ -63,9 +63,9 @@ pub use error::BenchError;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
     Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,
-    Scalar, ScalarKind, TaskKernel, TensorSpec, TimingConfig,
+    Scalar, ScalarKind, TaskKernel, TensorSpec, TimingConfig, VariedReps,
 };
-pub use result::{BenchmarkResult, Integrity, Leftover, TensorData, TimingStats};
+pub use result::{BenchmarkResult, CheckedRep, Integrity, Leftover, TensorData, TimingStats};
 pub use shared::{SharedBuffer, SharedData, checksum};
 pub use started::{Phase, Progress, StartedCell, short_duration, short_ms};
 pub use task::{Task, TaskRequest, decode, decode_output, encode};

@@ -728,6 +728,45 @@ impl TensorSpec {
         Some(other)
     }
 
+    /// The block of this input that a timed rep on varied inputs draws again
+    /// ([`TimingConfig::varied_reps`]), for the rep's `seed`: its byte offset and its new bytes
+    /// (drawn from the same distribution as the rest, with `seed` mixed into the spec's). A
+    /// block of 1/64 of the elements (at least one, at most 1 MiB), at an offset `seed` picks,
+    /// so that a kernel keying a memo on a sample of its inputs misses the change. `None` for
+    /// an output, a tensor reset before every call, or an input not randomly initialized
+    /// (given as data or a constant: nothing to draw from). The same in every process for the
+    /// same spec and seed: the reference runs on exactly the inputs a candidate's rep ran on.
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::new("x", DType::F32, [4096]).random(7);
+    /// let (offset, bytes) = x.varied_block(99).unwrap();
+    /// assert_eq!(bytes.len(), 64 * 4, "1/64 of the elements");
+    /// assert!(offset % 4 == 0 && offset + bytes.len() <= 4096 * 4);
+    /// assert_eq!(x.varied_block(99).unwrap(), (offset, bytes), "deterministic");
+    /// assert!(TensorSpec::new("y", DType::F32, [4]).output().varied_block(1).is_none());
+    /// ```
+    pub fn varied_block(&self, seed: u64) -> Option<(usize, Vec<u8>)> {
+        let Init::Random { seed: own } = self.init else {
+            return None;
+        };
+        if self.output || self.reset {
+            return None;
+        }
+        let size = self.dtype.size_bytes();
+        let elements = usize::try_from(self.num_elements()?).ok()?;
+        if elements == 0 {
+            return None;
+        }
+        let block = (elements / 64).clamp(1, ((1 << 20) / size).max(1));
+        let mixed = own ^ seed.rotate_left(29) ^ 0xD1B5_4A32_D192_ED03;
+        let start = (splitmix(mixed) % (elements - block + 1) as u64) as usize;
+        let mut bytes = vec![0u8; block * size];
+        Init::Random { seed: mixed }.fill(self.dtype, &mut bytes);
+        Some((start * size, bytes))
+    }
+
     /// Number of elements, or `None` if the product of the shape overflows `u64`.
     pub fn num_elements(&self) -> Option<u64> {
         self.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
@@ -738,6 +777,14 @@ impl TensorSpec {
         self.num_elements()?
             .checked_mul(self.dtype.size_bytes() as u64)
     }
+}
+
+/// One step of the splitmix64 generator: a well-mixed 64-bit value of `x`.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A Rust element type of tensors: `f32`, `f64`, `i32`, `i64`, `u8` (sealed). Backends read
@@ -1102,6 +1149,31 @@ pub struct TimingConfig {
     /// instead. GPU backends time on the device and ignore it.
     #[serde(default)]
     pub clock: RepClock,
+    /// Time every rep on inputs a candidate cannot predict, and check some of them (docs/
+    /// sandbox.md): before each timed rep, outside the timed region, a block of every randomly
+    /// initialized input is drawn again ([`TensorSpec::varied_block`]) with a seed the worker
+    /// picks for that rep from the operating system's randomness, and put back after it; of the
+    /// request's reps, up to [`VariedReps::checked`], picked at random once they have run (so
+    /// that nothing told a checked rep from another while it ran), return their seeds and
+    /// outputs ([`Integrity::checked_reps`](crate::Integrity::checked_reps)), which the parent
+    /// compares with the reference's on the same inputs. A kernel that answers from a memo of
+    /// earlier inputs answers a varied rep wrong. `None` (default): every rep on the request's
+    /// inputs.
+    #[serde(default)]
+    pub varied_reps: Option<VariedReps>,
+    /// With `outputs_only` (the reference): its call runs on the request's inputs varied with
+    /// this seed ([`TensorSpec::varied_block`]): what a candidate's checked rep ran on. `None`
+    /// (default): unvaried.
+    #[serde(default)]
+    pub varied_seed: Option<u64>,
+}
+
+/// Timed reps on varied inputs ([`TimingConfig::varied_reps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariedReps {
+    /// How many reps, at most, return their seeds and outputs for checking (0: the inputs
+    /// vary, nothing is checked: a window whose outputs are not returned).
+    pub checked: u32,
 }
 
 /// How a timed rep measured on the host is turned into a time (see [`TimingConfig::clock`]).
@@ -1209,6 +1281,8 @@ impl Default for TimingConfig {
             fresh_seed: None,
             estimate_runs: None,
             clock: RepClock::Preemption,
+            varied_reps: None,
+            varied_seed: None,
         }
     }
 }

@@ -62,6 +62,22 @@ pub struct Integrity {
     /// the parent counts this much of the machine's busy time as the window's own, not as
     /// interference. `None` where the worker could not read its clock.
     pub worker_cpu_ms: Option<f64>,
+    /// The timed reps picked for checking ([`TimingConfig::varied_reps`](crate::TimingConfig::varied_reps)),
+    /// in the order they ran: each one's seed and the outputs it left. Empty without varied reps
+    /// or without outputs.
+    #[serde(default)]
+    pub checked_reps: Vec<CheckedRep>,
+}
+
+/// A timed rep picked for checking: the seed its inputs were varied with
+/// ([`TensorSpec::varied_block`](crate::TensorSpec::varied_block)) and the outputs it left, in
+/// request order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckedRep {
+    /// The seed the rep's inputs were varied with.
+    pub seed: u64,
+    /// The outputs the rep left, in request order.
+    pub outputs: Vec<TensorData>,
 }
 
 /// One piece of process state a task left changed in its worker (see

@@ -102,6 +102,52 @@ pub(crate) fn fresh_message(mismatch: &FreshMismatch, not_overwritten: String) -
     }
 }
 
+/// Why a candidate's checked reps on varied inputs fail, if one does
+/// ([`tunebox_protocol::TimingConfig::varied_reps`]): each one's outputs against the reference's
+/// on the same inputs (`varied` computes those). A reference that cannot be run on a rep's
+/// inputs checks nothing (logged): the candidate is not blamed for it.
+pub(crate) fn varied_mismatch(
+    varied: &crate::workers::VariedReference,
+    measured: &BenchmarkResult,
+    tolerance: Tolerance,
+) -> Option<String> {
+    for (n, rep) in measured.integrity.checked_reps.iter().enumerate() {
+        let reference = match varied.outputs(rep.seed) {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                log::warn!("the reference could not check a rep on varied inputs: {e}");
+                return None;
+            }
+        };
+        let verification = verify_outputs(&reference, &rep.outputs, tolerance);
+        if !verification.passed() {
+            let replayed = rep.outputs.len() == measured.outputs.len()
+                && rep
+                    .outputs
+                    .iter()
+                    .zip(&measured.outputs)
+                    .all(|(a, b)| a.bytes[..] == b.bytes[..]);
+            let how = if replayed {
+                "it returned its first call's outputs again: an answer kept from earlier \
+                 inputs (a memo keyed on part of them), not one computed from these"
+            } else {
+                "its outputs were not computed from the inputs it was given (a memo of \
+                 earlier inputs, or work skipped on some reps)"
+            };
+            return Some(format!(
+                "correct on the first call, wrong on a timed rep (checked rep {} of {}) whose \
+                 inputs were varied from the first call's (seed {:#x}, a block of each random \
+                 input drawn again): {how} ({})",
+                n + 1,
+                measured.integrity.checked_reps.len(),
+                rep.seed,
+                verification.summary()
+            ));
+        }
+    }
+    None
+}
+
 /// Output bytes below which the floor is not checked: small outputs may be written to caches
 /// faster than memory can take them.
 const FLOOR_MIN_BYTES: usize = 1 << 20;

@@ -16,7 +16,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
-    TensorSpec, TimingConfig,
+    TensorSpec, TimingConfig, VariedReps,
 };
 
 use crate::interference::{BackgroundWork, Conditions};
@@ -81,10 +81,21 @@ pub(crate) fn request(
         timing: TimingConfig {
             // Against a reference kernel, one last call on fresh inputs (crate::integrity).
             fresh_seed: verifies_against_kernel(manifest).then(crate::integrity::fresh_seed),
+            // And, in a sandbox or when asked, timed reps on varied inputs, some checked.
+            varied_reps: checked_reps(manifest).map(|checked| VariedReps { checked }),
             ..manifest.timing.clone()
         },
         args: manifest.args.clone(),
     })
+}
+
+/// How many timed reps of each verified window are checked on varied inputs
+/// ([`crate::manifest::Verify::checked_reps`]), for the manifest's sandbox; `None`: no rep varies.
+fn checked_reps(manifest: &Manifest) -> Option<u32> {
+    manifest
+        .verify
+        .as_ref()?
+        .checked_reps(manifest.sandbox().is_some())
 }
 
 /// Whether the manifest verifies against a kernel (a choice or a source), which can be run on
@@ -171,6 +182,9 @@ pub(crate) struct Measuring {
     /// ([`start_warm_pool`]); `None`: in [`Measuring::pool`] too.
     pub warm: Option<Arc<TuningProcessPool>>,
     pub reference: Option<Vec<TensorData>>,
+    /// The reference kept running to check candidates' reps on varied inputs
+    /// ([`varied_reference`]); `None` when no rep is checked.
+    pub varied: Option<VariedReference>,
 }
 
 impl Measuring {
@@ -185,7 +199,67 @@ impl Measuring {
         if let Some(warm) = &self.warm {
             warm.shutdown(grace);
         }
+        if let Some(varied) = &self.varied {
+            varied.pool.shutdown(grace);
+        }
     }
+}
+
+/// The reference, kept running for the run in a worker of its own, to compute its outputs on
+/// the inputs of candidates' checked reps ([`TimingConfig::varied_reps`]): the request's
+/// inputs varied with each rep's seed ([`TensorSpec::varied_block`]).
+pub(crate) struct VariedReference {
+    pool: Arc<TuningProcessPool>,
+    /// The reference's request, one call and its outputs (`outputs_only`).
+    request: BenchmarkRequest,
+}
+
+impl VariedReference {
+    /// The reference's outputs on its inputs varied with `seed`.
+    ///
+    /// # Errors
+    ///
+    /// The reference's call failed (it crashed, timed out, or the run was stopped).
+    pub(crate) fn outputs(&self, seed: u64) -> Result<Vec<TensorData>, PoolError> {
+        let mut request = self.request.clone();
+        request.timing.varied_seed = Some(seed);
+        benchmark_one(&self.pool, &request).map(|r| r.outputs)
+    }
+
+    /// The pool, for the run's stop to watch.
+    pub(crate) fn pool(&self) -> &Arc<TuningProcessPool> {
+        &self.pool
+    }
+}
+
+/// Starts the reference that checks candidates' reps on varied inputs
+/// ([`VariedReference`]), when the manifest's reps are checked
+/// ([`crate::manifest::Verify::checked_reps`]) against a C reference kernel (a CUDA backend
+/// varies no rep); `None` otherwise. Its worker is reused from call to call (it is the
+/// reference: nothing of a candidate's runs in it).
+///
+/// # Errors
+///
+/// The worker cannot start.
+pub(crate) fn varied_reference(
+    manifest: &Manifest,
+    reference: Option<&(String, BenchmarkRequest)>,
+    timeout: Duration,
+    worker: Option<&Path>,
+) -> Result<Option<VariedReference>> {
+    let (Some(verify), Some((_, request))) = (manifest.verify.as_ref(), reference) else {
+        return Ok(None);
+    };
+    if checked_reps(manifest).is_none_or(|n| n == 0) || !matches!(request.kernel, Kernel::C(_)) {
+        return Ok(None);
+    }
+    let mut request = request.clone();
+    request.timing.outputs_only = true;
+    request.timing.fresh_seed = None;
+    request.timing.varied_reps = None;
+    let timeout = verify.reference_timeout(timeout);
+    let pool = start_pool(manifest, 1, timeout, None, worker)?;
+    Ok(Some(VariedReference { pool, request }))
 }
 
 /// A worker's config: `worker` as its executable when given, else the default
@@ -525,6 +599,7 @@ pub(crate) fn judge(
     choice: Choice,
     result: Result<BenchmarkResult, PoolError>,
     reference: Option<&[TensorData]>,
+    varied: Option<&VariedReference>,
     manifest: &Manifest,
     device: &str,
 ) -> ChoiceResult {
@@ -572,6 +647,10 @@ pub(crate) fn judge(
                 .map(|fresh| {
                     let told = wrong_after_reps(&fresh.verification, manifest);
                     crate::integrity::fresh_message(&fresh, told)
+                })
+                .or_else(|| {
+                    let tolerance = manifest.verify.as_ref()?.tolerance;
+                    crate::integrity::varied_mismatch(varied?, &measured, tolerance)
                 })
         }
     });

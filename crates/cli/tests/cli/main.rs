@@ -18,4 +18,5 @@ mod terminal;
 mod timing;
 mod tune;
 mod util;
+mod varied;
 mod worker_env;

@@ -189,6 +189,7 @@ fn answer(raw: &mut RawManifest) -> Result<()> {
                 atol: Some(atol),
                 equal_nan: None,
                 timeout_s: None,
+                checked_reps: None,
                 reference,
                 written_as,
             });

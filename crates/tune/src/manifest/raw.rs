@@ -156,6 +156,8 @@ pub(super) struct RawVerify {
     /// numpy's `equal_nan`: a NaN matches a NaN.
     pub(super) equal_nan: Option<bool>,
     pub(super) timeout_s: Option<f64>,
+    /// Timed reps checked per verified window, on inputs varied from rep to rep.
+    pub(super) checked_reps: Option<u32>,
     pub(super) reference: RawReference,
     /// How the user wrote each reference output, by tensor, when not as
     /// `verify.reference.outputs.NAME` (Kernel Tuner's `answer[3]`, `answer.C`): what errors

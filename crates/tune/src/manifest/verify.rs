@@ -17,6 +17,12 @@ use super::timing::MAX_TIMEOUT_S;
 use crate::launch::Launch;
 use crate::space::{Choice, ParamValue};
 
+/// Timed reps of a verified window checked on varied inputs in a sandbox, unless
+/// `verify.checked_reps` says otherwise: two, so that a kernel skipping even half its reps is
+/// caught three times in four per window, and every verified window (each choice's first, and
+/// each window checked again) gets its chance.
+pub(crate) const SANDBOX_CHECKED_REPS: u32 = 2;
+
 /// Least time the reference gets when `verify.timeout_s` is not set.
 const DEFAULT_REFERENCE_TIMEOUT_S: f64 = 60.0;
 
@@ -28,9 +34,28 @@ pub(crate) struct Verify {
     /// The reference run's own timeout (`verify.timeout_s`); `None`: see
     /// [`Verify::reference_timeout`].
     pub timeout: Option<Duration>,
+    /// `verify.checked_reps`: how many timed reps of each verified window are checked against
+    /// the reference on inputs varied from rep to rep (0: the inputs vary, no rep is checked;
+    /// `None`: as [`Verify::checked_reps`] decides).
+    pub checked_reps: Option<u32>,
 }
 
 impl Verify {
+    /// Timed reps of each verified window checked on varied inputs (docs/sandbox.md):
+    /// `verify.checked_reps` when given, else [`SANDBOX_CHECKED_REPS`] in a sandbox (whose
+    /// candidates may be written to win) and none outside one; `None` when the reference is
+    /// given as outputs (one fixed input: nothing to check a varied rep against) or no rep is
+    /// to vary.
+    pub(crate) fn checked_reps(&self, sandboxed: bool) -> Option<u32> {
+        if matches!(self.reference, Reference::Outputs(_)) {
+            return None;
+        }
+        match self.checked_reps {
+            Some(n) => Some(n),
+            None => sandboxed.then_some(SANDBOX_CHECKED_REPS),
+        }
+    }
+
     /// The deadline of the one reference call: `verify.timeout_s`, else the per-choice
     /// `timeout` but at least [`DEFAULT_REFERENCE_TIMEOUT_S`] (a naive reference is often far
     /// slower than the choices it checks).
@@ -157,6 +182,7 @@ pub(super) fn verify(
         })
         .transpose()?;
     Ok(Verify {
+        checked_reps: raw.checked_reps,
         tolerance,
         reference,
         timeout,

@@ -461,10 +461,20 @@ pub(super) fn start_measuring(
     if let Some(warm) = &warm {
         stop.watch_beside(std::sync::Arc::clone(warm));
     }
+    let varied = workers::varied_reference(
+        run.setup.manifest,
+        run.reference.as_ref(),
+        timeout,
+        options.worker.as_deref(),
+    )?;
+    if let Some(varied) = &varied {
+        stop.watch_beside(std::sync::Arc::clone(varied.pool()));
+    }
     Ok(Measuring {
         pool,
         warm,
         reference,
+        varied,
     })
 }
 

@@ -52,6 +52,7 @@ pub fn measure(
         setup,
         pool: &pool,
         reference,
+        varied: None,
         observer,
         stop,
         deadline: None,

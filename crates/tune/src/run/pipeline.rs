@@ -28,6 +28,8 @@ pub(crate) struct Stage<'s> {
     pub setup: &'s Setup<'s>,
     pub pool: &'s TuningProcessPool,
     pub reference: Option<&'s [TensorData]>,
+    /// The reference that checks reps on varied inputs (`None`: none is checked).
+    pub varied: Option<&'s workers::VariedReference>,
     pub observer: &'s dyn Observer,
     pub stop: &'s Stop,
     /// Start no new choice after this (`--max-time`).
@@ -360,6 +362,7 @@ pub(crate) fn measured_outcome(
         todo.choice.clone(),
         result,
         stage.reference,
+        stage.varied,
         stage.setup.manifest,
         &stage.setup.device,
     );

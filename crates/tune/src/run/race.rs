@@ -549,12 +549,13 @@ impl Run<'_> {
             // Stopped, or no worker: the window is dropped, as a failed window is.
             return Some(WindowCheck::Dropped);
         }
-        let reference = self.measuring.as_ref()?.reference.as_deref();
+        let measuring = self.measuring.as_ref()?;
         let judged = workers::judge(
             r.index,
             r.choice.clone(),
             result,
-            reference,
+            measuring.reference.as_deref(),
+            measuring.varied.as_ref(),
             self.setup.manifest,
             &self.setup.device,
         );

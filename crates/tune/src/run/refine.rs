@@ -97,6 +97,7 @@ impl Run<'_> {
                     ledger.results[*p].choice.clone(),
                     result,
                     measuring.reference.as_deref(),
+                    measuring.varied.as_ref(),
                     setup.manifest,
                     &setup.device,
                 );

@@ -111,6 +111,7 @@ impl Run<'_> {
             setup: &self.setup,
             pool: &measuring.pool,
             reference: measuring.reference.as_deref(),
+            varied: measuring.varied.as_ref(),
             observer,
             stop,
             deadline: self.deadline,
