@@ -119,6 +119,8 @@ pub use crate::compare::{BestMove, Comparison, Pair};
 pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
+#[doc(hidden)]
+pub use crate::html::synthetic::report as synthetic_report;
 pub use crate::html::{CONTENT_SECURITY_POLICY, HtmlComparison, HtmlReport};
 pub use crate::interchange::write_t4;
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};

@@ -26,6 +26,9 @@ mod params;
 mod plot;
 mod ranked;
 mod search;
+pub(crate) mod synthetic;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 
