@@ -46,13 +46,19 @@
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
 //!   stripped, into `target/gpu-bundle/` with the CUDA examples and a `run.sh` that runs them on
 //!   a GPU machine without a Rust toolchain (see `docs/gpu.md`).
+//! - `html-test [--screenshots DIR]`, `html-bench [--choices N]`: the HTML report in a headless
+//!   Chromium (`html.rs`): the pages of the main job, a replay, a comparison and the faults
+//!   example drawn and fetching nothing; the page of a 100,000-choice report, its size and
+//!   render time (`docs/cli.md`).
 //! - `python-test`, `python-conformance`, `python-bench`: the Python package `tunebox`
 //!   (crates/python) built into `target/python/venv`: its pytest suite, TVM's own pool test
 //!   against it (and against TVM's pool), and its overheads against TVM's and Python's pools
 //!   (`docs/python.md`).
 
 mod agreement;
+mod browser;
 mod code_metrics;
+mod html;
 mod loaded;
 mod python;
 
@@ -110,7 +116,13 @@ const USAGE: &str = "usage: cargo xtask <task>
                             Kernel Tuner 1.5, compared
   python-bench [ARGS…]      tunebox.popen_pool against TVM's PopenPoolExecutor and
                             ProcessPoolExecutor: cold start, round trip, throughput, crash,
-                            256 MiB array";
+                            256 MiB array
+  html-test [--screenshots DIR]
+                            the HTML report's pages (main job, replay, comparison, faults)
+                            opened in headless Chromium: figures drawn, nothing fetched;
+                            fails without Chromium (apt-get install -y chromium)
+  html-bench [--choices N]  the page of a synthetic N-choice report (default 100000): write
+                            time, size, and Chromium's load and draw time";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -135,6 +147,8 @@ fn main() -> ExitCode {
         Some("python-test") => python::python_test(&args[1..]),
         Some("python-conformance") => python::python_conformance(&args[1..]),
         Some("python-bench") => python::python_bench(&args[1..]),
+        Some("html-test") => html::html_test(&args[1..]),
+        Some("html-bench") => html::html_bench(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
             return if task.is_some() {

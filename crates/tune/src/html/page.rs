@@ -18,10 +18,10 @@ h3 { font-size: 1.05em; margin: 1.2em 0 0.3em; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 0.4em 1.2em; }
 figure { margin: 1em 0; }
 figcaption { font-size: 0.92em; color: #333; margin-top: 0.2em; }
-svg.plot { width: 100%; height: auto; max-width: 860px; display: block; }
+svg.plot { max-width: 100%; height: auto; display: block; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ddd; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
-td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.best td { font-weight: 600; }
 code, pre { font: 0.9em/1.35 ui-monospace, monospace; }
 pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; white-space: pre-wrap; }

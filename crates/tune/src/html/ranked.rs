@@ -11,6 +11,8 @@ use crate::results::ChoiceResult;
 
 /// Choices drawn with their intervals.
 const TOP_FIGURE: usize = 30;
+/// Rows of the table of the best shown open; the rest of [`TOP_TABLE`] are folded.
+const TOP_OPEN: usize = 10;
 /// Rows of the table of the best.
 const TOP_TABLE: usize = 50;
 /// Points of the curve of every choice by rank.
@@ -68,7 +70,9 @@ fn top_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> Fig
     }
     let tied = classes[1].len();
     let names: Vec<String> = shown.iter().map(|(_, l)| (*l).to_owned()).collect();
-    let interval = if shown.iter().any(|(r, _)| windowed(r)) {
+    let interval = if !measure.is_time() || shown.iter().all(|(r, _)| interval_ms(r).is_none()) {
+        "no interval (each was measured once, or it is not a time)"
+    } else if shown.iter().any(|(r, _)| windowed(r)) {
         "its 90 % interval over windows (the 20th to 80th percentile of its reps when measured \
          in one window)"
     } else {
@@ -159,7 +163,8 @@ fn curve_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> F
     .size(760, 280)
 }
 
-/// The table of the best choices.
+/// The table of the best choices: the first [`TOP_OPEN`] open, the rest of [`TOP_TABLE`]
+/// folded; the interval and windows columns only when some choice has them.
 fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
     let shown = &ok[..ok.len().min(TOP_TABLE)];
     let metrics: Vec<String> =
@@ -172,30 +177,44 @@ fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
                 }
                 names
             });
-    let mut header = vec!["rank", "choice", "time", "interval", "windows"];
+    let intervals = shown.iter().any(|(r, _)| interval_ms(r).is_some());
+    let windows = shown.iter().any(|(r, _)| r.windows.is_some());
+    let mut header = vec!["rank", "choice", "time"];
+    if intervals {
+        header.push("interval");
+    }
+    if windows {
+        header.push("windows");
+    }
     header.extend(metrics.iter().map(String::as_str));
     header.push("notes");
-    let rows = shown.iter().map(|(r, label)| {
+    let row = |(r, label): &(&ChoiceResult, &str)| {
         let mut row = vec![
             Cell::Num((*label).to_owned()),
             Cell::Html(format!("<code>{}</code>", esc(&r.choice.label()))),
             Cell::Num(r.median_ms().map_or("-".into(), tunebox_protocol::short_ms)),
-            Cell::Num(interval_ms(r).map_or("-".into(), |[low, high]| {
-                format!(
-                    "{} – {}",
-                    tunebox_protocol::short_ms(low),
-                    tunebox_protocol::short_ms(high)
-                )
-            })),
-            Cell::Num(
-                r.windows
-                    .as_ref()
-                    .map_or("-".into(), |w| match w.disturbed_count() {
-                        0 => w.medians_ms.len().to_string(),
-                        d => format!("{} ({d} busy)", w.medians_ms.len()),
-                    }),
-            ),
         ];
+        if intervals {
+            row.push(Cell::Num(interval_ms(r).map_or(
+                "-".into(),
+                |[low, high]| {
+                    format!(
+                        "{} – {}",
+                        tunebox_protocol::short_ms(low),
+                        tunebox_protocol::short_ms(high)
+                    )
+                },
+            )));
+        }
+        if windows {
+            row.push(Cell::Num(r.windows.as_ref().map_or(
+                "-".into(),
+                |w| match w.disturbed_count() {
+                    0 => w.medians_ms.len().to_string(),
+                    d => format!("{} ({d} busy)", w.medians_ms.len()),
+                },
+            )));
+        }
         for name in &metrics {
             row.push(Cell::Num(
                 r.metrics
@@ -212,8 +231,15 @@ fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
         }
         row.push(Cell::Text(notes.join(", ")));
         row
-    });
-    let mut html = table(&header, rows, |i| i == 0);
+    };
+    let open = shown.len().min(TOP_OPEN);
+    let mut html = table(&header, shown[..open].iter().map(row), |i| i == 0);
+    if shown.len() > open {
+        html.push_str(&details(
+            &format!("the next {}", shown.len() - open),
+            &table(&header, shown[open..].iter().map(row), |_| false),
+        ));
+    }
     if ok.len() > shown.len() {
         html.push_str(&format!(
             "<p class=\"muted\">… {} more ok (the JSON and CSV reports have every choice).</p>\n",
