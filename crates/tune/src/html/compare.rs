@@ -97,7 +97,7 @@ impl<'c, 'a> HtmlComparison<'c, 'a> {
     ///
     /// [`crate::TuneError::Report`]: the file cannot be written.
     pub fn write(&self, path: &Path) -> crate::Result<()> {
-        super::write_page(&self.render(), path)
+        super::page::write(&self.render(), path)
     }
 }
 

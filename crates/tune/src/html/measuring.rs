@@ -79,7 +79,7 @@ fn windows(report: &Report) -> (Vec<Window>, usize) {
             continue;
         }
         let fastest = w.medians_ms.iter().copied().fold(f64::INFINITY, f64::min);
-        if !(fastest > 0.0) {
+        if fastest <= 0.0 || !fastest.is_finite() {
             continue;
         }
         for ((&median, &ended), &disturbed) in w.medians_ms.iter().zip(&w.ended_s).zip(&w.disturbed)

@@ -32,8 +32,6 @@ mod tests;
 
 use std::path::Path;
 
-use anyhow::Context;
-
 use self::measure::{Measure, count};
 use self::page::{Page, esc};
 use crate::ranking::{interval_ms, ties};
@@ -113,7 +111,7 @@ impl<'a> HtmlReport<'a> {
     ///
     /// [`crate::TuneError::Report`]: the file cannot be written.
     pub fn write(&self, path: &Path) -> crate::Result<()> {
-        write_page(&self.render(), path)
+        page::write(&self.render(), path)
     }
 }
 
@@ -186,11 +184,4 @@ fn lede(report: &Report) -> String {
         ));
     }
     text
-}
-
-/// Writes `html` to `path` through a temporary file (a reader never sees half a page).
-fn write_page(html: &str, path: &Path) -> crate::Result<()> {
-    crate::whole_file::write(path, html.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))
-        .map_err(crate::TuneError::report)
 }

@@ -1,6 +1,10 @@
 //! The page itself: one HTML document with its style inline and a Content-Security-Policy that
 //! forbids every fetch, so that it opens from disk (or an attachment) and reaches nothing.
 
+use std::path::Path;
+
+use anyhow::Context;
+
 use super::plot::Figure;
 
 /// What the page may load: nothing but its own inline style. No script, image, font, frame or
@@ -207,6 +211,13 @@ pub(crate) fn table(
 /// A folded block's markup (see [`Page::details`]).
 pub(crate) fn details(summary: &str, body: &str) -> String {
     format!("<details>\n<summary>{summary}</summary>\n{body}\n</details>\n")
+}
+
+/// Writes `html` to `path` whole (through a temporary file: a reader never sees half a page).
+pub(crate) fn write(html: &str, path: &Path) -> crate::Result<()> {
+    crate::whole_file::write(path, html.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
+        .map_err(crate::TuneError::report)
 }
 
 #[cfg(test)]

@@ -51,6 +51,9 @@ struct Event {
     value: Option<f64>,
 }
 
+/// Points of a figure, `(x, y)`.
+type Points = Vec<(f64, f64)>;
+
 /// A search's measurements in order.
 struct Course {
     clock: Clock,
@@ -138,7 +141,7 @@ impl Course {
         &self,
         measure: &Measure,
         x: impl Fn(usize, &Event) -> Option<f64>,
-    ) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+    ) -> (Points, Points) {
         let mut line = Vec::new();
         let mut improved = Vec::new();
         let mut best: Option<f64> = None;
