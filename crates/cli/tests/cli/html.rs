@@ -69,6 +69,62 @@ fn report_and_replay_write_a_page() {
     assert!(html.contains("random search, expected best"));
 }
 
+/// Two choices of a small kernel, quick to measure.
+const SMALL: &str = r#"
+name = "small"
+[kernel]
+source = "small.c"
+entry = "small"
+flags = ["-O1"]
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [256]
+init = "ones"
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [256]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 256
+[params]
+P = [1, 2]
+[timing]
+warmup_ms = 1
+rep_ms = 2
+flush_cache = false
+"#;
+
+#[test]
+fn a_run_writes_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("small.c"),
+        "#include <stdint.h>\nvoid small(const float *x, float *y, int64_t n) {\n\
+         for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] * P;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("m.toml"), SMALL).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &["tune", "m.toml", "--no-cache", "-q", "--html", "run.html"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = page(&dir.path().join("run.html"));
+    // Measured in windows on the run's clock: the measuring section draws them.
+    for text in [
+        "<h1>small: small (small.c)</h1>",
+        "id=\"ranking\"",
+        "id=\"param-0\"",
+        "Conditions",
+    ] {
+        assert!(html.contains(text), "{text} missing");
+    }
+}
+
 #[test]
 fn two_reports_are_compared() {
     let dir = tempfile::tempdir().unwrap();

@@ -83,6 +83,9 @@ impl<'a> HtmlReport<'a> {
         let measure = Measure::of(report);
         let groups = report.groups();
         page.section("ranking", "Ranking");
+        if groups.is_empty() {
+            page.p("The report holds no result.");
+        }
         for (g, (device, members)) in groups.iter().enumerate() {
             if groups.len() > 1 {
                 page.h3(&format!("on {device}"));

@@ -174,6 +174,21 @@ fn failures_are_counted_by_status_with_their_messages_folded() {
 }
 
 #[test]
+fn a_report_without_a_success_or_without_results_still_reads() {
+    let mut report = one_report(&data("faults-cpu.report.json"));
+    report
+        .results
+        .retain(|r| r.status != tunebox_pool::Status::Ok);
+    let html = HtmlReport::new(&report).render();
+    check_page(&html);
+    assert!(html.contains("No choice succeeded"));
+    report.results.clear();
+    let html = HtmlReport::new(&report).render();
+    assert!(check_page(&html).is_empty());
+    assert!(html.contains("The report holds no result."));
+}
+
+#[test]
 fn a_replayed_hub_file_draws_the_search_against_random_search_and_the_optimum() {
     let hub = crate::formats::hub_dir();
     let t1 = hub.join("kernels/convolution_milo.json");
