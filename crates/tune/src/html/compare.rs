@@ -8,7 +8,7 @@ use tunebox_pool::Status;
 
 use super::measure::{Measure, count, median, sample};
 use super::page::{Cell, Page, esc, table};
-use super::plot::{Axis, Figure, Layer, Mark, Stroke, colour};
+use super::plot::{Axis, Figure, LOG_ABOVE, Layer, Mark, Stroke, colour};
 use crate::compare::{BestMove, Comparison, Pair};
 use crate::results::{ChoiceResult, Report};
 
@@ -127,7 +127,8 @@ fn scatter(c: &Comparison<'_>, measure: &Measure) -> Figure {
     let values = || dots.iter().flat_map(|p| [p.0, p.1]);
     let low = values().fold(f64::INFINITY, f64::min);
     let high = values().fold(f64::NEG_INFINITY, f64::max);
-    let log = low > 0.0 && high / low > 20.0;
+    // As `Axis::fitting`, for both axes at once (B = A stays a diagonal).
+    let log = low > 0.0 && high / low > LOG_ABOVE;
     let axis = |label: String| {
         if log {
             Axis::log(label)

@@ -80,8 +80,12 @@ pub(super) fn section(page: &mut Page, report: &Report) {
     }
     page.raw(&table(
         &["", ""],
-        rows.into_iter()
-            .map(|(k, v)| vec![Cell::Text(k.to_owned()), Cell::Text(v)]),
+        rows.into_iter().map(|(k, v)| {
+            vec![
+                Cell::Html(format!("<strong>{}</strong>", esc(k))),
+                Cell::Text(v),
+            ]
+        }),
         |_| false,
     ));
     for warning in warnings(report) {

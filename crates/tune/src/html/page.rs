@@ -178,17 +178,23 @@ impl Page {
     }
 }
 
-/// A table of `header` and `rows`; a row is of class `best` when `best(i)`.
+/// A table of `header` (none when every name is empty) and `rows`; a row is of class `best`
+/// when `best(i)`.
 pub(crate) fn table(
     header: &[&str],
     rows: impl IntoIterator<Item = Vec<Cell>>,
     best: impl Fn(usize) -> bool,
 ) -> String {
-    let mut html = String::from("<table>\n<thead><tr>");
-    for h in header {
-        html.push_str(&format!("<th scope=\"col\">{}</th>", esc(h)));
+    let mut html = String::from("<table>\n");
+    // A table of names and values has no header.
+    if header.iter().any(|h| !h.is_empty()) {
+        html.push_str("<thead><tr>");
+        for h in header {
+            html.push_str(&format!("<th scope=\"col\">{}</th>", esc(h)));
+        }
+        html.push_str("</tr></thead>\n");
     }
-    html.push_str("</tr></thead>\n<tbody>\n");
+    html.push_str("<tbody>\n");
     for (i, row) in rows.into_iter().enumerate() {
         html.push_str(if best(i) {
             "<tr class=\"best\">"

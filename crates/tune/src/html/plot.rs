@@ -33,6 +33,9 @@ pub(crate) mod colour {
     pub(crate) const GREY: RGBColor = RGBColor(120, 120, 120);
 }
 
+/// Values spanning more than this factor go on a log axis ([`Axis::fitting`]).
+pub(crate) const LOG_ABOVE: f64 = 10.0;
+
 /// How an axis maps values.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Scale {
@@ -68,14 +71,14 @@ impl Axis {
         }
     }
 
-    /// Log when `values` span more than a factor of 20 (and are all positive), else linear.
+    /// Log when `values` span more than [`LOG_ABOVE`] (and are all positive), else linear.
     pub(crate) fn fitting(label: impl Into<String>, values: impl Iterator<Item = f64>) -> Axis {
         let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
         for v in values.filter(|v| v.is_finite()) {
             low = low.min(v);
             high = high.max(v);
         }
-        if low > 0.0 && high / low > 20.0 {
+        if low > 0.0 && high / low > LOG_ABOVE {
             Axis::log(label)
         } else {
             Axis::linear(label)

@@ -117,11 +117,17 @@ impl Course {
         })
     }
 
-    /// The course of a recorded file: its records in order (their index), no clock.
-    fn of_order(report: &Report, measure: &Measure) -> Course {
+    /// The course of a file another tool recorded (a Kernel Tuner cache, a T4 file): its
+    /// records in order (their index is their position there), no clock; `None` for
+    /// tunebox's own reports, whose index is the choice's place in the space, not an order.
+    fn of_order(report: &Report, measure: &Measure) -> Option<Course> {
+        // Reports read from other tools' files have no backend (`interchange`).
+        if !report.info.header.backend.is_empty() {
+            return None;
+        }
         let mut results: Vec<_> = report.results.iter().collect();
         results.sort_by_key(|r| r.index);
-        Course {
+        Some(Course {
             clock: Clock::Order,
             events: results
                 .into_iter()
@@ -132,7 +138,7 @@ impl Course {
                 })
                 .collect(),
             with_failures: true,
-        }
+        })
     }
 
     /// The best so far after each event, with `x` its position: a step line, and the points
@@ -245,12 +251,18 @@ pub(super) fn section(
     // Traces and windows are times, whatever ranks the run; a recorded file's order is of
     // its results, in the report's measure.
     let time = Measure::times(report.results.iter().filter_map(ChoiceResult::median_ms));
-    let (course, measure) = match replayed {
-        Some(r) => (Course::of_trace(r.trace, &time), &time),
-        None => match Course::of_windows(report, &time) {
-            Some(course) => (course, &time),
-            None => (Course::of_order(report, measure), measure),
-        },
+    let course = match replayed {
+        Some(r) => Some((Course::of_trace(r.trace, &time), &time)),
+        None => Course::of_windows(report, &time)
+            .map(|c| (c, &time))
+            .or_else(|| Course::of_order(report, measure).map(|c| (c, measure))),
+    };
+    let Some((course, measure)) = course else {
+        page.p(
+            "This report keeps no course of its search: a replay's report (`tune --replay … \
+             --json`) records no clock and no order. `tune --replay … --html` draws it.",
+        );
+        return;
     };
     if course.events.iter().all(|e| e.value.is_none()) {
         page.p("No choice succeeded: there is no best to follow.");

@@ -230,6 +230,10 @@ fn a_replayed_hub_file_draws_the_search_against_random_search_and_the_optimum() 
     // Without the recording, no baseline.
     let bare = HtmlReport::new(&report).replayed(&trace, None).render();
     assert!(!bare.contains("random search, expected best"));
+    // Its JSON report alone keeps no course: said, not drawn in the space's order.
+    let alone = HtmlReport::new(&report).render();
+    assert!(alone.contains("keeps no course of its search"));
+    assert!(!alone.contains("id=\"search-count\""));
 }
 
 #[test]
