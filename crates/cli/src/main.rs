@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tunebox_tune::replay::{Recorded, Trace};
 use tunebox_tune::{
     CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions, WorkerEnv,
 };
@@ -63,17 +64,24 @@ enum Command {
     #[command(after_help = TUNE_EXAMPLES)]
     Tune(Box<TuneArgs>),
     /// Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a
-    /// FAIR T4 file (told apart by their content).
+    /// FAIR T4 file (told apart by their content); with two files, compare them.
+    ///
+    /// Two reports of one space (before and after a change, or two GPUs) are compared choice by
+    /// choice: the ratio of their times, their change of rank, and whether the best moved beyond
+    /// the noise; --html draws it.
     #[command(after_help = "Examples:
   tunebox report results.json
+  tunebox report results.json --html results.html
   tunebox report A100.json.gz --top 10 --t4 A100-T4.json
   tunebox report examples/matmul-cpu.tunebox-cache.jsonl --top 10
-  tunebox report results.json --csv results.csv")]
+  tunebox report results.json --csv results.csv
+  tunebox report before.json after.json --html compared.html")]
     Report {
         /// A JSON report (`tune --json`, `merge --json`), a results cache (`*.jsonl`), a Kernel
         /// Tuner cache file (`.json`, `.json.gz`: time is its `time`, ms) or a T4 file (time is
-        /// the objective's measurement).
-        file: PathBuf,
+        /// the objective's measurement); a second one to compare with the first.
+        #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -144,6 +152,10 @@ struct OutputArgs {
     /// output").
     #[arg(long, value_name = "PATH")]
     t4: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page (figures of the ranking, each
+    /// parameter's effect, the search and the measuring; nothing fetched from the network).
+    #[arg(long, value_name = "PATH")]
+    html: Option<PathBuf>,
     /// Show only the best N rows of the table (per device).
     #[arg(long, value_name = "N")]
     top: Option<usize>,
@@ -151,6 +163,15 @@ struct OutputArgs {
     /// worker's stderr), with the choices that gave it; the table shows its first line.
     #[arg(long)]
     errors: bool,
+}
+
+impl OutputArgs {
+    /// The files to write.
+    fn files(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.json, &self.csv, &self.t4, &self.html]
+            .into_iter()
+            .flatten()
+    }
 }
 
 #[derive(Args)]
@@ -354,32 +375,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Report { file, output } => {
-            let reports = tunebox_tune::load_reports(&file)?;
-            for (i, report) in reports.iter().enumerate() {
-                if i > 0 {
-                    writeln!(std::io::stdout())?;
-                }
-                emit(
-                    report,
-                    &output,
-                    reports.len() == 1,
-                    true,
-                    Origin::Report(&file),
-                )?;
-            }
-            if reports.len() > 1
-                && (output.json.is_some() || output.csv.is_some() || output.t4.is_some())
-            {
-                bail!(
-                    "{} holds results of {} manifests; --json, --csv and --t4 need one (merge \
-                     the results of one manifest with `tunebox merge`)",
-                    file.display(),
-                    reports.len()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Report { files, output } => match files.as_slice() {
+            [a, b] => compare(a, b, &output),
+            [file] => report(file, &output),
+            _ => bail!("give one file to report, or two to compare"),
+        },
         Command::Merge {
             files,
             across_devices,
@@ -401,14 +401,77 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// `tunebox report FILE`: the table of each report the file holds, and the files asked for.
+fn report(file: &std::path::Path, output: &OutputArgs) -> Result<ExitCode> {
+    let reports = tunebox_tune::load_reports(file)?;
+    for (i, report) in reports.iter().enumerate() {
+        if i > 0 {
+            writeln!(std::io::stdout())?;
+        }
+        emit(
+            report,
+            output,
+            reports.len() == 1,
+            true,
+            Origin::Report(file),
+        )?;
+    }
+    if reports.len() > 1 && output.files().next().is_some() {
+        bail!(
+            "{} holds results of {} manifests; --json, --csv, --t4 and --html need one (merge \
+             the results of one manifest with `tunebox merge`)",
+            file.display(),
+            reports.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tunebox report A B`: the two reports compared, in a few lines and `--html`.
+fn compare(a: &std::path::Path, b: &std::path::Path, output: &OutputArgs) -> Result<ExitCode> {
+    ensure!(
+        output.json.is_none()
+            && output.csv.is_none()
+            && output.t4.is_none()
+            && output.top.is_none()
+            && !output.errors,
+        "with two files `tunebox report` compares them: only --html applies (report one file \
+         for --json, --csv, --t4, --top or --errors)"
+    );
+    let one = |path: &std::path::Path| -> Result<Report> {
+        let mut reports = tunebox_tune::load_reports(path)?;
+        ensure!(
+            reports.len() == 1,
+            "{} holds results of {} manifests; compare one manifest's (`tunebox merge` \
+             writes them as one report)",
+            path.display(),
+            reports.len()
+        );
+        Ok(reports.remove(0))
+    };
+    let (ra, rb) = (one(a)?, one(b)?);
+    let comparison = tunebox_tune::Comparison::new(&ra, &rb)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "A = {}, B = {}", a.display(), b.display())?;
+    for line in comparison.summary() {
+        writeln!(out, "{line}")?;
+    }
+    if let Some(path) = &output.html {
+        tunebox_tune::HtmlComparison::new(&comparison).write(path)?;
+        eprintln!("tunebox: wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Prints the table and writes the requested files.
 /// What a printed report comes from: what the table may suggest depends on it.
 #[derive(Debug, Clone, Copy)]
 enum Origin<'a> {
     /// `tunebox tune` measured it.
     Tune,
-    /// `tunebox tune --replay`: recorded measurements.
-    Replay,
+    /// `tunebox tune --replay`: recorded measurements, with the course of the search and
+    /// (for `--html`) the recording replayed.
+    Replay(&'a Trace, Option<&'a Recorded>),
     /// `tunebox merge`.
     Merge,
     /// `tunebox report FILE`.
@@ -431,13 +494,12 @@ fn emit(
     let measurable = !report.info.header.manifest_hash.is_empty();
     let remeasure = match origin {
         Origin::Tune => table::Remeasure::Flag,
-        Origin::Replay => table::Remeasure::No,
+        Origin::Replay(..) => table::Remeasure::No,
         Origin::Merge | Origin::Report(_) if measurable => table::Remeasure::Command(manifest),
         Origin::Merge | Origin::Report(_) => table::Remeasure::No,
     };
-    let files: Vec<String> = [&output.json, &output.csv, &output.t4]
-        .into_iter()
-        .flatten()
+    let files: Vec<String> = output
+        .files()
         .filter(|_| write_files)
         .map(|path| path.display().to_string())
         .collect();
@@ -471,6 +533,17 @@ fn emit(
         }
         if let Some(path) = &output.t4 {
             tunebox_tune::write_t4(report, path)?;
+            if announce {
+                eprintln!("tunebox: wrote {}", path.display());
+            }
+        }
+        if let Some(path) = &output.html {
+            let page = tunebox_tune::HtmlReport::new(report);
+            match origin {
+                Origin::Replay(trace, recorded) => page.replayed(trace, recorded),
+                _ => page,
+            }
+            .write(path)?;
             if announce {
                 eprintln!("tunebox: wrote {}", path.display());
             }
@@ -587,7 +660,18 @@ fn replay(
     );
     let (report, trace) =
         tunebox_tune::replay::replay(&args.manifest, recorded, selection, budget)?;
-    emit(&report, &args.output, true, !args.quiet, Origin::Replay)?;
+    // The page draws random search's expected course and the optimum from the whole recording.
+    let whole = match &args.output.html {
+        Some(_) => Some(recording(&args.manifest, recorded)?),
+        None => None,
+    };
+    emit(
+        &report,
+        &args.output,
+        true,
+        !args.quiet,
+        Origin::Replay(&trace, whole.as_ref()),
+    )?;
     writeln!(
         std::io::stdout(),
         "replayed {} measurements of {}: simulated time {:.1} s (the strategy's own {:.3} s), \
@@ -601,6 +685,13 @@ fn replay(
             .map_or_else(|| "none (every choice failed)".into(), table::format_time)
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The recording `recorded` of the space of `manifest`, every choice's time and cost.
+fn recording(manifest: &std::path::Path, recorded: &std::path::Path) -> Result<Recorded> {
+    let space = tunebox_tune::load_space(manifest)?;
+    let recording = tunebox_tune::replay::Recording::read(recorded)?;
+    Ok(Recorded::new(&recording, &space)?)
 }
 
 /// `--list`.

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use tunebox_pool::Status;
 use tunebox_tune::{
-    ChoiceResult, Report, RunInfo, best, choice_count as choices, define_line, format_value,
-    short_error,
+    ChoiceResult, ErrorGroup, Report, RunInfo, best, choice_count as choices, define_line,
+    error_groups, format_value, rank_labels, short_error, ties, windowed,
 };
 
 /// Widest the error column gets in the table.
@@ -173,40 +173,6 @@ fn title(info: &RunInfo, device: &str) -> String {
     title
 }
 
-/// Failed choices whose errors say the same (same status, same meaningful line): the table
-/// shows the first and counts the rest, and a footnote gives the line whole.
-struct ErrorGroup<'r> {
-    status: Status,
-    line: String,
-    members: Vec<&'r ChoiceResult>,
-    /// Its footnote number, when it has one (shared, or cut in the table).
-    note: Option<usize>,
-}
-
-/// The groups of identical errors among `members`, in order of first appearance.
-fn error_groups<'r>(members: &[&'r ChoiceResult]) -> Vec<ErrorGroup<'r>> {
-    let mut groups: Vec<ErrorGroup<'r>> = Vec::new();
-    for r in members.iter().copied() {
-        let Some(error) = r.error.as_deref().filter(|_| r.status != Status::Ok) else {
-            continue;
-        };
-        let line = short_error(error, usize::MAX);
-        match groups
-            .iter_mut()
-            .find(|g| g.status == r.status && g.line == line)
-        {
-            Some(group) => group.members.push(r),
-            None => groups.push(ErrorGroup {
-                status: r.status,
-                line,
-                members: vec![r],
-                note: None,
-            }),
-        }
-    }
-    groups
-}
-
 /// A row of the table: a choice, or the count of those hidden under the first of their error
 /// group.
 enum Row<'r> {
@@ -235,7 +201,7 @@ fn print_rows(
     header.extend(["spread".into(), "status".into(), "error".into()]);
     let columns = header.len();
     let ranks = rank_labels(members);
-    let mut groups = error_groups(&members[..shown]);
+    let groups = error_groups(&members[..shown]);
     let group_of = |r: &ChoiceResult, groups: &[ErrorGroup<'_>]| {
         groups
             .iter()
@@ -286,18 +252,21 @@ fn print_rows(
     });
     // A footnote for each error shared by several choices or cut to fit.
     let mut next_note = 0;
-    for group in &mut groups {
-        if group.members.len() > 1 || group.line.chars().count() > error_width {
-            next_note += 1;
-            group.note = Some(next_note);
-        }
-    }
+    let notes: Vec<Option<usize>> = groups
+        .iter()
+        .map(|group| {
+            (group.members.len() > 1 || group.line.chars().count() > error_width).then(|| {
+                next_note += 1;
+                next_note
+            })
+        })
+        .collect();
     for (cells, (row, _)) in rows.iter_mut().zip(&layout) {
         let (group, error) = match row {
             Row::Choice(r) => (group_of(r, &groups), r.error.as_deref()),
             Row::More(g) => (Some(*g), None),
         };
-        cells[columns - 1] = match (group.and_then(|g| groups[g].note), error) {
+        cells[columns - 1] = match (group.and_then(|g| notes[g]), error) {
             (Some(note), Some(e)) => {
                 let tag = format!("[{note}] ");
                 format!(
@@ -345,7 +314,7 @@ fn print_rows(
             members.len() - shown
         )?;
     }
-    print_error_notes(&groups, out, options)
+    print_error_notes(&groups, &notes, out, options)
 }
 
 /// The cells of a choice's row, the error cell left empty.
@@ -394,32 +363,34 @@ fn choice_cells(r: &ChoiceResult, rank: &str, info: &RunInfo, with_windows: bool
     row
 }
 
-/// The footnotes of the error column (each shared or cut error's line, whole), then either
-/// every distinct message whole (`--errors`) or how to see them.
+/// The footnotes of the error column (each shared or cut error's line, whole; `notes` by the
+/// same position as `groups`), then either every distinct message whole (`--errors`) or how to
+/// see them.
 fn print_error_notes(
     groups: &[ErrorGroup<'_>],
+    notes: &[Option<usize>],
     out: &mut impl Write,
     options: TableOptions<'_>,
 ) -> std::io::Result<()> {
-    for group in groups {
-        let Some(note) = group.note else { continue };
+    for (group, note) in groups.iter().zip(notes) {
+        let Some(note) = note else { continue };
         let count = match group.members.len() {
             1 => String::new(),
             n => format!("{n} choices: "),
         };
         writeln!(out, "[{note}] {count}{}", group.line)?;
     }
-    let longer = groups.iter().any(|g| {
-        g.note.is_some()
+    let longer = groups.iter().zip(notes).any(|(g, note)| {
+        note.is_some()
             || g.members
                 .iter()
                 .any(|r| r.error.as_deref().is_some_and(|e| e.trim() != g.line))
     });
     if options.errors {
-        for group in groups {
+        for (group, note) in groups.iter().zip(notes) {
             writeln!(out)?;
             let labels: Vec<String> = group.members.iter().map(|r| r.choice.label()).collect();
-            let tag = group.note.map_or_else(String::new, |n| format!("[{n}] "));
+            let tag = note.map_or_else(String::new, |n| format!("[{n}] "));
             writeln!(out, "{tag}{} ({}):", group.status, labels.join(", "))?;
             let first = group.members[0].error.as_deref().unwrap_or_default();
             for line in first.lines() {
@@ -442,60 +413,6 @@ fn print_error_notes(
 /// `3.699 ms`, `812.3 µs`, `45.20 ns`.
 pub(crate) fn format_time(ms: f64) -> String {
     tunebox_protocol::short_ms(ms)
-}
-
-/// Whether `other`, ranked after `leader`, is tied with it within the noise: both `ok` and
-/// measured alike (both refined or neither), and their 20th–80th percentile ranges overlap.
-pub(crate) fn ties(leader: &ChoiceResult, other: &ChoiceResult) -> bool {
-    let ok = |r: &ChoiceResult| r.status == Status::Ok;
-    // The noise of a time says nothing of a metric's (the objective's) closeness.
-    if leader.objective.is_some() {
-        return false;
-    }
-    if let (Some(a), Some(b)) = (&leader.windows, &other.windows)
-        && windowed(leader)
-        && windowed(other)
-    {
-        // Measured in windows: their intervals over windows overlap.
-        return ok(leader)
-            && ok(other)
-            && leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
-            && a.overlaps(b);
-    }
-    match (&leader.stats, &other.stats) {
-        (Some(a), Some(b)) if ok(leader) && ok(other) => {
-            leader.screen_median_ms.is_some() == other.screen_median_ms.is_some()
-                && b.p20_ms <= a.p80_ms
-        }
-        _ => false,
-    }
-}
-
-/// Whether `r` was measured in more than one window (its interval is over windows).
-fn windowed(r: &ChoiceResult) -> bool {
-    r.windows.as_ref().is_some_and(|w| w.medians_ms.len() > 1)
-}
-
-/// The rank column of ranked `members`: `ok` choices are numbered from 1, and a choice tied
-/// within the noise ([`ties`]) with the first choice of the current rank shares its rank,
-/// shown as `=N`; failed choices get `-`.
-fn rank_labels(members: &[&ChoiceResult]) -> Vec<String> {
-    let mut labels = Vec::with_capacity(members.len());
-    let mut leader: Option<(usize, &ChoiceResult)> = None;
-    for (position, r) in members.iter().enumerate() {
-        if r.status != Status::Ok {
-            labels.push("-".into());
-            continue;
-        }
-        match leader {
-            Some((rank, first)) if ties(first, r) => labels.push(format!("={rank}")),
-            _ => {
-                leader = Some((position + 1, r));
-                labels.push((position + 1).to_string());
-            }
-        }
-    }
-    labels
 }
 
 fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
@@ -651,60 +568,5 @@ mod tests {
         assert_eq!(format_time(0.000_000_5), "0.500 ns");
         assert_eq!(format_time(0.0), "0.000 ns");
         assert_eq!(format_time(f64::NAN), "NaN ms");
-    }
-
-    /// An `ok` result with median `median` and 20th/80th percentiles `p20`/`p80`.
-    fn measured(index: usize, median: f64, p20: f64, p80: f64) -> ChoiceResult {
-        let mut r = ChoiceResult::failed(
-            index,
-            tunebox_tune::Choice::new(Default::default()),
-            Status::Ok,
-            String::new(),
-            "cpu",
-        );
-        r.error = None;
-        r.stats = Some(tunebox_protocol::TimingStats {
-            median_ms: median,
-            mean_ms: median,
-            min_ms: p20,
-            max_ms: p80,
-            p20_ms: p20,
-            p80_ms: p80,
-            stddev_ms: 0.0,
-            reps: 10,
-            warmup_reps: 1,
-            stopped: "reps".into(),
-            preempted_reps: 0,
-        });
-        r
-    }
-
-    #[test]
-    fn choices_within_the_noise_share_a_rank() {
-        let results = [
-            measured(0, 1.00, 0.98, 1.03),
-            measured(1, 1.01, 1.00, 1.05), // overlaps #1
-            measured(2, 1.04, 1.02, 1.06), // overlaps #1's range too
-            measured(3, 1.10, 1.08, 1.12), // clear of #1: a rank of its own
-            measured(4, 1.11, 1.09, 1.13), // overlaps #4
-            measured(5, 2.00, 1.99, 2.01),
-            ChoiceResult::failed(
-                6,
-                tunebox_tune::Choice::new(Default::default()),
-                Status::Crashed,
-                "boom".into(),
-                "cpu",
-            ),
-        ];
-        let members: Vec<&ChoiceResult> = results.iter().collect();
-        assert_eq!(
-            rank_labels(&members),
-            ["1", "=1", "=1", "4", "=4", "6", "-"]
-        );
-        // A refined result never ties with a screened one.
-        let mut refined = measured(7, 1.0, 0.9, 1.1);
-        refined.screen_median_ms = Some(1.0);
-        assert!(!ties(&refined, &results[0]));
-        assert!(ties(&results[0], &results[1]));
     }
 }

@@ -83,10 +83,12 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod compare;
 mod error;
 mod error_line;
 mod fingerprint;
 pub mod formats;
+mod html;
 mod integrity;
 mod interchange;
 mod interference;
@@ -97,6 +99,7 @@ mod metrics;
 mod objective;
 mod observer;
 mod options;
+mod ranking;
 pub mod replay;
 mod report;
 mod results;
@@ -112,9 +115,13 @@ mod worker_stdout;
 mod workers;
 
 pub use crate::cache::ResultsCache;
+pub use crate::compare::{BestMove, Comparison, Pair};
 pub use crate::error::{Result, TuneError};
 pub use crate::error_line::short_error;
 pub use crate::fingerprint::compiler_version;
+#[doc(hidden)]
+pub use crate::html::synthetic::report as synthetic_report;
+pub use crate::html::{CONTENT_SECURITY_POLICY, HtmlComparison, HtmlReport};
 pub use crate::interchange::write_t4;
 pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};
 pub use crate::manifest::{
@@ -125,6 +132,7 @@ pub use crate::merge::merge;
 pub use crate::metrics::format_value;
 pub use crate::objective::Objective;
 pub use crate::observer::{Event, Observer, Phase};
+pub use crate::ranking::{ErrorGroup, error_groups, rank_labels, ties, windowed};
 pub use crate::report::{json_text, load as load_reports, write_csv, write_json};
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,

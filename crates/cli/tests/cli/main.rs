@@ -4,6 +4,7 @@ mod careful;
 mod compile_deadline;
 mod fair_formats;
 mod full_disk;
+mod html;
 mod interference;
 mod kernel_tuner;
 mod kt_manifests;

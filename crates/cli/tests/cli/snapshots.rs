@@ -33,7 +33,7 @@ fn help() {
 
             Commands:
               tune     Compile, benchmark and verify the choices of a manifest; print them ranked
-              report   Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a FAIR T4 file (told apart by their content)
+              report   Print the ranked table of a JSON report, a results cache, a Kernel Tuner cache file or a FAIR T4 file (told apart by their content); with two files, compare them
               merge    Combine the results of shards (JSON reports or results caches) into one ranking
               doctor   Check the C compiler, the kernel cache, spawning a worker, a CPU benchmark, and the CUDA driver and NVRTC (through a worker); say how to fix what fails
               devices  List the GPUs a worker sees (name, compute capability, memory, L2, SMs, clocks, UUID), probed in a worker process: the `tunebox` process itself never loads a GPU library
@@ -94,6 +94,9 @@ fn tune_help() {
 
                   --t4 <PATH>
                       Also write the results as a FAIR T4 file (JSON, times in ms; docs/manifest.md, "T4 output")
+
+                  --html <PATH>
+                      Also write the report as one self-contained HTML page (figures of the ranking, each parameter's effect, the search and the measuring; nothing fetched from the network)
 
                   --top <N>
                       Show only the best N rows of the table (per device)
