@@ -104,15 +104,15 @@ pub(crate) fn fresh_message(mismatch: &FreshMismatch, not_overwritten: String) -
 
 /// Why a candidate's checked reps on varied inputs fail, if one does
 /// ([`tunebox_protocol::TimingConfig::varied_reps`]): each one's outputs against the reference's
-/// on the same inputs (`varied` computes those). A reference that cannot be run on a rep's
-/// inputs checks nothing (logged): the candidate is not blamed for it.
-pub(crate) fn varied_mismatch(
-    varied: &crate::workers::VariedReference,
+/// on the same inputs (`reference(seed)` computes those). A reference that cannot be run on a
+/// rep's inputs checks nothing (logged): the candidate is not blamed for it.
+pub(crate) fn varied_mismatch<E: std::fmt::Display>(
+    reference: impl Fn(u64) -> Result<Vec<TensorData>, E>,
     measured: &BenchmarkResult,
     tolerance: Tolerance,
 ) -> Option<String> {
     for (n, rep) in measured.integrity.checked_reps.iter().enumerate() {
-        let reference = match varied.outputs(rep.seed) {
+        let reference = match reference(rep.seed) {
             Ok(outputs) => outputs,
             Err(e) => {
                 log::warn!("the reference could not check a rep on varied inputs: {e}");

@@ -32,6 +32,7 @@ pub(crate) mod reference;
 pub(crate) mod refine;
 mod round;
 mod spare;
+mod stage;
 
 use self::context::Run;
 pub(crate) use self::options::{CacheMode, DEFAULT_ROUNDS, TuneOptions};

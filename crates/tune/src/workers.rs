@@ -650,7 +650,12 @@ pub(crate) fn judge(
                 })
                 .or_else(|| {
                     let tolerance = manifest.verify.as_ref()?.tolerance;
-                    crate::integrity::varied_mismatch(varied?, &measured, tolerance)
+                    let varied = varied?;
+                    crate::integrity::varied_mismatch(
+                        |seed| varied.outputs(seed),
+                        &measured,
+                        tolerance,
+                    )
                 })
         }
     });

@@ -16,11 +16,14 @@
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use tunebox_cpu::{CompileControl, CpuError};
+use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
+use tunebox_pool::TuningProcessPool;
 
 use super::lookup::Todo;
-use super::pipeline::{Compiling, Stage};
+use super::spare::Spare;
+use super::stage::{Stage, lock};
+use crate::interference::BackgroundWork;
 use crate::interference::Topology;
 use crate::observer::ObserverExt;
 use crate::workers::{self, InOrder};
@@ -246,9 +249,21 @@ impl<'j> CompileJob<'j> {
     }
 }
 
-/// Locks `mutex`, whatever a panicking holder left in it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+/// How the pipeline compiles the C choices it is given.
+pub(crate) struct Compiling<'c> {
+    pub kernel_cache: &'c CacheDir,
+    pub control: &'c CompileControl<'c>,
+    /// Say what compiles where (once a run, not every round of an adaptive search).
+    pub say: bool,
+    /// The compile threads, and whether measuring overlaps them.
+    pub plan: CompilePlan,
+    /// The compile threads' time, so that a window beside them can tell them from
+    /// interference ([`crate::interference::Conditions::around`]).
+    pub clock: &'c BackgroundWork,
+    /// Windows a worker measures while the next choice in order is still compiling (the
+    /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are
+    /// measured in (the rounds' own); `None`: it waits.
+    pub spare: Option<(&'c Spare, &'c TuningProcessPool)>,
 }
 
 #[cfg(test)]

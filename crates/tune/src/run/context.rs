@@ -12,7 +12,8 @@ use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::lookup::{Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
-use super::pipeline::{Outcome, stop_reason};
+use super::pipeline::Outcome;
+use super::stage::stop_reason;
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::TuneError;
 use crate::fingerprint;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tunebox_protocol::TensorData;
 
 use super::lookup::{Setup, Todo};
-use super::pipeline::{Measured, Outcome, Stage, pipeline};
+use super::pipeline::{Measured, Outcome, pipeline};
+use super::stage::Stage;
 use crate::observer::Observer;
 use crate::results::ChoiceResult;
 use crate::stop::Stop;

@@ -6,73 +6,21 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tunebox_cpu::{CacheDir, CompileControl};
-use tunebox_pool::{Status, TuningProcessPool};
-use tunebox_protocol::{BenchmarkRequest, Kernel, TensorData};
+use tunebox_pool::Status;
+use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::{Compiled, judge as judge_compile};
-use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, lock};
-use super::lookup::{Setup, Todo};
+use super::compile_threads::{CompileJob, CompileOutcome, Compiling};
+use super::lookup::Todo;
 use super::spare::Spare;
-use crate::interference::{BackgroundWork, Conditions};
-use crate::observer::{Observer, ObserverExt, Phase};
+use super::stage::{Stage, lock};
+use crate::interference::Conditions;
+use crate::observer::{ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
-use crate::stop::Stop;
 use crate::windows::Windows;
 use crate::workers::{self, InOrder, Next};
-
-/// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
-pub(crate) struct Stage<'s> {
-    pub setup: &'s Setup<'s>,
-    pub pool: &'s TuningProcessPool,
-    pub reference: Option<&'s [TensorData]>,
-    /// The reference that checks reps on varied inputs (`None`: none is checked).
-    pub varied: Option<&'s workers::VariedReference>,
-    pub observer: &'s dyn Observer,
-    pub stop: &'s Stop,
-    /// Start no new choice after this (`--max-time`).
-    pub deadline: Option<Instant>,
-}
-
-impl Stage<'_> {
-    /// A stop was asked for, or the time budget is spent.
-    pub(crate) fn should_stop(&self) -> bool {
-        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
-    }
-
-    /// Why a choice was not started: the run was interrupted, else the time budget ran out.
-    pub(crate) fn stop_reason(&self) -> &'static str {
-        stop_reason(self.stop)
-    }
-}
-
-/// Why a choice was not started: the run was interrupted, else the time budget ran out.
-pub(crate) fn stop_reason(stop: &Stop) -> &'static str {
-    if stop.requested() {
-        "interrupted"
-    } else {
-        "max_time"
-    }
-}
-
-/// How the pipeline compiles the C choices it is given.
-pub(crate) struct Compiling<'c> {
-    pub kernel_cache: &'c CacheDir,
-    pub control: &'c CompileControl<'c>,
-    /// Say what compiles where (once a run, not every round of an adaptive search).
-    pub say: bool,
-    /// The compile threads, and whether measuring overlaps them.
-    pub plan: CompilePlan,
-    /// The compile threads' time, so that a window beside them can tell them from
-    /// interference ([`Conditions::around`]).
-    pub clock: &'c BackgroundWork,
-    /// Windows a worker measures while the next choice in order is still compiling (the
-    /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are
-    /// measured in (the rounds' own); `None`: it waits.
-    pub spare: Option<(&'c Spare, &'c TuningProcessPool)>,
-}
 
 /// What a pipeline measured, for its caller.
 pub(crate) enum Measured {

@@ -7,12 +7,13 @@ use std::time::Duration;
 use anyhow::Result;
 use tunebox_cpu::CompileControl;
 
-use super::compile_threads::CompilePlan;
+use super::compile_threads::{CompilePlan, Compiling};
 use super::context::{Run, reason, skipped_note};
 use super::lookup::{Todo, lookup_cached};
-use super::pipeline::{Compiling, Measured, Stage, pipeline};
+use super::pipeline::{Measured, pipeline};
 use super::race::{spare_window, window_request};
 use super::spare::Spare;
+use super::stage::Stage;
 use crate::metrics::Metrics;
 use crate::observer::ObserverExt;
 use crate::results::{ChoiceResult, NotMeasured, Selection, ShardInfo, set_objective};

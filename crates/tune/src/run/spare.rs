@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use tunebox_protocol::BenchmarkRequest;
 
-use super::compile_threads::lock;
+use super::stage::lock;
 
 /// Windows measured after a choice's screening window before its spare window may run, at
 /// least: and half the choices being screened (half a round) when that is more, so that the

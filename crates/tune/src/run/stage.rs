@@ -1,0 +1,52 @@
+//! Where a pipeline ([`pipeline`](super::pipeline)) measures ([`Stage`]), below both the
+//! pipeline and its compile threads, and a lock both use.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use tunebox_pool::TuningProcessPool;
+use tunebox_protocol::TensorData;
+
+use super::lookup::Setup;
+use crate::observer::Observer;
+use crate::stop::Stop;
+use crate::workers;
+
+/// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
+pub(crate) struct Stage<'s> {
+    pub setup: &'s Setup<'s>,
+    pub pool: &'s TuningProcessPool,
+    pub reference: Option<&'s [TensorData]>,
+    /// The reference that checks reps on varied inputs (`None`: none is checked).
+    pub varied: Option<&'s workers::VariedReference>,
+    pub observer: &'s dyn Observer,
+    pub stop: &'s Stop,
+    /// Start no new choice after this (`--max-time`).
+    pub deadline: Option<Instant>,
+}
+
+impl Stage<'_> {
+    /// A stop was asked for, or the time budget is spent.
+    pub(crate) fn should_stop(&self) -> bool {
+        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Why a choice was not started: the run was interrupted, else the time budget ran out.
+    pub(crate) fn stop_reason(&self) -> &'static str {
+        stop_reason(self.stop)
+    }
+}
+
+/// Why a choice was not started: the run was interrupted, else the time budget ran out.
+pub(crate) fn stop_reason(stop: &Stop) -> &'static str {
+    if stop.requested() {
+        "interrupted"
+    } else {
+        "max_time"
+    }
+}
+
+/// Locks `mutex`, whatever a panicking holder left in it.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
