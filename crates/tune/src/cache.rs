@@ -332,7 +332,7 @@ impl ResultsCache {
     }
 
     /// What the user should know about the file as it was opened: lines it could not read
-    /// (and why they are there), and that it cannot be written.
+    /// (and why they are there). That it cannot be written is [`ResultsCache::unwritable`].
     pub(crate) fn notes(&self) -> Vec<String> {
         let path = self.path.display();
         let mut notes = Vec::new();
@@ -351,12 +351,15 @@ impl ResultsCache {
                 self.unreadable.other
             ));
         }
-        if let Some(reason) = &self.unwritable {
-            notes.push(format!(
-                "{reason}; this run's results are not kept (what the file holds is still used)"
-            ));
-        }
         notes
+    }
+
+    /// That the file cannot be written (opened for appending), why, and the fix; `None` when it
+    /// can be.
+    pub(crate) fn unwritable(&self) -> Option<String> {
+        self.unwritable.as_ref().map(|reason| {
+            format!("{reason}; this run's results are not kept (what the file holds is still used)")
+        })
     }
 
     /// How many results of this run could not be written (a full or read-only file system),
@@ -477,6 +480,14 @@ impl ResultsCache {
                 Err(write_failure(&self.path, &error))
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl ResultsCache {
+    /// Writes go to `file` from now on (`/dev/full` stands in for a full disk).
+    pub(crate) fn write_to(&mut self, file: File) {
+        self.file = Some(file);
     }
 }
 
@@ -617,6 +628,7 @@ mod tests {
         assert_eq!(cache.unreadable.total(), 1);
         let notes = cache.notes();
         assert!(notes[0].contains("cut short") && notes[0].contains("disk was full"));
+        assert_eq!(cache.unwritable(), None);
         // Opening writes nothing (a full disk cannot stop a run there).
         assert!(!std::fs::read_to_string(&path).unwrap().ends_with('\n'));
         cache.append(line("b")).unwrap();

@@ -198,7 +198,9 @@ fn sandboxed(config: ProcessConfig, manifest: &Manifest) -> ProcessConfig {
     config.sandbox(manifest.sandbox.clone())
 }
 
-/// Starts `workers` workers, with the manifest's `[env]` and in its sandbox if it has one.
+/// Starts `workers` workers, with the manifest's `[env]` and in its sandbox if it has one;
+/// with `cache_root`, that is their kernel cache root (`TUNEBOX_CACHE_DIR`: a run's private
+/// one, when the user's cannot be written).
 ///
 /// # Errors
 ///
@@ -208,19 +210,21 @@ pub(crate) fn start_pool(
     workers: usize,
     timeout: Duration,
     max_process_uses: Option<u64>,
-    worker: Option<&Path>,
+    (worker, cache_root): (Option<&Path>, Option<&Path>),
 ) -> Result<Arc<TuningProcessPool>> {
     crate::integrity::prepare_floor(output_bytes(manifest), &manifest.timing);
+    let mut process = sandboxed(manifest.env.configure(process_config(worker)), manifest)
+        .stdout(crate::worker_stdout::output())
+        .stderr(Output::Capture {
+            tail_bytes: 16 * 1024,
+        });
+    if let Some(root) = cache_root {
+        process = process.env(tunebox_protocol::CACHE_DIR_ENV, root);
+    }
     let config = PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
-        .process_config(
-            sandboxed(manifest.env.configure(process_config(worker)), manifest)
-                .stdout(crate::worker_stdout::output())
-                .stderr(Output::Capture {
-                    tail_bytes: 16 * 1024,
-                }),
-        )
+        .process_config(process)
         .maximum_process_uses(max_process_uses);
     let pool = TuningProcessPool::new(config).context("could not start the workers")?;
     Ok(Arc::new(pool))
@@ -229,8 +233,9 @@ pub(crate) fn start_pool(
 /// Prepares (CUDA) and runs the reference once, in a worker of its own whose timeout is the
 /// reference's (`verify.timeout_s`, see [`Verify::reference_timeout`]), returning its outputs;
 /// for a reference given as files, those. The reference is called once, untimed
-/// (`outputs_only`): its outputs are all a run needs from it. `watch` registers the worker's
-/// pool so that Ctrl-C stops it.
+/// (`outputs_only`): its outputs are all a run needs from it. `worker` is the worker executable
+/// and kernel cache root, as [`start_pool`] takes them; `watch` registers the worker's pool so
+/// that Ctrl-C stops it.
 ///
 /// # Errors
 ///
@@ -242,7 +247,7 @@ pub(crate) fn reference_outputs(
     manifest: &Manifest,
     reference: Option<&(String, BenchmarkRequest)>,
     timeout: Duration,
-    worker: Option<&Path>,
+    worker: (Option<&Path>, Option<&Path>),
     watch: impl Fn(Arc<TuningProcessPool>),
     note: impl Fn(&str),
 ) -> Result<Option<Vec<TensorData>>> {

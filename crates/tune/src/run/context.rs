@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
+use super::compile::KernelCache;
 use super::lookup::{Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::{Outcome, stop_reason};
@@ -18,7 +19,7 @@ use crate::error::TuneError;
 use crate::fingerprint;
 use crate::interference::{BackgroundWork, Topology};
 use crate::manifest::{Language, Manifest, Reference, Verify};
-use crate::observer::{Observer, ObserverExt};
+use crate::observer::{Observer, ObserverExt, WarningKind, Warnings};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank, set_objective,
@@ -44,7 +45,8 @@ pub(super) struct Run<'a> {
     /// The reference kernel's label and request, when verifying against one.
     pub reference: Option<(String, BenchmarkRequest)>,
     pub reference_compiled: bool,
-    pub kernel_cache: CacheDir,
+    /// Where C kernels compile (a private folder when the user's cannot be written).
+    pub kernel_cache: KernelCache,
     pub topology: Topology,
     /// How long compile threads have run (they may run beside windows, in the background).
     pub compile_clock: BackgroundWork,
@@ -88,6 +90,8 @@ pub(super) struct Ledger {
     pub rounds_follow: bool,
     /// The keys whose line this run wrote.
     pub written: std::collections::HashSet<String>,
+    /// The run's warnings, each kind said once.
+    pub warnings: Warnings,
 }
 
 impl<'a> Run<'a> {
@@ -128,13 +132,19 @@ impl<'a> Run<'a> {
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
         notes.extend(manifest.notes.iter().cloned());
+        let mut warnings = Warnings::default();
         let cache = open_cache(
             cache_path.as_deref(),
             options,
             manifest,
             &mut notes,
-            observer,
+            (observer, &mut warnings),
         )?;
+        let (kernel_cache, kernel_warning) = KernelCache::resolve()?;
+        if let Some(warning) = kernel_warning {
+            warnings.warn(observer, WarningKind::KernelCache, &warning);
+            notes.push(warning);
+        }
         Ok(Run {
             options,
             observer,
@@ -143,7 +153,7 @@ impl<'a> Run<'a> {
             deadline: options.max_time.map(|t| start + t),
             reference: workers::reference_request(manifest)?,
             reference_compiled: false,
-            kernel_cache: tunebox_cpu::default_cache_dir()?,
+            kernel_cache,
             topology: Topology::detect(),
             compile_clock: BackgroundWork::default(),
             spare_windows: Duration::ZERO,
@@ -162,6 +172,7 @@ impl<'a> Run<'a> {
                 pending: Vec::new(),
                 rounds_follow: options.rounds > 0,
                 written: Default::default(),
+                warnings,
             },
             setup,
             space,
@@ -188,7 +199,7 @@ impl<'a> Run<'a> {
         let needs_c = todo.iter().any(|t| is_c(&t.request))
             || self.reference.as_ref().is_some_and(|(_, r)| is_c(r));
         if needs_c {
-            let path = self.kernel_cache.path();
+            let path = self.kernel_cache.dir().path();
             std::fs::create_dir_all(path).with_context(|| {
                 format!(
                     "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable \
@@ -208,8 +219,12 @@ impl<'a> Run<'a> {
                 ..CompileControl::default()
             };
             // Interrupted: no choice is measured either.
-            self.ledger.reference_deps =
-                super::reference::compile_reference(label, request, &self.kernel_cache, &control)?;
+            self.ledger.reference_deps = super::reference::compile_reference(
+                label,
+                request,
+                self.kernel_cache.dir(),
+                &control,
+            )?;
         }
         if self.measuring.is_some() {
             return Ok(());
@@ -288,7 +303,8 @@ impl Ledger {
         self.results.extend(lookup.done);
         self.deps_of.extend(lookup.deps);
         if let Err(e) = adopt(&mut self.cache, &lookup.hit_keys) {
-            observer.note(&format!("warning: {e:#}"));
+            self.warnings
+                .warn(observer, WarningKind::ResultsCache, &format!("{e:#}"));
         }
         self.hits += lookup.hits;
         if lookup.hits > 0 {
@@ -383,7 +399,8 @@ impl Ledger {
         let failed_before = c.not_cached().0;
         if let Err(e) = c.append(line) {
             // Counted by the cache (the report and the exit status say it); the run goes on.
-            observer.note(&format!("warning: {e:#}"));
+            self.warnings
+                .warn(observer, WarningKind::ResultsCache, &format!("{e:#}"));
         }
         if c.not_cached().0 == failed_before {
             self.written.insert(key.to_owned());
@@ -413,10 +430,11 @@ impl Ledger {
             if let Some(c) = self.cache.as_mut()
                 && let Err(e) = c.update(line)
             {
-                observer.note(&format!(
-                    "warning: {e:#}; {} keeps its screening line",
-                    result.choice.label()
-                ));
+                self.warnings.warn(
+                    observer,
+                    WarningKind::ResultsCache,
+                    &format!("{e:#}; {} keeps its screening line", result.choice.label()),
+                );
             }
         }
     }
@@ -431,11 +449,12 @@ pub(super) fn start_measuring(
 ) -> Result<Measuring> {
     let (options, stop) = (run.options, run.stop);
     workers::note_sandbox(run.setup.manifest, |m| run.observer.note(m));
+    let worker = (options.worker.as_deref(), run.kernel_cache.worker_root());
     let reference = workers::reference_outputs(
         run.setup.manifest,
         run.reference.as_ref(),
         timeout,
-        options.worker.as_deref(),
+        worker,
         |pool| stop.watch(pool),
         |m| run.observer.note(m),
     )?;
@@ -444,7 +463,7 @@ pub(super) fn start_measuring(
         workers,
         timeout,
         options.max_process_uses,
-        options.worker.as_deref(),
+        worker,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     Ok(Measuring { pool, reference })
@@ -515,7 +534,7 @@ fn open_cache(
     options: &TuneOptions,
     manifest: &Manifest,
     notes: &mut Vec<String>,
-    observer: &dyn Observer,
+    (observer, warnings): (&dyn Observer, &mut Warnings),
 ) -> Result<Option<ResultsCache>> {
     let Some(path) = path else {
         return Ok(None);
@@ -527,6 +546,10 @@ fn open_cache(
     let cache = ResultsCache::open(path, &others, options.fresh)?;
     for note in cache.notes() {
         observer.note(&note);
+        notes.push(note);
+    }
+    if let Some(note) = cache.unwritable() {
+        warnings.warn(observer, WarningKind::ResultsCache, &note);
         notes.push(note);
     }
     Ok(Some(cache))
@@ -644,4 +667,126 @@ pub(super) fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
 /// Why the run stopped early, for choices it did not start.
 pub(super) fn reason(stop: &Stop) -> &'static str {
     stop_reason(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tunebox_pool::Status;
+
+    use super::*;
+    use crate::observer::Event;
+
+    /// Keeps the notes it is told.
+    #[derive(Default)]
+    pub(crate) struct Notes(pub(crate) Mutex<Vec<String>>);
+
+    impl Observer for Notes {
+        fn on_event(&self, event: Event<'_>) {
+            if let Event::Note(note) = event {
+                self.0.lock().unwrap().push(note.to_owned());
+            }
+        }
+    }
+
+    pub(crate) fn header() -> RunHeader {
+        RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size: 4,
+            selection: Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+            objective: None,
+        }
+    }
+
+    pub(crate) fn ledger(cache: ResultsCache) -> Ledger {
+        Ledger {
+            cache: Some(cache),
+            results: Vec::new(),
+            not_measured: Vec::new(),
+            deps_of: HashMap::new(),
+            reference_deps: Vec::new(),
+            hits: 0,
+            header: header(),
+            timeout: Duration::from_secs(1),
+            pending: Vec::new(),
+            rounds_follow: true,
+            written: Default::default(),
+            warnings: Warnings::default(),
+        }
+    }
+
+    /// An `ok` result of choice `index` measured in `windows` windows of 0.5 ms.
+    pub(crate) fn measured(index: usize, windows: usize) -> ChoiceResult {
+        let stats = tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            reps: 10,
+            ..tunebox_protocol::TimingStats::unmeasured()
+        };
+        let mut r = ChoiceResult::failed(
+            index,
+            crate::space::Choice::new(Default::default()),
+            Status::Ok,
+            String::new(),
+            "cpu",
+        );
+        r.error = None;
+        let mut w = crate::windows::Windows::first(&stats, Default::default());
+        for _ in 1..windows {
+            w.add(0.5, Default::default(), 0);
+        }
+        r.windows = Some(w);
+        r.stats = Some(stats);
+        r
+    }
+
+    /// A disk that fills during a run fails every later write alike: the first failure is said,
+    /// the rest (screening lines, the lines of the rounds) only counted.
+    #[test]
+    fn a_full_disk_is_said_once_per_run() {
+        let Ok(full) = std::fs::OpenOptions::new().append(true).open("/dev/full") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResultsCache::open(&dir.path().join("c.jsonl"), &[], false).unwrap();
+        let notes = Notes::default();
+        let mut ledger = ledger(cache);
+        // Two choices screened while there was room, then the disk fills.
+        ledger.record(measured(0, 1), Some("a"), None, &notes);
+        ledger.record(measured(1, 1), Some("b"), None, &notes);
+        ledger.cache.as_mut().unwrap().write_to(full);
+        for index in 2..4 {
+            ledger.record(measured(index, 1), Some(&format!("k{index}")), None, &notes);
+        }
+        // Their rounds give every choice more windows: their lines cannot be written either.
+        for r in &mut ledger.results {
+            *r = measured(r.index, 3);
+        }
+        ledger.cache_pending(&notes);
+        let notes = notes.0.into_inner().unwrap();
+        let full: Vec<&String> = notes
+            .iter()
+            .filter(|n| n.contains("file system is full"))
+            .collect();
+        assert_eq!(full.len(), 1, "{notes:#?}");
+        assert!(full[0].starts_with("warning: "), "{notes:#?}");
+        assert_eq!(ledger.cache.as_ref().unwrap().not_cached().0, 2);
+        // The first failed screening line, and the two lines of the rounds (the cache itself
+        // counts the second failed screening line).
+        assert_eq!(ledger.warnings.count(WarningKind::ResultsCache), 3);
+    }
 }

@@ -148,7 +148,11 @@ impl Run<'_> {
                 && let Some(c) = self.ledger.cache.as_mut()
                 && let Err(e) = c.adopt(&key)
             {
-                self.observer.note(&format!("warning: {e:#}"));
+                self.ledger.warnings.warn(
+                    self.observer,
+                    crate::observer::WarningKind::ResultsCache,
+                    &format!("{e:#}"),
+                );
             }
             match hit.map(|(result, _)| result) {
                 Some(mut refined) if refined.status == Status::Ok => {
@@ -178,7 +182,10 @@ impl Run<'_> {
                     workers,
                     timeout,
                     self.options.max_process_uses,
-                    self.options.worker.as_deref(),
+                    (
+                        self.options.worker.as_deref(),
+                        self.kernel_cache.worker_root(),
+                    ),
                 )
                 .map(|pool| {
                     self.stop.watch(std::sync::Arc::clone(&pool));

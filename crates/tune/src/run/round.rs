@@ -120,7 +120,7 @@ impl Run<'_> {
         let spare = Spare::default();
         let rounds = self.setup.windows > 1;
         let compiling = Compiling {
-            kernel_cache: &self.kernel_cache,
+            kernel_cache: self.kernel_cache.dir(),
             control: &control,
             say: !std::mem::replace(&mut self.compile_noted, true),
             plan,
