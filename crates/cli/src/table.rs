@@ -438,6 +438,25 @@ fn print_error_notes(
     Ok(())
 }
 
+/// What a stopped run left, and how to finish it: `3 choices not measured, 9 measured without
+/// all their rounds; run the same command again to finish them (…)`.
+fn what_is_left((not_measured, unfinished): (usize, usize)) -> String {
+    let mut text = format!("{} not measured", choices(not_measured));
+    if unfinished > 0 {
+        text.push_str(&format!(
+            ", {unfinished} measured without all their rounds; run the same command again to \
+             finish them (what was measured is in the results cache, their windows so far \
+             included)"
+        ));
+    } else {
+        text.push_str(
+            "; run the same command again to measure only those (finished choices are in the \
+             results cache)",
+        );
+    }
+    text
+}
+
 /// A time given in ms, with four significant digits and the unit that fits: `12.35 s`,
 /// `3.699 ms`, `812.3 µs`, `45.20 ns`.
 pub(crate) fn format_time(ms: f64) -> String {
@@ -588,28 +607,21 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             cache.not_cached, cache.path
         )?;
     }
-    let by_reason = |reason: &str| {
-        info.not_measured
-            .iter()
-            .filter(|n| n.reason == reason)
-            .count()
+    let by_reason = |list: &[tunebox_tune::NotMeasured], reason: &str| {
+        list.iter().filter(|n| n.reason == reason).count()
     };
-    let (interrupted, timed_out) = (by_reason("interrupted"), by_reason("max_time"));
-    if info.interrupted || interrupted > 0 {
-        writeln!(
-            out,
-            "interrupted: {} not measured; run the same command again to measure only those \
-             (finished choices are in the results cache)",
-            choices(interrupted)
-        )?;
+    let left = |reason: &str| {
+        (
+            by_reason(&info.not_measured, reason),
+            by_reason(&info.unfinished, reason),
+        )
+    };
+    let (interrupted, timed_out) = (left("interrupted"), left("max_time"));
+    if info.interrupted || interrupted != (0, 0) {
+        writeln!(out, "interrupted: {}", what_is_left(interrupted))?;
     }
-    if timed_out > 0 {
-        writeln!(
-            out,
-            "--max-time reached: {} not measured; run again to measure them (finished \
-             choices come from the results cache)",
-            choices(timed_out)
-        )?;
+    if timed_out != (0, 0) {
+        writeln!(out, "--max-time reached: {}", what_is_left(timed_out))?;
     }
     if let Some(refine) = info.refine
         && report.results.iter().any(|r| r.screen_median_ms.is_some())

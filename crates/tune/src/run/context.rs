@@ -11,7 +11,7 @@ use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::KernelCache;
-use super::lookup::{Setup, Todo, adopt};
+use super::lookup::{Resumed, Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::{Outcome, stop_reason};
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
@@ -72,6 +72,17 @@ pub(super) struct Run<'a> {
     pub compile_noted: bool,
 }
 
+/// A result whose line in the results cache is written again once its rounds are done.
+#[derive(Debug, Clone)]
+pub(super) struct PendingLine {
+    /// Its choice's stable index.
+    pub index: usize,
+    /// Its key in the results cache.
+    pub key: String,
+    /// How many windows its line there holds.
+    pub windows: usize,
+}
+
 /// Every result of the run, and the results cache they go to.
 pub(super) struct Ledger {
     pub cache: Option<ResultsCache>,
@@ -84,14 +95,19 @@ pub(super) struct Ledger {
     pub hits: usize,
     pub header: RunHeader,
     pub timeout: Duration,
-    /// `ok` results to cache again once their rounds are done (their keys), by index.
-    pub pending: Vec<(usize, String)>,
+    /// `ok` results to cache again once their rounds are done.
+    pub pending: Vec<PendingLine>,
+    /// The stable indices of the results whose rounds a stop cut short (set by the rounds):
+    /// their lines say so, and a re-run gives them the rest.
+    pub unfinished: Vec<usize>,
     /// Whether rounds follow screening.
     pub rounds_follow: bool,
     /// The keys whose line this run wrote.
     pub written: std::collections::HashSet<String>,
     /// The run's warnings, each kind said once.
     pub warnings: Warnings,
+    /// Choices whose rounds an earlier run's stop cut short, resumed here.
+    pub resumed: usize,
 }
 
 impl<'a> Run<'a> {
@@ -170,9 +186,11 @@ impl<'a> Run<'a> {
                 header,
                 timeout: setup.timeout,
                 pending: Vec::new(),
+                unfinished: Vec::new(),
                 rounds_follow: options.rounds > 0,
                 written: Default::default(),
                 warnings,
+                resumed: 0,
             },
             setup,
             space,
@@ -248,10 +266,9 @@ impl<'a> Run<'a> {
             measuring.pool.shutdown(Duration::from_millis(500));
         }
         self.stop.unwatch();
-        let mut ledger = self.ledger;
-        ledger.not_measured.sort_by_key(|n| n.index);
+        let unfinished = self.unfinished();
         self.notes.extend(budget_note(
-            &ledger.results,
+            &self.ledger.results,
             self.setup.manifest,
             self.setup.timeout,
         ));
@@ -264,6 +281,8 @@ impl<'a> Run<'a> {
             self.observer.note(&format!("warning: {warning}"));
             self.notes.push(warning);
         }
+        let mut ledger = self.ledger;
+        ledger.not_measured.sort_by_key(|n| n.index);
         set_objective(&mut ledger.results, ledger.header.objective.as_ref());
         rank(&mut ledger.results);
         let refine = self.options.refine.filter(|&k| k > 0);
@@ -282,6 +301,7 @@ impl<'a> Run<'a> {
                 cache: ledger.cache.as_ref().map(|c| c.info(ledger.hits)),
                 interrupted: self.stop.requested(),
                 not_measured: ledger.not_measured,
+                unfinished,
                 notes: self.notes,
                 conditions: self.conditions,
                 ..RunInfo::new(ledger.header)
@@ -293,13 +313,16 @@ impl<'a> Run<'a> {
 
 impl Ledger {
     /// Takes what the cached lookup answered: results, their headers, hits (lines read from
-    /// another file of the manifest, a shard's, are copied into this one).
+    /// another file of the manifest, a shard's, are copied into this one), and the choices
+    /// whose rounds were cut short ([`Ledger::take_resumed`]). Returns what is left to measure,
+    /// and those resumed.
     pub(super) fn take_cached(
         &mut self,
-        lookup: super::lookup::Lookup,
+        mut lookup: super::lookup::Lookup,
         adaptive: bool,
         observer: &dyn Observer,
-    ) -> Vec<Todo> {
+    ) -> (Vec<Todo>, Vec<Resumed>) {
+        let resumed = std::mem::take(&mut lookup.resumed);
         self.results.extend(lookup.done);
         self.deps_of.extend(lookup.deps);
         if let Err(e) = adopt(&mut self.cache, &lookup.hit_keys) {
@@ -318,7 +341,8 @@ impl Ledger {
         {
             observer.note(&skipped_note(lookup.hits, c));
         }
-        lookup.todo
+        let resumed = self.take_resumed(resumed, adaptive, observer);
+        (lookup.todo, resumed)
     }
 
     /// What became of `todo` in a pipeline: a result is recorded, a skipped choice noted.
@@ -365,10 +389,16 @@ impl Ledger {
         }
         if let Some(key) = key {
             // Cached at once, so that a run killed later loses nothing; an `ok` result with
-            // rounds to come is cached again with all its windows (the last line of a key wins).
-            self.cache_line(&result, key, self.timeout, observer);
-            if self.rounds_follow && result.windows.is_some() {
-                self.pending.push((result.index, key.to_owned()));
+            // rounds to come is cached again with all its windows (the last line of a key
+            // wins), and until then its line says that its windows are not complete.
+            let rounds_follow = self.rounds_follow && result.windows.is_some();
+            self.cache_line(&result, key, self.timeout, !rounds_follow, observer);
+            if rounds_follow {
+                self.pending.push(PendingLine {
+                    index: result.index,
+                    key: key.to_owned(),
+                    windows: 1,
+                });
             }
         }
         self.keep(result);
@@ -382,20 +412,23 @@ impl Ledger {
         }
     }
 
-    /// Appends `result`'s line (`timeout`: what it was measured with) to the results cache;
-    /// a failed write turns the cache off, with a warning.
+    /// Appends `result`'s line (`timeout`: what it was measured with; `complete`: whether its
+    /// windows are all it gets) to the results cache; a failed write is counted, with a
+    /// warning.
     pub(super) fn cache_line(
         &mut self,
         result: &ChoiceResult,
         key: &str,
         timeout: Duration,
+        complete: bool,
         observer: &dyn Observer,
     ) {
         let deps = self.deps_of.get(&result.index).cloned();
         let Some(c) = self.cache.as_mut() else {
             return;
         };
-        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps);
+        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps)
+            .with_windows_complete(complete);
         let failed_before = c.not_cached().0;
         if let Err(e) = c.append(line) {
             // Counted by the cache (the report and the exit status say it); the run goes on.
@@ -409,31 +442,40 @@ impl Ledger {
 
     /// Caches the results measured in rounds again, each with all its windows (a result with
     /// too few quiet windows is cached with them, and is not taken as final: a quiet run
-    /// measures it again).
+    /// measures it again). A result whose rounds a stop cut short ([`Ledger::unfinished`]) is
+    /// cached with the windows it has when it has more than its line, saying that they are not
+    /// complete; one whose rounds are done is cached as complete, also when no window was added
+    /// (it settled at screening, or was the only choice).
     pub(super) fn cache_pending(&mut self, observer: &dyn Observer) {
-        for (index, key) in std::mem::take(&mut self.pending) {
-            let Some(result) = self.results.iter().find(|r| r.index == index).cloned() else {
+        for pending in std::mem::take(&mut self.pending) {
+            let Some(result) = self
+                .results
+                .iter()
+                .find(|r| r.index == pending.index)
+                .cloned()
+            else {
                 continue;
             };
-            // Unchanged since screening (no window added): its line is there already.
-            let changed = result
-                .windows
-                .as_ref()
-                .is_some_and(|w| w.medians_ms.len() > 1)
-                || result.status != tunebox_pool::Status::Ok;
-            // A screening line that could not be written was counted; it is not tried again.
-            if !changed || !self.written.contains(&key) {
+            let complete = result.status != tunebox_pool::Status::Ok
+                || !self.unfinished.contains(&pending.index);
+            let windows = result.windows.as_ref().map_or(0, |w| w.medians_ms.len());
+            // A line that could not be written was counted; it is not tried again.
+            if !(complete || windows > pending.windows) || !self.written.contains(&pending.key) {
                 continue;
             }
             let deps = self.deps_of.get(&result.index).cloned();
-            let line = CacheLine::new(key, &self.header, self.timeout, &result, deps);
+            let line = CacheLine::new(pending.key, &self.header, self.timeout, &result, deps)
+                .with_windows_complete(complete);
             if let Some(c) = self.cache.as_mut()
                 && let Err(e) = c.update(line)
             {
                 self.warnings.warn(
                     observer,
                     WarningKind::ResultsCache,
-                    &format!("{e:#}; {} keeps its screening line", result.choice.label()),
+                    &format!(
+                        "{e:#}; {} keeps its line with fewer windows",
+                        result.choice.label()
+                    ),
                 );
             }
         }
@@ -722,9 +764,11 @@ mod tests {
             header: header(),
             timeout: Duration::from_secs(1),
             pending: Vec::new(),
+            unfinished: Vec::new(),
             rounds_follow: true,
             written: Default::default(),
             warnings: Warnings::default(),
+            resumed: 0,
         }
     }
 

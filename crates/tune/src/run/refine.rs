@@ -154,7 +154,8 @@ impl Run<'_> {
                     &format!("{e:#}"),
                 );
             }
-            match hit.map(|(result, _)| result) {
+            // A refined line is complete as written (one window, no rounds).
+            match hit.map(|hit| hit.result) {
                 Some(mut refined) if refined.status == Status::Ok => {
                     refined.screen_median_ms = screen;
                     self.ledger.results[p] = refined;
@@ -214,7 +215,7 @@ impl Ledger {
         timeout: Duration,
         observer: &dyn Observer,
     ) -> Option<String> {
-        self.cache_line(&refined, key, timeout, observer);
+        self.cache_line(&refined, key, timeout, true, observer);
         if refined.status == Status::Ok {
             self.keep(refined);
             None
