@@ -405,7 +405,7 @@ fn print_error_notes(
         let Some(note) = group.note else { continue };
         let count = match group.members.len() {
             1 => String::new(),
-            n => format!("{n} choices: "),
+            n => format!("{n} choices ({}): ", named(&group.members)),
         };
         writeln!(out, "[{note}] {count}{}", group.line)?;
     }
@@ -453,6 +453,27 @@ fn what_is_left((not_measured, unfinished): (usize, usize)) -> String {
             "; run the same command again to measure only those (finished choices are in the \
              results cache)",
         );
+    }
+    text
+}
+
+/// Most choices a footnote names before it counts the rest.
+const NAMED: usize = 4;
+
+/// The labels of `members`, the first [`NAMED`] of them and how many more: the choices a folded
+/// row (`… 3 more`) stands for, so that each can be found without `--errors`.
+fn named(members: &[&ChoiceResult]) -> String {
+    let labels: Vec<String> = members
+        .iter()
+        .take(NAMED)
+        .map(|r| r.choice.label())
+        .collect();
+    let mut text = labels.join(", ");
+    if members.len() > NAMED {
+        text.push_str(&format!(
+            " and {} more; --errors lists them",
+            members.len() - NAMED
+        ));
     }
     text
 }
@@ -718,5 +739,63 @@ mod tests {
         refined.screen_median_ms = Some(1.0);
         assert!(!ties(&refined, &results[0]));
         assert!(ties(&results[0], &results[1]));
+    }
+
+    /// A failed result of `X = index` with `error`.
+    fn failed(index: usize, error: &str) -> ChoiceResult {
+        let choice = tunebox_tune::Choice::new(
+            [("X".to_owned(), tunebox_tune::ParamValue::Int(index as i64))]
+                .into_iter()
+                .collect(),
+        );
+        ChoiceResult::failed(index, choice, Status::Suspicious, error.into(), "cpu")
+    }
+
+    fn table(results: Vec<ChoiceResult>) -> String {
+        let header = tunebox_tune::RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size: results.len(),
+            selection: tunebox_tune::Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+            objective: None,
+        };
+        let report = Report {
+            info: RunInfo::new(header),
+            results,
+        };
+        let mut out = Vec::new();
+        print_table(&report, &mut out, TableOptions::default()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A row folded under the first of its error group (`… N more`) can be found: its
+    /// footnote names the choices (the first few, and says that `--errors` lists the rest).
+    #[test]
+    fn a_folded_row_names_its_choices() {
+        let same = "suspicious (children_after_call): 1 child process(es) still running";
+        let two = table(vec![failed(1, same), failed(2, same)]);
+        assert!(two.contains("… 1 more"), "{two}");
+        assert!(
+            two.contains(&format!("[1] 2 choices (X=1, X=2): {same}")),
+            "{two}"
+        );
+        let many = table((0..7).map(|i| failed(i, same)).collect());
+        assert!(
+            many.contains(&format!(
+                "[1] 7 choices (X=0, X=1, X=2, X=3 and 3 more; --errors lists them): {same}"
+            )),
+            "{many}"
+        );
     }
 }

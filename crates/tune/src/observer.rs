@@ -136,6 +136,7 @@ impl Warnings {
     }
 
     /// How many warnings of `kind` the run had, said or not.
+    #[cfg(test)]
     pub(crate) fn count(&self, kind: WarningKind) -> usize {
         self.said.get(&kind).copied().unwrap_or(0)
     }

@@ -108,6 +108,8 @@ pub(super) struct Ledger {
     pub warnings: Warnings,
     /// Choices whose rounds an earlier run's stop cut short, resumed here.
     pub resumed: usize,
+    /// The choices whose measurement left state behind in their worker, by label.
+    pub left_by: Vec<String>,
 }
 
 impl<'a> Run<'a> {
@@ -191,6 +193,7 @@ impl<'a> Run<'a> {
                 written: Default::default(),
                 warnings,
                 resumed: 0,
+                left_by: Vec::new(),
             },
             setup,
             space,
@@ -267,6 +270,7 @@ impl<'a> Run<'a> {
         }
         self.stop.unwatch();
         let unfinished = self.unfinished();
+        self.notes.extend(self.ledger.left_behind_note());
         self.notes.extend(budget_note(
             &self.ledger.results,
             self.setup.manifest,
@@ -352,7 +356,9 @@ impl Ledger {
                 result,
                 cacheable,
                 files,
+                left,
             } => {
+                self.left_behind(&result.choice.label(), &left, observer);
                 let deps = self.deps_for(files);
                 let key = cacheable.then_some(todo.key.as_str());
                 self.record(*result, key, deps, observer);
@@ -363,6 +369,49 @@ impl Ledger {
                 reason: reason.to_owned(),
             }),
         }
+    }
+
+    /// A choice's measurement left `left` in its worker (descriptors, threads, processes,
+    /// memory, or a resource it found used up), which could not be put back: the worker was
+    /// replaced. Said once a run, naming the choice; every such choice is named in the report's
+    /// notes ([`Ledger::left_behind_note`]).
+    fn left_behind(
+        &mut self,
+        label: &str,
+        left: &[tunebox_protocol::Leftover],
+        observer: &dyn Observer,
+    ) {
+        if left.is_empty() {
+            return;
+        }
+        let what: Vec<String> = left
+            .iter()
+            .map(|l| format!("{}: {}", l.what, l.detail))
+            .collect();
+        self.warnings.warn(
+            observer,
+            WarningKind::LeftBehind,
+            &format!(
+                "{label} left state behind in its reused worker ({}); the worker was replaced \
+                 before the next choice, so no other choice pays for it",
+                what.join("; ")
+            ),
+        );
+        self.left_by.push(label.to_owned());
+    }
+
+    /// The report's note naming every choice that left state behind in its worker.
+    pub(super) fn left_behind_note(&self) -> Option<String> {
+        let (first, rest) = self.left_by.split_first()?;
+        let names = if rest.is_empty() {
+            first.clone()
+        } else {
+            format!("{first}, {}", rest.join(", "))
+        };
+        Some(format!(
+            "{} left state behind in a reused worker, which was replaced after each: {names}",
+            plural(self.left_by.len())
+        ))
     }
 
     /// The headers a C choice's line depends on: those its compile read, and the reference's.
@@ -769,6 +818,7 @@ mod tests {
             written: Default::default(),
             warnings: Warnings::default(),
             resumed: 0,
+            left_by: Vec::new(),
         }
     }
 

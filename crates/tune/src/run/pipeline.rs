@@ -95,11 +95,14 @@ enum Job {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     /// A result: measured, or failed to compile or prepare. `cacheable`: the results cache may
-    /// keep it (not a transient failure); `files`: the headers its compile read (C).
+    /// keep it (not a transient failure); `files`: the headers its compile read (C); `left`:
+    /// what its measurement left in its worker that could not be put back (the worker was
+    /// replaced before the next choice).
     Done {
         result: Box<ChoiceResult>,
         cacheable: bool,
         files: Option<Vec<PathBuf>>,
+        left: Vec<tunebox_protocol::Leftover>,
     },
     /// Not started, or killed by a stop: why (`interrupted`, `max_time`).
     Skipped(&'static str),
@@ -220,10 +223,12 @@ pub(crate) fn pipeline(
                         result,
                         cacheable,
                         files: _,
+                        left,
                     } => Outcome::Done {
                         result,
                         cacheable,
                         files: lock(&compiled_deps)[p].clone(),
+                        left,
                     },
                     skipped => skipped,
                 };
@@ -327,6 +332,7 @@ fn prepare_cuda(
                 result: Box::new(result),
                 cacheable: true,
                 files: None,
+                left: Vec::new(),
             },
         );
     }
@@ -346,6 +352,16 @@ pub(crate) fn measured_outcome(
     if transient && stage.stop.requested() {
         return Outcome::Skipped("interrupted");
     }
+    let left: Vec<tunebox_protocol::Leftover> = result
+        .as_ref()
+        .map(|r| {
+            r.left_behind
+                .iter()
+                .filter(|l| !l.restored)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     let mut r = workers::judge(
         todo.index,
         todo.choice.clone(),
@@ -364,6 +380,7 @@ pub(crate) fn measured_outcome(
         result: Box::new(r),
         cacheable: !transient,
         files: None,
+        left,
     }
 }
 
@@ -401,6 +418,7 @@ fn compile_outcomes(
                     result,
                     cacheable,
                     files: Some(dependencies),
+                    left: Vec::new(),
                 },
             },
         };
