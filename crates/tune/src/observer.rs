@@ -64,8 +64,10 @@ pub enum Event<'a> {
         /// The choices the run expects to finish.
         total: usize,
     },
-    /// `count` choices were taken from the results cache instead of being measured (sent each
-    /// round that has some; only the first says so in a [`Event::Note`]).
+    /// `count` choices were taken from the results cache instead of being measured, or resumed
+    /// from it (their screening window cached, their rounds cut short by an earlier run's
+    /// stop): their screening is done (sent each round that has some; only the first says so
+    /// in a [`Event::Note`]).
     Cached {
         /// How many.
         count: usize,
