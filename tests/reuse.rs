@@ -202,6 +202,32 @@ fn a_task_that_runs_out_of_a_resource_in_a_reused_worker_is_measured_again_in_a_
     );
 }
 
+/// A task that uses up the descriptors itself, in a worker whose earlier task left none: it is
+/// named as its own culprit, not an innocent before it, nor nobody.
+#[test]
+fn a_task_that_uses_up_a_resource_itself_is_named_as_the_culprit() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    assert_eq!(
+        number(worker.run_task(TestTask::Square(3), LONG).unwrap()),
+        9.0
+    );
+    let err = worker
+        .run_task(TestTask::LeakThenFail(30), LONG)
+        .unwrap_err();
+    assert!(matches!(err, ProcessError::Remote(_)), "{err:?}");
+    let leftover = find(worker.left_behind(), "resources");
+    assert!(
+        leftover.detail.contains("ran out of file descriptors")
+            && leftover
+                .detail
+                .contains("likely culprit: this task itself (`test-tasks task `")
+            && leftover.detail.contains(
+                "which left 30 descriptors behind while it ran; the 1 tasks before it left none"
+            ),
+        "{leftover}"
+    );
+}
+
 #[test]
 fn a_crash_quote_under_rust_backtrace_keeps_the_cause() {
     let mut worker = TuningProcess::spawn(config().env("RUST_BACKTRACE", "1")).unwrap();

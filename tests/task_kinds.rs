@@ -37,6 +37,9 @@ pub(crate) enum TestTask {
     StateProbe,
     /// Fail with "Too many open files" unless this is the first task of the worker process.
     FailIfReused,
+    /// Open `/dev/null` this many times, never close it, and fail with "Too many open files":
+    /// a task that uses up its worker's descriptors itself.
+    LeakThenFail(usize),
     /// Fail to allocate 4 GiB as Rust's allocator reports it (`memory allocation of … bytes
     /// failed`, a backtrace under `RUST_BACKTRACE=1`, then abort).
     AllocFailure,
@@ -113,6 +116,14 @@ pub(crate) fn run(task: TestTask, cx: &mut TaskContext<'_>) -> Result<TestOutput
         TestTask::AllocFailure => {
             let layout = std::alloc::Layout::from_size_align(1 << 32, 8).expect("a layout");
             std::alloc::handle_alloc_error(layout)
+        }
+        TestTask::LeakThenFail(n) => {
+            for _ in 0..n {
+                std::mem::forget(std::fs::File::open("/dev/null").map_err(failed)?);
+            }
+            return Err(BenchError::Failed {
+                message: "cannot open scratch file: Too many open files (os error 24)".into(),
+            });
         }
         TestTask::FailIfReused => {
             use std::sync::atomic::{AtomicBool, Ordering};

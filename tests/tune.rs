@@ -3,6 +3,8 @@
 
 use std::sync::Mutex;
 
+use serde_json::Value;
+
 use tunebox_pool::Status;
 use tunebox_protocol::{DType, TensorSpec, TimingConfig};
 use tunebox_tune::{
@@ -537,4 +539,145 @@ fn the_strategys_own_time_is_on_the_runs_clock() {
         "{:?}",
         report.info.not_measured
     );
+}
+
+/// Asks the run to stop at its `n`-th poll once the rounds have started (the note that says
+/// so): a run interrupted during its rounds, deterministically.
+struct StopInRounds {
+    started: std::sync::atomic::AtomicBool,
+    polls: std::sync::atomic::AtomicUsize,
+    n: usize,
+}
+
+impl Observer for StopInRounds {
+    fn on_event(&self, event: Event<'_>) {
+        if let Event::Note(note) = event
+            && note.contains("rounds of short windows")
+        {
+            self.started
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn should_stop(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.started.load(SeqCst) && self.polls.fetch_add(1, SeqCst) + 1 >= self.n
+    }
+}
+
+/// The windows an uninterrupted run gives an `ok` result with `rounds` rounds: one per round
+/// after the screening window, or fewer when two windows agreed (confirmed early).
+fn has_its_rounds(r: &ChoiceResult, rounds: usize) -> bool {
+    let w = r.windows.as_ref().expect("an ok result has windows");
+    w.medians_ms.len() == 1 + rounds || (w.medians_ms.len() >= 2 && w.confirmed())
+}
+
+/// The last line of each key of a results cache: (`windows_complete`, windows).
+fn last_lines(path: &std::path::Path) -> std::collections::HashMap<String, (Value, usize)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            let windows = v["result"]["windows"]["medians_ms"]
+                .as_array()
+                .map_or(0, Vec::len);
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                (v["windows_complete"].clone(), windows),
+            )
+        })
+        .collect()
+}
+
+/// A run interrupted during its rounds says what it left; run again, it gives the choices cut
+/// short the rest of their rounds (not their screening window as final), so that it ends with
+/// the windows of an uninterrupted run, and its cache says every choice is complete.
+#[test]
+fn a_run_interrupted_in_its_rounds_resumes_them() {
+    let dir = setup();
+    // Three correct choices: with so few, none can settle at screening (the run needs three
+    // choices measured twice first), so each gets every round or two agreeing windows.
+    let manifest = MANIFEST.replace("SCALE = [1, 2, 3, 4]", "SCALE = [1, 2, 4]");
+    std::fs::write(dir.path().join("m.toml"), manifest).unwrap();
+    let mut options = options(dir.path());
+    options.rounds = 2;
+    options.race = Some(std::time::Duration::ZERO);
+    let cache = dir.path().join("results.jsonl");
+    // Stopped after one window of the first round (the round's poll, the window's, the next).
+    let stop_in_rounds = StopInRounds {
+        started: Default::default(),
+        polls: Default::default(),
+        n: 3,
+    };
+    let first = tunebox_tune::tune(
+        &dir.path().join("m.toml"),
+        &options,
+        &stop_in_rounds,
+        &Stop::new(),
+    )
+    .unwrap();
+    assert!(first.info.interrupted);
+    assert!(first.info.not_measured.is_empty(), "{:?}", first.info);
+    assert_eq!(first.results.len(), 3);
+    let cut: Vec<usize> = first.info.unfinished.iter().map(|n| n.index).collect();
+    assert!(cut.len() >= 2, "two choices had no round's window: {cut:?}");
+    assert!(
+        first
+            .info
+            .unfinished
+            .iter()
+            .all(|n| n.reason == "interrupted"),
+        "{:?}",
+        first.info.unfinished
+    );
+    for r in &first.results {
+        assert_eq!(
+            cut.contains(&r.index),
+            !has_its_rounds(r, 2),
+            "{}: {:?}",
+            r.choice.label(),
+            r.windows
+        );
+    }
+    // The cache says which lines are not complete.
+    let lines = last_lines(&cache);
+    let incomplete = lines
+        .values()
+        .filter(|(complete, _)| *complete == Value::Bool(false))
+        .count();
+    assert_eq!(incomplete, cut.len(), "{lines:?}");
+
+    let resumed =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap();
+    assert!(!resumed.info.interrupted);
+    assert!(resumed.info.unfinished.is_empty());
+    assert_eq!(resumed.results.len(), 3);
+    for r in &resumed.results {
+        assert_eq!(r.status, Status::Ok, "{}", r.choice.label());
+        assert!(
+            has_its_rounds(r, 2),
+            "{}: {:?}",
+            r.choice.label(),
+            r.windows
+        );
+        // Those cut short were measured on; the complete one came from the cache.
+        assert_eq!(r.cached, !cut.contains(&r.index), "{}", r.choice.label());
+    }
+    assert_eq!(
+        resumed.info.cache.as_ref().map(|c| c.hits),
+        Some(3 - cut.len())
+    );
+    let lines = last_lines(&cache);
+    assert!(
+        lines
+            .values()
+            .all(|(complete, windows)| *complete == Value::Bool(true) && *windows >= 2),
+        "{lines:?}"
+    );
+    // A third run takes everything from the cache, as it would after an uninterrupted run.
+    let third =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap();
+    assert_eq!(third.info.cache.as_ref().map(|c| c.hits), Some(3));
+    assert!(third.results.iter().all(|r| has_its_rounds(r, 2)));
 }

@@ -764,11 +764,18 @@ fn run_tune(
         _ => plan,
     };
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
+    // Why results could not be kept, when a warning of the run said it already.
+    let reason_said = report
+        .info
+        .cache
+        .as_ref()
+        .and_then(|c| c.not_cached_reason.as_deref())
+        .is_some_and(|reason| progress.warned(reason));
     drop(progress);
     let emitted = emit(&report, &output, true, !args.quiet, Origin::Tune);
     // Said even with --quiet, and when a file could not be written either (the same full
     // disk): a result that was not kept is measured again by the next run.
-    let not_cached = not_cached_warning(&report);
+    let not_cached = not_cached_warning(&report, reason_said);
     if let Some(warning) = &not_cached {
         eprintln!("tunebox: warning: {warning}");
     }
@@ -787,17 +794,21 @@ fn run_tune(
 const EXIT_NOT_CACHED: u8 = 3;
 
 /// What a run whose results cache could not keep every result must say: how many, why, and
-/// the fix.
-fn not_cached_warning(report: &Report) -> Option<String> {
+/// the fix (`reason_said`: a warning of the run said why already, so it is not said again).
+fn not_cached_warning(report: &Report, reason_said: bool) -> Option<String> {
     let cache = report.info.cache.as_ref().filter(|c| c.not_cached > 0)?;
+    let reason = match cache.not_cached_reason.as_deref() {
+        Some(_) if reason_said => format!(
+            "the results cache {} could not be written (why: the warning above)",
+            cache.path
+        ),
+        Some(reason) => reason.to_owned(),
+        None => "the results cache could not be written".to_owned(),
+    };
     Some(format!(
-        "{} of this run's results could not be kept: {}. The table and files above have them; \
-         a re-run measures them again (exit status {EXIT_NOT_CACHED})",
+        "{} of this run's results could not be kept: {reason}. The table and files above have \
+         them; a re-run measures them again (exit status {EXIT_NOT_CACHED})",
         cache.not_cached,
-        cache
-            .not_cached_reason
-            .as_deref()
-            .unwrap_or("the results cache could not be written")
     ))
 }
 

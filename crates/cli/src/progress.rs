@@ -40,6 +40,9 @@ pub(crate) struct Progress {
     run_phase: std::sync::atomic::AtomicBool,
     /// The best `ok` median so far and its choice.
     best: Mutex<Option<(f64, String)>>,
+    /// The warnings shown (`warning: …` notes, unless quiet), so that the end of the run need
+    /// not say them again.
+    warned: Mutex<Vec<String>>,
 }
 
 impl Progress {
@@ -61,11 +64,20 @@ impl Progress {
             planned: AtomicUsize::new(0),
             run_phase: std::sync::atomic::AtomicBool::new(false),
             best: Mutex::new(None),
+            warned: Mutex::new(Vec::new()),
         }
     }
 
     /// A line for the user (above the bar, if one is shown).
     pub(crate) fn note(&self, message: &str) {
+        if self.mode != Mode::Quiet
+            && let Some(warning) = message.strip_prefix("warning: ")
+        {
+            self.warned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(warning.to_owned());
+        }
         match self.mode {
             Mode::Quiet => {}
             Mode::Lines => eprintln!("tunebox: {message}"),
@@ -181,6 +193,15 @@ impl Progress {
         if let Some(bar) = &*self.lock_bar() {
             bar.inc(count as u64);
         }
+    }
+
+    /// Whether a warning shown during the run said `text`.
+    pub(crate) fn warned(&self, text: &str) -> bool {
+        self.warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|w| w.contains(text))
     }
 
     fn clear_bar(&self) {

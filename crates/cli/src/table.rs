@@ -376,7 +376,7 @@ fn print_error_notes(
         let Some(note) = note else { continue };
         let count = match group.members.len() {
             1 => String::new(),
-            n => format!("{n} choices: "),
+            n => format!("{n} choices ({}): ", named(&group.members)),
         };
         writeln!(out, "[{note}] {count}{}", group.line)?;
     }
@@ -407,6 +407,46 @@ fn print_error_notes(
         )?;
     }
     Ok(())
+}
+
+/// What a stopped run left, and how to finish it: `3 choices not measured, 9 measured without
+/// all their rounds; run the same command again to finish them (…)`.
+fn what_is_left((not_measured, unfinished): (usize, usize)) -> String {
+    let mut text = format!("{} not measured", choices(not_measured));
+    if unfinished > 0 {
+        text.push_str(&format!(
+            ", {unfinished} measured without all their rounds; run the same command again to \
+             finish them (what was measured is in the results cache, their windows so far \
+             included)"
+        ));
+    } else {
+        text.push_str(
+            "; run the same command again to measure only those (finished choices are in the \
+             results cache)",
+        );
+    }
+    text
+}
+
+/// Most choices a footnote names before it counts the rest.
+const NAMED: usize = 4;
+
+/// The labels of `members`, the first [`NAMED`] of them and how many more: the choices a folded
+/// row (`… 3 more`) stands for, so that each can be found without `--errors`.
+fn named(members: &[&ChoiceResult]) -> String {
+    let labels: Vec<String> = members
+        .iter()
+        .take(NAMED)
+        .map(|r| r.choice.label())
+        .collect();
+    let mut text = labels.join(", ");
+    if members.len() > NAMED {
+        text.push_str(&format!(
+            " and {} more; --errors lists them",
+            members.len() - NAMED
+        ));
+    }
+    text
 }
 
 /// A time given in ms, with four significant digits and the unit that fits: `12.35 s`,
@@ -505,28 +545,21 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             cache.not_cached, cache.path
         )?;
     }
-    let by_reason = |reason: &str| {
-        info.not_measured
-            .iter()
-            .filter(|n| n.reason == reason)
-            .count()
+    let by_reason = |list: &[tunebox_tune::NotMeasured], reason: &str| {
+        list.iter().filter(|n| n.reason == reason).count()
     };
-    let (interrupted, timed_out) = (by_reason("interrupted"), by_reason("max_time"));
-    if info.interrupted || interrupted > 0 {
-        writeln!(
-            out,
-            "interrupted: {} not measured; run the same command again to measure only those \
-             (finished choices are in the results cache)",
-            choices(interrupted)
-        )?;
+    let left = |reason: &str| {
+        (
+            by_reason(&info.not_measured, reason),
+            by_reason(&info.unfinished, reason),
+        )
+    };
+    let (interrupted, timed_out) = (left("interrupted"), left("max_time"));
+    if info.interrupted || interrupted != (0, 0) {
+        writeln!(out, "interrupted: {}", what_is_left(interrupted))?;
     }
-    if timed_out > 0 {
-        writeln!(
-            out,
-            "--max-time reached: {} not measured; run again to measure them (finished \
-             choices come from the results cache)",
-            choices(timed_out)
-        )?;
+    if timed_out != (0, 0) {
+        writeln!(out, "--max-time reached: {}", what_is_left(timed_out))?;
     }
     if let Some(refine) = info.refine
         && report.results.iter().any(|r| r.screen_median_ms.is_some())
@@ -568,5 +601,63 @@ mod tests {
         assert_eq!(format_time(0.000_000_5), "0.500 ns");
         assert_eq!(format_time(0.0), "0.000 ns");
         assert_eq!(format_time(f64::NAN), "NaN ms");
+    }
+
+    /// A failed result of `X = index` with `error`.
+    fn failed(index: usize, error: &str) -> ChoiceResult {
+        let choice = tunebox_tune::Choice::new(
+            [("X".to_owned(), tunebox_tune::ParamValue::Int(index as i64))]
+                .into_iter()
+                .collect(),
+        );
+        ChoiceResult::failed(index, choice, Status::Suspicious, error.into(), "cpu")
+    }
+
+    fn table(results: Vec<ChoiceResult>) -> String {
+        let header = tunebox_tune::RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size: results.len(),
+            selection: tunebox_tune::Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+            objective: None,
+        };
+        let report = Report {
+            info: RunInfo::new(header),
+            results,
+        };
+        let mut out = Vec::new();
+        print_table(&report, &mut out, TableOptions::default()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A row folded under the first of its error group (`… N more`) can be found: its
+    /// footnote names the choices (the first few, and says that `--errors` lists the rest).
+    #[test]
+    fn a_folded_row_names_its_choices() {
+        let same = "suspicious (children_after_call): 1 child process(es) still running";
+        let two = table(vec![failed(1, same), failed(2, same)]);
+        assert!(two.contains("… 1 more"), "{two}");
+        assert!(
+            two.contains(&format!("[1] 2 choices (X=1, X=2): {same}")),
+            "{two}"
+        );
+        let many = table((0..7).map(|i| failed(i, same)).collect());
+        assert!(
+            many.contains(&format!(
+                "[1] 7 choices (X=0, X=1, X=2, X=3 and 3 more; --errors lists them): {same}"
+            )),
+            "{many}"
+        );
     }
 }

@@ -136,6 +136,8 @@ impl Backend for CpuBackend {
         };
 
         let threads_before = integrity::thread_count();
+        // Children an earlier task of a reused worker left are not this choice's.
+        let children_before = integrity::child_processes();
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         report_progress(started, Phase::FirstCall, (0, 1), None, None);
         let first_ms = runner.run_timed()?;
@@ -192,7 +194,11 @@ impl Backend for CpuBackend {
             }
         }
         // Then a look for work it left running (untimed).
-        integrity::check_deferred_work(request, runner.tensors, threads_before)?;
+        integrity::check_deferred_work(
+            request,
+            runner.tensors,
+            (threads_before, &children_before),
+        )?;
         drop(runner);
         drop(library);
         Ok(BenchmarkResult {

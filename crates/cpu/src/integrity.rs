@@ -99,9 +99,11 @@ pub(crate) fn thread_count() -> usize {
 }
 
 /// Fails with [`BenchError::Suspicious`] when, after the kernel's last call returned, the
-/// process still has child processes, still burns CPU, or its outputs still change: work
-/// deferred past the timed window. `threads_before` is [`thread_count`] before the first call,
-/// reported as evidence.
+/// process still has child processes it did not have before the first call
+/// (`children_before`, [`child_processes`]: those belong to an earlier task of a reused worker,
+/// never to this one), still burns CPU, or its outputs still change: work deferred past the
+/// timed window. `threads_before` is [`thread_count`] before the first call, reported as
+/// evidence.
 ///
 /// Only in a worker process (one that reached the worker entry point), which runs nothing but
 /// the request: a backend embedded in a program of its own (a test, a tool calling
@@ -109,12 +111,17 @@ pub(crate) fn thread_count() -> usize {
 pub(crate) fn check_deferred_work(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
-    threads_before: usize,
+    (threads_before, children_before): (usize, &[u32]),
 ) -> Result<(), BenchError> {
     if !tunebox_protocol::worker_entry_reached() {
         return Ok(());
     }
-    let children = child_processes();
+    let new_children = || {
+        let mut children = child_processes();
+        children.retain(|pid| !children_before.contains(pid));
+        children
+    };
+    let children = new_children();
     if !children.is_empty() {
         return Err(lingering_children(&children));
     }
@@ -137,7 +144,7 @@ pub(crate) fn check_deferred_work(
         window = Window::watch();
     }
     let elapsed = SETTLE + WATCH * WINDOWS;
-    let children = child_processes();
+    let children = new_children();
     if !children.is_empty() {
         return Err(lingering_children(&children));
     }
@@ -283,7 +290,7 @@ fn cpu_time() -> Duration {
 
 /// The pids of this process's living children (every thread's `children` list), zombies
 /// excluded.
-fn child_processes() -> Vec<u32> {
+pub(crate) fn child_processes() -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };

@@ -630,7 +630,7 @@ fn benchmark(
     else {
         return Err(error);
     };
-    log::warn!("{exhausted}; measuring the task again in a fresh worker");
+    log::info!("{exhausted}; measuring the task again in a fresh worker");
     process.ensure_running()?;
     let mut result = process.benchmark(again, timeout)?;
     result.left_behind.insert(

@@ -113,6 +113,9 @@ pub struct TuningProcess {
     /// The current worker was left damaged (a leftover not restored): replace it before the
     /// next request.
     damaged: bool,
+    /// Processes in the sandboxed worker's cgroup when the pending request was sent: left by
+    /// an earlier request (killed then), so never charged to this one.
+    strays_before: Vec<u32>,
 }
 
 impl TuningProcess {
@@ -154,6 +157,7 @@ impl TuningProcess {
             last_pid: 0,
             left_behind: Vec::new(),
             damaged: false,
+            strays_before: Vec::new(),
         }
     }
 
@@ -273,10 +277,11 @@ impl TuningProcess {
         }
     }
 
-    /// A task error from the worker. One that ends the worker (a sticky device fault: it
-    /// answers, then exits) also reaps it now, so the next request starts a fresh one at once.
+    /// A task error from the worker. One that retires the worker (a sticky device fault, work
+    /// the candidate left running: it answers, then exits) also reaps it now (its process
+    /// group with it), so the next request starts a fresh one at once.
     fn remote(&mut self, error: BenchError) -> ProcessError {
-        if error.ends_worker()
+        if error.retires_worker()
             && let Some(mut worker) = self.take_worker()
         {
             worker.wait_or_kill(DEATH_GRACE);
@@ -615,6 +620,9 @@ impl TuningProcess {
         request.id = self.next_id;
         let worker = self.worker.as_mut().expect("started by the caller");
         request.waits = crate::clock::WaitMark::for_request(&request.body, worker.pid);
+        if request.is_use {
+            self.strays_before = kill_strays(worker);
+        }
         let message = Request {
             id: request.id,
             body: request.body.clone(),
@@ -771,7 +779,9 @@ impl TuningProcess {
         let Some(guard) = worker.sandbox.as_ref() else {
             return Ok(result);
         };
-        let strays = guard.strays(worker.pid);
+        let mut strays = guard.strays(worker.pid);
+        // Those left before the request was sent are an earlier request's, not this one's.
+        strays.retain(|pid| !self.strays_before.contains(pid));
         if strays.is_empty() {
             return Ok(result);
         }
@@ -803,6 +813,28 @@ impl TuningProcess {
         self.kill();
         ProcessError::Protocol { detail, pid }
     }
+}
+
+/// Kills what is running in the sandboxed `worker`'s cgroup besides the worker (started by an
+/// earlier request after its reply was checked), before the next request runs beside it; their
+/// pids, so that the next request's check does not charge them to it.
+fn kill_strays(worker: &Worker) -> Vec<u32> {
+    let Some(guard) = worker.sandbox.as_ref() else {
+        return Vec::new();
+    };
+    let strays = guard.strays(worker.pid);
+    for &pid in &strays {
+        // SAFETY: `kill` only sends a signal; these pids are in the worker's own cgroup.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    if !strays.is_empty() {
+        log::info!(
+            "killed {} process(es) an earlier request left in worker {}'s cgroup (pids {strays:?})",
+            strays.len(),
+            worker.pid
+        );
+    }
+    strays
 }
 
 impl Drop for TuningProcess {

@@ -131,10 +131,33 @@ pub enum BenchError {
     },
 }
 
+/// The integrity checks that catch work a candidate left running after its call returned.
+const LEFT_RUNNING: [&str; 4] = [
+    "threads_after_call",
+    "children_after_call",
+    "cpu_after_call",
+    "outputs_changed_after_call",
+];
+
 impl BenchError {
-    /// Whether the worker exits after answering with this error (a sticky device fault), so
-    /// that the next request runs in a fresh process.
+    /// Whether this error leaves the backend unusable (a sticky device fault: the GPU context
+    /// is lost).
     pub fn ends_worker(&self) -> bool {
         matches!(self, BenchError::DeviceFault { sticky: true, .. })
+    }
+
+    /// Whether the candidate was caught leaving work running in its worker after its call
+    /// returned (a thread, a child process, CPU time, outputs still changing: a `Suspicious`
+    /// error of those checks): that work runs on in the worker, so it is not reused.
+    pub fn left_work_running(&self) -> bool {
+        matches!(self, BenchError::Suspicious { check, .. } if LEFT_RUNNING.contains(&check.as_str()))
+    }
+
+    /// Whether the worker exits after answering with this error, so that the next request runs
+    /// in a fresh process: the backend is unusable ([`BenchError::ends_worker`]), or a
+    /// candidate's work runs on in it ([`BenchError::left_work_running`]), which would
+    /// otherwise be charged to the next request.
+    pub fn retires_worker(&self) -> bool {
+        self.ends_worker() || self.left_work_running()
     }
 }

@@ -87,8 +87,8 @@ pub struct CheckedRep {
 pub struct Leftover {
     /// What changed: `"floating-point environment"`, `"signal dispositions"`, `"signal mask"`,
     /// `"working directory"`, `"umask"`, `"environment"`, `"rlimits"`, `"cpu affinity"`,
-    /// `"scheduling priority"`, `"timer slack"`, `"descriptors"`, `"threads"`, `"memory"`, or
-    /// `"resources"`.
+    /// `"scheduling priority"`, `"timer slack"`, `"descriptors"`, `"threads"`, `"processes"`,
+    /// `"memory"`, or `"resources"`.
     pub what: String,
     /// How: the values before and after, the descriptors' targets, the threads' names, …
     pub detail: String,

@@ -41,6 +41,12 @@ pub(crate) struct CacheLine {
     /// reuses the line only while they are unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deps: Option<Deps>,
+    /// Whether the result's windows are all it gets: `false` for the line written after
+    /// screening while rounds are to follow, and for one whose rounds a stop cut short (a
+    /// later run gives it the rest); `true` once its rounds are done (or none follow). Absent
+    /// in lines of an older tunebox: see [`CacheLine::windows_complete`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows_complete: Option<bool>,
 }
 
 /// The files the compiler read for a C choice (every header, however it was found: beside the
@@ -144,7 +150,28 @@ impl CacheLine {
                 .map_or(0, |d| d.as_secs()),
             result,
             deps,
+            windows_complete: None,
         }
+    }
+
+    /// The same line, saying whether its windows are complete (see the field).
+    pub(crate) fn with_windows_complete(mut self, complete: bool) -> CacheLine {
+        self.windows_complete = Some(complete);
+        self
+    }
+
+    /// Whether this line's windows are all its choice gets in a run of `windows` windows per
+    /// choice. A line of an older tunebox does not say: one measured `ok` in a single window
+    /// where rounds follow is taken as cut short (its rounds may have been interrupted).
+    pub(crate) fn windows_complete(&self, windows: usize) -> bool {
+        self.windows_complete.unwrap_or_else(|| {
+            let measured = self
+                .result
+                .windows
+                .as_ref()
+                .map_or(0, |w| w.medians_ms.len());
+            windows <= 1 || self.result.status != Status::Ok.as_str() || measured != 1
+        })
     }
 
     /// Whether this line answers for a run whose timeout is `timeout`: always, except a timeout
@@ -332,7 +359,7 @@ impl ResultsCache {
     }
 
     /// What the user should know about the file as it was opened: lines it could not read
-    /// (and why they are there), and that it cannot be written.
+    /// (and why they are there). That it cannot be written is [`ResultsCache::unwritable`].
     pub(crate) fn notes(&self) -> Vec<String> {
         let path = self.path.display();
         let mut notes = Vec::new();
@@ -351,12 +378,15 @@ impl ResultsCache {
                 self.unreadable.other
             ));
         }
-        if let Some(reason) = &self.unwritable {
-            notes.push(format!(
-                "{reason}; this run's results are not kept (what the file holds is still used)"
-            ));
-        }
         notes
+    }
+
+    /// That the file cannot be written (opened for appending), why, and the fix; `None` when it
+    /// can be.
+    pub(crate) fn unwritable(&self) -> Option<String> {
+        self.unwritable.as_ref().map(|reason| {
+            format!("{reason}; this run's results are not kept (what the file holds is still used)")
+        })
     }
 
     /// How many results of this run could not be written (a full or read-only file system),
@@ -477,6 +507,14 @@ impl ResultsCache {
                 Err(write_failure(&self.path, &error))
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl ResultsCache {
+    /// Writes go to `file` from now on (`/dev/full` stands in for a full disk).
+    pub(crate) fn write_to(&mut self, file: File) {
+        self.file = Some(file);
     }
 }
 
@@ -617,6 +655,7 @@ mod tests {
         assert_eq!(cache.unreadable.total(), 1);
         let notes = cache.notes();
         assert!(notes[0].contains("cut short") && notes[0].contains("disk was full"));
+        assert_eq!(cache.unwritable(), None);
         // Opening writes nothing (a full disk cannot stop a run there).
         assert!(!std::fs::read_to_string(&path).unwrap().ends_with('\n'));
         cache.append(line("b")).unwrap();

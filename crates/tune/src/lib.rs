@@ -141,7 +141,7 @@ pub use crate::results::{
 pub use crate::run::{
     Plan,
     compile::{Compiled, compile},
-    lookup::{Lookup, Setup, Todo, lookup_cached},
+    lookup::{Lookup, Resumed, Setup, Todo, lookup_cached},
     measure::measure,
     options::{CacheMode, DEFAULT_RACE_LIMIT, DEFAULT_ROUNDS, TuneOptions},
     plan, plan_batched,

@@ -4,6 +4,8 @@
 //! bars (or one line per choice in a batch log), and a service can turn them into log records or
 //! messages of its own.
 
+use std::collections::HashMap;
+
 use tunebox_pool::Status;
 
 /// A phase of a run with a known number of steps.
@@ -62,8 +64,10 @@ pub enum Event<'a> {
         /// The choices the run expects to finish.
         total: usize,
     },
-    /// `count` choices were taken from the results cache instead of being measured (sent each
-    /// round that has some; only the first says so in a [`Event::Note`]).
+    /// `count` choices were taken from the results cache instead of being measured, or resumed
+    /// from it (their screening window cached, their rounds cut short by an earlier run's
+    /// stop): their screening is done (sent each round that has some; only the first says so
+    /// in a [`Event::Note`]).
     Cached {
         /// How many.
         count: usize,
@@ -93,6 +97,51 @@ pub trait Observer: Sync {
 
 impl Observer for () {
     fn on_event(&self, _event: Event<'_>) {}
+}
+
+/// What a warning of the engine is about: a run says each kind once ([`Warnings`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum WarningKind {
+    /// The results cache cannot be written (a full or read-only file system, no permission):
+    /// every later write fails the same way, and the report counts the results not kept.
+    ResultsCache,
+    /// The kernel cache cannot be used: the run compiles into a private temporary folder.
+    KernelCache,
+    /// A choice left something behind in a reused worker (descriptors, threads, processes,
+    /// memory), which was replaced: the report's notes name every choice that did.
+    LeftBehind,
+}
+
+/// The warnings of one run, each kind said once: the first of a kind goes to the observer as
+/// a `warning: …` note; later ones of that kind are only counted (a full disk fails every
+/// write of a run alike, and saying so each time buries the table under one message).
+#[derive(Debug, Default)]
+pub(crate) struct Warnings {
+    said: HashMap<WarningKind, usize>,
+}
+
+impl Warnings {
+    /// Says `message` as a warning of `kind` unless one of that kind was said; whether it was
+    /// said now.
+    pub(crate) fn warn(
+        &mut self,
+        observer: &dyn Observer,
+        kind: WarningKind,
+        message: &str,
+    ) -> bool {
+        let count = self.said.entry(kind).or_default();
+        *count += 1;
+        if *count == 1 {
+            observer.note(&format!("warning: {message}"));
+        }
+        *count == 1
+    }
+
+    /// How many warnings of `kind` the run had, said or not.
+    #[cfg(test)]
+    pub(crate) fn count(&self, kind: WarningKind) -> usize {
+        self.said.get(&kind).copied().unwrap_or(0)
+    }
 }
 
 /// Convenience wrappers the engine reports through.
@@ -136,5 +185,38 @@ impl<O: Observer + ?Sized> ObserverExt for O {
 
     fn cached(&self, count: usize) {
         self.on_event(Event::Cached { count });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Notes(Mutex<Vec<String>>);
+
+    impl Observer for Notes {
+        fn on_event(&self, event: Event<'_>) {
+            if let Event::Note(note) = event {
+                self.0.lock().unwrap().push(note.to_owned());
+            }
+        }
+    }
+
+    #[test]
+    fn each_kind_of_warning_is_said_once_and_counted() {
+        let notes = Notes::default();
+        let mut warnings = Warnings::default();
+        assert!(warnings.warn(&notes, WarningKind::ResultsCache, "the disk is full"));
+        assert!(!warnings.warn(&notes, WarningKind::ResultsCache, "the disk is full; again"));
+        assert!(warnings.warn(&notes, WarningKind::KernelCache, "read-only"));
+        assert_eq!(
+            *notes.0.lock().unwrap(),
+            ["warning: the disk is full", "warning: read-only"]
+        );
+        assert_eq!(warnings.count(WarningKind::ResultsCache), 2);
+        assert_eq!(warnings.count(WarningKind::LeftBehind), 0);
     }
 }

@@ -12,8 +12,10 @@
 //! - [`simulate`] drives a [`Strategy`] over it under a [`Budget`] and returns the [`Trace`] of
 //!   simulated time and best-so-far.
 //!
-//! The objective is always the kernel's time in ms (lower is better): Kernel Tuner's `time`,
-//! T4's `time` measurement, tunebox's median.
+//! What is recorded is the kernel's time in ms: Kernel Tuner's `time`, T4's `time` measurement,
+//! tunebox's median. A replay of a manifest whose `objective` is a metric ranks by it, as a run
+//! does: each replayed result's metrics are computed from its recorded time, and both the
+//! strategy and the report follow the objective ([`replay`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -536,13 +538,14 @@ pub fn simulate(
     simulate_with(space, strategy, recorded, budget, |_, _| {})
 }
 
-/// [`simulate`], calling `each` with every result as it is told.
+/// [`simulate`], calling `each` with every result before the strategy is told it (it may add
+/// what the recording lacks: the metrics, the objective).
 pub(crate) fn simulate_with(
     space: &SearchSpace,
     strategy: &mut dyn Strategy,
     recorded: &Recorded,
     budget: Budget,
-    mut each: impl FnMut(&ChoiceResult, f64),
+    mut each: impl FnMut(&mut ChoiceResult, f64),
 ) -> Trace {
     let mut trace = Trace::default();
     let mut elapsed = 0.0;
@@ -583,8 +586,8 @@ pub(crate) fn simulate_with(
                 time_ms: m.time_ms,
                 best_ms: best,
             });
-            let result = result_of(space, index, m, &recorded.device);
-            each(&result, elapsed);
+            let mut result = result_of(space, index, m, &recorded.device);
+            each(&mut result, elapsed);
             let started = std::time::Instant::now();
             strategy.tell(index, &result);
             own(&mut elapsed, &mut trace, started);
@@ -593,8 +596,8 @@ pub(crate) fn simulate_with(
     trace
 }
 
-/// A report of a replayed run: every told result, ranked, with `elapsed_s` the simulated
-/// time.
+/// A report of a replayed run: every told result, ranked (by their objective, when they carry
+/// one: [`ChoiceResult::cost`]), with `elapsed_s` the simulated time.
 pub fn report(
     space: &SearchSpace,
     recorded: &Recorded,
@@ -641,7 +644,9 @@ pub fn report(
 /// `tunebox tune FILE --replay RECORDED`: the space of `file` (a manifest or a T1 file, see
 /// [`crate::load_space`]), every measurement from the recorded file, the strategy `selection`
 /// names, within `budget`; the ranked report (its `elapsed_s` the simulated time) and the
-/// trace.
+/// trace. A manifest whose `objective` is a metric ranks the report by it, and its strategy is
+/// told it, as a run is (the metrics computed from each recorded time); the trace's best is the
+/// time.
 ///
 /// # Errors
 ///
@@ -657,17 +662,27 @@ pub fn replay(
     let recorded = Recorded::new(&recording, &space)?;
     let mut strategy =
         crate::strategy::Guarded::new(crate::strategies::from_selection(selection, 1));
+    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled, and
+    // what it ranks by.
+    let manifest = crate::Manifest::load(file, &crate::compiler()).ok();
+    let objective = manifest
+        .as_ref()
+        .map(|m| &m.objective)
+        .filter(|o| !o.is_time());
     let mut results = Vec::new();
     let trace = simulate_with(&space, &mut strategy, &recorded, budget, |r, _| {
+        if let (Some(m), Some(median)) = (&manifest, r.median_ms()) {
+            r.metrics = m.metrics.evaluate(&r.choice, median);
+        }
+        crate::results::set_objective(std::slice::from_mut(r), objective);
         results.push(r.clone());
     });
-    // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled.
-    let name = crate::Manifest::load(file, &crate::compiler()).map_or_else(
-        |_| {
+    let name = manifest.as_ref().map_or_else(
+        || {
             file.file_stem()
                 .map_or_else(|| "replay".into(), |s| s.to_string_lossy().into_owned())
         },
-        |m| m.name,
+        |m| m.name.clone(),
     );
     let mut report = report(
         &space,
@@ -677,6 +692,10 @@ pub fn replay(
         results,
         trace.elapsed_ms(),
     );
+    if let Some(m) = &manifest {
+        report.info.header.metrics = m.metrics.names();
+        report.info.header.objective = objective.cloned();
+    }
     report.info.notes.extend(strategy.take_warnings());
     Ok((report, trace))
 }

@@ -172,7 +172,7 @@ pub struct RunHeader {
     pub objective: Option<Objective>,
 }
 
-/// A choice that was not measured, and why.
+/// A choice that was not measured (or not in every window its rounds give), and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NotMeasured {
     /// The choice's stable index.
@@ -236,6 +236,12 @@ pub struct RunInfo {
     #[serde(default)]
     /// Choices selected but not measured (stopped, out of time), by index.
     pub not_measured: Vec<NotMeasured>,
+    /// Choices measured, but in fewer windows than their rounds give: the run stopped during
+    /// them (`interrupted`, `max_time`), by index. Their results are in `results`; the same
+    /// command run again gives them the rest of their rounds (their lines in the results
+    /// cache say that their windows are not complete).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfinished: Vec<NotMeasured>,
     /// Things the user should know about the run.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -265,6 +271,7 @@ impl RunInfo {
             cache: None,
             interrupted: false,
             not_measured: Vec::new(),
+            unfinished: Vec::new(),
             notes: Vec::new(),
             merged_from: Vec::new(),
             missing: Vec::new(),

@@ -30,6 +30,7 @@ mod pipeline;
 mod race;
 pub(crate) mod reference;
 pub(crate) mod refine;
+mod resume;
 mod round;
 mod spare;
 mod stage;

@@ -245,7 +245,7 @@ pub(crate) fn varied_reference(
     manifest: &Manifest,
     reference: Option<&(String, BenchmarkRequest)>,
     timeout: Duration,
-    worker: Option<&Path>,
+    worker: (Option<&Path>, Option<&Path>),
 ) -> Result<Option<VariedReference>> {
     let (Some(verify), Some((_, request))) = (manifest.verify.as_ref(), reference) else {
         return Ok(None);
@@ -293,7 +293,9 @@ fn sandboxed(config: ProcessConfig, manifest: &Manifest) -> ProcessConfig {
     config.sandbox(manifest.sandbox.clone())
 }
 
-/// Starts `workers` workers, with the manifest's `[env]` and in its sandbox if it has one.
+/// Starts `workers` workers, with the manifest's `[env]` and in its sandbox if it has one;
+/// with `cache_root`, that is their kernel cache root (`TUNEBOX_CACHE_DIR`: a run's private
+/// one, when the user's cannot be written).
 ///
 /// # Errors
 ///
@@ -303,10 +305,16 @@ pub(crate) fn start_pool(
     workers: usize,
     timeout: Duration,
     max_process_uses: Option<u64>,
-    worker: Option<&Path>,
+    (worker, cache_root): (Option<&Path>, Option<&Path>),
 ) -> Result<Arc<TuningProcessPool>> {
     crate::integrity::prepare_floor(output_bytes(manifest), &manifest.timing);
-    let config = pool_config(manifest, workers, timeout, max_process_uses, worker);
+    let config = pool_config(
+        manifest,
+        workers,
+        timeout,
+        max_process_uses,
+        (worker, cache_root),
+    );
     let pool = TuningProcessPool::new(config).context("could not start the workers")?;
     Ok(Arc::new(pool))
 }
@@ -326,7 +334,7 @@ pub(crate) fn start_warm_pool(
     manifest: &Manifest,
     workers: usize,
     timeout: Duration,
-    worker: Option<&Path>,
+    worker: (Option<&Path>, Option<&Path>),
 ) -> Result<Arc<TuningProcessPool>> {
     let config = pool_config(manifest, workers, timeout, None, worker);
     let pool = screening
@@ -335,33 +343,38 @@ pub(crate) fn start_warm_pool(
     Ok(Arc::new(pool))
 }
 
-/// The config of a pool of `workers` workers with the manifest's `[env]`, in its sandbox if it
-/// has one, replaced after `max_process_uses` tasks (`None`: never).
+/// The config of a pool of `workers` workers (the executable `worker`, else the default; the
+/// kernel cache at `cache_root` when the run compiles into a private one) with the manifest's
+/// `[env]`, in its sandbox if it has one, replaced after `max_process_uses` tasks (`None`:
+/// never).
 fn pool_config(
     manifest: &Manifest,
     workers: usize,
     timeout: Duration,
     max_process_uses: Option<u64>,
-    worker: Option<&Path>,
+    (worker, cache_root): (Option<&Path>, Option<&Path>),
 ) -> PoolConfig {
+    let mut process = sandboxed(manifest.env.configure(process_config(worker)), manifest)
+        .stdout(crate::worker_stdout::output())
+        .stderr(Output::Capture {
+            tail_bytes: 16 * 1024,
+        });
+    if let Some(root) = cache_root {
+        process = process.env(tunebox_protocol::CACHE_DIR_ENV, root);
+    }
     PoolConfig::new()
         .max_workers(workers)
         .timeout(timeout)
-        .process_config(
-            sandboxed(manifest.env.configure(process_config(worker)), manifest)
-                .stdout(crate::worker_stdout::output())
-                .stderr(Output::Capture {
-                    tail_bytes: 16 * 1024,
-                }),
-        )
+        .process_config(process)
         .maximum_process_uses(max_process_uses)
 }
 
 /// Prepares (CUDA) and runs the reference once, in a worker of its own whose timeout is the
 /// reference's (`verify.timeout_s`, see [`Verify::reference_timeout`]), returning its outputs;
 /// for a reference given as files, those. The reference is called once, untimed
-/// (`outputs_only`): its outputs are all a run needs from it. `watch` registers the worker's
-/// pool so that Ctrl-C stops it.
+/// (`outputs_only`): its outputs are all a run needs from it. `worker` is the worker executable
+/// and kernel cache root, as [`start_pool`] takes them; `watch` registers the worker's pool so
+/// that Ctrl-C stops it.
 ///
 /// # Errors
 ///
@@ -373,7 +386,7 @@ pub(crate) fn reference_outputs(
     manifest: &Manifest,
     reference: Option<&(String, BenchmarkRequest)>,
     timeout: Duration,
-    worker: Option<&Path>,
+    worker: (Option<&Path>, Option<&Path>),
     watch: impl Fn(Arc<TuningProcessPool>),
     note: impl Fn(&str),
 ) -> Result<Option<Vec<TensorData>>> {

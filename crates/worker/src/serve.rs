@@ -97,10 +97,10 @@ pub(crate) fn serve_recording(
             RequestBody::Probe => ResponseBody::Probe(probe(registry)),
             RequestBody::Shutdown => return Ok(()),
         };
-        // A sticky device fault leaves the backend unusable: answer, then exit, so that the next
-        // request gets a fresh process.
+        // A sticky device fault leaves the backend unusable, and work a candidate left running
+        // runs on here: answer, then exit, so that the next request gets a fresh process.
         let ends = match &body {
-            ResponseBody::Benchmark(Err(e)) | ResponseBody::Prepared(Err(e)) => e.ends_worker(),
+            ResponseBody::Benchmark(Err(e)) | ResponseBody::Prepared(Err(e)) => e.retires_worker(),
             _ => false,
         };
         responses

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::util::{json, text, tunebox};
+use crate::util::{json, text, tunebox, tunebox_env};
 
 /// Six choices that all succeed quickly.
 const QUICK: &str = r#"#include <stdint.h>
@@ -222,6 +222,14 @@ fn a_full_disk_loses_no_result_and_says_so_even_with_quiet() {
         ],
     );
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    // Every write of the run fails alike: said once, however many results and rounds.
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("file system is full").count(),
+        1,
+        "{}",
+        describe(&out)
+    );
     let stdout = text(&out.stdout);
     assert!(!stdout.contains("by a kill?"), "{stdout}");
     assert!(
@@ -283,4 +291,69 @@ fn read_only_directory_fallback() {
         describe(&out)
     );
     assert_eq!(report(dir.path()), (6, 6));
+}
+
+/// A kernel cache that cannot be written does not stop the run: it compiles into a private
+/// temporary folder, says so once, and removes it at its end. The cache root is a folder under
+/// a regular file (which no user, root included, can create) and, where this process may mount
+/// one, a read-only file system on which the folder exists already.
+#[test]
+fn a_kernel_cache_that_cannot_be_written_does_not_stop_the_run() {
+    let dir = setup();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let mut roots = vec![file.join("cache")];
+    let read_only = Tmpfs::mount(64);
+    if let Some(fs) = &read_only {
+        let cpu = fs.mount.join("cache").join("cpu");
+        std::fs::create_dir_all(&cpu).unwrap();
+        for folder in [fs.mount.join("cache"), cpu] {
+            std::fs::set_permissions(folder, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .unwrap();
+        }
+        fs.remount_read_only();
+        roots.push(fs.mount.join("cache"));
+    }
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    for root in roots {
+        let out = tunebox_env(
+            dir.path(),
+            &["tune", "quick.toml", "--no-cache", "--json", "out.json"],
+            &[
+                ("TUNEBOX_CACHE_DIR", root.to_str().unwrap()),
+                ("TMPDIR", tmp.to_str().unwrap()),
+            ],
+        );
+        assert!(out.status.success(), "{}", describe(&out));
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            stderr.matches("warning: the kernel cache").count(),
+            1,
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            stderr.contains(root.to_str().unwrap())
+                && stderr.contains(&format!("private folder {}", tmp.display())),
+            "{stderr}"
+        );
+        let report: Value = json(&dir.path().join("out.json"));
+        let results = report["results"].as_array().unwrap();
+        assert_eq!(results.len(), 6, "{report}");
+        assert!(results.iter().all(|r| r["status"] == "ok"), "{report}");
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("tunebox-kernels-")
+            })
+            .collect();
+        assert!(
+            left.is_empty(),
+            "the private kernel cache was left: {left:?}"
+        );
+    }
 }

@@ -153,3 +153,58 @@ fn kernel_tuner_mistakes_are_refused_when_the_manifest_is_read() {
         text(&out.stderr)
     );
 }
+
+/// `--replay` ranks as a run does: by the manifest's objective, computed from each recorded
+/// time, not by the time itself.
+#[test]
+fn a_replay_ranks_by_the_manifests_objective() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest(
+        dir.path(),
+        "objective = \"work\"\nobjective_higher_is_better = true",
+        "UNROLL = [1, 2, 4]",
+    );
+    // Recorded times in the opposite order of the work: by time, UNROLL=1 would win.
+    let result = |unroll: u32, ms: f64| {
+        format!(
+            r#"{{"configuration": {{"UNROLL": {unroll}}}, "objectives": ["time"],
+                "times": {{"runtimes": [{ms}]}}, "invalidity": "correct", "correctness": 1,
+                "measurements": [{{"name": "time", "value": {ms}, "unit": "ms"}}]}}"#
+        )
+    };
+    let t4 = format!(
+        r#"{{"schema_version": "1.0.0", "results": [{}, {}, {}]}}"#,
+        result(1, 1.0),
+        result(2, 2.0),
+        result(4, 3.0)
+    );
+    std::fs::write(dir.path().join("recorded.t4.json"), t4).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &[
+            "tune",
+            &m,
+            "--replay",
+            "recorded.t4.json",
+            "--json",
+            "r.json",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("best: UNROLL=4 at 3.000 ms")
+            && stdout.contains("(ranked by work, higher is better)"),
+        "{stdout}"
+    );
+    let report = json(&dir.path().join("r.json"));
+    let order: Vec<i64> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["choice"]["UNROLL"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [4, 2, 1], "{report}");
+    assert_eq!(report["objective"]["name"], "work");
+    assert_eq!(report["results"][0]["metrics"]["work"], 256.0);
+}

@@ -11,6 +11,7 @@ mod kt_manifests;
 mod messages;
 mod open_kt_caches;
 mod resume;
+mod reused_workers;
 mod search;
 mod shards;
 mod snapshots;

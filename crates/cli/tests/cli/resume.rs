@@ -64,6 +64,12 @@ fn skipped(stderr: &str) -> Option<usize> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
+/// The number in "resuming N choices whose rounds were cut short", if said.
+fn resumed(stderr: &str) -> Option<usize> {
+    let (_, rest) = stderr.split_once("resuming ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 #[test]
 fn a_second_run_measures_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,10 +175,23 @@ fn an_interrupted_run_resumes_without_measuring_again() {
         "every finished choice is cached, and only those"
     );
 
+    // Screened before the stop, their rounds not begun: the table says what is left.
+    assert!(
+        stdout.contains(&format!(
+            "interrupted: {} choices not measured, {cached} measured without all their rounds; \
+             run the same command again to finish them",
+            10 - cached
+        )),
+        "{stdout}"
+    );
+    assert_eq!(partial["unfinished"].as_array().map_or(0, Vec::len), cached);
+
     let again = tunebox(dir.path(), &["tune", "slow.toml", "--json", "r.json"]);
     check(&again);
-    assert_eq!(skipped(&text(&again.stderr)), Some(cached));
     let stderr = text(&again.stderr);
+    // Their screening windows are taken, not measured again; they get their rounds.
+    assert_eq!(skipped(&stderr), None, "{stderr}");
+    assert_eq!(resumed(&stderr), Some(cached), "{stderr}");
     assert!(
         stderr.contains(&format!("benchmarking {} choice", 10 - cached)),
         "{stderr}"
@@ -182,8 +201,16 @@ fn an_interrupted_run_resumes_without_measuring_again() {
     let results = full["results"].as_array().unwrap();
     assert_eq!(results.len(), 10);
     assert!(results.iter().all(|r| r["status"] == "ok"), "{full}");
-    let from_cache = results.iter().filter(|r| r["cached"] == true).count();
-    assert_eq!(from_cache, cached);
+    // Measured in windows as an uninterrupted run measures them: in one window only those
+    // the rounds settled at screening.
+    let once = results
+        .iter()
+        .filter(|r| r["windows"]["medians_ms"].as_array().unwrap().len() == 1)
+        .count();
+    assert!(
+        once as u64 <= full["conditions"]["settled"].as_u64().unwrap_or(0),
+        "{full}"
+    );
 }
 
 #[test]
@@ -249,7 +276,14 @@ fn a_killed_run_loses_nothing_finished() {
     assert!(cached >= 1);
     let again = tunebox(dir.path(), &["tune", "slow.toml", "--json", "r.json"]);
     check(&again);
-    assert_eq!(skipped(&text(&again.stderr)), Some(cached));
+    // What the killed run cached is taken: as final, or (cut short before its rounds) with
+    // its screening window, to be given its rounds.
+    let stderr = text(&again.stderr);
+    assert_eq!(
+        skipped(&stderr).unwrap_or(0) + resumed(&stderr).unwrap_or(0),
+        cached,
+        "{stderr}"
+    );
     assert_eq!(
         json(&dir.path().join("r.json"))["results"]
             .as_array()

@@ -53,7 +53,8 @@ fn identical_errors_are_grouped_with_their_hint() {
     assert!(stdout.contains("… 5 more"), "{stdout}");
     assert!(
         stdout.contains(
-            "[1] 6 choices: error: [kernel] entry = \"scal\", but scale.c declares no function \
+            "[1] 6 choices (A=1 B=1, A=1 B=2, A=2 B=1, A=2 B=2 and 2 more; --errors lists \
+             them): error: [kernel] entry = \"scal\", but scale.c declares no function \
              `scal`; did you mean `scale`? (fix `entry` in the manifest)"
         ),
         "{stdout}"

@@ -75,6 +75,88 @@ pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
     Ok(cache)
 }
 
+/// The kernel cache of a whole run: the user's (`$TUNEBOX_CACHE_DIR/cpu`, else the user's
+/// cache folder), or, when that cannot be made or written (a read-only file system, no
+/// permission, no such folder possible, not private), a private temporary folder that lives
+/// as long as the run, as the results cache goes on when its file cannot be written. The
+/// workers are given its root (`TUNEBOX_CACHE_DIR`), so that they load what the parent
+/// compiled there (and CUDA workers compile into it).
+#[derive(Debug)]
+pub(crate) struct KernelCache {
+    dir: CacheDir,
+    /// The private root, when the user's cache could not be used (removed when dropped).
+    private: Option<tempfile::TempDir>,
+}
+
+impl KernelCache {
+    /// The user's kernel cache, created and checked writable; else a private temporary one,
+    /// with the warning that says why and what to do.
+    ///
+    /// # Errors
+    ///
+    /// Neither the user's cache nor a temporary folder can be made.
+    pub(crate) fn resolve() -> anyhow::Result<(KernelCache, Option<String>)> {
+        let usable = tunebox_cpu::default_cache_dir()
+            .map_err(|e| e.to_string())
+            .and_then(|dir| writable(&dir).map(|()| dir).map_err(|e| e.to_string()));
+        let reason = match usable {
+            Ok(dir) => return Ok((KernelCache { dir, private: None }, None)),
+            Err(reason) => reason,
+        };
+        let private = tempfile::Builder::new()
+            .prefix("tunebox-kernels-")
+            .tempdir()
+            .with_context(|| {
+                format!(
+                    "{reason}, and no temporary folder could be made for this run's kernels                      either; set TUNEBOX_CACHE_DIR to a writable directory"
+                )
+            })?;
+        let dir = CacheDir::new(private.path().join("cpu"));
+        let warning = format!(
+            "{reason}: this run compiles into the private folder {} instead, removed when it              ends; set TUNEBOX_CACHE_DIR to a writable directory to keep compiled kernels              between runs",
+            private.path().display()
+        );
+        Ok((
+            KernelCache {
+                dir,
+                private: Some(private),
+            },
+            Some(warning),
+        ))
+    }
+
+    /// The directory C kernels compile into.
+    pub(crate) fn dir(&self) -> &CacheDir {
+        &self.dir
+    }
+
+    /// The cache root to give the workers (`TUNEBOX_CACHE_DIR`): the private one, when the
+    /// user's could not be used (`None`: theirs, as they resolve it).
+    pub(crate) fn worker_root(&self) -> Option<&std::path::Path> {
+        self.private.as_ref().map(tempfile::TempDir::path)
+    }
+}
+
+/// Creates `dir` (private, as [`CacheDir::ensure`] does) and writes a file in it, to be sure
+/// that compiles can: a read-only file system lets an existing folder be "created".
+fn writable(dir: &CacheDir) -> std::io::Result<()> {
+    let describe = |e: std::io::Error| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "the kernel cache {} cannot be used ({e})",
+                dir.path().display()
+            ),
+        )
+    };
+    dir.ensure().map_err(describe)?;
+    tempfile::Builder::new()
+        .prefix(".tunebox-probe-")
+        .tempfile_in(dir.path())
+        .map(drop)
+        .map_err(describe)
+}
+
 /// What a compile's `outcome` (the files the compiler read, or why it failed) means for `todo`.
 pub(crate) fn judge(
     setup: &Setup<'_>,

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use tunebox_cpu::{CacheDir, CompileControl, CpuError};
+use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
-use super::lookup::{Setup, Todo, adopt};
+use super::compile::KernelCache;
+use super::lookup::{Resumed, Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::Outcome;
 use super::stage::stop_reason;
@@ -19,7 +20,7 @@ use crate::error::TuneError;
 use crate::fingerprint;
 use crate::interference::{BackgroundWork, Topology};
 use crate::manifest::{Language, Manifest, Reference, Verify};
-use crate::observer::{Observer, ObserverExt};
+use crate::observer::{Observer, ObserverExt, WarningKind, Warnings};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank, set_objective,
@@ -45,7 +46,8 @@ pub(super) struct Run<'a> {
     /// The reference kernel's label and request, when verifying against one.
     pub reference: Option<(String, BenchmarkRequest)>,
     pub reference_compiled: bool,
-    pub kernel_cache: CacheDir,
+    /// Where C kernels compile (a private folder when the user's cannot be written).
+    pub kernel_cache: KernelCache,
     pub topology: Topology,
     /// How long compile threads have run (they may run beside windows, in the background).
     pub compile_clock: BackgroundWork,
@@ -71,6 +73,17 @@ pub(super) struct Run<'a> {
     pub compile_noted: bool,
 }
 
+/// A result whose line in the results cache is written again once its rounds are done.
+#[derive(Debug, Clone)]
+pub(super) struct PendingLine {
+    /// Its choice's stable index.
+    pub index: usize,
+    /// Its key in the results cache.
+    pub key: String,
+    /// How many windows its line there holds.
+    pub windows: usize,
+}
+
 /// Every result of the run, and the results cache they go to.
 pub(super) struct Ledger {
     pub cache: Option<ResultsCache>,
@@ -83,12 +96,21 @@ pub(super) struct Ledger {
     pub hits: usize,
     pub header: RunHeader,
     pub timeout: Duration,
-    /// `ok` results to cache again once their rounds are done (their keys), by index.
-    pub pending: Vec<(usize, String)>,
+    /// `ok` results to cache again once their rounds are done.
+    pub pending: Vec<PendingLine>,
+    /// The stable indices of the results whose rounds a stop cut short (set by the rounds):
+    /// their lines say so, and a re-run gives them the rest.
+    pub unfinished: Vec<usize>,
     /// Whether rounds follow screening.
     pub rounds_follow: bool,
     /// The keys whose line this run wrote.
     pub written: std::collections::HashSet<String>,
+    /// The run's warnings, each kind said once.
+    pub warnings: Warnings,
+    /// Choices whose rounds an earlier run's stop cut short, resumed here.
+    pub resumed: usize,
+    /// The choices whose measurement left state behind in their worker, by label.
+    pub left_by: Vec<String>,
 }
 
 impl<'a> Run<'a> {
@@ -129,13 +151,19 @@ impl<'a> Run<'a> {
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
         notes.extend(manifest.notes.iter().cloned());
+        let mut warnings = Warnings::default();
         let cache = open_cache(
             cache_path.as_deref(),
             options,
             manifest,
             &mut notes,
-            observer,
+            (observer, &mut warnings),
         )?;
+        let (kernel_cache, kernel_warning) = KernelCache::resolve()?;
+        if let Some(warning) = kernel_warning {
+            warnings.warn(observer, WarningKind::KernelCache, &warning);
+            notes.push(warning);
+        }
         Ok(Run {
             options,
             observer,
@@ -144,7 +172,7 @@ impl<'a> Run<'a> {
             deadline: options.max_time.map(|t| start + t),
             reference: workers::reference_request(manifest)?,
             reference_compiled: false,
-            kernel_cache: tunebox_cpu::default_cache_dir()?,
+            kernel_cache,
             topology: Topology::detect(),
             compile_clock: BackgroundWork::default(),
             spare_windows: Duration::ZERO,
@@ -161,8 +189,12 @@ impl<'a> Run<'a> {
                 header,
                 timeout: setup.timeout,
                 pending: Vec::new(),
+                unfinished: Vec::new(),
                 rounds_follow: options.rounds > 0,
                 written: Default::default(),
+                warnings,
+                resumed: 0,
+                left_by: Vec::new(),
             },
             setup,
             space,
@@ -189,7 +221,7 @@ impl<'a> Run<'a> {
         let needs_c = todo.iter().any(|t| is_c(&t.request))
             || self.reference.as_ref().is_some_and(|(_, r)| is_c(r));
         if needs_c {
-            let path = self.kernel_cache.path();
+            let path = self.kernel_cache.dir().path();
             std::fs::create_dir_all(path).with_context(|| {
                 format!(
                     "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable \
@@ -209,8 +241,12 @@ impl<'a> Run<'a> {
                 ..CompileControl::default()
             };
             // Interrupted: no choice is measured either.
-            self.ledger.reference_deps =
-                super::reference::compile_reference(label, request, &self.kernel_cache, &control)?;
+            self.ledger.reference_deps = super::reference::compile_reference(
+                label,
+                request,
+                self.kernel_cache.dir(),
+                &control,
+            )?;
         }
         if self.measuring.is_some() {
             return Ok(());
@@ -234,10 +270,10 @@ impl<'a> Run<'a> {
             measuring.shutdown(Duration::from_millis(500));
         }
         self.stop.unwatch();
-        let mut ledger = self.ledger;
-        ledger.not_measured.sort_by_key(|n| n.index);
+        let unfinished = self.unfinished();
+        self.notes.extend(self.ledger.left_behind_note());
         self.notes.extend(budget_note(
-            &ledger.results,
+            &self.ledger.results,
             self.setup.manifest,
             self.setup.timeout,
         ));
@@ -250,6 +286,8 @@ impl<'a> Run<'a> {
             self.observer.note(&format!("warning: {warning}"));
             self.notes.push(warning);
         }
+        let mut ledger = self.ledger;
+        ledger.not_measured.sort_by_key(|n| n.index);
         set_objective(&mut ledger.results, ledger.header.objective.as_ref());
         rank(&mut ledger.results);
         let refine = self.options.refine.filter(|&k| k > 0);
@@ -268,6 +306,7 @@ impl<'a> Run<'a> {
                 cache: ledger.cache.as_ref().map(|c| c.info(ledger.hits)),
                 interrupted: self.stop.requested(),
                 not_measured: ledger.not_measured,
+                unfinished,
                 notes: self.notes,
                 conditions: self.conditions,
                 ..RunInfo::new(ledger.header)
@@ -279,17 +318,21 @@ impl<'a> Run<'a> {
 
 impl Ledger {
     /// Takes what the cached lookup answered: results, their headers, hits (lines read from
-    /// another file of the manifest, a shard's, are copied into this one).
+    /// another file of the manifest, a shard's, are copied into this one), and the choices
+    /// whose rounds were cut short ([`Ledger::take_resumed`]). Returns what is left to measure,
+    /// and those resumed.
     pub(super) fn take_cached(
         &mut self,
-        lookup: super::lookup::Lookup,
+        mut lookup: super::lookup::Lookup,
         adaptive: bool,
         observer: &dyn Observer,
-    ) -> Vec<Todo> {
+    ) -> (Vec<Todo>, Vec<Resumed>) {
+        let resumed = std::mem::take(&mut lookup.resumed);
         self.results.extend(lookup.done);
         self.deps_of.extend(lookup.deps);
         if let Err(e) = adopt(&mut self.cache, &lookup.hit_keys) {
-            observer.note(&format!("warning: {e:#}"));
+            self.warnings
+                .warn(observer, WarningKind::ResultsCache, &format!("{e:#}"));
         }
         self.hits += lookup.hits;
         if lookup.hits > 0 {
@@ -303,7 +346,8 @@ impl Ledger {
         {
             observer.note(&skipped_note(lookup.hits, c));
         }
-        lookup.todo
+        let resumed = self.take_resumed(resumed, adaptive, observer);
+        (lookup.todo, resumed)
     }
 
     /// What became of `todo` in a pipeline: a result is recorded, a skipped choice noted.
@@ -313,7 +357,9 @@ impl Ledger {
                 result,
                 cacheable,
                 files,
+                left,
             } => {
+                self.left_behind(&result.choice.label(), &left, observer);
                 let deps = self.deps_for(files);
                 let key = cacheable.then_some(todo.key.as_str());
                 self.record(*result, key, deps, observer);
@@ -324,6 +370,49 @@ impl Ledger {
                 reason: reason.to_owned(),
             }),
         }
+    }
+
+    /// A choice's measurement left `left` in its worker (descriptors, threads, processes,
+    /// memory, or a resource it found used up), which could not be put back: the worker was
+    /// replaced. Said once a run, naming the choice; every such choice is named in the report's
+    /// notes ([`Ledger::left_behind_note`]).
+    fn left_behind(
+        &mut self,
+        label: &str,
+        left: &[tunebox_protocol::Leftover],
+        observer: &dyn Observer,
+    ) {
+        if left.is_empty() {
+            return;
+        }
+        let what: Vec<String> = left
+            .iter()
+            .map(|l| format!("{}: {}", l.what, l.detail))
+            .collect();
+        self.warnings.warn(
+            observer,
+            WarningKind::LeftBehind,
+            &format!(
+                "{label} left state behind in its reused worker ({}); the worker was replaced \
+                 before the next choice, so no other choice pays for it",
+                what.join("; ")
+            ),
+        );
+        self.left_by.push(label.to_owned());
+    }
+
+    /// The report's note naming every choice that left state behind in its worker.
+    pub(super) fn left_behind_note(&self) -> Option<String> {
+        let (first, rest) = self.left_by.split_first()?;
+        let names = if rest.is_empty() {
+            first.clone()
+        } else {
+            format!("{first}, {}", rest.join(", "))
+        };
+        Some(format!(
+            "{} left state behind in a reused worker, which was replaced after each: {names}",
+            plural(self.left_by.len())
+        ))
     }
 
     /// The headers a C choice's line depends on: those its compile read, and the reference's.
@@ -350,10 +439,16 @@ impl Ledger {
         }
         if let Some(key) = key {
             // Cached at once, so that a run killed later loses nothing; an `ok` result with
-            // rounds to come is cached again with all its windows (the last line of a key wins).
-            self.cache_line(&result, key, self.timeout, observer);
-            if self.rounds_follow && result.windows.is_some() {
-                self.pending.push((result.index, key.to_owned()));
+            // rounds to come is cached again with all its windows (the last line of a key
+            // wins), and until then its line says that its windows are not complete.
+            let rounds_follow = self.rounds_follow && result.windows.is_some();
+            self.cache_line(&result, key, self.timeout, !rounds_follow, observer);
+            if rounds_follow {
+                self.pending.push(PendingLine {
+                    index: result.index,
+                    key: key.to_owned(),
+                    windows: 1,
+                });
             }
         }
         self.keep(result);
@@ -367,24 +462,28 @@ impl Ledger {
         }
     }
 
-    /// Appends `result`'s line (`timeout`: what it was measured with) to the results cache;
-    /// a failed write turns the cache off, with a warning.
+    /// Appends `result`'s line (`timeout`: what it was measured with; `complete`: whether its
+    /// windows are all it gets) to the results cache; a failed write is counted, with a
+    /// warning.
     pub(super) fn cache_line(
         &mut self,
         result: &ChoiceResult,
         key: &str,
         timeout: Duration,
+        complete: bool,
         observer: &dyn Observer,
     ) {
         let deps = self.deps_of.get(&result.index).cloned();
         let Some(c) = self.cache.as_mut() else {
             return;
         };
-        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps);
+        let line = CacheLine::new(key.to_owned(), &self.header, timeout, result, deps)
+            .with_windows_complete(complete);
         let failed_before = c.not_cached().0;
         if let Err(e) = c.append(line) {
             // Counted by the cache (the report and the exit status say it); the run goes on.
-            observer.note(&format!("warning: {e:#}"));
+            self.warnings
+                .warn(observer, WarningKind::ResultsCache, &format!("{e:#}"));
         }
         if c.not_cached().0 == failed_before {
             self.written.insert(key.to_owned());
@@ -393,31 +492,41 @@ impl Ledger {
 
     /// Caches the results measured in rounds again, each with all its windows (a result with
     /// too few quiet windows is cached with them, and is not taken as final: a quiet run
-    /// measures it again).
+    /// measures it again). A result whose rounds a stop cut short ([`Ledger::unfinished`]) is
+    /// cached with the windows it has when it has more than its line, saying that they are not
+    /// complete; one whose rounds are done is cached as complete, also when no window was added
+    /// (it settled at screening, or was the only choice).
     pub(super) fn cache_pending(&mut self, observer: &dyn Observer) {
-        for (index, key) in std::mem::take(&mut self.pending) {
-            let Some(result) = self.results.iter().find(|r| r.index == index).cloned() else {
+        for pending in std::mem::take(&mut self.pending) {
+            let Some(result) = self
+                .results
+                .iter()
+                .find(|r| r.index == pending.index)
+                .cloned()
+            else {
                 continue;
             };
-            // Unchanged since screening (no window added): its line is there already.
-            let changed = result
-                .windows
-                .as_ref()
-                .is_some_and(|w| w.medians_ms.len() > 1)
-                || result.status != tunebox_pool::Status::Ok;
-            // A screening line that could not be written was counted; it is not tried again.
-            if !changed || !self.written.contains(&key) {
+            let complete = result.status != tunebox_pool::Status::Ok
+                || !self.unfinished.contains(&pending.index);
+            let windows = result.windows.as_ref().map_or(0, |w| w.medians_ms.len());
+            // A line that could not be written was counted; it is not tried again.
+            if !(complete || windows > pending.windows) || !self.written.contains(&pending.key) {
                 continue;
             }
             let deps = self.deps_of.get(&result.index).cloned();
-            let line = CacheLine::new(key, &self.header, self.timeout, &result, deps);
+            let line = CacheLine::new(pending.key, &self.header, self.timeout, &result, deps)
+                .with_windows_complete(complete);
             if let Some(c) = self.cache.as_mut()
                 && let Err(e) = c.update(line)
             {
-                observer.note(&format!(
-                    "warning: {e:#}; {} keeps its screening line",
-                    result.choice.label()
-                ));
+                self.warnings.warn(
+                    observer,
+                    WarningKind::ResultsCache,
+                    &format!(
+                        "{e:#}; {} keeps its line with fewer windows",
+                        result.choice.label()
+                    ),
+                );
             }
         }
     }
@@ -432,11 +541,12 @@ pub(super) fn start_measuring(
 ) -> Result<Measuring> {
     let (options, stop) = (run.options, run.stop);
     workers::note_sandbox(run.setup.manifest, |m| run.observer.note(m));
+    let worker = (options.worker.as_deref(), run.kernel_cache.worker_root());
     let reference = workers::reference_outputs(
         run.setup.manifest,
         run.reference.as_ref(),
         timeout,
-        options.worker.as_deref(),
+        worker,
         |pool| stop.watch(pool),
         |m| run.observer.note(m),
     )?;
@@ -445,29 +555,17 @@ pub(super) fn start_measuring(
         workers,
         timeout,
         options.max_process_uses,
-        options.worker.as_deref(),
+        worker,
     )?;
     stop.watch(std::sync::Arc::clone(&pool));
     let warm = warm_windows(options, run.setup.manifest, run.setup.windows)
-        .then(|| {
-            workers::start_warm_pool(
-                &pool,
-                run.setup.manifest,
-                workers,
-                timeout,
-                options.worker.as_deref(),
-            )
-        })
+        .then(|| workers::start_warm_pool(&pool, run.setup.manifest, workers, timeout, worker))
         .transpose()?;
     if let Some(warm) = &warm {
         stop.watch_beside(std::sync::Arc::clone(warm));
     }
-    let varied = workers::varied_reference(
-        run.setup.manifest,
-        run.reference.as_ref(),
-        timeout,
-        options.worker.as_deref(),
-    )?;
+    let varied =
+        workers::varied_reference(run.setup.manifest, run.reference.as_ref(), timeout, worker)?;
     if let Some(varied) = &varied {
         stop.watch_beside(std::sync::Arc::clone(varied.pool()));
     }
@@ -557,7 +655,7 @@ fn open_cache(
     options: &TuneOptions,
     manifest: &Manifest,
     notes: &mut Vec<String>,
-    observer: &dyn Observer,
+    (observer, warnings): (&dyn Observer, &mut Warnings),
 ) -> Result<Option<ResultsCache>> {
     let Some(path) = path else {
         return Ok(None);
@@ -569,6 +667,10 @@ fn open_cache(
     let cache = ResultsCache::open(path, &others, options.fresh)?;
     for note in cache.notes() {
         observer.note(&note);
+        notes.push(note);
+    }
+    if let Some(note) = cache.unwritable() {
+        warnings.warn(observer, WarningKind::ResultsCache, &note);
         notes.push(note);
     }
     Ok(Some(cache))
@@ -690,7 +792,127 @@ pub(super) fn reason(stop: &Stop) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use tunebox_pool::Status;
+
     use super::*;
+    use crate::observer::Event;
+
+    /// Keeps the notes it is told.
+    #[derive(Default)]
+    pub(crate) struct Notes(pub(crate) Mutex<Vec<String>>);
+
+    impl Observer for Notes {
+        fn on_event(&self, event: Event<'_>) {
+            if let Event::Note(note) = event {
+                self.0.lock().unwrap().push(note.to_owned());
+            }
+        }
+    }
+
+    pub(crate) fn header() -> RunHeader {
+        RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size: 4,
+            selection: Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+            objective: None,
+        }
+    }
+
+    pub(crate) fn ledger(cache: ResultsCache) -> Ledger {
+        Ledger {
+            cache: Some(cache),
+            results: Vec::new(),
+            not_measured: Vec::new(),
+            deps_of: HashMap::new(),
+            reference_deps: Vec::new(),
+            hits: 0,
+            header: header(),
+            timeout: Duration::from_secs(1),
+            pending: Vec::new(),
+            unfinished: Vec::new(),
+            rounds_follow: true,
+            written: Default::default(),
+            warnings: Warnings::default(),
+            resumed: 0,
+            left_by: Vec::new(),
+        }
+    }
+
+    /// An `ok` result of choice `index` measured in `windows` windows of 0.5 ms.
+    pub(crate) fn measured(index: usize, windows: usize) -> ChoiceResult {
+        let stats = tunebox_protocol::TimingStats {
+            median_ms: 0.5,
+            p20_ms: 0.5,
+            p80_ms: 0.5,
+            reps: 10,
+            ..tunebox_protocol::TimingStats::unmeasured()
+        };
+        let mut r = ChoiceResult::failed(
+            index,
+            crate::space::Choice::new(Default::default()),
+            Status::Ok,
+            String::new(),
+            "cpu",
+        );
+        r.error = None;
+        let mut w = crate::windows::Windows::first(&stats, Default::default());
+        for _ in 1..windows {
+            w.add(0.5, Default::default(), 0);
+        }
+        r.windows = Some(w);
+        r.stats = Some(stats);
+        r
+    }
+
+    /// A disk that fills during a run fails every later write alike: the first failure is said,
+    /// the rest (screening lines, the lines of the rounds) only counted.
+    #[test]
+    fn a_full_disk_is_said_once_per_run() {
+        let Ok(full) = std::fs::OpenOptions::new().append(true).open("/dev/full") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ResultsCache::open(&dir.path().join("c.jsonl"), &[], false).unwrap();
+        let notes = Notes::default();
+        let mut ledger = ledger(cache);
+        // Two choices screened while there was room, then the disk fills.
+        ledger.record(measured(0, 1), Some("a"), None, &notes);
+        ledger.record(measured(1, 1), Some("b"), None, &notes);
+        ledger.cache.as_mut().unwrap().write_to(full);
+        for index in 2..4 {
+            ledger.record(measured(index, 1), Some(&format!("k{index}")), None, &notes);
+        }
+        // Their rounds give every choice more windows: their lines cannot be written either.
+        for r in &mut ledger.results {
+            *r = measured(r.index, 3);
+        }
+        ledger.cache_pending(&notes);
+        let notes = notes.0.into_inner().unwrap();
+        let full: Vec<&String> = notes
+            .iter()
+            .filter(|n| n.contains("file system is full"))
+            .collect();
+        assert_eq!(full.len(), 1, "{notes:#?}");
+        assert!(full[0].starts_with("warning: "), "{notes:#?}");
+        assert_eq!(ledger.cache.as_ref().unwrap().not_cached().0, 2);
+        // The first failed screening line, and the two lines of the rounds (the cache itself
+        // counts the second failed screening line).
+        assert_eq!(ledger.warnings.count(WarningKind::ResultsCache), 3);
+    }
 
     /// Later windows are measured in reused workers only with rounds, by default, when every
     /// choice otherwise gets a fresh worker, and outside a sandbox.

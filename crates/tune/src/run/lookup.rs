@@ -92,6 +92,18 @@ pub struct Todo {
     pub key: String,
 }
 
+/// A choice measured in fewer windows than its rounds give, as the results cache holds it.
+#[derive(Debug, Clone)]
+pub struct Resumed {
+    /// What compiling and measuring it again would take.
+    pub todo: Todo,
+    /// Its result so far: its screening window and the rounds' windows it had (not `cached`:
+    /// the run goes on measuring it).
+    pub result: ChoiceResult,
+    /// How many windows its line in the results cache holds.
+    pub(crate) windows: usize,
+}
+
 /// What the cached lookup of a batch gave.
 #[derive(Debug, Default)]
 pub struct Lookup {
@@ -102,6 +114,10 @@ pub struct Lookup {
     pub hits: usize,
     /// The rest, in the batch's order: to compile and measure.
     pub todo: Vec<Todo>,
+    /// Choices whose rounds a stop cut short (the results cache holds their screening window,
+    /// and the windows of the rounds they had): a run gives them the rest of their rounds; a
+    /// caller that measures each choice once measures them as [`Lookup::todo`]'s.
+    pub resumed: Vec<Resumed>,
     /// The headers each cached C choice of `done` was recorded with, by stable index (a
     /// refined line records them too).
     pub(crate) deps: HashMap<usize, Deps>,
@@ -114,7 +130,8 @@ pub struct Lookup {
 /// indices outside it are ignored) and takes from `cache` what it holds for that key (a cached
 /// `timeout` only when measured with at least `setup`'s timeout; for a C kernel, only while
 /// every header its compile read, as recorded in the cache, is unchanged), re-labelled for
-/// this run with its metrics recomputed (the manifest's metrics may have changed since).
+/// this run with its metrics recomputed (the manifest's metrics may have changed since). A
+/// line whose windows are not complete (its rounds were cut short) is [`Lookup::resumed`].
 pub fn lookup_cached(
     setup: &Setup<'_>,
     space: &SearchSpace,
@@ -158,31 +175,55 @@ pub fn lookup_cached(
             manifest.sandbox(),
         );
         let check = matches!(request.kernel, Kernel::C(_)).then_some(&setup.deps_check);
-        if let Some((result, deps)) =
-            cached(cache, (&key, check), setup, setup.timeout, index, &choice)
-        {
-            if let Some(deps) = deps {
-                lookup.deps.insert(index, deps);
-            }
-            lookup.done.push(result);
-            lookup.hits += 1;
-            lookup.hit_keys.push(key);
-            continue;
-        }
-        lookup.todo.push(Todo {
+        let hit = cached(cache, (&key, check), setup, setup.timeout, index, &choice);
+        let todo = Todo {
             index,
             choice,
             request,
             key,
-        });
+        };
+        let Some(hit) = hit else {
+            lookup.todo.push(todo);
+            continue;
+        };
+        if let Some(deps) = hit.deps {
+            lookup.deps.insert(index, deps);
+        }
+        lookup.hit_keys.push(todo.key.clone());
+        match hit.unfinished {
+            Some(windows) => {
+                let mut result = hit.result;
+                result.cached = false;
+                lookup.resumed.push(Resumed {
+                    todo,
+                    result,
+                    windows,
+                });
+            }
+            None => {
+                lookup.done.push(hit.result);
+                lookup.hits += 1;
+            }
+        }
     }
     lookup
 }
 
+/// What the results cache holds for a key ([`cached`]).
+#[derive(Debug)]
+pub(crate) struct Hit {
+    pub(crate) result: ChoiceResult,
+    /// The headers it was recorded with.
+    pub(crate) deps: Option<Deps>,
+    /// Its windows are not complete (its rounds were cut short): how many it has.
+    pub(crate) unfinished: Option<usize>,
+}
+
 /// The cached result of `key` (a timeout only when measured with at least `timeout`),
 /// re-labelled for this run (and its metrics recomputed: the manifest's metrics may have
-/// changed since), with the headers it was recorded with. With a [`DepsCheck`] (a C choice),
-/// only a result whose headers are unchanged.
+/// changed since), with the headers it was recorded with, and whether its windows are complete
+/// ([`crate::cache::CacheLine::windows_complete`]). With a [`DepsCheck`] (a C choice), only a
+/// result whose headers are unchanged.
 pub(crate) fn cached(
     cache: Option<&ResultsCache>,
     (key, check): (&str, Option<&DepsCheck>),
@@ -190,12 +231,14 @@ pub(crate) fn cached(
     timeout: Duration,
     index: usize,
     choice: &Choice,
-) -> Option<(ChoiceResult, Option<Deps>)> {
+) -> Option<Hit> {
     let line = cache?.lookup(key, timeout, check)?;
     let mut result = line.result.clone().into_result(&setup.device).ok()?;
+    let unfinished = (!line.windows_complete(setup.windows))
+        .then(|| result.windows.as_ref().map_or(0, |w| w.medians_ms.len()));
     // Never luck: a result measured under interference, without enough quiet windows, is
-    // not final; this run measures it again.
-    if result.windows.as_ref().is_some_and(|w| !w.settled()) {
+    // not final; this run measures it again (one cut short gets its rounds, which judge that).
+    if unfinished.is_none() && result.windows.as_ref().is_some_and(|w| !w.settled()) {
         return None;
     }
     result.index = index;
@@ -205,7 +248,11 @@ pub(crate) fn cached(
     if let Some(median) = result.median_ms() {
         result.metrics = setup.manifest.metrics.evaluate(choice, median);
     }
-    Some((result, line.deps.clone()))
+    Some(Hit {
+        result,
+        deps: line.deps.clone(),
+        unfinished,
+    })
 }
 
 /// The timing of window `window` (0: the screening window) of `windows` that share the

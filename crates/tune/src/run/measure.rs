@@ -45,7 +45,7 @@ pub fn measure(
         workers.clamp(1, todo.len()),
         setup.timeout,
         setup.max_process_uses,
-        worker,
+        (worker, None),
     )
     .map_err(crate::TuneError::run)?;
     stop.watch(Arc::clone(&pool));

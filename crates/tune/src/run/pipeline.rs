@@ -46,11 +46,14 @@ enum Job {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     /// A result: measured, or failed to compile or prepare. `cacheable`: the results cache may
-    /// keep it (not a transient failure); `files`: the headers its compile read (C).
+    /// keep it (not a transient failure); `files`: the headers its compile read (C); `left`:
+    /// what its measurement left in its worker that could not be put back (the worker was
+    /// replaced before the next choice).
     Done {
         result: Box<ChoiceResult>,
         cacheable: bool,
         files: Option<Vec<PathBuf>>,
+        left: Vec<tunebox_protocol::Leftover>,
     },
     /// Not started, or killed by a stop: why (`interrupted`, `max_time`).
     Skipped(&'static str),
@@ -179,10 +182,12 @@ pub(crate) fn pipeline(
                         result,
                         cacheable,
                         files: _,
+                        left,
                     } => Outcome::Done {
                         result,
                         cacheable,
                         files: lock(&compiled_deps)[p].clone(),
+                        left,
                     },
                     skipped => skipped,
                 };
@@ -286,6 +291,7 @@ fn prepare_cuda(
                 result: Box::new(result),
                 cacheable: true,
                 files: None,
+                left: Vec::new(),
             },
         );
     }
@@ -305,6 +311,16 @@ pub(crate) fn measured_outcome(
     if transient && stage.stop.requested() {
         return Outcome::Skipped("interrupted");
     }
+    let left: Vec<tunebox_protocol::Leftover> = result
+        .as_ref()
+        .map(|r| {
+            r.left_behind
+                .iter()
+                .filter(|l| !l.restored)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
     let mut r = workers::judge(
         todo.index,
         todo.choice.clone(),
@@ -324,6 +340,7 @@ pub(crate) fn measured_outcome(
         result: Box::new(r),
         cacheable: !transient,
         files: None,
+        left,
     }
 }
 
@@ -361,6 +378,7 @@ fn compile_outcomes(
                     result,
                     cacheable,
                     files: Some(dependencies),
+                    left: Vec::new(),
                 },
             },
         };

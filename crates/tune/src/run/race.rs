@@ -181,14 +181,27 @@ impl Run<'_> {
             }
         }
         let rounds = self.setup.windows.saturating_sub(1);
-        if rounds > 0 && contenders.len() > 1 && self.measuring.is_some() && !self.should_stop() {
+        // Choices from the results cache count as rivals: a run resumed after a stop gives
+        // the choices cut short their rounds, even one alone (`resume.rs`).
+        let rivals = self
+            .ledger
+            .results
+            .iter()
+            .filter(|r| r.status == Status::Ok && r.windows.is_some())
+            .count();
+        let mut settled = vec![false; self.ledger.results.len()];
+        if rounds > 0
+            && !contenders.is_empty()
+            && rivals > 1
+            && self.measuring.is_some()
+            && !self.should_stop()
+        {
             self.observer.note(&format!(
                 "measuring {} again in {rounds} rounds of short windows (shuffled, one at a \
                  time)…",
                 plural(contenders.len())
             ));
             let started = Instant::now();
-            let mut settled = vec![false; self.ledger.results.len()];
             for round in 1..=rounds {
                 if self.should_stop() {
                     break;
@@ -222,6 +235,7 @@ impl Run<'_> {
             });
             self.race_for_the_top(budget, &mut tally);
         }
+        self.ledger.unfinished = self.rounds_cut_short(&contenders, &settled);
         self.mark_ties();
         self.conditions = Some(self.summary(tally, load_start));
         if let Some(c) = &self.conditions

@@ -48,7 +48,7 @@ pub fn reference(
             setup.manifest,
             request.as_ref(),
             setup.timeout,
-            worker,
+            (worker, None),
             |pool| stop.watch(pool),
             |m| observer.note(m),
         );

@@ -150,9 +150,14 @@ impl Run<'_> {
                 && let Some(c) = self.ledger.cache.as_mut()
                 && let Err(e) = c.adopt(&key)
             {
-                self.observer.note(&format!("warning: {e:#}"));
+                self.ledger.warnings.warn(
+                    self.observer,
+                    crate::observer::WarningKind::ResultsCache,
+                    &format!("{e:#}"),
+                );
             }
-            match hit.map(|(result, _)| result) {
+            // A refined line is complete as written (one window, no rounds).
+            match hit.map(|hit| hit.result) {
                 Some(mut refined) if refined.status == Status::Ok => {
                     refined.screen_median_ms = screen;
                     self.ledger.results[p] = refined;
@@ -182,7 +187,10 @@ impl Run<'_> {
                     workers,
                     timeout,
                     self.options.max_process_uses,
-                    self.options.worker.as_deref(),
+                    (
+                        self.options.worker.as_deref(),
+                        self.kernel_cache.worker_root(),
+                    ),
                 )
                 .map(|pool| {
                     self.stop.watch(std::sync::Arc::clone(&pool));
@@ -211,7 +219,7 @@ impl Ledger {
         timeout: Duration,
         observer: &dyn Observer,
     ) -> Option<String> {
-        self.cache_line(&refined, key, timeout, observer);
+        self.cache_line(&refined, key, timeout, true, observer);
         if refined.status == Status::Ok {
             self.keep(refined);
             None

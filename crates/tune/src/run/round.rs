@@ -57,6 +57,10 @@ impl Run<'_> {
         {
             self.observer.note(&skipped_note(self.ledger.hits, c));
         }
+        if self.adaptive && self.ledger.resumed > 0 {
+            self.observer
+                .note(&super::resume::resumed_note(self.ledger.resumed));
+        }
         Ok(())
     }
 
@@ -64,13 +68,23 @@ impl Run<'_> {
     /// recorded, and the strategy told.
     fn round(&mut self, batch: &[usize]) -> Result<()> {
         let lookup = lookup_cached(&self.setup, &self.space, batch, self.ledger.cache.as_ref());
-        let todo = self
+        let (mut todo, resumed) = self
             .ledger
             .take_cached(lookup, self.adaptive, self.observer);
-        if !todo.is_empty() {
-            self.ready_to_measure(&todo)?;
+        if !todo.is_empty() || !resumed.is_empty() {
+            let all: Vec<Todo> = todo
+                .iter()
+                .cloned()
+                .chain(resumed.iter().map(|r| r.todo.clone()))
+                .collect();
+            self.ready_to_measure(&all)?;
+            // Resumed choices are measured in the rounds; one that no longer compiles is
+            // measured from the start.
+            todo.extend(self.ready_resumed(resumed));
         }
-        self.measure(&todo);
+        if !todo.is_empty() {
+            self.measure(&todo);
+        }
         let objective = self.ledger.header.objective.as_ref();
         set_objective(&mut self.ledger.results[self.told..], objective);
         let manifest = self.setup.manifest;
@@ -122,7 +136,7 @@ impl Run<'_> {
         let spare = Spare::for_round(todo.len());
         let rounds = self.setup.windows > 1;
         let compiling = Compiling {
-            kernel_cache: &self.kernel_cache,
+            kernel_cache: self.kernel_cache.dir(),
             control: &control,
             say: !std::mem::replace(&mut self.compile_noted, true),
             plan,

@@ -9,6 +9,7 @@
 //! choice (8 bytes); a [`Choice`] is built when asked for. A space of more than 50 million
 //! valid choices is not listed at all: see [`SearchSpace`].
 
+mod count;
 mod restriction;
 mod solver;
 pub(crate) mod value;
@@ -558,8 +559,10 @@ pub struct SpaceCount {
 /// Counts the valid choices of `params` under `restrictions` without listing them (no limit
 /// on their number), telling `progress` the fraction done (0.0 to 1.0) now and then: what
 /// `tunebox tune --count` prints. Params that no restriction links are counted by
-/// multiplication, so a space whose restrictions read only a few params counts in the time
-/// those few take.
+/// multiplication, and the rest are bound in the order that splits them into independent
+/// groups soonest (a param that restrictions tie to many others first), each group counted
+/// apart: a space whose restrictions read only a few params, or bind only its last ones,
+/// counts in milliseconds.
 ///
 /// # Errors
 ///
@@ -816,6 +819,87 @@ pub(crate) mod tests {
             brute.ask(&space, 10).is_empty(),
             "nothing listed without a shard"
         );
+    }
+
+    /// Restrictions that prune read only the last params (`P9 == 1`…), and every other param is
+    /// linked to them by one that prunes nothing: a walk in manifest order would bind 10^9
+    /// prefixes before it could prune; counting by components binds a handful.
+    #[test]
+    fn a_count_whose_restrictions_bind_late_is_quick() {
+        let ten: Vec<i64> = (0..10).collect();
+        let names: Vec<String> = (0..12).map(|i| format!("P{i}")).collect();
+        let spec: Vec<(&str, &[i64])> = names.iter().map(|n| (n.as_str(), &ten[..])).collect();
+        let p = params(&spec);
+        let late = ["P9 == 1", "P10 == 1", "P11 == 1"].map(String::from);
+        // Each param linked to the last (a star), or each to the next (a chain).
+        let star: Vec<String> = (0..11).map(|i| format!("P{i} + P11 >= 0")).collect();
+        let chain: Vec<String> = (0..11).map(|i| format!("P{i} <= P{} + 9", i + 1)).collect();
+        for links in [star, chain] {
+            let texts: Vec<String> = links.iter().chain(&late).cloned().collect();
+            // The thread's CPU time: a machine busy with other work (or a paused test) does
+            // not count.
+            let cpu = tunebox_bench::thread_cpu_ms().unwrap_or(0.0);
+            let count = count_space(&p, &texts, &mut |_| {}).unwrap();
+            let took_ms = tunebox_bench::thread_cpu_ms().unwrap_or(0.0) - cpu;
+            assert_eq!(count.valid, 1_000_000_000, "{texts:?}");
+            assert!(took_ms < 1000.0, "{took_ms:.0} ms of CPU for {texts:?}");
+        }
+    }
+
+    /// A small random space's restrictions, from shapes that link one, two or three params.
+    fn random_restriction(shape: u8, a: usize, b: usize, c: usize, k: i64) -> String {
+        let [a, b, c] = [a, b, c].map(|i| format!("P{i}"));
+        match shape % 6 {
+            0 => format!("{a} == {k}"),
+            1 => format!("{a} < {b}"),
+            2 => format!("{a} + {b} != {k}"),
+            3 => format!("{a} * {b} <= {c} + {k}"),
+            4 => format!("{a} % 3 == {k} % 3 or {b} > {c}"),
+            _ => format!("{a} != {c} and {b} >= {k}"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 200,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Counting by components, listing by the walk and filtering the product agree.
+        #[test]
+        fn counts_agree_with_filtering_the_product(
+            values in proptest::collection::vec(proptest::collection::vec(-2i64..5, 1..5), 1..6),
+            shapes in proptest::collection::vec(
+                (0u8..6, 0usize..6, 0usize..6, 0usize..6, -2i64..5),
+                0..6,
+            ),
+        ) {
+            let names: Vec<String> = (0..values.len()).map(|i| format!("P{i}")).collect();
+            let spec: Vec<(&str, &[i64])> = names
+                .iter()
+                .zip(&values)
+                .map(|(n, v)| (n.as_str(), v.as_slice()))
+                .collect();
+            let p = params(&spec);
+            let n = values.len();
+            let texts: Vec<String> = shapes
+                .iter()
+                .map(|&(shape, a, b, c, k)| random_restriction(shape, a % n, b % n, c % n, k))
+                .collect();
+            let parsed: Vec<Restriction> =
+                texts.iter().map(|t| Restriction::parse(t, &p).unwrap()).collect();
+            let brute = SearchSpace::new(&p, &[])
+                .unwrap()
+                .choices()
+                .filter(|c| {
+                    let bound: Vec<PyValue<'_>> = c.values().map(|(_, v)| v.to_python()).collect();
+                    parsed.iter().all(|r| r.compiled.eval_bool(&bound).unwrap())
+                })
+                .count();
+            let count = count_space(&p, &texts, &mut |_| {}).unwrap();
+            proptest::prop_assert_eq!(count.valid as usize, brute, "{:?} over {:?}", texts, values);
+            proptest::prop_assert_eq!(SearchSpace::new(&p, &parsed).unwrap().len(), brute);
+        }
     }
 
     #[test]

@@ -10,28 +10,31 @@
 //!
 //! Grouping is what keeps a space whose restrictions read only its last params fast: the
 //! free params in front are counted by multiplication, not walked once per value of theirs.
+//! Counting alone (`--count`) goes further (`count.rs`): it binds params in the order that
+//! splits them apart soonest, so that restrictions that bind late cost no walk either.
 
 use anyhow::{Context, Result};
 use tunebox_expr::Value as PyValue;
 
+use super::count::{Counter, Stop as CountStop};
 use super::restriction::Restriction;
 use super::value::ParamValue;
 use indexmap::IndexMap;
 
 /// How often (in partial choices visited) a walk reports its progress.
-const PROGRESS_EVERY: u64 = 1 << 16;
+pub(super) const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// A progress callback: the fraction of the work done so far, 0.0 to 1.0.
-pub(crate) type Progress<'a> = &'a mut dyn FnMut(f64);
+pub(super) type Progress<'a> = &'a mut dyn FnMut(f64);
 
 /// The params and restrictions of a space, as the solver walks them.
 pub(crate) struct Problem<'a> {
     names: Vec<&'a str>,
     params: &'a IndexMap<String, Vec<ParamValue>>,
-    values: Vec<Vec<PyValue<'a>>>,
-    restrictions: &'a [Restriction],
+    pub(super) values: Vec<Vec<PyValue<'a>>>,
+    pub(super) restrictions: &'a [Restriction],
     /// Each param's value count.
-    radix: Vec<u64>,
+    pub(super) radix: Vec<u64>,
     /// Each param's weight in a choice's rank (the product of the later params' counts).
     weight: Vec<u128>,
 }
@@ -145,7 +148,9 @@ impl<'a> Problem<'a> {
         Walk::new(self, group, None)
     }
 
-    /// The number of valid choices, with `progress` told the fraction walked now and then.
+    /// The number of valid choices, with `progress` told the fraction done now and then:
+    /// counted by components (`count.rs`), or, when a restriction raises there, by the walk,
+    /// which names it as the listing would.
     ///
     /// # Errors
     ///
@@ -154,6 +159,15 @@ impl<'a> Problem<'a> {
         if !self.constants_hold()? || self.values.iter().any(Vec::is_empty) {
             return Ok(0);
         }
+        let total = match Counter::new(self, &mut *progress).count() {
+            Ok(total) => total,
+            Err(CountStop::Raised) => self.walk_count(progress)?,
+        };
+        Ok(u64::try_from(total).unwrap_or(u64::MAX))
+    }
+
+    /// The number of valid choices by the depth-first walk of each group.
+    fn walk_count(&self, progress: Progress<'_>) -> Result<u128> {
         let mut groups = self.groups();
         groups.sort_by_key(|g| self.raw(g));
         let work: f64 = groups
@@ -185,7 +199,7 @@ impl<'a> Problem<'a> {
             total = total.saturating_mul(n);
         }
         progress(1.0);
-        Ok(u64::try_from(total).unwrap_or(u64::MAX))
+        Ok(total)
     }
 
     /// The rank of every valid choice, ascending; `None` when more than `max` are valid.

@@ -6,16 +6,19 @@
 //! affinity, priority, timer slack). After every benchmark or prepare request it compares the
 //! state with that record and puts back what differs, so the next task runs as in a fresh
 //! worker; and it compares descriptors, threads and anonymous memory with what they were
-//! before the request. Those it cannot take back safely (closing a descriptor or stopping a
-//! thread that a loaded library still uses): a leftover there is reported not `restored`, and
-//! the parent replaces the worker before the next task. Each request's reply carries its
+//! before the request, and the child processes it left running. Those it cannot take back
+//! safely (closing a descriptor or stopping a thread that a loaded library still uses, a child
+//! the task may still wait for): a leftover there is reported not `restored`, and the parent
+//! replaces the worker before the next task (its process group, children included, goes with
+//! it), so that what a task leaves is charged to that task, never to the next. Each request's reply carries its
 //! leftovers, so the task that did it is named by its own result.
 //!
 //! The first request a backend serves in a worker may leave what the backend sets up for
 //! itself (the CUDA driver's threads, device files and event descriptors; a cache-flush buffer):
 //! those are not counted against it. A task that then fails for lack of a resource in a reused
 //! worker ("Too many open files", "Cannot allocate memory") is told so, with the earlier task
-//! that grew that resource most, and the worker is replaced.
+//! that grew that resource most (the task itself, when it grew it more while it ran), and the
+//! worker is replaced.
 
 mod fpenv;
 mod resources;
@@ -26,7 +29,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use tunebox_protocol::{BenchError, BenchmarkRequest, Kernel, Leftover};
 
 use self::resources::{
-    Resources, fd_target, is_backend_setup, is_plumbing, kib_words, thread_name,
+    Resources, fd_target, is_backend_setup, is_plumbing, kib_words, process_name, thread_name,
 };
 use self::restorable::Baseline;
 
@@ -55,6 +58,7 @@ pub(crate) struct Hygiene {
 struct Growth {
     label: String,
     fds: usize,
+    /// Threads and child processes.
     threads: usize,
     anon_kib: u64,
 }
@@ -144,6 +148,20 @@ impl Hygiene {
                 false,
             ));
         }
+        // No backend starts a process that outlives its request: counted from the first one.
+        let children: Vec<i32> = after
+            .children
+            .difference(&before.children)
+            .copied()
+            .collect();
+        if !children.is_empty() {
+            let names: Vec<String> = children.iter().map(|&p| process_name(p)).collect();
+            found.push(Leftover::new(
+                "processes",
+                format!("left {} running: {}", children.len(), names.join(", ")),
+                false,
+            ));
+        }
         let grown = after.anon_kib.saturating_sub(before.anon_kib);
         if !first && grown > MEMORY_GROWTH_LIMIT_KIB {
             found.push(Leftover::new(
@@ -157,15 +175,16 @@ impl Hygiene {
                 false,
             ));
         }
-        if let Some(exhausted) = error.and_then(|e| self.exhaustion(e)) {
-            found.push(exhausted);
-        }
-        self.history.push_back(Growth {
+        let growth = Growth {
             label: describe(request),
             fds: fds.len(),
-            threads: threads.len(),
+            threads: threads.len() + children.len(),
             anon_kib: grown,
-        });
+        };
+        if let Some(exhausted) = error.and_then(|e| self.exhaustion(e, &growth)) {
+            found.push(exhausted);
+        }
+        self.history.push_back(growth);
         if self.history.len() > HISTORY {
             self.history.pop_front();
         }
@@ -191,26 +210,40 @@ impl Hygiene {
     }
 
     /// When `error` says a resource ran out and earlier tasks ran in this worker: the
-    /// leftover that names the likely culprit and has the worker replaced.
-    fn exhaustion(&self, error: &BenchError) -> Option<Leftover> {
+    /// leftover that names the likely culprit and has the worker replaced. The culprit is the
+    /// task that grew the resource most: an earlier one, or this one (`own`, what it grew
+    /// while it ran), which then fails the same way in a fresh worker.
+    fn exhaustion(&self, error: &BenchError, own: &Growth) -> Option<Leftover> {
         let message = error.to_string();
         let resource = Resource::exhausted_in(&message)?;
         if self.history.is_empty() {
             return None;
         }
-        let culprit = self
+        let earlier = self
             .history
             .iter()
             .filter(|g| resource.growth(g) > 0)
             .max_by_key(|g| resource.growth(g));
-        let blame = match culprit {
-            Some(g) => format!(
+        let blame = match earlier {
+            Some(g) if resource.growth(g) >= resource.growth(own) => format!(
                 "likely culprit: `{}`, which left {} behind",
                 g.label,
                 resource.amount(resource.growth(g))
             ),
-            None => format!(
-                "none of the last {} tasks left {} behind that the worker could see",
+            _ if resource.growth(own) > 0 => format!(
+                "likely culprit: this task itself (`{}`), which left {} behind while it ran; \
+                 the {} tasks before it left {}",
+                own.label,
+                resource.amount(resource.growth(own)),
+                self.history.len(),
+                earlier.map_or_else(
+                    || "none".to_owned(),
+                    |g| format!("at most {}", resource.amount(resource.growth(g)))
+                )
+            ),
+            _ => format!(
+                "none of the last {} tasks, this one included, left {} behind that the worker \
+                 could see",
                 self.history.len(),
                 resource.noun()
             ),
@@ -277,7 +310,7 @@ impl Resource {
         match self {
             Resource::Descriptors => format!("{n} descriptors"),
             Resource::Memory => kib_words(n),
-            Resource::Threads => format!("{n} threads"),
+            Resource::Threads => format!("{n} threads or processes"),
         }
     }
 }
@@ -409,7 +442,13 @@ mod tests {
         let error = BenchError::Failed {
             message: "open x: Too many open files (os error 24)".into(),
         };
-        let found = hygiene.exhaustion(&error).unwrap();
+        let own = |fds| Growth {
+            label: "k LEAK=1".into(),
+            fds,
+            threads: 0,
+            anon_kib: 0,
+        };
+        let found = hygiene.exhaustion(&error, &own(0)).unwrap();
         assert!(!found.restored);
         assert!(
             found.detail.contains("ran out of file descriptors")
@@ -418,10 +457,49 @@ mod tests {
                     .contains("likely culprit: `leaky`, which left 40 descriptors"),
             "{found}"
         );
+        // A task that opened more while it ran than any before it is its own culprit.
+        let found = hygiene.exhaustion(&error, &own(1000)).unwrap();
+        assert!(
+            found.detail.contains(
+                "likely culprit: this task itself (`k LEAK=1`), which left 1000 descriptors \
+                 behind while it ran; the 3 tasks before it left at most 40 descriptors"
+            ),
+            "{found}"
+        );
         let other = BenchError::Failed {
             message: "wrong answer".into(),
         };
-        assert!(hygiene.exhaustion(&other).is_none());
+        assert!(hygiene.exhaustion(&other, &own(0)).is_none());
+    }
+
+    /// A child process a task leaves running is its leftover (the worker is replaced, its
+    /// process group with it), never the next task's.
+    #[test]
+    fn a_child_left_running_is_the_tasks_leftover() {
+        let mut hygiene = Hygiene::new();
+        let before = hygiene.before(&task(), true, true);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let found = hygiene.after(before, &task(), None);
+        let processes = found
+            .iter()
+            .find(|l| l.what == "processes")
+            .unwrap_or_else(|| panic!("{found:?}"));
+        assert!(
+            !processes.restored
+                && processes
+                    .detail
+                    .contains(&format!("sleep (pid {})", child.id())),
+            "{processes}"
+        );
+        // The next task finds it there before and after: nothing of its own.
+        let before = hygiene.before(&task(), true, true);
+        let found = hygiene.after(before, &task(), None);
+        assert!(found.iter().all(|l| l.what != "processes"), "{found:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! Resources a task can leave behind that the worker cannot take back safely: descriptors,
-//! threads, memory. Compared before and after each task.
+//! threads, child processes, memory. Compared before and after each task.
 
 use std::collections::BTreeSet;
 
-/// Open descriptors, live threads and anonymous resident memory at one moment.
+/// Open descriptors, live threads, running child processes and anonymous resident memory at
+/// one moment.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Resources {
     pub(crate) fds: BTreeSet<i32>,
     pub(crate) threads: BTreeSet<i32>,
+    /// The pids of the worker's children that have not exited (zombies, which the worker
+    /// reaps when it is replaced, are not running anything).
+    pub(crate) children: BTreeSet<i32>,
     /// Anonymous resident memory, in KiB.
     pub(crate) anon_kib: u64,
 }
@@ -18,6 +22,7 @@ impl Resources {
         Resources {
             fds: open_descriptors(),
             threads: numbered_entries("/proc/self/task"),
+            children: running_children(),
             anon_kib: anon_kib().unwrap_or(0),
         }
     }
@@ -60,6 +65,38 @@ fn numbered_entries(dir: &str) -> BTreeSet<i32> {
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect()
+}
+
+/// The pids of this process's children (every thread's `children` list) that are not zombies.
+fn running_children() -> BTreeSet<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return BTreeSet::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|&pid| process_state(pid).is_some_and(|state| state != "Z"))
+        .collect()
+}
+
+/// The state letter of process `pid` (`R`, `S`, `Z`, …); `None` once it is gone.
+fn process_state(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next().map(str::to_owned)
+}
+
+/// `sleep (pid 123)`: a child process's name (its `comm`) and pid.
+pub(crate) fn process_name(pid: i32) -> String {
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|n| n.trim().to_owned())
+        .unwrap_or_else(|_| "exited since".into());
+    format!("{name} (pid {pid})")
 }
 
 /// Resident memory not backed by a file or shared memory: `resident - shared` of
