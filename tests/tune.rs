@@ -681,3 +681,28 @@ fn a_run_interrupted_in_its_rounds_resumes_them() {
     assert_eq!(third.info.cache.as_ref().map(|c| c.hits), Some(3));
     assert!(third.results.iter().all(|r| has_its_rounds(r, 2)));
 }
+
+/// What a run measures is its plan's: a shard given to `Plan::new` (the options saying none)
+/// is the shard the report's header names and the default results cache is named after.
+#[test]
+fn a_plans_shard_names_the_header_and_the_cache() {
+    let dir = setup();
+    let shard = tunebox_tune::ShardInfo { index: 1, count: 2 };
+    let manifest = tunebox_tune::Manifest::load(&dir.path().join("m.toml"), "cc").unwrap();
+    let plan = Plan::new(manifest, Box::new(BruteForce::new()), Some(shard)).unwrap();
+    assert_eq!(plan.selected().len(), 2, "every other choice of four");
+    let options = TuneOptions {
+        cache: CacheMode::Default,
+        ..options(dir.path())
+    };
+    assert_eq!(options.shard, None);
+    let report = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
+    assert_eq!(report.info.header.shard, Some(shard));
+    let cache = report.info.cache.expect("a results cache");
+    assert!(
+        cache.path.ends_with("m.shard-1-of-2.tunebox-cache.jsonl"),
+        "{}",
+        cache.path
+    );
+    assert_eq!(report.results.len(), 2);
+}

@@ -130,7 +130,7 @@ impl<'a> Run<'a> {
     ) -> Result<Run<'a>> {
         let start = Instant::now();
         let stdout_log = crate::worker_stdout::Watch::start();
-        let cache_path = check_outputs(options, manifest)?;
+        let cache_path = check_outputs(options, manifest, shard)?;
         if !manifest.unsupported.is_empty() {
             bail!(
                 "{} can be listed (--list) but not tuned:\n  {}",
@@ -147,7 +147,7 @@ impl<'a> Run<'a> {
         check_compilers(manifest)?;
         let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
             .with_rounds(options.rounds);
-        let header = header(&setup, &space, strategy.name(), options, backend);
+        let header = header(&setup, &space, strategy.name(), (options, shard), backend);
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
         notes.extend(manifest.notes.iter().cloned());
@@ -595,7 +595,7 @@ fn header(
     setup: &Setup<'_>,
     space: &SearchSpace,
     strategy: &str,
-    options: &TuneOptions,
+    (options, shard): (&TuneOptions, Option<ShardInfo>),
     backend: &str,
 ) -> RunHeader {
     let manifest = setup.manifest;
@@ -616,21 +616,27 @@ fn header(
             strategy: strategy.to_owned(),
             ..options.selection.clone()
         },
-        shard: options.shard,
+        // The plan's shard: what this run measures (the options' only made the plan).
+        shard,
         metrics: manifest.metrics.names(),
         objective: (!manifest.objective.is_time()).then(|| manifest.objective.clone()),
     }
 }
 
-/// Checks `--json`, `--csv` and the results cache's path; returns the cache's path.
-fn check_outputs(options: &TuneOptions, manifest: &Manifest) -> Result<Option<PathBuf>> {
+/// Checks `--json`, `--csv` and the results cache's path (by default, `shard`'s beside the
+/// manifest); returns the cache's path.
+fn check_outputs(
+    options: &TuneOptions,
+    manifest: &Manifest,
+    shard: Option<ShardInfo>,
+) -> Result<Option<PathBuf>> {
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
             check_output_path(flag, path, manifest).map_err(TuneError::options)?;
         }
     }
     let cache_path = match &options.cache {
-        CacheMode::Default => Some(cache::default_path(&manifest.path, options.shard)),
+        CacheMode::Default => Some(cache::default_path(&manifest.path, shard)),
         CacheMode::Path(path) => Some(path.clone()),
         CacheMode::Off => None,
     };

@@ -42,7 +42,9 @@ pub struct TuneOptions {
     pub max_time: Option<Duration>,
     /// Re-measure the best this many choices with more reps.
     pub refine: Option<usize>,
-    /// Measure only this shard of the choices (`None`: all).
+    /// Measure only this shard of the choices (`None`: all): what [`crate::tune`] plans with.
+    /// A run of a [`crate::Plan`] measures, names and caches the plan's shard
+    /// ([`crate::Plan::new`]), whatever this says.
     pub shard: Option<ShardInfo>,
     /// Rounds of short windows after screening (0: each choice is measured once, in one
     /// window of the manifest's `rep_ms`, as tunebox did before 0.2): see

@@ -25,7 +25,7 @@ impl Run<'_> {
     /// Measures `first` (the plan's selection), then what the strategy asks for next, each
     /// round told to the strategy, until it has no more or the run is stopped.
     pub(super) fn screen(&mut self, first: Vec<usize>) -> Result<()> {
-        if let Some(shard) = self.options.shard {
+        if let Some(shard) = self.shard {
             self.observer.note(&format!(
                 "shard {shard}: {} of the {} choices",
                 first.len(),
