@@ -732,9 +732,6 @@ fn run_tune(
     verbose: bool,
 ) -> Result<ExitCode> {
     let mut output = args.output;
-    if let Some(t4) = &output.t4 {
-        check_t4_path(t4, &args.manifest)?;
-    }
     if let (Some(shard), None) = (options.shard, &output.json) {
         let stem = args
             .manifest
@@ -756,6 +753,13 @@ fn run_tune(
         options.shard,
         options.workers,
     )?;
+    // The files the run's report goes to besides --json and --csv (which the run checks),
+    // checked as those are: before anything is measured.
+    for (flag, path) in [("--t4", &output.t4), ("--html", &output.html)] {
+        if let Some(path) = path {
+            plan.check_output(flag, path)?;
+        }
+    }
     let plan = match plan.manifest().sandbox() {
         None if args.sandbox => {
             let sandbox = plan.manifest().default_sandbox();
@@ -810,29 +814,6 @@ fn not_cached_warning(report: &Report, reason_said: bool) -> Option<String> {
          them; a re-run measures them again (exit status {EXIT_NOT_CACHED})",
         cache.not_cached,
     ))
-}
-
-/// `--t4`'s file, checked before the run: its folder exists, and it is not the manifest.
-fn check_t4_path(path: &std::path::Path, manifest: &std::path::Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    ensure!(
-        dir.is_dir(),
-        "--t4 {}: the folder {} does not exist",
-        path.display(),
-        dir.display()
-    );
-    let same = |a: &std::path::Path, b: &std::path::Path| {
-        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-    };
-    ensure!(
-        !same(path, manifest),
-        "--t4 {} is the manifest itself; give another path",
-        path.display()
-    );
-    Ok(())
 }
 
 /// The strategy, budget and seed: `--budget` alone means a random sample.

@@ -129,6 +129,22 @@ impl Plan {
         &self.manifest
     }
 
+    /// Checks, before the run, a file the caller will write its report to (`flag` names it in
+    /// the error: `--t4`, `--html`): its folder exists, and it is not the manifest or one of
+    /// its sources. The same check a run makes of [`TuneOptions::json`] and
+    /// [`TuneOptions::csv`] and of its results cache.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::TuneError`] saying which it is and the fix.
+    pub fn check_output(&self, flag: &str, path: &Path) -> crate::Result<()> {
+        context::check_output_path(flag, path, &self.manifest).map_err(|e| {
+            crate::TuneError::Options {
+                message: format!("{e:#}"),
+            }
+        })
+    }
+
     /// The plan with its workers in `sandbox` (`None`: not sandboxed), whatever the manifest's
     /// `[sandbox]` says: `tunebox tune --sandbox` ([`Manifest::with_sandbox`]).
     pub fn with_sandbox(mut self, sandbox: Option<tunebox_process::Sandbox>) -> Plan {

@@ -314,10 +314,27 @@ fn bad_options_are_refused_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
     std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    // Every file a run writes is checked the same way, before anything is measured.
+    let cases: [(&[&str], &str); 9] = [
         (
             &["tune", "family.toml", "--json", "family.toml"],
             "would overwrite the input",
+        ),
+        (
+            &["tune", "family.toml", "--t4", "family.c"],
+            "--t4 family.c would overwrite the input",
+        ),
+        (
+            &["tune", "family.toml", "--html", "family.toml"],
+            "--html family.toml would overwrite the input",
+        ),
+        (
+            &["tune", "family.toml", "--t4", "missing/r.json"],
+            "--t4 missing/r.json: the directory missing does not exist",
+        ),
+        (
+            &["tune", "family.toml", "--html", "missing/r.html"],
+            "--html missing/r.html: the directory missing does not exist",
         ),
         (
             &["tune", "family.toml", "--json", "family.c"],

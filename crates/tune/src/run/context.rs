@@ -753,7 +753,7 @@ fn source_notes(manifest: &Manifest) -> Vec<String> {
 
 /// Refuses an output path (`flag` names it) that would overwrite the manifest or a kernel
 /// source, or whose directory does not exist, before any time is spent.
-fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
+pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
     let same = |other: &Path| {
         path.canonicalize()
             .ok()
