@@ -706,3 +706,26 @@ fn a_plans_shard_names_the_header_and_the_cache() {
     );
     assert_eq!(report.results.len(), 2);
 }
+
+/// An unknown strategy name is an error that lists the known ones, never a silent brute force.
+#[test]
+fn an_unknown_strategy_is_an_error_naming_the_known_ones() {
+    let dir = setup();
+    let options = TuneOptions {
+        cache: CacheMode::Off,
+        ..options(dir.path())
+    }
+    .strategy("gentic")
+    .budget(2);
+    let e =
+        tunebox_tune::tune(&dir.path().join("m.toml"), &options, &(), &Stop::new()).unwrap_err();
+    assert!(
+        matches!(e, tunebox_tune::TuneError::Options { .. }),
+        "{e:?}"
+    );
+    let listed = tunebox_tune::strategies::NAMES.join(", ");
+    assert_eq!(
+        e.to_string(),
+        format!("unknown strategy `gentic`: use one of {listed}")
+    );
+}

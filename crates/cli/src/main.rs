@@ -18,6 +18,7 @@ use std::time::Duration;
 use anyhow::{Result, bail, ensure};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tunebox_tune::replay::{Recorded, Trace};
+use tunebox_tune::strategies::StrategyName;
 use tunebox_tune::{
     CacheMode, MAX_TIMEOUT_S, Report, Selection, ShardSpec, TuneOptions, WorkerEnv,
 };
@@ -289,43 +290,61 @@ struct TuneArgs {
     quiet: bool,
 }
 
-/// `--strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Strategy {
-    /// Every choice, in canonical order.
-    BruteForce,
-    /// A random sample of `--budget` choices (seeded by `--seed`), in sampled order.
-    Random,
-    /// Genetic algorithm (Kernel Tuner's genetic_algorithm).
-    Genetic,
-    /// Simulated annealing (Kernel Tuner's simulated_annealing).
-    Annealing,
-    /// Greedy iterated local search (Kernel Tuner's greedy_ils).
-    Ils,
-    /// Differential evolution, best1bin (Kernel Tuner's diff_evo).
-    De,
-    /// Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt).
-    Bayes,
-    /// The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures
-    /// ranked last, string params categorical, a batch for as many workers), then iterated
-    /// local search from the best after 64 results. First of either tool's strategies in
-    /// held-out scores (docs/search.md).
-    Auto,
-}
+/// `--strategy`: one of the library's [`StrategyName`]s (its list, its names), with help for
+/// each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Strategy(StrategyName);
 
 impl Strategy {
+    const BRUTE_FORCE: Strategy = Strategy(StrategyName::BruteForce);
+    const RANDOM: Strategy = Strategy(StrategyName::Random);
+    const ALL: [Strategy; 8] = {
+        let mut all = [Strategy::BRUTE_FORCE; 8];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = Strategy(StrategyName::ALL[i]);
+            i += 1;
+        }
+        all
+    };
+
     /// Its name in reports.
     fn name(self) -> &'static str {
-        match self {
-            Strategy::BruteForce => "brute-force",
-            Strategy::Random => "random",
-            Strategy::Genetic => "genetic",
-            Strategy::Annealing => "annealing",
-            Strategy::Ils => "ils",
-            Strategy::De => "de",
-            Strategy::Bayes => "bayes",
-            Strategy::Auto => "auto",
+        self.0.name()
+    }
+
+    /// What `--help` says of it.
+    fn help(self) -> &'static str {
+        match self.0 {
+            StrategyName::BruteForce => "Every choice, in canonical order",
+            StrategyName::Random => {
+                "A random sample of --budget choices (seeded by --seed), in sampled order"
+            }
+            StrategyName::Genetic => "Genetic algorithm (Kernel Tuner's genetic_algorithm)",
+            StrategyName::Annealing => "Simulated annealing (Kernel Tuner's simulated_annealing)",
+            StrategyName::Ils => "Greedy iterated local search (Kernel Tuner's greedy_ils)",
+            StrategyName::De => "Differential evolution, best1bin (Kernel Tuner's diff_evo)",
+            StrategyName::Bayes => {
+                "Bayesian optimization: Gaussian process, expected improvement (Kernel \
+                 Tuner's bayes_opt)"
+            }
+            StrategyName::Auto => {
+                "The adaptive search to pick, at any budget: Bayesian optimization on ranks \
+                 (failures ranked last, string params categorical, a batch for as many \
+                 workers), then iterated local search from the best after 64 results. First \
+                 of either tool's strategies in held-out scores (docs/search.md)"
+            }
         }
+    }
+}
+
+impl ValueEnum for Strategy {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Strategy::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.help()))
     }
 }
 
@@ -819,20 +838,20 @@ fn not_cached_warning(report: &Report, reason_said: bool) -> Option<String> {
 /// The strategy, budget and seed: `--budget` alone means a random sample.
 fn selection(args: &TuneArgs) -> Result<Selection> {
     let strategy = match (args.strategy, args.budget) {
-        (Some(Strategy::BruteForce), Some(_)) => bail!(
+        (Some(Strategy::BRUTE_FORCE), Some(_)) => bail!(
             "--budget samples choices at random; drop --strategy brute-force, or drop --budget \
              to measure every choice"
         ),
-        (Some(Strategy::Random), None) => {
+        (Some(Strategy::RANDOM), None) => {
             bail!("--strategy random needs --budget N, the number of choices to sample")
         }
-        (Some(strategy), None) if strategy != Strategy::BruteForce => bail!(
+        (Some(strategy), None) if strategy != Strategy::BRUTE_FORCE => bail!(
             "--strategy {} needs --budget N, the number of choices to measure",
             strategy.name()
         ),
         (Some(strategy), _) => strategy,
-        (None, Some(_)) => Strategy::Random,
-        (None, None) => Strategy::BruteForce,
+        (None, Some(_)) => Strategy::RANDOM,
+        (None, None) => Strategy::BRUTE_FORCE,
     };
     if let Some(budget) = args.budget {
         ensure!(budget > 0, "--budget must be at least 1");
@@ -845,7 +864,7 @@ fn selection(args: &TuneArgs) -> Result<Selection> {
     }
     Ok(Selection {
         strategy: strategy.name().to_owned(),
-        budget: args.budget.filter(|_| strategy != Strategy::BruteForce),
+        budget: args.budget.filter(|_| strategy != Strategy::BRUTE_FORCE),
         seed: args.seed,
     })
 }

@@ -660,8 +660,11 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let mut strategy =
-        crate::strategy::Guarded::new(crate::strategies::from_selection(selection, 1));
+    let strategy =
+        crate::strategies::from_selection(selection, 1).map_err(|e| crate::TuneError::Options {
+            message: e.to_string(),
+        })?;
+    let mut strategy = crate::strategy::Guarded::new(strategy);
     // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled, and
     // what it ranks by.
     let manifest = crate::Manifest::load(file, &crate::compiler()).ok();

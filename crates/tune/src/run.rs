@@ -210,14 +210,11 @@ fn plan_inner(
     shard: Option<ShardInfo>,
     batch: usize,
 ) -> Result<Plan> {
+    let strategy =
+        strategies::from_selection(selection, batch).map_err(crate::TuneError::options)?;
     let manifest = Manifest::read(path, &compiler())?;
     let budget_given = selection.budget.is_some();
-    Plan::build(
-        manifest,
-        strategies::from_selection(selection, batch),
-        shard,
-        budget_given,
-    )
+    Plan::build(manifest, strategy, shard, budget_given)
 }
 
 /// Runs a tuning session as the manifest and options say.

@@ -134,13 +134,13 @@ fn tune_help() {
 
                       Possible values:
                       - brute-force: Every choice, in canonical order
-                      - random:      A random sample of `--budget` choices (seeded by `--seed`), in sampled order
+                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers), then iterated local search from the best after 64 results. First of either tool's strategies in held-out scores (docs/search.md)
+                      - random:      A random sample of --budget choices (seeded by --seed), in sampled order
                       - genetic:     Genetic algorithm (Kernel Tuner's genetic_algorithm)
                       - annealing:   Simulated annealing (Kernel Tuner's simulated_annealing)
                       - ils:         Greedy iterated local search (Kernel Tuner's greedy_ils)
                       - de:          Differential evolution, best1bin (Kernel Tuner's diff_evo)
                       - bayes:       Bayesian optimization: Gaussian process, expected improvement (Kernel Tuner's bayes_opt)
-                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers), then iterated local search from the best after 64 results. First of either tool's strategies in held-out scores (docs/search.md)
 
                   --budget <N>
                       Measure N choices: a random sample unless --strategy names another

@@ -29,6 +29,7 @@ mod bayes;
 mod de;
 mod genetic;
 mod ils;
+mod name;
 pub mod score;
 
 pub use annealing::SimulatedAnnealing;
@@ -37,6 +38,7 @@ pub use bayes::BayesianOptimization;
 pub use de::DifferentialEvolution;
 pub use genetic::GeneticAlgorithm;
 pub use ils::GreedyIls;
+pub use name::{StrategyName, UnknownStrategy};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -46,32 +48,36 @@ use crate::results::{ChoiceResult, Selection};
 use crate::space::SearchSpace;
 use crate::strategy::{BruteForce, RandomSample, Strategy};
 
-/// The names [`by_name`] knows, in the order of the evaluation's tables.
-pub const NAMES: [&str; 8] = [
-    "brute-force",
-    "auto",
-    "random",
-    "genetic",
-    "annealing",
-    "ils",
-    "de",
-    "bayes",
-];
+/// The names [`by_name`] knows, in the order of the evaluation's tables ([`StrategyName::ALL`]'s).
+pub const NAMES: [&str; 8] = {
+    let mut names = [""; 8];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = StrategyName::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// The strategy called `name` (one of [`NAMES`]), proposing at most `budget` choices, seeded
 /// by `seed`; `None` for an unknown name. Brute force ignores the budget and seed.
 pub fn by_name(name: &str, budget: usize, seed: u64) -> Option<Box<dyn Strategy>> {
-    Some(match name {
-        "brute-force" => Box::new(BruteForce::new()),
-        "random" => Box::new(RandomSample::new(budget, seed)),
-        "genetic" => Box::new(GeneticAlgorithm::new(budget, seed)),
-        "annealing" => Box::new(SimulatedAnnealing::new(budget, seed)),
-        "ils" => Box::new(GreedyIls::new(budget, seed)),
-        "de" => Box::new(DifferentialEvolution::new(budget, seed)),
-        "bayes" => Box::new(BayesianOptimization::new(budget, seed)),
-        "auto" => Box::new(AutoSearch::new(budget, seed)),
-        _ => return None,
-    })
+    let name: StrategyName = name.parse().ok()?;
+    Some(named(name, budget, seed))
+}
+
+/// The strategy `name`, proposing at most `budget` choices, seeded by `seed`.
+pub fn named(name: StrategyName, budget: usize, seed: u64) -> Box<dyn Strategy> {
+    match name {
+        StrategyName::BruteForce => Box::new(BruteForce::new()),
+        StrategyName::Random => Box::new(RandomSample::new(budget, seed)),
+        StrategyName::Genetic => Box::new(GeneticAlgorithm::new(budget, seed)),
+        StrategyName::Annealing => Box::new(SimulatedAnnealing::new(budget, seed)),
+        StrategyName::Ils => Box::new(GreedyIls::new(budget, seed)),
+        StrategyName::De => Box::new(DifferentialEvolution::new(budget, seed)),
+        StrategyName::Bayes => Box::new(BayesianOptimization::new(budget, seed)),
+        StrategyName::Auto => Box::new(AutoSearch::new(budget, seed)),
+    }
 }
 
 /// As [`by_name`], for a run that measures `batch` choices at once (as many as it has
@@ -92,16 +98,23 @@ pub fn by_name_batched(
 
 /// The built-in strategy a [`Selection`] names (see [`NAMES`]) for a run measuring `batch`
 /// choices at once (see [`by_name_batched`]): `random` samples `budget` choices (all when
-/// unset) with `seed`, the adaptive ones measure `budget` choices; an unknown name is brute
-/// force.
-pub(crate) fn from_selection(selection: &Selection, batch: usize) -> Box<dyn Strategy> {
-    by_name_batched(
-        &selection.strategy,
-        selection.budget.unwrap_or(usize::MAX),
-        selection.seed,
-        batch,
-    )
-    .unwrap_or_else(|| Box::new(BruteForce::new()))
+/// unset) with `seed`, the adaptive ones measure `budget` choices.
+///
+/// # Errors
+///
+/// [`UnknownStrategy`] for a name none of [`NAMES`], listing them.
+pub(crate) fn from_selection(
+    selection: &Selection,
+    batch: usize,
+) -> Result<Box<dyn Strategy>, UnknownStrategy> {
+    let name: StrategyName = selection.strategy.parse()?;
+    let budget = selection.budget.unwrap_or(usize::MAX);
+    Ok(match name {
+        StrategyName::Auto => {
+            Box::new(AutoSearch::with_batch(budget, selection.seed, batch.max(1)))
+        }
+        other => named(other, budget, selection.seed),
+    })
 }
 
 /// The objective a strategy minimizes for a result: its [`ChoiceResult::cost`] for `ok` (the
