@@ -212,144 +212,241 @@ pub fn do_bench_after<R: Runner + ?Sized>(
 ) -> Result<TimingStats, BenchError> {
     validate(config)?;
     let budget = Budget::new(config.budget_ms, started);
-    let flush = |runner: &mut R| -> Result<f64, BenchError> {
-        if config.flush_cache {
-            let start = Instant::now();
-            runner.flush()?;
-            Ok(start.elapsed().as_secs_f64() * 1e3)
-        } else {
-            Ok(0.0)
-        }
-    };
-
-    let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
-    let (mut kernel_ms, mut flush_ms, mut estimate_runs) = (0.0, 0.0, 0u32);
-    let reuse_first = config.estimate_runs == Some(0) && first_call_ms.is_some();
-    let estimate_target = if reuse_first {
-        0
-    } else {
-        config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1)
-    };
-    if let (true, Some(first_ms)) = (reuse_first, first_call_ms) {
-        runner.restore()?;
-        flush_ms = flush(runner)?;
-        kernel_ms = first_ms;
-        estimate_runs = 1;
-    }
-    report_progress(started, Phase::Estimate, (0, estimate_target), None, None);
-    while estimate_runs < estimate_target {
-        runner.restore()?;
-        let wall = Instant::now();
-        flush_ms += flush(runner)?;
-        let (call_ms, _) = timed_sample(runner, config.clock, None)?;
-        kernel_ms += call_ms;
-        estimate_runs += 1;
+    let estimate = Estimate::measure(runner, config, &budget, started, first_call_ms)?;
+    // One timed rep and the final call must fit; if not, say so now rather than be killed.
+    check_budget(config, started, estimate.call_ms + estimate.flush_ms, 2)?;
+    let counts = Counts::plan(config, &estimate, &budget);
+    log::debug!(
+        "do_bench: estimate {:.4} ms over {} runs (+ {:.3} ms flush), {} warmup, {} reps of {} \
+         call(s)",
+        estimate.call_ms,
+        estimate.runs,
+        estimate.flush_ms,
+        counts.warmup_reps,
+        counts.reps,
+        counts.batch
+    );
+    let call = Some(Duration::from_secs_f64(estimate.call_ms.max(0.0) / 1e3));
+    for done in 0..counts.warmup_reps {
         report_progress(
             started,
-            Phase::Estimate,
-            (estimate_runs, estimate_target),
-            ms(call_ms),
+            Phase::Warmup,
+            (done, counts.warmup_reps),
             None,
+            call,
         );
-        // Another run must leave room for one timed rep and the final call.
-        let per_run = wall.elapsed().as_secs_f64() * 1e3;
-        if budget.left_ms() < 3.0 * per_run {
-            break;
-        }
-    }
-    let estimate_ms = kernel_ms / f64::from(estimate_runs);
-    let flush_ms = flush_ms / f64::from(estimate_runs);
-    // One timed rep and the final call must fit; if not, say so now rather than be killed.
-    check_budget(config, started, estimate_ms + flush_ms, 2)?;
-
-    // Hot mode: each sample is a batch of back-to-back calls, long enough to hide the cost of
-    // timing it, divided by its size; no flush.
-    let batch = if config.hot {
-        count(HOT_BATCH_MS, estimate_ms, 1, MAX_HOT_BATCH)
-    } else {
-        1
-    };
-    let sample_ms = if config.hot {
-        estimate_ms * f64::from(batch)
-    } else {
-        estimate_ms
-    };
-    // The first call already warmed the kernel (caches, page tables, branch predictors): a
-    // window that reuses it as the estimate counts its time toward the warmup time, and runs
-    // warmup calls only for what is left of it. Otherwise at least one warmup run, as triton's
-    // do_bench.
-    let mut warmup_reps = if reuse_first {
-        match config.warmup_ms - estimate_ms {
-            left if left > 0.0 => count(left, estimate_ms, 0, config.max_reps),
-            _ => 0,
-        }
-    } else {
-        count(config.warmup_ms, estimate_ms, 1, config.max_reps)
-    };
-    let mut reps = count(config.rep_ms, sample_ms, config.min_reps, config.max_reps);
-    if !config.hot && config.flush_cache && flush_ms > 0.0 {
-        let wall_cap = count(
-            FLUSH_WALL_FACTOR * config.rep_ms,
-            estimate_ms + flush_ms,
-            config.min_reps,
-            config.max_reps,
-        );
-        reps = reps.min(wall_cap);
-    }
-    let asked_reps = reps;
-    if let Some(left_ms) = budget.limited_ms() {
-        // Keep one call (and its flush) for the backend's final verification call.
-        let left_ms = (left_ms - estimate_ms - flush_ms).max(0.0);
-        let rep_wall_ms = if config.hot {
-            sample_ms
-        } else {
-            estimate_ms + flush_ms
-        };
-        reps = reps.min(fit(0.8 * left_ms, rep_wall_ms)).max(1);
-        warmup_reps = warmup_reps.min(fit(0.2 * left_ms, estimate_ms));
-    }
-    log::debug!(
-        "do_bench: estimate {estimate_ms:.4} ms over {estimate_runs} runs (+ {flush_ms:.3} ms \
-         flush), {warmup_reps} warmup, {reps} reps of {batch} call(s)"
-    );
-
-    let estimate = ms(estimate_ms);
-    for done in 0..warmup_reps {
-        report_progress(started, Phase::Warmup, (done, warmup_reps), None, estimate);
         runner.restore()?;
         runner.run()?;
     }
-    // Noise-based stopping plans no count.
-    let planned = if config.max_noise.is_some() { 0 } else { reps };
+    let sampled = sample(runner, config, &counts, (&budget, started), &estimate)?;
+    let mut stats = summarize(&sampled.samples, counts.warmup_reps);
+    stats.stopped = sampled.stopped.into();
+    stats.preempted_reps = sampled.preempted_reps;
+    Ok(stats)
+}
 
+/// Flushes the caches before a call when `config` asks for it; the flush's time in ms.
+fn flush_before<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+) -> Result<f64, BenchError> {
+    if config.flush_cache {
+        let start = Instant::now();
+        runner.flush()?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    } else {
+        Ok(0.0)
+    }
+}
+
+/// What one call costs, as the estimate runs (or the backend's first call) found.
+struct Estimate {
+    /// One call's time, ms.
+    call_ms: f64,
+    /// One flush's time, ms.
+    flush_ms: f64,
+    /// Runs the estimate is over.
+    runs: u32,
+    /// Whether the backend's first call is the estimate (`estimate_runs == Some(0)`).
+    first_call: bool,
+}
+
+impl Estimate {
+    /// Estimates one call: the backend's first call (`first_call_ms`) with
+    /// `config.estimate_runs == Some(0)`, else up to `estimate_runs` (5) timed runs, each after
+    /// a flush, stopping early when the budget would not leave room for a rep and the final
+    /// call.
+    fn measure<R: Runner + ?Sized>(
+        runner: &mut R,
+        config: &TimingConfig,
+        budget: &Budget,
+        started: Instant,
+        first_call_ms: Option<f64>,
+    ) -> Result<Estimate, BenchError> {
+        let (mut call_ms, mut flush_ms, mut runs) = (0.0, 0.0, 0u32);
+        let first_call = config.estimate_runs == Some(0) && first_call_ms.is_some();
+        let target = if first_call {
+            0
+        } else {
+            config.estimate_runs.unwrap_or(ESTIMATE_RUNS).max(1)
+        };
+        if let (true, Some(first_ms)) = (first_call, first_call_ms) {
+            runner.restore()?;
+            flush_ms = flush_before(runner, config)?;
+            call_ms = first_ms;
+            runs = 1;
+        }
+        report_progress(started, Phase::Estimate, (0, target), None, None);
+        while runs < target {
+            runner.restore()?;
+            let wall = Instant::now();
+            flush_ms += flush_before(runner, config)?;
+            let (ms, _) = timed_sample(runner, config.clock, None)?;
+            call_ms += ms;
+            runs += 1;
+            let this = Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
+            report_progress(started, Phase::Estimate, (runs, target), this, None);
+            // Another run must leave room for one timed rep and the final call.
+            let per_run = wall.elapsed().as_secs_f64() * 1e3;
+            if budget.left_ms() < 3.0 * per_run {
+                break;
+            }
+        }
+        Ok(Estimate {
+            call_ms: call_ms / f64::from(runs),
+            flush_ms: flush_ms / f64::from(runs),
+            runs,
+            first_call,
+        })
+    }
+}
+
+/// How many warmup calls and timed reps of how many calls each a measurement makes.
+struct Counts {
+    /// Calls in one timed sample (hot mode: a batch; otherwise 1).
+    batch: u32,
+    warmup_reps: u32,
+    /// Timed reps planned, after the budget.
+    reps: u32,
+    /// Timed reps `rep_ms` and the bounds asked for, before the budget.
+    asked_reps: u32,
+}
+
+impl Counts {
+    /// The counts for `config` at `estimate`, within `budget`: hot mode's batches long
+    /// enough to hide the cost of timing them, warmup for `warmup_ms` (only what the first
+    /// call left of it when it is the estimate; otherwise at least one, as triton's do_bench),
+    /// reps for `rep_ms` within the reps' bounds, at most [`FLUSH_WALL_FACTOR`] × `rep_ms` of
+    /// wall time with flushes, and what a limited budget leaves room for (one call and its
+    /// flush kept for the final verification call).
+    fn plan(config: &TimingConfig, estimate: &Estimate, budget: &Budget) -> Counts {
+        let call_ms = estimate.call_ms;
+        let batch = if config.hot {
+            count(HOT_BATCH_MS, call_ms, 1, MAX_HOT_BATCH)
+        } else {
+            1
+        };
+        let sample_ms = call_ms * f64::from(batch);
+        let mut warmup_reps = if estimate.first_call {
+            match config.warmup_ms - call_ms {
+                left if left > 0.0 => count(left, call_ms, 0, config.max_reps),
+                _ => 0,
+            }
+        } else {
+            count(config.warmup_ms, call_ms, 1, config.max_reps)
+        };
+        let mut reps = count(config.rep_ms, sample_ms, config.min_reps, config.max_reps);
+        if !config.hot && config.flush_cache && estimate.flush_ms > 0.0 {
+            let wall_cap = count(
+                FLUSH_WALL_FACTOR * config.rep_ms,
+                call_ms + estimate.flush_ms,
+                config.min_reps,
+                config.max_reps,
+            );
+            reps = reps.min(wall_cap);
+        }
+        let asked_reps = reps;
+        if let Some(left_ms) = budget.limited_ms() {
+            // Keep one call (and its flush) for the backend's final verification call.
+            let left_ms = (left_ms - call_ms - estimate.flush_ms).max(0.0);
+            let rep_wall_ms = if config.hot {
+                sample_ms
+            } else {
+                call_ms + estimate.flush_ms
+            };
+            reps = reps.min(fit(0.8 * left_ms, rep_wall_ms)).max(1);
+            warmup_reps = warmup_reps.min(fit(0.2 * left_ms, call_ms));
+        }
+        Counts {
+            batch,
+            warmup_reps,
+            reps,
+            asked_reps,
+        }
+    }
+}
+
+/// The timed samples of a measurement, why sampling stopped, and how many were preempted.
+struct Sampled {
+    samples: Vec<f64>,
+    stopped: &'static str,
+    preempted_reps: u32,
+}
+
+/// Takes the timed reps `counts` plans (or, with `max_noise`, until the noise is low enough
+/// or `max_time_ms` is spent), each after a restore, the runner's [`Runner::before_rep`] and a
+/// flush, and ended by its [`Runner::after_rep`]; a rep that would not leave room in `budget`
+/// for the final call ends sampling (after at least one rep).
+fn sample<R: Runner + ?Sized>(
+    runner: &mut R,
+    config: &TimingConfig,
+    counts: &Counts,
+    (budget, started): (&Budget, Instant),
+    estimate: &Estimate,
+) -> Result<Sampled, BenchError> {
+    let ms = |ms: f64| Some(Duration::from_secs_f64(ms.max(0.0) / 1e3));
+    // Noise-based stopping plans no count.
+    let planned = if config.max_noise.is_some() {
+        0
+    } else {
+        counts.reps
+    };
     let time_limit_ms = config
         .max_noise
         .map(|_| config.max_time_ms.unwrap_or(1000.0));
     let sampling = Instant::now();
-    let mut samples = Vec::with_capacity(reps as usize);
-    let mut stopped = "reps";
-    let mut preempted_reps = 0u32;
+    let mut sampled = Sampled {
+        samples: Vec::with_capacity(counts.reps as usize),
+        stopped: "reps",
+        preempted_reps: 0,
+    };
     let mut last_rep_ms = 0.0f64;
     loop {
-        // A rep that would not leave room for the final call ends sampling (at least one rep).
-        if !samples.is_empty() && budget.left_ms() < last_rep_ms.max(estimate_ms) * 2.0 {
-            stopped = "budget";
+        let samples = &mut sampled.samples;
+        if !samples.is_empty() && budget.left_ms() < last_rep_ms.max(estimate.call_ms) * 2.0 {
+            sampled.stopped = "budget";
             break;
         }
         let done = samples.len() as u32;
         let last = samples.last().and_then(|&l| ms(l));
-        report_progress(started, Phase::Reps, (done, planned), last, estimate);
+        report_progress(
+            started,
+            Phase::Reps,
+            (done, planned),
+            last,
+            ms(estimate.call_ms),
+        );
         let wall = Instant::now();
         runner.restore()?;
         runner.before_rep()?;
         if !config.hot {
-            flush(runner)?;
+            flush_before(runner, config)?;
         }
-        let calls = config.hot.then_some(batch);
+        let calls = config.hot.then_some(counts.batch);
         let (sample_ms, preempted) = timed_sample(runner, config.clock, calls)?;
-        runner.after_rep(done, reps.max(config.min_reps).max(1))?;
+        runner.after_rep(done, counts.reps.max(config.min_reps).max(1))?;
         samples.push(sample_ms / f64::from(calls.unwrap_or(1)));
-        preempted_reps += u32::from(preempted);
+        sampled.preempted_reps += u32::from(preempted);
         last_rep_ms = wall.elapsed().as_secs_f64() * 1e3;
         let done = samples.len() as u32;
         if done >= config.max_reps {
@@ -357,28 +454,25 @@ pub fn do_bench_after<R: Runner + ?Sized>(
         }
         match (config.max_noise, time_limit_ms) {
             (Some(max_noise), Some(limit)) => {
-                if done >= config.min_reps && relative_stddev(&samples) <= max_noise {
-                    stopped = "noise";
+                if done >= config.min_reps && relative_stddev(samples) <= max_noise {
+                    sampled.stopped = "noise";
                     break;
                 }
                 if done >= config.min_reps && sampling.elapsed().as_secs_f64() * 1e3 >= limit {
-                    stopped = "time";
+                    sampled.stopped = "time";
                     break;
                 }
             }
-            _ if done >= reps => {
-                if reps < asked_reps {
-                    stopped = "budget";
+            _ if done >= counts.reps => {
+                if counts.reps < counts.asked_reps {
+                    sampled.stopped = "budget";
                 }
                 break;
             }
             _ => {}
         }
     }
-    let mut stats = summarize(&samples, warmup_reps);
-    stats.stopped = stopped.into();
-    stats.preempted_reps = preempted_reps;
-    Ok(stats)
+    Ok(sampled)
 }
 
 /// Fails with [`BenchError::DoesNotFit`] when the request begun at `started` has a
