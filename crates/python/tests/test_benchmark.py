@@ -49,7 +49,11 @@ def test_python_choices_and_failed_ones_are_inf():
 def test_results_name_the_failure():
     with TuningProcessPool(timeout=2, warmup=1, rep=1) as pool:
         results = pool.benchmark_results(
-            [functools.partial(helpers.kill_self, 11), functools.partial(helpers.identity_after, 0, 60), 42]
+            [
+                functools.partial(helpers.kill_self, 11),
+                functools.partial(helpers.identity_after, 0, 60),
+                42,
+            ]
         )
     assert isinstance(results[0], ChildProcessError) and "SIGSEGV" in str(results[0])
     assert isinstance(results[1], TimeoutError)
@@ -68,7 +72,10 @@ def test_c_kernel_choices_give_times_outputs_and_one_failure_each():
     x = np.random.default_rng(1).random(n, dtype=np.float32)
     y = np.zeros(n, np.float32)
     args = [x, y, np.int64(n)]
-    choices = [CKernelChoice(SOURCE, name, args, outputs=[1]) for name in ("scale", "wrong", "crash", "hang")]
+    choices = [
+        CKernelChoice(SOURCE, name, args, outputs=[1])
+        for name in ("scale", "wrong", "crash", "hang")
+    ]
     choices.append(CKernelChoice("void broken(", "broken", args))
     with TuningProcessPool(timeout=5, warmup=2, rep=5) as pool:
         results = pool.benchmark_results(choices)

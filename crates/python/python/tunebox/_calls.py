@@ -159,7 +159,13 @@ def _state(fn):
         if not isinstance(value, (types.ModuleType, *_IMMUTABLE)) and value is not _IMMUTABLE:
             return None
         values.append(id(value))
-    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__.get("__name__"), tuple(values))
+    return (
+        fn.__code__,
+        fn.__defaults__,
+        fn.__kwdefaults__,
+        fn.__globals__.get("__name__"),
+        tuple(values),
+    )
 
 
 def _global_names(code):

@@ -77,9 +77,7 @@ class Worker:
     def output_tails(self) -> tuple[str, str]: ...
 
 def serve_worker(
-    handler: Callable[
-        [int, bytes, list[bytearray]], tuple[int, bytes, list[_RawBuffer], Any]
-    ],
+    handler: Callable[[int, bytes, list[bytearray]], tuple[int, bytes, list[_RawBuffer], Any]],
 ) -> int: ...
 def tune(
     manifest: str,

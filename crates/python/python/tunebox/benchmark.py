@@ -72,8 +72,13 @@ def do_bench(fn, warmup=25, rep=100, return_mode="median"):
         times.append((clock() - t0) * 1e3)
     if return_mode == "all":
         return BenchmarkResult(
-            statistics.median(times), statistics.fmean(times), min(times), max(times),
-            n_repeat, n_warmup, {},
+            statistics.median(times),
+            statistics.fmean(times),
+            min(times),
+            max(times),
+            n_repeat,
+            n_warmup,
+            {},
         )
     modes = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}
     if return_mode not in modes:
@@ -154,8 +159,13 @@ class CKernelChoice:
             index = int(name[3:])
             outputs[index] = np.frombuffer(bytearray(data), dtype=kind).reshape(shape)
         return BenchmarkResult(
-            stats["median_ms"], stats["mean_ms"], stats["min_ms"], stats["max_ms"],
-            stats["reps"], stats["warmup_reps"], outputs,
+            stats["median_ms"],
+            stats["mean_ms"],
+            stats["min_ms"],
+            stats["max_ms"],
+            stats["reps"],
+            stats["warmup_reps"],
+            outputs,
         )
 
 

@@ -189,7 +189,9 @@ def tune_kernel(
     from tunebox import _native
 
     budget = options.get("max_fevals")
-    fraction = None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
+    fraction = (
+        None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
+    )
     printer = _Printer(list(tune_params), verbose and not quiet)
     with _worker() as worker:
         text = _native.tune(
@@ -348,7 +350,11 @@ def _python_worker(folder):
 
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_native.__file__)))
     shebang = f"#!{sys.executable} -IS"
-    if sys.executable and not any(c.isspace() for c in sys.executable) and len(shebang) < _SHEBANG_MAX:
+    if (
+        sys.executable
+        and not any(c.isspace() for c in sys.executable)
+        and len(shebang) < _SHEBANG_MAX
+    ):
         return _launcher(
             folder,
             f"{shebang}\nimport sys\nsys.path.append({package_root!r})\n"
@@ -425,7 +431,9 @@ class _Manifest:
         self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
         if compiler is not None:
             if language == "CUDA":
-                raise NotImplementedError("tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler=")
+                raise NotImplementedError(
+                    "tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler="
+                )
             self.table("kernel").append(("compiler", compiler))
         self.text = text
         return text, language
@@ -454,13 +462,22 @@ class _Manifest:
                         f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
                         f"one of {', '.join(_DTYPES)}"
                     )
-                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", self.contents(name, arg))]
+                table = [
+                    ("name", name),
+                    ("dtype", dtype),
+                    ("shape", [int(arg.size)]),
+                    ("init", self.contents(name, arg)),
+                ]
                 if language != "CUDA":
                     table.append(("c_type", "void"))
                 self.arrays.append((i, arg))
-            elif isinstance(arg, (np.generic, int, float)) and not isinstance(arg, (bool, np.bool_)):
-                kind = _SCALARS.get(np.asarray(arg).dtype.name) if isinstance(arg, np.generic) else (
-                    "i64" if isinstance(arg, int) else "f64"
+            elif isinstance(arg, (np.generic, int, float)) and not isinstance(
+                arg, (bool, np.bool_)
+            ):
+                kind = (
+                    _SCALARS.get(np.asarray(arg).dtype.name)
+                    if isinstance(arg, np.generic)
+                    else ("i64" if isinstance(arg, int) else "f64")
                 )
                 if kind is None:
                     raise TypeError(
@@ -491,7 +508,9 @@ class _Manifest:
         table = self.table("tune_params")
         for name, values in tune_params.items():
             if not isinstance(values, (list, tuple, range)) or len(values) == 0:
-                raise ValueError(f"tune_params[{name!r}] = {values!r}: give a non-empty list of values")
+                raise ValueError(
+                    f"tune_params[{name!r}] = {values!r}: give a non-empty list of values"
+                )
             table.append((name, [_plain(v) for v in values]))
 
     def restrictions(self, restrictions, tune_params):
@@ -502,7 +521,9 @@ class _Manifest:
         strings = [r for r in restrictions if isinstance(r, str)]
         functions = [r for r in restrictions if callable(r)]
         if len(strings) + len(functions) != len(restrictions):
-            raise TypeError("restrictions: give strings (Python expressions) or functions of the parameter dict")
+            raise TypeError(
+                "restrictions: give strings (Python expressions) or functions of the parameter dict"
+            )
         if functions:
             strings.append(_as_expression(tune_params, functions))
         self.top.append(("restrictions", strings))
@@ -543,10 +564,16 @@ class _Manifest:
 
     def launch(self, problem_size, grid_div_x, grid_div_y, grid_div_z):
         if callable(problem_size):
-            raise NotImplementedError("tunebox.kernel_tuner: problem_size as a function is not supported")
+            raise NotImplementedError(
+                "tunebox.kernel_tuner: problem_size as a function is not supported"
+            )
         sizes = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
         self.top.append(("problem_size", [_plain(s) for s in sizes]))
-        for name, value in (("grid_div_x", grid_div_x), ("grid_div_y", grid_div_y), ("grid_div_z", grid_div_z)):
+        for name, value in (
+            ("grid_div_x", grid_div_x),
+            ("grid_div_y", grid_div_y),
+            ("grid_div_z", grid_div_z),
+        ):
             if value is not None:
                 if self.language != "CUDA":
                     continue  # Kernel Tuner ignores it for C kernels
@@ -570,7 +597,9 @@ class _Manifest:
             if higher is not None:
                 self.top.append(("objective_higher_is_better", bool(higher)))
         elif objective not in metrics:
-            raise ValueError(f"objective={objective!r}: it is neither 'time' nor one of the metrics")
+            raise ValueError(
+                f"objective={objective!r}: it is neither 'time' nor one of the metrics"
+            )
         # A metric computed here (a function) ranks the results here; the engine's strategy
         # searches by time.
 
@@ -651,12 +680,18 @@ def _literal(value):
 
 
 def _plain(value):
-    return value.item() if hasattr(value, "item") and not isinstance(value, (list, tuple)) else value
+    return (
+        value.item() if hasattr(value, "item") and not isinstance(value, (list, tuple)) else value
+    )
 
 
 def _toml_key(key):
     key = str(key)
-    return key if key.replace("_", "").replace("-", "").isalnum() and key.isascii() else json.dumps(key)
+    return (
+        key
+        if key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+        else json.dumps(key)
+    )
 
 
 def _toml(value):
@@ -665,7 +700,11 @@ def _toml(value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        return (
+            repr(value)
+            if math.isfinite(value)
+            else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        )
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
@@ -717,7 +756,9 @@ def _verify_again(results, writer, kernel_name, source, arguments, answer, atol,
     asks the user's `verify` whether they are right (Kernel Tuner's `verify(answer, result,
     atol=...)`)."""
     if writer.language == "CUDA":
-        raise NotImplementedError("tunebox.kernel_tuner: a verify function for CUDA kernels is not supported yet; give answer")
+        raise NotImplementedError(
+            "tunebox.kernel_tuner: a verify function for CUDA kernels is not supported yet; give answer"
+        )
     from tunebox.benchmark import BenchmarkResult, CKernelChoice, TuningProcessPool
 
     ok = [row for row in results if row["status"] == "ok"]
@@ -725,12 +766,19 @@ def _verify_again(results, writer, kernel_name, source, arguments, answer, atol,
         return
     array_indices = [i for i, _ in writer.arrays]
     flags = dict(writer.top).get("compiler_options")
-    compiler = dict(writer.tables.get("kernel", [])).get("compiler") or ("g++" if writer.language == "C++" else "cc")
+    compiler = dict(writer.tables.get("kernel", [])).get("compiler") or (
+        "g++" if writer.language == "C++" else "cc"
+    )
     params = [k for k, _ in writer.tables["tune_params"]]
     choices = [
         CKernelChoice(
-            source, kernel_name, arguments, compiler_options=flags, compiler=compiler,
-            defines={p: row[p] for p in params}, outputs=array_indices,
+            source,
+            kernel_name,
+            arguments,
+            compiler_options=flags,
+            compiler=compiler,
+            defines={p: row[p] for p in params},
+            outputs=array_indices,
         )
         for row in ok
     ]

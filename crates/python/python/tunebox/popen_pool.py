@@ -227,12 +227,13 @@ class PopenWorker:
         status, data, buffers = self._native.get(kill_at)
         if status == _calls.TIMEOUT:
             self._native.kill(respawn=True)
-            raise TimeoutError(f"the call ran past its timeout of {timeout} s; the worker was replaced")
+            raise TimeoutError(
+                f"the call ran past its timeout of {timeout} s; the worker was replaced"
+            )
         value = _calls.loads(data, buffers)
         if status == _calls.COMPLETE:
             return value
         raise value
-
 
     def _run_batch(self, fn, calls, timeout):
         """Runs ``fn(*args, **kwargs)`` for each ``(args, kwargs)`` of ``calls`` in this worker
@@ -277,7 +278,9 @@ class PopenWorker:
 
     @staticmethod
     def _finished(region):
-        return [MapResult(StatusKind(status), value) for status, value in _calls.region_records(region)]
+        return [
+            MapResult(StatusKind(status), value) for status, value in _calls.region_records(region)
+        ]
 
 
 # The results region of a batch: records of the calls' outcomes (a larger result comes in the
@@ -473,6 +476,7 @@ class PopenPoolExecutor:
         self._threads.append(thread)
         thread.start()
 
+
 class _Dispatch:
     """What a pool's threads and direct futures share: the job queue, the slots (one per
     worker) and their states, the count of queued jobs, under one lock."""
@@ -664,7 +668,11 @@ def _run_batch(worker, batch, timeout):
         while len(results) < len(calls):
             done = worker._run_batch(batch.fn, calls[len(results) :], timeout)
             if not done:  # never: a batch returns at least the call that ended it
-                done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
+                done = [
+                    MapResult(
+                        StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing")
+                    )
+                ]
             results.extend(done[: len(calls) - len(results)])
     except BaseException as error:  # noqa: BLE001 - each call left gets it, none is lost
         results.extend([MapResult(StatusKind.EXCEPTION, error)] * (len(calls) - len(results)))
