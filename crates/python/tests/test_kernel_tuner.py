@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,7 +223,7 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     from tunebox import _native
 
     size, a, b, c = vectors(1 << 16)
-    seen = {}
+    seen: dict[str, Any] = {}
     engine_tune = _native.tune
 
     def tune(manifest, path, files, *args, **kwargs):
@@ -430,6 +431,35 @@ def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
     kernel = 'extern "C" __global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
     with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver"):
         tune_kernel("k", kernel, 1024, [x, np.int32(1024)], {"block_size_x": [32, 64]}, quiet=True)
+
+
+def test_an_unknown_strategy_is_an_error_naming_the_known_ones():
+    """A misspelt name is refused before anything is built or run, with Kernel Tuner's names and
+    the engine's own (``tunebox._native.STRATEGIES``) in the message; each Kernel Tuner name
+    tunebox takes is one of the engine's."""
+    import tunebox.kernel_tuner as kt
+    from tunebox import _native
+
+    x = np.ones(4, np.float32)
+    src = "void k(float *x) {}"
+    with pytest.raises(ValueError, match="strategy='gentic' is unknown") as error:
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="gentic", quiet=True)
+    kernel_tuner_names = [
+        "brute_force",
+        "random_sample",
+        "genetic_algorithm",
+        "simulated_annealing",
+        "greedy_ils",
+        "diff_evo",
+        "bayes_opt",
+    ]
+    for name in kernel_tuner_names + list(_native.STRATEGIES):
+        assert name in str(error.value)
+    assert set(kt._STRATEGIES) == set(kernel_tuner_names)
+    assert set(kt._STRATEGIES.values()) <= set(_native.STRATEGIES)
+    # A Kernel Tuner strategy tunebox lacks is not a mistake of the caller's.
+    with pytest.raises(NotImplementedError, match="pso.*use one of brute_force"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="pso", quiet=True)
 
 
 def test_what_is_not_supported_is_named():

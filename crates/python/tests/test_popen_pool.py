@@ -163,7 +163,7 @@ def warm_pool(**kwargs):
 def test_a_call_sent_by_the_caller_completes_for_callbacks_wait_and_as_completed():
     # Nothing calls result() on these futures: a pool thread must take their replies.
     pool = warm_pool()
-    done = concurrent.futures.Future()
+    done: concurrent.futures.Future[concurrent.futures.Future[int]] = concurrent.futures.Future()
     pool.submit(helpers.identity_after, 1, 0.05).add_done_callback(done.set_result)
     assert done.result(timeout=30).result() == 1
     waited = pool.submit(helpers.identity_after, 2, 0.05)
