@@ -249,7 +249,7 @@ pub(crate) fn make_venv(venv: &Path) -> Result<(), String> {
     )
 }
 
-pub(crate) fn pip_install(venv: &Path, packages: &[&str], root: &Path) -> Result<(), String> {
+fn pip_install(venv: &Path, packages: &[&str], root: &Path) -> Result<(), String> {
     let mut pip = vec!["-m", "pip", "install", "-q", "--disable-pip-version-check"];
     pip.extend(packages);
     match run_python(venv, &pip, root)? {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::python::{
-    TEST_PACKAGES, environment, make_venv, pip_install, pytest_command, pytest_outcome, run,
+    TEST_PACKAGES, environment, make_venv, pytest_command, pytest_outcome, python_command, run,
     status_code,
 };
 use crate::{target_dir, workspace_root};
@@ -65,10 +65,16 @@ pub(crate) fn wheel_test(args: &[String]) -> Result<(), String> {
     let cache = fresh_dir(&target.join(TEST_CACHE_DIR))?;
     make_venv(&venv)?;
     let wheel_arg = wheel.to_string_lossy().into_owned();
-    let packages: Vec<&str> = [&[wheel_arg.as_str()], TEST_PACKAGES].concat();
-    pip_install(&venv, &packages, &root)?;
-    let mut preflight = Command::new(venv.join("bin/python"));
-    preflight.args(["-c", PREFLIGHT]).current_dir(&root);
+    let mut pip = vec!["-m", "pip", "install", "-q", "--disable-pip-version-check"];
+    pip.push(&wheel_arg);
+    pip.extend(TEST_PACKAGES);
+    let mut install = python_command(&venv, &pip, &root);
+    without_rust(&mut install, &venv, &cache);
+    run(
+        &mut install,
+        "pip install of the wheel and the test requirements, with no Rust toolchain",
+    )?;
+    let mut preflight = python_command(&venv, &["-c", PREFLIGHT], &root);
     without_rust(&mut preflight, &venv, &cache);
     run(
         &mut preflight,

@@ -37,9 +37,10 @@ What it takes from Kernel Tuner:
 - ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
   engine, or functions of the result dict, evaluated here);
 - ``strategy`` (``brute_force``, ``random_sample``, ``genetic_algorithm``,
-  ``simulated_annealing``, ``greedy_ils``, ``diff_evo``, ``bayes_opt``, or an engine name such as
-  ``auto``) with ``strategy_options`` ``max_fevals``, ``fraction``, ``time_limit`` (s) and
-  ``seed``;
+  ``simulated_annealing``, ``greedy_ils``, ``diff_evo``, ``bayes_opt``, or one of the engine's
+  names, ``tunebox._native.STRATEGIES``, such as ``auto``) with ``strategy_options``
+  ``max_fevals``, ``fraction``, ``time_limit`` (s) and ``seed``; any other name is a
+  ``ValueError`` that lists these;
 - ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
   (``.json`` dropped), so a second call measures only what is not in it;
 - ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration), ``workers``
@@ -59,7 +60,8 @@ report as Python objects, and ``worker``: the worker executable the engine start
 
 Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
 ``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
-callables as ``problem_size``, and strategies the engine does not have.
+callables as ``problem_size``, and Kernel Tuner's strategies the engine does not have (``pso``,
+``firefly_algorithm``, ...: ``NotImplementedError``, listing those it has).
 """
 
 from __future__ import annotations
