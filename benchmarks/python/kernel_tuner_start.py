@@ -47,6 +47,7 @@ def start_ms(command, starts):
 
 def run_once(choices, worker_kind):
     import numpy as np
+
     import tunebox.kernel_tuner as kt
 
     x = np.ones(256, np.float32)
@@ -65,7 +66,9 @@ def run_once(choices, worker_kind):
         results, env = kt.tune_kernel("scale", SOURCE, 256, [x, np.int32(256)], params, quiet=True)
         wall = time.perf_counter() - began
     assert all(r["status"] == "ok" for r in results), results
-    windows = sum(len((r.get("windows") or {}).get("medians_ms", [])) for r in env["report"]["results"])
+    windows = sum(
+        len((r.get("windows") or {}).get("medians_ms", [])) for r in env["report"]["results"]
+    )
     return wall, windows
 
 
@@ -97,7 +100,9 @@ def main():
             rust = [str(_native.engine_worker())]
             out["start_ms"] = {
                 "rust": spread([start_ms(rust, args.starts) for _ in range(args.repeat)]),
-                "python_launcher": spread([start_ms([launcher], args.starts) for _ in range(args.repeat)]),
+                "python_launcher": spread(
+                    [start_ms([launcher], args.starts) for _ in range(args.repeat)]
+                ),
             }
     runs = [run_once(args.choices, args.worker) for _ in range(args.repeat)]
     out["run"] = {

@@ -142,9 +142,13 @@ def measure(name, make, args):
     rows = {}
     rows["cold start (s)"] = [cold_start(make) for _ in range(args.repeat)]
     rows["round trip (us)"] = [round_trip(make, args.calls) * 1e6 for _ in range(args.repeat)]
-    rows["10k tasks on 2 workers (tasks/s)"] = [throughput(make, args.tasks) for _ in range(args.repeat)]
+    rows["10k tasks on 2 workers (tasks/s)"] = [
+        throughput(make, args.tasks) for _ in range(args.repeat)
+    ]
     rows["crash -> next result (s)"] = [crash_to_next(make, name) for _ in range(args.repeat)]
-    rows[f"{args.mib} MiB array round trip (s)"] = [big_array(make, args.mib) for _ in range(args.repeat)]
+    rows[f"{args.mib} MiB array round trip (s)"] = [
+        big_array(make, args.mib) for _ in range(args.repeat)
+    ]
     rows[f"{args.mib} MiB array again, same worker (s)"] = [
         big_array(make, args.mib, again=True) for _ in range(args.repeat)
     ]
@@ -175,14 +179,18 @@ def main():
     ours, tvm = "tunebox.popen_pool", "tvm PopenPoolExecutor"
     ratio = ours in results and tvm in results
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n{os.cpu_count()} CPUs, load average {load:.2f} at the end; median (min-max) of {args.repeat} run(s)\n")
+    print(
+        f"\n{os.cpu_count()} CPUs, load average {load:.2f} at the end; median (min-max) of {args.repeat} run(s)\n"
+    )
     print("| metric | " + " | ".join(results) + (" | tunebox vs TVM |" if ratio else " |"))
     print("|---" * (len(results) + 1 + ratio) + "|")
     for metric in metrics:
         cells = []
         for name in results:
             values = results[name][metric]
-            cells.append(f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})")
+            cells.append(
+                f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+            )
         if ratio:
             a, b = (statistics.median(results[n][metric]) for n in (ours, tvm))
             # Throughput is better higher; every other figure is a time.

@@ -2,7 +2,7 @@
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy --workspace --all-targets -D warnings`,
 //!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `code-metrics --max-fn 150
-//!   --no-circles`, `cargo test --workspace`, `html-test`.
+//!   --no-circles`, `python-lint`, `cargo test --workspace`, `html-test`.
 //! - `bench [--quick] [--strict]`: builds `tunebox-worker` and `tunebox-benchmarks` in release,
 //!   runs the overhead benchmarks (issue 9), prints their table and writes
 //!   `target/bench/summary.json`. `--quick` runs fewer iterations (a smoke test, under a minute);
@@ -53,7 +53,11 @@
 //! - `python-test`, `python-conformance`, `python-bench`: the Python package `tunebox`
 //!   (crates/python) built into `target/python/venv`: its pytest suite, TVM's own pool test
 //!   against it (and against TVM's pool), and its overheads against TVM's and Python's pools
-//!   (`docs/python.md`).
+//!   (`docs/python.md`). `python-test` runs `python-lint` first: `ruff check`, `ruff format
+//!   --check` and `mypy` on the package (settings in the root `pyproject.toml`).
+//! - `wheel [--compatibility TAG]`: the abi3 manylinux wheel (`maturin build --release --strip`)
+//!   in `target/python/wheel/`; `wheel-test`: that wheel installed into a fresh environment and
+//!   the pytest suite run against it with no Rust toolchain on the `PATH` (`docs/python.md`).
 
 mod agreement;
 mod browser;
@@ -61,6 +65,7 @@ mod code_metrics;
 mod html;
 mod loaded;
 mod python;
+mod wheel;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -70,7 +75,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "usage: cargo xtask <task>
 
   ci                        fmt check, clippy -D warnings, docs -D warnings, code-metrics
-                            --max-fn 150 --no-circles, tests, html-test
+                            --max-fn 150 --no-circles, python-lint, tests, html-test
   bench [--quick] [--strict] [--only GROUP,…]
                             overhead benchmarks (release build): prints the table and writes
                             target/bench/summary.json; --quick: fewer iterations (smoke test);
@@ -107,8 +112,9 @@ const USAGE: &str = "usage: cargo xtask <task>
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
                             in target/gpu-bundle/, to copy to a GPU machine and run there
   python-test [PYTEST_ARGS…]
-                            the Python package's pytest suite (wheel built into
-                            target/python/venv)
+                            python-lint, then the Python package's pytest suite (wheel
+                            built into target/python/venv, _native.pyi checked by stubtest)
+  python-lint               ruff check, ruff format --check and mypy on the Python package
   python-conformance [--no-tvm] [--kt-only] [--kt-size N]
                             TVM's own test_popen_pool.py against tunebox.popen_pool, then
                             against TVM's pool (apache-tvm from PyPI), both timed; Kernel
@@ -122,7 +128,13 @@ const USAGE: &str = "usage: cargo xtask <task>
                             opened in headless Chromium: figures drawn, nothing fetched;
                             fails without Chromium (apt-get install -y chromium)
   html-bench [--choices N]  the page of a synthetic N-choice report (default 100000): write
-                            time, size, and Chromium's load and draw time";
+                            time, size, and Chromium's load and draw time
+  wheel [--compatibility TAG]
+                            the abi3 manylinux wheel (maturin build --release --strip) in
+                            target/python/wheel/
+  wheel-test [--compatibility TAG] [-- PYTEST_ARGS…]
+                            that wheel in a fresh venv, its pytest suite run with no Rust
+                            toolchain on the PATH";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -149,6 +161,9 @@ fn main() -> ExitCode {
         Some("python-bench") => python::python_bench(&args[1..]),
         Some("html-test") => html::html_test(&args[1..]),
         Some("html-bench") => html::html_bench(&args[1..]),
+        Some("python-lint") => python::python_lint(),
+        Some("wheel") => wheel::wheel(&args[1..]),
+        Some("wheel-test") => wheel::wheel_test(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
             return if task.is_some() {
@@ -187,6 +202,8 @@ fn ci() -> Result<(), String> {
     )?;
     // Issue 25's limits: no function outside tests over 150 lines, no module circle.
     code_metrics::code_metrics(&["--max-fn".into(), "150".into(), "--no-circles".into()])?;
+    // ruff and mypy on the Python package (its tests run in `cargo xtask python-test`).
+    python::python_lint()?;
     cargo(&["test", "--workspace"], &[])?;
     // The HTML report in headless Chromium: fails, naming the fix, where it is not installed.
     html::html_test(&[])

@@ -42,6 +42,7 @@ mod worker;
 mod worker_binary;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 /// The extension module `tunebox._native`.
 #[pymodule]
@@ -53,5 +54,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tune::engine_worker, m)?)?;
     m.add_function(wrap_pyfunction!(tune::serve_engine_worker, m)?)?;
     m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
+    // The workspace's version (Cargo.toml), which maturin also gives the wheel: `tunebox.__version__`.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The engine's strategy names, which `tunebox.kernel_tuner` checks a `strategy=` against.
+    m.add(
+        "STRATEGIES",
+        PyTuple::new(m.py(), tunebox_tune::strategies::NAMES)?,
+    )?;
     Ok(())
 }

@@ -6,8 +6,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO, Any
 
-STATE = []
+STATE: list[Any] = []
 
 
 def init(*values):
@@ -81,7 +82,7 @@ def getenv(name):
 
 
 COUNT = [0]
-KEPT = []
+KEPT: list[IO[str]] = []
 
 
 def count_and_keep(path):
@@ -97,7 +98,7 @@ def count_and_keep(path):
     return COUNT[0], os.getpid()
 
 
-KEPT_ARRAYS = []
+KEPT_ARRAYS: list[Any] = []
 
 
 def keep_array(a):

@@ -27,7 +27,7 @@ def test_do_bench_times_a_known_duration():
     result = do_bench(lambda: None, return_mode="all")
     assert isinstance(result, BenchmarkResult) and result.reps >= 1
     with pytest.raises(ValueError, match="return_mode"):
-        do_bench(lambda: None, return_mode="p99")
+        do_bench(lambda: None, return_mode="p99")  # type: ignore[call-overload]
 
 
 def test_python_choices_and_failed_ones_are_inf():
@@ -49,7 +49,11 @@ def test_python_choices_and_failed_ones_are_inf():
 def test_results_name_the_failure():
     with TuningProcessPool(timeout=2, warmup=1, rep=1) as pool:
         results = pool.benchmark_results(
-            [functools.partial(helpers.kill_self, 11), functools.partial(helpers.identity_after, 0, 60), 42]
+            [
+                functools.partial(helpers.kill_self, 11),
+                functools.partial(helpers.identity_after, 0, 60),
+                42,  # type: ignore[list-item]
+            ]
         )
     assert isinstance(results[0], ChildProcessError) and "SIGSEGV" in str(results[0])
     assert isinstance(results[1], TimeoutError)
@@ -68,13 +72,18 @@ def test_c_kernel_choices_give_times_outputs_and_one_failure_each():
     x = np.random.default_rng(1).random(n, dtype=np.float32)
     y = np.zeros(n, np.float32)
     args = [x, y, np.int64(n)]
-    choices = [CKernelChoice(SOURCE, name, args, outputs=[1]) for name in ("scale", "wrong", "crash", "hang")]
+    choices = [
+        CKernelChoice(SOURCE, name, args, outputs=[1])
+        for name in ("scale", "wrong", "crash", "hang")
+    ]
     choices.append(CKernelChoice("void broken(", "broken", args))
     with TuningProcessPool(timeout=5, warmup=2, rep=5) as pool:
         results = pool.benchmark_results(choices)
-    assert isinstance(results[0], BenchmarkResult) and results[0].median_ms > 0
-    assert np.allclose(results[0].outputs[1], 2 * x)
-    assert not np.allclose(results[1].outputs[1], 2 * x)
+    first, second = results[0], results[1]
+    assert isinstance(first, BenchmarkResult) and first.median_ms > 0
+    assert isinstance(second, BenchmarkResult)
+    assert np.allclose(first.outputs[1], 2 * x)
+    assert not np.allclose(second.outputs[1], 2 * x)
     assert isinstance(results[2], ChildProcessError)
     assert isinstance(results[3], TimeoutError)
     assert isinstance(results[4], RuntimeError) and "compil" in str(results[4])

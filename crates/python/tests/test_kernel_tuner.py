@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,9 +61,15 @@ def test_each_fault_that_kills_kernel_tuner_is_one_row():
     size, a, b, c = vectors()
     tune_params = {"nthreads": [1, 2, 3], "vecsize": [1, 2, 4]}
     results, env = tune_kernel(
-        "vector_add", FAULTY, size, [c, a, b, np.int32(size)], tune_params,
-        answer=[a + b, None, None, None], compiler_options=["-O3", "-fopenmp"],
-        quiet=True, timeout=3.0,
+        "vector_add",
+        FAULTY,
+        size,
+        [c, a, b, np.int32(size)],
+        tune_params,
+        answer=[a + b, None, None, None],
+        compiler_options=["-O3", "-fopenmp"],
+        quiet=True,
+        timeout=3.0,
     )
     assert [(r["nthreads"], r["vecsize"]) for r in results] == [
         (t, v) for t in (1, 2, 3) for v in (1, 2, 4)
@@ -79,7 +86,7 @@ def test_each_fault_that_kills_kernel_tuner_is_one_row():
     for key in ((3, 4), (3, 1), (2, 2)):
         assert isinstance(by[key]["__error__"], RuntimeFailedConfig)
         assert "time" not in by[key]
-    for key, row in by.items():
+    for row in by.values():
         if row["status"] == "ok":
             assert row["time"] > 0 and row["reps"] >= 1 and "__error__" not in row
     assert env["kernel_name"] == "vector_add" and env["problem_size"] == size
@@ -91,24 +98,43 @@ def test_restrictions_strategies_metrics_and_the_objective():
     x = np.ones(1024, np.float32)
     tune_params = {"F": [1, 2, 3, 4, 5, 6], "G": [0, 1]}
     results, _ = tune_kernel(
-        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
-        restrictions=[lambda p: p["F"] % 2 == 0, "G == 0 or F > 2"], quiet=True, lang="C",
+        "scale",
+        SCALE,
+        1024,
+        [x, np.int32(1024)],
+        tune_params,
+        restrictions=[lambda p: p["F"] % 2 == 0, "G == 0 or F > 2"],
+        quiet=True,
+        lang="C",
         metrics={"work": "F * 1000 / time", "twice": lambda p: 2 * p["work"]},
-        objective="work", objective_higher_is_better=True,
+        objective="work",
+        objective_higher_is_better=True,
     )
     assert [(r["F"], r["G"]) for r in results] == [(2, 0), (4, 0), (4, 1), (6, 0), (6, 1)]
     for r in results:
         assert r["work"] == pytest.approx(r["F"] * 1000 / r["time"], rel=1e-6)
         assert r["twice"] == pytest.approx(2 * r["work"])
     sampled, _ = tune_kernel(
-        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
-        restrictions=lambda p: p["F"] % 2 == 0, strategy="random_sample",
-        strategy_options={"max_fevals": 2}, quiet=True,
+        "scale",
+        SCALE,
+        1024,
+        [x, np.int32(1024)],
+        tune_params,
+        restrictions=lambda p: p["F"] % 2 == 0,
+        strategy="random_sample",
+        strategy_options={"max_fevals": 2},
+        quiet=True,
     )
     assert len(sampled) == 2 and all(r["F"] % 2 == 0 for r in sampled)
     searched, env = tune_kernel(
-        "scale", SCALE, 1024, [x, np.int32(1024)], tune_params,
-        strategy="genetic_algorithm", strategy_options={"max_fevals": 4, "seed": 3}, quiet=True,
+        "scale",
+        SCALE,
+        1024,
+        [x, np.int32(1024)],
+        tune_params,
+        strategy="genetic_algorithm",
+        strategy_options={"max_fevals": 4, "seed": 3},
+        quiet=True,
     )
     assert 1 <= len(searched) <= 4
     assert env["report"]["selection"]["strategy"] == "genetic"
@@ -119,8 +145,14 @@ def test_answer_and_verify_function_and_iterations():
     tune_params = {"F": [1, 2], "G": [0, 1]}
     expected = x * 1 + 0
     results, _ = tune_kernel(
-        "scale", SCALE, 256, [x, np.int32(256)], tune_params,
-        answer=[expected, None], quiet=True, iterations=5,
+        "scale",
+        SCALE,
+        256,
+        [x, np.int32(256)],
+        tune_params,
+        answer=[expected, None],
+        quiet=True,
+        iterations=5,
     )
     assert [r["status"] for r in results] == ["ok", "wrong", "wrong", "wrong"]
     # The engine splits the iterations over its windows (Kernel Tuner's 7: 3, 2 and 2).
@@ -132,8 +164,15 @@ def test_answer_and_verify_function_and_iterations():
         return bool(np.all(result[0] >= x))  # F >= 1, G >= 0 never shrinks
 
     results, _ = tune_kernel(
-        "scale", SCALE.replace("+ G", "- G"), 256, [x, np.int32(256)], tune_params,
-        answer=[expected, None], verify=verify, atol=1e-3, quiet=True,
+        "scale",
+        SCALE.replace("+ G", "- G"),
+        256,
+        [x, np.int32(256)],
+        tune_params,
+        answer=[expected, None],
+        verify=verify,
+        atol=1e-3,
+        quiet=True,
     )
     assert [r["status"] for r in results] == ["ok", "wrong", "ok", "ok"]
     assert results[0]["reps"] > 5  # without iterations, do_bench's budget sizes the reps
@@ -184,7 +223,7 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     from tunebox import _native
 
     size, a, b, c = vectors(1 << 16)
-    seen = {}
+    seen: dict[str, Any] = {}
     engine_tune = _native.tune
 
     def tune(manifest, path, files, *args, **kwargs):
@@ -203,8 +242,13 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     tune_params = {"nthreads": [1, 2], "vecsize": [1, 2, 4, 8]}
     source = FAULTY.replace("#error", "#warning")
     results, _ = tune_kernel(
-        "vector_add", source, size, [c, a, b, np.int32(size)],
-        tune_params, answer=[a + b, None, None, None], compiler_options=["-O3", "-fopenmp"],
+        "vector_add",
+        source,
+        size,
+        [c, a, b, np.int32(size)],
+        tune_params,
+        answer=[a + b, None, None, None],
+        compiler_options=["-O3", "-fopenmp"],
         quiet=True,
     )
     assert len(results) == 8
@@ -212,7 +256,8 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     # c (zeros) travels as `init = "zeros"`: no buffer, and fresh zero pages in each worker;
     # the source (extern "C": C++) as text named with C++'s suffix.
     assert seen["files"] == {
-        "kernel.cpp": source, **{name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")}
+        "kernel.cpp": source,
+        **{name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")},
     }
     assert seen["manifest"].count('init = "zeros"') == 1
     assert not os.path.exists(seen["path"])
@@ -229,8 +274,13 @@ def test_nothing_is_written_to_the_folder_or_to_temporary_files(tmp_path, monkey
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     x = np.arange(1, 1025, dtype=np.float32)
     results, env = tune_kernel(
-        "scale", SCALE, 1024, [x, np.int32(1024)], {"F": [1, 2], "G": [0]},
-        answer=[x, None], quiet=True,
+        "scale",
+        SCALE,
+        1024,
+        [x, np.int32(1024)],
+        {"F": [1, 2], "G": [0]},
+        answer=[x, None],
+        quiet=True,
     )
     assert [r["status"] for r in results] == ["ok", "wrong"]
     assert env["report"]["results"] and isinstance(env["report"], dict)
@@ -261,8 +311,13 @@ def test_the_workers_are_the_rust_worker_not_python(tmp_path):
     log = tmp_path / "exe.log"
     x = np.ones(1024, np.float32)
     results, env = tune_kernel(
-        "scale", RECORD_EXE, 1024, [x, np.int32(1024)], {"F": [1, 2, 3]},
-        defines={"LOG": f'"{log}"'}, quiet=True,
+        "scale",
+        RECORD_EXE,
+        1024,
+        [x, np.int32(1024)],
+        {"F": [1, 2, 3]},
+        defines={"LOG": f'"{log}"'},
+        quiet=True,
     )
     assert [r["status"] for r in results] == ["ok"] * 3
     worker = Path(env["worker"])
@@ -287,7 +342,12 @@ def test_without_the_rust_worker_a_python_launcher_serves_and_says_so(monkeypatc
     x = np.ones(256, np.float32)
     with caplog.at_level(logging.WARNING, logger="tunebox.kernel_tuner"):
         results, env = tune_kernel(
-            "scale", SCALE, 256, [x, np.int32(256)], {"F": [1, 2], "G": [0]}, quiet=True,
+            "scale",
+            SCALE,
+            256,
+            [x, np.int32(256)],
+            {"F": [1, 2], "G": [0]},
+            quiet=True,
         )
     assert [r["status"] for r in results] == ["ok", "ok"]
     assert "Python launchers instead" in caplog.text and "no Rust worker" in caplog.text
@@ -309,9 +369,14 @@ def test_the_engine_worker_starts_without_site_and_without_numpy(tmp_path):
     assert done.returncode == 2 and "TUNEBOX_WORKER_SERVER is not set" in done.stderr, done.stderr
     timed = subprocess.run(
         [sys.executable, "-IS", "-X", "importtime", str(launcher)],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines() if "|" in line}
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in timed.stderr.splitlines() if "|" in line
+    }
     assert "tunebox._native" in imported, timed.stderr[-2000:]
     assert not imported & {"numpy", "cloudpickle", "site", "re"}, sorted(imported)
 
@@ -340,7 +405,7 @@ def test_max_process_uses_lets_measurements_share_a_worker_process(tmp_path, mon
     def counted():
         with launch() as real:
             path = tmp_path / "counted-worker"
-            path.write_text(f"#!/bin/sh\necho start >> {starts}\nexec {real} \"$@\"\n")
+            path.write_text(f'#!/bin/sh\necho start >> {starts}\nexec {real} "$@"\n')
             path.chmod(0o755)
             yield str(path)
 
@@ -363,9 +428,38 @@ def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("a GPU is present: tests/gpu covers CUDA")
     x = np.ones(1024, np.float32)
-    kernel = "extern \"C\" __global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }"
+    kernel = 'extern "C" __global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
     with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver"):
         tune_kernel("k", kernel, 1024, [x, np.int32(1024)], {"block_size_x": [32, 64]}, quiet=True)
+
+
+def test_an_unknown_strategy_is_an_error_naming_the_known_ones():
+    """A misspelt name is refused before anything is built or run, with Kernel Tuner's names and
+    the engine's own (``tunebox._native.STRATEGIES``) in the message; each Kernel Tuner name
+    tunebox takes is one of the engine's."""
+    import tunebox.kernel_tuner as kt
+    from tunebox import _native
+
+    x = np.ones(4, np.float32)
+    src = "void k(float *x) {}"
+    with pytest.raises(ValueError, match="strategy='gentic' is unknown") as error:
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="gentic", quiet=True)
+    kernel_tuner_names = [
+        "brute_force",
+        "random_sample",
+        "genetic_algorithm",
+        "simulated_annealing",
+        "greedy_ils",
+        "diff_evo",
+        "bayes_opt",
+    ]
+    for name in kernel_tuner_names + list(_native.STRATEGIES):
+        assert name in str(error.value)
+    assert set(kt._STRATEGIES) == set(kernel_tuner_names)
+    assert set(kt._STRATEGIES.values()) <= set(_native.STRATEGIES)
+    # A Kernel Tuner strategy tunebox lacks is not a mistake of the caller's.
+    with pytest.raises(NotImplementedError, match="pso.*use one of brute_force"):
+        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="pso", quiet=True)
 
 
 def test_what_is_not_supported_is_named():
@@ -384,7 +478,8 @@ def test_what_is_not_supported_is_named():
     with pytest.raises(ValueError, match="restrictions"):
         tune_kernel("k", src, 4, [x], {"B": [1]}, restrictions=["NOPE > 1"], quiet=True)
     with pytest.raises(ValueError, match=r"strategy_options\['fraction'\] = 0:"):
-        tune_kernel("k", src, 4, [x], {"B": [1]}, strategy="random_sample",
-                    strategy_options={"fraction": 0})
+        tune_kernel(
+            "k", src, 4, [x], {"B": [1]}, strategy="random_sample", strategy_options={"fraction": 0}
+        )
     with pytest.raises(TypeError, match="float16"):
         tune_kernel("k", src, 4, [x.astype(np.float16)], {"B": [1]})

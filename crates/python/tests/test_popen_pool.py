@@ -118,7 +118,11 @@ def test_map_in_batches_costs_a_crash_or_a_timeout_only_its_own_call(tmp_path):
     results = list(pool.map_with_error_catching(task, range(40)))
     pool.shutdown()
     assert [r.status for r in results] == [
-        StatusKind.EXCEPTION if x in (7, 23) else StatusKind.TIMEOUT if x == 19 else StatusKind.COMPLETE
+        StatusKind.EXCEPTION
+        if x in (7, 23)
+        else StatusKind.TIMEOUT
+        if x == 19
+        else StatusKind.COMPLETE
         for x in range(40)
     ]
     assert isinstance(results[7].value, ChildProcessError)
@@ -132,10 +136,14 @@ def test_map_in_batches_costs_a_crash_or_a_timeout_only_its_own_call(tmp_path):
 def test_map_in_batches_takes_results_larger_than_the_region():
     np = pytest.importorskip("numpy")
     pool = PopenPoolExecutor(max_workers=2)
-    results = list(pool.map_with_error_catching(lambda n: np.full(n, n, np.int32), [10, 200_000] * 8))
+    results = list(
+        pool.map_with_error_catching(lambda n: np.full(n, n, np.int32), [10, 200_000] * 8)
+    )
     pool.shutdown()
     assert [r.status for r in results] == [StatusKind.COMPLETE] * 16
-    assert all(r.value.shape == (n,) and r.value[-1] == n for n, r in zip([10, 200_000] * 8, results))
+    assert all(
+        r.value.shape == (n,) and r.value[-1] == n for n, r in zip([10, 200_000] * 8, results)
+    )
 
 
 def test_map_with_maximum_process_uses_is_not_batched():
@@ -155,7 +163,7 @@ def warm_pool(**kwargs):
 def test_a_call_sent_by_the_caller_completes_for_callbacks_wait_and_as_completed():
     # Nothing calls result() on these futures: a pool thread must take their replies.
     pool = warm_pool()
-    done = concurrent.futures.Future()
+    done: concurrent.futures.Future[concurrent.futures.Future[int]] = concurrent.futures.Future()
     pool.submit(helpers.identity_after, 1, 0.05).add_done_callback(done.set_result)
     assert done.result(timeout=30).result() == 1
     waited = pool.submit(helpers.identity_after, 2, 0.05)
@@ -232,9 +240,7 @@ def test_an_idle_pool_does_not_spin():
     before = (me.cpu_times(), worker.cpu_times())
     time.sleep(1.0)
     after = (me.cpu_times(), worker.cpu_times())
-    used = sum(
-        (a.user + a.system) - (b.user + b.system) for a, b in zip(after, before)
-    )
+    used = sum((a.user + a.system) - (b.user + b.system) for a, b in zip(after, before))
     # Generous: a spin that never stops would use about 1 s of each process.
     assert used < 0.3, f"{used:.3f} s of CPU in 1 s of idling"
     pool.shutdown()

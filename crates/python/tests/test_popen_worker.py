@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 import pytest
 
@@ -238,12 +239,12 @@ def test_kill_and_is_alive():
 
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(TypeError, match="initializer must be callable"):
-        PopenWorker(initializer=3)
+        PopenWorker(initializer=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stdout="):
-        PopenWorker(stdout=object())
+        PopenWorker(stdout=object())  # type: ignore[arg-type]
     worker = PopenWorker()
     with pytest.raises(TypeError, match="timeout="):
-        worker.send(pow, (1, 1), timeout="soon")
+        worker.send(pow, (1, 1), timeout="soon")  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="without a send"):
         worker.recv()
 
@@ -267,6 +268,7 @@ def test_workers_die_with_a_parent_that_is_killed(tmp_path):
     )
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
+        assert parent.stdout is not None
         workers = [int(p) for p in parent.stdout.readline().split()]
         assert workers and all(pid_alive(p) for p in workers)
     finally:
@@ -313,7 +315,7 @@ def test_a_function_sent_by_value_is_pickled_again_when_what_it_reads_changes():
     items.append(2)
     worker.send(g)
     assert worker.recv() == 2
-    writes = {}
+    writes: dict[str, Any] = {}
     exec("def bump():\n    global N\n    N = N + 1\n    return N\n", writes)
     writes["N"] = 0
     assert _calls._cached(writes["bump"]) is None

@@ -21,7 +21,9 @@ def variant(text, size, for_kernel_tuner):
     if size is not None:
         text = text.replace("size = 72 * 1024 * 1024", f"size = {size}")
     if for_kernel_tuner:
-        text = text.replace("from tunebox.kernel_tuner import tune_kernel", "from kernel_tuner import tune_kernel")
+        text = text.replace(
+            "from tunebox.kernel_tuner import tune_kernel", "from kernel_tuner import tune_kernel"
+        )
     return text
 
 
@@ -107,10 +109,7 @@ def main():
         print("Kernel Tuner is not installed: no comparison")
         return 0
     theirs = run(variant(text, size, True), "kernel_tuner")
-    print(
-        f"kernel_tuner: exit {theirs[0]} in {theirs[1]:.1f} s, "
-        f"{len(theirs[2])} configurations"
-    )
+    print(f"kernel_tuner: exit {theirs[0]} in {theirs[1]:.1f} s, {len(theirs[2])} configurations")
     if theirs[0] != 0:
         print(theirs[3])
     same = ours[2] == theirs[2]

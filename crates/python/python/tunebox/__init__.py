@@ -14,11 +14,23 @@ memory are tunebox's (Rust, ``tunebox._native``); the workers are Python interpr
 ``python -m tunebox._worker``.
 """
 
+from __future__ import annotations
+
+# The package's version is the workspace's (Cargo.toml), compiled into the extension.
+from tunebox._native import __version__ as __version__
+
+# Not `typing.TYPE_CHECKING`: importing `typing` would cost the engine's worker launcher
+# (`python -IS`, which imports this package) several milliseconds at every start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from tunebox import benchmark, kernel_tuner, popen_pool
+
 __all__ = ["popen_pool", "benchmark", "kernel_tuner"]
-__version__ = "0.1.0"
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> ModuleType:
     if name in __all__:
         import importlib
 

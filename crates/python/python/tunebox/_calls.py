@@ -5,11 +5,23 @@ an out-of-band buffer: tunebox puts it in the shared-memory payload of the reque
 pickling it, and the receiving side rebuilds the array on a writable ``bytearray``.
 """
 
+from __future__ import annotations
+
 import pickle
 import types
 import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import cloudpickle
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+    from tunebox._native import SharedView
+
+#: What a worker or a parent receives a buffer as: a copy, or shared memory seen as it is.
+_Received: TypeAlias = Union[bytes, bytearray, memoryview, "SharedView"]
 
 # Op codes of a request (crates/python/src/frame.rs).
 CALL = 0
@@ -32,10 +44,10 @@ _OUT_OF_BAND_BYTES = 64 * 1024
 _MAX_BUFFERS = 48
 
 
-def _pickle(dump, obj):
-    views = []
+def _pickle(dump: Callable[..., bytes], obj: object) -> tuple[bytes, list[memoryview]]:
+    views: list[memoryview] = []
 
-    def keep_large(buffer):
+    def keep_large(buffer: pickle.PickleBuffer) -> bool:
         view = buffer.raw()
         if view.nbytes < _OUT_OF_BAND_BYTES:
             return True  # serialized in band
@@ -48,7 +60,7 @@ def _pickle(dump, obj):
     return data, views
 
 
-def dumps(obj, fast=True):
+def dumps(obj: object, fast: bool = True) -> tuple[bytes, list[memoryview]]:
     """``(pickle, views)``: protocol 5, large contiguous buffers (numpy arrays) as memoryviews
     beside it. Hand the views over with :func:`addresses`.
 
@@ -68,7 +80,9 @@ def dumps(obj, fast=True):
     return _pickle(cloudpickle.dumps, obj)
 
 
-def dumps_call(fn, args, kwargs, fast=True):
+def dumps_call(
+    fn: Callable[..., Any], args: object, kwargs: object, fast: bool = True
+) -> tuple[bytes, list[memoryview]]:
     """:func:`dumps` of the call ``(fn, args, kwargs)``. A function that must travel by value
     (one of ``__main__``, a lambda) and whose pickle cannot change between calls (see
     :func:`_state`) is cloudpickled once per parent and unpickled once per worker process:
@@ -88,20 +102,22 @@ class _Cached:
 
     __slots__ = ("digest", "data")
 
-    def __init__(self, digest, data):
+    def __init__(self, digest: bytes, data: bytes) -> None:
         self.digest = digest
         self.data = data
 
-    def __reduce__(self):
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[bytes, bytes], Callable[..., Any]], tuple[bytes, bytes]]:
         return (cached_function, (self.digest, self.data))
 
 
 # The worker's functions by digest (bounded: cleared when full).
-_FUNCTIONS = {}
+_FUNCTIONS: dict[bytes, Callable[..., Any]] = {}
 _MAX_FUNCTIONS = 256
 
 
-def cached_function(digest, data):
+def cached_function(digest: bytes, data: bytes) -> Callable[..., Any]:
     """The function a :class:`_Cached` carries, unpickled once per worker process."""
     fn = _FUNCTIONS.get(digest)
     if fn is None:
@@ -115,14 +131,16 @@ def cached_function(digest, data):
 
 
 # The parent's cache: function -> (what its pickle depends on, its _Cached).
-_PICKLED = weakref.WeakKeyDictionary()
+_PICKLED: weakref.WeakKeyDictionary[types.FunctionType, tuple[tuple[Any, ...], _Cached]] = (
+    weakref.WeakKeyDictionary()
+)
 # Per code object: the global names it (and the code nested in it) reads, or None when it
 # writes globals (a worker that kept the function would keep those writes between calls).
-_CODE_NAMES = {}
+_CODE_NAMES: dict[types.CodeType, tuple[str, ...] | None] = {}
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
 
 
-def _cached(fn):
+def _cached(fn: object) -> _Cached | None:
     if not isinstance(fn, types.FunctionType):
         return None
     state = _state(fn)
@@ -140,7 +158,7 @@ def _cached(fn):
     return cached
 
 
-def _state(fn):
+def _state(fn: types.FunctionType) -> tuple[Any, ...] | None:
     """What ``fn``'s cloudpickle depends on, compared by identity; None when it may depend on
     more (then it is pickled afresh for every call, as TVM does). Cached are functions with no
     closure, no attributes, immutable defaults, no writes to globals, and every global they
@@ -159,53 +177,65 @@ def _state(fn):
         if not isinstance(value, (types.ModuleType, *_IMMUTABLE)) and value is not _IMMUTABLE:
             return None
         values.append(id(value))
-    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__.get("__name__"), tuple(values))
+    return (
+        fn.__code__,
+        fn.__defaults__,
+        fn.__kwdefaults__,
+        fn.__globals__.get("__name__"),
+        tuple(values),
+    )
 
 
-def _global_names(code):
-    names = _CODE_NAMES.get(code, False)
-    if names is not False:
-        return names
+def _global_names(code: types.CodeType) -> tuple[str, ...] | None:
+    """The global names ``code`` and the code nested in it read, in order; None when it writes
+    globals. Kept in ``_CODE_NAMES``."""
+    if code in _CODE_NAMES:
+        return _CODE_NAMES[code]
+    names = _read_globals(code)
+    if len(_CODE_NAMES) > 4096:
+        _CODE_NAMES.clear()
+    _CODE_NAMES[code] = names
+    return names
+
+
+def _read_globals(code: types.CodeType) -> tuple[str, ...] | None:
     import dis
 
-    found = set()
-    names = []
+    found: set[str] = set()
+    names: list[str] = []
     for instruction in dis.get_instructions(code):
         if instruction.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
-            names = None
-            break
+            return None
         if instruction.opname == "LOAD_GLOBAL" and instruction.argval not in found:
             found.add(instruction.argval)
             names.append(instruction.argval)
-    if names is not None:
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                nested = _global_names(const)
-                if nested is None:
-                    names = None
-                    break
-                names.extend(n for n in nested if n not in found and not found.add(n))
-    if len(_CODE_NAMES) > 4096:
-        _CODE_NAMES.clear()
-    _CODE_NAMES[code] = tuple(names) if names is not None else None
-    return _CODE_NAMES[code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            nested = _global_names(const)
+            if nested is None:
+                return None
+            for name in nested:
+                if name not in found:
+                    found.add(name)
+                    names.append(name)
+    return tuple(names)
 
 
-def _is_lambda(fn):
+def _is_lambda(fn: object) -> bool:
     return getattr(fn, "__name__", None) == "<lambda>"
 
 
-def _by_value_modules():
+def _by_value_modules() -> bool:
     registry = getattr(cloudpickle, "list_registry_pickle_by_value", None)
     return bool(registry()) if registry is not None else False
 
 
-def dumps_inband(obj):
+def dumps_inband(obj: object) -> bytes:
     """The cloudpickle of ``obj`` with every buffer inside (for the initializer)."""
     return cloudpickle.dumps(obj, protocol=5)
 
 
-def dumps_result(obj):
+def dumps_result(obj: object) -> tuple[bytes, list[memoryview]]:
     """:func:`dumps` for a worker's reply: the C pickler first (several times faster for plain
     data), cloudpickle for what it cannot pickle by reference (classes and functions made in the
     task, lambdas)."""
@@ -215,7 +245,7 @@ def dumps_result(obj):
         return dumps(obj)
 
 
-def addresses(views):
+def addresses(views: Sequence[memoryview]) -> list[tuple[int, int]]:
     """``[(address, length)]`` of contiguous memoryviews, for tunebox to copy into shared memory
     while the caller holds the views (and the GIL): no ``bytes`` copy first."""
     out = []
@@ -227,11 +257,11 @@ def addresses(views):
     return out
 
 
-def _address(view):
+def _address(view: memoryview) -> int:
     try:
         import numpy as np
 
-        return np.frombuffer(view, dtype=np.uint8).ctypes.data
+        return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
     except ImportError:
         import ctypes
 
@@ -240,17 +270,17 @@ def _address(view):
         return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
-def loads(data, buffers=()):
+def loads(data: bytes, buffers: Iterable[_Received] = ()) -> Any:
     """The object :func:`dumps` encoded. ``buffers`` are ``bytearray``s or
     ``tunebox._native.SharedView``s (shared memory received without a copy), which become
     writable memoryviews the unpickled arrays live on, keeping the mapping alive."""
     return pickle.loads(data, buffers=[_writable(b) for b in buffers])
 
 
-def region_records(data):
+def region_records(data: bytes) -> list[tuple[int, Any]]:
     """The records of a batch's results region (``tunebox._native.Worker.region``): a list of
     ``(status, object)``."""
-    records = []
+    records: list[tuple[int, Any]] = []
     offset = 0
     while offset + 4 <= len(data):
         length = int.from_bytes(data[offset : offset + 4], "little")
@@ -262,7 +292,9 @@ def region_records(data):
     return records
 
 
-def write_record(region, offset, status, payload):
+def write_record(
+    region: bytearray | memoryview, offset: int, status: int, payload: bytes
+) -> int | None:
     """Appends one record to a batch's results region at ``offset`` (its bytes, then its length,
     so that a worker that dies part way leaves no half record); returns the next offset, or None
     when it does not fit."""
@@ -275,16 +307,24 @@ def write_record(region, offset, status, payload):
     return end
 
 
-def writable(buffer):
+def writable(buffer: bytearray | SharedView) -> bytearray | memoryview:
     """A writable memoryview of a buffer the worker received (see :func:`loads`)."""
-    return _writable(buffer)
+    if isinstance(buffer, bytearray):
+        return buffer
+    return _shared_memory(buffer)
 
 
-def _writable(buffer):
+def _writable(buffer: _Received) -> bytes | bytearray | memoryview:
     if isinstance(buffer, (bytes, bytearray, memoryview)):
         return buffer
+    return _shared_memory(buffer)
+
+
+def _shared_memory(buffer: SharedView) -> memoryview:
+    """A writable memoryview of shared memory, which keeps the mapping alive."""
     import ctypes
 
     memory = (ctypes.c_char * buffer.nbytes).from_address(buffer.address)
-    memory._tunebox_owner = buffer  # the mapping lives as long as the memory does
+    # The mapping lives as long as the memory does.
+    memory._tunebox_owner = buffer  # type: ignore[attr-defined]
     return memoryview(memory).cast("B")

@@ -9,7 +9,7 @@ runs Python code of the user's.
 import sys
 
 
-def main():
+def main() -> int:
     from tunebox import _native
 
     return _native.serve_engine_worker()

@@ -7,7 +7,9 @@ their shapes to type checkers. Seconds are ``float``; buffers are ``(address, le
 from collections.abc import Callable
 from os import PathLike
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, final
+
+from typing_extensions import Self
 
 _Path: TypeAlias = str | PathLike[str]
 #: ``(address, length)`` of a buffer the caller keeps alive while the call runs.
@@ -15,6 +17,26 @@ _RawBuffer: TypeAlias = tuple[int, int]
 #: ``(kind, path)``: kind ``inherit``, ``null``, ``capture`` or ``file`` (with its path).
 _Output: TypeAlias = tuple[str, _Path | None]
 
+__all__ = [
+    "Worker",
+    "SharedView",
+    "serve_worker",
+    "tune",
+    "engine_worker",
+    "serve_engine_worker",
+    "PROTOCOL_VERSION",
+    "__version__",
+    "STRATEGIES",
+]
+
+#: The package's version: the workspace's, from Cargo.toml (``tunebox.__version__``).
+__version__: str
+#: The version of tunebox's worker protocol this build speaks.
+PROTOCOL_VERSION: int
+#: The tuning engine's strategy names (``tune``'s ``strategy``), in the engine's order.
+STRATEGIES: tuple[str, ...]
+
+@final
 class SharedView:
     """Shared memory of a request or a reply, seen through the buffer protocol."""
 
@@ -23,11 +45,12 @@ class SharedView:
     @property
     def nbytes(self) -> int: ...
 
+@final
 class Worker:
     """One worker process with TVM's ``PopenWorker`` life cycle (``worker.rs``)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         program: _Path,
         args: list[str],
         stdout: _Output,
@@ -36,7 +59,7 @@ class Worker:
         maximum_uses: int | None = None,
         init_timeout: float | None = None,
         env: list[tuple[str, str]] = ...,
-    ) -> None: ...
+    ) -> Self: ...
     def put(
         self,
         op: int,
@@ -44,7 +67,7 @@ class Worker:
         buffers: list[_RawBuffer] = ...,
         region: int = 0,
     ) -> None: ...
-    def get(self, timeout: float | None = None) -> tuple[int, bytes, list[Any]]:
+    def get(self, timeout: float | None = None) -> tuple[int, bytes, list[SharedView | bytearray]]:
         """``(status, pickle, buffers)``: TVM's ``StatusKind``, the reply's pickle, and its
         out-of-band buffers (``SharedView`` or ``bytes``)."""
     def load(
@@ -78,7 +101,7 @@ class Worker:
 
 def serve_worker(
     handler: Callable[
-        [int, bytes, list[bytearray]], tuple[int, bytes, list[_RawBuffer], Any]
+        [int, bytes, list[SharedView | bytearray]], tuple[int, bytes, list[_RawBuffer], Any]
     ],
 ) -> int: ...
 def tune(
@@ -87,7 +110,7 @@ def tune(
     files: dict[str, Any],
     worker: _Path,
     cache: _Path | None = None,
-    strategy: str = "brute-force",
+    strategy: str = ...,  # "brute-force"
     budget: int | None = None,
     fraction: float | None = None,
     seed: int = 0,

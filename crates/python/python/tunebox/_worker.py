@@ -5,23 +5,41 @@ handshake, the parent-death signal and the request loop are tunebox-worker's; :f
 each pickled call.
 """
 
+from __future__ import annotations
+
 import os
 import pickle
 import struct
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from tunebox import _calls
 
-# The reply to a LOAD or WARM: (status, pickle, buffer addresses, their owners).
-_NOTHING = (_calls.COMPLETE, b"", [], None)
+if TYPE_CHECKING:
+    import threading
+
+    from typing_extensions import TypeAlias
+
+    from tunebox._native import SharedView
+
+#: A reply: (status, pickle, the addresses of its out-of-band buffers, the objects that own them).
+_Reply: TypeAlias = tuple[int, bytes, list[tuple[int, int]], Any]
+#: A request's buffers, as ``tunebox._native.serve_worker`` hands them over.
+_Buffers: TypeAlias = list[Union[bytearray, "SharedView"]]
+#: What unpickling a request gave: ("ok", the request) or ("error", the exception).
+_Loaded: TypeAlias = tuple[str, Any]
+
+# The reply to a LOAD or WARM.
+_NOTHING: _Reply = (_calls.COMPLETE, b"", [], None)
 
 # What the last LOAD kept for the next RUN: ("ok", (fn, args, kwargs)) or ("error", exception).
-_loaded = None
+_loaded: _Loaded | None = None
 
 
-def handle(op, data, buffers):
+def handle(op: int, data: bytes, buffers: _Buffers) -> _Reply:
     """Runs one request; returns ``(status, pickle, buffers)`` (see ``tunebox._calls``)."""
     global _loaded
     if op == _calls.LOAD:
@@ -32,12 +50,14 @@ def handle(op, data, buffers):
         return _NOTHING
     if op == _calls.BATCH:
         return _batch(data, buffers)
-    timeout = None
+    timeout: float | None = None
+    loaded: _Loaded | None
     if op == _calls.RUN:
         (timeout,) = struct.unpack("<d", data)
         loaded, _loaded = _loaded, None
         if loaded is None:
-            loaded = ("error", RuntimeError("tunebox: RUN without a LOAD before it"))
+            missing: _Loaded = ("error", RuntimeError("tunebox: RUN without a LOAD before it"))
+            loaded = missing
     else:
         loaded = _load(data, buffers)
     if loaded[0] == "error":
@@ -74,7 +94,7 @@ def handle(op, data, buffers):
     return _calls.COMPLETE, data, _calls.addresses(views), views
 
 
-def _batch(data, buffers):
+def _batch(data: bytes, buffers: _Buffers) -> _Reply:
     """Runs ``fn(*args, **kwargs)`` for each call of a batch in turn, each with the batch's
     timeout, writing each outcome into the results region (the last buffer) as it finishes.
 
@@ -107,14 +127,14 @@ def _batch(data, buffers):
     return _batch_reply(len(calls), None)
 
 
-def _inband(value):
+def _inband(value: object) -> bytes:
     try:
         return pickle.dumps(value, protocol=5)
     except Exception:  # noqa: BLE001 - not picklable by reference: cloudpickle
         return _calls.dumps_inband(value)
 
 
-def _batch_reply(count, tail):
+def _batch_reply(count: int, tail: tuple[int, Any] | None) -> _Reply:
     try:
         data, views = _calls.dumps_result((count, tail))
     except Exception as exception:  # noqa: BLE001
@@ -123,7 +143,9 @@ def _batch_reply(count, tail):
     return _calls.COMPLETE, data, _calls.addresses(views), views
 
 
-def _call(fn, args, kwargs, timeout):
+def _call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+) -> tuple[int, Any]:
     """``(status, value)`` of one call of a batch: the value, or the exception with the
     worker's traceback; ``sys.exit`` ends the worker, as in a single call."""
     try:
@@ -145,7 +167,7 @@ def _call(fn, args, kwargs, timeout):
         _flush()
 
 
-def _arm(timeout):
+def _arm(timeout: float | None) -> _Watch | None:
     """TVM's watcher: a thread that ends the worker when the call runs past ``timeout``, with
     the exit code the parent reads as a timeout (the parent's own kill, at ``timeout`` plus a
     slack, covers a call that holds the GIL). Returns what ``cancel()`` disarms, or None.
@@ -163,45 +185,49 @@ class _Watch:
     deadline and wakes it; ``cancel`` clears it without a wake (the thread, waking at the old
     deadline, finds none and sleeps again)."""
 
-    def __init__(self):
-        self._condition = None
-        self._deadline = None
+    def __init__(self) -> None:
+        self._condition: threading.Condition | None = None
+        self._deadline: float | None = None
 
-    def arm(self, timeout):
+    def arm(self, timeout: float) -> None:
         if self._condition is None:
             import threading
 
             self._condition = threading.Condition(threading.Lock())
-            threading.Thread(target=self._run, name="tunebox-timeout", daemon=True).start()
+            threading.Thread(
+                target=self._run, args=(self._condition,), name="tunebox-timeout", daemon=True
+            ).start()
         with self._condition:
             self._deadline = time.monotonic() + timeout
             self._condition.notify()
 
-    def cancel(self):
+    def cancel(self) -> None:
+        if self._condition is None:
+            return  # never armed: nothing to cancel
         with self._condition:
             self._deadline = None
 
-    def _run(self):
-        with self._condition:
+    def _run(self, condition: threading.Condition) -> None:
+        with condition:
             while True:
                 if self._deadline is None:
-                    self._condition.wait()
+                    condition.wait()
                     continue
                 left = self._deadline - time.monotonic()
                 if left <= 0:
                     _timed_out()
-                self._condition.wait(left)
+                condition.wait(left)
 
 
 _WATCH = _Watch()
 
 
-def _timed_out():
+def _timed_out() -> NoReturn:
     _flush()
     os._exit(int(os.environ.get("TUNEBOX_PYTHON_TIMED_OUT_EXIT", "211")))
 
 
-def _import_all(modules):
+def _import_all(modules: Iterable[str]) -> None:
     """Imports what the calls so far came from, so that the next call's unpickling finds them."""
     import importlib
 
@@ -212,14 +238,14 @@ def _import_all(modules):
             continue
 
 
-def _load(data, buffers):
+def _load(data: bytes, buffers: _Buffers) -> _Loaded:
     try:
         return "ok", _calls.loads(data, buffers)
     except BaseException as exception:  # noqa: BLE001 - reported by the call
         return "error", _with_traceback(exception)
 
 
-def _with_traceback(exception):
+def _with_traceback(exception: BaseException) -> BaseException:
     """TVM's convention: the same exception type, its message the worker's traceback."""
     text = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
     try:
@@ -230,11 +256,11 @@ def _with_traceback(exception):
         return RuntimeError(text)
 
 
-def _exception_reply(exception):
+def _exception_reply(exception: BaseException) -> _Reply:
     return _reply(_with_traceback(exception))
 
 
-def _reply(exception):
+def _reply(exception: BaseException) -> _Reply:
     try:
         data = _calls.dumps_inband(exception)
     except Exception:  # noqa: BLE001
@@ -242,7 +268,7 @@ def _reply(exception):
     return _calls.EXCEPTION, data, [], None
 
 
-def _flush():
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -250,7 +276,7 @@ def _flush():
             pass
 
 
-def _exit_now(code):
+def _exit_now(code: object) -> NoReturn:
     """``sys.exit`` in a task ends the worker, as in TVM's (the parent sees it die)."""
     _flush()
     if code is None:
@@ -262,7 +288,7 @@ def _exit_now(code):
     os._exit(1)
 
 
-def _extend_path():
+def _extend_path() -> None:
     """The parent's ``sys.path`` (``TUNEBOX_PYTHON_PATH``), so that functions pickled by reference
     from modules it can import (a test module, a script's folder) import here too."""
     extra = os.environ.get("TUNEBOX_PYTHON_PATH")
@@ -273,7 +299,8 @@ def _extend_path():
             sys.path.append(entry)
 
 
-def main():
+def main() -> NoReturn:
+
     _extend_path()
     from tunebox import _native
 

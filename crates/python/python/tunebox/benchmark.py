@@ -24,31 +24,66 @@ Example::
     # [0.31, 0.12] (ms, medians); a choice that raised or crashed is inf
 """
 
+from __future__ import annotations
+
 import math
 import os
 import queue
 import statistics
 import threading
 import time
-from collections import namedtuple
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Union, cast, overload
 
 from tunebox.popen_pool import PopenWorker
+
+if TYPE_CHECKING:
+    from typing import Literal
+
+    import numpy as np
+    import numpy.typing as npt
+    from typing_extensions import Self, TypeAlias
+
+    #: A choice: a callable of no arguments (timed by :func:`do_bench`), or a C kernel.
+    Choice: TypeAlias = Union[Callable[[], object], "CKernelChoice"]
 
 __all__ = ["BenchmarkResult", "CKernelChoice", "TuningProcessPool", "do_bench"]
 
 
-class BenchmarkResult(
-    namedtuple(
-        "BenchmarkResult",
-        ["median_ms", "mean_ms", "min_ms", "max_ms", "reps", "warmup_reps", "outputs"],
-    )
-):
-    """One choice's timing (milliseconds) and, for a C kernel, its output arrays by name."""
+class BenchmarkResult(NamedTuple):
+    """One choice's timing (milliseconds) and, for a C kernel, its output arrays by argument
+    index (empty for a Python callable)."""
 
-    __slots__ = ()
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+    warmup_reps: int
+    outputs: dict[int, npt.NDArray[Any]]
 
 
-def do_bench(fn, warmup=25, rep=100, return_mode="median"):
+@overload
+def do_bench(
+    fn: Callable[[], object],
+    warmup: float = 25,
+    rep: float = 100,
+    return_mode: Literal["median", "mean", "min", "max"] = "median",
+) -> float: ...
+@overload
+def do_bench(
+    fn: Callable[[], object], warmup: float, rep: float, return_mode: Literal["all"]
+) -> BenchmarkResult: ...
+@overload
+def do_bench(
+    fn: Callable[[], object], warmup: float = 25, rep: float = 100, *, return_mode: Literal["all"]
+) -> BenchmarkResult: ...
+def do_bench(
+    fn: Callable[[], object],
+    warmup: float = 25,
+    rep: float = 100,
+    return_mode: str = "median",
+) -> float | BenchmarkResult:
     """Times ``fn()`` as triton's ``do_bench``, on the CPU clock, in milliseconds.
 
     Estimates one call from 5, runs ``warmup`` ms worth of calls (at least 1), then times
@@ -64,7 +99,7 @@ def do_bench(fn, warmup=25, rep=100, return_mode="median"):
     n_repeat = min(max(1, int(rep / estimate_ms)), 100_000)
     for _ in range(n_warmup):
         fn()
-    times = []
+    times: list[float] = []
     clock = time.perf_counter
     for _ in range(n_repeat):
         t0 = clock()
@@ -72,16 +107,26 @@ def do_bench(fn, warmup=25, rep=100, return_mode="median"):
         times.append((clock() - t0) * 1e3)
     if return_mode == "all":
         return BenchmarkResult(
-            statistics.median(times), statistics.fmean(times), min(times), max(times),
-            n_repeat, n_warmup, {},
+            statistics.median(times),
+            statistics.fmean(times),
+            min(times),
+            max(times),
+            n_repeat,
+            n_warmup,
+            {},
         )
-    modes = {"median": statistics.median, "mean": statistics.fmean, "min": min, "max": max}
+    modes: dict[str, Callable[[list[float]], float]] = {
+        "median": statistics.median,
+        "mean": statistics.fmean,
+        "min": min,
+        "max": max,
+    }
     if return_mode not in modes:
         raise ValueError(f"return_mode={return_mode!r}: use median, mean, min, max or all")
     return modes[return_mode](times)
 
 
-def _time_in_worker(fn, warmup, rep):
+def _time_in_worker(fn: Callable[[], object], warmup: float, rep: float) -> BenchmarkResult:
     return do_bench(fn, warmup, rep, return_mode="all")
 
 
@@ -98,14 +143,14 @@ class CKernelChoice:
 
     def __init__(
         self,
-        kernel_source,
-        kernel_name,
-        arguments,
-        compiler_options=None,
-        compiler=None,
-        defines=None,
-        outputs=None,
-    ):
+        kernel_source: str,
+        kernel_name: str,
+        arguments: Sequence[Any],
+        compiler_options: Iterable[str] | None = None,
+        compiler: str | None = None,
+        defines: Mapping[str, object] | None = None,
+        outputs: Collection[int] | None = None,
+    ) -> None:
         import numpy as np
 
         self.kernel_source = kernel_source
@@ -113,7 +158,8 @@ class CKernelChoice:
         self.compiler_options = list(compiler_options) if compiler_options is not None else None
         self.compiler = compiler
         self.defines = [(str(k), str(v)) for k, v in (defines or {}).items()]
-        self._args = []
+        # ("array", name, dtype, shape, bytes, returned) or (scalar type, name, value).
+        self._args: list[tuple[Any, ...]] = []
         for i, arg in enumerate(arguments):
             if isinstance(arg, np.ndarray):
                 kind = _ARRAY_KINDS.get(arg.dtype.name)
@@ -134,7 +180,9 @@ class CKernelChoice:
                     "Tuner does"
                 )
 
-    def _run(self, worker, warmup, rep, timeout):
+    def _run(
+        self, worker: PopenWorker, warmup: float, rep: float, timeout: float
+    ) -> BenchmarkResult:
         import numpy as np
 
         stats = worker._native.benchmark_c(
@@ -148,18 +196,23 @@ class CKernelChoice:
             rep_ms=float(rep),
             timeout=float(timeout),
         )
-        outputs = {}
+        outputs: dict[int, np.ndarray[Any, Any]] = {}
         for name, dtype, shape, data in stats["outputs"]:
             kind = {v: k for k, v in _ARRAY_KINDS.items()}[dtype]
             index = int(name[3:])
             outputs[index] = np.frombuffer(bytearray(data), dtype=kind).reshape(shape)
         return BenchmarkResult(
-            stats["median_ms"], stats["mean_ms"], stats["min_ms"], stats["max_ms"],
-            stats["reps"], stats["warmup_reps"], outputs,
+            stats["median_ms"],
+            stats["mean_ms"],
+            stats["min_ms"],
+            stats["max_ms"],
+            stats["reps"],
+            stats["warmup_reps"],
+            outputs,
         )
 
 
-def _devices(devices, num_workers):
+def _devices(devices: Iterable[object] | None, num_workers: int | None) -> list[str | None]:
     """One worker per device: ``devices`` given, else ``CUDA_VISIBLE_DEVICES``, else
     ``num_workers`` (default 1) CPU workers, unpinned."""
     if devices is None:
@@ -167,10 +220,10 @@ def _devices(devices, num_workers):
         if visible and visible != "-1" and num_workers is None:
             devices = [d.strip() for d in visible.split(",") if d.strip()]
     if devices is not None:
-        devices = [str(d) for d in devices]
-        if not devices:
+        named: list[str | None] = [str(d) for d in devices]
+        if not named:
             raise ValueError("devices=[]: name at least one device, or pass None")
-        return devices
+        return named
     if num_workers is None:
         num_workers = 1
     if not isinstance(num_workers, int) or num_workers < 1:
@@ -199,14 +252,14 @@ class TuningProcessPool:
 
     def __init__(
         self,
-        num_workers=None,
-        devices=None,
-        timeout=60.0,
-        warmup=25,
-        rep=100,
-        initializer=None,
-        initargs=(),
-    ):
+        num_workers: int | None = None,
+        devices: Iterable[object] | None = None,
+        timeout: float = 60.0,
+        warmup: float = 25,
+        rep: float = 100,
+        initializer: Callable[..., object] | None = None,
+        initargs: Iterable[Any] = (),
+    ) -> None:
         self.devices = _devices(devices, num_workers)
         self.timeout = timeout
         self.warmup = warmup
@@ -222,20 +275,20 @@ class TuningProcessPool:
         for worker in self._workers:
             threading.Thread(target=_start_quietly, args=(worker,), daemon=True).start()
 
-    def benchmark(self, choices):
+    def benchmark(self, choices: Iterable[Choice]) -> list[float]:
         """The median time (ms) of each choice, in order; ``inf`` for one that failed."""
         return [
             r.median_ms if isinstance(r, BenchmarkResult) else math.inf
             for r in self.benchmark_results(choices)
         ]
 
-    def benchmark_results(self, choices):
+    def benchmark_results(self, choices: Iterable[Choice]) -> list[BenchmarkResult | Exception]:
         """A :class:`BenchmarkResult` per choice, in order, or the exception it failed with
         (``TimeoutError``, ``ChildProcessError``, the task's own, ``RuntimeError`` for a C
         kernel that does not compile)."""
         choices = list(choices)
-        results = [None] * len(choices)
-        todo = queue.SimpleQueue()
+        results: list[BenchmarkResult | Exception | None] = [None] * len(choices)
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         for index in range(len(choices)):
             todo.put(index)
         threads = [
@@ -246,9 +299,16 @@ class TuningProcessPool:
             thread.start()
         for thread in threads:
             thread.join()
-        return results
+        # Every index is filled now.
+        return cast("list[BenchmarkResult | Exception]", results)
 
-    def _drain(self, worker, choices, todo, results):
+    def _drain(
+        self,
+        worker: PopenWorker,
+        choices: list[Choice],
+        todo: queue.SimpleQueue[int],
+        results: list[BenchmarkResult | Exception | None],
+    ) -> None:
         while True:
             try:
                 index = todo.get_nowait()
@@ -256,31 +316,33 @@ class TuningProcessPool:
                 return
             results[index] = self._run_one(worker, choices[index])
 
-    def _run_one(self, worker, choice):
+    def _run_one(self, worker: PopenWorker, choice: Choice) -> BenchmarkResult | Exception:
         try:
             if isinstance(choice, CKernelChoice):
                 return choice._run(worker, self.warmup, self.rep, self.timeout)
             if not callable(choice):
                 raise TypeError(f"{choice!r} is no choice: use a callable or a CKernelChoice")
             worker.send(_time_in_worker, (choice, self.warmup, self.rep), timeout=self.timeout)
-            return worker.recv()
+            result: BenchmarkResult = worker.recv()
+            return result
         except Exception as error:  # noqa: BLE001 - a failed choice is its own result
             return error
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Stops the workers."""
         for worker in self._workers:
             worker.kill()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.shutdown()
         return False
 
 
-def _start_quietly(worker):
+def _start_quietly(worker: PopenWorker) -> None:
+
     try:
         worker.start()
     except Exception:  # noqa: BLE001, S110 - the first choice reports it

@@ -37,9 +37,10 @@ What it takes from Kernel Tuner:
 - ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
   engine, or functions of the result dict, evaluated here);
 - ``strategy`` (``brute_force``, ``random_sample``, ``genetic_algorithm``,
-  ``simulated_annealing``, ``greedy_ils``, ``diff_evo``, ``bayes_opt``, or an engine name such as
-  ``auto``) with ``strategy_options`` ``max_fevals``, ``fraction``, ``time_limit`` (s) and
-  ``seed``;
+  ``simulated_annealing``, ``greedy_ils``, ``diff_evo``, ``bayes_opt``, or one of the engine's
+  names, ``tunebox._native.STRATEGIES``, such as ``auto``) with ``strategy_options``
+  ``max_fevals``, ``fraction``, ``time_limit`` (s) and ``seed``; any other name is a
+  ``ValueError`` that lists these;
 - ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
   (``.json`` dropped), so a second call measures only what is not in it;
 - ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration), ``workers``
@@ -59,8 +60,11 @@ report as Python objects, and ``worker``: the worker executable the engine start
 
 Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
 ``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
-callables as ``problem_size``, and strategies the engine does not have.
+callables as ``problem_size``, and Kernel Tuner's strategies the engine does not have (``pso``,
+``firefly_algorithm``, ...: ``NotImplementedError``, listing those it has).
 """
+
+from __future__ import annotations
 
 import contextlib
 import itertools
@@ -75,6 +79,24 @@ import sys
 import sysconfig
 import tempfile
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import numpy as np
+    from typing_extensions import Self, TypeAlias
+
+    #: A configuration as the functions of ``restrictions`` and ``metrics`` get it: parameter
+    #: name -> value (with the results so far, for a metric).
+    Config: TypeAlias = dict[str, Any]
+    #: A restriction: a Python expression over the parameters, or a function of the config.
+    Restriction: TypeAlias = Union[str, Callable[[Config], object]]
+    #: A metric: an expression the engine evaluates, or a function of the result's row.
+    Metric: TypeAlias = Union[str, Callable[[Config], Any]]
+    #: One configuration's result: its parameters, ``time`` or ``__error__``, the metrics, ...
+    Row: TypeAlias = dict[str, Any]
+    #: A manifest entry: ``(key, value)``.
+    Entry: TypeAlias = tuple[str, Any]
 
 __all__ = ["tune_kernel", "ErrorConfig", "CompilationFailedConfig", "RuntimeFailedConfig"]
 
@@ -82,12 +104,15 @@ __all__ = ["tune_kernel", "ErrorConfig", "CompilationFailedConfig", "RuntimeFail
 class ErrorConfig(str):
     """Why a configuration has no time, as Kernel Tuner's ``kernel_tuner.util.ErrorConfig``."""
 
-    def __new__(cls, detail=""):
+    #: What went wrong: tunebox's error message, or the status.
+    detail: str
+
+    def __new__(cls, detail: str = "") -> Self:
         value = super().__new__(cls, cls.__name__)
         value.detail = detail
         return value
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.__class__.__name__
 
 
@@ -99,7 +124,7 @@ class RuntimeFailedConfig(ErrorConfig):
     """The configuration crashed, hung, failed or computed a wrong answer."""
 
 
-# Kernel Tuner's strategy names, and the engine's.
+# Kernel Tuner's strategy names, and the engine's (all of them in tunebox._native.STRATEGIES).
 _STRATEGIES = {
     "brute_force": "brute-force",
     "random_sample": "random",
@@ -110,51 +135,64 @@ _STRATEGIES = {
     "bayes_opt": "bayes",
 }
 
+# Kernel Tuner's strategies that tunebox has no counterpart of: refused as not implemented,
+# where any other unknown name is a mistake (ValueError).
+_KERNEL_TUNER_ONLY = (
+    "basinhopping",
+    "dual_annealing",
+    "firefly_algorithm",
+    "greedy_mls",
+    "minimize",
+    "mls",
+    "ordered_greedy_mls",
+    "pso",
+)
+
 _DTYPES = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8"}
 _CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".hpp")
 _SCALARS = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
 
 def tune_kernel(
-    kernel_name,
-    kernel_source,
-    problem_size,
-    arguments,
-    tune_params,
-    grid_div_x=None,
-    grid_div_y=None,
-    grid_div_z=None,
-    restrictions=None,
-    answer=None,
-    atol=1e-6,
-    verify=None,
-    verbose=False,
-    lang=None,
-    device=0,
-    platform=0,
-    smem_args=None,
-    cmem_args=None,
-    texmem_args=None,
-    compiler=None,
-    compiler_options=None,
-    defines=None,
-    log=None,
-    iterations=None,
-    block_size_names=None,
-    quiet=False,
-    strategy=None,
-    strategy_options=None,
-    cache=None,
-    metrics=None,
-    simulation_mode=False,
-    observers=None,
-    objective=None,
-    objective_higher_is_better=None,
-    timeout=60.0,
-    workers=1,
-    max_process_uses=1,
-    **unsupported,
-):
+    kernel_name: str,
+    kernel_source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    problem_size: int | str | Sequence[int | str],
+    arguments: Sequence[Any],
+    tune_params: Mapping[str, Sequence[Any]],
+    grid_div_x: str | Sequence[str] | None = None,
+    grid_div_y: str | Sequence[str] | None = None,
+    grid_div_z: str | Sequence[str] | None = None,
+    restrictions: Restriction | Sequence[Restriction] | None = None,
+    answer: Sequence[Any] | None = None,
+    atol: float = 1e-6,
+    verify: Callable[..., object] | None = None,
+    verbose: bool = False,
+    lang: str | None = None,
+    device: int | None = 0,
+    platform: int = 0,
+    smem_args: object = None,
+    cmem_args: object = None,
+    texmem_args: object = None,
+    compiler: str | None = None,
+    compiler_options: Sequence[str] | None = None,
+    defines: Mapping[str, object] | None = None,
+    log: object = None,
+    iterations: int | None = None,
+    block_size_names: object = None,
+    quiet: bool = False,
+    strategy: str | None = None,
+    strategy_options: Mapping[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    metrics: Mapping[str, Metric] | None = None,
+    simulation_mode: bool = False,
+    observers: object = None,
+    objective: str | None = None,
+    objective_higher_is_better: bool | None = None,
+    timeout: float = 60.0,
+    workers: int = 1,
+    max_process_uses: int = 1,
+    **unsupported: object,
+) -> tuple[list[Row], dict[str, Any]]:
     """Tunes a kernel as Kernel Tuner's ``tune_kernel`` does, through tunebox's engine; see the
     module's doc for the arguments, the result and what is refused."""
     if unsupported:
@@ -189,7 +227,9 @@ def tune_kernel(
     from tunebox import _native
 
     budget = options.get("max_fevals")
-    fraction = None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
+    fraction = (
+        None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
+    )
     printer = _Printer(list(tune_params), verbose and not quiet)
     with _worker() as worker:
         text = _native.tune(
@@ -246,23 +286,33 @@ def tune_kernel(
     return results, env
 
 
-def _refuse(**given):
+def _refuse(**given: object) -> None:
     for name, value in given.items():
         if value is not None:
             raise NotImplementedError(f"tunebox.kernel_tuner: {name} is not supported yet")
 
 
-def _strategy(strategy, options):
+def _strategy(strategy: str | None, options: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The engine's name for ``strategy`` (Kernel Tuner's name or the engine's own), and the
+    options it runs with.
+
+    Raises ``NotImplementedError`` for Kernel Tuner's strategies tunebox has no counterpart of,
+    ``ValueError`` for any other name the engine does not know; both name the known ones."""
+    from tunebox import _native
+
     name = strategy or "brute_force"
     engine = _STRATEGIES.get(name, name)
-    from tunebox import _native  # noqa: F401 - the engine's names are checked there too
-
-    known = set(_STRATEGIES.values()) | {"auto"}
-    if engine not in known:
-        raise NotImplementedError(
-            f"tunebox.kernel_tuner: strategy={strategy!r} is not supported; use one of "
-            f"{', '.join(sorted(_STRATEGIES))} (Kernel Tuner's names) or auto"
+    if engine not in _native.STRATEGIES:
+        known = (
+            f"use one of {', '.join(_STRATEGIES)} (Kernel Tuner's names) or "
+            f"{', '.join(_native.STRATEGIES)} (tunebox's)"
         )
+        if name in _KERNEL_TUNER_ONLY:
+            raise NotImplementedError(
+                f"tunebox.kernel_tuner: strategy={strategy!r}: Kernel Tuner's {name} has no "
+                f"counterpart in tunebox; {known}"
+            )
+        raise ValueError(f"tunebox.kernel_tuner: strategy={strategy!r} is unknown; {known}")
     if engine == "random" and "max_fevals" not in options and "fraction" not in options:
         options = {**options, "fraction": 0.1}  # Kernel Tuner's random_sample default
     ignored = sorted(set(options) - {"max_fevals", "fraction", "time_limit", "seed"})
@@ -275,9 +325,9 @@ def _strategy(strategy, options):
     return engine, options
 
 
-def _fraction(value):
+def _fraction(value: object) -> float:
     try:
-        fraction = float(value)
+        fraction = float(value)  # type: ignore[arg-type] # anything float() takes
     except (TypeError, ValueError):
         fraction = math.nan
     if not 0.0 < fraction <= 1.0:
@@ -288,9 +338,11 @@ def _fraction(value):
     return fraction
 
 
-def _uses(max_process_uses):
+def _uses(max_process_uses: object) -> int:
     try:
-        uses = None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)
+        uses = (
+            None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)  # type: ignore[arg-type] # checked here
+        )
     except TypeError:
         uses = None
     if uses is None or uses < 0:
@@ -301,20 +353,20 @@ def _uses(max_process_uses):
     return uses
 
 
-def _cache_path(cache):
+def _cache_path(cache: str | os.PathLike[str] | None) -> str | None:
     if not cache:
         return None
-    cache = os.fspath(cache)
-    if cache.endswith(".json"):
-        cache = cache[: -len(".json")]
-    return os.path.abspath(cache + ".tunebox-cache.jsonl")
+    path = os.fspath(cache)
+    if path.endswith(".json"):
+        path = path[: -len(".json")]
+    return os.path.abspath(path + ".tunebox-cache.jsonl")
 
 
 _log = logging.getLogger("tunebox.kernel_tuner")
 
 
 @contextlib.contextmanager
-def _worker():
+def _worker() -> Iterator[str]:
     """The worker executable the engine starts for every measurement (a fresh process each):
     tunebox's Rust worker, ``tunebox-worker``, which the extension carries and writes once
     into tunebox's cache (``tunebox._native.engine_worker``): no Python interpreter starts
@@ -335,7 +387,7 @@ def _worker():
         yield _python_worker(folder)
 
 
-def _python_worker(folder):
+def _python_worker(folder: str) -> str:
     """The Python launcher of the engine's worker, where the Rust worker is missing: a script
     in `folder` that starts this interpreter isolated and without `site` (``python -IS``: no
     site-packages scan, no ``.pth`` files, no user paths) and serves straight from
@@ -348,7 +400,11 @@ def _python_worker(folder):
 
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_native.__file__)))
     shebang = f"#!{sys.executable} -IS"
-    if sys.executable and not any(c.isspace() for c in sys.executable) and len(shebang) < _SHEBANG_MAX:
+    if (
+        sys.executable
+        and not any(c.isspace() for c in sys.executable)
+        and len(shebang) < _SHEBANG_MAX
+    ):
         return _launcher(
             folder,
             f"{shebang}\nimport sys\nsys.path.append({package_root!r})\n"
@@ -367,7 +423,7 @@ def _python_worker(folder):
 _SHEBANG_MAX = 127
 
 
-def _launcher(folder, text):
+def _launcher(folder: str, text: str) -> str:
     path = os.path.join(folder, "tunebox-engine-worker")
     with open(path, "w") as f:
         f.write(text)
@@ -380,16 +436,25 @@ class _Manifest:
     source (text) and the arrays (``name.bin``: contiguous numpy arrays, held here until the
     engine has copied them)."""
 
-    def __init__(self):
-        self.files = {}  # name in the manifest -> str (source) or a contiguous numpy array
-        self.top = []  # (key, value)
-        self.tables = {}  # name -> [(key, value)]
-        self.argument_tables = []
+    def __init__(self) -> None:
+        # name in the manifest -> str (source) or a contiguous numpy array
+        self.files: dict[str, str | np.ndarray[Any, Any]] = {}
+        self.top: list[Entry] = []
+        self.tables: dict[str, list[Entry]] = {}
+        self.argument_tables: list[list[Entry]] = []
         self.language = "C"
-        self.arrays = []  # (index, numpy array) of the array arguments
-        self.include_dir = None  # where the user's source was, when it is copied here
+        # (index, numpy array) of the array arguments
+        self.arrays: list[tuple[int, np.ndarray[Any, Any]]] = []
+        # where the user's source was, when it is copied here
+        self.include_dir: str | None = None
 
-    def kernel(self, kernel_name, kernel_source, lang, compiler):
+    def kernel(
+        self,
+        kernel_name: str,
+        kernel_source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        lang: str | None,
+        compiler: str | None,
+    ) -> tuple[str, str]:
         if isinstance(kernel_source, (list, tuple)):
             if len(kernel_source) != 1:
                 raise NotImplementedError(
@@ -425,12 +490,20 @@ class _Manifest:
         self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
         if compiler is not None:
             if language == "CUDA":
-                raise NotImplementedError("tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler=")
+                raise NotImplementedError(
+                    "tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler="
+                )
             self.table("kernel").append(("compiler", compiler))
         self.text = text
         return text, language
 
-    def flags(self, compiler_options, defines, language, source):
+    def flags(
+        self,
+        compiler_options: Sequence[str] | None,
+        defines: Mapping[str, object] | None,
+        language: str,
+        source: str,
+    ) -> None:
         flags = [str(f) for f in compiler_options] if compiler_options else []
         if language != "CUDA":
             if not compiler_options:
@@ -442,7 +515,7 @@ class _Manifest:
         if flags or compiler_options is not None:
             self.top.append(("compiler_options", flags))
 
-    def arguments(self, arguments, language):
+    def arguments(self, arguments: Sequence[Any], language: str) -> None:
         import numpy as np
 
         for i, arg in enumerate(arguments):
@@ -454,13 +527,22 @@ class _Manifest:
                         f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
                         f"one of {', '.join(_DTYPES)}"
                     )
-                table = [("name", name), ("dtype", dtype), ("shape", [int(arg.size)]), ("init", self.contents(name, arg))]
+                table: list[Entry] = [
+                    ("name", name),
+                    ("dtype", dtype),
+                    ("shape", [int(arg.size)]),
+                    ("init", self.contents(name, arg)),
+                ]
                 if language != "CUDA":
                     table.append(("c_type", "void"))
                 self.arrays.append((i, arg))
-            elif isinstance(arg, (np.generic, int, float)) and not isinstance(arg, (bool, np.bool_)):
-                kind = _SCALARS.get(np.asarray(arg).dtype.name) if isinstance(arg, np.generic) else (
-                    "i64" if isinstance(arg, int) else "f64"
+            elif isinstance(arg, (np.generic, int, float)) and not isinstance(
+                arg, (bool, np.bool_)
+            ):
+                kind = (
+                    _SCALARS.get(np.asarray(arg).dtype.name)
+                    if isinstance(arg, np.generic)
+                    else ("i64" if isinstance(arg, int) else "f64")
                 )
                 if kind is None:
                     raise TypeError(
@@ -473,7 +555,7 @@ class _Manifest:
                 raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
             self.argument_tables.append(table)
 
-    def contents(self, name, arg):
+    def contents(self, name: str, arg: np.ndarray[Any, Any]) -> str | dict[str, str]:
         """An array's `init`: ``"zeros"`` when every byte is 0 (an output buffer, the usual
         ``numpy.zeros_like``: nothing to copy, and each worker gets fresh zero pages instead of
         a copy of the caller's), else its bytes, handed to the engine in memory as the file
@@ -487,14 +569,20 @@ class _Manifest:
         self.files[data] = arg
         return {"file": data}
 
-    def params(self, tune_params):
+    def params(self, tune_params: Mapping[str, Sequence[Any]]) -> None:
         table = self.table("tune_params")
         for name, values in tune_params.items():
             if not isinstance(values, (list, tuple, range)) or len(values) == 0:
-                raise ValueError(f"tune_params[{name!r}] = {values!r}: give a non-empty list of values")
+                raise ValueError(
+                    f"tune_params[{name!r}] = {values!r}: give a non-empty list of values"
+                )
             table.append((name, [_plain(v) for v in values]))
 
-    def restrictions(self, restrictions, tune_params):
+    def restrictions(
+        self,
+        restrictions: Restriction | Sequence[Restriction] | None,
+        tune_params: Mapping[str, Sequence[Any]],
+    ) -> None:
         if restrictions is None:
             return
         if callable(restrictions) or isinstance(restrictions, str):
@@ -502,12 +590,20 @@ class _Manifest:
         strings = [r for r in restrictions if isinstance(r, str)]
         functions = [r for r in restrictions if callable(r)]
         if len(strings) + len(functions) != len(restrictions):
-            raise TypeError("restrictions: give strings (Python expressions) or functions of the parameter dict")
+            raise TypeError(
+                "restrictions: give strings (Python expressions) or functions of the parameter dict"
+            )
         if functions:
             strings.append(_as_expression(tune_params, functions))
         self.top.append(("restrictions", strings))
 
-    def answer(self, answer, arguments, atol, verify):
+    def answer(
+        self,
+        answer: Sequence[Any] | None,
+        arguments: Sequence[Any],
+        atol: float,
+        verify: Callable[..., object] | None,
+    ) -> None:
         if answer is None or verify is not None:
             return  # a verify function is called here, after the engine's run
         import numpy as np
@@ -541,28 +637,42 @@ class _Manifest:
         self.top.append(("answer", entries))
         self.top.append(("atol", float(atol)))
 
-    def launch(self, problem_size, grid_div_x, grid_div_y, grid_div_z):
+    def launch(
+        self,
+        problem_size: int | str | Sequence[int | str],
+        grid_div_x: str | Sequence[str] | None,
+        grid_div_y: str | Sequence[str] | None,
+        grid_div_z: str | Sequence[str] | None,
+    ) -> None:
         if callable(problem_size):
-            raise NotImplementedError("tunebox.kernel_tuner: problem_size as a function is not supported")
+            raise NotImplementedError(
+                "tunebox.kernel_tuner: problem_size as a function is not supported"
+            )
         sizes = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
         self.top.append(("problem_size", [_plain(s) for s in sizes]))
-        for name, value in (("grid_div_x", grid_div_x), ("grid_div_y", grid_div_y), ("grid_div_z", grid_div_z)):
+        for name, value in (
+            ("grid_div_x", grid_div_x),
+            ("grid_div_y", grid_div_y),
+            ("grid_div_z", grid_div_z),
+        ):
             if value is not None:
                 if self.language != "CUDA":
                     continue  # Kernel Tuner ignores it for C kernels
                 self.top.append((name, [value] if isinstance(value, str) else list(value)))
 
-    def timing(self, iterations, timeout):
+    def timing(self, iterations: int | None, timeout: float) -> None:
         if iterations is not None:
             self.top.append(("iterations", int(iterations)))
         self.top.append(("timeout_s", float(timeout)))
 
-    def metrics(self, metrics):
+    def metrics(self, metrics: Mapping[str, Metric]) -> None:
         expressions = [(name, m) for name, m in metrics.items() if isinstance(m, str)]
         if expressions:
             self.table("metrics").extend(expressions)
 
-    def objective(self, objective, higher, metrics):
+    def objective(
+        self, objective: str | None, higher: bool | None, metrics: Mapping[str, Metric]
+    ) -> None:
         if objective is None or objective == "time":
             return
         if isinstance(metrics.get(objective), str):
@@ -570,14 +680,16 @@ class _Manifest:
             if higher is not None:
                 self.top.append(("objective_higher_is_better", bool(higher)))
         elif objective not in metrics:
-            raise ValueError(f"objective={objective!r}: it is neither 'time' nor one of the metrics")
+            raise ValueError(
+                f"objective={objective!r}: it is neither 'time' nor one of the metrics"
+            )
         # A metric computed here (a function) ranks the results here; the engine's strategy
         # searches by time.
 
-    def table(self, name):
+    def table(self, name: str) -> list[Entry]:
         return self.tables.setdefault(name, [])
 
-    def toml(self):
+    def toml(self) -> str:
         """The manifest as TOML text."""
         lines = [f"{key} = {_toml(value)}" for key, value in self.top]
         for name, entries in self.tables.items():
@@ -588,7 +700,7 @@ class _Manifest:
             lines.extend(f"{k} = {_toml(v)}" for k, v in table)
         return "\n".join(lines) + "\n"
 
-    def buffers(self):
+    def buffers(self) -> dict[str, str | tuple[int, int]]:
         """The files for ``tunebox._native.tune``: source text as it is, each array as
         ``(address, nbytes)`` of its memory, which ``self.files`` keeps alive."""
         return {
@@ -597,7 +709,7 @@ class _Manifest:
         }
 
 
-def _language(lang, text, file_name):
+def _language(lang: str | None, text: str, file_name: str | None) -> str:
     if lang is None:
         if file_name is not None and file_name.endswith(".cu") or "__global__" in text:
             return "CUDA"
@@ -614,11 +726,13 @@ def _language(lang, text, file_name):
     )
 
 
-def _as_expression(tune_params, functions):
+def _as_expression(
+    tune_params: Mapping[str, Sequence[Any]], functions: Sequence[Callable[[Config], object]]
+) -> str:
     """The configurations the functions allow, as one expression the engine evaluates: nested
     by parameter, `name == value and (...)`, the last parameter as `name in [...]`."""
     names = list(tune_params)
-    allowed = []
+    allowed: list[tuple[Any, ...]] = []
     for values in itertools.product(*(tune_params[n] for n in names)):
         config = dict(zip(names, values))
         if all(f(dict(config)) for f in functions):
@@ -628,12 +742,12 @@ def _as_expression(tune_params, functions):
     return _nest(names, [[_plain(v) for v in tune_params[n]] for n in names], allowed)
 
 
-def _nest(names, values, allowed):
+def _nest(names: list[str], values: list[list[Any]], allowed: list[tuple[Any, ...]]) -> str:
     if len(allowed) == math.prod(len(v) for v in values):
         return "True"
     if len(names) == 1:
         return f"{names[0]} in [{', '.join(_literal(t[0]) for t in allowed)}]"
-    groups = {}
+    groups: dict[Any, list[tuple[Any, ...]]] = {}
     for t in allowed:
         groups.setdefault(t[0], []).append(t[1:])
     parts = []
@@ -644,28 +758,38 @@ def _nest(names, values, allowed):
     return " or ".join(parts)
 
 
-def _literal(value):
+def _literal(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"tune_params value {value!r} cannot be written in a restriction")
     return repr(value)
 
 
-def _plain(value):
-    return value.item() if hasattr(value, "item") and not isinstance(value, (list, tuple)) else value
+def _plain(value: Any) -> Any:
+    return (
+        value.item() if hasattr(value, "item") and not isinstance(value, (list, tuple)) else value
+    )
 
 
-def _toml_key(key):
-    key = str(key)
-    return key if key.replace("_", "").replace("-", "").isalnum() and key.isascii() else json.dumps(key)
+def _toml_key(key: object) -> str:
+    text = str(key)
+    return (
+        text
+        if text.replace("_", "").replace("-", "").isalnum() and text.isascii()
+        else json.dumps(text)
+    )
 
 
-def _toml(value):
+def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        return (
+            repr(value)
+            if math.isfinite(value)
+            else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        )
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
@@ -678,22 +802,22 @@ def _toml(value):
 class _Printer:
     """Prints the engine's notes and each finished configuration when verbose."""
 
-    def __init__(self, names, verbose):
+    def __init__(self, names: list[str], verbose: bool) -> None:
         self.names = names
         self.verbose = verbose
 
-    def choice(self, label, status, median_ms):
+    def choice(self, label: str, status: str, median_ms: float | None) -> None:
         if self.verbose:
             time = f"{median_ms:.3f} ms" if median_ms is not None else status
             print(f"tunebox: {label}: {time}", flush=True)
 
-    def note(self, line):
+    def note(self, line: str) -> None:
         if self.verbose:
             print(f"tunebox: {line}", flush=True)
 
 
-def _row(result, tune_params):
-    row = {name: result["choice"].get(name) for name in tune_params}
+def _row(result: Mapping[str, Any], tune_params: Iterable[str]) -> Row:
+    row: Row = {name: result["choice"].get(name) for name in tune_params}
     status = result["status"]
     row["status"] = status
     if status == "ok":
@@ -712,12 +836,23 @@ def _row(result, tune_params):
     return row
 
 
-def _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify):
+def _verify_again(
+    results: list[Row],
+    writer: _Manifest,
+    kernel_name: str,
+    source: str,
+    arguments: Sequence[Any],
+    answer: Sequence[Any] | None,
+    atol: float,
+    verify: Callable[..., object],
+) -> None:
     """Runs each measured configuration once more in an isolated worker for its arrays, and
     asks the user's `verify` whether they are right (Kernel Tuner's `verify(answer, result,
     atol=...)`)."""
     if writer.language == "CUDA":
-        raise NotImplementedError("tunebox.kernel_tuner: a verify function for CUDA kernels is not supported yet; give answer")
+        raise NotImplementedError(
+            "tunebox.kernel_tuner: a verify function for CUDA kernels is not supported yet; give answer"
+        )
     from tunebox.benchmark import BenchmarkResult, CKernelChoice, TuningProcessPool
 
     ok = [row for row in results if row["status"] == "ok"]
@@ -725,12 +860,19 @@ def _verify_again(results, writer, kernel_name, source, arguments, answer, atol,
         return
     array_indices = [i for i, _ in writer.arrays]
     flags = dict(writer.top).get("compiler_options")
-    compiler = dict(writer.tables.get("kernel", [])).get("compiler") or ("g++" if writer.language == "C++" else "cc")
+    compiler = dict(writer.tables.get("kernel", [])).get("compiler") or (
+        "g++" if writer.language == "C++" else "cc"
+    )
     params = [k for k, _ in writer.tables["tune_params"]]
     choices = [
         CKernelChoice(
-            source, kernel_name, arguments, compiler_options=flags, compiler=compiler,
-            defines={p: row[p] for p in params}, outputs=array_indices,
+            source,
+            kernel_name,
+            arguments,
+            compiler_options=flags,
+            compiler=compiler,
+            defines={p: row[p] for p in params},
+            outputs=array_indices,
         )
         for row in ok
     ]
@@ -750,7 +892,7 @@ def _verify_again(results, writer, kernel_name, source, arguments, answer, atol,
             _fail(row, "wrong", "verify returned False")
 
 
-def _fail(row, status, error):
+def _fail(row: Row, status: str, error: str) -> None:
     for key in ("time", "time_mean", "time_min", "time_max", "time_stddev", "reps"):
         row.pop(key, None)
     row["status"] = status
@@ -758,7 +900,7 @@ def _fail(row, status, error):
     row["error"] = error
 
 
-def _python_metrics(results, metrics):
+def _python_metrics(results: list[Row], metrics: Mapping[str, Metric]) -> None:
     functions = [(name, m) for name, m in metrics.items() if callable(m)]
     for row in results:
         if "__error__" in row:
@@ -770,14 +912,15 @@ def _python_metrics(results, metrics):
                 raise ValueError(f"metric {name!r} cannot be computed: {error}") from None
 
 
-def _best(results, objective, higher_is_better):
+def _best(results: list[Row], objective: str, higher_is_better: bool) -> Row | None:
     ok = [r for r in results if "__error__" not in r and objective in r]
     if not ok:
         return None
     return (max if higher_is_better else min)(ok, key=lambda r: r[objective])
 
 
-def _line(row, names, objective):
+def _line(row: Row, names: list[str], objective: str) -> str:
+
     params = ", ".join(f"{n}={row[n]}" for n in names)
     if "__error__" in row:
         return f"{params}, {row['status']}"

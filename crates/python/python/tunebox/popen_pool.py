@@ -21,6 +21,8 @@ parent at ``timeout`` plus a slack (``KILL_SLACK_S`` + ``KILL_SLACK_FRACTION`` o
 whatever the worker does.
 """
 
+from __future__ import annotations
+
 import concurrent.futures
 import os
 import queue
@@ -30,10 +32,24 @@ import sys
 import threading
 import time
 import weakref
-from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import IntEnum
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, TypeVar, Union
 
 from tunebox import _calls, _native
+
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from typing_extensions import Self, TypeAlias
+
+    #: Where a worker's output goes: None (inherit), ``subprocess.DEVNULL``, ``subprocess.PIPE``,
+    #: a path, a file descriptor or an open file.
+    _Output: TypeAlias = Union[None, int, str, bytes, os.PathLike[str], os.PathLike[bytes], IO[Any]]
+    #: One call of a batch: its ``(args, kwargs)``.
+    _Call: TypeAlias = tuple[tuple[Any, ...], dict[str, Any]]
+
+_T = TypeVar("_T")
 
 __all__ = ["MapResult", "PopenPoolExecutor", "PopenWorker", "StatusKind"]
 
@@ -47,21 +63,22 @@ class StatusKind(IntEnum):
     TIMEOUT = 3
 
 
-class MapResult(namedtuple("MapResult", ["status", "value"])):
+class MapResult(NamedTuple):
     """Result of :meth:`PopenPoolExecutor.map_with_error_catching`.
 
     ``status`` is a :class:`StatusKind`; ``value`` the function's result (``COMPLETE``) or the
     exception (``EXCEPTION``, ``TIMEOUT``).
     """
 
-    __slots__ = []
+    status: StatusKind
+    value: Any
 
 
-def _worker_command():
+def _worker_command() -> tuple[str, list[str]]:
     return sys.executable, ["-m", "tunebox._worker"]
 
 
-def _output(stream, name):
+def _output(stream: _Output, name: str) -> tuple[str, str | None]:
     """TVM's ``stdout``/``stderr`` values as tunebox's: None inherits, ``subprocess.DEVNULL``
     discards, ``subprocess.PIPE`` captures the tail (quoted in crash errors), a path or an open
     file (its descriptor) appends."""
@@ -73,7 +90,7 @@ def _output(stream, name):
         return ("capture", None)
     if isinstance(stream, (str, bytes, os.PathLike)):
         return ("file", os.fsdecode(stream))
-    fileno = stream if isinstance(stream, int) else getattr(stream, "fileno", None)
+    fileno: Any = stream if isinstance(stream, int) else getattr(stream, "fileno", None)
     if callable(fileno):
         try:
             fileno = fileno()
@@ -89,7 +106,7 @@ def _output(stream, name):
     )
 
 
-def _check_timeout(timeout):
+def _check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
@@ -120,8 +137,14 @@ class PopenWorker:
     """
 
     def __init__(
-        self, initializer=None, initargs=(), maximum_uses=None, stdout=None, stderr=None, env=None
-    ):
+        self,
+        initializer: Callable[..., object] | None = None,
+        initargs: Iterable[Any] = (),
+        maximum_uses: int | None = None,
+        stdout: _Output = None,
+        stderr: _Output = None,
+        env: Mapping[str, object] | None = None,
+    ) -> None:
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         if maximum_uses is not None and (not isinstance(maximum_uses, int) or maximum_uses < 0):
@@ -130,8 +153,9 @@ class PopenWorker:
         init = None
         if initializer is not None:
             init = _calls.dumps_inband((initializer, tuple(initargs), {}))
-        self._pending = None
-        self._modules = set()
+        # ("sent", the call's timeout) or ("error", what send raised), until recv.
+        self._pending: tuple[str, Any] | None = None
+        self._modules: set[str] = set()
         self._native = _native.Worker(
             program,
             args,
@@ -144,17 +168,17 @@ class PopenWorker:
             + [(str(k), str(v)) for k, v in (env or {}).items()],
         )
 
-    def __del__(self):
+    def __del__(self) -> None:
         native = getattr(self, "_native", None)
         if native is not None:
             native.kill()
 
-    def kill(self):
+    def kill(self) -> None:
         """Kills the worker's process group and reaps it; the next ``send`` starts a new one."""
         self._pending = None
         self._native.kill()
 
-    def join(self, timeout=None):
+    def join(self, timeout: float | None = None) -> None:
         """Waits up to ``timeout`` seconds (None: forever) for the worker process to end."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._native.is_alive():
@@ -162,20 +186,26 @@ class PopenWorker:
                 return
             time.sleep(0.001)
 
-    def is_alive(self):
+    def is_alive(self) -> bool:
         """Whether the worker process is running."""
         return self._native.is_alive()
 
     @property
-    def pid(self):
+    def pid(self) -> int | None:
         """The worker's pid, or None when none runs."""
         return self._native.pid
 
-    def start(self):
+    def start(self) -> None:
         """Starts the worker process now (otherwise the first ``send`` does)."""
         self._native.start()
 
-    def send(self, fn, args=(), kwargs=None, timeout=None):
+    def send(
+        self,
+        fn: Callable[..., Any],
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Starts ``fn(*args, **kwargs)`` in the worker, with ``timeout`` seconds for the call.
 
         Errors (a dead worker, an initializer that failed) are raised by the ``recv`` that
@@ -197,14 +227,14 @@ class PopenWorker:
         except Exception as error:  # noqa: BLE001 - raised by recv
             self._pending = ("error", error)
 
-    def _remember_module(self, fn):
+    def _remember_module(self, fn: Callable[..., Any]) -> None:
         """Fresh processes import the module ``fn`` comes from before they are needed."""
         module = getattr(fn, "__module__", None)
         if isinstance(module, str) and module != "__main__" and module not in self._modules:
             self._modules.add(module)
             self._native.preload(module)
 
-    def recv(self):
+    def recv(self) -> Any:
         """The result of the last ``send``.
 
         Raises
@@ -227,14 +257,17 @@ class PopenWorker:
         status, data, buffers = self._native.get(kill_at)
         if status == _calls.TIMEOUT:
             self._native.kill(respawn=True)
-            raise TimeoutError(f"the call ran past its timeout of {timeout} s; the worker was replaced")
+            raise TimeoutError(
+                f"the call ran past its timeout of {timeout} s; the worker was replaced"
+            )
         value = _calls.loads(data, buffers)
         if status == _calls.COMPLETE:
             return value
         raise value
 
-
-    def _run_batch(self, fn, calls, timeout):
+    def _run_batch(
+        self, fn: Callable[..., Any], calls: Sequence[_Call], timeout: float | None
+    ) -> list[MapResult]:
         """Runs ``fn(*args, **kwargs)`` for each ``(args, kwargs)`` of ``calls`` in this worker
         in one round trip (each call with ``timeout``), as :meth:`send` + :meth:`recv` would
         one by one; returns the :class:`MapResult` of the first calls, in order: all of them,
@@ -276,8 +309,10 @@ class PopenWorker:
         return done
 
     @staticmethod
-    def _finished(region):
-        return [MapResult(StatusKind(status), value) for status, value in _calls.region_records(region)]
+    def _finished(region: bytes) -> list[MapResult]:
+        return [
+            MapResult(StatusKind(status), value) for status, value in _calls.region_records(region)
+        ]
 
 
 # The results region of a batch: records of the calls' outcomes (a larger result comes in the
@@ -323,14 +358,14 @@ class PopenPoolExecutor:
 
     def __init__(
         self,
-        max_workers=None,
-        timeout=None,
-        initializer=None,
-        initargs=(),
-        maximum_process_uses=None,
-        stdout=None,
-        stderr=None,
-    ):
+        max_workers: int | None = None,
+        timeout: float | None = None,
+        initializer: Callable[..., object] | None = None,
+        initargs: Iterable[Any] = (),
+        maximum_process_uses: int | None = None,
+        stdout: _Output = None,
+        stderr: _Output = None,
+    ) -> None:
         if max_workers is None:
             max_workers = os.cpu_count() or 1
         if not isinstance(max_workers, int) or max_workers < 1:
@@ -347,25 +382,29 @@ class PopenPoolExecutor:
         # Guards the slots' states, the count of queued jobs and the shutdown flag.
         self._lock = self._dispatch.lock
         self._slots = self._dispatch.slots
-        self._threads = []
-        self._workers = []
+        self._threads: list[threading.Thread] = []
+        self._workers: list[PopenWorker] = []
         self._shutdown = False
         # Workers die with the pool even if shutdown() is never called.
         self._finalizer = weakref.finalize(self, _stop_all, self._queue, self._workers)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.shutdown(wait=True)
         return False
 
-    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+    def submit(
+        self, fn: Callable[..., _T], *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[_T]:
         """Runs ``fn(*args, **kwargs)`` in a worker; returns a ``concurrent.futures.Future``
         whose ``result()`` raises as :meth:`PopenWorker.recv` does."""
         return self._submit(fn, args, kwargs, catch=False)
 
-    def map_with_error_catching(self, fn, iterator):
+    def map_with_error_catching(
+        self, fn: Callable[[Any], Any], iterator: Iterable[Any]
+    ) -> Iterator[MapResult]:
         """``fn(x)`` for each ``x``, in order, each as a :class:`MapResult` (exceptions and
         timeouts caught). Returns an iterator, as TVM's; every call is submitted at once.
 
@@ -382,25 +421,25 @@ class PopenPoolExecutor:
             size = -(-len(items) // (self._max_workers * BATCHES_PER_WORKER))
             size = max(1, min(BATCH_MAX_CALLS, size))
             # One future per batch, whose result is the batch's MapResults.
-            batches = []
+            batches: list[concurrent.futures.Future[list[MapResult]]] = []
             for start in range(0, len(items), size):
                 batch = _Batch(fn, [((x,), {}) for x in items[start : start + size]])
                 batches.append(batch.future)
                 self._enqueue(batch)
 
-            def batched():
+            def batched() -> Iterator[MapResult]:
                 for future in batches:
                     yield from future.result()
 
             return batched()
 
-        def results():
+        def results() -> Iterator[MapResult]:
             for future in futures:
                 yield future.result()
 
         return results()
 
-    def shutdown(self, wait=True):
+    def shutdown(self, wait: bool = True) -> None:
         """Stops the workers; with ``wait``, after the tasks already submitted are done."""
         with self._lock:
             self._shutdown = True
@@ -410,10 +449,16 @@ class PopenPoolExecutor:
                 thread.join()
         self._finalizer()
 
-    def _submit(self, fn, args, kwargs, catch):
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        catch: bool,
+    ) -> concurrent.futures.Future[Any]:
         direct = self._take_idle_slot(catch)
         if direct is None:
-            future = concurrent.futures.Future()
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             self._enqueue((future, fn, args, kwargs, catch))
             return future
         slot = direct._tunebox[1]
@@ -429,7 +474,7 @@ class PopenPoolExecutor:
             slot.collecting.release()
         return direct
 
-    def _take_idle_slot(self, catch):
+    def _take_idle_slot(self, catch: bool) -> _DirectFuture | None:
         """A :class:`_DirectFuture` on a worker that is idle with no job queued ahead, marked as
         running a call that the calling thread sends now, its ``collecting`` lock held; None
         when there is no such worker."""
@@ -449,7 +494,7 @@ class PopenPoolExecutor:
                     return future
             return None
 
-    def _enqueue(self, job):
+    def _enqueue(self, job: Any) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit to a PopenPoolExecutor after shutdown")
@@ -459,7 +504,7 @@ class PopenPoolExecutor:
             if idle < self._dispatch.queued and len(self._slots) < self._max_workers:
                 self._add_slot()
 
-    def _add_slot(self):
+    def _add_slot(self) -> None:
         worker = PopenWorker(*self._worker_args)
         slot = _Slot(worker)
         self._workers.append(worker)
@@ -473,25 +518,27 @@ class PopenPoolExecutor:
         self._threads.append(thread)
         thread.start()
 
+
 class _Dispatch:
     """What a pool's threads and direct futures share: the job queue, the slots (one per
     worker) and their states, the count of queued jobs, under one lock."""
 
     __slots__ = ("queue", "lock", "slots", "queued", "timeout")
 
-    def __init__(self, timeout):
-        self.queue = queue.SimpleQueue()
+    def __init__(self, timeout: float | None) -> None:
+        # Jobs: _STOP, a _Collect, a _Batch, or (future, fn, args, kwargs, catch) of a call.
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.lock = threading.Lock()
-        self.slots = []
+        self.slots: list[_Slot] = []
         self.queued = 0
         self.timeout = timeout
 
-    def set_state(self, slot, state, unless=None):
+    def set_state(self, slot: _Slot, state: int, unless: int | None = None) -> None:
         with self.lock:
             if slot.state != unless:
                 slot.state = state
 
-    def took_job(self, slot):
+    def took_job(self, slot: _Slot) -> _DirectFuture | None:
         """Called by ``slot``'s thread when it took a job: the job is no longer queued, the
         slot is busy; returns the call sent to it directly, which is collected first."""
         with self.lock:
@@ -513,19 +560,19 @@ class _Slot:
 
     __slots__ = ("worker", "state", "direct", "collecting")
 
-    def __init__(self, worker):
+    def __init__(self, worker: PopenWorker) -> None:
         self.worker = worker
         self.state = _BUSY  # until its thread has started the worker
-        self.direct = None
+        self.direct: _DirectFuture | None = None
         # Held by the one thread that receives the direct call's reply.
         self.collecting = threading.Lock()
 
 
-class _Collect(namedtuple("_Collect", ["future"])):
+class _Collect(NamedTuple):
     """A job for any pool thread: receive the reply of a direct call that something other than
     ``result()`` on the submitting thread waits for."""
 
-    __slots__ = []
+    future: _DirectFuture
 
 
 class _DirectFuture(concurrent.futures.Future):
@@ -534,27 +581,27 @@ class _DirectFuture(concurrent.futures.Future):
     when no other thread does; anything else that waits hands the receiving to a pool
     thread."""
 
-    def __init__(self, dispatch, slot, catch):
+    def __init__(self, dispatch: _Dispatch, slot: _Slot, catch: bool) -> None:
         super().__init__()
         self._tunebox = (dispatch, slot, catch)
         self._tunebox_handed_over = False
         # concurrent.futures.wait and as_completed add their waiters here.
         self._waiters = _Waiters(self)
 
-    def result(self, timeout=None):
+    def result(self, timeout: float | None = None) -> Any:
         self._wait_for_reply(timeout)
         return super().result(timeout)
 
-    def exception(self, timeout=None):
+    def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait_for_reply(timeout)
         return super().exception(timeout)
 
-    def add_done_callback(self, fn):
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
         super().add_done_callback(fn)
         if not self.done():
             self._hand_over()
 
-    def _wait_for_reply(self, timeout):
+    def _wait_for_reply(self, timeout: float | None) -> None:
         if self.done():
             return
         if timeout is None:
@@ -562,13 +609,13 @@ class _DirectFuture(concurrent.futures.Future):
         else:
             self._hand_over()
 
-    def _hand_over(self):
+    def _hand_over(self) -> None:
         """Has a pool thread receive the reply (once)."""
         if not self._tunebox_handed_over:
             self._tunebox_handed_over = True
             self._tunebox[0].queue.put(_Collect(self))
 
-    def _collect(self, block):
+    def _collect(self, block: bool) -> None:
         """Receives the reply and completes this future, unless another thread is doing it
         (``block``: then wait for that thread) or did."""
         dispatch, slot, catch = self._tunebox
@@ -593,20 +640,20 @@ class _Waiters(list):
 
     __slots__ = ("future",)
 
-    def __init__(self, future):
+    def __init__(self, future: _DirectFuture) -> None:
         super().__init__()
         # Not a reference: a cycle would keep the future and its result (an array on shared
         # memory) alive until the garbage collector ran.
         self.future = weakref.ref(future)
 
-    def append(self, waiter):
+    def append(self, waiter: object) -> None:
         super().append(waiter)
         future = self.future()
         if future is not None:
             future._hand_over()
 
 
-def _serve(dispatch, slot):
+def _serve(dispatch: _Dispatch, slot: _Slot) -> None:
     """One pool thread: starts its worker at once, then runs jobs until the pool stops; first
     receives the reply of a call sent to its worker directly, when one is outstanding."""
     worker = slot.worker
@@ -647,31 +694,43 @@ class _Batch:
 
     __slots__ = ("fn", "calls", "future")
 
-    def __init__(self, fn, calls):
+    def __init__(self, fn: Callable[..., Any], calls: list[_Call]) -> None:
         self.fn = fn
         self.calls = calls
-        self.future = concurrent.futures.Future()
+        self.future: concurrent.futures.Future[list[MapResult]] = concurrent.futures.Future()
 
 
-def _run_batch(worker, batch, timeout):
+def _run_batch(worker: PopenWorker, batch: _Batch, timeout: float | None) -> None:
     """Runs a batch on ``worker`` until every call has its result, sending again in a fresh
     worker what a call that timed out or killed the worker left unrun."""
     if not batch.future.set_running_or_notify_cancel():
         return
     calls = batch.calls
-    results = []
+    results: list[MapResult] = []
     try:
         while len(results) < len(calls):
             done = worker._run_batch(batch.fn, calls[len(results) :], timeout)
             if not done:  # never: a batch returns at least the call that ended it
-                done = [MapResult(StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing"))]
+                done = [
+                    MapResult(
+                        StatusKind.EXCEPTION, RuntimeError("tunebox: a batch returned nothing")
+                    )
+                ]
             results.extend(done[: len(calls) - len(results)])
     except BaseException as error:  # noqa: BLE001 - each call left gets it, none is lost
         results.extend([MapResult(StatusKind.EXCEPTION, error)] * (len(calls) - len(results)))
     batch.future.set_result(results)
 
 
-def _run(worker, future, fn, args, kwargs, catch, timeout):
+def _run(
+    worker: PopenWorker,
+    future: concurrent.futures.Future[Any],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    catch: bool,
+    timeout: float | None,
+) -> None:
     try:
         worker.send(fn, args, kwargs, timeout)
     except Exception as error:  # noqa: BLE001 - a call that cannot be pickled
@@ -680,7 +739,7 @@ def _run(worker, future, fn, args, kwargs, catch, timeout):
         _finish(worker, future, catch)
 
 
-def _finish(worker, future, catch):
+def _finish(worker: PopenWorker, future: concurrent.futures.Future[Any], catch: bool) -> None:
     """Receives the reply of the call sent to ``worker`` and completes ``future`` with it."""
     try:
         value = worker.recv()
@@ -690,7 +749,7 @@ def _finish(worker, future, catch):
         future.set_result(MapResult(StatusKind.COMPLETE, value) if catch else value)
 
 
-def _fail(future, error, catch):
+def _fail(future: concurrent.futures.Future[Any], error: BaseException, catch: bool) -> None:
     if not catch:
         future.set_exception(error)
     elif isinstance(error, TimeoutError):
@@ -699,7 +758,8 @@ def _fail(future, error, catch):
         future.set_result(MapResult(StatusKind.EXCEPTION, error))
 
 
-def _stop_all(jobs, workers):
+def _stop_all(jobs: queue.SimpleQueue[Any], workers: list[PopenWorker]) -> None:
+
     jobs.put(_STOP)
     for worker in workers:
         try:
