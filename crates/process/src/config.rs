@@ -115,6 +115,7 @@ pub struct ProcessConfig {
     pub(crate) initializer: Option<InitRequest>,
     pub(crate) sandbox: Option<Sandbox>,
     pub(crate) memory_limit: Option<u64>,
+    pub(crate) scratch: bool,
 }
 
 impl Default for ProcessConfig {
@@ -135,6 +136,7 @@ impl Default for ProcessConfig {
             initializer: None,
             sandbox: None,
             memory_limit: None,
+            scratch: false,
         }
     }
 }
@@ -254,6 +256,23 @@ impl ProcessConfig {
     pub fn memory_limit(mut self, bytes: Option<u64>) -> Self {
         self.memory_limit = bytes;
         self
+    }
+
+    /// Starts each worker in a private scratch folder of its own (mode 0700, under the parent's
+    /// temporary directory): its working directory and `TMPDIR`, removed with it. A candidate
+    /// that looks around its working directory then finds nothing of the caller's (the
+    /// manifest's folder, an answers file beside it). Default `false`: workers start in the
+    /// parent's working directory, as TVM's and Inductor's do; the sandbox always gives one.
+    /// A relative `TUNEBOX_CACHE_DIR` is made absolute for the worker.
+    pub fn scratch(mut self, on: bool) -> Self {
+        self.scratch = on;
+        self
+    }
+
+    /// Whether workers start in a scratch folder of their own ([`ProcessConfig::scratch`], or
+    /// the sandbox).
+    pub fn scratch_value(&self) -> bool {
+        self.scratch || self.sandbox.is_some()
     }
 
     /// The sandbox workers start in, if any.

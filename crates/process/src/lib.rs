@@ -53,6 +53,7 @@ mod capture;
 mod child;
 mod clock;
 mod config;
+mod containment;
 mod devices;
 mod environment;
 mod error;
@@ -69,6 +70,7 @@ mod watchdog;
 mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use containment::Containment;
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
 pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES, inherited_by_default};
 pub use error::{ProcessError, SandboxStop, SystemCall};

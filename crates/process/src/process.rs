@@ -444,6 +444,8 @@ impl TuningProcess {
         worker.watch = None;
         self.next_id += 1;
         let shutdown = Request::new(self.next_id, RequestBody::Shutdown);
+        // Without cgroups, what it started must be killed while its process tree holds them.
+        worker.enclosure.prepare_exit(worker.pid);
         if worker.send(shutdown, Some(grace)).is_ok() {
             let mut worker = self.take_worker().expect("checked above");
             worker.wait_or_kill(grace);
@@ -761,29 +763,26 @@ impl TuningProcess {
     }
 
     /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the sandboxed
-    /// worker's cgroup holds processes other than the worker after its reply: work started by
-    /// the candidate and left running, which no process group or session change hides from the
-    /// cgroup. They are killed now.
+    /// worker left processes running after its reply: in its cgroups, which no process group
+    /// or session change hides from, else among its descendants (it is a child subreaper, so a
+    /// daemon that double-forked is one). They are killed now (frozen first where the freezer
+    /// is, so that none forks meanwhile); the worker lives on.
     fn check_no_strays(&self, result: BenchmarkResult) -> Result<BenchmarkResult, BenchError> {
         let Some(worker) = self.worker.as_ref() else {
             return Ok(result);
         };
-        let Some(guard) = worker.sandbox.as_ref() else {
-            return Ok(result);
-        };
-        let strays = guard.strays(worker.pid);
-        if strays.is_empty() {
+        if self.config.sandbox.is_none() {
             return Ok(result);
         }
-        for &pid in &strays {
-            // SAFETY: `kill` only sends a signal; these pids are in the worker's own cgroup.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        let strays = worker.enclosure.kill_strays(worker.pid);
+        if strays.is_empty() {
+            return Ok(result);
         }
         Err(BenchError::Suspicious {
             check: "children_after_call".into(),
             seen: format!(
-                "{} process(es) the candidate started were still running in the worker's \
-                 cgroup after its reply (pids {strays:?}); they were killed",
+                "{} process(es) the candidate started were still running after its reply \
+                 (pids {strays:?}); they were killed",
                 strays.len()
             ),
         })

@@ -2,11 +2,11 @@
 //!
 //! [`Sandbox`] is the switch and its allowances; [`SandboxSupport`] says what this kernel offers
 //! and which protections are missing. `prepare` builds everything before `fork` (the Landlock
-//! ruleset, the seccomp programs, the cgroup, the rlimits) and `apply` only makes system calls
-//! with it between `fork` and `exec`, where nothing may allocate or lock.
+//! ruleset, the seccomp programs, the rlimits; the worker's cgroups come from `containment`)
+//! and `apply` only makes system calls with it between `fork` and `exec`, where nothing may
+//! allocate or lock.
 
 mod apply;
-mod cgroup;
 mod filters;
 mod rules;
 mod support;
@@ -14,7 +14,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub(crate) use apply::{Guard, Request, apply, prepare, scratch_of};
+pub(crate) use apply::{Request, apply, make_scratch, prepare};
 pub(crate) use filters::trapped_name;
 pub use support::SandboxSupport;
 
