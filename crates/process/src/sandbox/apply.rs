@@ -142,7 +142,8 @@ pub(crate) fn make_scratch() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The Landlock paths: system paths, the worker's folder, tunebox's cache, the allowances.
+/// The Landlock paths: system paths, the worker's folder, tunebox's cache (files by name), the
+/// allowances.
 fn paths(sandbox: &Sandbox, request: &Request<'_>, scratch: &Path) -> io::Result<Paths> {
     let mut paths = Paths::default();
     paths
@@ -155,11 +156,13 @@ fn paths(sandbox: &Sandbox, request: &Request<'_>, scratch: &Path) -> io::Result
     if let Some(dir) = exe.parent() {
         paths.read.push(dir.to_owned());
     }
-    // Made now if missing: the parent may compile into it after this worker started.
+    // Made now if missing: the parent may compile into it after this worker started. Files by
+    // name only: a worker finds its own kernel by its key, and cannot list the others (nor
+    // anything else kept there).
     if let Some(cache) =
         tunebox_protocol::cache_root(request.env).filter(|c| std::fs::create_dir_all(c).is_ok())
     {
-        paths.read.push(cache);
+        paths.read_by_name.push(cache);
     }
     for path in &sandbox.read {
         paths.read.push(allowed(path, "read")?);

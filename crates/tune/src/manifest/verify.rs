@@ -28,6 +28,9 @@ pub(crate) struct Verify {
     /// The reference run's own timeout (`verify.timeout_s`); `None`: see
     /// [`Verify::reference_timeout`].
     pub timeout: Option<Duration>,
+    /// The files the expected outputs were read from (a reference given as outputs; none for
+    /// outputs given in memory): what no worker may read.
+    pub answer_files: Vec<PathBuf>,
 }
 
 impl Verify {
@@ -76,6 +79,14 @@ pub(super) fn verify(
         tensors.iter().any(|t| t.output),
         "verify: no tensor has `output = true`, so there is nothing to compare"
     );
+    let answer_files = raw
+        .reference
+        .outputs
+        .iter()
+        .flat_map(|outputs| outputs.values())
+        .filter(|file| files.get(file).is_none())
+        .map(|file| dir.join(file))
+        .collect();
     let reference = match raw.reference {
         RawReference {
             choice: Some(choice),
@@ -160,6 +171,7 @@ pub(super) fn verify(
         tolerance,
         reference,
         timeout,
+        answer_files,
     })
 }
 
