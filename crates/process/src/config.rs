@@ -116,6 +116,7 @@ pub struct ProcessConfig {
     pub(crate) sandbox: Option<Sandbox>,
     pub(crate) memory_limit: Option<u64>,
     pub(crate) scratch: bool,
+    pub(crate) check_children: Option<bool>,
 }
 
 impl Default for ProcessConfig {
@@ -137,6 +138,7 @@ impl Default for ProcessConfig {
             sandbox: None,
             memory_limit: None,
             scratch: false,
+            check_children: None,
         }
     }
 }
@@ -273,6 +275,24 @@ impl ProcessConfig {
     /// the sandbox).
     pub fn scratch_value(&self) -> bool {
         self.scratch || self.sandbox.is_some()
+    }
+
+    /// After each benchmark reply, looks for processes the worker started and left running
+    /// (in its cgroups, which no change of session or process group hides from; without
+    /// cgroups, among its descendants: it is a child subreaper, so a daemon that double-forked
+    /// is one), kills them, and turns the reply into `BenchError::Suspicious`
+    /// (`children_after_call`): the parent's own look, out of a candidate's reach. Default: on
+    /// with a sandbox, off otherwise (a worker that runs Python callables may keep helper
+    /// processes between tasks on purpose).
+    pub fn check_children(mut self, on: bool) -> Self {
+        self.check_children = Some(on);
+        self
+    }
+
+    /// Whether the parent looks for processes left running after each reply
+    /// ([`ProcessConfig::check_children`]).
+    pub fn check_children_value(&self) -> bool {
+        self.check_children.unwrap_or(self.sandbox.is_some())
     }
 
     /// The sandbox workers start in, if any.

@@ -762,16 +762,16 @@ impl TuningProcess {
         })
     }
 
-    /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the sandboxed
-    /// worker left processes running after its reply: in its cgroups, which no process group
-    /// or session change hides from, else among its descendants (it is a child subreaper, so a
-    /// daemon that double-forked is one). They are killed now (frozen first where the freezer
-    /// is, so that none forks meanwhile); the worker lives on.
+    /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the worker left
+    /// processes running after its reply ([`ProcessConfig::check_children`]): in its cgroups,
+    /// which no process group or session change hides from, else among its descendants (it is
+    /// a child subreaper, so a daemon that double-forked is one). They are killed now (frozen
+    /// first where the freezer is, so that none forks meanwhile); the worker lives on.
     fn check_no_strays(&self, result: BenchmarkResult) -> Result<BenchmarkResult, BenchError> {
         let Some(worker) = self.worker.as_ref() else {
             return Ok(result);
         };
-        if self.config.sandbox.is_none() {
+        if !self.config.check_children_value() {
             return Ok(result);
         }
         let strays = worker.enclosure.kill_strays(worker.pid);

@@ -28,6 +28,9 @@ const SWEEP_LIMIT: Duration = Duration::from_secs(5);
 /// How long to let killed processes die between two walks.
 const SWEEP_PAUSE: Duration = Duration::from_micros(500);
 
+/// How many walks [`descendants`] makes at most to get one during which nothing exited.
+const WALK_TRIES: usize = 10;
+
 /// How long to wait for a stopped worker's threads to stop (a thread in uninterruptible sleep
 /// stops only when it wakes).
 const STOP_LIMIT: Duration = Duration::from_millis(200);
@@ -64,19 +67,56 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The living descendants of `root` (not `root` itself), parents before their children.
+/// One walk of a process tree.
+struct Walk {
+    /// The living descendants, each with the parent it was found under.
+    living: Vec<(u32, u32)>,
+    /// Whether the root's own children were the same at the end of the walk as at its start.
+    /// A descendant that exits hands its children to the root (a child subreaper); when that
+    /// happens in the middle of a walk, the walk may have read the root's children before they
+    /// arrived and the exiting one's after they left, and missed them. An unchanged list at
+    /// both ends means no descendant exited with children meanwhile.
+    stable: bool,
+}
+
+/// Walks the descendants of `root` through `/proc` (`root` excluded).
+fn walk(root: u32) -> Walk {
+    let mut first = children(root);
+    let mut living = Vec::new();
+    let mut seen = BTreeSet::from([root]);
+    let mut next = vec![(root, first.clone())];
+    while let Some((parent, kids)) = next.pop() {
+        for child in kids {
+            if !seen.insert(child) {
+                continue;
+            }
+            let Some((_, state)) = stat(child) else {
+                continue;
+            };
+            if !is_dead(state) {
+                living.push((child, parent));
+            }
+            next.push((child, children(child)));
+        }
+    }
+    let mut last = children(root);
+    first.sort_unstable();
+    last.sort_unstable();
+    Walk {
+        living,
+        stable: first == last,
+    }
+}
+
+/// The living descendants of `root` (not `root` itself), from a walk during which no
+/// descendant handed its children to `root` (up to a few tries; else the last walk's).
 pub(crate) fn descendants(root: u32) -> Vec<u32> {
     let mut found = Vec::new();
-    let mut seen = BTreeSet::from([root]);
-    let mut next = vec![root];
-    while let Some(parent) = next.pop() {
-        for child in children(parent) {
-            if seen.insert(child) {
-                next.push(child);
-                if stat(child).is_some_and(|(_, state)| !is_dead(state)) {
-                    found.push(child);
-                }
-            }
+    for _ in 0..WALK_TRIES {
+        let walk = walk(root);
+        found = walk.living.into_iter().map(|(pid, _)| pid).collect();
+        if walk.stable {
+            break;
         }
     }
     found
@@ -91,7 +131,8 @@ fn pidfd_of_child(child: u32, parent: u32) -> Option<OwnedFd> {
 }
 
 /// SIGKILLs every living descendant of `root` (through pidfds), then walks again, until a
-/// walk finds none or [`SWEEP_LIMIT`] has passed. Returns the pids killed (each once).
+/// stable walk (see [`Walk::stable`]) finds none or [`SWEEP_LIMIT`] has passed. Returns the
+/// pids killed (each once).
 ///
 /// `root` should be stopped (or be known to start nothing meanwhile): otherwise it may fork
 /// again after the last walk.
@@ -99,26 +140,16 @@ pub(crate) fn kill_descendants(root: u32) -> Vec<u32> {
     let deadline = Instant::now() + SWEEP_LIMIT;
     let mut killed = BTreeSet::new();
     loop {
-        let mut living = false;
-        let mut parents = vec![root];
-        while let Some(parent) = parents.pop() {
-            for child in children(parent) {
-                let Some((_, state)) = stat(child) else {
-                    continue;
-                };
-                parents.push(child);
-                if is_dead(state) {
-                    continue;
-                }
-                living = true;
-                if let Some(fd) = pidfd_of_child(child, parent) {
-                    let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-                    killed.insert(child);
-                }
+        let walk = walk(root);
+        for &(child, parent) in &walk.living {
+            if let Some(fd) = pidfd_of_child(child, parent) {
+                let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+                killed.insert(child);
             }
         }
-        if !living || Instant::now() >= deadline {
-            if living {
+        let done = walk.living.is_empty() && walk.stable;
+        if done || Instant::now() >= deadline {
+            if !done {
                 log::warn!(
                     "worker {root}: processes it started were still alive after {SWEEP_LIMIT:?} \
                      of killing"
