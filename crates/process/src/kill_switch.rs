@@ -29,7 +29,7 @@ impl KillSwitch {
         let pid = self.pid.lock().unwrap_or_else(PoisonError::into_inner);
         self.killed.store(true, Ordering::Release);
         if let Some(pid) = *pid {
-            crate::containment::end_tree(pid);
+            crate::containment::end_worker(pid);
             true
         } else {
             false

@@ -122,7 +122,7 @@ impl Watchdog {
                 let target = entry.remove();
                 target.fired.store(true, Ordering::Release);
                 log::debug!("watchdog: killing worker {} at its deadline", target.pid);
-                crate::containment::end_tree(target.pid);
+                crate::containment::end_worker(target.pid);
             }
             let next = timers.armed.first_key_value().map(|(key, _)| key.0);
             timers.sleeping_until = next;

@@ -150,21 +150,30 @@ impl Drop for Enclosure {
 /// else through its process tree.
 fn end(pid: u32, cgroups: Option<&WorkerCgroups>) {
     match cgroups {
-        // The process tree too: a plain worker running as root could move a process out of
-        // its cgroups (the sandbox's Landlock keeps `/sys` read-only), not out of its tree.
+        // The cgroups hold everything: no need to stop the worker first. Its process tree is
+        // swept all the same (a walk, no stop: cheap), for a plain worker running as root that
+        // moved a process out of its cgroups (the sandbox's Landlock keeps `/sys` read-only).
         Some(cgroups) => {
-            tree::end(pid);
+            tree::kill_descendants(pid);
+            crate::pids::signal_group(pid, rustix::process::Signal::KILL);
+            crate::pids::signal_process(pid, rustix::process::Signal::KILL);
             cgroups.kill_all();
         }
         None => tree::end(pid),
     }
 }
 
-/// Ends the worker `pid` (an unreaped child of this process) and its process tree, from any
-/// thread that knows only its pid (the kill switch, the watchdog). Its cgroups, if any, are
-/// emptied when its owner drops its [`Enclosure`].
-pub(crate) fn end_tree(pid: u32) {
-    tree::end(pid);
+/// Ends the worker `pid` (an unreaped child of this process) and everything it started, from
+/// any thread that knows only its pid (the kill switch, the watchdog), through its cgroups
+/// when its [`Enclosure`] has some, else its process tree.
+pub(crate) fn end_worker(pid: u32) {
+    let cgroups = REGISTRY.get().and_then(|registry| {
+        let live = registry.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.values()
+            .find(|(p, _)| *p == pid)
+            .and_then(|(_, cgroups)| cgroups.clone())
+    });
+    end(pid, cgroups.as_deref());
 }
 
 /// A worker enclosed now: its pid and its cgroups.
