@@ -86,6 +86,7 @@ impl Bases {
         let found = candidates(&own, &mounts);
         let mut bases = Bases::default();
         for (hierarchy, base) in found {
+            clean_stale(&base, hierarchy);
             let Ok(probe) = Cgroup::create(&base, hierarchy) else {
                 continue;
             };
@@ -264,6 +265,49 @@ impl Cgroup {
                 Err(_) => std::thread::sleep(POLL),
             }
         }
+    }
+}
+
+/// Ends and removes the cgroups under `base` that a tunebox process no longer alive left behind
+/// (`tunebox-<pid>-<n>` whose `<pid>` is gone: it was killed, so neither its destructors nor
+/// its exit hook ran, and what its workers started may still run there). A cgroup whose pid
+/// is alive — its owner, or a process that took the pid since — is left alone.
+fn clean_stale(base: &Path, hierarchy: Hierarchy) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("tunebox-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        let stale = Cgroup {
+            dir: entry.path(),
+            hierarchy,
+        };
+        if !stale.members().is_empty() {
+            log::warn!(
+                "ending what a tunebox process that is gone (pid {owner}) left running in {}",
+                stale.dir.display()
+            );
+            if !stale.kill() {
+                stale.thaw();
+                wait_until(|| {
+                    let left = stale.members();
+                    left.iter().copied().for_each(sigkill);
+                    left.is_empty()
+                });
+            }
+        }
+        stale.remove();
     }
 }
 
@@ -568,6 +612,55 @@ mod tests {
                 PathBuf::from("/sys/fs/cgroup/system.slice/x.service")
             )]
         );
+    }
+
+    /// A cgroup left by a tunebox process that is gone (killed: no destructor, no exit hook)
+    /// is ended and removed by the next probe; one whose owner lives is left alone.
+    #[test]
+    fn the_cgroups_of_a_process_that_is_gone_are_ended_and_removed() {
+        use std::os::unix::process::CommandExt;
+        let probed = Bases::probe();
+        let Some((base, hierarchy)) = probed
+            .v2
+            .clone()
+            .map(|b| (b, Hierarchy::V2))
+            .or_else(|| probed.v1_pids.clone().map(|b| (b, Hierarchy::V1Pids)))
+        else {
+            println!("skipped: no cgroup can be made here");
+            return;
+        };
+        // A pid that is gone: a child that exited and was reaped.
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        let _ = { gone }.wait();
+        let stale = base.join(format!("tunebox-{gone_pid}-0"));
+        let alive = base.join(format!("tunebox-{}-999", std::process::id()));
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::create_dir(&alive).unwrap();
+        let procs = CString::new(stale.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
+        let mut command = std::process::Command::new("sleep");
+        command.arg("30");
+        // SAFETY: `open`/`write`/`close` of a path made before `fork`.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        let mut left = command.spawn().unwrap();
+        clean_stale(&base, hierarchy);
+        let status = left.wait().unwrap();
+        assert!(
+            !status.success(),
+            "the process left in the stale cgroup was killed"
+        );
+        assert!(!stale.exists(), "the stale cgroup was removed");
+        assert!(alive.exists(), "a cgroup whose owner lives stays");
+        std::fs::remove_dir(&alive).unwrap();
     }
 
     #[test]
