@@ -2,7 +2,8 @@
 //! with or without cgroups: the zoo's CHEAT=24 (fork; the child calls `setsid()` and forks
 //! again; the grandchild sleeps 30 s) and CHEAT=25 (a daemon that forks itself away every
 //! 2 ms), each run many times as a whole tuning run, after which no process of theirs may be
-//! alive. With cgroups the worker's cgroup is killed whole (`cgroup.kill`, the freezer, or
+//! alive; and a reused worker whose candidate left a daemon has it killed at once, so that the
+//! requests after it are not blamed for it. With cgroups the worker's cgroup is killed whole (`cgroup.kill`, the freezer, or
 //! killing until empty); without (`TUNEBOX_CGROUPS=off`, which
 //! `no_process_outlives_its_run_without_cgroups` runs this test binary again with), the worker
 //! is a child subreaper and its process tree is killed.
@@ -10,10 +11,11 @@
 use std::process::Command;
 
 use tunebox_pool::Status;
-use tunebox_process::{Containment, SandboxSupport};
+use tunebox_process::{Containment, Sandbox, SandboxSupport, TuningProcess};
+use tunebox_protocol::{BenchmarkRequest, CKernel};
 use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
-use crate::util::{cache_root, cheat_of, living_named, worker_exe};
+use crate::util::{LONG, cache_root, cheat_of, compiled_xy, config, living_named, worker_exe};
 
 /// Runs of each kind (sandboxed, plain).
 const RUNS: usize = 20;
@@ -119,11 +121,42 @@ fn check_nothing_outlives() -> String {
     )
 }
 
+/// A reused worker whose candidate left a daemon (CHEAT=24), reported by the worker's own
+/// look, has it killed at once: the innocent requests after it are `ok`, in the same worker.
+fn check_a_reused_worker_is_cleaned() {
+    let mark = format!("tbxreu{:x}", std::process::id());
+    let zoo = |cheat: u32| {
+        let kernel = CKernel::new(include_str!("zoo/zoo.c"), "k")
+            .define("CHEAT", cheat)
+            .define("MARK", format!("\"{mark}\""))
+            .flags(["-O2"]);
+        compiled_xy(BenchmarkRequest::new(kernel), 4096)
+    };
+    for sandboxed in [false, true] {
+        let config = config().sandbox(sandboxed.then(Sandbox::new));
+        let mut worker = TuningProcess::spawn(config).expect("a worker starts");
+        let pid = worker.pid();
+        let err = worker.benchmark(zoo(24), LONG).unwrap_err();
+        assert!(err.to_string().contains("children_after_call"), "{err}");
+        assert_eq!(
+            living_named(&mark),
+            Vec::<u32>::new(),
+            "sandboxed {sandboxed}"
+        );
+        for _ in 0..2 {
+            let innocent = worker.benchmark(zoo(0), LONG);
+            assert!(innocent.is_ok(), "sandboxed {sandboxed}: {innocent:?}");
+            assert_eq!(worker.pid(), pid, "the same worker");
+        }
+    }
+}
+
 #[test]
 fn no_process_a_candidate_starts_outlives_its_run() {
     if std::env::var_os(HELPER_ENV).is_some() {
         return;
     }
+    check_a_reused_worker_is_cleaned();
     println!("{}", check_nothing_outlives());
 }
 
@@ -168,5 +201,6 @@ fn outlive_check_without_cgroups() {
         return;
     }
     assert_eq!(Containment::probe(), Containment::Subreaper);
+    check_a_reused_worker_is_cleaned();
     println!("{}", check_nothing_outlives());
 }

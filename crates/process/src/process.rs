@@ -204,19 +204,22 @@ impl TuningProcess {
         // The worker that replied (a fresh one when the request was sent again).
         let pid = self.last_pid;
         match response {
-            ResponseBody::Benchmark(result) => result
-                .and_then(|r| {
-                    let sched = sent
-                        .and_then(|(_, waits)| waits)
-                        .map_or_else(Default::default, |w| w.since(pid));
-                    crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
-                })
-                .and_then(|r| self.check_no_strays(r))
-                .map(|mut result| {
-                    result.left_behind = self.left_behind.clone();
-                    result
-                })
-                .map_err(|e| self.remote(e)),
+            ResponseBody::Benchmark(result) => {
+                let strays = self.kill_strays(&result);
+                result
+                    .and_then(|r| {
+                        let sched = sent
+                            .and_then(|(_, waits)| waits)
+                            .map_or_else(Default::default, |w| w.since(pid));
+                        crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
+                    })
+                    .and_then(|r| no_strays(r, &strays))
+                    .map(|mut result| {
+                        result.left_behind = self.left_behind.clone();
+                        result
+                    })
+                    .map_err(|e| self.remote(e))
+            }
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
             }
@@ -762,30 +765,25 @@ impl TuningProcess {
         })
     }
 
-    /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the worker left
-    /// processes running after its reply ([`ProcessConfig::check_children`]): in its cgroups,
-    /// which no process group or session change hides from, else among its descendants (it is
-    /// a child subreaper, so a daemon that double-forked is one). They are killed now (frozen
-    /// first where the freezer is, so that none forks meanwhile); the worker lives on.
-    fn check_no_strays(&self, result: BenchmarkResult) -> Result<BenchmarkResult, BenchError> {
+    /// Kills the processes the worker left running after the reply `result` (in its cgroups,
+    /// which no process group or session change hides from, else among its descendants: it is a
+    /// child subreaper, so a daemon that double-forked is one), frozen first where the freezer
+    /// is, so that none forks meanwhile; returns their pids. Done when the parent looks after
+    /// every reply ([`ProcessConfig::check_children`]), and whenever the worker itself reports
+    /// `children_after_call`: what it saw must not keep running (and be blamed on every later
+    /// request of this worker). The worker lives on.
+    fn kill_strays(&self, result: &Result<BenchmarkResult, BenchError>) -> Vec<u32> {
         let Some(worker) = self.worker.as_ref() else {
-            return Ok(result);
+            return Vec::new();
         };
-        if !self.config.check_children_value() {
-            return Ok(result);
+        let reported = matches!(
+            result,
+            Err(BenchError::Suspicious { check, .. }) if check == "children_after_call"
+        );
+        if !(reported || self.config.check_children_value()) {
+            return Vec::new();
         }
-        let strays = worker.enclosure.kill_strays(worker.pid);
-        if strays.is_empty() {
-            return Ok(result);
-        }
-        Err(BenchError::Suspicious {
-            check: "children_after_call".into(),
-            seen: format!(
-                "{} process(es) the candidate started were still running after its reply \
-                 (pids {strays:?}); they were killed",
-                strays.len()
-            ),
-        })
+        worker.enclosure.kill_strays(worker.pid)
     }
 
     /// A crash as what stopped it, under the sandbox or a memory limit.
@@ -802,6 +800,22 @@ impl TuningProcess {
         self.kill();
         ProcessError::Protocol { detail, pid }
     }
+}
+
+/// Fails with [`BenchError::Suspicious`] (`children_after_call`) when `strays` (what
+/// [`TuningProcess::kill_strays`] found after the reply) is not empty.
+fn no_strays(result: BenchmarkResult, strays: &[u32]) -> Result<BenchmarkResult, BenchError> {
+    if strays.is_empty() {
+        return Ok(result);
+    }
+    Err(BenchError::Suspicious {
+        check: "children_after_call".into(),
+        seen: format!(
+            "{} process(es) the candidate started were still running after its reply (pids \
+             {strays:?}); they were killed",
+            strays.len()
+        ),
+    })
 }
 
 impl Drop for TuningProcess {
