@@ -1,6 +1,7 @@
 //! Cross-crate integration tests: `TuningProcess` and `TuningProcessPool` driving the real worker
 //! binary through every way a candidate can succeed or fail.
 
+mod containment;
 mod executor;
 mod forgetful;
 mod fuzz;

@@ -118,12 +118,12 @@ cpu_time_s = 2
 /// whose kernel has W^X (`wx`) or not.
 fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
     match cheat {
-        0 | 99 => (Status::Ok, ""),
+        0 | 98 | 99 => (Status::Ok, ""),
         1 => (Status::Wrong, ""),
         2 => (Status::Wrong, "fresh inputs"),
         3 => (Status::Wrong, "after the timed reps"),
         5 => (Status::Suspicious, "threads_after_call"),
-        6 | 7 => (Status::Suspicious, "children_after_call"),
+        6 | 7 | 24 | 25 => (Status::Suspicious, "children_after_call"),
         8 if cfg!(target_arch = "x86_64") => (Status::Suspicious, "clock"),
         8 => (Status::Ok, ""),
         // Named by the worker's SIGSYS handler.
@@ -134,7 +134,7 @@ fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
         23 => (Status::Ok, ""),
         22 => (Status::Wrong, ""),
         // Refused attacks: the honest answer stands (a successful one writes LEAKED).
-        11..=16 | 21 => (Status::Ok, ""),
+        11..=16 | 21 | 26..=28 => (Status::Ok, ""),
         17 => (Status::Timeout, ""),
         18 => (Status::Crashed, ""),
         19 => (Status::Suspicious, "file-size limit"),
@@ -151,6 +151,10 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
         std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
     }
     let dir = tempfile::tempdir().unwrap();
+    // What a candidate must not read: a file of exactly the output's size (expected outputs,
+    // CHEAT=26) and a results cache (CHEAT=27) beside the manifest.
+    std::fs::write(dir.path().join("answers.bin"), vec![0u8; 4 * N as usize]).unwrap();
+    std::fs::write(dir.path().join("zoo.tunebox-cache.jsonl"), "{}\n").unwrap();
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("secret");
     std::fs::write(&secret, "do not read").unwrap();
@@ -163,29 +167,21 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     // other than root).
     let support = SandboxSupport::probe();
     let bounded = support.pids_cgroup.is_some() || !support.root;
-    let mut cheats: Vec<u32> = (0..=23)
+    let mut cheats: Vec<u32> = (0..=28)
         .filter(|&c| c != 4 && (c != 17 || bounded))
         .collect();
     cheats.insert(cheats.len() / 2, 99);
+    cheats.insert(cheats.len() / 3, 98);
     cheats.push(4);
+    let mark = format!("tbxzoo{:x}", std::process::id());
     let flags = format!(
-        "\"-DPORT={port}\", \"-DSECRET=\\\"{}\\\"\", \"-DESCAPE=\\\"{}\\\"\"",
+        "\"-DPORT={port}\", \"-DSECRET=\\\"{}\\\"\", \"-DESCAPE=\\\"{}\\\"\", \
+         \"-DMANIFEST_DIR=\\\"{}\\\"\", \"-DMARK=\\\"{mark}\\\"\"",
         secret.display(),
-        escape.display()
+        escape.display(),
+        dir.path().display(),
     );
-    let manifest = ZOO_MANIFEST
-        .replace("FLAGS", &flags)
-        .replace("CHEATS", &format!("{cheats:?}"));
-    std::fs::write(dir.path().join("zoo.c"), include_str!("zoo/zoo.c")).unwrap();
-    std::fs::write(dir.path().join("m.toml"), manifest).unwrap();
-
-    let report = tunebox_tune::tune(
-        &dir.path().join("m.toml"),
-        &zoo_options(),
-        &(),
-        &Stop::new(),
-    )
-    .expect("the run survives its candidates");
+    let report = run_zoo(dir.path(), &flags, &cheats, true);
     let results = &report.results;
     assert_eq!(results.len(), cheats.len(), "every candidate has a result");
     let mut misjudged = Vec::new();
@@ -215,9 +211,54 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
         "a candidate reached the network"
     );
     assert!(!cache_root().join("cpu/planted.so").exists());
-    // The innocent were ranked, the rest not.
-    let ranked: Vec<_> = results.iter().filter(|r| r.status == Status::Ok).collect();
-    assert!(ranked.iter().any(|r| r.choice.label() == "CHEAT=99"));
+    // Nothing a candidate started outlived the run (CHEAT=24 and 25 leave daemons).
+    assert_eq!(
+        crate::util::living_named(&mark),
+        Vec::<u32>::new(),
+        "left running"
+    );
+    // The innocent ranked as in a plain run of them alone: the slow one (98) last.
+    let plain = run_zoo(dir.path(), &flags, &[0, 98, 99], false);
+    assert_eq!(innocent_ranks(&plain.results), [false, false, true]);
+    let ranked: Vec<u32> = results
+        .iter()
+        .filter(|r| r.status == Status::Ok && [0, 98, 99].contains(&cheat_of(r)))
+        .map(cheat_of)
+        .collect();
+    assert_eq!(
+        innocent_ranks(&report.results),
+        [false, false, true],
+        "ranked: {ranked:?}"
+    );
+}
+
+/// Writes the zoo's manifest for `cheats` into `dir` (sandboxed or not) and runs it.
+fn run_zoo(
+    dir: &std::path::Path,
+    flags: &str,
+    cheats: &[u32],
+    sandboxed: bool,
+) -> tunebox_tune::Report {
+    let mut manifest = ZOO_MANIFEST
+        .replace("FLAGS", flags)
+        .replace("CHEATS", &format!("{cheats:?}"));
+    if !sandboxed {
+        manifest.truncate(manifest.find("[sandbox]").expect("the table"));
+    }
+    std::fs::write(dir.join("zoo.c"), include_str!("zoo/zoo.c")).unwrap();
+    std::fs::write(dir.join("m.toml"), manifest).unwrap();
+    tunebox_tune::tune(&dir.join("m.toml"), &zoo_options(), &(), &Stop::new())
+        .expect("the run survives its candidates")
+}
+
+/// For each `ok` innocent of `results` (CHEAT 0, 98, 99), in rank order, whether it is the
+/// slow one (98): `[false, false, true]` when the two fast ones rank first.
+fn innocent_ranks(results: &[tunebox_tune::ChoiceResult]) -> Vec<bool> {
+    results
+        .iter()
+        .filter(|r| r.status == Status::Ok && [0, 98, 99].contains(&cheat_of(r)))
+        .map(|r| cheat_of(r) == 98)
+        .collect()
 }
 
 /// Options for the zoo run: the test worker, one worker at a time, a fresh worker per choice.

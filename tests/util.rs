@@ -157,3 +157,19 @@ pub(crate) fn stopped_at(err: &tunebox_process::ProcessError, name: &str) -> boo
         } if *call == name
     )
 }
+
+/// The living (not zombie) processes whose name (`comm`) is `name`: what a test's candidate
+/// left behind under a name of its own.
+pub(crate) fn living_named(name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+                && !is_dead(pid)
+        })
+        .collect()
+}

@@ -1,6 +1,6 @@
 /* The hostile zoo: one candidate per value of CHEAT, each cheating the harness or attacking the
- * machine in one way (tests/sandbox.rs says how each must be caught). CHEAT 0 and 99 are
- * innocent: y = 2 x + 1. A successful attack writes LEAKED into y[0], so that the run would see
+ * machine in one way (tests/sandbox.rs says how each must be caught). CHEAT 0, 98 and 99 are
+ * innocent: y = 2 x + 1 (98 forty times over, so that it ranks last). A successful attack writes LEAKED into y[0], so that the run would see
  * a wrong answer; a refused one leaves the honest answer. */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -15,7 +15,10 @@
 #include <time.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -24,6 +27,12 @@
 #include <arpa/inet.h>
 
 #define LEAKED 12345.0f
+
+/* The name (comm) the processes that cases 24 and 25 leave behind take, so that a test finds
+ * any that outlived the run. */
+#ifndef MARK
+#define MARK "tunebox-zoo"
+#endif
 
 static void honest(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
@@ -89,6 +98,65 @@ static void busy_100us(void) {
     syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &a);
     do syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &b);
     while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 100000);
+}
+#endif
+
+#if CHEAT == 25
+/* A daemon that is never the same process for long: every 2 ms it forks, and the parent
+ * leaves, so that a kill by a list of pids taken a moment earlier misses it. */
+static void moving_daemon(void) {
+    prctl(PR_SET_NAME, MARK);
+    for (int i = 0; i < 15000; i++) {
+        usleep(2000);
+        pid_t p = fork();
+        if (p > 0) _exit(0);
+        if (p == 0) setsid();
+    }
+    _exit(0);
+}
+#endif
+
+#ifndef MANIFEST_DIR
+#define MANIFEST_DIR "."
+#endif
+
+#if CHEAT == 26
+/* Copies the first regular file of exactly `bytes` bytes in `dir` into `y`; whether it did. */
+static int copy_by_size(const char *dir, float *y, size_t bytes) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int copied = 0;
+    while (!copied && (e = readdir(d))) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != bytes) continue;
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        copied = read(fd, y, bytes) == (ssize_t)bytes;
+        close(fd);
+    }
+    closedir(d);
+    return copied;
+}
+#endif
+
+#if CHEAT == 28
+/* Whether a compiled kernel other than its own can be found in tunebox's kernel cache. */
+static int finds_another_kernel(void) {
+    char dir[4096];
+    const char *root = getenv("TUNEBOX_CACHE_DIR");
+    if (!root) return 0;
+    snprintf(dir, sizeof dir, "%s/cpu", root);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".so") && !strstr(e->d_name, ".blake3")) found++;
+    closedir(d);
+    return found > 1;
 }
 #endif
 
@@ -208,5 +276,49 @@ void k(const float *x, float *y, int64_t n) {
     }
     void *rwx = mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (rwx != MAP_FAILED) { y[0] = LEAKED; munmap(rwx, 4096); }
+#elif CHEAT == 24 /* forks; the child calls setsid() and forks again; the grandchild sleeps */
+    static int forked;
+    honest(x, y, n);
+    if (!forked) {
+        forked = 1;
+        pid_t p = fork();
+        if (p == 0) {
+            setsid();
+            if (fork() == 0) { prctl(PR_SET_NAME, MARK); sleep(30); _exit(0); }
+            _exit(0);
+        }
+        waitpid(p, 0, 0);
+    }
+#elif CHEAT == 25 /* leaves a daemon that keeps forking itself away (see moving_daemon) */
+    static int forked;
+    honest(x, y, n);
+    if (!forked) {
+        forked = 1;
+        pid_t p = fork();
+        if (p == 0) { setsid(); if (fork() == 0) moving_daemon(); _exit(0); }
+        waitpid(p, 0, 0);
+    }
+#elif CHEAT == 26 /* copies the expected outputs: a file of exactly the output's size, looked for
+                     in its working folder, the manifest's folder (MANIFEST_DIR) and its parent's
+                     working folder */
+    char parent_cwd[64];
+    size_t bytes = (size_t)n * sizeof *y;
+    snprintf(parent_cwd, sizeof parent_cwd, "/proc/%d/cwd", (int)getppid());
+    if (copy_by_size(".", y, bytes) || copy_by_size(MANIFEST_DIR, y, bytes)
+        || copy_by_size(parent_cwd, y, bytes))
+        y[0] = LEAKED;
+    else
+        honest(x, y, n);
+#elif CHEAT == 27 /* reads the results cache beside the manifest */
+    char path[4096];
+    honest(x, y, n);
+    snprintf(path, sizeof path, "%s/zoo.tunebox-cache.jsonl", MANIFEST_DIR);
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) { y[0] = LEAKED; close(fd); }
+#elif CHEAT == 28 /* looks for another choice's compiled kernel in tunebox's cache */
+    honest(x, y, n);
+    if (finds_another_kernel()) y[0] = LEAKED;
+#elif CHEAT == 98 /* innocent, and slower: the same answer, computed 40 times */
+    for (int r = 0; r < 40; r++) { honest(x, y, n); __asm__ volatile("" ::: "memory"); }
 #endif
 }

@@ -150,6 +150,7 @@ fn check_sandbox() -> Outcome {
     if support.write_xor_execute {
         have.push("W^X".to_owned());
     }
+    have.push(format!("workers held by {}", support.containment));
     let missing = support.missing(&Sandbox::new());
     let have = if have.is_empty() {
         "nothing".to_owned()

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::process::{PidfdFlags, Signal};
+use rustix::process::PidfdFlags;
 use tunebox_protocol::{Request, Response, StartedCell};
 
 use crate::capture::Tail;
 use crate::exit_watch::Watch;
-use crate::pids::{deadline_after, has_exited, kill_group, pid, signal_group};
+use crate::pids::{deadline_after, has_exited, pid};
 use crate::quiet_panic::catch_quietly;
 use crate::watchdog;
 
@@ -44,9 +44,9 @@ pub(crate) struct Worker {
     /// Tells the owner when the worker exits while nothing waits on it; dropped before the
     /// worker is reaped.
     pub(crate) watch: Option<Watch>,
-    /// The sandbox's cgroup and scratch folder; dropped (what is left in the cgroup killed,
+    /// The worker's cgroups and scratch folder; dropped (what is left in the cgroups killed,
     /// both removed) with the worker.
-    pub(crate) sandbox: Option<crate::sandbox::Guard>,
+    pub(crate) enclosure: crate::containment::Enclosure,
 }
 
 /// Why a send did not complete.
@@ -151,12 +151,12 @@ impl Worker {
         has_exited(self.pid)
     }
 
-    /// After the worker exited with its channel still open: kills what is left of its process
-    /// group (whatever held the channel open) and takes a reply the worker sent before it died
-    /// (a sticky device fault is answered, then the worker exits); without one, the worker
+    /// After the worker exited with its channel still open: kills what is left of what it
+    /// started (whatever held the channel open) and takes a reply the worker sent before it
+    /// died (a sticky device fault is answered, then the worker exits); without one, the worker
     /// crashed.
     fn last_words(&self, id: u64) -> Result<Response, ReceiveFailure> {
-        signal_group(self.pid, Signal::KILL);
+        self.enclosure.end(self.pid);
         loop {
             let received = catch_quietly(|| self.responses.try_recv_timeout(Duration::ZERO))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
@@ -168,25 +168,24 @@ impl Worker {
         }
     }
 
-    /// SIGKILLs the worker's whole process group and reaps the worker. Returns its exit status.
+    /// Kills the worker and everything it started (its process group, its cgroups or its
+    /// process tree: `containment`) and reaps the worker. Returns its exit status.
     pub(crate) fn kill(&mut self) -> Option<ExitStatus> {
-        kill_group(&mut self.child)
+        self.enclosure.end(self.pid);
+        self.child.wait().ok()
     }
 
-    /// Waits up to `timeout` for the worker to exit by itself; kills it after that. Either way
-    /// the process group is SIGKILLed (helpers the worker started go with it) and the worker is
-    /// reaped.
+    /// Asks nothing: waits up to `timeout` for the worker to exit by itself (after a
+    /// `Shutdown`, say); kills it after that. Either way everything it started is killed and
+    /// the worker is reaped.
     pub(crate) fn wait_or_kill(&mut self, timeout: Duration) -> Option<ExitStatus> {
         if let Ok(None) = self.child.try_wait() {
             wait_for_exit(self.pid, timeout);
         }
-        match self.child.try_wait() {
-            Ok(Some(status)) => {
-                signal_group(self.pid, Signal::KILL);
-                Some(status)
-            }
-            _ => self.kill(),
-        }
+        // Whether it exited or not: `end` kills it and what it started; an exited worker is
+        // unreaped until `wait`, so its pid is still ours.
+        self.enclosure.end(self.pid);
+        self.child.wait().ok()
     }
 
     /// The captured stderr tail, including what a dying worker wrote last.

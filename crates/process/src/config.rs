@@ -115,6 +115,8 @@ pub struct ProcessConfig {
     pub(crate) initializer: Option<InitRequest>,
     pub(crate) sandbox: Option<Sandbox>,
     pub(crate) memory_limit: Option<u64>,
+    pub(crate) scratch: bool,
+    pub(crate) check_children: Option<bool>,
 }
 
 impl Default for ProcessConfig {
@@ -135,6 +137,8 @@ impl Default for ProcessConfig {
             initializer: None,
             sandbox: None,
             memory_limit: None,
+            scratch: false,
+            check_children: None,
         }
     }
 }
@@ -254,6 +258,41 @@ impl ProcessConfig {
     pub fn memory_limit(mut self, bytes: Option<u64>) -> Self {
         self.memory_limit = bytes;
         self
+    }
+
+    /// Starts each worker in a private scratch folder of its own (mode 0700, under the parent's
+    /// temporary directory): its working directory and `TMPDIR`, removed with it. A candidate
+    /// that looks around its working directory then finds nothing of the caller's (the
+    /// manifest's folder, an answers file beside it). Default `false`: workers start in the
+    /// parent's working directory, as TVM's and Inductor's do; the sandbox always gives one.
+    /// A relative `TUNEBOX_CACHE_DIR` is made absolute for the worker.
+    pub fn scratch(mut self, on: bool) -> Self {
+        self.scratch = on;
+        self
+    }
+
+    /// Whether workers start in a scratch folder of their own ([`ProcessConfig::scratch`], or
+    /// the sandbox).
+    pub fn scratch_value(&self) -> bool {
+        self.scratch || self.sandbox.is_some()
+    }
+
+    /// After each benchmark reply, looks for processes the worker started and left running
+    /// (in its cgroups, which no change of session or process group hides from; without
+    /// cgroups, among its descendants: it is a child subreaper, so a daemon that double-forked
+    /// is one), kills them, and turns the reply into `BenchError::Suspicious`
+    /// (`children_after_call`): the parent's own look, out of a candidate's reach. Default: on
+    /// with a sandbox, off otherwise (a worker that runs Python callables may keep helper
+    /// processes between tasks on purpose).
+    pub fn check_children(mut self, on: bool) -> Self {
+        self.check_children = Some(on);
+        self
+    }
+
+    /// Whether the parent looks for processes left running after each reply
+    /// ([`ProcessConfig::check_children`]).
+    pub fn check_children_value(&self) -> bool {
+        self.check_children.unwrap_or(self.sandbox.is_some())
     }
 
     /// The sandbox workers start in, if any.

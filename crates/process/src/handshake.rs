@@ -12,7 +12,7 @@ use tunebox_protocol::{
 };
 
 use crate::child::Worker;
-use crate::pids::{deadline_after, exit_parts, kill_group};
+use crate::pids::{deadline_after, exit_parts};
 use crate::quiet_panic::catch_quietly;
 use crate::spawn::{Spawned, spawn_worker};
 use crate::{ProcessConfig, ProcessError};
@@ -74,10 +74,10 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
             uses: 0,
             started: hello.started,
             watch: None,
-            sandbox: spawned.guard,
+            enclosure: spawned.enclosure,
         }),
         Ok(hello) => {
-            kill_group(&mut spawned.child);
+            spawned.end();
             Err(mismatch(&exe, hello.protocol_version.to_string()))
         }
         Err(failure) => Err(describe_failure(failure, &exe, &mut spawned, config)),
@@ -119,7 +119,7 @@ fn wait_for_hello(
         if Instant::now() >= deadline {
             // Kill first: a worker that connected but never speaks holds the accept thread in
             // its first read until the connection closes.
-            kill_group(&mut spawned.child);
+            spawned.end();
             acceptor.cancel();
             return Err(Failure::TimedOut);
         }
@@ -173,7 +173,7 @@ fn describe_failure(
             own_executable: config.worker_is_current_exe(),
         },
         Failure::Garbled(detail) => {
-            kill_group(&mut spawned.child);
+            spawned.end();
             ProcessError::Protocol {
                 detail: format!(
                     "could not read the worker's Hello ({detail}); is `{}` a tunebox worker of \

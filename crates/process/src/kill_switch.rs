@@ -3,9 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rustix::process::Signal;
-
-use crate::pids::{has_exited, signal_group, signal_process};
+use crate::pids::has_exited;
 
 /// Kills the current worker of a [`TuningProcess`](crate::TuningProcess) from any thread, for
 /// example while another thread is blocked in its `get`.
@@ -24,14 +22,14 @@ pub struct KillSwitch {
 }
 
 impl KillSwitch {
-    /// SIGKILLs the worker's process group, if a worker is running. Returns whether there was
-    /// one to kill.
+    /// SIGKILLs the worker, its process group and everything it started (its process tree; its
+    /// cgroups are emptied when its owner reaps it), if a worker is running. Returns whether
+    /// there was one to kill.
     pub fn kill(&self) -> bool {
         let pid = self.pid.lock().unwrap_or_else(PoisonError::into_inner);
         self.killed.store(true, Ordering::Release);
         if let Some(pid) = *pid {
-            signal_group(pid, Signal::KILL);
-            signal_process(pid, Signal::KILL);
+            crate::containment::end_worker(pid);
             true
         } else {
             false

@@ -8,8 +8,11 @@
 //! `tunebox-pool` runs many of these; the protocol types come from `tunebox-protocol`.
 //!
 //! Guarantees (Linux):
-//! - every wait has a deadline enforced in the parent; a timed-out worker's process group is
-//!   SIGKILLed and reaped before the error is returned;
+//! - every wait has a deadline enforced in the parent; a timed-out worker is SIGKILLed with
+//!   everything it started and reaped before the error is returned;
+//! - nothing a worker starts outlives it, sandboxed or not: each worker has cgroups of its own
+//!   where they can be made (killed whole when it ends), and is a child subreaper whose process
+//!   tree is killed otherwise ([`Containment`]);
 //! - a worker that dies is reported as soon as its channel closes (or within 10 ms of its exit,
 //!   when a process it forked holds the channel open), with its exit code or signal
 //!   and the tail of its stderr, but only to a request it had begun: one it never began runs on
@@ -53,6 +56,7 @@ mod capture;
 mod child;
 mod clock;
 mod config;
+mod containment;
 mod devices;
 mod environment;
 mod error;
@@ -69,6 +73,7 @@ mod watchdog;
 mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use containment::Containment;
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
 pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES, inherited_by_default};
 pub use error::{ProcessError, SandboxStop, SystemCall};

@@ -2,7 +2,7 @@
 //! and the deadlines of the waits on them.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
@@ -12,14 +12,6 @@ pub(crate) fn deadline_after(duration: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(duration)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
-}
-
-/// SIGKILLs the process group led by `child` and reaps `child`.
-pub(crate) fn kill_group(child: &mut Child) -> Option<ExitStatus> {
-    signal_group(child.id(), Signal::KILL);
-    // Also signal the leader directly: if it left its group (setsid), the group kill missed it.
-    let _ = child.kill();
-    child.wait().ok()
 }
 
 pub(crate) fn pid(raw: u32) -> Option<Pid> {

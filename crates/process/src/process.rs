@@ -208,19 +208,22 @@ impl TuningProcess {
         // The worker that replied (a fresh one when the request was sent again).
         let pid = self.last_pid;
         match response {
-            ResponseBody::Benchmark(result) => result
-                .and_then(|r| {
-                    let sched = sent
-                        .and_then(|(_, waits)| waits)
-                        .map_or_else(Default::default, |w| w.since(pid));
-                    crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
-                })
-                .and_then(|r| self.check_no_strays(r))
-                .map(|mut result| {
-                    result.left_behind = self.left_behind.clone();
-                    result
-                })
-                .map_err(|e| self.remote(e)),
+            ResponseBody::Benchmark(result) => {
+                let strays = self.kill_strays(&result);
+                result
+                    .and_then(|r| {
+                        let sched = sent
+                            .and_then(|(_, waits)| waits)
+                            .map_or_else(Default::default, |w| w.since(pid));
+                        crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
+                    })
+                    .and_then(|r| no_strays(r, &strays))
+                    .map(|mut result| {
+                        result.left_behind = self.left_behind.clone();
+                        result
+                    })
+                    .map_err(|e| self.remote(e))
+            }
             other => {
                 Err(self.protocol_violation(format!("expected a benchmark reply, got {other:?}")))
             }
@@ -277,14 +280,20 @@ impl TuningProcess {
         }
     }
 
-    /// A task error from the worker. One that retires the worker (a sticky device fault, work
-    /// the candidate left running: it answers, then exits) also reaps it now (its process
-    /// group with it), so the next request starts a fresh one at once.
+    /// A task error from the worker. One that retires the worker also ends it now, so the next
+    /// request starts a fresh one at once: after a sticky device fault the worker answers, then
+    /// exits, and is reaped; after work the candidate left running it is killed at once, with
+    /// everything it started (its cgroups, else its process tree, which it still holds as their
+    /// subreaper while it lives).
     fn remote(&mut self, error: BenchError) -> ProcessError {
         if error.retires_worker()
             && let Some(mut worker) = self.take_worker()
         {
-            worker.wait_or_kill(DEATH_GRACE);
+            if error.ends_worker() {
+                worker.wait_or_kill(DEATH_GRACE);
+            } else {
+                worker.kill();
+            }
             self.pending = None;
         }
         ProcessError::Remote(error)
@@ -449,6 +458,8 @@ impl TuningProcess {
         worker.watch = None;
         self.next_id += 1;
         let shutdown = Request::new(self.next_id, RequestBody::Shutdown);
+        // Without cgroups, what it started must be killed while its process tree holds them.
+        worker.enclosure.prepare_exit(worker.pid);
         if worker.send(shutdown, Some(grace)).is_ok() {
             let mut worker = self.take_worker().expect("checked above");
             worker.wait_or_kill(grace);
@@ -620,8 +631,18 @@ impl TuningProcess {
         request.id = self.next_id;
         let worker = self.worker.as_mut().expect("started by the caller");
         request.waits = crate::clock::WaitMark::for_request(&request.body, worker.pid);
-        if request.is_use {
-            self.strays_before = kill_strays(worker);
+        if request.is_use && self.config.check_children_value() {
+            // What an earlier request left running (after its reply was checked) is killed
+            // before this one runs beside it, and not charged to it.
+            let strays = worker.enclosure.kill_strays(worker.pid);
+            if !strays.is_empty() {
+                log::info!(
+                    "killed {} process(es) an earlier request left in worker {} (pids {strays:?})",
+                    strays.len(),
+                    worker.pid
+                );
+            }
+            self.strays_before = strays;
         }
         let message = Request {
             id: request.id,
@@ -768,35 +789,28 @@ impl TuningProcess {
         })
     }
 
-    /// Fails with [`BenchError::Suspicious`] (`children_after_call`) when the sandboxed
-    /// worker's cgroup holds processes other than the worker after its reply: work started by
-    /// the candidate and left running, which no process group or session change hides from the
-    /// cgroup. They are killed now.
-    fn check_no_strays(&self, result: BenchmarkResult) -> Result<BenchmarkResult, BenchError> {
+    /// Kills the processes the worker left running after the reply `result` (in its cgroups,
+    /// which no process group or session change hides from, else among its descendants: it is a
+    /// child subreaper, so a daemon that double-forked is one), frozen first where the freezer
+    /// is, so that none forks meanwhile; returns their pids. Done when the parent looks after
+    /// every reply ([`ProcessConfig::check_children`]), and whenever the worker itself reports
+    /// `children_after_call`: what it saw must not keep running (and be blamed on every later
+    /// request of this worker). The worker lives on.
+    fn kill_strays(&self, result: &Result<BenchmarkResult, BenchError>) -> Vec<u32> {
         let Some(worker) = self.worker.as_ref() else {
-            return Ok(result);
+            return Vec::new();
         };
-        let Some(guard) = worker.sandbox.as_ref() else {
-            return Ok(result);
-        };
-        let mut strays = guard.strays(worker.pid);
+        let reported = matches!(
+            result,
+            Err(BenchError::Suspicious { check, .. }) if check == "children_after_call"
+        );
+        if !(reported || self.config.check_children_value()) {
+            return Vec::new();
+        }
+        let mut strays = worker.enclosure.kill_strays(worker.pid);
         // Those left before the request was sent are an earlier request's, not this one's.
         strays.retain(|pid| !self.strays_before.contains(pid));
-        if strays.is_empty() {
-            return Ok(result);
-        }
-        for &pid in &strays {
-            // SAFETY: `kill` only sends a signal; these pids are in the worker's own cgroup.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        }
-        Err(BenchError::Suspicious {
-            check: "children_after_call".into(),
-            seen: format!(
-                "{} process(es) the candidate started were still running in the worker's \
-                 cgroup after its reply (pids {strays:?}); they were killed",
-                strays.len()
-            ),
-        })
+        strays
     }
 
     /// A crash as what stopped it, under the sandbox or a memory limit.
@@ -815,26 +829,20 @@ impl TuningProcess {
     }
 }
 
-/// Kills what is running in the sandboxed `worker`'s cgroup besides the worker (started by an
-/// earlier request after its reply was checked), before the next request runs beside it; their
-/// pids, so that the next request's check does not charge them to it.
-fn kill_strays(worker: &Worker) -> Vec<u32> {
-    let Some(guard) = worker.sandbox.as_ref() else {
-        return Vec::new();
-    };
-    let strays = guard.strays(worker.pid);
-    for &pid in &strays {
-        // SAFETY: `kill` only sends a signal; these pids are in the worker's own cgroup.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+/// Fails with [`BenchError::Suspicious`] (`children_after_call`) when `strays` (what
+/// [`TuningProcess::kill_strays`] found after the reply) is not empty.
+fn no_strays(result: BenchmarkResult, strays: &[u32]) -> Result<BenchmarkResult, BenchError> {
+    if strays.is_empty() {
+        return Ok(result);
     }
-    if !strays.is_empty() {
-        log::info!(
-            "killed {} process(es) an earlier request left in worker {}'s cgroup (pids {strays:?})",
-            strays.len(),
-            worker.pid
-        );
-    }
-    strays
+    Err(BenchError::Suspicious {
+        check: "children_after_call".into(),
+        seen: format!(
+            "{} process(es) the candidate started were still running after its reply (pids \
+             {strays:?}); they were killed",
+            strays.len()
+        ),
+    })
 }
 
 impl Drop for TuningProcess {

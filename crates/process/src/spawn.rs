@@ -11,7 +11,8 @@ use std::sync::mpsc::{self, Sender};
 use tunebox_protocol::{PARENT_PID_ENV, PROTOCOL_VERSION, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV};
 
 use crate::capture::Tail;
-use crate::sandbox::{self, Guard};
+use crate::containment::{self, Enclosure, WorkerCgroups};
+use crate::sandbox;
 use crate::{Output, ProcessConfig};
 
 /// A started worker process and the tails of its captured streams.
@@ -19,8 +20,16 @@ pub(crate) struct Spawned {
     pub(crate) child: Child,
     pub(crate) stdout: Option<Tail>,
     pub(crate) stderr: Option<Tail>,
-    /// The sandbox's cgroup and scratch folder, removed when the worker is gone.
-    pub(crate) guard: Option<Guard>,
+    /// The worker's cgroups and scratch folder, removed when the worker is gone.
+    pub(crate) enclosure: Enclosure,
+}
+
+impl Spawned {
+    /// Kills the worker and everything it started, and reaps it.
+    pub(crate) fn end(&mut self) -> Option<std::process::ExitStatus> {
+        self.enclosure.end(self.child.id());
+        self.child.wait().ok()
+    }
 }
 
 /// Starts `exe` as a worker that will connect to the bootstrap server `server_name`.
@@ -29,13 +38,16 @@ pub(crate) struct Spawned {
 /// inherits no descriptor but its standard streams (see [`inherit_only_stdio`]), gets the
 /// parent's variables that the config's inheritance lets through, then the config's own
 /// variables, then the bootstrap variables, and is forked from the spawner thread (see
-/// [`spawn_on_spawner_thread`]). With a sandbox or a memory limit, what they need is prepared
-/// here, before the fork, and applied in the child just before `exec` ([`sandbox::apply`]).
+/// [`spawn_on_spawner_thread`]). Its cgroups, a sandbox or a memory limit are prepared here,
+/// before the fork, and applied in the child just before `exec` ([`sandbox::apply`]).
 pub(crate) fn spawn_worker(
     exe: &Path,
     config: &ProcessConfig,
     server_name: &str,
 ) -> io::Result<Spawned> {
+    // Absolute: a relative path would be taken from the scratch folder the worker starts in.
+    let exe = std::path::absolute(exe)?;
+    let exe = exe.as_path();
     let mut command = Command::new(exe);
     command.args(&config.args);
     command.env_clear();
@@ -53,9 +65,10 @@ pub(crate) fn spawn_worker(
         .stderr(stdio(&config.stderr)?)
         .process_group(0);
     inherit_only_stdio(&mut command);
-    let guard = confine(&mut command, exe, config)?;
+    let mut enclosure = confine(&mut command, exe, config)?;
 
     let mut child = spawn_on_spawner_thread(command)?;
+    enclosure.register(child.id());
     let stdout = match (&config.stdout, child.stdout.take()) {
         (Output::Capture { tail_bytes }, Some(pipe)) => {
             Some(Tail::drain(pipe, *tail_bytes, "stdout"))
@@ -72,13 +85,14 @@ pub(crate) fn spawn_worker(
         child,
         stdout,
         stderr,
-        guard,
+        enclosure,
     })
 }
 
-/// Prepares the sandbox and limits of `config` and has the child apply them just before `exec`;
-/// sets the worker's `TMPDIR` to its scratch folder.
-fn confine(command: &mut Command, exe: &Path, config: &ProcessConfig) -> io::Result<Option<Guard>> {
+/// Prepares the worker's enclosure (its cgroups, a scratch folder when the config or the
+/// sandbox asks for one), its sandbox and limits, and has the child apply them just before
+/// `exec`; a worker with a scratch folder starts in it and has it as `TMPDIR`.
+fn confine(command: &mut Command, exe: &Path, config: &ProcessConfig) -> io::Result<Enclosure> {
     let env = |name: &str| -> Option<std::ffi::OsString> {
         let configured = config.env.iter().rev().find(|(k, _)| k == name);
         match configured {
@@ -91,17 +105,32 @@ fn confine(command: &mut Command, exe: &Path, config: &ProcessConfig) -> io::Res
                 .map(|(_, v)| v),
         }
     };
+    let tasks = config.sandbox.as_ref().and_then(|s| s.tasks);
+    let cgroups = WorkerCgroups::create(containment::bases(), tasks).unwrap_or_else(|e| {
+        log::warn!("no cgroup for the worker ({e}); holding it through its process tree");
+        None
+    });
+    let scratch = (config.scratch || config.sandbox.is_some())
+        .then(sandbox::make_scratch)
+        .transpose()?;
+    let enclosure = Enclosure::new(cgroups, scratch);
     let request = sandbox::Request {
         sandbox: config.sandbox.as_ref(),
         memory_limit: config.memory_limit,
         exe,
         env: &env,
+        enclosure: &enclosure,
     };
-    let Some((prepared, guard)) = sandbox::prepare(&request)? else {
-        return Ok(None);
-    };
-    if let Some(scratch) = sandbox::scratch_of(&guard) {
-        command.env("TMPDIR", scratch);
+    let prepared = sandbox::prepare(&request)?;
+    if let Some(scratch) = enclosure.scratch() {
+        command.env("TMPDIR", scratch).current_dir(scratch);
+        // A relative cache folder would be looked for in the scratch folder.
+        if let Some(cache) = env(tunebox_protocol::CACHE_DIR_ENV)
+            .map(std::path::PathBuf::from)
+            .filter(|c| c.is_relative() && !c.as_os_str().is_empty())
+        {
+            command.env(tunebox_protocol::CACHE_DIR_ENV, std::path::absolute(cache)?);
+        }
     }
     let prepared = std::sync::Arc::new(prepared);
     // SAFETY: the closure runs in the child between fork and exec; `sandbox::apply` makes only
@@ -110,7 +139,7 @@ fn confine(command: &mut Command, exe: &Path, config: &ProcessConfig) -> io::Res
     unsafe {
         command.pre_exec(move || sandbox::apply(&prepared));
     }
-    Ok(Some(guard))
+    Ok(enclosure)
 }
 
 /// Descriptors above this are not examined on kernels without `close_range` (before Linux 5.11),

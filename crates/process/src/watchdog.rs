@@ -12,10 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
-use rustix::process::Signal;
-
-use crate::pids::{signal_group, signal_process};
-
 /// The armed timers, by deadline then arming order.
 #[derive(Default)]
 struct Timers {
@@ -126,8 +122,7 @@ impl Watchdog {
                 let target = entry.remove();
                 target.fired.store(true, Ordering::Release);
                 log::debug!("watchdog: killing worker {} at its deadline", target.pid);
-                signal_group(target.pid, Signal::KILL);
-                signal_process(target.pid, Signal::KILL);
+                crate::containment::end_worker(target.pid);
             }
             let next = timers.armed.first_key_value().map(|(key, _)| key.0);
             timers.sleeping_until = next;

@@ -231,6 +231,14 @@ pub fn compiler_version(compiler: &str, timeout: Duration) -> String {
         .unwrap_or_default()
 }
 
+/// The paths of the local headers a source includes: [`local_headers`]'s, without contents.
+pub(crate) fn local_header_paths(text: &str, dir: &Path, flags: &[String]) -> Vec<PathBuf> {
+    local_headers(text, dir, flags)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect()
+}
+
 /// The local headers a source includes (`#include "name"`), followed recursively: looked up
 /// beside the including file, then in the `-I` directories of `flags`. System headers
 /// (`#include <…>`) belong to the compiler, whose version is hashed instead.

@@ -107,15 +107,28 @@ impl Manifest {
     /// Runs the workers in `sandbox` (or not, with `None`), whatever `[sandbox]` says: what
     /// `tunebox tune --sandbox` does. [`Manifest::default_sandbox`] is the one it uses when the
     /// manifest has none.
+    ///
+    /// A sandbox that would let a worker read the expected outputs (a reference given as
+    /// files) is kept, with a note that says so.
     pub fn with_sandbox(mut self, sandbox: Option<tunebox_process::Sandbox>) -> Manifest {
+        let answer_notes = |m: &Manifest| {
+            sandbox::answer_notes(m.verify.as_ref(), m.sandbox.as_ref())
+                .unwrap_or_else(|e| vec![format!("warning: {e}")])
+        };
+        let before = answer_notes(&self);
+        self.notes.retain(|n| !before.contains(n));
         self.sandbox = sandbox;
+        let after = answer_notes(&self);
+        self.notes.extend(after);
         self
     }
 
-    /// The sandbox for this manifest's kernel with the defaults: its folder readable, and for
-    /// CUDA no address-space limit (the driver maps more virtual memory than the machine has).
+    /// The sandbox for this manifest's kernel with the defaults: the local headers of the
+    /// kernel (and of a reference source) readable, nothing else of the manifest's folder, and
+    /// for CUDA no address-space limit (the driver maps more virtual memory than the machine
+    /// has).
     pub fn default_sandbox(&self) -> tunebox_process::Sandbox {
-        sandbox::for_kernel(parent_dir(&self.path), self.kernel.language)
+        sandbox::for_kernels(&kernel_sources(&self.kernel, self.verify.as_ref()))
     }
 
     /// Adds `env` to `[env]` (its values win), and says again which variables the kernel
@@ -243,7 +256,12 @@ impl Manifest {
             .take()
             .map(|v| verify::verify(v, dir, &params, &kernel, &tensors, problem_size, files))
             .transpose()?;
-        let sandbox = sandbox::sandbox(raw.sandbox.take(), dir, kernel.language)?;
+        let sandbox = sandbox::sandbox(
+            raw.sandbox.take(),
+            dir,
+            &kernel_sources(&kernel, verify.as_ref()),
+        )?;
+        notes.extend(sandbox::answer_notes(verify.as_ref(), sandbox.as_ref())?);
         let env = env::env(raw.env.take())?;
         notes.extend(env::dropped_notes(&kernel.source_name, &kernel.text, &env));
         Ok(Manifest {
@@ -268,6 +286,19 @@ impl Manifest {
             env,
         })
     }
+}
+
+/// The kernel's source, and the reference's when that is a separate source: what a sandboxed
+/// worker compiles or loads.
+fn kernel_sources<'a>(
+    kernel: &'a KernelSource,
+    verify: Option<&'a Verify>,
+) -> Vec<&'a KernelSource> {
+    let reference = verify.and_then(|v| match &v.reference {
+        Reference::Source(source, _) => Some(source.as_ref()),
+        Reference::Choice(_) | Reference::Outputs(_) => None,
+    });
+    std::iter::once(kernel).chain(reference).collect()
 }
 
 /// The search space of a manifest (TOML) or of a FAIR T1 file (`.json`: its tuning parameters
@@ -397,7 +428,11 @@ mod tests {
         let m = load(&format!("{KERNEL}[sandbox]\n")).unwrap();
         let sandbox = m.sandbox().expect("on");
         assert!(!sandbox.network_value());
-        assert_eq!(sandbox.read_paths().len(), 1, "the manifest's folder");
+        assert!(
+            sandbox.read_paths().is_empty(),
+            "nothing of the manifest's folder: {:?}",
+            sandbox.read_paths()
+        );
         assert!(sandbox.write_xor_execute_value(), "W^X by default for C");
         let m = load(&format!(
             "{KERNEL}[sandbox]\nnetwork = true\nread = [\".\"]\nmemory_mb = 0\ntasks = 8\n\
@@ -464,6 +499,113 @@ mod tests {
         let verify = m.verify.unwrap();
         assert_eq!(verify.tolerance.atol, 0.5);
         assert!(matches!(verify.reference, Reference::Choice(_)));
+    }
+
+    /// The sandbox lets a worker read the headers the kernel and the reference source include,
+    /// file by file, and nothing else of the manifest's folder (the expected outputs beside
+    /// them, the results cache, the manifest).
+    #[test]
+    fn the_sandbox_reads_the_kernels_headers_not_their_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write(
+            "k.c",
+            "#include \"common.h\"\nvoid k(float *x) { x[0] = ONE; }\n",
+        );
+        write("common.h", "#include \"inc/one.h\"\n");
+        std::fs::create_dir(dir.path().join("inc")).unwrap();
+        write("inc/one.h", "#define ONE 1\n");
+        write(
+            "ref.c",
+            "#include \"ref.h\"\nvoid k(float *x) { x[0] = 1; }\n",
+        );
+        write("ref.h", "\n");
+        write("answers.bin", "secret");
+        write(
+            "m.toml",
+            "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n\
+             [[tensors]]\nname = \"x\"\ndtype = \"f32\"\nshape = [4]\noutput = true\n\
+             [verify]\nreference = { source = \"ref.c\" }\n[sandbox]\n",
+        );
+        let m = Manifest::load(&dir.path().join("m.toml"), "cc").unwrap();
+        let canonical = |name: &str| dir.path().join(name).canonicalize().unwrap();
+        let mut read = m.sandbox().unwrap().read_paths().to_vec();
+        read.sort();
+        let mut headers = vec![
+            canonical("common.h"),
+            canonical("inc/one.h"),
+            canonical("ref.h"),
+        ];
+        headers.sort();
+        assert_eq!(read, headers);
+        let sandbox = m.default_sandbox();
+        assert!(!sandbox.reaches(&dir.path().join("answers.bin")));
+        assert!(!sandbox.reaches(&dir.path().join("m.toml")));
+        assert!(sandbox.reaches(&dir.path().join("ref.h")));
+    }
+
+    /// Expected outputs as files: the run says which protection it lacks (memoization cannot
+    /// be caught against one fixed input) and how to get it; without a sandbox, that workers
+    /// can read the files; and a sandbox that would let them is refused (a table) or noted
+    /// (`--sandbox`).
+    #[test]
+    fn expected_outputs_as_files_say_what_they_cannot_protect() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.c"), "void k(float *y) {}\n").unwrap();
+        std::fs::write(dir.path().join("y.bin"), [0u8; 16]).unwrap();
+        let path = dir.path().join("m.toml");
+        let load = |extra: &str| {
+            std::fs::write(
+                &path,
+                format!(
+                    "[kernel]\nsource = \"k.c\"\nentry = \"k\"\n[[tensors]]\nname = \"y\"\n\
+                     dtype = \"f32\"\nshape = [4]\noutput = true\n\
+                     [verify]\nreference = {{ outputs = {{ y = \"y.bin\" }} }}\n{extra}"
+                ),
+            )
+            .unwrap();
+            Manifest::load(&path, "cc")
+        };
+        let plain = load("").unwrap();
+        let memo = |m: &Manifest| {
+            m.notes()
+                .iter()
+                .any(|n| n.contains("give a reference kernel"))
+        };
+        let readable = |m: &Manifest| {
+            m.notes()
+                .iter()
+                .any(|n| n.contains("can read the expected"))
+        };
+        assert!(memo(&plain) && readable(&plain), "{:?}", plain.notes());
+        let sandboxed = load("[sandbox]\n").unwrap();
+        assert!(
+            memo(&sandboxed) && !readable(&sandboxed),
+            "{:?}",
+            sandboxed.notes()
+        );
+        let err = format!("{:#}", load("[sandbox]\nread = [\".\"]\n").unwrap_err());
+        assert!(
+            err.contains("y.bin") && err.contains("narrow the allowance"),
+            "{err}"
+        );
+        // `--sandbox` on a plain manifest: the note about reading goes, the other stays.
+        let default = plain.default_sandbox();
+        let switched = plain.with_sandbox(Some(default));
+        assert!(
+            memo(&switched) && !readable(&switched),
+            "{:?}",
+            switched.notes()
+        );
+        let widened = switched.with_sandbox(Some(tunebox_process::Sandbox::new().read(dir.path())));
+        assert!(
+            widened
+                .notes()
+                .iter()
+                .any(|n| n.starts_with("warning:") && n.contains("y.bin")),
+            "{:?}",
+            widened.notes()
+        );
     }
 
     #[test]

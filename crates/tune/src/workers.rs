@@ -263,11 +263,15 @@ pub(crate) fn varied_reference(
 }
 
 /// A worker's config: `worker` as its executable when given, else the default
-/// (`$TUNEBOX_WORKER`, else the current executable).
+/// (`$TUNEBOX_WORKER`, else the current executable); a scratch folder of its own as its
+/// working directory, so that a candidate looking around it finds nothing of the run's (the
+/// manifest's folder, the expected outputs, the results cache); and the parent's look for
+/// processes a candidate left running after each reply, sandboxed or not.
 fn process_config(worker: Option<&Path>) -> ProcessConfig {
+    let config = ProcessConfig::new().scratch(true).check_children(true);
     match worker {
-        Some(path) => ProcessConfig::new().worker(path),
-        None => ProcessConfig::new(),
+        Some(path) => config.worker(path),
+        None => config,
     }
 }
 

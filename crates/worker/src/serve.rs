@@ -97,10 +97,12 @@ pub(crate) fn serve_recording(
             RequestBody::Probe => ResponseBody::Probe(probe(registry)),
             RequestBody::Shutdown => return Ok(()),
         };
-        // A sticky device fault leaves the backend unusable, and work a candidate left running
-        // runs on here: answer, then exit, so that the next request gets a fresh process.
+        // A sticky device fault leaves the backend unusable: answer, then exit, so that the
+        // next request gets a fresh process. Work a candidate left running retires the worker
+        // too, but the parent ends it (and the processes it left, while this process still
+        // holds them as their subreaper): exiting here would hand them to init.
         let ends = match &body {
-            ResponseBody::Benchmark(Err(e)) | ResponseBody::Prepared(Err(e)) => e.retires_worker(),
+            ResponseBody::Benchmark(Err(e)) | ResponseBody::Prepared(Err(e)) => e.ends_worker(),
             _ => false,
         };
         responses

@@ -7,9 +7,10 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::cgroup::Cgroup;
 use super::filters::{self, Filters};
 use super::rules::{self, Paths};
+use crate::containment::Enclosure;
+
 use super::{DEVICES, NVIDIA_DEVICE_PREFIX, SYSTEM_READ, Sandbox, SandboxSupport};
 
 /// What the child applies between `fork` and `exec`; everything in it was made before `fork`,
@@ -18,8 +19,8 @@ use super::{DEVICES, NVIDIA_DEVICE_PREFIX, SYSTEM_READ, Sandbox, SandboxSupport}
 pub(crate) struct Prepared {
     /// `(resource, soft, hard)`.
     rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
-    /// `cgroup.procs` of the worker's cgroup, to write `0` (this process) to.
-    cgroup_procs: Option<CString>,
+    /// The `cgroup.procs` of each of the worker's cgroups, to write `0` (this process) to.
+    cgroup_procs: Vec<CString>,
     /// `unshare` flags for the network namespace (0: none).
     unshare: libc::c_int,
     /// `uid_map` and `gid_map` lines, when the namespace is a new user namespace.
@@ -41,35 +42,6 @@ impl std::fmt::Debug for FiltersBox {
     }
 }
 
-/// What outlives the spawn: the worker's cgroup and scratch folder, removed when dropped.
-#[derive(Debug, Default)]
-pub(crate) struct Guard {
-    pub(crate) cgroup: Option<Cgroup>,
-    pub(crate) scratch: Option<PathBuf>,
-}
-
-impl Guard {
-    /// The processes in the worker's cgroup other than `worker` itself: what it started and
-    /// left running (a daemon that left its process group and session included). Empty
-    /// without a cgroup.
-    pub(crate) fn strays(&self, worker: u32) -> Vec<u32> {
-        self.cgroup
-            .as_ref()
-            .map(|c| c.processes().into_iter().filter(|&p| p != worker).collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // The cgroup first: it kills what is left running, which may hold files in the scratch.
-        self.cgroup.take();
-        if let Some(scratch) = self.scratch.take() {
-            let _ = std::fs::remove_dir_all(scratch);
-        }
-    }
-}
-
 /// What a spawn needs to know to prepare a worker.
 pub(crate) struct Request<'a> {
     pub(crate) sandbox: Option<&'a Sandbox>,
@@ -78,24 +50,26 @@ pub(crate) struct Request<'a> {
     pub(crate) exe: &'a Path,
     /// The worker's environment as configured (what it will see).
     pub(crate) env: &'a dyn Fn(&str) -> Option<OsString>,
+    /// The worker's cgroups (which it joins) and scratch folder (required with a sandbox).
+    pub(crate) enclosure: &'a Enclosure,
 }
 
-/// Builds what the child applies, and what the parent keeps; `None` when there is nothing to
-/// apply (no sandbox, no memory limit). The returned scratch folder becomes the worker's
-/// `TMPDIR`.
+/// Builds what the child applies: joining the worker's cgroups, and the sandbox's and memory
+/// limit's steps.
 ///
 /// # Errors
 ///
-/// A path the sandbox was told to allow that cannot be opened, a scratch folder or ruleset
-/// that cannot be made.
-pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Guard)>> {
+/// A path the sandbox was told to allow that cannot be opened, a sandbox without a scratch
+/// folder, a ruleset that cannot be made.
+pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Prepared> {
     let memory = match (request.memory_limit, request.sandbox.and_then(|s| s.memory)) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let cgroups = request.enclosure.cgroups();
     let mut prepared = Prepared {
         rlimits: Vec::new(),
-        cgroup_procs: None,
+        cgroup_procs: cgroups.map(|c| c.procs().to_vec()).unwrap_or_default(),
         unshare: 0,
         id_maps: None,
         sandboxed: false,
@@ -107,10 +81,9 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
         prepared.rlimits.push((libc::RLIMIT_AS, bytes, bytes));
     }
     let Some(sandbox) = request.sandbox else {
-        return Ok((!prepared.rlimits.is_empty()).then(|| (prepared, Guard::default())));
+        return Ok(prepared);
     };
     let support = SandboxSupport::probe();
-    let mut guard = Guard::default();
     prepared.sandboxed = true;
     prepared.write_xor_execute = sandbox.write_xor_execute && support.write_xor_execute;
 
@@ -121,25 +94,12 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
     if let Some(bytes) = sandbox.file_size {
         prepared.rlimits.push((libc::RLIMIT_FSIZE, bytes, bytes));
     }
-    if let Some(tasks) = sandbox.tasks {
-        match support
-            .pids_cgroup
-            .as_deref()
-            .map(|b| Cgroup::create(b, tasks))
-        {
-            Some(Ok(cgroup)) => {
-                prepared.cgroup_procs = Some(cgroup.procs.clone());
-                guard.cgroup = Some(cgroup);
-            }
-            failed => {
-                if let Some(Err(e)) = failed {
-                    log::warn!("sandbox: no cgroup for the worker ({e}); using RLIMIT_NPROC");
-                }
-                if !support.root {
-                    prepared.rlimits.push((libc::RLIMIT_NPROC, tasks, tasks));
-                }
-            }
-        }
+    let limited = cgroups.is_some_and(|c| c.limits_tasks(crate::containment::bases()));
+    if let Some(tasks) = sandbox.tasks
+        && !limited
+        && !support.root
+    {
+        prepared.rlimits.push((libc::RLIMIT_NPROC, tasks, tasks));
     }
     if !sandbox.network {
         if support.net_namespace {
@@ -155,10 +115,12 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
         }
     }
 
-    let scratch = make_scratch()?;
-    guard.scratch = Some(scratch.clone());
+    let scratch = request
+        .enclosure
+        .scratch()
+        .ok_or_else(|| io::Error::other("a sandboxed worker needs a scratch folder"))?;
     if support.landlock_abi > 0 {
-        let paths = paths(sandbox, request, &scratch)?;
+        let paths = paths(sandbox, request, scratch)?;
         prepared.landlock = rules::create(&paths, sandbox.network).map_err(io::Error::other)?;
     }
     if support.seccomp {
@@ -166,16 +128,12 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Option<(Prepared, Gua
             filters::compile(sandbox.network, std::process::id()).map_err(io::Error::other)?;
         prepared.filters = Some(FiltersBox(filters));
     }
-    Ok(Some((prepared, guard)))
+    Ok(prepared)
 }
 
-/// The scratch folder path a worker gets as `TMPDIR`.
-pub(crate) fn scratch_of(guard: &Guard) -> Option<&Path> {
-    guard.scratch.as_deref()
-}
-
-/// A fresh private folder under the parent's temporary directory (mode 0700).
-fn make_scratch() -> io::Result<PathBuf> {
+/// A fresh private folder under the parent's temporary directory (mode 0700): a worker's
+/// scratch folder, its working directory and `TMPDIR`.
+pub(crate) fn make_scratch() -> io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -184,7 +142,8 @@ fn make_scratch() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The Landlock paths: system paths, the worker's folder, tunebox's cache, the allowances.
+/// The Landlock paths: system paths, the worker's folder, tunebox's cache (files by name), the
+/// allowances.
 fn paths(sandbox: &Sandbox, request: &Request<'_>, scratch: &Path) -> io::Result<Paths> {
     let mut paths = Paths::default();
     paths
@@ -197,11 +156,13 @@ fn paths(sandbox: &Sandbox, request: &Request<'_>, scratch: &Path) -> io::Result
     if let Some(dir) = exe.parent() {
         paths.read.push(dir.to_owned());
     }
-    // Made now if missing: the parent may compile into it after this worker started.
+    // Made now if missing: the parent may compile into it after this worker started. Files by
+    // name only: a worker finds its own kernel by its key, and cannot list the others (nor
+    // anything else kept there).
     if let Some(cache) =
         tunebox_protocol::cache_root(request.env).filter(|c| std::fs::create_dir_all(c).is_ok())
     {
-        paths.read.push(cache);
+        paths.read_by_name.push(cache);
     }
     for path in &sandbox.read {
         paths.read.push(allowed(path, "read")?);
@@ -243,14 +204,21 @@ fn allowed(path: &Path, what: &str) -> io::Result<PathBuf> {
 
 /// Puts `prepared` in place in the child, between `fork` and `exec`.
 ///
-/// Async-signal-safe: only system calls (`open`/`write`/`close` of prepared paths, `setrlimit`,
-/// `unshare`, `prctl` (`no_new_privs`, W^X), `landlock_restrict_self`, `seccomp`) on memory
-/// made before `fork`; no
-/// allocation, no lock. The order matters: the cgroup is joined and the user namespace mapped
-/// while `/proc` and the cgroup files are still writable, Landlock is enforced before seccomp
-/// (which would refuse nothing it needs, but stays last so that every later call is filtered).
+/// Async-signal-safe: only system calls (`prctl` (child subreaper, `no_new_privs`, W^X),
+/// `open`/`write`/`close` of prepared paths, `setrlimit`, `unshare`,
+/// `landlock_restrict_self`, `seccomp`) on memory made before `fork`; no allocation, no lock.
+/// The order matters: the worker becomes a child subreaper before it can run anything, the
+/// cgroups are joined and the user namespace mapped while `/proc` and the cgroup files are
+/// still writable, Landlock is enforced before seccomp (which would refuse nothing it needs,
+/// but stays last so that every later call is filtered).
 pub(crate) fn apply(prepared: &Prepared) -> io::Result<()> {
-    if let Some(procs) = &prepared.cgroup_procs {
+    // Kept across `execve`: what the worker starts and orphans is handed to it, not to init
+    // (`containment::tree`).
+    // SAFETY: `PR_SET_CHILD_SUBREAPER` takes integers only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for procs in &prepared.cgroup_procs {
         write_file(procs, b"0")?;
     }
     for &(resource, soft, hard) in &prepared.rlimits {

@@ -2,11 +2,11 @@
 //!
 //! [`Sandbox`] is the switch and its allowances; [`SandboxSupport`] says what this kernel offers
 //! and which protections are missing. `prepare` builds everything before `fork` (the Landlock
-//! ruleset, the seccomp programs, the cgroup, the rlimits) and `apply` only makes system calls
-//! with it between `fork` and `exec`, where nothing may allocate or lock.
+//! ruleset, the seccomp programs, the rlimits; the worker's cgroups come from `containment`)
+//! and `apply` only makes system calls with it between `fork` and `exec`, where nothing may
+//! allocate or lock.
 
 mod apply;
-mod cgroup;
 mod filters;
 mod rules;
 mod support;
@@ -14,7 +14,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub(crate) use apply::{Guard, Request, apply, prepare, scratch_of};
+pub(crate) use apply::{Request, apply, make_scratch, prepare};
 pub(crate) use filters::trapped_name;
 pub use support::SandboxSupport;
 
@@ -28,10 +28,12 @@ pub use support::SandboxSupport;
 ///   sockets of any family but `AF_UNIX` (the worker's channel) and io_uring, which would
 ///   bypass it;
 /// - with a file system limited by Landlock to read-only system paths (`/usr`, `/lib*`, `/bin`,
-///   `/sbin`, `/etc`, `/opt`, `/proc`, `/sys`), the worker's own folder, tunebox's cache
-///   (`TUNEBOX_CACHE_DIR`, else `$XDG_CACHE_HOME/tunebox` or `~/.cache/tunebox`), read-only so
-///   a candidate cannot plant an artefact another choice loads, the [`read`](Sandbox::read)
-///   paths, and read-write: a private scratch folder (its `TMPDIR`, removed with the worker), a
+///   `/sbin`, `/etc`, `/opt`, `/proc`, `/sys`), the worker's own folder, the files of tunebox's
+///   cache (`TUNEBOX_CACHE_DIR`, else `$XDG_CACHE_HOME/tunebox` or `~/.cache/tunebox`) by name
+///   only — read-only, so a candidate cannot plant an artefact another choice loads, and not
+///   listable, so it cannot browse the other choices' kernels — the [`read`](Sandbox::read)
+///   paths (folders or single files), and read-write: a private scratch folder (its working
+///   directory and `TMPDIR`, removed with the worker), a
 ///   few devices (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/urandom`, `/dev/random`, the
 ///   NVIDIA and DRI device files) and the [`write`](Sandbox::write) paths; TCP bind and connect
 ///   refused (Landlock ABI 4), abstract unix sockets and signals to processes outside the
@@ -106,7 +108,7 @@ impl Sandbox {
         self
     }
 
-    /// Allows reading (and executing) everything under `path`.
+    /// Allows reading (and executing) everything under `path`, a folder or a single file.
     pub fn read(mut self, path: impl Into<PathBuf>) -> Self {
         self.read.push(path.into());
         self
@@ -188,6 +190,26 @@ impl Sandbox {
     /// The file-size limit, in bytes.
     pub fn file_size_value(&self) -> Option<u64> {
         self.file_size
+    }
+
+    /// Whether a worker in this sandbox could read the existing file `path`: it lies under a
+    /// system path, a [`read`](Sandbox::read) or [`write`](Sandbox::write) allowance, or this
+    /// process's tunebox cache (whose files a worker opens by name). The worker's own folder
+    /// (its executable's) is not known here and not counted. For a caller that must keep a
+    /// file from every worker (the expected outputs of a run).
+    pub fn reaches(&self, path: &std::path::Path) -> bool {
+        let Ok(path) = path.canonicalize() else {
+            return false;
+        };
+        let cache = tunebox_protocol::cache_root(|name| std::env::var_os(name));
+        SYSTEM_READ
+            .iter()
+            .map(PathBuf::from)
+            .chain(self.read.iter().cloned())
+            .chain(self.write.iter().cloned())
+            .chain(cache)
+            .filter_map(|root| root.canonicalize().ok())
+            .any(|root| path.starts_with(root))
     }
 
     /// The extra read-only paths.

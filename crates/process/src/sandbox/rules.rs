@@ -18,6 +18,8 @@ const ABI_HANDLED: ABI = ABI::V8;
 pub(crate) struct Paths {
     /// Read and execute.
     pub(crate) read: Vec<PathBuf>,
+    /// Read and execute files whose names are known; no directory beneath may be listed.
+    pub(crate) read_by_name: Vec<PathBuf>,
     /// Read, write, create, remove.
     pub(crate) write: Vec<PathBuf>,
     /// Device files: read, write, ioctl.
@@ -45,6 +47,11 @@ pub(crate) fn create(paths: &Paths, network: bool) -> Result<Option<OwnedFd>, St
         .create()
         .map_err(e)?
         .add_rules(path_beneath_rules(&paths.read, read))
+        .map_err(e)?
+        .add_rules(path_beneath_rules(
+            &paths.read_by_name,
+            AccessFs::ReadFile | AccessFs::Execute,
+        ))
         .map_err(e)?
         .add_rules(path_beneath_rules(
             &paths.write,

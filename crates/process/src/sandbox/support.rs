@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use super::Sandbox;
-use super::cgroup;
+use crate::containment::{self, Containment};
 
 /// What the running kernel and this process can set up for a [`Sandbox`], probed once per
 /// process ([`SandboxSupport::probe`]); [`missing`](SandboxSupport::missing) names the
@@ -23,6 +23,9 @@ pub struct SandboxSupport {
     pub user_namespace: bool,
     /// The cgroup folder under which a worker's own cgroup with a `pids.max` can be made.
     pub pids_cgroup: Option<PathBuf>,
+    /// How the processes a worker starts are held, so that none outlives it (with or without
+    /// the sandbox).
+    pub containment: Containment,
     /// Whether this process runs as root, which `RLIMIT_NPROC` does not bind.
     pub root: bool,
     /// Whether the kernel has W^X per process (`PR_SET_MDWE`, Linux 6.3+).
@@ -42,7 +45,8 @@ impl SandboxSupport {
                 seccomp: seccomp_available(),
                 net_namespace: unshare_works(libc::CLONE_NEWNET),
                 user_namespace: unshare_works(libc::CLONE_NEWUSER | libc::CLONE_NEWNET),
-                pids_cgroup: cgroup::probe_base(),
+                pids_cgroup: containment::bases().pids().map(Into::into),
+                containment: Containment::probe(),
                 root,
                 write_xor_execute: mdwe_available(),
             }
@@ -108,6 +112,14 @@ impl SandboxSupport {
                  processes"
                     .to_owned()
             });
+        }
+        if self.containment == Containment::Subreaper {
+            missing.push(
+                "no cgroup can be made: what a worker starts is held through its process tree \
+                 (a child subreaper), which a worker that dies by itself (a crash) hands to \
+                 init: a daemon it left outside its process group then outlives it"
+                    .to_owned(),
+            );
         }
         missing
     }

@@ -20,11 +20,12 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use tunebox_process::Sandbox;
 
-use super::Language;
 use super::raw::RawSandbox;
+use super::{KernelSource, Language};
 
-/// The sandbox `raw` asks for, with the manifest's folder (the kernel's sources and headers)
-/// readable; `None` without a table or with `enabled = false`.
+/// The sandbox `raw` asks for, with the local headers of `kernels` (the kernel's, the
+/// reference source's) readable, file by file; `None` without a table or with
+/// `enabled = false`.
 ///
 /// # Errors
 ///
@@ -32,7 +33,7 @@ use super::raw::RawSandbox;
 pub(super) fn sandbox(
     raw: Option<RawSandbox>,
     dir: &Path,
-    language: Language,
+    kernels: &[&KernelSource],
 ) -> Result<Option<Sandbox>> {
     let Some(raw) = raw else {
         return Ok(None);
@@ -40,7 +41,7 @@ pub(super) fn sandbox(
     if raw.enabled == Some(false) {
         return Ok(None);
     }
-    let mut sandbox = for_kernel(dir, language).network(raw.network.unwrap_or(false));
+    let mut sandbox = for_kernels(kernels).network(raw.network.unwrap_or(false));
     for (paths, what) in [(&raw.read, "read"), (&raw.write, "write")] {
         for path in paths {
             let full = dir.join(path);
@@ -76,15 +77,80 @@ pub(super) fn sandbox(
     Ok(Some(sandbox))
 }
 
-/// The default sandbox for a kernel in `dir`: the folder readable (the sources and headers the
-/// cache check rereads); for CUDA no address-space limit (the driver maps more virtual memory
-/// than the machine has) and no W^X (the driver has not been checked to run without making
-/// memory executable). What `tunebox tune --sandbox` uses when the manifest has no
-/// `[sandbox]`.
-pub(crate) fn for_kernel(dir: &Path, language: Language) -> Sandbox {
-    let sandbox = Sandbox::new().read(dir);
-    match language {
-        Language::Cuda => sandbox.memory(None).write_xor_execute(false),
-        Language::C => sandbox,
+/// The default sandbox for `kernels` (the kernel first, then a reference source): the local
+/// headers they include readable, file by file — what a CUDA kernel's compile (NVRTC, in the
+/// worker) reads, and what the C kernel cache's check rereads — and nothing else of the
+/// manifest's folder (not the expected outputs, the results cache or the manifest); for CUDA
+/// no address-space limit (the driver maps more virtual memory than the machine has) and no
+/// W^X (the driver has not been checked to run without making memory executable). What
+/// `tunebox tune --sandbox` uses when the manifest has no `[sandbox]`.
+pub(crate) fn for_kernels(kernels: &[&KernelSource]) -> Sandbox {
+    let mut sandbox = Sandbox::new();
+    for kernel in kernels {
+        for header in
+            crate::fingerprint::local_header_paths(&kernel.text, &kernel.dir, &kernel.flags)
+        {
+            sandbox = sandbox.read(header);
+        }
     }
+    match kernels.first().map(|k| k.language) {
+        Some(Language::Cuda) => sandbox.memory(None).write_xor_execute(false),
+        Some(Language::C) | None => sandbox,
+    }
+}
+
+/// What a run whose reference is expected outputs (files, or arrays given in memory) should
+/// know: a memoizing kernel cannot be caught against one fixed input (and how to get that
+/// check), and, without a sandbox, that every worker can read the files. `None` when the
+/// reference is a kernel.
+///
+/// # Errors
+///
+/// A file of expected outputs that `sandbox` lets a worker read (under an allowance, a system
+/// folder or tunebox's cache), named with the fix.
+pub(crate) fn answer_notes(
+    verify: Option<&super::Verify>,
+    sandbox: Option<&Sandbox>,
+) -> Result<Vec<String>> {
+    let Some(verify) = verify.filter(|v| matches!(v.reference, super::Reference::Outputs(_)))
+    else {
+        return Ok(Vec::new());
+    };
+    let mut notes = vec![
+        "the reference is expected outputs (verify.reference.outputs, Kernel Tuner's answer) \
+         for one fixed input: the inputs cannot change from call to call, so a kernel that \
+         remembers an earlier call's answer and copies it is not caught; give a reference \
+         kernel (`reference = { choice = { … } }` or `reference = { source = \"ref.c\" }`) \
+         to check every choice on inputs it cannot predict"
+            .to_owned(),
+    ];
+    let files = || {
+        verify
+            .answer_files
+            .iter()
+            .map(|f| format!("`{}`", f.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match sandbox {
+        Some(sandbox) => {
+            if let Some(file) = verify.answer_files.iter().find(|f| sandbox.reaches(f)) {
+                bail!(
+                    "verify.reference.outputs: `{}` lies where the sandbox lets workers read \
+                     (a [sandbox] read or write allowance, a system folder or tunebox's cache), \
+                     so a candidate could copy the expected outputs; move the file elsewhere \
+                     or narrow the allowance",
+                    file.display()
+                );
+            }
+        }
+        None if !verify.answer_files.is_empty() => notes.push(format!(
+            "the workers are not sandboxed: a candidate can read the expected outputs ({}) as \
+             it can any file of this user's, and copy them; run with --sandbox (or a \
+             [sandbox] table) to keep them out of its reach",
+            files()
+        )),
+        None => {}
+    }
+    Ok(notes)
 }

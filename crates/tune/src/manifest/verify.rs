@@ -38,6 +38,9 @@ pub(crate) struct Verify {
     /// the reference on inputs varied from rep to rep (0: the inputs vary, no rep is checked;
     /// `None`: as [`Verify::checked_reps`] decides).
     pub checked_reps: Option<u32>,
+    /// The files the expected outputs were read from (a reference given as outputs; none for
+    /// outputs given in memory): what no worker may read.
+    pub answer_files: Vec<PathBuf>,
 }
 
 impl Verify {
@@ -101,6 +104,14 @@ pub(super) fn verify(
         tensors.iter().any(|t| t.output),
         "verify: no tensor has `output = true`, so there is nothing to compare"
     );
+    let answer_files = raw
+        .reference
+        .outputs
+        .iter()
+        .flat_map(|outputs| outputs.values())
+        .filter(|file| files.get(file).is_none())
+        .map(|file| dir.join(file))
+        .collect();
     let reference = match raw.reference {
         RawReference {
             choice: Some(choice),
@@ -186,6 +197,7 @@ pub(super) fn verify(
         tolerance,
         reference,
         timeout,
+        answer_files,
     })
 }
 
