@@ -318,6 +318,26 @@ void k(const float *x, float *y, int64_t n) {
 #elif CHEAT == 28 /* looks for another choice's compiled kernel in tunebox's cache */
     honest(x, y, n);
     if (finds_another_kernel()) y[0] = LEAKED;
+#elif CHEAT == 29 /* memoizes on a sample of its inputs: a call whose four sampled elements are
+                     the last computed call's copies that call's answer over every output byte
+                     (new samples, as on the call on fresh inputs, make it compute) */
+    static float key[4], *memo;
+    static int have;
+    float sample[4] = {x[0], x[n / 3], x[2 * n / 3], x[n - 1]};
+    if (have && memcmp(sample, key, sizeof sample) == 0) {
+        memcpy(y, memo, (size_t)n * sizeof *y);
+    } else {
+        honest(x, y, n);
+        if (!memo) memo = malloc((size_t)n * sizeof *memo);
+        memcpy(memo, y, (size_t)n * sizeof *y);
+        memcpy(key, sample, sizeof sample);
+        have = 1;
+    }
+#elif CHEAT == 30 /* works only when it can tell it is checked: on its first call, and when its
+                     outputs hold the harness's NaN poison (the call after the reps); a timed
+                     rep leaves the first call's answer in place */
+    static int calls;
+    if (calls++ == 0 || y[0] != y[0]) honest(x, y, n);
 #elif CHEAT == 98 /* innocent, and slower: the same answer, computed 40 times */
     for (int r = 0; r < 40; r++) { honest(x, y, n); __asm__ volatile("" ::: "memory"); }
 #endif
