@@ -107,6 +107,9 @@ warmup_ms = 1
 rep_ms = 5
 [verify]
 reference = { choice = { CHEAT = 0 } }
+# Four checked reps (2 by default in a sandbox): CHEAT=29 escapes a checked rep only when its
+# varied block meets one of its four samples (~6 %); four such reps in one window, ~1e-5.
+checked_reps = 4
 [sandbox]
 memory_mb = 2048
 tasks = 64
@@ -135,8 +138,7 @@ fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
         22 => (Status::Wrong, ""),
         // Refused attacks: the honest answer stands (a successful one writes LEAKED).
         11..=16 | 21 | 26..=28 => (Status::Ok, ""),
-        // Caught only on a timed rep whose inputs were varied, and checked (verify.checked_reps,
-        // 2 in a sandbox).
+        // Caught only on a timed rep whose inputs were varied, and checked (verify.checked_reps).
         29 | 30 => (Status::Wrong, "wrong on a timed rep"),
         17 => (Status::Timeout, ""),
         18 => (Status::Crashed, ""),
