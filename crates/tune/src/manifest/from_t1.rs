@@ -40,54 +40,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
     let t1 = T1File::read(path)?;
     let mut x = Extras::default();
     let spec = &t1.kernel_specification;
-    let field = |name: &str| format!("KernelSpecification.{name}");
-
-    let params: IndexMap<String, Vec<toml::Value>> = t1
-        .configuration_space
-        .tuning_parameters
-        .iter()
-        .map(|p| (p.name.clone(), p.values.iter().map(to_toml).collect()))
-        .collect();
-    let restrictions = t1
-        .configuration_space
-        .conditions
-        .iter()
-        .map(|c| c.expression.clone())
-        .collect();
-
-    let language = if spec.language.eq_ignore_ascii_case("cuda") {
-        "cuda"
-    } else if spec.language.eq_ignore_ascii_case("c") {
-        // Kernel Tuner's `lang = "C"`: a C function run on the CPU, no launch sizes.
-        "c"
-    } else {
-        x.unsupported.push(format!(
-            "{} = {:?}: tunebox runs C and CUDA kernels",
-            field("Language"),
-            spec.language
-        ));
-        // Its launch sizes still mean what they mean for CUDA.
-        "cuda"
-    };
-    if !spec.kernel_file.is_file() {
-        x.source_missing = true;
-        x.unsupported.push(format!(
-            "{} = {:?}: {} does not exist (paths are relative to the T1 file)",
-            field("KernelFile"),
-            spec.kernel_file_text,
-            spec.kernel_file.display()
-        ));
-    }
-    let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
-    let kernel = RawKernel {
-        // As written: the manifest resolves it against the T1 file's folder, as T1 does.
-        source: Some(PathBuf::from(&spec.kernel_file_text)),
-        entry: Some(spec.kernel_name.clone()),
-        language: Some(language.into()),
-        compiler_options: options,
-        ..RawKernel::default()
-    };
-
+    let language = language(&spec.language, &mut x);
+    let kernel = kernel(&t1, language, &mut x);
     let (launch, problem_size, grid_div) = if language == "c" {
         (None, None, Default::default())
     } else {
@@ -95,7 +49,119 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         (Some(launch), problem_size, grid_div)
     };
     let (tensors, scalars, order) = arguments(&t1, &mut x);
+    let iterations = iterations(&t1, &mut x);
+    note_unused(&t1, &mut x);
+    let [grid_div_x, grid_div_y, grid_div_z] = grid_div;
+    Ok(RawManifest {
+        name: t1
+            .general
+            .benchmark_name
+            .clone()
+            .or_else(|| spec.benchmark_name.clone()),
+        seed: None,
+        timeout_s: None,
+        compile_timeout_s: None,
+        restrictions: restrictions(&t1),
+        kernel: Some(kernel),
+        tensors,
+        scalars,
+        params: Some(params(&t1)),
+        timing: None,
+        verify: None,
+        problem_size,
+        launch,
+        sandbox: None,
+        metrics: IndexMap::new(),
+        objective: None,
+        objective_higher_is_better: None,
+        env: None,
+        tune_params: None,
+        kernel_name: None,
+        kernel_source: None,
+        lang: None,
+        compiler_options: None,
+        args: Some(order),
+        arguments: None,
+        answer: None,
+        atol: None,
+        iterations,
+        grid_div_x,
+        grid_div_y,
+        grid_div_z,
+        launch_from_aliases: Vec::new(),
+        t1: Some(Box::new(x)),
+    })
+}
 
+/// `KernelSpecification.Field`, as messages name a field of the kernel specification.
+fn spec_field(name: &str) -> String {
+    format!("KernelSpecification.{name}")
+}
+
+/// `TuningParameters` as params: each name with its values as evaluated.
+fn params(t1: &T1File) -> IndexMap<String, Vec<toml::Value>> {
+    t1.configuration_space
+        .tuning_parameters
+        .iter()
+        .map(|p| (p.name.clone(), p.values.iter().map(to_toml).collect()))
+        .collect()
+}
+
+/// `Conditions[i].Expression` as restrictions, the Python text unchanged.
+fn restrictions(t1: &T1File) -> Vec<String> {
+    t1.configuration_space
+        .conditions
+        .iter()
+        .map(|c| c.expression.clone())
+        .collect()
+}
+
+/// The kernel's language, `"c"` or `"cuda"`, from `Language`; another one is unsupported
+/// (and read as CUDA, whose launch sizes it shares).
+fn language(language: &str, x: &mut Extras) -> &'static str {
+    if language.eq_ignore_ascii_case("cuda") {
+        "cuda"
+    } else if language.eq_ignore_ascii_case("c") {
+        // Kernel Tuner's `lang = "C"`: a C function run on the CPU, no launch sizes.
+        "c"
+    } else {
+        x.unsupported.push(format!(
+            "{} = {:?}: tunebox runs C and CUDA kernels",
+            spec_field("Language"),
+            language
+        ));
+        // Its launch sizes still mean what they mean for CUDA.
+        "cuda"
+    }
+}
+
+/// The kernel: `KernelFile` (unsupported when it does not exist), `KernelName`, `language`,
+/// `CompilerOptions`.
+fn kernel(t1: &T1File, language: &str, x: &mut Extras) -> RawKernel {
+    let spec = &t1.kernel_specification;
+    if !spec.kernel_file.is_file() {
+        x.source_missing = true;
+        x.unsupported.push(format!(
+            "{} = {:?}: {} does not exist (paths are relative to the T1 file)",
+            spec_field("KernelFile"),
+            spec.kernel_file_text,
+            spec.kernel_file.display()
+        ));
+    }
+    let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
+    RawKernel {
+        // As written: the manifest resolves it against the T1 file's folder, as T1 does.
+        source: Some(PathBuf::from(&spec.kernel_file_text)),
+        entry: Some(spec.kernel_name.clone()),
+        language: Some(language.into()),
+        compiler_options: options,
+        ..RawKernel::default()
+    }
+}
+
+/// `BenchmarkConfig.iterations` (1 to the most reps a manifest allows); the other keys of
+/// `BenchmarkConfig` are noted as not used.
+fn iterations(t1: &T1File, x: &mut Extras) -> Option<u32> {
     let mut iterations = None;
     let mut ignored: Vec<&str> = Vec::new();
     for (key, value) in &t1.benchmark_config {
@@ -112,9 +178,15 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
             ignored.join(", BenchmarkConfig.")
         ));
     }
-    for (key, value) in &spec.extra {
+    iterations
+}
+
+/// Notes the fields read but not used: the kernel specification's others, the file's other
+/// sections, an output format other than JSON and a time unit other than milliseconds.
+fn note_unused(t1: &T1File, x: &mut Extras) {
+    for (key, value) in &t1.kernel_specification.extra {
         if !value.is_null() {
-            x.notes.push(format!("{} is not used", field(key)));
+            x.notes.push(format!("{} is not used", spec_field(key)));
         }
     }
     for key in t1.extra.keys() {
@@ -136,47 +208,6 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
             "General.TimeUnit = {unit:?}: tunebox reports milliseconds"
         ));
     }
-
-    let name = t1
-        .general
-        .benchmark_name
-        .clone()
-        .or_else(|| spec.benchmark_name.clone());
-    Ok(RawManifest {
-        name,
-        seed: None,
-        timeout_s: None,
-        compile_timeout_s: None,
-        restrictions,
-        kernel: Some(kernel),
-        tensors,
-        scalars,
-        params: Some(params),
-        timing: None,
-        verify: None,
-        problem_size,
-        launch,
-        sandbox: None,
-        metrics: IndexMap::new(),
-        objective: None,
-        objective_higher_is_better: None,
-        env: None,
-        tune_params: None,
-        kernel_name: None,
-        kernel_source: None,
-        lang: None,
-        compiler_options: None,
-        args: Some(order),
-        arguments: None,
-        answer: None,
-        atol: None,
-        iterations,
-        grid_div_x: grid_div[0].clone(),
-        grid_div_y: grid_div[1].clone(),
-        grid_div_z: grid_div[2].clone(),
-        launch_from_aliases: Vec::new(),
-        t1: Some(Box::new(x)),
-    })
 }
 
 /// The launch: block from `LocalSize`, grid from `ProblemSize` / `GridDiv*` (Kernel Tuner's, and
