@@ -353,6 +353,7 @@ enum Arg {
     Scalar(RawScalar),
 }
 
+/// One argument as a tensor or a scalar; why it cannot be passed otherwise.
 fn argument(
     t1: &T1File,
     arg: &T1Arg,
@@ -372,28 +373,7 @@ fn argument(
         );
     }
     match arg.memory_type {
-        T1MemoryType::Scalar => {
-            let value = arg.fill_value.unwrap_or(0.0);
-            let Some(kind) = scalar_kind(&arg.data_type) else {
-                bail!(
-                    "a {} scalar: tunebox passes int32, int64, float and double scalars",
-                    arg.data_type
-                );
-            };
-            let value = if kind.starts_with('i') {
-                if value.fract() != 0.0 || value.abs() >= 2f64.powi(63) {
-                    bail!("a {} scalar with FillValue {value}", arg.data_type);
-                }
-                toml::Value::Integer(value as i64)
-            } else {
-                toml::Value::Float(value)
-            };
-            return Ok(Arg::Scalar(RawScalar {
-                name: name.to_owned(),
-                value,
-                kind: Some(kind.to_owned()),
-            }));
-        }
+        T1MemoryType::Scalar => return scalar(arg, name).map(Arg::Scalar),
         T1MemoryType::Vector => {}
         other => bail!("MemoryType {other:?}: tunebox passes buffers and scalars only"),
     }
@@ -403,6 +383,51 @@ fn argument(
             arg.data_type
         )
     })?;
+    let size = buffer_size(t1, arg)?;
+    let init = fill(arg, index, x)?;
+    if let Some(seed) = arg.random_seed {
+        x.notes.push(format!(
+            "{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"
+        ));
+    }
+    Ok(Arg::Tensor(RawTensor {
+        name: name.to_owned(),
+        dtype: dtype.name().to_owned(),
+        shape: vec![size],
+        init,
+        output: arg.output,
+        reset: false,
+        c_type: None,
+    }))
+}
+
+/// A `Scalar` argument: its `FillValue` (0 by default) as an `int32`/`int64` (integral) or a
+/// `float`/`double`.
+fn scalar(arg: &T1Arg, name: &str) -> Result<RawScalar> {
+    let value = arg.fill_value.unwrap_or(0.0);
+    let Some(kind) = scalar_kind(&arg.data_type) else {
+        bail!(
+            "a {} scalar: tunebox passes int32, int64, float and double scalars",
+            arg.data_type
+        );
+    };
+    let value = if kind.starts_with('i') {
+        if value.fract() != 0.0 || value.abs() >= 2f64.powi(63) {
+            bail!("a {} scalar with FillValue {value}", arg.data_type);
+        }
+        toml::Value::Integer(value as i64)
+    } else {
+        toml::Value::Float(value)
+    };
+    Ok(RawScalar {
+        name: name.to_owned(),
+        value,
+        kind: Some(kind.to_owned()),
+    })
+}
+
+/// A buffer's `Size` in elements (a count or an expression), at least one.
+fn buffer_size(t1: &T1File, arg: &T1Arg) -> Result<i64> {
     let size = match &arg.size {
         Some(T1Size::Count(n)) => i64::try_from(*n)?,
         Some(T1Size::Expr(text)) => size(t1, text)?,
@@ -411,7 +436,13 @@ fn argument(
     if size < 1 {
         bail!("Size is {size}; a buffer needs at least one element");
     }
-    let init = match (arg.fill_type, arg.fill_value) {
+    Ok(size)
+}
+
+/// A buffer's `init` from its `FillType`: zeros or ones for those constants (another constant
+/// is zeros, filled later: `x.fills`), random values, or a raw file (`BinaryRaw`).
+fn fill(arg: &T1Arg, index: usize, x: &mut Extras) -> Result<Option<toml::Value>> {
+    Ok(match (arg.fill_type, arg.fill_value) {
         (Some(T1FillType::Constant), v) => match v.unwrap_or(0.0) {
             0.0 => Some("zeros".into()),
             1.0 => Some("ones".into()),
@@ -433,21 +464,7 @@ fn argument(
             "FillType {other:?}: tunebox fills buffers with a constant, random values or a raw \
              file (BinaryRaw)"
         ),
-    };
-    if let Some(seed) = arg.random_seed {
-        x.notes.push(format!(
-            "{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"
-        ));
-    }
-    Ok(Arg::Tensor(RawTensor {
-        name: name.to_owned(),
-        dtype: dtype.name().to_owned(),
-        shape: vec![size],
-        init,
-        output: arg.output,
-        reset: false,
-        c_type: None,
-    }))
+    })
 }
 
 /// `Size`, evaluated as Kernel Tuner's `int(eval(size, {**tune_params, "ProblemSize": …}))`:
