@@ -221,29 +221,9 @@ fn launch(
     [Option<toml::Value>; 3],
 ) {
     let spec = &t1.kernel_specification;
-    let params: Vec<&str> = t1
-        .configuration_space
-        .tuning_parameters
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect();
     let problem = &spec.problem_size;
     let local = dims(&spec.local_size, problem);
-    let unknown: Vec<String> = local
-        .iter()
-        .flat_map(|e| names(e))
-        .filter(|n| !params.contains(&n.as_str()) && *n != "ceil_div")
-        .collect();
-    let block = if unknown.is_empty() {
-        Some(local.iter().cloned().map(toml::Value::String).collect())
-    } else {
-        x.notes.push(format!(
-            "KernelSpecification.LocalSize names `{}`, which is no tuning parameter: the block \
-             is Kernel Tuner's default (block_size_x/y/z params, else 256 × 1 × 1)",
-            unknown.join("`, `")
-        ));
-        None
-    };
+    let block = block(t1, &local, x);
     let divs: [Option<toml::Value>; 3] = std::array::from_fn(|d| {
         let list = &spec.grid_div[d];
         (!list.is_empty())
@@ -263,23 +243,7 @@ fn launch(
             .collect();
         (None, Some(sizes))
     } else {
-        let global = dims(&spec.global_size, problem);
-        let threads = spec
-            .global_size_type
-            .as_deref()
-            .is_some_and(|t| t.eq_ignore_ascii_case("opencl"));
-        let grid = global
-            .iter()
-            .zip(&local)
-            .map(|(g, l)| {
-                toml::Value::String(if threads {
-                    format!("ceil_div({g}, {l})")
-                } else {
-                    g.clone()
-                })
-            })
-            .collect();
-        (Some(grid), None)
+        (Some(global_grid(t1, &local)), None)
     };
     let shared = spec.shared_memory.map(toml::Value::Integer);
     (
@@ -287,6 +251,53 @@ fn launch(
         problem_size,
         if kt_grid { divs } else { Default::default() },
     )
+}
+
+/// The block from `LocalSize` (`local`, as launch expressions); `None` (Kernel Tuner's
+/// default, noted) when it names something that is no tuning parameter.
+fn block(t1: &T1File, local: &[String; 3], x: &mut Extras) -> Option<Vec<toml::Value>> {
+    let params: Vec<&str> = t1
+        .configuration_space
+        .tuning_parameters
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    let unknown: Vec<String> = local
+        .iter()
+        .flat_map(|e| names(e))
+        .filter(|n| !params.contains(&n.as_str()) && *n != "ceil_div")
+        .collect();
+    if unknown.is_empty() {
+        return Some(local.iter().cloned().map(toml::Value::String).collect());
+    }
+    x.notes.push(format!(
+        "KernelSpecification.LocalSize names `{}`, which is no tuning parameter: the block \
+         is Kernel Tuner's default (block_size_x/y/z params, else 256 × 1 × 1)",
+        unknown.join("`, `")
+    ));
+    None
+}
+
+/// The grid from `GlobalSize`: blocks as written (`GlobalSizeType` `CUDA`), or threads
+/// divided by the block `local` (`OpenCL`).
+fn global_grid(t1: &T1File, local: &[String; 3]) -> Vec<toml::Value> {
+    let spec = &t1.kernel_specification;
+    let global = dims(&spec.global_size, &spec.problem_size);
+    let threads = spec
+        .global_size_type
+        .as_deref()
+        .is_some_and(|t| t.eq_ignore_ascii_case("opencl"));
+    global
+        .iter()
+        .zip(local)
+        .map(|(g, l)| {
+            toml::Value::String(if threads {
+                format!("ceil_div({g}, {l})")
+            } else {
+                g.clone()
+            })
+        })
+        .collect()
 }
 
 /// A T1 size (Python, over params and `ProblemSize[i]`) as three launch expressions.
