@@ -180,127 +180,42 @@ enum Row<'r> {
     More(usize),
 }
 
+/// Writes one device's rows (the first `options.top`, a failed choice whose error an earlier
+/// row shows counted under it), aligned to their widest cell, then the error footnotes.
 fn print_rows(
     members: &[&ChoiceResult],
     info: &RunInfo,
     out: &mut impl Write,
     options: TableOptions<'_>,
 ) -> std::io::Result<()> {
-    let metrics = &info.header.metrics;
     let shown = options.top.unwrap_or(usize::MAX).min(members.len());
-    let mut header: Vec<String> = vec!["rank".into(), "choice".into()];
-    if info.across_devices {
-        header.push("device".into());
-    }
-    header.push("median".into());
-    header.extend(metrics.iter().cloned());
     let with_windows = members.iter().any(|r| windowed(r));
-    if with_windows {
-        header.push("windows".into());
-    }
-    header.extend(["spread".into(), "status".into(), "error".into()]);
+    let header = header(info, with_windows);
     let columns = header.len();
-    let ranks = rank_labels(members);
     let groups = error_groups(&members[..shown]);
-    let group_of = |r: &ChoiceResult, groups: &[ErrorGroup<'_>]| {
-        groups
-            .iter()
-            .position(|g| g.members.iter().any(|m| std::ptr::eq(*m, r)))
-    };
-    // The rows: a failed choice whose error an earlier row shows is counted under it.
-    let mut layout: Vec<(Row<'_>, String)> = Vec::with_capacity(shown);
-    for (r, rank) in members[..shown].iter().copied().zip(ranks) {
-        match group_of(r, &groups) {
-            Some(g) if !std::ptr::eq(groups[g].members[0], r) => continue,
-            Some(g) => {
-                layout.push((Row::Choice(r), rank));
-                if groups[g].members.len() > 1 {
-                    layout.push((Row::More(g), String::new()));
-                }
-            }
-            None => layout.push((Row::Choice(r), rank)),
-        }
-    }
-    let mut rows: Vec<Vec<String>> = Vec::with_capacity(layout.len());
-    for (row, rank) in &layout {
-        rows.push(match row {
+    let layout = layout(&members[..shown], rank_labels(members), &groups);
+    let mut rows: Vec<Vec<String>> = layout
+        .iter()
+        .map(|(row, rank)| match row {
             Row::Choice(r) => choice_cells(r, rank, info, with_windows),
-            Row::More(g) => {
-                let group = &groups[*g];
-                let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
-                if info.across_devices {
-                    cells.push(String::new());
-                }
-                let blank = metrics.len() + 2 + usize::from(with_windows);
-                cells.extend(std::iter::repeat_n(String::new(), blank));
-                cells.push(group.status.to_string());
-                cells.push(String::new());
-                cells
-            }
-        });
-    }
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
+            Row::More(g) => more_cells(&groups[*g], info, with_windows),
+        })
+        .collect();
+    let widths = widths(&header, &rows);
     // The error column takes what the terminal has left.
     let fixed: usize = widths[..columns - 1].iter().sum::<usize>() + 2 * (columns - 1);
     let error_width = options.width.map_or(ERROR_WIDTH, |w| {
         w.saturating_sub(fixed).clamp(MIN_ERROR_WIDTH, ERROR_WIDTH)
     });
-    // A footnote for each error shared by several choices or cut to fit.
-    let mut next_note = 0;
-    let notes: Vec<Option<usize>> = groups
-        .iter()
-        .map(|group| {
-            (group.members.len() > 1 || group.line.chars().count() > error_width).then(|| {
-                next_note += 1;
-                next_note
-            })
-        })
-        .collect();
+    let notes = footnotes(&groups, error_width);
     for (cells, (row, _)) in rows.iter_mut().zip(&layout) {
-        let (group, error) = match row {
-            Row::Choice(r) => (group_of(r, &groups), r.error.as_deref()),
-            Row::More(g) => (Some(*g), None),
-        };
-        cells[columns - 1] = match (group.and_then(|g| notes[g]), error) {
-            (Some(note), Some(e)) => {
-                let tag = format!("[{note}] ");
-                format!(
-                    "{tag}{}",
-                    short_error(e, error_width.saturating_sub(tag.len()).max(8))
-                )
-            }
-            (Some(note), None) => format!("[{note}]"),
-            (None, Some(e)) => short_error(e, error_width),
-            _ => String::new(),
-        };
+        cells[columns - 1] = error_cell(row, &groups, &notes, error_width);
     }
     // Numbers right-aligned; the choice, the device, the status and the error left-aligned.
     let left = |c: usize| c == 1 || (c == 2 && info.across_devices) || c >= columns - 2;
-    let line = |cells: &[String]| {
-        let mut text = String::new();
-        for (c, cell) in cells.iter().enumerate() {
-            if c > 0 {
-                text.push_str("  ");
-            }
-            let pad = widths[c].saturating_sub(cell.chars().count());
-            if left(c) {
-                text.push_str(cell);
-                text.push_str(&" ".repeat(pad));
-            } else {
-                text.push_str(&" ".repeat(pad));
-                text.push_str(cell);
-            }
-        }
-        text.trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(&header))?;
+    writeln!(out, "{}", aligned(&header, &widths, left))?;
     for row in &rows {
-        writeln!(out, "{}", line(row))?;
+        writeln!(out, "{}", aligned(row, &widths, left))?;
     }
     if shown < members.len() {
         let all = match options.files {
@@ -315,6 +230,137 @@ fn print_rows(
         )?;
     }
     print_error_notes(&groups, &notes, out, options)
+}
+
+/// The table's header: rank, choice, device (across devices), median, the metrics, windows
+/// (`with_windows`), spread, status, error.
+fn header(info: &RunInfo, with_windows: bool) -> Vec<String> {
+    let mut header: Vec<String> = vec!["rank".into(), "choice".into()];
+    if info.across_devices {
+        header.push("device".into());
+    }
+    header.push("median".into());
+    header.extend(info.header.metrics.iter().cloned());
+    if with_windows {
+        header.push("windows".into());
+    }
+    header.extend(["spread".into(), "status".into(), "error".into()]);
+    header
+}
+
+/// The error group (by position in `groups`) that `r` belongs to.
+fn group_of(r: &ChoiceResult, groups: &[ErrorGroup<'_>]) -> Option<usize> {
+    groups
+        .iter()
+        .position(|g| g.members.iter().any(|m| std::ptr::eq(*m, r)))
+}
+
+/// The rows of `shown`, each with its rank label: a failed choice whose error an earlier row
+/// shows is counted under it (`Row::More` after the first of its group).
+fn layout<'r>(
+    shown: &[&'r ChoiceResult],
+    ranks: Vec<String>,
+    groups: &[ErrorGroup<'_>],
+) -> Vec<(Row<'r>, String)> {
+    let mut layout: Vec<(Row<'_>, String)> = Vec::with_capacity(shown.len());
+    for (r, rank) in shown.iter().copied().zip(ranks) {
+        match group_of(r, groups) {
+            Some(g) if !std::ptr::eq(groups[g].members[0], r) => continue,
+            Some(g) => {
+                layout.push((Row::Choice(r), rank));
+                if groups[g].members.len() > 1 {
+                    layout.push((Row::More(g), String::new()));
+                }
+            }
+            None => layout.push((Row::Choice(r), rank)),
+        }
+    }
+    layout
+}
+
+/// The cells of a `… N more` row of `group`: the count and the status, the error cell left
+/// empty.
+fn more_cells(group: &ErrorGroup<'_>, info: &RunInfo, with_windows: bool) -> Vec<String> {
+    let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
+    if info.across_devices {
+        cells.push(String::new());
+    }
+    let blank = info.header.metrics.len() + 2 + usize::from(with_windows);
+    cells.extend(std::iter::repeat_n(String::new(), blank));
+    cells.push(group.status.to_string());
+    cells.push(String::new());
+    cells
+}
+
+/// The width of each column: its widest cell, the header's included (in characters).
+fn widths(header: &[String], rows: &[Vec<String>]) -> Vec<usize> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    widths
+}
+
+/// The footnote number of each error group (by the same position): one for each error shared
+/// by several choices or longer than `error_width`, numbered from 1.
+fn footnotes(groups: &[ErrorGroup<'_>], error_width: usize) -> Vec<Option<usize>> {
+    let mut next_note = 0;
+    groups
+        .iter()
+        .map(|group| {
+            (group.members.len() > 1 || group.line.chars().count() > error_width).then(|| {
+                next_note += 1;
+                next_note
+            })
+        })
+        .collect()
+}
+
+/// A row's error cell: its footnote's tag (`[1]`) and the error cut to `error_width`.
+fn error_cell(
+    row: &Row<'_>,
+    groups: &[ErrorGroup<'_>],
+    notes: &[Option<usize>],
+    error_width: usize,
+) -> String {
+    let (group, error) = match row {
+        Row::Choice(r) => (group_of(r, groups), r.error.as_deref()),
+        Row::More(g) => (Some(*g), None),
+    };
+    match (group.and_then(|g| notes[g]), error) {
+        (Some(note), Some(e)) => {
+            let tag = format!("[{note}] ");
+            format!(
+                "{tag}{}",
+                short_error(e, error_width.saturating_sub(tag.len()).max(8))
+            )
+        }
+        (Some(note), None) => format!("[{note}]"),
+        (None, Some(e)) => short_error(e, error_width),
+        _ => String::new(),
+    }
+}
+
+/// `cells` padded to `widths`, two spaces apart, left-aligned in the columns `left` names
+/// (else right-aligned), with no trailing spaces.
+fn aligned(cells: &[String], widths: &[usize], left: impl Fn(usize) -> bool) -> String {
+    let mut text = String::new();
+    for (c, cell) in cells.iter().enumerate() {
+        if c > 0 {
+            text.push_str("  ");
+        }
+        let pad = widths[c].saturating_sub(cell.chars().count());
+        if left(c) {
+            text.push_str(cell);
+            text.push_str(&" ".repeat(pad));
+        } else {
+            text.push_str(&" ".repeat(pad));
+            text.push_str(cell);
+        }
+    }
+    text.trim_end().to_owned()
 }
 
 /// The cells of a choice's row, the error cell left empty.
