@@ -501,7 +501,46 @@ pub(crate) fn format_time(ms: f64) -> String {
     tunebox_protocol::short_ms(ms)
 }
 
+/// Writes the summary under the tables: the counts by status, what the windows found, the
+/// results cache, what a stop left, the refined choices, the merged files and the run's notes.
 fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let info = &report.info;
+    writeln!(out, "{}", counts_line(report))?;
+    if let Some(c) = info
+        .conditions
+        .as_ref()
+        .filter(|c| c.rounds > 0 && c.windows > 0)
+    {
+        writeln!(out, "{}", windows_line(c))?;
+    }
+    print_cache(info, out)?;
+    print_left(info, out)?;
+    if let Some(refine) = info.refine
+        && report.results.iter().any(|r| r.screen_median_ms.is_some())
+    {
+        writeln!(
+            out,
+            "* re-measured with {}x rep_ms (--refine {}); these rank first, by the re-measured \
+             median",
+            refine.rep_factor, refine.top
+        )?;
+    }
+    if !info.merged_from.is_empty() {
+        let mut line = format!("merged from {} files", info.merged_from.len());
+        if info.elapsed_s > 0.0 {
+            line.push_str(&format!(" (the slowest took {:.1} s)", info.elapsed_s));
+        }
+        writeln!(out, "{line}")?;
+    }
+    for note in &info.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    Ok(())
+}
+
+/// `12 choices (10 ok, 2 failed) in 3.4 s with 2 worker(s); spread = …`: the results by
+/// status, the run's time and workers, and what the spread column means.
+fn counts_line(report: &Report) -> String {
     let info = &report.info;
     let mut counts: Vec<(Status, usize)> = Vec::new();
     for r in &report.results {
@@ -527,52 +566,55 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     } else if report.results.iter().any(|r| r.stats.is_some()) {
         line.push_str("; spread = (p80 - p20) / median");
     }
-    writeln!(out, "{line}")?;
-    if let Some(c) = info
-        .conditions
-        .as_ref()
-        .filter(|c| c.rounds > 0 && c.windows > 0)
-    {
-        let mut windows = format!(
-            "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
-             for the top",
-            c.windows,
-            c.rounds,
-            c.disturbed,
-            c.remeasured,
-            choices(c.raced)
-        );
-        if c.confirmed_early > 0 {
-            windows.push_str(&format!(
-                "; {} confirmed early (two windows agreed)",
-                choices(c.confirmed_early)
-            ));
-        }
-        if c.beside_compiles > 0 {
-            windows.push_str(&format!(
-                "; {} measured while choices compiled (first rounds' windows)",
-                c.beside_compiles
-            ));
-        }
-        if c.settled > 0 {
-            windows.push_str(&format!(
-                "; {} settled at screening (more than {:.0} % behind the best, the largest \
-                 spread of any choice's windows, with no other choice that close)",
-                choices(c.settled),
-                c.settle_margin * 100.0
-            ));
-        }
-        if c.busy {
-            windows.push_str("; the machine was busy: the ranking is less sure");
-        } else if c.drifted() {
-            windows.push_str(&format!(
-                "; the machine's speed drifted (a choice's windows differ by {:.0} %): the \
-                 ranking is less sure",
-                c.drift * 100.0
-            ));
-        }
-        writeln!(out, "{windows}")?;
+    line
+}
+
+/// `windows: 40 in 3 rounds and the race (…)`: what the windows of a run found, and how sure
+/// its ranking is.
+fn windows_line(c: &tunebox_tune::RunConditions) -> String {
+    let mut windows = format!(
+        "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
+         for the top",
+        c.windows,
+        c.rounds,
+        c.disturbed,
+        c.remeasured,
+        choices(c.raced)
+    );
+    if c.confirmed_early > 0 {
+        windows.push_str(&format!(
+            "; {} confirmed early (two windows agreed)",
+            choices(c.confirmed_early)
+        ));
     }
+    if c.beside_compiles > 0 {
+        windows.push_str(&format!(
+            "; {} measured while choices compiled (first rounds' windows)",
+            c.beside_compiles
+        ));
+    }
+    if c.settled > 0 {
+        windows.push_str(&format!(
+            "; {} settled at screening (more than {:.0} % behind the best, the largest \
+             spread of any choice's windows, with no other choice that close)",
+            choices(c.settled),
+            c.settle_margin * 100.0
+        ));
+    }
+    if c.busy {
+        windows.push_str("; the machine was busy: the ranking is less sure");
+    } else if c.drifted() {
+        windows.push_str(&format!(
+            "; the machine's speed drifted (a choice's windows differ by {:.0} %): the \
+             ranking is less sure",
+            c.drift * 100.0
+        ));
+    }
+    windows
+}
+
+/// The results cache's lines: how many results it gave, how many it could not keep.
+fn print_cache(info: &RunInfo, out: &mut impl Write) -> std::io::Result<()> {
     if let Some(cache) = &info.cache
         && cache.hits > 0
     {
@@ -591,6 +633,11 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             cache.not_cached, cache.path
         )?;
     }
+    Ok(())
+}
+
+/// What a stop left (Ctrl-C, `--max-time`), and how to finish it.
+fn print_left(info: &RunInfo, out: &mut impl Write) -> std::io::Result<()> {
     let by_reason = |list: &[tunebox_tune::NotMeasured], reason: &str| {
         list.iter().filter(|n| n.reason == reason).count()
     };
@@ -606,26 +653,6 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     }
     if timed_out != (0, 0) {
         writeln!(out, "--max-time reached: {}", what_is_left(timed_out))?;
-    }
-    if let Some(refine) = info.refine
-        && report.results.iter().any(|r| r.screen_median_ms.is_some())
-    {
-        writeln!(
-            out,
-            "* re-measured with {}x rep_ms (--refine {}); these rank first, by the re-measured \
-             median",
-            refine.rep_factor, refine.top
-        )?;
-    }
-    if !info.merged_from.is_empty() {
-        let mut line = format!("merged from {} files", info.merged_from.len());
-        if info.elapsed_s > 0.0 {
-            line.push_str(&format!(" (the slowest took {:.1} s)", info.elapsed_s));
-        }
-        writeln!(out, "{line}")?;
-    }
-    for note in &info.notes {
-        writeln!(out, "note: {note}")?;
     }
     Ok(())
 }
