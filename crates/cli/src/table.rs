@@ -99,56 +99,82 @@ pub(crate) fn print_table(
                 } else {
                     String::new()
                 };
-                let median = format_time(best.median_ms().unwrap_or(f64::NAN));
-                let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
-                let tied = match tied {
-                    // Refined choices were measured longer already.
-                    _ if best.screen_median_ms.is_some() => String::new(),
-                    // Measured in windows: the run says how sure it is.
-                    _ if windowed(best) => info
-                        .conditions
-                        .as_ref()
-                        .map(|c| format!(" ({})", c.confidence))
-                        .unwrap_or_default(),
-                    0 => String::new(),
-                    1 => format!(
-                        " (tied within the noise with the next choice{})",
-                        options.remeasure.hint(2, "both")
-                    ),
-                    n => format!(
-                        " (tied within the noise with the next {}{})",
-                        choices(n),
-                        options.remeasure.hint(n + 1, "them")
-                    ),
-                };
-                let metrics: Vec<String> = best
-                    .metrics
-                    .iter()
-                    .map(|(name, value)| format!(", {} {name}", format_value(*value)))
-                    .collect();
-                let ranked_by = info
-                    .header
-                    .objective
-                    .as_ref()
-                    .map(|o| format!(" (ranked by {})", o.describe()))
-                    .unwrap_or_default();
-                writeln!(
-                    out,
-                    "best{on}: {} at {median}{}{ranked_by}{tied}",
-                    best.choice.label(),
-                    metrics.concat()
-                )?;
-                let defines = define_line(&best.choice);
-                if !defines.is_empty() {
-                    writeln!(out, "      {defines}")?;
-                    writeln!(out, "      best = {}", best.choice.toml())?;
-                }
+                print_best(best, members, &on, info, out, options)?;
             }
             None if groups.len() > 1 => writeln!(out, "no choice succeeded on {device}")?,
             None => writeln!(out, "no choice succeeded")?,
         }
     }
     Ok(())
+}
+
+/// `best on DEVICE: X=4 at 1.234 ms, …`: the best of `members` (ranked), its metrics, what ranks
+/// it and whether it ties with the next; then its `#define`s and manifest line, if it has
+/// params.
+fn print_best(
+    best: &ChoiceResult,
+    members: &[&ChoiceResult],
+    on: &str,
+    info: &RunInfo,
+    out: &mut impl Write,
+    options: TableOptions<'_>,
+) -> std::io::Result<()> {
+    let median = format_time(best.median_ms().unwrap_or(f64::NAN));
+    let tied = tie_note(best, members, info, options.remeasure);
+    let metrics: Vec<String> = best
+        .metrics
+        .iter()
+        .map(|(name, value)| format!(", {} {name}", format_value(*value)))
+        .collect();
+    let ranked_by = info
+        .header
+        .objective
+        .as_ref()
+        .map(|o| format!(" (ranked by {})", o.describe()))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "best{on}: {} at {median}{}{ranked_by}{tied}",
+        best.choice.label(),
+        metrics.concat()
+    )?;
+    let defines = define_line(&best.choice);
+    if !defines.is_empty() {
+        writeln!(out, "      {defines}")?;
+        writeln!(out, "      best = {}", best.choice.toml())?;
+    }
+    Ok(())
+}
+
+/// How sure the pick of `best` (the first of `members`) is: ` (tied within the noise with
+/// the next choice; …)`, the windows' confidence, or nothing (refined, or no tie).
+fn tie_note(
+    best: &ChoiceResult,
+    members: &[&ChoiceResult],
+    info: &RunInfo,
+    remeasure: Remeasure<'_>,
+) -> String {
+    let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
+    match tied {
+        // Refined choices were measured longer already.
+        _ if best.screen_median_ms.is_some() => String::new(),
+        // Measured in windows: the run says how sure it is.
+        _ if windowed(best) => info
+            .conditions
+            .as_ref()
+            .map(|c| format!(" ({})", c.confidence))
+            .unwrap_or_default(),
+        0 => String::new(),
+        1 => format!(
+            " (tied within the noise with the next choice{})",
+            remeasure.hint(2, "both")
+        ),
+        n => format!(
+            " (tied within the noise with the next {}{})",
+            choices(n),
+            remeasure.hint(n + 1, "them")
+        ),
+    }
 }
 
 /// `matmul-512: matmul (kernels/matmul.c) on AMD EPYC (2 cores), shard 1/4`.
