@@ -58,6 +58,25 @@ pub(crate) fn t4_invalidity(status: Status) -> T4Invalidity {
 ///   outputs were judged); `extra`: tunebox's `status` and, for a failure, the first line of its `error`.
 pub(crate) fn to_t4(report: &Report) -> T4File {
     let header = &report.info.header;
+    // The ranking objective: `time`, or the manifest's objective metric (a measurement too).
+    let objective = header
+        .objective
+        .as_ref()
+        .map_or_else(|| "time".to_owned(), |o| o.name.clone());
+    let mut file = T4File::new();
+    file.metadata = Some(t4_metadata(report));
+    file.results = report
+        .results
+        .iter()
+        .map(|r| t4_result(r, &objective))
+        .collect();
+    file
+}
+
+/// A run's T4 metadata: tunebox, its version, milliseconds, the device and the compute API,
+/// and tunebox's own facts of the run (`extra.tunebox`).
+fn t4_metadata(report: &Report) -> T4Metadata {
+    let header = &report.info.header;
     let mut tunebox = serde_json::Map::new();
     for (key, value) in [
         ("manifest", &header.manifest),
@@ -73,7 +92,7 @@ pub(crate) fn to_t4(report: &Report) -> T4File {
     );
     let mut extra = IndexMap::new();
     extra.insert("tunebox".to_owned(), Value::Object(tunebox));
-    let metadata = T4Metadata {
+    T4Metadata {
         compute_api: (header.backend == "cuda").then(|| "CUDA".to_owned()),
         device: Some(header.device.clone()),
         autotuner: Some("tunebox".to_owned()),
@@ -81,83 +100,79 @@ pub(crate) fn to_t4(report: &Report) -> T4File {
         timeunit: Some("milliseconds".to_owned()),
         extra,
         ..T4Metadata::default()
-    };
-    // The ranking objective: `time`, or the manifest's objective metric (a measurement too).
-    let objective = header
-        .objective
-        .as_ref()
-        .map_or_else(|| "time".to_owned(), |o| o.name.clone());
-    let results = report
-        .results
-        .iter()
-        .map(|r| {
-            let configuration: IndexMap<_, _> = r
-                .choice
-                .values()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let mut t = T4Result::new(configuration, t4_invalidity(r.status));
-            t.correctness = r.status != Status::Wrong;
-            t.objectives = vec![objective.clone()];
-            t.times = T4Times::default();
-            // A `wrong` choice was measured too: its time is kept, its invalidity says why it
-            // does not count.
-            if let Some(s) = &r.stats {
-                for (name, value) in [
-                    ("time", r.median_ms().unwrap_or(s.median_ms)),
-                    ("mean_time", s.mean_ms),
-                    ("min_time", s.min_ms),
-                    ("max_time", s.max_ms),
-                    ("p20_time", s.p20_ms),
-                    ("p80_time", s.p80_ms),
-                    ("stddev_time", s.stddev_ms),
-                ] {
-                    t.measurements
-                        .push(T4Measurement::number(name, value, "ms"));
-                }
-                t.measurements
-                    .push(T4Measurement::number("reps", f64::from(s.reps), ""));
-                // Measured in windows: the estimate's interval over them, and their count.
-                if let Some(w) = r.windows.as_ref().filter(|w| w.medians_ms.len() > 1) {
-                    for (name, value) in [
-                        ("interval_low_time", w.interval_ms[0]),
-                        ("interval_high_time", w.interval_ms[1]),
-                    ] {
-                        t.measurements
-                            .push(T4Measurement::number(name, value, "ms"));
-                    }
-                    t.measurements.push(T4Measurement::number(
-                        "windows",
-                        w.medians_ms.len() as f64,
-                        "",
-                    ));
-                    t.extra.insert("tie".into(), Value::from(w.tie));
-                }
-                for (name, value) in &r.metrics {
-                    let unit = if name.ends_with("/s") {
-                        name.as_str()
-                    } else {
-                        ""
-                    };
-                    t.measurements
-                        .push(T4Measurement::number(name.clone(), *value, unit));
-                }
-            }
-            t.extra
-                .insert("status".into(), Value::from(r.status.as_str()));
-            if let Some(error) = &r.error {
-                t.extra.insert(
-                    "error".into(),
-                    Value::from(crate::error_line::short_error_line(error)),
-                );
-            }
-            t
-        })
+    }
+}
+
+/// One choice's T4 result, ranked by `objective`: its configuration, invalidity and
+/// correctness, its measurements when it was measured, tunebox's status and error line.
+fn t4_result(r: &ChoiceResult, objective: &str) -> T4Result {
+    let configuration: IndexMap<_, _> = r
+        .choice
+        .values()
+        .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let mut file = T4File::new();
-    file.metadata = Some(metadata);
-    file.results = results;
-    file
+    let mut t = T4Result::new(configuration, t4_invalidity(r.status));
+    t.correctness = r.status != Status::Wrong;
+    t.objectives = vec![objective.to_owned()];
+    t.times = T4Times::default();
+    // A `wrong` choice was measured too: its time is kept, its invalidity says why it does
+    // not count.
+    if let Some(s) = &r.stats {
+        t4_measurements(r, s, &mut t);
+    }
+    t.extra
+        .insert("status".into(), Value::from(r.status.as_str()));
+    if let Some(error) = &r.error {
+        t.extra.insert(
+            "error".into(),
+            Value::from(crate::error_line::short_error_line(error)),
+        );
+    }
+    t
+}
+
+/// The measurements of a measured choice (`s`: its reps' statistics): the times, the reps,
+/// the windows' interval and count (and `extra.tie`), then the manifest's metrics.
+fn t4_measurements(r: &ChoiceResult, s: &TimingStats, t: &mut T4Result) {
+    for (name, value) in [
+        ("time", r.median_ms().unwrap_or(s.median_ms)),
+        ("mean_time", s.mean_ms),
+        ("min_time", s.min_ms),
+        ("max_time", s.max_ms),
+        ("p20_time", s.p20_ms),
+        ("p80_time", s.p80_ms),
+        ("stddev_time", s.stddev_ms),
+    ] {
+        t.measurements
+            .push(T4Measurement::number(name, value, "ms"));
+    }
+    t.measurements
+        .push(T4Measurement::number("reps", f64::from(s.reps), ""));
+    // Measured in windows: the estimate's interval over them, and their count.
+    if let Some(w) = r.windows.as_ref().filter(|w| w.medians_ms.len() > 1) {
+        for (name, value) in [
+            ("interval_low_time", w.interval_ms[0]),
+            ("interval_high_time", w.interval_ms[1]),
+        ] {
+            t.measurements
+                .push(T4Measurement::number(name, value, "ms"));
+        }
+        t.measurements.push(T4Measurement::number(
+            "windows",
+            w.medians_ms.len() as f64,
+            "",
+        ));
+        t.extra.insert("tie".into(), Value::from(w.tie));
+    }
+    for (name, value) in &r.metrics {
+        let unit = if name.ends_with("/s") {
+            name.as_str()
+        } else {
+            ""
+        };
+        t.measurements
+            .push(T4Measurement::number(name.clone(), *value, unit));
+    }
 }
 
 /// Writes `report` as a FAIR T4 results file at `path`.
