@@ -320,101 +320,16 @@ pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
         .device
         .clone()
         .unwrap_or_else(|| "unknown device".into());
-    let to_ms = match meta
-        .timeunit
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        Some("nanoseconds") => 1e-6,
-        Some("microseconds") => 1e-3,
-        Some("seconds") => 1e3,
-        _ => 1.0,
+    let mut reader = T4Reader {
+        device: &device,
+        to_ms: timeunit_ms(meta.timeunit.as_deref()),
+        metrics: Vec::new(),
     };
-    let unit_ms = |unit: &str| match unit {
-        "ns" => Some(1e-6),
-        "us" | "µs" => Some(1e-3),
-        "ms" => Some(1.0),
-        "s" => Some(1e3),
-        _ => None,
-    };
-    let mut metrics: Vec<String> = Vec::new();
     let mut results: Vec<ChoiceResult> = t4
         .results
         .iter()
         .enumerate()
-        .map(|(index, r)| {
-            let choice = Choice::new(r.configuration.clone());
-            let objective = r.objectives.first().map_or("time", String::as_str);
-            let runtimes: Vec<f64> = r.times.runtimes.iter().map(|t| t * to_ms).collect();
-            let time = r
-                .measurement(objective)
-                .and_then(|m| Some(m.as_f64()? * unit_ms(&m.unit).unwrap_or(to_ms)))
-                .or_else(|| {
-                    (!runtimes.is_empty())
-                        .then(|| runtimes.iter().sum::<f64>() / runtimes.len() as f64)
-                });
-            let status = match r.invalidity {
-                T4Invalidity::Correct if !r.correctness => Status::Wrong,
-                T4Invalidity::Correct => Status::Ok,
-                T4Invalidity::Correctness => Status::Wrong,
-                T4Invalidity::Compile => Status::CompileError,
-                T4Invalidity::Timeout => Status::Timeout,
-                T4Invalidity::Runtime | T4Invalidity::Constraints => Status::Error,
-            };
-            match (status, time) {
-                (Status::Ok | Status::Wrong, Some(ms)) => {
-                    let mut m = IndexMap::new();
-                    for x in &r.measurements {
-                        let known = x.name == objective
-                            || (x.name.ends_with("_time") && x.unit == "ms")
-                            || x.name == "reps";
-                        if let (false, Some(v)) = (known, x.as_f64()) {
-                            if !metrics.contains(&x.name) {
-                                metrics.push(x.name.clone());
-                            }
-                            m.insert(x.name.clone(), v);
-                        }
-                    }
-                    let mut s = stats(ms, &runtimes);
-                    let get = |name: &str| r.measurement(name).and_then(T4Measurement::as_f64);
-                    s.mean_ms = get("mean_time").unwrap_or(s.mean_ms);
-                    s.min_ms = get("min_time").unwrap_or(s.min_ms);
-                    s.max_ms = get("max_time").unwrap_or(s.max_ms);
-                    s.p20_ms = get("p20_time").unwrap_or(s.p20_ms);
-                    s.p80_ms = get("p80_time").unwrap_or(s.p80_ms);
-                    s.stddev_ms = get("stddev_time").unwrap_or(s.stddev_ms);
-                    s.reps = get("reps").map_or(s.reps, |n| n as u32);
-                    let error = (status == Status::Wrong).then(|| {
-                        r.extra
-                            .get("error")
-                            .and_then(Value::as_str)
-                            .map_or_else(|| "invalidity: correctness".to_owned(), str::to_owned)
-                    });
-                    ChoiceResult {
-                        stats: Some(s),
-                        error,
-                        metrics: m,
-                        ..ChoiceResult::failed(index, choice, status, String::new(), &device)
-                    }
-                }
-                (status, _) => {
-                    let error = r.extra.get("error").and_then(Value::as_str).map_or_else(
-                        || match status {
-                            Status::Ok => format!("no {objective:?} measurement"),
-                            _ => format!("invalidity: {}", r.invalidity.as_str()),
-                        },
-                        str::to_owned,
-                    );
-                    let status = if status == Status::Ok {
-                        Status::Error
-                    } else {
-                        status
-                    };
-                    ChoiceResult::failed(index, choice, status, error, &device)
-                }
-            }
-        })
+        .map(|(index, r)| reader.result(index, r))
         .collect();
     rank_by_device(&mut results);
     let name = path
@@ -428,7 +343,7 @@ pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
         .unwrap_or("")
         .to_owned();
     let mut info = info(path, name, kernel, &device, &results);
-    info.header.metrics = metrics;
+    info.header.metrics = reader.metrics;
     info.header.selection.strategy = meta.autotuner.clone().unwrap_or_default();
     info.notes.push(format!(
         "T4 file {} (schema {}, autotuner {}): {} results, {} invalid",
@@ -442,4 +357,127 @@ pub(crate) fn t4_report(t4: &T4File, path: &Path) -> Report {
             .count()
     ));
     Report { info, results }
+}
+
+/// A T4 `timeunit` in ms (milliseconds when it names none or one unknown).
+fn timeunit_ms(timeunit: Option<&str>) -> f64 {
+    match timeunit.map(str::to_ascii_lowercase).as_deref() {
+        Some("nanoseconds") => 1e-6,
+        Some("microseconds") => 1e-3,
+        Some("seconds") => 1e3,
+        _ => 1.0,
+    }
+}
+
+/// A measurement's unit in ms: `ns`, `us` (or `µs`), `ms`, `s`; `None` for another.
+fn unit_ms(unit: &str) -> Option<f64> {
+    match unit {
+        "ns" => Some(1e-6),
+        "us" | "µs" => Some(1e-3),
+        "ms" => Some(1.0),
+        "s" => Some(1e3),
+        _ => None,
+    }
+}
+
+/// The tunebox status of a T4 result (the module's table; `correct` but not `correctness` is
+/// `wrong`).
+fn t4_status(r: &T4Result) -> Status {
+    match r.invalidity {
+        T4Invalidity::Correct if !r.correctness => Status::Wrong,
+        T4Invalidity::Correct => Status::Ok,
+        T4Invalidity::Correctness => Status::Wrong,
+        T4Invalidity::Compile => Status::CompileError,
+        T4Invalidity::Timeout => Status::Timeout,
+        T4Invalidity::Runtime | T4Invalidity::Constraints => Status::Error,
+    }
+}
+
+/// Reads the results of a T4 file: its device, its time unit in ms, and the metrics its
+/// results measured (the names in the order first seen).
+struct T4Reader<'d> {
+    device: &'d str,
+    to_ms: f64,
+    metrics: Vec<String>,
+}
+
+impl T4Reader<'_> {
+    /// Result `index` as a choice's: measured (`ok`, `wrong`) when it has a time, its first
+    /// objective's measurement (else its runtimes' mean), else failed.
+    fn result(&mut self, index: usize, r: &T4Result) -> ChoiceResult {
+        let choice = Choice::new(r.configuration.clone());
+        let objective = r.objectives.first().map_or("time", String::as_str);
+        let runtimes: Vec<f64> = r.times.runtimes.iter().map(|t| t * self.to_ms).collect();
+        let time = r
+            .measurement(objective)
+            .and_then(|m| Some(m.as_f64()? * unit_ms(&m.unit).unwrap_or(self.to_ms)))
+            .or_else(|| {
+                (!runtimes.is_empty()).then(|| runtimes.iter().sum::<f64>() / runtimes.len() as f64)
+            });
+        match (t4_status(r), time) {
+            (status @ (Status::Ok | Status::Wrong), Some(ms)) => {
+                let metrics = self.metrics(r, objective);
+                let error = (status == Status::Wrong).then(|| {
+                    r.extra
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| "invalidity: correctness".to_owned(), str::to_owned)
+                });
+                ChoiceResult {
+                    stats: Some(t4_stats(r, ms, &runtimes)),
+                    error,
+                    metrics,
+                    ..ChoiceResult::failed(index, choice, status, String::new(), self.device)
+                }
+            }
+            (status, _) => {
+                let error = r.extra.get("error").and_then(Value::as_str).map_or_else(
+                    || match status {
+                        Status::Ok => format!("no {objective:?} measurement"),
+                        _ => format!("invalidity: {}", r.invalidity.as_str()),
+                    },
+                    str::to_owned,
+                );
+                let status = if status == Status::Ok {
+                    Status::Error
+                } else {
+                    status
+                };
+                ChoiceResult::failed(index, choice, status, error, self.device)
+            }
+        }
+    }
+
+    /// A measured result's metrics: its numbers other than the `objective`, the times in ms
+    /// and the reps (each name noted in `self.metrics`).
+    fn metrics(&mut self, r: &T4Result, objective: &str) -> IndexMap<String, f64> {
+        let mut m = IndexMap::new();
+        for x in &r.measurements {
+            let known = x.name == objective
+                || (x.name.ends_with("_time") && x.unit == "ms")
+                || x.name == "reps";
+            if let (false, Some(v)) = (known, x.as_f64()) {
+                if !self.metrics.contains(&x.name) {
+                    self.metrics.push(x.name.clone());
+                }
+                m.insert(x.name.clone(), v);
+            }
+        }
+        m
+    }
+}
+
+/// A measured T4 result's statistics: of its time `ms` and `runtimes`, with the times and
+/// reps it measured itself (tunebox's own T4 files) in their place.
+fn t4_stats(r: &T4Result, ms: f64, runtimes: &[f64]) -> TimingStats {
+    let mut s = stats(ms, runtimes);
+    let get = |name: &str| r.measurement(name).and_then(T4Measurement::as_f64);
+    s.mean_ms = get("mean_time").unwrap_or(s.mean_ms);
+    s.min_ms = get("min_time").unwrap_or(s.min_ms);
+    s.max_ms = get("max_time").unwrap_or(s.max_ms);
+    s.p20_ms = get("p20_time").unwrap_or(s.p20_ms);
+    s.p80_ms = get("p80_time").unwrap_or(s.p80_ms);
+    s.stddev_ms = get("stddev_time").unwrap_or(s.stddev_ms);
+    s.reps = get("reps").map_or(s.reps, |n| n as u32);
+    s
 }
