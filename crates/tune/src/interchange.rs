@@ -26,7 +26,7 @@ use tunebox_pool::Status;
 use tunebox_protocol::TimingStats;
 
 use crate::formats::{
-    KtCache, KtTime, T4File, T4Invalidity, T4Measurement, T4Metadata, T4Result, T4Times,
+    KtCache, KtRecord, KtTime, T4File, T4Invalidity, T4Measurement, T4Metadata, T4Result, T4Times,
 };
 use crate::results::{ChoiceResult, Report, RunHeader, RunInfo, Selection, rank_by_device};
 use crate::space::Choice;
@@ -255,31 +255,7 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
         .cache
         .iter()
         .enumerate()
-        .map(|(index, record)| {
-            let choice = Choice::new(kt.configuration(record));
-            match record.time {
-                KtTime::Ms(ms) => {
-                    for name in record.metrics.keys() {
-                        if !metrics.contains(name) {
-                            metrics.push(name.clone());
-                        }
-                    }
-                    ChoiceResult {
-                        stats: Some(stats(ms, &record.times)),
-                        error: None,
-                        metrics: record.metrics.clone(),
-                        ..ChoiceResult::failed(index, choice, Status::Ok, String::new(), &device)
-                    }
-                }
-                KtTime::Failed(f) => {
-                    let status = match f {
-                        crate::formats::KtFailure::Compilation => Status::CompileError,
-                        _ => Status::Error,
-                    };
-                    ChoiceResult::failed(index, choice, status, f.as_str().to_owned(), &device)
-                }
-            }
-        })
+        .map(|(index, record)| kt_result(kt, index, record, &device, &mut metrics))
         .collect();
     rank_by_device(&mut results);
     let name = kt
@@ -289,16 +265,57 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
     let mut info = info(&kt.path, name, kt.kernel_name.clone(), &device, &results);
     info.header.metrics = metrics;
     info.header.selection.strategy = "kernel-tuner".into();
-    info.notes.push(format!(
+    info.notes.extend(kt_notes(kt));
+    Report { info, results }
+}
+
+/// Record `index` of a Kernel Tuner cache as a choice's result: measured, its metrics' names
+/// noted in `metrics` (in the order first seen), or failed as the record says.
+fn kt_result(
+    kt: &KtCache,
+    index: usize,
+    record: &KtRecord,
+    device: &str,
+    metrics: &mut Vec<String>,
+) -> ChoiceResult {
+    let choice = Choice::new(kt.configuration(record));
+    match record.time {
+        KtTime::Ms(ms) => {
+            for name in record.metrics.keys() {
+                if !metrics.contains(name) {
+                    metrics.push(name.clone());
+                }
+            }
+            ChoiceResult {
+                stats: Some(stats(ms, &record.times)),
+                error: None,
+                metrics: record.metrics.clone(),
+                ..ChoiceResult::failed(index, choice, Status::Ok, String::new(), device)
+            }
+        }
+        KtTime::Failed(f) => {
+            let status = match f {
+                crate::formats::KtFailure::Compilation => Status::CompileError,
+                _ => Status::Error,
+            };
+            ChoiceResult::failed(index, choice, status, f.as_str().to_owned(), device)
+        }
+    }
+}
+
+/// What a report of a Kernel Tuner cache says about it: its records and what its time is, and
+/// whether it was still open.
+fn kt_notes(kt: &KtCache) -> Vec<String> {
+    let mut notes = vec![format!(
         "Kernel Tuner cache {}: {} records, {} failed; time is Kernel Tuner's `time` (ms, the \
          mean of the reps), objective {:?}",
         kt.path.display(),
         kt.cache.len(),
         kt.failed_count(),
         kt.objective
-    ));
+    )];
     if kt.still_open {
-        info.notes.push(format!(
+        notes.push(format!(
             "{} was not closed (a Kernel Tuner run still writing it, or interrupted): read as \
              Kernel Tuner reads it, up to its last whole record{}",
             kt.path.display(),
@@ -309,7 +326,7 @@ pub(crate) fn kt_report(kt: &KtCache) -> Report {
             }
         ));
     }
-    Report { info, results }
+    notes
 }
 
 /// A T4 file as a report: the time of each result is its first objective's measurement
