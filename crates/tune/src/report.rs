@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cache;
+use crate::cache::{self, CacheLine, Unreadable};
 use crate::error_line::short_error;
 use crate::formats::{KtCache, T4File};
 use crate::interchange;
@@ -195,32 +195,14 @@ pub fn load(path: &Path) -> crate::Result<Vec<Report>> {
 
 fn read(path: &Path) -> Result<Vec<Report>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    // The format is told by the content: gzip is a Kernel Tuner cache (`.json.gz`); a JSON
-    // object with `cache` and `tune_params_keys` is one too, one with `schema_version` and
-    // `results` whose entries have a `configuration` is T4.
+    // The format is told by the content: gzip is a Kernel Tuner cache (`.json.gz`).
     if bytes.starts_with(&[0x1f, 0x8b]) {
         return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
     }
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", path.display()))?;
-    // A Kernel Tuner run still writing its cache (or interrupted) leaves it unterminated.
-    if crate::formats::is_open_cache(&text) {
-        return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
-    }
-    if text.trim_start().starts_with('{')
-        && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(&text)
-    {
-        if doc.contains_key("cache") && doc.contains_key("tune_params_keys") {
-            return Ok(vec![interchange::kt_report(&KtCache::read(path)?)]);
-        }
-        let t4 = doc.contains_key("schema_version")
-            && doc
-                .get("results")
-                .and_then(serde_json::Value::as_array)
-                .is_some_and(|r| r.iter().all(|r| r.get("configuration").is_some()));
-        if t4 {
-            return Ok(vec![interchange::t4_report(&T4File::read(path)?, path)]);
-        }
+    if let Some(report) = community_report(path, &text)? {
+        return Ok(vec![report]);
     }
     let json_error = match serde_json::from_str::<ReportJson>(&text) {
         Ok(json) => {
@@ -239,44 +221,58 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             path.display()
         );
     }
-    let mut reports: Vec<Report> = Vec::new();
-    let mut kept: Vec<Vec<(String, usize, u8, ResultJson)>> = Vec::new();
+    let mut cached = CachedReports::default();
     for line in lines {
-        let position = match reports
-            .iter()
-            .position(|r| r.info.header.manifest_hash == line.header.manifest_hash)
-        {
-            Some(p) => p,
-            None => {
-                let mut notes = vec![format!("from the results cache {}", path.display())];
-                if unreadable.total() > 0 {
-                    notes.push(format!(
-                        "{} unreadable lines were skipped{}",
-                        unreadable.total(),
-                        if unreadable.cut_last {
-                            " (the last was cut short while it was written)"
-                        } else {
-                            ""
-                        }
-                    ));
-                }
-                reports.push(Report {
-                    info: RunInfo {
-                        notes,
-                        ..RunInfo::new(line.header.clone())
-                    },
-                    results: Vec::new(),
-                });
-                kept.push(Vec::new());
-                reports.len() - 1
-            }
-        };
-        let header = &mut reports[position].info.header;
+        cached.add(line, path, unreadable);
+    }
+    cached.into_reports(path)
+}
+
+/// The file's text as a Kernel Tuner cache or a T4 file, told by its content: an unterminated
+/// cache (a Kernel Tuner run still writing it, or interrupted), a JSON object with `cache` and
+/// `tune_params_keys`, or one with `schema_version` and `results` whose entries have a
+/// `configuration` (T4); `None` for anything else.
+fn community_report(path: &Path, text: &str) -> Result<Option<Report>> {
+    if crate::formats::is_open_cache(text) {
+        return Ok(Some(interchange::kt_report(&KtCache::read(path)?)));
+    }
+    if text.trim_start().starts_with('{')
+        && let Ok(serde_json::Value::Object(doc)) = serde_json::from_str(text)
+    {
+        if doc.contains_key("cache") && doc.contains_key("tune_params_keys") {
+            return Ok(Some(interchange::kt_report(&KtCache::read(path)?)));
+        }
+        let t4 = doc.contains_key("schema_version")
+            && doc
+                .get("results")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|r| r.iter().all(|r| r.get("configuration").is_some()));
+        if t4 {
+            return Ok(Some(interchange::t4_report(&T4File::read(path)?, path)));
+        }
+    }
+    Ok(None)
+}
+
+/// The reports of a results cache, one per manifest (by its hash), and the result each keeps
+/// of a device and choice: `(device, index, priority, result)`, by the same position.
+#[derive(Default)]
+struct CachedReports {
+    reports: Vec<Report>,
+    kept: Vec<Vec<(String, usize, u8, ResultJson)>>,
+}
+
+impl CachedReports {
+    /// Adds a line of the cache at `path` (`unreadable`: its lines that could not be read) to
+    /// the report of its manifest. One result per device and choice is kept: a refined one
+    /// over a screening one, else the last; but a failed re-measurement never hides the
+    /// screening result (the run kept it).
+    fn add(&mut self, line: CacheLine, path: &Path, unreadable: Unreadable) {
+        let position = self.report_of(&line, path, unreadable);
+        let header = &mut self.reports[position].info.header;
         if header.shard != line.header.shard {
             header.shard = None;
         }
-        // One result per device and choice: a refined one over a screening one, else the last;
-        // but a failed re-measurement never hides the screening result (the run kept it).
         let device = line.header.device.clone();
         let index = line.result.index;
         let priority = match (
@@ -287,7 +283,7 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             (false, _) => 1,
             (true, false) => 0,
         };
-        let entries = &mut kept[position];
+        let entries = &mut self.kept[position];
         match entries
             .iter_mut()
             .find(|(d, i, _, _)| *d == device && *i == index)
@@ -297,18 +293,56 @@ fn read(path: &Path) -> Result<Vec<Report>> {
             None => entries.push((device, index, priority, line.result)),
         }
     }
-    for (report, entries) in reports.iter_mut().zip(kept) {
-        let device = report.info.header.device.clone();
-        for (d, _, _, mut result) in entries {
-            result.device = d;
-            let result = result
-                .into_result(&device)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            report.results.push(result);
+
+    /// The position of the report of `line`'s manifest, started (with notes of where it comes
+    /// from and what could not be read) when it is the first line of that manifest.
+    fn report_of(&mut self, line: &CacheLine, path: &Path, unreadable: Unreadable) -> usize {
+        if let Some(p) = self
+            .reports
+            .iter()
+            .position(|r| r.info.header.manifest_hash == line.header.manifest_hash)
+        {
+            return p;
         }
-        rank_by_device(&mut report.results);
+        let mut notes = vec![format!("from the results cache {}", path.display())];
+        if unreadable.total() > 0 {
+            notes.push(format!(
+                "{} unreadable lines were skipped{}",
+                unreadable.total(),
+                if unreadable.cut_last {
+                    " (the last was cut short while it was written)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        self.reports.push(Report {
+            info: RunInfo {
+                notes,
+                ..RunInfo::new(line.header.clone())
+            },
+            results: Vec::new(),
+        });
+        self.kept.push(Vec::new());
+        self.reports.len() - 1
     }
-    Ok(reports)
+
+    /// The reports, each with the results it kept, ranked.
+    fn into_reports(self, path: &Path) -> Result<Vec<Report>> {
+        let mut reports = self.reports;
+        for (report, entries) in reports.iter_mut().zip(self.kept) {
+            let device = report.info.header.device.clone();
+            for (d, _, _, mut result) in entries {
+                result.device = d;
+                let result = result
+                    .into_result(&device)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                report.results.push(result);
+            }
+            rank_by_device(&mut report.results);
+        }
+        Ok(reports)
+    }
 }
 
 #[cfg(test)]
