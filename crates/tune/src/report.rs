@@ -63,7 +63,23 @@ fn csv_file(report: &Report, path: &Path) -> Result<()> {
     write_whole(path, csv(report).as_bytes())
 }
 
+/// The CSV text of `report`: a header, then one row per choice in rank order.
 fn csv(report: &Report) -> String {
+    let columns = CsvColumns {
+        params: param_names(report),
+        metrics: &report.info.header.metrics,
+        // Measured in windows: the estimate's interval over them, their count, and ties.
+        windowed: report.results.iter().any(|r| r.windows.is_some()),
+    };
+    let mut text = csv_line(&columns.header());
+    for r in &report.to_json().results {
+        text.push_str(&csv_line(&columns.row(r)));
+    }
+    text
+}
+
+/// The names of the params of the report's choices, in the order first seen.
+fn param_names(report: &Report) -> Vec<String> {
     let mut params: Vec<String> = Vec::new();
     for r in &report.results {
         for (name, _) in r.choice.values() {
@@ -72,49 +88,63 @@ fn csv(report: &Report) -> String {
             }
         }
     }
-    let metrics = &report.info.header.metrics;
-    let mut header: Vec<String> = vec!["rank".into(), "index".into()];
-    header.extend(params.iter().cloned());
-    header.push("status".into());
-    for field in [
-        "median_ms",
-        "mean_ms",
-        "min_ms",
-        "max_ms",
-        "p20_ms",
-        "p80_ms",
-        "stddev_ms",
-        "reps",
-    ] {
-        header.push(field.into());
-    }
-    header.extend(metrics.iter().cloned());
-    for field in ["refined", "screen_median_ms", "cached", "device", "error"] {
-        header.push(field.into());
-    }
-    // Measured in windows: the estimate's interval over them, their count, and ties.
-    let windowed = report.results.iter().any(|r| r.windows.is_some());
-    if windowed {
+    params
+}
+
+/// The columns of a CSV report: rank, index, one per param, status, the times and reps, one
+/// per metric, refined, screen_median_ms, cached, device, error and, when any choice was
+/// measured in windows, their interval, count, disturbed count and tie.
+struct CsvColumns<'m> {
+    params: Vec<String>,
+    metrics: &'m [String],
+    windowed: bool,
+}
+
+impl CsvColumns<'_> {
+    /// The header row.
+    fn header(&self) -> Vec<String> {
+        let mut header: Vec<String> = vec!["rank".into(), "index".into()];
+        header.extend(self.params.iter().cloned());
+        header.push("status".into());
         for field in [
-            "interval_low_ms",
-            "interval_high_ms",
-            "windows",
-            "disturbed_windows",
-            "tie",
+            "median_ms",
+            "mean_ms",
+            "min_ms",
+            "max_ms",
+            "p20_ms",
+            "p80_ms",
+            "stddev_ms",
+            "reps",
         ] {
             header.push(field.into());
         }
+        header.extend(self.metrics.iter().cloned());
+        for field in ["refined", "screen_median_ms", "cached", "device", "error"] {
+            header.push(field.into());
+        }
+        if self.windowed {
+            for field in [
+                "interval_low_ms",
+                "interval_high_ms",
+                "windows",
+                "disturbed_windows",
+                "tie",
+            ] {
+                header.push(field.into());
+            }
+        }
+        header
     }
-    let mut text = csv_line(&header);
-    let json = report.to_json();
-    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-    for r in &json.results {
+
+    /// A choice's row (empty cells for what it lacks).
+    fn row(&self, r: &ResultJson) -> Vec<String> {
+        let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
         let mut row: Vec<String> = vec![
             r.rank.map(|r| r.to_string()).unwrap_or_default(),
             r.index.to_string(),
         ];
         let values: Vec<(&String, &crate::space::ParamValue)> = r.choice.values().collect();
-        for name in &params {
+        for name in &self.params {
             row.push(
                 values
                     .iter()
@@ -136,7 +166,7 @@ fn csv(report: &Report) -> String {
             row.push(opt(v));
         }
         row.push(r.reps.map(|r| r.to_string()).unwrap_or_default());
-        for name in metrics {
+        for name in self.metrics {
             row.push(opt(r.metrics.get(name).copied()));
         }
         row.push(r.refined.to_string());
@@ -150,7 +180,7 @@ fn csv(report: &Report) -> String {
                 .map(|e| short_error(e, usize::MAX))
                 .unwrap_or_default(),
         );
-        if windowed {
+        if self.windowed {
             match &r.windows {
                 Some(w) => row.extend([
                     w.interval_ms[0].to_string(),
@@ -162,9 +192,8 @@ fn csv(report: &Report) -> String {
                 None => row.extend(std::iter::repeat_n(String::new(), 5)),
             }
         }
-        text.push_str(&csv_line(&row));
+        row
     }
-    text
 }
 
 /// One CSV record (RFC 4180): fields with a comma, quote or line break are quoted.
