@@ -402,6 +402,8 @@ fn guess(part: &str) -> ParamValue {
     }
 }
 
+/// The record under `key` of a cache whose parameters are `names` (`lookup`: each one's values
+/// by their Python `str` form).
 fn record(
     key: &str,
     rec: &Node<'_, '_>,
@@ -409,6 +411,43 @@ fn record(
     lookup: &[HashMap<String, ParamValue>],
 ) -> Res<KtRecord> {
     let members = rec.obj()?;
+    let params = record_params(key, rec, names, lookup)?;
+    let time = record_time(rec)?;
+    let times = match rec.get("times")? {
+        Some(t) => t.f64_list()?,
+        None => Vec::new(),
+    };
+    let ms =
+        |field: &'static str| -> Res<Option<f64>> { rec.get(field)?.map(|n| n.f64()).transpose() };
+    let timestamp = rec
+        .get("timestamp")?
+        .map(|n| n.str().map(str::to_owned))
+        .transpose()?;
+    let (metrics, extra) = record_numbers(members, names);
+    Ok(KtRecord {
+        key: key.to_owned(),
+        params,
+        time,
+        times,
+        compile_time: ms("compile_time")?,
+        verification_time: ms("verification_time")?,
+        benchmark_time: ms("benchmark_time")?,
+        framework_time: ms("framework_time")?,
+        strategy_time: ms("strategy_time")?,
+        timestamp,
+        metrics,
+        extra,
+    })
+}
+
+/// A record's parameter values: each comma-separated part of its `key` read as that
+/// parameter's value (else guessed), checked against the value the record writes, if it does.
+fn record_params(
+    key: &str,
+    rec: &Node<'_, '_>,
+    names: &[String],
+    lookup: &[HashMap<String, ParamValue>],
+) -> Res<Vec<ParamValue>> {
     let parts: Vec<&str> = key.split(',').collect();
     if parts.len() != names.len() {
         return Err(rec.problem(format!(
@@ -449,9 +488,13 @@ fn record(
         };
         params.push(value);
     }
+    Ok(params)
+}
 
+/// A record's `time`: ms, or a failure marker.
+fn record_time(rec: &Node<'_, '_>) -> Res<KtTime> {
     let time_node = rec.req("time")?;
-    let time = match time_node.v {
+    Ok(match time_node.v {
         J::Str(s) => KtTime::Failed(KtFailure::from_marker(s).ok_or_else(|| {
             time_node.problem(format!(
                 "`{s}` is neither a time nor a failure marker (RuntimeFailedConfig, \
@@ -459,18 +502,15 @@ fn record(
             ))
         })?),
         _ => KtTime::Ms(time_node.f64()?),
-    };
-    let times = match rec.get("times")? {
-        Some(t) => t.f64_list()?,
-        None => Vec::new(),
-    };
-    let ms =
-        |field: &'static str| -> Res<Option<f64>> { rec.get(field)?.map(|n| n.f64()).transpose() };
-    let timestamp = rec
-        .get("timestamp")?
-        .map(|n| n.str().map(str::to_owned))
-        .transpose()?;
+    })
+}
 
+/// The members of a record beyond its times and parameters (`names`): the numbers as
+/// metrics, the rest kept as they are.
+fn record_numbers(
+    members: &[(String, J)],
+    names: &[String],
+) -> (IndexMap<String, f64>, IndexMap<String, serde_json::Value>) {
     const KNOWN: [&str; 8] = [
         "time",
         "times",
@@ -496,20 +536,7 @@ fn record(
             }
         }
     }
-    Ok(KtRecord {
-        key: key.to_owned(),
-        params,
-        time,
-        times,
-        compile_time: ms("compile_time")?,
-        verification_time: ms("verification_time")?,
-        benchmark_time: ms("benchmark_time")?,
-        framework_time: ms("framework_time")?,
-        strategy_time: ms("strategy_time")?,
-        timestamp,
-        metrics,
-        extra,
-    })
+    (metrics, extra)
 }
 
 #[cfg(test)]
