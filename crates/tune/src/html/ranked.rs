@@ -167,71 +167,9 @@ fn curve_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> F
 /// folded; the interval and windows columns only when some choice has them.
 fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
     let shown = &ok[..ok.len().min(TOP_TABLE)];
-    let metrics: Vec<String> =
-        shown
-            .iter()
-            .flat_map(|(r, _)| r.metrics.keys())
-            .fold(Vec::new(), |mut names, n| {
-                if !names.contains(n) {
-                    names.push(n.clone());
-                }
-                names
-            });
-    let intervals = shown.iter().any(|(r, _)| interval_ms(r).is_some());
-    let windows = shown.iter().any(|(r, _)| r.windows.is_some());
-    let mut header = vec!["rank", "choice", "time"];
-    if intervals {
-        header.push("interval");
-    }
-    if windows {
-        header.push("windows");
-    }
-    header.extend(metrics.iter().map(String::as_str));
-    header.push("notes");
-    let row = |(r, label): &(&ChoiceResult, &str)| {
-        let mut row = vec![
-            Cell::Num((*label).to_owned()),
-            Cell::Html(format!("<code>{}</code>", esc(&r.choice.label()))),
-            Cell::Num(r.median_ms().map_or("-".into(), tunebox_protocol::short_ms)),
-        ];
-        if intervals {
-            row.push(Cell::Num(interval_ms(r).map_or(
-                "-".into(),
-                |[low, high]| {
-                    format!(
-                        "{} – {}",
-                        tunebox_protocol::short_ms(low),
-                        tunebox_protocol::short_ms(high)
-                    )
-                },
-            )));
-        }
-        if windows {
-            row.push(Cell::Num(r.windows.as_ref().map_or(
-                "-".into(),
-                |w| match w.disturbed_count() {
-                    0 => w.medians_ms.len().to_string(),
-                    d => format!("{} ({d} busy)", w.medians_ms.len()),
-                },
-            )));
-        }
-        for name in &metrics {
-            row.push(Cell::Num(
-                r.metrics
-                    .get(name)
-                    .map_or("-".into(), |v| crate::format_value(*v)),
-            ));
-        }
-        let mut notes = Vec::new();
-        if r.screen_median_ms.is_some() {
-            notes.push("re-measured (--refine)");
-        }
-        if r.cached {
-            notes.push("from the results cache");
-        }
-        row.push(Cell::Text(notes.join(", ")));
-        row
-    };
+    let columns = TopColumns::of(shown);
+    let header = columns.header();
+    let row = |choice: &(&ChoiceResult, &str)| columns.row(choice);
     let open = shown.len().min(TOP_OPEN);
     let mut html = table(&header, shown[..open].iter().map(row), |i| i == 0);
     if shown.len() > open {
@@ -253,6 +191,94 @@ fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
         ));
     }
     html
+}
+
+/// The columns of the table of the best: rank, choice, time, the interval and windows (when
+/// some choice has them), each metric, notes.
+struct TopColumns {
+    metrics: Vec<String>,
+    intervals: bool,
+    windows: bool,
+}
+
+impl TopColumns {
+    /// The columns that the `shown` choices fill.
+    fn of(shown: &[(&ChoiceResult, &str)]) -> TopColumns {
+        let metrics: Vec<String> =
+            shown
+                .iter()
+                .flat_map(|(r, _)| r.metrics.keys())
+                .fold(Vec::new(), |mut names, n| {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                    names
+                });
+        TopColumns {
+            metrics,
+            intervals: shown.iter().any(|(r, _)| interval_ms(r).is_some()),
+            windows: shown.iter().any(|(r, _)| r.windows.is_some()),
+        }
+    }
+
+    fn header(&self) -> Vec<&str> {
+        let mut header = vec!["rank", "choice", "time"];
+        if self.intervals {
+            header.push("interval");
+        }
+        if self.windows {
+            header.push("windows");
+        }
+        header.extend(self.metrics.iter().map(String::as_str));
+        header.push("notes");
+        header
+    }
+
+    /// The row of a choice and its rank label.
+    fn row(&self, (r, label): &(&ChoiceResult, &str)) -> Vec<Cell> {
+        let mut row = vec![
+            Cell::Num((*label).to_owned()),
+            Cell::Html(format!("<code>{}</code>", esc(&r.choice.label()))),
+            Cell::Num(r.median_ms().map_or("-".into(), tunebox_protocol::short_ms)),
+        ];
+        if self.intervals {
+            row.push(Cell::Num(interval_ms(r).map_or(
+                "-".into(),
+                |[low, high]| {
+                    format!(
+                        "{} – {}",
+                        tunebox_protocol::short_ms(low),
+                        tunebox_protocol::short_ms(high)
+                    )
+                },
+            )));
+        }
+        if self.windows {
+            row.push(Cell::Num(r.windows.as_ref().map_or(
+                "-".into(),
+                |w| match w.disturbed_count() {
+                    0 => w.medians_ms.len().to_string(),
+                    d => format!("{} ({d} busy)", w.medians_ms.len()),
+                },
+            )));
+        }
+        for name in &self.metrics {
+            row.push(Cell::Num(
+                r.metrics
+                    .get(name)
+                    .map_or("-".into(), |v| crate::format_value(*v)),
+            ));
+        }
+        let mut notes = Vec::new();
+        if r.screen_median_ms.is_some() {
+            notes.push("re-measured (--refine)");
+        }
+        if r.cached {
+            notes.push("from the results cache");
+        }
+        row.push(Cell::Text(notes.join(", ")));
+        row
+    }
 }
 
 /// Failures, counted by status, each status's distinct messages folded.
