@@ -6,7 +6,7 @@ use tunebox_pool::Status;
 use super::measure::{Measure, count, thin};
 use super::page::{Cell, Page, details, esc, table};
 use super::plot::{Axis, Figure, Layer, Mark, Stroke, colour};
-use crate::ranking::{error_groups, interval_ms, rank_labels, ties, windowed};
+use crate::ranking::{ErrorGroup, error_groups, interval_ms, rank_labels, ties, windowed};
 use crate::results::ChoiceResult;
 
 /// Choices drawn with their intervals.
@@ -312,58 +312,70 @@ fn failures(page: &mut Page, members: &[&ChoiceResult]) {
             .filter(|r| r.status == status)
             .collect();
         let groups = error_groups(&of_status);
-        let mut body = String::new();
-        for group in groups.iter().take(MESSAGES_SHOWN) {
-            let mut named: Vec<String> = group
-                .members
-                .iter()
-                .take(CHOICES_NAMED)
-                .map(|r| format!("<code>{}</code>", esc(&r.choice.label())))
-                .collect();
-            if group.members.len() > CHOICES_NAMED {
-                named.push(format!("… {} more", group.members.len() - CHOICES_NAMED));
-            }
-            let message = group.members[0].error.as_deref().unwrap_or_default();
-            let whole: String = message.chars().take(MESSAGE_CHARS).collect();
-            let cut = if whole.len() < message.len() {
-                "\n… (cut; the JSON report has the whole message)"
-            } else {
-                ""
-            };
-            body.push_str(&details(
-                &format!(
-                    "{} — {}",
-                    esc(&group.line),
-                    count(group.members.len(), "choice")
-                ),
-                &format!(
-                    "<p>{}</p>\n<pre>{}{cut}</pre>",
-                    named.join(", "),
-                    esc(&whole)
-                ),
-            ));
-        }
-        if groups.len() > MESSAGES_SHOWN {
-            body.push_str(&format!(
-                "<p class=\"muted\">… {} more distinct messages (the JSON report has them \
-                 all).</p>",
-                groups.len() - MESSAGES_SHOWN
-            ));
-        }
-        let without = of_status.len() - groups.iter().map(|g| g.members.len()).sum::<usize>();
-        if without > 0 {
-            body.push_str(&format!(
-                "<p class=\"muted\">{} without a message.</p>",
-                count(without, "choice")
-            ));
-        }
         page.details(
             &format!(
                 "<strong>{status}</strong>: {}, {}",
                 count(of_status.len(), "choice"),
                 count(groups.len(), "distinct message")
             ),
-            &body,
+            &status_messages(&of_status, &groups),
         );
     }
+}
+
+/// The folded messages of one status's failed choices (`of_status`, by their error `groups`):
+/// the first [`MESSAGES_SHOWN`], how many more, and how many choices have none.
+fn status_messages(of_status: &[&ChoiceResult], groups: &[ErrorGroup<'_>]) -> String {
+    let mut body = String::new();
+    for group in groups.iter().take(MESSAGES_SHOWN) {
+        body.push_str(&message(group));
+    }
+    if groups.len() > MESSAGES_SHOWN {
+        body.push_str(&format!(
+            "<p class=\"muted\">… {} more distinct messages (the JSON report has them \
+             all).</p>",
+            groups.len() - MESSAGES_SHOWN
+        ));
+    }
+    let without = of_status.len() - groups.iter().map(|g| g.members.len()).sum::<usize>();
+    if without > 0 {
+        body.push_str(&format!(
+            "<p class=\"muted\">{} without a message.</p>",
+            count(without, "choice")
+        ));
+    }
+    body
+}
+
+/// One distinct message, folded under its line: the choices that got it (the first
+/// [`CHOICES_NAMED`]) and the message whole (its first [`MESSAGE_CHARS`] characters).
+fn message(group: &ErrorGroup<'_>) -> String {
+    let mut named: Vec<String> = group
+        .members
+        .iter()
+        .take(CHOICES_NAMED)
+        .map(|r| format!("<code>{}</code>", esc(&r.choice.label())))
+        .collect();
+    if group.members.len() > CHOICES_NAMED {
+        named.push(format!("… {} more", group.members.len() - CHOICES_NAMED));
+    }
+    let message = group.members[0].error.as_deref().unwrap_or_default();
+    let whole: String = message.chars().take(MESSAGE_CHARS).collect();
+    let cut = if whole.len() < message.len() {
+        "\n… (cut; the JSON report has the whole message)"
+    } else {
+        ""
+    };
+    details(
+        &format!(
+            "{} — {}",
+            esc(&group.line),
+            count(group.members.len(), "choice")
+        ),
+        &format!(
+            "<p>{}</p>\n<pre>{}{cut}</pre>",
+            named.join(", "),
+            esc(&whole)
+        ),
+    )
 }
