@@ -50,45 +50,19 @@ pub(super) fn section(page: &mut Page, members: &[&ChoiceResult], measure: &Meas
 fn top_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> Figure {
     let shown = &ok[..ok.len().min(TOP_FIGURE)];
     let best = shown[0].0;
-    let mut classes: [Vec<(f64, f64, f64, f64)>; 3] = Default::default();
-    for (i, (r, _)) in shown.iter().enumerate() {
-        let Some(mid) = measure.value(r) else {
-            continue;
-        };
-        let (low, high) = match interval_ms(r).filter(|_| measure.is_time()) {
-            Some([low, high]) => (measure.of_ms(low), measure.of_ms(high)),
-            None => (mid, mid),
-        };
-        let class = if i == 0 {
-            0
-        } else if ties(best, r) {
-            1
-        } else {
-            2
-        };
-        classes[class].push((i as f64, low, mid, high));
-    }
-    let tied = classes[1].len();
+    let [best_class, tied_class, rest] = intervals_by_class(shown, measure);
     let names: Vec<String> = shown.iter().map(|(_, l)| (*l).to_owned()).collect();
-    let interval = if !measure.is_time() || shown.iter().all(|(r, _)| interval_ms(r).is_none()) {
-        "no interval (each was measured once, or it is not a time)"
-    } else if shown.iter().any(|(r, _)| windowed(r)) {
-        "its 90 % interval over windows (the 20th to 80th percentile of its reps when measured \
-         in one window)"
-    } else {
-        "the 20th to 80th percentile of its reps"
-    };
     let caption = format!(
         "The {} of {} ok choices, best first (rank =N: tied within the noise with rank N): \
-         each choice's {} with {interval}. Triangle: the best, {}; rings: {} tied with the best \
+         each choice's {} with {}. Triangle: the best, {}; rings: {} tied with the best \
          (their intervals overlap); squares: behind it.",
         count(shown.len(), "best choice"),
         ok.len(),
         measure.label(),
+        interval_caption(shown, measure),
         best.choice.label(),
-        count(tied, "choice"),
+        count(tied_class.len(), "choice"),
     );
-    let [best_class, tied_class, rest] = classes;
     Figure::new(
         format!("ranking{tag}"),
         caption,
@@ -120,6 +94,47 @@ fn top_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> Fig
         Mark::Square,
         rest,
     ))
+}
+
+/// The `shown` choices' intervals `(rank position, low, value, high)` in three classes: the
+/// best, those tied with it, the rest (a choice measured once, or ranked by something other
+/// than time, has its value as its interval).
+fn intervals_by_class(
+    shown: &[(&ChoiceResult, &str)],
+    measure: &Measure,
+) -> [Vec<(f64, f64, f64, f64)>; 3] {
+    let best = shown[0].0;
+    let mut classes: [Vec<(f64, f64, f64, f64)>; 3] = Default::default();
+    for (i, (r, _)) in shown.iter().enumerate() {
+        let Some(mid) = measure.value(r) else {
+            continue;
+        };
+        let (low, high) = match interval_ms(r).filter(|_| measure.is_time()) {
+            Some([low, high]) => (measure.of_ms(low), measure.of_ms(high)),
+            None => (mid, mid),
+        };
+        let class = if i == 0 {
+            0
+        } else if ties(best, r) {
+            1
+        } else {
+            2
+        };
+        classes[class].push((i as f64, low, mid, high));
+    }
+    classes
+}
+
+/// What the ranking figure's intervals are, in its caption.
+fn interval_caption(shown: &[(&ChoiceResult, &str)], measure: &Measure) -> &'static str {
+    if !measure.is_time() || shown.iter().all(|(r, _)| interval_ms(r).is_none()) {
+        "no interval (each was measured once, or it is not a time)"
+    } else if shown.iter().any(|(r, _)| windowed(r)) {
+        "its 90 % interval over windows (the 20th to 80th percentile of its reps when measured \
+         in one window)"
+    } else {
+        "the 20th to 80th percentile of its reps"
+    }
 }
 
 /// Every ok choice's value by rank: how far the field trails the best.
