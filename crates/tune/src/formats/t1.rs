@@ -382,52 +382,15 @@ fn configuration_space(cs: &Node<'_, '_>) -> Res<T1ConfigurationSpace> {
     })
 }
 
+/// One of `TuningParameters`: its name, type, values (a Python list expression, or a JSON
+/// list) each of that type, and default.
 fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
     let name = p.req("Name")?.str()?.to_owned();
     let type_node = p.req("Type")?;
-    let param_type = match type_node.str()? {
-        "int" => T1ParamType::Int,
-        "uint" => T1ParamType::UInt,
-        "float" => T1ParamType::Float,
-        "bool" => T1ParamType::Bool,
-        "string" => T1ParamType::String,
-        other => {
-            return Err(type_node.problem(format!(
-                "unknown parameter type `{other}` (int, uint, float, bool or string)"
-            )));
-        }
-    };
+    let param_type = param_type(&type_node)?;
     let values_node = p.req("Values")?;
     let (values, values_text) = match values_node.v {
-        J::Str(text) => {
-            let list = match tunebox_expr::eval(text, &[]) {
-                Ok(Object::List(items)) => items,
-                Ok(other) => {
-                    return Err(values_node.problem(format!(
-                        "`{text}` is a {}, expected a list of values",
-                        other.type_name()
-                    )));
-                }
-                Err(e) => {
-                    return Err(values_node.problem(e.to_string()));
-                }
-            };
-            let mut values = Vec::with_capacity(list.len());
-            for item in list {
-                values.push(match item {
-                    Object::Int(i) => ParamValue::Int(i),
-                    Object::Float(f) => ParamValue::Float(f),
-                    Object::Bool(b) => ParamValue::Bool(b),
-                    Object::Str(s) => ParamValue::Str(s),
-                    Object::List(_) => {
-                        return Err(values_node.problem(format!(
-                            "`{text}` holds a list; a value must be a number, boolean or string"
-                        )));
-                    }
-                });
-            }
-            (values, text.clone())
-        }
+        J::Str(text) => (python_values(&values_node, text)?, text.clone()),
         J::Arr(_) => (
             values_node
                 .items()?
@@ -441,15 +404,7 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
         return Err(values_node.problem("a parameter needs at least one value"));
     }
     for (i, v) in values.iter().enumerate() {
-        let fits = match (param_type, v) {
-            (T1ParamType::Int, ParamValue::Int(_)) => true,
-            (T1ParamType::UInt, ParamValue::Int(i)) => *i >= 0,
-            (T1ParamType::Float, ParamValue::Int(_) | ParamValue::Float(_)) => true,
-            (T1ParamType::Bool, ParamValue::Bool(_)) => true,
-            (T1ParamType::String, ParamValue::Str(_)) => true,
-            _ => false,
-        };
-        if !fits {
+        if !fits(param_type, v) {
             return Err(values_node.problem(format!(
                 "value {i} ({}) does not fit the parameter's type `{}`",
                 v.repr(),
@@ -475,6 +430,66 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
         values_text,
         default,
     })
+}
+
+/// A parameter's `Type`: int, uint, float, bool or string.
+fn param_type(type_node: &Node<'_, '_>) -> Res<T1ParamType> {
+    Ok(match type_node.str()? {
+        "int" => T1ParamType::Int,
+        "uint" => T1ParamType::UInt,
+        "float" => T1ParamType::Float,
+        "bool" => T1ParamType::Bool,
+        "string" => T1ParamType::String,
+        other => {
+            return Err(type_node.problem(format!(
+                "unknown parameter type `{other}` (int, uint, float, bool or string)"
+            )));
+        }
+    })
+}
+
+/// `Values` given as the Python list expression `text`, evaluated: a list of numbers,
+/// booleans and strings.
+fn python_values(values_node: &Node<'_, '_>, text: &str) -> Res<Vec<ParamValue>> {
+    let list = match tunebox_expr::eval(text, &[]) {
+        Ok(Object::List(items)) => items,
+        Ok(other) => {
+            return Err(values_node.problem(format!(
+                "`{text}` is a {}, expected a list of values",
+                other.type_name()
+            )));
+        }
+        Err(e) => {
+            return Err(values_node.problem(e.to_string()));
+        }
+    };
+    let mut values = Vec::with_capacity(list.len());
+    for item in list {
+        values.push(match item {
+            Object::Int(i) => ParamValue::Int(i),
+            Object::Float(f) => ParamValue::Float(f),
+            Object::Bool(b) => ParamValue::Bool(b),
+            Object::Str(s) => ParamValue::Str(s),
+            Object::List(_) => {
+                return Err(values_node.problem(format!(
+                    "`{text}` holds a list; a value must be a number, boolean or string"
+                )));
+            }
+        });
+    }
+    Ok(values)
+}
+
+/// Whether `v` is a value of `param_type` (an int is a float too; a uint is not negative).
+fn fits(param_type: T1ParamType, v: &ParamValue) -> bool {
+    match (param_type, v) {
+        (T1ParamType::Int, ParamValue::Int(_)) => true,
+        (T1ParamType::UInt, ParamValue::Int(i)) => *i >= 0,
+        (T1ParamType::Float, ParamValue::Int(_) | ParamValue::Float(_)) => true,
+        (T1ParamType::Bool, ParamValue::Bool(_)) => true,
+        (T1ParamType::String, ParamValue::Str(_)) => true,
+        _ => false,
+    }
 }
 
 fn dims(node: &Node<'_, '_>) -> Res<T1Dims> {
