@@ -588,60 +588,28 @@ fn one_of<T: Copy>(node: &Node<'_, '_>, choices: &[(&str, T)]) -> Res<T> {
         })
 }
 
+/// The keys of an argument that tunebox reads.
+const ARGUMENT_KEYS: [&str; 12] = [
+    "Name",
+    "Type",
+    "MemoryType",
+    "AccessType",
+    "FillType",
+    "FillValue",
+    "Size",
+    "TypeSize",
+    "Output",
+    "MemType",
+    "DataSource",
+    "RandomSeed",
+];
+
+/// One of a kernel's `Arguments`.
 fn argument(a: &Node<'_, '_>) -> Res<T1Arg> {
-    use T1AccessType as A;
-    use T1FillType as F;
-    use T1MemoryType as M;
-    let memory_type = one_of(
-        &a.req("MemoryType")?,
-        &[
-            ("Scalar", M::Scalar),
-            ("Vector", M::Vector),
-            ("Local", M::Local),
-            ("Symbol", M::Symbol),
-        ],
-    )?;
-    let access_type = a
-        .get("AccessType")?
-        .map(|n| {
-            one_of(
-                &n,
-                &[
-                    ("ReadOnly", A::ReadOnly),
-                    ("WriteOnly", A::WriteOnly),
-                    ("ReadWrite", A::ReadWrite),
-                ],
-            )
-        })
-        .transpose()?;
-    let fill_type = a
-        .get("FillType")?
-        .map(|n| {
-            one_of(
-                &n,
-                &[
-                    ("Constant", F::Constant),
-                    ("Random", F::Random),
-                    ("Generator", F::Generator),
-                    ("Script", F::Script),
-                    ("BinaryRaw", F::BinaryRaw),
-                    ("BinaryHDF", F::BinaryHDF),
-                ],
-            )
-        })
-        .transpose()?;
-    let size = match a.get("Size")? {
-        None => None,
-        Some(n) => Some(match n.v {
-            J::Str(s) => match s.trim().parse::<u64>() {
-                Ok(count) => T1Size::Count(count),
-                Err(_) => T1Size::Expr(s.clone()),
-            },
-            _ => T1Size::Count(
-                u64::try_from(n.i64()?).map_err(|_| n.problem("a size must not be negative"))?,
-            ),
-        }),
-    };
+    let memory_type = memory_type(&a.req("MemoryType")?)?;
+    let access_type = a.get("AccessType")?.map(|n| access_type(&n)).transpose()?;
+    let fill_type = a.get("FillType")?.map(|n| fill_type(&n)).transpose()?;
+    let size = a.get("Size")?.map(|n| size(&n)).transpose()?;
     Ok(T1Arg {
         name: opt_string(a, "Name")?.unwrap_or_default(),
         data_type: a.req("Type")?.str()?.to_owned(),
@@ -659,23 +627,63 @@ fn argument(a: &Node<'_, '_>) -> Res<T1Arg> {
         mem_type: opt_string(a, "MemType")?,
         data_source: opt_string(a, "DataSource")?,
         random_seed: a.get("RandomSeed")?.map(|n| n.i64()).transpose()?,
-        extra: rest(
-            a,
-            &[
-                "Name",
-                "Type",
-                "MemoryType",
-                "AccessType",
-                "FillType",
-                "FillValue",
-                "Size",
-                "TypeSize",
-                "Output",
-                "MemType",
-                "DataSource",
-                "RandomSeed",
-            ],
-        )?,
+        extra: rest(a, &ARGUMENT_KEYS)?,
+    })
+}
+
+/// An argument's `MemoryType`.
+fn memory_type(n: &Node<'_, '_>) -> Res<T1MemoryType> {
+    use T1MemoryType as M;
+    one_of(
+        n,
+        &[
+            ("Scalar", M::Scalar),
+            ("Vector", M::Vector),
+            ("Local", M::Local),
+            ("Symbol", M::Symbol),
+        ],
+    )
+}
+
+/// An argument's `AccessType`.
+fn access_type(n: &Node<'_, '_>) -> Res<T1AccessType> {
+    use T1AccessType as A;
+    one_of(
+        n,
+        &[
+            ("ReadOnly", A::ReadOnly),
+            ("WriteOnly", A::WriteOnly),
+            ("ReadWrite", A::ReadWrite),
+        ],
+    )
+}
+
+/// An argument's `FillType`.
+fn fill_type(n: &Node<'_, '_>) -> Res<T1FillType> {
+    use T1FillType as F;
+    one_of(
+        n,
+        &[
+            ("Constant", F::Constant),
+            ("Random", F::Random),
+            ("Generator", F::Generator),
+            ("Script", F::Script),
+            ("BinaryRaw", F::BinaryRaw),
+            ("BinaryHDF", F::BinaryHDF),
+        ],
+    )
+}
+
+/// An argument's `Size`: a count (a number, or a string of one), else an expression.
+fn size(n: &Node<'_, '_>) -> Res<T1Size> {
+    Ok(match n.v {
+        J::Str(s) => match s.trim().parse::<u64>() {
+            Ok(count) => T1Size::Count(count),
+            Err(_) => T1Size::Expr(s.clone()),
+        },
+        _ => T1Size::Count(
+            u64::try_from(n.i64()?).map_err(|_| n.problem("a size must not be negative"))?,
+        ),
     })
 }
 
