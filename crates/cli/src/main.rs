@@ -779,27 +779,7 @@ fn run_tune(
     options.csv = output.csv.clone();
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    // As many proposals at once as there are workers to measure them (auto's batch).
-    let plan = tunebox_tune::plan_batched(
-        &args.manifest,
-        &options.selection,
-        options.shard,
-        options.workers,
-    )?;
-    // The files the run's report goes to besides --json and --csv (which the run checks),
-    // checked as those are: before anything is measured.
-    for (flag, path) in [("--t4", &output.t4), ("--html", &output.html)] {
-        if let Some(path) = path {
-            plan.check_output(flag, path)?;
-        }
-    }
-    let plan = match plan.manifest().sandbox() {
-        None if args.sandbox => {
-            let sandbox = plan.manifest().default_sandbox();
-            plan.with_sandbox(Some(sandbox))
-        }
-        _ => plan,
-    };
+    let plan = tune_plan(&args.manifest, args.sandbox, &options, &output)?;
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     // Why results could not be kept, when a warning of the run said it already.
     let reason_said = report
@@ -824,6 +804,33 @@ fn run_tune(
         return Ok(ExitCode::from(EXIT_NOT_CACHED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan of a tuning run of `manifest`: as many proposals at once as there are workers to
+/// measure them (auto's batch), the report's files besides --json and --csv (which the run
+/// checks) checked as those are, before anything is measured; sandboxed by `--sandbox` when
+/// the manifest says nothing of a sandbox.
+fn tune_plan(
+    manifest: &std::path::Path,
+    sandbox: bool,
+    options: &TuneOptions,
+    output: &OutputArgs,
+) -> Result<tunebox_tune::Plan> {
+    let plan =
+        tunebox_tune::plan_batched(manifest, &options.selection, options.shard, options.workers)?;
+    for (flag, path) in [("--t4", &output.t4), ("--html", &output.html)] {
+        if let Some(path) = path {
+            plan.check_output(flag, path)?;
+        }
+    }
+    let plan = match plan.manifest().sandbox() {
+        None if sandbox => {
+            let sandbox = plan.manifest().default_sandbox();
+            plan.with_sandbox(Some(sandbox))
+        }
+        _ => plan,
+    };
+    Ok(plan)
 }
 
 /// The exit status of a run that finished (its table and files written) but could not keep
