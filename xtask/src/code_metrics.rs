@@ -15,18 +15,20 @@
 //! code the workspace writes (rustfmt-formatted), not every program Rust accepts.
 //!
 //! `--max-fn N` fails when a function outside tests is longer than N lines and `--no-circles`
-//! fails on a module circle, for CI; `--edges CRATE` prints that crate's module graph;
+//! fails on a module circle, for CI; `--all` lists every function over 60 lines (not only the
+//! 15 longest); `--edges CRATE` prints that crate's module graph;
 //! `--root DIR` measures another checkout (e.g. a `git worktree` of an older commit).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// `cargo xtask code-metrics [--max-fn N] [--no-circles]`.
+/// `cargo xtask code-metrics [--max-fn N] [--no-circles] [--all]`.
 pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
     let mut max_fn = None;
     let mut no_circles = false;
     let mut edges_of = None;
+    let mut all = false;
     let mut root = crate::workspace_root();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -36,6 +38,7 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
                 max_fn = Some(n.ok_or("--max-fn takes a number of lines")?);
             }
             "--no-circles" => no_circles = true,
+            "--all" => all = true,
             "--edges" => edges_of = rest.next().cloned(),
             "--root" => {
                 root = rest
@@ -46,7 +49,7 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
             other => {
                 return Err(format!(
                     "code-metrics: unknown argument `{other}`; usage: cargo xtask code-metrics \
-                     [--max-fn N] [--no-circles] [--edges CRATE] [--root DIR]"
+                     [--max-fn N] [--no-circles] [--all] [--edges CRATE] [--root DIR]"
                 ));
             }
         }
@@ -83,8 +86,9 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
         over(100),
         over(150)
     );
+    let shown = if all { over(60) } else { 15 };
     println!("  longest:");
-    for (lines, what) in functions.iter().take(15) {
+    for (lines, what) in functions.iter().take(shown) {
         println!("    {lines:>4}  {what}");
     }
     println!("module circles: {}", circles.len());

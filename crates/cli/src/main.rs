@@ -482,7 +482,6 @@ fn compare(a: &std::path::Path, b: &std::path::Path, output: &OutputArgs) -> Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the table and writes the requested files.
 /// What a printed report comes from: what the table may suggest depends on it.
 #[derive(Debug, Clone, Copy)]
 enum Origin<'a> {
@@ -497,6 +496,8 @@ enum Origin<'a> {
     Report(&'a std::path::Path),
 }
 
+/// Prints `report`'s table and, with `write_files`, writes the files `output` names (saying
+/// so when `announce`); `origin` says where the report came from.
 fn emit(
     report: &Report,
     output: &OutputArgs,
@@ -507,15 +508,6 @@ fn emit(
     let source = match origin {
         Origin::Report(file) => Some(file),
         _ => None,
-    };
-    // Only tunebox's own measurements can be measured again, by `tune`.
-    let manifest = &report.info.header.manifest;
-    let measurable = !report.info.header.manifest_hash.is_empty();
-    let remeasure = match origin {
-        Origin::Tune => table::Remeasure::Flag,
-        Origin::Replay(..) => table::Remeasure::No,
-        Origin::Merge | Origin::Report(_) if measurable => table::Remeasure::Command(manifest),
-        Origin::Merge | Origin::Report(_) => table::Remeasure::No,
     };
     let files: Vec<String> = output
         .files()
@@ -534,39 +526,61 @@ fn emit(
         files: &files,
         errors: output.errors,
         source: source.as_deref(),
-        remeasure,
+        remeasure: remeasure(report, origin),
     };
     table::print_table(report, &mut std::io::stdout().lock(), options)?;
     if write_files {
-        if let Some(path) = &output.json {
-            tunebox_tune::write_json(report, path)?;
-            if announce {
-                eprintln!("tunebox: wrote {}", path.display());
-            }
+        write_report_files(report, output, announce, origin)?;
+    }
+    Ok(())
+}
+
+/// How the table says to measure tied choices again: only tunebox's own measurements can be,
+/// by `tune`.
+fn remeasure<'r>(report: &'r Report, origin: Origin<'_>) -> table::Remeasure<'r> {
+    let manifest = &report.info.header.manifest;
+    let measurable = !report.info.header.manifest_hash.is_empty();
+    match origin {
+        Origin::Tune => table::Remeasure::Flag,
+        Origin::Replay(..) => table::Remeasure::No,
+        Origin::Merge | Origin::Report(_) if measurable => table::Remeasure::Command(manifest),
+        Origin::Merge | Origin::Report(_) => table::Remeasure::No,
+    }
+}
+
+/// Writes `report` to the files `output` names (`--json`, `--csv`, `--t4`, `--html`; a
+/// replay's page with its search replayed), saying so when `announce`.
+fn write_report_files(
+    report: &Report,
+    output: &OutputArgs,
+    announce: bool,
+    origin: Origin<'_>,
+) -> Result<()> {
+    let wrote = |path: &std::path::Path| {
+        if announce {
+            eprintln!("tunebox: wrote {}", path.display());
         }
-        if let Some(path) = &output.csv {
-            tunebox_tune::write_csv(report, path)?;
-            if announce {
-                eprintln!("tunebox: wrote {}", path.display());
-            }
+    };
+    if let Some(path) = &output.json {
+        tunebox_tune::write_json(report, path)?;
+        wrote(path);
+    }
+    if let Some(path) = &output.csv {
+        tunebox_tune::write_csv(report, path)?;
+        wrote(path);
+    }
+    if let Some(path) = &output.t4 {
+        tunebox_tune::write_t4(report, path)?;
+        wrote(path);
+    }
+    if let Some(path) = &output.html {
+        let page = tunebox_tune::HtmlReport::new(report);
+        match origin {
+            Origin::Replay(trace, recorded) => page.replayed(trace, recorded),
+            _ => page,
         }
-        if let Some(path) = &output.t4 {
-            tunebox_tune::write_t4(report, path)?;
-            if announce {
-                eprintln!("tunebox: wrote {}", path.display());
-            }
-        }
-        if let Some(path) = &output.html {
-            let page = tunebox_tune::HtmlReport::new(report);
-            match origin {
-                Origin::Replay(trace, recorded) => page.replayed(trace, recorded),
-                _ => page,
-            }
-            .write(path)?;
-            if announce {
-                eprintln!("tunebox: wrote {}", path.display());
-            }
-        }
+        .write(path)?;
+        wrote(path);
     }
     Ok(())
 }
@@ -765,27 +779,7 @@ fn run_tune(
     options.csv = output.csv.clone();
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
-    // As many proposals at once as there are workers to measure them (auto's batch).
-    let plan = tunebox_tune::plan_batched(
-        &args.manifest,
-        &options.selection,
-        options.shard,
-        options.workers,
-    )?;
-    // The files the run's report goes to besides --json and --csv (which the run checks),
-    // checked as those are: before anything is measured.
-    for (flag, path) in [("--t4", &output.t4), ("--html", &output.html)] {
-        if let Some(path) = path {
-            plan.check_output(flag, path)?;
-        }
-    }
-    let plan = match plan.manifest().sandbox() {
-        None if args.sandbox => {
-            let sandbox = plan.manifest().default_sandbox();
-            plan.with_sandbox(Some(sandbox))
-        }
-        _ => plan,
-    };
+    let plan = tune_plan(&args.manifest, args.sandbox, &options, &output)?;
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     // Why results could not be kept, when a warning of the run said it already.
     let reason_said = report
@@ -810,6 +804,33 @@ fn run_tune(
         return Ok(ExitCode::from(EXIT_NOT_CACHED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan of a tuning run of `manifest`: as many proposals at once as there are workers to
+/// measure them (auto's batch), the report's files besides --json and --csv (which the run
+/// checks) checked as those are, before anything is measured; sandboxed by `--sandbox` when
+/// the manifest says nothing of a sandbox.
+fn tune_plan(
+    manifest: &std::path::Path,
+    sandbox: bool,
+    options: &TuneOptions,
+    output: &OutputArgs,
+) -> Result<tunebox_tune::Plan> {
+    let plan =
+        tunebox_tune::plan_batched(manifest, &options.selection, options.shard, options.workers)?;
+    for (flag, path) in [("--t4", &output.t4), ("--html", &output.html)] {
+        if let Some(path) = path {
+            plan.check_output(flag, path)?;
+        }
+    }
+    let plan = match plan.manifest().sandbox() {
+        None if sandbox => {
+            let sandbox = plan.manifest().default_sandbox();
+            plan.with_sandbox(Some(sandbox))
+        }
+        _ => plan,
+    };
+    Ok(plan)
 }
 
 /// The exit status of a run that finished (its table and files written) but could not keep

@@ -99,56 +99,82 @@ pub(crate) fn print_table(
                 } else {
                     String::new()
                 };
-                let median = format_time(best.median_ms().unwrap_or(f64::NAN));
-                let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
-                let tied = match tied {
-                    // Refined choices were measured longer already.
-                    _ if best.screen_median_ms.is_some() => String::new(),
-                    // Measured in windows: the run says how sure it is.
-                    _ if windowed(best) => info
-                        .conditions
-                        .as_ref()
-                        .map(|c| format!(" ({})", c.confidence))
-                        .unwrap_or_default(),
-                    0 => String::new(),
-                    1 => format!(
-                        " (tied within the noise with the next choice{})",
-                        options.remeasure.hint(2, "both")
-                    ),
-                    n => format!(
-                        " (tied within the noise with the next {}{})",
-                        choices(n),
-                        options.remeasure.hint(n + 1, "them")
-                    ),
-                };
-                let metrics: Vec<String> = best
-                    .metrics
-                    .iter()
-                    .map(|(name, value)| format!(", {} {name}", format_value(*value)))
-                    .collect();
-                let ranked_by = info
-                    .header
-                    .objective
-                    .as_ref()
-                    .map(|o| format!(" (ranked by {})", o.describe()))
-                    .unwrap_or_default();
-                writeln!(
-                    out,
-                    "best{on}: {} at {median}{}{ranked_by}{tied}",
-                    best.choice.label(),
-                    metrics.concat()
-                )?;
-                let defines = define_line(&best.choice);
-                if !defines.is_empty() {
-                    writeln!(out, "      {defines}")?;
-                    writeln!(out, "      best = {}", best.choice.toml())?;
-                }
+                print_best(best, members, &on, info, out, options)?;
             }
             None if groups.len() > 1 => writeln!(out, "no choice succeeded on {device}")?,
             None => writeln!(out, "no choice succeeded")?,
         }
     }
     Ok(())
+}
+
+/// `best on DEVICE: X=4 at 1.234 ms, …`: the best of `members` (ranked), its metrics, what ranks
+/// it and whether it ties with the next; then its `#define`s and manifest line, if it has
+/// params.
+fn print_best(
+    best: &ChoiceResult,
+    members: &[&ChoiceResult],
+    on: &str,
+    info: &RunInfo,
+    out: &mut impl Write,
+    options: TableOptions<'_>,
+) -> std::io::Result<()> {
+    let median = format_time(best.median_ms().unwrap_or(f64::NAN));
+    let tied = tie_note(best, members, info, options.remeasure);
+    let metrics: Vec<String> = best
+        .metrics
+        .iter()
+        .map(|(name, value)| format!(", {} {name}", format_value(*value)))
+        .collect();
+    let ranked_by = info
+        .header
+        .objective
+        .as_ref()
+        .map(|o| format!(" (ranked by {})", o.describe()))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "best{on}: {} at {median}{}{ranked_by}{tied}",
+        best.choice.label(),
+        metrics.concat()
+    )?;
+    let defines = define_line(&best.choice);
+    if !defines.is_empty() {
+        writeln!(out, "      {defines}")?;
+        writeln!(out, "      best = {}", best.choice.toml())?;
+    }
+    Ok(())
+}
+
+/// How sure the pick of `best` (the first of `members`) is: ` (tied within the noise with
+/// the next choice; …)`, the windows' confidence, or nothing (refined, or no tie).
+fn tie_note(
+    best: &ChoiceResult,
+    members: &[&ChoiceResult],
+    info: &RunInfo,
+    remeasure: Remeasure<'_>,
+) -> String {
+    let tied = members[1..].iter().take_while(|r| ties(best, r)).count();
+    match tied {
+        // Refined choices were measured longer already.
+        _ if best.screen_median_ms.is_some() => String::new(),
+        // Measured in windows: the run says how sure it is.
+        _ if windowed(best) => info
+            .conditions
+            .as_ref()
+            .map(|c| format!(" ({})", c.confidence))
+            .unwrap_or_default(),
+        0 => String::new(),
+        1 => format!(
+            " (tied within the noise with the next choice{})",
+            remeasure.hint(2, "both")
+        ),
+        n => format!(
+            " (tied within the noise with the next {}{})",
+            choices(n),
+            remeasure.hint(n + 1, "them")
+        ),
+    }
 }
 
 /// `matmul-512: matmul (kernels/matmul.c) on AMD EPYC (2 cores), shard 1/4`.
@@ -180,127 +206,42 @@ enum Row<'r> {
     More(usize),
 }
 
+/// Writes one device's rows (the first `options.top`, a failed choice whose error an earlier
+/// row shows counted under it), aligned to their widest cell, then the error footnotes.
 fn print_rows(
     members: &[&ChoiceResult],
     info: &RunInfo,
     out: &mut impl Write,
     options: TableOptions<'_>,
 ) -> std::io::Result<()> {
-    let metrics = &info.header.metrics;
     let shown = options.top.unwrap_or(usize::MAX).min(members.len());
-    let mut header: Vec<String> = vec!["rank".into(), "choice".into()];
-    if info.across_devices {
-        header.push("device".into());
-    }
-    header.push("median".into());
-    header.extend(metrics.iter().cloned());
     let with_windows = members.iter().any(|r| windowed(r));
-    if with_windows {
-        header.push("windows".into());
-    }
-    header.extend(["spread".into(), "status".into(), "error".into()]);
+    let header = header(info, with_windows);
     let columns = header.len();
-    let ranks = rank_labels(members);
     let groups = error_groups(&members[..shown]);
-    let group_of = |r: &ChoiceResult, groups: &[ErrorGroup<'_>]| {
-        groups
-            .iter()
-            .position(|g| g.members.iter().any(|m| std::ptr::eq(*m, r)))
-    };
-    // The rows: a failed choice whose error an earlier row shows is counted under it.
-    let mut layout: Vec<(Row<'_>, String)> = Vec::with_capacity(shown);
-    for (r, rank) in members[..shown].iter().copied().zip(ranks) {
-        match group_of(r, &groups) {
-            Some(g) if !std::ptr::eq(groups[g].members[0], r) => continue,
-            Some(g) => {
-                layout.push((Row::Choice(r), rank));
-                if groups[g].members.len() > 1 {
-                    layout.push((Row::More(g), String::new()));
-                }
-            }
-            None => layout.push((Row::Choice(r), rank)),
-        }
-    }
-    let mut rows: Vec<Vec<String>> = Vec::with_capacity(layout.len());
-    for (row, rank) in &layout {
-        rows.push(match row {
+    let layout = layout(&members[..shown], rank_labels(members), &groups);
+    let mut rows: Vec<Vec<String>> = layout
+        .iter()
+        .map(|(row, rank)| match row {
             Row::Choice(r) => choice_cells(r, rank, info, with_windows),
-            Row::More(g) => {
-                let group = &groups[*g];
-                let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
-                if info.across_devices {
-                    cells.push(String::new());
-                }
-                let blank = metrics.len() + 2 + usize::from(with_windows);
-                cells.extend(std::iter::repeat_n(String::new(), blank));
-                cells.push(group.status.to_string());
-                cells.push(String::new());
-                cells
-            }
-        });
-    }
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
+            Row::More(g) => more_cells(&groups[*g], info, with_windows),
+        })
+        .collect();
+    let widths = widths(&header, &rows);
     // The error column takes what the terminal has left.
     let fixed: usize = widths[..columns - 1].iter().sum::<usize>() + 2 * (columns - 1);
     let error_width = options.width.map_or(ERROR_WIDTH, |w| {
         w.saturating_sub(fixed).clamp(MIN_ERROR_WIDTH, ERROR_WIDTH)
     });
-    // A footnote for each error shared by several choices or cut to fit.
-    let mut next_note = 0;
-    let notes: Vec<Option<usize>> = groups
-        .iter()
-        .map(|group| {
-            (group.members.len() > 1 || group.line.chars().count() > error_width).then(|| {
-                next_note += 1;
-                next_note
-            })
-        })
-        .collect();
+    let notes = footnotes(&groups, error_width);
     for (cells, (row, _)) in rows.iter_mut().zip(&layout) {
-        let (group, error) = match row {
-            Row::Choice(r) => (group_of(r, &groups), r.error.as_deref()),
-            Row::More(g) => (Some(*g), None),
-        };
-        cells[columns - 1] = match (group.and_then(|g| notes[g]), error) {
-            (Some(note), Some(e)) => {
-                let tag = format!("[{note}] ");
-                format!(
-                    "{tag}{}",
-                    short_error(e, error_width.saturating_sub(tag.len()).max(8))
-                )
-            }
-            (Some(note), None) => format!("[{note}]"),
-            (None, Some(e)) => short_error(e, error_width),
-            _ => String::new(),
-        };
+        cells[columns - 1] = error_cell(row, &groups, &notes, error_width);
     }
     // Numbers right-aligned; the choice, the device, the status and the error left-aligned.
     let left = |c: usize| c == 1 || (c == 2 && info.across_devices) || c >= columns - 2;
-    let line = |cells: &[String]| {
-        let mut text = String::new();
-        for (c, cell) in cells.iter().enumerate() {
-            if c > 0 {
-                text.push_str("  ");
-            }
-            let pad = widths[c].saturating_sub(cell.chars().count());
-            if left(c) {
-                text.push_str(cell);
-                text.push_str(&" ".repeat(pad));
-            } else {
-                text.push_str(&" ".repeat(pad));
-                text.push_str(cell);
-            }
-        }
-        text.trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(&header))?;
+    writeln!(out, "{}", aligned(&header, &widths, left))?;
     for row in &rows {
-        writeln!(out, "{}", line(row))?;
+        writeln!(out, "{}", aligned(row, &widths, left))?;
     }
     if shown < members.len() {
         let all = match options.files {
@@ -315,6 +256,137 @@ fn print_rows(
         )?;
     }
     print_error_notes(&groups, &notes, out, options)
+}
+
+/// The table's header: rank, choice, device (across devices), median, the metrics, windows
+/// (`with_windows`), spread, status, error.
+fn header(info: &RunInfo, with_windows: bool) -> Vec<String> {
+    let mut header: Vec<String> = vec!["rank".into(), "choice".into()];
+    if info.across_devices {
+        header.push("device".into());
+    }
+    header.push("median".into());
+    header.extend(info.header.metrics.iter().cloned());
+    if with_windows {
+        header.push("windows".into());
+    }
+    header.extend(["spread".into(), "status".into(), "error".into()]);
+    header
+}
+
+/// The error group (by position in `groups`) that `r` belongs to.
+fn group_of(r: &ChoiceResult, groups: &[ErrorGroup<'_>]) -> Option<usize> {
+    groups
+        .iter()
+        .position(|g| g.members.iter().any(|m| std::ptr::eq(*m, r)))
+}
+
+/// The rows of `shown`, each with its rank label: a failed choice whose error an earlier row
+/// shows is counted under it (`Row::More` after the first of its group).
+fn layout<'r>(
+    shown: &[&'r ChoiceResult],
+    ranks: Vec<String>,
+    groups: &[ErrorGroup<'_>],
+) -> Vec<(Row<'r>, String)> {
+    let mut layout: Vec<(Row<'_>, String)> = Vec::with_capacity(shown.len());
+    for (r, rank) in shown.iter().copied().zip(ranks) {
+        match group_of(r, groups) {
+            Some(g) if !std::ptr::eq(groups[g].members[0], r) => continue,
+            Some(g) => {
+                layout.push((Row::Choice(r), rank));
+                if groups[g].members.len() > 1 {
+                    layout.push((Row::More(g), String::new()));
+                }
+            }
+            None => layout.push((Row::Choice(r), rank)),
+        }
+    }
+    layout
+}
+
+/// The cells of a `… N more` row of `group`: the count and the status, the error cell left
+/// empty.
+fn more_cells(group: &ErrorGroup<'_>, info: &RunInfo, with_windows: bool) -> Vec<String> {
+    let mut cells = vec![String::new(), format!("… {} more", group.members.len() - 1)];
+    if info.across_devices {
+        cells.push(String::new());
+    }
+    let blank = info.header.metrics.len() + 2 + usize::from(with_windows);
+    cells.extend(std::iter::repeat_n(String::new(), blank));
+    cells.push(group.status.to_string());
+    cells.push(String::new());
+    cells
+}
+
+/// The width of each column: its widest cell, the header's included (in characters).
+fn widths(header: &[String], rows: &[Vec<String>]) -> Vec<usize> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    widths
+}
+
+/// The footnote number of each error group (by the same position): one for each error shared
+/// by several choices or longer than `error_width`, numbered from 1.
+fn footnotes(groups: &[ErrorGroup<'_>], error_width: usize) -> Vec<Option<usize>> {
+    let mut next_note = 0;
+    groups
+        .iter()
+        .map(|group| {
+            (group.members.len() > 1 || group.line.chars().count() > error_width).then(|| {
+                next_note += 1;
+                next_note
+            })
+        })
+        .collect()
+}
+
+/// A row's error cell: its footnote's tag (`[1]`) and the error cut to `error_width`.
+fn error_cell(
+    row: &Row<'_>,
+    groups: &[ErrorGroup<'_>],
+    notes: &[Option<usize>],
+    error_width: usize,
+) -> String {
+    let (group, error) = match row {
+        Row::Choice(r) => (group_of(r, groups), r.error.as_deref()),
+        Row::More(g) => (Some(*g), None),
+    };
+    match (group.and_then(|g| notes[g]), error) {
+        (Some(note), Some(e)) => {
+            let tag = format!("[{note}] ");
+            format!(
+                "{tag}{}",
+                short_error(e, error_width.saturating_sub(tag.len()).max(8))
+            )
+        }
+        (Some(note), None) => format!("[{note}]"),
+        (None, Some(e)) => short_error(e, error_width),
+        _ => String::new(),
+    }
+}
+
+/// `cells` padded to `widths`, two spaces apart, left-aligned in the columns `left` names
+/// (else right-aligned), with no trailing spaces.
+fn aligned(cells: &[String], widths: &[usize], left: impl Fn(usize) -> bool) -> String {
+    let mut text = String::new();
+    for (c, cell) in cells.iter().enumerate() {
+        if c > 0 {
+            text.push_str("  ");
+        }
+        let pad = widths[c].saturating_sub(cell.chars().count());
+        if left(c) {
+            text.push_str(cell);
+            text.push_str(&" ".repeat(pad));
+        } else {
+            text.push_str(&" ".repeat(pad));
+            text.push_str(cell);
+        }
+    }
+    text.trim_end().to_owned()
 }
 
 /// The cells of a choice's row, the error cell left empty.
@@ -455,7 +527,46 @@ pub(crate) fn format_time(ms: f64) -> String {
     tunebox_protocol::short_ms(ms)
 }
 
+/// Writes the summary under the tables: the counts by status, what the windows found, the
+/// results cache, what a stop left, the refined choices, the merged files and the run's notes.
 fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let info = &report.info;
+    writeln!(out, "{}", counts_line(report))?;
+    if let Some(c) = info
+        .conditions
+        .as_ref()
+        .filter(|c| c.rounds > 0 && c.windows > 0)
+    {
+        writeln!(out, "{}", windows_line(c))?;
+    }
+    print_cache(info, out)?;
+    print_left(info, out)?;
+    if let Some(refine) = info.refine
+        && report.results.iter().any(|r| r.screen_median_ms.is_some())
+    {
+        writeln!(
+            out,
+            "* re-measured with {}x rep_ms (--refine {}); these rank first, by the re-measured \
+             median",
+            refine.rep_factor, refine.top
+        )?;
+    }
+    if !info.merged_from.is_empty() {
+        let mut line = format!("merged from {} files", info.merged_from.len());
+        if info.elapsed_s > 0.0 {
+            line.push_str(&format!(" (the slowest took {:.1} s)", info.elapsed_s));
+        }
+        writeln!(out, "{line}")?;
+    }
+    for note in &info.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    Ok(())
+}
+
+/// `12 choices (10 ok, 2 failed) in 3.4 s with 2 worker(s); spread = …`: the results by
+/// status, the run's time and workers, and what the spread column means.
+fn counts_line(report: &Report) -> String {
     let info = &report.info;
     let mut counts: Vec<(Status, usize)> = Vec::new();
     for r in &report.results {
@@ -481,52 +592,55 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     } else if report.results.iter().any(|r| r.stats.is_some()) {
         line.push_str("; spread = (p80 - p20) / median");
     }
-    writeln!(out, "{line}")?;
-    if let Some(c) = info
-        .conditions
-        .as_ref()
-        .filter(|c| c.rounds > 0 && c.windows > 0)
-    {
-        let mut windows = format!(
-            "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
-             for the top",
-            c.windows,
-            c.rounds,
-            c.disturbed,
-            c.remeasured,
-            choices(c.raced)
-        );
-        if c.confirmed_early > 0 {
-            windows.push_str(&format!(
-                "; {} confirmed early (two windows agreed)",
-                choices(c.confirmed_early)
-            ));
-        }
-        if c.beside_compiles > 0 {
-            windows.push_str(&format!(
-                "; {} measured while choices compiled (first rounds' windows)",
-                c.beside_compiles
-            ));
-        }
-        if c.settled > 0 {
-            windows.push_str(&format!(
-                "; {} settled at screening (more than {:.0} % behind the best, the largest \
-                 spread of any choice's windows, with no other choice that close)",
-                choices(c.settled),
-                c.settle_margin * 100.0
-            ));
-        }
-        if c.busy {
-            windows.push_str("; the machine was busy: the ranking is less sure");
-        } else if c.drifted() {
-            windows.push_str(&format!(
-                "; the machine's speed drifted (a choice's windows differ by {:.0} %): the \
-                 ranking is less sure",
-                c.drift * 100.0
-            ));
-        }
-        writeln!(out, "{windows}")?;
+    line
+}
+
+/// `windows: 40 in 3 rounds and the race (…)`: what the windows of a run found, and how sure
+/// its ranking is.
+fn windows_line(c: &tunebox_tune::RunConditions) -> String {
+    let mut windows = format!(
+        "windows: {} in {} rounds and the race ({} disturbed, {} measured again), {} raced \
+         for the top",
+        c.windows,
+        c.rounds,
+        c.disturbed,
+        c.remeasured,
+        choices(c.raced)
+    );
+    if c.confirmed_early > 0 {
+        windows.push_str(&format!(
+            "; {} confirmed early (two windows agreed)",
+            choices(c.confirmed_early)
+        ));
     }
+    if c.beside_compiles > 0 {
+        windows.push_str(&format!(
+            "; {} measured while choices compiled (first rounds' windows)",
+            c.beside_compiles
+        ));
+    }
+    if c.settled > 0 {
+        windows.push_str(&format!(
+            "; {} settled at screening (more than {:.0} % behind the best, the largest \
+             spread of any choice's windows, with no other choice that close)",
+            choices(c.settled),
+            c.settle_margin * 100.0
+        ));
+    }
+    if c.busy {
+        windows.push_str("; the machine was busy: the ranking is less sure");
+    } else if c.drifted() {
+        windows.push_str(&format!(
+            "; the machine's speed drifted (a choice's windows differ by {:.0} %): the \
+             ranking is less sure",
+            c.drift * 100.0
+        ));
+    }
+    windows
+}
+
+/// The results cache's lines: how many results it gave, how many it could not keep.
+fn print_cache(info: &RunInfo, out: &mut impl Write) -> std::io::Result<()> {
     if let Some(cache) = &info.cache
         && cache.hits > 0
     {
@@ -545,6 +659,11 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             cache.not_cached, cache.path
         )?;
     }
+    Ok(())
+}
+
+/// What a stop left (Ctrl-C, `--max-time`), and how to finish it.
+fn print_left(info: &RunInfo, out: &mut impl Write) -> std::io::Result<()> {
     let by_reason = |list: &[tunebox_tune::NotMeasured], reason: &str| {
         list.iter().filter(|n| n.reason == reason).count()
     };
@@ -560,26 +679,6 @@ fn print_summary(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     }
     if timed_out != (0, 0) {
         writeln!(out, "--max-time reached: {}", what_is_left(timed_out))?;
-    }
-    if let Some(refine) = info.refine
-        && report.results.iter().any(|r| r.screen_median_ms.is_some())
-    {
-        writeln!(
-            out,
-            "* re-measured with {}x rep_ms (--refine {}); these rank first, by the re-measured \
-             median",
-            refine.rep_factor, refine.top
-        )?;
-    }
-    if !info.merged_from.is_empty() {
-        let mut line = format!("merged from {} files", info.merged_from.len());
-        if info.elapsed_s > 0.0 {
-            line.push_str(&format!(" (the slowest took {:.1} s)", info.elapsed_s));
-        }
-        writeln!(out, "{line}")?;
-    }
-    for note in &info.notes {
-        writeln!(out, "note: {note}")?;
     }
     Ok(())
 }

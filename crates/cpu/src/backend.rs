@@ -111,15 +111,7 @@ impl Backend for CpuBackend {
             .collect();
         let timing = &request.timing;
         let tensor_bytes: usize = tensors.iter().map(HostTensor::len).sum();
-        let flush = match timing.cache_flush {
-            _ if !timing.flush_cache || timing.outputs_only => Flush::None,
-            CacheFlush::Tensors if EVICTS_LINES && tensor_bytes <= EVICT_MAX_BYTES => {
-                Flush::Tensors
-            }
-            CacheFlush::Tensors | CacheFlush::LastLevelCache => {
-                Flush::Buffer(self.flusher.get_or_insert_with(CacheFlusher::new))
-            }
-        };
+        let flush = Flush::of(timing, tensor_bytes, &mut self.flusher);
         // The reference's call on a checked rep's inputs: the same variation, its seed given.
         if let Some(seed) = timing.varied_seed.filter(|_| timing.outputs_only) {
             vary_with(&request.tensors, &mut tensors, seed);
@@ -134,87 +126,45 @@ impl Backend for CpuBackend {
             request,
             varied: VariedReps::new(timing).filter(|_| !timing.outputs_only),
         };
-
-        let threads_before = integrity::thread_count();
-        // Children an earlier task of a reused worker left are not this choice's.
-        let children_before = integrity::child_processes();
-        // The first call runs on freshly initialized tensors; its outputs are the ones verified.
-        report_progress(started, Phase::FirstCall, (0, 1), None, None);
-        let first_ms = runner.run_timed()?;
-        check_bounds(runner.tensors)?;
-        let outputs = output_data(request, runner.tensors)?;
+        let measured = runner.measure(started)?;
         if timing.outputs_only {
-            let fresh_outputs = runner.fresh_call(request)?;
-            return Ok(BenchmarkResult {
-                value: None,
-                stats: summarize(&[first_ms], 0),
-                outputs,
-                outputs_after_reps: Vec::new(),
-                mutated_inputs: Vec::new(),
-                integrity: Integrity {
-                    fresh_outputs,
-                    worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                    ..Default::default()
-                },
-                left_behind: Vec::new(),
-            });
+            // A reference's time is taken before its library is closed.
+            return Ok(measured.into_result(started));
         }
-        // A kernel too slow for its time budget says so now, rather than being killed later.
-        check_budget(timing, started, first_ms, 3)?;
-        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
-        let tensors = &*runner.tensors;
-        let mutated_inputs = runner.restore.add_written_inputs(&request.tensors, |i| {
-            Ok::<_, BenchError>(!tensors[i].is_pristine())
-        })?;
-
-        let stats = do_bench_after(&mut runner, timing, started, Some(first_ms))?;
-        check_bounds(runner.tensors)?;
-        let checked_reps = runner
-            .varied
-            .take()
-            .map(VariedReps::into_checked)
-            .unwrap_or_default();
-
-        // One more call on poisoned outputs: a kernel must overwrite them completely every time.
-        // With a fresh seed it also runs on inputs the kernel has not seen (one untimed call
-        // for both checks, which the budget already counts); without one, on the same inputs.
-        let mut outputs_after_reps = Vec::new();
-        let mut fresh_outputs = Vec::new();
-        if !outputs.is_empty() {
-            // The reps' median is the estimate of this call.
-            let median = Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
-            report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            fresh_outputs = runner.fresh_call(request)?;
-            if fresh_outputs.is_empty() {
-                runner.restore()?;
-                runner.poison_outputs(request);
-                runner.run()?;
-                check_bounds(runner.tensors)?;
-                outputs_after_reps = output_data(request, runner.tensors)?;
-            }
-        }
-        // Then a look for work it left running (untimed).
-        integrity::check_deferred_work(
-            request,
-            runner.tensors,
-            (threads_before, &children_before),
-        )?;
         drop(runner);
         drop(library);
-        Ok(BenchmarkResult {
+        Ok(measured.into_result(started))
+    }
+}
+
+/// What a request measured: its result but for the worker's time.
+struct Measured {
+    stats: tunebox_protocol::TimingStats,
+    outputs: Vec<TensorData>,
+    outputs_after_reps: Vec<TensorData>,
+    mutated_inputs: Vec<String>,
+    fresh_outputs: Vec<TensorData>,
+    checked_reps: Vec<tunebox_protocol::CheckedRep>,
+}
+
+impl Measured {
+    /// The request's result, with the worker's time since `started` (the parent checks its
+    /// clock against it).
+    fn into_result(self, started: Instant) -> BenchmarkResult {
+        BenchmarkResult {
             value: None,
-            stats,
-            outputs,
-            outputs_after_reps,
-            mutated_inputs,
+            stats: self.stats,
+            outputs: self.outputs,
+            outputs_after_reps: self.outputs_after_reps,
+            mutated_inputs: self.mutated_inputs,
             integrity: Integrity {
-                fresh_outputs,
+                fresh_outputs: self.fresh_outputs,
                 worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                checked_reps,
+                checked_reps: self.checked_reps,
                 ..Default::default()
             },
             left_behind: Vec::new(),
-        })
+        }
     }
 }
 
@@ -334,6 +284,89 @@ struct CpuRunner<'a> {
 }
 
 impl CpuRunner<'_> {
+    /// Measures the request (`started`: when it started): the first call on freshly
+    /// initialized tensors (its outputs are the ones verified, its time the stats of an
+    /// `outputs_only` reference, which then makes only its fresh-input call); then the timed
+    /// reps within the request's budget, the call after them ([`CpuRunner::final_call`]) and,
+    /// untimed, a look for work the kernel left running.
+    fn measure(&mut self, started: Instant) -> Result<Measured, BenchError> {
+        let request = self.request;
+        let timing = &request.timing;
+        let threads_before = integrity::thread_count();
+        // Children an earlier task of a reused worker left are not this choice's.
+        let children_before = integrity::child_processes();
+        // The first call runs on freshly initialized tensors; its outputs are the ones verified.
+        report_progress(started, Phase::FirstCall, (0, 1), None, None);
+        let first_ms = self.run_timed()?;
+        check_bounds(self.tensors)?;
+        let outputs = output_data(request, self.tensors)?;
+        if timing.outputs_only {
+            let fresh_outputs = self.fresh_call(request)?;
+            return Ok(Measured {
+                stats: summarize(&[first_ms], 0),
+                outputs,
+                outputs_after_reps: Vec::new(),
+                mutated_inputs: Vec::new(),
+                fresh_outputs,
+                checked_reps: Vec::new(),
+            });
+        }
+        // A kernel too slow for its time budget says so now, rather than being killed later.
+        check_budget(timing, started, first_ms, 3)?;
+        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
+        let tensors = &*self.tensors;
+        let mutated_inputs = self.restore.add_written_inputs(&request.tensors, |i| {
+            Ok::<_, BenchError>(!tensors[i].is_pristine())
+        })?;
+
+        let stats = do_bench_after(self, timing, started, Some(first_ms))?;
+        check_bounds(self.tensors)?;
+        let checked_reps = self
+            .varied
+            .take()
+            .map(VariedReps::into_checked)
+            .unwrap_or_default();
+        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.final_call(&stats, started)?
+        };
+        // Then a look for work it left running (untimed).
+        integrity::check_deferred_work(request, self.tensors, (threads_before, &children_before))?;
+        Ok(Measured {
+            stats,
+            outputs,
+            outputs_after_reps,
+            mutated_inputs,
+            fresh_outputs,
+            checked_reps,
+        })
+    }
+
+    /// One more call after the reps (`stats`), on poisoned outputs: a kernel must overwrite
+    /// them completely every time. With a fresh seed it also runs on inputs the kernel has not
+    /// seen (one untimed call for both checks, which the budget already counts); without one,
+    /// on the same inputs. Returns `(outputs_after_reps, fresh_outputs)`, one of them empty.
+    fn final_call(
+        &mut self,
+        stats: &tunebox_protocol::TimingStats,
+        started: Instant,
+    ) -> Result<(Vec<TensorData>, Vec<TensorData>), BenchError> {
+        let request = self.request;
+        // The reps' median is the estimate of this call.
+        let median = Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
+        report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
+        let fresh_outputs = self.fresh_call(request)?;
+        if !fresh_outputs.is_empty() {
+            return Ok((Vec::new(), fresh_outputs));
+        }
+        self.restore()?;
+        self.poison_outputs(request);
+        self.run()?;
+        check_bounds(self.tensors)?;
+        Ok((output_data(request, self.tensors)?, fresh_outputs))
+    }
+
     /// Fills the outputs (those not re-initialized before every call) with `0xFF` bytes.
     fn poison_outputs(&mut self, request: &BenchmarkRequest) {
         for (spec, tensor) in request.tensors.iter().zip(self.tensors.iter_mut()) {
@@ -371,6 +404,28 @@ enum Flush<'a> {
     Tensors,
     /// Write a buffer twice the last-level cache.
     Buffer(&'a mut CacheFlusher),
+}
+
+impl<'a> Flush<'a> {
+    /// How a request with `tensor_bytes` of tensors is flushed, as `timing` asks: not at all
+    /// (no flush, or an `outputs_only` reference), by evicting the tensors' lines where the
+    /// architecture can and they are small enough, else by writing `flusher` (allocated here
+    /// once).
+    fn of(
+        timing: &tunebox_protocol::TimingConfig,
+        tensor_bytes: usize,
+        flusher: &'a mut Option<CacheFlusher>,
+    ) -> Self {
+        match timing.cache_flush {
+            _ if !timing.flush_cache || timing.outputs_only => Flush::None,
+            CacheFlush::Tensors if EVICTS_LINES && tensor_bytes <= EVICT_MAX_BYTES => {
+                Flush::Tensors
+            }
+            CacheFlush::Tensors | CacheFlush::LastLevelCache => {
+                Flush::Buffer(flusher.get_or_insert_with(CacheFlusher::new))
+            }
+        }
+    }
 }
 
 impl Runner for CpuRunner<'_> {

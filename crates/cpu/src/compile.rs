@@ -384,16 +384,17 @@ fn build(
     base: &str,
     timeout: Duration,
     limits: &Limits<'_>,
-) -> Result<(String, PathBuf, Vec<PathBuf>), CpuError> {
-    let temp = |suffix: &str| {
-        tempfile::Builder::new()
-            .prefix(".tunebox-")
-            .suffix(suffix)
-            .tempfile_in(dir)
-    };
-
+) -> Result<Built, CpuError> {
     let source_path = stable_source(dir, base, language, &combined_source(kernel, trampoline))?;
-
+    let build = Build {
+        kernel,
+        language,
+        dir,
+        base,
+        timeout,
+        limits,
+        source_path: &source_path,
+    };
     let mut changed = None;
     for attempt in 1..=BUILD_ATTEMPTS {
         if let Some(Changed {
@@ -406,66 +407,8 @@ fn build(
                 std::thread::sleep(wait.min(TIMESTAMP_SLACK));
             }
         }
-        // All removed when dropped, on every path (the shared object only if not persisted).
-        let object_path = temp(".so")
-            .map_err(io_err("create a temporary object file in", dir))?
-            .into_temp_path();
-        let compiled_path = temp(".o")
-            .map_err(io_err("create a temporary object file in", dir))?
-            .into_temp_path();
-        let depfile_path = temp(".d")
-            .map_err(io_err("create a temporary dependency file in", dir))?
-            .into_temp_path();
-
-        let mut args: Vec<String> = kernel.flags.clone();
-        args.extend(
-            kernel
-                .defines
-                .iter()
-                .map(|d| format!("-D{}={}", d.name, d.value)),
-        );
-        args.extend(
-            language
-                .fixed_flags()
-                .iter()
-                .filter(|f| **f != "-shared")
-                .map(|f| (*f).to_owned()),
-        );
-        args.extend(["-c".into(), "-MD".into(), "-MF".into()]);
-        args.push(depfile_path.to_string_lossy().into_owned());
-        args.extend(["-MT".into(), DEPFILE_TARGET.into(), "-o".into()]);
-        args.push(compiled_path.to_string_lossy().into_owned());
-        args.push(source_path.to_string_lossy().into_owned());
-
-        let started = SystemTime::now();
-        run_compiler(kernel, "compiling", args, limits, timeout).map_err(|e| match e {
-            CpuError::Compile { command, log, .. } => CpuError::Compile {
-                command,
-                log,
-                dependencies: read_dependencies(kernel, &depfile_path, &source_path)
-                    .unwrap_or_default(),
-            },
-            other => other,
-        })?;
-        let mut args = link_flags(&kernel.flags);
-        args.extend(["-fPIC".into(), "-shared".into(), "-o".into()]);
-        args.push(object_path.to_string_lossy().into_owned());
-        args.push(compiled_path.to_string_lossy().into_owned());
-        run_compiler(kernel, "linking", args, limits, timeout)?;
-        let deps = read_dependencies(kernel, &depfile_path, &source_path)?;
-        match digest_dependencies(&deps, started)? {
-            Ok(digests) => {
-                let key = cache::artifact_key(
-                    base,
-                    &cache::deps_hash(deps.iter().map(PathBuf::as_path).zip(digests)),
-                );
-                let path = cache::artifact_path(dir, &key);
-                // The object with its recorded hash (a lookup loads an object only when its
-                // recorded hash matches, so a truncated or tampered one is rebuilt, never
-                // loaded), then the manifest, under the cache directory's lock.
-                cache::publish(dir, base, &path, object_path, deps.clone())?;
-                return Ok((key, path, deps));
-            }
+        match build.attempt()? {
+            Ok(built) => return Ok(built),
             Err(change) => {
                 // Usually a file saved just before the run (a generator, an editor): the retry
                 // settles it, so this is no news for the user; giving up is an error.
@@ -484,6 +427,102 @@ fn build(
         source_name: kernel.source_name.clone(),
         path,
     })
+}
+
+/// A built artifact: its key, its path and the files the compiler read.
+type Built = (String, PathBuf, Vec<PathBuf>);
+
+/// One kernel's build: what it compiles, where, within which limits.
+struct Build<'b> {
+    kernel: &'b CKernel,
+    language: Language,
+    dir: &'b Path,
+    base: &'b str,
+    timeout: Duration,
+    limits: &'b Limits<'b>,
+    /// The combined source, in the cache's `src` folder.
+    source_path: &'b Path,
+}
+
+impl Build<'_> {
+    /// One attempt: compiles and links into temporary files (all removed when dropped, on every
+    /// path; the shared object only if not published), then publishes the object under the key
+    /// of the files the compiler read; or, when one of them changed meanwhile, that change.
+    fn attempt(&self) -> Result<Result<Built, Changed>, CpuError> {
+        let (kernel, dir, limits, timeout) = (self.kernel, self.dir, self.limits, self.timeout);
+        let object_path = self.temp(".so", "create a temporary object file in")?;
+        let compiled_path = self.temp(".o", "create a temporary object file in")?;
+        let depfile_path = self.temp(".d", "create a temporary dependency file in")?;
+        let args = self.compile_args(&depfile_path, &compiled_path);
+        let started = SystemTime::now();
+        run_compiler(kernel, "compiling", args, limits, timeout).map_err(|e| match e {
+            CpuError::Compile { command, log, .. } => CpuError::Compile {
+                command,
+                log,
+                dependencies: read_dependencies(kernel, &depfile_path, self.source_path)
+                    .unwrap_or_default(),
+            },
+            other => other,
+        })?;
+        let mut args = link_flags(&kernel.flags);
+        args.extend(["-fPIC".into(), "-shared".into(), "-o".into()]);
+        args.push(object_path.to_string_lossy().into_owned());
+        args.push(compiled_path.to_string_lossy().into_owned());
+        run_compiler(kernel, "linking", args, limits, timeout)?;
+        let deps = read_dependencies(kernel, &depfile_path, self.source_path)?;
+        let digests = match digest_dependencies(&deps, started)? {
+            Ok(digests) => digests,
+            Err(change) => return Ok(Err(change)),
+        };
+        let key = cache::artifact_key(
+            self.base,
+            &cache::deps_hash(deps.iter().map(PathBuf::as_path).zip(digests)),
+        );
+        let path = cache::artifact_path(dir, &key);
+        // The object with its recorded hash (a lookup loads an object only when its recorded
+        // hash matches, so a truncated or tampered one is rebuilt, never loaded), then the
+        // manifest, under the cache directory's lock.
+        cache::publish(dir, self.base, &path, object_path, deps.clone())?;
+        Ok(Ok((key, path, deps)))
+    }
+
+    /// A temporary file ending in `suffix` in the cache directory (`action`: what the error
+    /// says could not be done).
+    fn temp(&self, suffix: &str, action: &'static str) -> Result<tempfile::TempPath, CpuError> {
+        Ok(tempfile::Builder::new()
+            .prefix(".tunebox-")
+            .suffix(suffix)
+            .tempfile_in(self.dir)
+            .map_err(io_err(action, self.dir))?
+            .into_temp_path())
+    }
+
+    /// The compile step's arguments: the kernel's flags and defines, the language's fixed
+    /// flags (not `-shared`), a dependency file at `depfile`, the object at `compiled`, then
+    /// the source.
+    fn compile_args(&self, depfile: &Path, compiled: &Path) -> Vec<String> {
+        let kernel = self.kernel;
+        let mut args: Vec<String> = kernel.flags.clone();
+        args.extend(
+            kernel
+                .defines
+                .iter()
+                .map(|d| format!("-D{}={}", d.name, d.value)),
+        );
+        args.extend(
+            self.language
+                .fixed_flags()
+                .iter()
+                .filter(|f| **f != "-shared")
+                .map(|f| (*f).to_owned()),
+        );
+        args.extend(["-c".into(), "-MD".into(), "-MF".into()]);
+        args.push(depfile.to_string_lossy().into_owned());
+        args.extend(["-MT".into(), DEPFILE_TARGET.into(), "-o".into()]);
+        args.push(compiled.to_string_lossy().into_owned());
+        args.push(self.source_path.to_string_lossy().into_owned());
+        args
+    }
 }
 
 /// Runs the kernel's compiler command with `args` (`step` says which, for the log).

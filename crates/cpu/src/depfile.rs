@@ -122,82 +122,106 @@ fn newest_stamp(metadata: &std::fs::Metadata) -> SystemTime {
 /// `\#` is `#`, `$$` is `$`; a backslash before a newline continues the line. Other rules (from a
 /// user's `-MP`) are ignored. `None` when there is no rule.
 pub(crate) fn parse_depfile(text: &[u8]) -> Option<Vec<PathBuf>> {
-    let mut tokens: Vec<Vec<u8>> = Vec::new();
-    let mut token = Vec::new();
-    let mut in_targets = true;
-    fn end_token(token: &mut Vec<u8>, tokens: &mut Vec<Vec<u8>>) {
-        if !token.is_empty() {
-            tokens.push(std::mem::take(token));
-        }
-    }
+    let mut rule = Rule {
+        tokens: Vec::new(),
+        token: Vec::new(),
+        in_targets: true,
+    };
     let mut i = 0;
     while i < text.len() {
         match text[i] {
-            b'\\' => {
-                let run = text[i..].iter().take_while(|&&b| b == b'\\').count();
-                let next = text.get(i + run).copied();
-                match next {
-                    Some(b' ' | b'\t') => {
-                        token.extend(std::iter::repeat_n(b'\\', run / 2));
-                        if run % 2 == 1 {
-                            token.extend(next);
-                        } else {
-                            end_token(&mut token, &mut tokens);
-                        }
-                        i += run + 1;
-                    }
-                    Some(b'#') => {
-                        token.extend(std::iter::repeat_n(b'\\', run - 1));
-                        token.push(b'#');
-                        i += run + 1;
-                    }
-                    Some(b'\n') => {
-                        token.extend(std::iter::repeat_n(b'\\', run - 1));
-                        end_token(&mut token, &mut tokens);
-                        i += run + 1;
-                    }
-                    Some(b'\r') if text.get(i + run + 1) == Some(&b'\n') => {
-                        token.extend(std::iter::repeat_n(b'\\', run - 1));
-                        end_token(&mut token, &mut tokens);
-                        i += run + 2;
-                    }
-                    _ => {
-                        token.extend(std::iter::repeat_n(b'\\', run));
-                        i += run;
-                    }
-                }
-            }
+            b'\\' => i = rule.backslashes(text, i),
             b'$' if text.get(i + 1) == Some(&b'$') => {
-                token.push(b'$');
+                rule.token.push(b'$');
                 i += 2;
             }
             b' ' | b'\t' | b'\r' => {
-                end_token(&mut token, &mut tokens);
+                rule.end_token();
                 i += 1;
             }
             b'\n' => {
-                end_token(&mut token, &mut tokens);
-                if !in_targets {
+                rule.end_token();
+                if !rule.in_targets {
                     break;
                 }
                 i += 1;
             }
-            b':' if in_targets
+            b':' if rule.in_targets
                 && matches!(text.get(i + 1), None | Some(b' ' | b'\t' | b'\r' | b'\n')) =>
             {
-                end_token(&mut token, &mut tokens);
-                tokens.clear();
-                in_targets = false;
+                rule.end_token();
+                rule.tokens.clear();
+                rule.in_targets = false;
                 i += 1;
             }
             b => {
-                token.push(b);
+                rule.token.push(b);
                 i += 1;
             }
         }
     }
-    end_token(&mut token, &mut tokens);
-    (!in_targets).then(|| tokens.into_iter().map(cache::path_from_bytes).collect())
+    rule.end_token();
+    (!rule.in_targets).then(|| {
+        rule.tokens
+            .into_iter()
+            .map(cache::path_from_bytes)
+            .collect()
+    })
+}
+
+/// The first rule of a dependency file as it is read: its names so far (the targets' until
+/// its `:`, then the prerequisites'), the name being read, and whether the `:` is still to
+/// come.
+struct Rule {
+    tokens: Vec<Vec<u8>>,
+    token: Vec<u8>,
+    in_targets: bool,
+}
+
+impl Rule {
+    /// Ends the name being read, if any.
+    fn end_token(&mut self) {
+        if !self.token.is_empty() {
+            self.tokens.push(std::mem::take(&mut self.token));
+        }
+    }
+
+    /// Reads the run of backslashes at `text[i]` with what follows it (an escaped space or
+    /// `#`, a continued line, or backslashes as they are); returns where reading goes on.
+    fn backslashes(&mut self, text: &[u8], i: usize) -> usize {
+        let run = text[i..].iter().take_while(|&&b| b == b'\\').count();
+        let next = text.get(i + run).copied();
+        match next {
+            Some(b' ' | b'\t') => {
+                self.token.extend(std::iter::repeat_n(b'\\', run / 2));
+                if run % 2 == 1 {
+                    self.token.extend(next);
+                } else {
+                    self.end_token();
+                }
+                i + run + 1
+            }
+            Some(b'#') => {
+                self.token.extend(std::iter::repeat_n(b'\\', run - 1));
+                self.token.push(b'#');
+                i + run + 1
+            }
+            Some(b'\n') => {
+                self.token.extend(std::iter::repeat_n(b'\\', run - 1));
+                self.end_token();
+                i + run + 1
+            }
+            Some(b'\r') if text.get(i + run + 1) == Some(&b'\n') => {
+                self.token.extend(std::iter::repeat_n(b'\\', run - 1));
+                self.end_token();
+                i + run + 2
+            }
+            _ => {
+                self.token.extend(std::iter::repeat_n(b'\\', run));
+                i + run
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -149,6 +149,17 @@ pub(crate) fn check_deferred_work(
         return Err(lingering_children(&children));
     }
     outputs_unchanged(request, tensors, &snapshot, elapsed)?;
+    still_running(&window, elapsed, threads_before)
+}
+
+/// Fails with `threads_after_call` when the last `window` watched, `elapsed` after the
+/// kernel's call returned, saw threads still runnable, or with `cpu_after_call` when the
+/// worker still used CPU in it (`threads_before`: the threads before the first call).
+fn still_running(
+    window: &Window,
+    elapsed: Duration,
+    threads_before: usize,
+) -> Result<(), BenchError> {
     let threads = thread_count();
     if !window.busy.is_empty() {
         return Err(suspicious(

@@ -160,71 +160,118 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if limits.own_group {
-        // Out of the terminal's foreground group (a Ctrl-C is ours to handle, not the
-        // compiler's), and one killpg reaches everything the compiler started.
-        command.process_group(0);
-        let parent = rustix::process::getpid();
-        // SAFETY: the closure runs in the forked child before exec and only makes two system
-        // calls (prctl, getppid), both async-signal-safe; it allocates nothing and takes no
-        // lock.
-        unsafe {
-            command.pre_exec(move || {
-                // The compiler dies if this process does (a second Ctrl-C exits at once, a
-                // SIGKILL, an abort). The thread that forks it waits for it, so the signal,
-                // which follows the forking thread, never fires early.
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-                if rustix::process::getppid() != Some(parent) {
-                    // The parent died before the signal was armed.
-                    return Err(io::Error::other("the parent exited"));
-                }
-                Ok(())
-            });
-        }
+        in_own_group(command);
     }
     if limits.background {
-        // SAFETY: the closure runs in the forked child before exec and only makes two system
-        // calls (setpriority, sched_setscheduler), both async-signal-safe; it allocates nothing
-        // and takes no lock. Their errors are ignored: the compiler then runs as it would have.
-        unsafe {
-            command.pre_exec(|| {
-                lowest_priority();
-                Ok(())
-            });
-        }
+        in_background(command);
     }
     let mut child = command.spawn()?;
-    let (done_tx, done_rx) = mpsc::channel();
-    let stdout = Arc::new(Mutex::new(Capture::default()));
-    let stderr = Arc::new(Mutex::new(Capture::default()));
-    let drains = [
-        child
-            .stdout
-            .take()
-            .map(|pipe| drain(pipe, &stdout, &done_tx)),
-        child
-            .stderr
-            .take()
-            .map(|pipe| drain(pipe, &stderr, &done_tx)),
-    ];
-    drop(done_tx);
-    let mut handles = Vec::new();
-    for started in drains.into_iter().flatten() {
-        match started {
-            Ok(handle) => handles.push(handle),
-            Err(e) => {
-                kill(&mut child, limits.own_group);
-                return Err(e);
+    let drains = Drains::start(&mut child, limits.own_group)?;
+    let end = wait(&mut child, limits);
+    Ok(match end? {
+        End::Exited(status) => Outcome::Exited {
+            status,
+            output: drains.captured(),
+        },
+        End::TimedOut(late) => Outcome::TimedOut {
+            output: drains.captured(),
+            late,
+        },
+        End::Cancelled => Outcome::Cancelled,
+        End::Starved => Outcome::Starved,
+    })
+}
+
+/// Starts `command` in a process group of its own, out of the terminal's foreground group (a
+/// Ctrl-C is ours to handle, not the compiler's), so that one killpg reaches everything the
+/// compiler started; and it dies if this process does.
+fn in_own_group(command: &mut Command) {
+    command.process_group(0);
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes two system
+    // calls (prctl, getppid), both async-signal-safe; it allocates nothing and takes no
+    // lock.
+    unsafe {
+        command.pre_exec(move || {
+            // The compiler dies if this process does (a second Ctrl-C exits at once, a
+            // SIGKILL, an abort). The thread that forks it waits for it, so the signal,
+            // which follows the forking thread, never fires early.
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            if rustix::process::getppid() != Some(parent) {
+                // The parent died before the signal was armed.
+                return Err(io::Error::other("the parent exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Starts `command` at the lowest priority ([`lowest_priority`]).
+fn in_background(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only makes two system
+    // calls (setpriority, sched_setscheduler), both async-signal-safe; it allocates nothing
+    // and takes no lock. Their errors are ignored: the compiler then runs as it would have.
+    unsafe {
+        command.pre_exec(|| {
+            lowest_priority();
+            Ok(())
+        });
+    }
+}
+
+/// The threads draining a compiler's stdout and stderr into bounded captures, each saying on
+/// `done_rx` when its stream has ended.
+struct Drains {
+    done_rx: Receiver<()>,
+    handles: Vec<JoinHandle<()>>,
+    stdout: Arc<Mutex<Capture>>,
+    stderr: Arc<Mutex<Capture>>,
+}
+
+impl Drains {
+    /// Starts a drain on each of `child`'s captured streams; when one cannot be started, the
+    /// child is killed (its group with `own_group`) and reaped.
+    fn start(child: &mut Child, own_group: bool) -> io::Result<Drains> {
+        let (done_tx, done_rx) = mpsc::channel();
+        let stdout = Arc::new(Mutex::new(Capture::default()));
+        let stderr = Arc::new(Mutex::new(Capture::default()));
+        let drains = [
+            child
+                .stdout
+                .take()
+                .map(|pipe| drain(pipe, &stdout, &done_tx)),
+            child
+                .stderr
+                .take()
+                .map(|pipe| drain(pipe, &stderr, &done_tx)),
+        ];
+        drop(done_tx);
+        let mut handles = Vec::new();
+        for started in drains.into_iter().flatten() {
+            match started {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    kill(child, own_group);
+                    return Err(e);
+                }
             }
         }
+        Ok(Drains {
+            done_rx,
+            handles,
+            stdout,
+            stderr,
+        })
     }
 
-    let end = wait(&mut child, limits);
-    let captured = |done_rx: Receiver<()>, handles: Vec<JoinHandle<()>>| {
+    /// What the compiler printed, once the drains have seen the end of its output or
+    /// [`DRAIN_GRACE`] has passed (then what they read so far).
+    fn captured(self) -> Captured {
         let until = Instant::now() + DRAIN_GRACE;
         let mut drained = 0;
-        while drained < handles.len() {
+        while drained < self.handles.len() {
             let left = until.saturating_duration_since(Instant::now());
-            if done_rx.recv_timeout(left).is_err() {
+            if self.done_rx.recv_timeout(left).is_err() {
                 log::warn!(
                     "cpu: the compiler's output stayed open {DRAIN_GRACE:?} after it ended (a \
                      process it started left its process group?); keeping what it printed so \
@@ -234,32 +281,20 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
             }
             drained += 1;
         }
-        if drained == handles.len() {
+        if drained == self.handles.len() {
             // Every drain has sent its last word and is returning: join them, so no thread of
             // a compile outlives it (a reused worker counts the threads a task leaves).
-            for handle in handles {
+            for handle in self.handles {
                 let _ = handle.join();
             }
         }
         let take =
             |c: &Arc<Mutex<Capture>>| c.lock().unwrap_or_else(PoisonError::into_inner).clone();
         Captured {
-            stdout: take(&stdout),
-            stderr: take(&stderr),
+            stdout: take(&self.stdout),
+            stderr: take(&self.stderr),
         }
-    };
-    Ok(match end? {
-        End::Exited(status) => Outcome::Exited {
-            status,
-            output: captured(done_rx, handles),
-        },
-        End::TimedOut(late) => Outcome::TimedOut {
-            output: captured(done_rx, handles),
-            late,
-        },
-        End::Cancelled => Outcome::Cancelled,
-        End::Starved => Outcome::Starved,
-    })
+    }
 }
 
 enum End {

@@ -112,20 +112,7 @@ pub(crate) fn trampoline(
                 write!(args, "{sep}\n        tunebox_untyped{{tensors[{i}]}}")
             }
             Arg::Untyped(_) => write!(args, "{sep}\n        tensors[{i}]"),
-            Arg::Scalar(_) => match signature.scalars[i] {
-                ScalarKind::I64 => write!(args, "{sep}\n        scalars[{i}]"),
-                ScalarKind::I32 => write!(args, "{sep}\n        (int32_t)scalars[{i}]"),
-                kind @ (ScalarKind::F32 | ScalarKind::F64) => {
-                    let _ = write!(
-                        locals,
-                        "    {c} tunebox_scalar_{i};\n    \
-                         __builtin_memcpy(&tunebox_scalar_{i}, &scalars[{i}], sizeof \
-                         tunebox_scalar_{i});\n",
-                        c = kind.c_type()
-                    );
-                    write!(args, "{sep}\n        tunebox_scalar_{i}")
-                }
-            },
+            Arg::Scalar(_) => scalar_argument(signature.scalars[i], i, sep, &mut args, &mut locals),
         };
     }
     let (linkage, helper) = match language {
@@ -145,6 +132,32 @@ pub(crate) fn trampoline(
              {entry}({args});\n\
          }}\n"
     ))
+}
+
+/// Appends scalar `i` (of `kind`) to the entry's `args` (after `sep`): its 8-byte slot read as
+/// an `int64_t` or `int32_t`, or a float or double copied out of it into a local (declared in
+/// `locals`).
+fn scalar_argument(
+    kind: ScalarKind,
+    i: usize,
+    sep: &str,
+    args: &mut String,
+    locals: &mut String,
+) -> std::fmt::Result {
+    match kind {
+        ScalarKind::I64 => write!(args, "{sep}\n        scalars[{i}]"),
+        ScalarKind::I32 => write!(args, "{sep}\n        (int32_t)scalars[{i}]"),
+        ScalarKind::F32 | ScalarKind::F64 => {
+            let _ = write!(
+                locals,
+                "    {c} tunebox_scalar_{i};\n    \
+                 __builtin_memcpy(&tunebox_scalar_{i}, &scalars[{i}], sizeof \
+                 tunebox_scalar_{i});\n",
+                c = kind.c_type()
+            );
+            write!(args, "{sep}\n        tunebox_scalar_{i}")
+        }
+    }
 }
 
 /// C++ has no implicit conversion from `void *`: an untyped tensor converts to whatever pointer

@@ -76,6 +76,28 @@ struct DeviceState {
 // once.
 unsafe impl Send for DeviceState {}
 
+impl DeviceState {
+    /// Loads what a request needs beside its kernel, once: the L2 flusher (for `cold` timing)
+    /// and the delay kernel (none when it cannot be loaded: timings then include the launch
+    /// latency).
+    fn load_helpers(&mut self, cold: bool) -> Result<(), BenchError> {
+        if cold && self.flusher.is_none() {
+            self.flusher = Some(L2Flusher::new(self.limits.l2_cache_bytes)?);
+        }
+        if self.delay.is_none() {
+            self.delay = Some(match DelayKernel::load() {
+                Ok(delay) => Some(delay),
+                Err(e) if e.ends_worker() => return Err(e),
+                Err(e) => {
+                    log::warn!("cuda: no delay kernel ({e}); timings include launch latency");
+                    None
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Drop for DeviceState {
     /// Makes the context current on the dropping thread, so that the fields' releases (which
     /// follow) reach it.
@@ -166,27 +188,15 @@ impl CudaBackend {
         let state = self.device()?;
         let loaded = Loaded::new(kernel, request, &order, &state.limits, cache.as_ref())?;
 
-        let stream = &state.stream;
         let tensors = request
             .tensors
             .iter()
-            .map(|spec| DeviceTensor::new(spec, stream))
+            .map(|spec| DeviceTensor::new(spec, &state.stream))
             .collect::<Result<Vec<_>, _>>()?;
         let cold =
             request.timing.flush_cache && !request.timing.hot && !request.timing.outputs_only;
-        if cold && state.flusher.is_none() {
-            state.flusher = Some(L2Flusher::new(state.limits.l2_cache_bytes)?);
-        }
-        if state.delay.is_none() {
-            state.delay = Some(match DelayKernel::load() {
-                Ok(delay) => Some(delay),
-                Err(e) if e.ends_worker() => return Err(e),
-                Err(e) => {
-                    log::warn!("cuda: no delay kernel ({e}); timings include launch latency");
-                    None
-                }
-            });
-        }
+        state.load_helpers(cold)?;
+        let stream = &state.stream;
         let mut runner = CudaRunner {
             function: &loaded.function,
             launch: kernel.launch,
@@ -210,82 +220,17 @@ impl CudaBackend {
             runner.arguments.len(),
             tensors.len() + request.scalars.len()
         );
-
-        // The first call runs on freshly initialized tensors; its outputs are the ones verified.
-        // Wall time of the first call (launch + synchronize): the stats of an `outputs_only` run.
-        report_progress(started, Phase::FirstCall, (0, 1), None, None);
-        let first = std::time::Instant::now();
-        runner.run()?;
-        let first_ms = first.elapsed().as_secs_f64() * 1e3;
-        let outputs = output_data(&tensors, stream)?;
-        // The fresh inputs of the call after the reps (none without a seed, outputs or random
-        // inputs); kept alive until that call has synchronized.
-        let fresh = match request.timing.fresh_seed {
-            Some(seed) if !outputs.is_empty() => fresh_inputs(request, seed)?,
-            _ => Vec::new(),
-        };
-        let has_fresh = fresh.iter().any(Option::is_some);
+        let measured = measure(&mut runner, request, &state.context, started)?;
         if request.timing.outputs_only {
-            // The reference: its outputs, and its outputs on the fresh inputs.
-            let fresh_outputs = if has_fresh {
-                runner.poisoned_call(&fresh)?
-            } else {
-                Vec::new()
-            };
-            return Ok(BenchmarkResult {
-                value: None,
-                stats: summarize(&[first_ms], 0),
-                outputs,
-                outputs_after_reps: Vec::new(),
-                mutated_inputs: Vec::new(),
-                integrity: tunebox_protocol::Integrity {
-                    fresh_outputs,
-                    // The parent checks its clock against this one.
-                    worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                    ..Default::default()
-                },
-                left_behind: Vec::new(),
-            });
+            // A reference's time is taken before its tensors are freed.
+            return Ok(measured.into_result(started));
         }
-        // A kernel too slow for its time budget says so now, rather than being killed later.
-        check_budget(&request.timing, started, first_ms, 3)?;
-        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
-        let mutated_inputs = runner.restore.add_written_inputs(&request.tensors, |i| {
-            tensors[i].is_pristine(stream).map(|pristine| !pristine)
-        })?;
-
-        let stats = do_bench_within(&mut runner, &request.timing, started)?;
-
-        // One more call on poisoned outputs, on fresh inputs with a fresh seed (untimed).
-        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            // The reps' median is the estimate of this call.
-            let median = std::time::Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
-            report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
-            runner.after_reps(&state.context, &fresh)?
-        };
-        // Then a look for work outside the measuring stream (untimed).
-        runner.check_work_in_stream(&state.context)?;
         drop(runner);
         // Everything enqueued has completed (the last call synchronized): free the tensors,
         // then unload the module.
         drop(tensors);
         drop(loaded);
-        Ok(BenchmarkResult {
-            value: None,
-            stats,
-            outputs,
-            outputs_after_reps,
-            mutated_inputs,
-            integrity: tunebox_protocol::Integrity {
-                fresh_outputs,
-                // The parent checks its clock against this one.
-                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                ..Default::default()
-            },
-            left_behind: Vec::new(),
-        })
+        Ok(measured.into_result(started))
     }
 
     fn run_prepare(&mut self, request: &BenchmarkRequest) -> Result<(), BenchError> {
@@ -334,6 +279,113 @@ impl Backend for CudaBackend {
             .map(|ordinal| device::info(&Device::get(ordinal)?))
             .collect()
     }
+}
+
+/// What a request measured: its result but for the worker's time.
+struct Measured {
+    stats: tunebox_protocol::TimingStats,
+    outputs: Vec<TensorData>,
+    outputs_after_reps: Vec<TensorData>,
+    mutated_inputs: Vec<String>,
+    fresh_outputs: Vec<TensorData>,
+}
+
+impl Measured {
+    /// The request's result, with the worker's time since `started` (the parent checks its
+    /// clock against it).
+    fn into_result(self, started: std::time::Instant) -> BenchmarkResult {
+        BenchmarkResult {
+            value: None,
+            stats: self.stats,
+            outputs: self.outputs,
+            outputs_after_reps: self.outputs_after_reps,
+            mutated_inputs: self.mutated_inputs,
+            integrity: tunebox_protocol::Integrity {
+                fresh_outputs: self.fresh_outputs,
+                // The parent checks its clock against this one.
+                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
+                ..Default::default()
+            },
+            left_behind: Vec::new(),
+        }
+    }
+}
+
+/// Measures a request with its `runner` (`started`: when the request started): the first call
+/// on freshly initialized tensors (its outputs are the ones verified, its wall time the stats
+/// of an `outputs_only` reference); then the timed reps within the request's budget, one more
+/// call on poisoned outputs (fresh inputs with a fresh seed) and a look for work outside the
+/// measuring stream, both untimed.
+fn measure(
+    runner: &mut CudaRunner<'_>,
+    request: &BenchmarkRequest,
+    context: &Context,
+    started: std::time::Instant,
+) -> Result<Measured, BenchError> {
+    let (tensors, stream) = (runner.tensors, runner.stream);
+    report_progress(started, Phase::FirstCall, (0, 1), None, None);
+    let first = std::time::Instant::now();
+    runner.run()?;
+    let first_ms = first.elapsed().as_secs_f64() * 1e3;
+    let outputs = output_data(tensors, stream)?;
+    // The fresh inputs of the call after the reps (none without a seed, outputs or random
+    // inputs); kept alive until that call has synchronized.
+    let fresh = match request.timing.fresh_seed {
+        Some(seed) if !outputs.is_empty() => fresh_inputs(request, seed)?,
+        _ => Vec::new(),
+    };
+    if request.timing.outputs_only {
+        return reference(runner, &fresh, first_ms, outputs);
+    }
+    // A kernel too slow for its time budget says so now, rather than being killed later.
+    check_budget(&request.timing, started, first_ms, 3)?;
+    // Inputs the kernel wrote are put back before every later call (triton's restore_value).
+    let mutated_inputs = runner.restore.add_written_inputs(&request.tensors, |i| {
+        tensors[i].is_pristine(stream).map(|pristine| !pristine)
+    })?;
+
+    let stats = do_bench_within(runner, &request.timing, started)?;
+
+    // One more call on poisoned outputs, on fresh inputs with a fresh seed (untimed).
+    let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        // The reps' median is the estimate of this call.
+        let median = std::time::Duration::from_secs_f64(stats.median_ms.max(0.0) / 1e3);
+        report_progress(started, Phase::FinalCall, (0, 1), None, Some(median));
+        runner.after_reps(context, &fresh)?
+    };
+    // Then a look for work outside the measuring stream (untimed).
+    runner.check_work_in_stream(context)?;
+    Ok(Measured {
+        stats,
+        outputs,
+        outputs_after_reps,
+        mutated_inputs,
+        fresh_outputs,
+    })
+}
+
+/// What a reference (`outputs_only`) measured: the first call's `outputs` and wall time
+/// (`first_ms`), and its outputs on the `fresh` inputs (that call is made when there are any).
+fn reference(
+    runner: &mut CudaRunner<'_>,
+    fresh: &[Option<tunebox_bench::HostTensor>],
+    first_ms: f64,
+    outputs: Vec<TensorData>,
+) -> Result<Measured, BenchError> {
+    let fresh_outputs = if fresh.iter().any(Option::is_some) {
+        runner.poisoned_call(fresh)?
+    } else {
+        Vec::new()
+    };
+    Ok(Measured {
+        stats: summarize(&[first_ms], 0),
+        outputs,
+        outputs_after_reps: Vec::new(),
+        mutated_inputs: Vec::new(),
+        fresh_outputs,
+    })
 }
 
 /// The request's CUDA kernel.

@@ -246,41 +246,14 @@ fn compile(
     let failed = |step: &str, result: nvrtc::nvrtcResult| BenchError::Failed {
         message: format!("NVRTC failed {step} `{name}`: {}", describe(result)),
     };
-    let invalid = |what: &str| BenchError::InvalidRequest {
-        detail: format!("the {what} of CUDA kernel `{name}` contains a NUL byte"),
-    };
-    let c_text = CString::new(text).map_err(|_| invalid("source"))?;
-    let c_name = CString::new(name).map_err(|_| invalid("name"))?;
-    let c_entry = CString::new(entry).map_err(|_| invalid("entry"))?;
-    let c_options = options
-        .iter()
-        .map(|o| CString::new(o.as_str()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| invalid("options"))?;
-    let option_ptrs: Vec<*const c_char> = c_options.iter().map(|o| o.as_ptr()).collect();
+    let c = CInputs::new(text, name, entry, options)?;
+    let option_ptrs: Vec<*const c_char> = c.options.iter().map(|o| o.as_ptr()).collect();
 
-    let mut handle: nvrtc::nvrtcProgram = ptr::null_mut();
-    // SAFETY: `c_text` and `c_name` are NUL-terminated and outlive the program (NVRTC copies
-    // them anyway); no headers are passed (count 0, null arrays).
-    let result = unsafe {
-        nvrtc::nvrtcCreateProgram(
-            &mut handle,
-            c_text.as_ptr(),
-            c_name.as_ptr(),
-            0,
-            ptr::null(),
-            ptr::null(),
-        )
-    };
-    if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(failed("to create a program for", result));
-    }
-    let program = Program(handle);
-    // SAFETY: the program is alive; `c_entry` is NUL-terminated.
-    let result = unsafe { nvrtc::nvrtcAddNameExpression(program.0, c_entry.as_ptr()) };
-    if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(failed("to add the entry's name expression to", result));
-    }
+    let program =
+        Program::create(&c.text, &c.name).map_err(|r| failed("to create a program for", r))?;
+    program
+        .add_name_expression(&c.entry)
+        .map_err(|r| failed("to add the entry's name expression to", r))?;
     // SAFETY: the program is alive; `option_ptrs` holds `options.len()` NUL-terminated strings
     // that outlive the call.
     let compiled = unsafe {
@@ -298,48 +271,18 @@ fn compile(
     if !log.is_empty() {
         log::debug!("cuda: NVRTC said about `{name}`:\n{log}");
     }
-
-    let mut lowered: *const c_char = ptr::null();
-    // SAFETY: the program is alive and compiled; `c_entry` is the expression added above;
-    // `lowered` is a valid out-pointer, and the string it receives lives as long as the program
-    // (copied below, before the program drops).
-    let result = unsafe { nvrtc::nvrtcGetLoweredName(program.0, c_entry.as_ptr(), &mut lowered) };
-    if result != nvrtc::nvrtcResult::NVRTC_SUCCESS || lowered.is_null() {
-        return Err(BenchError::Compile {
+    let lowered_name = program
+        .lowered_name(&c.entry)
+        .map_err(|result| BenchError::Compile {
             command,
             log: format!(
                 "the entry `{entry}` is not a __global__ function of `{name}` ({})",
                 describe(result)
             ),
-        });
-    }
-    // SAFETY: see above.
-    let lowered_name = unsafe { CStr::from_ptr(lowered) }
-        .to_string_lossy()
-        .into_owned();
-
-    let mut size = 0usize;
-    let (size_fn, get_fn): (SizeFn, GetFn) = match kind {
-        ImageKind::Cubin => (nvrtc::nvrtcGetCUBINSize, nvrtc::nvrtcGetCUBIN),
-        ImageKind::Ptx => (nvrtc::nvrtcGetPTXSize, nvrtc::nvrtcGetPTX),
-    };
-    // SAFETY: the program is alive and compiled; `size` is a valid out-pointer.
-    let result = unsafe { size_fn(program.0, &mut size) };
-    if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(failed("to give the compiled image of", result));
-    }
-    let mut image = vec![0u8; size];
-    // SAFETY: `image` has room for the `size` bytes NVRTC writes.
-    let result = unsafe { get_fn(program.0, image.as_mut_ptr().cast()) };
-    if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-        return Err(failed("to give the compiled image of", result));
-    }
-    if kind == ImageKind::Ptx {
-        // NVRTC counts the terminating NUL; the artifact keeps the text only.
-        while image.last() == Some(&0) {
-            image.pop();
-        }
-    }
+        })?;
+    let image = program
+        .image(kind)
+        .map_err(|r| failed("to give the compiled image of", r))?;
     if image.is_empty() {
         return Err(BenchError::Failed {
             message: format!("NVRTC produced an empty image for `{name}`"),
@@ -350,6 +293,113 @@ fn compile(
         image,
         lowered_name,
     })
+}
+
+/// What NVRTC is given, as C strings.
+struct CInputs {
+    text: CString,
+    name: CString,
+    entry: CString,
+    options: Vec<CString>,
+}
+
+impl CInputs {
+    /// The source `text`, the program's `name`, the `entry` and the `options` as C strings;
+    /// an invalid request when one holds a NUL byte.
+    fn new(text: &str, name: &str, entry: &str, options: &[String]) -> Result<Self, BenchError> {
+        let invalid = |what: &str| BenchError::InvalidRequest {
+            detail: format!("the {what} of CUDA kernel `{name}` contains a NUL byte"),
+        };
+        Ok(CInputs {
+            text: CString::new(text).map_err(|_| invalid("source"))?,
+            name: CString::new(name).map_err(|_| invalid("name"))?,
+            entry: CString::new(entry).map_err(|_| invalid("entry"))?,
+            options: options
+                .iter()
+                .map(|o| CString::new(o.as_str()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| invalid("options"))?,
+        })
+    }
+}
+
+impl Program {
+    /// A program of the source `text` named `name`, with no headers; NVRTC's result when it
+    /// cannot be created.
+    fn create(text: &CStr, name: &CStr) -> Result<Program, nvrtc::nvrtcResult> {
+        let mut handle: nvrtc::nvrtcProgram = ptr::null_mut();
+        // SAFETY: `text` and `name` are NUL-terminated and outlive the program (NVRTC copies
+        // them anyway); no headers are passed (count 0, null arrays).
+        let result = unsafe {
+            nvrtc::nvrtcCreateProgram(
+                &mut handle,
+                text.as_ptr(),
+                name.as_ptr(),
+                0,
+                ptr::null(),
+                ptr::null(),
+            )
+        };
+        if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(result);
+        }
+        Ok(Program(handle))
+    }
+
+    /// Adds `entry` as a name expression, so that its lowered name can be asked for once the
+    /// program is compiled.
+    fn add_name_expression(&self, entry: &CStr) -> Result<(), nvrtc::nvrtcResult> {
+        // SAFETY: the program is alive; `entry` is NUL-terminated.
+        let result = unsafe { nvrtc::nvrtcAddNameExpression(self.0, entry.as_ptr()) };
+        if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(result);
+        }
+        Ok(())
+    }
+
+    /// The lowered (mangled) name of the name expression `entry` of the compiled program;
+    /// NVRTC's result when it has none.
+    fn lowered_name(&self, entry: &CStr) -> Result<String, nvrtc::nvrtcResult> {
+        let mut lowered: *const c_char = ptr::null();
+        // SAFETY: the program is alive and compiled; `entry` is the expression added before
+        // compiling; `lowered` is a valid out-pointer, and the string it receives lives as long
+        // as the program (copied below, before the program drops).
+        let result = unsafe { nvrtc::nvrtcGetLoweredName(self.0, entry.as_ptr(), &mut lowered) };
+        if result != nvrtc::nvrtcResult::NVRTC_SUCCESS || lowered.is_null() {
+            return Err(result);
+        }
+        // SAFETY: see above.
+        Ok(unsafe { CStr::from_ptr(lowered) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// The compiled image as `kind` says (a PTX text without its terminating NUL).
+    fn image(&self, kind: ImageKind) -> Result<Vec<u8>, nvrtc::nvrtcResult> {
+        let mut size = 0usize;
+        let (size_fn, get_fn): (SizeFn, GetFn) = match kind {
+            ImageKind::Cubin => (nvrtc::nvrtcGetCUBINSize, nvrtc::nvrtcGetCUBIN),
+            ImageKind::Ptx => (nvrtc::nvrtcGetPTXSize, nvrtc::nvrtcGetPTX),
+        };
+        // SAFETY: the program is alive and compiled; `size` is a valid out-pointer.
+        let result = unsafe { size_fn(self.0, &mut size) };
+        if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(result);
+        }
+        let mut image = vec![0u8; size];
+        // SAFETY: `image` has room for the `size` bytes NVRTC writes.
+        let result = unsafe { get_fn(self.0, image.as_mut_ptr().cast()) };
+        if result != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+            return Err(result);
+        }
+        if kind == ImageKind::Ptx {
+            // NVRTC counts the terminating NUL; the artifact keeps the text only.
+            while image.last() == Some(&0) {
+                image.pop();
+            }
+        }
+        Ok(image)
+    }
 }
 
 /// The program's log, trimmed (empty when there is none).

@@ -245,6 +245,7 @@ impl KtCache {
     }
 }
 
+/// A cache file's document (at `path`) as a cache, read as closed (`still_open` false).
 fn parse(doc: &J, path: &Path) -> Res<KtCache> {
     let root = Node::root(doc);
     let opt_str = |key: &'static str| -> Res<Option<String>> {
@@ -259,40 +260,8 @@ fn parse(doc: &J, path: &Path) -> Res<KtCache> {
     };
     let keys_node = root.req("tune_params_keys")?;
     let tune_params_keys = keys_node.string_list()?;
-    let params_node = root.req("tune_params")?;
-    let mut tune_params = IndexMap::new();
-    for (name, values) in params_node.members()? {
-        let values = values
-            .items()?
-            .map(|n| param_from_json(&n))
-            .collect::<Res<Vec<_>>>()?;
-        tune_params.insert(name.to_owned(), values);
-    }
-    for name in &tune_params_keys {
-        if !tune_params.contains_key(name) {
-            return Err(keys_node.problem(format!("`{name}` has no values in `tune_params`")));
-        }
-    }
-    // Per parameter: the Python `str` form of each value -> the value.
-    let lookup: Vec<HashMap<String, ParamValue>> = tune_params_keys
-        .iter()
-        .map(|name| {
-            tune_params[name]
-                .iter()
-                .map(|v| (v.python_str(), v.clone()))
-                .collect()
-        })
-        .collect();
-
-    let cache_node = root.req("cache")?;
-    let count = cache_node.obj()?.len();
-    let mut cache = Vec::with_capacity(count);
-    let mut by_key = HashMap::with_capacity(count);
-    for (key, rec) in cache_node.members()? {
-        let record = record(key, &rec, &tune_params_keys, &lookup)?;
-        by_key.insert(key.to_owned(), cache.len());
-        cache.push(record);
-    }
+    let tune_params = tune_params(&root, &keys_node, &tune_params_keys)?;
+    let (cache, by_key) = records(&root, &tune_params_keys, &tune_params)?;
     const KNOWN: [&str; 8] = [
         "schema_version",
         "device_name",
@@ -322,6 +291,58 @@ fn parse(doc: &J, path: &Path) -> Res<KtCache> {
         cut_record: false,
         by_key,
     })
+}
+
+/// `tune_params`: each parameter's values; every name of `tune_params_keys` (`keys_node`)
+/// must have some.
+fn tune_params(
+    root: &Node<'_, '_>,
+    keys_node: &Node<'_, '_>,
+    keys: &[String],
+) -> Res<IndexMap<String, Vec<ParamValue>>> {
+    let params_node = root.req("tune_params")?;
+    let mut tune_params = IndexMap::new();
+    for (name, values) in params_node.members()? {
+        let values = values
+            .items()?
+            .map(|n| param_from_json(&n))
+            .collect::<Res<Vec<_>>>()?;
+        tune_params.insert(name.to_owned(), values);
+    }
+    for name in keys {
+        if !tune_params.contains_key(name) {
+            return Err(keys_node.problem(format!("`{name}` has no values in `tune_params`")));
+        }
+    }
+    Ok(tune_params)
+}
+
+/// The records of `cache`, in the file's order, and the position of each by its key.
+fn records(
+    root: &Node<'_, '_>,
+    keys: &[String],
+    tune_params: &IndexMap<String, Vec<ParamValue>>,
+) -> Res<(Vec<KtRecord>, HashMap<String, usize>)> {
+    // Per parameter: the Python `str` form of each value -> the value.
+    let lookup: Vec<HashMap<String, ParamValue>> = keys
+        .iter()
+        .map(|name| {
+            tune_params[name]
+                .iter()
+                .map(|v| (v.python_str(), v.clone()))
+                .collect()
+        })
+        .collect();
+    let cache_node = root.req("cache")?;
+    let count = cache_node.obj()?.len();
+    let mut cache = Vec::with_capacity(count);
+    let mut by_key = HashMap::with_capacity(count);
+    for (key, rec) in cache_node.members()? {
+        let record = record(key, &rec, keys, &lookup)?;
+        by_key.insert(key.to_owned(), cache.len());
+        cache.push(record);
+    }
+    Ok((cache, by_key))
 }
 
 /// How a cache file's text ended.
@@ -402,6 +423,8 @@ fn guess(part: &str) -> ParamValue {
     }
 }
 
+/// The record under `key` of a cache whose parameters are `names` (`lookup`: each one's values
+/// by their Python `str` form).
 fn record(
     key: &str,
     rec: &Node<'_, '_>,
@@ -409,6 +432,43 @@ fn record(
     lookup: &[HashMap<String, ParamValue>],
 ) -> Res<KtRecord> {
     let members = rec.obj()?;
+    let params = record_params(key, rec, names, lookup)?;
+    let time = record_time(rec)?;
+    let times = match rec.get("times")? {
+        Some(t) => t.f64_list()?,
+        None => Vec::new(),
+    };
+    let ms =
+        |field: &'static str| -> Res<Option<f64>> { rec.get(field)?.map(|n| n.f64()).transpose() };
+    let timestamp = rec
+        .get("timestamp")?
+        .map(|n| n.str().map(str::to_owned))
+        .transpose()?;
+    let (metrics, extra) = record_numbers(members, names);
+    Ok(KtRecord {
+        key: key.to_owned(),
+        params,
+        time,
+        times,
+        compile_time: ms("compile_time")?,
+        verification_time: ms("verification_time")?,
+        benchmark_time: ms("benchmark_time")?,
+        framework_time: ms("framework_time")?,
+        strategy_time: ms("strategy_time")?,
+        timestamp,
+        metrics,
+        extra,
+    })
+}
+
+/// A record's parameter values: each comma-separated part of its `key` read as that
+/// parameter's value (else guessed), checked against the value the record writes, if it does.
+fn record_params(
+    key: &str,
+    rec: &Node<'_, '_>,
+    names: &[String],
+    lookup: &[HashMap<String, ParamValue>],
+) -> Res<Vec<ParamValue>> {
     let parts: Vec<&str> = key.split(',').collect();
     if parts.len() != names.len() {
         return Err(rec.problem(format!(
@@ -449,9 +509,13 @@ fn record(
         };
         params.push(value);
     }
+    Ok(params)
+}
 
+/// A record's `time`: ms, or a failure marker.
+fn record_time(rec: &Node<'_, '_>) -> Res<KtTime> {
     let time_node = rec.req("time")?;
-    let time = match time_node.v {
+    Ok(match time_node.v {
         J::Str(s) => KtTime::Failed(KtFailure::from_marker(s).ok_or_else(|| {
             time_node.problem(format!(
                 "`{s}` is neither a time nor a failure marker (RuntimeFailedConfig, \
@@ -459,18 +523,15 @@ fn record(
             ))
         })?),
         _ => KtTime::Ms(time_node.f64()?),
-    };
-    let times = match rec.get("times")? {
-        Some(t) => t.f64_list()?,
-        None => Vec::new(),
-    };
-    let ms =
-        |field: &'static str| -> Res<Option<f64>> { rec.get(field)?.map(|n| n.f64()).transpose() };
-    let timestamp = rec
-        .get("timestamp")?
-        .map(|n| n.str().map(str::to_owned))
-        .transpose()?;
+    })
+}
 
+/// The members of a record beyond its times and parameters (`names`): the numbers as
+/// metrics, the rest kept as they are.
+fn record_numbers(
+    members: &[(String, J)],
+    names: &[String],
+) -> (IndexMap<String, f64>, IndexMap<String, serde_json::Value>) {
     const KNOWN: [&str; 8] = [
         "time",
         "times",
@@ -496,20 +557,7 @@ fn record(
             }
         }
     }
-    Ok(KtRecord {
-        key: key.to_owned(),
-        params,
-        time,
-        times,
-        compile_time: ms("compile_time")?,
-        verification_time: ms("verification_time")?,
-        benchmark_time: ms("benchmark_time")?,
-        framework_time: ms("framework_time")?,
-        strategy_time: ms("strategy_time")?,
-        timestamp,
-        metrics,
-        extra,
-    })
+    (metrics, extra)
 }
 
 #[cfg(test)]

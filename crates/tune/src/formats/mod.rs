@@ -66,7 +66,7 @@ mod value;
 
 pub(crate) use error::FormatError;
 pub use kt_cache::KtCache;
-pub(crate) use kt_cache::{KtFailure, KtTime, is_open_cache};
+pub(crate) use kt_cache::{KtFailure, KtRecord, KtTime, is_open_cache};
 pub(crate) use t1::{T1Arg, T1Dims, T1FillType, T1MemoryType, T1Size};
 pub use t1::{T1Condition, T1ConfigurationSpace, T1File, T1General, T1KernelSpec};
 pub(crate) use t4::{T4File, T4Invalidity, T4Measurement, T4Metadata, T4Result, T4Times};

@@ -382,52 +382,15 @@ fn configuration_space(cs: &Node<'_, '_>) -> Res<T1ConfigurationSpace> {
     })
 }
 
+/// One of `TuningParameters`: its name, type, values (a Python list expression, or a JSON
+/// list) each of that type, and default.
 fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
     let name = p.req("Name")?.str()?.to_owned();
     let type_node = p.req("Type")?;
-    let param_type = match type_node.str()? {
-        "int" => T1ParamType::Int,
-        "uint" => T1ParamType::UInt,
-        "float" => T1ParamType::Float,
-        "bool" => T1ParamType::Bool,
-        "string" => T1ParamType::String,
-        other => {
-            return Err(type_node.problem(format!(
-                "unknown parameter type `{other}` (int, uint, float, bool or string)"
-            )));
-        }
-    };
+    let param_type = param_type(&type_node)?;
     let values_node = p.req("Values")?;
     let (values, values_text) = match values_node.v {
-        J::Str(text) => {
-            let list = match tunebox_expr::eval(text, &[]) {
-                Ok(Object::List(items)) => items,
-                Ok(other) => {
-                    return Err(values_node.problem(format!(
-                        "`{text}` is a {}, expected a list of values",
-                        other.type_name()
-                    )));
-                }
-                Err(e) => {
-                    return Err(values_node.problem(e.to_string()));
-                }
-            };
-            let mut values = Vec::with_capacity(list.len());
-            for item in list {
-                values.push(match item {
-                    Object::Int(i) => ParamValue::Int(i),
-                    Object::Float(f) => ParamValue::Float(f),
-                    Object::Bool(b) => ParamValue::Bool(b),
-                    Object::Str(s) => ParamValue::Str(s),
-                    Object::List(_) => {
-                        return Err(values_node.problem(format!(
-                            "`{text}` holds a list; a value must be a number, boolean or string"
-                        )));
-                    }
-                });
-            }
-            (values, text.clone())
-        }
+        J::Str(text) => (python_values(&values_node, text)?, text.clone()),
         J::Arr(_) => (
             values_node
                 .items()?
@@ -441,15 +404,7 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
         return Err(values_node.problem("a parameter needs at least one value"));
     }
     for (i, v) in values.iter().enumerate() {
-        let fits = match (param_type, v) {
-            (T1ParamType::Int, ParamValue::Int(_)) => true,
-            (T1ParamType::UInt, ParamValue::Int(i)) => *i >= 0,
-            (T1ParamType::Float, ParamValue::Int(_) | ParamValue::Float(_)) => true,
-            (T1ParamType::Bool, ParamValue::Bool(_)) => true,
-            (T1ParamType::String, ParamValue::Str(_)) => true,
-            _ => false,
-        };
-        if !fits {
+        if !fits(param_type, v) {
             return Err(values_node.problem(format!(
                 "value {i} ({}) does not fit the parameter's type `{}`",
                 v.repr(),
@@ -475,6 +430,66 @@ fn tuning_parameter(p: &Node<'_, '_>) -> Res<T1Param> {
         values_text,
         default,
     })
+}
+
+/// A parameter's `Type`: int, uint, float, bool or string.
+fn param_type(type_node: &Node<'_, '_>) -> Res<T1ParamType> {
+    Ok(match type_node.str()? {
+        "int" => T1ParamType::Int,
+        "uint" => T1ParamType::UInt,
+        "float" => T1ParamType::Float,
+        "bool" => T1ParamType::Bool,
+        "string" => T1ParamType::String,
+        other => {
+            return Err(type_node.problem(format!(
+                "unknown parameter type `{other}` (int, uint, float, bool or string)"
+            )));
+        }
+    })
+}
+
+/// `Values` given as the Python list expression `text`, evaluated: a list of numbers,
+/// booleans and strings.
+fn python_values(values_node: &Node<'_, '_>, text: &str) -> Res<Vec<ParamValue>> {
+    let list = match tunebox_expr::eval(text, &[]) {
+        Ok(Object::List(items)) => items,
+        Ok(other) => {
+            return Err(values_node.problem(format!(
+                "`{text}` is a {}, expected a list of values",
+                other.type_name()
+            )));
+        }
+        Err(e) => {
+            return Err(values_node.problem(e.to_string()));
+        }
+    };
+    let mut values = Vec::with_capacity(list.len());
+    for item in list {
+        values.push(match item {
+            Object::Int(i) => ParamValue::Int(i),
+            Object::Float(f) => ParamValue::Float(f),
+            Object::Bool(b) => ParamValue::Bool(b),
+            Object::Str(s) => ParamValue::Str(s),
+            Object::List(_) => {
+                return Err(values_node.problem(format!(
+                    "`{text}` holds a list; a value must be a number, boolean or string"
+                )));
+            }
+        });
+    }
+    Ok(values)
+}
+
+/// Whether `v` is a value of `param_type` (an int is a float too; a uint is not negative).
+fn fits(param_type: T1ParamType, v: &ParamValue) -> bool {
+    match (param_type, v) {
+        (T1ParamType::Int, ParamValue::Int(_)) => true,
+        (T1ParamType::UInt, ParamValue::Int(i)) => *i >= 0,
+        (T1ParamType::Float, ParamValue::Int(_) | ParamValue::Float(_)) => true,
+        (T1ParamType::Bool, ParamValue::Bool(_)) => true,
+        (T1ParamType::String, ParamValue::Str(_)) => true,
+        _ => false,
+    }
 }
 
 fn dims(node: &Node<'_, '_>) -> Res<T1Dims> {
@@ -573,60 +588,28 @@ fn one_of<T: Copy>(node: &Node<'_, '_>, choices: &[(&str, T)]) -> Res<T> {
         })
 }
 
+/// The keys of an argument that tunebox reads.
+const ARGUMENT_KEYS: [&str; 12] = [
+    "Name",
+    "Type",
+    "MemoryType",
+    "AccessType",
+    "FillType",
+    "FillValue",
+    "Size",
+    "TypeSize",
+    "Output",
+    "MemType",
+    "DataSource",
+    "RandomSeed",
+];
+
+/// One of a kernel's `Arguments`.
 fn argument(a: &Node<'_, '_>) -> Res<T1Arg> {
-    use T1AccessType as A;
-    use T1FillType as F;
-    use T1MemoryType as M;
-    let memory_type = one_of(
-        &a.req("MemoryType")?,
-        &[
-            ("Scalar", M::Scalar),
-            ("Vector", M::Vector),
-            ("Local", M::Local),
-            ("Symbol", M::Symbol),
-        ],
-    )?;
-    let access_type = a
-        .get("AccessType")?
-        .map(|n| {
-            one_of(
-                &n,
-                &[
-                    ("ReadOnly", A::ReadOnly),
-                    ("WriteOnly", A::WriteOnly),
-                    ("ReadWrite", A::ReadWrite),
-                ],
-            )
-        })
-        .transpose()?;
-    let fill_type = a
-        .get("FillType")?
-        .map(|n| {
-            one_of(
-                &n,
-                &[
-                    ("Constant", F::Constant),
-                    ("Random", F::Random),
-                    ("Generator", F::Generator),
-                    ("Script", F::Script),
-                    ("BinaryRaw", F::BinaryRaw),
-                    ("BinaryHDF", F::BinaryHDF),
-                ],
-            )
-        })
-        .transpose()?;
-    let size = match a.get("Size")? {
-        None => None,
-        Some(n) => Some(match n.v {
-            J::Str(s) => match s.trim().parse::<u64>() {
-                Ok(count) => T1Size::Count(count),
-                Err(_) => T1Size::Expr(s.clone()),
-            },
-            _ => T1Size::Count(
-                u64::try_from(n.i64()?).map_err(|_| n.problem("a size must not be negative"))?,
-            ),
-        }),
-    };
+    let memory_type = memory_type(&a.req("MemoryType")?)?;
+    let access_type = a.get("AccessType")?.map(|n| access_type(&n)).transpose()?;
+    let fill_type = a.get("FillType")?.map(|n| fill_type(&n)).transpose()?;
+    let size = a.get("Size")?.map(|n| size(&n)).transpose()?;
     Ok(T1Arg {
         name: opt_string(a, "Name")?.unwrap_or_default(),
         data_type: a.req("Type")?.str()?.to_owned(),
@@ -644,23 +627,63 @@ fn argument(a: &Node<'_, '_>) -> Res<T1Arg> {
         mem_type: opt_string(a, "MemType")?,
         data_source: opt_string(a, "DataSource")?,
         random_seed: a.get("RandomSeed")?.map(|n| n.i64()).transpose()?,
-        extra: rest(
-            a,
-            &[
-                "Name",
-                "Type",
-                "MemoryType",
-                "AccessType",
-                "FillType",
-                "FillValue",
-                "Size",
-                "TypeSize",
-                "Output",
-                "MemType",
-                "DataSource",
-                "RandomSeed",
-            ],
-        )?,
+        extra: rest(a, &ARGUMENT_KEYS)?,
+    })
+}
+
+/// An argument's `MemoryType`.
+fn memory_type(n: &Node<'_, '_>) -> Res<T1MemoryType> {
+    use T1MemoryType as M;
+    one_of(
+        n,
+        &[
+            ("Scalar", M::Scalar),
+            ("Vector", M::Vector),
+            ("Local", M::Local),
+            ("Symbol", M::Symbol),
+        ],
+    )
+}
+
+/// An argument's `AccessType`.
+fn access_type(n: &Node<'_, '_>) -> Res<T1AccessType> {
+    use T1AccessType as A;
+    one_of(
+        n,
+        &[
+            ("ReadOnly", A::ReadOnly),
+            ("WriteOnly", A::WriteOnly),
+            ("ReadWrite", A::ReadWrite),
+        ],
+    )
+}
+
+/// An argument's `FillType`.
+fn fill_type(n: &Node<'_, '_>) -> Res<T1FillType> {
+    use T1FillType as F;
+    one_of(
+        n,
+        &[
+            ("Constant", F::Constant),
+            ("Random", F::Random),
+            ("Generator", F::Generator),
+            ("Script", F::Script),
+            ("BinaryRaw", F::BinaryRaw),
+            ("BinaryHDF", F::BinaryHDF),
+        ],
+    )
+}
+
+/// An argument's `Size`: a count (a number, or a string of one), else an expression.
+fn size(n: &Node<'_, '_>) -> Res<T1Size> {
+    Ok(match n.v {
+        J::Str(s) => match s.trim().parse::<u64>() {
+            Ok(count) => T1Size::Count(count),
+            Err(_) => T1Size::Expr(s.clone()),
+        },
+        _ => T1Size::Count(
+            u64::try_from(n.i64()?).map_err(|_| n.problem("a size must not be negative"))?,
+        ),
     })
 }
 

@@ -475,6 +475,7 @@ fn parse(doc: &J) -> Res<T4File> {
     })
 }
 
+/// One of `results`.
 fn result(r: &Node<'_, '_>) -> Res<T4Result> {
     let mut configuration = IndexMap::new();
     for (name, v) in r.req("configuration")?.members()? {
@@ -484,44 +485,8 @@ fn result(r: &Node<'_, '_>) -> Res<T4Result> {
         Some(o) => o.string_list()?,
         None => Vec::new(),
     };
-    let t = r.req("times")?;
-    let num = |key: &'static str| -> Res<Option<f64>> { t.get(key)?.map(|n| n.f64()).transpose() };
-    let times = T4Times {
-        compilation_time: match num("compilation_time")? {
-            Some(v) => Some(v),
-            None => num("compilation")?,
-        },
-        runtimes: match t.get("runtimes")? {
-            Some(n) => n.f64_list()?,
-            None => Vec::new(),
-        },
-        framework: num("framework")?,
-        search_algorithm: num("search_algorithm")?,
-        validation: num("validation")?,
-        benchmark: num("benchmark")?,
-        extra: rest(
-            &t,
-            &[
-                "compilation_time",
-                "compilation",
-                "runtimes",
-                "framework",
-                "search_algorithm",
-                "validation",
-                "benchmark",
-            ],
-        )?,
-    };
-    let inv = r.req("invalidity")?;
-    let text = inv.str()?;
-    let invalidity = T4Invalidity::ALL
-        .into_iter()
-        .find(|i| i.as_str() == text)
-        .ok_or_else(|| {
-            inv.problem(format!(
-                "`{text}` is not one of timeout, compile, runtime, correctness, constraints, correct"
-            ))
-        })?;
+    let times = times(&r.req("times")?)?;
+    let invalidity = invalidity(&r.req("invalidity")?)?;
     let c = r.req("correctness")?;
     let correctness = match c.v {
         J::Int(1) => true,
@@ -533,16 +498,7 @@ fn result(r: &Node<'_, '_>) -> Res<T4Result> {
     let mut measurements = Vec::new();
     if let Some(list) = r.get("measurements")? {
         for m in list.items()? {
-            let value = m.req("value")?;
-            if !matches!(value.v, J::Int(_) | J::Float(_) | J::Str(_) | J::Arr(_)) {
-                return Err(value.problem("expected a number, string or array"));
-            }
-            measurements.push(T4Measurement {
-                name: m.req("name")?.str()?.to_owned(),
-                value: value.v.to_value(),
-                unit: opt_string(&m, "unit")?.unwrap_or_default(),
-                counter_type: opt_string(&m, "type")?,
-            });
+            measurements.push(measurement(&m)?);
         }
     }
     Ok(T4Result {
@@ -565,6 +521,64 @@ fn result(r: &Node<'_, '_>) -> Res<T4Result> {
                 "measurements",
             ],
         )?,
+    })
+}
+
+/// A result's `times` (`compilation` read as `compilation_time`).
+fn times(t: &Node<'_, '_>) -> Res<T4Times> {
+    let num = |key: &'static str| -> Res<Option<f64>> { t.get(key)?.map(|n| n.f64()).transpose() };
+    Ok(T4Times {
+        compilation_time: match num("compilation_time")? {
+            Some(v) => Some(v),
+            None => num("compilation")?,
+        },
+        runtimes: match t.get("runtimes")? {
+            Some(n) => n.f64_list()?,
+            None => Vec::new(),
+        },
+        framework: num("framework")?,
+        search_algorithm: num("search_algorithm")?,
+        validation: num("validation")?,
+        benchmark: num("benchmark")?,
+        extra: rest(
+            t,
+            &[
+                "compilation_time",
+                "compilation",
+                "runtimes",
+                "framework",
+                "search_algorithm",
+                "validation",
+                "benchmark",
+            ],
+        )?,
+    })
+}
+
+/// A result's `invalidity`, one of [`T4Invalidity::ALL`].
+fn invalidity(inv: &Node<'_, '_>) -> Res<T4Invalidity> {
+    let text = inv.str()?;
+    T4Invalidity::ALL
+        .into_iter()
+        .find(|i| i.as_str() == text)
+        .ok_or_else(|| {
+            inv.problem(format!(
+                "`{text}` is not one of timeout, compile, runtime, correctness, constraints, correct"
+            ))
+        })
+}
+
+/// One of a result's `measurements`: a number, string or array with its unit.
+fn measurement(m: &Node<'_, '_>) -> Res<T4Measurement> {
+    let value = m.req("value")?;
+    if !matches!(value.v, J::Int(_) | J::Float(_) | J::Str(_) | J::Arr(_)) {
+        return Err(value.problem("expected a number, string or array"));
+    }
+    Ok(T4Measurement {
+        name: m.req("name")?.str()?.to_owned(),
+        value: value.v.to_value(),
+        unit: opt_string(m, "unit")?.unwrap_or_default(),
+        counter_type: opt_string(m, "type")?,
     })
 }
 

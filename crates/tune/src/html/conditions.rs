@@ -3,10 +3,47 @@
 
 use super::measure::count;
 use super::page::{Cell, Page, esc, table};
-use crate::results::Report;
+use crate::results::{Report, RunConditions};
 
 /// The run's conditions of `report`.
 pub(super) fn section(page: &mut Page, report: &Report) {
+    let info = &report.info;
+    let mut rows = run_rows(report);
+    if let Some(c) = &info.conditions {
+        window_rows(c, &mut rows);
+    }
+    if !info.merged_from.is_empty() {
+        rows.push(("merged from", info.merged_from.join(", ")));
+    }
+    page.raw(&table(
+        &["", ""],
+        rows.into_iter().map(|(k, v)| {
+            vec![
+                Cell::Html(format!("<strong>{}</strong>", esc(k))),
+                Cell::Text(v),
+            ]
+        }),
+        |_| false,
+    ));
+    for warning in warnings(report) {
+        page.p_html(Some("warn"), &esc(&warning));
+    }
+    if !info.notes.is_empty() {
+        let notes: Vec<String> = info
+            .notes
+            .iter()
+            .map(|n| format!("<li>{}</li>", esc(n)))
+            .collect();
+        page.raw(&format!(
+            "<h3>Notes</h3>\n<ul>\n{}\n</ul>\n",
+            notes.join("\n")
+        ));
+    }
+}
+
+/// The table's rows of the run itself: what ran where, with which tunebox, strategy and
+/// options, how long, and its results cache.
+fn run_rows(report: &Report) -> Vec<(&'static str, String)> {
     let info = &report.info;
     let h = &info.header;
     let mut rows: Vec<(&str, String)> = vec![
@@ -49,59 +86,36 @@ pub(super) fn section(page: &mut Page, report: &Report) {
             ),
         ));
     }
-    if let Some(c) = &info.conditions {
-        rows.push((
-            "windows",
-            format!(
-                "{} in {} ({} disturbed, {} measured again); {} raced for the top, {} settled \
-                 at screening, {} confirmed early",
-                c.windows,
-                count(c.rounds, "round"),
-                c.disturbed,
-                c.remeasured,
-                count(c.raced, "choice"),
-                c.settled,
-                c.confirmed_early
-            ),
-        ));
-        rows.push(("speed drift", format!("{:.1} %", c.drift * 100.0)));
-        rows.push((
-            "speed probe, slowest over fastest",
-            format!("{:.3}", c.probe_ratio),
-        ));
-        rows.push((
-            "load average, start and end",
-            format!("{:.2}, {:.2}", c.load[0], c.load[1]),
-        ));
-        rows.push(("how sure the pick is", c.confidence.clone()));
-    }
-    if !info.merged_from.is_empty() {
-        rows.push(("merged from", info.merged_from.join(", ")));
-    }
-    page.raw(&table(
-        &["", ""],
-        rows.into_iter().map(|(k, v)| {
-            vec![
-                Cell::Html(format!("<strong>{}</strong>", esc(k))),
-                Cell::Text(v),
-            ]
-        }),
-        |_| false,
+    rows
+}
+
+/// The table's rows of how the windows went (`c`): their counts, the machine's drift, speed
+/// probe and load, and how sure the pick is.
+fn window_rows(c: &RunConditions, rows: &mut Vec<(&'static str, String)>) {
+    rows.push((
+        "windows",
+        format!(
+            "{} in {} ({} disturbed, {} measured again); {} raced for the top, {} settled \
+             at screening, {} confirmed early",
+            c.windows,
+            count(c.rounds, "round"),
+            c.disturbed,
+            c.remeasured,
+            count(c.raced, "choice"),
+            c.settled,
+            c.confirmed_early
+        ),
     ));
-    for warning in warnings(report) {
-        page.p_html(Some("warn"), &esc(&warning));
-    }
-    if !info.notes.is_empty() {
-        let notes: Vec<String> = info
-            .notes
-            .iter()
-            .map(|n| format!("<li>{}</li>", esc(n)))
-            .collect();
-        page.raw(&format!(
-            "<h3>Notes</h3>\n<ul>\n{}\n</ul>\n",
-            notes.join("\n")
-        ));
-    }
+    rows.push(("speed drift", format!("{:.1} %", c.drift * 100.0)));
+    rows.push((
+        "speed probe, slowest over fastest",
+        format!("{:.3}", c.probe_ratio),
+    ));
+    rows.push((
+        "load average, start and end",
+        format!("{:.2}, {:.2}", c.load[0], c.load[1]),
+    ));
+    rows.push(("how sure the pick is", c.confidence.clone()));
 }
 
 fn or_unknown(text: &str) -> String {

@@ -101,6 +101,9 @@ fn windows(report: &Report) -> (Vec<Window>, usize) {
     (out, single)
 }
 
+/// The windows (of choices measured in several; `single`: those measured in one, left out)
+/// over the run: how much slower each ran than its choice's fastest, a seeded sample of them
+/// when there are many, and the median of each stretch of the run.
 fn figure(windows: &[Window], single: usize) -> Figure {
     let picked = sample(windows.len(), WINDOWS_DRAWN, 2);
     let (mut quiet, mut disturbed) = (Vec::new(), Vec::new());
@@ -112,52 +115,8 @@ fn figure(windows: &[Window], single: usize) -> Figure {
             quiet.push((w.at_s, w.slower_pct));
         }
     }
-    let end = windows.last().map_or(0.0, |w| w.at_s);
-    let mut stretches = Vec::new();
-    if windows.len() > 200 && end > 0.0 {
-        for k in 0..STRETCHES {
-            let (from, to) = (
-                end * k as f64 / STRETCHES as f64,
-                end * (k + 1) as f64 / STRETCHES as f64,
-            );
-            let mut within: Vec<f64> = windows
-                .iter()
-                .filter(|w| w.at_s >= from && (w.at_s < to || k + 1 == STRETCHES))
-                .map(|w| w.slower_pct)
-                .collect();
-            if !within.is_empty() {
-                stretches.push(((from + to) / 2.0, median(&mut within)));
-            }
-        }
-    }
-    let disturbed_all = windows.iter().filter(|w| w.disturbed).count();
-    let caption = format!(
-        "Each window of a choice measured in several ({}{}): how much slower it ran than the \
-         same choice's fastest window, when it ended. A steady machine keeps them near 0 %; a \
-         stretch where every window is slower is the machine slowing down. Crosses: the {} \
-         disturbed (other CPUs busy, or time stolen, while it ran); dots: quiet ones.{}{}",
-        count(windows.len(), "window"),
-        if picked.len() < windows.len() {
-            format!(", a seeded sample of {} drawn", picked.len())
-        } else {
-            String::new()
-        },
-        count(disturbed_all, "window"),
-        if stretches.is_empty() {
-            String::new()
-        } else {
-            format!(" The line: the median window in each of {STRETCHES} stretches of the run.")
-        },
-        if single > 0 {
-            format!(
-                " {} measured in one window only are left out (a window is 0 % slower than \
-                 itself).",
-                count(single, "choice")
-            )
-        } else {
-            String::new()
-        },
-    );
+    let stretches = stretch_medians(windows);
+    let caption = windows_caption(windows, picked.len(), !stretches.is_empty(), single);
     Figure::new(
         "windows",
         caption,
@@ -183,4 +142,61 @@ fn figure(windows: &[Window], single: usize) -> Figure {
         None,
         stretches,
     ))
+}
+
+/// The caption of the windows figure: `drawn` of the `windows` drawn, the median of each
+/// stretch drawn when `stretched`, and `single` choices left out.
+fn windows_caption(windows: &[Window], drawn: usize, stretched: bool, single: usize) -> String {
+    let disturbed_all = windows.iter().filter(|w| w.disturbed).count();
+    format!(
+        "Each window of a choice measured in several ({}{}): how much slower it ran than the \
+         same choice's fastest window, when it ended. A steady machine keeps them near 0 %; a \
+         stretch where every window is slower is the machine slowing down. Crosses: the {} \
+         disturbed (other CPUs busy, or time stolen, while it ran); dots: quiet ones.{}{}",
+        count(windows.len(), "window"),
+        if drawn < windows.len() {
+            format!(", a seeded sample of {drawn} drawn")
+        } else {
+            String::new()
+        },
+        count(disturbed_all, "window"),
+        if stretched {
+            format!(" The line: the median window in each of {STRETCHES} stretches of the run.")
+        } else {
+            String::new()
+        },
+        if single > 0 {
+            format!(
+                " {} measured in one window only are left out (a window is 0 % slower than \
+                 itself).",
+                count(single, "choice")
+            )
+        } else {
+            String::new()
+        },
+    )
+}
+
+/// The median window (how much slower) in each of [`STRETCHES`] equal stretches of the run,
+/// at the stretch's middle; none for a run of 200 windows or fewer.
+fn stretch_medians(windows: &[Window]) -> Vec<(f64, f64)> {
+    let end = windows.last().map_or(0.0, |w| w.at_s);
+    let mut stretches = Vec::new();
+    if windows.len() > 200 && end > 0.0 {
+        for k in 0..STRETCHES {
+            let (from, to) = (
+                end * k as f64 / STRETCHES as f64,
+                end * (k + 1) as f64 / STRETCHES as f64,
+            );
+            let mut within: Vec<f64> = windows
+                .iter()
+                .filter(|w| w.at_s >= from && (w.at_s < to || k + 1 == STRETCHES))
+                .map(|w| w.slower_pct)
+                .collect();
+            if !within.is_empty() {
+                stretches.push(((from + to) / 2.0, median(&mut within)));
+            }
+        }
+    }
+    stretches
 }

@@ -156,6 +156,8 @@ fn summary_table(params: &[ParamStats], measure: &Measure) -> String {
     )
 }
 
+/// A parameter's figure: each ok choice by its value (a seeded sample of at most
+/// [`POINTS_PER_VALUE`] per value), the best reachable with each value and their median.
 fn figure(param: &ParamStats, measure: &Measure, id: &str) -> Figure {
     let names: Vec<String> = param.values.iter().map(|v| v.value.to_string()).collect();
     let per_value = POINTS_PER_VALUE.min(POINTS_PER_FIGURE / param.values.len().max(1));
@@ -177,26 +179,7 @@ fn figure(param: &ParamStats, measure: &Measure, id: &str) -> Figure {
             medians.push((x, v.median()));
         }
     }
-    let said: Vec<String> = param
-        .values
-        .iter()
-        .filter_map(|v| Some(format!("{} {}", v.value, measure.show(v.best(measure)?))))
-        .collect();
-    let caption = format!(
-        "{}: each dot is an ok choice{} ({} spread sideways to be seen); the solid line with \
-         triangles is the best reachable with each value, the dashed line with squares the \
-         median. Best reachable: {}.",
-        param.name,
-        if sampled {
-            format!(
-                " (a seeded sample of at most {per_value} per value; every value's best is on the line)"
-            )
-        } else {
-            String::new()
-        },
-        measure.label(),
-        said.join("; ")
-    );
+    let caption = figure_caption(param, measure, per_value, sampled);
     let all = points.iter().chain(&bests).map(|p| p.1);
     Figure::new(
         id,
@@ -220,6 +203,36 @@ fn figure(param: &ParamStats, measure: &Measure, id: &str) -> Figure {
         bests,
     ))
     .size(760, 320)
+}
+
+/// The caption of a parameter's figure, with the best reachable with each value
+/// (`sampled`: its choices were drawn `per_value` at most).
+fn figure_caption(
+    param: &ParamStats,
+    measure: &Measure,
+    per_value: usize,
+    sampled: bool,
+) -> String {
+    let said: Vec<String> = param
+        .values
+        .iter()
+        .filter_map(|v| Some(format!("{} {}", v.value, measure.show(v.best(measure)?))))
+        .collect();
+    format!(
+        "{}: each dot is an ok choice{} ({} spread sideways to be seen); the solid line with \
+         triangles is the best reachable with each value, the dashed line with squares the \
+         median. Best reachable: {}.",
+        param.name,
+        if sampled {
+            format!(
+                " (a seeded sample of at most {per_value} per value; every value's best is on the line)"
+            )
+        } else {
+            String::new()
+        },
+        measure.label(),
+        said.join("; ")
+    )
 }
 
 /// The numbers behind a parameter's figure, folded.

@@ -469,28 +469,7 @@ impl Figure {
             }
             Shape::Line(stroke, mark, _) => {
                 let stroke = *stroke;
-                let style = colour.stroke_width(2);
-                match stroke {
-                    Stroke::Solid => {
-                        chart.draw_series(LineSeries::new(mapped.iter().copied(), style))?;
-                    }
-                    Stroke::Dashed => {
-                        chart.draw_series(DashedLineSeries::new(
-                            mapped.iter().copied(),
-                            8,
-                            5,
-                            style,
-                        ))?;
-                    }
-                    Stroke::Dotted => {
-                        chart.draw_series(DashedLineSeries::new(
-                            mapped.iter().copied(),
-                            2,
-                            4,
-                            style,
-                        ))?;
-                    }
-                }
+                draw_line(chart, &mapped, stroke, colour)?;
                 let mark = *mark;
                 let marks = mapped.into_iter().filter(|_| mark.is_some());
                 chart
@@ -509,17 +488,7 @@ impl Figure {
             }
             Shape::Intervals(mark, intervals) => {
                 let mark = *mark;
-                let bars = intervals.iter().filter_map(|&(x, lo, mid, hi)| {
-                    Some(ErrorBar::new_vertical(
-                        self.x.map(x)?,
-                        self.y.map(lo)?,
-                        self.y.map(mid)?,
-                        self.y.map(hi)?,
-                        colour.stroke_width(1),
-                        8,
-                    ))
-                });
-                chart.draw_series(bars)?;
+                self.draw_bars(chart, intervals, colour)?;
                 let middles = intervals
                     .iter()
                     .filter_map(|&(x, _, mid, _)| Some((self.x.map(x)?, self.y.map(mid)?)));
@@ -533,6 +502,49 @@ impl Figure {
         }
         Ok(())
     }
+
+    /// The bars of `intervals` (`(x, low, middle, high)`), those that fall on the axes.
+    fn draw_bars<'a>(
+        &self,
+        chart: &mut ChartContext<'a, SVGBackend<'a>, Plot>,
+        intervals: &[(f64, f64, f64, f64)],
+        colour: RGBColor,
+    ) -> Result<(), DrawError> {
+        let bars = intervals.iter().filter_map(|&(x, lo, mid, hi)| {
+            Some(ErrorBar::new_vertical(
+                self.x.map(x)?,
+                self.y.map(lo)?,
+                self.y.map(mid)?,
+                self.y.map(hi)?,
+                colour.stroke_width(1),
+                8,
+            ))
+        });
+        chart.draw_series(bars)?;
+        Ok(())
+    }
+}
+
+/// A line through `mapped`, solid, dashed or dotted as `stroke` says.
+fn draw_line<'a>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Plot>,
+    mapped: &[(f64, f64)],
+    stroke: Stroke,
+    colour: RGBColor,
+) -> Result<(), DrawError> {
+    let style = colour.stroke_width(2);
+    match stroke {
+        Stroke::Solid => {
+            chart.draw_series(LineSeries::new(mapped.iter().copied(), style))?;
+        }
+        Stroke::Dashed => {
+            chart.draw_series(DashedLineSeries::new(mapped.iter().copied(), 8, 5, style))?;
+        }
+        Stroke::Dotted => {
+            chart.draw_series(DashedLineSeries::new(mapped.iter().copied(), 2, 4, style))?;
+        }
+    }
+    Ok(())
 }
 
 /// What drawing on the SVG backend fails with (writing to a string: not expected).

@@ -6,7 +6,7 @@ use tunebox_pool::Status;
 use super::measure::{Measure, count, thin};
 use super::page::{Cell, Page, details, esc, table};
 use super::plot::{Axis, Figure, Layer, Mark, Stroke, colour};
-use crate::ranking::{error_groups, interval_ms, rank_labels, ties, windowed};
+use crate::ranking::{ErrorGroup, error_groups, interval_ms, rank_labels, ties, windowed};
 use crate::results::ChoiceResult;
 
 /// Choices drawn with their intervals.
@@ -50,45 +50,19 @@ pub(super) fn section(page: &mut Page, members: &[&ChoiceResult], measure: &Meas
 fn top_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> Figure {
     let shown = &ok[..ok.len().min(TOP_FIGURE)];
     let best = shown[0].0;
-    let mut classes: [Vec<(f64, f64, f64, f64)>; 3] = Default::default();
-    for (i, (r, _)) in shown.iter().enumerate() {
-        let Some(mid) = measure.value(r) else {
-            continue;
-        };
-        let (low, high) = match interval_ms(r).filter(|_| measure.is_time()) {
-            Some([low, high]) => (measure.of_ms(low), measure.of_ms(high)),
-            None => (mid, mid),
-        };
-        let class = if i == 0 {
-            0
-        } else if ties(best, r) {
-            1
-        } else {
-            2
-        };
-        classes[class].push((i as f64, low, mid, high));
-    }
-    let tied = classes[1].len();
+    let [best_class, tied_class, rest] = intervals_by_class(shown, measure);
     let names: Vec<String> = shown.iter().map(|(_, l)| (*l).to_owned()).collect();
-    let interval = if !measure.is_time() || shown.iter().all(|(r, _)| interval_ms(r).is_none()) {
-        "no interval (each was measured once, or it is not a time)"
-    } else if shown.iter().any(|(r, _)| windowed(r)) {
-        "its 90 % interval over windows (the 20th to 80th percentile of its reps when measured \
-         in one window)"
-    } else {
-        "the 20th to 80th percentile of its reps"
-    };
     let caption = format!(
         "The {} of {} ok choices, best first (rank =N: tied within the noise with rank N): \
-         each choice's {} with {interval}. Triangle: the best, {}; rings: {} tied with the best \
+         each choice's {} with {}. Triangle: the best, {}; rings: {} tied with the best \
          (their intervals overlap); squares: behind it.",
         count(shown.len(), "best choice"),
         ok.len(),
         measure.label(),
+        interval_caption(shown, measure),
         best.choice.label(),
-        count(tied, "choice"),
+        count(tied_class.len(), "choice"),
     );
-    let [best_class, tied_class, rest] = classes;
     Figure::new(
         format!("ranking{tag}"),
         caption,
@@ -120,6 +94,47 @@ fn top_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> Fig
         Mark::Square,
         rest,
     ))
+}
+
+/// The `shown` choices' intervals `(rank position, low, value, high)` in three classes: the
+/// best, those tied with it, the rest (a choice measured once, or ranked by something other
+/// than time, has its value as its interval).
+fn intervals_by_class(
+    shown: &[(&ChoiceResult, &str)],
+    measure: &Measure,
+) -> [Vec<(f64, f64, f64, f64)>; 3] {
+    let best = shown[0].0;
+    let mut classes: [Vec<(f64, f64, f64, f64)>; 3] = Default::default();
+    for (i, (r, _)) in shown.iter().enumerate() {
+        let Some(mid) = measure.value(r) else {
+            continue;
+        };
+        let (low, high) = match interval_ms(r).filter(|_| measure.is_time()) {
+            Some([low, high]) => (measure.of_ms(low), measure.of_ms(high)),
+            None => (mid, mid),
+        };
+        let class = if i == 0 {
+            0
+        } else if ties(best, r) {
+            1
+        } else {
+            2
+        };
+        classes[class].push((i as f64, low, mid, high));
+    }
+    classes
+}
+
+/// What the ranking figure's intervals are, in its caption.
+fn interval_caption(shown: &[(&ChoiceResult, &str)], measure: &Measure) -> &'static str {
+    if !measure.is_time() || shown.iter().all(|(r, _)| interval_ms(r).is_none()) {
+        "no interval (each was measured once, or it is not a time)"
+    } else if shown.iter().any(|(r, _)| windowed(r)) {
+        "its 90 % interval over windows (the 20th to 80th percentile of its reps when measured \
+         in one window)"
+    } else {
+        "the 20th to 80th percentile of its reps"
+    }
 }
 
 /// Every ok choice's value by rank: how far the field trails the best.
@@ -167,71 +182,9 @@ fn curve_figure(ok: &[(&ChoiceResult, &str)], measure: &Measure, tag: &str) -> F
 /// folded; the interval and windows columns only when some choice has them.
 fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
     let shown = &ok[..ok.len().min(TOP_TABLE)];
-    let metrics: Vec<String> =
-        shown
-            .iter()
-            .flat_map(|(r, _)| r.metrics.keys())
-            .fold(Vec::new(), |mut names, n| {
-                if !names.contains(n) {
-                    names.push(n.clone());
-                }
-                names
-            });
-    let intervals = shown.iter().any(|(r, _)| interval_ms(r).is_some());
-    let windows = shown.iter().any(|(r, _)| r.windows.is_some());
-    let mut header = vec!["rank", "choice", "time"];
-    if intervals {
-        header.push("interval");
-    }
-    if windows {
-        header.push("windows");
-    }
-    header.extend(metrics.iter().map(String::as_str));
-    header.push("notes");
-    let row = |(r, label): &(&ChoiceResult, &str)| {
-        let mut row = vec![
-            Cell::Num((*label).to_owned()),
-            Cell::Html(format!("<code>{}</code>", esc(&r.choice.label()))),
-            Cell::Num(r.median_ms().map_or("-".into(), tunebox_protocol::short_ms)),
-        ];
-        if intervals {
-            row.push(Cell::Num(interval_ms(r).map_or(
-                "-".into(),
-                |[low, high]| {
-                    format!(
-                        "{} – {}",
-                        tunebox_protocol::short_ms(low),
-                        tunebox_protocol::short_ms(high)
-                    )
-                },
-            )));
-        }
-        if windows {
-            row.push(Cell::Num(r.windows.as_ref().map_or(
-                "-".into(),
-                |w| match w.disturbed_count() {
-                    0 => w.medians_ms.len().to_string(),
-                    d => format!("{} ({d} busy)", w.medians_ms.len()),
-                },
-            )));
-        }
-        for name in &metrics {
-            row.push(Cell::Num(
-                r.metrics
-                    .get(name)
-                    .map_or("-".into(), |v| crate::format_value(*v)),
-            ));
-        }
-        let mut notes = Vec::new();
-        if r.screen_median_ms.is_some() {
-            notes.push("re-measured (--refine)");
-        }
-        if r.cached {
-            notes.push("from the results cache");
-        }
-        row.push(Cell::Text(notes.join(", ")));
-        row
-    };
+    let columns = TopColumns::of(shown);
+    let header = columns.header();
+    let row = |choice: &(&ChoiceResult, &str)| columns.row(choice);
     let open = shown.len().min(TOP_OPEN);
     let mut html = table(&header, shown[..open].iter().map(row), |i| i == 0);
     if shown.len() > open {
@@ -253,6 +206,94 @@ fn top_table(ok: &[(&ChoiceResult, &str)], measure: &Measure) -> String {
         ));
     }
     html
+}
+
+/// The columns of the table of the best: rank, choice, time, the interval and windows (when
+/// some choice has them), each metric, notes.
+struct TopColumns {
+    metrics: Vec<String>,
+    intervals: bool,
+    windows: bool,
+}
+
+impl TopColumns {
+    /// The columns that the `shown` choices fill.
+    fn of(shown: &[(&ChoiceResult, &str)]) -> TopColumns {
+        let metrics: Vec<String> =
+            shown
+                .iter()
+                .flat_map(|(r, _)| r.metrics.keys())
+                .fold(Vec::new(), |mut names, n| {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                    names
+                });
+        TopColumns {
+            metrics,
+            intervals: shown.iter().any(|(r, _)| interval_ms(r).is_some()),
+            windows: shown.iter().any(|(r, _)| r.windows.is_some()),
+        }
+    }
+
+    fn header(&self) -> Vec<&str> {
+        let mut header = vec!["rank", "choice", "time"];
+        if self.intervals {
+            header.push("interval");
+        }
+        if self.windows {
+            header.push("windows");
+        }
+        header.extend(self.metrics.iter().map(String::as_str));
+        header.push("notes");
+        header
+    }
+
+    /// The row of a choice and its rank label.
+    fn row(&self, (r, label): &(&ChoiceResult, &str)) -> Vec<Cell> {
+        let mut row = vec![
+            Cell::Num((*label).to_owned()),
+            Cell::Html(format!("<code>{}</code>", esc(&r.choice.label()))),
+            Cell::Num(r.median_ms().map_or("-".into(), tunebox_protocol::short_ms)),
+        ];
+        if self.intervals {
+            row.push(Cell::Num(interval_ms(r).map_or(
+                "-".into(),
+                |[low, high]| {
+                    format!(
+                        "{} – {}",
+                        tunebox_protocol::short_ms(low),
+                        tunebox_protocol::short_ms(high)
+                    )
+                },
+            )));
+        }
+        if self.windows {
+            row.push(Cell::Num(r.windows.as_ref().map_or(
+                "-".into(),
+                |w| match w.disturbed_count() {
+                    0 => w.medians_ms.len().to_string(),
+                    d => format!("{} ({d} busy)", w.medians_ms.len()),
+                },
+            )));
+        }
+        for name in &self.metrics {
+            row.push(Cell::Num(
+                r.metrics
+                    .get(name)
+                    .map_or("-".into(), |v| crate::format_value(*v)),
+            ));
+        }
+        let mut notes = Vec::new();
+        if r.screen_median_ms.is_some() {
+            notes.push("re-measured (--refine)");
+        }
+        if r.cached {
+            notes.push("from the results cache");
+        }
+        row.push(Cell::Text(notes.join(", ")));
+        row
+    }
 }
 
 /// Failures, counted by status, each status's distinct messages folded.
@@ -286,58 +327,70 @@ fn failures(page: &mut Page, members: &[&ChoiceResult]) {
             .filter(|r| r.status == status)
             .collect();
         let groups = error_groups(&of_status);
-        let mut body = String::new();
-        for group in groups.iter().take(MESSAGES_SHOWN) {
-            let mut named: Vec<String> = group
-                .members
-                .iter()
-                .take(CHOICES_NAMED)
-                .map(|r| format!("<code>{}</code>", esc(&r.choice.label())))
-                .collect();
-            if group.members.len() > CHOICES_NAMED {
-                named.push(format!("… {} more", group.members.len() - CHOICES_NAMED));
-            }
-            let message = group.members[0].error.as_deref().unwrap_or_default();
-            let whole: String = message.chars().take(MESSAGE_CHARS).collect();
-            let cut = if whole.len() < message.len() {
-                "\n… (cut; the JSON report has the whole message)"
-            } else {
-                ""
-            };
-            body.push_str(&details(
-                &format!(
-                    "{} — {}",
-                    esc(&group.line),
-                    count(group.members.len(), "choice")
-                ),
-                &format!(
-                    "<p>{}</p>\n<pre>{}{cut}</pre>",
-                    named.join(", "),
-                    esc(&whole)
-                ),
-            ));
-        }
-        if groups.len() > MESSAGES_SHOWN {
-            body.push_str(&format!(
-                "<p class=\"muted\">… {} more distinct messages (the JSON report has them \
-                 all).</p>",
-                groups.len() - MESSAGES_SHOWN
-            ));
-        }
-        let without = of_status.len() - groups.iter().map(|g| g.members.len()).sum::<usize>();
-        if without > 0 {
-            body.push_str(&format!(
-                "<p class=\"muted\">{} without a message.</p>",
-                count(without, "choice")
-            ));
-        }
         page.details(
             &format!(
                 "<strong>{status}</strong>: {}, {}",
                 count(of_status.len(), "choice"),
                 count(groups.len(), "distinct message")
             ),
-            &body,
+            &status_messages(&of_status, &groups),
         );
     }
+}
+
+/// The folded messages of one status's failed choices (`of_status`, by their error `groups`):
+/// the first [`MESSAGES_SHOWN`], how many more, and how many choices have none.
+fn status_messages(of_status: &[&ChoiceResult], groups: &[ErrorGroup<'_>]) -> String {
+    let mut body = String::new();
+    for group in groups.iter().take(MESSAGES_SHOWN) {
+        body.push_str(&message(group));
+    }
+    if groups.len() > MESSAGES_SHOWN {
+        body.push_str(&format!(
+            "<p class=\"muted\">… {} more distinct messages (the JSON report has them \
+             all).</p>",
+            groups.len() - MESSAGES_SHOWN
+        ));
+    }
+    let without = of_status.len() - groups.iter().map(|g| g.members.len()).sum::<usize>();
+    if without > 0 {
+        body.push_str(&format!(
+            "<p class=\"muted\">{} without a message.</p>",
+            count(without, "choice")
+        ));
+    }
+    body
+}
+
+/// One distinct message, folded under its line: the choices that got it (the first
+/// [`CHOICES_NAMED`]) and the message whole (its first [`MESSAGE_CHARS`] characters).
+fn message(group: &ErrorGroup<'_>) -> String {
+    let mut named: Vec<String> = group
+        .members
+        .iter()
+        .take(CHOICES_NAMED)
+        .map(|r| format!("<code>{}</code>", esc(&r.choice.label())))
+        .collect();
+    if group.members.len() > CHOICES_NAMED {
+        named.push(format!("… {} more", group.members.len() - CHOICES_NAMED));
+    }
+    let message = group.members[0].error.as_deref().unwrap_or_default();
+    let whole: String = message.chars().take(MESSAGE_CHARS).collect();
+    let cut = if whole.len() < message.len() {
+        "\n… (cut; the JSON report has the whole message)"
+    } else {
+        ""
+    };
+    details(
+        &format!(
+            "{} — {}",
+            esc(&group.line),
+            count(group.members.len(), "choice")
+        ),
+        &format!(
+            "<p>{}</p>\n<pre>{}{cut}</pre>",
+            named.join(", "),
+            esc(&whole)
+        ),
+    )
 }

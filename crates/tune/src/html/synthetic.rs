@@ -34,68 +34,75 @@ pub fn report(choices: usize, seed: u64) -> Report {
     let n = choices.min(100_000);
     let mut results = Vec::with_capacity(n);
     for index in 0..n {
-        let mut values = IndexMap::new();
-        let mut factor = 1.0;
-        let mut rest = index;
-        for (p, (name, options)) in VALUES.iter().enumerate() {
-            let k = rest % options.len();
-            rest /= options.len();
-            values.insert((*name).to_owned(), ParamValue::Int(options[k]));
-            // Each parameter has a best value of its own; the first matters most.
-            let distance = (k as f64 - (p + 2) as f64).abs();
-            factor *= 1.0 + distance * 0.12 / (p + 1) as f64;
-        }
-        let choice = Choice::new(values);
+        let (choice, factor) = choice(index);
         let roll = rng.f64();
-        let result = if roll < 0.03 {
-            ChoiceResult::failed(
-                index,
-                choice,
-                Status::CompileError,
-                format!(
-                    "kernel.c:{}:5: error: 'tile' undeclared (first use in this function)\n\
-                     kernel.c: In function 'kernel':\n",
-                    40 + index % 37
-                ),
-                device,
-            )
-        } else if roll < 0.05 {
-            ChoiceResult::failed(
-                index,
-                choice,
-                Status::Crashed,
-                format!(
-                    "worker {} crashed: killed by signal 11 (SIGSEGV)",
-                    1000 + index
-                ),
-                device,
-            )
-        } else if roll < 0.06 {
-            ChoiceResult::failed(
-                index,
-                choice,
-                Status::Timeout,
-                "timed out after 10s in the first call of the kernel (no call returned)".into(),
-                device,
-            )
-        } else {
-            let at = start + run_s * index as f64 / n as f64;
-            measured(choice, index, 0.8 * factor, at, run_s, &mut rng, device)
+        let result = match failure(roll, index) {
+            Some((status, error)) => ChoiceResult::failed(index, choice, status, error, device),
+            None => {
+                let at = start + run_s * index as f64 / n as f64;
+                measured(choice, index, 0.8 * factor, at, run_s, &mut rng, device)
+            }
         };
         results.push(result);
     }
     rank_by_device(&mut results);
-    let windows: usize = results
-        .iter()
-        .filter_map(|r| r.windows.as_ref())
-        .map(|w| w.medians_ms.len())
-        .sum();
-    let disturbed: usize = results
-        .iter()
-        .filter_map(|r| r.windows.as_ref())
-        .map(Windows::disturbed_count)
-        .sum();
-    let mut info = RunInfo::new(RunHeader {
+    let mut info = RunInfo::new(header(n, device));
+    info.elapsed_s = run_s;
+    info.workers = 1;
+    info.conditions = Some(conditions(&results, n));
+    Report { info, results }
+}
+
+/// Choice `index` of the synthetic space (its params' values in mixed radix), and the factor
+/// its values change the time by: each parameter has a best value of its own, the first
+/// matters most.
+fn choice(index: usize) -> (Choice, f64) {
+    let mut values = IndexMap::new();
+    let mut factor = 1.0;
+    let mut rest = index;
+    for (p, (name, options)) in VALUES.iter().enumerate() {
+        let k = rest % options.len();
+        rest /= options.len();
+        values.insert((*name).to_owned(), ParamValue::Int(options[k]));
+        let distance = (k as f64 - (p + 2) as f64).abs();
+        factor *= 1.0 + distance * 0.12 / (p + 1) as f64;
+    }
+    (Choice::new(values), factor)
+}
+
+/// How choice `index` failed, by its `roll` (0 to 1): 3 % compile errors (each with a message
+/// of its own), 2 % crashes, 1 % timeouts; `None`: it was measured.
+fn failure(roll: f64, index: usize) -> Option<(Status, String)> {
+    if roll < 0.03 {
+        Some((
+            Status::CompileError,
+            format!(
+                "kernel.c:{}:5: error: 'tile' undeclared (first use in this function)\n\
+                 kernel.c: In function 'kernel':\n",
+                40 + index % 37
+            ),
+        ))
+    } else if roll < 0.05 {
+        Some((
+            Status::Crashed,
+            format!(
+                "worker {} crashed: killed by signal 11 (SIGSEGV)",
+                1000 + index
+            ),
+        ))
+    } else if roll < 0.06 {
+        Some((
+            Status::Timeout,
+            "timed out after 10s in the first call of the kernel (no call returned)".into(),
+        ))
+    } else {
+        None
+    }
+}
+
+/// The header of a synthetic run of `n` choices on `device`.
+fn header(n: usize, device: &str) -> RunHeader {
+    RunHeader {
         tunebox_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest: "synthetic.toml".into(),
         manifest_hash: "synthetic".into(),
@@ -112,10 +119,23 @@ pub fn report(choices: usize, seed: u64) -> Report {
         shard: None,
         metrics: Vec::new(),
         objective: None,
-    });
-    info.elapsed_s = run_s;
-    info.workers = 1;
-    info.conditions = Some(RunConditions {
+    }
+}
+
+/// How the windows of `results` (of `n` choices) went: their counts, a third of the disturbed
+/// ones measured again, busy when more than one in ten was disturbed.
+fn conditions(results: &[ChoiceResult], n: usize) -> RunConditions {
+    let windows: usize = results
+        .iter()
+        .filter_map(|r| r.windows.as_ref())
+        .map(|w| w.medians_ms.len())
+        .sum();
+    let disturbed: usize = results
+        .iter()
+        .filter_map(|r| r.windows.as_ref())
+        .map(Windows::disturbed_count)
+        .sum();
+    RunConditions {
         rounds: 3,
         windows,
         disturbed,
@@ -131,8 +151,7 @@ pub fn report(choices: usize, seed: u64) -> Report {
         busy: disturbed * 10 > windows,
         confidence: "synthetic".into(),
         ties: 0,
-    });
-    Report { info, results }
+    }
 }
 
 /// An `ok` result of true time `ms`, measured in 2 to 4 windows from `at` (Unix s) on, the

@@ -40,54 +40,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
     let t1 = T1File::read(path)?;
     let mut x = Extras::default();
     let spec = &t1.kernel_specification;
-    let field = |name: &str| format!("KernelSpecification.{name}");
-
-    let params: IndexMap<String, Vec<toml::Value>> = t1
-        .configuration_space
-        .tuning_parameters
-        .iter()
-        .map(|p| (p.name.clone(), p.values.iter().map(to_toml).collect()))
-        .collect();
-    let restrictions = t1
-        .configuration_space
-        .conditions
-        .iter()
-        .map(|c| c.expression.clone())
-        .collect();
-
-    let language = if spec.language.eq_ignore_ascii_case("cuda") {
-        "cuda"
-    } else if spec.language.eq_ignore_ascii_case("c") {
-        // Kernel Tuner's `lang = "C"`: a C function run on the CPU, no launch sizes.
-        "c"
-    } else {
-        x.unsupported.push(format!(
-            "{} = {:?}: tunebox runs C and CUDA kernels",
-            field("Language"),
-            spec.language
-        ));
-        // Its launch sizes still mean what they mean for CUDA.
-        "cuda"
-    };
-    if !spec.kernel_file.is_file() {
-        x.source_missing = true;
-        x.unsupported.push(format!(
-            "{} = {:?}: {} does not exist (paths are relative to the T1 file)",
-            field("KernelFile"),
-            spec.kernel_file_text,
-            spec.kernel_file.display()
-        ));
-    }
-    let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
-    let kernel = RawKernel {
-        // As written: the manifest resolves it against the T1 file's folder, as T1 does.
-        source: Some(PathBuf::from(&spec.kernel_file_text)),
-        entry: Some(spec.kernel_name.clone()),
-        language: Some(language.into()),
-        compiler_options: options,
-        ..RawKernel::default()
-    };
-
+    let language = language(&spec.language, &mut x);
+    let kernel = kernel(&t1, language, &mut x);
     let (launch, problem_size, grid_div) = if language == "c" {
         (None, None, Default::default())
     } else {
@@ -95,7 +49,119 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         (Some(launch), problem_size, grid_div)
     };
     let (tensors, scalars, order) = arguments(&t1, &mut x);
+    let iterations = iterations(&t1, &mut x);
+    note_unused(&t1, &mut x);
+    let [grid_div_x, grid_div_y, grid_div_z] = grid_div;
+    Ok(RawManifest {
+        name: t1
+            .general
+            .benchmark_name
+            .clone()
+            .or_else(|| spec.benchmark_name.clone()),
+        seed: None,
+        timeout_s: None,
+        compile_timeout_s: None,
+        restrictions: restrictions(&t1),
+        kernel: Some(kernel),
+        tensors,
+        scalars,
+        params: Some(params(&t1)),
+        timing: None,
+        verify: None,
+        problem_size,
+        launch,
+        sandbox: None,
+        metrics: IndexMap::new(),
+        objective: None,
+        objective_higher_is_better: None,
+        env: None,
+        tune_params: None,
+        kernel_name: None,
+        kernel_source: None,
+        lang: None,
+        compiler_options: None,
+        args: Some(order),
+        arguments: None,
+        answer: None,
+        atol: None,
+        iterations,
+        grid_div_x,
+        grid_div_y,
+        grid_div_z,
+        launch_from_aliases: Vec::new(),
+        t1: Some(Box::new(x)),
+    })
+}
 
+/// `KernelSpecification.Field`, as messages name a field of the kernel specification.
+fn spec_field(name: &str) -> String {
+    format!("KernelSpecification.{name}")
+}
+
+/// `TuningParameters` as params: each name with its values as evaluated.
+fn params(t1: &T1File) -> IndexMap<String, Vec<toml::Value>> {
+    t1.configuration_space
+        .tuning_parameters
+        .iter()
+        .map(|p| (p.name.clone(), p.values.iter().map(to_toml).collect()))
+        .collect()
+}
+
+/// `Conditions[i].Expression` as restrictions, the Python text unchanged.
+fn restrictions(t1: &T1File) -> Vec<String> {
+    t1.configuration_space
+        .conditions
+        .iter()
+        .map(|c| c.expression.clone())
+        .collect()
+}
+
+/// The kernel's language, `"c"` or `"cuda"`, from `Language`; another one is unsupported
+/// (and read as CUDA, whose launch sizes it shares).
+fn language(language: &str, x: &mut Extras) -> &'static str {
+    if language.eq_ignore_ascii_case("cuda") {
+        "cuda"
+    } else if language.eq_ignore_ascii_case("c") {
+        // Kernel Tuner's `lang = "C"`: a C function run on the CPU, no launch sizes.
+        "c"
+    } else {
+        x.unsupported.push(format!(
+            "{} = {:?}: tunebox runs C and CUDA kernels",
+            spec_field("Language"),
+            language
+        ));
+        // Its launch sizes still mean what they mean for CUDA.
+        "cuda"
+    }
+}
+
+/// The kernel: `KernelFile` (unsupported when it does not exist), `KernelName`, `language`,
+/// `CompilerOptions`.
+fn kernel(t1: &T1File, language: &str, x: &mut Extras) -> RawKernel {
+    let spec = &t1.kernel_specification;
+    if !spec.kernel_file.is_file() {
+        x.source_missing = true;
+        x.unsupported.push(format!(
+            "{} = {:?}: {} does not exist (paths are relative to the T1 file)",
+            spec_field("KernelFile"),
+            spec.kernel_file_text,
+            spec.kernel_file.display()
+        ));
+    }
+    let options = (!spec.compiler_options.is_empty()).then(|| spec.compiler_options.clone());
+    RawKernel {
+        // As written: the manifest resolves it against the T1 file's folder, as T1 does.
+        source: Some(PathBuf::from(&spec.kernel_file_text)),
+        entry: Some(spec.kernel_name.clone()),
+        language: Some(language.into()),
+        compiler_options: options,
+        ..RawKernel::default()
+    }
+}
+
+/// `BenchmarkConfig.iterations` (1 to the most reps a manifest allows); the other keys of
+/// `BenchmarkConfig` are noted as not used.
+fn iterations(t1: &T1File, x: &mut Extras) -> Option<u32> {
     let mut iterations = None;
     let mut ignored: Vec<&str> = Vec::new();
     for (key, value) in &t1.benchmark_config {
@@ -112,9 +178,15 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
             ignored.join(", BenchmarkConfig.")
         ));
     }
-    for (key, value) in &spec.extra {
+    iterations
+}
+
+/// Notes the fields read but not used: the kernel specification's others, the file's other
+/// sections, an output format other than JSON and a time unit other than milliseconds.
+fn note_unused(t1: &T1File, x: &mut Extras) {
+    for (key, value) in &t1.kernel_specification.extra {
         if !value.is_null() {
-            x.notes.push(format!("{} is not used", field(key)));
+            x.notes.push(format!("{} is not used", spec_field(key)));
         }
     }
     for key in t1.extra.keys() {
@@ -136,47 +208,6 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
             "General.TimeUnit = {unit:?}: tunebox reports milliseconds"
         ));
     }
-
-    let name = t1
-        .general
-        .benchmark_name
-        .clone()
-        .or_else(|| spec.benchmark_name.clone());
-    Ok(RawManifest {
-        name,
-        seed: None,
-        timeout_s: None,
-        compile_timeout_s: None,
-        restrictions,
-        kernel: Some(kernel),
-        tensors,
-        scalars,
-        params: Some(params),
-        timing: None,
-        verify: None,
-        problem_size,
-        launch,
-        sandbox: None,
-        metrics: IndexMap::new(),
-        objective: None,
-        objective_higher_is_better: None,
-        env: None,
-        tune_params: None,
-        kernel_name: None,
-        kernel_source: None,
-        lang: None,
-        compiler_options: None,
-        args: Some(order),
-        arguments: None,
-        answer: None,
-        atol: None,
-        iterations,
-        grid_div_x: grid_div[0].clone(),
-        grid_div_y: grid_div[1].clone(),
-        grid_div_z: grid_div[2].clone(),
-        launch_from_aliases: Vec::new(),
-        t1: Some(Box::new(x)),
-    })
 }
 
 /// The launch: block from `LocalSize`, grid from `ProblemSize` / `GridDiv*` (Kernel Tuner's, and
@@ -190,29 +221,9 @@ fn launch(
     [Option<toml::Value>; 3],
 ) {
     let spec = &t1.kernel_specification;
-    let params: Vec<&str> = t1
-        .configuration_space
-        .tuning_parameters
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect();
     let problem = &spec.problem_size;
     let local = dims(&spec.local_size, problem);
-    let unknown: Vec<String> = local
-        .iter()
-        .flat_map(|e| names(e))
-        .filter(|n| !params.contains(&n.as_str()) && *n != "ceil_div")
-        .collect();
-    let block = if unknown.is_empty() {
-        Some(local.iter().cloned().map(toml::Value::String).collect())
-    } else {
-        x.notes.push(format!(
-            "KernelSpecification.LocalSize names `{}`, which is no tuning parameter: the block \
-             is Kernel Tuner's default (block_size_x/y/z params, else 256 × 1 × 1)",
-            unknown.join("`, `")
-        ));
-        None
-    };
+    let block = block(t1, &local, x);
     let divs: [Option<toml::Value>; 3] = std::array::from_fn(|d| {
         let list = &spec.grid_div[d];
         (!list.is_empty())
@@ -232,23 +243,7 @@ fn launch(
             .collect();
         (None, Some(sizes))
     } else {
-        let global = dims(&spec.global_size, problem);
-        let threads = spec
-            .global_size_type
-            .as_deref()
-            .is_some_and(|t| t.eq_ignore_ascii_case("opencl"));
-        let grid = global
-            .iter()
-            .zip(&local)
-            .map(|(g, l)| {
-                toml::Value::String(if threads {
-                    format!("ceil_div({g}, {l})")
-                } else {
-                    g.clone()
-                })
-            })
-            .collect();
-        (Some(grid), None)
+        (Some(global_grid(t1, &local)), None)
     };
     let shared = spec.shared_memory.map(toml::Value::Integer);
     (
@@ -256,6 +251,53 @@ fn launch(
         problem_size,
         if kt_grid { divs } else { Default::default() },
     )
+}
+
+/// The block from `LocalSize` (`local`, as launch expressions); `None` (Kernel Tuner's
+/// default, noted) when it names something that is no tuning parameter.
+fn block(t1: &T1File, local: &[String; 3], x: &mut Extras) -> Option<Vec<toml::Value>> {
+    let params: Vec<&str> = t1
+        .configuration_space
+        .tuning_parameters
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    let unknown: Vec<String> = local
+        .iter()
+        .flat_map(|e| names(e))
+        .filter(|n| !params.contains(&n.as_str()) && *n != "ceil_div")
+        .collect();
+    if unknown.is_empty() {
+        return Some(local.iter().cloned().map(toml::Value::String).collect());
+    }
+    x.notes.push(format!(
+        "KernelSpecification.LocalSize names `{}`, which is no tuning parameter: the block \
+         is Kernel Tuner's default (block_size_x/y/z params, else 256 × 1 × 1)",
+        unknown.join("`, `")
+    ));
+    None
+}
+
+/// The grid from `GlobalSize`: blocks as written (`GlobalSizeType` `CUDA`), or threads
+/// divided by the block `local` (`OpenCL`).
+fn global_grid(t1: &T1File, local: &[String; 3]) -> Vec<toml::Value> {
+    let spec = &t1.kernel_specification;
+    let global = dims(&spec.global_size, &spec.problem_size);
+    let threads = spec
+        .global_size_type
+        .as_deref()
+        .is_some_and(|t| t.eq_ignore_ascii_case("opencl"));
+    global
+        .iter()
+        .zip(local)
+        .map(|(g, l)| {
+            toml::Value::String(if threads {
+                format!("ceil_div({g}, {l})")
+            } else {
+                g.clone()
+            })
+        })
+        .collect()
 }
 
 /// A T1 size (Python, over params and `ProblemSize[i]`) as three launch expressions.
@@ -322,6 +364,7 @@ enum Arg {
     Scalar(RawScalar),
 }
 
+/// One argument as a tensor or a scalar; why it cannot be passed otherwise.
 fn argument(
     t1: &T1File,
     arg: &T1Arg,
@@ -341,28 +384,7 @@ fn argument(
         );
     }
     match arg.memory_type {
-        T1MemoryType::Scalar => {
-            let value = arg.fill_value.unwrap_or(0.0);
-            let Some(kind) = scalar_kind(&arg.data_type) else {
-                bail!(
-                    "a {} scalar: tunebox passes int32, int64, float and double scalars",
-                    arg.data_type
-                );
-            };
-            let value = if kind.starts_with('i') {
-                if value.fract() != 0.0 || value.abs() >= 2f64.powi(63) {
-                    bail!("a {} scalar with FillValue {value}", arg.data_type);
-                }
-                toml::Value::Integer(value as i64)
-            } else {
-                toml::Value::Float(value)
-            };
-            return Ok(Arg::Scalar(RawScalar {
-                name: name.to_owned(),
-                value,
-                kind: Some(kind.to_owned()),
-            }));
-        }
+        T1MemoryType::Scalar => return scalar(arg, name).map(Arg::Scalar),
         T1MemoryType::Vector => {}
         other => bail!("MemoryType {other:?}: tunebox passes buffers and scalars only"),
     }
@@ -372,6 +394,51 @@ fn argument(
             arg.data_type
         )
     })?;
+    let size = buffer_size(t1, arg)?;
+    let init = fill(arg, index, x)?;
+    if let Some(seed) = arg.random_seed {
+        x.notes.push(format!(
+            "{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"
+        ));
+    }
+    Ok(Arg::Tensor(RawTensor {
+        name: name.to_owned(),
+        dtype: dtype.name().to_owned(),
+        shape: vec![size],
+        init,
+        output: arg.output,
+        reset: false,
+        c_type: None,
+    }))
+}
+
+/// A `Scalar` argument: its `FillValue` (0 by default) as an `int32`/`int64` (integral) or a
+/// `float`/`double`.
+fn scalar(arg: &T1Arg, name: &str) -> Result<RawScalar> {
+    let value = arg.fill_value.unwrap_or(0.0);
+    let Some(kind) = scalar_kind(&arg.data_type) else {
+        bail!(
+            "a {} scalar: tunebox passes int32, int64, float and double scalars",
+            arg.data_type
+        );
+    };
+    let value = if kind.starts_with('i') {
+        if value.fract() != 0.0 || value.abs() >= 2f64.powi(63) {
+            bail!("a {} scalar with FillValue {value}", arg.data_type);
+        }
+        toml::Value::Integer(value as i64)
+    } else {
+        toml::Value::Float(value)
+    };
+    Ok(RawScalar {
+        name: name.to_owned(),
+        value,
+        kind: Some(kind.to_owned()),
+    })
+}
+
+/// A buffer's `Size` in elements (a count or an expression), at least one.
+fn buffer_size(t1: &T1File, arg: &T1Arg) -> Result<i64> {
     let size = match &arg.size {
         Some(T1Size::Count(n)) => i64::try_from(*n)?,
         Some(T1Size::Expr(text)) => size(t1, text)?,
@@ -380,7 +447,13 @@ fn argument(
     if size < 1 {
         bail!("Size is {size}; a buffer needs at least one element");
     }
-    let init = match (arg.fill_type, arg.fill_value) {
+    Ok(size)
+}
+
+/// A buffer's `init` from its `FillType`: zeros or ones for those constants (another constant
+/// is zeros, filled later: `x.fills`), random values, or a raw file (`BinaryRaw`).
+fn fill(arg: &T1Arg, index: usize, x: &mut Extras) -> Result<Option<toml::Value>> {
+    Ok(match (arg.fill_type, arg.fill_value) {
         (Some(T1FillType::Constant), v) => match v.unwrap_or(0.0) {
             0.0 => Some("zeros".into()),
             1.0 => Some("ones".into()),
@@ -402,21 +475,7 @@ fn argument(
             "FillType {other:?}: tunebox fills buffers with a constant, random values or a raw \
              file (BinaryRaw)"
         ),
-    };
-    if let Some(seed) = arg.random_seed {
-        x.notes.push(format!(
-            "{field}.RandomSeed = {seed} is not used: tunebox seeds each buffer"
-        ));
-    }
-    Ok(Arg::Tensor(RawTensor {
-        name: name.to_owned(),
-        dtype: dtype.name().to_owned(),
-        shape: vec![size],
-        init,
-        output: arg.output,
-        reset: false,
-        c_type: None,
-    }))
+    })
 }
 
 /// `Size`, evaluated as Kernel Tuner's `int(eval(size, {**tune_params, "ProblemSize": …}))`:

@@ -206,6 +206,13 @@ fn answer(raw: &mut RawManifest) -> Result<()> {
 /// Kernel Tuner's default `atol`.
 const KT_ATOL: f64 = 1e-6;
 
+/// How `answer` may be given, for its errors.
+const ANSWER_FORMS: &str = "give answer as a table of expected-output files by tensor name \
+    (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
+    then the scalars: a file for each checked tensor, \"\" for the arguments that are not \
+    checked), a reference choice (answer = { choice = { BM = 32 } }), or a reference source \
+    (answer = { source = \"ref.c\", entry = \"ref\" })";
+
 /// `answer` as a reference: `{ choice = {…} }`, `{ source = "…", … }`, `{ outputs = {…} }`, a table
 /// of output files by tensor name, or Kernel Tuner's list (exactly one entry per kernel argument,
 /// in `order` when given, else the tensors then the scalars: a file for a checked tensor,
@@ -219,11 +226,6 @@ fn answer_reference(
     order: Option<&[String]>,
 ) -> Result<(RawReference, IndexMap<String, String>)> {
     let mut written_as = IndexMap::new();
-    const FORMS: &str = "give answer as a table of expected-output files by tensor name \
-        (answer = { C = \"C.bin\" }), a list with one entry per kernel argument (the tensors, \
-        then the scalars: a file for each checked tensor, \"\" for the arguments that are not \
-        checked), a reference choice (answer = { choice = { BM = 32 } }), or a reference source \
-        (answer = { source = \"ref.c\", entry = \"ref\" })";
     let files: IndexMap<String, PathBuf> = match answer {
         toml::Value::Table(table)
             if ["choice", "source", "outputs"]
@@ -243,71 +245,11 @@ fn answer_reference(
                 None => return Ok((reference, written_as)),
             }
         }
-        toml::Value::Table(table) => table
-            .into_iter()
-            .map(|(name, file)| match file {
-                toml::Value::String(file) => {
-                    written_as.insert(name.clone(), format!("answer.{name}"));
-                    Ok((name, PathBuf::from(file)))
-                }
-                other => bail!("answer.{name} = {other}: {FORMS}"),
-            })
-            .collect::<Result<_>>()?,
+        toml::Value::Table(table) => answer_files_by_name(table, &mut written_as)?,
         toml::Value::Array(entries) => {
-            // Kernel Tuner's rule: as many entries as the kernel has arguments, in order.
-            let arguments: Vec<&str> = match order {
-                Some(order) => order.iter().map(String::as_str).collect(),
-                None => tensors
-                    .iter()
-                    .map(|t| t.name.as_str())
-                    .chain(scalars.iter().map(|s| s.name.as_str()))
-                    .collect(),
-            };
-            ensure!(
-                entries.len() == arguments.len(),
-                "answer: {} {} given, {} expected: the list needs one entry per kernel \
-                 argument, in order ({}), a file for each checked tensor and \"\" for the others",
-                entries.len(),
-                if entries.len() == 1 {
-                    "entry"
-                } else {
-                    "entries"
-                },
-                arguments.len(),
-                if order.is_some() {
-                    format!("the kernel's: {}", arguments.join(", "))
-                } else {
-                    format!(
-                        "{} tensors then {} scalars: {}",
-                        tensors.len(),
-                        scalars.len(),
-                        arguments.join(", ")
-                    )
-                }
-            );
-            let mut files = IndexMap::new();
-            for (i, entry) in entries.iter().enumerate() {
-                match entry {
-                    toml::Value::String(s) if s.is_empty() => {}
-                    toml::Value::Boolean(false) => {}
-                    toml::Value::String(file) => {
-                        let Some(tensor) = tensors.iter().find(|t| t.name == arguments[i]) else {
-                            bail!(
-                                "answer[{i}] = {file:?}: argument {i} is the scalar `{}`; \
-                                 scalars are not checked, give \"\"",
-                                arguments[i]
-                            );
-                        };
-                        files.insert(tensor.name.clone(), PathBuf::from(file));
-                        written_as.insert(tensor.name.clone(), format!("answer[{i}]"));
-                    }
-                    other => bail!("answer[{i}] = {other}: {FORMS}"),
-                }
-            }
-            ensure!(!files.is_empty(), "answer: no entry names a file; {FORMS}");
-            files
+            answer_files_by_argument(&entries, tensors, scalars, order, &mut written_as)?
         }
-        other => bail!("answer = {other}: {FORMS}"),
+        other => bail!("answer = {other}: {ANSWER_FORMS}"),
     };
     for name in files.keys() {
         let tensor = tensors
@@ -323,4 +265,95 @@ fn answer_reference(
         },
         written_as,
     ))
+}
+
+/// `answer` as a table of output files by tensor name (each written as `answer.NAME`).
+fn answer_files_by_name(
+    table: toml::Table,
+    written_as: &mut IndexMap<String, String>,
+) -> Result<IndexMap<String, PathBuf>> {
+    table
+        .into_iter()
+        .map(|(name, file)| match file {
+            toml::Value::String(file) => {
+                written_as.insert(name.clone(), format!("answer.{name}"));
+                Ok((name, PathBuf::from(file)))
+            }
+            other => bail!("answer.{name} = {other}: {ANSWER_FORMS}"),
+        })
+        .collect()
+}
+
+/// `answer` as Kernel Tuner's list, one entry per kernel argument ([`answer_arguments`]): a
+/// file for a checked tensor (written as `answer[i]`), `""` or `false` for the others.
+fn answer_files_by_argument(
+    entries: &[toml::Value],
+    tensors: &[RawTensor],
+    scalars: &[RawScalar],
+    order: Option<&[String]>,
+    written_as: &mut IndexMap<String, String>,
+) -> Result<IndexMap<String, PathBuf>> {
+    let arguments = answer_arguments(entries.len(), tensors, scalars, order)?;
+    let mut files = IndexMap::new();
+    for (i, entry) in entries.iter().enumerate() {
+        match entry {
+            toml::Value::String(s) if s.is_empty() => {}
+            toml::Value::Boolean(false) => {}
+            toml::Value::String(file) => {
+                let Some(tensor) = tensors.iter().find(|t| t.name == arguments[i]) else {
+                    bail!(
+                        "answer[{i}] = {file:?}: argument {i} is the scalar `{}`; scalars are \
+                         not checked, give \"\"",
+                        arguments[i]
+                    );
+                };
+                files.insert(tensor.name.clone(), PathBuf::from(file));
+                written_as.insert(tensor.name.clone(), format!("answer[{i}]"));
+            }
+            other => bail!("answer[{i}] = {other}: {ANSWER_FORMS}"),
+        }
+    }
+    ensure!(
+        !files.is_empty(),
+        "answer: no entry names a file; {ANSWER_FORMS}"
+    );
+    Ok(files)
+}
+
+/// The kernel's arguments an answer list of `given` entries stands for, in order: `order`
+/// when given, else the tensors then the scalars (Kernel Tuner's rule: as many entries as the
+/// kernel has arguments).
+fn answer_arguments<'a>(
+    given: usize,
+    tensors: &'a [RawTensor],
+    scalars: &'a [RawScalar],
+    order: Option<&'a [String]>,
+) -> Result<Vec<&'a str>> {
+    let arguments: Vec<&str> = match order {
+        Some(order) => order.iter().map(String::as_str).collect(),
+        None => tensors
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(scalars.iter().map(|s| s.name.as_str()))
+            .collect(),
+    };
+    ensure!(
+        given == arguments.len(),
+        "answer: {} {} given, {} expected: the list needs one entry per kernel \
+         argument, in order ({}), a file for each checked tensor and \"\" for the others",
+        given,
+        if given == 1 { "entry" } else { "entries" },
+        arguments.len(),
+        if order.is_some() {
+            format!("the kernel's: {}", arguments.join(", "))
+        } else {
+            format!(
+                "{} tensors then {} scalars: {}",
+                tensors.len(),
+                scalars.len(),
+                arguments.join(", ")
+            )
+        }
+    );
+    Ok(arguments)
 }

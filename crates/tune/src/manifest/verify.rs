@@ -80,6 +80,8 @@ pub(crate) enum Reference {
     Outputs(Vec<TensorData>),
 }
 
+/// `[verify]` checked and read: the tolerance, the reference (a choice, a source or expected
+/// outputs, read from files under `dir`) and the reference's timeout.
 pub(super) fn verify(
     raw: RawVerify,
     dir: &Path,
@@ -89,17 +91,7 @@ pub(super) fn verify(
     problem_size: Option<&[toml::Value]>,
     files: &ManifestFiles,
 ) -> Result<Verify> {
-    let tolerance = Tolerance {
-        rtol: raw.rtol.unwrap_or(1e-5),
-        atol: raw.atol.unwrap_or(1e-8),
-        equal_nan: raw.equal_nan.unwrap_or(false),
-    };
-    for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
-        ensure!(
-            value.is_finite() && value >= 0.0,
-            "verify.{name} = {value}: it must be 0 or more"
-        );
-    }
+    let tolerance = tolerance(&raw)?;
     ensure!(
         tensors.iter().any(|t| t.output),
         "verify: no tensor has `output = true`, so there is nothing to compare"
@@ -112,75 +104,15 @@ pub(super) fn verify(
         .filter(|file| files.get(file).is_none())
         .map(|file| dir.join(file))
         .collect();
-    let reference = match raw.reference {
-        RawReference {
-            choice: Some(choice),
-            source: None,
-            entry: None,
-            flags: None,
-            outputs: None,
-            launch: None,
-        } => Reference::Choice(reference_choice(choice, params)?),
-        RawReference {
-            choice: None,
-            source: None,
-            entry: None,
-            flags: None,
-            outputs: Some(outputs),
-            launch: None,
-        } => Reference::Outputs(reference_outputs(
-            &outputs,
-            dir,
-            tensors,
-            &raw.written_as,
-            files,
-        )?),
-        RawReference {
-            choice: None,
-            source: Some(source),
-            entry,
-            flags,
-            outputs: None,
-            launch,
-        } => {
-            let language = language_of(&source, None)?;
-            let flags = match flags {
-                Some(flags) => resolve_paths(flags, dir, language),
-                None => match (language, kernel.language) {
-                    (a, b) if a == b => kernel.flags.clone(),
-                    (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
-                    (Language::Cuda, _) => Vec::new(),
-                },
-            };
-            let reference = KernelSource::read(
-                dir,
-                &source,
-                entry.unwrap_or_else(|| kernel.entry.clone()),
-                language,
-                flags,
-                kernel.compiler.clone(),
-                "verify.reference",
-                files,
-            )?;
-            let launch = match (language, launch) {
-                (Language::Cuda, Some(raw)) => Some(Box::new(
-                    Launch::from_raw(raw, problem_size, &IndexMap::new())
-                        .context("verify.reference.launch")?,
-                )),
-                (Language::Cuda, None) => None,
-                (Language::C, Some(_)) => {
-                    bail!("verify.reference.launch applies to a CUDA reference source")
-                }
-                (Language::C, None) => None,
-            };
-            Reference::Source(Box::new(reference), launch)
-        }
-        _ => bail!(
-            "verify.reference: give one of `choice = {{ … }}` (a choice of this kernel), \
-             `source = \"…\"` with an optional `entry` and `flags` (a separate reference kernel), \
-             or `outputs = {{ NAME = \"file\", … }}` (the expected output of each output tensor)"
-        ),
+    let manifest = Surroundings {
+        dir,
+        params,
+        kernel,
+        tensors,
+        problem_size,
+        files,
     };
+    let reference = manifest.reference(raw.reference, &raw.written_as)?;
     let timeout = raw
         .timeout_s
         .map(|t| {
@@ -199,6 +131,126 @@ pub(super) fn verify(
         timeout,
         answer_files,
     })
+}
+
+/// `verify.rtol`, `verify.atol` (each 0 or more) and `verify.equal_nan`, with their defaults.
+fn tolerance(raw: &RawVerify) -> Result<Tolerance> {
+    let tolerance = Tolerance {
+        rtol: raw.rtol.unwrap_or(1e-5),
+        atol: raw.atol.unwrap_or(1e-8),
+        equal_nan: raw.equal_nan.unwrap_or(false),
+    };
+    for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
+        ensure!(
+            value.is_finite() && value >= 0.0,
+            "verify.{name} = {value}: it must be 0 or more"
+        );
+    }
+    Ok(tolerance)
+}
+
+/// What a reference is read against: the manifest's folder, params, kernel, tensors, problem
+/// size and the files it has read.
+struct Surroundings<'a> {
+    dir: &'a Path,
+    params: &'a IndexMap<String, Vec<ParamValue>>,
+    kernel: &'a KernelSource,
+    tensors: &'a [TensorSpec],
+    problem_size: Option<&'a [toml::Value]>,
+    files: &'a ManifestFiles,
+}
+
+impl Surroundings<'_> {
+    /// `verify.reference`: exactly one of a choice, a source (with its entry, flags and
+    /// launch) or expected outputs (`written_as`: how the user wrote each).
+    fn reference(
+        &self,
+        raw: RawReference,
+        written_as: &IndexMap<String, String>,
+    ) -> Result<Reference> {
+        Ok(match raw {
+            RawReference {
+                choice: Some(choice),
+                source: None,
+                entry: None,
+                flags: None,
+                outputs: None,
+                launch: None,
+            } => Reference::Choice(reference_choice(choice, self.params)?),
+            RawReference {
+                choice: None,
+                source: None,
+                entry: None,
+                flags: None,
+                outputs: Some(outputs),
+                launch: None,
+            } => Reference::Outputs(reference_outputs(
+                &outputs,
+                self.dir,
+                self.tensors,
+                written_as,
+                self.files,
+            )?),
+            RawReference {
+                choice: None,
+                source: Some(source),
+                entry,
+                flags,
+                outputs: None,
+                launch,
+            } => self.source(&source, entry, flags, launch)?,
+            _ => bail!(
+                "verify.reference: give one of `choice = {{ … }}` (a choice of this kernel), \
+                 `source = \"…\"` with an optional `entry` and `flags` (a separate reference \
+                 kernel), or `outputs = {{ NAME = \"file\", … }}` (the expected output of each \
+                 output tensor)"
+            ),
+        })
+    }
+
+    /// A reference source: read with its `entry` (the kernel's by default) and `flags` (the
+    /// kernel's for the same language, else the language's defaults), and a CUDA source's
+    /// own `launch`.
+    fn source(
+        &self,
+        source: &Path,
+        entry: Option<String>,
+        flags: Option<Vec<String>>,
+        launch: Option<crate::launch::RawLaunch>,
+    ) -> Result<Reference> {
+        let (dir, kernel) = (self.dir, self.kernel);
+        let language = language_of(source, None)?;
+        let flags = match flags {
+            Some(flags) => resolve_paths(flags, dir, language),
+            None => match (language, kernel.language) {
+                (a, b) if a == b => kernel.flags.clone(),
+                (Language::C, _) => DEFAULT_FLAGS.iter().map(|f| (*f).to_owned()).collect(),
+                (Language::Cuda, _) => Vec::new(),
+            },
+        };
+        let reference = KernelSource::read(
+            dir,
+            source,
+            entry.unwrap_or_else(|| kernel.entry.clone()),
+            language,
+            flags,
+            kernel.compiler.clone(),
+            "verify.reference",
+            self.files,
+        )?;
+        let launch = match (language, launch) {
+            (Language::Cuda, Some(raw)) => Some(Box::new(
+                Launch::from_raw(raw, self.problem_size, &IndexMap::new())
+                    .context("verify.reference.launch")?,
+            )),
+            (Language::Cuda, None) => None,
+            (Language::C, Some(_)) => {
+                bail!("verify.reference.launch applies to a CUDA reference source")
+            }
+            (Language::C, None) => None,
+        };
+        Ok(Reference::Source(Box::new(reference), launch))
+    }
 }
 
 /// The expected contents of every output tensor, from `given` or else raw binary files;

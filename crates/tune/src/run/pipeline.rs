@@ -12,7 +12,7 @@ use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::{Compiled, judge as judge_compile};
-use super::compile_threads::{CompileJob, CompileOutcome, Compiling};
+use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, Compiling};
 use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
@@ -71,59 +71,12 @@ pub(crate) fn pipeline(
     compiling: Option<Compiling<'_>>,
     mut on_measured: impl FnMut(Measured),
 ) {
-    let workers = stage.pool.size();
-    let mut ready: Vec<usize> = prepare_cuda(stage, todo, &mut |p, outcome| {
+    let ready = prepare_cuda(stage, todo, &mut |p, outcome| {
         on_measured(Measured::Choice(p, outcome));
     });
-    let c_todo: Vec<usize> = match &compiling {
-        Some(_) => {
-            let (c, rest): (Vec<usize>, Vec<usize>) = ready
-                .iter()
-                .partition(|&&p| matches!(todo[p].request.kernel, Kernel::C(_)));
-            ready = rest;
-            c
-        }
-        None => Vec::new(),
-    };
-    let plan = compiling.as_ref().map(|c| c.plan);
-    let compile_threads = plan.map_or(1, |p| p.threads().max(1));
-    let overlap = plan.is_some_and(|p| p.overlap);
-    stage.observer.phase(
-        Phase::Benchmarking,
-        ready.len() + c_todo.len(),
-        &format!(
-            "benchmarking {} on {workers} worker(s), timeout {:?}…",
-            plural(ready.len() + c_todo.len()),
-            stage.setup.timeout
-        ),
-    );
-    if !c_todo.is_empty() && compiling.as_ref().is_some_and(|c| c.say) {
-        stage.observer.note(&format!(
-            "compiling {} on {}{}…",
-            plural(c_todo.len()),
-            if compile_threads == 1 {
-                "1 thread".to_owned()
-            } else {
-                format!("{compile_threads} threads")
-            },
-            if overlap {
-                " while measuring"
-            } else {
-                ", then measuring"
-            }
-        ));
-    }
-    let mut measurable = vec![false; todo.len()];
-    for &p in ready.iter().chain(&c_todo) {
-        measurable[p] = true;
-    }
-    let gate = InOrder::new(
-        (0..todo.len()).filter(|&p| measurable[p]).collect(),
-        todo.len(),
-    );
-    for &p in &ready {
-        gate.settle(p, true);
-    }
+    let (ready, c_todo) = split_c_choices(todo, ready, compiling.is_some());
+    announce(stage, ready.len(), &c_todo, compiling.as_ref());
+    let gate = measuring_order(todo.len(), &ready, &c_todo);
     let compiled: Mutex<Vec<(usize, CompileOutcome)>> = Mutex::new(Vec::new());
     let compiled_deps: Mutex<Vec<Option<Vec<PathBuf>>>> = Mutex::new(vec![None; todo.len()]);
     let mut measured = vec![false; todo.len()];
@@ -131,69 +84,20 @@ pub(crate) fn pipeline(
     std::thread::scope(|scope| {
         let compilers = compiling.as_ref().map(|c| {
             let job = CompileJob::new(stage, todo, &c_todo, &compiled, &compiled_deps, gate, c);
-            scope.spawn(move || {
-                std::thread::scope(|inner| {
-                    for _ in 0..c.plan.foreground.max(1) {
-                        inner.spawn(|| job.foreground());
-                    }
-                    for _ in 0..c.plan.background {
-                        inner.spawn(|| job.background());
-                    }
-                });
-                // Every compile thread is done (or panicked): nothing is left pending.
-                gate.settle_rest(false);
-            })
+            scope.spawn(move || compile_all(&job, c.plan, gate))
         });
-        if !overlap && let Some(compilers) = compilers {
+        if !compiling.as_ref().is_some_and(|c| c.plan.overlap)
+            && let Some(compilers) = compilers
+        {
             let _ = compilers.join();
         }
-        let clock = compiling.as_ref().map(|c| c.clock);
-        let spare = compiling.as_ref().and_then(|c| c.spare);
-        let next = || next_job(stage, gate, todo, spare.map(|(queue, _)| queue));
-        let measure = |job: &Job, request: &BenchmarkRequest| {
-            let pool = match (job, spare) {
-                (Job::Spare(_), Some((_, pool))) => pool,
-                _ => stage.pool,
-            };
-            workers::benchmark_one(pool, request)
+        let measuring = Measuring {
+            stage,
+            todo,
+            gate,
+            compiled_deps: &compiled_deps,
         };
-        workers::run_all(
-            workers,
-            measure,
-            next,
-            || stage.should_stop(),
-            clock,
-            |job, result, conditions| {
-                let p = match job {
-                    Job::Choice(p) => p,
-                    Job::Spare(index) => {
-                        on_measured(Measured::Spare {
-                            index,
-                            result: Box::new(result),
-                            conditions,
-                        });
-                        return;
-                    }
-                };
-                measured[p] = true;
-                let outcome = measured_outcome(stage, &todo[p], result, conditions);
-                let outcome = match outcome {
-                    Outcome::Done {
-                        result,
-                        cacheable,
-                        files: _,
-                        left,
-                    } => Outcome::Done {
-                        result,
-                        cacheable,
-                        files: lock(&compiled_deps)[p].clone(),
-                        left,
-                    },
-                    skipped => skipped,
-                };
-                on_measured(Measured::Choice(p, outcome));
-            },
-        );
+        measuring.run(compiling.as_ref(), &mut measured, &mut on_measured);
     });
     stage.observer.end_phase();
     for p in ready {
@@ -211,6 +115,157 @@ pub(crate) fn pipeline(
             on_measured(Measured::Choice(p, outcome));
         },
     );
+}
+
+/// `ready` (the positions left to measure) parted into those measured as they are and the C
+/// choices that compile in the parent first (none when nothing compiles: `compiles` false).
+fn split_c_choices(todo: &[Todo], ready: Vec<usize>, compiles: bool) -> (Vec<usize>, Vec<usize>) {
+    if !compiles {
+        return (ready, Vec::new());
+    }
+    let (c, rest): (Vec<usize>, Vec<usize>) = ready
+        .iter()
+        .partition(|&&p| matches!(todo[p].request.kernel, Kernel::C(_)));
+    (rest, c)
+}
+
+/// Tells the observer that benchmarking starts (`ready` choices and the C choices `c_todo`)
+/// and, where `compiling` says so, on how many threads those compile and whether measuring
+/// overlaps them.
+fn announce(stage: &Stage<'_>, ready: usize, c_todo: &[usize], compiling: Option<&Compiling<'_>>) {
+    let workers = stage.pool.size();
+    let plan = compiling.map(|c| c.plan);
+    let compile_threads = plan.map_or(1, |p| p.threads().max(1));
+    let overlap = plan.is_some_and(|p| p.overlap);
+    stage.observer.phase(
+        Phase::Benchmarking,
+        ready + c_todo.len(),
+        &format!(
+            "benchmarking {} on {workers} worker(s), timeout {:?}…",
+            plural(ready + c_todo.len()),
+            stage.setup.timeout
+        ),
+    );
+    if !c_todo.is_empty() && compiling.is_some_and(|c| c.say) {
+        stage.observer.note(&format!(
+            "compiling {} on {}{}…",
+            plural(c_todo.len()),
+            if compile_threads == 1 {
+                "1 thread".to_owned()
+            } else {
+                format!("{compile_threads} threads")
+            },
+            if overlap {
+                " while measuring"
+            } else {
+                ", then measuring"
+            }
+        ));
+    }
+}
+
+/// The order in which the `len` positions of a batch are measured: those of `ready` and
+/// `c_todo`, by position; `ready`'s are settled (measurable) at once, `c_todo`'s once they
+/// compile.
+fn measuring_order(len: usize, ready: &[usize], c_todo: &[usize]) -> InOrder {
+    let mut measurable = vec![false; len];
+    for &p in ready.iter().chain(c_todo) {
+        measurable[p] = true;
+    }
+    let gate = InOrder::new((0..len).filter(|&p| measurable[p]).collect(), len);
+    for &p in ready {
+        gate.settle(p, true);
+    }
+    gate
+}
+
+/// Runs `job`'s compile threads to their end (`plan.foreground` at normal priority, at least
+/// one, and `plan.background` in the background), then settles what `gate` still waits for.
+fn compile_all(job: &CompileJob<'_>, plan: CompilePlan, gate: &InOrder) {
+    std::thread::scope(|inner| {
+        for _ in 0..plan.foreground.max(1) {
+            inner.spawn(|| job.foreground());
+        }
+        for _ in 0..plan.background {
+            inner.spawn(|| job.background());
+        }
+    });
+    // Every compile thread is done (or panicked): nothing is left pending.
+    gate.settle_rest(false);
+}
+
+/// The measuring side of a pipeline: the batch, the order its positions are released in, and
+/// the headers each C choice's compile read.
+struct Measuring<'m> {
+    stage: &'m Stage<'m>,
+    todo: &'m [Todo],
+    gate: &'m InOrder,
+    compiled_deps: &'m Mutex<Vec<Option<Vec<PathBuf>>>>,
+}
+
+impl Measuring<'_> {
+    /// Measures every position `gate` releases (and spare windows while the next one
+    /// compiles) on the stage's workers, marking each in `measured` and handing its outcome
+    /// to `on_measured` as it finishes.
+    fn run(
+        &self,
+        compiling: Option<&Compiling<'_>>,
+        measured: &mut [bool],
+        on_measured: &mut impl FnMut(Measured),
+    ) {
+        let stage = self.stage;
+        let clock = compiling.map(|c| c.clock);
+        let spare = compiling.and_then(|c| c.spare);
+        let next = || next_job(stage, self.gate, self.todo, spare.map(|(queue, _)| queue));
+        let measure = |job: &Job, request: &BenchmarkRequest| {
+            let pool = match (job, spare) {
+                (Job::Spare(_), Some((_, pool))) => pool,
+                _ => stage.pool,
+            };
+            workers::benchmark_one(pool, request)
+        };
+        workers::run_all(
+            stage.pool.size(),
+            measure,
+            next,
+            || stage.should_stop(),
+            clock,
+            |job, result, conditions| match job {
+                Job::Choice(p) => {
+                    measured[p] = true;
+                    on_measured(Measured::Choice(p, self.outcome(p, result, conditions)));
+                }
+                Job::Spare(index) => on_measured(Measured::Spare {
+                    index,
+                    result: Box::new(result),
+                    conditions,
+                }),
+            },
+        );
+    }
+
+    /// The outcome of measuring position `p`: judged, with the headers its compile read.
+    fn outcome(
+        &self,
+        p: usize,
+        result: Result<tunebox_protocol::BenchmarkResult, tunebox_pool::PoolError>,
+        conditions: Conditions,
+    ) -> Outcome {
+        match measured_outcome(self.stage, &self.todo[p], result, conditions) {
+            Outcome::Done {
+                result,
+                cacheable,
+                files: _,
+                left,
+            } => Outcome::Done {
+                result,
+                cacheable,
+                files: lock(self.compiled_deps)[p].clone(),
+                left,
+            },
+            skipped => skipped,
+        }
+    }
 }
 
 /// The next job of a pipeline's worker: the next choice in order once it has compiled; while

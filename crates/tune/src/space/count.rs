@@ -19,7 +19,7 @@
 use anyhow::Result;
 use tunebox_expr::Value as PyValue;
 
-use super::solver::{PROGRESS_EVERY, Problem, Progress};
+use super::problem::{PROGRESS_EVERY, Problem, Progress};
 
 /// Why a count stopped before its end.
 pub(super) enum Stop {

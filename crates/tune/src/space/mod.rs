@@ -10,6 +10,7 @@
 //! valid choices is not listed at all: see [`SearchSpace`].
 
 mod count;
+mod problem;
 mod restriction;
 mod solver;
 pub(crate) mod value;
@@ -23,7 +24,7 @@ use tunebox_expr::Value as PyValue;
 use tunebox_protocol::Define;
 
 use crate::shard::ShardInfo;
-use solver::Problem;
+use problem::Problem;
 
 pub(crate) use restriction::Restriction;
 pub(crate) use value::ParamValue;
