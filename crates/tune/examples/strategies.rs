@@ -21,10 +21,13 @@
 //! Each tunebox strategy runs `--seeds` seeds (default 10), doubled up to `--max-seeds` (default
 //! 40) until the order of the three leading strategies is settled (each gap above twice its
 //! standard error); the output says when it is not. Standard errors come from a bootstrap over
-//! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold
-//! the tunebox strategy (or `auto` variant, e.g. `auto[transform=log]`) of best mean score on the
-//! other spaces is chosen and scored on the held-out ones; `--loo-fractions 1,0.25` chooses by
-//! the mean over those budget fractions and reports each, `--choose` limits the candidates.
+//! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold,
+//! among the tunebox strategies (or `auto` variants, e.g. `auto[transform=log;turns=0]`) not
+//! behind `bayes` beyond twice the standard error on the other spaces, the one of best mean score
+//! there is chosen and scored on the held-out ones, beside `bayes` and the default's gap to it;
+//! then the setting the same rule picks on every space, and the spaces where the default is
+//! behind `bayes`. `--loo-fractions 1,0.25` chooses by the mean over those budget fractions and
+//! reports each, `--choose` limits the candidates.
 //! `--runs PATH` keeps tunebox's simulated runs and reuses them by strategy name;
 //! `--strategy-time` puts tunebox's strategies' own time on the simulated clock. `--package` scores the same traces with
 //! the `autotuning-methodology` package too (`benchmarks/kernel-tuner/methodology.py`, in the
