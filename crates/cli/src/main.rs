@@ -229,9 +229,10 @@ struct TuneArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     max_process_uses: u64,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
-    /// search that measures --budget choices. For adaptive search pick `auto`: first of either
-    /// tool's strategies in held-out scores at full and quarter budgets, and above random on
-    /// every recorded space (docs/search.md).
+    /// search that measures --budget choices. For adaptive search pick `auto`: first of
+    /// tunebox's strategies at full and quarter budgets on recorded spaces of six GPUs and two
+    /// kernels, and not behind `bayes` beyond the noise with any GPU or kernel held out
+    /// (docs/search.md).
     /// [default: brute-force; random with --budget]
     #[arg(long, value_enum)]
     strategy: Option<Strategy>,
@@ -331,8 +332,9 @@ impl Strategy {
             StrategyName::Auto => {
                 "The adaptive search to pick, at any budget: Bayesian optimization on ranks \
                  (failures ranked last, string params categorical, a batch for as many \
-                 workers), then iterated local search from the best after 64 results. First \
-                 of either tool's strategies in held-out scores (docs/search.md)"
+                 workers); after 64 results it takes turns with iterated local search from the \
+                 best, each turn to the one that improved the best more. Not behind `bayes` in \
+                 any held-out fold (docs/search.md)"
             }
         }
     }

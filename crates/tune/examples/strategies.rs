@@ -21,10 +21,13 @@
 //! Each tunebox strategy runs `--seeds` seeds (default 10), doubled up to `--max-seeds` (default
 //! 40) until the order of the three leading strategies is settled (each gap above twice its
 //! standard error); the output says when it is not. Standard errors come from a bootstrap over
-//! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold
-//! the tunebox strategy (or `auto` variant, e.g. `auto[transform=log]`) of best mean score on the
-//! other spaces is chosen and scored on the held-out ones; `--loo-fractions 1,0.25` chooses by
-//! the mean over those budget fractions and reports each, `--choose` limits the candidates.
+//! the runs. `--loo` adds the leave-one-GPU-out and leave-one-kernel-out selection: in each fold,
+//! among the tunebox strategies (or `auto` variants, e.g. `auto[transform=log;turns=0]`) not
+//! behind `bayes` beyond twice the standard error on the other spaces, the one of best mean score
+//! there is chosen and scored on the held-out ones, beside `bayes` and the default's gap to it;
+//! then the setting the same rule picks on every space, and the spaces where the default is
+//! behind `bayes`. `--loo-fractions 1,0.25` chooses by the mean over those budget fractions and
+//! reports each, `--choose` limits the candidates.
 //! `--runs PATH` keeps tunebox's simulated runs and reuses them by strategy name;
 //! `--strategy-time` puts tunebox's strategies' own time on the simulated clock. `--package` scores the same traces with
 //! the `autotuning-methodology` package too (`benchmarks/kernel-tuner/methodology.py`, in the
@@ -219,7 +222,7 @@ fn hub_files(hub: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// The strategy `name` names: one of [`strategies::NAMES`], or an `auto` variant
-/// `auto[transform=rank|log;init=N;xi=F;batch=N;refine=N;handoff=N]`.
+/// `auto[transform=rank|log;init=N;xi=F;batch=N;refine=N;handoff=N;turns=N]`.
 fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, String> {
     if let Some(spec) = name.strip_prefix("auto[").and_then(|s| s.strip_suffix(']')) {
         let mut o = AutoOptions::default();
@@ -241,9 +244,10 @@ fn make(name: &str, budget: usize, seed: u64) -> Result<Box<dyn Strategy>, Strin
                 "batch" => o.batch = v.parse().map_err(|e| bad(format!("{e}")))?,
                 "refine" => o.refine = v.parse().map_err(|e| bad(format!("{e}")))?,
                 "handoff" => o.handoff = v.parse().map_err(|e| bad(format!("{e}")))?,
+                "turns" => o.turns = v.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => {
                     return Err(bad(
-                        "keys: transform, init, xi, batch, refine, handoff".into()
+                        "keys: transform, init, xi, batch, refine, handoff, turns".into(),
                     ));
                 }
             }
@@ -740,9 +744,77 @@ fn package_scores(
     Ok(out)
 }
 
-/// Leave-one-group-out: per fold, the tunebox strategy (among `choose`, all when empty) of
-/// best mean on the other problems, averaged over every table (one per budget fraction), and
-/// its score on the held-out ones in each; rows of markdown and the held-out means.
+/// The strategy the default is held to: a leave-one-out fold chooses only among settings not
+/// behind it beyond twice the standard error on its training spaces, and reports the default's
+/// gap to it on the held-out ones.
+const REFERENCE: &str = "bayes";
+/// What `--strategy auto` runs ([`AutoOptions::default`]).
+const DEFAULT: &str = "auto";
+
+/// `a − b` over the problems `which`, and the standard error of the difference.
+fn gap_over(a: &[Result<Cell, String>], b: &[Result<Cell, String>], which: &[usize]) -> (f64, f64) {
+    let (ma, sa) = mean_over(a, which);
+    let (mb, sb) = mean_over(b, which);
+    (ma - mb, (sa * sa + sb * sb).sqrt())
+}
+
+/// Whether a gap and its standard error are behind beyond twice that error.
+fn behind((gap, se): (f64, f64)) -> bool {
+    gap < -2.0 * se
+}
+
+/// The setting the leave-one-out rule picks on the problems `train`: among `candidates` not
+/// behind [`REFERENCE`] beyond twice the standard error at any budget fraction (all of them when
+/// it did not run), the one of best mean over the fractions.
+fn pick(
+    names: &[String],
+    tables: &[(f64, Table)],
+    candidates: &[usize],
+    train: &[usize],
+) -> Option<usize> {
+    let reference = names.iter().position(|n| n == REFERENCE);
+    let mean = |s: usize| {
+        tables
+            .iter()
+            .map(|(_, t)| mean_over(&t[s], train).0)
+            .sum::<f64>()
+            / tables.len() as f64
+    };
+    candidates
+        .iter()
+        .copied()
+        .filter(|&s| !mean(s).is_nan())
+        .filter(|&s| {
+            reference.is_none_or(|r| {
+                tables
+                    .iter()
+                    .all(|(_, t)| !behind(gap_over(&t[s], &t[r], train)))
+            })
+        })
+        .max_by(|&a, &b| mean(a).total_cmp(&mean(b)))
+}
+
+/// `score ± se`, or `—`.
+fn cell_text((score, se): (f64, f64)) -> String {
+    if score.is_nan() {
+        "—".into()
+    } else {
+        format!("{score:.3} ± {se:.3}")
+    }
+}
+
+/// A gap to [`REFERENCE`], marked when behind beyond twice its standard error.
+fn gap_text(gap: (f64, f64)) -> String {
+    if gap.0.is_nan() {
+        return "—".into();
+    }
+    let mark = if behind(gap) { " **behind**" } else { "" };
+    format!("{:+.3} ± {:.3}{mark}", gap.0, gap.1)
+}
+
+/// Leave-one-group-out: per fold, the setting [`pick`] chooses among `choose` (tunebox's
+/// strategies when empty) on the other problems, scored on the held-out ones at every budget
+/// fraction beside [`REFERENCE`], with [`DEFAULT`]'s gap to it; markdown rows and summary.
 fn loo(
     problems: &[Problem],
     names: &[String],
@@ -754,12 +826,23 @@ fn loo(
     let mut groups: Vec<String> = problems.iter().map(&group).collect();
     groups.sort();
     groups.dedup();
+    let candidates: Vec<usize> = (0..names.len())
+        .filter(|&s| !names[s].starts_with("kt:"))
+        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
+        .collect();
+    let reference = names.iter().position(|n| n == REFERENCE);
+    let default = names.iter().position(|n| n == DEFAULT);
+    let kt: Vec<usize> = (0..names.len())
+        .filter(|&s| names[s].starts_with("kt:"))
+        .collect();
     let mut md = String::new();
     let fractions: Vec<String> = tables.iter().map(|(f, _)| format!("{f}")).collect();
     let _ = writeln!(
         md,
-        "\nLeave-one-{what}-out (choose on the others by the mean over budget fractions {}, \
-         score on the held-out):\n",
+        "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond twice \
+         the standard error on the other spaces at budget fractions {}, the one of best mean over \
+         them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s gap to it \
+         there):\n",
         fractions.join(" and ")
     );
     let mut header = "| held out | chosen |".to_owned();
@@ -767,12 +850,19 @@ fn loo(
     for f in &fractions {
         let _ = write!(
             header,
-            " held-out score ({f}) | best Kernel Tuner strategy there ({f}) |"
+            " chosen ({f}) | {REFERENCE} ({f}) | {DEFAULT} − {REFERENCE} ({f}) |"
         );
-        rule.push_str("---:|---:|");
+        rule.push_str("---:|---:|---:|");
+        if !kt.is_empty() {
+            let _ = write!(header, " best Kernel Tuner strategy ({f}) |");
+            rule.push_str("---:|");
+        }
     }
     let _ = writeln!(md, "{header}\n{rule}");
+    let none = (f64::NAN, f64::NAN);
     let mut held: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
+    let mut held_reference: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
+    let mut default_behind = Vec::new();
     for g in &groups {
         let test: Vec<usize> = (0..problems.len())
             .filter(|&p| group(&problems[p]) == *g)
@@ -783,53 +873,155 @@ fn loo(
         if train.is_empty() {
             continue;
         }
-        let training = |s: usize| {
-            tables
-                .iter()
-                .map(|(_, t)| mean_over(&t[s], &train).0)
-                .sum::<f64>()
-                / tables.len() as f64
+        let Some(c) = pick(names, tables, &candidates, &train) else {
+            continue;
         };
-        let chosen = (0..names.len())
-            .filter(|&s| !names[s].starts_with("kt:"))
-            .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
-            .filter(|&s| !training(s).is_nan())
-            .max_by(|&a, &b| training(a).total_cmp(&training(b)));
-        let Some(c) = chosen else { continue };
         let mut row = format!("| {g} | {} |", names[c]);
-        for (k, (_, table)) in tables.iter().enumerate() {
-            let (score, se) = mean_over(&table[c], &test);
-            let kt_best = (0..names.len())
-                .filter(|&s| names[s].starts_with("kt:"))
-                .map(|s| (mean_over(&table[s], &test).0, s))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            held[k].extend(
-                test.iter()
-                    .map(|&p| table[c][p].as_ref().map_or(f64::NAN, |c| c.score)),
-            );
+        for (k, (f, table)) in tables.iter().enumerate() {
+            let chosen = mean_over(&table[c], &test);
+            let base = reference.map_or(none, |r| mean_over(&table[r], &test));
+            let gap = match (default, reference) {
+                (Some(d), Some(r)) => gap_over(&table[d], &table[r], &test),
+                _ => none,
+            };
+            if behind(gap) {
+                default_behind.push(format!("{g} at {f}"));
+            }
+            held[k].push(chosen.0);
+            held_reference[k].push(base.0);
             let _ = write!(
                 row,
-                " {score:.3} ± {se:.3} | {} |",
-                kt_best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
+                " {} | {} | {} |",
+                cell_text(chosen),
+                cell_text(base),
+                gap_text(gap)
             );
+            if !kt.is_empty() {
+                let best = kt
+                    .iter()
+                    .map(|&s| (mean_over(&table[s], &test).0, s))
+                    .max_by(|a, b| a.0.total_cmp(&b.0));
+                let _ = write!(
+                    row,
+                    " {} |",
+                    best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
+                );
+            }
         }
         let _ = writeln!(md, "{row}");
     }
-    let means: Vec<String> = held
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let means: Vec<String> = fractions
         .iter()
-        .zip(&fractions)
-        .map(|(h, f)| {
+        .enumerate()
+        .map(|(k, f)| {
             format!(
-                "**{:.3}** at {f}",
-                h.iter().sum::<f64>() / h.len().max(1) as f64
+                "**{:.3}** at {f} (`{REFERENCE}` {:.3})",
+                mean(&held[k]),
+                mean(&held_reference[k])
             )
         })
         .collect();
     let _ = writeln!(
         md,
-        "\nHeld-out mean of the chosen strategies: {}.",
+        "\nHeld-out mean of the chosen settings: {}.",
         means.join(", ")
     );
+    if default.is_some() && reference.is_some() {
+        let _ = writeln!(
+            md,
+            "`{DEFAULT}` behind `{REFERENCE}` beyond twice the standard error on the held-out \
+             spaces: {}.",
+            if default_behind.is_empty() {
+                "in no fold".to_owned()
+            } else {
+                default_behind.join(", ")
+            }
+        );
+    }
+    md
+}
+
+/// Per budget fraction, the spaces on which [`DEFAULT`] is behind [`REFERENCE`] beyond twice
+/// the standard error of the difference (a stricter test than a fold's mean), as a line.
+fn default_per_space(problems: &[Problem], names: &[String], tables: &[(f64, Table)]) -> String {
+    let (Some(d), Some(r)) = (
+        names.iter().position(|n| n == DEFAULT),
+        names.iter().position(|n| n == REFERENCE),
+    ) else {
+        return String::new();
+    };
+    let parts: Vec<String> = tables
+        .iter()
+        .map(|(f, t)| {
+            let behind_on: Vec<String> = (0..problems.len())
+                .filter_map(|p| {
+                    let gap = gap_over(&t[d], &t[r], &[p]);
+                    behind(gap).then(|| format!("{} ({})", problems[p].name, gap_text(gap)))
+                })
+                .collect();
+            format!(
+                "at {f}: {}",
+                if behind_on.is_empty() {
+                    "none".to_owned()
+                } else {
+                    behind_on.join(", ")
+                }
+            )
+        })
+        .collect();
+    format!(
+        "\nSpaces on which `{DEFAULT}` is behind `{REFERENCE}` beyond twice the standard error: {}.\n",
+        parts.join("; ")
+    )
+}
+
+/// The setting [`pick`] chooses on every problem (what the default should be), as a line.
+fn pick_on_all(
+    names: &[String],
+    tables: &[(f64, Table)],
+    choose: &[String],
+    problems: usize,
+) -> String {
+    let candidates: Vec<usize> = (0..names.len())
+        .filter(|&s| !names[s].starts_with("kt:"))
+        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
+        .collect();
+    let every: Vec<usize> = (0..problems).collect();
+    match pick(names, tables, &candidates, &every) {
+        Some(c) => format!(
+            "\nOn all {problems} spaces the same rule picks `{}`.",
+            names[c]
+        ),
+        None => format!(
+            "\nOn all {problems} spaces no setting is within twice the standard error of `{REFERENCE}`."
+        ),
+    }
+}
+
+/// Per space, the strategies whose runs the methodology package stops on (fewer than two
+/// points in the time range, `score::package_stops`) and the port scores by its sparse-run rule.
+fn sparse_note(problems: &[Problem], names: &[String], runs: &AllRuns, kt: &AllRuns) -> String {
+    let mut md = String::new();
+    for (p, problem) in problems.iter().enumerate() {
+        let mut which = Vec::new();
+        let mut first = None;
+        for (s, per) in runs.iter().chain(kt).enumerate() {
+            if let Some(why) = score::package_stops(&per[p], &problem.range) {
+                which.push(names[s].as_str());
+                first.get_or_insert(why);
+            }
+        }
+        if let Some(why) = first {
+            let _ = writeln!(
+                md,
+                "- {}: the package stops on the runs of {} ({why}, the first); scored by the \
+                 sparse-run rule (docs/search.md)",
+                problem.name,
+                which.join(", ")
+            );
+        }
+    }
     md
 }
 
@@ -1037,6 +1229,7 @@ fn main_inner() -> Result<(), String> {
             }
         }
     }
+    md.push_str(&sparse_note(&problems, &all_names, &runs, &kt_all));
     let measured: Vec<String> = names
         .iter()
         .zip(&cost)
@@ -1086,6 +1279,13 @@ fn main_inner() -> Result<(), String> {
             "kernel",
             &options.choose,
         ));
+        md.push_str(&pick_on_all(
+            &all_names,
+            &tables,
+            &options.choose,
+            problems.len(),
+        ));
+        md.push_str(&default_per_space(&problems, &all_names, &tables));
     }
     if options.package {
         let mut combined = runs.clone();

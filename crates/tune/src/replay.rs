@@ -81,6 +81,24 @@ fn sum(parts: &[Option<f64>]) -> f64 {
         .sum()
 }
 
+/// The device a recording was made on: the file's field, or where that is empty or absent (the
+/// benchmark hub's MI250X files have `"device_name": ""`) the file's name up to its first dot
+/// (`MI250X` for `MI250X.json.gz`), so that a recorded space is never named by its kernel alone.
+fn device_or_file(device: Option<&str>, path: &Path) -> String {
+    match device.map(str::trim) {
+        Some(d) if !d.is_empty() => d.to_owned(),
+        _ => {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let stem = name.split('.').next().unwrap_or_default();
+            if stem.is_empty() {
+                path.display().to_string()
+            } else {
+                stem.to_owned()
+            }
+        }
+    }
+}
+
 impl Recording {
     /// Reads a recorded file: a Kernel Tuner cache file (`.json`, `.json.gz`), a T4 results
     /// file, or a tunebox results cache (JSON lines), told apart by their contents.
@@ -160,7 +178,7 @@ impl Recording {
             .collect();
         Recording {
             source: cache.path.display().to_string(),
-            device: cache.device_name.clone(),
+            device: device_or_file(Some(&cache.device_name), &cache.path),
             params,
             by_key,
         }
@@ -206,11 +224,10 @@ impl Recording {
             };
             by_key.insert(key_of(r.configuration.values()), m);
         }
-        let device = file
-            .metadata
-            .as_ref()
-            .and_then(|m| m.device.clone())
-            .unwrap_or_else(|| "recorded".into());
+        let device = device_or_file(
+            file.metadata.as_ref().and_then(|m| m.device.as_deref()),
+            path,
+        );
         Recording {
             source: path.display().to_string(),
             device,
@@ -230,7 +247,7 @@ impl Recording {
         );
         let mut params: IndexMap<String, Vec<ParamValue>> = IndexMap::new();
         let mut by_key = HashMap::new();
-        let device = lines[0].header.device.clone();
+        let device = device_or_file(Some(&lines[0].header.device), path);
         for line in lines {
             let r = &line.result;
             for (name, value) in r.choice.values() {
@@ -714,7 +731,7 @@ mod tests {
         let hub = crate::formats::hub_dir();
         let mut out = Vec::new();
         for kernel in ["convolution_milo", "dedispersion_milo"] {
-            for gpu in ["A100", "A4000", "A6000"] {
+            for gpu in ["A100", "A4000", "A6000", "MI250X", "W6600", "W7800"] {
                 out.push((
                     hub.join(format!("cachefiles/{kernel}/{gpu}.json.gz")),
                     hub.join(format!("kernels/{kernel}.json")),
@@ -726,13 +743,19 @@ mod tests {
 
     /// The minimum recorded `time` of each hub file, from Python:
     /// `min(v["time"] for v in json.load(gzip.open(f))["cache"].values() if type(v["time"]) is float)`.
-    const HUB_BEST: [f64; 6] = [
+    const HUB_BEST: [f64; 12] = [
         0.5536000076681376,
         1.021171996369958,
         0.6030377962291835,
+        0.6587962452322245,
+        1.7276193872094154,
+        0.8161421902477741,
         68.1165759563446,
         147.6977825164795,
         84.21807646751404,
+        49.5724800825119,
+        135.0808186531067,
+        50.36081421375275,
     ];
 
     #[test]
@@ -881,6 +904,37 @@ mod tests {
         );
         assert!(on.strategy_ms >= 30.0, "{}", on.strategy_ms);
         assert!(on.points.is_empty() || on.elapsed_ms() >= on.strategy_ms);
+    }
+
+    #[test]
+    fn a_recording_without_a_device_is_named_by_its_file() {
+        let (cache, _) = &hub_files()[0];
+        let mut kt = KtCache::read(cache).unwrap();
+        assert_eq!(
+            Recording::from_kt_cache(&kt).device(),
+            "NVIDIA A100-PCIE-40GB"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        // A Kernel Tuner cache file whose `device_name` is empty, as the hub's MI250X files.
+        let path = dir.path().join("MI250X.json");
+        let gz = flate2::read::GzDecoder::new(std::fs::File::open(cache).unwrap());
+        let mut doc: serde_json::Value = serde_json::from_reader(gz).unwrap();
+        doc["device_name"] = serde_json::json!("");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        assert_eq!(Recording::read(&path).unwrap().device(), "MI250X");
+        let hub = crate::formats::hub_dir().join("cachefiles/convolution_milo/MI250X.json.gz");
+        assert_eq!(Recording::read(&hub).unwrap().device(), "MI250X");
+        // A T4 file without a device, and one in white space, likewise.
+        kt.device_name = " ".into();
+        kt.path = dir.path().join("W6600.json.gz");
+        assert_eq!(Recording::from_kt_cache(&kt).device(), "W6600");
+        let t4_path = dir.path().join("W7800_T4.json");
+        let mut t4 = T4File::from_kt_cache(&kt);
+        if let Some(m) = t4.metadata.as_mut() {
+            m.device = None;
+        }
+        t4.write(&t4_path).unwrap();
+        assert_eq!(Recording::read(&t4_path).unwrap().device(), "W7800_T4");
     }
 
     #[test]

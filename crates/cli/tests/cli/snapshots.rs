@@ -130,11 +130,11 @@ fn tune_help() {
                       [default: 1]
 
                   --strategy <STRATEGY>
-                      How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices. For adaptive search pick `auto`: first of either tool's strategies in held-out scores at full and quarter budgets, and above random on every recorded space (docs/search.md). [default: brute-force; random with --budget]
+                      How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices. For adaptive search pick `auto`: first of tunebox's strategies at full and quarter budgets on recorded spaces of six GPUs and two kernels, and not behind `bayes` beyond the noise with any GPU or kernel held out (docs/search.md). [default: brute-force; random with --budget]
 
                       Possible values:
                       - brute-force: Every choice, in canonical order
-                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers), then iterated local search from the best after 64 results. First of either tool's strategies in held-out scores (docs/search.md)
+                      - auto:        The adaptive search to pick, at any budget: Bayesian optimization on ranks (failures ranked last, string params categorical, a batch for as many workers); after 64 results it takes turns with iterated local search from the best, each turn to the one that improved the best more. Not behind `bayes` in any held-out fold (docs/search.md)
                       - random:      A random sample of --budget choices (seeded by --seed), in sampled order
                       - genetic:     Genetic algorithm (Kernel Tuner's genetic_algorithm)
                       - annealing:   Simulated annealing (Kernel Tuner's simulated_annealing)

@@ -15,20 +15,27 @@
 //!   `1 − k(x, chosen)` for the ones already chosen (local penalization), so that a batch spreads;
 //! - candidates are the unvisited adjacent neighbours of the 5 best, random walks of one or two
 //!   params from the 3 best, and 128 random unvisited choices; the first 10 choices are random;
-//! - **late, local search**: after 64 results the model has found the good region, and what
-//!   is left is to find its best, which a GP on ranks does poorly (its targets near the top are
-//!   a few rank steps apart). From there `auto` climbs as `ils` does (Kernel Tuner's
-//!   `greedy_ils`: first-improvement over adjacent neighbours, a random walk of 30% of the
-//!   params at a local optimum, a restart after 50 optima without a better one), starting at
-//!   the best choice found; with a batch, the climb has one slot and the model the others.
+//! - **late, local search, while it pays**: after 64 results the model has found the good
+//!   region, and what is left is to find its best, which a GP on ranks does poorly (its targets
+//!   near the top are a few rank steps apart). From there `auto` can climb as `ils` does (Kernel
+//!   Tuner's `greedy_ils`: first-improvement over adjacent neighbours, a random walk of 30% of
+//!   the params at a local optimum, a restart after 50 optima without a better one), starting
+//!   at the best choice found. Where the space is rough the climb is near random (the AMD
+//!   spaces of the repository's data), so it does not take over for good: the climb and the
+//!   model take **turns** of 16 results, and each next turn goes to the one whose last 16
+//!   results improved the best more (relative improvement), to the other on a tie (neither
+//!   did). The climb keeps the search only while it is measured to improve it. With a batch,
+//!   on the climb's turn the climb has one slot and the model the others.
 //!
 //! [`AutoOptions`] holds the few settings (random start, ξ, the transform, the batch size, the
-//! handoff). The handoff (64, from 16, 32, 64, 128, 256 and never) and the rank transform were
-//! chosen by leave-one-GPU-out and leave-one-kernel-out on the repository's data
-//! (docs/search.md); the others are the usual ones of GP-EI (ξ = 0.01, length scale by marginal
-//! likelihood over a grid). Its cost per step before the handoff is one GP fit on at most 128 points (a Cholesky
-//! factorization, O(128³)) plus O(128²) per candidate: a few milliseconds, independent of the
-//! space's size and of the budget; after it, microseconds (without a batch).
+//! handoff, the turns). The handoff (64, from 16, 32, 64, 128, 256 and never), the turns (16,
+//! from 16, 32 and none) and the rank transform were chosen by leave-one-GPU-out and
+//! leave-one-kernel-out on the repository's data (six GPUs, two kernels), choosing only among
+//! settings not behind `bayes` beyond twice the standard error (docs/search.md); the others are
+//! the usual ones of GP-EI (ξ = 0.01, length scale by marginal likelihood over a grid). Its
+//! cost per model step is one GP fit on at most 128 points (a Cholesky factorization,
+//! O(128³)) plus O(128²) per candidate: a few milliseconds, independent of the space's size and
+//! of the budget; a climb step costs microseconds.
 
 use super::Core;
 use super::bayes::{Gp, normal, rbf};
@@ -39,8 +46,11 @@ use crate::strategy::Strategy;
 const POOL: usize = 128;
 const WALKS: usize = 32;
 const MAX_POINTS: usize = 128;
-/// Results before local search takes over, chosen by leave-one-out (docs/search.md).
+/// Results before local search takes turns with the model, chosen by leave-one-out
+/// (docs/search.md).
 const HANDOFF: usize = 64;
+/// Results in a turn of the climb or the model after the handoff, chosen by leave-one-out.
+const TURNS: usize = 16;
 
 /// What `auto` can be told; [`AutoOptions::default`] is what `--strategy auto` runs (chosen by
 /// leave-one-GPU-out and leave-one-kernel-out on the repository's data: docs/search.md).
@@ -59,8 +69,13 @@ pub struct AutoOptions {
     /// a local optimum, then hand back to the model; 0 never climbs.
     pub refine: usize,
     /// Hand over to iterated local search (`ils`, from the best choice) after this many
-    /// results; 0 never does.
+    /// results, for turns with the model ([`AutoOptions::turns`]); 0 never does (64).
     pub handoff: usize,
+    /// After the handoff, the climb keeps the search only while it is measured to improve the
+    /// best: the climb and the model take turns of this many results (the climb first), each
+    /// next turn to the one whose last this many results improved the best more (relative
+    /// improvement), to the other on a tie (16); 0 hands over to the climb for good.
+    pub turns: usize,
 }
 
 /// How told times become the model's targets.
@@ -81,6 +96,7 @@ impl Default for AutoOptions {
             batch: 1,
             refine: 0,
             handoff: HANDOFF,
+            turns: TURNS,
         }
     }
 }
@@ -102,6 +118,49 @@ pub struct AutoSearch {
     climb: Climb,
     /// Iterated local search, once handed over to, and its proposal not heard yet.
     ils: Option<(super::ils::Climb, Option<usize>)>,
+    /// Whose turn it is after the handoff, and the evidence (see [`AutoOptions::turns`]).
+    turns: Turns,
+}
+
+/// The climb's and the model's recent results after the handoff, as what each did for the best
+/// (its relative improvement `(best before − result) / |best before|` when it is a new best,
+/// else 0), and whose turn it is.
+#[derive(Debug, Clone, Default)]
+struct Turns {
+    climb: std::collections::VecDeque<f64>,
+    model: std::collections::VecDeque<f64>,
+    /// The climb has the turn.
+    climbing: bool,
+    /// Results of the side whose turn it is, since the turn began.
+    told: usize,
+    /// The climb's slot's proposal not heard yet (its step, or a random choice where it had
+    /// none).
+    slot: Option<usize>,
+}
+
+impl Turns {
+    /// Hears a result of the climb (`climb`) or of the model that improved the best by `gain`;
+    /// with `window` results of the side on turn, hands the turn to the side whose last
+    /// `window` results improved it more, and on a tie (neither improved it) to the other.
+    fn heard(&mut self, climb: bool, gain: f64, window: usize) {
+        let side = if climb {
+            &mut self.climb
+        } else {
+            &mut self.model
+        };
+        side.push_back(gain);
+        if side.len() > window {
+            side.pop_front();
+        }
+        if climb == self.climbing {
+            self.told += 1;
+        }
+        if self.told >= window {
+            let (c, m): (f64, f64) = (self.climb.iter().sum(), self.model.iter().sum());
+            self.climbing = if c == m { !self.climbing } else { c > m };
+            self.told = 0;
+        }
+    }
 }
 
 /// Local refinement around the best choice (see [`AutoOptions::refine`]).
@@ -159,6 +218,7 @@ impl AutoSearch {
             encoding: None,
             climb: Climb::default(),
             ils: None,
+            turns: Turns::default(),
         }
     }
 }
@@ -440,19 +500,21 @@ impl AutoSearch {
         let Some((climb, own)) = &mut self.ils else {
             return Vec::new();
         };
-        if own.is_some() {
+        if own.is_some() || (self.options.turns > 0 && !self.turns.climbing) {
             return Vec::new();
         }
         let next = climb
             .step(&mut self.core, space)
             .filter(|&i| !self.core.is_visited(i));
-        match next {
+        let out = match next {
             Some(i) => {
                 *own = Some(i);
-                vec![i]
+                Some(i)
             }
-            None => self.core.random_unvisited(space).into_iter().collect(),
-        }
+            None => self.core.random_unvisited(space),
+        };
+        self.turns.slot = out;
+        out.into_iter().collect()
     }
 }
 
@@ -469,6 +531,8 @@ impl Strategy for AutoSearch {
                 .core
                 .best
                 .map(|best| (super::ils::Climb::starting_at(best), None));
+            self.turns.climbing = true;
+            self.turns.told = 0;
         }
         let room = n.min(self.core.left(space));
         // One proposal out at a time unless batching; more only when asked for more.
@@ -507,6 +571,10 @@ impl Strategy for AutoSearch {
     fn tell(&mut self, index: usize, result: &ChoiceResult) {
         let before = self.core.best.map_or(f64::INFINITY, |b| b.1);
         let value = self.core.record(index, result);
+        let by_climb = self.turns.slot == Some(index);
+        if by_climb {
+            self.turns.slot = None;
+        }
         if let Some((climb, own)) = &mut self.ils {
             if *own == Some(index) {
                 *own = None;
@@ -514,6 +582,15 @@ impl Strategy for AutoSearch {
             } else {
                 climb.heard_other(index, value);
             }
+        }
+        let window = self.options.turns;
+        if window > 0 && self.history.len() >= self.options.initial {
+            let gain = if value < before && before.is_finite() {
+                (before - value) / before.abs().max(f64::MIN_POSITIVE)
+            } else {
+                0.0
+            };
+            self.turns.heard(by_climb, gain, window);
         }
         if value < before {
             self.climb.stale = 0;
@@ -603,16 +680,53 @@ mod tests {
     }
 
     #[test]
+    fn the_climb_keeps_its_turn_only_while_it_improves_the_best_more() {
+        let mut t = Turns {
+            climbing: true,
+            ..Turns::default()
+        };
+        // The model's last 4 results before the handoff: one improved the best by 1%.
+        for gain in [0.0, 0.01, 0.0, 0.0] {
+            t.heard(false, gain, 4);
+        }
+        t.climbing = true;
+        t.told = 0;
+        // The climb's turn improves it by 5%: it keeps the turn.
+        for gain in [0.05, 0.0, 0.0, 0.0] {
+            t.heard(true, gain, 4);
+        }
+        assert!(t.climbing);
+        // Its next turn improves nothing: the model, which did, takes over.
+        for _ in 0..4 {
+            t.heard(true, 0.0, 4);
+        }
+        assert!(!t.climbing);
+        // The model's turn improves nothing either: a tie, so the climb tries again.
+        for _ in 0..4 {
+            t.heard(false, 0.0, 4);
+        }
+        assert!(t.climbing);
+        // Results of the side not on turn count for it, not for the turn.
+        t.heard(false, 0.5, 4);
+        assert_eq!(t.told, 0);
+        for _ in 0..4 {
+            t.heard(true, 0.0, 4);
+        }
+        assert!(!t.climbing, "the model improved the best since: its turn");
+    }
+
+    #[test]
     fn after_the_handoff_the_climb_and_the_model_share_a_batch() {
         let params = crate::space::tests::params(&[
             ("A", &(0..16).collect::<Vec<_>>()),
             ("B", &(0..16).collect::<Vec<_>>()),
         ]);
         let space = SearchSpace::from_params(&params, &[]).unwrap();
-        for batch in [1, 3] {
+        for (batch, turns) in [(1, 0), (3, 0), (1, 8), (3, 8)] {
             let options = AutoOptions {
                 handoff: 20,
                 batch,
+                turns,
                 ..AutoOptions::default()
             };
             let mut s = AutoSearch::with_options(120, 5, options);
@@ -632,13 +746,20 @@ mod tests {
             let mut d = asked.clone();
             d.sort_unstable();
             d.dedup();
-            assert_eq!((d.len(), asked.len()), (120, 120), "batch {batch}");
+            assert_eq!(
+                (d.len(), asked.len()),
+                (120, 120),
+                "batch {batch}, turns {turns}"
+            );
             assert!(s.ils.is_some(), "handed over after 20 results");
             // Every worker has a choice after the handoff too, and the climb finds the optimum.
             assert!(sizes.iter().all(|&n| n == batch), "{sizes:?}");
             assert!(asked.contains(&space.index_of_values(&[11, 4]).unwrap()));
         }
-        // The default hands over after 64 results.
-        assert_eq!(AutoOptions::default().handoff, 64);
+        // The default hands over after 64 results, for turns of 16.
+        assert_eq!(
+            (AutoOptions::default().handoff, AutoOptions::default().turns),
+            (64, 16)
+        );
     }
 }

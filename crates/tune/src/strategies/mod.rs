@@ -9,7 +9,7 @@
 //! | `ils` | [`GreedyIls`] | Kernel Tuner `greedy_ils.py` (hill climbing + random walk) |
 //! | `de` | [`DifferentialEvolution`] | Kernel Tuner `diff_evo.py` (Storn & Price, best1bin) |
 //! | `bayes` | [`BayesianOptimization`] | Kernel Tuner `bayes_opt.py`: GP + expected improvement |
-//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization; after 64 results, `ils` from the best |
+//! | `auto` | [`AutoSearch`] | the default: GP-EI on ranks, failures ranked last, categorical params one-hot, batches by local penalization; after 64 results, turns of 16 with `ils`'s climb from the best, each next turn to the one that improved the best more |
 //!
 //! [`score`] scores strategies as the field does (a port of the `autotuning-methodology`
 //! package).

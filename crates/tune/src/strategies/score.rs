@@ -14,8 +14,10 @@
 //! - [`strategy_curve`]: a strategy's curve from its runs: every run's best-so-far, as ranks in
 //!   the sorted objectives, fitted against time by bootstrap-bagged isotonic regression
 //!   (`StochasticOptimizationAlgorithm.get_curve_over_time`), cut where fewer than half of the runs
-//!   are still going; a run with fewer than two points in the time range is refused, as the
-//!   package refuses it.
+//!   are still going. Where the package stops (a run with fewer than two points in the time
+//!   range: [`package_stops`]), the sparse-run rule reads that run's best-so-far at the range's
+//!   ends too; a strategy that has found nothing by the end of the range has the worst working
+//!   objective as its curve. No space or strategy is dropped for its runs.
 //! - [`score`]: the mean over the time range of `(curve − baseline) / (optimum − baseline)`: 0 is
 //!   random search, 1 the optimum from the start.
 //!
@@ -61,7 +63,7 @@ impl Default for Settings {
 pub enum Refused {
     /// Every configuration failed, or the random search reaches the optimum at once.
     Space(String),
-    /// A run has fewer than two points in the time range, or the runs stop before it starts.
+    /// No runs, or the runs stop before the time range starts.
     Runs(String),
 }
 
@@ -410,13 +412,78 @@ fn rank_of(sorted: &[f64], v: f64) -> f64 {
     sorted.partition_point(|&s| s < v) as f64
 }
 
+/// The times the curve fit reads a run's points in: the time range widened by the package's
+/// margin (10%, plus a quarter of one over the evaluations), s.
+fn margin_range(runs: &[Run], time_range: &[f64]) -> (f64, f64) {
+    let repeats = runs.len();
+    // Rows (evaluation numbers) where some run has a value.
+    let longest = runs.iter().map(Vec::len).max().unwrap_or(0);
+    let rows = (0..longest)
+        .filter(|&i| runs.iter().any(|r| r.get(i).is_some_and(|p| p.1.is_some())))
+        .count();
+    let margin = 0.1 + 0.25 * (repeats as f64 / (rows * repeats).max(1) as f64);
+    let t_last = time_range[time_range.len() - 1];
+    (time_range[0] * (1.0 - margin), t_last * (1.0 + margin))
+}
+
+/// A run's points (time, best so far) in `[lo, hi]`, past its first success.
+fn points_inside(run: &Run, (lo, hi): (f64, f64)) -> Vec<(f64, f64)> {
+    run.iter()
+        .filter_map(|&(t, b)| b.map(|b| (t, b)))
+        .filter(|&(t, _)| lo <= t && t <= hi)
+        .collect()
+}
+
+/// A run's best so far at time `t`: the best of its last point at or before `t`; `None` when it
+/// has found nothing by then.
+fn best_at(run: &Run, t: f64) -> Option<f64> {
+    run.iter().take_while(|p| p.0 <= t).last().and_then(|p| p.1)
+}
+
+/// Where the package stops on these runs: its curve fit asserts that every run has at least two
+/// points (past its first success) in the time range widened by its margin ("Not enough
+/// overlap in time range and time values"); the first run that has not, or `None` when the
+/// package scores them. [`strategy_curve`] scores such runs by the sparse-run rule.
+pub fn package_stops(runs: &[Run], time_range: &[f64]) -> Option<String> {
+    let (lo, hi) = margin_range(runs, time_range);
+    runs.iter().enumerate().find_map(|(j, r)| {
+        let n = points_inside(r, (lo, hi)).len();
+        (n < 2).then(|| format!("run {j} has {n} points in the time range {lo:.3}–{hi:.3} s"))
+    })
+}
+
+/// The points the curve fit reads of one run. A run with two or more points in `[lo, hi]` gives
+/// those, as the package reads it. Where the package stops (fewer than two: evaluations as
+/// long as the range, or a first success late in it), the **sparse-run rule**: the run's
+/// best-so-far is a step function of time, and it is read at the range's two ends as well
+/// (`lo` and `hi`, where it has found something by then) beside its points inside. A run that
+/// has found nothing by a time gives no point there, as the package leaves out a run's
+/// evaluations before its first success.
+fn run_points(run: &Run, (lo, hi): (f64, f64)) -> Vec<(f64, f64)> {
+    let mut points = points_inside(run, (lo, hi));
+    if points.len() >= 2 {
+        return points;
+    }
+    for t in [lo, hi] {
+        if let Some(b) = best_at(run, t)
+            && !points.iter().any(|p| p.0 == t)
+        {
+            points.push((t, b));
+        }
+    }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
+
 /// A strategy's curve over `time_range` (s) from its `runs`, as objective values (the package's
-/// `get_curve_over_time` with bagging), drawing the bootstrap with `seed`.
+/// `get_curve_over_time` with bagging), drawing the bootstrap with `seed`. Runs the package
+/// would stop on ([`package_stops`]) are read by the sparse-run rule; where no run has found
+/// anything by the end of the range, the curve is the worst working objective throughout (the
+/// strategy has found nothing: below the random search's baseline).
 ///
 /// # Errors
 ///
-/// A run with fewer than two points in the time range (with the package's margin), or runs that
-/// stop before the range starts.
+/// No runs, or runs that stop before the range starts (the package raises on both).
 pub fn strategy_curve(
     stats: &SpaceStats,
     runs: &[Run],
@@ -428,11 +495,6 @@ pub fn strategy_curve(
     if repeats == 0 {
         return Err(Refused::Runs("no runs".into()));
     }
-    // Rows (evaluation numbers) where some run has a value.
-    let longest = runs.iter().map(Vec::len).max().unwrap_or(0);
-    let rows = (0..longest)
-        .filter(|&i| runs.iter().any(|r| r.get(i).is_some_and(|p| p.1.is_some())))
-        .count();
     // The stopping point: the first run end above the median run end.
     let mut highest: Vec<f64> = runs
         .iter()
@@ -457,22 +519,10 @@ pub fn strategy_curve(
         let med = median_sorted(&finite);
         finite.iter().copied().find(|&h| h > med).unwrap_or(t_last)
     };
-    let margin = 0.1 + 0.25 * (repeats as f64 / (rows * repeats).max(1) as f64);
-    let (lo, hi) = (time_range[0] * (1.0 - margin), t_last * (1.0 + margin));
-    let mut points: Vec<(f64, f64)> = Vec::new();
-    for (j, r) in runs.iter().enumerate() {
-        let inside: Vec<(f64, f64)> = r
-            .iter()
-            .filter_map(|&(t, b)| b.map(|b| (t, b)))
-            .filter(|&(t, _)| lo <= t && t <= hi)
-            .collect();
-        if inside.len() < 2 {
-            return Err(Refused::Runs(format!(
-                "run {j} has {} points in the time range {lo:.3}–{hi:.3} s",
-                inside.len()
-            )));
-        }
-        points.extend(inside);
+    let range = margin_range(runs, time_range);
+    let points: Vec<(f64, f64)> = runs.iter().flat_map(|r| run_points(r, range)).collect();
+    if points.is_empty() {
+        return Ok(vec![dist[dist.len() - 1]; time_range.len()]);
     }
     let ranked: Vec<(f64, f64)> = points.iter().map(|&(t, b)| (t, rank_of(dist, b))).collect();
     let (ymin, ymax) = ranked
@@ -634,6 +684,111 @@ mod tests {
             .collect();
         let s = score(&stats, &oracle, &settings).unwrap();
         assert!(s > 0.95, "the optimum first scores {s}");
+    }
+}
+
+#[cfg(test)]
+mod sparse {
+    //! Runs the package stops on (fewer than two points in the time range) are scored, not
+    //! refused: the two cases of issue 36, one run with a single point in a full budget's range,
+    //! and runs with none in a quarter budget's range shorter than one evaluation.
+    use super::*;
+
+    /// 400 configurations, objectives 1..=400 ms, each costing 1 s to measure.
+    fn uniform() -> SpaceStats {
+        let perf: Vec<Option<f64>> = (1..=400).map(|v| Some(f64::from(v))).collect();
+        SpaceStats::new(&perf, &vec![1.0; 400]).unwrap()
+    }
+
+    /// A run measuring `(time s, objective or failed)` in order, as best-so-far points.
+    fn run_of(measured: &[(f64, Option<f64>)]) -> Run {
+        let mut best: Option<f64> = None;
+        measured
+            .iter()
+            .map(|&(t, v)| {
+                if let Some(v) = v {
+                    best = Some(best.map_or(v, |b| b.min(v)));
+                }
+                (t, best)
+            })
+            .collect()
+    }
+
+    /// Random search: `count` runs of the 400 configurations in random order, one per second.
+    fn random_runs(count: u64) -> Vec<Run> {
+        (0..count)
+            .map(|seed| {
+                let mut rng = fastrand::Rng::with_seed(seed);
+                let mut order: Vec<u32> = (1..=400).collect();
+                rng.shuffle(&mut order);
+                let measured: Vec<(f64, Option<f64>)> = order
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| ((k + 1) as f64, Some(f64::from(v))))
+                    .collect();
+                run_of(&measured)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_with_one_point_in_the_range_is_scored() {
+        let stats = uniform();
+        let range = stats.time_range(&Settings::default()).unwrap();
+        let (t0, t1) = (range[0], range[range.len() - 1]);
+        let mut runs = random_runs(14);
+        // Run 13: one measurement before the range, one inside, then one that outlasts it.
+        runs[13] = run_of(&[
+            (0.5 * t0, Some(200.0)),
+            (0.5 * (t0 + t1), Some(50.0)),
+            (3.0 * t1, Some(3.0)),
+        ]);
+        let stops = package_stops(&runs, &range).expect("the package stops on run 13");
+        assert!(
+            stops.starts_with("run 13 has 1 points in the time range"),
+            "{stops}"
+        );
+        let with = score_over(&stats, &runs, &range, 8).expect("scored, not refused");
+        let without = score_over(&stats, &runs[..13], &range, 8).unwrap();
+        assert!(with.is_finite());
+        // One sparse run among 14 moves the random search's score a little, not to NaN.
+        assert!((with - without).abs() < 0.2, "{with} vs {without}");
+    }
+
+    /// Runs whose every measurement outlasts a short range: each has measured `first` just
+    /// before it starts and its next long after it ends.
+    fn sparse_runs(first: Option<f64>, t0: f64, t1: f64) -> Vec<Run> {
+        (0..10)
+            .map(|k| run_of(&[(0.5 * t0, first), (3.0 * t1 + f64::from(k), Some(1.0))]))
+            .collect()
+    }
+
+    #[test]
+    fn runs_with_no_point_in_a_quarter_budget_are_scored_by_what_they_found() {
+        let stats = uniform();
+        let (_, _, t0, _) = stats.budget(&Settings::default()).unwrap();
+        // A quarter budget shorter than one measurement (as `cargo xtask strategies` cuts it).
+        let range = linspace(t0, 1.05 * t0, 1000);
+        let t1 = range[range.len() - 1];
+        let score = |first: Option<f64>| {
+            let runs = sparse_runs(first, t0, t1);
+            let stops = package_stops(&runs, &range).expect("the package stops on run 0");
+            assert!(
+                stops.starts_with("run 0 has 0 points in the time range"),
+                "{stops}"
+            );
+            score_over(&stats, &runs, &range, 4).expect("scored, not refused")
+        };
+        let optimum = score(Some(1.0));
+        let median = score(Some(200.0));
+        let worst = score(Some(400.0));
+        let nothing = score(None);
+        // The optimum held through the range is 1; what the runs held orders the rest; having
+        // found nothing is the worst working objective, below random search (0).
+        assert!((optimum - 1.0).abs() < 1e-9, "optimum {optimum}");
+        assert!(optimum > median && median > worst, "{median} {worst}");
+        assert!(nothing < 0.0, "nothing found {nothing}");
+        assert!((nothing - worst).abs() < 1e-9, "{nothing} vs {worst}");
     }
 }
 
