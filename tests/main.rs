@@ -9,6 +9,7 @@ mod gpu;
 mod kernels;
 mod pool;
 mod process;
+mod pull;
 mod reuse;
 mod sandbox;
 mod sandbox_cuda;

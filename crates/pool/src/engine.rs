@@ -44,6 +44,10 @@ fn spin_until(ready: impl Fn() -> bool) -> bool {
 /// The outcome of one task.
 pub(crate) type TaskResult = Result<BenchmarkResult, PoolError>;
 
+/// What runs a task's measurement on its worker thread: given the measurement, it may do
+/// something just before and just after it ([`crate::WindowHook`]), and returns its result.
+pub(crate) type Around = Box<dyn FnOnce(&mut dyn FnMut() -> TaskResult) -> TaskResult + Send>;
+
 /// The result slot of one task, shared by the worker that runs it and the handle that waits.
 pub(crate) struct Completion {
     outcome: Mutex<Outcome>,
@@ -143,6 +147,8 @@ struct Task {
     completion: Arc<Completion>,
     /// Prepare (compile, load) instead of measuring; resolves with an empty result.
     prepare: bool,
+    /// Run around the measurement on the worker thread (not for a prepare).
+    around: Option<Around>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,9 +319,10 @@ impl Engine {
         mut request: BenchmarkRequest,
         timeout: Option<Duration>,
         notify: Option<(Sender<usize>, usize)>,
+        around: Option<Around>,
     ) -> Result<Arc<Completion>, PoolError> {
         self.contents.attach(&mut request);
-        self.submit_task(request, timeout, notify, false)
+        self.submit_task(request, timeout, notify, around, false)
     }
 
     /// Queues a task that prepares `request` (compile, load) without measuring it; it resolves
@@ -325,7 +332,7 @@ impl Engine {
         request: BenchmarkRequest,
         timeout: Option<Duration>,
     ) -> Result<Arc<Completion>, PoolError> {
-        self.submit_task(request, timeout, None, true)
+        self.submit_task(request, timeout, None, None, true)
     }
 
     fn submit_task(
@@ -333,6 +340,7 @@ impl Engine {
         request: BenchmarkRequest,
         timeout: Option<Duration>,
         notify: Option<(Sender<usize>, usize)>,
+        around: Option<Around>,
         prepare: bool,
     ) -> Result<Arc<Completion>, PoolError> {
         let completion = Completion::new(notify);
@@ -348,6 +356,7 @@ impl Engine {
             timeout: timeout.unwrap_or(self.shared.timeout),
             completion: completion.clone(),
             prepare,
+            around,
         });
         self.shared
             .queued
@@ -683,14 +692,22 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
         } else if shared.closed() {
             Some(Err(PoolError::ShutDown))
         } else {
-            let result = if task.prepare {
+            Some(if task.prepare {
                 process
                     .prepare(task.request, task.timeout)
                     .map(|()| prepared())
+                    .map_err(PoolError::from)
             } else {
-                benchmark(&mut process, task.request, task.timeout)
-            };
-            Some(result.map_err(PoolError::from))
+                let mut request = Some(task.request);
+                let mut measure = || {
+                    let request = request.take().expect("a task is measured once");
+                    benchmark(&mut process, request, task.timeout).map_err(PoolError::from)
+                };
+                match task.around {
+                    Some(around) => around(&mut measure),
+                    None => measure(),
+                }
+            })
         };
         {
             let mut running = slot.running.lock().unwrap_or_else(PoisonError::into_inner);

@@ -194,7 +194,7 @@ impl PoolExecutor {
         timeout: Duration,
         decode: fn(BenchmarkResult) -> Result<O, PoolError>,
     ) -> Result<TaskHandle<O>, PoolError> {
-        let completion = self.engine.submit(request, Some(timeout), None)?;
+        let completion = self.engine.submit(request, Some(timeout), None, None)?;
         Ok(TaskHandle {
             completion,
             shared: self.engine.shared().clone(),

@@ -11,6 +11,11 @@
 //! - [`PoolExecutor`] is TVM's `PopenPoolExecutor`: `max_workers`, [`submit`](PoolExecutor::submit)
 //!   returning a [`TaskHandle`], and [`map_with_error_catching`](PoolExecutor::map_with_error_catching)
 //!   returning a [`MapResult`] ([`StatusKind`]) per task.
+//! - [`run_pulled`] is a tuner's: it asks a source for the next request each time one of its
+//!   slots frees ([`Pull`]: a request on a pool of its choice with an optional timeout of its
+//!   own, a wait while nothing is ready, or done), hands each result back as it lands, and runs
+//!   a [`WindowHook`] on the pool's worker thread just before and after each window. A tuning
+//!   run measures this way, its next choice decided only once a worker is free.
 //!
 //! Both start from a [`PoolConfig`] (workers, timeout, `maximum_process_uses`, initializer,
 //! output): `TuningProcessPool::new(config)`, `PoolExecutor::new(config)`. A candidate that crashes, hangs past its timeout or fails costs its own result; its worker is
@@ -62,6 +67,7 @@ mod error;
 mod executor;
 mod handle;
 mod pool;
+mod pull;
 mod status;
 mod verify;
 
@@ -72,5 +78,6 @@ pub use error::PoolError;
 pub use executor::{MapResult, PoolExecutor};
 pub use handle::TaskHandle;
 pub use pool::TuningProcessPool;
+pub use pull::{NoHook, Pull, WindowHook, run_pulled};
 pub use status::{Status, StatusKind};
 pub use verify::{ElementMismatch, TensorComparison, Tolerance, Verification, verify_outputs};

@@ -62,6 +62,11 @@ impl TuningProcessPool {
         })
     }
 
+    /// The engine under this pool (for [`run_pulled`](crate::run_pulled)).
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Number of workers.
     pub fn size(&self) -> usize {
         self.engine.size()
@@ -83,7 +88,7 @@ impl TuningProcessPool {
     pub fn benchmark(&self, requests: &[BenchmarkRequest]) -> Vec<TaskResult> {
         let submitted: Vec<_> = requests
             .iter()
-            .map(|request| self.engine.submit(request.clone(), None, None))
+            .map(|request| self.engine.submit(request.clone(), None, None, None))
             .collect();
         submitted
             .into_iter()
@@ -112,7 +117,7 @@ impl TuningProcessPool {
         let mut completions = Vec::with_capacity(requests.len());
         for (index, request) in requests.iter().enumerate() {
             let notify = Some((done_tx.clone(), index));
-            match self.engine.submit(request.clone(), None, notify) {
+            match self.engine.submit(request.clone(), None, notify, None) {
                 Ok(completion) => {
                     completions.push(Some(completion));
                     results.push(None);
@@ -160,7 +165,7 @@ impl TuningProcessPool {
             .into_iter()
             .map(|task| {
                 let request = task.into().encode().map_err(ProcessError::Remote)?;
-                self.engine.submit(request, None, None)
+                self.engine.submit(request, None, None, None)
             })
             .collect();
         submitted
