@@ -23,10 +23,10 @@
 //! `/proc/stat`'s format) and `TUNEBOX_SYSFS_CPU` (a folder shaped as `/sys/devices/system/cpu`).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tunebox_pool::PoolError;
+use tunebox_pool::{PoolError, WindowHook};
 use tunebox_protocol::BenchmarkResult;
 
 /// The other CPUs' busy share (of their time) above which a window counts as disturbed.
@@ -174,33 +174,17 @@ impl Conditions {
         }
     }
 
-    /// Measures a window with `f`, and says what else ran meanwhile, `background` (tunebox's
-    /// own compiles, if any ran) and the worker's own threads (its result's
-    /// `integrity.worker_cpu_ms`) aside.
+    /// Measures a window with `f` on the calling thread, and says what else ran meanwhile,
+    /// as [`Watch`] does on a pool's worker thread.
     pub(crate) fn around(
-        background: Option<&BackgroundWork>,
+        background: Option<&Arc<BackgroundWork>>,
         f: impl FnOnce() -> Result<BenchmarkResult, PoolError>,
     ) -> (Result<BenchmarkResult, PoolError>, Conditions) {
-        let own_before = background.map(BackgroundWork::total);
-        let started = Instant::now();
-        let before = CpuTimes::now();
+        let watch = Watch::new(background);
+        let mark = watch.before();
         let value = f();
-        let after = CpuTimes::now();
-        let own = background
-            .map(BackgroundWork::total)
-            .zip(own_before)
-            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
-        let worker = value
-            .as_ref()
-            .ok()
-            .and_then(|r| r.integrity.worker_cpu_ms)
-            .filter(|ms| ms.is_finite() && *ms > 0.0)
-            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
-        let conditions = Conditions {
-            took_s: started.elapsed().as_secs_f64(),
-            ..Conditions::between(before.as_ref(), after.as_ref(), own, worker)
-        };
-        (value, conditions.ended_now())
+        let conditions = watch.after(mark, &value);
+        (value, conditions)
     }
 
     /// These conditions, of a window that ended now.
@@ -210,6 +194,67 @@ impl Conditions {
             ended_s: now.map_or(0.0, |d| d.as_secs_f64()),
             ..self
         }
+    }
+}
+
+/// What a run watches around each window, on the pool's worker thread that sends it
+/// ([`tunebox_pool::WindowHook`]): the CPUs' times just before the request goes to the worker
+/// and just after its reply, and how long tunebox's own `background` work (compiles) ran
+/// meanwhile. What else ran then, that work and the worker's own threads (its result's
+/// `integrity.worker_cpu_ms`) aside, is the window's [`Conditions`].
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    background: Option<Arc<BackgroundWork>>,
+}
+
+/// What [`Watch`] noted before a window.
+#[derive(Debug)]
+pub(crate) struct Before {
+    own: Option<Duration>,
+    started: Instant,
+    cpus: Option<CpuTimes>,
+}
+
+impl Watch {
+    /// Watches windows with `background`'s time (tunebox's compiles) taken off.
+    pub(crate) fn new(background: Option<&Arc<BackgroundWork>>) -> Watch {
+        Watch {
+            background: background.cloned(),
+        }
+    }
+}
+
+impl WindowHook for Watch {
+    type Mark = Before;
+    type Seen = Conditions;
+
+    fn before(&self) -> Before {
+        Before {
+            own: self.background.as_deref().map(BackgroundWork::total),
+            started: Instant::now(),
+            cpus: CpuTimes::now(),
+        }
+    }
+
+    fn after(&self, before: Before, value: &Result<BenchmarkResult, PoolError>) -> Conditions {
+        let after = CpuTimes::now();
+        let own = self
+            .background
+            .as_deref()
+            .map(BackgroundWork::total)
+            .zip(before.own)
+            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
+        let worker = value
+            .as_ref()
+            .ok()
+            .and_then(|r| r.integrity.worker_cpu_ms)
+            .filter(|ms| ms.is_finite() && *ms > 0.0)
+            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
+        let conditions = Conditions {
+            took_s: before.started.elapsed().as_secs_f64(),
+            ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, worker)
+        };
+        conditions.ended_now()
     }
 }
 

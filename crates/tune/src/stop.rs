@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tunebox_pool::TuningProcessPool;
 
@@ -44,6 +44,22 @@ impl Stop {
             self.request();
         }
         self.requested()
+    }
+
+    /// Whether the run should start nothing more: [`Stop::poll`], or `deadline` (`--max-time`)
+    /// has passed.
+    pub(crate) fn reached(&self, observer: &dyn Observer, deadline: Option<Instant>) -> bool {
+        self.poll(observer) || deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Why a choice was not started: `interrupted` when a stop was asked for, else `max_time`
+    /// (the time budget ran out).
+    pub(crate) fn reason(&self) -> &'static str {
+        if self.requested() {
+            "interrupted"
+        } else {
+            "max_time"
+        }
     }
 
     /// Asks the run to stop: no new choice starts, and the pools measuring now are shut down

@@ -3,10 +3,8 @@
 //! starting), the reference's outputs, judging each result against them, and the probes of the
 //! device (`probe_gpu`, `cpu_model`). The stages in `run/` call these.
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,7 +17,6 @@ use tunebox_protocol::{
     TensorSpec, TimingConfig, VariedReps,
 };
 
-use crate::interference::{BackgroundWork, Conditions};
 use crate::launch::Launch;
 use crate::manifest::{KernelSource, Language, Manifest, Reference};
 use crate::results::{Check, ChoiceResult};
@@ -431,64 +428,12 @@ pub(crate) fn reference_outputs(
     Ok(Some(crate::integrity::join_reference(outputs)))
 }
 
-/// Runs the requests that `next` hands out (`(job, request)`: the job says what the request is
-/// to its caller; `next` may block until one is ready, and `None` ends the run) on `workers`
-/// threads, each measuring one request at a time with `measure(&job, &request)` (a pool's
-/// `benchmark`), so that at most `workers` requests are in flight and `should_stop` (a time
-/// budget, Ctrl-C) keeps new ones from starting. Calls `on_result(job, result, conditions)` on
-/// this thread as each finishes, `conditions` saying what else ran on the machine meanwhile
-/// (see [`Conditions`]; `background`: the run's own compiles, which may run beside, are not
-/// interference); a request `next` handed out always gets its result.
-pub(crate) fn run_all<'r, J: Send + Sync>(
-    workers: usize,
-    measure: impl Fn(&J, &BenchmarkRequest) -> Result<BenchmarkResult, PoolError> + Sync,
-    next: impl Fn() -> Option<(J, Cow<'r, BenchmarkRequest>)> + Sync,
-    should_stop: impl Fn() -> bool + Sync,
-    background: Option<&BackgroundWork>,
-    mut on_result: impl FnMut(J, Result<BenchmarkResult, PoolError>, Conditions),
-) {
-    std::thread::scope(|scope| {
-        let (done_tx, done_rx) = mpsc::channel();
-        for _ in 0..workers.max(1) {
-            let done_tx = done_tx.clone();
-            let (next, should_stop, measure) = (&next, &should_stop, &measure);
-            scope.spawn(move || {
-                while !should_stop() {
-                    let Some((job, request)) = next() else {
-                        break;
-                    };
-                    let (result, conditions) =
-                        Conditions::around(background, || measure(&job, &request));
-                    if done_tx.send((job, result, conditions)).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(done_tx);
-        for (job, result, conditions) in done_rx {
-            on_result(job, result, conditions);
-        }
-    });
-}
-
 /// Measures `request` on `pool`: its one result.
 pub(crate) fn benchmark_one(
     pool: &TuningProcessPool,
     request: &BenchmarkRequest,
 ) -> Result<BenchmarkResult, PoolError> {
     pool.benchmark(std::slice::from_ref(request)).remove(0)
-}
-
-/// A `next` for [`run_all`] that hands out `requests` in order.
-pub(crate) fn one_by_one<'r>(
-    requests: &'r [BenchmarkRequest],
-) -> impl Fn() -> Option<(usize, Cow<'r, BenchmarkRequest>)> + Sync {
-    let next = AtomicUsize::new(0);
-    move || {
-        let i = next.fetch_add(1, Ordering::SeqCst);
-        requests.get(i).map(|request| (i, Cow::Borrowed(request)))
-    }
 }
 
 /// What [`InOrder::try_next`] found.
@@ -540,27 +485,8 @@ impl InOrder {
         self.changed.notify_all();
     }
 
-    /// The next position in order that can be measured, waiting for each to settle; `None`
-    /// when none is left.
-    pub(crate) fn next(&self) -> Option<usize> {
-        loop {
-            let position = *self.order.get(self.next.fetch_add(1, Ordering::SeqCst))?;
-            let mut settled = self.lock();
-            while settled[position].is_none() {
-                settled = self
-                    .changed
-                    .wait(settled)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            if settled[position] == Some(true) {
-                return Some(position);
-            }
-        }
-    }
-
-    /// As [`InOrder::next`], without waiting: the next measurable position, or that the next
-    /// one in order is still pending, or that none is left. A gate is used either this way or
-    /// with [`InOrder::next`], not both.
+    /// Without waiting: the next measurable position, or that the next one in order is still
+    /// pending ([`InOrder::wait`] for it to settle), or that none is left.
     pub(crate) fn try_next(&self) -> Next {
         loop {
             let at = self.next.load(Ordering::SeqCst);
@@ -854,11 +780,23 @@ mod tests {
         assert!(!same_bytes(&first, &[]));
     }
 
+    /// Every position `gate` hands out, waiting for each to settle.
+    fn taken(gate: &InOrder) -> Vec<usize> {
+        let mut taken = Vec::new();
+        loop {
+            match gate.try_next() {
+                Next::Ready(p) => taken.push(p),
+                Next::Pending => gate.wait(Duration::from_millis(50)),
+                Next::Done => return taken,
+            }
+        }
+    }
+
     #[test]
     fn positions_are_handed_out_in_order_once_settled() {
         let gate = InOrder::new(vec![0, 1, 2, 3], 4);
         std::thread::scope(|scope| {
-            let taker = scope.spawn(|| std::iter::from_fn(|| gate.next()).collect::<Vec<_>>());
+            let taker = scope.spawn(|| taken(&gate));
             // Settled out of order, and one of them fails.
             for (position, ok) in [(2, true), (3, true), (1, false), (0, true)] {
                 std::thread::sleep(Duration::from_millis(5));
@@ -870,7 +808,7 @@ mod tests {
         let gate = InOrder::new(vec![0, 1], 2);
         gate.settle(0, true);
         gate.settle_rest(false);
-        assert_eq!(std::iter::from_fn(|| gate.next()).collect::<Vec<_>>(), [0]);
+        assert_eq!(taken(&gate), [0]);
         // Without waiting: pending until settled, failed ones skipped, then done.
         let gate = InOrder::new(vec![0, 1, 2], 3);
         assert_eq!(gate.try_next(), Next::Pending);

@@ -66,13 +66,18 @@ pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Com
 /// The kernel cache, created.
 pub(crate) fn kernel_cache() -> anyhow::Result<CacheDir> {
     let cache = tunebox_cpu::default_cache_dir()?;
-    std::fs::create_dir_all(cache.path()).with_context(|| {
+    create(&cache)?;
+    Ok(cache)
+}
+
+/// Creates the kernel cache `dir` (and its parents) unless it exists.
+pub(crate) fn create(dir: &CacheDir) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir.path()).with_context(|| {
         format!(
             "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable directory",
-            cache.path().display()
+            dir.path().display()
         )
-    })?;
-    Ok(cache)
+    })
 }
 
 /// The kernel cache of a whole run: the user's (`$TUNEBOX_CACHE_DIR/cpu`, else the user's

@@ -14,7 +14,7 @@
 //! the foreground.
 
 use std::path::PathBuf;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
@@ -258,8 +258,8 @@ pub(crate) struct Compiling<'c> {
     /// The compile threads, and whether measuring overlaps them.
     pub plan: CompilePlan,
     /// The compile threads' time, so that a window beside them can tell them from
-    /// interference ([`crate::interference::Conditions::around`]).
-    pub clock: &'c BackgroundWork,
+    /// interference ([`crate::interference::Watch`]).
+    pub clock: &'c Arc<BackgroundWork>,
     /// Windows a worker measures while the next choice in order is still compiling (the
     /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are
     /// measured in (the rounds' own); `None`: it waits.

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
@@ -14,7 +15,6 @@ use super::compile::KernelCache;
 use super::lookup::{Resumed, Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::Outcome;
-use super::stage::stop_reason;
 use crate::cache::{self, CacheLine, Deps, ResultsCache};
 use crate::error::TuneError;
 use crate::fingerprint;
@@ -50,7 +50,7 @@ pub(super) struct Run<'a> {
     pub kernel_cache: KernelCache,
     pub topology: Topology,
     /// How long compile threads have run (they may run beside windows, in the background).
-    pub compile_clock: BackgroundWork,
+    pub compile_clock: Arc<BackgroundWork>,
     /// How long the rounds' windows measured beside the compiles took (`spare.rs`): part of
     /// the rounds' time, which sizes the race.
     pub spare_windows: Duration,
@@ -174,7 +174,7 @@ impl<'a> Run<'a> {
             reference_compiled: false,
             kernel_cache,
             topology: Topology::detect(),
-            compile_clock: BackgroundWork::default(),
+            compile_clock: Arc::default(),
             spare_windows: Duration::ZERO,
             beside_compiles: 0,
             measuring: None,
@@ -209,9 +209,9 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// A stop was asked for, or the time budget is spent.
+    /// A stop was asked for, or the time budget is spent ([`Stop::reached`]).
     pub(super) fn should_stop(&self) -> bool {
-        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.stop.reached(self.observer, self.deadline)
     }
 
     /// Readies measuring `todo`: the kernel cache exists, the reference is compiled, the pool
@@ -221,14 +221,7 @@ impl<'a> Run<'a> {
         let needs_c = todo.iter().any(|t| is_c(&t.request))
             || self.reference.as_ref().is_some_and(|(_, r)| is_c(r));
         if needs_c {
-            let path = self.kernel_cache.dir().path();
-            std::fs::create_dir_all(path).with_context(|| {
-                format!(
-                    "cannot create the kernel cache {}; set TUNEBOX_CACHE_DIR to a writable \
-                     directory",
-                    path.display()
-                )
-            })?;
+            super::compile::create(self.kernel_cache.dir())?;
         }
         if !self.reference_compiled
             && let Some((label, request)) = &self.reference
@@ -789,11 +782,6 @@ pub(super) fn skipped_note(hits: usize, cache: &ResultsCache) -> String {
         plural(hits),
         cache.path().display()
     )
-}
-
-/// Why the run stopped early, for choices it did not start.
-pub(super) fn reason(stop: &Stop) -> &'static str {
-    stop_reason(stop)
 }
 
 #[cfg(test)]

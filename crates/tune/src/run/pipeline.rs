@@ -3,12 +3,11 @@
 //! batch's order; CUDA choices compile in their workers first. [`super::measure()`] is this
 //! pipeline with no compile threads (its C choices are compiled already).
 
-use std::borrow::Cow;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tunebox_pool::Status;
+use tunebox_pool::{Pull, Status, TuningProcessPool};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::{Compiled, judge as judge_compile};
@@ -16,7 +15,7 @@ use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, Compiling}
 use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
-use crate::interference::Conditions;
+use crate::interference::{Conditions, Watch};
 use crate::observer::{ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::windows::Windows;
@@ -102,7 +101,7 @@ pub(crate) fn pipeline(
     stage.observer.end_phase();
     for p in ready {
         if !measured[p] {
-            on_measured(Measured::Choice(p, Outcome::Skipped(stage.stop_reason())));
+            on_measured(Measured::Choice(p, Outcome::Skipped(stage.stop.reason())));
         }
     }
     compile_outcomes(
@@ -214,32 +213,26 @@ impl Measuring<'_> {
         on_measured: &mut impl FnMut(Measured),
     ) {
         let stage = self.stage;
-        let clock = compiling.map(|c| c.clock);
+        let watch = Arc::new(Watch::new(compiling.map(|c| c.clock)));
         let spare = compiling.and_then(|c| c.spare);
-        let next = || next_job(stage, self.gate, self.todo, spare.map(|(queue, _)| queue));
-        let measure = |job: &Job, request: &BenchmarkRequest| {
-            let pool = match (job, spare) {
-                (Job::Spare(_), Some((_, pool))) => pool,
-                _ => stage.pool,
-            };
-            workers::benchmark_one(pool, request)
-        };
-        workers::run_all(
+        let next = || next_job(stage, self.gate, self.todo, spare);
+        tunebox_pool::run_pulled(
             stage.pool.size(),
-            measure,
+            &watch,
             next,
-            || stage.should_stop(),
-            clock,
-            |job, result, conditions| match job {
-                Job::Choice(p) => {
-                    measured[p] = true;
-                    on_measured(Measured::Choice(p, self.outcome(p, result, conditions)));
+            |job, result, conditions| {
+                let conditions = conditions.unwrap_or_default();
+                match job {
+                    Job::Choice(p) => {
+                        measured[p] = true;
+                        on_measured(Measured::Choice(p, self.outcome(p, result, conditions)));
+                    }
+                    Job::Spare(index) => on_measured(Measured::Spare {
+                        index,
+                        result: Box::new(result),
+                        conditions,
+                    }),
                 }
-                Job::Spare(index) => on_measured(Measured::Spare {
-                    index,
-                    result: Box::new(result),
-                    conditions,
-                }),
             },
         );
     }
@@ -268,35 +261,42 @@ impl Measuring<'_> {
     }
 }
 
-/// The next job of a pipeline's worker: the next choice in order once it has compiled; while
-/// it compiles, a spare window if one is due (else a short wait); `None` once every choice is
-/// handed out (or the run stops).
-fn next_job<'t>(
-    stage: &Stage<'_>,
+/// The next job of a pipeline's free worker: the next choice in order once it has compiled,
+/// on the stage's pool; while it compiles, a spare window if one is due, on the spare's pool,
+/// else a short wait ([`SPARE_POLL`], ended at once by a compile settling) and
+/// [`Pull::Wait`], so that the results that landed meanwhile are handled before the next look;
+/// [`Pull::Done`] once every choice is handed out or the run stops.
+fn next_job<'p>(
+    stage: &Stage<'p>,
     gate: &InOrder,
-    todo: &'t [Todo],
-    spare: Option<&Spare>,
-) -> Option<(Job, Cow<'t, BenchmarkRequest>)> {
-    let choice = |p: usize| (Job::Choice(p), Cow::Borrowed(&todo[p].request));
-    let Some(spare) = spare else {
-        return gate.next().map(choice);
+    todo: &[Todo],
+    spare: Option<(&Spare, &'p TuningProcessPool)>,
+) -> Pull<'p, Job> {
+    if stage.should_stop() {
+        return Pull::Done;
+    }
+    let measure = |job, pool, request| Pull::Request {
+        job,
+        pool,
+        request,
+        timeout: None,
     };
-    loop {
-        match gate.try_next() {
-            Next::Ready(p) => {
+    match gate.try_next() {
+        Next::Ready(p) => {
+            if let Some((spare, _)) = spare {
                 spare.handed();
-                return Some(choice(p));
             }
-            Next::Done => return None,
-            Next::Pending => {
-                if let Some((index, request)) = spare.take() {
-                    return Some((Job::Spare(index), Cow::Owned(request)));
-                }
-                if stage.should_stop() {
-                    return None;
-                }
-                gate.wait(SPARE_POLL);
+            measure(Job::Choice(p), stage.pool, todo[p].request.clone())
+        }
+        Next::Done => Pull::Done,
+        Next::Pending => {
+            if let Some((spare, pool)) = spare
+                && let Some((index, request)) = spare.take()
+            {
+                return measure(Job::Spare(index), pool, request);
             }
+            gate.wait(SPARE_POLL);
+            Pull::Wait(Duration::ZERO)
         }
     }
 }
@@ -329,7 +329,7 @@ fn prepare_cuda(
         let Err(e) = outcome else { continue };
         ready.retain(|&q| q != p);
         if workers::is_transient(&e) {
-            on_outcome(p, Outcome::Skipped(stage.stop_reason()));
+            on_outcome(p, Outcome::Skipped(stage.stop.reason()));
             continue;
         }
         let t = &todo[p];
@@ -419,7 +419,7 @@ fn compile_outcomes(
     for (p, outcome) in outcomes {
         let outcome = match outcome {
             Some(Ok(_)) if measured[p] => continue,
-            Some(Ok(_)) | None => Outcome::Skipped(stage.stop_reason()),
+            Some(Ok(_)) | None => Outcome::Skipped(stage.stop.reason()),
             Some(Err(e)) => match judge_compile(stage.setup, &todo[p], Err(e)) {
                 // Killed by Ctrl-C: says nothing about the choice.
                 Compiled::Ready { .. } | Compiled::Cancelled => Outcome::Skipped("interrupted"),

@@ -2,10 +2,11 @@
 //! measured again with 4× the reps and ranked by that, so that a lucky screening measurement
 //! does not win.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use tunebox_pool::Status;
+use tunebox_pool::{Pull, Status, run_pulled};
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use super::context::{Ledger, Run, start_measuring};
@@ -13,6 +14,7 @@ use super::lookup::cached;
 use super::options::REFINE_FACTOR;
 use crate::error_line;
 use crate::fingerprint;
+use crate::interference::Watch;
 use crate::observer::{Observer, ObserverExt, Phase};
 use crate::results::{ChoiceResult, choices as plural};
 use crate::windows::Windows;
@@ -63,9 +65,10 @@ impl Run<'_> {
     pub(super) fn refine(&mut self, top: usize) -> Result<()> {
         let timeout = refine_timeout(self.setup.timeout);
         let todo = self.refine_cached(top, timeout)?;
-        if todo.is_empty() || !self.refine_pool(todo.len(), timeout)? {
+        if todo.is_empty() || !self.refine_pool(timeout)? {
             return Ok(());
         }
+        let workers = self.options.workers.clamp(1, todo.len());
         let measuring = self.measuring.as_ref().expect("started by refine_pool");
         let (observer, stop) = (self.observer, self.stop);
         observer.phase(
@@ -76,17 +79,24 @@ impl Run<'_> {
                 plural(todo.len())
             ),
         );
-        let requests: Vec<BenchmarkRequest> = todo.iter().map(|(_, r, _)| r.clone()).collect();
         let ledger = &mut self.ledger;
         let notes = &mut self.notes;
         let setup = &self.setup;
-        workers::run_all(
-            measuring.pool.size(),
-            |_, request| workers::benchmark_one(&measuring.pool, request),
-            workers::one_by_one(&requests),
-            || stop.poll(observer),
-            None,
+        let mut next = todo.iter().enumerate();
+        run_pulled(
+            workers,
+            &Arc::new(Watch::default()),
+            || match next.next() {
+                Some((i, (_, request, _))) if !stop.poll(observer) => Pull::Request {
+                    job: i,
+                    pool: &measuring.pool,
+                    request: request.clone(),
+                    timeout: Some(timeout),
+                },
+                _ => Pull::Done,
+            },
             |i, result, conditions| {
+                let conditions = conditions.unwrap_or_default();
                 if matches!(&result, Err(e) if workers::is_transient(e)) {
                     return; // The screening result stands.
                 }
@@ -169,38 +179,24 @@ impl Run<'_> {
         Ok(todo)
     }
 
-    /// A pool for `n` refined measurements with `timeout` (the screening pool's timeout is the
-    /// choice's: refining needs a pool of its own); `false` when a stop came first.
-    fn refine_pool(&mut self, n: usize, timeout: Duration) -> Result<bool> {
-        let workers = self.options.workers.clamp(1, n);
+    /// Readies the pool refined choices are measured in, each with its own `timeout`: the
+    /// screening pool, alone (the reused workers of later windows are shut down), or, when
+    /// every choice came from the cache, a pool started now. `false`: the run was stopped.
+    fn refine_pool(&mut self, timeout: Duration) -> Result<bool> {
         let started = match self.measuring.as_mut() {
             Some(screening) => {
-                self.stop.unwatch();
-                screening.shutdown(Duration::from_millis(500));
-                // Refined choices are measured in the refine pool alone.
-                screening.warm = None;
-                if self.stop.poll(self.observer) {
-                    return Ok(false);
+                if let Some(warm) = screening.warm.take() {
+                    warm.shutdown(Duration::from_millis(500));
                 }
-                workers::start_pool(
-                    self.setup.manifest,
-                    workers,
-                    timeout,
-                    self.options.max_process_uses,
-                    (
-                        self.options.worker.as_deref(),
-                        self.kernel_cache.worker_root(),
-                    ),
-                )
-                .map(|pool| {
-                    self.stop.watch(std::sync::Arc::clone(&pool));
-                    // The reference's outputs stay.
-                    screening.pool = pool;
-                })
+                Ok(())
             }
-            None => start_measuring(self, workers, timeout).map(|b| self.measuring = Some(b)),
+            None => {
+                let workers = self.options.workers.max(1);
+                start_measuring(self, workers, timeout).map(|b| self.measuring = Some(b))
+            }
         };
         match started {
+            Ok(()) if self.stop.poll(self.observer) => Ok(false),
             Ok(()) => Ok(true),
             Err(_) if self.stop.requested() => Ok(false),
             Err(e) => Err(e),

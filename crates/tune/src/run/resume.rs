@@ -108,7 +108,7 @@ impl Run<'_> {
 
     /// The results whose rounds were cut short, as the report lists them (with why).
     pub(super) fn unfinished(&self) -> Vec<NotMeasured> {
-        let reason = super::context::reason(self.stop);
+        let reason = self.stop.reason();
         let mut unfinished: Vec<NotMeasured> = self
             .ledger
             .results

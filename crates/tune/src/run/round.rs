@@ -8,7 +8,7 @@ use anyhow::Result;
 use tunebox_cpu::CompileControl;
 
 use super::compile_threads::{CompilePlan, Compiling};
-use super::context::{Run, reason, skipped_note};
+use super::context::{Run, skipped_note};
 use super::lookup::{Todo, lookup_cached};
 use super::pipeline::{Measured, pipeline};
 use super::race::{spare_window, window_request};
@@ -41,7 +41,7 @@ impl Run<'_> {
             self.round(&batch)?;
             if self.should_stop() {
                 // What the strategy would still have asked for was not measured either.
-                let why = reason(self.stop);
+                let why = self.stop.reason();
                 let left = unasked(self.strategy.as_mut(), &self.space, self.shard, why);
                 self.ledger.not_measured.extend(left);
                 break;
@@ -99,7 +99,7 @@ impl Run<'_> {
     /// The pipeline over `todo`, compiling as it measures; every outcome to the ledger.
     fn measure(&mut self, todo: &[Todo]) {
         let Some(measuring) = &self.measuring else {
-            let why = reason(self.stop);
+            let why = self.stop.reason();
             self.ledger
                 .not_measured
                 .extend(todo.iter().map(|t| NotMeasured {

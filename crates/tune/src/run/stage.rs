@@ -26,23 +26,9 @@ pub(crate) struct Stage<'s> {
 }
 
 impl Stage<'_> {
-    /// A stop was asked for, or the time budget is spent.
+    /// A stop was asked for, or the time budget is spent ([`Stop::reached`]).
     pub(crate) fn should_stop(&self) -> bool {
-        self.stop.poll(self.observer) || self.deadline.is_some_and(|d| Instant::now() >= d)
-    }
-
-    /// Why a choice was not started: the run was interrupted, else the time budget ran out.
-    pub(crate) fn stop_reason(&self) -> &'static str {
-        stop_reason(self.stop)
-    }
-}
-
-/// Why a choice was not started: the run was interrupted, else the time budget ran out.
-pub(crate) fn stop_reason(stop: &Stop) -> &'static str {
-    if stop.requested() {
-        "interrupted"
-    } else {
-        "max_time"
+        self.stop.reached(self.observer, self.deadline)
     }
 }
 
