@@ -17,6 +17,7 @@ pub(crate) mod builder;
 pub(crate) mod env;
 pub(crate) mod files;
 mod from_t1;
+pub(crate) mod headers;
 mod kernel_tuner;
 mod params;
 mod raw;

@@ -87,11 +87,9 @@ pub(super) fn sandbox(
 pub(crate) fn for_kernels(kernels: &[&KernelSource]) -> Sandbox {
     let mut sandbox = Sandbox::new();
     for kernel in kernels {
-        for header in crate::results::fingerprint::local_header_paths(
-            &kernel.text,
-            &kernel.dir,
-            &kernel.flags,
-        ) {
+        for header in
+            crate::manifest::headers::local_header_paths(&kernel.text, &kernel.dir, &kernel.flags)
+        {
             sandbox = sandbox.read(header);
         }
     }
