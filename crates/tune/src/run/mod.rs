@@ -23,7 +23,6 @@ use crate::space::{self, SearchSpace};
 pub(crate) mod compile;
 mod compile_threads;
 mod context;
-mod defaults;
 pub(crate) mod lookup;
 pub(crate) mod measure;
 pub(crate) mod options;
@@ -37,7 +36,7 @@ mod spare;
 mod stage;
 
 use self::context::Run;
-pub(crate) use self::options::{CacheMode, DEFAULT_ROUNDS, TuneOptions};
+pub(crate) use self::options::TuneOptions;
 use self::round::ask;
 
 /// The first stage of a run: a manifest, its search space, the strategy that searches it, and
