@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::loaded::Hogs;
+use crate::busy::Hogs;
 use crate::{cargo, target_dir, workspace_root};
 
 /// One run's `ok` results: choice label → time in ms (tunebox's estimate, Kernel Tuner's

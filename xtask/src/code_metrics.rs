@@ -1,12 +1,16 @@
 //! `cargo xtask code-metrics [--max-fn N]`: the shape of the library code, as issue 25 measures
 //! it.
 //!
-//! - Functions outside tests, counted from the line of `fn` to the line of its closing brace:
+//! - Functions outside tests of the crates under `crates/`, counted from the line of `fn` to the line of its closing brace:
 //!   how many are over 60, 100 and 150 lines, and the longest.
-//! - Module circles per crate: modules (files) that import each other, directly or through
-//!   others. An edge `a -> b` is a path in `a`'s non-test code (`use` or inline) that names an
-//!   item defined in `b`; names re-exported by `pub use` are followed to the module that defines
-//!   them, and `pub use` lines themselves are not edges (a facade is not a dependency).
+//! - Module circles per crate, in every member of the workspace (`members` of the root
+//!   `Cargo.toml`: the library crates, the xtask, the benchmarks, the tests): modules (files)
+//!   that import each other, directly or through others. An edge `a -> b` is a path in `a`'s
+//!   non-test code (`use` or inline) that names an item defined in `b`; names re-exported by
+//!   `pub use` are followed to the module that defines them, and `pub use` lines themselves are
+//!   not edges (a facade is not a dependency).
+//! - Upward imports between the areas of a layered crate ([`LAYERS`]): an edge from a module of
+//!   one area to a module of an area above it, or a top-level module the table does not place.
 //! - Public items of `tunebox-tune`: lines declaring `pub fn|struct|enum|trait|const|type|
 //!   static|mod|use` under `crates/tune/src` (the count the issue gives, 265 before it).
 //! - Lines of `README.md`.
@@ -15,13 +19,23 @@
 //! code the workspace writes (rustfmt-formatted), not every program Rust accepts.
 //!
 //! `--max-fn N` fails when a function outside tests is longer than N lines and `--no-circles`
-//! fails on a module circle, for CI; `--all` lists every function over 60 lines (not only the
+//! fails on a module circle or an upward import between areas, for CI; `--all` lists every function over 60 lines (not only the
 //! 15 longest); `--edges CRATE` prints that crate's module graph;
 //! `--root DIR` measures another checkout (e.g. a `git worktree` of an older commit).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// The areas of a layered crate, from the bottom up: a module of one area names items of its own
+/// area and of the areas below it, never of one above. Every top-level module of the crate (but
+/// the root, its facade) belongs to one. docs/architecture.md's code map says what each holds.
+const LAYERS: &[(&str, &[&str])] = &[(
+    "tunebox-tune",
+    &[
+        "base", "space", "manifest", "results", "search", "measure", "report", "run",
+    ],
+)];
 
 /// `cargo xtask code-metrics [--max-fn N] [--no-circles] [--all]`.
 pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
@@ -57,16 +71,25 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
     let crates = crate_roots(&root)?;
     let mut functions = Vec::new();
     let mut circles = Vec::new();
+    let mut upward = Vec::new();
     for (name, lib) in &crates {
         let modules = module_tree(lib)?;
         for module in modules.values() {
+            let file = module.file.strip_prefix(&root).unwrap_or(&module.file);
+            if !file.starts_with("crates") {
+                continue;
+            }
             let code = strip(&module.text);
             for (fn_name, start, lines) in long_functions(&code) {
-                let file = module.file.strip_prefix(&root).unwrap_or(&module.file);
                 functions.push((lines, format!("{}:{start} {fn_name}", file.display())));
             }
         }
         let (edges, found) = module_circles(&modules);
+        if let Some((_, areas)) = LAYERS.iter().find(|(layered, _)| layered == name) {
+            for what in upward_imports(&edges, areas) {
+                upward.push(format!("{name}: {what}"));
+            }
+        }
         if edges_of.as_deref() == Some(name) {
             for (from, to) in &edges {
                 let to: Vec<String> = to.iter().map(|m| module_name(m)).collect();
@@ -95,6 +118,10 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
     for circle in &circles {
         println!("  {circle}");
     }
+    println!("upward imports between areas: {}", upward.len());
+    for what in &upward {
+        println!("  {what}");
+    }
     println!(
         "tunebox-tune public items (pub fn/struct/enum/trait/const/type/static/mod/use lines): {}",
         public_items(&root.join("crates/tune/src"))?
@@ -109,32 +136,60 @@ pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
             over(max)
         ));
     }
-    if no_circles && !circles.is_empty() {
-        return Err(format!("{} module circles", circles.len()));
+    if no_circles && !(circles.is_empty() && upward.is_empty()) {
+        return Err(format!(
+            "{} module circles, {} upward imports between areas",
+            circles.len(),
+            upward.len()
+        ));
     }
     Ok(())
 }
 
-/// `(crate name, lib.rs)` of every library crate under `crates/`.
+/// `(package name, root file)` of every member of the workspace (`members` in the root
+/// `Cargo.toml`): its `src/lib.rs`, else `src/main.rs`, else a `main.rs` of its own folder (the
+/// tests).
 fn crate_roots(root: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let manifest = root.join("Cargo.toml");
+    let text = fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
     let mut out = Vec::new();
-    let dir = root.join("crates");
-    let mut entries: Vec<_> = fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        let lib = path.join("src/lib.rs");
-        let main = path.join("src/main.rs");
-        let file = if lib.is_file() { lib } else { main };
-        if file.is_file() {
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            out.push((format!("tunebox-{name}"), file));
-        }
+    for member in workspace_members(&text) {
+        let dir = root.join(&member);
+        let Some(file) = ["src/lib.rs", "src/main.rs", "main.rs"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|f| f.is_file())
+        else {
+            continue;
+        };
+        let package = dir.join("Cargo.toml");
+        let package =
+            fs::read_to_string(&package).map_err(|e| format!("{}: {e}", package.display()))?;
+        out.push((package_name(&package).unwrap_or(member), file));
     }
     Ok(out)
+}
+
+/// The paths in the `members = [ … ]` list of a workspace's `Cargo.toml`.
+fn workspace_members(cargo_toml: &str) -> Vec<String> {
+    let Some(start) = cargo_toml.find("members") else {
+        return Vec::new();
+    };
+    let list = &cargo_toml[start..];
+    let list = &list[..list.find(']').unwrap_or(list.len())];
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `name = "…"` of a package's `Cargo.toml`.
+fn package_name(cargo_toml: &str) -> Option<String> {
+    cargo_toml.lines().find_map(|line| {
+        let value = line.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
+        Some(value.trim().trim_matches('"').to_owned())
+    })
 }
 
 /// One module of a crate: its file and source.
@@ -683,6 +738,40 @@ fn module_circles(modules: &BTreeMap<String, Module>) -> (Edges, Vec<Vec<String>
 /// A module's edges: the modules whose items it names.
 type Edges = BTreeMap<Vec<String>, BTreeSet<Vec<String>>>;
 
+/// The imports of `edges` that run up `areas` (bottom first), as `from -> to (area imports the
+/// area above it)`, and the top-level modules no area names.
+fn upward_imports(edges: &Edges, areas: &[&str]) -> Vec<String> {
+    let rank = |module: &[String]| {
+        let area = module.first()?;
+        areas.iter().position(|a| a == area)
+    };
+    let mut out = Vec::new();
+    for (from, targets) in edges {
+        let Some(area) = from.first() else {
+            continue;
+        };
+        let Some(from_rank) = rank(from) else {
+            if from.len() == 1 {
+                out.push(format!(
+                    "{area} is in no area of the layering table (xtask/src/code_metrics.rs)"
+                ));
+            }
+            continue;
+        };
+        for to in targets {
+            if rank(to).is_some_and(|to_rank| to_rank > from_rank) {
+                out.push(format!(
+                    "{} -> {} ({area} imports {}, above it)",
+                    module_name(from),
+                    module_name(to),
+                    to[0]
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn module_name(path: &[String]) -> String {
     if path.is_empty() {
         "lib".to_owned()
@@ -864,6 +953,37 @@ mod tests {
                 ),
                 (vec!["self".into(), "g".into(), "H".into()], true),
             ]
+        );
+    }
+
+    #[test]
+    fn an_import_up_the_layers_is_named_and_one_down_is_not() {
+        let module = |path: &str| split(path);
+        let mut edges = Edges::new();
+        edges.insert(module("base"), BTreeSet::new());
+        edges.insert(
+            module("search::replay"),
+            [module("base::error"), module("measure::workers")].into(),
+        );
+        edges.insert(module("measure"), [module("search")].into());
+        edges.insert(module("stray"), BTreeSet::new());
+        assert_eq!(
+            upward_imports(&edges, &["base", "search", "measure"]),
+            [
+                "search::replay -> measure::workers (search imports measure, above it)",
+                "stray is in no area of the layering table (xtask/src/code_metrics.rs)",
+            ]
+        );
+    }
+
+    #[test]
+    fn workspace_members_and_package_names_are_read() {
+        let toml = "[workspace]\nmembers = [\n    \"crates/a\",\n    \"xtask\", # the tasks\n]\n\
+                    [workspace.package]\nversion = \"1\"\n";
+        assert_eq!(workspace_members(toml), ["crates/a", "xtask"]);
+        assert_eq!(
+            package_name("[package]\nname = \"tunebox-a\"\nversion = \"1\"\n").as_deref(),
+            Some("tunebox-a")
         );
     }
 

@@ -6,10 +6,11 @@
 //! `tunebox tune examples/faults-cpu.toml --workers 2`, checks that every choice of the faults
 //! example gets its documented status, and stops the busy loops whatever happens.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use crate::agreement::{label, report_results};
+use crate::busy::Hogs;
 use crate::{cargo, target_dir, workspace_root};
 
 /// What `examples/faults-cpu.toml` documents for each `MODE`.
@@ -21,33 +22,6 @@ const FAULT_STATUSES: [&str; 6] = [
     "wrong",
     "compile_error",
 ];
-
-/// Busy loops, killed and reaped on drop.
-pub(crate) struct Hogs(Vec<Child>);
-
-impl Hogs {
-    pub(crate) fn start(count: usize) -> Result<Hogs, String> {
-        let mut hogs = Hogs(Vec::with_capacity(count));
-        for _ in 0..count {
-            let child = Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .stdin(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start a busy loop: {e}"))?;
-            hogs.0.push(child);
-        }
-        Ok(hogs)
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 /// `cargo xtask loaded-test`.
 pub(crate) fn loaded_test(args: &[String]) -> Result<(), String> {
@@ -70,7 +44,7 @@ pub(crate) fn loaded_test(args: &[String]) -> Result<(), String> {
     let hogs = Hogs::start(2 * cores)?;
     eprintln!(
         "xtask: {} busy loops on {cores} cores; running the tests",
-        hogs.0.len()
+        hogs.count()
     );
     let started = Instant::now();
     cargo(test_args, &[])?;

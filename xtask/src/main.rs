@@ -39,8 +39,9 @@
 //!   (or `$KT_VENV`) has it; prints the table, writes `docs/search-strategies.svg`
 //!   (`docs/search.md`).
 //! - `code-metrics [--max-fn N] [--no-circles]`: functions outside tests over 60, 100 and 150
-//!   lines and the longest, module circles per crate, `tunebox-tune`'s public items, README
-//!   lines (issue 25; `--max-fn`/`--no-circles` fail past the limits).
+//!   lines and the longest, module circles per crate (every workspace member), imports up the
+//!   layers of `tunebox-tune`'s areas, its public items, README lines (issues 25 and 35;
+//!   `--max-fn`/`--no-circles` fail past the limits).
 //! - `gpu-test`: runs the GPU tests (`#[ignore = "needs a CUDA GPU"]`, and the NVRTC ones) of
 //!   `tunebox-cuda` on this machine, one at a time, printing what ran.
 //! - `gpu-bundle`: builds release `tunebox` and `tunebox-worker` and the GPU test executables,
@@ -61,6 +62,7 @@
 
 mod agreement;
 mod browser;
+mod busy;
 mod code_metrics;
 mod html;
 mod loaded;
@@ -106,7 +108,8 @@ const USAGE: &str = "usage: cargo xtask <task>
                             installed
   code-metrics [--max-fn N] [--no-circles]
                             functions over 60/100/150 lines outside tests, module circles,
-                            tunebox-tune's public items, README lines
+                            upward imports between tunebox-tune's areas, its public items,
+                            README lines
   gpu-test                  the GPU tests of tunebox-cuda, on this machine's GPU (--ignored,
                             one at a time)
   gpu-bundle                release binaries, GPU test executables, CUDA examples and run.sh
@@ -200,7 +203,8 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    // Issue 25's limits: no function outside tests over 150 lines, no module circle.
+    // Issue 25's limits: no function outside tests over 150 lines, no module circle; issue 35's:
+    // no import up the layers of tunebox-tune's areas.
     code_metrics::code_metrics(&["--max-fn".into(), "150".into(), "--no-circles".into()])?;
     // ruff and mypy on the Python package (its tests run in `cargo xtask python-test`).
     python::python_lint()?;

@@ -82,58 +82,44 @@
 //! strategy of one's own implements [`Strategy`] and runs through [`Plan::new`] and [`run`].
 #![deny(missing_docs)]
 
-mod cache;
-mod compare;
-mod error;
-mod error_line;
-mod fingerprint;
-pub mod formats;
-mod html;
-mod integrity;
-mod interchange;
-mod interference;
-mod launch;
+mod base;
 mod manifest;
-mod merge;
-mod metrics;
-mod objective;
-mod observer;
-mod options;
-mod ranking;
-pub mod replay;
+mod measure;
 mod report;
 mod results;
 mod run;
-mod shard;
+mod search;
 mod space;
-mod stop;
-pub mod strategies;
-mod strategy;
-mod whole_file;
-mod windows;
-mod worker_stdout;
-mod workers;
 
-pub use crate::cache::ResultsCache;
-pub use crate::compare::{BestMove, Comparison, Pair};
-pub use crate::error::{Result, TuneError};
-pub use crate::error_line::short_error;
-pub use crate::fingerprint::compiler_version;
-#[doc(hidden)]
-pub use crate::html::synthetic::report as synthetic_report;
-pub use crate::html::{CONTENT_SECURITY_POLICY, HtmlComparison, HtmlReport};
-pub use crate::interchange::write_t4;
-pub use crate::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};
+pub use crate::manifest::formats;
+pub use crate::search::{replay, strategies};
+
+pub use crate::base::error::{Result, TuneError};
+pub use crate::base::error_line::short_error;
+pub use crate::base::observer::{Event, Observer, Phase};
+pub use crate::base::shard::{
+    ShardInfo, ShardSpec, parse as parse_shard, resolve as resolve_shard,
+};
+pub use crate::base::stop::Stop;
+pub use crate::manifest::metrics::format_value;
+pub use crate::manifest::objective::Objective;
 pub use crate::manifest::{
     Manifest, builder::ManifestBuilder, count_file, env::WorkerEnv, files::ManifestFiles,
     load_space, source::compiler, timing::MAX_TIMEOUT_S,
 };
-pub use crate::merge::merge;
-pub use crate::metrics::format_value;
-pub use crate::objective::Objective;
-pub use crate::observer::{Event, Observer, Phase};
-pub use crate::ranking::{ErrorGroup, error_groups, rank_labels, ties, windowed};
+pub use crate::measure::workers::PROBE_TIMEOUT;
+pub use crate::report::compare::{BestMove, Comparison, Pair};
+#[doc(hidden)]
+pub use crate::report::html::synthetic::report as synthetic_report;
+pub use crate::report::html::{CONTENT_SECURITY_POLICY, HtmlComparison, HtmlReport};
+pub use crate::report::interchange::write_t4;
+pub use crate::report::merge::merge;
+pub use crate::report::ranking::{ErrorGroup, error_groups, rank_labels, ties, windowed};
 pub use crate::report::{json_text, load as load_reports, write_csv, write_json};
+pub use crate::results::cache::ResultsCache;
+pub use crate::results::fingerprint::compiler_version;
+pub use crate::results::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};
+pub use crate::results::windows::Windows;
 pub use crate::results::{
     CacheInfo, Check, ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader,
     RunInfo, Selection, best, define_line,
@@ -149,11 +135,7 @@ pub use crate::run::{
     refine::refine_order,
     run, tune,
 };
-pub use crate::shard::{ShardInfo, ShardSpec, parse as parse_shard, resolve as resolve_shard};
+pub use crate::search::strategy::{BruteForce, RandomSample, Strategy};
 pub use crate::space::{
     Choice, SearchSpace, SpaceCount, choice_count, count_space, value::ParamValue,
 };
-pub use crate::stop::Stop;
-pub use crate::strategy::{BruteForce, RandomSample, Strategy};
-pub use crate::windows::Windows;
-pub use crate::workers::PROBE_TIMEOUT;

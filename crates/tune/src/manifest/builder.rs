@@ -575,8 +575,8 @@ mod tests {
         .unwrap();
         let read = Manifest::read(&file, "cc").unwrap();
         let built = scale().dir(dir.path()).build().unwrap();
-        let setup = crate::fingerprint::setup_hash(&built);
-        assert_eq!(setup, crate::fingerprint::setup_hash(&read));
+        let setup = crate::results::fingerprint::setup_hash(&built);
+        assert_eq!(setup, crate::results::fingerprint::setup_hash(&read));
         assert_eq!(built.tensors, read.tensors);
         assert_eq!(built.params, read.params);
         assert_eq!(built.timing, read.timing);
@@ -704,8 +704,8 @@ mod tests {
         assert_eq!(built.args, read.args);
         assert_eq!(built.kernel.compiler, "cc");
         assert_eq!(
-            crate::fingerprint::setup_hash(&built),
-            crate::fingerprint::setup_hash(&read)
+            crate::results::fingerprint::setup_hash(&built),
+            crate::results::fingerprint::setup_hash(&read)
         );
     }
 

@@ -30,8 +30,8 @@ use indexmap::IndexMap;
 use tunebox_protocol::{DType, Init, SharedBuffer, TensorSpec};
 
 use super::raw::{Extras, RawKernel, RawManifest, RawScalar, RawTensor};
-use crate::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
-use crate::launch::RawLaunch;
+use crate::manifest::formats::{T1Arg, T1Dims, T1File, T1FillType, T1MemoryType, T1Size};
+use crate::manifest::launch::RawLaunch;
 use crate::space::ParamValue;
 use tunebox_expr::Object;
 
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn the_hub_convolution_as_a_manifest() {
-        let path = crate::formats::hub_dir().join("kernels/convolution_milo.json");
+        let path = crate::manifest::formats::hub_dir().join("kernels/convolution_milo.json");
         let m = Manifest::read(&path, "cc").unwrap();
         assert_eq!(m.name, "convolution_milo");
         assert_eq!(m.kernel.entry, "convolution_kernel");

@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 
 use super::raw::{RawKernel, RawManifest, RawReference, RawScalar, RawTensor, RawVerify};
 use super::timing::MAX_REPS;
-use crate::launch::RawLaunch;
+use crate::manifest::launch::RawLaunch;
 
 /// Moves Kernel Tuner's spellings (`tune_params`, `kernel_name`, `kernel_source`, `lang`,
 /// `compiler_options`, `answer` + `atol`, `grid_div_x/y/z`, `problem_size` in `[launch]`) to

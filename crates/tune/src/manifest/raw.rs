@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use crate::launch::RawLaunch;
+use crate::manifest::launch::RawLaunch;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

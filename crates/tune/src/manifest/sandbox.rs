@@ -88,7 +88,7 @@ pub(crate) fn for_kernels(kernels: &[&KernelSource]) -> Sandbox {
     let mut sandbox = Sandbox::new();
     for kernel in kernels {
         for header in
-            crate::fingerprint::local_header_paths(&kernel.text, &kernel.dir, &kernel.flags)
+            crate::manifest::headers::local_header_paths(&kernel.text, &kernel.dir, &kernel.flags)
         {
             sandbox = sandbox.read(header);
         }

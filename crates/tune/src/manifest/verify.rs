@@ -14,7 +14,7 @@ use super::files::ManifestFiles;
 use super::raw::{RawReference, RawVerify};
 use super::source::{DEFAULT_FLAGS, KernelSource, Language, language_of, resolve_paths};
 use super::timing::MAX_TIMEOUT_S;
-use crate::launch::Launch;
+use crate::manifest::launch::Launch;
 use crate::space::{Choice, ParamValue};
 
 /// Timed reps of a verified window checked on varied inputs in a sandbox, unless
@@ -216,7 +216,7 @@ impl Surroundings<'_> {
         source: &Path,
         entry: Option<String>,
         flags: Option<Vec<String>>,
-        launch: Option<crate::launch::RawLaunch>,
+        launch: Option<crate::manifest::launch::RawLaunch>,
     ) -> Result<Reference> {
         let (dir, kernel) = (self.dir, self.kernel);
         let language = language_of(source, None)?;

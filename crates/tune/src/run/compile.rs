@@ -9,9 +9,9 @@ use tunebox_cpu::{CacheDir, CompileControl, CpuError};
 use tunebox_pool::Status;
 
 use super::lookup::{Setup, Todo};
+use crate::base::stop::Stop;
+use crate::measure::workers;
 use crate::results::ChoiceResult;
-use crate::stop::Stop;
-use crate::workers;
 
 /// What compiling one choice gave.
 #[derive(Debug)]

@@ -23,10 +23,10 @@ use tunebox_pool::TuningProcessPool;
 use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
-use crate::interference::BackgroundWork;
-use crate::interference::Topology;
-use crate::observer::ObserverExt;
-use crate::workers::{self, InOrder};
+use crate::base::observer::ObserverExt;
+use crate::measure::workers::{self, InOrder};
+use crate::results::interference::BackgroundWork;
+use crate::results::interference::Topology;
 
 /// How many compile threads of each kind a run starts, and whether measuring overlaps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +258,7 @@ pub(crate) struct Compiling<'c> {
     /// The compile threads, and whether measuring overlaps them.
     pub plan: CompilePlan,
     /// The compile threads' time, so that a window beside them can tell them from
-    /// interference ([`crate::interference::Watch`]).
+    /// interference ([`crate::results::interference::Watch`]).
     pub clock: &'c Arc<BackgroundWork>,
     /// Windows a worker measures while the next choice in order is still compiling (the
     /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are

@@ -15,20 +15,20 @@ use super::compile::KernelCache;
 use super::lookup::{Resumed, Setup, Todo, adopt};
 use super::options::{CacheMode, REFINE_FACTOR, TuneOptions};
 use super::pipeline::Outcome;
-use crate::cache::{self, CacheLine, Deps, ResultsCache};
-use crate::error::TuneError;
-use crate::fingerprint;
-use crate::interference::{BackgroundWork, Topology};
+use crate::base::error::TuneError;
+use crate::base::observer::{Observer, ObserverExt, WarningKind, Warnings};
+use crate::base::stop::Stop;
 use crate::manifest::{Language, Manifest, Reference, Verify};
-use crate::observer::{Observer, ObserverExt, WarningKind, Warnings};
+use crate::measure::workers::{self, Measuring};
+use crate::results::cache::{self, CacheLine, Deps, ResultsCache};
+use crate::results::fingerprint;
+use crate::results::interference::{BackgroundWork, Topology};
 use crate::results::{
     ChoiceResult, NotMeasured, RefineInfo, Report, RunConditions, RunHeader, RunInfo, Selection,
     ShardInfo, choices as plural, rank, set_objective,
 };
+use crate::search::strategy::Strategy;
 use crate::space::SearchSpace;
-use crate::stop::Stop;
-use crate::strategy::Strategy;
-use crate::workers::{self, Measuring};
 
 /// A run under way: what [`Run::prepare`] resolved, the pool once started, and the ledger.
 pub(super) struct Run<'a> {
@@ -66,7 +66,7 @@ pub(super) struct Run<'a> {
     /// What the rounds saw (set by [`Run::race`]).
     pub conditions: Option<RunConditions>,
     /// What workers printed on stdout (the report's note says where it went).
-    pub stdout_log: Option<crate::worker_stdout::Watch>,
+    pub stdout_log: Option<crate::measure::worker_stdout::Watch>,
     /// An adaptive search (asking a few choices at a time): cache hits are said at the end.
     pub adaptive: bool,
     /// The compiling note is said once, not every round.
@@ -129,7 +129,7 @@ impl<'a> Run<'a> {
         stop: &'a Stop,
     ) -> Result<Run<'a>> {
         let start = Instant::now();
-        let stdout_log = crate::worker_stdout::Watch::start();
+        let stdout_log = crate::measure::worker_stdout::Watch::start();
         let cache_path = check_outputs(options, manifest, shard)?;
         if !manifest.unsupported.is_empty() {
             bail!(
@@ -273,7 +273,7 @@ impl<'a> Run<'a> {
         self.notes.extend(
             self.stdout_log
                 .take()
-                .and_then(crate::worker_stdout::Watch::note),
+                .and_then(crate::measure::worker_stdout::Watch::note),
         );
         for warning in self.strategy.take_warnings() {
             self.observer.note(&format!("warning: {warning}"));
@@ -791,7 +791,7 @@ mod tests {
     use tunebox_pool::Status;
 
     use super::*;
-    use crate::observer::Event;
+    use crate::base::observer::Event;
 
     /// Keeps the notes it is told.
     #[derive(Default)]
@@ -863,7 +863,7 @@ mod tests {
             "cpu",
         );
         r.error = None;
-        let mut w = crate::windows::Windows::first(&stats, Default::default());
+        let mut w = crate::results::windows::Windows::first(&stats, Default::default());
         for _ in 1..windows {
             w.add(0.5, Default::default(), 0);
         }

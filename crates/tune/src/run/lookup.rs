@@ -7,12 +7,12 @@ use std::time::Duration;
 use tunebox_pool::Status;
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
-use crate::cache::{Deps, DepsCheck, ResultsCache};
-use crate::fingerprint;
 use crate::manifest::Manifest;
+use crate::measure::workers;
 use crate::results::ChoiceResult;
+use crate::results::cache::{Deps, DepsCheck, ResultsCache};
+use crate::results::fingerprint;
 use crate::space::{Choice, SearchSpace};
-use crate::workers;
 
 /// What every stage of a run shares: the manifest, the device it measures on, the hash of
 /// the manifest's setup that the results cache's keys start from, the per-choice timeout and
@@ -222,7 +222,7 @@ pub(crate) struct Hit {
 /// The cached result of `key` (a timeout only when measured with at least `timeout`),
 /// re-labelled for this run (and its metrics recomputed: the manifest's metrics may have
 /// changed since), with the headers it was recorded with, and whether its windows are complete
-/// ([`crate::cache::CacheLine::windows_complete`]). With a [`DepsCheck`] (a C choice), only a
+/// ([`crate::results::cache::CacheLine::windows_complete`]). With a [`DepsCheck`] (a C choice), only a
 /// result whose headers are unchanged.
 pub(crate) fn cached(
     cache: Option<&ResultsCache>,
@@ -308,8 +308,8 @@ mod tests {
     use tunebox_protocol::{DType, TensorSpec};
 
     use super::*;
-    use crate::cache::CacheLine;
     use crate::results::RunHeader;
+    use crate::results::cache::CacheLine;
 
     #[test]
     fn windows_share_the_reps_and_only_the_first_warms_up() {
@@ -496,14 +496,14 @@ mod tests {
             );
             r.error = None;
             r.stats = Some(stats.clone());
-            let busy = |d: bool| crate::interference::Conditions {
+            let busy = |d: bool| crate::results::interference::Conditions {
                 other_busy: if d { 1.0 } else { 0.0 },
                 steal: 0.0,
                 disturbed: d,
                 ended_s: 0.0,
                 took_s: 0.0,
             };
-            let mut w = crate::windows::Windows::first(&stats, busy(disturbed[0]));
+            let mut w = crate::results::windows::Windows::first(&stats, busy(disturbed[0]));
             for &d in &disturbed[1..] {
                 w.add(0.5, busy(d), 0);
             }

@@ -10,10 +10,10 @@ use tunebox_protocol::TensorData;
 use super::lookup::{Setup, Todo};
 use super::pipeline::{Measured, Outcome, pipeline};
 use super::stage::Stage;
-use crate::observer::Observer;
+use crate::base::observer::Observer;
+use crate::base::stop::Stop;
+use crate::measure::workers::start_pool;
 use crate::results::ChoiceResult;
-use crate::stop::Stop;
-use crate::workers::start_pool;
 
 /// Stage 5, on its own: measures `todo` (C choices compiled first: see [`crate::compile()`])
 /// on a pool of `workers` fresh workers (`worker`: their executable, as

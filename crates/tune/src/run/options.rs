@@ -1,4 +1,5 @@
-//! What a run is asked to do: [`TuneOptions`], and the defaults of its rounds.
+//! What a run is asked to do: [`TuneOptions`], its defaults (those of `tunebox tune`), its builder
+//! for code, and the defaults of its rounds.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,3 +75,223 @@ pub const DEFAULT_RACE_LIMIT: Duration = Duration::from_secs(10);
 /// `--refine` re-measures with this many times the manifest's `rep_ms` and rep bounds, and
 /// gives each re-measurement this many times the per-choice timeout.
 pub(crate) const REFINE_FACTOR: f64 = 4.0;
+
+impl Default for Selection {
+    /// Brute force: every choice, in canonical order.
+    fn default() -> Selection {
+        Selection {
+            strategy: "brute-force".into(),
+            budget: None,
+            seed: 0,
+        }
+    }
+}
+
+impl Default for TuneOptions {
+    /// What `tunebox tune` does without options: one worker, a fresh worker process per
+    /// choice (`max_process_uses` 1; the later windows of choices that passed screening in
+    /// reused ones: `warm_windows`), the manifest's `timeout_s`, the worker found as
+    /// [`TuneOptions::worker`] says, the default results cache, brute force, no time limit,
+    /// no refinement, no shard, no JSON or CSV, [`DEFAULT_ROUNDS`] rounds of windows. The
+    /// manifest is [`crate::tune`]'s path, or the [`crate::Plan`]'s.
+    fn default() -> TuneOptions {
+        TuneOptions {
+            workers: 1,
+            timeout: None,
+            max_process_uses: Some(1),
+            worker: None,
+            json: None,
+            csv: None,
+            cache: CacheMode::Default,
+            fresh: false,
+            selection: Selection::default(),
+            max_time: None,
+            refine: None,
+            shard: None,
+            rounds: DEFAULT_ROUNDS,
+            race: None,
+            warm_windows: true,
+        }
+    }
+}
+
+impl TuneOptions {
+    /// The defaults ([`TuneOptions::default`]); the methods below change one option each:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tunebox_tune::{CacheMode, TuneOptions};
+    ///
+    /// let options = TuneOptions::new()
+    ///     .workers(2)
+    ///     .strategy("genetic")
+    ///     .budget(100)
+    ///     .seed(7)
+    ///     .max_time(Duration::from_secs(600))
+    ///     .cache(CacheMode::Off);
+    /// assert_eq!(options.selection.strategy, "genetic");
+    /// assert_eq!(options.max_process_uses, Some(1));
+    /// ```
+    pub fn new() -> TuneOptions {
+        TuneOptions::default()
+    }
+
+    /// Rounds of short windows after screening (0: each choice measured once, in one window).
+    pub fn rounds(mut self, rounds: usize) -> TuneOptions {
+        self.rounds = rounds;
+        self
+    }
+
+    /// Whether the rounds' and the race's windows of choices that passed screening are
+    /// measured in reused workers ([`TuneOptions::warm_windows`](struct@TuneOptions); `false`:
+    /// every window in a fresh worker, as `--fresh-windows`).
+    pub fn warm_windows(mut self, warm: bool) -> TuneOptions {
+        self.warm_windows = warm;
+        self
+    }
+
+    /// The time the race for the top may take after the rounds.
+    pub fn race(mut self, race: Duration) -> TuneOptions {
+        self.race = Some(race);
+        self
+    }
+
+    /// Worker processes measuring in parallel (at least 1).
+    pub fn workers(mut self, workers: usize) -> TuneOptions {
+        self.workers = workers;
+        self
+    }
+
+    /// The per-choice timeout, instead of the manifest's `timeout_s`.
+    pub fn timeout(mut self, timeout: Duration) -> TuneOptions {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Benchmarks per worker process before it is replaced (TVM's `maximum_process_uses`;
+    /// `None`: never replaced while it works).
+    pub fn max_process_uses(mut self, uses: Option<u64>) -> TuneOptions {
+        self.max_process_uses = uses;
+        self
+    }
+
+    /// The worker executable (by default `$TUNEBOX_WORKER`, else the current executable).
+    pub fn worker(mut self, worker: impl Into<PathBuf>) -> TuneOptions {
+        self.worker = Some(worker.into());
+        self
+    }
+
+    /// Where the JSON report goes.
+    pub fn json(mut self, path: impl Into<PathBuf>) -> TuneOptions {
+        self.json = Some(path.into());
+        self
+    }
+
+    /// Where the CSV table goes.
+    pub fn csv(mut self, path: impl Into<PathBuf>) -> TuneOptions {
+        self.csv = Some(path.into());
+        self
+    }
+
+    /// Where the results cache is ([`CacheMode::Off`]: none).
+    pub fn cache(mut self, cache: CacheMode) -> TuneOptions {
+        self.cache = cache;
+        self
+    }
+
+    /// Ignore what the results cache holds (new results are still kept).
+    pub fn fresh(mut self, fresh: bool) -> TuneOptions {
+        self.fresh = fresh;
+        self
+    }
+
+    /// The built-in strategy by name (one of [`crate::search::strategies::NAMES`]).
+    pub fn strategy(mut self, name: impl Into<String>) -> TuneOptions {
+        self.selection.strategy = name.into();
+        self
+    }
+
+    /// The most choices the strategy measures.
+    pub fn budget(mut self, budget: usize) -> TuneOptions {
+        self.selection.budget = Some(budget);
+        self
+    }
+
+    /// The strategy's seed.
+    pub fn seed(mut self, seed: u64) -> TuneOptions {
+        self.selection.seed = seed;
+        self
+    }
+
+    /// Start no new choice after this long.
+    pub fn max_time(mut self, max_time: Duration) -> TuneOptions {
+        self.max_time = Some(max_time);
+        self
+    }
+
+    /// Measure the best `n` choices again with 4× the reps, and rank by that.
+    pub fn refine(mut self, n: usize) -> TuneOptions {
+        self.refine = Some(n);
+        self
+    }
+
+    /// Measure only shard `index` of `count` (from 0).
+    pub fn shard(mut self, index: usize, count: usize) -> TuneOptions {
+        self.shard = Some(ShardInfo { index, count });
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_sets_one_option_each_over_the_cli_defaults() {
+        let options = TuneOptions::new();
+        assert_eq!(options.rounds, DEFAULT_ROUNDS);
+        assert_eq!((options.workers, options.max_process_uses), (1, Some(1)));
+        assert_eq!(options.cache, CacheMode::Default);
+        assert_eq!(options.selection, Selection::default());
+        let options = options
+            .workers(3)
+            .timeout(Duration::from_secs(5))
+            .max_process_uses(None)
+            .worker("w")
+            .json("r.json")
+            .csv("r.csv")
+            .cache(CacheMode::Off)
+            .fresh(true)
+            .strategy("random")
+            .budget(10)
+            .seed(4)
+            .max_time(Duration::from_secs(60))
+            .refine(2)
+            .shard(1, 4)
+            .rounds(0)
+            .race(Duration::from_secs(3));
+        assert_eq!(options.workers, 3);
+        assert_eq!(options.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(options.max_process_uses, None);
+        assert_eq!(options.worker, Some(PathBuf::from("w")));
+        assert_eq!(options.json, Some(PathBuf::from("r.json")));
+        assert_eq!(options.csv, Some(PathBuf::from("r.csv")));
+        assert_eq!(options.cache, CacheMode::Off);
+        assert!(options.fresh);
+        assert_eq!(
+            options.selection,
+            Selection {
+                strategy: "random".into(),
+                budget: Some(10),
+                seed: 4
+            }
+        );
+        assert_eq!(options.max_time, Some(Duration::from_secs(60)));
+        assert_eq!(options.refine, Some(2));
+        assert_eq!(options.shard, Some(ShardInfo { index: 1, count: 4 }));
+        assert_eq!(
+            (options.rounds, options.race),
+            (0, Some(Duration::from_secs(3)))
+        );
+    }
+}

@@ -15,11 +15,11 @@ use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, Compiling}
 use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
-use crate::interference::{Conditions, Watch};
-use crate::observer::{ObserverExt, Phase};
+use crate::base::observer::{ObserverExt, Phase};
+use crate::measure::workers::{self, InOrder, Next};
+use crate::results::interference::{Conditions, Watch};
+use crate::results::windows::Windows;
 use crate::results::{ChoiceResult, choices as plural};
-use crate::windows::Windows;
-use crate::workers::{self, InOrder, Next};
 
 /// What a pipeline measured, for its caller.
 pub(crate) enum Measured {

@@ -6,7 +6,7 @@
 //! disturbed (a machine busy all along stays busy). Then the choices whose interval
 //! overlaps the best's are raced: more rounds of them alone, until the intervals separate or
 //! the race's time is spent. Each choice's time is the estimate over its windows
-//! ([`crate::windows::Windows`]); the report says how sure the pick is.
+//! ([`crate::results::windows::Windows`]); the report says how sure the pick is.
 
 use std::time::{Duration, Instant};
 
@@ -16,11 +16,11 @@ use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, TimingStats};
 use super::context::Run;
 use super::lookup::{Setup, window_timing};
 use super::options::{DEFAULT_RACE_LIMIT, RACE_SHARE};
-use crate::interference::{self, Conditions};
-use crate::observer::{Observer, ObserverExt};
+use crate::base::observer::{Observer, ObserverExt};
+use crate::measure::workers;
+use crate::results::interference::{self, Conditions};
+use crate::results::windows::{Slowdowns, Windows};
 use crate::results::{ChoiceResult, DRIFT_WARN, RunConditions, choices as plural};
-use crate::windows::{Slowdowns, Windows};
-use crate::workers;
 
 /// How far apart two agreeing windows of a choice must lie to confirm its estimate, in rounds
 /// of the run (a round: one window of every other choice in the rounds): see
@@ -524,7 +524,7 @@ impl Run<'_> {
 
     /// What a round's window of the result at `p` that took `median_ms` must pass before it
     /// counts, as screening's did: `None` when it passes as it is. Below the physical floor
-    /// of the outputs it names ([`crate::integrity::below_floor_of`]), the choice is
+    /// of the outputs it names ([`crate::measure::integrity::below_floor_of`]), the choice is
     /// `suspicious`. Faster than [`CHECK_FASTER_THAN`] of its first window, it is measured
     /// again with its outputs returned and judged as screening judges (verified, after-reps
     /// and fresh-input checks, the floor): a failure is the choice's result, a pass is the
@@ -548,7 +548,7 @@ impl Run<'_> {
         };
         let output_bytes = workers::output_bytes(self.setup.manifest);
         if let Some(why) =
-            crate::integrity::below_floor_of(median_ms, output_bytes, &request.timing)
+            crate::measure::integrity::below_floor_of(median_ms, output_bytes, &request.timing)
         {
             return failed(Status::Suspicious, why);
         }
@@ -630,7 +630,7 @@ impl Run<'_> {
         let results = &self.ledger.results;
         // Cached results count too: their windows are as measured, and a run taken whole
         // from the cache must not sound surer than the run that measured it.
-        let drift = crate::windows::drift(
+        let drift = crate::results::windows::drift(
             results
                 .iter()
                 .filter(|r| r.status == Status::Ok)
@@ -800,7 +800,7 @@ pub(super) fn spare_window(
             let timing = window_timing(&setup.manifest.timing, setup.windows, round);
             let needs_check = !stats.median_ms.is_finite()
                 || stats.median_ms < first * CHECK_FASTER_THAN
-                || crate::integrity::below_floor_of(
+                || crate::measure::integrity::below_floor_of(
                     stats.median_ms,
                     workers::output_bytes(setup.manifest),
                     &timing,

@@ -10,9 +10,9 @@ use tunebox_protocol::{BenchmarkRequest, TensorData};
 
 use super::compile::kernel_cache;
 use super::lookup::Setup;
-use crate::observer::{Observer, ObserverExt};
-use crate::stop::Stop;
-use crate::workers;
+use crate::base::observer::{Observer, ObserverExt};
+use crate::base::stop::Stop;
+use crate::measure::workers;
 
 /// Stage 4: the outputs every choice of `setup`'s manifest is judged by: those of its
 /// reference kernel, compiled (C) and run once, untimed, in a worker of its own (`worker`: the

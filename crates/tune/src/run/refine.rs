@@ -12,13 +12,13 @@ use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 use super::context::{Ledger, Run, start_measuring};
 use super::lookup::cached;
 use super::options::REFINE_FACTOR;
-use crate::error_line;
-use crate::fingerprint;
-use crate::interference::Watch;
-use crate::observer::{Observer, ObserverExt, Phase};
+use crate::base::error_line;
+use crate::base::observer::{Observer, ObserverExt, Phase};
+use crate::measure::workers;
+use crate::results::fingerprint;
+use crate::results::interference::Watch;
+use crate::results::windows::Windows;
 use crate::results::{ChoiceResult, choices as plural};
-use crate::windows::Windows;
-use crate::workers;
 
 /// Most timed reps a refined measurement may ask for.
 const MAX_REPS: u32 = 1_000_000;
@@ -162,7 +162,7 @@ impl Run<'_> {
             {
                 self.ledger.warnings.warn(
                     self.observer,
-                    crate::observer::WarningKind::ResultsCache,
+                    crate::base::observer::WarningKind::ResultsCache,
                     &format!("{e:#}"),
                 );
             }

@@ -9,9 +9,9 @@ use tunebox_pool::Status;
 
 use super::context::{Ledger, PendingLine, Run};
 use super::lookup::{Resumed, Todo};
-use crate::observer::{Observer, ObserverExt};
+use crate::base::observer::{Observer, ObserverExt};
+use crate::measure::workers;
 use crate::results::{NotMeasured, choices as plural};
-use crate::workers;
 
 impl Ledger {
     /// Takes the choices a lookup found cut short: each result is kept (not `cached`: the run

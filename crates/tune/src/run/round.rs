@@ -14,11 +14,11 @@ use super::pipeline::{Measured, pipeline};
 use super::race::{spare_window, window_request};
 use super::spare::Spare;
 use super::stage::Stage;
-use crate::metrics::Metrics;
-use crate::observer::ObserverExt;
+use crate::base::observer::ObserverExt;
+use crate::manifest::metrics::Metrics;
 use crate::results::{ChoiceResult, NotMeasured, Selection, ShardInfo, set_objective};
+use crate::search::strategy::Strategy;
 use crate::space::SearchSpace;
-use crate::strategy::Strategy;
 use tunebox_pool::Status;
 
 impl Run<'_> {

@@ -8,9 +8,9 @@ use tunebox_pool::TuningProcessPool;
 use tunebox_protocol::TensorData;
 
 use super::lookup::Setup;
-use crate::observer::Observer;
-use crate::stop::Stop;
-use crate::workers;
+use crate::base::observer::Observer;
+use crate::base::stop::Stop;
+use crate::measure::workers;
 
 /// Where a pipeline measures: the pool, the reference outputs, who watches, when to stop.
 pub(crate) struct Stage<'s> {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tunebox_expr::Value as PyValue;
 use tunebox_protocol::Define;
 
-use crate::shard::ShardInfo;
+use crate::base::shard::ShardInfo;
 use problem::Problem;
 
 pub(crate) use restriction::Restriction;
@@ -340,7 +340,7 @@ impl SearchSpace {
     pub(crate) fn owns(&self, shard: Option<ShardInfo>, index: usize) -> bool {
         match (&self.listing, shard) {
             (_, None) => true,
-            (Listing::All(_), shard) => crate::shard::owns(shard, index),
+            (Listing::All(_), shard) => crate::base::shard::owns(shard, index),
             (Listing::Unlisted { .. }, Some(s)) => {
                 let (lo, hi) = self.block(s);
                 (lo..hi).contains(&(index as u64))
@@ -785,11 +785,11 @@ pub(crate) mod tests {
         assert_eq!(seen.last(), Some(&1.0));
         let space = SearchSpace::from_params(&p, &texts).unwrap();
         assert!(!space.is_listed());
-        for name in crate::strategies::NAMES
+        for name in crate::search::strategies::NAMES
             .iter()
             .filter(|n| **n != "brute-force")
         {
-            let mut strategy = crate::strategies::by_name(name, 12, 7).unwrap();
+            let mut strategy = crate::search::strategies::by_name(name, 12, 7).unwrap();
             let mut asked = Vec::new();
             loop {
                 let batch = strategy.ask(&space, 4);
@@ -798,12 +798,12 @@ pub(crate) mod tests {
                 }
                 for &i in &batch {
                     let time_ms = Some(1.0 + (i % 97) as f64);
-                    let m = crate::replay::Measurement {
+                    let m = crate::search::replay::Measurement {
                         time_ms,
                         status: tunebox_pool::Status::Ok,
                         cost_ms: 1.0,
                     };
-                    strategy.tell(i, &crate::replay::result_of(&space, i, m, "cpu"));
+                    strategy.tell(i, &crate::search::replay::result_of(&space, i, m, "cpu"));
                 }
                 asked.extend(batch);
             }
@@ -814,8 +814,8 @@ pub(crate) mod tests {
             distinct.dedup();
             assert_eq!(distinct.len(), 12, "{name}");
         }
-        use crate::strategy::Strategy as _;
-        let mut brute = crate::strategy::BruteForce::new();
+        use crate::search::strategy::Strategy as _;
+        let mut brute = crate::search::strategy::BruteForce::new();
         assert!(
             brute.ask(&space, 10).is_empty(),
             "nothing listed without a shard"
