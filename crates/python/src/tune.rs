@@ -229,12 +229,13 @@ fn seconds(value: Option<f64>, name: &str) -> PyResult<Option<Duration>> {
         .transpose()
 }
 
+/// `error` as Python's exception: a bad manifest or option is a `ValueError`, the rest a
+/// `RuntimeError`; its text is the whole chain (`{:#}`), as `tunebox` prints it.
 fn to_python(error: TuneError) -> PyErr {
+    let text = format!("{error:#}");
     match error {
-        TuneError::Manifest { message } | TuneError::Options { message } => {
-            PyValueError::new_err(message)
-        }
-        other => PyRuntimeError::new_err(other.to_string()),
+        TuneError::Manifest { .. } | TuneError::Options { .. } => PyValueError::new_err(text),
+        _ => PyRuntimeError::new_err(text),
     }
 }
 

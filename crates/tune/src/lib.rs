@@ -94,7 +94,7 @@ mod space;
 pub use crate::manifest::formats;
 pub use crate::search::{replay, strategies};
 
-pub use crate::base::error::{Result, TuneError};
+pub use crate::base::error::{Cause, Result, TuneError};
 pub use crate::base::error_line::short_error;
 pub use crate::base::observer::{Event, Observer, Phase};
 pub use crate::base::shard::{

@@ -1,50 +1,70 @@
 //! The crate's one error type.
 //!
-//! Inside, the engine builds its messages with `anyhow` (context chains such as
-//! `invalid manifest m.toml: tensors[0].dtype = "f16": unknown dtype`); at the public boundary
-//! they become an [`TuneError`] whose variant says which stage failed and whose message is the
-//! whole chain, word for word what `tunebox` prints after `tunebox: error:`.
+//! Inside, the engine builds its errors with `anyhow` (context chains such as
+//! `invalid manifest m.toml` → `tensors[0].dtype = "f16"` → `unknown dtype`); at the public
+//! boundary they become a [`TuneError`] whose variant says which stage failed, whose message is
+//! the chain's outermost part, and whose [`source`](std::error::Error::source) is the rest
+//! ([`Cause`]), down to the root cause (an `io::Error` stays one, for a caller to downcast).
+//! `{:#}` prints the whole chain joined by `: `, word for word what `tunebox` prints after
+//! `tunebox: error:`.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
 
 /// What stopped a stage of a run. A choice that fails is never an error: it is a result with
 /// its status (`compile_error`, `crashed`, `timeout`, …).
 ///
-/// Every variant's message is complete (causes included) and says what to do; none has a
-/// `source()`.
+/// Each variant's `message` is the outermost part of what went wrong (e.g. `invalid manifest
+/// m.toml`), its `source` the rest of the chain, if any (e.g. `tensors[0].dtype = "f16"`, then
+/// `unknown dtype`): a cause is in one of the two, never both. `{}` prints the message, `{:#}`
+/// the message and every cause, joined by `: ` (as `anyhow` does), which says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TuneError {
     /// The manifest cannot be read or is invalid, or its restrictions leave no choice.
-    #[error("{message}")]
     Manifest {
-        /// What is wrong, and where (`invalid manifest m.toml: …`).
+        /// Where it is wrong (`invalid manifest m.toml`), or the whole story when it has no
+        /// cause.
         message: String,
+        /// What is wrong there.
+        #[source]
+        source: Option<Cause>,
     },
     /// The caller's options are unusable: an output path that would overwrite an input or lies
     /// in a missing directory, a shard that cannot be resolved, the cache and a report on one
-    /// file.
-    #[error("{message}")]
+    /// file, an unknown strategy.
     Options {
-        /// Which option, and why.
+        /// Which option.
         message: String,
+        /// Why it is unusable.
+        #[source]
+        source: Option<Cause>,
     },
     /// The run could not go on: no GPU for a CUDA manifest, workers that cannot start, a
     /// reference that does not compile or fails, an unusable kernel or results cache.
-    #[error("{message}")]
     Run {
-        /// What failed, and how to fix it.
+        /// What failed.
         message: String,
+        /// Why, and how to fix it.
+        #[source]
+        source: Option<Cause>,
     },
     /// A report or results cache cannot be read or written, or is not one.
-    #[error("{message}")]
     Report {
-        /// Which file, and why.
+        /// Which file.
         message: String,
+        /// Why.
+        #[source]
+        source: Option<Cause>,
     },
     /// Shards' results cannot be merged (different manifests or versions, overlaps, …).
-    #[error("{message}")]
     Merge {
-        /// Why not.
+        /// Which files.
         message: String,
+        /// Why not.
+        #[source]
+        source: Option<Cause>,
     },
 }
 
@@ -52,53 +72,173 @@ pub enum TuneError {
 pub type Result<T, E = TuneError> = std::result::Result<T, E>;
 
 impl TuneError {
-    /// An `Options` error carried through the engine's internal `anyhow` chain.
-    pub(crate) fn options(message: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::Error::new(TuneError::Options {
-            message: message.to_string(),
-        })
+    /// The variant's message: the outermost part of what went wrong.
+    pub fn message(&self) -> &str {
+        match self {
+            TuneError::Manifest { message, .. }
+            | TuneError::Options { message, .. }
+            | TuneError::Run { message, .. }
+            | TuneError::Report { message, .. }
+            | TuneError::Merge { message, .. } => message,
+        }
     }
 
-    /// `error` as the variant `kind` builds, unless it already is one of ours (not wrapped in
-    /// context), which is kept.
-    pub(crate) fn from_chain(error: anyhow::Error, kind: fn(String) -> TuneError) -> TuneError {
+    /// `error` as an `Options` error, carried through the engine's internal `anyhow` chain
+    /// (and kept as it is at the boundary).
+    pub(crate) fn options(error: impl Into<anyhow::Error>) -> anyhow::Error {
+        anyhow::Error::new(TuneError::invalid_options(error.into()))
+    }
+
+    /// `error` as the variant `kind` builds (its outermost message, the rest as its source),
+    /// unless it already is one of ours (not wrapped in context), which is kept.
+    fn from_chain(error: anyhow::Error, kind: fn(String, Option<Cause>) -> TuneError) -> TuneError {
         match error.downcast::<TuneError>() {
             Ok(ours) => ours,
-            Err(error) => kind(format!("{error:#}")),
+            Err(error) => {
+                let message = error.to_string();
+                let source = (error.chain().nth(1).is_some()).then(|| Cause(Arc::new(error)));
+                kind(message, source)
+            }
         }
     }
 
     pub(crate) fn manifest(error: anyhow::Error) -> TuneError {
-        TuneError::from_chain(error, |message| TuneError::Manifest { message })
+        TuneError::from_chain(error, |message, source| TuneError::Manifest {
+            message,
+            source,
+        })
+    }
+
+    pub(crate) fn invalid_options(error: anyhow::Error) -> TuneError {
+        TuneError::from_chain(error, |message, source| TuneError::Options {
+            message,
+            source,
+        })
     }
 
     pub(crate) fn run(error: anyhow::Error) -> TuneError {
-        TuneError::from_chain(error, |message| TuneError::Run { message })
+        TuneError::from_chain(error, |message, source| TuneError::Run { message, source })
     }
 
     pub(crate) fn report(error: anyhow::Error) -> TuneError {
-        TuneError::from_chain(error, |message| TuneError::Report { message })
+        TuneError::from_chain(error, |message, source| TuneError::Report {
+            message,
+            source,
+        })
     }
 
     pub(crate) fn merge(error: anyhow::Error) -> TuneError {
-        TuneError::from_chain(error, |message| TuneError::Merge { message })
+        TuneError::from_chain(error, |message, source| TuneError::Merge {
+            message,
+            source,
+        })
     }
 }
+
+impl fmt::Display for TuneError {
+    /// The message; with `{:#}`, the message and every cause under it, joined by `: `.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())?;
+        if f.alternate() {
+            let mut cause = self.source();
+            while let Some(error) = cause {
+                write!(f, ": {error}")?;
+                cause = error.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The causes under a [`TuneError`]'s message: the rest of the chain the engine built. It shows
+/// the next cause (`tensors[0].dtype = "f16"`), and its [`source`](StdError::source) leads on
+/// to the root cause (`unknown dtype`, or an `io::Error` that can be downcast).
+#[derive(Clone)]
+pub struct Cause(Arc<anyhow::Error>);
+
+impl Cause {
+    /// The chain's element `n` below the error's own message (0: this cause).
+    fn nth(&self, n: usize) -> Option<&(dyn StdError + 'static)> {
+        self.0.chain().nth(n + 1)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.nth(0) {
+            Some(cause) => fmt::Display::fmt(cause, f),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Cause").field(&self.to_string()).finish()
+    }
+}
+
+impl StdError for Cause {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.nth(1)
+    }
+}
+
+impl PartialEq for Cause {
+    /// Causes are equal when they read the same, cause by cause.
+    fn eq(&self, other: &Cause) -> bool {
+        let chain = |c: &Cause| {
+            c.0.chain()
+                .skip(1)
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+        };
+        chain(self) == chain(other)
+    }
+}
+
+impl Eq for Cause {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn messages_are_the_whole_chain_and_ours_are_kept() {
-        let chained = anyhow::anyhow!("unknown dtype").context("invalid manifest m.toml");
+    fn the_message_is_the_outermost_part_and_the_causes_are_the_source() {
+        let root = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let chained = anyhow::Error::new(root)
+            .context("tensors[0].file = \"x.bin\"")
+            .context("invalid manifest m.toml");
         let e = TuneError::manifest(chained);
-        assert_eq!(e.to_string(), "invalid manifest m.toml: unknown dtype");
         assert!(matches!(e, TuneError::Manifest { .. }));
+        assert_eq!(e.to_string(), "invalid manifest m.toml");
+        assert_eq!(
+            format!("{e:#}"),
+            "invalid manifest m.toml: tensors[0].file = \"x.bin\": no such file"
+        );
+        let cause = e.source().expect("a cause");
+        assert_eq!(cause.to_string(), "tensors[0].file = \"x.bin\"");
+        let root = cause.source().expect("the root cause");
+        let io = root
+            .downcast_ref::<std::io::Error>()
+            .expect("the root cause is the io::Error itself");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        assert!(root.source().is_none());
+    }
+
+    #[test]
+    fn an_error_without_causes_is_its_message_and_ours_are_kept() {
+        let e = TuneError::run(anyhow::anyhow!("no GPU"));
+        assert_eq!(format!("{e:#}"), "no GPU");
+        assert!(e.source().is_none());
         let ours = TuneError::run(TuneError::options(
-            "--json x: the directory y does not exist",
+            anyhow::anyhow!("the directory y does not exist").context("--json x"),
         ));
         assert!(matches!(ours, TuneError::Options { .. }));
-        assert_eq!(ours.to_string(), "--json x: the directory y does not exist");
+        assert_eq!(ours.to_string(), "--json x");
+        assert_eq!(
+            format!("{ours:#}"),
+            "--json x: the directory y does not exist"
+        );
     }
 }

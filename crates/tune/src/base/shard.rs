@@ -81,9 +81,7 @@ pub fn resolve(
     shards: Option<usize>,
     var: impl Fn(&str) -> Option<String>,
 ) -> crate::Result<Option<ShardInfo>> {
-    resolve_with(spec, shards, var).map_err(|e| crate::TuneError::Options {
-        message: format!("{e:#}"),
-    })
+    resolve_with(spec, shards, var).map_err(crate::TuneError::invalid_options)
 }
 
 /// [`resolve`] with environment variables read through `var`, its errors as `anyhow`.

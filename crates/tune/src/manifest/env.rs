@@ -48,11 +48,9 @@ impl WorkerEnv {
     pub fn set(mut self, name: &str, value: &str) -> crate::Result<WorkerEnv> {
         check_name(name, "a variable to set").map_err(options)?;
         if value.contains('\0') {
-            return Err(crate::TuneError::Options {
-                message: format!(
-                    "the value of {name} holds a NUL byte, which no environment variable can"
-                ),
-            });
+            return Err(crate::TuneError::invalid_options(anyhow::anyhow!(
+                "the value of {name} holds a NUL byte, which no environment variable can"
+            )));
         }
         self.set.insert(name.to_owned(), value.to_owned());
         Ok(self)
@@ -126,9 +124,7 @@ impl WorkerEnv {
 }
 
 fn options(error: anyhow::Error) -> crate::TuneError {
-    crate::TuneError::Options {
-        message: error.to_string(),
-    }
+    crate::TuneError::invalid_options(error)
 }
 
 fn check_name(name: &str, what: &str) -> Result<()> {

@@ -91,7 +91,7 @@ impl<'a> Comparison<'a> {
     /// share no choice, or either holds results of several devices ranked apart (compare one
     /// device's: `tunebox merge` without `--across-devices` keeps them apart).
     pub fn new(a: &'a Report, b: &'a Report) -> crate::Result<Comparison<'a>> {
-        let fail = |message: String| crate::TuneError::Report { message };
+        let fail = |message: String| crate::TuneError::report(anyhow::Error::msg(message));
         for (name, report) in [("A", a), ("B", b)] {
             if report.groups().len() > 1 {
                 return Err(fail(format!(

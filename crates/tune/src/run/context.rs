@@ -637,7 +637,7 @@ fn check_outputs(
         check_output_path("--cache", path, manifest).map_err(TuneError::options)?;
         for (flag, other) in [("--json", &options.json), ("--csv", &options.csv)] {
             if other.as_deref() == Some(path.as_path()) {
-                return Err(TuneError::options(format_args!(
+                return Err(TuneError::options(anyhow::anyhow!(
                     "--cache and {flag} are the same file {}; give them different paths",
                     path.display()
                 )));

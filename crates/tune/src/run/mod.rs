@@ -139,11 +139,8 @@ impl Plan {
     ///
     /// [`crate::TuneError`] saying which it is and the fix.
     pub fn check_output(&self, flag: &str, path: &Path) -> crate::Result<()> {
-        context::check_output_path(flag, path, &self.manifest).map_err(|e| {
-            crate::TuneError::Options {
-                message: format!("{e:#}"),
-            }
-        })
+        context::check_output_path(flag, path, &self.manifest)
+            .map_err(crate::TuneError::invalid_options)
     }
 
     /// The plan with its workers in `sandbox` (`None`: not sandboxed), whatever the manifest's

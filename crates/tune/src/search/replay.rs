@@ -329,14 +329,12 @@ impl Recorded {
         recorded.sort_unstable();
         ours.sort_unstable();
         if recorded != ours {
-            return Err(crate::TuneError::Report {
-                message: format!(
-                    "{} records the params {}, the space has {}: replay needs the same params",
-                    recording.source,
-                    recorded.join(", "),
-                    ours.join(", ")
-                ),
-            });
+            return Err(crate::TuneError::report(anyhow::anyhow!(
+                "{} records the params {}, the space has {}: replay needs the same params",
+                recording.source,
+                recorded.join(", "),
+                ours.join(", ")
+            )));
         }
         // Position in the space of each recorded param, in the recording's order.
         let order: Vec<usize> = recording
@@ -677,11 +675,8 @@ pub fn replay(
     let space = crate::manifest::load_space(file)?;
     let recording = Recording::read(recorded)?;
     let recorded = Recorded::new(&recording, &space)?;
-    let strategy = crate::search::strategies::from_selection(selection, 1).map_err(|e| {
-        crate::TuneError::Options {
-            message: e.to_string(),
-        }
-    })?;
+    let strategy = crate::search::strategies::from_selection(selection, 1)
+        .map_err(|e| crate::TuneError::invalid_options(e.into()))?;
     let mut strategy = crate::search::strategy::Guarded::new(strategy);
     // The manifest's name (its `name`, a T1 file's kernel), as a run of it would be titled, and
     // what it ranks by.
