@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// m.toml`), its `source` the rest of the chain, if any (e.g. `tensors[0].dtype = "f16"`, then
 /// `unknown dtype`): a cause is in one of the two, never both. `{}` prints the message, `{:#}`
 /// the message and every cause, joined by `: ` (as `anyhow` does), which says what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TuneError {
     /// The manifest cannot be read or is invalid, or its restrictions leave no choice.
@@ -28,7 +28,6 @@ pub enum TuneError {
         /// cause.
         message: String,
         /// What is wrong there.
-        #[source]
         source: Option<Cause>,
     },
     /// The caller's options are unusable: an output path that would overwrite an input or lies
@@ -38,7 +37,6 @@ pub enum TuneError {
         /// Which option.
         message: String,
         /// Why it is unusable.
-        #[source]
         source: Option<Cause>,
     },
     /// The run could not go on: no GPU for a CUDA manifest, workers that cannot start, a
@@ -47,7 +45,6 @@ pub enum TuneError {
         /// What failed.
         message: String,
         /// Why, and how to fix it.
-        #[source]
         source: Option<Cause>,
     },
     /// A report or results cache cannot be read or written, or is not one.
@@ -55,7 +52,6 @@ pub enum TuneError {
         /// Which file.
         message: String,
         /// Why.
-        #[source]
         source: Option<Cause>,
     },
     /// Shards' results cannot be merged (different manifests or versions, overlaps, …).
@@ -63,7 +59,6 @@ pub enum TuneError {
         /// Which files.
         message: String,
         /// Why not.
-        #[source]
         source: Option<Cause>,
     },
 }
@@ -74,12 +69,21 @@ pub type Result<T, E = TuneError> = std::result::Result<T, E>;
 impl TuneError {
     /// The variant's message: the outermost part of what went wrong.
     pub fn message(&self) -> &str {
+        self.parts().0
+    }
+
+    /// The causes under the message, if any.
+    pub fn cause(&self) -> Option<&Cause> {
+        self.parts().1.as_ref()
+    }
+
+    fn parts(&self) -> (&str, &Option<Cause>) {
         match self {
-            TuneError::Manifest { message, .. }
-            | TuneError::Options { message, .. }
-            | TuneError::Run { message, .. }
-            | TuneError::Report { message, .. }
-            | TuneError::Merge { message, .. } => message,
+            TuneError::Manifest { message, source }
+            | TuneError::Options { message, source }
+            | TuneError::Run { message, source }
+            | TuneError::Report { message, source }
+            | TuneError::Merge { message, source } => (message, source),
         }
     }
 
@@ -150,37 +154,39 @@ impl fmt::Display for TuneError {
     }
 }
 
-/// The causes under a [`TuneError`]'s message: the rest of the chain the engine built. It shows
-/// the next cause (`tensors[0].dtype = "f16"`), and its [`source`](StdError::source) leads on
-/// to the root cause (`unknown dtype`, or an `io::Error` that can be downcast).
+impl StdError for TuneError {
+    /// The first cause under the message, as the error it is (an `io::Error` downcasts to one);
+    /// its own `source()` leads on to the root cause.
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.cause().map(Cause::error)
+    }
+}
+
+/// The causes under a [`TuneError`]'s message: the rest of the chain the engine built, the
+/// next cause first (`tensors[0].dtype = "f16"`), down to the root cause (`unknown dtype`, or
+/// an `io::Error`). [`TuneError::source`](StdError::source) is [`Cause::error`].
 #[derive(Clone)]
 pub struct Cause(Arc<anyhow::Error>);
 
 impl Cause {
-    /// The chain's element `n` below the error's own message (0: this cause).
-    fn nth(&self, n: usize) -> Option<&(dyn StdError + 'static)> {
-        self.0.chain().nth(n + 1)
+    /// The first cause, as the error it is; its `source()` is the next.
+    pub fn error(&self) -> &(dyn StdError + 'static) {
+        self.0
+            .chain()
+            .nth(1)
+            .expect("a Cause is made only of a chain with a cause")
     }
 }
 
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.nth(0) {
-            Some(cause) => fmt::Display::fmt(cause, f),
-            None => Ok(()),
-        }
+        fmt::Display::fmt(self.error(), f)
     }
 }
 
 impl fmt::Debug for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Cause").field(&self.to_string()).finish()
-    }
-}
-
-impl StdError for Cause {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.nth(1)
     }
 }
 
@@ -218,6 +224,7 @@ mod tests {
         );
         let cause = e.source().expect("a cause");
         assert_eq!(cause.to_string(), "tensors[0].file = \"x.bin\"");
+        assert_eq!(e.cause().map(ToString::to_string), Some(cause.to_string()));
         let root = cause.source().expect("the root cause");
         let io = root
             .downcast_ref::<std::io::Error>()

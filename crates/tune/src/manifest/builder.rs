@@ -535,7 +535,7 @@ mod tests {
     }
 
     fn error(builder: ManifestBuilder) -> String {
-        builder.build().unwrap_err().to_string()
+        format!("{:#}", builder.build().unwrap_err())
     }
 
     #[test]

@@ -143,19 +143,16 @@ value = 2
         files.insert("c.bin", shared(&[0u8; 8]));
         let short = Manifest::parse(KERNEL_TUNER, path, "cc", &files).unwrap_err();
         assert!(
-            short
-                .to_string()
+            format!("{short:#}")
                 .contains("a.bin (given in memory) has 4 bytes, but f32 × [2] needs 8"),
-            "{short}"
+            "{short:#}"
         );
         let mut missing = ManifestFiles::new();
         missing.insert("a.bin", shared(&[0u8; 8]));
         let error = Manifest::parse(KERNEL_TUNER, path, "cc", &missing).unwrap_err();
         assert!(
-            error
-                .to_string()
-                .contains("cannot read /nonexistent-tunebox-folder/add.c"),
-            "{error}"
+            format!("{error:#}").contains("cannot read /nonexistent-tunebox-folder/add.c"),
+            "{error:#}"
         );
     }
 }

@@ -199,20 +199,11 @@ pub fn plan_batched(
     shard: Option<ShardInfo>,
     batch: usize,
 ) -> crate::Result<Plan> {
-    plan_inner(path, selection, shard, batch).map_err(crate::TuneError::manifest)
-}
-
-fn plan_inner(
-    path: &Path,
-    selection: &Selection,
-    shard: Option<ShardInfo>,
-    batch: usize,
-) -> Result<Plan> {
-    let strategy =
-        strategies::from_selection(selection, batch).map_err(crate::TuneError::options)?;
-    let manifest = Manifest::read(path, &compiler())?;
+    let strategy = strategies::from_selection(selection, batch)
+        .map_err(|e| crate::TuneError::invalid_options(e.into()))?;
+    let manifest = Manifest::load(path, &compiler())?;
     let budget_given = selection.budget.is_some();
-    Plan::build(manifest, strategy, shard, budget_given)
+    Plan::build(manifest, strategy, shard, budget_given).map_err(crate::TuneError::manifest)
 }
 
 /// Runs a tuning session as the manifest and options say.

@@ -874,13 +874,18 @@ mod tests {
         let err = T1File::read_file("/nonexistent/t1.json").unwrap_err();
         assert!(matches!(err, FormatError::Read { .. }));
         assert_eq!(err.to_string(), "cannot read `/nonexistent/t1.json`");
-        // The public reader's error is the crate's one type, its message the whole chain.
+        // The public reader's error is the crate's one type, its message the file, the cause
+        // the source.
         let err = T1File::read("/nonexistent/t1.json").unwrap_err();
-        assert!(matches!(err, crate::TuneError::Manifest { .. }), "{err}");
+        assert!(matches!(err, crate::TuneError::Manifest { .. }), "{err:#}");
+        assert_eq!(err.to_string(), "cannot read `/nonexistent/t1.json`");
         assert!(
-            err.to_string()
-                .starts_with("cannot read `/nonexistent/t1.json`: "),
-            "{err}"
+            format!("{err:#}").starts_with("cannot read `/nonexistent/t1.json`: "),
+            "{err:#}"
         );
+        let io = std::error::Error::source(&err)
+            .and_then(|cause| cause.downcast_ref::<std::io::Error>())
+            .expect("the io::Error is the cause");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
     }
 }
