@@ -56,7 +56,7 @@ pub fn compile(setup: &Setup<'_>, todo: &Todo, stop: &Stop) -> crate::Result<Com
         cancel: Some(&cancel),
         ..CompileControl::default()
     };
-    Ok(judge(
+    Ok(judge_compile(
         setup,
         todo,
         workers::precompile(&todo.request, &kernel_cache, &control),
@@ -163,7 +163,7 @@ fn writable(dir: &CacheDir) -> std::io::Result<()> {
 }
 
 /// What a compile's `outcome` (the files the compiler read, or why it failed) means for `todo`.
-pub(crate) fn judge(
+pub(crate) fn judge_compile(
     setup: &Setup<'_>,
     todo: &Todo,
     outcome: Result<Vec<PathBuf>, CpuError>,

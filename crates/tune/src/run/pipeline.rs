@@ -10,7 +10,7 @@ use std::time::Duration;
 use tunebox_pool::{Pull, Status, TuningProcessPool};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
-use super::compile::{Compiled, judge as judge_compile};
+use super::compile::{Compiled, judge_compile};
 use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, Compiling};
 use super::lookup::Todo;
 use super::spare::Spare;
