@@ -5,7 +5,7 @@
 //! `cargo xtask strategies`; see docs/search.md.
 //!
 //! ```text
-//! cargo run --release -p tunebox-tune --example strategies -- [FILES…]
+//! cargo run --release -p tunebox-strategies -- [FILES…]
 //!     [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
 //!     [--svg PATH] [--markdown PATH] [--loo] [--loo-fractions F,…] [--choose a,b,…]
 //!     [--runs PATH] [--strategy-time] [--package]
