@@ -1,6 +1,6 @@
 """Kernel Tuner's search strategies in its simulation mode on the benchmark hub's recorded spaces.
 
-Run by `cargo xtask strategies` (through `crates/tune/examples/strategies.rs`) when Kernel Tuner is
+Run by `cargo xtask strategies` (through `benchmarks/strategies`) when Kernel Tuner is
 installed in `target/kernel-tuner-venv` (or `$KT_VENV`); see docs/search.md.
 
     strategies.py BUDGETS.json OUT.json [--seeds N] [--strategies a,b,...] [--jobs J]

@@ -153,11 +153,7 @@ fn main() -> ExitCode {
         Some("gpu-test") => gpu_test(),
         Some("space-bench") => example("space_bench", &args[1..], &[]),
         Some("window-cost") => window_cost(&args[1..]),
-        Some("strategies") => example(
-            "strategies",
-            &args[1..],
-            &["--svg", "docs/search-strategies.svg"],
-        ),
+        Some("strategies") => strategies(&args[1..]),
         Some("gpu-bundle") => gpu_bundle(),
         Some("python-test") => python::python_test(&args[1..]),
         Some("python-conformance") => python::python_conformance(&args[1..]),
@@ -390,6 +386,23 @@ fn example(name: &str, args: &[String], fixed: &[&str]) -> Result<(), String> {
         "--",
     ];
     all.extend(fixed);
+    all.extend(args.iter().map(String::as_str));
+    cargo(&all, &[])
+}
+
+/// `cargo xtask strategies [ARGS]`: the strategy evaluation (`benchmarks/strategies`), writing
+/// `docs/search-strategies.svg`.
+fn strategies(args: &[String]) -> Result<(), String> {
+    let mut all = vec![
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "tunebox-strategies",
+        "--",
+        "--svg",
+        "docs/search-strategies.svg",
+    ];
     all.extend(args.iter().map(String::as_str));
     cargo(&all, &[])
 }

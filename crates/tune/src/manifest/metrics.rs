@@ -81,59 +81,80 @@ impl Metrics {
         names.extend(metrics.params.iter().cloned());
         names.push(TIME.to_owned());
         for (d, expr) in per_choice {
-            let field = format!("problem_size[{d}]");
-            if let Some(var) = expr.variables().iter().find(|v| !names.contains(v)) {
-                bail!(
-                    "{field} = {:?}: `{var}` is not a param or a scalar (params: {})",
-                    expr.text(),
-                    metrics.params.join(", ")
-                );
-            }
-            let compiled = expr
-                .bind(&names)
-                .map_err(|e| anyhow::anyhow!("{field} = {:?}: {e}", expr.text()))?;
-            names.push(PROBLEM_VARS[d].to_owned());
-            metrics.metrics.push(Metric {
-                name: PROBLEM_VARS[d].to_owned(),
-                compiled,
-                slot: Some(names.len() - 1),
-                hidden: true,
-            });
+            metrics.bind_problem_size(d, &expr, &mut names)?;
         }
         for (name, text) in raw {
-            let field = format!("metrics.{}", toml_key(name));
-            ensure!(!name.is_empty(), "{field}: a metric needs a name");
-            let expr = Expr::parse(text)
-                .map_err(|e| anyhow::anyhow!("{field} = {text:?} does not parse: {e}"))?;
-            for var in expr.variables() {
-                if !names.contains(var) {
-                    let known: Vec<&str> = names
-                        .iter()
-                        .map(String::as_str)
-                        .filter(|n| !metrics.metrics.iter().any(|m| m.name == *n))
-                        .collect();
-                    bail!(
-                        "{field} = {text:?}: `{var}` is not a param, a scalar, a constant \
-                         problem size or `time` (known: {})",
-                        known.join(", ")
-                    );
-                }
-            }
-            // Bound to the names so far; later metrics' slots come after and are never read.
-            let compiled = expr
-                .bind(&names)
-                .map_err(|e| anyhow::anyhow!("{field} = {text:?}: {e}"))?;
-            let slot = is_identifier(name).then(|| {
-                names.push(name.clone());
-                names.len() - 1
-            });
-            metrics.metrics.push(Metric {
-                name: name.clone(),
-                compiled,
-                slot,
-                hidden: false,
-            });
+            metrics.bind_metric(name, text, &mut names)?;
         }
+        metrics.check_first_choice(params)?;
+        Ok(metrics)
+    }
+
+    /// Binds `problem_size[d]`, an expression over the params, as a hidden metric read by the
+    /// later ones (its name is added to `names`).
+    fn bind_problem_size(&mut self, d: usize, expr: &Expr, names: &mut Vec<String>) -> Result<()> {
+        let field = format!("problem_size[{d}]");
+        if let Some(var) = expr.variables().iter().find(|v| !names.contains(v)) {
+            bail!(
+                "{field} = {:?}: `{var}` is not a param or a scalar (params: {})",
+                expr.text(),
+                self.params.join(", ")
+            );
+        }
+        let compiled = expr
+            .bind(names)
+            .map_err(|e| anyhow::anyhow!("{field} = {:?}: {e}", expr.text()))?;
+        names.push(PROBLEM_VARS[d].to_owned());
+        self.metrics.push(Metric {
+            name: PROBLEM_VARS[d].to_owned(),
+            compiled,
+            slot: Some(names.len() - 1),
+            hidden: true,
+        });
+        Ok(())
+    }
+
+    /// Parses and binds the metric `name = text` to the `names` so far; an identifier name is
+    /// added to them, for the later metrics.
+    fn bind_metric(&mut self, name: &str, text: &str, names: &mut Vec<String>) -> Result<()> {
+        let field = format!("metrics.{}", toml_key(name));
+        ensure!(!name.is_empty(), "{field}: a metric needs a name");
+        let expr = Expr::parse(text)
+            .map_err(|e| anyhow::anyhow!("{field} = {text:?} does not parse: {e}"))?;
+        for var in expr.variables() {
+            if !names.contains(var) {
+                let known: Vec<&str> = names
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| !self.metrics.iter().any(|m| m.name == *n))
+                    .collect();
+                bail!(
+                    "{field} = {text:?}: `{var}` is not a param, a scalar, a constant \
+                     problem size or `time` (known: {})",
+                    known.join(", ")
+                );
+            }
+        }
+        // Bound to the names so far; later metrics' slots come after and are never read.
+        let compiled = expr
+            .bind(names)
+            .map_err(|e| anyhow::anyhow!("{field} = {text:?}: {e}"))?;
+        let slot = is_identifier(name).then(|| {
+            names.push(name.to_owned());
+            names.len() - 1
+        });
+        self.metrics.push(Metric {
+            name: name.to_owned(),
+            compiled,
+            slot,
+            hidden: false,
+        });
+        Ok(())
+    }
+
+    /// Evaluates every metric for the first value of every param and `time = 1` ms (when every
+    /// param has a value), naming the metric that is not a number.
+    fn check_first_choice(&self, params: &IndexMap<String, Vec<ParamValue>>) -> Result<()> {
         let first = Choice::new(
             params
                 .iter()
@@ -141,7 +162,7 @@ impl Metrics {
                 .collect(),
         );
         if first.values().count() == params.len() {
-            metrics.evaluate_all(&first, 1.0, |metric, result| {
+            self.evaluate_all(&first, 1.0, |metric, result| {
                 result.map(drop).map_err(|e| {
                     anyhow::anyhow!(
                         "metrics.{} = {:?}: {e} (for the first choice, {}, and time = 1 ms)",
@@ -152,7 +173,7 @@ impl Metrics {
                 })
             })?;
         }
-        Ok(metrics)
+        Ok(())
     }
 
     /// The metrics' names, in order (the extra table columns).

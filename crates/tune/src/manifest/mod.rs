@@ -6,6 +6,12 @@
 //! [`arguments`] (tensors, scalars, their order), [`params`] (the search space), [`timing`]
 //! (reps and timeouts), [`verify`] (the reference and tolerance); [`Manifest::from_raw`] calls
 //! one of each.
+//!
+//! The area `manifest` holds besides: [`launch`] (CUDA launch geometry), [`metrics`] (Kernel
+//! Tuner's metrics), [`objective`] (what ranks the choices), [`headers`] (the local headers a
+//! source includes) and [`formats`] (the community's files: FAIR T1 and T4, Kernel Tuner
+//! caches). It imports the base and the search space; never results, search, measuring,
+//! reporting or the run.
 
 pub mod formats;
 pub(crate) mod launch;

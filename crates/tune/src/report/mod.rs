@@ -1,5 +1,10 @@
 //! Report files: JSON and CSV, and reading reports back from a JSON report or a results cache
 //! (`tunebox report`, `tunebox merge`).
+//!
+//! The area `report` holds besides: [`interchange`] (a run as T4; caches and T4 files as
+//! reports), [`merge`] (shards), [`ranking`] (how a ranked report reads), [`compare`] (two
+//! reports matched choice by choice) and [`html`] (the HTML report). It imports every area but
+//! the run.
 
 pub(crate) mod compare;
 pub(crate) mod html;

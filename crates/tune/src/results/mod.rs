@@ -1,6 +1,11 @@
 //! What a run produces, in memory and as JSON: one [`ChoiceResult`] per choice and a
 //! [`RunInfo`] describing the run. The same JSON shapes serve the `--json` report, the lines of
 //! the results cache, `tunebox report` and `tunebox merge`.
+//!
+//! The area `results` holds besides: [`windows`] (a choice's windows and its estimate),
+//! [`interference`] (what else ran while a window was timed), [`cache`] (the results cache) and
+//! [`fingerprint`] (its keys and the manifest hash). It imports the base, the search space and
+//! the manifest; never search, measuring, reporting or the run.
 
 pub(crate) mod cache;
 pub(crate) mod fingerprint;

@@ -7,6 +7,8 @@
 //! functions ([`lookup::lookup_cached`], [`compile::compile()`], [`reference::reference()`],
 //! [`measure::measure()`]) are the same code: `measure` is the pipeline without its compile
 //! threads.
+//!
+//! The area `run` is the top: it imports every other area, and none imports it.
 
 use std::path::Path;
 

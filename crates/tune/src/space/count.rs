@@ -167,39 +167,43 @@ impl<'p, 'a> Counter<'p, 'a> {
         }
         let values = std::mem::take(&mut self.domains[p]);
         let step = width / values.len().max(1) as f64;
-        let mut total = 0u128;
-        let mut outcome = Ok(());
-        for (k, &v) in values.iter().enumerate() {
-            self.bound[p] = self.problem.values[p][v];
-            self.tick(lo + k as f64 * step);
-            match self.all_hold(&complete) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(stop) => {
-                    outcome = Err(stop);
-                    break;
-                }
-            }
-            // Nothing left to check: the rest's values multiply.
-            let counted = if later.is_empty() {
-                Ok(self.raw(&rest))
-            } else {
-                self.components(&rest, &later, lo + k as f64 * step, step)
-            };
-            match counted {
-                Ok(n) => total = total.saturating_add(n),
-                Err(stop) => {
-                    outcome = Err(stop);
-                    break;
-                }
-            }
-        }
+        let counted = self.branches(p, &values, &complete, &rest, &later, (lo, step));
         self.domains[p] = values;
         for &i in complete.iter().chain(&still_open) {
             self.unbound[i] += 1;
         }
         self.is_bound[p] = false;
-        outcome.map(|()| total)
+        counted
+    }
+
+    /// The choices of a component branching on `p`: for each of its `values` (bound in turn,
+    /// progress at `lo + k × step`) that the `complete` restrictions allow, the `rest`'s values
+    /// multiplied when no restriction is left (`later`), else the components of the rest.
+    fn branches(
+        &mut self,
+        p: usize,
+        values: &[usize],
+        complete: &[usize],
+        rest: &[usize],
+        later: &[usize],
+        (lo, step): (f64, f64),
+    ) -> Result<u128, Stop> {
+        let mut total = 0u128;
+        for (k, &v) in values.iter().enumerate() {
+            self.bound[p] = self.problem.values[p][v];
+            self.tick(lo + k as f64 * step);
+            if !self.all_hold(complete)? {
+                continue;
+            }
+            // Nothing left to check: the rest's values multiply.
+            let n = if later.is_empty() {
+                self.raw(rest)
+            } else {
+                self.components(rest, later, lo + k as f64 * step, step)?
+            };
+            total = total.saturating_add(n);
+        }
+        Ok(total)
     }
 
     /// `params` grouped by the restrictions of `open` that link them (through their unbound

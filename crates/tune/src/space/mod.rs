@@ -8,6 +8,8 @@
 //! partial choice that breaks one is never extended. A space holds only the rank of each valid
 //! choice (8 bytes); a [`Choice`] is built when asked for. A space of more than 50 million
 //! valid choices is not listed at all: see [`SearchSpace`].
+//!
+//! The area `space` (docs/architecture.md's code map) imports only the base.
 
 mod count;
 mod problem;

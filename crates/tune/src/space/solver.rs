@@ -348,16 +348,7 @@ impl<'p, 'a> Walk<'p, 'a> {
                 keep = start + p.weight[pos] > lo;
             }
             if keep {
-                for &i in &self.at[depth] {
-                    let ok = p.restrictions[i]
-                        .compiled
-                        .eval_bool(&bound)
-                        .with_context(|| self.describe(i, depth, &index))?;
-                    if !ok {
-                        keep = false;
-                        break;
-                    }
-                }
+                keep = self.holds(depth, &bound, &index)?;
             }
             if keep && depth + 1 < n {
                 depth += 1;
@@ -367,18 +358,40 @@ impl<'p, 'a> Walk<'p, 'a> {
             if keep && !visit(&index)? {
                 return Ok(());
             }
-            // Next value at this depth, backtracking past exhausted positions.
-            loop {
-                let pos = self.positions[depth];
-                index[pos] += 1;
-                if index[pos] < p.values[pos].len() {
-                    break;
-                }
-                if depth == 0 {
-                    return Ok(());
-                }
-                depth -= 1;
+            match self.next_value(depth, &mut index) {
+                Some(next) => depth = next,
+                None => return Ok(()),
             }
+        }
+    }
+
+    /// Whether the restrictions the param at `depth` completes hold for the `bound` values.
+    fn holds(&self, depth: usize, bound: &[PyValue<'_>], index: &[usize]) -> Result<bool> {
+        for &i in &self.at[depth] {
+            let ok = self.problem.restrictions[i]
+                .compiled
+                .eval_bool(bound)
+                .with_context(|| self.describe(i, depth, index))?;
+            if !ok {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The next value at `depth`, backtracking past exhausted positions: the depth the walk
+    /// goes on from, `None` when it is done.
+    fn next_value(&self, mut depth: usize, index: &mut [usize]) -> Option<usize> {
+        loop {
+            let pos = self.positions[depth];
+            index[pos] += 1;
+            if index[pos] < self.problem.values[pos].len() {
+                return Some(depth);
+            }
+            if depth == 0 {
+                return None;
+            }
+            depth -= 1;
         }
     }
 

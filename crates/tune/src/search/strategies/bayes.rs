@@ -219,34 +219,8 @@ impl BayesianOptimization {
         if history.len() < INITIAL || finite.len() < 2 {
             return core.random_unvisited(space);
         }
-        // The training set: the best half and the most recent half, when there are many.
-        let mut chosen: Vec<(usize, f64)> = if history.len() > MAX_POINTS {
-            let mut by_value = history.to_vec();
-            by_value.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-            let mut set: Vec<(usize, f64)> = by_value[..MAX_POINTS / 2].to_vec();
-            for &h in history.iter().rev() {
-                if set.len() >= MAX_POINTS {
-                    break;
-                }
-                if !set.iter().any(|s| s.0 == h.0) {
-                    set.push(h);
-                }
-            }
-            set
-        } else {
-            history.to_vec()
-        };
-        let worst = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let log = super::log_cost(&finite);
-        let logs: Vec<f64> = chosen
-            .iter()
-            .map(|&(_, v)| log(if v.is_finite() { v } else { worst }))
-            .collect();
-        let mean = logs.iter().sum::<f64>() / logs.len() as f64;
-        let sd = (logs.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / logs.len() as f64)
-            .sqrt()
-            .max(1e-12);
-        let ys: Vec<f64> = logs.iter().map(|y| (y - mean) / sd).collect();
+        let chosen = training_set(history);
+        let ys = standardised_logs(&chosen, &finite);
         let y_best = ys.iter().copied().fold(f64::INFINITY, f64::min);
         let counts = super::counts(space);
         let xs: Vec<Vec<f64>> = chosen
@@ -261,24 +235,8 @@ impl BayesianOptimization {
         if reuse.is_none() {
             *chosen_length = Some((history.len(), gp.length));
         }
-        // Candidates: neighbours of the best few, then random ones.
-        chosen.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let mut pool: Vec<usize> = Vec::new();
-        for &(i, _) in chosen.iter().take(5) {
-            for j in Core::neighbours(space, i) {
-                if !core.is_visited(j) && !pool.contains(&j) {
-                    pool.push(j);
-                }
-            }
-        }
-        for _ in 0..POOL {
-            match core.random_unvisited(space) {
-                Some(j) if !pool.contains(&j) => pool.push(j),
-                Some(_) => {}
-                None => break,
-            }
-        }
-        pool.into_iter()
+        candidates(core, space, chosen)
+            .into_iter()
             .map(|j| {
                 let (mu, sigma) = gp.predict(&point(space, &counts, j));
                 let improvement = y_best - mu - XI;
@@ -289,6 +247,65 @@ impl BayesianOptimization {
             .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
             .map(|(_, j)| j)
     }
+}
+
+/// The training set: the whole history, or when it is longer than `MAX_POINTS` its best half
+/// and its most recent choices up to `MAX_POINTS`.
+fn training_set(history: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    if history.len() <= MAX_POINTS {
+        return history.to_vec();
+    }
+    let mut by_value = history.to_vec();
+    by_value.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut set: Vec<(usize, f64)> = by_value[..MAX_POINTS / 2].to_vec();
+    for &h in history.iter().rev() {
+        if set.len() >= MAX_POINTS {
+            break;
+        }
+        if !set.iter().any(|s| s.0 == h.0) {
+            set.push(h);
+        }
+    }
+    set
+}
+
+/// The training set's objectives as the model fits them: a failure as the worst finite value
+/// of the history (`finite`), through [`super::log_cost`], standardised to mean 0 and standard
+/// deviation 1.
+fn standardised_logs(chosen: &[(usize, f64)], finite: &[f64]) -> Vec<f64> {
+    let worst = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let log = super::log_cost(finite);
+    let logs: Vec<f64> = chosen
+        .iter()
+        .map(|&(_, v)| log(if v.is_finite() { v } else { worst }))
+        .collect();
+    let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+    let sd = (logs.iter().map(|y| (y - mean) * (y - mean)).sum::<f64>() / logs.len() as f64)
+        .sqrt()
+        .max(1e-12);
+    logs.iter().map(|y| (y - mean) / sd).collect()
+}
+
+/// The candidates the expected improvement is computed for: the unvisited neighbours of the
+/// best 5 of the training set, then up to `POOL` random unvisited choices.
+fn candidates(core: &mut Core, space: &SearchSpace, mut chosen: Vec<(usize, f64)>) -> Vec<usize> {
+    chosen.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let mut pool: Vec<usize> = Vec::new();
+    for &(i, _) in chosen.iter().take(5) {
+        for j in Core::neighbours(space, i) {
+            if !core.is_visited(j) && !pool.contains(&j) {
+                pool.push(j);
+            }
+        }
+    }
+    for _ in 0..POOL {
+        match core.random_unvisited(space) {
+            Some(j) if !pool.contains(&j) => pool.push(j),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    pool
 }
 
 impl Strategy for BayesianOptimization {

@@ -49,35 +49,43 @@ impl DifferentialEvolution {
 
     /// Selection on the last generation's trials, then the next trials.
     fn evolve(&mut self, space: &SearchSpace) {
-        let size = POPULATION.min(space.len());
         if self.population.is_empty() {
-            for _ in 0..4 * size {
-                if self.queue.len() == size {
-                    break;
-                }
-                let Some(i) = self.core.random_unvisited(space) else {
-                    break;
-                };
-                if !self.queue.contains(&i) {
-                    self.queue.push_back(i);
-                }
-            }
-            self.population = self.queue.iter().copied().collect();
+            self.first_population(space);
             return;
         }
-        for (slot, trial) in std::mem::take(&mut self.trials) {
-            if self.value(trial) <= self.value(self.population[slot]) {
-                self.population[slot] = trial;
-            }
-        }
-        let n = self.population.len();
-        if n < 4 {
+        self.select();
+        if self.population.len() < 4 {
             if let Some(i) = self.core.random_unvisited(space) {
                 self.population.push(i);
                 self.queue.push_back(i);
             }
             return;
         }
+        self.next_trials(space);
+        if self.queue.is_empty() {
+            self.immigrate(space);
+        }
+    }
+
+    /// The first population: up to `POPULATION` distinct random choices, queued.
+    fn first_population(&mut self, space: &SearchSpace) {
+        let size = POPULATION.min(space.len());
+        self.population = self.core.random_population(space, size, &mut self.queue);
+    }
+
+    /// Each trial no worse than its slot's member takes the slot.
+    fn select(&mut self) {
+        for (slot, trial) in std::mem::take(&mut self.trials) {
+            if self.value(trial) <= self.value(self.population[slot]) {
+                self.population[slot] = trial;
+            }
+        }
+    }
+
+    /// A trial for each slot (up to 5 draws for one that is a choice of the space and not the
+    /// slot's member), queued unless already measured or queued.
+    fn next_trials(&mut self, space: &SearchSpace) {
+        let n = self.population.len();
         let vectors: Vec<Vec<usize>> = self
             .population
             .iter()
@@ -90,28 +98,9 @@ impl DifferentialEvolution {
             })
             .expect("a population");
         let counts = super::counts(space);
-        let d = counts.len();
         for slot in 0..n {
             for _ in 0..5 {
-                let (mut r1, mut r2) = (slot, slot);
-                while r1 == slot {
-                    r1 = self.core.rng.usize(0..n);
-                }
-                while r2 == slot || r2 == r1 {
-                    r2 = self.core.rng.usize(0..n);
-                }
-                let always = self.core.rng.usize(0..d.max(1));
-                let trial: Vec<usize> = (0..d)
-                    .map(|p| {
-                        if p == always || self.core.rng.f64() < CR {
-                            let x = vectors[best][p] as f64
-                                + F * (vectors[r1][p] as f64 - vectors[r2][p] as f64);
-                            (x.round().max(0.0) as usize).min(counts[p] - 1)
-                        } else {
-                            vectors[slot][p]
-                        }
-                    })
-                    .collect();
+                let trial = self.mutant(slot, best, &vectors, &counts);
                 let Some(t) = space.index_of_values(&trial) else {
                     continue;
                 };
@@ -125,19 +114,55 @@ impl DifferentialEvolution {
                 break;
             }
         }
-        // A converged population gets a random immigrant in its worst slot.
-        if self.queue.is_empty()
-            && let Some(i) = self.core.random_unvisited(space)
-        {
-            let worst = (0..n)
-                .max_by(|&a, &b| {
-                    self.value(self.population[a])
-                        .total_cmp(&self.value(self.population[b]))
-                })
-                .expect("a population");
-            self.trials.push((worst, i));
-            self.queue.push_back(i);
+    }
+
+    /// DE/best/1/bin for `slot`: the best member moved by `F` times the difference of two
+    /// others drawn at random, in each param with probability `CR` (and in one drawn param
+    /// always), rounded and clamped to the param's values; the slot's own value elsewhere.
+    fn mutant(
+        &mut self,
+        slot: usize,
+        best: usize,
+        vectors: &[Vec<usize>],
+        counts: &[usize],
+    ) -> Vec<usize> {
+        let n = vectors.len();
+        let d = counts.len();
+        let (mut r1, mut r2) = (slot, slot);
+        while r1 == slot {
+            r1 = self.core.rng.usize(0..n);
         }
+        while r2 == slot || r2 == r1 {
+            r2 = self.core.rng.usize(0..n);
+        }
+        let always = self.core.rng.usize(0..d.max(1));
+        (0..d)
+            .map(|p| {
+                if p == always || self.core.rng.f64() < CR {
+                    let x = vectors[best][p] as f64
+                        + F * (vectors[r1][p] as f64 - vectors[r2][p] as f64);
+                    (x.round().max(0.0) as usize).min(counts[p] - 1)
+                } else {
+                    vectors[slot][p]
+                }
+            })
+            .collect()
+    }
+
+    /// A converged population (nothing queued) gets a random immigrant in its worst slot.
+    fn immigrate(&mut self, space: &SearchSpace) {
+        let Some(i) = self.core.random_unvisited(space) else {
+            return;
+        };
+        let n = self.population.len();
+        let worst = (0..n)
+            .max_by(|&a, &b| {
+                self.value(self.population[a])
+                    .total_cmp(&self.value(self.population[b]))
+            })
+            .expect("a population");
+        self.trials.push((worst, i));
+        self.queue.push_back(i);
     }
 }
 

@@ -53,31 +53,10 @@ impl GeneticAlgorithm {
     fn breed(&mut self, space: &SearchSpace) {
         let size = POPULATION.min(space.len());
         if self.generation.is_empty() {
-            for _ in 0..4 * size {
-                if self.queue.len() == size {
-                    break;
-                }
-                let Some(i) = self.core.random_unvisited(space) else {
-                    break;
-                };
-                if !self.queue.contains(&i) {
-                    self.queue.push_back(i);
-                }
-            }
-            self.generation = self.queue.iter().copied().collect();
+            self.generation = self.core.random_population(space, size, &mut self.queue);
             return;
         }
-        let mut ranked: Vec<(f64, usize)> = self
-            .generation
-            .iter()
-            .map(|&i| (self.core.value(i).unwrap_or(f64::INFINITY), i))
-            .collect();
-        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        ranked.dedup_by_key(|r| r.1);
-        let parents: Vec<Vec<usize>> = ranked
-            .iter()
-            .map(|&(_, i)| space.value_indices(i).expect("a choice of the space"))
-            .collect();
+        let parents = self.ranked_parents(space);
         let counts = super::counts(space);
         let mut next: Vec<usize> = Vec::with_capacity(size);
         if let Some((best, _)) = self.core.best {
@@ -86,18 +65,7 @@ impl GeneticAlgorithm {
         let mut tries = 0;
         while next.len() < size && tries < 10 * size {
             tries += 1;
-            let a = &parents[self.rank_pick(parents.len())];
-            let b = &parents[self.rank_pick(parents.len())];
-            let mut child: Vec<usize> = a
-                .iter()
-                .zip(b)
-                .map(|(&x, &y)| if self.core.rng.bool() { x } else { y })
-                .collect();
-            for (gene, &count) in child.iter_mut().zip(&counts) {
-                if self.core.rng.usize(0..MUTATION_CHANCE) == 0 {
-                    *gene = self.core.rng.usize(0..count);
-                }
-            }
+            let child = self.child(&parents, &counts);
             let Some(i) = space.index_of_values(&child) else {
                 continue;
             };
@@ -117,6 +85,39 @@ impl GeneticAlgorithm {
             next.push(i);
         }
         self.generation = next;
+    }
+
+    /// The measured generation's value indices, best first (failures last, ties by index).
+    fn ranked_parents(&self, space: &SearchSpace) -> Vec<Vec<usize>> {
+        let mut ranked: Vec<(f64, usize)> = self
+            .generation
+            .iter()
+            .map(|&i| (self.core.value(i).unwrap_or(f64::INFINITY), i))
+            .collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        ranked.dedup_by_key(|r| r.1);
+        ranked
+            .iter()
+            .map(|&(_, i)| space.value_indices(i).expect("a choice of the space"))
+            .collect()
+    }
+
+    /// One offspring: two parents picked by rank, uniform crossover, then each gene mutated
+    /// with probability 1 / `MUTATION_CHANCE` to a random value of its param.
+    fn child(&mut self, parents: &[Vec<usize>], counts: &[usize]) -> Vec<usize> {
+        let a = &parents[self.rank_pick(parents.len())];
+        let b = &parents[self.rank_pick(parents.len())];
+        let mut child: Vec<usize> = a
+            .iter()
+            .zip(b)
+            .map(|(&x, &y)| if self.core.rng.bool() { x } else { y })
+            .collect();
+        for (gene, &count) in child.iter_mut().zip(counts) {
+            if self.core.rng.usize(0..MUTATION_CHANCE) == 0 {
+                *gene = self.core.rng.usize(0..count);
+            }
+        }
+        child
     }
 }
 

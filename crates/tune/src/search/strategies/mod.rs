@@ -230,6 +230,28 @@ impl Core {
         self.told.get(&index).copied()
     }
 
+    /// A first population of up to `size` distinct unvisited choices drawn at random (at most
+    /// `4 × size` draws), appended to `queue`; returns the queue's choices.
+    pub(crate) fn random_population(
+        &mut self,
+        space: &SearchSpace,
+        size: usize,
+        queue: &mut VecDeque<usize>,
+    ) -> Vec<usize> {
+        for _ in 0..4 * size {
+            if queue.len() == size {
+                break;
+            }
+            let Some(i) = self.random_unvisited(space) else {
+                break;
+            };
+            if !queue.contains(&i) {
+                queue.push_back(i);
+            }
+        }
+        queue.iter().copied().collect()
+    }
+
     /// An unvisited choice drawn uniformly (by rejection, then by a scan from a random
     /// start once most are visited; in a space too large to list, by rejection from the raw
     /// product only, see [`SearchSpace::random_index`]); `None` when every choice was handed

@@ -4,13 +4,7 @@
 //! (`tunebox_tune::strategies::score`, a port checked against the package). Run by
 //! `cargo xtask strategies`; see docs/search.md.
 //!
-//! ```text
-//! cargo run --release -p tunebox-tune --example strategies -- [FILES…]
-//!     [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
-//!     [--svg PATH] [--markdown PATH] [--loo] [--loo-fractions F,…] [--choose a,b,…]
-//!     [--runs PATH] [--strategy-time] [--package]
-//!     [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
-//! ```
+//! Usage: [`USAGE`] (`--help` prints it).
 //!
 //! FILES are T1 files (their Conditions are the restrictions) and recorded files (Kernel Tuner
 //! cache files `.json`/`.json.gz`, T4 results, tunebox results caches), any kernels, any devices;
@@ -85,6 +79,15 @@ struct Options {
     loo_fractions: Vec<f64>,
 }
 
+/// The command line, as `--help` prints it.
+const USAGE: &str = "usage: cargo run --release -p tunebox-strategies -- [FILES…]
+    [--seeds N] [--max-seeds M] [--budget-fraction F] [--strategies a,b,…] [--jobs J]
+    [--svg PATH] [--markdown PATH] [--loo] [--loo-fractions F,…] [--choose a,b,…]
+    [--runs PATH] [--strategy-time] [--package]
+    [--no-kt] [--kt-seeds N] [--kt-strategies a,b,…] [--kt-traces PATH]
+(`cargo xtask strategies [ARGS]` passes --svg docs/search-strategies.svg; see docs/search.md)
+";
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -155,7 +158,9 @@ fn parse() -> Result<Options, String> {
                     })
                     .collect::<Result<_, _>>()?;
             }
-            other if other.starts_with("--") => return Err(format!("unknown option {other}")),
+            other if other.starts_with("--") => {
+                return Err(format!("unknown option {other} (--help lists them)"));
+            }
             file => o.files.push(file.into()),
         }
     }
@@ -1053,6 +1058,10 @@ fn main() {
 }
 
 fn main_inner() -> Result<(), String> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return Ok(());
+    }
     let options = parse()?;
     let started = Instant::now();
     let problems = load(&options)?;
