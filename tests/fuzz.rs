@@ -32,14 +32,7 @@ fn encoded() -> Vec<Vec<u8>> {
     let mut out: Vec<Vec<u8>> = responses
         .into_iter()
         .enumerate()
-        .map(|(id, body)| {
-            postcard::to_allocvec(&Response {
-                id: id as u64,
-                body,
-                left_behind: Vec::new(),
-            })
-            .unwrap()
-        })
+        .map(|(id, body)| postcard::to_allocvec(&Response::new(id as u64, body)).unwrap())
         .collect();
     out.push(
         postcard::to_allocvec(&Request::new(

@@ -27,11 +27,7 @@ fn cuda(entry: &str, body: &str, block_x: u32) -> BenchmarkRequest {
         .tensor(TensorSpec::new("x", DType::F32, [N]).random(1))
         .tensor(TensorSpec::new("y", DType::F32, [N]).output())
         .scalar("n", N as i64)
-        .timing(TimingConfig {
-            warmup_ms: 2.0,
-            rep_ms: 10.0,
-            ..TimingConfig::default()
-        })
+        .timing(TimingConfig::default().warmup_ms(2.0).rep_ms(10.0))
 }
 
 fn valid() -> BenchmarkRequest {

@@ -145,16 +145,14 @@ fn twenty_thousand_shared_buffers_leave_no_descriptors_or_memfds_behind() {
     buffer.get_mut().unwrap().fill(7);
     let task = || {
         let mut request = diag(DiagnosticTask::Checksum);
-        request.tensors.push(tunebox_protocol::TensorSpec {
-            name: "in".into(),
-            dtype: tunebox_protocol::DType::U8,
-            shape: vec![buffer.len() as u64],
-            init: tunebox_protocol::Init::Data(buffer.share()),
-            output: false,
-            reset: false,
-            contents: None,
-            fresh_contents: None,
-        });
+        request.tensors.push(
+            tunebox_protocol::TensorSpec::new(
+                "in",
+                tunebox_protocol::DType::U8,
+                vec![buffer.len() as u64],
+            )
+            .init(tunebox_protocol::Init::Data(buffer.share())),
+        );
         request
     };
     // Warm up, then count.

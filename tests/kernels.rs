@@ -50,10 +50,7 @@ fn a_slow_kernel_gets_fewer_reps_instead_of_a_timeout() {
             for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
         }\n";
     let mut request = c_request(SLOW, "slow", "1.0f");
-    request.timing = TimingConfig {
-        min_reps: 10,
-        ..TimingConfig::default()
-    };
+    request.timing = TimingConfig::default().min_reps(10);
     let mut worker = TuningProcess::spawn(config()).unwrap();
     // Compile first: the budget is for measuring, and a loaded machine compiles slowly.
     worker
@@ -106,15 +103,13 @@ fn a_huge_reported_cache_costs_nothing_with_the_default_flush() {
     let huge = || config().env("TUNEBOX_LLC_BYTES", "260M");
     let request = |flush: CacheFlush| -> BenchmarkRequest {
         let mut request = c_request(AXPY, "axpy", "1.0f");
-        request.timing = TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            min_reps: 10,
-            max_reps: 10,
-            flush_cache: true,
-            cache_flush: flush,
-            ..TimingConfig::default()
-        };
+        request.timing = TimingConfig::default()
+            .warmup_ms(1.0)
+            .rep_ms(5.0)
+            .min_reps(10)
+            .max_reps(10)
+            .flush_cache(true)
+            .cache_flush(flush);
         request
     };
     let rss_kib = |worker: &TuningProcess| -> u64 {
@@ -191,14 +186,12 @@ fn a_timeout_says_which_call_hung() {
         kernel
             .defines
             .push(Define::new("HANG_AFTER", hang_after.to_string()));
-        request.timing = TimingConfig {
-            warmup_ms: 0.0,
-            rep_ms: 0.0,
-            min_reps: 10,
-            max_reps: 10,
-            flush_cache: false,
-            ..TimingConfig::default()
-        };
+        request.timing = TimingConfig::default()
+            .warmup_ms(0.0)
+            .rep_ms(0.0)
+            .min_reps(10)
+            .max_reps(10)
+            .flush_cache(false);
         worker
             .prepare(request.clone(), Duration::from_secs(60))
             .unwrap();

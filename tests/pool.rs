@@ -80,11 +80,7 @@ fn wrong_answers_are_caught_by_verification() {
         .into_iter()
         .map(|r| r.expect("all three run").outputs)
         .collect();
-    let tolerance = Tolerance {
-        rtol: 1e-5,
-        atol: 1e-6,
-        equal_nan: false,
-    };
+    let tolerance = Tolerance::new(1e-5, 1e-6);
     let wrong = verify_outputs(&outputs[0], &outputs[1], tolerance);
     assert!(!wrong.passed());
     assert_eq!(wrong.mismatches(), 4096);

@@ -268,12 +268,12 @@ fn identical_c_choices_after_one_that_leaks_flush_to_zero_compute_alike() {
             .tensor(TensorSpec::new("x", DType::F32, [4096]).random(1))
             .tensor(TensorSpec::new("y", DType::F32, [4096]).output())
             .scalar("n", 4096)
-            .timing(TimingConfig {
-                warmup_ms: 1.0,
-                rep_ms: 5.0,
-                flush_cache: false,
-                ..TimingConfig::default()
-            })
+            .timing(
+                TimingConfig::default()
+                    .warmup_ms(1.0)
+                    .rep_ms(5.0)
+                    .flush_cache(false),
+            )
     };
     let mut worker = TuningProcess::spawn(config()).unwrap();
     let fresh = worker.benchmark(request("0"), LONG).unwrap();

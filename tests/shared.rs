@@ -12,16 +12,10 @@ use tunebox_protocol::{
 use crate::util::{LONG, c_request, config, diag};
 
 fn data_tensor(name: &str, buffer: &SharedBuffer, output: bool) -> TensorSpec {
-    TensorSpec {
-        name: name.into(),
-        dtype: DType::U8,
-        shape: vec![buffer.len() as u64],
-        init: Init::Data(buffer.share()),
-        output,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    }
+    let mut spec = TensorSpec::new(name, DType::U8, vec![buffer.len() as u64])
+        .init(Init::Data(buffer.share()));
+    spec.output = output;
+    spec
 }
 
 fn patterned(len: usize) -> SharedBuffer {
@@ -74,15 +68,11 @@ fn a_large_output_and_a_large_input_at_once_do_not_deadlock() {
     let start = Instant::now();
     for _ in 0..3 {
         let mut returns = diag(DiagnosticTask::Sleep { ms: 20 });
-        returns.tensors.push(TensorSpec {
-            name: "out".into(),
-            dtype: DType::F32,
-            shape: vec![4 << 20],
-            init: Init::Random { seed: 1 },
-            output: true,
-            reset: false,
-            contents: None,
-            fresh_contents: None,
+        returns.tensors.push({
+            let mut spec =
+                TensorSpec::new("out", DType::F32, vec![4 << 20]).init(Init::Random { seed: 1 });
+            spec.output = true;
+            spec
         });
         let mut sends = diag(DiagnosticTask::Checksum);
         sends.tensors.push(data_tensor("in", &input, false));
@@ -170,11 +160,7 @@ fn a_kernel_that_writes_its_input_is_restored_and_cannot_corrupt_the_next() {
     with_input(&mut scribbler, &input, true);
     let scribbled = worker.benchmark(scribbler, LONG).unwrap();
     assert_eq!(scribbled.mutated_inputs, ["x"]);
-    let tolerance = Tolerance {
-        rtol: 0.0,
-        atol: 0.0,
-        equal_nan: false,
-    };
+    let tolerance = Tolerance::new(0.0, 0.0);
     // Restored before every call: even the call after the reps sees the original input.
     assert!(verify_outputs(&reference.outputs, &scribbled.outputs, tolerance).passed());
     assert!(verify_outputs(&reference.outputs, &scribbled.outputs_after_reps, tolerance).passed());

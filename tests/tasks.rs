@@ -17,11 +17,7 @@ use crate::util::config;
 const LONG: Duration = Duration::from_secs(30);
 
 fn quick() -> TimingConfig {
-    TimingConfig {
-        warmup_ms: 1.0,
-        rep_ms: 5.0,
-        ..TimingConfig::default()
-    }
+    TimingConfig::default().warmup_ms(1.0).rep_ms(5.0)
 }
 
 #[test]

@@ -250,12 +250,12 @@ fn built(dir: &std::path::Path) -> tunebox_tune::Manifest {
         .tensor(TensorSpec::new("y", DType::F32, [256]).output())
         .scalar("n", 256)
         .param("SCALE", [1, 2, 3, 4])
-        .timing(TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 2.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        })
+        .timing(
+            TimingConfig::default()
+                .warmup_ms(1.0)
+                .rep_ms(2.0)
+                .flush_cache(false),
+        )
         .verify_against_choice([("SCALE", 1)])
         .build()
         .unwrap()

@@ -67,12 +67,12 @@ fn with_xy(request: BenchmarkRequest, n: u64, seed: u64) -> BenchmarkRequest {
         .tensor(TensorSpec::new("x", DType::F32, [n]).random(seed))
         .tensor(TensorSpec::new("y", DType::F32, [n]).output())
         .scalar("n", n as i64)
-        .timing(TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 5.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        })
+        .timing(
+            TimingConfig::default()
+                .warmup_ms(1.0)
+                .rep_ms(5.0)
+                .flush_cache(false),
+        )
 }
 
 /// Whether `pid` exists at all (running or zombie).

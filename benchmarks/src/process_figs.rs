@@ -291,28 +291,23 @@ void spin(int64_t ns) {\n\
 
 /// The spin kernel for 100 µs, timed as triton's do_bench with 500 reps and no cache flush.
 pub(crate) fn spin_request() -> BenchmarkRequest {
-    BenchmarkRequest {
-        kernel: Kernel::C(CKernel {
-            source: SPIN_SOURCE.into(),
-            source_name: "spin.c".into(),
-            entry: "spin".into(),
-            defines: Vec::new(),
-            flags: vec!["-O2".into()],
-            compiler: std::env::var("CC").unwrap_or_else(|_| "cc".into()),
-            compiler_identity: None,
-        }),
-        tensors: Vec::new(),
-        scalars: vec![Scalar::new("ns", 100_000)],
-        args: Vec::new(),
-        timing: TimingConfig {
-            warmup_ms: 5.0,
-            rep_ms: 50.0,
-            min_reps: 10,
-            max_reps: 1000,
-            flush_cache: false,
-            ..TimingConfig::default()
-        },
-    }
+    let mut request = BenchmarkRequest::new(Kernel::C({
+        let mut kernel = CKernel::new(SPIN_SOURCE, "spin")
+            .source_name("spin.c")
+            .compiler(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+        kernel.flags = vec!["-O2".into()];
+        kernel
+    }))
+    .timing(
+        TimingConfig::default()
+            .warmup_ms(5.0)
+            .rep_ms(50.0)
+            .min_reps(10)
+            .max_reps(1000)
+            .flush_cache(false),
+    );
+    request.scalars = vec![Scalar::new("ns", 100_000)];
+    request
 }
 
 /// CPU timing overhead: median reported for a kernel that spins exactly 100 µs, minus 100 µs.
@@ -469,15 +464,9 @@ pub(crate) fn big_transfers(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Res
 /// A diagnostic task carrying `buffer` as a `u8` tensor initialized from it (not an output).
 fn request(task: DiagnosticTask, buffer: &SharedBuffer) -> BenchmarkRequest {
     let mut request = diag(task);
-    request.tensors.push(TensorSpec {
-        name: "data".into(),
-        dtype: DType::U8,
-        shape: vec![buffer.len() as u64],
-        init: Init::Data(buffer.share()),
-        output: false,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    });
+    request.tensors.push(
+        TensorSpec::new("data", DType::U8, vec![buffer.len() as u64])
+            .init(Init::Data(buffer.share())),
+    );
     request
 }

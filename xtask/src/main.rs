@@ -2,7 +2,10 @@
 //!
 //! - `ci`: `cargo fmt --check`, `cargo clippy --workspace --all-targets -D warnings`,
 //!   `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`, `code-metrics --max-fn 150
-//!   --no-circles`, `python-lint`, `cargo test --workspace`, `html-test`.
+//!   --no-circles`, `python-lint`, `cargo test --workspace`, `semver`, `html-test`.
+//! - `semver [--baseline-rev REV]`: cargo-semver-checks on the library crates (every package
+//!   but the CLI, the Python module, the xtask, the tests, the benchmarks and the examples)
+//!   against the last release's commit, `release/BASELINE` (docs/extending.md).
 //! - `bench [--quick] [--strict]`: builds `tunebox-worker` and `tunebox-benchmarks` in release,
 //!   runs the overhead benchmarks (issue 9), prints their table and writes
 //!   `target/bench/summary.json`. `--quick` runs fewer iterations (a smoke test, under a minute);
@@ -67,6 +70,7 @@ mod code_metrics;
 mod html;
 mod loaded;
 mod python;
+mod semver;
 mod wheel;
 
 use std::fs;
@@ -77,7 +81,10 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "usage: cargo xtask <task>
 
   ci                        fmt check, clippy -D warnings, docs -D warnings, code-metrics
-                            --max-fn 150 --no-circles, python-lint, tests, html-test
+                            --max-fn 150 --no-circles, python-lint, tests, semver, html-test
+  semver [--baseline-rev REV]
+                            cargo-semver-checks: the library crates' public API against the
+                            last release (release/BASELINE); needs cargo-semver-checks 0.51.0
   bench [--quick] [--strict] [--only GROUP,…]
                             overhead benchmarks (release build): prints the table and writes
                             target/bench/summary.json; --quick: fewer iterations (smoke test);
@@ -163,6 +170,7 @@ fn main() -> ExitCode {
         Some("python-lint") => python::python_lint(),
         Some("wheel") => wheel::wheel(&args[1..]),
         Some("wheel-test") => wheel::wheel_test(&args[1..]),
+        Some("semver") => semver::semver(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{USAGE}");
             return if task.is_some() {
@@ -205,6 +213,8 @@ fn ci() -> Result<(), String> {
     // ruff and mypy on the Python package (its tests run in `cargo xtask python-test`).
     python::python_lint()?;
     cargo(&["test", "--workspace"], &[])?;
+    // The library crates' public API against the last release (release/BASELINE).
+    semver::semver(&[])?;
     // The HTML report in headless Chromium: fails, naming the fix, where it is not installed.
     html::html_test(&[])
 }

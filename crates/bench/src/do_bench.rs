@@ -652,11 +652,7 @@ mod tests {
     #[test]
     fn flushes_before_every_timed_rep_only() {
         let mut runner = Scripted::default();
-        let config = TimingConfig {
-            min_reps: 7,
-            max_reps: 7,
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default().min_reps(7).max_reps(7);
         let stats = do_bench(&mut runner, &config).unwrap();
         assert_eq!(stats.reps, 7);
         assert_eq!(stats.warmup_reps, 7);
@@ -689,14 +685,12 @@ mod tests {
 
     #[test]
     fn the_estimate_excludes_the_flush_and_flushes_cap_the_wall_time() {
-        let config = TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 20.0,
-            min_reps: 3,
-            max_reps: 1000,
-            flush_cache: true,
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .warmup_ms(1.0)
+            .rep_ms(20.0)
+            .min_reps(3)
+            .max_reps(1000)
+            .flush_cache(true);
         // Without a flush cost, 20 ms of a 0.5 ms kernel is 40 reps.
         let mut cheap = Costly {
             kernel_ms: 0.5,
@@ -719,13 +713,11 @@ mod tests {
             kernel_ms: 0.01,
             flush_ms: 0,
         };
-        let config = TimingConfig {
-            hot: true,
-            min_reps: 3,
-            max_reps: 50,
-            rep_ms: 10.0,
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .hot(true)
+            .min_reps(3)
+            .max_reps(50)
+            .rep_ms(10.0);
         let stats = do_bench(&mut runner, &config).unwrap();
         assert_eq!(stats.stopped, "reps");
         assert!((3..=50).contains(&stats.reps), "{}", stats.reps);
@@ -825,14 +817,12 @@ mod tests {
 
     #[test]
     fn a_first_call_can_stand_for_the_estimate() {
-        let config = TimingConfig {
-            warmup_ms: 0.0,
-            rep_ms: 0.0,
-            min_reps: 3,
-            max_reps: 3,
-            estimate_runs: Some(0),
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .warmup_ms(0.0)
+            .rep_ms(0.0)
+            .min_reps(3)
+            .max_reps(3)
+            .estimate_runs(Some(0));
         let started = Instant::now();
         let mut runner = Counting(0);
         let stats = do_bench_after(&mut runner, &config, started, Some(2.0)).unwrap();
@@ -840,19 +830,12 @@ mod tests {
         assert_eq!((runner.0, stats.reps, stats.warmup_reps), (3, 3, 0));
         // Asked for less warmup time than the first call took: that call was the warmup.
         let mut runner = Counting(0);
-        let warm = TimingConfig {
-            warmup_ms: 0.5,
-            ..config.clone()
-        };
+        let warm = config.clone().warmup_ms(0.5);
         let stats = do_bench_after(&mut runner, &warm, started, Some(2.0)).unwrap();
         assert_eq!((runner.0, stats.warmup_reps), (3, 0));
         // Asked for more: warmup calls fill what the first call left (8 ms of 2 ms calls).
         let mut runner = Counting(0);
-        let warm = TimingConfig {
-            warmup_ms: 10.0,
-            max_reps: 100,
-            ..config.clone()
-        };
+        let warm = config.clone().warmup_ms(10.0).max_reps(100);
         let stats = do_bench_after(&mut runner, &warm, started, Some(2.0)).unwrap();
         assert_eq!(stats.warmup_reps, 4);
         // Without a first call, one estimate run and one warmup run.
@@ -861,10 +844,7 @@ mod tests {
         assert_eq!(runner.0, 5);
         // Without estimate_runs = 0 the first call is ignored: five estimate runs.
         let mut runner = Counting(0);
-        let five = TimingConfig {
-            estimate_runs: None,
-            ..config
-        };
+        let five = config.estimate_runs(None);
         do_bench_after(&mut runner, &five, started, Some(2.0)).unwrap();
         assert_eq!(runner.0, 9);
     }
@@ -876,18 +856,13 @@ mod tests {
         // SAFETY: sched_getcpu takes nothing and only reads the calling thread's CPU.
         let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
         pin_this_thread(Some(cpu));
-        let config = TimingConfig {
-            warmup_ms: 5.0,
-            rep_ms: 150.0,
-            min_reps: 40,
-            max_reps: 400,
-            flush_cache: false,
-            ..TimingConfig::default()
-        };
-        let wall = TimingConfig {
-            clock: RepClock::Wall,
-            ..config.clone()
-        };
+        let config = TimingConfig::default()
+            .warmup_ms(5.0)
+            .rep_ms(150.0)
+            .min_reps(40)
+            .max_reps(400)
+            .flush_cache(false);
+        let wall = config.clone().clock(RepClock::Wall);
         let before = do_bench(&mut Spinner, &config).unwrap();
         let hog = Hog::on(cpu);
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -912,13 +887,11 @@ mod tests {
 
     #[test]
     fn noise_stopping_stops_early_when_quiet_and_at_the_time_limit_otherwise() {
-        let config = TimingConfig {
-            min_reps: 5,
-            max_reps: 100_000,
-            max_noise: Some(0.01),
-            max_time_ms: Some(50.0),
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .min_reps(5)
+            .max_reps(100_000)
+            .max_noise(Some(0.01))
+            .max_time_ms(Some(50.0));
         let mut quiet = Noisy {
             times: vec![1.0],
             next: 0,
@@ -931,10 +904,7 @@ mod tests {
         };
         let stats = do_bench(&mut noisy, &config).unwrap();
         assert_eq!(stats.stopped, "time");
-        let bad = TimingConfig {
-            max_noise: Some(0.0),
-            ..config
-        };
+        let bad = config.max_noise(Some(0.0));
         assert!(
             do_bench(&mut quiet, &bad)
                 .unwrap_err()
@@ -965,13 +935,11 @@ mod tests {
         // A 30 ms kernel asked for at least 10 reps: 5 estimate runs, warmup and 10 reps need
         // about 0.5 s; with a 400 ms budget the reps are cut, and the whole measurement (plus
         // one more call, the reserve for the final call) stays within the budget.
-        let config = TimingConfig {
-            warmup_ms: 25.0,
-            rep_ms: 100.0,
-            min_reps: 10,
-            budget_ms: Some(400.0),
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .warmup_ms(25.0)
+            .rep_ms(100.0)
+            .min_reps(10)
+            .budget_ms(Some(400.0));
         let mut runner = Sleeper { ms: 30, calls: 0 };
         let started = Instant::now();
         let stats = do_bench_within(&mut runner, &config, started).unwrap();
@@ -996,18 +964,12 @@ mod tests {
         assert!(runner.calls < 5 + 10, "{}", runner.calls);
 
         // A budget too large to represent is none.
-        let endless = TimingConfig {
-            budget_ms: Some(1e300),
-            ..config.clone()
-        };
+        let endless = config.clone().budget_ms(Some(1e300));
         let mut runner = Sleeper { ms: 1, calls: 0 };
         assert_eq!(do_bench(&mut runner, &endless).unwrap().stopped, "reps");
 
         // A budget that is ample changes nothing.
-        let ample = TimingConfig {
-            budget_ms: Some(60_000.0),
-            ..config.clone()
-        };
+        let ample = config.clone().budget_ms(Some(60_000.0));
         let mut runner = Sleeper { ms: 2, calls: 0 };
         let stats = do_bench(&mut runner, &ample).unwrap();
         assert_eq!(stats.stopped, "reps");
@@ -1016,10 +978,7 @@ mod tests {
 
     #[test]
     fn a_budget_too_small_for_one_rep_and_the_final_call_is_an_error_that_says_what_fits() {
-        let config = TimingConfig {
-            budget_ms: Some(40.0),
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default().budget_ms(Some(40.0));
         // 25 ms calls: one estimate run, then a rep and the final call would need 50 more.
         let mut runner = Sleeper { ms: 25, calls: 0 };
         let err = do_bench(&mut runner, &config).unwrap_err();
@@ -1053,12 +1012,10 @@ mod tests {
     #[test]
     fn no_flush_when_disabled() {
         let mut runner = Scripted::default();
-        let config = TimingConfig {
-            flush_cache: false,
-            min_reps: 3,
-            max_reps: 3,
-            ..TimingConfig::default()
-        };
+        let config = TimingConfig::default()
+            .flush_cache(false)
+            .min_reps(3)
+            .max_reps(3);
         do_bench(&mut runner, &config).unwrap();
         assert_eq!(runner.flushes, 0);
     }
@@ -1081,40 +1038,15 @@ mod tests {
     #[test]
     fn invalid_configs_are_rejected_with_the_field_name() {
         let cases = [
+            (TimingConfig::default().rep_ms(f64::NAN), "timing.rep_ms"),
+            (TimingConfig::default().warmup_ms(-1.0), "timing.warmup_ms"),
             (
-                TimingConfig {
-                    rep_ms: f64::NAN,
-                    ..TimingConfig::default()
-                },
-                "timing.rep_ms",
-            ),
-            (
-                TimingConfig {
-                    warmup_ms: -1.0,
-                    ..TimingConfig::default()
-                },
-                "timing.warmup_ms",
-            ),
-            (
-                TimingConfig {
-                    budget_ms: Some(0.0),
-                    ..TimingConfig::default()
-                },
+                TimingConfig::default().budget_ms(Some(0.0)),
                 "timing.budget_ms",
             ),
+            (TimingConfig::default().min_reps(0), "timing.min_reps"),
             (
-                TimingConfig {
-                    min_reps: 0,
-                    ..TimingConfig::default()
-                },
-                "timing.min_reps",
-            ),
-            (
-                TimingConfig {
-                    min_reps: 10,
-                    max_reps: 2,
-                    ..TimingConfig::default()
-                },
+                TimingConfig::default().min_reps(10).max_reps(2),
                 "timing.max_reps",
             ),
         ];

@@ -57,9 +57,10 @@ mod tests {
         let with_contents = x.clone().contents(made.share());
         assert_eq!(fresh_input_spec(&with_contents, 99).unwrap().contents, None);
         let fresh_made = fresh.make_contents().unwrap();
-        let with_fresh = TensorSpec {
-            fresh_contents: Some(fresh_made.share()),
-            ..with_contents
+        let with_fresh = {
+            let mut v = with_contents;
+            v.fresh_contents = Some(fresh_made.share());
+            v
         };
         let fresh_spec = fresh_input_spec(&with_fresh, 99).unwrap();
         assert_eq!(fresh_spec.contents.unwrap().id(), fresh_made.share().id());

@@ -40,7 +40,7 @@
 //!     }
 //! }
 //!
-//! let config = TimingConfig { warmup_ms: 1.0, rep_ms: 5.0, ..TimingConfig::default() };
+//! let config = TimingConfig::default().warmup_ms(1.0).rep_ms(5.0);
 //! let stats = do_bench(&mut Sleepy, &config).unwrap();
 //! assert!(stats.median_ms >= 0.2);
 //! assert!(stats.reps >= config.min_reps);

@@ -83,8 +83,9 @@ impl ThreadWatch {
     pub(crate) fn start(clock: RepClock) -> ThreadWatch {
         ThreadWatch {
             start: match clock {
-                RepClock::Preemption => Reading::now(),
                 RepClock::Wall => None,
+                // Preemption, and any clock added later: read the thread's clocks.
+                _ => Reading::now(),
             },
         }
     }

@@ -4,48 +4,15 @@ use tunebox_protocol::TimingStats;
 
 /// The `q` quantile (0 ≤ q ≤ 1) of ascending `sorted` samples, by linear interpolation between
 /// the two nearest ranks (numpy's default, which triton's `do_bench` quantiles use). `NaN` for an
-/// empty slice.
+/// empty slice. ([`TimingStats::quantile`].)
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    match sorted {
-        [] => f64::NAN,
-        [only] => *only,
-        _ => {
-            let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-            let lo = pos.floor() as usize;
-            let hi = pos.ceil() as usize;
-            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-        }
-    }
+    TimingStats::quantile(sorted, q)
 }
 
 /// Summarizes rep times in ms. `samples` may be in any order; NaN samples sort last.
+/// ([`TimingStats::from_samples`].)
 pub fn summarize(samples: &[f64], warmup_reps: u32) -> TimingStats {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let mean = if n == 0 {
-        f64::NAN
-    } else {
-        sorted.iter().sum::<f64>() / n as f64
-    };
-    let stddev = if n < 2 {
-        0.0
-    } else {
-        (sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    };
-    TimingStats {
-        median_ms: quantile(&sorted, 0.5),
-        mean_ms: mean,
-        min_ms: sorted.first().copied().unwrap_or(f64::NAN),
-        max_ms: sorted.last().copied().unwrap_or(f64::NAN),
-        p20_ms: quantile(&sorted, 0.2),
-        p80_ms: quantile(&sorted, 0.8),
-        stddev_ms: stddev,
-        reps: u32::try_from(n).unwrap_or(u32::MAX),
-        warmup_reps,
-        stopped: if n == 1 { "single" } else { "reps" }.into(),
-        preempted_reps: 0,
-    }
+    TimingStats::from_samples(samples, warmup_reps)
 }
 
 #[cfg(test)]

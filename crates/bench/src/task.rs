@@ -357,15 +357,12 @@ where
         let task: T = decode(&kernel.payload)?;
         let mut context = TaskContext::new(request, started);
         let output = (self.run)(task, &mut context)?;
-        Ok(BenchmarkResult {
-            stats: context.stats.unwrap_or_else(TimingStats::unmeasured),
-            value: Some(encode(&output)?),
-            outputs: context.outputs,
-            outputs_after_reps: Vec::new(),
-            mutated_inputs: context.mutated_inputs,
-            integrity: Default::default(),
-            left_behind: Vec::new(),
-        })
+        Ok(
+            BenchmarkResult::new(context.stats.unwrap_or_else(TimingStats::unmeasured))
+                .with_value(Some(encode(&output)?))
+                .with_outputs(context.outputs)
+                .with_mutated_inputs(context.mutated_inputs),
+        )
     }
 }
 
@@ -390,11 +387,7 @@ mod tests {
             let stats = cx.bench(|| Ok(()))?;
             Ok((u64::from(task.0).pow(2), format!("{} reps", stats.reps)))
         });
-        let timing = TimingConfig {
-            warmup_ms: 0.1,
-            rep_ms: 0.5,
-            ..TimingConfig::default()
-        };
+        let timing = TimingConfig::default().warmup_ms(0.1).rep_ms(0.5);
         let request = TaskRequest::new(Square(12))
             .timing(timing)
             .encode()
@@ -428,11 +421,7 @@ mod tests {
     }
 
     fn quick() -> TimingConfig {
-        TimingConfig {
-            warmup_ms: 0.1,
-            rep_ms: 0.5,
-            ..TimingConfig::default()
-        }
+        TimingConfig::default().warmup_ms(0.1).rep_ms(0.5)
     }
 
     fn sort_request() -> BenchmarkRequest {

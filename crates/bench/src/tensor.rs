@@ -319,16 +319,12 @@ impl HostTensor {
     /// The spec the tensor was made from (without its `fresh_contents`, which only the last
     /// verification call reads, from the request).
     pub fn spec(&self) -> TensorSpec {
-        TensorSpec {
-            name: self.name.clone(),
-            dtype: self.dtype,
-            shape: self.shape.clone(),
-            init: self.init.clone(),
-            output: self.output,
-            reset: self.reset_each_call,
-            contents: self.contents.clone(),
-            fresh_contents: None,
-        }
+        let mut spec = TensorSpec::new(self.name.clone(), self.dtype, self.shape.clone())
+            .init(self.init.clone());
+        spec.output = self.output;
+        spec.reset = self.reset_each_call;
+        spec.contents = self.contents.clone();
+        spec
     }
 
     /// A flag that every later mutable access to this tensor sets (a `TaskContext` uses it to
@@ -517,12 +513,12 @@ impl HostTensor {
         let bytes = Bytes::copy_from_slice(self.bytes()).map_err(|e| BenchError::Failed {
             message: format!("cannot return output `{}`: {e}", self.name),
         })?;
-        Ok(TensorData {
-            name: self.name.clone(),
-            dtype: self.dtype,
-            shape: self.shape.clone(),
+        Ok(TensorData::new(
+            self.name.clone(),
+            self.dtype,
+            self.shape.clone(),
             bytes,
-        })
+        ))
     }
 
     /// Writes the spec's initial contents again (for `reset` tensors and restored inputs). A
@@ -675,16 +671,7 @@ mod tests {
     use super::*;
 
     fn spec(dtype: DType, shape: &[u64], init: Init) -> TensorSpec {
-        TensorSpec {
-            name: "t".into(),
-            dtype,
-            shape: shape.to_vec(),
-            init,
-            output: false,
-            reset: false,
-            contents: None,
-            fresh_contents: None,
-        }
+        TensorSpec::new("t", dtype, shape.to_vec()).init(init)
     }
 
     #[test]
@@ -794,9 +781,10 @@ mod tests {
     fn tensors_given_contents_map_them_copy_on_write() {
         let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 11 });
         let made = random.make_contents().unwrap();
-        let with = TensorSpec {
-            contents: Some(made.share()),
-            ..random.clone()
+        let with = {
+            let mut v = random.clone();
+            v.contents = Some(made.share());
+            v
         };
         let mut t = HostTensor::allocate(&with).unwrap();
         assert!(t.is_copy_on_write());
@@ -823,9 +811,10 @@ mod tests {
             Err(BenchError::OutOfBounds { .. })
         ));
         // Contents of another length are not used: the tensor is filled from its init.
-        let short = TensorSpec {
-            contents: Some(made.share()),
-            ..spec(DType::F32, &[1 << 15], Init::Random { seed: 11 })
+        let short = {
+            let mut v = spec(DType::F32, &[1 << 15], Init::Random { seed: 11 });
+            v.contents = Some(made.share());
+            v
         };
         let t = HostTensor::allocate(&short).unwrap();
         assert!(!t.is_copy_on_write());
@@ -839,9 +828,10 @@ mod tests {
     fn a_dropped_tensors_mapping_serves_the_next_request_restored() {
         let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 12 });
         let made = random.make_contents().unwrap();
-        let with = TensorSpec {
-            contents: Some(made.share()),
-            ..random.clone()
+        let with = {
+            let mut v = random.clone();
+            v.contents = Some(made.share());
+            v
         };
         let mut first = HostTensor::allocate(&with).unwrap();
         let address = first.as_mut_ptr();

@@ -70,7 +70,7 @@ impl VariedReps {
             outputs(tensors).map(|outputs| {
                 // A window that returns no outputs varies its inputs and checks nothing.
                 if !outputs.is_empty() {
-                    self.kept.push(CheckedRep { seed, outputs });
+                    self.kept.push(CheckedRep::new(seed, outputs));
                 }
             })
         } else {
@@ -158,10 +158,7 @@ mod tests {
             .map(|s| HostTensor::allocate(s).unwrap())
             .collect();
         let pristine: Vec<Vec<u8>> = tensors.iter().map(|t| t.bytes().to_vec()).collect();
-        let timing = TimingConfig {
-            varied_reps: Some(Asked { checked: 2 }),
-            ..TimingConfig::default()
-        };
+        let timing = TimingConfig::default().varied_reps(Some(Asked::new(2)));
         let mut varied = VariedReps::new(&timing).unwrap();
         let mut seen = Vec::new();
         for rep in 0..5 {

@@ -11,7 +11,7 @@ use tunebox_process::{
     Output, ProcessConfig, Sandbox, SandboxSupport, TuningProcess, WORKER_PATH_ENV,
 };
 use tunebox_protocol::{
-    BenchmarkRequest, CKernel, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig, Probe,
+    BenchmarkRequest, CKernel, CudaCode, CudaKernel, DType, Kernel, LaunchConfig, Probe,
     TensorSpec, TimingConfig,
 };
 
@@ -181,35 +181,21 @@ fn check_compiler(compiler: &str) -> Check {
 }
 
 fn c_request(compiler: &str) -> BenchmarkRequest {
-    BenchmarkRequest {
-        kernel: Kernel::C(CKernel {
-            source: C_KERNEL.into(),
-            source_name: "doctor.c".into(),
-            entry: "tunebox_doctor".into(),
-            defines: Vec::new(),
-            flags: vec!["-O2".into()],
-            compiler: compiler.into(),
-            compiler_identity: None,
-        }),
-        tensors: vec![TensorSpec {
-            name: "x".into(),
-            dtype: DType::F32,
-            shape: vec![16],
-            init: Init::Zeros,
-            output: true,
-            reset: false,
-            contents: None,
-            fresh_contents: None,
-        }],
-        scalars: Vec::new(),
-        args: Vec::new(),
-        timing: TimingConfig {
-            warmup_ms: 1.0,
-            rep_ms: 2.0,
-            flush_cache: false,
-            ..TimingConfig::default()
-        },
-    }
+    let mut request = BenchmarkRequest::new(Kernel::C({
+        let mut kernel = CKernel::new(C_KERNEL, "tunebox_doctor")
+            .source_name("doctor.c")
+            .compiler(compiler);
+        kernel.flags = vec!["-O2".into()];
+        kernel
+    }))
+    .timing(
+        TimingConfig::default()
+            .warmup_ms(1.0)
+            .rep_ms(2.0)
+            .flush_cache(false),
+    );
+    request.tensors = vec![TensorSpec::new("x", DType::F32, vec![16]).output()];
+    request
 }
 
 fn check_compile(compiler: &str, cache: &CacheDir) -> Outcome {
@@ -407,34 +393,19 @@ fn check_cuda(probe: Option<&Probe>) -> (Outcome, Option<(u32, u32)>) {
 
 /// Compiles a tiny kernel with NVRTC in a worker.
 fn check_nvrtc(cc: (u32, u32)) -> Outcome {
-    let request = BenchmarkRequest {
-        kernel: Kernel::Cuda(CudaKernel {
-            code: CudaCode::Source {
-                text: CUDA_KERNEL.into(),
-                name: "doctor.cu".into(),
-            },
-            entry: "tunebox_doctor".into(),
-            defines: Vec::new(),
-            options: Vec::new(),
-            launch: LaunchConfig {
-                grid: [1, 1, 1],
-                block: [32, 1, 1],
-                shared_mem_bytes: 0,
-            },
-        }),
-        tensors: vec![TensorSpec {
-            name: "x".into(),
-            dtype: DType::F32,
-            shape: vec![32],
-            init: Init::Zeros,
-            output: false,
-            reset: false,
-            contents: None,
-            fresh_contents: None,
-        }],
-        scalars: Vec::new(),
-        args: Vec::new(),
-        timing: TimingConfig::default(),
+    let request = {
+        let mut request = BenchmarkRequest::new(Kernel::Cuda(
+            CudaKernel::from_code(
+                CudaCode::Source {
+                    text: CUDA_KERNEL.into(),
+                    name: "doctor.cu".into(),
+                },
+                "tunebox_doctor",
+            )
+            .launch(LaunchConfig::new([1, 1, 1], [32, 1, 1])),
+        ));
+        request.tensors = vec![TensorSpec::new("x", DType::F32, vec![32])];
+        request
     };
     let result = TuningProcess::spawn(ProcessConfig::new()).and_then(|mut worker| {
         let result = worker.prepare(request, PROBE_TIMEOUT);
@@ -461,24 +432,22 @@ mod tests {
     use tunebox_protocol::{BenchError, DeviceInfo};
 
     fn probe(backends: &[&str], unavailable: bool, gpu: bool) -> Probe {
-        Probe {
-            backends: backends.iter().map(|b| (*b).to_owned()).collect(),
-            devices: if gpu {
-                vec![DeviceInfo {
-                    index: 0,
-                    name: "NVIDIA H200".into(),
-                    uuid: "GPU-0".into(),
-                    compute_capability: (9, 0),
-                    total_memory_bytes: 141 << 30,
-                    l2_cache_bytes: 60 << 20,
-                    sm_count: 132,
-                    clock_khz: 1_980_000,
-                    memory_clock_khz: 3_201_000,
-                }]
+        Probe::new(backends.iter().map(|b| (*b).to_owned()).collect())
+            .with_devices(if gpu {
+                vec![
+                    DeviceInfo::new(0, "NVIDIA H200")
+                        .with_uuid("GPU-0".into())
+                        .with_compute_capability((9, 0))
+                        .with_total_memory_bytes(141 << 30)
+                        .with_l2_cache_bytes(60 << 20)
+                        .with_sm_count(132)
+                        .with_clock_khz(1_980_000)
+                        .with_memory_clock_khz(3_201_000),
+                ]
             } else {
                 Vec::new()
-            },
-            unavailable: if unavailable {
+            })
+            .with_unavailable(if unavailable {
                 vec![(
                     "cuda".into(),
                     BenchError::DriverUnavailable {
@@ -488,8 +457,7 @@ mod tests {
                 )]
             } else {
                 Vec::new()
-            },
-        }
+            })
     }
 
     fn fails_with(outcome: &Outcome, text: &str) -> bool {

@@ -151,20 +151,16 @@ impl Measured {
     /// The request's result, with the worker's time since `started` (the parent checks its
     /// clock against it).
     fn into_result(self, started: Instant) -> BenchmarkResult {
-        BenchmarkResult {
-            value: None,
-            stats: self.stats,
-            outputs: self.outputs,
-            outputs_after_reps: self.outputs_after_reps,
-            mutated_inputs: self.mutated_inputs,
-            integrity: Integrity {
-                fresh_outputs: self.fresh_outputs,
-                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                checked_reps: self.checked_reps,
-                ..Default::default()
-            },
-            left_behind: Vec::new(),
-        }
+        BenchmarkResult::new(self.stats)
+            .with_outputs(self.outputs)
+            .with_outputs_after_reps(self.outputs_after_reps)
+            .with_mutated_inputs(self.mutated_inputs)
+            .with_integrity(
+                Integrity::default()
+                    .with_fresh_outputs(self.fresh_outputs)
+                    .with_worker_ms(Some(started.elapsed().as_secs_f64() * 1e3))
+                    .with_checked_reps(self.checked_reps),
+            )
     }
 }
 
@@ -421,9 +417,8 @@ impl<'a> Flush<'a> {
             CacheFlush::Tensors if EVICTS_LINES && tensor_bytes <= EVICT_MAX_BYTES => {
                 Flush::Tensors
             }
-            CacheFlush::Tensors | CacheFlush::LastLevelCache => {
-                Flush::Buffer(flusher.get_or_insert_with(CacheFlusher::new))
-            }
+            // LastLevelCache, larger tensors, and any way of flushing added later.
+            _ => Flush::Buffer(flusher.get_or_insert_with(CacheFlusher::new)),
         }
     }
 }

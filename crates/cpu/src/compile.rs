@@ -724,15 +724,10 @@ pub fn known_compiler_version(compiler: &str) -> Option<String> {
 /// The kernel the unit tests of this crate's compile modules build from.
 #[cfg(test)]
 pub(crate) fn test_kernel() -> CKernel {
-    CKernel {
-        source: "void k(float *a) { a[0] = 1; }".into(),
-        source_name: "k.c".into(),
-        entry: "k".into(),
-        defines: vec![tunebox_protocol::Define::new("BLOCK", "32")],
-        flags: vec!["-O2".into()],
-        compiler: "cc".into(),
-        compiler_identity: None,
-    }
+    let mut kernel = CKernel::new("void k(float *a) { a[0] = 1; }", "k").source_name("k.c");
+    kernel.defines = vec![tunebox_protocol::Define::new("BLOCK", "32")];
+    kernel.flags = vec!["-O2".into()];
+    kernel
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 //!     .tensor(TensorSpec::new("x", DType::F32, [4]).ones())
 //!     .tensor(TensorSpec::new("y", DType::F32, [4]).output())
 //!     .scalar("n", 4)
-//!     .timing(TimingConfig { warmup_ms: 1.0, rep_ms: 2.0, flush_cache: false, ..Default::default() });
+//!     .timing(TimingConfig::default().warmup_ms(1.0).rep_ms(2.0).flush_cache(false));
 //!
 //! let cache = tempfile::tempdir()?;
 //! let mut backend = CpuBackend::new(CacheDir::new(cache.path()));

@@ -21,15 +21,10 @@ const ADD: &str = "#include <stdint.h>\n\
                    }\n";
 
 fn add_kernel() -> CKernel {
-    CKernel {
-        source: ADD.into(),
-        source_name: "kernels/add.c".into(),
-        entry: "add".into(),
-        defines: vec![Define::new("OFFSET", "0.5f")],
-        flags: vec!["-O2".into()],
-        compiler: "cc".into(),
-        compiler_identity: None,
-    }
+    let mut kernel = CKernel::new(ADD, "add").source_name("kernels/add.c");
+    kernel.defines = vec![Define::new("OFFSET", "0.5f")];
+    kernel.flags = vec!["-O2".into()];
+    kernel
 }
 
 fn add_signature() -> Signature {
@@ -37,41 +32,29 @@ fn add_signature() -> Signature {
 }
 
 fn tensor(name: &str, dtype: DType, len: u64, init: Init, output: bool) -> TensorSpec {
-    TensorSpec {
-        name: name.into(),
-        dtype,
-        shape: vec![len],
-        init,
-        output,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    }
+    let mut spec = TensorSpec::new(name, dtype, vec![len]).init(init);
+    spec.output = output;
+    spec
 }
 
 fn quick_timing() -> TimingConfig {
-    TimingConfig {
-        warmup_ms: 0.5,
-        rep_ms: 1.0,
-        min_reps: 3,
-        max_reps: 20,
-        flush_cache: true,
-        ..TimingConfig::default()
-    }
+    TimingConfig::default()
+        .warmup_ms(0.5)
+        .rep_ms(1.0)
+        .min_reps(3)
+        .max_reps(20)
+        .flush_cache(true)
 }
 
 fn add_request(n: u64) -> BenchmarkRequest {
-    BenchmarkRequest {
-        kernel: Kernel::C(add_kernel()),
-        tensors: vec![
-            tensor("a", DType::F32, n, Init::Random { seed: 1 }, false),
-            tensor("b", DType::F32, n, Init::Ones, false),
-            tensor("c", DType::F32, n, Init::Zeros, true),
-        ],
-        scalars: vec![Scalar::new("n", n as i64)],
-        timing: quick_timing(),
-        args: Vec::new(),
-    }
+    let mut request = BenchmarkRequest::new(Kernel::C(add_kernel())).timing(quick_timing());
+    request.tensors = vec![
+        tensor("a", DType::F32, n, Init::Random { seed: 1 }, false),
+        tensor("b", DType::F32, n, Init::Ones, false),
+        tensor("c", DType::F32, n, Init::Zeros, true),
+    ];
+    request.scalars = vec![Scalar::new("n", n as i64)];
+    request
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
@@ -234,29 +217,26 @@ fn many_arguments_and_every_dtype() {
     for i in 0..5 {
         params.push(format!("int64_t s{i}"));
     }
-    let kernel = CKernel {
-        source: format!(
-            "#include <stdint.h>\nvoid many({}) {{\n{body}}}\n",
-            params.join(", ")
-        ),
-        source_name: "many.c".into(),
-        entry: "many".into(),
-        defines: vec![],
-        flags: vec![],
-        compiler: "cc".into(),
-        compiler_identity: None,
+    let kernel = {
+        let mut kernel = CKernel::new(
+            format!(
+                "#include <stdint.h>\nvoid many({}) {{\n{body}}}\n",
+                params.join(", ")
+            ),
+            "many",
+        )
+        .source_name("many.c");
+        kernel.flags = vec![];
+        kernel
     };
-    let request = BenchmarkRequest {
-        kernel: Kernel::C(kernel),
-        tensors,
-        scalars: (0..5)
+    let request = {
+        let mut request =
+            BenchmarkRequest::new(Kernel::C(kernel)).timing(quick_timing().flush_cache(false));
+        request.tensors = tensors;
+        request.scalars = (0..5)
             .map(|i| Scalar::new(format!("s{i}"), 10 * i))
-            .collect(),
-        timing: TimingConfig {
-            flush_cache: false,
-            ..quick_timing()
-        },
-        args: Vec::new(),
+            .collect();
+        request
     };
     let cache = tempfile::tempdir().unwrap();
     let result = CpuBackend::new(CacheDir::new(cache.path()))
@@ -540,15 +520,9 @@ const SCALE: &str = "#include <stdint.h>\n\
 
 /// A kernel that includes `scale.h` from `include_dir`, as the CLI does with `-I<source dir>`.
 fn scale_kernel(include_dir: &Path) -> CKernel {
-    CKernel {
-        source: SCALE.into(),
-        source_name: "scale.c".into(),
-        entry: "scale".into(),
-        defines: vec![],
-        flags: vec!["-O2".into(), format!("-I{}", include_dir.display())],
-        compiler: "cc".into(),
-        compiler_identity: None,
-    }
+    let mut kernel = CKernel::new(SCALE, "scale").source_name("scale.c");
+    kernel.flags = vec!["-O2".into(), format!("-I{}", include_dir.display())];
+    kernel
 }
 
 fn scale_signature() -> Signature {
@@ -557,18 +531,15 @@ fn scale_signature() -> Signature {
 
 /// Runs `kernel` (a `scale`) through the backend on ones and returns `y[0]`, i.e. `SCALE`.
 fn run_scale(cache: &CacheDir, kernel: &CKernel) -> f32 {
-    let request = BenchmarkRequest {
-        kernel: Kernel::C(kernel.clone()),
-        tensors: vec![
+    let request = {
+        let mut request = BenchmarkRequest::new(Kernel::C(kernel.clone()))
+            .timing(quick_timing().flush_cache(false));
+        request.tensors = vec![
             tensor("x", DType::F32, 4, Init::Ones, false),
             tensor("y", DType::F32, 4, Init::Zeros, true),
-        ],
-        scalars: vec![Scalar::new("n", 4)],
-        timing: TimingConfig {
-            flush_cache: false,
-            ..quick_timing()
-        },
-        args: Vec::new(),
+        ];
+        request.scalars = vec![Scalar::new("n", 4)];
+        request
     };
     let result = CpuBackend::new(cache.clone()).benchmark(&request).unwrap();
     floats(&result.outputs[0].bytes)[0]
@@ -1456,9 +1427,10 @@ fn a_background_compile_runs_at_the_lowest_priority() {
              sh -c 'cut -d\" \" -f19,41 /proc/$$/stat' > '{d}/priority'\nexit 1\n"
         ),
     );
-    let kernel = CKernel {
-        compiler: cc,
-        ..add_kernel()
+    let kernel = {
+        let mut v = add_kernel();
+        v.compiler = cc;
+        v
     };
     let cache = CacheDir::new(dir.path().join("cache"));
     let control = CompileControl {
@@ -1518,9 +1490,10 @@ fn a_background_compile_starved_by_a_busy_machine_says_so() {
         "spin-cc",
         "[ \"$1\" = --version ] && { echo 'fake cc 1.0'; exit 0; }\nwhile :; do :; done\n",
     );
-    let kernel = CKernel {
-        compiler: cc,
-        ..add_kernel()
+    let kernel = {
+        let mut v = add_kernel();
+        v.compiler = cc;
+        v
     };
     let cache = CacheDir::new(dir.path().join("cache"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -11,14 +11,12 @@ use tunebox_protocol::{
 };
 
 fn quick() -> TimingConfig {
-    TimingConfig {
-        warmup_ms: 0.5,
-        rep_ms: 1.0,
-        min_reps: 3,
-        max_reps: 10,
-        flush_cache: false,
-        ..TimingConfig::default()
-    }
+    TimingConfig::default()
+        .warmup_ms(0.5)
+        .rep_ms(1.0)
+        .min_reps(3)
+        .max_reps(10)
+        .flush_cache(false)
 }
 
 fn run(request: BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {

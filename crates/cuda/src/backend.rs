@@ -294,20 +294,16 @@ impl Measured {
     /// The request's result, with the worker's time since `started` (the parent checks its
     /// clock against it).
     fn into_result(self, started: std::time::Instant) -> BenchmarkResult {
-        BenchmarkResult {
-            value: None,
-            stats: self.stats,
-            outputs: self.outputs,
-            outputs_after_reps: self.outputs_after_reps,
-            mutated_inputs: self.mutated_inputs,
-            integrity: tunebox_protocol::Integrity {
-                fresh_outputs: self.fresh_outputs,
-                // The parent checks its clock against this one.
-                worker_ms: Some(started.elapsed().as_secs_f64() * 1e3),
-                ..Default::default()
-            },
-            left_behind: Vec::new(),
-        }
+        BenchmarkResult::new(self.stats)
+            .with_outputs(self.outputs)
+            .with_outputs_after_reps(self.outputs_after_reps)
+            .with_mutated_inputs(self.mutated_inputs)
+            .with_integrity(
+                tunebox_protocol::Integrity::default()
+                    .with_fresh_outputs(self.fresh_outputs)
+                    // The parent checks its clock against this one.
+                    .with_worker_ms(Some(started.elapsed().as_secs_f64() * 1e3)),
+            )
     }
 }
 

@@ -430,17 +430,10 @@ mod tests {
     use super::*;
 
     fn kernel(code: CudaCode) -> CudaKernel {
-        CudaKernel {
-            code,
-            entry: "k".into(),
-            defines: vec![Define::new("BM", "64")],
-            options: vec!["--use_fast_math".into()],
-            launch: LaunchConfig {
-                grid: [1; 3],
-                block: [1; 3],
-                shared_mem_bytes: 0,
-            },
-        }
+        let mut kernel = CudaKernel::from_code(code, "k").launch(LaunchConfig::new([1; 3], [1; 3]));
+        kernel.defines = vec![Define::new("BM", "64")];
+        kernel.options = vec!["--use_fast_math".into()];
+        kernel
     }
 
     fn source(text: &str) -> CudaCode {

@@ -97,17 +97,14 @@ pub(crate) fn info(device: &Device) -> Result<DeviceInfo, BenchError> {
             .and_then(|v| u32::try_from(v).ok())
             .unwrap_or(0)
     };
-    Ok(DeviceInfo {
-        index: device.ordinal,
-        name: device.name()?,
-        uuid: format_uuid(&device.uuid()?),
-        compute_capability: limits.compute_capability,
-        total_memory_bytes: device.total_memory()?,
-        l2_cache_bytes: limits.l2_cache_bytes,
-        sm_count: limits.sm_count,
-        clock_khz: clock(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
-        memory_clock_khz: clock(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
-    })
+    Ok(DeviceInfo::new(device.ordinal, device.name()?)
+        .with_uuid(format_uuid(&device.uuid()?))
+        .with_compute_capability(limits.compute_capability)
+        .with_total_memory_bytes(device.total_memory()?)
+        .with_l2_cache_bytes(limits.l2_cache_bytes)
+        .with_sm_count(limits.sm_count)
+        .with_clock_khz(clock(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE))
+        .with_memory_clock_khz(clock(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)))
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as `nvidia-smi -L` and `CUDA_VISIBLE_DEVICES`

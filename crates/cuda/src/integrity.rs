@@ -116,12 +116,12 @@ mod tests {
     use tunebox_protocol::{Bytes, DType};
 
     fn data(name: &str, bytes: &[u8]) -> TensorData {
-        TensorData {
-            name: name.into(),
-            dtype: DType::U8,
-            shape: vec![bytes.len() as u64],
-            bytes: Bytes::copy_from_slice(bytes).unwrap(),
-        }
+        TensorData::new(
+            name,
+            DType::U8,
+            vec![bytes.len() as u64],
+            Bytes::copy_from_slice(bytes).unwrap(),
+        )
     }
 
     #[test]

@@ -193,11 +193,7 @@ mod tests {
     }
 
     fn launch(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32) -> LaunchConfig {
-        LaunchConfig {
-            grid,
-            block,
-            shared_mem_bytes,
-        }
+        LaunchConfig::new(grid, block).shared_mem_bytes(shared_mem_bytes)
     }
 
     fn detail(result: Result<LaunchPlan, BenchError>) -> String {

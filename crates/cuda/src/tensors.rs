@@ -88,11 +88,11 @@ impl DeviceTensor {
         let bytes = Bytes::from_vec(self.read(stream)?).map_err(|e| BenchError::Failed {
             message: format!("cannot return output `{}`: {e}", self.spec.name),
         })?;
-        Ok(TensorData {
-            name: self.spec.name.clone(),
-            dtype: self.spec.dtype,
-            shape: self.spec.shape.clone(),
+        Ok(TensorData::new(
+            self.spec.name.clone(),
+            self.spec.dtype,
+            self.spec.shape.clone(),
             bytes,
-        })
+        ))
     }
 }

@@ -129,11 +129,7 @@ fn launch(m: &toml::Table, choice: &Choice) -> LaunchConfig {
     let shared_mem_bytes = table
         .get("shared_mem")
         .map_or(0, |s| u32::try_from(eval(s, &context)).unwrap());
-    LaunchConfig {
-        grid,
-        block,
-        shared_mem_bytes,
-    }
+    LaunchConfig::new(grid, block).shared_mem_bytes(shared_mem_bytes)
 }
 
 fn function(static_shared_bytes: u32) -> FunctionLimits {

@@ -29,33 +29,20 @@ fn figure(name: &str, value: impl std::fmt::Display) {
 }
 
 fn kernel(text: &str, entry: &str, grid: [u32; 3], block: [u32; 3]) -> CudaKernel {
-    CudaKernel {
-        code: CudaCode::Source {
+    CudaKernel::from_code(
+        CudaCode::Source {
             text: text.into(),
             name: format!("{entry}.cu"),
         },
-        entry: entry.into(),
-        defines: vec![],
-        options: vec![],
-        launch: LaunchConfig {
-            grid,
-            block,
-            shared_mem_bytes: 0,
-        },
-    }
+        entry,
+    )
+    .launch(LaunchConfig::new(grid, block))
 }
 
 fn f32_tensor(name: &str, len: u64, init: Init, output: bool) -> TensorSpec {
-    TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![len],
-        init,
-        output,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    }
+    let mut spec = TensorSpec::new(name, DType::F32, vec![len]).init(init);
+    spec.output = output;
+    spec
 }
 
 fn scalar(name: &str, value: i64) -> Scalar {
@@ -89,25 +76,19 @@ extern "C" __global__ void axpy(const float *x, float *y, long long n) {
 "#;
 
 fn axpy_request(n: u64) -> BenchmarkRequest {
-    BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(kernel(
-            AXPY,
-            "axpy",
-            [n.div_ceil(256) as u32, 1, 1],
-            [256, 1, 1],
-        )),
-        tensors: vec![
-            f32_tensor("x", n, Init::Random { seed: 1 }, false),
-            f32_tensor("y", n, Init::Zeros, true),
-        ],
-        scalars: vec![scalar("n", n as i64)],
-        timing: TimingConfig {
-            warmup_ms: 5.0,
-            rep_ms: 20.0,
-            ..TimingConfig::default()
-        },
-    }
+    let mut request = BenchmarkRequest::new(Kernel::Cuda(kernel(
+        AXPY,
+        "axpy",
+        [n.div_ceil(256) as u32, 1, 1],
+        [256, 1, 1],
+    )))
+    .timing(TimingConfig::default().warmup_ms(5.0).rep_ms(20.0));
+    request.tensors = vec![
+        f32_tensor("x", n, Init::Random { seed: 1 }, false),
+        f32_tensor("y", n, Init::Zeros, true),
+    ];
+    request.scalars = vec![scalar("n", n as i64)];
+    request
 }
 
 #[test]
@@ -142,12 +123,11 @@ fn gpu_axpy_is_correct_and_verified_twice() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_spin_kernel_of_one_ms_is_measured_within_2_percent() {
-    let request = BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])),
-        tensors: vec![],
-        scalars: vec![scalar("ns", 1_000_000)],
-        timing: TimingConfig::default(),
+    let request = {
+        let mut request =
+            BenchmarkRequest::new(Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])));
+        request.scalars = vec![scalar("ns", 1_000_000)];
+        request
     };
     let stats = backend().benchmark(&request).unwrap().stats;
     println!("{stats:?}");
@@ -158,17 +138,8 @@ fn gpu_spin_kernel_of_one_ms_is_measured_within_2_percent() {
 }
 
 fn empty_request(flush_cache: bool, hot: bool) -> BenchmarkRequest {
-    BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(kernel(EMPTY, "empty", [1, 1, 1], [32, 1, 1])),
-        tensors: vec![],
-        scalars: vec![],
-        timing: TimingConfig {
-            flush_cache,
-            hot,
-            ..TimingConfig::default()
-        },
-    }
+    BenchmarkRequest::new(Kernel::Cuda(kernel(EMPTY, "empty", [1, 1, 1], [32, 1, 1])))
+        .timing(TimingConfig::default().flush_cache(flush_cache).hot(hot))
 }
 
 #[test]
@@ -322,16 +293,12 @@ fn gpu_fresh_inputs_catch_a_memoizing_kernel_and_honest_ones_pass_every_check() 
     );
 
     // A 5 ms spin, honest: its events and a device-wide wait agree (no work_outside_stream).
-    let spin = BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])),
-        tensors: vec![],
-        scalars: vec![scalar("ns", 5_000_000)],
-        timing: TimingConfig {
-            warmup_ms: 10.0,
-            rep_ms: 50.0,
-            ..TimingConfig::default()
-        },
+    let spin = {
+        let mut request =
+            BenchmarkRequest::new(Kernel::Cuda(kernel(SPIN, "spin", [1, 1, 1], [1, 1, 1])))
+                .timing(TimingConfig::default().warmup_ms(10.0).rep_ms(50.0));
+        request.scalars = vec![scalar("ns", 5_000_000)];
+        request
     };
     backend.benchmark(&spin).unwrap();
 }
@@ -439,29 +406,23 @@ fn matmul_request(size: u64, choice: [(&str, u32); 5]) -> BenchmarkRequest {
         .iter()
         .map(|(n, v)| Define::new(*n, v.to_string()))
         .collect();
-    let matrix = |name: &str, init, output| TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![size, size],
-        init,
-        output,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
+    let matrix = |name: &str, init, output| {
+        let mut spec = TensorSpec::new(name, DType::F32, vec![size, size]).init(init);
+        spec.output = output;
+        spec
     };
-    BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(k),
-        tensors: vec![
+    {
+        let mut request = BenchmarkRequest::new(Kernel::Cuda(k));
+        request.tensors = vec![
             matrix("A", Init::Random { seed: 0 }, false),
             matrix("B", Init::Random { seed: 1 }, false),
             matrix("C", Init::Zeros, true),
-        ],
-        scalars: ["M", "N", "K"]
+        ];
+        request.scalars = ["M", "N", "K"]
             .iter()
             .map(|n| scalar(n, size as i64))
-            .collect(),
-        timing: TimingConfig::default(),
+            .collect();
+        request
     }
 }
 

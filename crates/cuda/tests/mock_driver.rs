@@ -143,50 +143,32 @@ const PTX: &str = "
 ";
 
 fn tensor(name: &str, init: Init, output: bool) -> TensorSpec {
-    TensorSpec {
-        name: name.into(),
-        dtype: DType::F32,
-        shape: vec![N],
-        init,
-        output,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    }
+    let mut spec = TensorSpec::new(name, DType::F32, vec![N]).init(init);
+    spec.output = output;
+    spec
 }
 
 fn timing() -> TimingConfig {
-    TimingConfig {
-        warmup_ms: 1.0,
-        rep_ms: 5.0,
-        min_reps: 10,
-        max_reps: 20,
-        ..TimingConfig::default()
-    }
+    TimingConfig::default()
+        .warmup_ms(1.0)
+        .rep_ms(5.0)
+        .min_reps(10)
+        .max_reps(20)
 }
 
 /// `entry(x, y, n)` from [`PTX`], on 4 blocks of 256 threads.
 fn request(entry: &str) -> BenchmarkRequest {
-    BenchmarkRequest {
-        args: Vec::new(),
-        kernel: Kernel::Cuda(CudaKernel {
-            code: CudaCode::Ptx(PTX.into()),
-            entry: entry.into(),
-            defines: vec![],
-            options: vec![],
-            launch: LaunchConfig {
-                grid: [4, 1, 1],
-                block: [256, 1, 1],
-                shared_mem_bytes: 0,
-            },
-        }),
-        tensors: vec![
-            tensor("x", Init::Random { seed: 3 }, false),
-            tensor("y", Init::Zeros, true),
-        ],
-        scalars: vec![Scalar::new("n", N as i64)],
-        timing: timing(),
-    }
+    let mut request = BenchmarkRequest::new(Kernel::Cuda(
+        CudaKernel::from_code(CudaCode::Ptx(PTX.into()), entry)
+            .launch(LaunchConfig::new([4, 1, 1], [256, 1, 1])),
+    ))
+    .timing(timing());
+    request.tensors = vec![
+        tensor("x", Init::Random { seed: 3 }, false),
+        tensor("y", Init::Zeros, true),
+    ];
+    request.scalars = vec![Scalar::new("n", N as i64)];
+    request
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {

@@ -7,8 +7,7 @@ use std::process::Command;
 use tunebox_bench::Backend;
 use tunebox_cuda::CudaBackend;
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Init, Kernel, LaunchConfig,
-    TensorSpec,
+    BenchError, BenchmarkRequest, CudaCode, CudaKernel, DType, Kernel, LaunchConfig, TensorSpec,
 };
 
 const CHILD_ENV: &str = "TUNEBOX_NO_GPU_CHILD";
@@ -22,30 +21,19 @@ fn driver_present() -> bool {
 }
 
 fn request() -> BenchmarkRequest {
-    let mut request = BenchmarkRequest::new(Kernel::Cuda(CudaKernel {
-        code: CudaCode::Source {
-            text: "extern \"C\" __global__ void k(float *y) { y[threadIdx.x] = 1.0f; }".into(),
-            name: "k.cu".into(),
-        },
-        entry: "k".into(),
-        defines: vec![],
-        options: vec![],
-        launch: LaunchConfig {
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            shared_mem_bytes: 0,
-        },
-    }));
-    request.tensors.push(TensorSpec {
-        name: "y".into(),
-        dtype: DType::F32,
-        shape: vec![32],
-        init: Init::Zeros,
-        output: true,
-        reset: false,
-        contents: None,
-        fresh_contents: None,
-    });
+    let mut request = BenchmarkRequest::new(Kernel::Cuda(
+        CudaKernel::from_code(
+            CudaCode::Source {
+                text: "extern \"C\" __global__ void k(float *y) { y[threadIdx.x] = 1.0f; }".into(),
+                name: "k.cu".into(),
+            },
+            "k",
+        )
+        .launch(LaunchConfig::new([1, 1, 1], [32, 1, 1])),
+    ));
+    request
+        .tensors
+        .push(TensorSpec::new("y", DType::F32, vec![32]).output());
     request
 }
 

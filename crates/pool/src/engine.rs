@@ -532,19 +532,9 @@ impl Shared {
 
 /// What a prepare task resolves with: nothing was measured.
 pub(crate) fn prepared() -> BenchmarkResult {
-    BenchmarkResult {
-        value: None,
-        stats: tunebox_protocol::TimingStats {
-            stopped: "prepared".into(),
-            preempted_reps: 0,
-            ..tunebox_protocol::TimingStats::unmeasured()
-        },
-        outputs: Vec::new(),
-        outputs_after_reps: Vec::new(),
-        mutated_inputs: Vec::new(),
-        integrity: Default::default(),
-        left_behind: Vec::new(),
-    }
+    BenchmarkResult::new(
+        tunebox_protocol::TimingStats::unmeasured().with_stopped("prepared".into()),
+    )
 }
 
 /// Why a worker slot gave up starting workers: what every task then fails with.
@@ -642,13 +632,10 @@ fn benchmark(
     log::info!("{exhausted}; measuring the task again in a fresh worker");
     process.ensure_running()?;
     let mut result = process.benchmark(again, timeout)?;
-    result.left_behind.insert(
-        0,
-        Leftover {
-            detail: format!("{}; measured again in a fresh worker", exhausted.detail),
-            ..exhausted
-        },
-    );
+    let detail = format!("{}; measured again in a fresh worker", exhausted.detail);
+    result
+        .left_behind
+        .insert(0, Leftover::new(exhausted.what, detail, exhausted.restored));
     Ok(result)
 }
 

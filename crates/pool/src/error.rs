@@ -7,6 +7,7 @@ use crate::Status;
 
 /// Why the pool could not produce a candidate's result, or could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PoolError {
     /// The candidate's request failed on its worker: a task error, a timeout, a crash, … (see
     /// [`ProcessError`]). The pool replaced the worker where needed and went on.

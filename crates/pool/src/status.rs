@@ -6,6 +6,7 @@
 /// This is the one classification of outcomes: [`PoolError::status`](crate::PoolError::status) decides it for an error,
 /// and TVM's coarser [`StatusKind`] is derived from it ([`Status::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Status {
     /// Measured (and, when verified, correct).
     Ok,

@@ -9,6 +9,7 @@ use tunebox_protocol::{DType, TensorData};
 /// infinity; a NaN passes only against a NaN, and only with `equal_nan`. Integer outputs are
 /// compared exactly, whatever the tolerance.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Tolerance {
     /// Relative tolerance.
     pub rtol: f64,
@@ -17,6 +18,25 @@ pub struct Tolerance {
     /// Whether a NaN where the reference has a NaN passes (numpy's `equal_nan`, default
     /// `false`: a NaN is never close to anything).
     pub equal_nan: bool,
+}
+
+impl Tolerance {
+    /// Elements within `atol + rtol * |reference|` of the reference pass; a NaN passes only with
+    /// [`Tolerance::equal_nan`].
+    pub fn new(rtol: f64, atol: f64) -> Tolerance {
+        Tolerance {
+            rtol,
+            atol,
+            equal_nan: false,
+        }
+    }
+
+    /// Whether NaN equals NaN (numpy's `equal_nan`).
+    #[must_use]
+    pub fn equal_nan(mut self, equal_nan: bool) -> Tolerance {
+        self.equal_nan = equal_nan;
+        self
+    }
 }
 
 impl Default for Tolerance {
@@ -32,6 +52,7 @@ impl Default for Tolerance {
 
 /// How one output tensor compares with the reference's.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TensorComparison {
     /// The tensor's name.
     pub name: String,
@@ -59,6 +80,7 @@ pub struct TensorComparison {
 /// One element outside the tolerance, its values written as their dtype's (`NaN`, `inf`,
 /// integers in full).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ElementMismatch {
     /// Flat (row-major) index of the element.
     pub index: u64,
@@ -77,6 +99,7 @@ impl TensorComparison {
 
 /// The verdict on one candidate: a comparison per reference output.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Verification {
     /// One entry per reference output, in the reference's order.
     pub tensors: Vec<TensorComparison>,
@@ -478,12 +501,12 @@ mod tests {
     use super::*;
 
     fn f32s(name: &str, values: &[f32]) -> TensorData {
-        TensorData {
-            name: name.into(),
-            dtype: DType::F32,
-            shape: vec![values.len() as u64],
-            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
-        }
+        TensorData::new(
+            name,
+            DType::F32,
+            vec![values.len() as u64],
+            Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
+        )
     }
 
     #[test]
@@ -549,12 +572,12 @@ mod tests {
     }
 
     fn f64s(name: &str, values: &[f64]) -> TensorData {
-        TensorData {
-            name: name.into(),
-            dtype: DType::F64,
-            shape: vec![values.len() as u64],
-            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
-        }
+        TensorData::new(
+            name,
+            DType::F64,
+            vec![values.len() as u64],
+            Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
+        )
     }
 
     #[test]
@@ -675,12 +698,12 @@ mod tests {
     }
 
     fn i64s(values: &[i64]) -> TensorData {
-        TensorData {
-            name: "n".into(),
-            dtype: DType::I64,
-            shape: vec![values.len() as u64],
-            bytes: Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
-        }
+        TensorData::new(
+            "n",
+            DType::I64,
+            vec![values.len() as u64],
+            Bytes::from_vec(values.iter().flat_map(|v| v.to_ne_bytes()).collect()).unwrap(),
+        )
     }
 
     #[test]

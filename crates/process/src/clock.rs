@@ -148,19 +148,11 @@ mod tests {
     use tunebox_protocol::{Integrity, TimingStats};
 
     fn result(worker_ms: Option<f64>) -> BenchmarkResult {
-        BenchmarkResult {
-            stats: TimingStats::unmeasured(),
-            value: None,
-            outputs: Vec::new(),
-            outputs_after_reps: Vec::new(),
-            mutated_inputs: Vec::new(),
-            integrity: Integrity {
-                fresh_outputs: Vec::new(),
-                worker_ms,
-                ..Integrity::default()
-            },
-            left_behind: Vec::new(),
-        }
+        BenchmarkResult::new(TimingStats::unmeasured()).with_integrity(
+            Integrity::default()
+                .with_fresh_outputs(Vec::new())
+                .with_worker_ms(worker_ms),
+        )
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::exit::describe_exit;
 /// [`Timeout`](ProcessError::Timeout) (the parent killed the worker at the deadline) and
 /// [`WorkerCrashed`](ProcessError::WorkerCrashed) (the worker died by itself).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessError {
     /// The worker executable could not be started (missing, not executable, out of resources).
     #[error("could not start the worker `{}`", path.display())]
@@ -195,6 +196,7 @@ pub enum ProcessError {
 
 /// What a sandboxed worker did that the kernel stopped it for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SandboxStop {
     /// A system call the sandbox's seccomp filter traps (SIGSYS): `ptrace`,
     /// `process_vm_readv`, `process_vm_writev`, `kcmp` or `pidfd_getfd`. `call` is the one the
@@ -214,6 +216,7 @@ pub enum SandboxStop {
 /// A system call a sandboxed worker was stopped for: its number on this architecture and,
 /// when the sandbox traps it, its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SystemCall {
     /// The number, as in `libc::SYS_*`.
     pub number: i64,

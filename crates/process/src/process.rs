@@ -644,10 +644,7 @@ impl TuningProcess {
             }
             self.strays_before = strays;
         }
-        let message = Request {
-            id: request.id,
-            body: request.body.clone(),
-        };
+        let message = Request::shared(request.id, request.body.clone());
         match worker.send(message, guard) {
             Ok(()) => {
                 if request.is_use {

@@ -11,6 +11,7 @@ use crate::{Bytes, Define};
 /// a 64-bit integer (a kernel taking an `int` reads its low 32 bits, which is the value for any
 /// scalar below 2^31 on these little-endian machines).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CudaKernel {
     /// The code.
     pub code: CudaCode,
@@ -132,6 +133,7 @@ pub enum CudaCode {
 
 /// The geometry of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LaunchConfig {
     /// Blocks in x, y, z.
     pub grid: [u32; 3],
@@ -152,6 +154,12 @@ impl LaunchConfig {
     }
 }
 
+setters!(LaunchConfig {
+    grid => grid: [u32; 3],
+    block => block: [u32; 3],
+    shared_mem_bytes => shared_mem_bytes: u32,
+});
+
 impl Default for LaunchConfig {
     /// One block of one thread, without dynamic shared memory.
     fn default() -> Self {
@@ -161,6 +169,7 @@ impl Default for LaunchConfig {
 
 /// One GPU, as a worker's backend sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Index among the worker's visible devices.
     pub index: u32,
@@ -182,8 +191,37 @@ pub struct DeviceInfo {
     pub memory_clock_khz: u32,
 }
 
+impl DeviceInfo {
+    /// The device `index` called `name`, every other figure empty or zero: set them with the
+    /// `with_*` setters (a backend of one's own describing its device).
+    pub fn new(index: u32, name: impl Into<String>) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            name: name.into(),
+            uuid: String::new(),
+            compute_capability: (0, 0),
+            total_memory_bytes: 0,
+            l2_cache_bytes: 0,
+            sm_count: 0,
+            clock_khz: 0,
+            memory_clock_khz: 0,
+        }
+    }
+}
+
+setters!(DeviceInfo {
+    with_uuid => uuid: String,
+    with_compute_capability => compute_capability: (u32, u32),
+    with_total_memory_bytes => total_memory_bytes: u64,
+    with_l2_cache_bytes => l2_cache_bytes: u64,
+    with_sm_count => sm_count: u32,
+    with_clock_khz => clock_khz: u32,
+    with_memory_clock_khz => memory_clock_khz: u32,
+});
+
 /// What a worker can do: its backends and the devices they see (`RequestBody::Probe`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Probe {
     /// The worker's backends.
     pub backends: Vec<String>,
@@ -192,3 +230,20 @@ pub struct Probe {
     /// Backends that could not list their devices, and why (no driver, …).
     pub unavailable: Vec<(String, crate::BenchError)>,
 }
+
+impl Probe {
+    /// A worker with `backends` that sees no device and had no backend fail to list its
+    /// devices.
+    pub fn new(backends: Vec<String>) -> Probe {
+        Probe {
+            backends,
+            devices: Vec::new(),
+            unavailable: Vec::new(),
+        }
+    }
+}
+
+setters!(Probe {
+    with_devices => devices: Vec<DeviceInfo>,
+    with_unavailable => unavailable: Vec<(String, crate::BenchError)>,
+});

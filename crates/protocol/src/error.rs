@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// A worker that dies is not a `BenchError`: the parent sees that itself (a crash or a timeout).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// The request names a backend this worker does not have.
     #[error("this worker has no `{backend}` backend (it has: {})", available.join(", "))]

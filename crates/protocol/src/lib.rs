@@ -36,6 +36,25 @@
 //! [ipc-channel]: https://docs.rs/ipc-channel
 #![deny(missing_docs)]
 
+/// Chainable setters, one per listed public field: `$setter(value) -> Self` sets `$field`.
+/// The protocol's structs are `#[non_exhaustive]` (a new field breaks no downstream build),
+/// so code outside this crate builds them with a constructor and these setters, not with a
+/// struct expression.
+macro_rules! setters {
+    ($ty:ty { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](Self::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $setter(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
 mod bytes;
 mod cuda;
 mod define;

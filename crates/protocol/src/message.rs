@@ -19,6 +19,7 @@ pub enum Bootstrap {
 
 /// The worker's greeting: who it is, and the two channels of the session.
 #[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Hello {
     /// The worker's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION); must equal the parent's.
     pub protocol_version: u32,
@@ -36,6 +37,28 @@ pub struct Hello {
     pub started: StartedCell,
 }
 
+impl Hello {
+    /// The greeting of the worker `pid` speaking `protocol_version` with `backends`, the
+    /// session's two channels and its started cell.
+    pub fn new(
+        protocol_version: u32,
+        pid: u32,
+        backends: Vec<String>,
+        channels: (IpcSender<Request>, IpcReceiver<Response>),
+        started: StartedCell,
+    ) -> Hello {
+        let (requests, responses) = channels;
+        Hello {
+            protocol_version,
+            pid,
+            backends,
+            requests,
+            responses,
+            started,
+        }
+    }
+}
+
 /// A request from the parent; the worker answers each with one [`Response`] of the same `id`,
 /// except `Shutdown`, which it answers by exiting.
 ///
@@ -43,6 +66,7 @@ pub struct Hello {
 /// it, without a copy, to send it again to a fresh worker when the first one died before
 /// starting it.
 #[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Request {
     /// Chosen by the parent, unique within one worker session.
     pub id: u64,
@@ -57,6 +81,12 @@ impl Request {
             id,
             body: Arc::new(body),
         }
+    }
+
+    /// A request with id `id` asking for the shared `body` (the parent sends a body it kept
+    /// again, without a copy).
+    pub fn shared(id: u64, body: Arc<RequestBody>) -> Request {
+        Request { id, body }
     }
 }
 
@@ -78,6 +108,7 @@ pub enum RequestBody {
 
 /// A worker's answer to the [`Request`] with the same `id`.
 #[derive(Debug, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Response {
     /// The id of the request this answers.
     pub id: u64,
@@ -88,6 +119,22 @@ pub struct Response {
     /// `restored` means the parent must replace this worker before the next request.
     pub left_behind: Vec<Leftover>,
 }
+
+impl Response {
+    /// The answer `body` to the request `id`, with nothing left behind (set it with
+    /// [`Response::with_left_behind`]).
+    pub fn new(id: u64, body: ResponseBody) -> Response {
+        Response {
+            id,
+            body,
+            left_behind: Vec::new(),
+        }
+    }
+}
+
+setters!(Response {
+    with_left_behind => left_behind: Vec<Leftover>,
+});
 
 /// What a [`Response`] carries.
 #[derive(Debug, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ use crate::{BenchError, Bytes, CudaCode, CudaKernel, DType, Define, SharedData};
 /// The worker allocates the tensors from their specs, calls the kernel once (its outputs are
 /// returned for verification), then times it as triton's `do_bench` does (see [`TimingConfig`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BenchmarkRequest {
     /// What to run; also selects the backend ([`Kernel::backend`]).
     pub kernel: Kernel,
@@ -44,7 +45,7 @@ impl BenchmarkRequest {
     ///     .tensor(TensorSpec::new("x", DType::F32, [1 << 20]).random(1))
     ///     .tensor(TensorSpec::new("y", DType::F32, [1 << 20]).output())
     ///     .scalar("n", 1 << 20)
-    ///     .timing(TimingConfig { rep_ms: 50.0, ..TimingConfig::default() });
+    ///     .timing(TimingConfig::default().rep_ms(50.0));
     /// assert_eq!(request.kernel.backend(), "cpu");
     /// assert_eq!((request.tensors.len(), request.scalars[0].value), (2, 1 << 20));
     /// ```
@@ -345,6 +346,7 @@ impl Arg {
 
 /// The code to benchmark. The variant decides which backend of the worker runs it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Kernel {
     /// C source compiled into a shared object by the worker's `cpu` backend.
     C(CKernel),
@@ -392,6 +394,7 @@ impl From<DiagnosticTask> for Kernel {
 /// A task of a kind defined outside tunebox, as it travels: the backend that runs it and the
 /// task itself, encoded with postcard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TaskKernel {
     /// The worker backend that runs it ([`Task::BACKEND`](crate::Task::BACKEND)).
     pub backend: String,
@@ -406,6 +409,17 @@ pub struct TaskKernel {
 }
 
 impl TaskKernel {
+    /// The task `payload` (postcard-encoded, [`encode`](crate::encode)) of Rust type
+    /// `task_type` for the backend `backend`. [`TaskRequest::encode`](crate::TaskRequest::encode)
+    /// builds one from a typed task.
+    pub fn new(backend: impl Into<String>, task_type: impl Into<String>, payload: Bytes) -> Self {
+        TaskKernel {
+            backend: backend.into(),
+            task_type: task_type.into(),
+            payload,
+        }
+    }
+
     /// How many shared-memory regions the payload needs (0 or 1).
     pub(crate) fn shared_payloads(&self) -> usize {
         usize::from(self.payload.is_shared())
@@ -417,6 +431,7 @@ impl TaskKernel {
 /// The entry is called as `entry(tensor_0, …, tensor_n, scalar_0, …, scalar_m)`: each tensor as a
 /// pointer to its element type (`float *` for f32, …), each scalar as `int64_t`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CKernel {
     /// The C source text.
     pub source: String,
@@ -523,6 +538,7 @@ impl CKernel {
 /// [`contents`](TensorSpec#structfield.contents), which only says where its initial bytes
 /// may be read from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TensorSpec {
     /// Name used in errors and verification reports.
     pub name: String,
@@ -886,8 +902,9 @@ fn fill_elements<const N: usize>(bytes: &mut [u8], mut next: impl FnMut() -> [u8
 ///
 /// An integer scalar ([`ScalarKind::I64`], the default, or [`ScalarKind::I32`]) holds its
 /// value in `value`, and `float` is 0; a float scalar ([`ScalarKind::F32`], [`ScalarKind::F64`])
-/// holds it in `float`, and `value` is 0. The fields `kind` and `float` came after `value`,
-/// so that `Scalar { name, value, ..Scalar::default() }` is still an `int64_t` scalar.
+/// holds it in `float`, and `value` is 0. Outside this crate a scalar is built with
+/// [`Scalar::new`] (`int64_t`), [`Scalar::i32`], [`Scalar::f32`] or [`Scalar::f64`] (the
+/// struct is `#[non_exhaustive]`).
 ///
 /// ```
 /// use tunebox_protocol::{Scalar, ScalarKind};
@@ -896,9 +913,10 @@ fn fill_elements<const N: usize>(bytes: &mut [u8], mut next: impl FnMut() -> [u8
 /// let alpha = Scalar::f32("alpha", 0.5);
 /// assert_eq!((n.kind, n.value, n.kind.c_type()), (ScalarKind::I32, 1024, "int32_t"));
 /// assert_eq!((alpha.float, alpha.as_f64()), (0.5, 0.5));
-/// assert_eq!(Scalar::new("k", 3), Scalar { name: "k".into(), value: 3, ..Scalar::default() });
+/// assert_eq!(Scalar::new("k", 3).kind, ScalarKind::I64);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Scalar {
     /// Name used in errors.
     pub name: String,
@@ -1084,6 +1102,7 @@ impl ScalarKind {
 /// `rep_ms / estimate` timed reps, each count clamped to `[min_reps, max_reps]` (see
 /// `tunebox_bench::do_bench` for the cap that keeps cache flushes from dominating).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TimingConfig {
     /// Warmup budget in ms (default 25).
     pub warmup_ms: f64,
@@ -1170,6 +1189,7 @@ pub struct TimingConfig {
 
 /// Timed reps on varied inputs ([`TimingConfig::varied_reps`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VariedReps {
     /// How many reps, at most, return their seeds and outputs for checking (0: the inputs
     /// vary, nothing is checked: a window whose outputs are not returned).
@@ -1183,6 +1203,7 @@ pub struct VariedReps {
 /// (steal time). Both inflate the rep's wall time by however long the kernel was not running,
 /// while the calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) counts only the time it ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum RepClock {
     /// Wall time, except for a rep whose thread was preempted (`getrusage(RUSAGE_THREAD)`'s
     /// involuntary context switches went up) or whose wall time exceeds its thread's CPU time
@@ -1216,6 +1237,32 @@ impl RepClock {
     }
 }
 
+setters!(TimingConfig {
+    warmup_ms => warmup_ms: f64,
+    rep_ms => rep_ms: f64,
+    min_reps => min_reps: u32,
+    max_reps => max_reps: u32,
+    flush_cache => flush_cache: bool,
+    hot => hot: bool,
+    max_noise => max_noise: Option<f64>,
+    max_time_ms => max_time_ms: Option<f64>,
+    cache_flush => cache_flush: CacheFlush,
+    budget_ms => budget_ms: Option<f64>,
+    outputs_only => outputs_only: bool,
+    fresh_seed => fresh_seed: Option<u64>,
+    estimate_runs => estimate_runs: Option<u32>,
+    clock => clock: RepClock,
+    varied_reps => varied_reps: Option<VariedReps>,
+    varied_seed => varied_seed: Option<u64>,
+});
+
+impl VariedReps {
+    /// Varied reps of which at most `checked` return their seeds and outputs.
+    pub fn new(checked: u32) -> VariedReps {
+        VariedReps { checked }
+    }
+}
+
 impl TimingConfig {
     /// Share of a request's timeout that [`TimingConfig::fit_to_timeout`] gives the worker as
     /// `budget_ms`: the rest absorbs what the budget cannot see (the reply, a loaded machine
@@ -1233,6 +1280,7 @@ impl TimingConfig {
 
 /// How the CPU backend evicts a kernel's data from the caches before each timed rep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum CacheFlush {
     /// Evict every cache line of the request's tensors (x86-64: `clflush` line by line, then a
     /// fence), as TVM's CPU timer does: the cost grows with the tensors, not with the
@@ -1290,6 +1338,7 @@ impl Default for TimingConfig {
 /// Scripted worker behaviours of the `diagnostics` backend. Each exercises one way a real
 /// candidate can succeed or fail.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum DiagnosticTask {
     /// Sleep `ms` milliseconds, then succeed with a result of that duration.
     Sleep {

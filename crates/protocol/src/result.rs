@@ -6,6 +6,7 @@ use crate::{Bytes, DType};
 
 /// A successful measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BenchmarkResult {
     /// Statistics over the timed reps, in ms. For a [`Kernel::Task`](crate::Kernel::Task): those
     /// of the backend's last `do_bench` through its task context, or
@@ -44,6 +45,7 @@ pub struct BenchmarkResult {
 /// Evidence a backend returns for the parent's integrity checks (docs/sandbox.md): what a
 /// candidate that cheats the harness cannot make agree with the reference or the parent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Integrity {
     /// The outputs of the call after the reps made on fresh inputs (every randomly filled
     /// input refilled with [`TimingConfig::fresh_seed`](crate::TimingConfig::fresh_seed) mixed
@@ -73,6 +75,7 @@ pub struct Integrity {
 /// ([`TensorSpec::varied_block`](crate::TensorSpec::varied_block)) and the outputs it left, in
 /// request order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CheckedRep {
     /// The seed the rep's inputs were varied with.
     pub seed: u64,
@@ -84,6 +87,7 @@ pub struct CheckedRep {
 /// [`BenchmarkResult::left_behind`]), or, with `what = "resources"`, a task that failed for lack
 /// of a resource in a worker that earlier tasks had used, with the likely culprit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Leftover {
     /// What changed: `"floating-point environment"`, `"signal dispositions"`, `"signal mask"`,
     /// `"working directory"`, `"umask"`, `"environment"`, `"rlimits"`, `"cpu affinity"`,
@@ -121,6 +125,7 @@ impl std::fmt::Display for Leftover {
 
 /// Statistics over the timed reps of one measurement. All times in milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TimingStats {
     /// Median rep time: the figure to rank by (triton's `do_bench` default).
     pub median_ms: f64,
@@ -155,6 +160,63 @@ pub struct TimingStats {
 }
 
 impl TimingStats {
+    /// Summarizes the rep times `samples` (ms, any order; NaN sorts last) after `warmup_reps`
+    /// untimed calls: median, mean, min, max, 20th and 80th percentiles (numpy's linear
+    /// interpolation, as triton's `do_bench`), sample standard deviation, `stopped = "reps"`
+    /// (`"single"` for one sample), no preempted reps. Every time is NaN for no samples.
+    ///
+    /// ```
+    /// use tunebox_protocol::TimingStats;
+    ///
+    /// let stats = TimingStats::from_samples(&[3.0, 1.0, 2.0, 5.0, 4.0], 2).with_stopped("noise".into());
+    /// assert_eq!((stats.median_ms, stats.min_ms, stats.max_ms, stats.reps), (3.0, 1.0, 5.0, 5));
+    /// assert_eq!((stats.warmup_reps, stats.stopped.as_str()), (2, "noise"));
+    /// ```
+    pub fn from_samples(samples: &[f64], warmup_reps: u32) -> TimingStats {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let mean = if n == 0 {
+            f64::NAN
+        } else {
+            sorted.iter().sum::<f64>() / n as f64
+        };
+        let stddev = if n < 2 {
+            0.0
+        } else {
+            (sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+        };
+        TimingStats {
+            median_ms: Self::quantile(&sorted, 0.5),
+            mean_ms: mean,
+            min_ms: sorted.first().copied().unwrap_or(f64::NAN),
+            max_ms: sorted.last().copied().unwrap_or(f64::NAN),
+            p20_ms: Self::quantile(&sorted, 0.2),
+            p80_ms: Self::quantile(&sorted, 0.8),
+            stddev_ms: stddev,
+            reps: u32::try_from(n).unwrap_or(u32::MAX),
+            warmup_reps,
+            stopped: if n == 1 { "single" } else { "reps" }.into(),
+            preempted_reps: 0,
+        }
+    }
+
+    /// The `q` quantile (0 ≤ q ≤ 1) of ascending `sorted` samples, by linear interpolation
+    /// between the two nearest ranks (numpy's default, which triton's `do_bench` quantiles
+    /// use). `NaN` for an empty slice.
+    pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+        match sorted {
+            [] => f64::NAN,
+            [only] => *only,
+            _ => {
+                let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+                let lo = pos.floor() as usize;
+                let hi = pos.ceil() as usize;
+                sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+            }
+        }
+    }
+
     /// Statistics of nothing: every time NaN, no reps, `stopped = "unmeasured"`. What a task
     /// that timed nothing reports, so that no ranking ever takes it for a fast one
     /// (`TuningProcessPool::benchmark_or_inf` gives it `+inf`).
@@ -185,8 +247,47 @@ impl TimingStats {
     }
 }
 
+setters!(BenchmarkResult {
+    with_stats => stats: TimingStats,
+    with_value => value: Option<Bytes>,
+    with_outputs => outputs: Vec<TensorData>,
+    with_outputs_after_reps => outputs_after_reps: Vec<TensorData>,
+    with_mutated_inputs => mutated_inputs: Vec<String>,
+    with_integrity => integrity: Integrity,
+    with_left_behind => left_behind: Vec<Leftover>,
+});
+
+setters!(Integrity {
+    with_fresh_outputs => fresh_outputs: Vec<TensorData>,
+    with_worker_ms => worker_ms: Option<f64>,
+    with_worker_cpu_ms => worker_cpu_ms: Option<f64>,
+    with_checked_reps => checked_reps: Vec<CheckedRep>,
+});
+
+impl CheckedRep {
+    /// The rep varied with `seed`, which left `outputs`.
+    pub fn new(seed: u64, outputs: Vec<TensorData>) -> CheckedRep {
+        CheckedRep { seed, outputs }
+    }
+}
+
+setters!(TimingStats {
+    with_median_ms => median_ms: f64,
+    with_mean_ms => mean_ms: f64,
+    with_min_ms => min_ms: f64,
+    with_max_ms => max_ms: f64,
+    with_p20_ms => p20_ms: f64,
+    with_p80_ms => p80_ms: f64,
+    with_stddev_ms => stddev_ms: f64,
+    with_reps => reps: u32,
+    with_warmup_reps => warmup_reps: u32,
+    with_stopped => stopped: String,
+    with_preempted_reps => preempted_reps: u32,
+});
+
 /// Contents of a tensor returned by the worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TensorData {
     /// The tensor's name from its spec.
     pub name: String,
@@ -198,7 +299,43 @@ pub struct TensorData {
     pub bytes: Bytes,
 }
 
+impl TensorData {
+    /// The tensor `name` of `dtype` with `shape` (outermost first, in elements) holding `bytes`
+    /// (native byte order, row-major).
+    pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<u64>, bytes: Bytes) -> TensorData {
+        TensorData {
+            name: name.into(),
+            dtype,
+            shape,
+            bytes,
+        }
+    }
+}
+
 impl BenchmarkResult {
+    /// A measurement with `stats` and nothing else: no typed value, no outputs, no mutated
+    /// inputs, no integrity evidence, nothing left behind. Add the rest with the `with_*`
+    /// setters.
+    ///
+    /// ```
+    /// use tunebox_protocol::{BenchmarkResult, TimingStats};
+    ///
+    /// let result = BenchmarkResult::new(TimingStats::from_samples(&[1.0, 2.0, 3.0], 1))
+    ///     .with_mutated_inputs(vec!["x".into()]);
+    /// assert_eq!((result.stats.median_ms, result.mutated_inputs.len()), (2.0, 1));
+    /// ```
+    pub fn new(stats: TimingStats) -> BenchmarkResult {
+        BenchmarkResult {
+            stats,
+            value: None,
+            outputs: Vec::new(),
+            outputs_after_reps: Vec::new(),
+            mutated_inputs: Vec::new(),
+            integrity: Integrity::default(),
+            left_behind: Vec::new(),
+        }
+    }
+
     /// How many of the outputs travel as shared memory (at most
     /// [`MAX_SHARED_PAYLOADS`](crate::MAX_SHARED_PAYLOADS) fit in one message).
     pub fn shared_payloads(&self) -> usize {

@@ -187,6 +187,7 @@ impl Serialize for StartedCell {
 
 /// Where a worker is in a request (what [`StartedCell::progress`] reads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Phase {
     /// Loading the kernel and allocating and filling its tensors.
     Setup = 1,

@@ -53,6 +53,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + 'static {
 /// The worker allocates the tensors from their specs (shared-memory data included) for the
 /// backend, which reaches them, the scalars and the timing budget through its task context.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TaskRequest<T> {
     /// The task.
     pub task: T,

@@ -224,14 +224,14 @@ pub(crate) unsafe fn outputs(
         // SAFETY: the caller's contract.
         let bytes = unsafe { slice(buffer) };
         places.push(Place::Output);
-        outputs.push(TensorData {
-            name: format!("buffer{}", outputs.len()),
-            dtype: DType::U8,
-            shape: vec![bytes.len() as u64],
-            bytes: Bytes::copy_from_slice(bytes).map_err(|e| BenchError::Failed {
+        outputs.push(TensorData::new(
+            format!("buffer{}", outputs.len()),
+            DType::U8,
+            vec![bytes.len() as u64],
+            Bytes::copy_from_slice(bytes).map_err(|e| BenchError::Failed {
                 message: e.to_string(),
             })?,
-        });
+        ));
     }
     Ok((places, outputs))
 }

@@ -38,11 +38,11 @@ pub(crate) fn request(choice: &CChoice<'_>) -> PyResult<BenchmarkRequest> {
     for (name, value) in &choice.defines {
         kernel = kernel.define(name.clone(), value);
     }
-    let mut request = BenchmarkRequest::new(kernel).timing(TimingConfig {
-        warmup_ms: choice.warmup_ms,
-        rep_ms: choice.rep_ms,
-        ..TimingConfig::default()
-    });
+    let mut request = BenchmarkRequest::new(kernel).timing(
+        TimingConfig::default()
+            .warmup_ms(choice.warmup_ms)
+            .rep_ms(choice.rep_ms),
+    );
     let mut order = Vec::with_capacity(choice.args.len());
     for (position, arg) in choice.args.iter().enumerate() {
         let kind: String = arg.get_item(0)?.extract()?;

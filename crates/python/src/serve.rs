@@ -52,19 +52,13 @@ impl Backend for PythonBackend {
 
     fn benchmark(&mut self, request: &BenchmarkRequest) -> Result<BenchmarkResult, BenchError> {
         let reply = self.run(request)?;
-        Ok(BenchmarkResult {
-            stats: TimingStats::unmeasured(),
-            value: Some(
-                Bytes::from_vec(reply.framed).map_err(|e| BenchError::Failed {
+        Ok(BenchmarkResult::new(TimingStats::unmeasured())
+            .with_value(Some(Bytes::from_vec(reply.framed).map_err(|e| {
+                BenchError::Failed {
                     message: e.to_string(),
-                })?,
-            ),
-            outputs: reply.buffers,
-            outputs_after_reps: Vec::new(),
-            mutated_inputs: Vec::new(),
-            integrity: Default::default(),
-            left_behind: Vec::new(),
-        })
+                }
+            })?))
+            .with_outputs(reply.buffers))
     }
 
     /// A `Load`: the handler unpickles and keeps the call; an unpickling error is kept too and

@@ -546,11 +546,11 @@ fn output((kind, path): (String, Option<PathBuf>)) -> PyResult<Output> {
 fn request(op: Op, parts: &[&[u8]]) -> PyResult<BenchmarkRequest> {
     let payload = Bytes::from_vec(frame::encode(op as u8, parts))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
-    Ok(BenchmarkRequest::new(Kernel::Task(TaskKernel {
-        backend: BACKEND.to_owned(),
-        task_type: TASK_TYPE.to_owned(),
+    Ok(BenchmarkRequest::new(Kernel::Task(TaskKernel::new(
+        BACKEND.to_owned(),
+        TASK_TYPE.to_owned(),
         payload,
-    })))
+    ))))
 }
 
 /// The request for a pickled call and its out-of-band buffers.

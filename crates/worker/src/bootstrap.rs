@@ -69,14 +69,13 @@ fn connect_and_serve(registry: &mut Registry) -> Result<(), WorkerError> {
         .try_clone()
         .map_err(|e| ipc("creating the started-request cell", e))?;
     bootstrap
-        .send(Bootstrap::Hello(Hello {
-            protocol_version: PROTOCOL_VERSION,
-            pid: std::process::id(),
-            backends: registry.names(),
-            requests: request_tx,
-            responses: response_rx,
-            started: parents_cell,
-        }))
+        .send(Bootstrap::Hello(Hello::new(
+            PROTOCOL_VERSION,
+            std::process::id(),
+            registry.names(),
+            (request_tx, response_rx),
+            parents_cell,
+        )))
         .map_err(|e| ipc("sending Hello", e))?;
     drop(bootstrap);
     // Measurements say how far they got in the cell, for the parent's timeout errors.

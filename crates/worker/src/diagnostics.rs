@@ -51,15 +51,7 @@ impl Backend for DiagnosticsBackend {
             outputs.push(HostTensor::allocate(spec)?.to_data()?);
         }
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-        Ok(BenchmarkResult {
-            value: None,
-            stats: summarize(&[elapsed_ms], 0),
-            outputs,
-            outputs_after_reps: Vec::new(),
-            mutated_inputs: Vec::new(),
-            integrity: Default::default(),
-            left_behind: Vec::new(),
-        })
+        Ok(BenchmarkResult::new(summarize(&[elapsed_ms], 0)).with_outputs(outputs))
     }
 }
 
@@ -148,6 +140,11 @@ fn run(task: &DiagnosticTask) -> Result<Vec<TensorData>, BenchError> {
         DiagnosticTask::Remember { .. } | DiagnosticTask::Recall | DiagnosticTask::Checksum => {
             unreachable!("tasks that need the backend or the request are handled by the backend")
         }
+        other => {
+            return Err(BenchError::InvalidRequest {
+                detail: format!("this worker does not know the diagnostic task {other:?}"),
+            });
+        }
     }
     Ok(Vec::new())
 }
@@ -164,23 +161,14 @@ fn checksums(request: &BenchmarkRequest) -> Result<TensorData, BenchError> {
         .flat_map(u64::to_ne_bytes)
         .collect();
     let count = sums.len() as u64 / 8;
-    Ok(TensorData {
-        name: "checksum".into(),
-        dtype: DType::I64,
-        shape: vec![count],
-        bytes: Bytes::from_vec(sums).map_err(|e| BenchError::Failed {
-            message: e.to_string(),
-        })?,
-    })
+    let bytes = Bytes::from_vec(sums).map_err(|e| BenchError::Failed {
+        message: e.to_string(),
+    })?;
+    Ok(TensorData::new("checksum", DType::I64, vec![count], bytes))
 }
 
 fn bytes_output(name: &str, bytes: Bytes) -> TensorData {
-    TensorData {
-        name: name.to_owned(),
-        dtype: DType::U8,
-        shape: vec![bytes.len() as u64],
-        bytes,
-    }
+    TensorData::new(name, DType::U8, vec![bytes.len() as u64], bytes)
 }
 
 /// Busy-waits `ms` ms, optionally with SIGTERM, SIGINT and SIGALRM blocked, like native code that

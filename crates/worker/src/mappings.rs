@@ -63,16 +63,9 @@ mod tests {
     fn request(data: &[SharedData]) -> BenchmarkRequest {
         let mut request = BenchmarkRequest::new(Kernel::Diagnostic(DiagnosticTask::Checksum));
         for d in data {
-            request.tensors.push(TensorSpec {
-                name: "d".into(),
-                dtype: DType::U8,
-                shape: vec![d.len() as u64],
-                init: Init::Data(d.clone()),
-                output: false,
-                reset: false,
-                contents: None,
-                fresh_contents: None,
-            });
+            request.tensors.push(
+                TensorSpec::new("d", DType::U8, vec![d.len() as u64]).init(Init::Data(d.clone())),
+            );
         }
         request
     }

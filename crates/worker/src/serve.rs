@@ -106,11 +106,7 @@ pub(crate) fn serve_recording(
             _ => false,
         };
         responses
-            .send(Response {
-                id: request.id,
-                body,
-                left_behind,
-            })
+            .send(Response::new(request.id, body).with_left_behind(left_behind))
             .map_err(|e| WorkerError::Ipc {
                 during: "sending a response",
                 detail: e.to_string(),
@@ -150,11 +146,9 @@ fn probe(registry: &mut Registry) -> Probe {
             Err(payload) => unavailable.push((name.clone(), panic_error(payload))),
         }
     }
-    Probe {
-        backends,
-        devices,
-        unavailable,
-    }
+    Probe::new(backends)
+        .with_devices(devices)
+        .with_unavailable(unavailable)
 }
 
 /// How long the worker looks for its next request without sleeping, after each answer.
@@ -307,14 +301,11 @@ mod tests {
     #[test]
     fn unknown_backend_names_the_available_ones() {
         with_worker(|tx, rx| {
-            let mut request = BenchmarkRequest::new(Kernel::C(tunebox_protocol::CKernel {
-                source: "void f(void) {}".into(),
-                source_name: "f.c".into(),
-                entry: "f".into(),
-                defines: vec![],
-                flags: vec![],
-                compiler: "cc".into(),
-                compiler_identity: None,
+            let mut request = BenchmarkRequest::new(Kernel::C({
+                let mut kernel =
+                    tunebox_protocol::CKernel::new("void f(void) {}", "f").source_name("f.c");
+                kernel.flags = vec![];
+                kernel
             }));
             request.timing.min_reps = 1;
             tx.send(Request::new(3, RequestBody::Benchmark(Box::new(request))))

@@ -128,16 +128,9 @@ fn tensor(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let spec = TensorSpec {
-        name: raw.name,
-        dtype,
-        shape,
-        init: Init::Zeros,
-        output: raw.output,
-        reset: raw.reset,
-        contents: None,
-        fresh_contents: None,
-    };
+    let mut spec = TensorSpec::new(raw.name, dtype, shape);
+    spec.output = raw.output;
+    spec.reset = raw.reset;
     let Some(bytes) = spec.byte_len() else {
         bail!(
             "{field}.shape = {:?}: the tensor would need more than 2^64 bytes",
@@ -172,7 +165,7 @@ fn tensor(
             "{field}.init = {other}: use \"random\", \"zeros\", \"ones\" or {{ file = \"path\" }}"
         ),
     };
-    Ok(TensorSpec { init, ..spec })
+    Ok(spec.init(init))
 }
 
 /// A tensor's contents: the data `files` gives for `file`, else the raw binary file `file`
@@ -243,24 +236,9 @@ fn scalar(index: usize, raw: RawScalar) -> Result<Scalar> {
         },
     };
     let scalar = match (&raw.value, kind.is_float()) {
-        (toml::Value::Integer(v), false) => Scalar {
-            name: raw.name,
-            value: *v,
-            kind,
-            float: 0.0,
-        },
-        (toml::Value::Integer(v), true) => Scalar {
-            name: raw.name,
-            value: 0,
-            kind,
-            float: *v as f64,
-        },
-        (toml::Value::Float(v), true) => Scalar {
-            name: raw.name,
-            value: 0,
-            kind,
-            float: *v,
-        },
+        (toml::Value::Integer(v), false) => scalar_of(raw.name, kind, *v, 0.0),
+        (toml::Value::Integer(v), true) => scalar_of(raw.name, kind, 0, *v as f64),
+        (toml::Value::Float(v), true) => scalar_of(raw.name, kind, 0, *v),
         (toml::Value::Float(v), false) => bail!(
             "{field}.value = {v}: an {} scalar takes an integer; give type = \"f32\" or \"f64\" \
              to pass a float",
@@ -272,6 +250,14 @@ fn scalar(index: usize, raw: RawScalar) -> Result<Scalar> {
         .check()
         .map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
     Ok(scalar)
+}
+
+/// The scalar `name` of `kind` holding `value` (integer kinds) or `float` (float kinds).
+fn scalar_of(name: String, kind: ScalarKind, value: i64, float: f64) -> Scalar {
+    let mut scalar = Scalar::new(name, value);
+    scalar.kind = kind;
+    scalar.float = float;
+    scalar
 }
 
 /// The argument order: `names` (the manifest's `args`, or the names of Kernel Tuner's

@@ -34,7 +34,7 @@ use crate::space::ParamValue;
 ///     .scalar("n", 256)
 ///     .param("SCALE", [1, 2, 4])
 ///     .restriction("SCALE != 4")
-///     .timing(TimingConfig { rep_ms: 2.0, ..TimingConfig::default() })
+///     .timing(TimingConfig::default().rep_ms(2.0))
 ///     .verify_against_choice([("SCALE", 1)])
 ///     .metric("elements_per_ms", "256 / time")
 ///     .build()?;
@@ -607,11 +607,7 @@ mod tests {
         assert!(e.contains("restrictions[1]"), "{e}");
         let e = error(scale().tensor(TensorSpec::new("x", DType::F32, [1])));
         assert!(e.contains("also the name of tensors[0]"), "{e}");
-        let e = error(scale().timing(TimingConfig {
-            min_reps: 5,
-            max_reps: 2,
-            ..TimingConfig::default()
-        }));
+        let e = error(scale().timing(TimingConfig::default().min_reps(5).max_reps(2)));
         assert!(e.contains("timing.max_reps"), "{e}");
         let e = error(scale().timeout(Duration::ZERO));
         assert!(e.contains("timeout_s = 0"), "{e}");
@@ -621,9 +617,10 @@ mod tests {
         assert!(e.contains("kernel.entry"), "{e}");
         let e = error(scale().args(["x", "y"]));
         assert!(e.contains("args: `n` is missing"), "{e}");
-        let e = error(scale().scalar_arg(Scalar {
-            float: 1.5,
-            ..Scalar::i32("m", 0)
+        let e = error(scale().scalar_arg({
+            let mut v = Scalar::i32("m", 0);
+            v.float = 1.5;
+            v
         }));
         assert!(
             e.contains("scalar `m` (i32) has the float value 1.5"),

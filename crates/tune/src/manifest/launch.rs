@@ -263,11 +263,7 @@ impl Launch {
     /// memory).
     pub(crate) fn config(&self, choice: &Choice) -> Result<LaunchConfig> {
         let (block, grid, shared) = self.evaluate(choice)?;
-        let mut config = LaunchConfig {
-            grid: [0; 3],
-            block: [0; 3],
-            shared_mem_bytes: 0,
-        };
+        let mut config = LaunchConfig::new([0; 3], [0; 3]);
         for d in 0..3 {
             config.block[d] =
                 positive(block[d], &format!("block[{d}] = {:?}", self.block[d].text))?;

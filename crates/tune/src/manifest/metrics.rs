@@ -337,10 +337,11 @@ mod tests {
     fn scalars() -> Vec<Scalar> {
         ["M", "N", "K"]
             .iter()
-            .map(|n| Scalar {
-                name: (*n).into(),
-                value: 512,
-                ..Scalar::default()
+            .map(|n| {
+                let mut v = Scalar::default();
+                v.name = (*n).into();
+                v.value = 512;
+                v
             })
             .collect()
     }

@@ -146,10 +146,7 @@ mod tests {
             "cpu",
         );
         r.error = None;
-        r.stats = Some(tunebox_protocol::TimingStats {
-            median_ms: median,
-            ..tunebox_protocol::TimingStats::unmeasured()
-        });
+        r.stats = Some(tunebox_protocol::TimingStats::unmeasured().with_median_ms(median));
         r.metrics.extend(gflops.map(|g| ("GFLOP/s".to_owned(), g)));
         r
     }

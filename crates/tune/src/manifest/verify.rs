@@ -135,11 +135,12 @@ pub(super) fn verify(
 
 /// `verify.rtol`, `verify.atol` (each 0 or more) and `verify.equal_nan`, with their defaults.
 fn tolerance(raw: &RawVerify) -> Result<Tolerance> {
-    let tolerance = Tolerance {
-        rtol: raw.rtol.unwrap_or(1e-5),
-        atol: raw.atol.unwrap_or(1e-8),
-        equal_nan: raw.equal_nan.unwrap_or(false),
-    };
+    let default = Tolerance::default();
+    let tolerance = Tolerance::new(
+        raw.rtol.unwrap_or(default.rtol),
+        raw.atol.unwrap_or(default.atol),
+    )
+    .equal_nan(raw.equal_nan.unwrap_or(default.equal_nan));
     for (name, value) in [("rtol", tolerance.rtol), ("atol", tolerance.atol)] {
         ensure!(
             value.is_finite() && value >= 0.0,
@@ -290,12 +291,12 @@ fn reference_outputs(
             })?;
             let bytes = spec.byte_len().expect("checked when the tensor was read");
             let data = read_data(dir, file, given, bytes, spec).with_context(|| field.clone())?;
-            Ok(TensorData {
-                name: spec.name.clone(),
-                dtype: spec.dtype,
-                shape: spec.shape.clone(),
-                bytes: Bytes::copy_from_slice(&data).with_context(|| field.clone())?,
-            })
+            Ok(TensorData::new(
+                spec.name.clone(),
+                spec.dtype,
+                spec.shape.clone(),
+                Bytes::copy_from_slice(&data).with_context(|| field.clone())?,
+            ))
         })
         .collect()
 }

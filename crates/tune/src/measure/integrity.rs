@@ -286,30 +286,24 @@ mod tests {
     use tunebox_protocol::{Bytes, DType, Integrity, TimingStats};
 
     fn tensor(name: &str, bytes: &[u8]) -> TensorData {
-        TensorData {
-            name: name.into(),
-            dtype: DType::U8,
-            shape: vec![bytes.len() as u64],
-            bytes: Bytes::copy_from_slice(bytes).unwrap(),
-        }
+        TensorData::new(
+            name,
+            DType::U8,
+            vec![bytes.len() as u64],
+            Bytes::copy_from_slice(bytes).unwrap(),
+        )
     }
 
     fn result(median_ms: f64, outputs: Vec<TensorData>, fresh: Vec<TensorData>) -> BenchmarkResult {
         let mut stats = TimingStats::unmeasured();
         stats.median_ms = median_ms;
-        BenchmarkResult {
-            stats,
-            value: None,
-            outputs,
-            outputs_after_reps: Vec::new(),
-            mutated_inputs: Vec::new(),
-            integrity: Integrity {
-                fresh_outputs: fresh,
-                worker_ms: None,
-                ..Default::default()
-            },
-            left_behind: Vec::new(),
-        }
+        BenchmarkResult::new(stats)
+            .with_outputs(outputs)
+            .with_integrity(
+                Integrity::default()
+                    .with_fresh_outputs(fresh)
+                    .with_worker_ms(None),
+            )
     }
 
     #[test]

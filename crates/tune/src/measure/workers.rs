@@ -14,7 +14,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
-    TensorSpec, TimingConfig, VariedReps,
+    TensorSpec, VariedReps,
 };
 
 use crate::manifest::launch::Launch;
@@ -39,52 +39,60 @@ pub(crate) fn request(
     let mut flags = source.flags.clone();
     flags.push(format!("-I{}", source.dir.display()));
     let kernel = match source.language {
-        Language::C => Kernel::C(CKernel {
-            source: source.text.clone(),
-            source_name: source.source_name.clone(),
-            entry: source.entry.clone(),
-            defines: choice.defines(),
-            flags,
-            compiler: source.compiler.clone(),
+        Language::C => {
+            let mut kernel = CKernel::new(source.text.clone(), source.entry.clone())
+                .source_name(source.source_name.clone())
+                .compiler(source.compiler.clone());
+            kernel.defines = choice.defines();
+            kernel.flags = flags;
             // The parent compiled the choice before a worker runs it: the identity it found
             // spares each fresh worker the compiler's `--version` (a worker per window).
-            compiler_identity: tunebox_cpu::known_compiler_version(&source.compiler),
-        }),
-        Language::Cuda => Kernel::Cuda(CudaKernel {
-            code: CudaCode::Source {
-                text: source.text.clone(),
-                name: source.source_name.clone(),
-            },
-            entry: source.entry.clone(),
-            defines: choice.defines(),
-            options: flags,
-            launch: launch
-                .context("a CUDA kernel needs a launch geometry")?
-                .config(choice)
-                .context("launch")?,
-        }),
+            kernel.compiler_identity = tunebox_cpu::known_compiler_version(&source.compiler);
+            Kernel::C(kernel)
+        }
+        Language::Cuda => {
+            let mut kernel = CudaKernel::from_code(
+                CudaCode::Source {
+                    text: source.text.clone(),
+                    name: source.source_name.clone(),
+                },
+                source.entry.clone(),
+            )
+            .launch(
+                launch
+                    .context("a CUDA kernel needs a launch geometry")?
+                    .config(choice)
+                    .context("launch")?,
+            );
+            kernel.defines = choice.defines();
+            kernel.options = flags;
+            Kernel::Cuda(kernel)
+        }
     };
-    Ok(BenchmarkRequest {
-        kernel,
-        tensors: manifest
-            .tensors
-            .iter()
-            .map(|t| TensorSpec {
-                output: returned(manifest, t),
-                ..t.clone()
-            })
-            .collect(),
-        scalars: manifest.scalars.clone(),
-        timing: TimingConfig {
+    let mut request = BenchmarkRequest::new(kernel).timing(
+        manifest
+            .timing
+            .clone()
             // Against a reference kernel, one last call on fresh inputs (crate::measure::integrity).
-            fresh_seed: verifies_against_kernel(manifest)
-                .then(crate::measure::integrity::fresh_seed),
+            .fresh_seed(
+                verifies_against_kernel(manifest).then(crate::measure::integrity::fresh_seed),
+            )
             // And, in a sandbox or when asked, timed reps on varied inputs, some checked.
-            varied_reps: checked_reps(manifest).map(|checked| VariedReps { checked }),
-            ..manifest.timing.clone()
-        },
-        args: manifest.args.clone(),
-    })
+            .varied_reps(checked_reps(manifest).map(VariedReps::new)),
+    );
+    request.tensors = manifest
+        .tensors
+        .iter()
+        .map(|t| {
+            let output = returned(manifest, t);
+            let mut t = t.clone();
+            t.output = output;
+            t
+        })
+        .collect();
+    request.scalars = manifest.scalars.clone();
+    request.args = manifest.args.clone();
+    Ok(request)
 }
 
 /// How many timed reps of each verified window are checked on varied inputs
@@ -118,7 +126,7 @@ pub(crate) fn precompile(
             tunebox_cpu::compile_with(kernel, &Signature::of(request), cache, control)
                 .map(|artifact| artifact.dependencies().to_vec())
         }
-        Kernel::Cuda(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => Ok(Vec::new()),
+        _ => Ok(Vec::new()),
     }
 }
 
@@ -773,11 +781,13 @@ mod tests {
 
     #[test]
     fn outputs_are_the_same_only_with_the_same_names_and_bytes() {
-        let tensor = |name: &str, bytes: Vec<u8>| TensorData {
-            name: name.into(),
-            dtype: tunebox_protocol::DType::U8,
-            shape: vec![bytes.len() as u64],
-            bytes: tunebox_protocol::Bytes::from_vec(bytes).unwrap(),
+        let tensor = |name: &str, bytes: Vec<u8>| {
+            TensorData::new(
+                name,
+                tunebox_protocol::DType::U8,
+                vec![bytes.len() as u64],
+                tunebox_protocol::Bytes::from_vec(bytes).unwrap(),
+            )
         };
         let first = [tensor("y", vec![1, 2, 3])];
         assert!(same_bytes(&first, &[tensor("y", vec![1, 2, 3])]));

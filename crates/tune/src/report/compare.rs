@@ -348,19 +348,20 @@ mod tests {
         let choice = Choice::new(IndexMap::from([("X".to_owned(), ParamValue::Int(x))]));
         match ms {
             Some(ms) => ChoiceResult {
-                stats: Some(TimingStats {
-                    median_ms: ms,
-                    mean_ms: ms,
-                    min_ms: ms,
-                    max_ms: ms,
-                    p20_ms: ms * (1.0 - noise),
-                    p80_ms: ms * (1.0 + noise),
-                    stddev_ms: 0.0,
-                    reps: 10,
-                    warmup_reps: 0,
-                    stopped: "reps".into(),
-                    preempted_reps: 0,
-                }),
+                stats: Some(
+                    TimingStats::unmeasured()
+                        .with_median_ms(ms)
+                        .with_mean_ms(ms)
+                        .with_min_ms(ms)
+                        .with_max_ms(ms)
+                        .with_p20_ms(ms * (1.0 - noise))
+                        .with_p80_ms(ms * (1.0 + noise))
+                        .with_stddev_ms(0.0)
+                        .with_reps(10)
+                        .with_warmup_reps(0)
+                        .with_stopped("reps".into())
+                        .with_preempted_reps(0),
+                ),
                 error: None,
                 ..ChoiceResult::failed(x as usize, choice, Status::Ok, String::new(), "cpu")
             },

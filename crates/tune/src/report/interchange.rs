@@ -38,8 +38,9 @@ pub(crate) fn t4_invalidity(status: Status) -> T4Invalidity {
         // A measurement caught cheating is not a correct one.
         Status::Wrong | Status::Suspicious => T4Invalidity::Correctness,
         Status::CompileError => T4Invalidity::Compile,
-        Status::Error | Status::Crashed => T4Invalidity::Runtime,
         Status::Timeout => T4Invalidity::Timeout,
+        // Error, Crashed, and any status added later: it failed at run time.
+        _ => T4Invalidity::Runtime,
     }
 }
 
@@ -203,19 +204,17 @@ fn stats(ms: f64, times: &[f64]) -> TimingStats {
     } else {
         0.0
     };
-    TimingStats {
-        median_ms: ms,
-        mean_ms: ms,
-        min_ms: sorted.first().copied().unwrap_or(ms),
-        max_ms: sorted.last().copied().unwrap_or(ms),
-        p20_ms: quantile(0.2),
-        p80_ms: quantile(0.8),
-        stddev_ms: stddev,
-        reps: sorted.len() as u32,
-        warmup_reps: 0,
-        stopped: String::new(),
-        preempted_reps: 0,
-    }
+    TimingStats::unmeasured()
+        .with_median_ms(ms)
+        .with_mean_ms(ms)
+        .with_min_ms(sorted.first().copied().unwrap_or(ms))
+        .with_max_ms(sorted.last().copied().unwrap_or(ms))
+        .with_p20_ms(quantile(0.2))
+        .with_p80_ms(quantile(0.8))
+        .with_stddev_ms(stddev)
+        .with_reps(sorted.len() as u32)
+        .with_warmup_reps(0)
+        .with_stopped(String::new())
 }
 
 fn info(

@@ -124,19 +124,20 @@ mod tests {
             "cpu",
         );
         r.error = None;
-        r.stats = Some(tunebox_protocol::TimingStats {
-            median_ms: median,
-            mean_ms: median,
-            min_ms: p20,
-            max_ms: p80,
-            p20_ms: p20,
-            p80_ms: p80,
-            stddev_ms: 0.0,
-            reps: 10,
-            warmup_reps: 1,
-            stopped: "reps".into(),
-            preempted_reps: 0,
-        });
+        r.stats = Some(
+            tunebox_protocol::TimingStats::unmeasured()
+                .with_median_ms(median)
+                .with_mean_ms(median)
+                .with_min_ms(p20)
+                .with_max_ms(p80)
+                .with_p20_ms(p20)
+                .with_p80_ms(p80)
+                .with_stddev_ms(0.0)
+                .with_reps(10)
+                .with_warmup_reps(1)
+                .with_stopped("reps".into())
+                .with_preempted_reps(0),
+        );
         r
     }
 

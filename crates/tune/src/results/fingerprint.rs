@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tunebox_cpu::CompileControl;
 use tunebox_process::Sandbox;
-use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec, TimingConfig};
+use tunebox_protocol::{BenchmarkRequest, Init, Kernel, ScalarKind, TensorSpec};
 
 use crate::manifest::headers::local_headers;
 use crate::manifest::launch::Launch;
@@ -142,19 +142,10 @@ pub(crate) fn key(
         .text(device)
         .text(label)
         // The fresh-input seed changes from run to run; what it checks does not.
-        .text(&format!(
-            "{:?}",
-            TimingConfig {
-                fresh_seed: None,
-                ..request.timing.clone()
-            }
-        ))
+        .text(&format!("{:?}", request.timing.clone().fresh_seed(None)))
         .text(&format!("{max_process_uses:?}"));
-    match &request.kernel {
-        Kernel::Cuda(k) => {
-            h.text(&format!("{:?}", k.launch));
-        }
-        Kernel::C(_) | Kernel::Diagnostic(_) | Kernel::Task(_) => {}
+    if let Kernel::Cuda(k) = &request.kernel {
+        h.text(&format!("{:?}", k.launch));
     }
     h.finish()
 }

@@ -531,19 +531,20 @@ impl ResultJson {
                 Some(p80_ms),
                 Some(stddev_ms),
                 Some(reps),
-            ) => Some(TimingStats {
-                median_ms,
-                mean_ms,
-                min_ms,
-                max_ms,
-                p20_ms,
-                p80_ms,
-                stddev_ms,
-                reps,
-                warmup_reps: self.warmup_reps.unwrap_or(0),
-                stopped: self.stopped.unwrap_or_default(),
-                preempted_reps: self.preempted_reps.unwrap_or(0),
-            }),
+            ) => Some(
+                TimingStats::unmeasured()
+                    .with_median_ms(median_ms)
+                    .with_mean_ms(mean_ms)
+                    .with_min_ms(min_ms)
+                    .with_max_ms(max_ms)
+                    .with_p20_ms(p20_ms)
+                    .with_p80_ms(p80_ms)
+                    .with_stddev_ms(stddev_ms)
+                    .with_reps(reps)
+                    .with_warmup_reps(self.warmup_reps.unwrap_or(0))
+                    .with_stopped(self.stopped.unwrap_or_default())
+                    .with_preempted_reps(self.preempted_reps.unwrap_or(0)),
+            ),
             _ => None,
         };
         if status == Status::Ok && stats.is_none() {

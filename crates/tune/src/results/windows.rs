@@ -343,12 +343,10 @@ mod tests {
     }
 
     fn stats(median: f64) -> TimingStats {
-        TimingStats {
-            median_ms: median,
-            p20_ms: median * 0.99,
-            p80_ms: median * 1.01,
-            ..TimingStats::unmeasured()
-        }
+        TimingStats::unmeasured()
+            .with_median_ms(median)
+            .with_p20_ms(median * 0.99)
+            .with_p80_ms(median * 1.01)
     }
 
     #[test]
@@ -467,11 +465,11 @@ mod tests {
     /// 1 %, at most 3 %), whichever windows they are; one slowed window does not confirm.
     #[test]
     fn two_windows_that_agree_confirm_the_estimate() {
-        let noisy = |median: f64, stddev: f64, reps: u32| TimingStats {
-            median_ms: median,
-            stddev_ms: stddev,
-            reps,
-            ..stats(median)
+        let noisy = |median: f64, stddev: f64, reps: u32| {
+            stats(median)
+                .with_median_ms(median)
+                .with_stddev_ms(stddev)
+                .with_reps(reps)
         };
         let mut w = Windows::first(&noisy(5.0, 0.0, 3), quiet());
         assert!(!w.confirmed(), "one window");

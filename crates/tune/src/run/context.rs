@@ -848,13 +848,11 @@ mod tests {
 
     /// An `ok` result of choice `index` measured in `windows` windows of 0.5 ms.
     pub(crate) fn measured(index: usize, windows: usize) -> ChoiceResult {
-        let stats = tunebox_protocol::TimingStats {
-            median_ms: 0.5,
-            p20_ms: 0.5,
-            p80_ms: 0.5,
-            reps: 10,
-            ..tunebox_protocol::TimingStats::unmeasured()
-        };
+        let stats = tunebox_protocol::TimingStats::unmeasured()
+            .with_median_ms(0.5)
+            .with_p20_ms(0.5)
+            .with_p80_ms(0.5)
+            .with_reps(10);
         let mut r = ChoiceResult::failed(
             index,
             crate::space::Choice::new(Default::default()),

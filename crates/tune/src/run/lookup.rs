@@ -313,13 +313,11 @@ mod tests {
 
     #[test]
     fn windows_share_the_reps_and_only_the_first_warms_up() {
-        let timing = TimingConfig {
-            warmup_ms: 12.0,
-            rep_ms: 60.0,
-            min_reps: 7,
-            max_reps: 7,
-            ..TimingConfig::default()
-        };
+        let timing = TimingConfig::default()
+            .warmup_ms(12.0)
+            .rep_ms(60.0)
+            .min_reps(7)
+            .max_reps(7);
         let w: Vec<TimingConfig> = (0..4).map(|i| window_timing(&timing, 3, i)).collect();
         assert_eq!(
             w.iter().map(|t| t.min_reps).collect::<Vec<_>>(),
@@ -339,19 +337,18 @@ mod tests {
 
     /// 10 reps of exactly 0.5 ms.
     fn steady_stats() -> tunebox_protocol::TimingStats {
-        tunebox_protocol::TimingStats {
-            median_ms: 0.5,
-            mean_ms: 0.5,
-            min_ms: 0.5,
-            max_ms: 0.5,
-            p20_ms: 0.5,
-            p80_ms: 0.5,
-            stddev_ms: 0.0,
-            reps: 10,
-            warmup_reps: 1,
-            stopped: "reps".into(),
-            preempted_reps: 0,
-        }
+        tunebox_protocol::TimingStats::unmeasured()
+            .with_median_ms(0.5)
+            .with_mean_ms(0.5)
+            .with_min_ms(0.5)
+            .with_max_ms(0.5)
+            .with_p20_ms(0.5)
+            .with_p80_ms(0.5)
+            .with_stddev_ms(0.0)
+            .with_reps(10)
+            .with_warmup_reps(1)
+            .with_stopped("reps".into())
+            .with_preempted_reps(0)
     }
 
     fn manifest() -> Manifest {

@@ -824,11 +824,11 @@ mod tests {
     use super::*;
 
     fn windows(medians: &[f64]) -> crate::Windows {
-        let stats = |m: f64| TimingStats {
-            median_ms: m,
-            p20_ms: m,
-            p80_ms: m,
-            ..TimingStats::unmeasured()
+        let stats = |m: f64| {
+            TimingStats::unmeasured()
+                .with_median_ms(m)
+                .with_p20_ms(m)
+                .with_p80_ms(m)
         };
         let mut w = crate::Windows::first(&stats(medians[0]), Default::default());
         for &m in &medians[1..] {

@@ -254,10 +254,7 @@ mod tests {
                 .collect(),
         );
         let mut r = ChoiceResult::failed(index, choice, status, String::new(), "cpu");
-        r.stats = median.map(|m| tunebox_protocol::TimingStats {
-            median_ms: m,
-            ..tunebox_protocol::TimingStats::unmeasured()
-        });
+        r.stats = median.map(|m| tunebox_protocol::TimingStats::unmeasured().with_median_ms(m));
         r
     }
 
@@ -287,11 +284,7 @@ mod tests {
         assert_eq!(r.min_reps, t.min_reps);
         assert_eq!(r.max_reps, 4 * t.max_reps);
         // Kernel Tuner's fixed iterations: four times as many.
-        let fixed = TimingConfig {
-            min_reps: 7,
-            max_reps: 7,
-            ..TimingConfig::default()
-        };
+        let fixed = TimingConfig::default().min_reps(7).max_reps(7);
         let r = refined_timing(&fixed);
         assert_eq!((r.min_reps, r.max_reps), (28, 28));
         // Four times the work gets four times the time.

@@ -514,19 +514,7 @@ pub(crate) fn result_of(
         Some(ms) if m.status == Status::Ok => {
             let mut r = ChoiceResult::failed(index, choice, Status::Ok, String::new(), device);
             r.error = None;
-            r.stats = Some(TimingStats {
-                median_ms: ms,
-                mean_ms: ms,
-                min_ms: ms,
-                max_ms: ms,
-                p20_ms: ms,
-                p80_ms: ms,
-                stddev_ms: 0.0,
-                reps: 1,
-                warmup_reps: 0,
-                stopped: "replay".into(),
-                preempted_reps: 0,
-            });
+            r.stats = Some(TimingStats::from_samples(&[ms], 0).with_stopped("replay".into()));
             r
         }
         _ => ChoiceResult::failed(

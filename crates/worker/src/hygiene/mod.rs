@@ -358,6 +358,7 @@ pub(crate) fn describe(request: &BenchmarkRequest) -> String {
         Kernel::Cuda(c) => with_defines(&c.entry, &c.defines),
         Kernel::Diagnostic(task) => format!("diagnostics {task:?}"),
         Kernel::Task(task) => format!("{} task `{}`", task.backend, task.task_type),
+        other => format!("{} kernel", other.backend()),
     };
     if text.chars().count() > 120 {
         let cut: String = text.chars().take(119).collect();

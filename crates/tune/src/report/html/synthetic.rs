@@ -197,19 +197,19 @@ fn measured(
         ended_s,
     };
     ChoiceResult {
-        stats: Some(TimingStats {
-            median_ms: windows.estimate_ms,
-            mean_ms: ms,
-            min_ms: ms * 0.98,
-            max_ms: ms * 1.3,
-            p20_ms: ms * 0.99,
-            p80_ms: ms * 1.02,
-            stddev_ms: ms * 0.02,
-            reps: 20 * count as u32,
-            warmup_reps: 2,
-            stopped: "reps".into(),
-            preempted_reps: 0,
-        }),
+        stats: Some(
+            TimingStats::unmeasured()
+                .with_median_ms(windows.estimate_ms)
+                .with_mean_ms(ms)
+                .with_min_ms(ms * 0.98)
+                .with_max_ms(ms * 1.3)
+                .with_p20_ms(ms * 0.99)
+                .with_p80_ms(ms * 1.02)
+                .with_stddev_ms(ms * 0.02)
+                .with_reps(20 * count as u32)
+                .with_warmup_reps(2)
+                .with_stopped("reps".into()),
+        ),
         error: None,
         windows: Some(windows),
         ..ChoiceResult::failed(index, choice, Status::Ok, String::new(), device)
