@@ -32,6 +32,7 @@ pub(crate) fn semver(args: &[String]) -> Result<(), String> {
         _ => return Err("usage: cargo xtask semver [--baseline-rev REV]".into()),
     };
     check_tool()?;
+    check_baseline_present(&baseline)?;
     let mut check = vec!["semver-checks", "--workspace", "--baseline-rev", &baseline];
     for package in NOT_LIBRARIES {
         check.extend(["--exclude", package]);
@@ -67,6 +68,24 @@ fn parse_baseline(text: &str) -> Result<String, String> {
             lines.len()
         )),
     }
+}
+
+/// Whether this checkout has the commit `rev` (cargo-semver-checks builds the baseline from
+/// it): an error naming the fix otherwise (a shallow clone lacks it).
+fn check_baseline_present(rev: &str) -> Result<(), String> {
+    let root = workspace_root();
+    let present = Command::new("git")
+        .current_dir(&root)
+        .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
+        .status()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if present.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{BASELINE_FILE} names {rev}, which this checkout does not have (a shallow clone?): \
+         `git fetch --unshallow` (or fetch that commit), then run again"
+    ))
 }
 
 /// Whether `cargo semver-checks` runs, and is [`TOOL_VERSION`]: an error naming the install
