@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tunebox_pool::Status;
 use tunebox_process::{ProcessConfig, ProcessError, Sandbox, SandboxSupport, TuningProcess};
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec, TimingConfig, VariedReps,
+};
 use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
 use crate::util::{cache_root, cheat_of, compiled_xy, config, stopped_at, worker_exe};
@@ -76,6 +78,74 @@ void k(const float *x, float *y, int64_t n) {\n\
     let err = run(source).unwrap_err();
     assert!(stopped_at(&err, "ptrace"), "{err}");
     assert!(err.to_string().contains("ptrace (system call"), "{err}");
+}
+
+/// A kernel that watches its own process between calls: the entries of `/proc/self/fd` and the
+/// lines of `/proc/self/maps` (what a shared-memory region adds). It counts the calls before
+/// which they changed, from its third call on (after the first call the worker copies that
+/// call's outputs out) and leaving out the call after the reps (its outputs poisoned: the reps
+/// are over), and writes the count into `seen[0]` and its calls into `seen[1]`.
+const WATCHER: &str = r#"#include <stdint.h>
+#include <stdio.h>
+#include <dirent.h>
+static long state(void) {
+    long n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    if (d) { while ((e = readdir(d))) n++; closedir(d); }
+    FILE *f = fopen("/proc/self/maps", "r");
+    int c;
+    if (f) { while ((c = fgetc(f)) != EOF) n += (c == '\n') * 1000000L; fclose(f); }
+    return n;
+}
+static long last, calls, changes;
+void k(const float *x, float *y, int64_t *seen, int64_t n) {
+    int poisoned = y[0] != y[0];
+    if (calls >= 2 && !poisoned && state() != last) changes++;
+    calls++;
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+    seen[0] = changes;
+    seen[1] = calls;
+    last = state();
+}
+"#;
+
+/// A checked rep ends as every other rep does: nothing a candidate can see from its next
+/// call (its descriptors, its mappings) tells it that the rep before was checked, so it cannot
+/// count the checks and skip the reps after the last one. (Before, a checked rep's outputs
+/// over 16 KiB went into a shared-memory region at once: one more descriptor and mapping.)
+#[test]
+fn a_checked_rep_leaves_no_trace_the_next_call_sees() {
+    // 256 KiB of outputs: more than travels inline (`tunebox_protocol::INLINE_LIMIT`).
+    let n = 1u64 << 16;
+    let request = BenchmarkRequest::new(CKernel::new(WATCHER, "k").flags(["-O2"]))
+        .tensor(TensorSpec::new("x", DType::F32, [n]).random(7))
+        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+        .tensor(TensorSpec::new("seen", DType::I64, [2]).output())
+        .scalar("n", n as i64)
+        .timing(TimingConfig {
+            warmup_ms: 1.0,
+            rep_ms: 5.0,
+            min_reps: 12,
+            varied_reps: Some(VariedReps { checked: 4 }),
+            ..TimingConfig::default()
+        });
+    let mut worker = TuningProcess::spawn(config()).expect("a worker starts");
+    let result = worker
+        .benchmark(request, Duration::from_secs(60))
+        .expect("the watcher runs");
+    let _ = worker.shutdown(Duration::from_millis(500));
+    assert_eq!(result.integrity.checked_reps.len(), 4, "four reps checked");
+    let seen: Vec<i64> = result.outputs_after_reps[1]
+        .bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(seen[1] >= 12, "calls: {seen:?}");
+    assert_eq!(
+        seen[0], 0,
+        "calls after which its process had changed: {seen:?}"
+    );
 }
 
 /// The zoo's manifest: every candidate of `zoo/zoo.c` as one choice of one run, judged
