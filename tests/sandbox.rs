@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tunebox_pool::Status;
 use tunebox_process::{ProcessConfig, ProcessError, Sandbox, SandboxSupport, TuningProcess};
-use tunebox_protocol::{BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec};
+use tunebox_protocol::{
+    BenchmarkRequest, BenchmarkResult, CKernel, DType, TensorSpec, TimingConfig, VariedReps,
+};
 use tunebox_tune::{CacheMode, Stop, TuneOptions};
 
 use crate::util::{cache_root, cheat_of, compiled_xy, config, stopped_at, worker_exe};
@@ -78,6 +80,74 @@ void k(const float *x, float *y, int64_t n) {\n\
     assert!(err.to_string().contains("ptrace (system call"), "{err}");
 }
 
+/// A kernel that watches its own process between calls: the entries of `/proc/self/fd` and the
+/// lines of `/proc/self/maps` (what a shared-memory region adds). It counts the calls before
+/// which they changed, from its third call on (after the first call the worker copies that
+/// call's outputs out) and leaving out the call after the reps (its outputs poisoned: the reps
+/// are over), and writes the count into `seen[0]` and its calls into `seen[1]`.
+const WATCHER: &str = r#"#include <stdint.h>
+#include <stdio.h>
+#include <dirent.h>
+static long state(void) {
+    long n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    if (d) { while ((e = readdir(d))) n++; closedir(d); }
+    FILE *f = fopen("/proc/self/maps", "r");
+    int c;
+    if (f) { while ((c = fgetc(f)) != EOF) n += (c == '\n') * 1000000L; fclose(f); }
+    return n;
+}
+static long last, calls, changes;
+void k(const float *x, float *y, int64_t *seen, int64_t n) {
+    int poisoned = y[0] != y[0];
+    if (calls >= 2 && !poisoned && state() != last) changes++;
+    calls++;
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+    seen[0] = changes;
+    seen[1] = calls;
+    last = state();
+}
+"#;
+
+/// A checked rep ends as every other rep does: nothing a candidate can see from its next
+/// call (its descriptors, its mappings) tells it that the rep before was checked, so it cannot
+/// count the checks and skip the reps after the last one. (Before, a checked rep's outputs
+/// over 16 KiB went into a shared-memory region at once: one more descriptor and mapping.)
+#[test]
+fn a_checked_rep_leaves_no_trace_the_next_call_sees() {
+    // 256 KiB of outputs: more than travels inline (`tunebox_protocol::INLINE_LIMIT`).
+    let n = 1u64 << 16;
+    let request = BenchmarkRequest::new(CKernel::new(WATCHER, "k").flags(["-O2"]))
+        .tensor(TensorSpec::new("x", DType::F32, [n]).random(7))
+        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+        .tensor(TensorSpec::new("seen", DType::I64, [2]).output())
+        .scalar("n", n as i64)
+        .timing(
+            TimingConfig::default()
+                .warmup_ms(1.0)
+                .rep_ms(5.0)
+                .min_reps(12)
+                .varied_reps(Some(VariedReps::new(4))),
+        );
+    let mut worker = TuningProcess::spawn(config()).expect("a worker starts");
+    let result = worker
+        .benchmark(request, Duration::from_secs(60))
+        .expect("the watcher runs");
+    let _ = worker.shutdown(Duration::from_millis(500));
+    assert_eq!(result.integrity.checked_reps.len(), 4, "four reps checked");
+    let seen: Vec<i64> = result.outputs_after_reps[1]
+        .bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(seen[1] >= 12, "calls: {seen:?}");
+    assert_eq!(
+        seen[0], 0,
+        "calls after which its process had changed: {seen:?}"
+    );
+}
+
 /// The zoo's manifest: every candidate of `zoo/zoo.c` as one choice of one run, judged
 /// against the innocent CHEAT=0, in the sandbox with small limits.
 const ZOO_MANIFEST: &str = r#"
@@ -117,6 +187,13 @@ file_size_mb = 1
 cpu_time_s = 2
 "#;
 
+/// The last hostile candidate of `zoo/zoo.c` (the innocent 98 and 99 come after it).
+const LAST_CHEAT: u32 = 33;
+
+/// The candidates that skip work on the timed reps and are caught only because some timed reps
+/// run on varied inputs and are checked (`verify.checked_reps`).
+const CAUGHT_BY_CHECKED_REPS: [u32; 5] = [29, 30, 31, 32, 33];
+
 /// How a zoo candidate must end: its status, and words its message must hold, on a machine
 /// whose kernel has W^X (`wx`) or not.
 fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
@@ -139,7 +216,7 @@ fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
         // Refused attacks: the honest answer stands (a successful one writes LEAKED).
         11..=16 | 21 | 26..=28 => (Status::Ok, ""),
         // Caught only on a timed rep whose inputs were varied, and checked (verify.checked_reps).
-        29 | 30 => (Status::Wrong, "wrong on a timed rep"),
+        29..=33 => (Status::Wrong, "wrong on a timed rep"),
         17 => (Status::Timeout, ""),
         18 => (Status::Crashed, ""),
         19 => (Status::Suspicious, "file-size limit"),
@@ -172,7 +249,7 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     // other than root).
     let support = SandboxSupport::probe();
     let bounded = support.pids_cgroup.is_some() || !support.root;
-    let mut cheats: Vec<u32> = (0..=30)
+    let mut cheats: Vec<u32> = (0..=LAST_CHEAT)
         .filter(|&c| c != 4 && (c != 17 || bounded))
         .collect();
     cheats.insert(cheats.len() / 2, 99);
@@ -237,6 +314,63 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     );
 }
 
+/// The defence off: the cheats that only checked reps on varied inputs catch win a plain run
+/// without them (`checked_reps = 0`): each is `ok` and faster than the innocent CHEAT=0, whose
+/// honest answer costs 64 times its usual work here (`-DWORK=64`), so that skipping it shows.
+/// What `every_hostile_candidate_is_caught_and_the_innocent_are_not` catches is a real win.
+#[test]
+fn the_cheats_checked_reps_catch_win_without_them() {
+    // SAFETY: set before any worker starts; every test sets the same values (tests/tune.rs).
+    unsafe {
+        std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
+        std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cheats = vec![0];
+    cheats.extend(CAUGHT_BY_CHECKED_REPS);
+    let manifest = zoo_manifest("\"-DWORK=64\"", &cheats, false)
+        .replace("checked_reps = 4", "checked_reps = 0");
+    let report = run_manifest(dir.path(), &manifest);
+    let rank = |cheat: u32| {
+        report
+            .results
+            .iter()
+            .position(|r| cheat_of(r) == cheat)
+            .expect("every choice has a result")
+    };
+    let innocent = &report.results[rank(0)];
+    assert_eq!(innocent.status, Status::Ok, "{:?}", innocent.error);
+    let mut lost = Vec::new();
+    for cheat in CAUGHT_BY_CHECKED_REPS {
+        let result = &report.results[rank(cheat)];
+        if result.status != Status::Ok || rank(cheat) > rank(0) {
+            lost.push(format!(
+                "CHEAT={cheat}: {} at rank {} (the innocent's: {}) {}",
+                result.status,
+                rank(cheat),
+                rank(0),
+                result.error.clone().unwrap_or_default()
+            ));
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "did not win without checked reps:\n{}",
+        lost.join("\n")
+    );
+}
+
+/// The zoo's manifest for `cheats`, sandboxed or not.
+fn zoo_manifest(flags: &str, cheats: &[u32], sandboxed: bool) -> String {
+    let mut manifest = ZOO_MANIFEST
+        .replace("FLAGS", flags)
+        .replace("CHEATS", &format!("{cheats:?}"));
+    if !sandboxed {
+        manifest.truncate(manifest.find("[sandbox]").expect("the table"));
+    }
+    manifest
+}
+
 /// Writes the zoo's manifest for `cheats` into `dir` (sandboxed or not) and runs it.
 fn run_zoo(
     dir: &std::path::Path,
@@ -244,12 +378,11 @@ fn run_zoo(
     cheats: &[u32],
     sandboxed: bool,
 ) -> tunebox_tune::Report {
-    let mut manifest = ZOO_MANIFEST
-        .replace("FLAGS", flags)
-        .replace("CHEATS", &format!("{cheats:?}"));
-    if !sandboxed {
-        manifest.truncate(manifest.find("[sandbox]").expect("the table"));
-    }
+    run_manifest(dir, &zoo_manifest(flags, cheats, sandboxed))
+}
+
+/// Writes `zoo/zoo.c` and `manifest` into `dir` and runs it.
+fn run_manifest(dir: &std::path::Path, manifest: &str) -> tunebox_tune::Report {
     std::fs::write(dir.join("zoo.c"), include_str!("zoo/zoo.c")).unwrap();
     std::fs::write(dir.join("m.toml"), manifest).unwrap();
     tunebox_tune::tune(&dir.join("m.toml"), &zoo_options(), &(), &Stop::new())

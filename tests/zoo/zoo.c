@@ -1,7 +1,9 @@
 /* The hostile zoo: one candidate per value of CHEAT, each cheating the harness or attacking the
  * machine in one way (tests/sandbox.rs says how each must be caught). CHEAT 0, 98 and 99 are
- * innocent: y = 2 x + 1 (98 forty times over, so that it ranks last). A successful attack writes LEAKED into y[0], so that the run would see
- * a wrong answer; a refused one leaves the honest answer. */
+ * innocent: y = 2 x + 1 (98 forty times over, so that it ranks last). A successful attack
+ * writes LEAKED into y[0], so that the run would see a wrong answer; a refused one leaves the
+ * honest answer. WORK (default 1) makes every honest answer cost WORK times as much, so that a
+ * cheat that skips the work is plainly the fastest (tests/sandbox.rs, with the defence off). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -34,9 +36,66 @@
 #define MARK "tunebox-zoo"
 #endif
 
+#ifndef WORK
+#define WORK 1
+#endif
+
 static void honest(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+    for (int w = 0; w < WORK; w++) {
+        for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+        __asm__ volatile("" ::: "memory");
+    }
 }
+
+#if CHEAT == 31 || CHEAT == 32
+/* tunebox's seeded input, regenerated: a manifest's [[tensors]] number i is drawn with the
+ * manifest's seed (0 unless given) plus i, by WyRand (fastrand 2), each f32 element as
+ * 2 u - 1 with u = (next >> 1) * 2^-63, drawn again while u is 1. x is tensor 0. */
+#ifndef SEED
+#define SEED 0
+#endif
+static uint64_t wyrand(uint64_t *state) {
+    *state += 0x2d358dccaa6c78a5ULL;
+    __uint128_t t = (__uint128_t)*state * (*state ^ 0x8bb84b93962eacc9ULL);
+    return (uint64_t)t ^ (uint64_t)(t >> 64);
+}
+static void seeded_input(float *x, int64_t n) {
+    uint64_t state = SEED;
+    for (int64_t i = 0; i < n; i++) {
+        float u;
+        do u = (float)(int64_t)(wyrand(&state) >> 1) * (1.0f / 9223372036854775808.0f);
+        while (u >= 1.0f);
+        x[i] = u * 2.0f - 1.0f;
+    }
+}
+#endif
+
+#if CHEAT == 31
+/* The answer for the seeded input, computed when the library is loaded (before any call, so
+ * outside every timed region), for the manifest's shape. */
+#define PREDICTED_N 4096
+static float predicted_x[PREDICTED_N], predicted_y[PREDICTED_N];
+__attribute__((constructor)) static void precompute(void) {
+    seeded_input(predicted_x, PREDICTED_N);
+    honest(predicted_x, predicted_y, PREDICTED_N);
+}
+/* Whether x looks like the seeded input: four sampled elements are the predicted ones. */
+static int looks_seeded(const float *x, int64_t n) {
+    if (n != PREDICTED_N) return 0;
+    int64_t at[4] = {0, n / 3, 2 * n / 3, n - 1};
+    for (int i = 0; i < 4; i++)
+        if (x[at[i]] != predicted_x[at[i]]) return 0;
+    return 1;
+}
+#endif
+
+#if CHEAT == 33
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+#endif
 
 #if CHEAT == 4
 static void *scribble(void *arg) {
@@ -338,7 +397,47 @@ void k(const float *x, float *y, int64_t n) {
                      rep leaves the first call's answer in place */
     static int calls;
     if (calls++ == 0 || y[0] != y[0]) honest(x, y, n);
+#elif CHEAT == 31 /* precomputes at load time (a constructor) the answer for the seeded input
+                     it regenerates, and copies it whenever four sampled elements of x are the
+                     seeded ones (other inputs, as on the call on fresh inputs, it computes) */
+    if (looks_seeded(x, n))
+        memcpy(y, predicted_y, (size_t)n * sizeof *y);
+    else
+        honest(x, y, n);
+#elif CHEAT == 32 /* works on the input it predicts instead of the one given: on its first
+                     call it regenerates the seeded input and computes the answer from that,
+                     then copies the answer on every call without reading x; only a call whose
+                     outputs hold the harness's NaN poison (the call on fresh inputs) reads x */
+    static float *answer;
+    if (y[0] != y[0]) {
+        honest(x, y, n);
+    } else {
+        if (!answer) {
+            float *predicted = malloc((size_t)n * sizeof *predicted);
+            answer = malloc((size_t)n * sizeof *answer);
+            seeded_input(predicted, n);
+            honest(predicted, answer, n);
+            free(predicted);
+        }
+        memcpy(y, answer, (size_t)n * sizeof *y);
+    }
+#elif CHEAT == 33 /* works only when the clock says it is checked: a call that comes 100 us or
+                     more after its previous call returned (the first call has none; the call
+                     on fresh inputs comes after the worker refilled them: ~0.5 ms in the test
+                     worker, against ~10 us between timed reps, the threshold an attacker would
+                     tune to the harness it targets) computes and keeps its answer; a call
+                     right after another (a timed rep) copies that answer */
+    static double last;
+    static float *memo;
+    if (!memo || seconds() - last >= 100e-6) {
+        honest(x, y, n);
+        if (!memo) memo = malloc((size_t)n * sizeof *memo);
+        memcpy(memo, y, (size_t)n * sizeof *y);
+    } else {
+        memcpy(y, memo, (size_t)n * sizeof *y);
+    }
+    last = seconds();
 #elif CHEAT == 98 /* innocent, and slower: the same answer, computed 40 times */
-    for (int r = 0; r < 40; r++) { honest(x, y, n); __asm__ volatile("" ::: "memory"); }
+    for (int r = 0; r < 40; r++) honest(x, y, n);
 #endif
 }

@@ -2,7 +2,7 @@
 //! docs/sandbox.md): what a backend does around each rep so that no rep is safe to skip. Shared
 //! by the backends, so that a candidate and its reference vary their inputs the same way.
 
-use tunebox_protocol::{BenchError, CheckedRep, TensorData, TensorSpec, TimingConfig};
+use tunebox_protocol::{BenchError, Bytes, CheckedRep, TensorData, TensorSpec, TimingConfig};
 
 use crate::HostTensor;
 
@@ -10,7 +10,16 @@ use crate::HostTensor;
 type Saved = (usize, usize, Vec<u8>);
 
 /// A backend's reps on varied inputs: the seed and the bytes to put back of the rep under way,
-/// which reps are checked, and the outputs kept of those that were.
+/// which reps are checked, and where every rep's outputs are copied.
+///
+/// Every rep ends the same way, checked or not: its outputs are copied into buffers allocated
+/// (and written through) before the first call, a checked rep's into a slot of its own, any
+/// other's into a spare. Keeping only the checked reps' outputs would make those reps' ends
+/// differ (a copy, an allocation, for outputs over 16 KiB a shared-memory region with its file
+/// descriptor and mapping), and a candidate looking at the clock or at `/proc/self` on its next
+/// call would know which reps had been checked, and once it had seen them all, that the rest
+/// were safe to skip. The outputs become [`TensorData`] (shared memory where large) only after
+/// the reps ([`VariedReps::into_checked`]).
 #[derive(Debug)]
 pub struct VariedReps {
     /// At most this many reps are checked.
@@ -20,18 +29,41 @@ pub struct VariedReps {
     /// The rep under way: its seed, and for each varied tensor its index, the block's offset
     /// and the bytes the block held before.
     current: Option<(u64, Vec<Saved>)>,
-    kept: Vec<CheckedRep>,
+    /// The output tensors: their index among the request's tensors, and their spec.
+    outputs: Vec<(usize, TensorSpec)>,
+    /// One buffer per output for each of the `checked` slots, then one more set: the spare.
+    slots: Vec<Vec<Vec<u8>>>,
+    /// For each checked slot, the rep and seed whose outputs it holds.
+    filled: Vec<Option<(u32, u64)>>,
 }
 
 impl VariedReps {
-    /// The varied reps `timing` asks for; `None` when it asks for none.
-    pub fn new(timing: &TimingConfig) -> Option<VariedReps> {
+    /// The varied reps `timing` asks for, for the tensors of `specs` (in request order);
+    /// `None` when it asks for none. Allocates and writes the buffers every rep's outputs will
+    /// be copied into: `checked + 1` copies of the outputs.
+    pub fn new(timing: &TimingConfig, specs: &[TensorSpec]) -> Option<VariedReps> {
         let varied = timing.varied_reps?;
+        let outputs: Vec<(usize, TensorSpec)> = specs
+            .iter()
+            .enumerate()
+            .filter(|(_, spec)| spec.output)
+            .map(|(i, spec)| (i, spec.clone()))
+            .collect();
+        // Written through now (a non-zero fill touches every page), so that copying into a
+        // checked slot and into the spare cost the same: no slot faults its pages in later.
+        let set = || {
+            outputs
+                .iter()
+                .map(|(_, spec)| vec![0xA5u8; byte_len(spec)])
+                .collect::<Vec<_>>()
+        };
         Some(VariedReps {
             checked: varied.checked,
             picked: None,
             current: None,
-            kept: Vec::new(),
+            slots: (0..=varied.checked).map(|_| set()).collect(),
+            filled: vec![None; varied.checked as usize],
+            outputs,
         })
     }
 
@@ -45,47 +77,87 @@ impl VariedReps {
         self.current = Some((seed, saved));
     }
 
-    /// Ends rep `rep` (from 0) of about `planned`: when it is one of those picked for checking
-    /// (picked at random among the first `planned`, once, at the first rep's end), keeps its
-    /// seed and `outputs(tensors)` (unless there are none); then puts the varied blocks back.
-    ///
-    /// # Errors
-    ///
-    /// `outputs`' error (copying the outputs failed).
-    pub fn end_rep(
-        &mut self,
-        rep: u32,
-        planned: u32,
-        tensors: &mut [HostTensor],
-        outputs: impl FnOnce(&[HostTensor]) -> Result<Vec<TensorData>, BenchError>,
-    ) -> Result<(), BenchError> {
+    /// Ends rep `rep` (from 0) of about `planned`: copies the outputs out (into the slot of a
+    /// rep picked for checking, picked at random among the first `planned`, once, at the first
+    /// rep's end; else into the spare: the same work either way), then puts the varied blocks
+    /// back. (Out-of-bounds writes are the caller's to look for, after the reps: looking
+    /// after the checked reps only would set them apart.)
+    pub fn end_rep(&mut self, rep: u32, planned: u32, tensors: &mut [HostTensor]) {
         let Some((seed, saved)) = self.current.take() else {
-            return Ok(());
+            return;
         };
         let checked = self.checked;
         let picked = self
             .picked
             .get_or_insert_with(|| pick(checked, planned.max(1)));
-        let result = if picked.contains(&rep) {
-            outputs(tensors).map(|outputs| {
-                // A window that returns no outputs varies its inputs and checks nothing.
-                if !outputs.is_empty() {
-                    self.kept.push(CheckedRep::new(seed, outputs));
-                }
-            })
-        } else {
-            Ok(())
-        };
+        let slot = picked.iter().position(|&p| p == rep);
+        let spare = self.slots.len() - 1;
+        let buffers = &mut self.slots[slot.unwrap_or(spare)];
+        for (buffer, (i, _)) in buffers.iter_mut().zip(&self.outputs) {
+            let bytes = tensors[*i].bytes();
+            if buffer.len() == bytes.len() {
+                buffer.copy_from_slice(bytes);
+            }
+        }
+        if let Some(slot) = slot {
+            self.filled[slot] = Some((rep, seed));
+        }
         for (i, offset, bytes) in saved {
             tensors[i].bytes_mut()[offset..offset + bytes.len()].copy_from_slice(&bytes);
         }
-        result
     }
 
-    /// The checked reps, in the order they ran.
-    pub fn into_checked(self) -> Vec<CheckedRep> {
-        self.kept
+    /// The checked reps, in the order they ran; none when the request has no outputs (a
+    /// round's window varies its inputs and checks nothing).
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::Failed`] when a shared-memory region for large outputs cannot be made.
+    pub fn into_checked(self) -> Result<Vec<CheckedRep>, BenchError> {
+        if self.outputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut filled: Vec<(usize, u32, u64)> = self
+            .filled
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, f)| f.map(|(rep, seed)| (slot, rep, seed)))
+            .collect();
+        filled.sort_by_key(|&(_, rep, _)| rep);
+        let mut slots = self.slots;
+        filled
+            .into_iter()
+            .map(|(slot, _, seed)| {
+                let buffers = std::mem::take(&mut slots[slot]);
+                let outputs = buffers
+                    .into_iter()
+                    .zip(&self.outputs)
+                    .map(|(bytes, (_, spec))| tensor_data(spec, bytes))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(CheckedRep::new(seed, outputs))
+            })
+            .collect()
     }
+}
+
+/// Bytes of the tensor of `spec` (0 when its size overflows: such a tensor is never allocated).
+fn byte_len(spec: &TensorSpec) -> usize {
+    spec.byte_len()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// `bytes` as the output `spec` names, in shared memory when large.
+fn tensor_data(spec: &TensorSpec, bytes: Vec<u8>) -> Result<TensorData, BenchError> {
+    let bytes = Bytes::from_vec(bytes).map_err(|e| BenchError::Failed {
+        message: format!("cannot return output `{}` of a checked rep: {e}", spec.name),
+    })?;
+    Ok(TensorData::new(
+        spec.name.clone(),
+        spec.dtype,
+        spec.shape.clone(),
+        bytes,
+    ))
 }
 
 /// Varies `tensors` (of `specs`, in order) with `seed`: each randomly initialized input's block
@@ -159,7 +231,7 @@ mod tests {
             .collect();
         let pristine: Vec<Vec<u8>> = tensors.iter().map(|t| t.bytes().to_vec()).collect();
         let timing = TimingConfig::default().varied_reps(Some(Asked::new(2)));
-        let mut varied = VariedReps::new(&timing).unwrap();
+        let mut varied = VariedReps::new(&timing, &specs).unwrap();
         let mut seen = Vec::new();
         for rep in 0..5 {
             varied.vary(&specs, &mut tensors);
@@ -169,16 +241,14 @@ mod tests {
             // The "kernel": y = x.
             let x = tensors[0].bytes().to_vec();
             tensors[2].bytes_mut().copy_from_slice(&x);
-            varied
-                .end_rep(rep, 5, &mut tensors, |t| Ok(vec![t[2].to_data()?]))
-                .unwrap();
+            varied.end_rep(rep, 5, &mut tensors);
             assert_eq!(tensors[0].bytes(), &pristine[0][..], "put back");
         }
         assert!(
             seen.windows(2).all(|w| w[0] != w[1]),
             "a new variation every rep"
         );
-        let checked = varied.into_checked();
+        let checked = varied.into_checked().unwrap();
         assert_eq!(checked.len(), 2);
         for rep in checked {
             let mut again: Vec<HostTensor> = specs

@@ -124,7 +124,7 @@ impl Backend for CpuBackend {
             restore: Restore::resets(&request.tensors),
             flush,
             request,
-            varied: VariedReps::new(timing).filter(|_| !timing.outputs_only),
+            varied: VariedReps::new(timing, &request.tensors).filter(|_| !timing.outputs_only),
         };
         let measured = runner.measure(started)?;
         if timing.outputs_only {
@@ -321,6 +321,7 @@ impl CpuRunner<'_> {
             .varied
             .take()
             .map(VariedReps::into_checked)
+            .transpose()?
             .unwrap_or_default();
         let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
             (Vec::new(), Vec::new())
@@ -455,11 +456,8 @@ impl Runner for CpuRunner<'_> {
         let Some(varied) = &mut self.varied else {
             return Ok(());
         };
-        let request = self.request;
-        varied.end_rep(rep, planned, self.tensors, |tensors| {
-            check_bounds(tensors)?;
-            output_data(request, tensors)
-        })
+        varied.end_rep(rep, planned, self.tensors);
+        Ok(())
     }
 
     fn flush(&mut self) -> Result<(), BenchError> {

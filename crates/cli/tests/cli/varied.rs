@@ -2,7 +2,7 @@
 //! that answers from a memo keyed on a sample of its inputs is wrong on a checked rep, and an
 //! honest one is not.
 
-use crate::util::{check, json, mode_manifest, tunebox};
+use crate::util::{check, json, mode_manifest, text, tunebox};
 
 /// MODE 0 computes `y = f(x)` every call. MODE 1 keys a memo on four sampled elements of `x`:
 /// when they match the last call's, it copies its last answer over every output byte instead of
@@ -74,4 +74,47 @@ fn a_memo_keyed_on_a_sample_of_the_inputs_is_wrong_on_a_checked_rep() {
     let error = memo["error"].as_str().unwrap();
     assert!(error.contains("wrong on a timed rep"), "{error}");
     assert!(error.contains("varied from the first call's"), "{error}");
+}
+
+/// A reference given as expected outputs (one fixed input) cannot check varied reps: the run
+/// says what protection it lacks and how to get it, and asking for checked reps anyway is a
+/// clear error naming what was written and the fix.
+#[test]
+fn a_reference_of_expected_outputs_says_what_it_cannot_catch() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("twos.c"),
+        "#include <stdint.h>\nvoid twos(float *y, int64_t n) { for (int64_t i = 0; i < n; i++) \
+         y[i] = 2.0f; }\n",
+    )
+    .unwrap();
+    let twos: Vec<u8> = (0..64).flat_map(|_| 2.0f32.to_ne_bytes()).collect();
+    std::fs::write(dir.path().join("twos.bin"), twos).unwrap();
+    let manifest = |extra: &str| {
+        format!(
+            "[kernel]\nsource = \"twos.c\"\nentry = \"twos\"\n[[tensors]]\nname = \"y\"\n\
+             dtype = \"f32\"\nshape = [64]\noutput = true\n[[scalars]]\nname = \"n\"\n\
+             value = 64\n[timing]\nwarmup_ms = 1\nrep_ms = 2\n[verify]\n\
+             reference = {{ outputs = {{ y = \"twos.bin\" }} }}\n{extra}"
+        )
+    };
+    std::fs::write(dir.path().join("m.toml"), manifest("")).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "--no-cache", "--sandbox"]);
+    check(&out);
+    // The run's notes close its summary.
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("note: the reference is expected outputs")
+            && stdout.contains("is not caught")
+            && stdout.contains("give a reference kernel"),
+        "{stdout}"
+    );
+    std::fs::write(dir.path().join("m.toml"), manifest("checked_reps = 2\n")).unwrap();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "--no-cache"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("verify.checked_reps = 2") && stderr.contains("give a reference kernel"),
+        "{stderr}"
+    );
 }

@@ -596,6 +596,13 @@ mod tests {
             "{:?}",
             sandboxed.notes()
         );
+        // Asking for checked reps against expected outputs is refused, naming the fix.
+        let err = format!("{:#}", load("checked_reps = 2\n").unwrap_err());
+        assert!(
+            err.contains("verify.checked_reps = 2") && err.contains("give a reference kernel"),
+            "{err}"
+        );
+        assert!(load("checked_reps = 0\n").is_ok());
         let err = format!("{:#}", load("[sandbox]\nread = [\".\"]\n").unwrap_err());
         assert!(
             err.contains("y.bin") && err.contains("narrow the allowance"),

@@ -113,6 +113,15 @@ pub(super) fn verify(
         files,
     };
     let reference = manifest.reference(raw.reference, &raw.written_as)?;
+    if let (Some(n @ 1..), Reference::Outputs(_)) = (raw.checked_reps, &reference) {
+        bail!(
+            "verify.checked_reps = {n}: the reference is expected outputs for one fixed input, \
+             so no timed rep can be checked on inputs varied from rep to rep (a kernel that \
+             remembers an earlier call's answer is not caught); give a reference kernel \
+             (`reference = {{ choice = {{ … }} }}` or `reference = {{ source = \"ref.c\" }}`), \
+             or leave checked_reps out"
+        );
+    }
     let timeout = raw
         .timeout_s
         .map(|t| {
