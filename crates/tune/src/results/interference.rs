@@ -1,8 +1,8 @@
 //! Seeing interference: what else ran on the machine while a window was timed.
 //!
 //! A window's [`Conditions`] come from two snapshots of `/proc/stat` (per-CPU busy and steal
-//! time, in clock ticks), taken by the parent just before it hands a request to a worker and
-//! just after the result comes back. The worker's own time is one CPU's worth, or the CPU time
+//! time, in clock ticks), taken by the parent's pool thread just before it sends a request to
+//! its worker and just after the reply ([`Watch`]). The worker's own time is one CPU's worth, or the CPU time
 //! its process reports for the request when that is more (`Integrity::worker_cpu_ms`: a
 //! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy), so the busy time
 //! beyond that is someone else's: another process, another worker, one of tunebox's compiles.
@@ -107,8 +107,8 @@ pub struct Conditions {
     pub disturbed: bool,
     /// When the window ended, seconds since the Unix epoch (0: not known).
     pub ended_s: f64,
-    /// How long the window took, its worker's start and checks included, seconds (0: not
-    /// known).
+    /// How long the window took, from sending its request to its worker to the reply (the
+    /// worker's checks included), seconds (0: not known).
     pub took_s: f64,
 }
 
