@@ -210,3 +210,58 @@ fn a_request_a_closed_pool_refuses_comes_back_as_its_error() {
 fn pid_of_result(result: &BenchmarkResult) -> String {
     String::from_utf8(result.outputs[0].bytes.to_vec()).unwrap()
 }
+
+/// Panics in `before` on the second window it sees, and in `after` on the fourth.
+#[derive(Default)]
+struct Panicky {
+    seen: AtomicUsize,
+}
+
+impl WindowHook for Panicky {
+    type Mark = usize;
+    type Seen = ();
+
+    fn before(&self) -> usize {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        assert_ne!(n, 2, "the hook's own bug, before");
+        n
+    }
+
+    fn after(&self, n: usize, _: &Result<BenchmarkResult, PoolError>) {
+        assert_ne!(n, 4, "the hook's own bug, after");
+    }
+}
+
+#[test]
+fn a_hook_that_panics_costs_its_request_and_not_the_pool() {
+    let pool = pool(1, Duration::from_secs(30));
+    let mut todo: Vec<usize> = (0..5).rev().collect();
+    let mut errors = Vec::new();
+    let mut ok = 0;
+    run_pulled(
+        1,
+        &Arc::new(Panicky::default()),
+        || match todo.pop() {
+            Some(job) => Pull::Request {
+                job,
+                pool: &pool,
+                request: diag(DiagnosticTask::Sleep { ms: 1 }),
+                timeout: None,
+            },
+            None => Pull::Done,
+        },
+        |job, result, _| match result {
+            Ok(_) => ok += 1,
+            Err(e) => errors.push((job, e.to_string())),
+        },
+    );
+    assert_eq!(ok, 3, "{errors:?}");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].1.contains("the window hook panicked") && errors[0].1.contains("before"),
+        "{errors:?}"
+    );
+    assert!(errors[1].1.contains("after"), "{errors:?}");
+    // The pool still measures.
+    assert!(pool.benchmark(&[diag(DiagnosticTask::Sleep { ms: 1 })])[0].is_ok());
+}

@@ -639,6 +639,22 @@ fn benchmark(
     Ok(result)
 }
 
+/// Runs `measure` inside the caller's `around` (a [`crate::WindowHook`]). A hook that panics
+/// costs this request its result ([`PoolError::HookPanicked`]), not the worker thread: the
+/// pool and the other requests carry on.
+fn hooked(around: Around, measure: &mut dyn FnMut() -> TaskResult) -> TaskResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| around(measure))).unwrap_or_else(
+        |panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            Err(PoolError::HookPanicked { message })
+        },
+    )
+}
+
 /// A worker thread: keeps its process ready, runs tasks one at a time.
 fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
     let slot = &shared.slots[index];
@@ -691,7 +707,7 @@ fn serve(shared: &Shared, index: usize, mut process: TuningProcess) {
                     benchmark(&mut process, request, task.timeout).map_err(PoolError::from)
                 };
                 match task.around {
-                    Some(around) => around(&mut measure),
+                    Some(around) => hooked(around, &mut measure),
                     None => measure(),
                 }
             })

@@ -79,6 +79,14 @@ pub enum PoolError {
         /// Where: `CUDA_VISIBLE_DEVICES` or `Devices::List`.
         place: &'static str,
     },
+    /// The caller's [`WindowHook`](crate::WindowHook) panicked around this request: its result
+    /// is lost (a panic in `after` comes once the worker has answered); the worker, the pool
+    /// and the other requests carry on.
+    #[error("the window hook panicked around this request: {message}")]
+    HookPanicked {
+        /// The panic's message.
+        message: String,
+    },
     /// `CUDA_VISIBLE_DEVICES` is unset and a probe worker could not count the GPUs.
     #[error(
         "CUDA_VISIBLE_DEVICES is unset and the GPUs could not be counted ({reason}); set \

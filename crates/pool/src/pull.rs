@@ -50,7 +50,8 @@ pub enum Pull<'p, J> {
 /// just before the request is sent to its worker process, [`after`](WindowHook::after) just
 /// after its reply, before the caller sees the result. What it measures (CPU time of the
 /// machine, other work that ran meanwhile) then covers the window alone: not the time the
-/// request waited for a worker, nor the caller's handling of other results.
+/// request waited for a worker, nor the caller's handling of other results. A hook that panics
+/// costs that request its result ([`PoolError::HookPanicked`]); the pool carries on.
 pub trait WindowHook: Send + Sync + 'static {
     /// What `before` notes, for `after`.
     type Mark: Send + 'static;
@@ -101,9 +102,13 @@ struct InFlight<J, S> {
 ///
 /// ```no_run
 /// use tunebox_pool::{NoHook, PoolConfig, Pull, TuningProcessPool, run_pulled};
+/// use tunebox_process::ProcessConfig;
 /// use tunebox_protocol::{BenchmarkRequest, DiagnosticTask};
 ///
-/// let pool = TuningProcessPool::new(PoolConfig::new().max_workers(2))?;
+/// // The worker program (`cargo build --release -p tunebox-worker`), or a program of one's own
+/// // that calls `tunebox_worker::run_if_worker` first.
+/// let worker = ProcessConfig::new().worker("target/release/tunebox-worker");
+/// let pool = TuningProcessPool::new(PoolConfig::new().max_workers(2).process_config(worker))?;
 /// let mut todo = vec![5, 1, 3];
 /// let mut done = Vec::new();
 /// run_pulled(
