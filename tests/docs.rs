@@ -147,4 +147,58 @@ fn the_downstream_example_builds_and_runs_outside_the_workspace() {
         stdout.contains("result: median 1.5 ms over 3 reps (stopped: noise), worker Some(12.5) ms"),
         "{stdout}"
     );
+    tunes_a_manifest(&target_dir().join("debug/tunebox-example-downstream"));
+}
+
+/// A manifest of two choices, `STEP` 1 and 2 of a loop over 4096 floats.
+const TINY: &str = r#"[kernel]
+source = "axpb.c"
+entry = "axpb"
+flags = ["-O2"]
+[params]
+STEP = [1, 2]
+[timing]
+warmup_ms = 1
+rep_ms = 2
+[[tensors]]
+name = "x"
+dtype = "f32"
+shape = [4096]
+[[tensors]]
+name = "y"
+dtype = "f32"
+shape = [4096]
+init = "zeros"
+output = true
+[[scalars]]
+name = "n"
+value = 4096
+"#;
+
+/// The downstream example's tuning path (`tunebox-example-downstream MANIFEST`): its workers
+/// are the example itself, which must serve them (`run_if_worker` first in `main`).
+fn tunes_a_manifest(example: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("axpb.c"),
+        "void axpb(const float *x, float *y, long n) {\n    \
+         for (long i = 0; i < n; i += STEP) y[i] = 2 * x[i] + 1;\n    \
+         for (long i = 1; i < n; i += STEP) y[i] = 2 * x[i] + 1;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("m.toml"), TINY).unwrap();
+    let run = Command::new(example)
+        .arg(dir.path().join("m.toml"))
+        .env("TUNEBOX_CACHE_DIR", dir.path().join("cache"))
+        .env_remove("TUNEBOX_WORKER")
+        .output()
+        .expect("the downstream example runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("best: STEP="), "{stdout}");
 }

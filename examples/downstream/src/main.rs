@@ -41,12 +41,16 @@ fn tune(manifest: &Path) -> Result<(), tunebox::tune::TuneError> {
         .cache(CacheMode::Off);
     let report = tunebox::tune::tune(manifest, &options, &(), &Stop::new())?;
     if let Some(best) = tunebox::tune::best(&report.results) {
-        println!("best: {} ({:?} ms)", best.choice.label(), best.median_ms());
+        let ms = best.median_ms().map_or("-".into(), |ms| format!("{ms:.4}"));
+        println!("best: {} ({ms} ms)", best.choice.label());
     }
     Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // A tuning run starts its workers from this same executable: in one, this serves requests
+    // with the standard backends and exits.
+    tunebox::run_if_worker(tunebox::Registry::standard);
     if let Some(manifest) = std::env::args_os().nth(1) {
         return Ok(tune(Path::new(&manifest))?);
     }
