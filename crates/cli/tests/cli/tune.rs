@@ -315,7 +315,8 @@ fn bad_options_are_refused_before_any_work() {
     std::fs::write(dir.path().join("family.c"), FAMILY).unwrap();
     std::fs::write(dir.path().join("family.toml"), MANIFEST).unwrap();
     // Every file a run writes is checked the same way, before anything is measured.
-    let cases: [(&[&str], &str); 9] = [
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    let cases: [(&[&str], &str); 11] = [
         (
             &["tune", "family.toml", "--json", "family.toml"],
             "would overwrite the input",
@@ -343,6 +344,15 @@ fn bad_options_are_refused_before_any_work() {
         (
             &["tune", "family.toml", "--json", "missing/r.json"],
             "does not exist",
+        ),
+        (
+            &["tune", "family.toml", "--json", "out"],
+            "--json out is a directory; give the path of a file in it",
+        ),
+        (
+            // A folder no one can create files in, even root.
+            &["tune", "family.toml", "--csv", "/proc/r.csv"],
+            "--csv /proc/r.csv: cannot write in /proc",
         ),
         (
             &["tune", "family.toml", "--timeout", "1e30"],

@@ -1,7 +1,8 @@
 //! The crate's one error type.
 //!
 //! Inside, the engine builds its errors with `anyhow` (context chains such as
-//! `invalid manifest m.toml` → `tensors[0].dtype = "f16"` → `unknown dtype`); at the public
+//! `invalid manifest m.toml` → `kernel.source: cannot read ./k.c` → `No such file or
+//! directory`); at the public
 //! boundary they become a [`TuneError`] whose variant says which stage failed, whose message is
 //! the chain's outermost part, and whose [`source`](std::error::Error::source) is the rest
 //! ([`Cause`]), down to the root cause (an `io::Error` stays one, for a caller to downcast).
@@ -16,8 +17,9 @@ use std::sync::Arc;
 /// its status (`compile_error`, `crashed`, `timeout`, …).
 ///
 /// Each variant's `message` is the outermost part of what went wrong (e.g. `invalid manifest
-/// m.toml`), its `source` the rest of the chain, if any (e.g. `tensors[0].dtype = "f16"`, then
-/// `unknown dtype`): a cause is in one of the two, never both. `{}` prints the message, `{:#}`
+/// m.toml`), its `source` the rest of the chain, if any (e.g. `kernel.source: cannot read
+/// ./k.c`, then the `io::Error`): a cause is in one of the two, never both. An error with no
+/// cause under it (a TOML syntax error, say) is all message. `{}` prints the message, `{:#}`
 /// the message and every cause, joined by `: ` (as `anyhow` does), which says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -185,8 +187,11 @@ impl fmt::Display for Cause {
 }
 
 impl fmt::Debug for Cause {
+    /// Every cause, down to the root: `Cause(["tensors[0].file = \"x.bin\"", "No such file or
+    /// directory (os error 2)"])`, so that `main() -> Result<(), TuneError>` shows them all.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Cause").field(&self.to_string()).finish()
+        let causes: Vec<String> = self.0.chain().skip(1).map(ToString::to_string).collect();
+        f.debug_tuple("Cause").field(&causes).finish()
     }
 }
 
@@ -225,6 +230,11 @@ mod tests {
         let cause = e.source().expect("a cause");
         assert_eq!(cause.to_string(), "tensors[0].file = \"x.bin\"");
         assert_eq!(e.cause().map(ToString::to_string), Some(cause.to_string()));
+        let debug = format!("{e:?}");
+        assert!(
+            debug.contains("no such file"),
+            "Debug shows every cause: {debug}"
+        );
         let root = cause.source().expect("the root cause");
         let io = root
             .downcast_ref::<std::io::Error>()

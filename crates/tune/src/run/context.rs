@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use tunebox_cpu::{CompileControl, CpuError};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
@@ -772,6 +772,22 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
         path.display(),
         dir.display()
     );
+    ensure!(
+        !path.is_dir(),
+        "{flag} {} is a directory; give the path of a file in it",
+        path.display()
+    );
+    // Found before the run rather than after it: a folder this process cannot write in.
+    tempfile::Builder::new()
+        .prefix(".tunebox-probe-")
+        .tempfile_in(dir)
+        .with_context(|| {
+            format!(
+                "{flag} {}: cannot write in {}; give a path in a folder you can write to",
+                path.display(),
+                dir.display()
+            )
+        })?;
     Ok(())
 }
 
