@@ -625,7 +625,7 @@ fn check_outputs(
 ) -> Result<Option<PathBuf>> {
     for (flag, path) in [("--json", &options.json), ("--csv", &options.csv)] {
         if let Some(path) = path {
-            check_output_path(flag, path, manifest).map_err(TuneError::options)?;
+            check_report_path(flag, path, manifest).map_err(TuneError::options)?;
         }
     }
     let cache_path = match &options.cache {
@@ -777,7 +777,19 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
         "{flag} {} is a directory; give the path of a file in it",
         path.display()
     );
-    // Found before the run rather than after it: a folder this process cannot write in.
+    Ok(())
+}
+
+/// [`check_output_path`] for a report the run writes at its end (`--json`, `--csv`, `--t4`,
+/// `--html`), and that its folder takes a new file: found before the run rather than after every
+/// choice was measured. (Not for the results cache: one that cannot be written is still read,
+/// and its losses counted.)
+pub(crate) fn check_report_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
+    check_output_path(flag, path, manifest)?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
     tempfile::Builder::new()
         .prefix(".tunebox-probe-")
         .tempfile_in(dir)

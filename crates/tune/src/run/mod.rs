@@ -133,15 +133,16 @@ impl Plan {
     }
 
     /// Checks, before the run, a file the caller will write its report to (`flag` names it in
-    /// the error: `--t4`, `--html`): its folder exists, and it is not the manifest or one of
-    /// its sources. The same check a run makes of [`TuneOptions::json`] and
-    /// [`TuneOptions::csv`] and of its results cache.
+    /// the error: `--t4`, `--html`): its folder exists and takes a new file, it is not a
+    /// directory, and it is not the manifest or one of its sources. The same check a run makes
+    /// of [`TuneOptions::json`] and [`TuneOptions::csv`] (and, but for the folder taking a file,
+    /// of its results cache).
     ///
     /// # Errors
     ///
     /// [`crate::TuneError`] saying which it is and the fix.
     pub fn check_output(&self, flag: &str, path: &Path) -> crate::Result<()> {
-        context::check_output_path(flag, path, &self.manifest)
+        context::check_report_path(flag, path, &self.manifest)
             .map_err(crate::TuneError::invalid_options)
     }
 
