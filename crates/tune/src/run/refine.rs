@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use tunebox_pool::{Pull, Status, run_pulled};
+use tunebox_pool::{Pull, Status, TuningProcessPool, run_pulled};
 use tunebox_protocol::{BenchmarkRequest, Kernel, TimingConfig};
 
 use super::context::{Ledger, Run, start_measuring};
@@ -82,19 +82,11 @@ impl Run<'_> {
         let ledger = &mut self.ledger;
         let notes = &mut self.notes;
         let setup = &self.setup;
-        let mut next = todo.iter().enumerate();
+        let requests = todo.iter().map(|(_, request, _)| request);
         run_pulled(
             workers,
             &Arc::new(Watch::default()),
-            || match next.next() {
-                Some((i, (_, request, _))) if !stop.poll(observer) => Pull::Request {
-                    job: i,
-                    pool: &measuring.pool,
-                    request: request.clone(),
-                    timeout: Some(timeout),
-                },
-                _ => Pull::Done,
-            },
+            one_by_one(requests, &measuring.pool, timeout, || stop.poll(observer)),
             |i, result, conditions| {
                 let conditions = conditions.unwrap_or_default();
                 if matches!(&result, Err(e) if workers::is_transient(e)) {
@@ -201,6 +193,26 @@ impl Run<'_> {
             Err(_) if self.stop.requested() => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A source for [`run_pulled`] that hands out `requests` in order (each job its position), on
+/// `pool` with `timeout`, until they are all handed out or `stop` says so.
+fn one_by_one<'p, 'r: 'p>(
+    requests: impl Iterator<Item = &'r BenchmarkRequest>,
+    pool: &'p TuningProcessPool,
+    timeout: Duration,
+    stop: impl Fn() -> bool,
+) -> impl FnMut() -> Pull<'p, usize> {
+    let mut requests = requests.enumerate();
+    move || match requests.next() {
+        Some((job, request)) if !stop() => Pull::Request {
+            job,
+            pool,
+            request: request.clone(),
+            timeout: Some(timeout),
+        },
+        _ => Pull::Done,
     }
 }
 
