@@ -327,31 +327,15 @@ fn by_time(course: &Course, baseline: Option<&Baseline>, measure: &Measure) -> F
         Clock::Simulated => "simulated time (s)",
         _ => "time since the run's first window ended (s)",
     };
-    let mut figure = Figure::new(
-        "search-time",
-        caption(course, baseline, measure, &improved, "time"),
-        Axis::linear(x_label),
-        Axis::fitting(measure.label(), dots.iter().chain(&line).map(|p| p.1)),
-    )
-    .layer(Layer::points(
-        "a choice measured",
-        colour::BLUE,
-        Mark::Dot,
+    let caption = caption(course, baseline, measure, &improved, "time");
+    let drawn = line.clone();
+    let mut figure = course_figure(
+        ("search-time", caption, x_label),
+        measure,
         dots,
-    ))
-    .layer(Layer::line(
-        "best so far",
-        colour::BLACK,
-        Stroke::Solid,
-        None,
-        line,
-    ))
-    .layer(Layer::points(
-        "a new best",
-        colour::BLACK,
-        Mark::Triangle,
+        (line, drawn),
         improved,
-    ));
+    );
     if let Some(b) = baseline {
         let times: Vec<f64> = (0..BASELINE_POINTS)
             .map(|i| end * (i + 1) as f64 / BASELINE_POINTS as f64)
@@ -372,31 +356,15 @@ fn by_count(course: &Course, baseline: Option<&Baseline>, measure: &Measure) -> 
     } else {
         "ok choices measured"
     };
-    let mut figure = Figure::new(
-        "search-count",
-        caption(course, baseline, measure, &improved, "choices measured"),
-        Axis::linear(x_label),
-        Axis::fitting(measure.label(), dots.iter().chain(&line).map(|p| p.1)),
-    )
-    .layer(Layer::points(
-        "a choice measured",
-        colour::BLUE,
-        Mark::Dot,
+    let caption = caption(course, baseline, measure, &improved, "choices measured");
+    let drawn = thin(&line, 4000);
+    let mut figure = course_figure(
+        ("search-count", caption, x_label),
+        measure,
         dots,
-    ))
-    .layer(Layer::line(
-        "best so far",
-        colour::BLACK,
-        Stroke::Solid,
-        None,
-        thin(&line, 4000),
-    ))
-    .layer(Layer::points(
-        "a new best",
-        colour::BLACK,
-        Mark::Triangle,
+        (line, drawn),
         improved,
-    ));
+    );
     if let Some(b) = baseline {
         // Random search's k-th draw, at the time k draws take on average.
         let ks: Vec<f64> = (0..BASELINE_POINTS)
@@ -412,6 +380,43 @@ fn by_count(course: &Course, baseline: Option<&Baseline>, measure: &Measure) -> 
         figure = with_baseline(figure, b, curve, measure, (0.0, n));
     }
     figure
+}
+
+/// A figure of the search's course, `(id, caption, x_label)`: each choice measured (`dots`), the
+/// best so far (`line`, the axis fitted to all of it, `drawn` its points as drawn) and each new
+/// best (`improved`).
+fn course_figure(
+    (id, caption, x_label): (&str, String, &str),
+    measure: &Measure,
+    dots: Points,
+    (line, drawn): (Points, Points),
+    improved: Points,
+) -> Figure {
+    Figure::new(
+        id,
+        caption,
+        Axis::linear(x_label),
+        Axis::fitting(measure.label(), dots.iter().chain(&line).map(|p| p.1)),
+    )
+    .layer(Layer::points(
+        "a choice measured",
+        colour::BLUE,
+        Mark::Dot,
+        dots,
+    ))
+    .layer(Layer::line(
+        "best so far",
+        colour::BLACK,
+        Stroke::Solid,
+        None,
+        drawn,
+    ))
+    .layer(Layer::points(
+        "a new best",
+        colour::BLACK,
+        Mark::Triangle,
+        improved,
+    ))
 }
 
 /// `figure` with random search's expected best (`curve`) and the optimum across `span`.
