@@ -762,10 +762,7 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
             input.display()
         );
     }
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
+    let dir = folder_of(path);
     ensure!(
         dir.is_dir(),
         "{flag} {}: the directory {} does not exist",
@@ -786,10 +783,7 @@ pub(crate) fn check_output_path(flag: &str, path: &Path, manifest: &Manifest) ->
 /// and its losses counted.)
 pub(crate) fn check_report_path(flag: &str, path: &Path, manifest: &Manifest) -> Result<()> {
     check_output_path(flag, path, manifest)?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
+    let dir = folder_of(path);
     tempfile::Builder::new()
         .prefix(".tunebox-probe-")
         .tempfile_in(dir)
@@ -801,6 +795,14 @@ pub(crate) fn check_report_path(flag: &str, path: &Path, manifest: &Manifest) ->
             )
         })?;
     Ok(())
+}
+
+/// The folder a file at `path` is written in (`.` for a bare file name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 /// The note that `hits` choices came from `cache` and were not measured again.
