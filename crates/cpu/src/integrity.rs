@@ -1,56 +1,61 @@
 //! Checks a candidate cannot pass by cheating the harness: a last call on fresh inputs, and
 //! work still going on after its calls returned (docs/sandbox.md).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tunebox_bench::HostTensor;
 use tunebox_protocol::{BenchError, BenchmarkRequest};
 
-/// How long the worker waits after the last call before it looks for deferred work, when the
-/// kernel started threads: long enough for a runtime's idle threads to fall asleep (libgomp
-/// spins for GOMP_SPINCOUNT, 300,000 rounds, after a parallel region: milliseconds on a slow or
-/// busy machine).
-const SETTLE: Duration = Duration::from_millis(30);
+/// How long one look at the threads takes after the last call when the kernel started
+/// threads: the threads' states are read [`SAMPLES`] times, [`WATCH`] apart. A stretch in which
+/// no thread but the caller was runnable at every look, and the process used at most
+/// [`IDLE_CPU_SHARE`] of a core, is quiet, and ends the watch: a runtime's idle threads
+/// (libgomp spins for GOMP_SPINCOUNT, 300,000 rounds, after a parallel region: milliseconds on
+/// a slow or busy machine) fall asleep in one of the first stretches, work left running never
+/// does.
+const WATCH: Duration = Duration::from_millis(1);
+
+/// Looks per stretch (the first at its start, then one every [`WATCH`]).
+const SAMPLES: u32 = 5;
+
+/// How long the worker watches before it calls the work deferred: as long as the fixed
+/// 30 ms settle and ten 10 ms windows it once always waited through, so a kernel is given no
+/// less time to go quiet, while an honest one costs only the stretches its runtime needs.
+const DEADLINE: Duration = Duration::from_millis(130);
 
 /// How long the outputs are watched when the kernel started no thread.
 const QUICK_WATCH: Duration = Duration::from_millis(1);
 
-/// How long it then watches the process's CPU time and the outputs.
-const WATCH: Duration = Duration::from_millis(10);
-
-/// How many times the threads' states are read during [`WATCH`].
-const SAMPLES: u32 = 5;
-
-/// How many [`WATCH`] windows the worker looks at before it calls the work deferred: a busy
-/// window is forgiven as long as a later one is quiet.
-const WINDOWS: u32 = 10;
-
-/// What one [`WATCH`] window saw.
+/// What one stretch of [`SAMPLES`] looks saw.
 struct Window {
     /// Threads (but the caller) runnable at every look.
     busy: Vec<u32>,
-    /// The process's CPU time during the window.
+    /// The process's CPU time during the stretch.
     cpu: Duration,
+    /// How long the stretch lasted.
+    took: Duration,
 }
 
 impl Window {
-    /// Watches for [`WATCH`], reading the threads' states [`SAMPLES`] times.
+    /// Reads the threads' states [`SAMPLES`] times, [`WATCH`] apart.
     fn watch() -> Window {
+        let started = Instant::now();
         let cpu_before = cpu_time();
         let mut busy = other_runnable_threads();
-        for _ in 0..SAMPLES {
-            std::thread::sleep(WATCH / SAMPLES);
+        for _ in 1..SAMPLES {
+            std::thread::sleep(WATCH);
             let now = other_runnable_threads();
             busy.retain(|t| now.contains(t));
         }
         Window {
             busy,
             cpu: cpu_time().saturating_sub(cpu_before),
+            took: started.elapsed(),
         }
     }
 
     fn cpu_is_busy(&self) -> bool {
-        self.cpu.as_secs_f64() > WATCH.as_secs_f64() * IDLE_CPU_SHARE
+        self.cpu.as_secs_f64() > self.took.as_secs_f64() * IDLE_CPU_SHARE
     }
 
     fn is_quiet(&self) -> bool {
@@ -58,7 +63,7 @@ impl Window {
     }
 }
 
-/// CPU time the process may use while it should be idle, as a share of [`WATCH`]: more than
+/// CPU time the process may use while it should be idle, as a share of a stretch's: more than
 /// half a core busy after the call returned is work the kernel left running.
 const IDLE_CPU_SHARE: f64 = 0.5;
 
@@ -130,20 +135,17 @@ pub(crate) fn check_deferred_work(
         // handler, which the outputs would show.
         return check_outputs_settle(request, tensors, QUICK_WATCH);
     }
-    std::thread::sleep(SETTLE);
+    let returned = Instant::now();
     let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
         .map(|t| t.bytes().to_vec())
         .collect();
-    // Busy in every window up to the last: a runtime's spinning threads fall asleep in one of
-    // them, work left running never does.
+    // Busy in every stretch up to the deadline: a runtime's spinning threads fall asleep in
+    // one of them, work left running never does.
     let mut window = Window::watch();
-    for _ in 1..WINDOWS {
-        if window.is_quiet() {
-            break;
-        }
+    while !window.is_quiet() && returned.elapsed() < DEADLINE {
         window = Window::watch();
     }
-    let elapsed = SETTLE + WATCH * WINDOWS;
+    let elapsed = returned.elapsed();
     let children = new_children();
     if !children.is_empty() {
         return Err(lingering_children(&children));
@@ -183,7 +185,7 @@ fn still_running(
                  returned ({threads} threads, {threads_before} before the first call): work \
                  is still running outside the timed window",
                 window.cpu.as_secs_f64() * 1e3,
-                WATCH.as_millis(),
+                window.took.as_millis(),
                 elapsed.as_millis()
             ),
         ));
