@@ -22,8 +22,9 @@ pub(crate) enum Op {
     /// Import the modules named in part 0 (one per line), ahead of the calls that need them.
     Warm = 4,
     /// Unpickle `(fn, [(args, kwargs)…], timeout)` and call `fn` for each in turn, writing each
-    /// result into the request's last buffer, the batch's results region ([`region_records`]),
-    /// as it finishes: a batch that dies part way keeps what it finished.
+    /// result into the request's last buffer, the batch's results region, as it finishes: a
+    /// batch that dies part way keeps what it finished. The region's records are written and
+    /// read by `tunebox._calls` (`write_record`, `region_records`) alone; to Rust they are bytes.
     Batch = 5,
 }
 
@@ -85,20 +86,4 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<(u8, Vec<&[u8]>), String> {
         rest = tail;
     }
     Ok((tag, parts))
-}
-
-/// The part of a batch's results region that holds whole records: records are `len: u32`
-/// (little endian), then `len` bytes (a status byte and a pickle), back to back, ended by a
-/// `len` of 0 (the region starts zeroed) or by the region's end. The worker writes a record's
-/// bytes before its length, so a worker that dies while writing one leaves it out.
-pub(crate) fn region_records(region: &[u8]) -> &[u8] {
-    let mut end = 0;
-    while let Some(header) = region.get(end..end + 4) {
-        let len = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
-        if len == 0 || region.len() - end - 4 < len {
-            break;
-        }
-        end += 4 + len;
-    }
-    &region[..end]
 }

@@ -242,16 +242,13 @@ impl Worker {
         .map_err(|e| self.failed(e))
     }
 
-    /// The records of the last batch's results region that the worker finished writing (see
-    /// `frame::region_records`), as `bytes`; empty when the last call was no batch. Read after
-    /// the reply, or after the worker died: what it finished before it died is there.
+    /// The last batch's results region as the worker left it, as `bytes` (its records are
+    /// read by `tunebox._calls.region_records`, which alone knows their format); empty when the
+    /// last call was no batch. Read after the reply, or after the worker died: what it finished
+    /// before it died is there.
     fn region<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         let region = lock(&self.shared.region);
-        let records = region
-            .as_deref()
-            .map(frame::region_records)
-            .unwrap_or_default();
-        PyBytes::new(py, records)
+        PyBytes::new(py, region.as_deref().unwrap_or_default())
     }
 
     /// Remembers a module that calls come from: every fresh process imports it before its first

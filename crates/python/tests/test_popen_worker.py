@@ -320,3 +320,31 @@ def test_a_function_sent_by_value_is_pickled_again_when_what_it_reads_changes():
     writes["N"] = 0
     assert _calls._cached(writes["bump"]) is None
     worker.kill()
+
+
+def test_a_results_region_gives_back_the_whole_records_only():
+    """The batch results region's format lives in ``tunebox._calls`` alone: what
+    ``write_record`` writes, ``region_records`` reads, and a record torn by a worker's death
+    (its bytes written, its length not yet) or one running past the region is left out."""
+    import pickle
+
+    from tunebox import _calls
+
+    region = bytearray(64)
+    offset = _calls.write_record(region, 0, 0, pickle.dumps(1))
+    assert offset is not None
+    offset = _calls.write_record(region, offset, 2, pickle.dumps("x"))
+    assert offset is not None
+    assert _calls.write_record(region, offset, 0, pickle.dumps(b"y" * 64)) is None
+    assert _calls.region_records(bytes(region)) == [(0, 1), (2, "x")]
+    # Torn: the third record's bytes are there, its length is still 0.
+    torn = bytearray(region)
+    payload = pickle.dumps(3)
+    torn[offset + 4] = 0
+    torn[offset + 5 : offset + 5 + len(payload)] = payload
+    assert _calls.region_records(bytes(torn)) == [(0, 1), (2, "x")]
+    # A length that runs past the region's end ends the records too.
+    cut = bytearray(region)
+    cut[offset : offset + 4] = (1000).to_bytes(4, "little")
+    assert _calls.region_records(bytes(cut)) == [(0, 1), (2, "x")]
+    assert _calls.region_records(b"") == []

@@ -278,26 +278,30 @@ def loads(data: bytes, buffers: Iterable[_Received] = ()) -> Any:
 
 
 def region_records(data: bytes) -> list[tuple[int, Any]]:
-    """The records of a batch's results region (``tunebox._native.Worker.region``): a list of
-    ``(status, object)``."""
+    """The records of a batch's results region (``tunebox._native.Worker.region``, written by
+    :func:`write_record`): a list of ``(status, object)``. A record is ``length: u32`` (little
+    endian), then ``length`` bytes (a status byte and a pickle), back to back; the records end at
+    a length of 0 (the region starts zeroed, and a record's length is written last, so a worker
+    that died while writing one leaves it out) or at one that runs past the region's end."""
     records: list[tuple[int, Any]] = []
     offset = 0
     while offset + 4 <= len(data):
         length = int.from_bytes(data[offset : offset + 4], "little")
-        if length == 0:
+        end = offset + 4 + length
+        if length == 0 or end > len(data):
             break
-        body = data[offset + 4 : offset + 4 + length]
+        body = data[offset + 4 : end]
         records.append((body[0], pickle.loads(body[1:])))
-        offset += 4 + length
+        offset = end
     return records
 
 
 def write_record(
     region: bytearray | memoryview, offset: int, status: int, payload: bytes
 ) -> int | None:
-    """Appends one record to a batch's results region at ``offset`` (its bytes, then its length,
-    so that a worker that dies part way leaves no half record); returns the next offset, or None
-    when it does not fit."""
+    """Appends one record to a batch's results region at ``offset`` (in the format
+    :func:`region_records` reads: its bytes, then its length, so that a worker that dies part
+    way leaves no half record); returns the next offset, or None when it does not fit."""
     end = offset + 5 + len(payload)
     if end + 4 > len(region):  # room for the zero length that ends the records
         return None
