@@ -15,7 +15,7 @@
 //!   backend that hands each pickled call to a Python handler (and `cpu` for C kernels);
 //! - `tune` (`tunebox._native.tune`, in `tune.rs`): a manifest run by tunebox-tune's engine, as
 //!   `tunebox tune` runs it, for `tunebox.kernel_tuner.tune_kernel`, in memory (manifest text,
-//!   the source and the arrays as buffers in, the report as JSON text out); `engine_worker`
+//!   the source and the arrays as buffers in, the report as Python objects out); `engine_worker`
 //!   (`worker_binary.rs`) is the worker it starts, tunebox's Rust `tunebox-worker` (the `cpu`,
 //!   `cuda` and `diagnostics` backends) carried by the extension, and `serve_engine_worker`
 //!   what the Python launcher `tunebox-engine-worker` runs where that binary is missing.

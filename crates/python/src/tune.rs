@@ -8,7 +8,9 @@
 //! `tunebox tune` ([`tunebox_tune::Manifest::parse`], its files given as
 //! [`tunebox_tune::ManifestFiles`]), the choices compile in parallel in the parent, are
 //! measured in isolated workers, verified, cached in the results cache and ranked, and the
-//! report comes back as JSON text. Nothing is written to disk for it, and nothing read back.
+//! report comes back as Python objects (dicts, lists, numbers, strings: docs/cli.md's JSON schema,
+//! built from the engine's value, never through text). Nothing is written to disk for it, and
+//! nothing read back.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 use tunebox_protocol::{SharedBuffer, SharedData};
 use tunebox_tune::{
     BruteForce, CacheMode, Event, Manifest, ManifestFiles, Observer, Plan, Stop, TuneError,
@@ -25,7 +27,8 @@ use tunebox_tune::{
 use tunebox_worker::Registry;
 
 /// Runs the manifest `manifest` (TOML text, as a manifest file would hold it) through
-/// tunebox-tune's engine and returns its report as JSON text (docs/cli.md's schema).
+/// tunebox-tune's engine and returns its report as a `dict` of docs/cli.md's JSON schema (lists,
+/// `int`, `float`, `str`, `bool` and `None` inside, as `json.loads` of the `--json` file gives).
 ///
 /// `path` is the manifest's name as if it were a file (it need not exist: relative paths in
 /// the manifest are resolved against its folder, and the report names it); `files` gives the
@@ -74,7 +77,7 @@ pub(crate) fn tune(
     on_choice: Option<Py<PyAny>>,
     on_note: Option<Py<PyAny>>,
     max_process_uses: u64,
-) -> PyResult<String> {
+) -> PyResult<Py<PyAny>> {
     if !tunebox_tune::strategies::NAMES.contains(&strategy.as_str()) {
         return Err(PyValueError::new_err(format!(
             "strategy {strategy:?}: use one of {}",
@@ -136,7 +139,7 @@ pub(crate) fn tune(
         // copied): the expected outputs' shared memory goes now, not after the run.
         drop(files);
         tunebox_tune::run(plan, &options, &observer, &stop)
-            .and_then(|report| tunebox_tune::json_text(&report))
+            .and_then(|report| tunebox_tune::json_value(&report))
     });
     if let Some(error) = observer
         .interrupted
@@ -147,7 +150,37 @@ pub(crate) fn tune(
     {
         return Err(error);
     }
-    outcome.map_err(to_python)
+    python_value(py, &outcome.map_err(to_python)?).map(Bound::unbind)
+}
+
+/// `value` as the Python objects `json.loads` would give for its text: objects as `dict`s
+/// (keys in order), arrays as `list`s, integers as `int`, other numbers as `float`.
+fn python_value<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    use serde_json::Value;
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.into_pyobject(py)?.into_any(),
+            (None, Some(u)) => u.into_pyobject(py)?.into_any(),
+            (None, None) => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(text) => PyString::new(py, text).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(python_value(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(fields) => {
+            let dict = PyDict::new(py);
+            for (key, field) in fields {
+                dict.set_item(key, python_value(py, field)?)?;
+            }
+            dict.into_any()
+        }
+    })
 }
 
 /// `files` as the engine takes them: each `str` as its UTF-8 text, each `(address, length)`

@@ -115,7 +115,7 @@ pub use crate::report::html::{CONTENT_SECURITY_POLICY, HtmlComparison, HtmlRepor
 pub use crate::report::interchange::write_t4;
 pub use crate::report::merge::merge;
 pub use crate::report::ranking::{ErrorGroup, error_groups, rank_labels, ties, windowed};
-pub use crate::report::{json_text, load as load_reports, write_csv, write_json};
+pub use crate::report::{json_text, json_value, load as load_reports, write_csv, write_json};
 pub use crate::results::cache::ResultsCache;
 pub use crate::results::fingerprint::compiler_version;
 pub use crate::results::interference::{BUSY_THRESHOLD, Conditions, STEAL_THRESHOLD};

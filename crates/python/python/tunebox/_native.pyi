@@ -120,8 +120,8 @@ def tune(
     on_choice: Callable[[str, str, float | None], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     max_process_uses: int = 1,
-) -> str:
-    """The run's report as JSON text (docs/cli.md's schema)."""
+) -> dict[str, Any]:
+    """The run's report as objects (docs/cli.md's JSON schema, as ``json.loads`` gives it)."""
 
 def engine_worker() -> Path:
     """The path of the Rust worker this extension carries, written once into tunebox's cache."""

@@ -232,7 +232,7 @@ def tune_kernel(
     )
     printer = _Printer(list(tune_params), verbose and not quiet)
     with _worker() as worker:
-        text = _native.tune(
+        report = _native.tune(
             writer.toml(),
             # Named as a file in the current folder (relative paths, the report), which is
             # neither read nor written.
@@ -250,7 +250,6 @@ def tune_kernel(
             on_choice=printer.choice,
             on_note=printer.note,
         )
-    report = json.loads(text)
     results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
     if verify is not None:
         _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify)

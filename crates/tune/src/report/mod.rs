@@ -49,6 +49,17 @@ pub fn json_text(report: &Report) -> crate::Result<String> {
         .map_err(|e| crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}")))
 }
 
+/// The report as the JSON value [`write_json`] writes (docs/cli.md's schema), for a caller that
+/// turns it into its own objects (Python's `tune_kernel` gets dicts and lists, never text).
+///
+/// # Errors
+///
+/// As [`json_text`].
+pub fn json_value(report: &Report) -> crate::Result<serde_json::Value> {
+    serde_json::to_value(report.to_json())
+        .map_err(|e| crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}")))
+}
+
 /// [`crate::base::whole_file::write`], its error naming `path`.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     crate::base::whole_file::write(path, bytes).with_context(|| {
