@@ -206,6 +206,53 @@ fn a_request_a_closed_pool_refuses_comes_back_as_its_error() {
     assert!(results[0].1.is_none(), "it never ran");
 }
 
+/// A timeout of zero would kill every task as it starts: a request's own is refused before it
+/// reaches a worker (the next request still runs), and a pool's is refused when it starts.
+#[test]
+fn a_timeout_of_zero_is_refused_and_the_next_request_runs() {
+    let pool = pool(1, Duration::from_secs(30));
+    let mut timeouts = vec![None, Some(Duration::ZERO)];
+    let mut results = Vec::new();
+    run_pulled(
+        1,
+        &Arc::new(tunebox_pool::NoHook),
+        || match timeouts.pop() {
+            Some(timeout) => Pull::Request {
+                job: timeout,
+                pool: &pool,
+                request: diag(DiagnosticTask::Sleep { ms: 1 }),
+                timeout,
+            },
+            None => Pull::Done,
+        },
+        |timeout, result, _| results.push((timeout, result)),
+    );
+    assert_eq!(results.len(), 2);
+    assert!(
+        matches!(
+            &results[0],
+            (Some(_), Err(PoolError::ZeroTimeout { place })) if place.contains("Pull::Request")
+        ),
+        "{:?}",
+        results[0]
+    );
+    assert!(matches!(&results[1], (None, Ok(_))), "{:?}", results[1]);
+    let refused = TuningProcessPool::new(
+        PoolConfig::new()
+            .max_workers(1)
+            .timeout(Duration::ZERO)
+            .process_config(config()),
+    );
+    let Err(error) = refused else {
+        panic!("a pool with a zero timeout is refused");
+    };
+    assert!(
+        matches!(error, PoolError::ZeroTimeout { place } if place.contains("PoolConfig")),
+        "{error}"
+    );
+    assert!(error.to_string().contains("60 s"), "{error}");
+}
+
 /// The worker's pid a [`DiagnosticTask::Pid`] returned.
 fn pid_of_result(result: &BenchmarkResult) -> String {
     String::from_utf8(result.outputs[0].bytes.to_vec()).unwrap()

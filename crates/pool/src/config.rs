@@ -78,7 +78,8 @@ impl PoolConfig {
     }
 
     /// Per-task timeout, from handing the task to a worker to its reply (default 60 s). A task
-    /// that exceeds it fails with a timeout and its worker is replaced.
+    /// that exceeds it fails with a timeout and its worker is replaced. Zero is refused when
+    /// the pool starts ([`PoolError::ZeroTimeout`]).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -126,6 +127,11 @@ impl PoolConfig {
     /// Starts the workers: one per device, as configured, making large inputs into
     /// `contents` (a new pool's own, or the one of the pool it is started beside).
     pub(crate) fn start(&self, contents: Arc<Contents>) -> Result<Engine, PoolError> {
+        if self.timeout.is_zero() {
+            return Err(PoolError::ZeroTimeout {
+                place: "PoolConfig::timeout",
+            });
+        }
         Engine::start(self.worker_configs()?, self.timeout, contents)
     }
 

@@ -79,6 +79,16 @@ pub enum PoolError {
         /// Where: `CUDA_VISIBLE_DEVICES` or `Devices::List`.
         place: &'static str,
     },
+    /// A timeout of zero: every task would be killed the moment it reached its worker. `place`
+    /// says whose: the pool's (`PoolConfig::timeout`) or one request's (`Pull::Request`).
+    #[error(
+        "a timeout of zero ({place}) would kill every task as it starts; give the longest a task \
+         may take (the pool's default is 60 s)"
+    )]
+    ZeroTimeout {
+        /// Where the zero was given: `PoolConfig::timeout` or `Pull::Request::timeout`.
+        place: &'static str,
+    },
     /// The caller's [`WindowHook`](crate::WindowHook) panicked around this request: its result
     /// is lost (a panic in `after` comes once the worker has answered); the worker, the pool
     /// and the other requests carry on.

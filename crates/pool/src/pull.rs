@@ -35,7 +35,8 @@ pub enum Pull<'p, J> {
         /// What to measure.
         request: BenchmarkRequest,
         /// Its own timeout, in place of the pool's (e.g. a longer one to re-measure with more
-        /// reps).
+        /// reps). Zero fails the request with [`PoolError::ZeroTimeout`](crate::PoolError)
+        /// before it reaches a worker.
         timeout: Option<Duration>,
     },
     /// Nothing to hand out yet (e.g. the next request is still compiling): ask again after at
@@ -149,6 +150,11 @@ pub fn run_pulled<'p, J, H: WindowHook>(
                     request,
                     timeout,
                 } => {
+                    if timeout.is_some_and(|t| t.is_zero()) {
+                        let place = "Pull::Request::timeout";
+                        on_result(job, Err(PoolError::ZeroTimeout { place }), None);
+                        continue;
+                    }
                     let index = free_index(&mut in_flight);
                     let seen = Arc::new(Mutex::new(None));
                     let around = around(hook, &seen);
