@@ -151,6 +151,9 @@ fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
         .filter_map(|l| l.split_once("\"key\":\"").map(|(_, k)| &k[..32]))
         .collect();
     assert_eq!(keys.len(), 2, "{cache}");
+    // One compile of MODE = 1 a run, or two where a background compile, starved on a busy
+    // machine before the script went to sleep, was handed to the foreground (docs/performance.md).
+    let first_run = pids(&dir.path().join("cc.pids")).len();
     let again = tunebox(dir.path(), &["tune", "m.toml", "--json", "r.json"]);
     check(&again);
     let stderr = text(&again.stderr);
@@ -158,7 +161,11 @@ fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
         stderr.contains("skipped 2 choices already measured"),
         "{stderr}"
     );
-    assert_eq!(pids(&dir.path().join("cc.pids")).len(), 2);
+    let both_runs = pids(&dir.path().join("cc.pids")).len();
+    assert!(
+        both_runs > first_run,
+        "the second run did not compile MODE = 1 again ({first_run} compiles, then {both_runs})"
+    );
     let report = json(&dir.path().join("r.json"));
     assert!(
         report["results"]
