@@ -136,9 +136,7 @@ pub(crate) fn check_deferred_work(
         return check_outputs_settle(request, tensors, QUICK_WATCH);
     }
     let returned = Instant::now();
-    let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
-        .map(|t| t.bytes().to_vec())
-        .collect();
+    let snapshot = digests(request, tensors);
     // Busy in every stretch up to the deadline: a runtime's spinning threads fall asleep in
     // one of them, work left running never does.
     let mut window = Window::watch();
@@ -199,9 +197,7 @@ fn check_outputs_settle(
     tensors: &[HostTensor],
     watch: Duration,
 ) -> Result<(), BenchError> {
-    let snapshot: Vec<Vec<u8>> = outputs(request, tensors)
-        .map(|t| t.bytes().to_vec())
-        .collect();
+    let snapshot = digests(request, tensors);
     if snapshot.is_empty() {
         // Nothing to watch (a tuning round's window returns no outputs): no wait either.
         return Ok(());
@@ -210,17 +206,27 @@ fn check_outputs_settle(
     outputs_unchanged(request, tensors, &snapshot, watch)
 }
 
+/// The BLAKE3 digest of each output, in order: what a later look compares, instead of a copy.
+/// Hashing reads an output once (about 7 GB/s on one AVX-512 core); a copy also faults in and
+/// zeroes as many fresh pages, and frees them (a 288 MiB output: 85 ms for the two digests
+/// against 170 ms for the copy, the compare and the free).
+fn digests(request: &BenchmarkRequest, tensors: &[HostTensor]) -> Vec<blake3::Hash> {
+    outputs(request, tensors)
+        .map(|t| blake3::hash(t.bytes()))
+        .collect()
+}
+
 /// Fails with `outputs_changed_after_call` when an output differs from its `snapshot`, taken
 /// `after` since the call returned.
 fn outputs_unchanged(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
-    snapshot: &[Vec<u8>],
+    snapshot: &[blake3::Hash],
     after: Duration,
 ) -> Result<(), BenchError> {
     let changed: Vec<&str> = outputs(request, tensors)
         .zip(snapshot)
-        .filter(|(t, before)| t.bytes() != before.as_slice())
+        .filter(|(t, before)| blake3::hash(t.bytes()) != **before)
         .map(|(t, _)| t.name())
         .collect();
     if changed.is_empty() {
