@@ -635,23 +635,40 @@ mod tests {
         let _ = { gone }.wait();
         let stale = base.join(format!("tunebox-{gone_pid}-0"));
         let alive = base.join(format!("tunebox-{}-999", std::process::id()));
-        std::fs::create_dir(&stale).unwrap();
         std::fs::create_dir(&alive).unwrap();
-        let procs = CString::new(stale.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
-        let mut command = std::process::Command::new("sleep");
-        command.arg("30");
-        // SAFETY: `open`/`write`/`close` of a path made before `fork`.
-        unsafe {
-            command.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
+        // Another test of this binary that probes the cgroups cleans stale ones too, and may
+        // remove this one between its creation and the child's joining it: make it again.
+        let mut left = None;
+        for _ in 0..100 {
+            match std::fs::create_dir(&stale) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => panic!("cannot make {}: {e}", stale.display()),
+            }
+            let procs = CString::new(stale.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
+            let mut command = std::process::Command::new("sleep");
+            command.arg("30");
+            // SAFETY: `open`/`write`/`close` of a path made before `fork`.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
+            match command.spawn() {
+                Ok(child) => {
+                    left = Some(child);
+                    break;
                 }
-                libc::close(fd);
-                Ok(())
-            });
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => panic!("cannot start a process in {}: {e}", stale.display()),
+            }
         }
-        let mut left = command.spawn().unwrap();
+        let mut left = left.expect("the stale cgroup kept vanishing before a process joined it");
         clean_stale(&base, hierarchy);
         let status = left.wait().unwrap();
         assert!(
