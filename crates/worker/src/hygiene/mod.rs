@@ -483,6 +483,15 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("sleep runs");
+        // `spawn` returns once exec has closed the descriptors, which on a busy machine can
+        // come before the kernel names the process after its new program.
+        let comm = format!("/proc/{}/comm", child.id());
+        let named = std::time::Instant::now();
+        while std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() != "sleep")
+            && named.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let found = hygiene.after(before, &task(), None);
         let processes = found
             .iter()
