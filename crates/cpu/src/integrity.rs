@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use tunebox_bench::HostTensor;
 use tunebox_protocol::{BenchError, BenchmarkRequest};
 
-/// How long one look at the threads takes after the last call when the kernel started
-/// threads: the threads' states are read [`SAMPLES`] times, [`WATCH`] apart. A stretch in which
+/// The gap between two looks at the threads after the last call, when the kernel started
+/// threads: a stretch reads their states [`SAMPLES`] times, [`WATCH`] apart. A stretch in which
 /// no thread but the caller was runnable at every look, and the process used at most
 /// [`IDLE_CPU_SHARE`] of a core, is quiet, and ends the watch: a runtime's idle threads
 /// (libgomp spins for GOMP_SPINCOUNT, 300,000 rounds, after a parallel region: milliseconds on

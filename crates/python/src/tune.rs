@@ -154,7 +154,8 @@ pub(crate) fn tune(
 }
 
 /// `value` as the Python objects `json.loads` would give for its text: objects as `dict`s
-/// (keys in order), arrays as `list`s, integers as `int`, other numbers as `float`.
+/// (keys sorted, as serde_json's map keeps them), arrays as `list`s, integers as `int`, other
+/// numbers as `float`.
 fn python_value<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
     use serde_json::Value;
     Ok(match value {

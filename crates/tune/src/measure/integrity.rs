@@ -356,8 +356,8 @@ mod tests {
 
     /// Four threads that spin on the measuring thread's CPU take it away for whole time
     /// slices; timed by the thread's CPU clock, the bandwidth still comes out near the quiet
-    /// figure (a third of it allows for a noisy machine). By the wall clock it came out at a
-    /// fifth or less.
+    /// figure (a third of it, at the best of three tries, allows for a noisy machine). By the
+    /// wall clock it came out at a fifth or less.
     #[test]
     fn the_bandwidth_holds_on_a_busy_cpu() {
         use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
@@ -379,7 +379,11 @@ mod tests {
                 })
             })
             .collect();
-        let busy = measure_write_bandwidth();
+        // The best of three, as the floor itself keeps before it calls a time impossible:
+        // other tests of this binary may be streaming memory at the same moment.
+        let busy = (0..3)
+            .map(|_| measure_write_bandwidth())
+            .fold(0.0, f64::max);
         stop.store(true, Ordering::Relaxed);
         hogs.into_iter().for_each(|h| h.join().unwrap());
         sched_setaffinity(None, &allowed).unwrap();
