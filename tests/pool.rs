@@ -8,17 +8,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, Tolerance, TuningProcessPool, 
 use tunebox_process::ProcessError;
 use tunebox_protocol::DiagnosticTask;
 
-use crate::util::{AXPY, bytes, c_request, config, diag};
-
-fn pool(workers: usize, timeout: Duration) -> TuningProcessPool {
-    TuningProcessPool::new(
-        PoolConfig::new()
-            .max_workers(workers)
-            .timeout(timeout)
-            .process_config(config()),
-    )
-    .unwrap()
-}
+use crate::util::{AXPY, bytes, c_request, config, diag, pool};
 
 #[test]
 fn results_come_back_in_input_order_with_their_statuses() {

@@ -9,17 +9,7 @@ use tunebox_pool::{
 };
 use tunebox_protocol::{BenchmarkResult, DiagnosticTask};
 
-use crate::util::{config, diag};
-
-fn pool(workers: usize, timeout: Duration) -> TuningProcessPool {
-    TuningProcessPool::new(
-        PoolConfig::new()
-            .max_workers(workers)
-            .timeout(timeout)
-            .process_config(config()),
-    )
-    .unwrap()
-}
+use crate::util::{config, diag, pool};
 
 /// Counts the windows running at once, from the pool's worker threads, and says how long each
 /// took between its `before` and `after`.

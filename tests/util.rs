@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use tunebox_pool::{PoolConfig, TuningProcessPool};
 use tunebox_process::{Output, ProcessConfig};
 use tunebox_protocol::{
     BenchmarkRequest, CKernel, DType, DiagnosticTask, TensorSpec, TimingConfig,
@@ -31,6 +32,17 @@ pub(crate) fn config() -> ProcessConfig {
             tail_bytes: 16 * 1024,
         })
         .handshake_timeout(Duration::from_secs(20))
+}
+
+/// A pool of `workers` test workers ([`config`]) with per-task `timeout`.
+pub(crate) fn pool(workers: usize, timeout: Duration) -> TuningProcessPool {
+    TuningProcessPool::new(
+        PoolConfig::new()
+            .max_workers(workers)
+            .timeout(timeout)
+            .process_config(config()),
+    )
+    .unwrap()
 }
 
 /// A diagnostics request.

@@ -336,15 +336,7 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
             .map(|c| c.kernel_name)
             .unwrap_or_default();
         let t1 = pair(&cache, &kt_kernel, &t1s);
-        let conditions: Vec<String> = t1
-            .map(|t| {
-                t.configuration_space
-                    .conditions
-                    .iter()
-                    .map(|c| c.expression.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let conditions = t1.map(T1File::conditions).unwrap_or_default();
         if t1.is_none() {
             eprintln!(
                 "strategies: {}: no T1 file pairs with it; its space is every combination of \

@@ -61,7 +61,8 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         seed: None,
         timeout_s: None,
         compile_timeout_s: None,
-        restrictions: restrictions(&t1),
+        // `Conditions[i].Expression` as restrictions, the Python text unchanged.
+        restrictions: t1.conditions(),
         kernel: Some(kernel),
         tensors,
         scalars,
@@ -104,15 +105,6 @@ fn params(t1: &T1File) -> IndexMap<String, Vec<toml::Value>> {
         .tuning_parameters
         .iter()
         .map(|p| (p.name.clone(), p.values.iter().map(to_toml).collect()))
-        .collect()
-}
-
-/// `Conditions[i].Expression` as restrictions, the Python text unchanged.
-fn restrictions(t1: &T1File) -> Vec<String> {
-    t1.configuration_space
-        .conditions
-        .iter()
-        .map(|c| c.expression.clone())
         .collect()
 }
 

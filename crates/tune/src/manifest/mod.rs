@@ -349,12 +349,7 @@ fn space_of_file<T>(
     if path.extension().is_some_and(|e| e == "json") {
         let t1 = crate::manifest::formats::T1File::read(path)
             .map_err(|e| crate::TuneError::manifest(anyhow::Error::new(e)))?;
-        let conditions: Vec<String> = t1
-            .configuration_space
-            .conditions
-            .iter()
-            .map(|c| c.expression.clone())
-            .collect();
+        let conditions = t1.conditions();
         let params = t1.tune_params();
         let run = || then(&params, &params::restrictions(&conditions, &params)?);
         return run().map_err(crate::TuneError::manifest);

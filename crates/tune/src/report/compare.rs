@@ -339,7 +339,7 @@ fn best_move(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{RunHeader, RunInfo, Selection, rank};
+    use crate::results::{RunHeader, RunInfo, rank};
     use crate::space::{Choice, ParamValue};
     use indexmap::IndexMap;
     use tunebox_protocol::TimingStats;
@@ -374,22 +374,10 @@ mod tests {
         rank(&mut results);
         Report {
             info: RunInfo::new(RunHeader {
-                tunebox_version: "0".into(),
                 manifest: "m.toml".into(),
                 manifest_hash: String::new(),
-                name: "m".into(),
                 kernel: "k".into(),
-                backend: "cpu".into(),
-                device: "cpu".into(),
-                space_size: results.len(),
-                selection: Selection {
-                    strategy: "brute-force".into(),
-                    budget: None,
-                    seed: 0,
-                },
-                shard: None,
-                metrics: Vec::new(),
-                objective: None,
+                ..RunHeader::for_tests(results.len())
             }),
             results,
         }

@@ -45,8 +45,7 @@ fn json_file(report: &Report, path: &Path) -> Result<()> {
 /// [`crate::TuneError::Report`] if it cannot be serialized (not expected: every number in a
 /// report is finite or written as `null`).
 pub fn json_text(report: &Report) -> crate::Result<String> {
-    serde_json::to_string(&report.to_json())
-        .map_err(|e| crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}")))
+    serde_json::to_string(&report.to_json()).map_err(unwritable)
 }
 
 /// The report as the JSON value [`write_json`] writes (docs/cli.md's schema), for a caller that
@@ -56,8 +55,12 @@ pub fn json_text(report: &Report) -> crate::Result<String> {
 ///
 /// As [`json_text`].
 pub fn json_value(report: &Report) -> crate::Result<serde_json::Value> {
-    serde_json::to_value(report.to_json())
-        .map_err(|e| crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}")))
+    serde_json::to_value(report.to_json()).map_err(unwritable)
+}
+
+/// The error of a report serde could not serialize.
+fn unwritable(e: serde_json::Error) -> crate::TuneError {
+    crate::TuneError::report(anyhow::anyhow!("cannot write the report: {e}"))
 }
 
 /// [`crate::base::whole_file::write`], its error naming `path`.

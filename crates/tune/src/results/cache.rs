@@ -679,24 +679,7 @@ mod tests {
             "e".into(),
             "cpu",
         );
-        let header = RunHeader {
-            tunebox_version: "0".into(),
-            manifest: "m".into(),
-            manifest_hash: "h".into(),
-            name: "m".into(),
-            kernel: "k (k.c)".into(),
-            backend: "cpu".into(),
-            device: "cpu".into(),
-            space_size: 1,
-            selection: crate::Selection {
-                strategy: "brute-force".into(),
-                budget: None,
-                seed: 0,
-            },
-            shard: None,
-            metrics: Vec::new(),
-            objective: None,
-        };
+        let header = RunHeader::for_tests(1);
         CacheLine::new(key.into(), &header, Duration::from_secs(1), &result, None)
     }
 

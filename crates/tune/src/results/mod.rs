@@ -182,6 +182,32 @@ pub struct RunHeader {
     pub objective: Option<Objective>,
 }
 
+#[cfg(test)]
+impl RunHeader {
+    /// A brute-force run of `space_size` choices of manifest `m` (kernel `k (k.c)`, cpu): what
+    /// the engine's tests build their reports and cache lines on.
+    pub(crate) fn for_tests(space_size: usize) -> RunHeader {
+        RunHeader {
+            tunebox_version: "0".into(),
+            manifest: "m".into(),
+            manifest_hash: "h".into(),
+            name: "m".into(),
+            kernel: "k (k.c)".into(),
+            backend: "cpu".into(),
+            device: "cpu".into(),
+            space_size,
+            selection: Selection {
+                strategy: "brute-force".into(),
+                budget: None,
+                seed: 0,
+            },
+            shard: None,
+            metrics: Vec::new(),
+            objective: None,
+        }
+    }
+}
+
 /// A choice that was not measured (or not in every window its rounds give), and why.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NotMeasured {

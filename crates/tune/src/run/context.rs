@@ -836,24 +836,7 @@ mod tests {
     }
 
     pub(crate) fn header() -> RunHeader {
-        RunHeader {
-            tunebox_version: "0".into(),
-            manifest: "m".into(),
-            manifest_hash: "h".into(),
-            name: "m".into(),
-            kernel: "k (k.c)".into(),
-            backend: "cpu".into(),
-            device: "cpu".into(),
-            space_size: 4,
-            selection: Selection {
-                strategy: "brute-force".into(),
-                budget: None,
-                seed: 0,
-            },
-            shard: None,
-            metrics: Vec::new(),
-            objective: None,
-        }
+        RunHeader::for_tests(4)
     }
 
     pub(crate) fn ledger(cache: ResultsCache) -> Ledger {

@@ -747,13 +747,7 @@ mod tests {
         for ((cache, t1), expected) in hub_files().into_iter().zip(HUB_BEST) {
             let recording = Recording::read(&cache).unwrap();
             let t1 = T1File::read(&t1).unwrap();
-            let conditions: Vec<String> = t1
-                .configuration_space
-                .conditions
-                .iter()
-                .map(|c| c.expression.clone())
-                .collect();
-            let space = recording.space(&conditions).unwrap();
+            let space = recording.space(&t1.conditions()).unwrap();
             let recorded = Recorded::new(&recording, &space).unwrap();
             let trace = simulate(&space, &mut BruteForce::new(), &recorded, Budget::UNLIMITED);
             assert_eq!(trace.points.len(), space.len());

@@ -270,6 +270,16 @@ impl T1File {
         parse(&doc, path, base).map_err(|p| p.in_file(path))
     }
 
+    /// `Conditions[i].Expression`, in the file's order: the restrictions, each its Python
+    /// boolean expression as written.
+    pub fn conditions(&self) -> Vec<String> {
+        self.configuration_space
+            .conditions
+            .iter()
+            .map(|c| c.expression.clone())
+            .collect()
+    }
+
     /// The parameters as `name -> values`, in the file's order: the shape of a search space.
     pub(crate) fn tune_params(&self) -> IndexMap<String, Vec<ParamValue>> {
         self.configuration_space
