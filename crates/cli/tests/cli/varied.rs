@@ -35,15 +35,21 @@ void memo_kernel(const float *x, float *y, int64_t n) {
 }
 "#;
 
-/// With two reps of each verified window checked on varied inputs, the memo is caught: its
-/// first call and its call on fresh inputs are right, a checked rep is not, and its result says
-/// so. The honest choice stays `ok`.
+/// With reps of each verified window checked on varied inputs, the memo is caught: its first
+/// call and its call on fresh inputs are right, a checked rep is not, and its result says so.
+/// The honest choice stays `ok`.
+///
+/// Catching it is a matter of chance, as it is for any candidate that skips only some reps: of
+/// 30 elements each rep varies one, and the memo computes (right) when that element or the one
+/// the rep before varied is among its four samples, so a checked rep catches it with
+/// probability (26/30)^2 = 0.75. Eight checked reps miss it together once in 60 000 runs (two,
+/// a sandbox's default, once in 16).
 #[test]
 fn a_memo_keyed_on_a_sample_of_the_inputs_is_wrong_on_a_checked_rep() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("memo_kernel.c"), MEMO).unwrap();
     let manifest =
-        mode_manifest("memo_kernel", "30", 2, "warmup_ms = 1\nrep_ms = 10") + "checked_reps = 2\n";
+        mode_manifest("memo_kernel", "30", 2, "warmup_ms = 1\nrep_ms = 10") + "checked_reps = 8\n";
     std::fs::write(dir.path().join("memo.toml"), manifest).unwrap();
     let out = tunebox(
         dir.path(),
