@@ -328,8 +328,19 @@ impl CpuRunner<'_> {
         } else {
             self.final_call(&stats, started)?
         };
-        // Then a look for work it left running (untimed).
-        integrity::check_deferred_work(request, self.tensors, (threads_before, &children_before))?;
+        // Then a look for work it left running (untimed), against the copies of the last
+        // call's outputs made for the reply.
+        let last_copies = if fresh_outputs.is_empty() {
+            &outputs_after_reps
+        } else {
+            &fresh_outputs
+        };
+        integrity::check_deferred_work(
+            request,
+            self.tensors,
+            (threads_before, &children_before),
+            last_copies,
+        )?;
         Ok(Measured {
             stats,
             outputs,

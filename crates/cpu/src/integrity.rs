@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tunebox_bench::HostTensor;
-use tunebox_protocol::{BenchError, BenchmarkRequest};
+use tunebox_protocol::{BenchError, BenchmarkRequest, TensorData};
 
 /// The gap between two looks at the threads after the last call, when the kernel started
 /// threads: a stretch reads their states [`SAMPLES`] times, [`WATCH`] apart. A stretch in which
@@ -113,10 +113,14 @@ pub(crate) fn thread_count() -> usize {
 /// Only in a worker process (one that reached the worker entry point), which runs nothing but
 /// the request: a backend embedded in a program of its own (a test, a tool calling
 /// `CpuBackend` directly) shares its threads and children with that program.
+///
+/// `copies`: the copies of the last call's outputs the worker made for its reply, if it made
+/// them (else empty); the outputs are compared with them after the watch.
 pub(crate) fn check_deferred_work(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
     (threads_before, children_before): (usize, &[u32]),
+    copies: &[TensorData],
 ) -> Result<(), BenchError> {
     if !tunebox_protocol::worker_entry_reached() {
         return Ok(());
@@ -133,10 +137,10 @@ pub(crate) fn check_deferred_work(
     if thread_count() <= threads_before {
         // No thread the kernel started: nothing can be working behind its back but a signal
         // handler, which the outputs would show.
-        return check_outputs_settle(request, tensors, QUICK_WATCH);
+        return check_outputs_settle(request, tensors, copies, QUICK_WATCH);
     }
     let returned = Instant::now();
-    let snapshot = digests(request, tensors);
+    let snapshot = Snapshot::take(request, tensors, copies);
     // Busy in every stretch up to the deadline: a runtime's spinning threads fall asleep in
     // one of them, work left running never does.
     let mut window = Window::watch();
@@ -195,9 +199,10 @@ fn still_running(
 fn check_outputs_settle(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
+    copies: &[TensorData],
     watch: Duration,
 ) -> Result<(), BenchError> {
-    let snapshot = digests(request, tensors);
+    let snapshot = Snapshot::take(request, tensors, copies);
     if snapshot.is_empty() {
         // Nothing to watch (a tuning round's window returns no outputs): no wait either.
         return Ok(());
@@ -206,14 +211,49 @@ fn check_outputs_settle(
     outputs_unchanged(request, tensors, &snapshot, watch)
 }
 
-/// The BLAKE3 digest of each output, in order: what a later look compares, instead of a copy.
-/// Hashing reads an output once (about 7 GB/s on one AVX-512 core); a copy also faults in and
-/// zeroes as many fresh pages, and frees them (a 288 MiB output: 85 ms for the two digests
-/// against 170 ms for the copy, the compare and the free).
-fn digests(request: &BenchmarkRequest, tensors: &[HostTensor]) -> Vec<blake3::Hash> {
-    outputs(request, tensors)
-        .map(|t| blake3::hash(t.bytes()))
-        .collect()
+/// The outputs as the last call left them, for a later look to compare with.
+enum Snapshot<'c> {
+    /// The copies the worker made of them for its reply (shared memory where large): compared
+    /// byte for byte, one read of each output and of its copy.
+    Copies(&'c [TensorData]),
+    /// Where there are no copies (a round's window returns no outputs), the BLAKE3 digest of
+    /// each output, in order. Hashing reads an output once (about 7 GB/s on one AVX-512 core);
+    /// a copy made for the look would also fault in and zero as many fresh pages, and free
+    /// them (a 288 MiB output: 85 ms for the two digests against 170 ms for the copy, the
+    /// compare and the free).
+    Digests(Vec<blake3::Hash>),
+}
+
+impl<'c> Snapshot<'c> {
+    /// `copies` when they are the outputs' (one per output, in order, of the same sizes),
+    /// else digests of the outputs now.
+    fn take(request: &BenchmarkRequest, tensors: &[HostTensor], copies: &'c [TensorData]) -> Self {
+        // `eq` also tells a different count.
+        let sizes = outputs(request, tensors).map(|t| t.bytes().len());
+        if sizes.eq(copies.iter().map(|c| c.bytes.len())) {
+            return Snapshot::Copies(copies);
+        }
+        Snapshot::Digests(
+            outputs(request, tensors)
+                .map(|t| blake3::hash(t.bytes()))
+                .collect(),
+        )
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Snapshot::Copies(copies) => copies.is_empty(),
+            Snapshot::Digests(digests) => digests.is_empty(),
+        }
+    }
+
+    /// Whether output `i` still holds `bytes`.
+    fn holds(&self, i: usize, bytes: &[u8]) -> bool {
+        match self {
+            Snapshot::Copies(copies) => copies[i].bytes[..] == *bytes,
+            Snapshot::Digests(digests) => blake3::hash(bytes) == digests[i],
+        }
+    }
 }
 
 /// Fails with `outputs_changed_after_call` when an output differs from its `snapshot`, taken
@@ -221,13 +261,13 @@ fn digests(request: &BenchmarkRequest, tensors: &[HostTensor]) -> Vec<blake3::Ha
 fn outputs_unchanged(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
-    snapshot: &[blake3::Hash],
+    snapshot: &Snapshot<'_>,
     after: Duration,
 ) -> Result<(), BenchError> {
     let changed: Vec<&str> = outputs(request, tensors)
-        .zip(snapshot)
-        .filter(|(t, before)| blake3::hash(t.bytes()) != **before)
-        .map(|(t, _)| t.name())
+        .enumerate()
+        .filter(|(i, t)| !snapshot.holds(*i, t.bytes()))
+        .map(|(_, t)| t.name())
         .collect();
     if changed.is_empty() {
         return Ok(());
@@ -336,4 +376,59 @@ fn is_zombie(pid: u32) -> bool {
                 .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "Z"))
         })
         .unwrap_or(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunebox_protocol::{Bytes, CKernel, DType, TensorSpec};
+
+    /// A request with one input and two outputs (one large enough for shared memory), and
+    /// its tensors.
+    fn outputs_and_tensors() -> (BenchmarkRequest, Vec<HostTensor>) {
+        let request = BenchmarkRequest::new(CKernel::new("", "k"))
+            .tensor(TensorSpec::new("x", DType::F32, [16]).ones())
+            .tensor(TensorSpec::new("y", DType::F32, [1 << 16]).output())
+            .tensor(TensorSpec::new("z", DType::U8, [8]).output());
+        let tensors = request
+            .tensors
+            .iter()
+            .map(|spec| HostTensor::allocate(spec).unwrap())
+            .collect();
+        (request, tensors)
+    }
+
+    /// What a reply carries: a copy of each output.
+    fn copies(request: &BenchmarkRequest, tensors: &[HostTensor]) -> Vec<TensorData> {
+        outputs(request, tensors)
+            .map(|t| {
+                let bytes = Bytes::copy_from_slice(t.bytes()).unwrap();
+                TensorData::new(t.name(), DType::U8, vec![bytes.len() as u64], bytes)
+            })
+            .collect()
+    }
+
+    /// Outputs are watched against the reply's copies of them where those match them, else
+    /// against digests; either way an output written after the snapshot is named, and one
+    /// left alone is not.
+    #[test]
+    fn an_output_changed_after_the_snapshot_is_named_with_copies_or_digests() {
+        let (request, mut tensors) = outputs_and_tensors();
+        let made = copies(&request, &tensors);
+        for with_copies in [true, false] {
+            let given: &[TensorData] = if with_copies { &made } else { &made[..1] };
+            let snapshot = Snapshot::take(&request, &tensors, given);
+            assert_eq!(matches!(snapshot, Snapshot::Copies(_)), with_copies);
+            assert!(outputs_unchanged(&request, &tensors, &snapshot, WATCH).is_ok());
+            tensors[1].bytes_mut()[40_000] ^= 1;
+            let Err(BenchError::Suspicious { check, seen }) =
+                outputs_unchanged(&request, &tensors, &snapshot, WATCH)
+            else {
+                panic!("a changed output passed the look");
+            };
+            assert_eq!(check, "outputs_changed_after_call");
+            assert!(seen.contains("output(s) y changed"), "{seen}");
+            tensors[1].bytes_mut()[40_000] ^= 1;
+        }
+    }
 }

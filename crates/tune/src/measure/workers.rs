@@ -622,6 +622,9 @@ pub(crate) fn judge(
         return ChoiceResult::failed(index, choice, Status::Suspicious, floor, device);
     }
     let metrics = manifest.metrics.evaluate(&choice, measured.stats.median_ms);
+    let (stats, mutated_inputs) = (measured.stats.clone(), measured.mutated_inputs.clone());
+    // Its outputs are judged: unmapping them is not the next window's wait.
+    crate::measure::release::release(measured);
     ChoiceResult {
         index,
         choice,
@@ -630,11 +633,11 @@ pub(crate) fn judge(
         } else {
             Status::Ok
         },
-        stats: Some(measured.stats),
+        stats: Some(stats),
         error,
         check: verification
             .map(|(first, after)| Check::from(if first.passed() { &after } else { &first })),
-        mutated_inputs: measured.mutated_inputs,
+        mutated_inputs,
         metrics,
         screen_median_ms: None,
         cached: false,
