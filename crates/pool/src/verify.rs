@@ -326,14 +326,71 @@ fn compare(want: &TensorData, got: &TensorData, tolerance: Tolerance) -> TensorC
 /// branch-free pass over [`LANES`] elements at a time, each lane with its own maxima (a
 /// float maximum cannot be reordered by the compiler otherwise), so that it vectorizes: the
 /// common case, a right answer, costs tens of milliseconds for tens of millions of elements.
+/// Tensors of [`PARALLEL_MIN_BYTES`] or more are split among up to [`MAX_COMPARE_THREADS`]
+/// threads, each taking at least half that: the compare lies between one window and the next.
 fn all_close<const N: usize>(
     want: &TensorData,
     got: &TensorData,
     tolerance: Tolerance,
-    value: impl Fn([u8; N]) -> f64 + Copy,
+    value: impl Fn([u8; N]) -> f64 + Copy + Send + Sync,
 ) -> Option<(f64, f64)> {
     let (want, _) = want.bytes.as_chunks::<N>();
     let (got, _) = got.bytes.as_chunks::<N>();
+    let threads = compare_threads(std::mem::size_of_val(want));
+    if threads <= 1 {
+        return all_close_run(want, got, tolerance, value);
+    }
+    let step = want.len().div_ceil(threads).next_multiple_of(LANES);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = want
+            .chunks(step)
+            .zip(got.chunks(step))
+            .map(|(want, got)| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, move || all_close_run(want, got, tolerance, value))
+                    .map_err(|_| (want, got))
+            })
+            .collect();
+        let mut total = Some((0.0f64, 0.0f64));
+        for part in parts {
+            let part = match part {
+                Ok(thread) => thread.join().ok().flatten(),
+                // No thread: that part here.
+                Err((want, got)) => all_close_run(want, got, tolerance, value),
+            };
+            total = total
+                .zip(part)
+                .map(|((a, r), (pa, pr))| (a.max(pa), r.max(pr)));
+        }
+        total
+    })
+}
+
+/// Tensors of at least this many bytes are compared on more than one thread.
+const PARALLEL_MIN_BYTES: usize = 16 << 20;
+
+/// The most threads one compare takes.
+const MAX_COMPARE_THREADS: usize = 4;
+
+/// Threads for comparing `bytes` of a tensor: one below [`PARALLEL_MIN_BYTES`], else as many
+/// as the machine has CPUs, at most [`MAX_COMPARE_THREADS`], each taking at least half of
+/// [`PARALLEL_MIN_BYTES`].
+fn compare_threads(bytes: usize) -> usize {
+    if bytes < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    cpus.min(MAX_COMPARE_THREADS)
+        .min(bytes / (PARALLEL_MIN_BYTES / 2))
+}
+
+/// [`all_close`] over elements `want` and `got` (of `N` bytes each), on this thread.
+fn all_close_run<const N: usize>(
+    want: &[[u8; N]],
+    got: &[[u8; N]],
+    tolerance: Tolerance,
+    value: impl Fn([u8; N]) -> f64 + Copy,
+) -> Option<(f64, f64)> {
     let (want_blocks, want_rest) = want.as_chunks::<LANES>();
     let (got_blocks, got_rest) = got.as_chunks::<LANES>();
     let mut lanes = Maxima::<LANES>::new();
@@ -569,6 +626,49 @@ mod tests {
             tol,
         );
         assert_eq!(nan.nonfinite_mismatches(), 1);
+    }
+
+    /// A tensor large enough to be compared on several threads gets the answer the one-thread
+    /// pass and the element-by-element account give: the same largest errors when close,
+    /// and a mismatch in the last thread's part (the part boundaries are multiples of the
+    /// lanes, the last part shorter) found.
+    #[test]
+    fn a_large_tensor_compared_on_threads_reports_what_one_thread_does() {
+        let n = PARALLEL_MIN_BYTES / 4 * 3 + 5;
+        assert!(n * 4 >= PARALLEL_MIN_BYTES, "large enough to be split where there are CPUs");
+        let reference: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.25 - 50.0).collect();
+        let close: Vec<f32> = reference
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                if i % 7919 == 0 {
+                    v + v.abs() * 1e-6
+                } else {
+                    *v
+                }
+            })
+            .collect();
+        let tol = Tolerance::default();
+        let (want, got) = (f32s("y", &reference), f32s("y", &close));
+        let value = |c: [u8; 4]| f64::from(f32::from_ne_bytes(c));
+        let threaded = all_close(&want, &got, tol, value);
+        let (w, _) = want.bytes.as_chunks::<4>();
+        let (g, _) = got.bytes.as_chunks::<4>();
+        assert_eq!(threaded, all_close_run(w, g, tol, value));
+        let slow = compare_as(&want, &got, tol, |c: [u8; 4]| {
+            Value::F32(f32::from_ne_bytes(c))
+        });
+        let (abs, rel) = threaded.unwrap();
+        assert!(abs > 0.0, "the close elements differ");
+        assert_eq!((abs, rel), (slow.max_abs_error, slow.max_rel_error));
+        let mut far = close;
+        far[n - 2] = 1e9;
+        let wrong = verify_outputs(&[want], &[f32s("y", &far)], tol);
+        assert_eq!(wrong.mismatches(), 1);
+        assert_eq!(
+            wrong.tensors[0].first_mismatch.as_ref().unwrap().index,
+            n as u64 - 2
+        );
     }
 
     fn f64s(name: &str, values: &[f64]) -> TensorData {
