@@ -635,7 +635,10 @@ mod tests {
     #[test]
     fn a_large_tensor_compared_on_threads_reports_what_one_thread_does() {
         let n = PARALLEL_MIN_BYTES / 4 * 3 + 5;
-        assert!(n * 4 >= PARALLEL_MIN_BYTES, "large enough to be split where there are CPUs");
+        assert!(
+            n * 4 >= PARALLEL_MIN_BYTES,
+            "large enough to be split where there are CPUs"
+        );
         let reference: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.25 - 50.0).collect();
         let close: Vec<f32> = reference
             .iter()
