@@ -54,10 +54,11 @@ fn returned_bytes(result: &BenchmarkResult) -> usize {
 }
 
 /// The queue of the releasing thread, started at the first large result; `None` when it could
-/// not be started.
+/// not be started, or in a process forked from the one that started it (a fork has no copy of
+/// the thread: what it queued would never be dropped).
 fn releaser() -> Option<&'static Sender<Parcel>> {
-    static RELEASER: OnceLock<Option<Sender<Parcel>>> = OnceLock::new();
-    RELEASER
+    static RELEASER: OnceLock<Option<(u32, Sender<Parcel>)>> = OnceLock::new();
+    let (started_in, sender) = RELEASER
         .get_or_init(|| {
             let (sender, parcels) = mpsc::channel::<Parcel>();
             std::thread::Builder::new()
@@ -65,9 +66,10 @@ fn releaser() -> Option<&'static Sender<Parcel>> {
                 .spawn(move || parcels.into_iter().for_each(drop))
                 .map_err(|e| log::debug!("tune: no releasing thread ({e}); results drop in place"))
                 .ok()
-                .map(|_| sender)
+                .map(|_| (std::process::id(), sender))
         })
-        .as_ref()
+        .as_ref()?;
+    (*started_in == std::process::id()).then_some(sender)
 }
 
 #[cfg(test)]
@@ -97,6 +99,36 @@ mod tests {
         assert_eq!(
             small.unwrap(),
             std::thread::current().name().map(str::to_owned)
+        );
+    }
+
+    /// A process forked after the releasing thread started has no such thread: it drops in
+    /// place rather than queue what nothing would drop.
+    #[test]
+    fn a_forked_process_drops_in_place() {
+        let (sender, dropped_by) = mpsc::channel();
+        release_sized(Witness(sender), BACKGROUND_MIN_BYTES);
+        assert!(
+            dropped_by
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_ok()
+        );
+        assert!(releaser().is_some(), "started here");
+        // SAFETY: the child only reads the initialized cell and its own pid, then `_exit`s
+        // (no allocation, no lock another thread could hold).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = if releaser().is_none() { 0 } else { 1 };
+            // SAFETY: ends the forked child at once, running nothing of the parent's.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked, into a valid status word.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the forked child found the parent's releasing thread (status {status})"
         );
     }
 
