@@ -21,6 +21,7 @@ screening window's time goes to.
 """
 
 import argparse
+import ast
 import json
 import os
 import statistics
@@ -29,23 +30,25 @@ import sys
 import tempfile
 import time
 
-KERNEL = """#include <omp.h>
+# Kernel Tuner's example, as the conformance script (Kernel Tuner's `examples/c/vector_add.py`
+# with one import changed) holds it: its `kernel_string`.
+CONFORMANCE_SCRIPT = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)),
+    "../../crates/python/conformance/kernel_tuner/vector_add.py",
+)
 
-typedef float vfloat __attribute__ ((vector_size (vecsize*4)));
 
-extern "C" float vector_add(vfloat *c, vfloat *a, vfloat *b, int n) {
-    double start = omp_get_wtime();
-    int chunk = n/(vecsize*nthreads);
-    #pragma omp parallel num_threads(nthreads)
-    {
-        int offset = omp_get_thread_num()*chunk;
-        for (int i = offset; i<offset+chunk && i<n; i++) {
-            c[i] = a[i] + b[i];
-        }
-    }
-    return (float)((omp_get_wtime() - start)*1e3);
-}
-"""
+def kernel_source():
+    """The `kernel_string` of the conformance script, read without running the script."""
+    with open(CONFORMANCE_SCRIPT) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "kernel_string" for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    sys.exit(f"no kernel_string in {CONFORMANCE_SCRIPT}")
+
 
 MANIFEST = """name = "large-outputs"
 [kernel]
@@ -90,7 +93,7 @@ def write_problem(folder, mi):
 
     n = mi * 1024 * 1024
     with open(os.path.join(folder, "kernel.cpp"), "w") as f:
-        f.write(KERNEL)
+        f.write(kernel_source())
     with open(os.path.join(folder, "large.toml"), "w") as f:
         f.write(MANIFEST.format(n=n))
     paths = [os.path.join(folder, name) for name in ("a.bin", "b.bin", "c.bin")]

@@ -14,7 +14,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
-    TensorSpec, VariedReps,
+    TensorSpec, TimingStats, VariedReps,
 };
 
 use crate::manifest::launch::Launch;
@@ -555,7 +555,7 @@ pub(crate) fn judge(
     manifest: &Manifest,
     device: &str,
 ) -> ChoiceResult {
-    let measured = match result {
+    let mut measured = match result {
         Err(e) => {
             return ChoiceResult::failed(index, choice, e.status(), e.to_string(), device);
         }
@@ -622,7 +622,8 @@ pub(crate) fn judge(
         return ChoiceResult::failed(index, choice, Status::Suspicious, floor, device);
     }
     let metrics = manifest.metrics.evaluate(&choice, measured.stats.median_ms);
-    let (stats, mutated_inputs) = (measured.stats.clone(), measured.mutated_inputs.clone());
+    let stats = std::mem::replace(&mut measured.stats, TimingStats::unmeasured());
+    let mutated_inputs = std::mem::take(&mut measured.mutated_inputs);
     // Its outputs are judged: unmapping them is not the next window's wait.
     crate::measure::release::release(measured);
     ChoiceResult {
