@@ -59,8 +59,8 @@ pub struct Integrity {
     /// stops the worker's clock shows as a worker that saw much less time pass than the parent.
     pub worker_ms: Option<f64>,
     /// The CPU time the worker process used during the request, all its threads together, in
-    /// ms (from the moment it took the request to its reply; the worker fills it, whatever the
-    /// backend). A multi-threaded kernel (OpenMP, a thread pool) keeps more than one CPU busy:
+    /// ms (from the moment it took the request to its reply, mapping the inputs and the state
+    /// checks included; the worker fills it, whatever the backend). A multi-threaded kernel (OpenMP, a thread pool) keeps more than one CPU busy:
     /// the parent counts this much of the machine's busy time as the window's own, not as
     /// interference. `None` where the worker could not read its clock.
     pub worker_cpu_ms: Option<f64>,

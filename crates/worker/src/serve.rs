@@ -66,6 +66,9 @@ pub(crate) fn serve_recording(
         let body = match Arc::unwrap_or_clone(request.body) {
             RequestBody::Ping => ResponseBody::Pong,
             RequestBody::Benchmark(mut benchmark) => {
+                // Everything the worker does for the request counts: mapping its inputs and the
+                // state checks around the call too, not only the backend's part.
+                let cpu_before = tunebox_bench::process_cpu_ms();
                 mappings.intern(&mut benchmark);
                 log::debug!(
                     "request {}: {} kernel",
@@ -73,16 +76,15 @@ pub(crate) fn serve_recording(
                     benchmark.kernel.backend()
                 );
                 let before = hygiene.before(&benchmark, true, checks_state(registry, &benchmark));
-                let cpu_before = tunebox_bench::process_cpu_ms();
                 let mut result = dispatch(registry, &benchmark, |backend, request| {
                     backend.benchmark(request)
                 });
+                left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
                 if let (Ok(result), Some(before), Some(after)) =
                     (&mut result, cpu_before, tunebox_bench::process_cpu_ms())
                 {
                     result.integrity.worker_cpu_ms = Some((after - before).max(0.0));
                 }
-                left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
                 ResponseBody::Benchmark(result)
             }
             RequestBody::Prepare(mut benchmark) => {

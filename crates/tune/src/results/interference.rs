@@ -4,8 +4,11 @@
 //! time, in clock ticks), taken by the parent's pool thread just before it sends a request to
 //! its worker and just after the reply ([`Watch`]). The worker's own time is one CPU's worth, or the CPU time
 //! its process reports for the request when that is more (`Integrity::worker_cpu_ms`: a
-//! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy), so the busy time
-//! beyond that is someone else's: another process, another worker, one of tunebox's compiles.
+//! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy), and this process's
+//! own CPU time (the threads that send, receive and judge windows) is taken off too, so the
+//! busy time beyond that is someone else's: another process, another worker, one of tunebox's
+//! compiles. (Without the parent's time, a two-thread kernel's windows of ~30 ms on two CPUs
+//! were flagged one in three on an idle machine: the parent's few ms are a tick or two there.)
 //! Steal time is the hypervisor running another guest on our vCPU.
 //! Either one above its threshold marks the window disturbed: such a window does not decide a
 //! choice's time, and a result without enough quiet windows is not cached as final.
@@ -115,7 +118,7 @@ pub struct Conditions {
 impl Conditions {
     /// The conditions between two snapshots (`None` where either is missing or the CPUs
     /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
-    /// time, [`BackgroundWork`]) in between, and `worker` of CPU time the window's worker
+    /// time, [`BackgroundWork`], and the parent process's CPU time) in between, and `worker` of CPU time the window's worker
     /// process used (all its threads): neither is interference.
     pub(crate) fn between(
         before: Option<&CpuTimes>,
@@ -164,6 +167,10 @@ impl Conditions {
         };
         let other_busy = share(foreign, others);
         let steal_share = share(steal, total);
+        log::trace!(
+            "window: busy {busy} ticks (own work {own_ticks} off), worker {worker_ticks}, one \
+             CPU {one}, foreign {foreign} of {others}; steal {steal} of {total}"
+        );
         Conditions {
             other_busy,
             steal: steal_share,
@@ -199,9 +206,11 @@ impl Conditions {
 
 /// What a run watches around each window, on the pool's worker thread that sends it
 /// ([`tunebox_pool::WindowHook`]): the CPUs' times just before the request goes to the worker
-/// and just after its reply, and how long tunebox's own `background` work (compiles) ran
-/// meanwhile. What else ran then, that work and the worker's own threads (its result's
-/// `integrity.worker_cpu_ms`) aside, is the window's [`Conditions`].
+/// and just after its reply, how long tunebox's own `background` work (compiles) ran
+/// meanwhile, and the CPU time this process used (its threads that send, receive and judge
+/// windows; in Python, the interpreter's threads too). What else ran then, that work and the
+/// worker's own threads (its result's `integrity.worker_cpu_ms`) aside, is the window's
+/// [`Conditions`].
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
     background: Option<Arc<BackgroundWork>>,
@@ -211,6 +220,8 @@ pub(crate) struct Watch {
 #[derive(Debug)]
 pub(crate) struct Before {
     own: Option<Duration>,
+    /// This process's CPU time, ms.
+    parent_cpu_ms: Option<f64>,
     started: Instant,
     cpus: Option<CpuTimes>,
 }
@@ -231,6 +242,7 @@ impl WindowHook for Watch {
     fn before(&self) -> Before {
         Before {
             own: self.background.as_deref().map(BackgroundWork::total),
+            parent_cpu_ms: tunebox_bench::process_cpu_ms(),
             started: Instant::now(),
             cpus: CpuTimes::now(),
         }
@@ -243,7 +255,8 @@ impl WindowHook for Watch {
             .as_deref()
             .map(BackgroundWork::total)
             .zip(before.own)
-            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
+            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b))
+            + parent_cpu_since(before.parent_cpu_ms);
         let worker = value
             .as_ref()
             .ok()
@@ -256,6 +269,16 @@ impl WindowHook for Watch {
         };
         conditions.ended_now()
     }
+}
+
+/// The CPU time this process used since `before_ms` (its [`tunebox_bench::process_cpu_ms`]),
+/// zero where the clock could not be read.
+fn parent_cpu_since(before_ms: Option<f64>) -> Duration {
+    before_ms
+        .zip(tunebox_bench::process_cpu_ms())
+        .map(|(before, now)| now - before)
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+        .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3))
 }
 
 /// How long tunebox's own background work (compile threads) has run, summed over threads: a
@@ -534,6 +557,45 @@ mod tests {
         // Its threads used half the other CPU: the other half is someone else's.
         let c = Conditions::between(Some(&before), Some(&both), Duration::ZERO, ms(150));
         assert!((c.other_busy - 0.5).abs() < 1e-9, "{c:?}");
+    }
+
+    /// A short window of a two-thread kernel on two CPUs (as the OpenMP histogram's, 30 ms):
+    /// both CPUs busy for 3 ticks each, the worker's threads 40 ms of it, the rest this
+    /// process sending, receiving and judging (and the worker's tick rounding). Counted as
+    /// tunebox's own work it disturbs nothing; left out, it flagged a third of such windows on
+    /// an idle machine, and each was measured again.
+    #[test]
+    fn the_parents_own_work_beside_a_multi_threaded_worker_is_not_interference() {
+        let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
+        let after = CpuTimes::parse(&stat(&[(103, 100, 0), (103, 100, 0)]));
+        let ms = Duration::from_millis;
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, ms(40));
+        assert!(c.disturbed, "without the parent's time: {c:?}");
+        let c = Conditions::between(Some(&before), Some(&after), ms(15), ms(40));
+        assert!(!c.disturbed, "{c:?}");
+        // A busy loop beside it still is interference.
+        let hog = CpuTimes::parse(&stat(&[(106, 100, 0), (106, 100, 0)]));
+        let c = Conditions::between(Some(&before), Some(&hog), ms(15), ms(40));
+        assert!(c.disturbed, "{c:?}");
+    }
+
+    /// The parent's CPU time counts every thread of this process.
+    #[test]
+    fn parent_cpu_counts_every_thread_of_the_process() {
+        let burn = || {
+            let start = tunebox_bench::thread_cpu_ms().unwrap();
+            while tunebox_bench::thread_cpu_ms().unwrap() - start < 30.0 {
+                std::hint::black_box(speed_probe());
+            }
+        };
+        let before = tunebox_bench::process_cpu_ms();
+        std::thread::scope(|s| {
+            s.spawn(burn);
+            s.spawn(burn);
+        });
+        let used = parent_cpu_since(before);
+        assert!(used >= Duration::from_millis(60), "{used:?}");
+        assert_eq!(parent_cpu_since(None), Duration::ZERO);
     }
 
     /// tunebox's own compiles beside a window (timed by [`BackgroundWork`]) are not
