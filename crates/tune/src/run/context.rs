@@ -215,7 +215,8 @@ impl<'a> Run<'a> {
     }
 
     /// Readies measuring `todo`: the kernel cache exists, the reference is compiled, the pool
-    /// is started (unless a stop came first).
+    /// is started (unless a stop came first). Meanwhile the CPUs this leaves idle compile the
+    /// first of `todo`'s choices ([`super::head_start`]).
     pub(super) fn ready_to_measure(&mut self, todo: &[Todo]) -> Result<()> {
         let is_c = |r: &BenchmarkRequest| matches!(r.kernel, Kernel::C(_));
         let needs_c = todo.iter().any(|t| is_c(&t.request))
@@ -223,6 +224,31 @@ impl<'a> Run<'a> {
         if needs_c {
             super::compile::create(self.kernel_cache.dir())?;
         }
+        let pending =
+            self.measuring.is_none() || (!self.reference_compiled && self.reference.is_some());
+        if !pending {
+            return Ok(());
+        }
+        let cache = self.kernel_cache.dir().clone();
+        let stop = self.stop;
+        let cancel = || stop.requested();
+        let control = CompileControl {
+            timeout: self.setup.manifest.compile_timeout,
+            cancel: Some(&cancel),
+            ..CompileControl::default()
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        super::head_start::with_head_start(
+            todo,
+            &cache,
+            &control,
+            super::head_start::threads(cpus),
+            || self.ready_reference_and_pool(todo),
+        )
+    }
+
+    /// The reference compiled and the pool started, as [`Run::ready_to_measure`] needs them.
+    fn ready_reference_and_pool(&mut self, todo: &[Todo]) -> Result<()> {
         if !self.reference_compiled
             && let Some((label, request)) = &self.reference
         {

@@ -25,6 +25,7 @@ use crate::space::{self, SearchSpace};
 pub(crate) mod compile;
 mod compile_threads;
 mod context;
+mod head_start;
 pub(crate) mod lookup;
 pub(crate) mod measure;
 pub(crate) mod options;
