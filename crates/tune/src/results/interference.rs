@@ -4,11 +4,14 @@
 //! time, in clock ticks), taken by the parent's pool thread just before it sends a request to
 //! its worker and just after the reply ([`Watch`]). The worker's own time is one CPU's worth, or the CPU time
 //! its process reports for the request when that is more (`Integrity::worker_cpu_ms`: a
-//! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy), and this process's
-//! own CPU time (the threads that send, receive and judge windows) is taken off too, so the
-//! busy time beyond that is someone else's: another process, another worker, one of tunebox's
-//! compiles. (Without the parent's time, a two-thread kernel's windows of ~30 ms on two CPUs
-//! were flagged one in three on an idle machine: the parent's few ms are a tick or two there.)
+//! multi-threaded kernel, OpenMP or a thread pool, keeps several CPUs busy) together with this
+//! process's (the threads that send, receive and judge windows), so the busy time beyond that
+//! is someone else's: another process, another worker, one of tunebox's compiles. (Without the
+//! parent's time, a two-thread kernel's windows of ~30 ms on two CPUs were flagged one in
+//! three on an idle machine: the parent's few ms are a tick or two there. Added to the
+//! worker's rather than taken off as the compiles' are, they hide nothing beside a
+//! single-threaded kernel, whose one CPU's worth is more: a busy loop beside a window of a
+//! few ms is still seen.)
 //! Steal time is the hypervisor running another guest on our vCPU.
 //! Either one above its threshold marks the window disturbed: such a window does not decide a
 //! choice's time, and a result without enough quiet windows is not cached as final.
@@ -36,8 +39,9 @@ use tunebox_protocol::BenchmarkResult;
 pub const BUSY_THRESHOLD: f64 = 0.25;
 /// The steal share (of all CPUs' time) above which a window counts as disturbed.
 pub const STEAL_THRESHOLD: f64 = 0.05;
-/// Clock ticks of foreign busy time below which nothing is flagged (one tick is 10 ms at the
-/// usual `USER_HZ` of 100: a window of 30 ms cannot tell 1 tick from noise).
+/// Clock ticks of foreign busy time below which nothing is flagged beside a single-threaded
+/// worker (one tick is 10 ms at the usual `USER_HZ` of 100: a window of 30 ms cannot tell 1
+/// tick from noise); one more for each further CPU the window's own threads kept busy.
 const MIN_TICKS: u64 = 2;
 /// Clock ticks per second in `/proc/stat`: `USER_HZ`, 100 on every Linux ABI (whatever the
 /// kernel's own `HZ`).
@@ -118,8 +122,8 @@ pub struct Conditions {
 impl Conditions {
     /// The conditions between two snapshots (`None` where either is missing or the CPUs
     /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
-    /// time, [`BackgroundWork`], and the parent process's CPU time) in between, and `worker` of CPU time the window's worker
-    /// process used (all its threads): neither is interference.
+    /// time, [`BackgroundWork`]) in between, and `worker` of CPU time the window's own
+    /// processes used (the worker's threads and the parent's): neither is interference.
     pub(crate) fn between(
         before: Option<&CpuTimes>,
         after: Option<&CpuTimes>,
@@ -156,6 +160,11 @@ impl Conditions {
         // tick the worker did not use may be someone else's.
         let one = delta.iter().map(|d| d.total).max().unwrap_or(0);
         let worker_ticks = (worker.as_secs_f64() * USER_HZ).floor() as u64;
+        // Each CPU's count is off by up to a tick (a window does not start or end on one), so
+        // what ticks can tell grows with the CPUs the window's own threads kept busy: one
+        // tick more for each beyond the first.
+        let own_cpus = (worker.as_secs_f64() * USER_HZ / one.max(1) as f64).ceil() as u64;
+        let min_foreign = MIN_TICKS + own_cpus.clamp(1, delta.len() as u64) - 1;
         let foreign = busy.saturating_sub(one.max(worker_ticks));
         let others = total.saturating_sub(one);
         let share = |part: u64, whole: u64| {
@@ -174,7 +183,7 @@ impl Conditions {
         Conditions {
             other_busy,
             steal: steal_share,
-            disturbed: (foreign >= MIN_TICKS && other_busy > BUSY_THRESHOLD)
+            disturbed: (foreign >= min_foreign && other_busy > BUSY_THRESHOLD)
                 || (steal >= MIN_TICKS && steal_share > STEAL_THRESHOLD),
             ended_s: 0.0,
             took_s: 0.0,
@@ -208,9 +217,9 @@ impl Conditions {
 /// ([`tunebox_pool::WindowHook`]): the CPUs' times just before the request goes to the worker
 /// and just after its reply, how long tunebox's own `background` work (compiles) ran
 /// meanwhile, and the CPU time this process used (its threads that send, receive and judge
-/// windows; in Python, the interpreter's threads too). What else ran then, that work and the
-/// worker's own threads (its result's `integrity.worker_cpu_ms`) aside, is the window's
-/// [`Conditions`].
+/// windows; in Python, the interpreter's threads too). What else ran then, that work, the
+/// worker's own threads (its result's `integrity.worker_cpu_ms`) and this process's aside, is
+/// the window's [`Conditions`].
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
     background: Option<Arc<BackgroundWork>>,
@@ -255,14 +264,15 @@ impl WindowHook for Watch {
             .as_deref()
             .map(BackgroundWork::total)
             .zip(before.own)
-            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b))
-            + parent_cpu_since(before.parent_cpu_ms);
+            .map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
+        // The window's own processes: the worker's threads and this one's, together.
         let worker = value
             .as_ref()
             .ok()
             .and_then(|r| r.integrity.worker_cpu_ms)
             .filter(|ms| ms.is_finite() && *ms > 0.0)
-            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
+            .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3))
+            + parent_cpu_since(before.parent_cpu_ms);
         let conditions = Conditions {
             took_s: before.started.elapsed().as_secs_f64(),
             ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, worker)
@@ -559,23 +569,35 @@ mod tests {
         assert!((c.other_busy - 0.5).abs() < 1e-9, "{c:?}");
     }
 
-    /// A short window of a two-thread kernel on two CPUs (as the OpenMP histogram's, 30 ms):
-    /// both CPUs busy for 3 ticks each, the worker's threads 40 ms of it, the rest this
-    /// process sending, receiving and judging (and the worker's tick rounding). Counted as
-    /// tunebox's own work it disturbs nothing; left out, it flagged a third of such windows on
-    /// an idle machine, and each was measured again.
+    /// A window of a two-thread kernel on two CPUs (as the OpenMP histogram's): both CPUs busy
+    /// all along, the kernel's threads most of it and this process (sending, receiving,
+    /// judging) the rest. Neither is anyone else's work. Left out, the parent's few ms and the
+    /// ticks' rounding flagged a third of such windows on an idle machine, and each was
+    /// measured again.
     #[test]
     fn the_parents_own_work_beside_a_multi_threaded_worker_is_not_interference() {
-        let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
-        let after = CpuTimes::parse(&stat(&[(103, 100, 0), (103, 100, 0)]));
         let ms = Duration::from_millis;
-        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, ms(40));
+        let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
+        // 50 ms, both CPUs busy: the worker's threads 70 ms, the parent 15 ms.
+        let after = CpuTimes::parse(&stat(&[(105, 100, 0), (105, 100, 0)]));
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, ms(70));
         assert!(c.disturbed, "without the parent's time: {c:?}");
-        let c = Conditions::between(Some(&before), Some(&after), ms(15), ms(40));
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, ms(70 + 15));
         assert!(!c.disturbed, "{c:?}");
-        // A busy loop beside it still is interference.
-        let hog = CpuTimes::parse(&stat(&[(106, 100, 0), (106, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&hog), ms(15), ms(40));
+        // Busy loops beside it, the kernel's threads given half the CPUs: interference.
+        let c = Conditions::between(Some(&before), Some(&after), Duration::ZERO, ms(40 + 10));
+        assert!(c.disturbed, "{c:?}");
+        // A short window (30 ms): each CPU's count is off by up to a tick, so 45 ms of the
+        // window's own threads in 6 busy ticks is no one else's work, and 30 ms is.
+        let short = CpuTimes::parse(&stat(&[(103, 100, 0), (103, 100, 0)]));
+        let c = Conditions::between(Some(&before), Some(&short), Duration::ZERO, ms(45));
+        assert!(!c.disturbed, "{c:?}");
+        let c = Conditions::between(Some(&before), Some(&short), Duration::ZERO, ms(30));
+        assert!(c.disturbed, "{c:?}");
+        // Beside a single-threaded worker, the parent's few ms hide no busy loop on the other
+        // CPU of a 20 ms window.
+        let single = CpuTimes::parse(&stat(&[(102, 100, 0), (102, 100, 0)]));
+        let c = Conditions::between(Some(&before), Some(&single), Duration::ZERO, ms(15 + 3));
         assert!(c.disturbed, "{c:?}");
     }
 
