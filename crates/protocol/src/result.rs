@@ -64,6 +64,12 @@ pub struct Integrity {
     /// the parent counts this much of the machine's busy time as the window's own, not as
     /// interference. `None` where the worker could not read its clock.
     pub worker_cpu_ms: Option<f64>,
+    /// Threads the request left the worker process with beyond those it had when it took it
+    /// (the worker fills it): a kernel that starts a team of threads (OpenMP, a thread pool)
+    /// on its first call in a fresh worker shows here, even when its threads wait for work
+    /// between calls. `None` where the worker could not count its threads.
+    #[serde(default)]
+    pub threads_started: Option<u32>,
     /// The timed reps picked for checking ([`TimingConfig::varied_reps`](crate::TimingConfig::varied_reps)),
     /// in the order they ran: each one's seed and the outputs it left. Empty without varied reps
     /// or without outputs.
@@ -261,6 +267,7 @@ setters!(Integrity {
     with_fresh_outputs => fresh_outputs: Vec<TensorData>,
     with_worker_ms => worker_ms: Option<f64>,
     with_worker_cpu_ms => worker_cpu_ms: Option<f64>,
+    with_threads_started => threads_started: Option<u32>,
     with_checked_reps => checked_reps: Vec<CheckedRep>,
 });
 

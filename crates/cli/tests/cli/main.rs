@@ -17,6 +17,7 @@ mod shards;
 mod snapshots;
 mod spaces;
 mod terminal;
+mod threads;
 mod timing;
 mod tune;
 mod util;

@@ -4,10 +4,11 @@
 //! pipeline with no compile threads (its C choices are compiled already).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tunebox_pool::{Pull, Status, TuningProcessPool};
+use tunebox_pool::{PoolError, Pull, Status, TuningProcessPool};
 use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::{Compiled, judge_compile};
@@ -80,10 +81,14 @@ pub(crate) fn pipeline(
     let compiled_deps: Mutex<Vec<Option<Vec<PathBuf>>>> = Mutex::new(vec![None; todo.len()]);
     let mut measured = vec![false; todo.len()];
     let gate = &gate;
+    let compiles_done = &AtomicBool::new(compiling.is_none() || c_todo.is_empty());
     std::thread::scope(|scope| {
         let compilers = compiling.as_ref().map(|c| {
             let job = CompileJob::new(stage, todo, &c_todo, &compiled, &compiled_deps, gate, c);
-            scope.spawn(move || compile_all(&job, c.plan, gate))
+            scope.spawn(move || {
+                compile_all(&job, c.plan, gate);
+                compiles_done.store(true, Ordering::Release);
+            })
         });
         if !compiling.as_ref().is_some_and(|c| c.plan.overlap)
             && let Some(compilers) = compilers
@@ -95,6 +100,8 @@ pub(crate) fn pipeline(
             todo,
             gate,
             compiled_deps: &compiled_deps,
+            compiles_done,
+            threaded: AtomicBool::new(false),
         };
         measuring.run(compiling.as_ref(), &mut measured, &mut on_measured);
     });
@@ -200,6 +207,11 @@ struct Measuring<'m> {
     todo: &'m [Todo],
     gate: &'m InOrder,
     compiled_deps: &'m Mutex<Vec<Option<Vec<PathBuf>>>>,
+    /// Every compile thread has ended.
+    compiles_done: &'m AtomicBool,
+    /// A window's kernel started threads of its own ([`Measuring::note_threads`]): nothing
+    /// more is measured beside the compiles.
+    threaded: AtomicBool,
 }
 
 impl Measuring<'_> {
@@ -215,12 +227,20 @@ impl Measuring<'_> {
         let stage = self.stage;
         let watch = Arc::new(Watch::new(compiling.map(|c| c.clock)));
         let spare = compiling.and_then(|c| c.spare);
-        let next = || next_job(stage, self.gate, self.todo, spare);
+        let next = || {
+            if self.threaded.load(Ordering::Acquire) && !self.compiles_done.load(Ordering::Acquire)
+            {
+                self.gate.wait(SPARE_POLL);
+                return Pull::Wait(Duration::ZERO);
+            }
+            next_job(stage, self.gate, self.todo, spare)
+        };
         tunebox_pool::run_pulled(
             stage.pool.size(),
             &watch,
             next,
             |job, result, conditions| {
+                self.note_threads(&result);
                 let conditions = conditions.unwrap_or_default();
                 match job {
                     Job::Choice(p) => {
@@ -235,6 +255,27 @@ impl Measuring<'_> {
                 }
             },
         );
+    }
+
+    /// Notes a kernel that started threads of its own (OpenMP, a thread pool) while compiles
+    /// still run: a compile takes a CPU its threads want (a two-thread histogram's windows
+    /// beside one took 1.5-2.7 times its later windows' time), so the rest waits for the
+    /// compiles to end, which then have every CPU.
+    fn note_threads(&self, result: &Result<tunebox_protocol::BenchmarkResult, PoolError>) {
+        if self.compiles_done.load(Ordering::Acquire) || self.threaded.load(Ordering::Acquire) {
+            return;
+        }
+        let started = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.integrity.threads_started);
+        if started.is_some_and(|n| n > 0) {
+            self.threaded.store(true, Ordering::Release);
+            self.stage.observer.note(
+                "the kernel starts threads of its own: the rest is measured once the compiles \
+                 have ended, so that no compile takes a CPU from its threads",
+            );
+        }
     }
 
     /// The outcome of measuring position `p`: judged, with the headers its compile read.
