@@ -60,9 +60,10 @@ pub struct Integrity {
     pub worker_ms: Option<f64>,
     /// The CPU time the worker process used during the request, all its threads together, in
     /// ms (from the moment it took the request to its reply, mapping the inputs and the state
-    /// checks included; the worker fills it, whatever the backend). A multi-threaded kernel (OpenMP, a thread pool) keeps more than one CPU busy:
-    /// the parent counts this much of the machine's busy time as the window's own, not as
-    /// interference. `None` where the worker could not read its clock.
+    /// checks included; the worker fills it, whatever the backend). A multi-threaded kernel
+    /// (OpenMP, a thread pool) keeps more than one CPU busy: the parent counts this much of the
+    /// machine's busy time as the window's own, not as interference. `None` where the worker
+    /// could not read its clock.
     pub worker_cpu_ms: Option<f64>,
     /// Threads the request left the worker process with beyond those it had when it took it
     /// (the worker fills it): a kernel that starts a team of threads (OpenMP, a thread pool)

@@ -86,8 +86,10 @@ pub(crate) fn pipeline(
         let compilers = compiling.as_ref().map(|c| {
             let job = CompileJob::new(stage, todo, &c_todo, &compiled, &compiled_deps, gate, c);
             scope.spawn(move || {
+                // Set however the compile threads end (a panic included): measuring that waits
+                // for the compiles must not wait forever.
+                let _done = SetOnDrop(compiles_done);
                 compile_all(&job, c.plan, gate);
-                compiles_done.store(true, Ordering::Release);
             })
         });
         if !compiling.as_ref().is_some_and(|c| c.plan.overlap)
@@ -121,6 +123,15 @@ pub(crate) fn pipeline(
             on_measured(Measured::Choice(p, outcome));
         },
     );
+}
+
+/// Raises its flag when dropped.
+struct SetOnDrop<'f>(&'f AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// `ready` (the positions left to measure) parted into those measured as they are and the C
