@@ -51,10 +51,19 @@ pub(super) fn with_head_start<T>(
                 }
             });
         }
-        let value = ready();
-        done.store(true, Ordering::Release);
-        value
+        // Raised however `ready` ends (a panic included): no new compile starts after it.
+        let _done = RaiseOnDrop(&done);
+        ready()
     })
+}
+
+/// Raises its flag when dropped.
+struct RaiseOnDrop<'f>(&'f AtomicBool);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Threads for a head start on a machine of `cpus` CPUs: every CPU but the one readying the
@@ -83,7 +92,8 @@ mod tests {
         }
     }
 
-    /// Shared objects in the kernel cache `dir`, at any depth.
+    /// Finished shared objects in the kernel cache `dir`, at any depth (not the compiler's
+    /// temporary `.tunebox-*` files, which exist from the start of a compile).
     fn shared_objects(dir: &std::path::Path) -> usize {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return 0;
@@ -95,7 +105,10 @@ mod tests {
                 if path.is_dir() {
                     shared_objects(&path)
                 } else {
-                    usize::from(path.extension().is_some_and(|x| x == "so"))
+                    let temporary = path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(".tunebox-"));
+                    usize::from(!temporary && path.extension().is_some_and(|x| x == "so"))
                 }
             })
             .sum()
@@ -128,10 +141,22 @@ mod tests {
     fn a_compile_error_in_the_head_start_is_left_to_the_pipeline() {
         let dir = tempfile::tempdir().unwrap();
         let cache = CacheDir::new(dir.path().join("cache"));
-        let todo = [todo(0, Kernel::C(CKernel::new("this is not C\n", "k")))];
-        let value = with_head_start(&todo, &cache, &CompileControl::default(), 2, || "ready");
+        let good = "static volatile int v; void k(void) { v = 1; }\n";
+        let todo = [
+            todo(0, Kernel::C(CKernel::new("this is not C\n", "k"))),
+            todo(1, Kernel::C(CKernel::new(good, "k"))),
+        ];
+        // One thread, readying until the good choice is in the cache: the error before it
+        // stopped nothing.
+        let value = with_head_start(&todo, &cache, &CompileControl::default(), 1, || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while shared_objects(dir.path()) < 1 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            "ready"
+        });
         assert_eq!(value, "ready");
-        assert_eq!(shared_objects(dir.path()), 0);
+        assert_eq!(shared_objects(dir.path()), 1);
     }
 
     #[test]

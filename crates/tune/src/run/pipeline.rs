@@ -220,8 +220,8 @@ struct Measuring<'m> {
     compiled_deps: &'m Mutex<Vec<Option<Vec<PathBuf>>>>,
     /// Every compile thread has ended.
     compiles_done: &'m AtomicBool,
-    /// A window's kernel started threads of its own ([`Measuring::note_threads`]): nothing
-    /// more is measured beside the compiles.
+    /// A window's kernel started threads of its own ([`Measuring::team_beside_compiles`]):
+    /// nothing more is measured beside the compiles.
     threaded: AtomicBool,
 }
 
@@ -251,8 +251,9 @@ impl Measuring<'_> {
             &watch,
             next,
             |job, result, conditions| {
-                self.note_threads(&result);
-                let conditions = conditions.unwrap_or_default();
+                let mut conditions = conditions.unwrap_or_default();
+                // Its team shared the CPUs with a compile: not a quiet window.
+                conditions.disturbed |= self.team_beside_compiles(&result);
                 match job {
                     Job::Choice(p) => {
                         measured[p] = true;
@@ -268,25 +269,31 @@ impl Measuring<'_> {
         );
     }
 
-    /// Notes a kernel that started threads of its own (OpenMP, a thread pool) while compiles
-    /// still run: a compile takes a CPU its threads want (a two-thread histogram's windows
-    /// beside one took 1.5-2.7 times its later windows' time), so the rest waits for the
-    /// compiles to end, which then have every CPU.
-    fn note_threads(&self, result: &Result<tunebox_protocol::BenchmarkResult, PoolError>) {
-        if self.compiles_done.load(Ordering::Acquire) || self.threaded.load(Ordering::Acquire) {
-            return;
+    /// Whether `result`'s kernel started threads of its own (OpenMP, a thread pool) while
+    /// compiles still ran. A compile takes a CPU its threads want (a two-thread histogram's
+    /// windows beside one took 1.5-2.7 times its later windows' time), so the first such window
+    /// stops the handing out of windows until the compiles end, which then have every CPU.
+    fn team_beside_compiles(
+        &self,
+        result: &Result<tunebox_protocol::BenchmarkResult, PoolError>,
+    ) -> bool {
+        if self.compiles_done.load(Ordering::Acquire) {
+            return false;
         }
         let started = result
             .as_ref()
             .ok()
             .and_then(|r| r.integrity.threads_started);
-        if started.is_some_and(|n| n > 0) {
-            self.threaded.store(true, Ordering::Release);
+        if started.unwrap_or(0) == 0 {
+            return false;
+        }
+        if !self.threaded.swap(true, Ordering::AcqRel) {
             self.stage.observer.note(
                 "the kernel starts threads of its own: the rest is measured once the compiles \
                  have ended, so that no compile takes a CPU from its threads",
             );
         }
+        true
     }
 
     /// The outcome of measuring position `p`: judged, with the headers its compile read.
