@@ -146,7 +146,9 @@ impl Windows {
     /// most 3 % apart. Interference only slows a
     /// window, so a lone fastest window may still be a slowed one (every window so far in a
     /// slow episode, or the only one); a second that agrees with it says the machine gave the
-    /// same time twice, apart in time. `false` with fewer than two windows.
+    /// same time twice, apart in time. Disturbed windows take no part: one slowed by another
+    /// process (or, for a thread team, by a compile beside it) agrees with another slowed one
+    /// as readily. `false` with fewer than two quiet windows.
     pub fn confirmed(&self) -> bool {
         self.agreeing_pair().is_some()
     }
@@ -158,6 +160,7 @@ impl Windows {
             .iter()
             .zip(self.noise.iter().chain(std::iter::repeat(&0.0)))
             .enumerate()
+            .filter(|(i, _)| !self.disturbed.get(*i).copied().unwrap_or(false))
             .map(|(i, (&m, &n))| (i, m, n))
             .collect();
         if by_time.len() < 2 {
@@ -491,6 +494,18 @@ mod tests {
         // Windows recorded without their noise agree within the floor.
         let w = windows_of(&[3.0, 3.02]);
         assert!(w.confirmed() && w.noise.iter().all(|n| *n == 0.0));
+        // A disturbed window confirms nothing, however well it agrees (a two-thread kernel's
+        // window beside a compile, 5.88 ms, and a second slow one, 5.72 ms, where its quiet
+        // windows took 3.05 ms).
+        let disturbed = Conditions {
+            disturbed: true,
+            ..quiet()
+        };
+        let mut w = Windows::first(&noisy(5.88, 0.0, 3), disturbed);
+        w.add_stats(&noisy(5.72, 0.0, 3), quiet(), 1);
+        assert!(!w.confirmed());
+        w.add_stats(&noisy(5.75, 0.0, 3), quiet(), 2);
+        assert!(w.confirmed(), "two quiet windows agree");
     }
 
     /// The two agreeing windows are named by when they ended, the earlier first, for the run
