@@ -57,8 +57,9 @@ pub(super) fn with_head_start<T>(
     })
 }
 
-/// Raises its flag when dropped.
-struct RaiseOnDrop<'f>(&'f AtomicBool);
+/// Raises its flag when dropped: a "done" that holds however the work before it ends (a
+/// panic included), for threads that wait on it.
+pub(super) struct RaiseOnDrop<'f>(pub(super) &'f AtomicBool);
 
 impl Drop for RaiseOnDrop<'_> {
     fn drop(&mut self) {

@@ -13,6 +13,7 @@ use tunebox_protocol::{BenchmarkRequest, Kernel};
 
 use super::compile::{Compiled, judge_compile};
 use super::compile_threads::{CompileJob, CompileOutcome, CompilePlan, Compiling};
+use super::head_start::RaiseOnDrop;
 use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
@@ -88,7 +89,7 @@ pub(crate) fn pipeline(
             scope.spawn(move || {
                 // Set however the compile threads end (a panic included): measuring that waits
                 // for the compiles must not wait forever.
-                let _done = SetOnDrop(compiles_done);
+                let _done = RaiseOnDrop(compiles_done);
                 compile_all(&job, c.plan, gate);
             })
         });
@@ -123,15 +124,6 @@ pub(crate) fn pipeline(
             on_measured(Measured::Choice(p, outcome));
         },
     );
-}
-
-/// Raises its flag when dropped.
-struct SetOnDrop<'f>(&'f AtomicBool);
-
-impl Drop for SetOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
 }
 
 /// `ready` (the positions left to measure) parted into those measured as they are and the C
