@@ -421,21 +421,30 @@ void k(const float *x, float *y, int64_t n) {
         }
         memcpy(y, answer, (size_t)n * sizeof *y);
     }
-#elif CHEAT == 33 /* works only when the clock says it is checked: a call that comes 100 us or
-                     more after its previous call returned (the first call has none; the call
-                     on fresh inputs comes after the worker refilled them: ~0.5 ms in the test
-                     worker, against ~10 us between timed reps, the threshold an attacker would
-                     tune to the harness it targets) computes and keeps its answer; a call
-                     right after another (a timed rep) copies that answer */
-    static double last;
+#elif CHEAT == 33 /* works only when the clock says it is checked: a call that comes 4 times
+                     as long after its previous call returned as the shortest of the last 8
+                     gaps between calls (the first call has none; the call on fresh inputs
+                     comes after the worker refilled them: ~95 us in the test worker on a
+                     2-vCPU guest, against ~8.5 us between timed reps) computes and keeps its
+                     answer; a call right after another (a timed rep) copies that answer.
+                     Relative, as an attacker would tune it to the harness it targets on
+                     whatever machine, and taken from the shortest gaps, which preemption and
+                     other tests beside it only lengthen: a fixed 100 us stopped telling the
+                     two apart once the refill got faster than that. */
+    static double last, recent[8];
+    static unsigned calls;
     static float *memo;
-    if (!memo || seconds() - last >= 100e-6) {
+    double gap = seconds() - last, shortest = 0.0;
+    for (unsigned i = 0; i < 8 && i < calls; i++)
+        if (shortest == 0.0 || recent[i] < shortest) shortest = recent[i];
+    if (!memo || calls < 8 || gap >= 4.0 * shortest) {
         honest(x, y, n);
         if (!memo) memo = malloc((size_t)n * sizeof *memo);
         memcpy(memo, y, (size_t)n * sizeof *y);
     } else {
         memcpy(y, memo, (size_t)n * sizeof *y);
     }
+    if (last > 0.0) recent[calls++ % 8] = gap;
     last = seconds();
 #elif CHEAT == 98 /* innocent, and slower: the same answer, computed 40 times */
     for (int r = 0; r < 40; r++) honest(x, y, n);
