@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use crate::util::{check, json, mode_manifest, text, tunebox_env};
 
-/// `WORK` rounds of arithmetic the compiler cannot fold: the time grows with `WORK`.
+/// `WORK` rounds of arithmetic the compiler cannot fold: the time grows with `WORK` (~0.3 ms
+/// per unit), so that a window lasts a few clock ticks and busy loops beside it show in them.
 const KERNEL: &str = r#"#include <stdint.h>
 void work(float *y, int64_t n) {
     float acc = y[0];
-    for (int64_t r = 0; r < WORK * 20000; r++)
+    for (int64_t r = 0; r < WORK * 200000; r++)
         acc = acc * 0.999f + (float)(r & 7);
     for (int64_t i = 0; i < n; i++) y[i] = acc;
 }
@@ -39,8 +40,8 @@ value = 16
 [params]
 WORK = [4, 1]
 [timing]
-warmup_ms = 2
-rep_ms = 12
+warmup_ms = 5
+rep_ms = 100
 flush_cache = false
 "#;
 
@@ -442,7 +443,7 @@ void work(float *y, int64_t n) {
         }
     }
     float acc = y[0];
-    for (int64_t r = 0; r < WORK * 20000; r++)
+    for (int64_t r = 0; r < WORK * 200000; r++)
         acc = acc * 0.999f + (float)(r & 7);
     for (int64_t i = 0; i < n; i++) y[i] = acc;
 }
