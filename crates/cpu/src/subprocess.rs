@@ -141,6 +141,28 @@ impl Capture {
     }
 }
 
+/// Times [`spawn`] tries a command whose executable is busy (`ETXTBSY`), and how long it waits
+/// between tries: 10 tries over ~50 ms in all.
+const BUSY_TRIES: u32 = 10;
+const BUSY_WAIT: Duration = Duration::from_millis(5);
+
+/// Starts `command`, trying again a few times ([`BUSY_TRIES`]) while its executable is busy
+/// (`ETXTBSY`, "Text file busy"). A compiler wrapper script written just before it runs (a
+/// build system's, a test's) is busy while any thread of this process that forked meanwhile
+/// has not yet exec'd: the child holds the script's write descriptor for that instant.
+fn spawn(command: &mut Command) -> io::Result<Child> {
+    let mut tries = 1;
+    loop {
+        match command.spawn() {
+            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && tries < BUSY_TRIES => {
+                tries += 1;
+                std::thread::sleep(BUSY_WAIT);
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `command` (stdin from `/dev/null`, stdout and stderr captured) until it exits, the
 /// deadline passes or `limits.cancel` says stop, whichever comes first; in the last two cases its
 /// process group (or, with `own_group` off, the process) is SIGKILLed and reaped before this
@@ -165,7 +187,7 @@ pub(crate) fn run(command: &mut Command, limits: &Limits<'_>) -> io::Result<Outc
     if limits.background {
         in_background(command);
     }
-    let mut child = command.spawn()?;
+    let mut child = spawn(command)?;
     let drains = Drains::start(&mut child, limits.own_group)?;
     let end = wait(&mut child, limits);
     Ok(match end? {
@@ -482,6 +504,33 @@ fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A script held open for writing cannot be run ("Text file busy", as while another
+    /// thread's fork has not yet exec'd); once it is let go, the next try runs it.
+    #[test]
+    fn a_busy_executable_is_tried_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("cc.sh");
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let held = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&script)
+            .unwrap();
+        let busy = Command::new(&script).spawn().map(|mut c| c.wait());
+        assert_eq!(
+            busy.err().map(|e| e.kind()),
+            Some(io::ErrorKind::ExecutableFileBusy)
+        );
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(BUSY_WAIT * 2);
+            drop(held);
+        });
+        let status = spawn(&mut Command::new(&script)).unwrap().wait().unwrap();
+        release.join().unwrap();
+        assert!(status.success());
+    }
 
     #[test]
     fn capture_keeps_the_head_and_the_tail() {
