@@ -60,6 +60,13 @@ pub fn process_cpu_ms() -> Option<f64> {
     cpu_ms(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
+/// The calling process's threads now (`/proc/self/task`); `None` where they cannot be counted.
+pub fn thread_count() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()
+        .map(Iterator::count)
+}
+
 fn cpu_ms(clock: libc::clockid_t) -> Option<f64> {
     let mut t = libc::timespec {
         tv_sec: 0,

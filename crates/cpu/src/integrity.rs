@@ -100,7 +100,7 @@ pub(crate) fn refill_fresh(
 
 /// The number of this process's threads now.
 pub(crate) fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+    tunebox_bench::thread_count().unwrap_or(0)
 }
 
 /// Fails with [`BenchError::Suspicious`] when, after the kernel's last call returned, the

@@ -69,7 +69,7 @@ pub(crate) fn serve_recording(
                 // Everything the worker does for the request counts: mapping its inputs and the
                 // state checks around the call too, not only the backend's part.
                 let cpu_before = tunebox_bench::process_cpu_ms();
-                let threads_before = thread_count();
+                let threads_before = tunebox_bench::thread_count();
                 mappings.intern(&mut benchmark);
                 log::debug!(
                     "request {}: {} kernel",
@@ -81,15 +81,15 @@ pub(crate) fn serve_recording(
                     backend.benchmark(request)
                 });
                 left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
-                if let (Ok(result), Some(before), Some(after)) =
-                    (&mut result, cpu_before, tunebox_bench::process_cpu_ms())
-                {
-                    result.integrity.worker_cpu_ms = Some((after - before).max(0.0));
-                }
-                if let (Ok(result), Some(before), Some(after)) =
-                    (&mut result, threads_before, thread_count())
-                {
-                    result.integrity.threads_started = Some(after.saturating_sub(before));
+                if let Ok(result) = &mut result {
+                    let integrity = &mut result.integrity;
+                    integrity.worker_cpu_ms = cpu_before
+                        .zip(tunebox_bench::process_cpu_ms())
+                        .map(|(before, after)| (after - before).max(0.0));
+                    integrity.threads_started =
+                        threads_before.zip(tunebox_bench::thread_count()).and_then(
+                            |(before, after)| u32::try_from(after.saturating_sub(before)).ok(),
+                        );
                 }
                 ResponseBody::Benchmark(result)
             }
@@ -232,12 +232,6 @@ impl SharedPayloads for () {
     fn shared_payloads(&self) -> usize {
         0
     }
-}
-
-/// This process's threads (`/proc/self/task`), `None` where they cannot be counted.
-fn thread_count() -> Option<u32> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    u32::try_from(tasks.count()).ok()
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! kernel is measured beside them as before.
 
 use std::path::Path;
-
 use std::process::Command;
 
 use crate::util::{check, command, json, text};

@@ -471,6 +471,16 @@ pub(crate) fn load_average() -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// [`Conditions::between`] for a window whose time is not known: its ticks stand for it.
+    fn untimed(
+        before: Option<&CpuTimes>,
+        after: Option<&CpuTimes>,
+        own: Duration,
+        worker: Duration,
+    ) -> Conditions {
+        Conditions::between(before, after, own, worker, Duration::ZERO)
+    }
+
     fn stat(cpus: &[(u64, u64, u64)]) -> String {
         // (busy as user, idle, steal) per CPU.
         let mut text = String::from("cpu  0 0 0 0 0 0 0 0 0 0\n");
@@ -519,68 +529,26 @@ mod tests {
         let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
         // The worker busy on cpu0 for 10 ticks, cpu1 idle (1 tick of the parent).
         let quiet = CpuTimes::parse(&stat(&[(110, 100, 0), (101, 109, 0)]));
-        let c = Conditions::between(
-            Some(&before),
-            Some(&quiet),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&quiet), Duration::ZERO, Duration::ZERO);
         assert!(!c.disturbed, "{c:?}");
         assert!(c.other_busy < 0.15, "{c:?}");
         // A busy loop on cpu1 all along.
         let busy = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
-        let c = Conditions::between(
-            Some(&before),
-            Some(&busy),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&busy), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 1.0).abs() < 1e-9, "{c:?}");
         // The worker moved between the CPUs half way: still one CPU's worth, quiet.
         let moved = CpuTimes::parse(&stat(&[(105, 105, 0), (105, 105, 0)]));
-        assert!(
-            !Conditions::between(
-                Some(&before),
-                Some(&moved),
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO
-            )
-            .disturbed
-        );
+        assert!(!untimed(Some(&before), Some(&moved), Duration::ZERO, Duration::ZERO).disturbed);
         // The hypervisor stole a third of the time.
         let stolen = CpuTimes::parse(&stat(&[(107, 100, 3), (100, 107, 3)]));
-        let c = Conditions::between(
-            Some(&before),
-            Some(&stolen),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&stolen), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed && c.steal > 0.25, "{c:?}");
         // One tick of foreign work in a short window is below what ticks can tell.
         let short = CpuTimes::parse(&stat(&[(103, 100, 0), (101, 102, 0)]));
-        assert!(
-            !Conditions::between(
-                Some(&before),
-                Some(&short),
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO
-            )
-            .disturbed
-        );
+        assert!(!untimed(Some(&before), Some(&short), Duration::ZERO, Duration::ZERO).disturbed);
         // Unknown conditions are not interference.
         assert_eq!(
-            Conditions::between(
-                None,
-                Some(&busy),
-                Duration::ZERO,
-                Duration::ZERO,
-                Duration::ZERO
-            ),
+            untimed(None, Some(&busy), Duration::ZERO, Duration::ZERO),
             Conditions::default()
         );
     }
@@ -594,31 +562,13 @@ mod tests {
         let both = CpuTimes::parse(&stat(&[(110, 100, 0), (110, 100, 0)]));
         let ms = Duration::from_millis;
         // 20 ticks of the worker's own threads (200 ms of CPU time over a 100 ms window).
-        let c = Conditions::between(
-            Some(&before),
-            Some(&both),
-            Duration::ZERO,
-            ms(200),
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&both), Duration::ZERO, ms(200));
         assert!(!c.disturbed && c.other_busy < 0.05, "{c:?}");
         // A single-threaded worker (100 ms of CPU time): the other CPU's 10 ticks are foreign.
-        let c = Conditions::between(
-            Some(&before),
-            Some(&both),
-            Duration::ZERO,
-            ms(100),
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&both), Duration::ZERO, ms(100));
         assert!(c.disturbed, "{c:?}");
         // Its threads used half the other CPU: the other half is someone else's.
-        let c = Conditions::between(
-            Some(&before),
-            Some(&both),
-            Duration::ZERO,
-            ms(150),
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&both), Duration::ZERO, ms(150));
         assert!((c.other_busy - 0.5).abs() < 1e-9, "{c:?}");
     }
 
@@ -666,32 +616,14 @@ mod tests {
         // The worker on cpu0 for 10 ticks, a compile niced on cpu1 for 10.
         let after = stat(&[(110, 0, 100), (100, 10, 100)]);
         let ran = |ms| Duration::from_millis(ms);
-        let c = Conditions::between(
-            Some(&before),
-            Some(&after),
-            ran(100),
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&after), ran(100), Duration::ZERO);
         assert!(!c.disturbed && c.other_busy < 0.01, "{c:?}");
         // No compile ran: the time is someone else's.
-        let c = Conditions::between(
-            Some(&before),
-            Some(&after),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&after), Duration::ZERO, Duration::ZERO);
         assert!(c.disturbed, "{c:?}");
         // A compile ran a quarter of the time (3 ticks, rounded up): the rest is someone
         // else's.
-        let c = Conditions::between(
-            Some(&before),
-            Some(&after),
-            ran(25),
-            Duration::ZERO,
-            Duration::ZERO,
-        );
+        let c = untimed(Some(&before), Some(&after), ran(25), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 0.7).abs() < 0.01, "{c:?}");
         // The clock: two threads for a while, then one.
         let work = BackgroundWork::default();
