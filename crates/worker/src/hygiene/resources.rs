@@ -160,7 +160,18 @@ mod tests {
     fn sees_a_new_descriptor_and_a_new_thread() {
         let before = Resources::now();
         assert!(before.fds.contains(&0) || before.fds.contains(&1) || !before.fds.is_empty());
-        let file = std::fs::File::open("/dev/null").unwrap();
+        // Tests run in threads of one process and open and close descriptors of their own,
+        // so a low number seen new here may have been another test's a moment before: the
+        // descriptor under test sits far above what they use.
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // SAFETY: F_DUPFD duplicates a descriptor this test owns onto the lowest free number
+        // at or above 900, which the OwnedFd below takes and closes once.
+        let high =
+            unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&null), libc::F_DUPFD, 900) };
+        assert!(high >= 900, "{}", std::io::Error::last_os_error());
+        // SAFETY: `high` is a fresh descriptor nothing else owns.
+        let file = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
+        drop(null);
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -171,12 +182,8 @@ mod tests {
         let tid = tid_rx.recv().unwrap();
         let after = Resources::now();
         let new_fds: Vec<_> = after.fds.difference(&before.fds).copied().collect();
-        assert!(
-            new_fds
-                .iter()
-                .any(|&fd| fd_target(fd).as_deref() == Some("/dev/null")),
-            "{new_fds:?}"
-        );
+        assert!(new_fds.contains(&high), "{new_fds:?}");
+        assert_eq!(fd_target(high).as_deref(), Some("/dev/null"));
         assert!(after.threads.contains(&tid) && !before.threads.contains(&tid));
         drop(file);
         drop(stop_tx);
