@@ -1522,3 +1522,43 @@ fn a_background_compile_starved_by_a_busy_machine_says_so() {
     assert!(matches!(err, CpuError::CompileStarved { .. }), "{err}");
     assert!(took < Duration::from_secs(60), "{took:?}");
 }
+
+#[test]
+fn the_call_after_the_reps_returns_each_output_as_it_found_it() {
+    // `c` comes out the same on every call, `calls` counts the calls: the call after the
+    // reps must send `c` as it was after the first call and `calls` as it is now, however
+    // each is carried (the first call's copy again, or a new one).
+    const COUNTING: &str = "#include <stdint.h>\n\
+                            static float count;\n\
+                            void add(const float *a, const float *b, float *c, float *calls, \
+                            int64_t n) {\n\
+                            \x20   count += 1.0f;\n\
+                            \x20   for (int64_t i = 0; i < n; i++) { c[i] = a[i] + b[i]; \
+                            calls[i] = count; }\n\
+                            }\n";
+    let cache = tempfile::tempdir().unwrap();
+    let mut backend = CpuBackend::new(CacheDir::new(cache.path()));
+    // Larger than what travels inline, so that the outputs are shared-memory regions.
+    let n = 16 * 4096;
+    let mut request = add_request(n);
+    if let Kernel::C(kernel) = &mut request.kernel {
+        kernel.source = COUNTING.into();
+    }
+    request.timing.fresh_seed = None;
+    request
+        .tensors
+        .push(tensor("calls", DType::F32, n, Init::Zeros, true));
+    let result = backend.benchmark(&request).unwrap();
+    let [c, calls] = &result.outputs[..] else {
+        panic!("two outputs: {:?}", result.outputs)
+    };
+    let [c_after, calls_after] = &result.outputs_after_reps[..] else {
+        panic!("two outputs after the reps: {:?}", result.outputs_after_reps)
+    };
+    assert!(c.bytes.is_shared() && c_after.bytes.is_shared());
+    assert_eq!((c_after.name.as_str(), calls_after.name.as_str()), ("c", "calls"));
+    assert_eq!(c_after.bytes, c.bytes);
+    assert!(floats(&calls.bytes).iter().all(|&x| x == 1.0));
+    let last = floats(&calls_after.bytes);
+    assert!(last[0] > 2.0 && last.iter().all(|&x| x == last[0]), "{}", last[0]);
+}
