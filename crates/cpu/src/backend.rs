@@ -148,6 +148,19 @@ struct Measured {
 }
 
 impl Measured {
+    /// What a reference (`outputs_only`) measured: its first call's time (`first_ms`) and
+    /// `outputs`, and its call on fresh inputs' `fresh_outputs`.
+    fn reference(first_ms: f64, outputs: Vec<TensorData>, fresh_outputs: Vec<TensorData>) -> Self {
+        Measured {
+            stats: summarize(&[first_ms], 0),
+            outputs,
+            outputs_after_reps: Vec::new(),
+            mutated_inputs: Vec::new(),
+            fresh_outputs,
+            checked_reps: Vec::new(),
+        }
+    }
+
     /// The request's result, with the worker's time since `started` (the parent checks its
     /// clock against it).
     fn into_result(self, started: Instant) -> BenchmarkResult {
@@ -324,14 +337,7 @@ impl CpuRunner<'_> {
         let outputs = output_data(request, self.tensors)?;
         if timing.outputs_only {
             let fresh_outputs = self.fresh_call(request)?;
-            return Ok(Measured {
-                stats: summarize(&[first_ms], 0),
-                outputs,
-                outputs_after_reps: Vec::new(),
-                mutated_inputs: Vec::new(),
-                fresh_outputs,
-                checked_reps: Vec::new(),
-            });
+            return Ok(Measured::reference(first_ms, outputs, fresh_outputs));
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
         check_budget(timing, started, first_ms, 3)?;
@@ -349,23 +355,11 @@ impl CpuRunner<'_> {
             .map(VariedReps::into_checked)
             .transpose()?
             .unwrap_or_default();
-        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            self.final_call(&stats, started, &outputs)?
-        };
-        // Then a look for work it left running (untimed), against the copies of the last
-        // call's outputs made for the reply.
-        let last_copies = if fresh_outputs.is_empty() {
-            &outputs_after_reps
-        } else {
-            &fresh_outputs
-        };
-        integrity::check_deferred_work(
-            request,
-            self.tensors,
+        let (outputs_after_reps, fresh_outputs) = self.last_checks(
+            &stats,
+            started,
+            &outputs,
             (threads_before, &children_before),
-            last_copies,
         )?;
         Ok(Measured {
             stats,
@@ -375,6 +369,32 @@ impl CpuRunner<'_> {
             fresh_outputs,
             checked_reps,
         })
+    }
+
+    /// After the reps (`stats`): the call after them when there are `outputs` (the first
+    /// call's copies, [`CpuRunner::final_call`]), then, untimed, a look for work the kernel
+    /// left running against the copies of the last call's outputs made for the reply
+    /// (`before`: the worker's threads and children before the first call). Returns
+    /// `(outputs_after_reps, fresh_outputs)`.
+    fn last_checks(
+        &mut self,
+        stats: &tunebox_protocol::TimingStats,
+        started: Instant,
+        outputs: &[TensorData],
+        before: (usize, &[u32]),
+    ) -> Result<(Vec<TensorData>, Vec<TensorData>), BenchError> {
+        let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.final_call(stats, started, outputs)?
+        };
+        let last_copies = if fresh_outputs.is_empty() {
+            &outputs_after_reps
+        } else {
+            &fresh_outputs
+        };
+        integrity::check_deferred_work(self.request, self.tensors, before, last_copies)?;
+        Ok((outputs_after_reps, fresh_outputs))
     }
 
     /// One more call after the reps (`stats`), on poisoned outputs: a kernel must overwrite

@@ -1553,12 +1553,22 @@ fn the_call_after_the_reps_returns_each_output_as_it_found_it() {
         panic!("two outputs: {:?}", result.outputs)
     };
     let [c_after, calls_after] = &result.outputs_after_reps[..] else {
-        panic!("two outputs after the reps: {:?}", result.outputs_after_reps)
+        panic!(
+            "two outputs after the reps: {:?}",
+            result.outputs_after_reps
+        )
     };
     assert!(c.bytes.is_shared() && c_after.bytes.is_shared());
-    assert_eq!((c_after.name.as_str(), calls_after.name.as_str()), ("c", "calls"));
+    assert_eq!(
+        (c_after.name.as_str(), calls_after.name.as_str()),
+        ("c", "calls")
+    );
     assert_eq!(c_after.bytes, c.bytes);
     assert!(floats(&calls.bytes).iter().all(|&x| x == 1.0));
     let last = floats(&calls_after.bytes);
-    assert!(last[0] > 2.0 && last.iter().all(|&x| x == last[0]), "{}", last[0]);
+    assert!(
+        last[0] > 2.0 && last.iter().all(|&x| x == last[0]),
+        "{}",
+        last[0]
+    );
 }
