@@ -67,6 +67,16 @@ mod agreement;
 mod browser;
 mod busy;
 mod code_metrics;
+mod html;
+mod loaded;
+mod python;
+mod semver;
+mod wheel;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `code-metrics` arguments `cargo xtask ci` and `.ci/run` hold the code to.
 const CODE_LIMITS: [&str; 7] = [
@@ -78,16 +88,6 @@ const CODE_LIMITS: [&str; 7] = [
     "8",
     "--no-circles",
 ];
-mod html;
-mod loaded;
-mod python;
-mod semver;
-mod wheel;
-
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cargo xtask <task>
 
