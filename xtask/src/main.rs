@@ -92,7 +92,7 @@ const CODE_LIMITS: [&str; 7] = [
 const USAGE: &str = "usage: cargo xtask <task>
 
   ci                        fmt check, clippy -D warnings, docs -D warnings, code-metrics
-                            --max-fn 150 --no-circles, python-lint, tests, semver, html-test
+                            --limits, python-lint, tests, semver, html-test
   semver [--baseline-rev REV]
                             cargo-semver-checks: the library crates' public API against the
                             last release (release/BASELINE); needs cargo-semver-checks 0.51.0
