@@ -43,154 +43,220 @@ const LAYERS: &[(&str, &[&str])] = &[(
 /// `cargo xtask code-metrics [--max-fn N] [--max-over-60 N] [--max-over-100 N] [--no-circles]
 /// [--all] [--edges CRATE] [--root DIR]`.
 pub(crate) fn code_metrics(args: &[String]) -> Result<(), String> {
-    let mut max_fn = None;
-    // Most functions over 60 and over 100 lines (issue 35's limits), when given.
-    let mut max_over_60 = None;
-    let mut max_over_100 = None;
-    let mut no_circles = false;
-    let mut edges_of = None;
-    let mut all = false;
-    let mut root = crate::workspace_root();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--max-fn" => {
-                let n = rest.next().and_then(|n| n.parse::<usize>().ok());
-                max_fn = Some(n.ok_or("--max-fn takes a number of lines")?);
-            }
-            "--max-over-60" | "--max-over-100" => {
-                let n = rest.next().and_then(|n| n.parse::<usize>().ok());
-                let n = Some(n.ok_or_else(|| format!("{arg} takes a number of functions"))?);
-                if arg == "--max-over-60" {
-                    max_over_60 = n;
-                } else {
-                    max_over_100 = n;
+    let options = Options::parse(args)?;
+    let scan = Scan::of(&options)?;
+    scan.print(&options)?;
+    scan.check(&options)
+}
+
+/// What `code-metrics` was asked.
+struct Options {
+    /// Fail when a function is longer than this many lines.
+    max_fn: Option<usize>,
+    /// Fail when more functions than this are over 60 lines (issue 35's limit).
+    max_over_60: Option<usize>,
+    /// Fail when more functions than this are over 100 lines (issue 35's limit).
+    max_over_100: Option<usize>,
+    /// Fail on a module circle or an import up the areas.
+    no_circles: bool,
+    /// Print that crate's module graph.
+    edges_of: Option<String>,
+    /// List every function over 60 lines, not only the 15 longest.
+    all: bool,
+    /// The checkout measured.
+    root: PathBuf,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut options = Options {
+            max_fn: None,
+            max_over_60: None,
+            max_over_100: None,
+            no_circles: false,
+            edges_of: None,
+            all: false,
+            root: crate::workspace_root(),
+        };
+        let mut rest = args.iter();
+        while let Some(arg) = rest.next() {
+            let mut number = |what: &str| {
+                rest.next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .map(Some)
+                    .ok_or_else(|| format!("{arg} takes a number of {what}"))
+            };
+            match arg.as_str() {
+                "--max-fn" => options.max_fn = number("lines")?,
+                "--max-over-60" => options.max_over_60 = number("functions")?,
+                "--max-over-100" => options.max_over_100 = number("functions")?,
+                "--no-circles" => options.no_circles = true,
+                "--all" => options.all = true,
+                "--edges" => options.edges_of = rest.next().cloned(),
+                "--root" => {
+                    options.root = rest
+                        .next()
+                        .map(PathBuf::from)
+                        .ok_or("--root takes a folder")?
+                }
+                other => {
+                    return Err(format!(
+                        "code-metrics: unknown argument `{other}`; usage: cargo xtask \
+                         code-metrics [--max-fn N] [--max-over-60 N] [--max-over-100 N] \
+                         [--no-circles] [--all] [--edges CRATE] [--root DIR]"
+                    ));
                 }
             }
-            "--no-circles" => no_circles = true,
-            "--all" => all = true,
-            "--edges" => edges_of = rest.next().cloned(),
-            "--root" => {
-                root = rest
-                    .next()
-                    .map(PathBuf::from)
-                    .ok_or("--root takes a folder")?
+        }
+        Ok(options)
+    }
+}
+
+/// What `code-metrics` found: `(lines, "file:line name")` of each function over 60 lines,
+/// longest first.
+struct Scan {
+    /// In the crates under `crates/`, which the limits hold.
+    functions: Vec<(usize, String)>,
+    /// In the rest (the xtask, the benchmarks, the examples; not the integration tests under
+    /// `tests/`): issue 35 counts them too.
+    elsewhere: Vec<(usize, String)>,
+    circles: Vec<String>,
+    upward: Vec<String>,
+}
+
+impl Scan {
+    /// Reads every member of the workspace at `options.root` (printing the module graph
+    /// `options.edges_of` names).
+    fn of(options: &Options) -> Result<Scan, String> {
+        let root = &options.root;
+        let mut scan = Scan {
+            functions: Vec::new(),
+            elsewhere: Vec::new(),
+            circles: Vec::new(),
+            upward: Vec::new(),
+        };
+        for (name, lib) in &crate_roots(root)? {
+            let modules = module_tree(lib)?;
+            for module in modules.values() {
+                let file = module.file.strip_prefix(root).unwrap_or(&module.file);
+                let tally = if file.starts_with("crates") {
+                    &mut scan.functions
+                } else if file.starts_with("tests") {
+                    continue;
+                } else {
+                    &mut scan.elsewhere
+                };
+                let code = strip(&module.text);
+                for (fn_name, start, lines) in long_functions(&code) {
+                    tally.push((lines, format!("{}:{start} {fn_name}", file.display())));
+                }
             }
-            other => {
+            let (edges, found) = module_circles(&modules);
+            if let Some((_, areas)) = LAYERS.iter().find(|(layered, _)| layered == name) {
+                for what in upward_imports(&edges, areas) {
+                    scan.upward.push(format!("{name}: {what}"));
+                }
+            }
+            if options.edges_of.as_deref() == Some(name) {
+                for (from, to) in &edges {
+                    let to: Vec<String> = to.iter().map(|m| module_name(m)).collect();
+                    println!("{} -> {}", module_name(from), to.join(", "));
+                }
+            }
+            for circle in found {
+                scan.circles
+                    .push(format!("{name}: {}", circle.join(" <-> ")));
+            }
+        }
+        for list in [&mut scan.functions, &mut scan.elsewhere] {
+            list.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        }
+        Ok(scan)
+    }
+
+    /// How many of the library crates' functions are over `lines` lines.
+    fn over(&self, lines: usize) -> usize {
+        over(&self.functions, lines)
+    }
+
+    /// Prints the figures (and the README's and `tunebox-tune`'s, read from `options.root`).
+    fn print(&self, options: &Options) -> Result<(), String> {
+        println!("functions outside tests: {}", self.functions.len());
+        println!(
+            "  over 60 lines: {}, over 100: {}, over 150: {}",
+            self.over(60),
+            self.over(100),
+            self.over(150)
+        );
+        println!(
+            "  and in the xtask, benchmarks and examples: over 60 lines: {}, over 100: {}, \
+             over 150: {} (longest: {})",
+            over(&self.elsewhere, 60),
+            over(&self.elsewhere, 100),
+            over(&self.elsewhere, 150),
+            self.elsewhere
+                .first()
+                .map_or("none".to_owned(), |(l, what)| format!("{l} lines, {what}"))
+        );
+        let shown = if options.all { self.over(60) } else { 15 };
+        println!("  longest:");
+        for (lines, what) in self.functions.iter().take(shown) {
+            println!("    {lines:>4}  {what}");
+        }
+        println!("module circles: {}", self.circles.len());
+        for circle in &self.circles {
+            println!("  {circle}");
+        }
+        println!("upward imports between areas: {}", self.upward.len());
+        for what in &self.upward {
+            println!("  {what}");
+        }
+        println!(
+            "tunebox-tune public items (pub fn/struct/enum/trait/const/type/static/mod/use \
+             lines): {}",
+            public_items(&options.root.join("crates/tune/src"))?
+        );
+        let readme =
+            fs::read_to_string(options.root.join("README.md")).map_err(|e| e.to_string())?;
+        println!("README.md lines: {}", readme.lines().count());
+        Ok(())
+    }
+
+    /// Fails past the limits `options` sets, naming the first one passed.
+    fn check(&self, options: &Options) -> Result<(), String> {
+        if let Some(max) = options.max_fn
+            && self.over(max) > 0
+        {
+            return Err(format!(
+                "{} functions are longer than {max} lines",
+                self.over(max)
+            ));
+        }
+        for (limit, lines) in [(options.max_over_60, 60), (options.max_over_100, 100)] {
+            if let Some(limit) = limit
+                && self.over(lines) > limit
+            {
                 return Err(format!(
-                    "code-metrics: unknown argument `{other}`; usage: cargo xtask code-metrics \
-                     [--max-fn N] [--max-over-60 N] [--max-over-100 N] [--no-circles] [--all] \
-                     [--edges CRATE] [--root DIR]"
+                    "{} functions are over {lines} lines, more than the {limit} allowed: split \
+                     one (`cargo xtask code-metrics --all` lists them)",
+                    self.over(lines)
                 ));
             }
         }
-    }
-    let crates = crate_roots(&root)?;
-    let mut functions = Vec::new();
-    // The long functions of the rest (the xtask, the benchmarks, the examples; not the
-    // integration tests under `tests/`): issue 35 counts them too.
-    let mut elsewhere = Vec::new();
-    let mut circles = Vec::new();
-    let mut upward = Vec::new();
-    for (name, lib) in &crates {
-        let modules = module_tree(lib)?;
-        for module in modules.values() {
-            let file = module.file.strip_prefix(&root).unwrap_or(&module.file);
-            let tally = if file.starts_with("crates") {
-                &mut functions
-            } else if file.starts_with("tests") {
-                continue;
-            } else {
-                &mut elsewhere
-            };
-            let code = strip(&module.text);
-            for (fn_name, start, lines) in long_functions(&code) {
-                tally.push((lines, format!("{}:{start} {fn_name}", file.display())));
-            }
-        }
-        let (edges, found) = module_circles(&modules);
-        if let Some((_, areas)) = LAYERS.iter().find(|(layered, _)| layered == name) {
-            for what in upward_imports(&edges, areas) {
-                upward.push(format!("{name}: {what}"));
-            }
-        }
-        if edges_of.as_deref() == Some(name) {
-            for (from, to) in &edges {
-                let to: Vec<String> = to.iter().map(|m| module_name(m)).collect();
-                println!("{} -> {}", module_name(from), to.join(", "));
-            }
-        }
-        for circle in found {
-            circles.push(format!("{name}: {}", circle.join(" <-> ")));
-        }
-    }
-    functions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let over = |n: usize| functions.iter().filter(|(l, _)| *l > n).count();
-    println!("functions outside tests: {}", functions.len());
-    println!(
-        "  over 60 lines: {}, over 100: {}, over 150: {}",
-        over(60),
-        over(100),
-        over(150)
-    );
-    let elsewhere_over = |n: usize| elsewhere.iter().filter(|(l, _)| *l > n).count();
-    println!(
-        "  and in the xtask, benchmarks and examples: over 60 lines: {}, over 100: {}, over \
-         150: {} (longest: {})",
-        elsewhere_over(60),
-        elsewhere_over(100),
-        elsewhere_over(150),
-        elsewhere
-            .iter()
-            .max_by_key(|(l, _)| *l)
-            .map_or("none".to_owned(), |(l, what)| format!("{l} lines, {what}"))
-    );
-    let shown = if all { over(60) } else { 15 };
-    println!("  longest:");
-    for (lines, what) in functions.iter().take(shown) {
-        println!("    {lines:>4}  {what}");
-    }
-    println!("module circles: {}", circles.len());
-    for circle in &circles {
-        println!("  {circle}");
-    }
-    println!("upward imports between areas: {}", upward.len());
-    for what in &upward {
-        println!("  {what}");
-    }
-    println!(
-        "tunebox-tune public items (pub fn/struct/enum/trait/const/type/static/mod/use lines): {}",
-        public_items(&root.join("crates/tune/src"))?
-    );
-    let readme = fs::read_to_string(root.join("README.md")).map_err(|e| e.to_string())?;
-    println!("README.md lines: {}", readme.lines().count());
-    if let Some(max) = max_fn
-        && over(max) > 0
-    {
-        return Err(format!(
-            "{} functions are longer than {max} lines",
-            over(max)
-        ));
-    }
-    for (limit, lines) in [(max_over_60, 60), (max_over_100, 100)] {
-        if let Some(limit) = limit
-            && over(lines) > limit
-        {
+        if options.no_circles && !(self.circles.is_empty() && self.upward.is_empty()) {
             return Err(format!(
-                "{} functions are over {lines} lines, more than the {limit} allowed: split one \
-                 (`cargo xtask code-metrics --all` lists them)",
-                over(lines)
+                "{} module circles, {} upward imports between areas",
+                self.circles.len(),
+                self.upward.len()
             ));
         }
+        Ok(())
     }
-    if no_circles && !(circles.is_empty() && upward.is_empty()) {
-        return Err(format!(
-            "{} module circles, {} upward imports between areas",
-            circles.len(),
-            upward.len()
-        ));
-    }
-    Ok(())
+}
+
+/// How many of `functions` are over `lines` lines.
+fn over(functions: &[(usize, String)], lines: usize) -> usize {
+    functions.iter().filter(|(l, _)| *l > lines).count()
 }
 
 /// `(package name, root file)` of every member of the workspace (`members` in the root
