@@ -60,27 +60,14 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &[][..]),
     };
-    let (mut runs, mut busy, mut kt) = (5usize, false, true);
-    let mut timing: Vec<(String, String)> = Vec::new();
-    let mut vs: Option<Vec<String>> = None;
-    let mut vs_bin: Option<PathBuf> = None;
-    let mut own = own.iter();
-    while let Some(arg) = own.next() {
-        match arg.as_str() {
-            "--busy" => busy = true,
-            "--no-kt" => kt = false,
-            "--vs" => {
-                let extra = own.next().ok_or(USAGE)?;
-                vs = Some(extra.split_whitespace().map(str::to_owned).collect());
-            }
-            "--vs-bin" => vs_bin = Some(PathBuf::from(own.next().ok_or(USAGE)?)),
-            "--timing" => {
-                let (key, value) = own.next().and_then(|kv| kv.split_once('=')).ok_or(USAGE)?;
-                timing.push((key.trim().to_owned(), value.trim().to_owned()));
-            }
-            n => runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
-        }
-    }
+    let Options {
+        runs,
+        busy,
+        kt,
+        timing,
+        vs,
+        vs_bin,
+    } = Options::parse(own)?;
     if let Some(bin) = &vs_bin
         && !bin.is_file()
     {
@@ -146,24 +133,7 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         }
         if let Some(python) = &python {
             let kt_path = out.join(format!("kt-{tag}-{run}.json"));
-            let started = Instant::now();
-            let status = Command::new(python)
-                .args(["benchmarks/kernel-tuner/compare.py", "kt-tune", "--out"])
-                .arg(&kt_path)
-                .current_dir(&root)
-                .stdout(std::process::Stdio::null())
-                .status()
-                .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-            if !status.success() {
-                return Err(format!("Kernel Tuner run {run} failed ({status})"));
-            }
-            let wall = started.elapsed().as_secs_f64();
-            let outcome = Outcome {
-                medians: kt_times(&kt_path)?,
-                wall,
-                warned: false,
-            };
-            theirs.record(run, "Kernel Tuner", outcome);
+            theirs.record(run, "Kernel Tuner", kt_run(python, &root, &kt_path, run)?);
         }
     }
     let described: Vec<String> = tune_args
@@ -177,6 +147,11 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         println!("--vs: {} {}", vs_tune.tunebox.display(), args.join(" "));
         summary["vs"] = summarize(&alt, &theirs, busy, args)?;
     }
+    write_summary(&out, busy, &summary)
+}
+
+/// Writes `summary` to `out/summary.json` (`summary-busy.json` for a busy run).
+fn write_summary(out: &Path, busy: bool, summary: &Value) -> Result<(), String> {
     let path = out.join(if busy {
         "summary-busy.json"
     } else {
@@ -186,6 +161,76 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("xtask: wrote {}", path.display());
     Ok(())
+}
+
+/// `cargo xtask agreement`'s own arguments (those before `--`).
+struct Options {
+    runs: usize,
+    busy: bool,
+    /// Run Kernel Tuner too.
+    kt: bool,
+    /// `--timing KEY=VALUE`: the manifest's `[timing]` overrides.
+    timing: Vec<(String, String)>,
+    /// `--vs ARGS`: a second set of tunebox arguments, run beside the first.
+    vs: Option<Vec<String>>,
+    /// `--vs-bin BIN`: a second tunebox binary, run beside the first.
+    vs_bin: Option<PathBuf>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut options = Options {
+            runs: 5,
+            busy: false,
+            kt: true,
+            timing: Vec::new(),
+            vs: None,
+            vs_bin: None,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--busy" => options.busy = true,
+                "--no-kt" => options.kt = false,
+                "--vs" => {
+                    let extra = args.next().ok_or(USAGE)?;
+                    options.vs = Some(extra.split_whitespace().map(str::to_owned).collect());
+                }
+                "--vs-bin" => options.vs_bin = Some(PathBuf::from(args.next().ok_or(USAGE)?)),
+                "--timing" => {
+                    let (key, value) =
+                        args.next().and_then(|kv| kv.split_once('=')).ok_or(USAGE)?;
+                    options
+                        .timing
+                        .push((key.trim().to_owned(), value.trim().to_owned()));
+                }
+                n => options.runs = n.parse().ok().filter(|&n: &usize| n >= 2).ok_or(USAGE)?,
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// Run `run` of Kernel Tuner (`benchmarks/kernel-tuner/compare.py kt-tune` under `python`,
+/// its times written to `kt_path`): its medians and wall time.
+fn kt_run(python: &Path, root: &Path, kt_path: &Path, run: usize) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let status = Command::new(python)
+        .args(["benchmarks/kernel-tuner/compare.py", "kt-tune", "--out"])
+        .arg(kt_path)
+        .current_dir(root)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !status.success() {
+        return Err(format!("Kernel Tuner run {run} failed ({status})"));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    Ok(Outcome {
+        medians: kt_times(kt_path)?,
+        wall,
+        warned: false,
+    })
 }
 
 /// What one tunebox run needs besides its arguments.
