@@ -42,7 +42,8 @@ impl VariedReps {
     /// `None` when it asks for none. Allocates and writes the buffers every rep's outputs will
     /// be copied into: `checked + 1` copies of the outputs.
     pub fn new(timing: &TimingConfig, specs: &[TensorSpec]) -> Option<VariedReps> {
-        let varied = timing.varied_reps?;
+        // Checked reps return outputs: a request that returns none checks none.
+        let varied = timing.varied_reps.filter(|_| timing.return_outputs)?;
         let outputs: Vec<(usize, TensorSpec)> = specs
             .iter()
             .enumerate()

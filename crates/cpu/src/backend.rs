@@ -207,7 +207,8 @@ fn check_bounds(tensors: &[HostTensor]) -> Result<(), BenchError> {
     tensors.iter().try_for_each(HostTensor::check_bounds)
 }
 
-/// Copies of the tensors marked `output`, in request order.
+/// Copies of the tensors the request returns ([`BenchmarkRequest::returns`]), in request
+/// order.
 fn output_data(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
@@ -216,7 +217,7 @@ fn output_data(
         .tensors
         .iter()
         .zip(tensors)
-        .filter(|(spec, _)| spec.output)
+        .filter(|(spec, _)| request.returns(spec))
         .map(|(_, tensor)| tensor.to_data())
         .collect()
 }
@@ -237,7 +238,7 @@ fn output_data_after_reps(
         .tensors
         .iter()
         .zip(tensors)
-        .filter(|(spec, _)| spec.output)
+        .filter(|(spec, _)| request.returns(spec))
         .map(|(_, tensor)| match first.next() {
             Some(copy) if copy.name == tensor.name() && copy.bytes[..] == *tensor.bytes() => {
                 Ok(copy.clone())
@@ -441,7 +442,7 @@ impl CpuRunner<'_> {
         let Some(fresh) = request.timing.fresh_seed else {
             return Ok(Vec::new());
         };
-        if !request.tensors.iter().any(|t| t.output) {
+        if !request.tensors.iter().any(|t| request.returns(t)) {
             return Ok(Vec::new());
         }
         self.restore()?;

@@ -309,7 +309,7 @@ fn outputs<'a>(
         .tensors
         .iter()
         .zip(tensors)
-        .filter(|(spec, _)| spec.output)
+        .filter(|(spec, _)| request.returns(spec))
         .map(|(_, t)| t)
 }
 

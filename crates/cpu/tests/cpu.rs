@@ -1572,3 +1572,29 @@ fn the_call_after_the_reps_returns_each_output_as_it_found_it() {
         last[0]
     );
 }
+
+#[test]
+fn a_window_that_returns_no_outputs_keeps_them_outputs() {
+    // A tuning round's window: its outputs are written by the kernel but neither returned nor
+    // taken for inputs the kernel wrote (which would be restored before every call).
+    let cache = tempfile::tempdir().unwrap();
+    let mut backend = CpuBackend::new(CacheDir::new(cache.path()));
+    let mut request = add_request(16 * 4096);
+    request.timing = request.timing.return_outputs(false);
+    let c = request.tensors[2].clone();
+    assert!(c.output && !request.returns(&c));
+    let result = backend.benchmark(&request).unwrap();
+    assert!(result.outputs.is_empty() && result.outputs_after_reps.is_empty());
+    assert!(result.integrity.fresh_outputs.is_empty());
+    assert!(
+        result.mutated_inputs.is_empty(),
+        "{:?}",
+        result.mutated_inputs
+    );
+    assert!(result.stats.reps >= 3);
+    // Returned, the same request's outputs come back as before.
+    request.timing = request.timing.return_outputs(true);
+    let returned = backend.benchmark(&request).unwrap();
+    assert_eq!(returned.outputs.len(), 1);
+    assert!(returned.mutated_inputs.is_empty());
+}

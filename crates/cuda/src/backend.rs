@@ -323,7 +323,7 @@ fn measure(
     let first = std::time::Instant::now();
     runner.run()?;
     let first_ms = first.elapsed().as_secs_f64() * 1e3;
-    let outputs = output_data(tensors, stream)?;
+    let outputs = output_data(request, tensors, stream)?;
     // The fresh inputs of the call after the reps (none without a seed, outputs or random
     // inputs); kept alive until that call has synchronized.
     let fresh = match request.timing.fresh_seed {
@@ -449,11 +449,16 @@ impl Loaded {
     }
 }
 
-/// Copies of the tensors marked `output`, in request order (waits for the stream).
-fn output_data(tensors: &[DeviceTensor], stream: &Stream) -> Result<Vec<TensorData>, BenchError> {
+/// Copies of the tensors the request returns ([`BenchmarkRequest::returns`]), in request order
+/// (waits for the stream).
+fn output_data(
+    request: &BenchmarkRequest,
+    tensors: &[DeviceTensor],
+    stream: &Stream,
+) -> Result<Vec<TensorData>, BenchError> {
     tensors
         .iter()
-        .filter(|t| t.spec().output)
+        .filter(|t| request.returns(t.spec()))
         .map(|t| t.to_data(stream))
         .collect()
 }

@@ -86,7 +86,7 @@ impl Contents {
         let fresh_seed = request
             .timing
             .fresh_seed
-            .filter(|_| request.tensors.iter().any(|t| t.output));
+            .filter(|_| request.tensors.iter().any(|t| request.returns(t)));
         let wanted: Vec<(usize, bool, TensorSpec)> = request
             .tensors
             .iter()

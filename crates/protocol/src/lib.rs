@@ -92,7 +92,7 @@ pub use task::{Task, TaskRequest, decode, decode_output, encode};
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

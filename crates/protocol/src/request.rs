@@ -157,6 +157,22 @@ impl BenchmarkRequest {
         default_order(self.tensors.len(), self.scalars.len())
     }
 
+    /// Whether the worker returns the contents of tensor `spec`: marked `output`, in a request
+    /// whose timing returns outputs ([`TimingConfig::return_outputs`]).
+    ///
+    /// ```
+    /// use tunebox_protocol::{BenchmarkRequest, CKernel, DType, TensorSpec, TimingConfig};
+    ///
+    /// let y = TensorSpec::new("y", DType::F32, [4]).output();
+    /// let request = BenchmarkRequest::new(CKernel::new("…", "k")).tensor(y.clone());
+    /// assert!(request.returns(&y));
+    /// let round = request.timing(TimingConfig::default().return_outputs(false));
+    /// assert!(!round.returns(&y) && round.tensors[0].output);
+    /// ```
+    pub fn returns(&self, spec: &TensorSpec) -> bool {
+        spec.output && self.timing.return_outputs
+    }
+
     /// Replaces the warmup and repetition budget (default: [`TimingConfig::default`]).
     pub fn timing(mut self, timing: TimingConfig) -> Self {
         self.timing = timing;
@@ -1147,6 +1163,13 @@ pub struct TimingConfig {
     /// (`reps = 1`, `stopped = "single"`). Default off.
     #[serde(default)]
     pub outputs_only: bool,
+    /// Return the tensors marked `output` (default on). Off for a window whose outputs were
+    /// verified already (a tuning round's): the outputs stay outputs (written by the kernel,
+    /// never restored before a call as a written input is, never mapped from shared contents),
+    /// but none is copied back, and no call after the reps is made. See
+    /// [`BenchmarkRequest::returns`].
+    #[serde(default = "returned_by_default")]
+    pub return_outputs: bool,
     /// Verify on inputs the candidate has not seen: the call after the timed reps (or, with
     /// `outputs_only`, one more call after the first) runs with every randomly initialized
     /// input refilled with this value mixed into its seed, the outputs poisoned first, and
@@ -1249,6 +1272,7 @@ setters!(TimingConfig {
     cache_flush => cache_flush: CacheFlush,
     budget_ms => budget_ms: Option<f64>,
     outputs_only => outputs_only: bool,
+    return_outputs => return_outputs: bool,
     fresh_seed => fresh_seed: Option<u64>,
     estimate_runs => estimate_runs: Option<u32>,
     clock => clock: RepClock,
@@ -1312,6 +1336,11 @@ impl CacheFlush {
     }
 }
 
+/// [`TimingConfig::return_outputs`]'s default.
+fn returned_by_default() -> bool {
+    true
+}
+
 impl Default for TimingConfig {
     fn default() -> Self {
         Self {
@@ -1326,6 +1355,7 @@ impl Default for TimingConfig {
             cache_flush: CacheFlush::Tensors,
             budget_ms: None,
             outputs_only: false,
+            return_outputs: true,
             fresh_seed: None,
             estimate_runs: None,
             clock: RepClock::Preemption,
