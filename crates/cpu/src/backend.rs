@@ -213,16 +213,12 @@ fn output_data(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
 ) -> Result<Vec<TensorData>, BenchError> {
-    request
-        .tensors
-        .iter()
-        .zip(tensors)
-        .filter(|(spec, _)| request.returns(spec))
-        .map(|(_, tensor)| tensor.to_data())
+    integrity::outputs(request, tensors)
+        .map(HostTensor::to_data)
         .collect()
 }
 
-/// The tensors marked `output` after the call after the reps, against `first`, the copies
+/// The tensors the request returns after the call after the reps, against `first`, the copies
 /// made after the first call ([`output_data`]): a tensor holding the same bytes as its first
 /// copy (a deterministic kernel called on the same inputs) is sent as that copy again (for a
 /// large one the same shared-memory region under a second handle), any other is copied. A
@@ -234,12 +230,8 @@ fn output_data_after_reps(
     first: &[TensorData],
 ) -> Result<Vec<TensorData>, BenchError> {
     let mut first = first.iter();
-    request
-        .tensors
-        .iter()
-        .zip(tensors)
-        .filter(|(spec, _)| request.returns(spec))
-        .map(|(_, tensor)| match first.next() {
+    integrity::outputs(request, tensors)
+        .map(|tensor| match first.next() {
             Some(copy) if copy.name == tensor.name() && copy.bytes[..] == *tensor.bytes() => {
                 Ok(copy.clone())
             }

@@ -301,7 +301,8 @@ fn suspicious(check: &str, seen: String) -> BenchError {
     }
 }
 
-fn outputs<'a>(
+/// The tensors the request returns ([`BenchmarkRequest::returns`]), in request order.
+pub(crate) fn outputs<'a>(
     request: &'a BenchmarkRequest,
     tensors: &'a [HostTensor],
 ) -> impl Iterator<Item = &'a HostTensor> {

@@ -717,8 +717,8 @@ impl Run<'_> {
 /// The request of one window of `result` in `round`: its screening request with the window's
 /// share of `setup`'s timing, returning no outputs (screening verified them) unless `outputs`.
 /// Its outputs stay outputs: not restored before every call as inputs the kernel wrote are (a
-/// `memset` of each output per call: 11 ms of vector_add's ~100 ms later windows at 288 MiB),
-/// nor mapped from shared contents.
+/// `memset` of each output per call; docs/performance.md, "Issue 33, seventh session"), nor
+/// mapped from shared contents.
 pub(super) fn window_request(
     setup: &Setup<'_>,
     result: &ChoiceResult,
