@@ -203,6 +203,12 @@ impl Scan {
         for (lines, what) in self.functions.iter().take(shown) {
             println!("    {lines:>4}  {what}");
         }
+        if options.all {
+            println!("  and elsewhere:");
+            for (lines, what) in self.elsewhere.iter().take(over(&self.elsewhere, 60)) {
+                println!("    {lines:>4}  {what}");
+            }
+        }
         println!("module circles: {}", self.circles.len());
         for circle in &self.circles {
             println!("  {circle}");
