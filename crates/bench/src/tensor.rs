@@ -504,13 +504,15 @@ impl HostTensor {
         self.bytes_mut().fill(0xFF);
     }
 
-    /// A copy of the contents, to send back to the parent (into shared memory when large).
+    /// A copy of the contents, to send back to the parent: into shared memory when large, or
+    /// held in the worker's memory for the parent to read when the request says so
+    /// ([`Bytes::output_copy`]).
     ///
     /// # Errors
     ///
-    /// [`BenchError::Failed`] when the shared-memory region cannot be created.
+    /// [`BenchError::Failed`] when the copy's memory cannot be made.
     pub fn to_data(&self) -> Result<TensorData, BenchError> {
-        let bytes = Bytes::copy_from_slice(self.bytes()).map_err(|e| BenchError::Failed {
+        let bytes = Bytes::output_copy(self.bytes()).map_err(|e| BenchError::Failed {
             message: format!("cannot return output `{}`: {e}", self.name),
         })?;
         Ok(TensorData::new(

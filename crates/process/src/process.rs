@@ -110,6 +110,9 @@ pub struct TuningProcess {
     last_pid: u32,
     /// What the last reply said its request left behind in the worker.
     left_behind: Vec<Leftover>,
+    /// When the request of the last reply was sent to the worker that answered it, and the
+    /// waits then (the clock check's start; a request measured again was sent again).
+    answered_sent: Option<(Instant, Option<crate::clock::WaitMark>)>,
     /// The current worker was left damaged (a leftover not restored): replace it before the
     /// next request.
     damaged: bool,
@@ -156,6 +159,7 @@ impl TuningProcess {
             on_exit: None,
             last_pid: 0,
             left_behind: Vec::new(),
+            answered_sent: None,
             damaged: false,
             strays_before: Vec::new(),
         }
@@ -203,8 +207,8 @@ impl TuningProcess {
     /// - [`ProcessError::Protocol`]: no request is pending, or the worker sent a malformed reply
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
-        let sent = self.pending.as_ref().map(|p| (p.sent, p.waits));
         let response = self.receive(timeout)?;
+        let sent = self.answered_sent.take();
         // The worker that replied (a fresh one when the request was sent again).
         let pid = self.last_pid;
         match response {
@@ -644,7 +648,8 @@ impl TuningProcess {
             }
             self.strays_before = strays;
         }
-        let message = Request::shared(request.id, request.body.clone());
+        let message = Request::shared(request.id, request.body.clone())
+            .holding_outputs(request.is_use && crate::held_outputs::enabled());
         match worker.send(message, guard) {
             Ok(()) => {
                 if request.is_use {
@@ -729,8 +734,20 @@ impl TuningProcess {
                 });
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
-                Ok(response) => {
-                    self.pending = None;
+                Ok(mut response) => {
+                    if crate::held_outputs::read(&mut response.body, worker.pid).is_err() {
+                        // Holding is off now: measured again, its outputs sent as regions.
+                        let pending = self.pending.take().expect("checked above");
+                        self.transmit(
+                            Pending {
+                                sent: Instant::now(),
+                                ..pending
+                            },
+                            false,
+                        )?;
+                        continue;
+                    }
+                    self.answered_sent = self.pending.take().map(|p| (p.sent, p.waits));
                     self.damaged |= response.left_behind.iter().any(|l| !l.restored);
                     self.left_behind = response.left_behind;
                     return Ok(response.body);

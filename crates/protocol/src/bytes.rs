@@ -3,9 +3,12 @@
 use std::fmt;
 use std::ops::Deref;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
 
 use ipc_channel::ipc::IpcSharedMemory;
 use serde::{Deserialize, Serialize};
+
+use crate::held::{self, HeldCopy};
 
 /// Payloads up to this many bytes travel inside the message; larger ones as shared memory.
 pub const INLINE_LIMIT: usize = 16 * 1024;
@@ -34,13 +37,29 @@ pub const MAX_SHARED_PAYLOADS: usize = 60;
 /// assert_eq!(large.len(), INLINE_LIMIT + 1);
 /// assert_eq!(large[0], 7);
 /// ```
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-pub struct Bytes(Repr);
+///
+/// A worker whose parent reads its memory sends a large output as its address instead
+/// ([`Bytes::output_copy`], the `held` module); the parent reads it with
+/// [`Bytes::read_held`] before anything else reads the bytes: until then they read as empty.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Bytes {
+    repr: Repr,
+    /// The worker's own copy behind a [`Repr::Held`]: what it reads as there, kept alive
+    /// until the worker's next request. Never sent.
+    #[serde(skip)]
+    held: Option<Arc<HeldCopy>>,
+}
 
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 enum Repr {
     Inline(#[serde(with = "serde_bytes")] Vec<u8>),
     Shared(IpcSharedMemory),
+    /// `len` bytes at `address` in the worker that sent them, held there until its next
+    /// request.
+    Held {
+        address: u64,
+        len: u64,
+    },
 }
 
 impl Bytes {
@@ -51,7 +70,7 @@ impl Bytes {
     /// The shared-memory region could not be created (out of memory or file descriptors).
     pub fn from_vec(bytes: Vec<u8>) -> std::io::Result<Bytes> {
         if bytes.len() <= INLINE_LIMIT {
-            Ok(Bytes(Repr::Inline(bytes)))
+            Ok(Bytes::inline(bytes))
         } else {
             shared(&bytes)
         }
@@ -64,7 +83,7 @@ impl Bytes {
     /// The shared-memory region could not be created (out of memory or file descriptors).
     pub fn copy_from_slice(bytes: &[u8]) -> std::io::Result<Bytes> {
         if bytes.len() <= INLINE_LIMIT {
-            Ok(Bytes(Repr::Inline(bytes.to_vec())))
+            Ok(Bytes::inline(bytes.to_vec()))
         } else {
             shared(bytes)
         }
@@ -72,12 +91,68 @@ impl Bytes {
 
     /// An empty payload.
     pub fn empty() -> Bytes {
-        Bytes(Repr::Inline(Vec::new()))
+        Bytes::inline(Vec::new())
     }
 
     /// Whether the bytes live in a shared-memory region.
     pub fn is_shared(&self) -> bool {
-        matches!(self.0, Repr::Shared(_))
+        matches!(self.repr, Repr::Shared(_))
+    }
+
+    /// A worker's copy of an output to return: as [`Bytes::copy_from_slice`], except that
+    /// while the current request holds its outputs (the parent reads the worker's memory,
+    /// [`crate::Request::hold_outputs`]) a large one is copied into private memory of the
+    /// worker's and sent as its address, kept until the worker's next request.
+    ///
+    /// # Errors
+    ///
+    /// The copy's memory could not be made (out of memory, address space or file
+    /// descriptors).
+    pub fn output_copy(bytes: &[u8]) -> std::io::Result<Bytes> {
+        if bytes.len() <= INLINE_LIMIT || !held::holding() {
+            return Bytes::copy_from_slice(bytes);
+        }
+        let copy = held::hold(bytes)?;
+        Ok(Bytes {
+            repr: Repr::Held {
+                address: copy.address(),
+                len: bytes.len() as u64,
+            },
+            held: Some(copy),
+        })
+    }
+
+    /// Whether these are bytes a worker holds for the parent to read ([`Bytes::read_held`]);
+    /// on the parent's side they read as empty until then.
+    pub fn is_held(&self) -> bool {
+        matches!(self.repr, Repr::Held { .. })
+    }
+
+    /// Reads bytes the worker `pid` holds ([`Bytes::is_held`]) out of its memory with
+    /// `process_vm_readv` (into huge pages where large), so that they read as themselves;
+    /// other bytes are left as they are.
+    ///
+    /// # Errors
+    ///
+    /// The read failed: the worker is gone, this process may not read its memory (Yama's
+    /// `ptrace_scope` 2 or 3, another user, a seccomp filter), or the range is not mapped
+    /// there. The bytes are left held.
+    pub fn read_held(&mut self, pid: u32) -> std::io::Result<()> {
+        if self.held.is_some() {
+            return Ok(());
+        }
+        if let Repr::Held { address, len } = self.repr {
+            let len = usize::try_from(len).map_err(std::io::Error::other)?;
+            *self = Bytes::inline(held::read(pid, address, len)?);
+        }
+        Ok(())
+    }
+
+    fn inline(bytes: Vec<u8>) -> Bytes {
+        Bytes {
+            repr: Repr::Inline(bytes),
+            held: None,
+        }
     }
 }
 
@@ -85,7 +160,10 @@ fn shared(bytes: &[u8]) -> std::io::Result<Bytes> {
     // ipc-channel asserts (panics) when memfd_create, ftruncate or mmap fail; that is a resource
     // error here, not a bug.
     panic::catch_unwind(AssertUnwindSafe(|| IpcSharedMemory::from_bytes(bytes)))
-        .map(|memory| Bytes(Repr::Shared(memory)))
+        .map(|memory| Bytes {
+            repr: Repr::Shared(memory),
+            held: None,
+        })
         .map_err(|_| {
             std::io::Error::other(format!(
                 "could not create a shared-memory region of {} bytes (out of memory or file \
@@ -99,9 +177,27 @@ impl Deref for Bytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.0 {
-            Repr::Inline(bytes) => bytes,
-            Repr::Shared(memory) => memory,
+        match (&self.repr, &self.held) {
+            (Repr::Inline(bytes), _) => bytes,
+            (Repr::Shared(memory), _) => memory,
+            (Repr::Held { .. }, Some(copy)) => copy.as_slice(),
+            (Repr::Held { .. }, None) => &[],
+        }
+    }
+}
+
+/// Equal when the contents are, wherever they live. Held bytes not yet read on the parent's
+/// side equal only held bytes at the same address of the same length.
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.repr, &self.held, &other.repr, &other.held) {
+            (Repr::Held { .. }, None, _, _) | (_, _, Repr::Held { .. }, None) => {
+                matches!((&self.repr, &other.repr), (
+                    Repr::Held { address: a, len: n },
+                    Repr::Held { address: b, len: m },
+                ) if a == b && n == m)
+            }
+            _ => **self == **other,
         }
     }
 }
@@ -120,7 +216,11 @@ impl PartialEq<Vec<u8>> for Bytes {
 
 impl fmt::Debug for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let place = if self.is_shared() { "shared" } else { "inline" };
+        let place = match self.repr {
+            Repr::Inline(_) => "inline",
+            Repr::Shared(_) => "shared",
+            Repr::Held { .. } => "held by the worker",
+        };
         write!(f, "Bytes({} bytes, {place})", self.len())
     }
 }

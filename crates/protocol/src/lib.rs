@@ -61,6 +61,7 @@ mod define;
 mod dtype;
 mod env;
 mod error;
+mod held;
 mod message;
 mod request;
 mod result;
@@ -76,9 +77,10 @@ pub use env::{
     CACHE_DIR_ENV, PARENT_PID_ENV, PROTOCOL_VERSION_ENV, WORKER_SERVER_ENV, WORKER_USES_ENV,
     cache_root,
 };
-#[doc(hidden)]
 pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
+#[doc(hidden)]
+pub use held::hold_outputs_for_request;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
     Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,
@@ -92,7 +94,7 @@ pub use task::{Task, TaskRequest, decode, decode_output, encode};
 /// Version of the wire protocol. The parent refuses a worker whose [`Hello`] carries another one,
 /// and a worker refuses to start when the parent announces another one in
 /// [`PROTOCOL_VERSION_ENV`]. Bump it on every change to a serialized type.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Exit code of a worker that refused to start because the parent speaks another
 /// [`PROTOCOL_VERSION`]. The parent turns it into a version-mismatch error.

@@ -72,6 +72,12 @@ pub struct Request {
     pub id: u64,
     /// What to do.
     pub body: Arc<RequestBody>,
+    /// Whether the parent reads this request's large outputs out of the worker's memory
+    /// (`process_vm_readv`): the worker then sends each as its address and keeps it until its
+    /// next request, instead of copying it into a new shared-memory region
+    /// ([`crate::Bytes::output_copy`]). Set by the parent that reads them
+    /// ([`crate::BenchmarkResult::read_held`]); `false` from [`Request::new`].
+    pub hold_outputs: bool,
 }
 
 impl Request {
@@ -80,13 +86,24 @@ impl Request {
         Request {
             id,
             body: Arc::new(body),
+            hold_outputs: false,
         }
     }
 
     /// A request with id `id` asking for the shared `body` (the parent sends a body it kept
     /// again, without a copy).
     pub fn shared(id: u64, body: Arc<RequestBody>) -> Request {
-        Request { id, body }
+        Request {
+            id,
+            body,
+            hold_outputs: false,
+        }
+    }
+
+    /// This request with [`Request::hold_outputs`] set to `hold`.
+    pub fn holding_outputs(mut self, hold: bool) -> Request {
+        self.hold_outputs = hold;
+        self
     }
 }
 

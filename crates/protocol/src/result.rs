@@ -344,6 +344,45 @@ impl BenchmarkResult {
         }
     }
 
+    /// Reads every output the worker `pid` holds ([`crate::Bytes::read_held`]) out of its
+    /// memory, once per copy (the same copy returned twice, as an output the reps left
+    /// unchanged, is read once), and returns the CPU time this thread spent reading, in ms
+    /// (the window's own work, not interference; 0 where nothing was held).
+    ///
+    /// # Errors
+    ///
+    /// The first read that failed (see [`crate::Bytes::read_held`]); the outputs not read yet
+    /// are left held.
+    pub fn read_held(&mut self, pid: u32) -> std::io::Result<f64> {
+        let before = crate::held::thread_cpu_ms();
+        // (as held, as read)
+        let mut read: Vec<(Bytes, Bytes)> = Vec::new();
+        let integrity = &mut self.integrity;
+        let tensors = self
+            .outputs
+            .iter_mut()
+            .chain(&mut self.outputs_after_reps)
+            .chain(&mut integrity.fresh_outputs)
+            .chain(
+                integrity
+                    .checked_reps
+                    .iter_mut()
+                    .flat_map(|r| &mut r.outputs),
+            );
+        let every = self.value.iter_mut().chain(tensors.map(|t| &mut t.bytes));
+        for bytes in every.filter(|b| b.is_held()) {
+            match read.iter().find(|(held, _)| held == bytes) {
+                Some((_, done)) => *bytes = done.clone(),
+                None => {
+                    let held = bytes.clone();
+                    bytes.read_held(pid)?;
+                    read.push((held, bytes.clone()));
+                }
+            }
+        }
+        Ok((crate::held::thread_cpu_ms() - before).max(0.0))
+    }
+
     /// How many of the outputs travel as shared memory (at most
     /// [`MAX_SHARED_PAYLOADS`](crate::MAX_SHARED_PAYLOADS) fit in one message).
     pub fn shared_payloads(&self) -> usize {

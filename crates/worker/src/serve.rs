@@ -61,6 +61,8 @@ pub(crate) fn serve_recording(
         if let Some(started) = started {
             started.record_start(request.id);
         }
+        // The parent has read what the last request held (it reads before it sends again).
+        tunebox_protocol::hold_outputs_for_request(request.hold_outputs);
         let mut left_behind = Vec::new();
         // The only owner of a body that came through the channel: no copy.
         let body = match Arc::unwrap_or_clone(request.body) {

@@ -1,0 +1,268 @@
+//! Outputs a worker keeps in its own memory for the parent to read, instead of copying them into
+//! a new shared-memory region.
+//!
+//! A new region costs its size in page faults: every 4 KiB page of it is faulted in, zeroed and
+//! charged before the copy lands (~0.25 s for a 288 MiB output on a 2-vCPU EPYC guest, most of
+//! a screening window of Kernel Tuner's `vector_add`). A copy into private memory backed by
+//! transparent huge pages, read by the parent with `process_vm_readv` (one kernel copy, no
+//! page tables of the worker's to fill), costs a tenth of that (docs/performance.md).
+//!
+//! The worker side: the parent says per request whether it reads ([`Request::hold_outputs`]);
+//! the worker then [`hold`]s each large output copy, which [`crate::Bytes`] sends as its address
+//! and length, and keeps every held copy until its next request ([`hold_outputs_for_request`]). The parent side:
+//! [`crate::BenchmarkResult::read_held`] reads them out of the worker process before anything
+//! else is sent to it.
+//!
+//! [`Request::hold_outputs`]: crate::Request::hold_outputs
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Whether the current request's large outputs are held ([`hold`]) rather than sent as
+/// shared-memory regions: the request's [`crate::Request::hold_outputs`].
+static HOLDING: AtomicBool = AtomicBool::new(false);
+
+/// The copies held for the parent since the last request began.
+static HELD: Mutex<Vec<Arc<HeldCopy>>> = Mutex::new(Vec::new());
+
+/// Mappings this large or larger ask for transparent huge pages (`MADV_HUGEPAGE`): a 2 MiB
+/// page is zeroed in one fault instead of 512.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A private anonymous mapping holding a copy of some bytes, unmapped when the last handle
+/// goes.
+#[derive(Debug)]
+pub(crate) struct HeldCopy {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is written once, in `HeldCopy::of`, before the value is shared, and only
+// read afterwards; it belongs to no thread.
+unsafe impl Send for HeldCopy {}
+// SAFETY: as above: shared references only read.
+unsafe impl Sync for HeldCopy {}
+
+impl HeldCopy {
+    /// A new private mapping holding a copy of `bytes` (non-empty).
+    fn of(bytes: &[u8]) -> io::Result<HeldCopy> {
+        let len = bytes.len();
+        // SAFETY: a fresh anonymous private mapping of `len` bytes; no existing memory is named.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        if len >= HUGE_PAGE {
+            // SAFETY: the range is the mapping just made. Only advice: a kernel without
+            // transparent huge pages ignores or refuses it, and the copy works either way.
+            unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave 0"))?;
+        // SAFETY: `ptr` is a writable mapping of `len` bytes that nothing else references, and
+        // `bytes` is `len` bytes that cannot overlap a mapping made just now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), len) };
+        Ok(HeldCopy { ptr, len })
+    }
+
+    /// The copy.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes at `ptr`, mapped for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Where the copy lies in this process, as the parent reads it.
+    pub(crate) fn address(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+}
+
+impl Drop for HeldCopy {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `HeldCopy::of`, unmapped once, here.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Begins a request in a worker: drops the copies held for the parent's last read (the parent
+/// reads them before it sends anything else) and holds this request's large outputs when
+/// `holding` (the request's [`crate::Request::hold_outputs`]).
+pub fn hold_outputs_for_request(holding: bool) {
+    HELD.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    HOLDING.store(holding, Ordering::Release);
+}
+
+/// Whether the current request's large outputs are held for the parent to read.
+pub(crate) fn holding() -> bool {
+    HOLDING.load(Ordering::Acquire)
+}
+
+/// A held copy of `bytes`, kept alive until the next [`hold_outputs_for_request`].
+///
+/// # Errors
+///
+/// The mapping could not be made (out of memory or address space).
+pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<HeldCopy>> {
+    let copy = Arc::new(HeldCopy::of(bytes)?);
+    HELD.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(copy.clone());
+    Ok(copy)
+}
+
+/// Reads `len` bytes at `address` in process `pid` with `process_vm_readv`, into memory of this
+/// process backed by huge pages where it is large.
+///
+/// # Errors
+///
+/// The read failed: the process is gone (`ESRCH`), this process may not read it (`EPERM`: Yama's
+/// `ptrace_scope` of 2 or 3, another user, a non-dumpable process, a seccomp filter), the
+/// range is not mapped there (`EFAULT`), or the read came back short.
+pub(crate) fn read(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buffer = Vec::<u8>::with_capacity(len);
+    advise_huge(&mut buffer);
+    let mut done = 0;
+    while done < len {
+        let local = libc::iovec {
+            // SAFETY: `done < len <= capacity`: the pointer stays inside the allocation.
+            iov_base: unsafe { buffer.as_mut_ptr().add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (address + done as u64) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: `local` is `len - done` writable bytes of `buffer`'s spare capacity; the
+        // remote iovec is only read by the kernel, in the other process.
+        let read = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        match read {
+            n if n < 0 => return Err(io::Error::last_os_error()),
+            0 => {
+                return Err(io::Error::other(format!(
+                    "read {done} of {len} bytes at {address:#x} in process {pid}"
+                )));
+            }
+            n => done += n as usize,
+        }
+    }
+    // SAFETY: the kernel wrote all `len` bytes (`done == len`).
+    unsafe { buffer.set_len(len) };
+    Ok(buffer)
+}
+
+/// The CPU time the calling thread has used, in ms (`CLOCK_THREAD_CPUTIME_ID`; 0 where the
+/// clock cannot be read).
+pub(crate) fn thread_cpu_ms() -> f64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return 0.0;
+    }
+    now.tv_sec as f64 * 1e3 + now.tv_nsec as f64 / 1e6
+}
+
+/// Asks for transparent huge pages for the whole 2 MiB pages inside `buffer`'s spare capacity
+/// (advice only).
+fn advise_huge(buffer: &mut Vec<u8>) {
+    let (start, end) = (
+        buffer.as_ptr() as usize,
+        buffer.as_ptr() as usize + buffer.capacity(),
+    );
+    let first = start.next_multiple_of(HUGE_PAGE);
+    let last = end / HUGE_PAGE * HUGE_PAGE;
+    if last > first {
+        // SAFETY: `[first, last)` lies inside the allocation; advice changes no contents.
+        unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_copy_reads_back_through_process_vm_readv() {
+        let bytes: Vec<u8> = (0..3 * HUGE_PAGE + 5).map(|i| (i % 251) as u8).collect();
+        let copy = HeldCopy::of(&bytes).unwrap();
+        assert_eq!(copy.as_slice(), &bytes[..]);
+        let read = read(std::process::id(), copy.address(), bytes.len()).unwrap();
+        assert_eq!(read, bytes);
+    }
+
+    #[test]
+    fn an_unmapped_address_is_an_error_not_a_short_buffer() {
+        let error = read(std::process::id(), 8, 4096).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EFAULT), "{error}");
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use crate::{BenchmarkResult, Bytes, DType, INLINE_LIMIT, TensorData, TimingStats};
+
+    /// `bytes` as the parent receives them: encoded and decoded, the worker's copy left behind.
+    fn sent(bytes: &Bytes) -> Bytes {
+        postcard::from_bytes(&postcard::to_allocvec(bytes).unwrap()).unwrap()
+    }
+
+    fn tensor(bytes: Bytes) -> TensorData {
+        TensorData::new("c", DType::U8, vec![bytes.len() as u64], bytes)
+    }
+
+    #[test]
+    fn held_outputs_are_read_once_per_copy_and_then_read_as_themselves() {
+        let data: Vec<u8> = (0..4 * INLINE_LIMIT + 3).map(|i| (i % 253) as u8).collect();
+        super::hold_outputs_for_request(true);
+        let held = Bytes::output_copy(&data).unwrap();
+        let small = Bytes::output_copy(&data[..8]).unwrap();
+        super::hold_outputs_for_request(false);
+        assert!(held.is_held() && !small.is_held());
+        assert_eq!(&held[..], &data[..], "the worker reads its own copy");
+        let received = sent(&held);
+        assert!(received.is_held());
+        assert!(received.is_empty(), "unread held bytes read as empty");
+        let mut result = BenchmarkResult::new(TimingStats::from_samples(&[1.0], 0))
+            .with_outputs(vec![tensor(received.clone())])
+            .with_outputs_after_reps(vec![tensor(received)]);
+        let ms = result.read_held(std::process::id()).unwrap();
+        assert!(ms >= 0.0);
+        for output in result.outputs.iter().chain(&result.outputs_after_reps) {
+            assert!(!output.bytes.is_held());
+            assert_eq!(&output.bytes[..], &data[..]);
+        }
+        drop(held);
+    }
+
+    #[test]
+    fn a_read_that_fails_leaves_the_bytes_held_and_says_why() {
+        let data = vec![7u8; 2 * INLINE_LIMIT];
+        super::hold_outputs_for_request(true);
+        let held = Bytes::output_copy(&data).unwrap();
+        super::hold_outputs_for_request(false);
+        let mut received = sent(&held);
+        // A pid no process has: the read fails as a worker that is gone would.
+        let error = received.read_held(u32::MAX >> 2).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ESRCH), "{error}");
+        assert!(received.is_held());
+    }
+}
