@@ -113,6 +113,9 @@ pub struct TuningProcess {
     /// When the request of the last reply was sent to the worker that answered it, and the
     /// waits then (the clock check's start; a request measured again was sent again).
     answered_sent: Option<(Instant, Option<crate::clock::WaitMark>)>,
+    /// How long reading the outputs the last reply's worker held took (not the worker's time:
+    /// the clock check leaves it out).
+    read_time: Duration,
     /// The current worker was left damaged (a leftover not restored): replace it before the
     /// next request.
     damaged: bool,
@@ -160,6 +163,7 @@ impl TuningProcess {
             last_pid: 0,
             left_behind: Vec::new(),
             answered_sent: None,
+            read_time: Duration::ZERO,
             damaged: false,
             strays_before: Vec::new(),
         }
@@ -219,7 +223,9 @@ impl TuningProcess {
                         let sched = sent
                             .and_then(|(_, waits)| waits)
                             .map_or_else(Default::default, |w| w.since(pid));
-                        crate::clock::check_worker_clock(r, sent.map(|(at, _)| at.elapsed()), sched)
+                        let parent =
+                            sent.map(|(at, _)| at.elapsed().saturating_sub(self.read_time));
+                        crate::clock::check_worker_clock(r, parent, sched)
                     })
                     .and_then(|r| no_strays(r, &strays))
                     .map(|mut result| {
@@ -735,7 +741,10 @@ impl TuningProcess {
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
                 Ok(mut response) => {
-                    if crate::held_outputs::read(&mut response.body, worker.pid).is_err() {
+                    let reading = Instant::now();
+                    let read = crate::held_outputs::read(&mut response.body, worker.pid);
+                    self.read_time = reading.elapsed();
+                    if read.is_err() {
                         // Holding is off now: measured again, its outputs sent as regions.
                         let pending = self.pending.take().expect("checked above");
                         self.transmit(

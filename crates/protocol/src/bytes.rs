@@ -52,7 +52,9 @@ pub struct Bytes {
 
 #[derive(Clone, Serialize, Deserialize)]
 enum Repr {
-    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Shared within the process, so that a clone of a large output the parent read out of a
+    /// worker ([`Repr::Held`]) copies nothing.
+    Inline(#[serde(with = "shared_vec")] Arc<Vec<u8>>),
     Shared(IpcSharedMemory),
     /// `len` bytes at `address` in the worker that sent them, held there until its next
     /// request.
@@ -150,7 +152,7 @@ impl Bytes {
 
     fn inline(bytes: Vec<u8>) -> Bytes {
         Bytes {
-            repr: Repr::Inline(bytes),
+            repr: Repr::Inline(Arc::new(bytes)),
             held: None,
         }
     }
@@ -178,7 +180,7 @@ impl Deref for Bytes {
 
     fn deref(&self) -> &[u8] {
         match (&self.repr, &self.held) {
-            (Repr::Inline(bytes), _) => bytes,
+            (Repr::Inline(bytes), _) => bytes.as_slice(),
             (Repr::Shared(memory), _) => memory,
             (Repr::Held { .. }, Some(copy)) => copy.as_slice(),
             (Repr::Held { .. }, None) => &[],
@@ -228,5 +230,22 @@ impl fmt::Debug for Bytes {
 impl Default for Bytes {
     fn default() -> Self {
         Bytes::empty()
+    }
+}
+
+/// `Arc<Vec<u8>>` on the wire as a byte string, as `serde_bytes` writes a `Vec<u8>`.
+mod shared_vec {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &Arc<Vec<u8>>, to: S) -> Result<S::Ok, S::Error> {
+        serde_bytes::serialize(bytes.as_slice(), to)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        from: D,
+    ) -> Result<Arc<Vec<u8>>, D::Error> {
+        serde_bytes::ByteBuf::deserialize(from).map(|b| Arc::new(b.into_vec()))
     }
 }
