@@ -92,78 +92,123 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The options from the command line, checked, with the defaults for what it leaves out.
 fn parse() -> Result<Options, String> {
     let root = root();
-    let mut o = Options {
-        files: Vec::new(),
-        seeds: 10,
-        max_seeds: 40,
-        fraction: 1.0,
-        svg: root.join("target/strategies/search-strategies.svg"),
-        markdown: None,
-        strategies: strategies::NAMES
-            .iter()
-            .filter(|n| **n != "brute-force")
-            .map(|n| (*n).to_owned())
-            .collect(),
-        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        loo: false,
-        package: false,
-        kt_python: None,
-        kt_seeds: 5,
-        kt_strategies: None,
-        kt_traces: None,
-        runs_file: None,
-        strategy_time: false,
-        choose: Vec::new(),
-        loo_fractions: Vec::new(),
-    };
+    let mut o = Options::defaults(&root);
     let mut kt = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
-        let number = |v: String, what: &str| {
-            v.parse::<u64>()
-                .map_err(|e| format!("{what} {v}: {e} (a whole number)"))
-        };
-        match arg.as_str() {
-            "--seeds" => o.seeds = number(value()?, "--seeds")?,
-            "--max-seeds" => o.max_seeds = number(value()?, "--max-seeds")?,
-            "--jobs" => o.jobs = number(value()?, "--jobs")? as usize,
-            "--budget-fraction" => {
-                let v = value()?;
-                o.fraction = v
-                    .parse()
-                    .map_err(|e| format!("--budget-fraction {v}: {e}"))?;
-            }
-            "--svg" => o.svg = value()?.into(),
-            "--markdown" => o.markdown = Some(value()?.into()),
-            "--strategies" => o.strategies = value()?.split(',').map(str::to_owned).collect(),
-            "--loo" => o.loo = true,
-            "--package" => o.package = true,
-            "--no-kt" => kt = false,
-            "--kt-seeds" => o.kt_seeds = number(value()?, "--kt-seeds")?,
-            "--kt-strategies" => o.kt_strategies = Some(value()?),
-            "--kt-traces" => o.kt_traces = Some(value()?.into()),
-            "--runs" => o.runs_file = Some(value()?.into()),
-            "--strategy-time" => o.strategy_time = true,
-            "--choose" => o.choose = value()?.split(',').map(str::to_owned).collect(),
-            "--loo-fractions" => {
-                let v = value()?;
-                o.loo_fractions = v
-                    .split(',')
-                    .map(|f| {
-                        f.parse::<f64>()
-                            .map_err(|e| format!("--loo-fractions {v}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            other if other.starts_with("--") => {
-                return Err(format!("unknown option {other} (--help lists them)"));
-            }
-            file => o.files.push(file.into()),
+        apply(&mut o, &mut kt, &arg, &mut args)?;
+    }
+    check(&o)?;
+    o.max_seeds = o.max_seeds.max(o.seeds);
+    o.jobs = o.jobs.max(1);
+    let venv = std::env::var_os("KT_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
+    let python = venv.join("bin/python");
+    if (kt || o.package) && python.is_file() {
+        o.kt_python = Some(python);
+    }
+    if !kt {
+        o.kt_traces = None;
+    }
+    if o.files.is_empty() {
+        o.files = hub_files(&root.join("data/benchmark_hub"))?;
+    }
+    Ok(o)
+}
+
+impl Options {
+    /// The options when the command line gives none (`root`: the workspace).
+    fn defaults(root: &Path) -> Options {
+        Options {
+            files: Vec::new(),
+            seeds: 10,
+            max_seeds: 40,
+            fraction: 1.0,
+            svg: root.join("target/strategies/search-strategies.svg"),
+            markdown: None,
+            strategies: strategies::NAMES
+                .iter()
+                .filter(|n| **n != "brute-force")
+                .map(|n| (*n).to_owned())
+                .collect(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loo: false,
+            package: false,
+            kt_python: None,
+            kt_seeds: 5,
+            kt_strategies: None,
+            kt_traces: None,
+            runs_file: None,
+            strategy_time: false,
+            choose: Vec::new(),
+            loo_fractions: Vec::new(),
         }
     }
+}
+
+/// Applies one command-line argument `arg` to `o` (`kt`: false after `--no-kt`), taking its
+/// value from `args` when it has one; a FILE when it is not an option.
+fn apply(
+    o: &mut Options,
+    kt: &mut bool,
+    arg: &str,
+    args: &mut impl Iterator<Item = String>,
+) -> Result<(), String> {
+    let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+    match arg {
+        "--seeds" => o.seeds = whole(value()?, "--seeds")?,
+        "--max-seeds" => o.max_seeds = whole(value()?, "--max-seeds")?,
+        "--jobs" => o.jobs = whole(value()?, "--jobs")? as usize,
+        "--budget-fraction" => {
+            let v = value()?;
+            o.fraction = v
+                .parse()
+                .map_err(|e| format!("--budget-fraction {v}: {e}"))?;
+        }
+        "--svg" => o.svg = value()?.into(),
+        "--markdown" => o.markdown = Some(value()?.into()),
+        "--strategies" => o.strategies = value()?.split(',').map(str::to_owned).collect(),
+        "--loo" => o.loo = true,
+        "--package" => o.package = true,
+        "--no-kt" => *kt = false,
+        "--kt-seeds" => o.kt_seeds = whole(value()?, "--kt-seeds")?,
+        "--kt-strategies" => o.kt_strategies = Some(value()?),
+        "--kt-traces" => o.kt_traces = Some(value()?.into()),
+        "--runs" => o.runs_file = Some(value()?.into()),
+        "--strategy-time" => o.strategy_time = true,
+        "--choose" => o.choose = value()?.split(',').map(str::to_owned).collect(),
+        "--loo-fractions" => o.loo_fractions = fractions(&value()?)?,
+        other if other.starts_with("--") => {
+            return Err(format!("unknown option {other} (--help lists them)"));
+        }
+        file => o.files.push(file.into()),
+    }
+    Ok(())
+}
+
+/// The whole number `v` given to the option `what`.
+fn whole(v: String, what: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .map_err(|e| format!("{what} {v}: {e} (a whole number)"))
+}
+
+/// The budget fractions `v` given to `--loo-fractions` (comma-separated).
+fn fractions(v: &str) -> Result<Vec<f64>, String> {
+    v.split(',')
+        .map(|f| {
+            f.parse::<f64>()
+                .map_err(|e| format!("--loo-fractions {v}: {e}"))
+        })
+        .collect()
+}
+
+/// Whether the options parsed make sense together: known strategies, fractions in (0, 1], at
+/// least two seeds.
+fn check(o: &Options) -> Result<(), String> {
     for s in &o.strategies {
         make(s, 1, 0)?;
     }
@@ -185,22 +230,7 @@ fn parse() -> Result<Options, String> {
             "--seeds and --kt-seeds must be at least 2 (a standard error needs two)".into(),
         );
     }
-    o.max_seeds = o.max_seeds.max(o.seeds);
-    o.jobs = o.jobs.max(1);
-    let venv = std::env::var_os("KT_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
-    let python = venv.join("bin/python");
-    if (kt || o.package) && python.is_file() {
-        o.kt_python = Some(python);
-    }
-    if !kt {
-        o.kt_traces = None;
-    }
-    if o.files.is_empty() {
-        o.files = hub_files(&root.join("data/benchmark_hub"))?;
-    }
-    Ok(o)
+    Ok(())
 }
 
 /// Every cache file and T1 file of the hub folder.
@@ -316,6 +346,7 @@ fn pair<'a>(cache: &Path, recording_kernel: &str, t1s: &'a [T1File]) -> Option<&
         .or(if t1s.len() == 1 { t1s.first() } else { None })
 }
 
+/// The problems of `options.files`: each recorded file with the T1 file that pairs with it.
 fn load(options: &Options) -> Result<Vec<Problem>, String> {
     let mut t1s = Vec::new();
     let mut caches = Vec::new();
@@ -331,70 +362,92 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
     let settings = Settings::default();
     let mut problems = Vec::new();
     for cache in caches {
-        let recording = Recording::read(&cache).map_err(|e| format!("{e}"))?;
-        let kt_kernel = tunebox_tune::formats::KtCache::read(&cache)
-            .map(|c| c.kernel_name)
-            .unwrap_or_default();
-        let t1 = pair(&cache, &kt_kernel, &t1s);
-        let conditions = t1.map(T1File::conditions).unwrap_or_default();
-        if t1.is_none() {
-            eprintln!(
-                "strategies: {}: no T1 file pairs with it; its space is every combination of \
-                 its params, those it lacks failed and free",
-                cache.display()
-            );
-        }
-        let space = recording
-            .space(&conditions)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let recorded = Recorded::new(&recording, &space).map_err(|e| format!("{e}"))?;
-        let (performance, cost_s): (Vec<Option<f64>>, Vec<f64>) = recorded
-            .present()
-            .map(|(_, m)| (m.time_ms, m.cost_ms / 1000.0))
-            .unzip();
-        let stats = SpaceStats::new(&performance, &cost_s)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let (_, _, t0, t1_s) = stats
-            .budget(&settings)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let range = range_at((t0, t1_s), options.fraction, settings.resolution);
-        let longest = options
-            .loo_fractions
-            .iter()
-            .fold(options.fraction, |a, &b| a.max(b));
-        let end = range_at((t0, t1_s), longest, 2)[1];
-        let kernel = t1
-            .map(|t| {
-                t.path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            })
-            .unwrap_or_else(|| {
-                if kt_kernel.is_empty() {
-                    "kernel".into()
-                } else {
-                    kt_kernel.clone()
-                }
-            });
-        let device = recorded.device().to_owned();
-        problems.push(Problem {
-            name: format!("{} {device}", kernel.trim_end_matches("_milo")),
-            kernel,
-            device,
-            cache: cache.clone(),
-            t1: t1.map(|t| t.path.clone()),
-            space,
-            recorded,
-            stats,
-            range,
-            span: (t0, t1_s),
-            limit_ms: end * 1000.0 * RUN_PAST_END,
-            performance,
-            cost_s,
-        });
+        problems.push(problem(&cache, &t1s, options, &settings)?);
     }
     Ok(problems)
+}
+
+/// The problem of the recorded file `cache`, its restrictions from the one of `t1s` that pairs
+/// with it ([`pair`]), its time range as `settings` and `options` set it.
+fn problem(
+    cache: &Path,
+    t1s: &[T1File],
+    options: &Options,
+    settings: &Settings,
+) -> Result<Problem, String> {
+    let recording = Recording::read(cache).map_err(|e| format!("{e}"))?;
+    let kt_kernel = tunebox_tune::formats::KtCache::read(cache)
+        .map(|c| c.kernel_name)
+        .unwrap_or_default();
+    let t1 = pair(cache, &kt_kernel, t1s);
+    let conditions = t1.map(T1File::conditions).unwrap_or_default();
+    if t1.is_none() {
+        eprintln!(
+            "strategies: {}: no T1 file pairs with it; its space is every combination of \
+             its params, those it lacks failed and free",
+            cache.display()
+        );
+    }
+    let space = recording
+        .space(&conditions)
+        .map_err(|e| format!("{}: {e}", cache.display()))?;
+    let recorded = Recorded::new(&recording, &space).map_err(|e| format!("{e}"))?;
+    let (performance, cost_s): (Vec<Option<f64>>, Vec<f64>) = recorded
+        .present()
+        .map(|(_, m)| (m.time_ms, m.cost_ms / 1000.0))
+        .unzip();
+    let stats =
+        SpaceStats::new(&performance, &cost_s).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let (_, _, t0, t1_s) = stats
+        .budget(settings)
+        .map_err(|e| format!("{}: {e}", cache.display()))?;
+    let range = range_at((t0, t1_s), options.fraction, settings.resolution);
+    let kernel = kernel_name(t1, &kt_kernel);
+    let device = recorded.device().to_owned();
+    Ok(Problem {
+        name: format!("{} {device}", kernel.trim_end_matches("_milo")),
+        kernel,
+        device,
+        cache: cache.to_path_buf(),
+        t1: t1.map(|t| t.path.clone()),
+        space,
+        recorded,
+        stats,
+        range,
+        span: (t0, t1_s),
+        limit_ms: limit_ms(options, (t0, t1_s)),
+        performance,
+        cost_s,
+    })
+}
+
+/// The kernel's name: the stem of its T1 file, else the cache file's `kernel_name`, else
+/// `kernel`.
+fn kernel_name(t1: Option<&T1File>, kt_kernel: &str) -> String {
+    t1.map(|t| {
+        t.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
+    .unwrap_or_else(|| {
+        if kt_kernel.is_empty() {
+            "kernel".into()
+        } else {
+            kt_kernel.to_owned()
+        }
+    })
+}
+
+/// How long each simulated run goes on, ms: [`RUN_PAST_END`] times the end of the time range
+/// `span` (s) at the longest budget fraction asked for.
+fn limit_ms(options: &Options, span: (f64, f64)) -> f64 {
+    let longest = options
+        .loo_fractions
+        .iter()
+        .fold(options.fraction, |a, &b| a.max(b));
+    let end = range_at(span, longest, 2)[1];
+    end * 1000.0 * RUN_PAST_END
 }
 
 /// The methodology's time range from `t0` to `fraction` of the way to `t1` (its end at the full
