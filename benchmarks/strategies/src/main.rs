@@ -862,6 +862,15 @@ fn gap_text(gap: (f64, f64)) -> String {
     format!("{:+.3} ± {:.3}{mark}", gap.0, gap.1)
 }
 
+/// The strategies the leave-one-out rule chooses among: tunebox's named in `choose` (all of
+/// tunebox's when it is empty).
+fn candidates(names: &[String], choose: &[String]) -> Vec<usize> {
+    (0..names.len())
+        .filter(|&s| !names[s].starts_with("kt:"))
+        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
+        .collect()
+}
+
 /// Leave-one-group-out: per fold, the setting [`pick`] chooses among `choose` (tunebox's
 /// strategies when empty) on the other problems, scored on the held-out ones at every budget
 /// fraction beside [`REFERENCE`], with [`DEFAULT`]'s gap to it; markdown rows and summary.
@@ -876,43 +885,10 @@ fn loo(
     let mut groups: Vec<String> = problems.iter().map(&group).collect();
     groups.sort();
     groups.dedup();
-    let candidates: Vec<usize> = (0..names.len())
-        .filter(|&s| !names[s].starts_with("kt:"))
-        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
-        .collect();
-    let reference = names.iter().position(|n| n == REFERENCE);
-    let default = names.iter().position(|n| n == DEFAULT);
-    let kt: Vec<usize> = (0..names.len())
-        .filter(|&s| names[s].starts_with("kt:"))
-        .collect();
-    let mut md = String::new();
-    let fractions: Vec<String> = tables.iter().map(|(f, _)| format!("{f}")).collect();
-    let _ = writeln!(
-        md,
-        "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond twice \
-         the standard error on the other spaces at budget fractions {}, the one of best mean over \
-         them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s gap to it \
-         there):\n",
-        fractions.join(" and ")
-    );
-    let mut header = "| held out | chosen |".to_owned();
-    let mut rule = "|---|---|".to_owned();
-    for f in &fractions {
-        let _ = write!(
-            header,
-            " chosen ({f}) | {REFERENCE} ({f}) | {DEFAULT} − {REFERENCE} ({f}) |"
-        );
-        rule.push_str("---:|---:|---:|");
-        if !kt.is_empty() {
-            let _ = write!(header, " best Kernel Tuner strategy ({f}) |");
-            rule.push_str("---:|");
-        }
-    }
-    let _ = writeln!(md, "{header}\n{rule}");
-    let none = (f64::NAN, f64::NAN);
-    let mut held: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
-    let mut held_reference: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
-    let mut default_behind = Vec::new();
+    let candidates = candidates(names, choose);
+    let folds = Folds::new(names, tables);
+    let mut md = folds.header(what);
+    let mut held = Held::new(tables.len());
     for g in &groups {
         let test: Vec<usize> = (0..problems.len())
             .filter(|&p| group(&problems[p]) == *g)
@@ -926,19 +902,108 @@ fn loo(
         let Some(c) = pick(names, tables, &candidates, &train) else {
             continue;
         };
-        let mut row = format!("| {g} | {} |", names[c]);
-        for (k, (f, table)) in tables.iter().enumerate() {
-            let chosen = mean_over(&table[c], &test);
-            let base = reference.map_or(none, |r| mean_over(&table[r], &test));
-            let gap = match (default, reference) {
-                (Some(d), Some(r)) => gap_over(&table[d], &table[r], &test),
+        let row = folds.row(g, c, &test, &mut held);
+        let _ = writeln!(md, "{row}");
+    }
+    md.push_str(&folds.summary(&held));
+    md
+}
+
+/// What the leave-one-out tables compare: the scores per budget fraction, and which strategies
+/// are [`REFERENCE`], [`DEFAULT`] and Kernel Tuner's.
+struct Folds<'a> {
+    names: &'a [String],
+    tables: &'a [(f64, Table)],
+    reference: Option<usize>,
+    default: Option<usize>,
+    kt: Vec<usize>,
+}
+
+/// The held-out results over the folds: per budget fraction, the chosen settings' and
+/// [`REFERENCE`]'s mean scores; the folds (and fractions) where [`DEFAULT`] is behind.
+struct Held {
+    chosen: Vec<Vec<f64>>,
+    reference: Vec<Vec<f64>>,
+    default_behind: Vec<String>,
+}
+
+impl Held {
+    /// No fold yet, at `fractions` budget fractions.
+    fn new(fractions: usize) -> Held {
+        Held {
+            chosen: vec![Vec::new(); fractions],
+            reference: vec![Vec::new(); fractions],
+            default_behind: Vec::new(),
+        }
+    }
+}
+
+impl<'a> Folds<'a> {
+    /// The comparison of `names` by `tables` (per budget fraction, the scores).
+    fn new(names: &'a [String], tables: &'a [(f64, Table)]) -> Folds<'a> {
+        Folds {
+            names,
+            tables,
+            reference: names.iter().position(|n| n == REFERENCE),
+            default: names.iter().position(|n| n == DEFAULT),
+            kt: (0..names.len())
+                .filter(|&s| names[s].starts_with("kt:"))
+                .collect(),
+        }
+    }
+
+    /// The budget fractions, as the text shows them.
+    fn fractions(&self) -> Vec<String> {
+        self.tables.iter().map(|(f, _)| format!("{f}")).collect()
+    }
+
+    /// The paragraph saying what the folds over `what` (GPU, kernel) do, and the table's header.
+    fn header(&self, what: &str) -> String {
+        let mut md = String::new();
+        let fractions = self.fractions();
+        let _ = writeln!(
+            md,
+            "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond twice \
+             the standard error on the other spaces at budget fractions {}, the one of best mean over \
+             them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s gap to it \
+             there):\n",
+            fractions.join(" and ")
+        );
+        let mut header = "| held out | chosen |".to_owned();
+        let mut rule = "|---|---|".to_owned();
+        for f in &fractions {
+            let _ = write!(
+                header,
+                " chosen ({f}) | {REFERENCE} ({f}) | {DEFAULT} − {REFERENCE} ({f}) |"
+            );
+            rule.push_str("---:|---:|---:|");
+            if !self.kt.is_empty() {
+                let _ = write!(header, " best Kernel Tuner strategy ({f}) |");
+                rule.push_str("---:|");
+            }
+        }
+        let _ = writeln!(md, "{header}\n{rule}");
+        md
+    }
+
+    /// The row of the fold holding out `g` (the problems `test`) where `c` was chosen: per
+    /// budget fraction, its score, [`REFERENCE`]'s, [`DEFAULT`]'s gap and Kernel Tuner's best;
+    /// the results go to `held` too.
+    fn row(&self, g: &str, c: usize, test: &[usize], held: &mut Held) -> String {
+        let none = (f64::NAN, f64::NAN);
+        let mut row = format!("| {g} | {} |", self.names[c]);
+        for (k, (f, table)) in self.tables.iter().enumerate() {
+            let chosen = mean_over(&table[c], test);
+            let base = self.reference.map_or(none, |r| mean_over(&table[r], test));
+            let gap = match (self.default, self.reference) {
+                (Some(d), Some(r)) => gap_over(&table[d], &table[r], test),
                 _ => none,
             };
             if behind(gap) {
-                default_behind.push(format!("{g} at {f}"));
+                held.default_behind.push(format!("{g} at {f}"));
             }
-            held[k].push(chosen.0);
-            held_reference[k].push(base.0);
+            held.chosen[k].push(chosen.0);
+            held.reference[k].push(base.0);
             let _ = write!(
                 row,
                 " {} | {} | {} |",
@@ -946,50 +1011,60 @@ fn loo(
                 cell_text(base),
                 gap_text(gap)
             );
-            if !kt.is_empty() {
-                let best = kt
-                    .iter()
-                    .map(|&s| (mean_over(&table[s], &test).0, s))
-                    .max_by(|a, b| a.0.total_cmp(&b.0));
-                let _ = write!(
-                    row,
-                    " {} |",
-                    best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
-                );
+            if !self.kt.is_empty() {
+                let _ = write!(row, " {} |", self.kt_best(table, test));
             }
         }
-        let _ = writeln!(md, "{row}");
+        row
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let means: Vec<String> = fractions
-        .iter()
-        .enumerate()
-        .map(|(k, f)| {
-            format!(
-                "**{:.3}** at {f} (`{REFERENCE}` {:.3})",
-                mean(&held[k]),
-                mean(&held_reference[k])
-            )
-        })
-        .collect();
-    let _ = writeln!(
-        md,
-        "\nHeld-out mean of the chosen settings: {}.",
-        means.join(", ")
-    );
-    if default.is_some() && reference.is_some() {
+
+    /// Kernel Tuner's strategy of best mean score on the problems `test` in `table`, and that
+    /// score; `—` when there is none.
+    fn kt_best(&self, table: &Table, test: &[usize]) -> String {
+        let best = self
+            .kt
+            .iter()
+            .map(|&s| (mean_over(&table[s], test).0, s))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", self.names[s]))
+    }
+
+    /// The lines after the table: the held-out mean of the chosen settings and of
+    /// [`REFERENCE`] per budget fraction, and the folds where [`DEFAULT`] is behind.
+    fn summary(&self, held: &Held) -> String {
+        let mut md = String::new();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let means: Vec<String> = self
+            .fractions()
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                format!(
+                    "**{:.3}** at {f} (`{REFERENCE}` {:.3})",
+                    mean(&held.chosen[k]),
+                    mean(&held.reference[k])
+                )
+            })
+            .collect();
         let _ = writeln!(
             md,
-            "`{DEFAULT}` behind `{REFERENCE}` beyond twice the standard error on the held-out \
-             spaces: {}.",
-            if default_behind.is_empty() {
-                "in no fold".to_owned()
-            } else {
-                default_behind.join(", ")
-            }
+            "\nHeld-out mean of the chosen settings: {}.",
+            means.join(", ")
         );
+        if self.default.is_some() && self.reference.is_some() {
+            let _ = writeln!(
+                md,
+                "`{DEFAULT}` behind `{REFERENCE}` beyond twice the standard error on the held-out \
+                 spaces: {}.",
+                if held.default_behind.is_empty() {
+                    "in no fold".to_owned()
+                } else {
+                    held.default_behind.join(", ")
+                }
+            );
+        }
+        md
     }
-    md
 }
 
 /// Per budget fraction, the spaces on which [`DEFAULT`] is behind [`REFERENCE`] beyond twice
@@ -1033,10 +1108,7 @@ fn pick_on_all(
     choose: &[String],
     problems: usize,
 ) -> String {
-    let candidates: Vec<usize> = (0..names.len())
-        .filter(|&s| !names[s].starts_with("kt:"))
-        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
-        .collect();
+    let candidates = candidates(names, choose);
     let every: Vec<usize> = (0..problems).collect();
     match pick(names, tables, &candidates, &every) {
         Some(c) => format!(
@@ -1420,91 +1492,174 @@ fn color(names: &[String], s: usize) -> &'static str {
     palette[k % palette.len()]
 }
 
+/// Plots per row of the figure.
+const PLOT_COLS: usize = 3;
+/// A plot's width and height, px.
+const PLOT_W: f64 = 360.0;
+const PLOT_H: f64 = 260.0;
+/// Room left of (and below) a plot's frame for its labels, px.
+const PLOT_PAD: f64 = 50.0;
+/// The standardised performance at the bottom and the top of a plot's frame.
+const PLOT_LO: f64 = -1.0;
+const PLOT_HI: f64 = 1.0;
+
+/// The dash pattern of `name`'s line: dotted for Kernel Tuner's strategies, solid for tunebox's.
+fn dash(name: &str) -> &'static str {
+    if name.starts_with("kt:") {
+        r#"stroke-dasharray="2 2""#
+    } else {
+        ""
+    }
+}
+
 /// Per space, each strategy's standardised performance over the time range (the methodology's
 /// curve: 0 is random search, 1 the optimum), tunebox's solid, Kernel Tuner's dotted.
 fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
-    let (cols, w, h, pad) = (3, 360.0, 260.0, 50.0);
-    let rows = problems.len().div_ceil(cols);
-    let width = cols as f64 * w;
-    let height = rows as f64 * h + 30.0 + names.len().div_ceil(LEGEND_ROW) as f64 * 18.0;
+    let rows = problems.len().div_ceil(PLOT_COLS);
+    let width = PLOT_COLS as f64 * PLOT_W;
+    let height = rows as f64 * PLOT_H + 30.0 + names.len().div_ceil(LEGEND_ROW) as f64 * 18.0;
     let mut out = String::new();
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let (lo, hi) = (-1.0, 1.0);
     for (p, problem) in problems.iter().enumerate() {
-        let (ox, oy) = ((p % cols) as f64 * w, (p / cols) as f64 * h);
+        let plot = Plot::new(p, problem);
+        plot.frame(&mut out, &problem.name);
+        plot.curves(&mut out, problem, names, runs, p);
+    }
+    legend(&mut out, names, rows as f64 * PLOT_H + 20.0);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// One space's plot: where it sits in the figure and the times it is drawn at.
+struct Plot {
+    /// Its top-left corner, px.
+    ox: f64,
+    oy: f64,
+    /// Every tenth time of the space's range, s.
+    ts: Vec<f64>,
+    /// The first and last of `ts`, s.
+    x0: f64,
+    x1: f64,
+}
+
+impl Plot {
+    /// The plot of `problem`, the `p`th in the figure.
+    fn new(p: usize, problem: &Problem) -> Plot {
+        let (ox, oy) = (
+            (p % PLOT_COLS) as f64 * PLOT_W,
+            (p / PLOT_COLS) as f64 * PLOT_H,
+        );
         let ts: Vec<f64> = problem.range.iter().step_by(10).copied().collect();
-        let baseline = problem.stats.baseline(&ts);
         let (x0, x1) = (ts[0], ts[ts.len() - 1]);
-        let px = |t: f64| ox + pad + (t - x0) / (x1 - x0) * (w - pad - 15.0);
-        let py =
-            |v: f64| oy + 30.0 + (1.0 - ((v - lo) / (hi - lo)).clamp(0.0, 1.0)) * (h - pad - 40.0);
+        Plot { ox, oy, ts, x0, x1 }
+    }
+
+    /// The x coordinate of the time `t` (s), px.
+    fn px(&self, t: f64) -> f64 {
+        self.ox + PLOT_PAD + (t - self.x0) / (self.x1 - self.x0) * (PLOT_W - PLOT_PAD - 15.0)
+    }
+
+    /// The y coordinate of the standardised performance `v`, clamped to the frame, px.
+    fn py(&self, v: f64) -> f64 {
+        self.oy
+            + 30.0
+            + (1.0 - ((v - PLOT_LO) / (PLOT_HI - PLOT_LO)).clamp(0.0, 1.0))
+                * (PLOT_H - PLOT_PAD - 40.0)
+    }
+
+    /// A polyline through `values` (one per time of `ts`) in `color` with the dash attribute
+    /// `dash`.
+    fn line(&self, values: &[f64], color: &str, dash: &str) -> String {
+        let points: Vec<String> = self
+            .ts
+            .iter()
+            .zip(values)
+            .map(|(&t, &v)| format!("{:.1},{:.1}", self.px(t), self.py(v)))
+            .collect();
+        format!(
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" {dash} points="{}"/>"#,
+            points.join(" ")
+        )
+    }
+
+    /// The plot's title `name`, frame, axis labels and random search's line (0), to `out`.
+    fn frame(&self, out: &mut String, name: &str) {
+        let (ox, oy) = (self.ox, self.oy);
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}" font-weight="bold">{}</text>"#,
-            ox + pad,
+            ox + PLOT_PAD,
             oy + 20.0,
-            problem.name
+            name
         );
         let _ = writeln!(
             out,
             r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#,
-            ox + pad,
+            ox + PLOT_PAD,
             oy + 30.0,
-            w - pad - 15.0,
-            h - pad - 40.0
+            PLOT_W - PLOT_PAD - 15.0,
+            PLOT_H - PLOT_PAD - 40.0
         );
         for v in [-1.0, 0.0, 1.0] {
             let _ = writeln!(
                 out,
                 r#"<text x="{}" y="{}" text-anchor="end">{v:.0}</text>"#,
-                ox + pad - 3.0,
-                py(v) + 4.0
+                ox + PLOT_PAD - 3.0,
+                self.py(v) + 4.0
             );
         }
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}">{:.0} s</text><text x="{}" y="{}" text-anchor="end">{:.0} s</text>"#,
-            px(x0),
-            oy + h - 12.0,
-            x0,
-            px(x1),
-            oy + h - 12.0,
-            x1
+            self.px(self.x0),
+            oy + PLOT_H - 12.0,
+            self.x0,
+            self.px(self.x1),
+            oy + PLOT_H - 12.0,
+            self.x1
         );
-        let line = |values: &[f64], color: &str, dash: &str| {
-            let points: Vec<String> = ts
-                .iter()
-                .zip(values)
-                .map(|(&t, &v)| format!("{:.1},{:.1}", px(t), py(v)))
-                .collect();
-            format!(
-                r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" {dash} points="{}"/>"#,
-                points.join(" ")
-            )
-        };
         let _ = writeln!(
             out,
             "{}",
-            line(&vec![0.0; ts.len()], "black", r#"stroke-dasharray="4 3""#)
+            self.line(
+                &vec![0.0; self.ts.len()],
+                "black",
+                r#"stroke-dasharray="4 3""#
+            )
         );
+    }
+
+    /// Each strategy's standardised performance curve on `problem` (the `p`th of `runs`), to
+    /// `out`; none for a strategy the methodology refuses there.
+    fn curves(
+        &self,
+        out: &mut String,
+        problem: &Problem,
+        names: &[String],
+        runs: &AllRuns,
+        p: usize,
+    ) {
+        let baseline = problem.stats.baseline(&self.ts);
         for (s, per) in runs.iter().enumerate() {
-            let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &ts, 0) else {
+            let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &self.ts, 0) else {
                 continue;
             };
             let perf = score::standardised(&problem.stats, &baseline, &curve);
-            let dash = if names[s].starts_with("kt:") {
-                r#"stroke-dasharray="2 2""#
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "{}", line(&perf, color(names, s), dash));
+            let _ = writeln!(
+                out,
+                "{}",
+                self.line(&perf, color(names, s), dash(&names[s]))
+            );
         }
     }
-    let ly = rows as f64 * h + 20.0;
+}
+
+/// The legend at the height `ly` (px): random search's line, then each strategy's, to `out`.
+fn legend(out: &mut String, names: &[String], ly: f64) {
     let _ = writeln!(
         out,
         r#"<line x1="10" y1="{ly}" x2="30" y2="{ly}" stroke="black" stroke-dasharray="4 3"/><text x="34" y="{}">random (0)</text>"#,
@@ -1513,11 +1668,7 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
     for (s, name) in names.iter().enumerate() {
         let x = 150.0 + (s % LEGEND_ROW) as f64 * 150.0;
         let y = ly + (s / LEGEND_ROW) as f64 * 18.0;
-        let dash = if name.starts_with("kt:") {
-            r#"stroke-dasharray="2 2""#
-        } else {
-            ""
-        };
+        let dash = dash(name);
         let _ = writeln!(
             out,
             r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {dash}/><text x="{}" y="{}">{name}</text>"#,
@@ -1527,6 +1678,4 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
             y + 4.0
         );
     }
-    out.push_str("</svg>\n");
-    out
 }
