@@ -1182,33 +1182,393 @@ fn main_inner() -> Result<(), String> {
     let options = parse()?;
     let started = Instant::now();
     let problems = load(&options)?;
-    let names = options.strategies.clone();
-    // Kernel Tuner's strategies run beside tunebox's.
-    let (mut runs, mut cost, kt) = std::thread::scope(|scope| {
+    let mut evaluation = Evaluation::start(&options, &problems);
+    let scored = evaluation.settle();
+    if let Some(path) = &options.runs_file {
+        write_kept(path, &problems, &evaluation.names, &evaluation.runs);
+    }
+    let md = evaluation.report(&scored, started);
+    print!("{md}");
+    if let Some(path) = &options.markdown {
+        std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let svg = svg(&problems, &evaluation.all_names, &evaluation.combined());
+    write_svg(&options.svg, &svg)
+}
+
+/// The evaluation as it goes: tunebox's runs (more seeds as it needs them), Kernel Tuner's, and
+/// what tunebox's cost.
+struct Evaluation<'a> {
+    options: &'a Options,
+    problems: &'a [Problem],
+    /// tunebox's strategies.
+    names: Vec<String>,
+    /// tunebox's strategies, then Kernel Tuner's (`kt:NAME`).
+    all_names: Vec<String>,
+    /// Per tunebox strategy, per problem: its runs.
+    runs: AllRuns,
+    /// Per Kernel Tuner strategy, per problem: its runs.
+    kt: AllRuns,
+    /// What ran of Kernel Tuner's (version, seeds, wall time), when it did.
+    kt_note: Option<String>,
+    cost: OwnCost,
+}
+
+/// The scores once the seeds are settled.
+struct Scored {
+    /// Per strategy (tunebox's, then Kernel Tuner's), per problem: the score.
+    table: Table,
+    /// The first pair of leading strategies whose order is not settled, by name; `None` when
+    /// it is.
+    open: Option<(String, String)>,
+    /// The seeds of tunebox's strategies (the fewest on any problem).
+    seeds: usize,
+    /// Per strategy: the mean score over every problem and its standard error.
+    means: Vec<(f64, f64)>,
+    /// The strategies by mean score, best first, refused last.
+    order: Vec<usize>,
+}
+
+impl<'a> Evaluation<'a> {
+    /// tunebox's first `--seeds` runs on `problems` and Kernel Tuner's runs (run beside them,
+    /// or read from `--kt-traces`); Kernel Tuner's are left out, with a message, when they fail.
+    fn start(options: &'a Options, problems: &'a [Problem]) -> Evaluation<'a> {
+        let names = options.strategies.clone();
+        let (runs, cost, kt) = first_runs(options, problems, &names);
+        let kt = kt.or(options.kt_traces.clone().map(Ok));
+        let mut evaluation = Evaluation {
+            options,
+            problems,
+            all_names: names.clone(),
+            names,
+            runs,
+            kt: Vec::new(),
+            kt_note: None,
+            cost,
+        };
+        if let Some(traces) = kt {
+            match traces.and_then(|t| kt_runs(problems, &t)) {
+                Ok((n, r, note)) => {
+                    evaluation.all_names.extend(n);
+                    evaluation.kt = r;
+                    evaluation.kt_note = Some(note);
+                }
+                Err(e) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
+            }
+        }
+        evaluation
+    }
+
+    /// Per strategy (tunebox's, then Kernel Tuner's), per problem: the runs.
+    fn combined(&self) -> AllRuns {
+        let mut combined = self.runs.clone();
+        combined.extend(self.kt.iter().cloned());
+        combined
+    }
+
+    /// Scores every strategy, doubling tunebox's seeds (up to `--max-seeds`) until the order of
+    /// the three leading strategies is settled or the open pair is Kernel Tuner's.
+    fn settle(&mut self) -> Scored {
+        let mut seeds = self.options.seeds;
+        let (table, open) = loop {
+            let table = score_all(self.problems, &self.combined(), self.options.jobs);
+            let open = open_leaders(&table, self.problems.len());
+            let leader_is_ours = |s: usize| s < self.names.len();
+            let can_grow = seeds < self.options.max_seeds
+                && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
+            if !can_grow {
+                break (
+                    table,
+                    open.map(|(a, b)| (self.all_names[a].clone(), self.all_names[b].clone())),
+                );
+            }
+            let next = (seeds * 2).min(self.options.max_seeds);
+            extend_runs(
+                self.problems,
+                &self.names,
+                &mut self.runs,
+                &mut self.cost,
+                (seeds, next),
+                self.options.jobs,
+                self.options.strategy_time,
+            );
+            seeds = next;
+        };
+        let seeds = self
+            .runs
+            .iter()
+            .flatten()
+            .map(Vec::len)
+            .min()
+            .unwrap_or(0)
+            .max(seeds as usize);
+        let (means, order) = ranked(&table, self.problems.len());
+        Scored {
+            table,
+            open,
+            seeds,
+            means,
+            order,
+        }
+    }
+
+    /// The whole report, markdown: the spaces, the scores, then what the options add
+    /// (`--loo`, `--package`) and the wall time since `started`.
+    fn report(&self, scored: &Scored, started: Instant) -> String {
+        let mut md = self.intro(scored.seeds);
+        md.push_str(&spaces_table(self.problems));
+        md.push_str(&self.scores_table(scored));
+        md.push_str(&self.settled_text(scored));
+        if let Some(line) = against_kt(&self.all_names, &scored.means) {
+            let _ = writeln!(md, "\n{line}");
+        }
+        md.push_str(&self.refusals(&scored.table));
+        md.push_str(&sparse_note(
+            self.problems,
+            &self.all_names,
+            &self.runs,
+            &self.kt,
+        ));
+        md.push_str(&self.own_cost());
+        if self.options.loo {
+            md.push_str(&self.loo_section(&scored.table));
+        }
+        if self.options.package {
+            md.push_str(&self.package_section(scored));
+        }
+        let _ = writeln!(
+            md,
+            "\n({:.0} s on this machine)",
+            started.elapsed().as_secs_f64()
+        );
+        md
+    }
+
+    /// The opening paragraph: how the scores are computed, the budget fraction, the seeds and
+    /// what ran of Kernel Tuner's.
+    fn intro(&self, seeds: usize) -> String {
+        let mut md = String::new();
+        let _ = writeln!(
+            md,
+            "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes it \
+             (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
+             seeds{}.\n",
+            self.options.fraction,
+            self.kt_note
+                .as_deref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
+        );
+        md
+    }
+
+    /// The table of scores: per strategy, best first, its mean ± standard error and its score
+    /// on each problem (or `refused`).
+    fn scores_table(&self, scored: &Scored) -> String {
+        let mut md = String::new();
+        let header: Vec<&str> = self.problems.iter().map(|p| p.name.as_str()).collect();
+        let _ = writeln!(md, "\n| strategy | score ± se | {} |", header.join(" | "));
+        let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(self.problems.len()));
+        for &s in &scored.order {
+            let cells: Vec<String> = scored.table[s]
+                .iter()
+                .map(|c| match c {
+                    Ok(c) => format!("{:.3} ± {:.3}", c.score, c.se),
+                    Err(_) => "refused".into(),
+                })
+                .collect();
+            let _ = writeln!(
+                md,
+                "| {} | **{:.3}** ± {:.3} | {} |",
+                self.all_names[s],
+                scored.means[s].0,
+                scored.means[s].1,
+                cells.join(" | ")
+            );
+        }
+        md
+    }
+
+    /// Whether the order of the three leading strategies is settled, or which pair is not.
+    fn settled_text(&self, scored: &Scored) -> String {
+        let mut md = String::new();
+        match &scored.open {
+            None => {
+                let _ = writeln!(
+                    md,
+                    "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
+                );
+            }
+            Some((a, b)) => {
+                let _ = writeln!(
+                    md,
+                    "\nNot settled: {a} and {b} are within twice the standard error of their difference \
+                     at {} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by --kt-seeds).",
+                    scored.seeds, self.options.max_seeds
+                );
+            }
+        }
+        md
+    }
+
+    /// A line per strategy and problem the methodology refused, with why.
+    fn refusals(&self, table: &Table) -> String {
+        let mut md = String::new();
+        for (s, cells) in table.iter().enumerate() {
+            for (p, c) in cells.iter().enumerate() {
+                if let Err(e) = c {
+                    let _ = writeln!(
+                        md,
+                        "- {} on {}: {e}",
+                        self.all_names[s], self.problems[p].name
+                    );
+                }
+            }
+        }
+        md
+    }
+
+    /// tunebox's strategies' own cost per step of the runs simulated now (none when all were
+    /// kept by `--runs`).
+    fn own_cost(&self) -> String {
+        let mut md = String::new();
+        let measured: Vec<String> = self
+            .names
+            .iter()
+            .zip(&self.cost)
+            .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
+            .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
+            .collect();
+        if !measured.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
+                 machine): {}.",
+                self.options.jobs,
+                measured.join(", ")
+            );
+        }
+        md
+    }
+
+    /// `--loo`: the leave-one-GPU-out and leave-one-kernel-out folds, the setting picked on
+    /// every space, and the spaces where the default is behind.
+    fn loo_section(&self, table: &Table) -> String {
+        let (problems, names, choose) = (self.problems, &self.all_names, &self.options.choose);
+        let tables = self.loo_tables(table);
+        let mut md = loo(
+            problems,
+            names,
+            &tables,
+            |p| p.device.clone(),
+            "GPU",
+            choose,
+        );
+        md.push_str(&loo(
+            problems,
+            names,
+            &tables,
+            |p| p.kernel.clone(),
+            "kernel",
+            choose,
+        ));
+        md.push_str(&pick_on_all(names, &tables, choose, problems.len()));
+        md.push_str(&default_per_space(problems, names, &tables));
+        md
+    }
+
+    /// The scores the leave-one-out folds choose by, per budget fraction: `table` at
+    /// `--budget-fraction`, or every strategy scored again at each of `--loo-fractions`.
+    fn loo_tables(&self, table: &Table) -> Vec<(f64, Table)> {
+        if self.options.loo_fractions.is_empty() {
+            return vec![(self.options.fraction, table.clone())];
+        }
+        let combined = self.combined();
+        self.options
+            .loo_fractions
+            .iter()
+            .map(|&f| {
+                let ranges: Vec<Vec<f64>> = self
+                    .problems
+                    .iter()
+                    .map(|p| range_at(p.span, f, Settings::default().resolution))
+                    .collect();
+                let table = score_all_in(self.problems, &combined, self.options.jobs, &ranges);
+                (f, table)
+            })
+            .collect()
+    }
+
+    /// `--package`: the package's scores of the same traces beside the port's, and the largest
+    /// difference; nothing (and a message) when the package cannot run.
+    fn package_section(&self, scored: &Scored) -> String {
+        match self
+            .options
+            .kt_python
+            .as_ref()
+            .ok_or("no Python with the package (target/kernel-tuner-venv or $KT_VENV)".to_owned())
+            .and_then(|py| package_scores(self.problems, &self.all_names, &self.combined(), py))
+        {
+            Ok(package) => self.package_table(&package, scored),
+            Err(e) => {
+                eprintln!("strategies: --package: {e}");
+                String::new()
+            }
+        }
+    }
+
+    /// Per strategy and problem, the package's score (`package`, by problem and strategy name)
+    /// beside the port's, and the largest difference.
+    fn package_table(&self, package: &BTreeMap<(String, String), f64>, scored: &Scored) -> String {
+        let mut md = String::new();
+        let mut worst: f64 = 0.0;
+        let _ = writeln!(
+            md,
+            "\nThe package on the same traces (3 bagging draws) against the port:\n"
+        );
+        let _ = writeln!(
+            md,
+            "| strategy | space | package | port |\n|---|---|---:|---:|"
+        );
+        for &s in &scored.order {
+            for (p, problem) in self.problems.iter().enumerate() {
+                if let (Some(theirs), Ok(ours)) = (
+                    package.get(&(problem.name.clone(), self.all_names[s].clone())),
+                    &scored.table[s][p],
+                ) {
+                    worst = worst.max((theirs - ours.score).abs());
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {theirs:.3} | {:.3} |",
+                        self.all_names[s], problem.name, ours.score
+                    );
+                }
+            }
+        }
+        let _ = writeln!(md, "\nLargest difference: {worst:.4}.");
+        md
+    }
+}
+
+/// tunebox's first `--seeds` runs of `names` on `problems` (those `--runs` kept, the others
+/// simulated) and their cost; Kernel Tuner's strategies run beside them when its Python is there
+/// and no `--kt-traces` are given: its traces file, or why it failed.
+fn first_runs(
+    options: &Options,
+    problems: &[Problem],
+    names: &[String],
+) -> (AllRuns, OwnCost, Option<Result<PathBuf, String>>) {
+    std::thread::scope(|scope| {
         let kt = options
             .kt_python
             .as_ref()
             .filter(|_| options.kt_traces.is_none())
-            .map(|python| {
-                let (problems, options) = (&problems, &options);
-                scope.spawn(move || run_kt(problems, python, options))
-            });
-        let mut runs: AllRuns =
-            vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
-        if let Some(path) = &options.runs_file {
-            let kept = read_kept(path);
-            for (s, name) in names.iter().enumerate() {
-                for (p, problem) in problems.iter().enumerate() {
-                    if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
-                        runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
-                    }
-                }
-            }
-        }
+            .map(|python| scope.spawn(move || run_kt(problems, python, options)));
+        let mut runs = kept_runs(options, problems, names);
         let mut cost: OwnCost = vec![(0.0, 0); names.len()];
         extend_runs(
-            &problems,
-            &names,
+            problems,
+            names,
             &mut runs,
             &mut cost,
             (0, options.seeds),
@@ -1216,80 +1576,60 @@ fn main_inner() -> Result<(), String> {
             options.strategy_time,
         );
         (runs, cost, kt.map(|h| h.join().expect("no panic")))
-    });
-    let kt = kt.or(options.kt_traces.clone().map(Ok));
-    let mut kt_note = None;
-    let (mut all_names, mut kt_all) = (names.clone(), Vec::new());
-    if let Some(traces) = kt {
-        match traces.and_then(|t| kt_runs(&problems, &t)) {
-            Ok((n, r, note)) => {
-                all_names.extend(n);
-                kt_all = r;
-                kt_note = Some(note);
-            }
-            Err(e) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
-        }
-    }
-    let every: Vec<usize> = (0..problems.len()).collect();
-    // More seeds until the leaders' order is settled.
-    let mut seeds = options.seeds;
-    let (table, settled) = loop {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        let table = score_all(&problems, &combined, options.jobs);
-        let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
-        let mut order: Vec<usize> = (0..means.len()).filter(|&s| !means[s].0.is_nan()).collect();
-        order.sort_by(|&a, &b| means[b].0.total_cmp(&means[a].0));
-        let open = unsettled(&means, &order, 3);
-        let leader_is_ours = |s: usize| s < names.len();
-        let can_grow = seeds < options.max_seeds
-            && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
-        if !can_grow {
-            break (
-                table,
-                open.map(|(a, b)| (all_names[a].clone(), all_names[b].clone())),
-            );
-        }
-        let next = (seeds * 2).min(options.max_seeds);
-        extend_runs(
-            &problems,
-            &names,
-            &mut runs,
-            &mut cost,
-            (seeds, next),
-            options.jobs,
-            options.strategy_time,
-        );
-        seeds = next;
-    };
+    })
+}
+
+/// Per strategy of `names`, per problem: the runs `--runs` kept (at most `--max-seeds`); none
+/// without `--runs`.
+fn kept_runs(options: &Options, problems: &[Problem], names: &[String]) -> AllRuns {
+    let mut runs: AllRuns = vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
     if let Some(path) = &options.runs_file {
-        write_kept(path, &problems, &names, &runs);
+        let kept = read_kept(path);
+        for (s, name) in names.iter().enumerate() {
+            for (p, problem) in problems.iter().enumerate() {
+                if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
+                    runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
+                }
+            }
+        }
     }
-    let seeds = runs
-        .iter()
-        .flatten()
-        .map(Vec::len)
-        .min()
-        .unwrap_or(0)
-        .max(seeds as usize);
+    runs
+}
+
+/// The first pair among the three leading strategies of `table` (by mean over all `problems`,
+/// refused ones left out) within twice the standard error of their difference.
+fn open_leaders(table: &Table, problems: usize) -> Option<(usize, usize)> {
+    let every: Vec<usize> = (0..problems).collect();
+    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+    let mut order: Vec<usize> = (0..means.len()).filter(|&s| !means[s].0.is_nan()).collect();
+    order.sort_by(|&a, &b| means[b].0.total_cmp(&means[a].0));
+    unsettled(&means, &order, 3)
+}
+
+/// Per strategy of `table`, the mean score over all `problems` and its standard error; and the
+/// strategies by that mean, best first, refused ones (NaN) last.
+fn ranked(table: &Table, problems: usize) -> (Vec<(f64, f64)>, Vec<usize>) {
+    let every: Vec<usize> = (0..problems).collect();
+    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+    let mut order: Vec<usize> = (0..means.len()).collect();
+    order.sort_by(|&a, &b| match (means[a].0.is_nan(), means[b].0.is_nan()) {
+        (false, true) => std::cmp::Ordering::Less,
+        (true, false) => std::cmp::Ordering::Greater,
+        _ => means[b].0.total_cmp(&means[a].0),
+    });
+    (means, order)
+}
+
+/// The table of spaces: per problem, its size, failed configurations, optimum and median, the
+/// time range scored and how many random draws fit in it.
+fn spaces_table(problems: &[Problem]) -> String {
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes it \
-         (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
-         seeds{}.\n",
-        options.fraction,
-        kt_note
-            .as_deref()
-            .map(|n| format!("; {n}"))
-            .unwrap_or_default()
-    );
     let _ = writeln!(
         md,
         "| space | choices | failed | optimum ms | median ms | time range (simulated) | random draws by its end |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-    for p in &problems {
+    for p in problems {
         let failed = p.performance.iter().filter(|v| v.is_none()).count();
         let (t0, t1) = (p.range[0], p.range[p.range.len() - 1]);
         let _ = writeln!(
@@ -1302,173 +1642,16 @@ fn main_inner() -> Result<(), String> {
             t1 / p.stats.mean_cost_s()
         );
     }
-    let header: Vec<&str> = problems.iter().map(|p| p.name.as_str()).collect();
-    let _ = writeln!(md, "\n| strategy | score ± se | {} |", header.join(" | "));
-    let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(problems.len()));
-    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
-    let mut order: Vec<usize> = (0..all_names.len()).collect();
-    order.sort_by(|&a, &b| match (means[a].0.is_nan(), means[b].0.is_nan()) {
-        (false, true) => std::cmp::Ordering::Less,
-        (true, false) => std::cmp::Ordering::Greater,
-        _ => means[b].0.total_cmp(&means[a].0),
-    });
-    for &s in &order {
-        let cells: Vec<String> = table[s]
-            .iter()
-            .map(|c| match c {
-                Ok(c) => format!("{:.3} ± {:.3}", c.score, c.se),
-                Err(_) => "refused".into(),
-            })
-            .collect();
-        let _ = writeln!(
-            md,
-            "| {} | **{:.3}** ± {:.3} | {} |",
-            all_names[s],
-            means[s].0,
-            means[s].1,
-            cells.join(" | ")
-        );
-    }
-    match &settled {
-        None => {
-            let _ = writeln!(
-                md,
-                "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
-            );
-        }
-        Some((a, b)) => {
-            let _ = writeln!(
-                md,
-                "\nNot settled: {a} and {b} are within twice the standard error of their difference \
-                 at {seeds} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by --kt-seeds).",
-                options.max_seeds
-            );
-        }
-    }
-    if let Some(line) = against_kt(&all_names, &means) {
-        let _ = writeln!(md, "\n{line}");
-    }
-    for (s, cells) in table.iter().enumerate() {
-        for (p, c) in cells.iter().enumerate() {
-            if let Err(e) = c {
-                let _ = writeln!(md, "- {} on {}: {e}", all_names[s], problems[p].name);
-            }
-        }
-    }
-    md.push_str(&sparse_note(&problems, &all_names, &runs, &kt_all));
-    let measured: Vec<String> = names
-        .iter()
-        .zip(&cost)
-        .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
-        .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
-        .collect();
-    if !measured.is_empty() {
-        let _ = writeln!(
-            md,
-            "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
-             machine): {}.",
-            options.jobs,
-            measured.join(", ")
-        );
-    }
-    if options.loo {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        let tables: Vec<(f64, Table)> = if options.loo_fractions.is_empty() {
-            vec![(options.fraction, table.clone())]
-        } else {
-            options
-                .loo_fractions
-                .iter()
-                .map(|&f| {
-                    let ranges: Vec<Vec<f64>> = problems
-                        .iter()
-                        .map(|p| range_at(p.span, f, Settings::default().resolution))
-                        .collect();
-                    (f, score_all_in(&problems, &combined, options.jobs, &ranges))
-                })
-                .collect()
-        };
-        md.push_str(&loo(
-            &problems,
-            &all_names,
-            &tables,
-            |p| p.device.clone(),
-            "GPU",
-            &options.choose,
-        ));
-        md.push_str(&loo(
-            &problems,
-            &all_names,
-            &tables,
-            |p| p.kernel.clone(),
-            "kernel",
-            &options.choose,
-        ));
-        md.push_str(&pick_on_all(
-            &all_names,
-            &tables,
-            &options.choose,
-            problems.len(),
-        ));
-        md.push_str(&default_per_space(&problems, &all_names, &tables));
-    }
-    if options.package {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        match options
-            .kt_python
-            .as_ref()
-            .ok_or("no Python with the package (target/kernel-tuner-venv or $KT_VENV)".to_owned())
-            .and_then(|py| package_scores(&problems, &all_names, &combined, py))
-        {
-            Ok(package) => {
-                let mut worst: f64 = 0.0;
-                let _ = writeln!(
-                    md,
-                    "\nThe package on the same traces (3 bagging draws) against the port:\n"
-                );
-                let _ = writeln!(
-                    md,
-                    "| strategy | space | package | port |\n|---|---|---:|---:|"
-                );
-                for &s in &order {
-                    for (p, problem) in problems.iter().enumerate() {
-                        if let (Some(theirs), Ok(ours)) = (
-                            package.get(&(problem.name.clone(), all_names[s].clone())),
-                            &table[s][p],
-                        ) {
-                            worst = worst.max((theirs - ours.score).abs());
-                            let _ = writeln!(
-                                md,
-                                "| {} | {} | {theirs:.3} | {:.3} |",
-                                all_names[s], problem.name, ours.score
-                            );
-                        }
-                    }
-                }
-                let _ = writeln!(md, "\nLargest difference: {worst:.4}.");
-            }
-            Err(e) => eprintln!("strategies: --package: {e}"),
-        }
-    }
-    let _ = writeln!(
-        md,
-        "\n({:.0} s on this machine)",
-        started.elapsed().as_secs_f64()
-    );
-    print!("{md}");
-    if let Some(path) = &options.markdown {
-        std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    let mut combined = runs;
-    combined.extend(kt_all);
-    let svg = svg(&problems, &all_names, &combined);
-    if let Some(dir) = options.svg.parent() {
+    md
+}
+
+/// Writes the figure `svg` to `path`, making its folder.
+fn write_svg(path: &Path, svg: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    std::fs::write(&options.svg, svg).map_err(|e| format!("{}: {e}", options.svg.display()))?;
-    eprintln!("strategies: wrote {}", options.svg.display());
+    std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("strategies: wrote {}", path.display());
     Ok(())
 }
 
