@@ -963,10 +963,10 @@ impl<'a> Folds<'a> {
         let fractions = self.fractions();
         let _ = writeln!(
             md,
-            "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond twice \
-             the standard error on the other spaces at budget fractions {}, the one of best mean over \
-             them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s gap to it \
-             there):\n",
+            "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond \
+             twice the standard error on the other spaces at budget fractions {}, the one of best \
+             mean over them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s \
+             gap to it there):\n",
             fractions.join(" and ")
         );
         let mut header = "| held out | chosen |".to_owned();
@@ -1174,6 +1174,8 @@ fn main() {
     }
 }
 
+/// The evaluation: the options, the problems, the runs until the leaders are settled, then the
+/// report (printed, and to `--markdown`), `--runs` and the figure (`--svg`) written.
 fn main_inner() -> Result<(), String> {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
         print!("{USAGE}");
@@ -1211,6 +1213,7 @@ struct Evaluation<'a> {
     kt: AllRuns,
     /// What ran of Kernel Tuner's (version, seeds, wall time), when it did.
     kt_note: Option<String>,
+    /// Per tunebox strategy: its own time and steps in the runs simulated now.
     cost: OwnCost,
 }
 
@@ -1350,9 +1353,9 @@ impl<'a> Evaluation<'a> {
         let mut md = String::new();
         let _ = writeln!(
             md,
-            "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes it \
-             (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
-             seeds{}.\n",
+            "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes \
+             it (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's \
+             strategies {seeds} seeds{}.\n",
             self.options.fraction,
             self.kt_note
                 .as_deref()
@@ -1402,8 +1405,9 @@ impl<'a> Evaluation<'a> {
             Some((a, b)) => {
                 let _ = writeln!(
                     md,
-                    "\nNot settled: {a} and {b} are within twice the standard error of their difference \
-                     at {} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by --kt-seeds).",
+                    "\nNot settled: {a} and {b} are within twice the standard error of their \
+                     difference at {} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by \
+                     --kt-seeds).",
                     scored.seeds, self.options.max_seeds
                 );
             }
@@ -1442,8 +1446,8 @@ impl<'a> Evaluation<'a> {
         if !measured.is_empty() {
             let _ = writeln!(
                 md,
-                "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
-                 machine): {}.",
+                "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on \
+                 this machine): {}.",
                 self.options.jobs,
                 measured.join(", ")
             );
