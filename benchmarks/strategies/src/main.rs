@@ -92,78 +92,123 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The options from the command line, checked, with the defaults for what it leaves out.
 fn parse() -> Result<Options, String> {
     let root = root();
-    let mut o = Options {
-        files: Vec::new(),
-        seeds: 10,
-        max_seeds: 40,
-        fraction: 1.0,
-        svg: root.join("target/strategies/search-strategies.svg"),
-        markdown: None,
-        strategies: strategies::NAMES
-            .iter()
-            .filter(|n| **n != "brute-force")
-            .map(|n| (*n).to_owned())
-            .collect(),
-        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        loo: false,
-        package: false,
-        kt_python: None,
-        kt_seeds: 5,
-        kt_strategies: None,
-        kt_traces: None,
-        runs_file: None,
-        strategy_time: false,
-        choose: Vec::new(),
-        loo_fractions: Vec::new(),
-    };
+    let mut o = Options::defaults(&root);
     let mut kt = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
-        let number = |v: String, what: &str| {
-            v.parse::<u64>()
-                .map_err(|e| format!("{what} {v}: {e} (a whole number)"))
-        };
-        match arg.as_str() {
-            "--seeds" => o.seeds = number(value()?, "--seeds")?,
-            "--max-seeds" => o.max_seeds = number(value()?, "--max-seeds")?,
-            "--jobs" => o.jobs = number(value()?, "--jobs")? as usize,
-            "--budget-fraction" => {
-                let v = value()?;
-                o.fraction = v
-                    .parse()
-                    .map_err(|e| format!("--budget-fraction {v}: {e}"))?;
-            }
-            "--svg" => o.svg = value()?.into(),
-            "--markdown" => o.markdown = Some(value()?.into()),
-            "--strategies" => o.strategies = value()?.split(',').map(str::to_owned).collect(),
-            "--loo" => o.loo = true,
-            "--package" => o.package = true,
-            "--no-kt" => kt = false,
-            "--kt-seeds" => o.kt_seeds = number(value()?, "--kt-seeds")?,
-            "--kt-strategies" => o.kt_strategies = Some(value()?),
-            "--kt-traces" => o.kt_traces = Some(value()?.into()),
-            "--runs" => o.runs_file = Some(value()?.into()),
-            "--strategy-time" => o.strategy_time = true,
-            "--choose" => o.choose = value()?.split(',').map(str::to_owned).collect(),
-            "--loo-fractions" => {
-                let v = value()?;
-                o.loo_fractions = v
-                    .split(',')
-                    .map(|f| {
-                        f.parse::<f64>()
-                            .map_err(|e| format!("--loo-fractions {v}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            other if other.starts_with("--") => {
-                return Err(format!("unknown option {other} (--help lists them)"));
-            }
-            file => o.files.push(file.into()),
+        apply(&mut o, &mut kt, &arg, &mut args)?;
+    }
+    check(&o)?;
+    o.max_seeds = o.max_seeds.max(o.seeds);
+    o.jobs = o.jobs.max(1);
+    let venv = std::env::var_os("KT_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
+    let python = venv.join("bin/python");
+    if (kt || o.package) && python.is_file() {
+        o.kt_python = Some(python);
+    }
+    if !kt {
+        o.kt_traces = None;
+    }
+    if o.files.is_empty() {
+        o.files = hub_files(&root.join("data/benchmark_hub"))?;
+    }
+    Ok(o)
+}
+
+impl Options {
+    /// The options when the command line gives none (`root`: the workspace).
+    fn defaults(root: &Path) -> Options {
+        Options {
+            files: Vec::new(),
+            seeds: 10,
+            max_seeds: 40,
+            fraction: 1.0,
+            svg: root.join("target/strategies/search-strategies.svg"),
+            markdown: None,
+            strategies: strategies::NAMES
+                .iter()
+                .filter(|n| **n != "brute-force")
+                .map(|n| (*n).to_owned())
+                .collect(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loo: false,
+            package: false,
+            kt_python: None,
+            kt_seeds: 5,
+            kt_strategies: None,
+            kt_traces: None,
+            runs_file: None,
+            strategy_time: false,
+            choose: Vec::new(),
+            loo_fractions: Vec::new(),
         }
     }
+}
+
+/// Applies one command-line argument `arg` to `o` (`kt`: false after `--no-kt`), taking its
+/// value from `args` when it has one; a FILE when it is not an option.
+fn apply(
+    o: &mut Options,
+    kt: &mut bool,
+    arg: &str,
+    args: &mut impl Iterator<Item = String>,
+) -> Result<(), String> {
+    let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+    match arg {
+        "--seeds" => o.seeds = whole(value()?, "--seeds")?,
+        "--max-seeds" => o.max_seeds = whole(value()?, "--max-seeds")?,
+        "--jobs" => o.jobs = whole(value()?, "--jobs")? as usize,
+        "--budget-fraction" => {
+            let v = value()?;
+            o.fraction = v
+                .parse()
+                .map_err(|e| format!("--budget-fraction {v}: {e}"))?;
+        }
+        "--svg" => o.svg = value()?.into(),
+        "--markdown" => o.markdown = Some(value()?.into()),
+        "--strategies" => o.strategies = value()?.split(',').map(str::to_owned).collect(),
+        "--loo" => o.loo = true,
+        "--package" => o.package = true,
+        "--no-kt" => *kt = false,
+        "--kt-seeds" => o.kt_seeds = whole(value()?, "--kt-seeds")?,
+        "--kt-strategies" => o.kt_strategies = Some(value()?),
+        "--kt-traces" => o.kt_traces = Some(value()?.into()),
+        "--runs" => o.runs_file = Some(value()?.into()),
+        "--strategy-time" => o.strategy_time = true,
+        "--choose" => o.choose = value()?.split(',').map(str::to_owned).collect(),
+        "--loo-fractions" => o.loo_fractions = fractions(&value()?)?,
+        other if other.starts_with("--") => {
+            return Err(format!("unknown option {other} (--help lists them)"));
+        }
+        file => o.files.push(file.into()),
+    }
+    Ok(())
+}
+
+/// The whole number `v` given to the option `what`.
+fn whole(v: String, what: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .map_err(|e| format!("{what} {v}: {e} (a whole number)"))
+}
+
+/// The budget fractions `v` given to `--loo-fractions` (comma-separated).
+fn fractions(v: &str) -> Result<Vec<f64>, String> {
+    v.split(',')
+        .map(|f| {
+            f.parse::<f64>()
+                .map_err(|e| format!("--loo-fractions {v}: {e}"))
+        })
+        .collect()
+}
+
+/// Whether the options parsed make sense together: known strategies, fractions in (0, 1], at
+/// least two seeds.
+fn check(o: &Options) -> Result<(), String> {
     for s in &o.strategies {
         make(s, 1, 0)?;
     }
@@ -185,22 +230,7 @@ fn parse() -> Result<Options, String> {
             "--seeds and --kt-seeds must be at least 2 (a standard error needs two)".into(),
         );
     }
-    o.max_seeds = o.max_seeds.max(o.seeds);
-    o.jobs = o.jobs.max(1);
-    let venv = std::env::var_os("KT_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/kernel-tuner-venv"));
-    let python = venv.join("bin/python");
-    if (kt || o.package) && python.is_file() {
-        o.kt_python = Some(python);
-    }
-    if !kt {
-        o.kt_traces = None;
-    }
-    if o.files.is_empty() {
-        o.files = hub_files(&root.join("data/benchmark_hub"))?;
-    }
-    Ok(o)
+    Ok(())
 }
 
 /// Every cache file and T1 file of the hub folder.
@@ -316,6 +346,7 @@ fn pair<'a>(cache: &Path, recording_kernel: &str, t1s: &'a [T1File]) -> Option<&
         .or(if t1s.len() == 1 { t1s.first() } else { None })
 }
 
+/// The problems of `options.files`: each recorded file with the T1 file that pairs with it.
 fn load(options: &Options) -> Result<Vec<Problem>, String> {
     let mut t1s = Vec::new();
     let mut caches = Vec::new();
@@ -331,70 +362,92 @@ fn load(options: &Options) -> Result<Vec<Problem>, String> {
     let settings = Settings::default();
     let mut problems = Vec::new();
     for cache in caches {
-        let recording = Recording::read(&cache).map_err(|e| format!("{e}"))?;
-        let kt_kernel = tunebox_tune::formats::KtCache::read(&cache)
-            .map(|c| c.kernel_name)
-            .unwrap_or_default();
-        let t1 = pair(&cache, &kt_kernel, &t1s);
-        let conditions = t1.map(T1File::conditions).unwrap_or_default();
-        if t1.is_none() {
-            eprintln!(
-                "strategies: {}: no T1 file pairs with it; its space is every combination of \
-                 its params, those it lacks failed and free",
-                cache.display()
-            );
-        }
-        let space = recording
-            .space(&conditions)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let recorded = Recorded::new(&recording, &space).map_err(|e| format!("{e}"))?;
-        let (performance, cost_s): (Vec<Option<f64>>, Vec<f64>) = recorded
-            .present()
-            .map(|(_, m)| (m.time_ms, m.cost_ms / 1000.0))
-            .unzip();
-        let stats = SpaceStats::new(&performance, &cost_s)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let (_, _, t0, t1_s) = stats
-            .budget(&settings)
-            .map_err(|e| format!("{}: {e}", cache.display()))?;
-        let range = range_at((t0, t1_s), options.fraction, settings.resolution);
-        let longest = options
-            .loo_fractions
-            .iter()
-            .fold(options.fraction, |a, &b| a.max(b));
-        let end = range_at((t0, t1_s), longest, 2)[1];
-        let kernel = t1
-            .map(|t| {
-                t.path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            })
-            .unwrap_or_else(|| {
-                if kt_kernel.is_empty() {
-                    "kernel".into()
-                } else {
-                    kt_kernel.clone()
-                }
-            });
-        let device = recorded.device().to_owned();
-        problems.push(Problem {
-            name: format!("{} {device}", kernel.trim_end_matches("_milo")),
-            kernel,
-            device,
-            cache: cache.clone(),
-            t1: t1.map(|t| t.path.clone()),
-            space,
-            recorded,
-            stats,
-            range,
-            span: (t0, t1_s),
-            limit_ms: end * 1000.0 * RUN_PAST_END,
-            performance,
-            cost_s,
-        });
+        problems.push(problem(&cache, &t1s, options, &settings)?);
     }
     Ok(problems)
+}
+
+/// The problem of the recorded file `cache`, its restrictions from the one of `t1s` that pairs
+/// with it ([`pair`]), its time range as `settings` and `options` set it.
+fn problem(
+    cache: &Path,
+    t1s: &[T1File],
+    options: &Options,
+    settings: &Settings,
+) -> Result<Problem, String> {
+    let recording = Recording::read(cache).map_err(|e| format!("{e}"))?;
+    let kt_kernel = tunebox_tune::formats::KtCache::read(cache)
+        .map(|c| c.kernel_name)
+        .unwrap_or_default();
+    let t1 = pair(cache, &kt_kernel, t1s);
+    let conditions = t1.map(T1File::conditions).unwrap_or_default();
+    if t1.is_none() {
+        eprintln!(
+            "strategies: {}: no T1 file pairs with it; its space is every combination of \
+             its params, those it lacks failed and free",
+            cache.display()
+        );
+    }
+    let space = recording
+        .space(&conditions)
+        .map_err(|e| format!("{}: {e}", cache.display()))?;
+    let recorded = Recorded::new(&recording, &space).map_err(|e| format!("{e}"))?;
+    let (performance, cost_s): (Vec<Option<f64>>, Vec<f64>) = recorded
+        .present()
+        .map(|(_, m)| (m.time_ms, m.cost_ms / 1000.0))
+        .unzip();
+    let stats =
+        SpaceStats::new(&performance, &cost_s).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let (_, _, t0, t1_s) = stats
+        .budget(settings)
+        .map_err(|e| format!("{}: {e}", cache.display()))?;
+    let range = range_at((t0, t1_s), options.fraction, settings.resolution);
+    let kernel = kernel_name(t1, &kt_kernel);
+    let device = recorded.device().to_owned();
+    Ok(Problem {
+        name: format!("{} {device}", kernel.trim_end_matches("_milo")),
+        kernel,
+        device,
+        cache: cache.to_path_buf(),
+        t1: t1.map(|t| t.path.clone()),
+        space,
+        recorded,
+        stats,
+        range,
+        span: (t0, t1_s),
+        limit_ms: limit_ms(options, (t0, t1_s)),
+        performance,
+        cost_s,
+    })
+}
+
+/// The kernel's name: the stem of its T1 file, else the cache file's `kernel_name`, else
+/// `kernel`.
+fn kernel_name(t1: Option<&T1File>, kt_kernel: &str) -> String {
+    t1.map(|t| {
+        t.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
+    .unwrap_or_else(|| {
+        if kt_kernel.is_empty() {
+            "kernel".into()
+        } else {
+            kt_kernel.to_owned()
+        }
+    })
+}
+
+/// How long each simulated run goes on, ms: [`RUN_PAST_END`] times the end of the time range
+/// `span` (s) at the longest budget fraction asked for.
+fn limit_ms(options: &Options, span: (f64, f64)) -> f64 {
+    let longest = options
+        .loo_fractions
+        .iter()
+        .fold(options.fraction, |a, &b| a.max(b));
+    let end = range_at(span, longest, 2)[1];
+    end * 1000.0 * RUN_PAST_END
 }
 
 /// The methodology's time range from `t0` to `fraction` of the way to `t1` (its end at the full
@@ -809,6 +862,15 @@ fn gap_text(gap: (f64, f64)) -> String {
     format!("{:+.3} ± {:.3}{mark}", gap.0, gap.1)
 }
 
+/// The strategies the leave-one-out rule chooses among: tunebox's named in `choose` (all of
+/// tunebox's when it is empty).
+fn candidates(names: &[String], choose: &[String]) -> Vec<usize> {
+    (0..names.len())
+        .filter(|&s| !names[s].starts_with("kt:"))
+        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
+        .collect()
+}
+
 /// Leave-one-group-out: per fold, the setting [`pick`] chooses among `choose` (tunebox's
 /// strategies when empty) on the other problems, scored on the held-out ones at every budget
 /// fraction beside [`REFERENCE`], with [`DEFAULT`]'s gap to it; markdown rows and summary.
@@ -823,43 +885,10 @@ fn loo(
     let mut groups: Vec<String> = problems.iter().map(&group).collect();
     groups.sort();
     groups.dedup();
-    let candidates: Vec<usize> = (0..names.len())
-        .filter(|&s| !names[s].starts_with("kt:"))
-        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
-        .collect();
-    let reference = names.iter().position(|n| n == REFERENCE);
-    let default = names.iter().position(|n| n == DEFAULT);
-    let kt: Vec<usize> = (0..names.len())
-        .filter(|&s| names[s].starts_with("kt:"))
-        .collect();
-    let mut md = String::new();
-    let fractions: Vec<String> = tables.iter().map(|(f, _)| format!("{f}")).collect();
-    let _ = writeln!(
-        md,
-        "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond twice \
-         the standard error on the other spaces at budget fractions {}, the one of best mean over \
-         them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s gap to it \
-         there):\n",
-        fractions.join(" and ")
-    );
-    let mut header = "| held out | chosen |".to_owned();
-    let mut rule = "|---|---|".to_owned();
-    for f in &fractions {
-        let _ = write!(
-            header,
-            " chosen ({f}) | {REFERENCE} ({f}) | {DEFAULT} − {REFERENCE} ({f}) |"
-        );
-        rule.push_str("---:|---:|---:|");
-        if !kt.is_empty() {
-            let _ = write!(header, " best Kernel Tuner strategy ({f}) |");
-            rule.push_str("---:|");
-        }
-    }
-    let _ = writeln!(md, "{header}\n{rule}");
-    let none = (f64::NAN, f64::NAN);
-    let mut held: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
-    let mut held_reference: Vec<Vec<f64>> = vec![Vec::new(); tables.len()];
-    let mut default_behind = Vec::new();
+    let candidates = candidates(names, choose);
+    let folds = Folds::new(names, tables);
+    let mut md = folds.header(what);
+    let mut held = Held::new(tables.len());
     for g in &groups {
         let test: Vec<usize> = (0..problems.len())
             .filter(|&p| group(&problems[p]) == *g)
@@ -873,19 +902,108 @@ fn loo(
         let Some(c) = pick(names, tables, &candidates, &train) else {
             continue;
         };
-        let mut row = format!("| {g} | {} |", names[c]);
-        for (k, (f, table)) in tables.iter().enumerate() {
-            let chosen = mean_over(&table[c], &test);
-            let base = reference.map_or(none, |r| mean_over(&table[r], &test));
-            let gap = match (default, reference) {
-                (Some(d), Some(r)) => gap_over(&table[d], &table[r], &test),
+        let row = folds.row(g, c, &test, &mut held);
+        let _ = writeln!(md, "{row}");
+    }
+    md.push_str(&folds.summary(&held));
+    md
+}
+
+/// What the leave-one-out tables compare: the scores per budget fraction, and which strategies
+/// are [`REFERENCE`], [`DEFAULT`] and Kernel Tuner's.
+struct Folds<'a> {
+    names: &'a [String],
+    tables: &'a [(f64, Table)],
+    reference: Option<usize>,
+    default: Option<usize>,
+    kt: Vec<usize>,
+}
+
+/// The held-out results over the folds: per budget fraction, the chosen settings' and
+/// [`REFERENCE`]'s mean scores; the folds (and fractions) where [`DEFAULT`] is behind.
+struct Held {
+    chosen: Vec<Vec<f64>>,
+    reference: Vec<Vec<f64>>,
+    default_behind: Vec<String>,
+}
+
+impl Held {
+    /// No fold yet, at `fractions` budget fractions.
+    fn new(fractions: usize) -> Held {
+        Held {
+            chosen: vec![Vec::new(); fractions],
+            reference: vec![Vec::new(); fractions],
+            default_behind: Vec::new(),
+        }
+    }
+}
+
+impl<'a> Folds<'a> {
+    /// The comparison of `names` by `tables` (per budget fraction, the scores).
+    fn new(names: &'a [String], tables: &'a [(f64, Table)]) -> Folds<'a> {
+        Folds {
+            names,
+            tables,
+            reference: names.iter().position(|n| n == REFERENCE),
+            default: names.iter().position(|n| n == DEFAULT),
+            kt: (0..names.len())
+                .filter(|&s| names[s].starts_with("kt:"))
+                .collect(),
+        }
+    }
+
+    /// The budget fractions, as the text shows them.
+    fn fractions(&self) -> Vec<String> {
+        self.tables.iter().map(|(f, _)| format!("{f}")).collect()
+    }
+
+    /// The paragraph saying what the folds over `what` (GPU, kernel) do, and the table's header.
+    fn header(&self, what: &str) -> String {
+        let mut md = String::new();
+        let fractions = self.fractions();
+        let _ = writeln!(
+            md,
+            "\nLeave-one-{what}-out (per fold, among the settings not behind `{REFERENCE}` beyond \
+             twice the standard error on the other spaces at budget fractions {}, the one of best \
+             mean over them; scored on the held-out spaces beside `{REFERENCE}`, and `{DEFAULT}`'s \
+             gap to it there):\n",
+            fractions.join(" and ")
+        );
+        let mut header = "| held out | chosen |".to_owned();
+        let mut rule = "|---|---|".to_owned();
+        for f in &fractions {
+            let _ = write!(
+                header,
+                " chosen ({f}) | {REFERENCE} ({f}) | {DEFAULT} − {REFERENCE} ({f}) |"
+            );
+            rule.push_str("---:|---:|---:|");
+            if !self.kt.is_empty() {
+                let _ = write!(header, " best Kernel Tuner strategy ({f}) |");
+                rule.push_str("---:|");
+            }
+        }
+        let _ = writeln!(md, "{header}\n{rule}");
+        md
+    }
+
+    /// The row of the fold holding out `g` (the problems `test`) where `c` was chosen: per
+    /// budget fraction, its score, [`REFERENCE`]'s, [`DEFAULT`]'s gap and Kernel Tuner's best;
+    /// the results go to `held` too.
+    fn row(&self, g: &str, c: usize, test: &[usize], held: &mut Held) -> String {
+        let none = (f64::NAN, f64::NAN);
+        let mut row = format!("| {g} | {} |", self.names[c]);
+        for (k, (f, table)) in self.tables.iter().enumerate() {
+            let chosen = mean_over(&table[c], test);
+            let base = self.reference.map_or(none, |r| mean_over(&table[r], test));
+            let gap = match (self.default, self.reference) {
+                (Some(d), Some(r)) => gap_over(&table[d], &table[r], test),
                 _ => none,
             };
             if behind(gap) {
-                default_behind.push(format!("{g} at {f}"));
+                held.default_behind.push(format!("{g} at {f}"));
             }
-            held[k].push(chosen.0);
-            held_reference[k].push(base.0);
+            held.chosen[k].push(chosen.0);
+            held.reference[k].push(base.0);
             let _ = write!(
                 row,
                 " {} | {} | {} |",
@@ -893,50 +1011,60 @@ fn loo(
                 cell_text(base),
                 gap_text(gap)
             );
-            if !kt.is_empty() {
-                let best = kt
-                    .iter()
-                    .map(|&s| (mean_over(&table[s], &test).0, s))
-                    .max_by(|a, b| a.0.total_cmp(&b.0));
-                let _ = write!(
-                    row,
-                    " {} |",
-                    best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", names[s]))
-                );
+            if !self.kt.is_empty() {
+                let _ = write!(row, " {} |", self.kt_best(table, test));
             }
         }
-        let _ = writeln!(md, "{row}");
+        row
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let means: Vec<String> = fractions
-        .iter()
-        .enumerate()
-        .map(|(k, f)| {
-            format!(
-                "**{:.3}** at {f} (`{REFERENCE}` {:.3})",
-                mean(&held[k]),
-                mean(&held_reference[k])
-            )
-        })
-        .collect();
-    let _ = writeln!(
-        md,
-        "\nHeld-out mean of the chosen settings: {}.",
-        means.join(", ")
-    );
-    if default.is_some() && reference.is_some() {
+
+    /// Kernel Tuner's strategy of best mean score on the problems `test` in `table`, and that
+    /// score; `—` when there is none.
+    fn kt_best(&self, table: &Table, test: &[usize]) -> String {
+        let best = self
+            .kt
+            .iter()
+            .map(|&s| (mean_over(&table[s], test).0, s))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        best.map_or("—".into(), |(v, s)| format!("{v:.3} ({})", self.names[s]))
+    }
+
+    /// The lines after the table: the held-out mean of the chosen settings and of
+    /// [`REFERENCE`] per budget fraction, and the folds where [`DEFAULT`] is behind.
+    fn summary(&self, held: &Held) -> String {
+        let mut md = String::new();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let means: Vec<String> = self
+            .fractions()
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                format!(
+                    "**{:.3}** at {f} (`{REFERENCE}` {:.3})",
+                    mean(&held.chosen[k]),
+                    mean(&held.reference[k])
+                )
+            })
+            .collect();
         let _ = writeln!(
             md,
-            "`{DEFAULT}` behind `{REFERENCE}` beyond twice the standard error on the held-out \
-             spaces: {}.",
-            if default_behind.is_empty() {
-                "in no fold".to_owned()
-            } else {
-                default_behind.join(", ")
-            }
+            "\nHeld-out mean of the chosen settings: {}.",
+            means.join(", ")
         );
+        if self.default.is_some() && self.reference.is_some() {
+            let _ = writeln!(
+                md,
+                "`{DEFAULT}` behind `{REFERENCE}` beyond twice the standard error on the held-out \
+                 spaces: {}.",
+                if held.default_behind.is_empty() {
+                    "in no fold".to_owned()
+                } else {
+                    held.default_behind.join(", ")
+                }
+            );
+        }
+        md
     }
-    md
 }
 
 /// Per budget fraction, the spaces on which [`DEFAULT`] is behind [`REFERENCE`] beyond twice
@@ -980,10 +1108,7 @@ fn pick_on_all(
     choose: &[String],
     problems: usize,
 ) -> String {
-    let candidates: Vec<usize> = (0..names.len())
-        .filter(|&s| !names[s].starts_with("kt:"))
-        .filter(|&s| choose.is_empty() || choose.contains(&names[s]))
-        .collect();
+    let candidates = candidates(names, choose);
     let every: Vec<usize> = (0..problems).collect();
     match pick(names, tables, &candidates, &every) {
         Some(c) => format!(
@@ -1049,6 +1174,8 @@ fn main() {
     }
 }
 
+/// The evaluation: the options, the problems, the runs until the leaders are settled, then the
+/// report (printed, and to `--markdown`), `--runs` and the figure (`--svg`) written.
 fn main_inner() -> Result<(), String> {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
         print!("{USAGE}");
@@ -1057,33 +1184,395 @@ fn main_inner() -> Result<(), String> {
     let options = parse()?;
     let started = Instant::now();
     let problems = load(&options)?;
-    let names = options.strategies.clone();
-    // Kernel Tuner's strategies run beside tunebox's.
-    let (mut runs, mut cost, kt) = std::thread::scope(|scope| {
+    let mut evaluation = Evaluation::start(&options, &problems);
+    let scored = evaluation.settle();
+    if let Some(path) = &options.runs_file {
+        write_kept(path, &problems, &evaluation.names, &evaluation.runs);
+    }
+    let md = evaluation.report(&scored, started);
+    print!("{md}");
+    if let Some(path) = &options.markdown {
+        std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let svg = svg(&problems, &evaluation.all_names, &evaluation.combined());
+    write_svg(&options.svg, &svg)
+}
+
+/// The evaluation as it goes: tunebox's runs (more seeds as it needs them), Kernel Tuner's, and
+/// what tunebox's cost.
+struct Evaluation<'a> {
+    options: &'a Options,
+    problems: &'a [Problem],
+    /// tunebox's strategies.
+    names: Vec<String>,
+    /// tunebox's strategies, then Kernel Tuner's (`kt:NAME`).
+    all_names: Vec<String>,
+    /// Per tunebox strategy, per problem: its runs.
+    runs: AllRuns,
+    /// Per Kernel Tuner strategy, per problem: its runs.
+    kt: AllRuns,
+    /// What ran of Kernel Tuner's (version, seeds, wall time), when it did.
+    kt_note: Option<String>,
+    /// Per tunebox strategy: its own time and steps in the runs simulated now.
+    cost: OwnCost,
+}
+
+/// The scores once the seeds are settled.
+struct Scored {
+    /// Per strategy (tunebox's, then Kernel Tuner's), per problem: the score.
+    table: Table,
+    /// The first pair of leading strategies whose order is not settled, by name; `None` when
+    /// it is.
+    open: Option<(String, String)>,
+    /// The seeds of tunebox's strategies (the fewest on any problem).
+    seeds: usize,
+    /// Per strategy: the mean score over every problem and its standard error.
+    means: Vec<(f64, f64)>,
+    /// The strategies by mean score, best first, refused last.
+    order: Vec<usize>,
+}
+
+impl<'a> Evaluation<'a> {
+    /// tunebox's first `--seeds` runs on `problems` and Kernel Tuner's runs (run beside them,
+    /// or read from `--kt-traces`); Kernel Tuner's are left out, with a message, when they fail.
+    fn start(options: &'a Options, problems: &'a [Problem]) -> Evaluation<'a> {
+        let names = options.strategies.clone();
+        let (runs, cost, kt) = first_runs(options, problems, &names);
+        let kt = kt.or(options.kt_traces.clone().map(Ok));
+        let mut evaluation = Evaluation {
+            options,
+            problems,
+            all_names: names.clone(),
+            names,
+            runs,
+            kt: Vec::new(),
+            kt_note: None,
+            cost,
+        };
+        if let Some(traces) = kt {
+            match traces.and_then(|t| kt_runs(problems, &t)) {
+                Ok((n, r, note)) => {
+                    evaluation.all_names.extend(n);
+                    evaluation.kt = r;
+                    evaluation.kt_note = Some(note);
+                }
+                Err(e) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
+            }
+        }
+        evaluation
+    }
+
+    /// Per strategy (tunebox's, then Kernel Tuner's), per problem: the runs.
+    fn combined(&self) -> AllRuns {
+        let mut combined = self.runs.clone();
+        combined.extend(self.kt.iter().cloned());
+        combined
+    }
+
+    /// Scores every strategy, doubling tunebox's seeds (up to `--max-seeds`) until the order of
+    /// the three leading strategies is settled or the open pair is Kernel Tuner's.
+    fn settle(&mut self) -> Scored {
+        let mut seeds = self.options.seeds;
+        let (table, open) = loop {
+            let table = score_all(self.problems, &self.combined(), self.options.jobs);
+            let open = open_leaders(&table, self.problems.len());
+            let leader_is_ours = |s: usize| s < self.names.len();
+            let can_grow = seeds < self.options.max_seeds
+                && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
+            if !can_grow {
+                break (
+                    table,
+                    open.map(|(a, b)| (self.all_names[a].clone(), self.all_names[b].clone())),
+                );
+            }
+            let next = (seeds * 2).min(self.options.max_seeds);
+            extend_runs(
+                self.problems,
+                &self.names,
+                &mut self.runs,
+                &mut self.cost,
+                (seeds, next),
+                self.options.jobs,
+                self.options.strategy_time,
+            );
+            seeds = next;
+        };
+        let seeds = self
+            .runs
+            .iter()
+            .flatten()
+            .map(Vec::len)
+            .min()
+            .unwrap_or(0)
+            .max(seeds as usize);
+        let (means, order) = ranked(&table, self.problems.len());
+        Scored {
+            table,
+            open,
+            seeds,
+            means,
+            order,
+        }
+    }
+
+    /// The whole report, markdown: the spaces, the scores, then what the options add
+    /// (`--loo`, `--package`) and the wall time since `started`.
+    fn report(&self, scored: &Scored, started: Instant) -> String {
+        let mut md = self.intro(scored.seeds);
+        md.push_str(&spaces_table(self.problems));
+        md.push_str(&self.scores_table(scored));
+        md.push_str(&self.settled_text(scored));
+        if let Some(line) = against_kt(&self.all_names, &scored.means) {
+            let _ = writeln!(md, "\n{line}");
+        }
+        md.push_str(&self.refusals(&scored.table));
+        md.push_str(&sparse_note(
+            self.problems,
+            &self.all_names,
+            &self.runs,
+            &self.kt,
+        ));
+        md.push_str(&self.own_cost());
+        if self.options.loo {
+            md.push_str(&self.loo_section(&scored.table));
+        }
+        if self.options.package {
+            md.push_str(&self.package_section(scored));
+        }
+        let _ = writeln!(
+            md,
+            "\n({:.0} s on this machine)",
+            started.elapsed().as_secs_f64()
+        );
+        md
+    }
+
+    /// The opening paragraph: how the scores are computed, the budget fraction, the seeds and
+    /// what ran of Kernel Tuner's.
+    fn intro(&self, seeds: usize) -> String {
+        let mut md = String::new();
+        let _ = writeln!(
+            md,
+            "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes \
+             it (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's \
+             strategies {seeds} seeds{}.\n",
+            self.options.fraction,
+            self.kt_note
+                .as_deref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
+        );
+        md
+    }
+
+    /// The table of scores: per strategy, best first, its mean ± standard error and its score
+    /// on each problem (or `refused`).
+    fn scores_table(&self, scored: &Scored) -> String {
+        let mut md = String::new();
+        let header: Vec<&str> = self.problems.iter().map(|p| p.name.as_str()).collect();
+        let _ = writeln!(md, "\n| strategy | score ± se | {} |", header.join(" | "));
+        let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(self.problems.len()));
+        for &s in &scored.order {
+            let cells: Vec<String> = scored.table[s]
+                .iter()
+                .map(|c| match c {
+                    Ok(c) => format!("{:.3} ± {:.3}", c.score, c.se),
+                    Err(_) => "refused".into(),
+                })
+                .collect();
+            let _ = writeln!(
+                md,
+                "| {} | **{:.3}** ± {:.3} | {} |",
+                self.all_names[s],
+                scored.means[s].0,
+                scored.means[s].1,
+                cells.join(" | ")
+            );
+        }
+        md
+    }
+
+    /// Whether the order of the three leading strategies is settled, or which pair is not.
+    fn settled_text(&self, scored: &Scored) -> String {
+        let mut md = String::new();
+        match &scored.open {
+            None => {
+                let _ = writeln!(
+                    md,
+                    "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
+                );
+            }
+            Some((a, b)) => {
+                let _ = writeln!(
+                    md,
+                    "\nNot settled: {a} and {b} are within twice the standard error of their \
+                     difference at {} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by \
+                     --kt-seeds).",
+                    scored.seeds, self.options.max_seeds
+                );
+            }
+        }
+        md
+    }
+
+    /// A line per strategy and problem the methodology refused, with why.
+    fn refusals(&self, table: &Table) -> String {
+        let mut md = String::new();
+        for (s, cells) in table.iter().enumerate() {
+            for (p, c) in cells.iter().enumerate() {
+                if let Err(e) = c {
+                    let _ = writeln!(
+                        md,
+                        "- {} on {}: {e}",
+                        self.all_names[s], self.problems[p].name
+                    );
+                }
+            }
+        }
+        md
+    }
+
+    /// tunebox's strategies' own cost per step of the runs simulated now (none when all were
+    /// kept by `--runs`).
+    fn own_cost(&self) -> String {
+        let mut md = String::new();
+        let measured: Vec<String> = self
+            .names
+            .iter()
+            .zip(&self.cost)
+            .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
+            .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
+            .collect();
+        if !measured.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on \
+                 this machine): {}.",
+                self.options.jobs,
+                measured.join(", ")
+            );
+        }
+        md
+    }
+
+    /// `--loo`: the leave-one-GPU-out and leave-one-kernel-out folds, the setting picked on
+    /// every space, and the spaces where the default is behind.
+    fn loo_section(&self, table: &Table) -> String {
+        let (problems, names, choose) = (self.problems, &self.all_names, &self.options.choose);
+        let tables = self.loo_tables(table);
+        let mut md = loo(
+            problems,
+            names,
+            &tables,
+            |p| p.device.clone(),
+            "GPU",
+            choose,
+        );
+        md.push_str(&loo(
+            problems,
+            names,
+            &tables,
+            |p| p.kernel.clone(),
+            "kernel",
+            choose,
+        ));
+        md.push_str(&pick_on_all(names, &tables, choose, problems.len()));
+        md.push_str(&default_per_space(problems, names, &tables));
+        md
+    }
+
+    /// The scores the leave-one-out folds choose by, per budget fraction: `table` at
+    /// `--budget-fraction`, or every strategy scored again at each of `--loo-fractions`.
+    fn loo_tables(&self, table: &Table) -> Vec<(f64, Table)> {
+        if self.options.loo_fractions.is_empty() {
+            return vec![(self.options.fraction, table.clone())];
+        }
+        let combined = self.combined();
+        self.options
+            .loo_fractions
+            .iter()
+            .map(|&f| {
+                let ranges: Vec<Vec<f64>> = self
+                    .problems
+                    .iter()
+                    .map(|p| range_at(p.span, f, Settings::default().resolution))
+                    .collect();
+                let table = score_all_in(self.problems, &combined, self.options.jobs, &ranges);
+                (f, table)
+            })
+            .collect()
+    }
+
+    /// `--package`: the package's scores of the same traces beside the port's, and the largest
+    /// difference; nothing (and a message) when the package cannot run.
+    fn package_section(&self, scored: &Scored) -> String {
+        match self
+            .options
+            .kt_python
+            .as_ref()
+            .ok_or("no Python with the package (target/kernel-tuner-venv or $KT_VENV)".to_owned())
+            .and_then(|py| package_scores(self.problems, &self.all_names, &self.combined(), py))
+        {
+            Ok(package) => self.package_table(&package, scored),
+            Err(e) => {
+                eprintln!("strategies: --package: {e}");
+                String::new()
+            }
+        }
+    }
+
+    /// Per strategy and problem, the package's score (`package`, by problem and strategy name)
+    /// beside the port's, and the largest difference.
+    fn package_table(&self, package: &BTreeMap<(String, String), f64>, scored: &Scored) -> String {
+        let mut md = String::new();
+        let mut worst: f64 = 0.0;
+        let _ = writeln!(
+            md,
+            "\nThe package on the same traces (3 bagging draws) against the port:\n"
+        );
+        let _ = writeln!(
+            md,
+            "| strategy | space | package | port |\n|---|---|---:|---:|"
+        );
+        for &s in &scored.order {
+            for (p, problem) in self.problems.iter().enumerate() {
+                if let (Some(theirs), Ok(ours)) = (
+                    package.get(&(problem.name.clone(), self.all_names[s].clone())),
+                    &scored.table[s][p],
+                ) {
+                    worst = worst.max((theirs - ours.score).abs());
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {theirs:.3} | {:.3} |",
+                        self.all_names[s], problem.name, ours.score
+                    );
+                }
+            }
+        }
+        let _ = writeln!(md, "\nLargest difference: {worst:.4}.");
+        md
+    }
+}
+
+/// tunebox's first `--seeds` runs of `names` on `problems` (those `--runs` kept, the others
+/// simulated) and their cost; Kernel Tuner's strategies run beside them when its Python is there
+/// and no `--kt-traces` are given: its traces file, or why it failed.
+fn first_runs(
+    options: &Options,
+    problems: &[Problem],
+    names: &[String],
+) -> (AllRuns, OwnCost, Option<Result<PathBuf, String>>) {
+    std::thread::scope(|scope| {
         let kt = options
             .kt_python
             .as_ref()
             .filter(|_| options.kt_traces.is_none())
-            .map(|python| {
-                let (problems, options) = (&problems, &options);
-                scope.spawn(move || run_kt(problems, python, options))
-            });
-        let mut runs: AllRuns =
-            vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
-        if let Some(path) = &options.runs_file {
-            let kept = read_kept(path);
-            for (s, name) in names.iter().enumerate() {
-                for (p, problem) in problems.iter().enumerate() {
-                    if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
-                        runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
-                    }
-                }
-            }
-        }
+            .map(|python| scope.spawn(move || run_kt(problems, python, options)));
+        let mut runs = kept_runs(options, problems, names);
         let mut cost: OwnCost = vec![(0.0, 0); names.len()];
         extend_runs(
-            &problems,
-            &names,
+            problems,
+            names,
             &mut runs,
             &mut cost,
             (0, options.seeds),
@@ -1091,80 +1580,60 @@ fn main_inner() -> Result<(), String> {
             options.strategy_time,
         );
         (runs, cost, kt.map(|h| h.join().expect("no panic")))
-    });
-    let kt = kt.or(options.kt_traces.clone().map(Ok));
-    let mut kt_note = None;
-    let (mut all_names, mut kt_all) = (names.clone(), Vec::new());
-    if let Some(traces) = kt {
-        match traces.and_then(|t| kt_runs(&problems, &t)) {
-            Ok((n, r, note)) => {
-                all_names.extend(n);
-                kt_all = r;
-                kt_note = Some(note);
-            }
-            Err(e) => eprintln!("strategies: Kernel Tuner's strategies left out: {e}"),
-        }
-    }
-    let every: Vec<usize> = (0..problems.len()).collect();
-    // More seeds until the leaders' order is settled.
-    let mut seeds = options.seeds;
-    let (table, settled) = loop {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        let table = score_all(&problems, &combined, options.jobs);
-        let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
-        let mut order: Vec<usize> = (0..means.len()).filter(|&s| !means[s].0.is_nan()).collect();
-        order.sort_by(|&a, &b| means[b].0.total_cmp(&means[a].0));
-        let open = unsettled(&means, &order, 3);
-        let leader_is_ours = |s: usize| s < names.len();
-        let can_grow = seeds < options.max_seeds
-            && open.is_some_and(|(a, b)| leader_is_ours(a) || leader_is_ours(b));
-        if !can_grow {
-            break (
-                table,
-                open.map(|(a, b)| (all_names[a].clone(), all_names[b].clone())),
-            );
-        }
-        let next = (seeds * 2).min(options.max_seeds);
-        extend_runs(
-            &problems,
-            &names,
-            &mut runs,
-            &mut cost,
-            (seeds, next),
-            options.jobs,
-            options.strategy_time,
-        );
-        seeds = next;
-    };
+    })
+}
+
+/// Per strategy of `names`, per problem: the runs `--runs` kept (at most `--max-seeds`); none
+/// without `--runs`.
+fn kept_runs(options: &Options, problems: &[Problem], names: &[String]) -> AllRuns {
+    let mut runs: AllRuns = vec![(0..problems.len()).map(|_| Vec::new()).collect(); names.len()];
     if let Some(path) = &options.runs_file {
-        write_kept(path, &problems, &names, &runs);
+        let kept = read_kept(path);
+        for (s, name) in names.iter().enumerate() {
+            for (p, problem) in problems.iter().enumerate() {
+                if let Some(r) = kept.get(name).and_then(|k| k.get(&problem.name)) {
+                    runs[s][p] = r.iter().take(options.max_seeds as usize).cloned().collect();
+                }
+            }
+        }
     }
-    let seeds = runs
-        .iter()
-        .flatten()
-        .map(Vec::len)
-        .min()
-        .unwrap_or(0)
-        .max(seeds as usize);
+    runs
+}
+
+/// The first pair among the three leading strategies of `table` (by mean over all `problems`,
+/// refused ones left out) within twice the standard error of their difference.
+fn open_leaders(table: &Table, problems: usize) -> Option<(usize, usize)> {
+    let every: Vec<usize> = (0..problems).collect();
+    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+    let mut order: Vec<usize> = (0..means.len()).filter(|&s| !means[s].0.is_nan()).collect();
+    order.sort_by(|&a, &b| means[b].0.total_cmp(&means[a].0));
+    unsettled(&means, &order, 3)
+}
+
+/// Per strategy of `table`, the mean score over all `problems` and its standard error; and the
+/// strategies by that mean, best first, refused ones (NaN) last.
+fn ranked(table: &Table, problems: usize) -> (Vec<(f64, f64)>, Vec<usize>) {
+    let every: Vec<usize> = (0..problems).collect();
+    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
+    let mut order: Vec<usize> = (0..means.len()).collect();
+    order.sort_by(|&a, &b| match (means[a].0.is_nan(), means[b].0.is_nan()) {
+        (false, true) => std::cmp::Ordering::Less,
+        (true, false) => std::cmp::Ordering::Greater,
+        _ => means[b].0.total_cmp(&means[a].0),
+    });
+    (means, order)
+}
+
+/// The table of spaces: per problem, its size, failed configurations, optimum and median, the
+/// time range scored and how many random draws fit in it.
+fn spaces_table(problems: &[Problem]) -> String {
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "Scored with the methodology of Willemsen et al. (FGCS 2024) as its package computes it \
-         (port: `tunebox_tune::strategies::score`); budget fraction {}; tunebox's strategies {seeds} \
-         seeds{}.\n",
-        options.fraction,
-        kt_note
-            .as_deref()
-            .map(|n| format!("; {n}"))
-            .unwrap_or_default()
-    );
     let _ = writeln!(
         md,
         "| space | choices | failed | optimum ms | median ms | time range (simulated) | random draws by its end |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-    for p in &problems {
+    for p in problems {
         let failed = p.performance.iter().filter(|v| v.is_none()).count();
         let (t0, t1) = (p.range[0], p.range[p.range.len() - 1]);
         let _ = writeln!(
@@ -1177,173 +1646,16 @@ fn main_inner() -> Result<(), String> {
             t1 / p.stats.mean_cost_s()
         );
     }
-    let header: Vec<&str> = problems.iter().map(|p| p.name.as_str()).collect();
-    let _ = writeln!(md, "\n| strategy | score ± se | {} |", header.join(" | "));
-    let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(problems.len()));
-    let means: Vec<(f64, f64)> = table.iter().map(|c| mean_over(c, &every)).collect();
-    let mut order: Vec<usize> = (0..all_names.len()).collect();
-    order.sort_by(|&a, &b| match (means[a].0.is_nan(), means[b].0.is_nan()) {
-        (false, true) => std::cmp::Ordering::Less,
-        (true, false) => std::cmp::Ordering::Greater,
-        _ => means[b].0.total_cmp(&means[a].0),
-    });
-    for &s in &order {
-        let cells: Vec<String> = table[s]
-            .iter()
-            .map(|c| match c {
-                Ok(c) => format!("{:.3} ± {:.3}", c.score, c.se),
-                Err(_) => "refused".into(),
-            })
-            .collect();
-        let _ = writeln!(
-            md,
-            "| {} | **{:.3}** ± {:.3} | {} |",
-            all_names[s],
-            means[s].0,
-            means[s].1,
-            cells.join(" | ")
-        );
-    }
-    match &settled {
-        None => {
-            let _ = writeln!(
-                md,
-                "\nThe order of the three leading strategies is settled (each gap above twice its standard error)."
-            );
-        }
-        Some((a, b)) => {
-            let _ = writeln!(
-                md,
-                "\nNot settled: {a} and {b} are within twice the standard error of their difference \
-                 at {seeds} seeds (--max-seeds {}; Kernel Tuner's seeds are fixed by --kt-seeds).",
-                options.max_seeds
-            );
-        }
-    }
-    if let Some(line) = against_kt(&all_names, &means) {
-        let _ = writeln!(md, "\n{line}");
-    }
-    for (s, cells) in table.iter().enumerate() {
-        for (p, c) in cells.iter().enumerate() {
-            if let Err(e) = c {
-                let _ = writeln!(md, "- {} on {}: {e}", all_names[s], problems[p].name);
-            }
-        }
-    }
-    md.push_str(&sparse_note(&problems, &all_names, &runs, &kt_all));
-    let measured: Vec<String> = names
-        .iter()
-        .zip(&cost)
-        .filter(|(_, (secs, steps))| *secs > 0.0 && *steps > 0)
-        .map(|(n, (secs, steps))| format!("{n} {:.2} ms/step", secs * 1000.0 / *steps as f64))
-        .collect();
-    if !measured.is_empty() {
-        let _ = writeln!(
-            md,
-            "\nOwn cost (wall time of the runs simulated now over their steps, {} threads on this \
-             machine): {}.",
-            options.jobs,
-            measured.join(", ")
-        );
-    }
-    if options.loo {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        let tables: Vec<(f64, Table)> = if options.loo_fractions.is_empty() {
-            vec![(options.fraction, table.clone())]
-        } else {
-            options
-                .loo_fractions
-                .iter()
-                .map(|&f| {
-                    let ranges: Vec<Vec<f64>> = problems
-                        .iter()
-                        .map(|p| range_at(p.span, f, Settings::default().resolution))
-                        .collect();
-                    (f, score_all_in(&problems, &combined, options.jobs, &ranges))
-                })
-                .collect()
-        };
-        md.push_str(&loo(
-            &problems,
-            &all_names,
-            &tables,
-            |p| p.device.clone(),
-            "GPU",
-            &options.choose,
-        ));
-        md.push_str(&loo(
-            &problems,
-            &all_names,
-            &tables,
-            |p| p.kernel.clone(),
-            "kernel",
-            &options.choose,
-        ));
-        md.push_str(&pick_on_all(
-            &all_names,
-            &tables,
-            &options.choose,
-            problems.len(),
-        ));
-        md.push_str(&default_per_space(&problems, &all_names, &tables));
-    }
-    if options.package {
-        let mut combined = runs.clone();
-        combined.extend(kt_all.iter().cloned());
-        match options
-            .kt_python
-            .as_ref()
-            .ok_or("no Python with the package (target/kernel-tuner-venv or $KT_VENV)".to_owned())
-            .and_then(|py| package_scores(&problems, &all_names, &combined, py))
-        {
-            Ok(package) => {
-                let mut worst: f64 = 0.0;
-                let _ = writeln!(
-                    md,
-                    "\nThe package on the same traces (3 bagging draws) against the port:\n"
-                );
-                let _ = writeln!(
-                    md,
-                    "| strategy | space | package | port |\n|---|---|---:|---:|"
-                );
-                for &s in &order {
-                    for (p, problem) in problems.iter().enumerate() {
-                        if let (Some(theirs), Ok(ours)) = (
-                            package.get(&(problem.name.clone(), all_names[s].clone())),
-                            &table[s][p],
-                        ) {
-                            worst = worst.max((theirs - ours.score).abs());
-                            let _ = writeln!(
-                                md,
-                                "| {} | {} | {theirs:.3} | {:.3} |",
-                                all_names[s], problem.name, ours.score
-                            );
-                        }
-                    }
-                }
-                let _ = writeln!(md, "\nLargest difference: {worst:.4}.");
-            }
-            Err(e) => eprintln!("strategies: --package: {e}"),
-        }
-    }
-    let _ = writeln!(
-        md,
-        "\n({:.0} s on this machine)",
-        started.elapsed().as_secs_f64()
-    );
-    print!("{md}");
-    if let Some(path) = &options.markdown {
-        std::fs::write(path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    let mut combined = runs;
-    combined.extend(kt_all);
-    let svg = svg(&problems, &all_names, &combined);
-    if let Some(dir) = options.svg.parent() {
+    md
+}
+
+/// Writes the figure `svg` to `path`, making its folder.
+fn write_svg(path: &Path, svg: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    std::fs::write(&options.svg, svg).map_err(|e| format!("{}: {e}", options.svg.display()))?;
-    eprintln!("strategies: wrote {}", options.svg.display());
+    std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("strategies: wrote {}", path.display());
     Ok(())
 }
 
@@ -1367,91 +1679,174 @@ fn color(names: &[String], s: usize) -> &'static str {
     palette[k % palette.len()]
 }
 
+/// Plots per row of the figure.
+const PLOT_COLS: usize = 3;
+/// A plot's width and height, px.
+const PLOT_W: f64 = 360.0;
+const PLOT_H: f64 = 260.0;
+/// Room left of (and below) a plot's frame for its labels, px.
+const PLOT_PAD: f64 = 50.0;
+/// The standardised performance at the bottom and the top of a plot's frame.
+const PLOT_LO: f64 = -1.0;
+const PLOT_HI: f64 = 1.0;
+
+/// The dash pattern of `name`'s line: dotted for Kernel Tuner's strategies, solid for tunebox's.
+fn dash(name: &str) -> &'static str {
+    if name.starts_with("kt:") {
+        r#"stroke-dasharray="2 2""#
+    } else {
+        ""
+    }
+}
+
 /// Per space, each strategy's standardised performance over the time range (the methodology's
 /// curve: 0 is random search, 1 the optimum), tunebox's solid, Kernel Tuner's dotted.
 fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
-    let (cols, w, h, pad) = (3, 360.0, 260.0, 50.0);
-    let rows = problems.len().div_ceil(cols);
-    let width = cols as f64 * w;
-    let height = rows as f64 * h + 30.0 + names.len().div_ceil(LEGEND_ROW) as f64 * 18.0;
+    let rows = problems.len().div_ceil(PLOT_COLS);
+    let width = PLOT_COLS as f64 * PLOT_W;
+    let height = rows as f64 * PLOT_H + 30.0 + names.len().div_ceil(LEGEND_ROW) as f64 * 18.0;
     let mut out = String::new();
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let (lo, hi) = (-1.0, 1.0);
     for (p, problem) in problems.iter().enumerate() {
-        let (ox, oy) = ((p % cols) as f64 * w, (p / cols) as f64 * h);
+        let plot = Plot::new(p, problem);
+        plot.frame(&mut out, &problem.name);
+        plot.curves(&mut out, problem, names, runs, p);
+    }
+    legend(&mut out, names, rows as f64 * PLOT_H + 20.0);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// One space's plot: where it sits in the figure and the times it is drawn at.
+struct Plot {
+    /// Its top-left corner, px.
+    ox: f64,
+    oy: f64,
+    /// Every tenth time of the space's range, s.
+    ts: Vec<f64>,
+    /// The first and last of `ts`, s.
+    x0: f64,
+    x1: f64,
+}
+
+impl Plot {
+    /// The plot of `problem`, the `p`th in the figure.
+    fn new(p: usize, problem: &Problem) -> Plot {
+        let (ox, oy) = (
+            (p % PLOT_COLS) as f64 * PLOT_W,
+            (p / PLOT_COLS) as f64 * PLOT_H,
+        );
         let ts: Vec<f64> = problem.range.iter().step_by(10).copied().collect();
-        let baseline = problem.stats.baseline(&ts);
         let (x0, x1) = (ts[0], ts[ts.len() - 1]);
-        let px = |t: f64| ox + pad + (t - x0) / (x1 - x0) * (w - pad - 15.0);
-        let py =
-            |v: f64| oy + 30.0 + (1.0 - ((v - lo) / (hi - lo)).clamp(0.0, 1.0)) * (h - pad - 40.0);
+        Plot { ox, oy, ts, x0, x1 }
+    }
+
+    /// The x coordinate of the time `t` (s), px.
+    fn px(&self, t: f64) -> f64 {
+        self.ox + PLOT_PAD + (t - self.x0) / (self.x1 - self.x0) * (PLOT_W - PLOT_PAD - 15.0)
+    }
+
+    /// The y coordinate of the standardised performance `v`, clamped to the frame, px.
+    fn py(&self, v: f64) -> f64 {
+        self.oy
+            + 30.0
+            + (1.0 - ((v - PLOT_LO) / (PLOT_HI - PLOT_LO)).clamp(0.0, 1.0))
+                * (PLOT_H - PLOT_PAD - 40.0)
+    }
+
+    /// A polyline through `values` (one per time of `ts`) in `color` with the dash attribute
+    /// `dash`.
+    fn line(&self, values: &[f64], color: &str, dash: &str) -> String {
+        let points: Vec<String> = self
+            .ts
+            .iter()
+            .zip(values)
+            .map(|(&t, &v)| format!("{:.1},{:.1}", self.px(t), self.py(v)))
+            .collect();
+        format!(
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" {dash} points="{}"/>"#,
+            points.join(" ")
+        )
+    }
+
+    /// The plot's title `name`, frame, axis labels and random search's line (0), to `out`.
+    fn frame(&self, out: &mut String, name: &str) {
+        let (ox, oy) = (self.ox, self.oy);
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}" font-weight="bold">{}</text>"#,
-            ox + pad,
+            ox + PLOT_PAD,
             oy + 20.0,
-            problem.name
+            name
         );
         let _ = writeln!(
             out,
             r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="black"/>"#,
-            ox + pad,
+            ox + PLOT_PAD,
             oy + 30.0,
-            w - pad - 15.0,
-            h - pad - 40.0
+            PLOT_W - PLOT_PAD - 15.0,
+            PLOT_H - PLOT_PAD - 40.0
         );
         for v in [-1.0, 0.0, 1.0] {
             let _ = writeln!(
                 out,
                 r#"<text x="{}" y="{}" text-anchor="end">{v:.0}</text>"#,
-                ox + pad - 3.0,
-                py(v) + 4.0
+                ox + PLOT_PAD - 3.0,
+                self.py(v) + 4.0
             );
         }
         let _ = writeln!(
             out,
             r#"<text x="{}" y="{}">{:.0} s</text><text x="{}" y="{}" text-anchor="end">{:.0} s</text>"#,
-            px(x0),
-            oy + h - 12.0,
-            x0,
-            px(x1),
-            oy + h - 12.0,
-            x1
+            self.px(self.x0),
+            oy + PLOT_H - 12.0,
+            self.x0,
+            self.px(self.x1),
+            oy + PLOT_H - 12.0,
+            self.x1
         );
-        let line = |values: &[f64], color: &str, dash: &str| {
-            let points: Vec<String> = ts
-                .iter()
-                .zip(values)
-                .map(|(&t, &v)| format!("{:.1},{:.1}", px(t), py(v)))
-                .collect();
-            format!(
-                r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" {dash} points="{}"/>"#,
-                points.join(" ")
-            )
-        };
         let _ = writeln!(
             out,
             "{}",
-            line(&vec![0.0; ts.len()], "black", r#"stroke-dasharray="4 3""#)
+            self.line(
+                &vec![0.0; self.ts.len()],
+                "black",
+                r#"stroke-dasharray="4 3""#
+            )
         );
+    }
+
+    /// Each strategy's standardised performance curve on `problem` (the `p`th of `runs`), to
+    /// `out`; none for a strategy the methodology refuses there.
+    fn curves(
+        &self,
+        out: &mut String,
+        problem: &Problem,
+        names: &[String],
+        runs: &AllRuns,
+        p: usize,
+    ) {
+        let baseline = problem.stats.baseline(&self.ts);
         for (s, per) in runs.iter().enumerate() {
-            let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &ts, 0) else {
+            let Ok(curve) = score::strategy_curve(&problem.stats, &per[p], &self.ts, 0) else {
                 continue;
             };
             let perf = score::standardised(&problem.stats, &baseline, &curve);
-            let dash = if names[s].starts_with("kt:") {
-                r#"stroke-dasharray="2 2""#
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "{}", line(&perf, color(names, s), dash));
+            let _ = writeln!(
+                out,
+                "{}",
+                self.line(&perf, color(names, s), dash(&names[s]))
+            );
         }
     }
-    let ly = rows as f64 * h + 20.0;
+}
+
+/// The legend at the height `ly` (px): random search's line, then each strategy's, to `out`.
+fn legend(out: &mut String, names: &[String], ly: f64) {
     let _ = writeln!(
         out,
         r#"<line x1="10" y1="{ly}" x2="30" y2="{ly}" stroke="black" stroke-dasharray="4 3"/><text x="34" y="{}">random (0)</text>"#,
@@ -1460,11 +1855,7 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
     for (s, name) in names.iter().enumerate() {
         let x = 150.0 + (s % LEGEND_ROW) as f64 * 150.0;
         let y = ly + (s / LEGEND_ROW) as f64 * 18.0;
-        let dash = if name.starts_with("kt:") {
-            r#"stroke-dasharray="2 2""#
-        } else {
-            ""
-        };
+        let dash = dash(name);
         let _ = writeln!(
             out,
             r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2" {dash}/><text x="{}" y="{}">{name}</text>"#,
@@ -1474,6 +1865,4 @@ fn svg(problems: &[Problem], names: &[String], runs: &AllRuns) -> String {
             y + 4.0
         );
     }
-    out.push_str("</svg>\n");
-    out
 }
