@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use tunebox_process::{Output, ProcessError, TuningProcess};
 use tunebox_protocol::{
-    BenchmarkRequest, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar, SharedBuffer,
-    TensorSpec, TimingConfig, checksum,
+    BenchmarkRequest, BenchmarkResult, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar,
+    SharedBuffer, TensorSpec, TimingConfig, checksum,
 };
 
 use crate::floors::BIG;
@@ -312,7 +312,7 @@ void spin(int64_t ns) {\n\
 }\n";
 
 /// The spin kernel for 100 µs, timed as triton's do_bench with 500 reps and no cache flush.
-pub(crate) fn spin_request() -> BenchmarkRequest {
+fn spin_request() -> BenchmarkRequest {
     let mut request = BenchmarkRequest::new(Kernel::C({
         let mut kernel = CKernel::new(SPIN_SOURCE, "spin")
             .source_name("spin.c")
@@ -332,6 +332,17 @@ pub(crate) fn spin_request() -> BenchmarkRequest {
     request
 }
 
+/// The spin kernel ([`spin_request`]) on `process`.
+///
+/// # Errors
+///
+/// The kernel does not compile or run.
+pub(crate) fn run_spin(process: &mut TuningProcess) -> Result<BenchmarkResult> {
+    process
+        .benchmark(spin_request(), LONG)
+        .context("the 100 µs spin kernel (is a C compiler installed?)")
+}
+
 /// CPU timing overhead: median reported for a kernel that spins exactly 100 µs, minus 100 µs.
 ///
 /// # Errors
@@ -343,9 +354,7 @@ pub(crate) fn cpu_timing_overhead(setup: &Setup) -> Result<Figure> {
     let mut process = warm_process(setup)?;
     let mut reps = 0;
     let samples = collect(1, n, || {
-        let result = process
-            .benchmark(spin_request(), LONG)
-            .context("the 100 µs spin kernel (is a C compiler installed?)")?;
+        let result = run_spin(&mut process)?;
         reps = result.stats.reps;
         Ok((result.stats.median_ms - 0.1) * 1e3)
     })?;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tunebox_process::{ProcessConfig, Sandbox, TuningProcess};
 
-use crate::process_figs::spin_request;
+use crate::process_figs::run_spin;
 use crate::report::{Figure, Kind, Unit};
 use crate::setup::{LONG, Setup, ms, trivial};
 use crate::stats::collect;
@@ -90,9 +90,7 @@ fn spin_pairs(setup: &Setup) -> Result<(Vec<f64>, Vec<f64>)> {
 /// The 100 µs spin kernel's median in one fresh worker started with `config`, µs.
 fn spin_median_us(config: ProcessConfig) -> Result<f64> {
     let mut process = TuningProcess::spawn(config).context("spawn")?;
-    let result = process
-        .benchmark(spin_request(), LONG)
-        .context("the 100 µs spin kernel (is a C compiler installed?)")?;
+    let result = run_spin(&mut process)?;
     process
         .shutdown(Duration::from_secs(1))
         .context("shutdown")?;
