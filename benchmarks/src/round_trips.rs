@@ -276,7 +276,8 @@ fn ping_figure(placement: Placement, ping: Summary, floor: Summary) -> Figure {
     }
 }
 
-/// The pool API's submit + wait (measured with free placement only): a target, 2× the floor.
+/// The pool API's submit + wait of `placement` (only measured when free): a target, 2× the
+/// floor.
 fn pool_figure(placement: Placement, pool: Summary, floor: Summary) -> Figure {
     Figure::new(
         "ping_pool",
