@@ -523,11 +523,9 @@ fn fresh_buffer_figure(
     process: &mut TuningProcess,
     source: &[u8],
 ) -> Result<Figure> {
-    eprintln!(
-        "bench: 256 MiB round trip, fresh SharedBuffer each time ({})",
-        setup.n(5, 2)
-    );
-    let fresh = collect(1, setup.n(5, 2), || {
+    let n = setup.n(5, 2);
+    eprintln!("bench: 256 MiB round trip, fresh SharedBuffer each time ({n})");
+    let fresh = collect(1, n, || {
         let start = Instant::now();
         let buffer = SharedBuffer::from_slice(source).context("a shared buffer")?;
         process
