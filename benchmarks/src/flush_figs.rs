@@ -24,11 +24,20 @@ pub(crate) fn flush_costs(setup: &Setup) -> Result<Vec<Figure>> {
     let mut tensors: Vec<Vec<u8>> = (0..TENSORS)
         .map(|t| vec![t as u8 + 1; TENSOR_BYTES])
         .collect();
-    let mut figures = Vec::new();
+    let evict_samples = evict_samples(&mut tensors, n)?;
+    let evict_summary = Summary::of(&evict_samples)?;
+    let read_samples = read_samples(&tensors, n)?;
+    let read_summary = Summary::of(&read_samples)?;
+    let mut figures = tensor_figures(&evict_samples, evict_summary, &read_samples, read_summary);
+    figures.extend(llc_figures(setup, evict_summary)?);
+    Ok(figures)
+}
 
-    // Evicting the tensors' lines, after a "kernel" wrote them (dirty lines are written back).
-    let evict_samples = collect(3, n, || {
-        for tensor in &mut tensors {
+/// `n` times (after 3 warmups): dirty every line of `tensors` as a kernel writing them would,
+/// then time evicting them (dirty lines are written back), ms.
+fn evict_samples(tensors: &mut [Vec<u8>], n: usize) -> Result<Vec<f64>> {
+    collect(3, n, || {
+        for tensor in tensors.iter_mut() {
             tensor
                 .iter_mut()
                 .step_by(64)
@@ -37,23 +46,34 @@ pub(crate) fn flush_costs(setup: &Setup) -> Result<Vec<Figure>> {
         let start = Instant::now();
         tensors.iter().for_each(|t| evict(t));
         Ok(ms(start.elapsed()))
-    })?;
-    let evict_summary = Summary::of(&evict_samples)?;
-    // Reading the same tensors once, from memory (evicted first): what a cold kernel pays.
-    let read_samples = collect(3, n, || {
+    })
+}
+
+/// `n` times (after 3 warmups): evict `tensors`, then time reading them once from memory (what
+/// a cold kernel pays), ms.
+fn read_samples(tensors: &[Vec<u8>], n: usize) -> Result<Vec<f64>> {
+    collect(3, n, || {
         tensors.iter().for_each(|t| evict(t));
         let start = Instant::now();
         let mut sum = 0u64;
-        for tensor in &tensors {
+        for tensor in tensors {
             for chunk in tensor.chunks_exact(8) {
                 sum = sum.wrapping_add(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")));
             }
         }
         black_box(sum);
         Ok(ms(start.elapsed()))
-    })?;
-    let read_summary = Summary::of(&read_samples)?;
-    figures.push(
+    })
+}
+
+/// The tensor eviction (the default flush, noted as a multiple of the read) and the read itself.
+fn tensor_figures(
+    evict_samples: &[f64],
+    evict_summary: Summary,
+    read_samples: &[f64],
+    read_summary: Summary,
+) -> Vec<Figure> {
+    vec![
         Figure::new(
             "flush_tensors_3mib",
             "cache flush per rep: evict 3 MiB of tensors (default)",
@@ -66,9 +86,7 @@ pub(crate) fn flush_costs(setup: &Setup) -> Result<Vec<Figure>> {
             evict_summary.median / read_summary.median,
             read_summary.median
         ))
-        .samples(&evict_samples),
-    );
-    figures.push(
+        .samples(evict_samples),
         Figure::new(
             "read_tensors_3mib",
             "reading those 3 MiB once, from memory",
@@ -76,10 +94,14 @@ pub(crate) fn flush_costs(setup: &Setup) -> Result<Vec<Figure>> {
             Unit::Millis,
             read_summary,
         )
-        .samples(&read_samples),
-    );
+        .samples(read_samples),
+    ]
+}
 
-    // The last-level cache flush: this machine's (sysfs or TUNEBOX_LLC_BYTES), and a 32 MiB one.
+/// The last-level cache flush: this machine's (sysfs or TUNEBOX_LLC_BYTES), and a 32 MiB one;
+/// each noted as a multiple of the tensor eviction `evict_summary`.
+fn llc_figures(setup: &Setup, evict_summary: Summary) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
     for (key, name, mut flusher) in [
         (
             "flush_llc_this_machine",

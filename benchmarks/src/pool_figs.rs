@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tunebox_pool::{PoolConfig, PoolExecutor, Status, TuningProcessPool};
-use tunebox_protocol::DiagnosticTask;
+use tunebox_protocol::{BenchmarkRequest, DiagnosticTask};
 
 use crate::report::{Figure, Kind, ScalingRow, Target, Unit};
 use crate::setup::{LONG, Setup, diag, ms, trivial};
@@ -88,30 +88,8 @@ pub(crate) fn throughput(setup: &Setup) -> Result<Vec<Figure>> {
     // Voluntary context switches per task (calling thread, pool threads), summed over the runs.
     let mut executor_switches = (0.0, 0.0);
     let mut pool_switches = (0.0, 0.0);
-    let executor_run = |switches: &mut (f64, f64)| -> Result<f64> {
-        let before = voluntary_switches();
-        let start = Instant::now();
-        let handles = requests
-            .iter()
-            .map(|r| executor.submit(r.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
-        for handle in handles {
-            handle.wait()?;
-        }
-        let rate = tasks as f64 / start.elapsed().as_secs_f64();
-        count_switches(switches, before, tasks);
-        Ok(rate)
-    };
-    let pool_run = |switches: &mut (f64, f64)| -> Result<f64> {
-        let before = voluntary_switches();
-        let start = Instant::now();
-        for result in pool.benchmark(&requests) {
-            result?;
-        }
-        let rate = tasks as f64 / start.elapsed().as_secs_f64();
-        count_switches(switches, before, tasks);
-        Ok(rate)
-    };
+    let executor_run = |switches: &mut (f64, f64)| executor_rate(&executor, &requests, switches);
+    let pool_run = |switches: &mut (f64, f64)| pool_rate(&pool, &requests, switches);
     // One warmup run each.
     executor_run(&mut (0.0, 0.0))?;
     pool_run(&mut (0.0, 0.0))?;
@@ -121,37 +99,91 @@ pub(crate) fn throughput(setup: &Setup) -> Result<Vec<Figure>> {
         pool_rates.push(pool_run(&mut pool_switches).context("a TuningProcessPool run")?);
     }
 
-    let note = |switches: (f64, f64)| {
-        format!(
-            "{tasks} tasks per run, {runs} runs alternating with the other API; min is the \
-             slowest run; voluntary context switches per task: calling thread {:.2}, pool \
-             threads {:.2}",
-            switches.0 / runs as f64,
-            switches.1 / runs as f64
-        )
-    };
+    let note = |switches| throughput_note(tasks, runs, switches);
     Ok(vec![
-        Figure::from_samples(
+        throughput_figure(
             "throughput_executor",
             "throughput, 2 workers (PoolExecutor submit all + wait all)",
-            Kind::Target,
-            Unit::TasksPerSec,
             &executor_rates,
         )?
-        .target(Target::at_least(50_000.0, "issue 9"))
-        .anchors("Inductor-style 8.7k/s, TVM 6.6k/s, ProcessPoolExecutor 4.5k/s")
         .note(note(executor_switches)),
-        Figure::from_samples(
+        throughput_figure(
             "throughput_pool",
             "throughput, 2 workers (TuningProcessPool::benchmark)",
-            Kind::Target,
-            Unit::TasksPerSec,
             &pool_rates,
         )?
-        .target(Target::at_least(50_000.0, "issue 9"))
-        .anchors("Inductor-style 8.7k/s, TVM 6.6k/s, ProcessPoolExecutor 4.5k/s")
         .note(note(pool_switches)),
     ])
+}
+
+/// Submits every request to `executor`, then waits for all; returns the tasks per second and
+/// adds the voluntary context switches per task to `switches`.
+fn executor_rate(
+    executor: &PoolExecutor,
+    requests: &[BenchmarkRequest],
+    switches: &mut (f64, f64),
+) -> Result<f64> {
+    tasks_per_second(requests.len(), switches, || {
+        let handles = requests
+            .iter()
+            .map(|r| executor.submit(r.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for handle in handles {
+            handle.wait()?;
+        }
+        Ok(())
+    })
+}
+
+/// Runs every request through `TuningProcessPool::benchmark`; returns the tasks per second and
+/// adds the voluntary context switches per task to `switches`.
+fn pool_rate(
+    pool: &TuningProcessPool,
+    requests: &[BenchmarkRequest],
+    switches: &mut (f64, f64),
+) -> Result<f64> {
+    tasks_per_second(requests.len(), switches, || {
+        for result in pool.benchmark(requests) {
+            result?;
+        }
+        Ok(())
+    })
+}
+
+/// Times `run` of `tasks` tasks: returns the tasks per second, and adds the voluntary context
+/// switches per task during it to `switches`.
+fn tasks_per_second(
+    tasks: usize,
+    switches: &mut (f64, f64),
+    run: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let before = voluntary_switches();
+    let start = Instant::now();
+    run()?;
+    let rate = tasks as f64 / start.elapsed().as_secs_f64();
+    count_switches(switches, before, tasks);
+    Ok(rate)
+}
+
+/// The note of a throughput figure: its runs, and its context switches per task (`switches`,
+/// summed over the runs) on average.
+fn throughput_note(tasks: usize, runs: usize, switches: (f64, f64)) -> String {
+    format!(
+        "{tasks} tasks per run, {runs} runs alternating with the other API; min is the \
+         slowest run; voluntary context switches per task: calling thread {:.2}, pool \
+         threads {:.2}",
+        switches.0 / runs as f64,
+        switches.1 / runs as f64
+    )
+}
+
+/// A throughput figure of `rates` (tasks/s), with issue 9's target of 50,000 tasks/s.
+fn throughput_figure(key: &'static str, name: &str, rates: &[f64]) -> Result<Figure> {
+    Ok(
+        Figure::from_samples(key, name, Kind::Target, Unit::TasksPerSec, rates)?
+            .target(Target::at_least(50_000.0, "issue 9"))
+            .anchors("Inductor-style 8.7k/s, TVM 6.6k/s, ProcessPoolExecutor 4.5k/s"),
+    )
 }
 
 /// Adds the voluntary context switches per task since `before` to `total`.

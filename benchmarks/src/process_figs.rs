@@ -2,14 +2,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tunebox_process::{Output, ProcessError, TuningProcess};
 use tunebox_protocol::{
-    BenchmarkRequest, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar, SharedBuffer,
-    TensorSpec, TimingConfig, checksum,
+    BenchmarkRequest, BenchmarkResult, CKernel, DType, DiagnosticTask, Init, Kernel, Scalar,
+    SharedBuffer, TensorSpec, TimingConfig, checksum,
 };
 
 use crate::floors::BIG;
@@ -212,54 +212,76 @@ pub(crate) fn orphan_cleanup(setup: &Setup) -> Result<Figure> {
     let limit = Duration::from_secs(2);
     let mut survivors = Vec::new();
     let samples = collect(1, n, || {
-        let mut launcher = Command::new(&exe)
-            .arg("launch-busy")
-            .arg(&setup.worker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting the launcher")?;
-        let stdout = launcher.stdout.take().context("the launcher's stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .context("reading the worker's pid")?;
-        let worker: u32 = line
-            .trim()
-            .parse()
-            .with_context(|| format!("the launcher printed {line:?}, not a pid"))?;
+        let (mut launcher, worker) = launch_busy(&exe, &setup.worker)?;
         // Let the worker take its task.
         std::thread::sleep(Duration::from_millis(10));
-        let launcher_pid = libc::pid_t::try_from(launcher.id()).context("pid out of range")?;
-        let start = Instant::now();
-        // SAFETY: kill(2) with a pid of our own child, which is not reaped yet.
-        if unsafe { libc::kill(launcher_pid, libc::SIGKILL) } != 0 {
-            bail!("kill: {}", std::io::Error::last_os_error());
-        }
-        // Poll every 20 µs: fine enough for a 50 ms target, without taking a CPU from the
-        // processes that are exiting.
-        while !is_dead(worker) && start.elapsed() < limit {
-            std::thread::sleep(Duration::from_micros(20));
-        }
-        let elapsed = start.elapsed();
+        let elapsed = kill_and_watch(&launcher, worker, limit)?;
         launcher.wait().context("reaping the launcher")?;
         if !is_dead(worker) {
             survivors.push(worker);
-            // Not ours to reap, but ours to stop.
-            if let Ok(pid) = libc::pid_t::try_from(worker) {
-                // SAFETY: kill(2) of the worker our launcher started; it is still alive.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+            kill_survivor(worker);
         }
         Ok(ms(elapsed))
     })?;
+    orphan_figure(&samples, &survivors)
+}
+
+/// Starts this binary in `launch-busy` mode with `worker`; returns the launcher and the pid of
+/// the worker it started, read from its stdout.
+fn launch_busy(exe: &Path, worker: &Path) -> Result<(Child, u32)> {
+    let mut launcher = Command::new(exe)
+        .arg("launch-busy")
+        .arg(worker)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the launcher")?;
+    let stdout = launcher.stdout.take().context("the launcher's stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("reading the worker's pid")?;
+    let worker: u32 = line
+        .trim()
+        .parse()
+        .with_context(|| format!("the launcher printed {line:?}, not a pid"))?;
+    Ok((launcher, worker))
+}
+
+/// SIGKILLs `launcher`, then waits until `worker` is dead or `limit` has passed; returns the
+/// time since the kill.
+fn kill_and_watch(launcher: &Child, worker: u32, limit: Duration) -> Result<Duration> {
+    let launcher_pid = libc::pid_t::try_from(launcher.id()).context("pid out of range")?;
+    let start = Instant::now();
+    // SAFETY: kill(2) with a pid of our own child, which is not reaped yet.
+    if unsafe { libc::kill(launcher_pid, libc::SIGKILL) } != 0 {
+        bail!("kill: {}", std::io::Error::last_os_error());
+    }
+    // Poll every 20 µs: fine enough for a 50 ms target, without taking a CPU from the
+    // processes that are exiting.
+    while !is_dead(worker) && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    Ok(start.elapsed())
+}
+
+/// SIGKILLs a worker that outlived its launcher: not ours to reap, but ours to stop.
+fn kill_survivor(worker: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(worker) {
+        // SAFETY: kill(2) of the worker our launcher started; it is still alive.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The orphan figure of `samples` (ms); its condition is that no worker is in `survivors`.
+fn orphan_figure(samples: &[f64], survivors: &[u32]) -> Result<Figure> {
     let none_survived = survivors.is_empty();
     let figure = Figure::from_samples(
         "orphan_cleanup",
         "orphan cleanup: launcher SIGKILLed → worker dead",
         Kind::Target,
         Unit::Millis,
-        &samples,
+        samples,
     )?
     .target(Target::at_most(50.0, "issue 9"))
     .condition("all dead within 2 s", none_survived)
@@ -290,7 +312,7 @@ void spin(int64_t ns) {\n\
 }\n";
 
 /// The spin kernel for 100 µs, timed as triton's do_bench with 500 reps and no cache flush.
-pub(crate) fn spin_request() -> BenchmarkRequest {
+fn spin_request() -> BenchmarkRequest {
     let mut request = BenchmarkRequest::new(Kernel::C({
         let mut kernel = CKernel::new(SPIN_SOURCE, "spin")
             .source_name("spin.c")
@@ -310,6 +332,17 @@ pub(crate) fn spin_request() -> BenchmarkRequest {
     request
 }
 
+/// The spin kernel ([`spin_request`]) on `process`.
+///
+/// # Errors
+///
+/// The kernel does not compile or run.
+pub(crate) fn run_spin(process: &mut TuningProcess) -> Result<BenchmarkResult> {
+    process
+        .benchmark(spin_request(), LONG)
+        .context("the 100 µs spin kernel (is a C compiler installed?)")
+}
+
 /// CPU timing overhead: median reported for a kernel that spins exactly 100 µs, minus 100 µs.
 ///
 /// # Errors
@@ -321,9 +354,7 @@ pub(crate) fn cpu_timing_overhead(setup: &Setup) -> Result<Figure> {
     let mut process = warm_process(setup)?;
     let mut reps = 0;
     let samples = collect(1, n, || {
-        let result = process
-            .benchmark(spin_request(), LONG)
-            .context("the 100 µs spin kernel (is a C compiler installed?)")?;
+        let result = run_spin(&mut process)?;
         reps = result.stats.reps;
         Ok((result.stats.median_ms - 0.1) * 1e3)
     })?;
@@ -352,91 +383,149 @@ pub(crate) fn big_transfers(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Res
     let mut process = warm_process(setup)?;
     let mut figures = Vec::new();
     for (len, label) in [(16 << 20, "16 MiB"), (BIG, "256 MiB")] {
-        let data = &source[..len];
+        let transfer = Transfer { len, label };
+        let (trips, handoffs) = transfer.reused_samples(&mut process, source, n)?;
+        figures.push(transfer.round_trip_figure(&trips, memcpy_ms)?);
+        figures.push(transfer.handoff_figure(&handoffs)?);
+    }
+    figures.push(fresh_buffer_figure(setup, &mut process, source)?);
+    Ok(figures)
+}
+
+/// One size of [`big_transfers`]: 16 MiB (context) or [`BIG`] (the targets).
+struct Transfer {
+    /// Bytes of the buffer.
+    len: usize,
+    /// The size for people, e.g. `16 MiB`.
+    label: &'static str,
+}
+
+impl Transfer {
+    /// Whether this is the 256 MiB size, whose figures are targets.
+    fn is_big(&self) -> bool {
+        self.len == BIG
+    }
+
+    /// `n` checksum round trips, then `n` handoffs, of the first `len` bytes of `source` in one
+    /// reused [`SharedBuffer`], ms.
+    fn reused_samples(
+        &self,
+        process: &mut TuningProcess,
+        source: &[u8],
+        n: usize,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let label = self.label;
+        let data = &source[..self.len];
         let expected = checksum(data);
         let buffer = SharedBuffer::from_slice(data).context("a shared buffer")?;
-        // `Checksum` reads the buffer in place; a trivial task carrying it is the handoff alone.
-        let mut round_trip = |buffer: &SharedBuffer| -> Result<f64> {
-            let start = Instant::now();
-            let result = process
-                .benchmark(request(DiagnosticTask::Checksum, buffer), LONG)
-                .context("checksum of a shared buffer")?;
-            let elapsed = ms(start.elapsed());
-            let bytes = &result.outputs.first().context("no checksum")?.bytes;
-            let sum = u64::from_ne_bytes(bytes[..8].try_into().context("a short checksum")?);
-            if sum != expected {
-                bail!("the worker read different bytes than were written");
-            }
-            Ok(elapsed)
-        };
         eprintln!("bench: {label} round trip, reused SharedBuffer ({n})");
-        let trips = collect(1, n, || round_trip(&buffer))?;
+        let trips = collect(1, n, || checksum_round_trip(process, &buffer, expected))?;
         eprintln!("bench: {label} handoff, reused SharedBuffer ({n})");
-        let handoffs = collect(1, n, || {
-            let start = Instant::now();
-            process
-                .benchmark(request(DiagnosticTask::Sleep { ms: 0 }, &buffer), LONG)
-                .context("handoff of a shared buffer")?;
-            Ok(ms(start.elapsed()))
-        })?;
-        let scale = len as f64 / BIG as f64;
-        let (trip_target, handoff_target) = if len == BIG {
-            (
-                Target::at_most(1.5 * memcpy_ms, "1.5× memcpy (issue 5)"),
-                Target::at_most(5.0, "issue 5"),
-            )
-        } else {
-            (
-                Target::at_most(1.5 * memcpy_ms * scale, "1.5× memcpy of 16 MiB (issue 5)"),
-                Target::at_most(5.0, "issue 5"),
-            )
-        };
-        figures.push(
-            Figure::from_samples(
-                if len == BIG {
-                    "big_roundtrip_reused"
-                } else {
-                    "mid_roundtrip_reused"
-                },
-                format!("{label} to worker and back (reused SharedBuffer, checksum back)"),
-                if len == BIG { Kind::Target } else { Kind::Info },
-                Unit::Millis,
-                &trips,
-            )?
-            .target(trip_target)
-            .anchors(if len == BIG {
-                "Inductor-style pipe 281 ms, TVM 765 ms"
-            } else {
-                ""
-            })
-            .note(format!(
-                "{label}: the handle crosses the socket, the worker reads every page in place \
-                 (DiagnosticTask::Checksum) and sends its checksum back; the buffer is reused"
-            )),
-        );
-        figures.push(
-            Figure::from_samples(
-                if len == BIG {
-                    "big_handoff_reused"
-                } else {
-                    "mid_handoff_reused"
-                },
-                format!("{label} handoff only (reused SharedBuffer)"),
-                if len == BIG { Kind::Target } else { Kind::Info },
-                Unit::Millis,
-                &handoffs,
-            )?
-            .target(handoff_target)
-            .note(format!(
-                "{label}: a trivial task carrying the buffer's handle, not reading it"
-            )),
-        );
+        let handoffs = collect(1, n, || handoff(process, &buffer))?;
+        Ok((trips, handoffs))
     }
-    eprintln!(
-        "bench: 256 MiB round trip, fresh SharedBuffer each time ({})",
-        setup.n(5, 2)
-    );
-    let fresh = collect(1, setup.n(5, 2), || {
+
+    /// The round trip's figure; its target is 1.5× the memcpy of as many bytes.
+    fn round_trip_figure(&self, trips: &[f64], memcpy_ms: f64) -> Result<Figure> {
+        let label = self.label;
+        let scale = self.len as f64 / BIG as f64;
+        let target = if self.is_big() {
+            Target::at_most(1.5 * memcpy_ms, "1.5× memcpy (issue 5)")
+        } else {
+            Target::at_most(1.5 * memcpy_ms * scale, "1.5× memcpy of 16 MiB (issue 5)")
+        };
+        Ok(Figure::from_samples(
+            if self.is_big() {
+                "big_roundtrip_reused"
+            } else {
+                "mid_roundtrip_reused"
+            },
+            format!("{label} to worker and back (reused SharedBuffer, checksum back)"),
+            self.kind(),
+            Unit::Millis,
+            trips,
+        )?
+        .target(target)
+        .anchors(if self.is_big() {
+            "Inductor-style pipe 281 ms, TVM 765 ms"
+        } else {
+            ""
+        })
+        .note(format!(
+            "{label}: the handle crosses the socket, the worker reads every page in place \
+             (DiagnosticTask::Checksum) and sends its checksum back; the buffer is reused"
+        )))
+    }
+
+    /// The handoff's figure; its target is 5 ms at either size.
+    fn handoff_figure(&self, handoffs: &[f64]) -> Result<Figure> {
+        let label = self.label;
+        Ok(Figure::from_samples(
+            if self.is_big() {
+                "big_handoff_reused"
+            } else {
+                "mid_handoff_reused"
+            },
+            format!("{label} handoff only (reused SharedBuffer)"),
+            self.kind(),
+            Unit::Millis,
+            handoffs,
+        )?
+        .target(Target::at_most(5.0, "issue 5"))
+        .note(format!(
+            "{label}: a trivial task carrying the buffer's handle, not reading it"
+        )))
+    }
+
+    /// Targets at 256 MiB, context at 16 MiB.
+    fn kind(&self) -> Kind {
+        if self.is_big() {
+            Kind::Target
+        } else {
+            Kind::Info
+        }
+    }
+}
+
+/// One `Checksum` request on `buffer` (the worker reads it in place), checked against
+/// `expected`, ms.
+fn checksum_round_trip(
+    process: &mut TuningProcess,
+    buffer: &SharedBuffer,
+    expected: u64,
+) -> Result<f64> {
+    let start = Instant::now();
+    let result = process
+        .benchmark(request(DiagnosticTask::Checksum, buffer), LONG)
+        .context("checksum of a shared buffer")?;
+    let elapsed = ms(start.elapsed());
+    let bytes = &result.outputs.first().context("no checksum")?.bytes;
+    let sum = u64::from_ne_bytes(bytes[..8].try_into().context("a short checksum")?);
+    if sum != expected {
+        bail!("the worker read different bytes than were written");
+    }
+    Ok(elapsed)
+}
+
+/// One trivial task carrying `buffer` without reading it: the handoff alone, ms.
+fn handoff(process: &mut TuningProcess, buffer: &SharedBuffer) -> Result<f64> {
+    let start = Instant::now();
+    process
+        .benchmark(request(DiagnosticTask::Sleep { ms: 0 }, buffer), LONG)
+        .context("handoff of a shared buffer")?;
+    Ok(ms(start.elapsed()))
+}
+
+/// The 256 MiB round trip with a fresh [`SharedBuffer`] made from `source` each time (context:
+/// why buffers are meant to be reused).
+fn fresh_buffer_figure(
+    setup: &Setup,
+    process: &mut TuningProcess,
+    source: &[u8],
+) -> Result<Figure> {
+    let n = setup.n(5, 2);
+    eprintln!("bench: 256 MiB round trip, fresh SharedBuffer each time ({n})");
+    let fresh = collect(1, n, || {
         let start = Instant::now();
         let buffer = SharedBuffer::from_slice(source).context("a shared buffer")?;
         process
@@ -444,21 +533,18 @@ pub(crate) fn big_transfers(setup: &Setup, source: &[u8], memcpy_ms: f64) -> Res
             .context("checksum of a fresh buffer")?;
         Ok(ms(start.elapsed()))
     })?;
-    figures.push(
-        Figure::from_samples(
-            "big_roundtrip_fresh",
-            "256 MiB round trip, fresh SharedBuffer each time",
-            Kind::Info,
-            Unit::Millis,
-            &fresh,
-        )?
-        .note(
-            "creating the region (a new memfd faulted in and filled) dominates: why buffers are \
-             meant to be reused"
-                .to_owned(),
-        ),
-    );
-    Ok(figures)
+    Ok(Figure::from_samples(
+        "big_roundtrip_fresh",
+        "256 MiB round trip, fresh SharedBuffer each time",
+        Kind::Info,
+        Unit::Millis,
+        &fresh,
+    )?
+    .note(
+        "creating the region (a new memfd faulted in and filled) dominates: why buffers are \
+         meant to be reused"
+            .to_owned(),
+    ))
 }
 
 /// A diagnostic task carrying `buffer` as a `u8` tensor initialized from it (not an output).

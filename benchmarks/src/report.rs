@@ -200,6 +200,89 @@ impl Figure {
         let condition = self.condition.as_ref().is_none_or(|(_, holds)| *holds);
         Some(target.met_by(self.summary.median) && condition)
     }
+
+    /// This figure's row of the table: name, median, p90, min (in its unit), target, met.
+    fn row(&self) -> [String; 6] {
+        let unit = self.unit.display();
+        let cell = |v: f64| format!("{} {unit}", number(v));
+        [
+            self.name.clone(),
+            cell(self.summary.median),
+            cell(self.summary.p90),
+            cell(self.summary.min),
+            self.target_cell(),
+            self.met_cell(),
+        ]
+    }
+
+    /// The table's target cell: `≤ limit unit (how it was set)`, `(floor)` for a floor without
+    /// target, `-` for another figure without one.
+    fn target_cell(&self) -> String {
+        match &self.target {
+            Some(t) => {
+                let op = if t.better == Better::Lower {
+                    "≤"
+                } else {
+                    "≥"
+                };
+                format!(
+                    "{op} {} {} ({})",
+                    number(t.limit),
+                    self.unit.display(),
+                    t.text
+                )
+            }
+            None if self.kind == Kind::Floor => "(floor)".into(),
+            None => "-".into(),
+        }
+    }
+
+    /// The table's met cell: `yes` or `NO`, with the condition and whether it holds; empty
+    /// without a target.
+    fn met_cell(&self) -> String {
+        let met = match self.met() {
+            Some(true) => "yes".into(),
+            Some(false) => "NO".into(),
+            None => String::new(),
+        };
+        match &self.condition {
+            Some((what, holds)) if self.met().is_some() => {
+                format!("{met} ({what}: {})", if *holds { "yes" } else { "no" })
+            }
+            _ => met,
+        }
+    }
+
+    /// This figure in `summary.json`: its statistics, unit, target, condition, note, anchors
+    /// and raw samples.
+    fn json(&self) -> Value {
+        json!({
+            "key": self.key,
+            "figure": self.name,
+            "kind": self.kind.as_str(),
+            "unit": self.unit.key(),
+            "median": self.summary.median,
+            "p90": self.summary.p90,
+            "min": self.summary.min,
+            "max": self.summary.max,
+            "mean": self.summary.mean,
+            "samples": self.summary.n,
+            "better": match self.target.as_ref().map(|t| t.better) {
+                Some(Better::Higher) => "higher",
+                Some(Better::Lower) => "lower",
+                None => "n/a",
+            },
+            "target": self.target.as_ref().map(|t| t.limit),
+            "target_text": self.target.as_ref().map(|t| t.text.clone()),
+            "condition": self.condition.as_ref().map(|(what, holds)| json!({
+                "what": what, "holds": holds,
+            })),
+            "met": self.met(),
+            "note": self.note,
+            "python_anchors": self.anchors,
+            "raw_samples": self.raw,
+        })
+    }
 }
 
 /// One cell of the scaling table: `candidates` trivial requests on `workers` warm workers.
@@ -215,6 +298,19 @@ impl ScalingRow {
     /// Median wall time per candidate, µs.
     pub(crate) fn us_per_candidate(&self) -> f64 {
         self.summary_ms.median * 1e3 / self.candidates as f64
+    }
+
+    /// This cell in `summary.json`: workers, candidates, statistics (ms), µs per candidate.
+    fn json(&self) -> Value {
+        json!({
+            "workers": self.workers,
+            "candidates": self.candidates,
+            "median_ms": self.summary_ms.median,
+            "p90_ms": self.summary_ms.p90,
+            "min_ms": self.summary_ms.min,
+            "samples": self.summary_ms.n,
+            "us_per_candidate": self.us_per_candidate(),
+        })
     }
 }
 
@@ -282,8 +378,20 @@ impl Report {
             .collect()
     }
 
-    /// The table printed at the end of a run.
+    /// The table printed at the end of a run: the figures, the scaling table (when measured),
+    /// then how many targets were met and the figures' notes.
     pub(crate) fn table(&self) -> String {
+        let mut out = render(&self.figure_rows());
+        if !self.scaling.is_empty() {
+            out.push('\n');
+            out.push_str(&render(&self.scaling_rows()));
+        }
+        out.push_str(&self.footer());
+        out
+    }
+
+    /// The rows of the figures' table: the header, then targets, context figures and floors.
+    fn figure_rows(&self) -> Vec<[String; 6]> {
         let mut rows = vec![[
             "figure".to_owned(),
             "tunebox median".to_owned(),
@@ -294,71 +402,45 @@ impl Report {
         ]];
         for kind in [Kind::Target, Kind::Info, Kind::Floor] {
             for figure in self.figures.iter().filter(|f| f.kind == kind) {
-                let unit = figure.unit.display();
-                let cell = |v: f64| format!("{} {unit}", number(v));
-                let target = match &figure.target {
-                    Some(t) => {
-                        let op = if t.better == Better::Lower {
-                            "≤"
-                        } else {
-                            "≥"
-                        };
-                        format!("{op} {} {unit} ({})", number(t.limit), t.text)
-                    }
-                    None if kind == Kind::Floor => "(floor)".into(),
-                    None => "-".into(),
-                };
-                let met = match figure.met() {
-                    Some(true) => "yes".into(),
-                    Some(false) => "NO".into(),
-                    None => String::new(),
-                };
-                let met = match &figure.condition {
-                    Some((what, holds)) if figure.met().is_some() => {
-                        format!("{met} ({what}: {})", if *holds { "yes" } else { "no" })
-                    }
-                    _ => met,
-                };
-                rows.push([
-                    figure.name.clone(),
-                    cell(figure.summary.median),
-                    cell(figure.summary.p90),
-                    cell(figure.summary.min),
-                    target,
-                    met,
-                ]);
+                rows.push(figure.row());
             }
         }
-        let mut out = render(&rows);
-        if !self.scaling.is_empty() {
-            out.push('\n');
-            let mut rows = vec![[
-                "scaling: candidates".to_owned(),
-                "workers".to_owned(),
-                "median".to_owned(),
-                "p90".to_owned(),
-                "min".to_owned(),
-                "per candidate".to_owned(),
-            ]];
-            for row in &self.scaling {
-                rows.push([
-                    row.candidates.to_string(),
-                    row.workers.to_string(),
-                    format!("{} ms", number(row.summary_ms.median)),
-                    format!("{} ms", number(row.summary_ms.p90)),
-                    format!("{} ms", number(row.summary_ms.min)),
-                    format!("{} µs", number(row.us_per_candidate())),
-                ]);
-            }
-            out.push_str(&render(&rows));
+        rows
+    }
+
+    /// The rows of the scaling table: the header, then one row per cell.
+    fn scaling_rows(&self) -> Vec<[String; 6]> {
+        let mut rows = vec![[
+            "scaling: candidates".to_owned(),
+            "workers".to_owned(),
+            "median".to_owned(),
+            "p90".to_owned(),
+            "min".to_owned(),
+            "per candidate".to_owned(),
+        ]];
+        for row in &self.scaling {
+            rows.push([
+                row.candidates.to_string(),
+                row.workers.to_string(),
+                format!("{} ms", number(row.summary_ms.median)),
+                format!("{} ms", number(row.summary_ms.p90)),
+                format!("{} ms", number(row.summary_ms.min)),
+                format!("{} µs", number(row.us_per_candidate())),
+            ]);
         }
+        rows
+    }
+
+    /// The lines under the tables: targets met, the run's mode and length, the notes.
+    fn footer(&self) -> String {
+        let mut out = String::new();
         let with_target: Vec<_> = self.figures.iter().filter_map(Figure::met).collect();
         let met = with_target.iter().filter(|m| **m).count();
         let _ = writeln!(
             out,
             "\n{met} of {} targets met ({} run, {:.1} s). Notes:",
             with_target.len(),
-            if self.quick { "quick" } else { "full" },
+            self.mode(),
             self.elapsed_s
         );
         for figure in self.figures.iter().filter(|f| !f.note.is_empty()) {
@@ -367,59 +449,19 @@ impl Report {
         out
     }
 
+    /// `quick` or `full`, as the table and the JSON name the run.
+    fn mode(&self) -> &'static str {
+        if self.quick { "quick" } else { "full" }
+    }
+
     /// `summary.json`: the machine, every figure (median, p90, min, unit, target, met) and the
     /// scaling table.
     pub(crate) fn json(&self) -> Value {
-        let figures: Vec<Value> = self
-            .figures
-            .iter()
-            .map(|f| {
-                json!({
-                    "key": f.key,
-                    "figure": f.name,
-                    "kind": f.kind.as_str(),
-                    "unit": f.unit.key(),
-                    "median": f.summary.median,
-                    "p90": f.summary.p90,
-                    "min": f.summary.min,
-                    "max": f.summary.max,
-                    "mean": f.summary.mean,
-                    "samples": f.summary.n,
-                    "better": match f.target.as_ref().map(|t| t.better) {
-                        Some(Better::Higher) => "higher",
-                        Some(Better::Lower) => "lower",
-                        None => "n/a",
-                    },
-                    "target": f.target.as_ref().map(|t| t.limit),
-                    "target_text": f.target.as_ref().map(|t| t.text.clone()),
-                    "condition": f.condition.as_ref().map(|(what, holds)| json!({
-                        "what": what, "holds": holds,
-                    })),
-                    "met": f.met(),
-                    "note": f.note,
-                    "python_anchors": f.anchors,
-                    "raw_samples": f.raw,
-                })
-            })
-            .collect();
-        let scaling: Vec<Value> = self
-            .scaling
-            .iter()
-            .map(|r| {
-                json!({
-                    "workers": r.workers,
-                    "candidates": r.candidates,
-                    "median_ms": r.summary_ms.median,
-                    "p90_ms": r.summary_ms.p90,
-                    "min_ms": r.summary_ms.min,
-                    "samples": r.summary_ms.n,
-                    "us_per_candidate": r.us_per_candidate(),
-                })
-            })
-            .collect();
+        let figures: Vec<Value> = self.figures.iter().map(Figure::json).collect();
+        let scaling: Vec<Value> = self.scaling.iter().map(ScalingRow::json).collect();
         json!({
             "tunebox_version": env!("CARGO_PKG_VERSION"),
-            "mode": if self.quick { "quick" } else { "full" },
+            "mode": self.mode(),
             "elapsed_s": self.elapsed_s,
             "machine": {
                 "cpu": self.machine.cpu,
@@ -520,6 +562,92 @@ mod tests {
         assert_eq!(figure["met"], true);
         assert_eq!(json["scaling"][0]["us_per_candidate"], 100.0);
         assert!(report.table().contains("1 of 1 targets met"));
+    }
+
+    /// A quick report of a floor, a context figure and two targets (one missing its condition),
+    /// listed out of the table's order.
+    fn mixed_report(scaling: Vec<ScalingRow>) -> Report {
+        Report {
+            machine: Machine {
+                cpu: "cpu".into(),
+                cores: 2,
+                kernel: "k".into(),
+            },
+            quick: true,
+            elapsed_s: 1.0,
+            figures: vec![
+                Figure::new("f", "a floor", Kind::Floor, Unit::Micros, summary(8.0)),
+                Figure::new(
+                    "i",
+                    "a context figure",
+                    Kind::Info,
+                    Unit::Millis,
+                    summary(4.0),
+                ),
+                Figure::new(
+                    "r",
+                    "a rate",
+                    Kind::Target,
+                    Unit::TasksPerSec,
+                    summary(60e3),
+                )
+                .target(Target::at_least(50e3, "issue 9"))
+                .note("a note"),
+                Figure::new("t", "a timeout", Kind::Target, Unit::Millis, summary(2.0))
+                    .target(Target::at_most(3.0, "issue 9"))
+                    .condition("reaped", false),
+            ],
+            scaling,
+        }
+    }
+
+    /// The cells of a table line (columns are separated by at least two spaces).
+    fn cells(line: &str) -> Vec<&str> {
+        line.split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn table_lists_targets_then_context_then_floors_with_their_cells() {
+        let table = mixed_report(Vec::new()).table();
+        let lines: Vec<&str> = table.lines().collect();
+        let header = ["figure", "tunebox median", "p90", "min", "target", "met?"];
+        assert_eq!(cells(lines[0]), header);
+        assert!(lines[1].chars().all(|c| c == '-'), "{table}");
+        let rows: Vec<Vec<&str>> = lines[2..6].iter().map(|l| cells(l)).collect();
+        let rate = ["a rate", "60000 tasks/s", "60000 tasks/s", "60000 tasks/s"];
+        assert_eq!(rows[0][..4], rate);
+        assert_eq!(rows[0][4..], ["≥ 50000 tasks/s (issue 9)", "yes"]);
+        assert_eq!(rows[1][0], "a timeout");
+        assert_eq!(rows[1][4..], ["≤ 3.000 ms (issue 9)", "NO (reaped: no)"]);
+        assert_eq!(rows[2][0], "a context figure");
+        assert_eq!(rows[2][4..], ["-"]);
+        assert_eq!(rows[3][0], "a floor");
+        assert_eq!(rows[3][4..], ["(floor)"]);
+        assert!(!table.contains("scaling"), "{table}");
+        let footer = "\n\n1 of 2 targets met (quick run, 1.0 s). Notes:\n- a rate: a note\n";
+        assert!(table.ends_with(footer), "{table}");
+    }
+
+    #[test]
+    fn table_shows_the_scaling_cells_per_candidate() {
+        let table = mixed_report(vec![ScalingRow {
+            workers: 2,
+            candidates: 10,
+            summary_ms: summary(1.0),
+        }])
+        .table();
+        let header = table
+            .lines()
+            .position(|l| l.starts_with("scaling: candidates"))
+            .expect("a scaling table");
+        let row = table.lines().nth(header + 2).unwrap_or_default();
+        assert_eq!(
+            cells(row),
+            ["10", "2", "1.000 ms", "1.000 ms", "1.000 ms", "100.0 µs"]
+        );
     }
 
     #[test]

@@ -171,20 +171,7 @@ fn interleave(contestants: &mut [Contestant], n: usize) -> Result<Vec<Vec<f64>>>
 
 /// Measures one placement: the floor and `TuningProcess::ping`, plus the pool API when free.
 fn measure(setup: &Setup, placement: Placement, n: usize) -> Result<Vec<Figure>> {
-    let child_cpu = placement.cpus().map(|(_, child)| child);
-    let mut contestants = vec![
-        Contestant::Floor(EchoChild::spawn(child_cpu)?),
-        Contestant::Process(Box::new(warm_process(setup)?)),
-    ];
-    if let (Some(cpu), Contestant::Process(process)) = (child_cpu, &contestants[1]) {
-        let pid = process.pid().context("the worker has no pid")?;
-        let pid = libc::pid_t::try_from(pid).context("pid out of range")?;
-        // The worker serves requests on its main thread, whose thread id is its pid.
-        affinity::set(pid, &affinity::only(cpu))?;
-    }
-    if placement == Placement::Free {
-        contestants.push(Contestant::Pool(executor(setup, 1)?));
-    }
+    let mut contestants = contestants(setup, placement)?;
     eprintln!(
         "bench: round trips{}: socketpair floor, TuningProcess::ping{} ({n} each, interleaved)",
         placement.label(),
@@ -205,30 +192,66 @@ fn measure(setup: &Setup, placement: Placement, n: usize) -> Result<Vec<Figure>>
     }
 
     let floor = Summary::of(&samples[0])?;
-    let ping = Summary::of(&samples[1])?;
-    let ratio = |s: &Summary| {
-        format!(
-            "{:.2}× the raw socketpair floor{} ({:.1} µs) measured alongside",
-            s.median / floor.median,
-            placement.label(),
-            floor.median
-        )
-    };
     let mut figures = vec![
-        Figure::new(
-            placement.key("floor_socketpair_rtt"),
-            format!("floor: raw socketpair round trip, 8 B{}", placement.label()),
-            Kind::Floor,
-            Unit::Micros,
-            floor,
-        )
-        .note(if placement == Placement::Free {
-            "UnixStream::pair() to a child echoing 8 B; unpinned, as tunebox's round trips: the \
-             reference of their targets"
-        } else {
-            ""
-        }),
+        floor_figure(placement, floor),
+        ping_figure(placement, Summary::of(&samples[1])?, floor),
     ];
+    if let Some(pool_samples) = samples.get(2) {
+        figures.push(pool_figure(placement, Summary::of(pool_samples)?, floor));
+    }
+    Ok(figures)
+}
+
+/// The contestants of `placement`: the echo child and a warm worker, pinned to the child's CPU
+/// when the placement pins, and a 1-worker `PoolExecutor` when free.
+fn contestants(setup: &Setup, placement: Placement) -> Result<Vec<Contestant>> {
+    let child_cpu = placement.cpus().map(|(_, child)| child);
+    let mut contestants = vec![
+        Contestant::Floor(EchoChild::spawn(child_cpu)?),
+        Contestant::Process(Box::new(warm_process(setup)?)),
+    ];
+    if let (Some(cpu), Contestant::Process(process)) = (child_cpu, &contestants[1]) {
+        let pid = process.pid().context("the worker has no pid")?;
+        let pid = libc::pid_t::try_from(pid).context("pid out of range")?;
+        // The worker serves requests on its main thread, whose thread id is its pid.
+        affinity::set(pid, &affinity::only(cpu))?;
+    }
+    if placement == Placement::Free {
+        contestants.push(Contestant::Pool(executor(setup, 1)?));
+    }
+    Ok(contestants)
+}
+
+/// The note of a round trip measured alongside `floor`: its median as a multiple of the floor's.
+fn ratio_to_floor(summary: &Summary, floor: &Summary, placement: Placement) -> String {
+    format!(
+        "{:.2}× the raw socketpair floor{} ({:.1} µs) measured alongside",
+        summary.median / floor.median,
+        placement.label(),
+        floor.median
+    )
+}
+
+/// The raw socketpair floor of `placement`.
+fn floor_figure(placement: Placement, floor: Summary) -> Figure {
+    Figure::new(
+        placement.key("floor_socketpair_rtt"),
+        format!("floor: raw socketpair round trip, 8 B{}", placement.label()),
+        Kind::Floor,
+        Unit::Micros,
+        floor,
+    )
+    .note(if placement == Placement::Free {
+        "UnixStream::pair() to a child echoing 8 B; unpinned, as tunebox's round trips: the \
+         reference of their targets"
+    } else {
+        ""
+    })
+}
+
+/// `TuningProcess::ping` of `placement`: a target (1.5× the floor) when free, context when
+/// pinned.
+fn ping_figure(placement: Placement, ping: Summary, floor: Summary) -> Figure {
     let ping_figure = Figure::new(
         placement.key("ping_process"),
         format!("ping round trip, TuningProcess{}", placement.label()),
@@ -240,8 +263,8 @@ fn measure(setup: &Setup, placement: Placement, n: usize) -> Result<Vec<Figure>>
         Unit::Micros,
         ping,
     )
-    .note(ratio(&ping));
-    figures.push(if placement == Placement::Free {
+    .note(ratio_to_floor(&ping, &floor, placement));
+    if placement == Placement::Free {
         ping_figure
             .target(Target::at_most(
                 1.5 * floor.median,
@@ -250,26 +273,25 @@ fn measure(setup: &Setup, placement: Placement, n: usize) -> Result<Vec<Figure>>
             .anchors("Inductor-style 51 µs, TVM 108 µs")
     } else {
         ping_figure
-    });
-    if let Some(pool_samples) = samples.get(2) {
-        let pool = Summary::of(pool_samples)?;
-        figures.push(
-            Figure::new(
-                "ping_pool",
-                "ping round trip, pool API (submit + wait)",
-                Kind::Target,
-                Unit::Micros,
-                pool,
-            )
-            .target(Target::at_most(
-                2.0 * floor.median,
-                "2× raw socketpair floor",
-            ))
-            .anchors("Inductor-style 139 µs, TVM 168 µs")
-            .note(ratio(&pool)),
-        );
     }
-    Ok(figures)
+}
+
+/// The pool API's submit + wait of `placement` (only measured when free): a target, 2× the
+/// floor.
+fn pool_figure(placement: Placement, pool: Summary, floor: Summary) -> Figure {
+    Figure::new(
+        "ping_pool",
+        "ping round trip, pool API (submit + wait)",
+        Kind::Target,
+        Unit::Micros,
+        pool,
+    )
+    .target(Target::at_most(
+        2.0 * floor.median,
+        "2× raw socketpair floor",
+    ))
+    .anchors("Inductor-style 139 µs, TVM 168 µs")
+    .note(ratio_to_floor(&pool, &floor, placement))
 }
 
 /// The round-trip figures: free placement (the targets), then pinned to one core and across two

@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use tunebox_process::{Sandbox, TuningProcess};
+use tunebox_process::{ProcessConfig, Sandbox, TuningProcess};
 
-use crate::process_figs::spin_request;
+use crate::process_figs::run_spin;
 use crate::report::{Figure, Kind, Unit};
 use crate::setup::{LONG, Setup, ms, trivial};
 use crate::stats::collect;
@@ -17,41 +17,8 @@ use crate::stats::collect;
 ///
 /// A worker fails to start or answer.
 pub(crate) fn sandbox_costs(setup: &Setup) -> Result<Vec<Figure>> {
-    let n = setup.n(50, 10);
-    eprintln!("bench: sandboxed cold start ({n})");
-    let sandboxed = || setup.config().sandbox(Some(Sandbox::new()));
-    let starts = collect(3, n, || {
-        let start = Instant::now();
-        let mut process = TuningProcess::spawn(sandboxed()).context("sandboxed spawn")?;
-        process
-            .benchmark(trivial(), LONG)
-            .context("first request")?;
-        let cold = start.elapsed();
-        process
-            .shutdown(Duration::from_secs(1))
-            .context("shutdown")?;
-        Ok(ms(cold))
-    })?;
-
-    let m = setup.n(10, 3);
-    eprintln!("bench: 100 µs spin kernel with and without the sandbox ({m} pairs)");
-    // Compiled into the cache by an ordinary worker first: a sandboxed one may only read it.
-    let spin = |config| -> Result<f64> {
-        let mut process = TuningProcess::spawn(config).context("spawn")?;
-        let result = process
-            .benchmark(spin_request(), LONG)
-            .context("the 100 µs spin kernel (is a C compiler installed?)")?;
-        process
-            .shutdown(Duration::from_secs(1))
-            .context("shutdown")?;
-        Ok(result.stats.median_ms * 1e3)
-    };
-    spin(setup.config())?;
-    let (mut plain, mut boxed) = (Vec::with_capacity(m), Vec::with_capacity(m));
-    for _ in 0..m {
-        plain.push(spin(setup.config())?);
-        boxed.push(spin(sandboxed())?);
-    }
+    let starts = sandboxed_cold_starts(setup)?;
+    let (plain, boxed) = spin_pairs(setup)?;
     let differences: Vec<f64> = boxed.iter().zip(&plain).map(|(b, p)| b - p).collect();
     Ok(vec![
         Figure::from_samples(
@@ -79,4 +46,53 @@ pub(crate) fn sandbox_costs(setup: &Setup) -> Result<Vec<Figure>> {
         )?
         .note("pairs alternate, each in a fresh worker; within the noise means no cost"),
     ])
+}
+
+/// How the sandboxed workers are started: the benchmark's config with the default sandbox.
+fn sandboxed(setup: &Setup) -> ProcessConfig {
+    setup.config().sandbox(Some(Sandbox::new()))
+}
+
+/// Cold starts of fresh sandboxed workers (spawn → first trivial result, then a clean
+/// shutdown), ms.
+fn sandboxed_cold_starts(setup: &Setup) -> Result<Vec<f64>> {
+    let n = setup.n(50, 10);
+    eprintln!("bench: sandboxed cold start ({n})");
+    collect(3, n, || {
+        let start = Instant::now();
+        let mut process = TuningProcess::spawn(sandboxed(setup)).context("sandboxed spawn")?;
+        process
+            .benchmark(trivial(), LONG)
+            .context("first request")?;
+        let cold = start.elapsed();
+        process
+            .shutdown(Duration::from_secs(1))
+            .context("shutdown")?;
+        Ok(ms(cold))
+    })
+}
+
+/// The spin kernel's median in fresh plain and sandboxed workers, alternating; returns
+/// `(plain, sandboxed)`, µs.
+fn spin_pairs(setup: &Setup) -> Result<(Vec<f64>, Vec<f64>)> {
+    let m = setup.n(10, 3);
+    eprintln!("bench: 100 µs spin kernel with and without the sandbox ({m} pairs)");
+    // Compiled into the cache by an ordinary worker first: a sandboxed one may only read it.
+    spin_median_us(setup.config())?;
+    let (mut plain, mut boxed) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    for _ in 0..m {
+        plain.push(spin_median_us(setup.config())?);
+        boxed.push(spin_median_us(sandboxed(setup))?);
+    }
+    Ok((plain, boxed))
+}
+
+/// The 100 µs spin kernel's median in one fresh worker started with `config`, µs.
+fn spin_median_us(config: ProcessConfig) -> Result<f64> {
+    let mut process = TuningProcess::spawn(config).context("spawn")?;
+    let result = run_spin(&mut process)?;
+    process
+        .shutdown(Duration::from_secs(1))
+        .context("shutdown")?;
+    Ok(result.stats.median_ms * 1e3)
 }
