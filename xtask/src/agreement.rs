@@ -37,7 +37,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use crate::busy::Hogs;
-use crate::{cargo, target_dir, workspace_root};
+use crate::{cargo, fresh_dir, target_dir, workspace_root};
 
 /// One run's `ok` results: choice label → time in ms (tunebox's estimate, Kernel Tuner's
 /// objective).
@@ -633,13 +633,6 @@ fn kt_times(path: &Path) -> Result<Medians, String> {
         .filter(|r| r["status"] == "ok")
         .filter_map(|r| Some((label(&r["choice"]), r["time_ms"].as_f64()?)))
         .collect())
-}
-
-/// A fresh, empty directory at `path`.
-fn fresh_dir(path: &Path) -> Result<std::path::PathBuf, String> {
-    let _ = std::fs::remove_dir_all(path);
-    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    Ok(path.to_path_buf())
 }
 
 /// The results of a JSON report (`tunebox tune --json`).

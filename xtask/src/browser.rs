@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::fresh_dir;
+
 /// How long one protocol command or page load may take.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -55,7 +57,8 @@ pub(crate) struct Browser {
 impl Browser {
     /// Starts `chromium` headless, with a fresh profile under `scratch`, and opens a page.
     pub(crate) fn start(chromium: &Path, scratch: &Path) -> Result<Browser, String> {
-        let profile = fresh_profile(scratch)?;
+        let profile = scratch.join(format!("chromium-profile-{}", std::process::id()));
+        let profile = fresh_dir(&profile)?;
         let mut child = spawn(chromium, &profile, scratch)?;
         let input = child.stdin.take().ok_or("no pipe to the browser")?;
         let from = child.stdout.take().ok_or("no pipe from the browser")?;
@@ -209,15 +212,6 @@ impl Drop for Browser {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
-}
-
-/// A fresh, empty browser profile under `scratch`, named for this process.
-fn fresh_profile(scratch: &Path) -> Result<PathBuf, String> {
-    let profile = scratch.join(format!("chromium-profile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile)
-        .map_err(|e| format!("cannot create {}: {e}", profile.display()))?;
-    Ok(profile)
 }
 
 /// Starts `chromium` headless with `profile`, speaking the DevTools protocol on the child's
