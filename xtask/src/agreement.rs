@@ -37,7 +37,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use crate::busy::Hogs;
-use crate::{cargo, target_dir, workspace_root};
+use crate::{cargo, fresh_dir, target_dir, workspace_root};
 
 /// One run's `ok` results: choice label → time in ms (tunebox's estimate, Kernel Tuner's
 /// objective).
@@ -60,15 +60,8 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &[][..]),
     };
-    let Options {
-        runs,
-        busy,
-        kt,
-        timing,
-        vs,
-        vs_bin,
-    } = Options::parse(own)?;
-    if let Some(bin) = &vs_bin
+    let options = Options::parse(own)?;
+    if let Some(bin) = &options.vs_bin
         && !bin.is_file()
     {
         return Err(format!("--vs-bin {}: no such file", bin.display()));
@@ -78,28 +71,17 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
     let tunebox = target_dir(&root).join("release").join("tunebox");
     let out = target_dir(&root).join("agreement");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let manifest = if timing.is_empty() {
+    let manifest = if options.timing.is_empty() {
         root.join("examples").join("matmul-cpu.toml")
     } else {
-        manifest_with_timing(&root, &out, &timing)?
+        manifest_with_timing(&root, &out, &options.timing)?
     };
-    let python = if kt { Some(kt_python(&root)?) } else { None };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let _hogs = if busy {
-        eprintln!("xtask: {} busy loops on {cores} cores", 2 * cores);
-        Some(Hogs::start(2 * cores)?)
+    let python = if options.kt {
+        Some(kt_python(&root)?)
     } else {
         None
     };
-    let tag = if busy { "busy" } else { "idle" };
-    let (mut ours, mut theirs, mut alt) = (Runs::default(), Runs::default(), Runs::default());
-    let vs_args: Option<Vec<String>> = (vs.is_some() || vs_bin.is_some()).then(|| {
-        tune_args
-            .iter()
-            .cloned()
-            .chain(vs.into_iter().flatten())
-            .collect()
-    });
+    let _hogs = busy_loops(options.busy)?;
     let kernels = out.join("kernel-cache");
     let tune = TuneRun {
         tunebox: &tunebox,
@@ -107,47 +89,115 @@ pub(crate) fn agreement(args: &[String]) -> Result<(), String> {
         root: &root,
         kernels: &kernels,
     };
-    let vs_tune = TuneRun {
-        tunebox: vs_bin.as_deref().unwrap_or(&tunebox),
-        ..tune
+    let vs = options.vs_run(&tune, tune_args);
+    let session = Session {
+        out: &out,
+        tag: if options.busy { "busy" } else { "idle" },
+        tune,
+        tune_args,
+        vs,
+        python,
     };
-    for run in 0..runs {
-        let base = |ours: &mut Runs| -> Result<(), String> {
-            let json_path = out.join(format!("run-{tag}-{run}.json"));
-            ours.record(run, "tunebox", tune.run(&json_path, tune_args)?);
-            Ok(())
-        };
-        match &vs_args {
-            None => base(&mut ours)?,
-            Some(args) => {
-                // Which goes first alternates: neither is always the one after Kernel Tuner.
-                let json_path = out.join(format!("run-{tag}-vs-{run}.json"));
-                if run % 2 == 0 {
-                    base(&mut ours)?;
-                }
-                alt.record(run, "tunebox --vs", vs_tune.run(&json_path, args)?);
-                if run % 2 == 1 {
-                    base(&mut ours)?;
-                }
+    let tallies = session.run_all(options.runs)?;
+    session.report(&tallies, &options)
+}
+
+/// With `busy`, 2 × `nproc` busy loops, running until dropped.
+fn busy_loops(busy: bool) -> Result<Option<Hogs>, String> {
+    if !busy {
+        return Ok(None);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!("xtask: {} busy loops on {cores} cores", 2 * cores);
+    Ok(Some(Hogs::start(2 * cores)?))
+}
+
+/// The runs of each tool.
+#[derive(Default)]
+struct Tallies {
+    /// tunebox's runs with TUNE_ARGS.
+    ours: Runs,
+    /// Kernel Tuner's runs.
+    theirs: Runs,
+    /// The `--vs` runs.
+    alt: Runs,
+}
+
+/// One `cargo xtask agreement`: what each tool runs, and where the reports go.
+struct Session<'a> {
+    out: &'a Path,
+    /// `idle` or `busy`, in the reports' names.
+    tag: &'static str,
+    tune: TuneRun<'a>,
+    tune_args: &'a [String],
+    /// `--vs`, `--vs-bin`: the other tunebox run and its arguments.
+    vs: Option<(TuneRun<'a>, Vec<String>)>,
+    /// Kernel Tuner's Python, unless `--no-kt`.
+    python: Option<PathBuf>,
+}
+
+impl Session<'_> {
+    /// Every tool's `runs` runs, in turn.
+    fn run_all(&self, runs: usize) -> Result<Tallies, String> {
+        let mut tallies = Tallies::default();
+        for run in 0..runs {
+            self.tunebox_runs(run, &mut tallies)?;
+            if let Some(python) = &self.python {
+                let kt_path = self.out.join(format!("kt-{}-{run}.json", self.tag));
+                let outcome = kt_run(python, self.tune.root, &kt_path, run)?;
+                tallies.theirs.record(run, "Kernel Tuner", outcome);
             }
         }
-        if let Some(python) = &python {
-            let kt_path = out.join(format!("kt-{tag}-{run}.json"));
-            theirs.record(run, "Kernel Tuner", kt_run(python, &root, &kt_path, run)?);
+        Ok(tallies)
+    }
+
+    /// Run `run` of tunebox, and of the `--vs` tunebox when there is one.
+    fn tunebox_runs(&self, run: usize, tallies: &mut Tallies) -> Result<(), String> {
+        let Some((vs_tune, args)) = &self.vs else {
+            return self.base_run(run, &mut tallies.ours);
+        };
+        // Which goes first alternates: neither is always the one after Kernel Tuner.
+        let json_path = self.out.join(format!("run-{}-vs-{run}.json", self.tag));
+        if run.is_multiple_of(2) {
+            self.base_run(run, &mut tallies.ours)?;
         }
+        tallies
+            .alt
+            .record(run, "tunebox --vs", vs_tune.run(&json_path, args)?);
+        if !run.is_multiple_of(2) {
+            self.base_run(run, &mut tallies.ours)?;
+        }
+        Ok(())
     }
-    let described: Vec<String> = tune_args
-        .iter()
-        .cloned()
-        .chain(timing.iter().map(|(k, v)| format!("timing.{k} = {v}")))
-        .collect();
-    let mut summary = summarize(&ours, &theirs, busy, &described)?;
-    if let Some(args) = &vs_args {
-        println!();
-        println!("--vs: {} {}", vs_tune.tunebox.display(), args.join(" "));
-        summary["vs"] = summarize(&alt, &theirs, busy, args)?;
+
+    /// Run `run` of tunebox with TUNE_ARGS, kept in `ours`.
+    fn base_run(&self, run: usize, ours: &mut Runs) -> Result<(), String> {
+        let json_path = self.out.join(format!("run-{}-{run}.json", self.tag));
+        ours.record(run, "tunebox", self.tune.run(&json_path, self.tune_args)?);
+        Ok(())
     }
-    write_summary(&out, busy, &summary)
+
+    /// Prints the summary of the runs (and of the `--vs` runs after it) and writes it.
+    fn report(&self, tallies: &Tallies, options: &Options) -> Result<(), String> {
+        let described: Vec<String> = self
+            .tune_args
+            .iter()
+            .cloned()
+            .chain(
+                options
+                    .timing
+                    .iter()
+                    .map(|(k, v)| format!("timing.{k} = {v}")),
+            )
+            .collect();
+        let mut summary = summarize(&tallies.ours, &tallies.theirs, options.busy, &described)?;
+        if let Some((vs_tune, args)) = &self.vs {
+            println!();
+            println!("--vs: {} {}", vs_tune.tunebox.display(), args.join(" "));
+            summary["vs"] = summarize(&tallies.alt, &tallies.theirs, options.busy, args)?;
+        }
+        write_summary(self.out, options.busy, &summary)
+    }
 }
 
 /// Writes `summary` to `out/summary.json` (`summary-busy.json` for a busy run).
@@ -208,6 +258,28 @@ impl Options {
             }
         }
         Ok(options)
+    }
+
+    /// The `--vs` run, when `--vs` or `--vs-bin` asks for one: `tune` with `--vs-bin`'s
+    /// tunebox, and TUNE_ARGS followed by `--vs`'s arguments.
+    fn vs_run<'a>(
+        &'a self,
+        tune: &TuneRun<'a>,
+        tune_args: &[String],
+    ) -> Option<(TuneRun<'a>, Vec<String>)> {
+        if self.vs.is_none() && self.vs_bin.is_none() {
+            return None;
+        }
+        let args = tune_args
+            .iter()
+            .cloned()
+            .chain(self.vs.iter().flatten().cloned())
+            .collect();
+        let tune = TuneRun {
+            tunebox: self.vs_bin.as_deref().unwrap_or(tune.tunebox),
+            ..*tune
+        };
+        Some((tune, args))
     }
 }
 
@@ -373,93 +445,135 @@ fn summarize(
     busy: bool,
     tune_args: &[String],
 ) -> Result<Value, String> {
-    let (rho, regret) = pairwise(&ours.medians)?;
-    let (kt_rho, kt_regret) = if theirs.medians.len() >= 2 {
-        pairwise(&theirs.medians)?
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let row = |name: &str, ours: [f64; 3], theirs: [f64; 3], scale: f64, unit: &str| {
-        let f = |v: [f64; 3]| {
-            if v[0].is_nan() {
-                "-".to_owned()
-            } else {
-                format!(
-                    "{:.3}{unit} / {:.3}{unit} / {:.3}{unit}",
-                    v[0] * scale,
-                    v[1] * scale,
-                    v[2] * scale
-                )
-            }
+    let figures = Figures::of(ours, theirs)?;
+    figures.print_table(ours, theirs, busy);
+    figures.print_targets(ours, theirs, busy);
+    Ok(figures.json(ours, theirs, busy, tune_args))
+}
+
+/// The pairwise figures of tunebox's runs and of Kernel Tuner's (none for fewer than 2 runs).
+struct Figures {
+    rho: Vec<f64>,
+    regret: Vec<f64>,
+    kt_rho: Vec<f64>,
+    kt_regret: Vec<f64>,
+}
+
+impl Figures {
+    /// The figures of `ours` (tunebox's runs) and `theirs` (Kernel Tuner's).
+    fn of(ours: &Runs, theirs: &Runs) -> Result<Figures, String> {
+        let (rho, regret) = pairwise(&ours.medians)?;
+        let (kt_rho, kt_regret) = if theirs.medians.len() >= 2 {
+            pairwise(&theirs.medians)?
+        } else {
+            (Vec::new(), Vec::new())
         };
-        println!("{name:<28} {:<34} {}", f(ours), f(theirs));
-    };
-    let machine = if busy {
-        "busy (2 x nproc loops)"
-    } else {
-        "idle"
-    };
-    println!(
-        "{} runs each, {machine}; min / median / max over pairs of runs",
-        ours.medians.len()
-    );
-    println!("{:<28} {:<34} Kernel Tuner 1.5", "", "tunebox");
-    row("Spearman", spread(&rho), spread(&kt_rho), 1.0, "");
-    row(
-        "top-1 regret",
-        spread(&regret),
-        spread(&kt_regret),
-        100.0,
-        " %",
-    );
-    row(
-        "wall time",
-        spread(&ours.walls),
-        spread(&theirs.walls),
-        1.0,
-        " s",
-    );
-    let (max_regret, min_rho) = if busy { (0.03, 0.9) } else { (0.01, 0.95) };
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    let worst_regret = spread(&regret)[2];
-    let worst_rho = spread(&rho)[0];
-    println!(
-        "target: top-1 regret <= {:.0} %: {} ({:.2} %); Spearman >= {min_rho}: {} ({worst_rho:.3})",
-        max_regret * 100.0,
-        verdict(worst_regret <= max_regret),
-        worst_regret * 100.0,
-        verdict(worst_rho >= min_rho)
-    );
-    if busy {
+        Ok(Figures {
+            rho,
+            regret,
+            kt_rho,
+            kt_regret,
+        })
+    }
+
+    /// Prints min / median / max of each figure and of the wall times, a column per tool.
+    fn print_table(&self, ours: &Runs, theirs: &Runs, busy: bool) {
+        let machine = if busy {
+            "busy (2 x nproc loops)"
+        } else {
+            "idle"
+        };
         println!(
-            "target: every busy run warns: {} ({} of {})",
-            verdict(ours.warned == ours.medians.len()),
-            ours.warned,
+            "{} runs each, {machine}; min / median / max over pairs of runs",
             ours.medians.len()
         );
-    } else if !theirs.walls.is_empty() {
-        let (a, b) = (spread(&ours.walls)[1], spread(&theirs.walls)[1]);
-        println!(
-            "target: wall time <= Kernel Tuner's: {} (median {a:.1} s against {b:.1} s)",
-            verdict(a <= b)
-        );
+        println!("{:<28} {:<34} Kernel Tuner 1.5", "", "tunebox");
+        print_row("Spearman", &self.rho, &self.kt_rho, 1.0, "");
+        print_row("top-1 regret", &self.regret, &self.kt_regret, 100.0, " %");
+        print_row("wall time", &ours.walls, &theirs.walls, 1.0, " s");
     }
-    if !kt_rho.is_empty() {
+
+    /// Prints the verdicts of issue 23's targets (regret and Spearman; busy: every run warned;
+    /// idle: wall time against Kernel Tuner's), and of tunebox against Kernel Tuner.
+    fn print_targets(&self, ours: &Runs, theirs: &Runs, busy: bool) {
+        let (max_regret, min_rho) = if busy { (0.03, 0.9) } else { (0.01, 0.95) };
+        let worst_regret = spread(&self.regret)[2];
+        let worst_rho = spread(&self.rho)[0];
         println!(
-            "tunebox better than Kernel Tuner: Spearman {}, regret {}",
-            verdict(worst_rho >= spread(&kt_rho)[0]),
-            verdict(worst_regret <= spread(&kt_regret)[2])
+            "target: top-1 regret <= {:.0} %: {} ({:.2} %); Spearman >= {min_rho}: {} ({worst_rho:.3})",
+            max_regret * 100.0,
+            verdict(worst_regret <= max_regret),
+            worst_regret * 100.0,
+            verdict(worst_rho >= min_rho)
         );
+        if busy {
+            println!(
+                "target: every busy run warns: {} ({} of {})",
+                verdict(ours.warned == ours.medians.len()),
+                ours.warned,
+                ours.medians.len()
+            );
+        } else if !theirs.walls.is_empty() {
+            let (a, b) = (spread(&ours.walls)[1], spread(&theirs.walls)[1]);
+            println!(
+                "target: wall time <= Kernel Tuner's: {} (median {a:.1} s against {b:.1} s)",
+                verdict(a <= b)
+            );
+        }
+        if !self.kt_rho.is_empty() {
+            println!(
+                "tunebox better than Kernel Tuner: Spearman {}, regret {}",
+                verdict(worst_rho >= spread(&self.kt_rho)[0]),
+                verdict(worst_regret <= spread(&self.kt_regret)[2])
+            );
+        }
     }
-    Ok(json!({
-        "runs": ours.medians.len(),
-        "busy": busy,
-        "tune_args": tune_args,
-        "tunebox": {
-            "spearman": rho, "top1_regret": regret, "wall_s": ours.walls, "warned": ours.warned,
-        },
-        "kernel_tuner": { "spearman": kt_rho, "top1_regret": kt_regret, "wall_s": theirs.walls },
-    }))
+
+    /// The summary: the runs' settings, and every figure of each tool.
+    fn json(&self, ours: &Runs, theirs: &Runs, busy: bool, tune_args: &[String]) -> Value {
+        json!({
+            "runs": ours.medians.len(),
+            "busy": busy,
+            "tune_args": tune_args,
+            "tunebox": {
+                "spearman": self.rho, "top1_regret": self.regret, "wall_s": ours.walls,
+                "warned": ours.warned,
+            },
+            "kernel_tuner": {
+                "spearman": self.kt_rho, "top1_regret": self.kt_regret, "wall_s": theirs.walls,
+            },
+        })
+    }
+}
+
+/// Prints a row of the table: `name`, then min / median / max of `ours` and of `theirs`, each
+/// value times `scale` and followed by `unit`.
+fn print_row(name: &str, ours: &[f64], theirs: &[f64], scale: f64, unit: &str) {
+    println!(
+        "{name:<28} {:<34} {}",
+        spread_text(ours, scale, unit),
+        spread_text(theirs, scale, unit)
+    );
+}
+
+/// `min / median / max` of `values`, each times `scale` and followed by `unit`; `-` for none.
+fn spread_text(values: &[f64], scale: f64, unit: &str) -> String {
+    let v = spread(values);
+    if v[0].is_nan() {
+        "-".to_owned()
+    } else {
+        format!(
+            "{:.3}{unit} / {:.3}{unit} / {:.3}{unit}",
+            v[0] * scale,
+            v[1] * scale,
+            v[2] * scale
+        )
+    }
+}
+
+/// A target's verdict: `met` or `MISSED`.
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
 }
 
 /// The Python of the Kernel Tuner virtualenv (`$KT_VENV`, else `target/kernel-tuner-venv`),
@@ -519,13 +633,6 @@ fn kt_times(path: &Path) -> Result<Medians, String> {
         .filter(|r| r["status"] == "ok")
         .filter_map(|r| Some((label(&r["choice"]), r["time_ms"].as_f64()?)))
         .collect())
-}
-
-/// A fresh, empty directory at `path`.
-fn fresh_dir(path: &Path) -> Result<std::path::PathBuf, String> {
-    let _ = std::fs::remove_dir_all(path);
-    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    Ok(path.to_path_buf())
 }
 
 /// The results of a JSON report (`tunebox tune --json`).

@@ -4,11 +4,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use crate::fresh_dir;
 
 /// How long one protocol command or page load may take.
 const WAIT: Duration = Duration::from_secs(60);
@@ -56,78 +58,40 @@ impl Browser {
     /// Starts `chromium` headless, with a fresh profile under `scratch`, and opens a page.
     pub(crate) fn start(chromium: &Path, scratch: &Path) -> Result<Browser, String> {
         let profile = scratch.join(format!("chromium-profile-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&profile);
-        std::fs::create_dir_all(&profile)
-            .map_err(|e| format!("cannot create {}: {e}", profile.display()))?;
-        let log = std::fs::File::create(scratch.join("chromium.log"))
-            .map_err(|e| format!("cannot create chromium.log: {e}"))?;
-        // The shell moves our pipes to fds 3 (the browser reads) and 4 (it writes).
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg("exec \"$0\" \"$@\" 3<&0 4>&1 0</dev/null 1>&2")
-            .arg(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-extensions",
-                "--hide-scrollbars",
-                "--mute-audio",
-                "--remote-debugging-pipe",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg("about:blank")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", chromium.display()))?;
+        let profile = fresh_dir(&profile)?;
+        let mut child = spawn(chromium, &profile, scratch)?;
         let input = child.stdin.take().ok_or("no pipe to the browser")?;
         let from = child.stdout.take().ok_or("no pipe from the browser")?;
-        let (send, output) = channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(from);
-            let mut message = Vec::new();
-            while reader.read_until(0, &mut message).is_ok_and(|n| n > 0) {
-                if message.last() == Some(&0) {
-                    message.pop();
-                }
-                if let Ok(value) = serde_json::from_slice::<Value>(&message)
-                    && send.send(value).is_err()
-                {
-                    return;
-                }
-                message.clear();
-            }
-        });
         let mut browser = Browser {
             child,
             input,
-            output,
+            output: read_messages(from),
             next_id: 0,
             session: String::new(),
             events: Vec::new(),
             profile,
         };
-        let target = browser.call("Target.createTarget", json!({ "url": "about:blank" }))?;
+        browser.attach()?;
+        Ok(browser)
+    }
+
+    /// Opens a page (a target), attaches to it, and enables the domains whose events the
+    /// checks read.
+    fn attach(&mut self) -> Result<(), String> {
+        let target = self.call("Target.createTarget", json!({ "url": "about:blank" }))?;
         let target = target["targetId"].as_str().ok_or("no targetId")?.to_owned();
-        let attached = browser.call(
+        let attached = self.call(
             "Target.attachToTarget",
             json!({ "targetId": target, "flatten": true }),
         )?;
-        browser.session = attached["sessionId"]
+        self.session = attached["sessionId"]
             .as_str()
             .ok_or("no sessionId")?
             .to_owned();
         for domain in ["Page", "Network", "Runtime", "Log"] {
-            browser.call(&format!("{domain}.enable"), json!({}))?;
+            self.call(&format!("{domain}.enable"), json!({}))?;
         }
-        Ok(browser)
+        Ok(())
     }
 
     /// Sends `method` (to the page once attached) and waits for its result.
@@ -248,6 +212,61 @@ impl Drop for Browser {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+/// Starts `chromium` headless with `profile`, speaking the DevTools protocol on the child's
+/// stdin and stdout, its stderr written to `scratch/chromium.log`.
+fn spawn(chromium: &Path, profile: &Path, scratch: &Path) -> Result<Child, String> {
+    let log = std::fs::File::create(scratch.join("chromium.log"))
+        .map_err(|e| format!("cannot create chromium.log: {e}"))?;
+    // The shell moves our pipes to fds 3 (the browser reads) and 4 (it writes).
+    Command::new("sh")
+        .arg("-c")
+        .arg("exec \"$0\" \"$@\" 3<&0 4>&1 0</dev/null 1>&2")
+        .arg(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--hide-scrollbars",
+            "--mute-audio",
+            "--remote-debugging-pipe",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("about:blank")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", chromium.display()))
+}
+
+/// The browser's messages (JSON, each ended by a NUL byte) read from `from` on a thread of their
+/// own, until the pipe closes or the receiver is dropped.
+fn read_messages(from: ChildStdout) -> Receiver<Value> {
+    let (send, output) = channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(from);
+        let mut message = Vec::new();
+        while reader.read_until(0, &mut message).is_ok_and(|n| n > 0) {
+            if message.last() == Some(&0) {
+                message.pop();
+            }
+            if let Ok(value) = serde_json::from_slice::<Value>(&message)
+                && send.send(value).is_err()
+            {
+                return;
+            }
+            message.clear();
+        }
+    });
+    output
 }
 
 /// Standard base64 (with padding) decoded.

@@ -377,100 +377,163 @@ fn child_modules(code: &str) -> Vec<String> {
 /// `text` with comments, string literals and char literals blanked out (newlines kept, so line
 /// numbers stay).
 fn strip(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    blank(&mut out, chars[i]);
-                    i += 1;
-                }
-            }
-        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&chars, i) {
-            // A raw string: r"…", r#"…"#.
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while chars.get(j) == Some(&'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if chars.get(j) != Some(&'"') {
-                out.push(c);
-                i += 1;
-                continue;
-            }
-            out.push_str("\"\"");
-            j += 1;
-            while j < chars.len() {
-                if chars[j] == '"' && (0..hashes).all(|h| chars.get(j + 1 + h) == Some(&'#')) {
-                    j += 1 + hashes;
-                    break;
-                }
-                blank(&mut out, chars[j]);
-                j += 1;
-            }
-            i = j;
-        } else if c == '"' {
-            out.push('"');
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\\' {
-                    blank(&mut out, chars[i]);
-                    i += 1;
-                }
-                if i < chars.len() {
-                    blank(&mut out, chars[i]);
-                }
-                i += 1;
-            }
-            out.push('"');
-            i += 1;
-        } else if c == '\'' {
-            // A char literal ('a', '\n', '\u{1F600}') or a lifetime ('a).
-            let close = if next == Some('\\') {
-                (i + 2..chars.len().min(i + 12)).find(|&j| chars[j] == '\'')
-            } else if chars.get(i + 2) == Some(&'\'') {
-                Some(i + 2)
-            } else {
-                None
-            };
-            match close {
-                Some(j) => {
-                    out.push_str("' '");
-                    i = j + 1;
-                }
-                None => {
-                    out.push(c);
-                    i += 1;
-                }
-            }
-        } else {
-            out.push(c);
-            i += 1;
-        }
+    let mut lexer = Stripper::new(text);
+    while lexer.i < lexer.chars.len() {
+        lexer.token();
     }
-    out
+    lexer.out
 }
 
+/// [`strip`]'s lexer: the text's characters, the position reached, and the text written so far.
+struct Stripper {
+    chars: Vec<char>,
+    i: usize,
+    out: String,
+}
+
+impl Stripper {
+    /// A lexer at the start of `text`.
+    fn new(text: &str) -> Stripper {
+        Stripper {
+            chars: text.chars().collect(),
+            i: 0,
+            out: String::with_capacity(text.len()),
+        }
+    }
+
+    /// The character at `j`, if the text goes that far.
+    fn at(&self, j: usize) -> Option<char> {
+        self.chars.get(j).copied()
+    }
+
+    /// Writes `c` blanked: a newline stays, anything else becomes a space.
+    fn blank(&mut self, c: char) {
+        self.out.push(if c == '\n' { '\n' } else { ' ' });
+    }
+
+    /// Reads the token at the position: a comment, a string, a char literal or a lifetime, or
+    /// one character of code.
+    fn token(&mut self) {
+        let c = self.chars[self.i];
+        let next = self.at(self.i + 1);
+        if c == '/' && next == Some('/') {
+            self.line_comment();
+        } else if c == '/' && next == Some('*') {
+            self.block_comment();
+        } else if c == 'r'
+            && (next == Some('"') || next == Some('#'))
+            && !ident_before(&self.chars, self.i)
+        {
+            self.raw_string();
+        } else if c == '"' {
+            self.string();
+        } else if c == '\'' {
+            self.char_or_lifetime();
+        } else {
+            self.code();
+        }
+    }
+
+    /// Copies one character of code.
+    fn code(&mut self) {
+        self.out.push(self.chars[self.i]);
+        self.i += 1;
+    }
+
+    /// Skips a `//` comment, up to (not including) its newline.
+    fn line_comment(&mut self) {
+        while self.i < self.chars.len() && self.chars[self.i] != '\n' {
+            self.i += 1;
+        }
+    }
+
+    /// Blanks a `/* … */` comment, nested ones included; its delimiters are dropped.
+    fn block_comment(&mut self) {
+        let mut depth = 0;
+        while self.i < self.chars.len() {
+            if self.chars[self.i] == '/' && self.at(self.i + 1) == Some('*') {
+                depth += 1;
+                self.i += 2;
+            } else if self.chars[self.i] == '*' && self.at(self.i + 1) == Some('/') {
+                depth -= 1;
+                self.i += 2;
+                if depth == 0 {
+                    break;
+                }
+            } else {
+                self.blank(self.chars[self.i]);
+                self.i += 1;
+            }
+        }
+    }
+
+    /// A raw string (`r"…"`, `r#"…"#`) written as `""` with its contents blanked; an `r` that
+    /// starts none (`r#ident`) is code.
+    fn raw_string(&mut self) {
+        let mut j = self.i + 1;
+        let mut hashes = 0;
+        while self.at(j) == Some('#') {
+            hashes += 1;
+            j += 1;
+        }
+        if self.at(j) != Some('"') {
+            self.code();
+            return;
+        }
+        self.out.push_str("\"\"");
+        j += 1;
+        while j < self.chars.len() {
+            if self.chars[j] == '"' && (0..hashes).all(|h| self.at(j + 1 + h) == Some('#')) {
+                j += 1 + hashes;
+                break;
+            }
+            self.blank(self.chars[j]);
+            j += 1;
+        }
+        self.i = j;
+    }
+
+    /// A string literal, its contents blanked (an escaped quote with them).
+    fn string(&mut self) {
+        self.out.push('"');
+        self.i += 1;
+        while self.i < self.chars.len() && self.chars[self.i] != '"' {
+            if self.chars[self.i] == '\\' {
+                self.blank(self.chars[self.i]);
+                self.i += 1;
+            }
+            if self.i < self.chars.len() {
+                self.blank(self.chars[self.i]);
+            }
+            self.i += 1;
+        }
+        self.out.push('"');
+        self.i += 1;
+    }
+
+    /// A char literal (`'a'`, `'\n'`, `'\u{1F600}'`), written `' '`, or a lifetime (`'a`),
+    /// which is code.
+    fn char_or_lifetime(&mut self) {
+        let i = self.i;
+        let close = if self.at(i + 1) == Some('\\') {
+            (i + 2..self.chars.len().min(i + 12)).find(|&j| self.chars[j] == '\'')
+        } else if self.at(i + 2) == Some('\'') {
+            Some(i + 2)
+        } else {
+            None
+        };
+        match close {
+            Some(j) => {
+                self.out.push_str("' '");
+                self.i = j + 1;
+            }
+            None => self.code(),
+        }
+    }
+}
+
+/// Whether the character before `i` belongs to an identifier (so an `r` there is no raw
+/// string's).
 fn ident_before(chars: &[char], i: usize) -> bool {
     i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
 }

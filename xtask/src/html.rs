@@ -311,44 +311,14 @@ pub(crate) fn html_bench(args: &[String]) -> Result<(), String> {
     let report = out.join(format!("report-{choices}.json"));
     let page = out.join(format!("report-{choices}.html"));
     cargo(&["build", "--release", "--quiet", "-p", "tunebox-cli"], &[])?;
-    let report_arg = report.to_string_lossy().into_owned();
-    let n = choices.to_string();
-    crate::example(
-        "synthetic_report",
-        &[],
-        &["--choices", &n, "--json", &report_arg],
-    )?;
+    synthetic_report(choices, &report)?;
     let tunebox = target_dir(&root).join("release").join("tunebox");
-    let mut writes = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        write_page(&tunebox, &root, &["report", &report_arg], &page)?;
-        writes.push(started.elapsed().as_secs_f64());
-    }
+    let mut writes = time_writes(&tunebox, &root, &report, &page)?;
     let bytes = std::fs::metadata(&page)
         .map_err(|e| format!("{}: {e}", page.display()))?
         .len();
     let url = file_url(&page)?;
-    let mut loads = Vec::new();
-    let mut drawn = Vec::new();
-    for _ in 0..3 {
-        let mut browser = Browser::start(&chromium, &out)?;
-        browser.viewport(1000, 900)?;
-        browser.open(&url)?;
-        let timing = browser.evaluate(
-            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
-               const n = performance.getEntriesByType('navigation')[0];
-               done({ load: n.loadEventEnd, drawn: performance.now() });
-             })))",
-        )?;
-        fetched_nothing(&mut browser, &url)?;
-        loads.push(timing["load"].as_f64().unwrap_or(f64::NAN) / 1000.0);
-        drawn.push(timing["drawn"].as_f64().unwrap_or(f64::NAN) / 1000.0);
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let (mut loads, mut drawn) = time_loads(&chromium, &out, &url)?;
     let report_bytes = std::fs::metadata(&report).map_or(0, |m| m.len());
     println!(
         "html-bench: {choices} choices ({:.1} MB of JSON report)\n\
@@ -363,4 +333,61 @@ pub(crate) fn html_bench(args: &[String]) -> Result<(), String> {
         median(&mut drawn),
     );
     Ok(())
+}
+
+/// Writes a synthetic JSON report of `choices` choices to `report` (the `synthetic_report`
+/// example of `tunebox-tune`, release).
+fn synthetic_report(choices: usize, report: &Path) -> Result<(), String> {
+    let report_arg = report.to_string_lossy().into_owned();
+    let n = choices.to_string();
+    crate::example(
+        "synthetic_report",
+        &[],
+        &["--choices", &n, "--json", &report_arg],
+    )
+}
+
+/// The wall times (s) of 3 runs of `tunebox report REPORT --html PAGE`.
+fn time_writes(
+    tunebox: &Path,
+    root: &Path,
+    report: &Path,
+    page: &Path,
+) -> Result<Vec<f64>, String> {
+    let report_arg = report.to_string_lossy();
+    let mut writes = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        write_page(tunebox, root, &["report", &report_arg], page)?;
+        writes.push(started.elapsed().as_secs_f64());
+    }
+    Ok(writes)
+}
+
+/// Opens `url` in 3 fresh browsers (profiles under `out`), checking that it fetched nothing:
+/// the times (s) from navigation to the load event, and to the first frames drawn after it.
+fn time_loads(chromium: &Path, out: &Path, url: &str) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let mut loads = Vec::new();
+    let mut drawn = Vec::new();
+    for _ in 0..3 {
+        let mut browser = Browser::start(chromium, out)?;
+        browser.viewport(1000, 900)?;
+        browser.open(url)?;
+        let timing = browser.evaluate(
+            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+               const n = performance.getEntriesByType('navigation')[0];
+               done({ load: n.loadEventEnd, drawn: performance.now() });
+             })))",
+        )?;
+        fetched_nothing(&mut browser, url)?;
+        loads.push(timing["load"].as_f64().unwrap_or(f64::NAN) / 1000.0);
+        drawn.push(timing["drawn"].as_f64().unwrap_or(f64::NAN) / 1000.0);
+    }
+    Ok((loads, drawn))
+}
+
+/// The median of `values` (the upper of the middle two for an even count), sorting them.
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }

@@ -6,6 +6,7 @@
 //! `tunebox tune examples/faults-cpu.toml --workers 2`, checks that every choice of the faults
 //! example gets its documented status, and stops the busy loops whatever happens.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -50,13 +51,27 @@ pub(crate) fn loaded_test(args: &[String]) -> Result<(), String> {
     cargo(test_args, &[])?;
     let tests_s = started.elapsed().as_secs_f64();
 
-    let out = target_dir(&root).join("loaded-test");
+    let (json, faults_s) = run_faults_example(&root)?;
+    drop(hogs);
+    check_fault_statuses(&json)?;
+    eprintln!(
+        "xtask: with {} busy loops: tests passed in {tests_s:.1} s; the faults example gave its \
+         12 documented statuses in {faults_s:.1} s",
+        2 * cores
+    );
+    Ok(())
+}
+
+/// Runs `tunebox tune examples/faults-cpu.toml --workers 2` (release) from an empty kernel
+/// cache: the path of its JSON report and its wall time (s).
+fn run_faults_example(root: &Path) -> Result<(PathBuf, f64), String> {
+    let out = target_dir(root).join("loaded-test");
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let json = out.join("faults.json");
     let kernels = out.join("kernel-cache");
     let _ = std::fs::remove_dir_all(&kernels);
     let started = Instant::now();
-    let status = Command::new(target_dir(&root).join("release").join("tunebox"))
+    let status = Command::new(target_dir(root).join("release").join("tunebox"))
         .args([
             "tune",
             "examples/faults-cpu.toml",
@@ -67,16 +82,21 @@ pub(crate) fn loaded_test(args: &[String]) -> Result<(), String> {
         .arg("--json")
         .arg(&json)
         .env("TUNEBOX_CACHE_DIR", &kernels)
-        .current_dir(&root)
+        .current_dir(root)
         .status()
         .map_err(|e| format!("cannot run tunebox: {e}"))?;
     let faults_s = started.elapsed().as_secs_f64();
-    drop(hogs);
     if !status.success() {
         return Err(format!("the faults example failed under load ({status})"));
     }
+    Ok((json, faults_s))
+}
+
+/// Checks that the faults example's report at `json` has its 12 results, each with the status
+/// [`FAULT_STATUSES`] documents for its `MODE`.
+fn check_fault_statuses(json: &Path) -> Result<(), String> {
     let mut wrong = Vec::new();
-    let results = report_results(&json)?;
+    let results = report_results(json)?;
     for result in &results {
         let mode = result["choice"]["MODE"].as_u64().unwrap_or(u64::MAX);
         let expected = FAULT_STATUSES.get(mode as usize).copied().unwrap_or("?");
@@ -96,10 +116,5 @@ pub(crate) fn loaded_test(args: &[String]) -> Result<(), String> {
             wrong.join("\n")
         ));
     }
-    eprintln!(
-        "xtask: with {} busy loops: tests passed in {tests_s:.1} s; the faults example gave its \
-         12 documented statuses in {faults_s:.1} s",
-        2 * cores
-    );
     Ok(())
 }

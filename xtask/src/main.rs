@@ -379,6 +379,14 @@ fn workspace_root() -> PathBuf {
     manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
 }
 
+/// A fresh, empty directory at `path` (what was there removed), for the agreement's kernel
+/// cache and the browser's profile.
+fn fresh_dir(path: &Path) -> Result<PathBuf, String> {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    Ok(path.to_path_buf())
+}
+
 /// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root, where the build
 /// runs) or `<root>/target`.
 fn target_dir(root: &Path) -> PathBuf {

@@ -64,18 +64,11 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // In a worker (this same executable, started by the pool) this serves tasks and exits.
     tunebox::run_if_worker(|| Registry::new().with_task(run));
 
-    let len: usize = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 1 << 18,
-        Some(Ok(len)) if len > 0 && len <= 1 << 22 => len,
-        Some(_) => {
-            eprintln!("usage: tunebox-example-rust-fns [LEN], 1 <= LEN <= 4194304");
-            return Ok(ExitCode::from(2));
-        }
+    let Some(len) = vector_len() else {
+        eprintln!("usage: tunebox-example-rust-fns [LEN], 1 <= LEN <= 4194304");
+        return Ok(ExitCode::from(2));
     };
-    // Small integers: every candidate that is right gets exactly this sum in f32.
-    let x: Vec<f32> = (0..len).map(|i| (1 + i % 3) as f32).collect();
-    let y: Vec<f32> = (0..len).map(|i| (1 + i % 2) as f32).collect();
-    let expected: f64 = x.iter().zip(&y).map(|(a, b)| f64::from(a * b)).sum();
+    let (x, y, expected) = vectors(len);
     // Both travel to the workers as shared memory.
     let (x, y) = (
         TensorSpec::from_values("x", &x)?,
@@ -94,6 +87,41 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .max_workers(2)
         .timeout(Duration::from_secs(3));
     let executor = PoolExecutor::new(config.clone())?;
+    let best = every_candidate(&executor, request, expected);
+    executor.shutdown(true);
+
+    // Inductor's face: one result per choice, in order; a failed choice times +inf.
+    let pool = TuningProcessPool::new(config)?;
+    by_unroll(&pool, request);
+
+    Ok(report_best(best))
+}
+
+/// The vectors' length: the first argument (1 to 2^22), else 2^18; `None` when it is not one.
+fn vector_len() -> Option<usize> {
+    match std::env::args().nth(1).map(|a| a.parse()) {
+        None => Some(1 << 18),
+        Some(Ok(len)) if len > 0 && len <= 1 << 22 => Some(len),
+        Some(_) => None,
+    }
+}
+
+/// The two vectors of `len` elements, and the dot product every right candidate computes.
+fn vectors(len: usize) -> (Vec<f32>, Vec<f32>, f64) {
+    // Small integers: every candidate that is right gets exactly this sum in f32.
+    let x: Vec<f32> = (0..len).map(|i| (1 + i % 3) as f32).collect();
+    let y: Vec<f32> = (0..len).map(|i| (1 + i % 2) as f32).collect();
+    let expected: f64 = x.iter().zip(&y).map(|(a, b)| f64::from(a * b)).sum();
+    (x, y, expected)
+}
+
+/// Runs every candidate on `executor` and prints a line for each (its median and status): the
+/// fastest one that computed `expected`, and its median in ms.
+fn every_candidate(
+    executor: &PoolExecutor,
+    request: impl Fn(&str, usize) -> TaskRequest<Dot>,
+    expected: f64,
+) -> Option<(String, f64)> {
     let candidates = [
         ("indexed", 1),
         ("iterator", 1),
@@ -110,17 +138,7 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut best: Option<(String, f64)> = None;
     for (&(function, unroll), result) in candidates.iter().zip(&results) {
         let name = format!("{function}/{unroll}");
-        let (median, status) = match result {
-            MapResult::Complete(t) if f64::from(t.value) != expected => (
-                t.stats.median_ms,
-                format!("wrong: {} != {expected}", t.value),
-            ),
-            MapResult::Complete(t) => (t.stats.median_ms, "ok".to_owned()),
-            other => (
-                f64::INFINITY,
-                format!("{:?}: {}", other.status(), first_line(other)),
-            ),
-        };
+        let (median, status) = outcome(result, expected);
         if status == "ok" && best.as_ref().is_none_or(|(_, ms)| median < *ms) {
             best = Some((name.clone(), median));
         }
@@ -131,10 +149,27 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         };
         println!("{name:<18} {median:>12}  {status}");
     }
-    executor.shutdown(true);
+    best
+}
 
-    // Inductor's face: one result per choice, in order; a failed choice times +inf.
-    let pool = TuningProcessPool::new(config)?;
+/// A candidate's median (ms; +inf when it has none) and status: `ok`, `wrong: …` when it did not
+/// compute `expected`, or how it failed.
+fn outcome(result: &MapResult<Timed>, expected: f64) -> (f64, String) {
+    match result {
+        MapResult::Complete(t) if f64::from(t.value) != expected => (
+            t.stats.median_ms,
+            format!("wrong: {} != {expected}", t.value),
+        ),
+        MapResult::Complete(t) => (t.stats.median_ms, "ok".to_owned()),
+        other => (
+            f64::INFINITY,
+            format!("{:?}: {}", other.status(), first_line(other)),
+        ),
+    }
+}
+
+/// Times the `accumulators` candidate at each unroll on `pool` and prints the medians (ms).
+fn by_unroll(pool: &TuningProcessPool, request: impl Fn(&str, usize) -> TaskRequest<Dot>) {
     let sweep = [1, 2, 4, 8, 16];
     let timings: Vec<f64> = pool
         .run_tasks(sweep.iter().map(|&u| request("accumulators", u)))
@@ -142,15 +177,18 @@ fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .map(|r| r.map_or(f64::INFINITY, |t| t.stats.median_ms))
         .collect();
     println!("accumulators by unroll {sweep:?}: {timings:.4?} ms");
+}
 
+/// Prints the best candidate: success, or failure when none was measured.
+fn report_best(best: Option<(String, f64)>) -> ExitCode {
     match best {
         Some((name, ms)) => {
             println!("best: {name} at {ms:.4} ms");
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         None => {
             println!("no candidate was measured");
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
     }
 }
