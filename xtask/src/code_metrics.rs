@@ -21,9 +21,11 @@
 //! code the workspace writes (rustfmt-formatted), not every program Rust accepts.
 //!
 //! `--max-fn N` fails when a function outside tests is longer than N lines, `--max-over-60 N`
-//! and `--max-over-100 N` when more than N functions are over 60 or 100 lines, and `--no-circles`
-//! fails on a module circle or an upward import between areas, for CI; `--all` lists every function over 60 lines (not only the
-//! 15 longest); `--edges CRATE` prints that crate's module graph;
+//! and `--max-over-100 N` when more than N functions are over 60 or 100 lines (all three count
+//! all the Rust code: the library crates, the xtask, the benchmarks and the examples), and
+//! `--no-circles` fails on a module circle or an upward import between areas, for CI; `--all`
+//! lists every function over 60 lines (not only the 15 longest); `--edges CRATE` prints that
+//! crate's module graph;
 //! `--root DIR` measures another checkout (e.g. a `git worktree` of an older commit).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -180,6 +182,12 @@ impl Scan {
     }
 
     /// Prints the figures (and the README's and `tunebox-tune`'s, read from `options.root`).
+    /// How many functions of all the Rust code (the library crates, the xtask, the benchmarks
+    /// and the examples) are over `lines` lines: what issue 35's limits count.
+    fn over_anywhere(&self, lines: usize) -> usize {
+        self.over(lines) + over(&self.elsewhere, lines)
+    }
+
     fn print(&self, options: &Options) -> Result<(), String> {
         println!("functions outside tests: {}", self.functions.len());
         println!(
@@ -231,21 +239,21 @@ impl Scan {
     /// Fails past the limits `options` sets, naming the first one passed.
     fn check(&self, options: &Options) -> Result<(), String> {
         if let Some(max) = options.max_fn
-            && self.over(max) > 0
+            && self.over_anywhere(max) > 0
         {
             return Err(format!(
                 "{} functions are longer than {max} lines",
-                self.over(max)
+                self.over_anywhere(max)
             ));
         }
         for (limit, lines) in [(options.max_over_60, 60), (options.max_over_100, 100)] {
             if let Some(limit) = limit
-                && self.over(lines) > limit
+                && self.over_anywhere(lines) > limit
             {
                 return Err(format!(
                     "{} functions are over {lines} lines, more than the {limit} allowed: split \
                      one (`cargo xtask code-metrics --all` lists them)",
-                    self.over(lines)
+                    self.over_anywhere(lines)
                 ));
             }
         }

@@ -8,7 +8,7 @@ use ipc_channel::ipc::{IpcReceiver, IpcSender};
 use ipc_channel::{IpcError, TryRecvError};
 use tunebox_bench::Backend;
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, MAX_SHARED_PAYLOADS, Probe, Request,
+    BenchError, BenchmarkRequest, BenchmarkResult, Leftover, MAX_SHARED_PAYLOADS, Probe, Request,
     RequestBody, Response, ResponseBody, StartedCell,
 };
 
@@ -68,37 +68,14 @@ pub(crate) fn serve_recording(
         let body = match Arc::unwrap_or_clone(request.body) {
             RequestBody::Ping => ResponseBody::Pong,
             RequestBody::Benchmark(mut benchmark) => {
-                // Everything the worker does for the request counts: mapping its inputs and the
-                // state checks around the call too, not only the backend's part.
-                let began = std::time::Instant::now();
-                let cpu_before = tunebox_bench::process_cpu_ms();
-                let threads_before = tunebox_bench::thread_count();
-                mappings.intern(&mut benchmark);
                 log::debug!(
                     "request {}: {} kernel",
                     request.id,
                     benchmark.kernel.backend()
                 );
-                let before = hygiene.before(&benchmark, true, checks_state(registry, &benchmark));
-                let mut result = dispatch(registry, &benchmark, |backend, request| {
-                    backend.benchmark(request)
-                });
-                left_behind = hygiene.after(before, &benchmark, result.as_ref().err());
-                if let Ok(result) = &mut result {
-                    let integrity = &mut result.integrity;
-                    // The worker's clock covers the whole request as the parent's does: mapping
-                    // the inputs, the tensors' teardown and the state checks too, not only the
-                    // backend's part (a backend's own figure is never longer).
-                    let whole_ms = began.elapsed().as_secs_f64() * 1e3;
-                    integrity.worker_ms = integrity.worker_ms.map(|ms| ms.max(whole_ms));
-                    integrity.worker_cpu_ms = cpu_before
-                        .zip(tunebox_bench::process_cpu_ms())
-                        .map(|(before, after)| (after - before).max(0.0));
-                    integrity.threads_started =
-                        threads_before.zip(tunebox_bench::thread_count()).and_then(
-                            |(before, after)| u32::try_from(after.saturating_sub(before)).ok(),
-                        );
-                }
+                let (result, leftovers) =
+                    benchmark_whole(registry, &mut mappings, &mut hygiene, &mut benchmark);
+                left_behind = leftovers;
                 ResponseBody::Benchmark(result)
             }
             RequestBody::Prepare(mut benchmark) => {
@@ -137,6 +114,44 @@ pub(crate) fn serve_recording(
             unsafe { libc::_exit(code) };
         }
     }
+}
+
+/// Runs a benchmark request as a whole: maps its inputs, checks the worker's state around the
+/// backend's run and fills what the worker itself measures of the request
+/// (`Integrity::worker_ms`, `worker_cpu_ms`, `threads_started`). Returns the result and what
+/// the request left behind.
+fn benchmark_whole(
+    registry: &mut Registry,
+    mappings: &mut Mappings,
+    hygiene: &mut Hygiene,
+    benchmark: &mut BenchmarkRequest,
+) -> (Result<BenchmarkResult, BenchError>, Vec<Leftover>) {
+    // Everything the worker does for the request counts: mapping its inputs and the state
+    // checks around the call too, not only the backend's part.
+    let began = Instant::now();
+    let cpu_before = tunebox_bench::process_cpu_ms();
+    let threads_before = tunebox_bench::thread_count();
+    mappings.intern(benchmark);
+    let before = hygiene.before(benchmark, true, checks_state(registry, benchmark));
+    let mut result = dispatch(registry, benchmark, |backend, request| {
+        backend.benchmark(request)
+    });
+    let left_behind = hygiene.after(before, benchmark, result.as_ref().err());
+    if let Ok(result) = &mut result {
+        let integrity = &mut result.integrity;
+        // The worker's clock covers the whole request as the parent's does: mapping the
+        // inputs, the tensors' teardown and the state checks too, not only the backend's part
+        // (a backend's own figure is never longer).
+        let whole_ms = began.elapsed().as_secs_f64() * 1e3;
+        integrity.worker_ms = integrity.worker_ms.map(|ms| ms.max(whole_ms));
+        integrity.worker_cpu_ms = cpu_before
+            .zip(tunebox_bench::process_cpu_ms())
+            .map(|(before, after)| (after - before).max(0.0));
+        integrity.threads_started = threads_before
+            .zip(tunebox_bench::thread_count())
+            .and_then(|(before, after)| u32::try_from(after.saturating_sub(before)).ok());
+    }
+    (result, left_behind)
 }
 
 /// Whether the backend of `request` wants the worker's state checked around it (an unknown
