@@ -23,14 +23,26 @@ pub(crate) fn enabled() -> bool {
         && std::env::var_os(HELD_OUTPUTS_ENV).is_none_or(|v| v != "off")
 }
 
+/// Why the outputs a reply held could not be read.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// This process may not read the worker's memory (`EPERM`, `ENOSYS`): holding is now off
+    /// for this process ([`enabled`]; the warning names the error); the request is measured
+    /// again without it.
+    Refused,
+    /// The reply named memory the worker does not have, or more than this process can hold: a
+    /// broken or lying worker, whose reply is garbled.
+    Garbled(std::io::Error),
+}
+
 /// Reads the outputs a benchmark reply holds out of the worker `pid` and counts the CPU time
 /// this took as the worker's (`Integrity::worker_cpu_ms`: the window's own work, not
-/// interference). A failed read turns holding off for this process ([`enabled`]).
+/// interference).
 ///
 /// # Errors
 ///
-/// The read failed; the caller measures the request again without held outputs.
-pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> std::io::Result<()> {
+/// [`Unread`]: the read was refused (holding is turned off) or the reply was garbled.
+pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> Result<(), Unread> {
     let ResponseBody::Benchmark(Ok(result)) = body else {
         return Ok(());
     };
@@ -41,13 +53,87 @@ pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> std::io::Result<()> {
             }
             Ok(())
         }
-        Err(e) => {
+        Err(e) if refused(&e) => {
             REFUSED.store(true, Ordering::Relaxed);
             log::warn!(
-                "could not read the outputs worker {pid} held ({e}); large outputs travel as \
+                "may not read the outputs worker {pid} held ({e}); large outputs travel as \
                  shared-memory regions from now on (set {HELD_OUTPUTS_ENV}=off to skip the try)"
             );
-            Err(e)
+            Err(Unread::Refused)
+        }
+        Err(e) => Err(Unread::Garbled(e)),
+    }
+}
+
+/// Whether a failed read says this process may not read its workers' memory at all (rather
+/// than that one reply named memory its worker does not have).
+fn refused(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EPERM | libc::ENOSYS | libc::EACCES)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use tunebox_protocol::{BenchmarkResult, Bytes, DType, INLINE_LIMIT, TensorData, TimingStats};
+
+    use super::*;
+
+    /// A reply naming `len` held bytes at `address`: postcard writes held `Bytes` as its
+    /// variant's index (2, after inline and shared) and the two numbers, as it writes this
+    /// tuple.
+    fn reply_holding(address: usize, len: usize) -> ResponseBody {
+        let wire = postcard::to_allocvec(&(2u32, address as u64, len as u64)).unwrap();
+        let held: Bytes = postcard::from_bytes(&wire).unwrap();
+        assert!(held.is_held());
+        let output = TensorData::new("c", DType::U8, vec![len as u64], held);
+        let result =
+            BenchmarkResult::new(TimingStats::from_samples(&[1.0], 0)).with_outputs(vec![output]);
+        ResponseBody::Benchmark(Ok(result))
+    }
+
+    #[test]
+    fn a_reply_naming_memory_the_worker_does_not_hold_is_garbled_and_leaves_holding_on() {
+        // Memory this process maps but may not read: what a worker that lies about its outputs
+        // (or unmapped them) names.
+        let len = 2 * INLINE_LIMIT;
+        // SAFETY: a fresh private mapping, unmapped below; nothing reads it.
+        let unreadable = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(unreadable, libc::MAP_FAILED);
+        let mut body = reply_holding(unreadable as usize, len);
+        let error = read(&mut body, std::process::id()).unwrap_err();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(unreadable, len) };
+        assert!(matches!(error, Unread::Garbled(_)), "{error:?}");
+        assert!(
+            !REFUSED.load(Ordering::Relaxed),
+            "one lying worker turns nothing off"
+        );
+    }
+
+    #[test]
+    fn only_a_permission_error_turns_holding_off() {
+        for (errno, off) in [
+            (libc::EPERM, true),
+            (libc::ENOSYS, true),
+            (libc::EFAULT, false),
+            (libc::ESRCH, false),
+        ] {
+            assert_eq!(
+                refused(&std::io::Error::from_raw_os_error(errno)),
+                off,
+                "errno {errno}"
+            );
         }
     }
 }

@@ -744,6 +744,11 @@ impl TuningProcess {
                     let reading = Instant::now();
                     let read = crate::held_outputs::read(&mut response.body, worker.pid);
                     self.read_time = reading.elapsed();
+                    if let Err(crate::held_outputs::Unread::Garbled(e)) = read {
+                        return Err(self.protocol_violation(format!(
+                            "the reply names outputs the worker does not hold: {e}"
+                        )));
+                    }
                     if read.is_err() {
                         // Holding is off now: measured again, its outputs sent as regions.
                         let pending = self.pending.take().expect("checked above");

@@ -129,7 +129,14 @@ pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<HeldCopy>> {
 /// `ptrace_scope` of 2 or 3, another user, a non-dumpable process, a seccomp filter), the
 /// range is not mapped there (`EFAULT`), or the read came back short.
 pub(crate) fn read(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buffer = Vec::<u8>::with_capacity(len);
+    let mut buffer = Vec::<u8>::new();
+    // The length comes from the worker: one that cannot be had is its error, not the parent's
+    // abort.
+    buffer.try_reserve_exact(len).map_err(|e| {
+        io::Error::other(format!(
+            "cannot hold {len} bytes the worker says it holds at {address:#x}: {e}"
+        ))
+    })?;
     advise_huge(&mut buffer);
     let mut done = 0;
     while done < len {
@@ -207,6 +214,12 @@ mod tests {
         assert_eq!(copy.as_slice(), &bytes[..]);
         let read = read(std::process::id(), copy.address(), bytes.len()).unwrap();
         assert_eq!(read, bytes);
+    }
+
+    #[test]
+    fn a_length_no_memory_holds_is_an_error_not_an_abort() {
+        let error = read(std::process::id(), 4096, usize::MAX / 2).unwrap_err();
+        assert!(error.to_string().contains("cannot hold"), "{error}");
     }
 
     #[test]
