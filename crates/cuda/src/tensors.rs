@@ -85,7 +85,7 @@ impl DeviceTensor {
 
     /// The contents as [`TensorData`] to return to the parent (waits for the stream).
     pub(crate) fn to_data(&self, stream: &Stream) -> Result<TensorData, BenchError> {
-        let bytes = Bytes::from_vec(self.read(stream)?).map_err(|e| BenchError::Failed {
+        let bytes = Bytes::output_from_vec(self.read(stream)?).map_err(|e| BenchError::Failed {
             message: format!("cannot return output `{}`: {e}", self.spec.name),
         })?;
         Ok(TensorData::new(

@@ -124,6 +124,28 @@ impl Bytes {
         })
     }
 
+    /// A worker's output to return, taken as it is: as [`Bytes::from_vec`], except that while
+    /// the current request holds its outputs (see [`Bytes::output_copy`]) a large one is kept
+    /// in the worker, without a copy, and sent as its address.
+    ///
+    /// # Errors
+    ///
+    /// As [`Bytes::from_vec`].
+    pub fn output_from_vec(bytes: Vec<u8>) -> std::io::Result<Bytes> {
+        if bytes.len() <= INLINE_LIMIT || !held::holding() {
+            return Bytes::from_vec(bytes);
+        }
+        let len = bytes.len() as u64;
+        let held = held::hold_vec(bytes);
+        Ok(Bytes {
+            repr: Repr::Held {
+                address: held.address(),
+                len,
+            },
+            held: Some(held),
+        })
+    }
+
     /// Whether these are bytes a worker holds for the parent to read ([`Bytes::read_held`]);
     /// on the parent's side they read as empty until then.
     pub fn is_held(&self) -> bool {

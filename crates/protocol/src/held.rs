@@ -31,23 +31,45 @@ static HELD: Mutex<Vec<Arc<HeldCopy>>> = Mutex::new(Vec::new());
 /// page is zeroed in one fault instead of 512.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// A private anonymous mapping holding a copy of some bytes, unmapped when the last handle
-/// goes.
+/// Bytes a worker holds for the parent: a copy in a mapping of its own, or a buffer the
+/// backend made and handed over (no copy).
 #[derive(Debug)]
-pub(crate) struct HeldCopy {
+pub(crate) enum HeldCopy {
+    Mapped(Mapping),
+    Owned(Vec<u8>),
+}
+
+impl HeldCopy {
+    /// The bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            HeldCopy::Mapped(mapping) => mapping.as_slice(),
+            HeldCopy::Owned(bytes) => bytes,
+        }
+    }
+
+    /// Where the bytes lie in this process, as the parent reads them.
+    pub(crate) fn address(&self) -> u64 {
+        self.as_slice().as_ptr() as u64
+    }
+}
+
+/// A private anonymous mapping holding a copy of some bytes, unmapped when dropped.
+#[derive(Debug)]
+pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
-// SAFETY: the mapping is written once, in `HeldCopy::of`, before the value is shared, and only
+// SAFETY: the mapping is written once, in `Mapping::of`, before the value is shared, and only
 // read afterwards; it belongs to no thread.
-unsafe impl Send for HeldCopy {}
+unsafe impl Send for Mapping {}
 // SAFETY: as above: shared references only read.
-unsafe impl Sync for HeldCopy {}
+unsafe impl Sync for Mapping {}
 
-impl HeldCopy {
+impl Mapping {
     /// A new private mapping holding a copy of `bytes` (non-empty).
-    fn of(bytes: &[u8]) -> io::Result<HeldCopy> {
+    fn of(bytes: &[u8]) -> io::Result<Mapping> {
         let len = bytes.len();
         // SAFETY: a fresh anonymous private mapping of `len` bytes; no existing memory is named.
         let ptr = unsafe {
@@ -72,24 +94,18 @@ impl HeldCopy {
         // SAFETY: `ptr` is a writable mapping of `len` bytes that nothing else references, and
         // `bytes` is `len` bytes that cannot overlap a mapping made just now.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), len) };
-        Ok(HeldCopy { ptr, len })
+        Ok(Mapping { ptr, len })
     }
 
-    /// The copy.
-    pub(crate) fn as_slice(&self) -> &[u8] {
+    fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` readable bytes at `ptr`, mapped for as long as `self` lives.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
-
-    /// Where the copy lies in this process, as the parent reads it.
-    pub(crate) fn address(&self) -> u64 {
-        self.ptr.as_ptr() as u64
-    }
 }
 
-impl Drop for HeldCopy {
+impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `HeldCopy::of`, unmapped once, here.
+        // SAFETY: the mapping made in `Mapping::of`, unmapped once, here.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
@@ -113,11 +129,21 @@ pub(crate) fn holding() -> bool {
 ///
 /// The mapping could not be made (out of memory or address space).
 pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<HeldCopy>> {
-    let copy = Arc::new(HeldCopy::of(bytes)?);
+    Ok(keep(HeldCopy::Mapped(Mapping::of(bytes)?)))
+}
+
+/// `bytes` held as they are (no copy), kept alive until the next [`hold_outputs_for_request`].
+pub(crate) fn hold_vec(bytes: Vec<u8>) -> Arc<HeldCopy> {
+    keep(HeldCopy::Owned(bytes))
+}
+
+/// Registers `held` until the next request.
+fn keep(held: HeldCopy) -> Arc<HeldCopy> {
+    let held = Arc::new(held);
     HELD.lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(copy.clone());
-    Ok(copy)
+        .push(held.clone());
+    held
 }
 
 /// Reads `len` bytes at `address` in process `pid` with `process_vm_readv`, into memory of this
@@ -210,7 +236,7 @@ mod tests {
     #[test]
     fn a_held_copy_reads_back_through_process_vm_readv() {
         let bytes: Vec<u8> = (0..3 * HUGE_PAGE + 5).map(|i| (i % 251) as u8).collect();
-        let copy = HeldCopy::of(&bytes).unwrap();
+        let copy = HeldCopy::Mapped(Mapping::of(&bytes).unwrap());
         assert_eq!(copy.as_slice(), &bytes[..]);
         let read = read(std::process::id(), copy.address(), bytes.len()).unwrap();
         assert_eq!(read, bytes);
@@ -236,6 +262,12 @@ mod read_tests {
     /// `bytes` as the parent receives them: encoded and decoded, the worker's copy left behind.
     fn sent(bytes: &Bytes) -> Bytes {
         postcard::from_bytes(&postcard::to_allocvec(bytes).unwrap()).unwrap()
+    }
+
+    /// Held bytes as the parent receives them naming `len` bytes at `address` (postcard writes
+    /// the held variant as its index, 2, and the two numbers, as it writes this tuple).
+    fn held_at(address: u64, len: usize) -> Bytes {
+        postcard::from_bytes(&postcard::to_allocvec(&(2u32, address, len as u64)).unwrap()).unwrap()
     }
 
     fn tensor(bytes: Bytes) -> TensorData {
@@ -264,6 +296,25 @@ mod read_tests {
             assert_eq!(&output.bytes[..], &data[..]);
         }
         drop(held);
+    }
+
+    #[test]
+    fn a_buffer_handed_over_is_held_without_a_copy_and_reads_back() {
+        let data: Vec<u8> = (0..3 * INLINE_LIMIT).map(|i| (i % 7) as u8).collect();
+        let at = data.as_ptr() as u64;
+        super::hold_outputs_for_request(true);
+        let held = Bytes::output_from_vec(data.clone()).unwrap();
+        let moved = Bytes::output_from_vec(data).unwrap();
+        super::hold_outputs_for_request(false);
+        assert!(held.is_held() && moved.is_held());
+        let mut received = sent(&moved);
+        assert_eq!(
+            received,
+            held_at(at, 3 * INLINE_LIMIT),
+            "the buffer itself, no copy"
+        );
+        received.read_held(std::process::id()).unwrap();
+        assert_eq!(&received[..], &held[..]);
     }
 
     #[test]
