@@ -4,14 +4,15 @@
 //! A new region costs its size in page faults: every 4 KiB page of it is faulted in, zeroed and
 //! charged before the copy lands (~0.25 s for a 288 MiB output on a 2-vCPU EPYC guest, most of
 //! a screening window of Kernel Tuner's `vector_add`). A copy into private memory backed by
-//! transparent huge pages, read by the parent with `process_vm_readv` (one kernel copy, no
-//! page tables of the worker's to fill), costs a tenth of that (docs/performance.md).
+//! transparent huge pages, read by the parent with `process_vm_readv` (one kernel copy, no page
+//! tables of the worker's to fill), took that screening window from ~630 to ~400 ms
+//! (docs/performance.md, "Issue 33, eighth session").
 //!
 //! The worker side: the parent says per request whether it reads ([`Request::hold_outputs`]);
 //! the worker then [`hold`]s each large output copy, which [`crate::Bytes`] sends as its address
-//! and length, and keeps every held copy until its next request ([`hold_outputs_for_request`]). The parent side:
-//! [`crate::BenchmarkResult::read_held`] reads them out of the worker process before anything
-//! else is sent to it.
+//! and length, and keeps every held copy until its next request
+//! ([`hold_outputs_for_request`]). The parent side: [`crate::BenchmarkResult::read_held`] reads
+//! them out of the worker process before anything else is sent to it.
 //!
 //! [`Request::hold_outputs`]: crate::Request::hold_outputs
 
