@@ -741,24 +741,8 @@ impl TuningProcess {
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
                 Ok(mut response) => {
-                    let reading = Instant::now();
-                    let read = crate::held_outputs::read(&mut response.body, worker.pid);
-                    self.read_time = reading.elapsed();
-                    if let Err(crate::held_outputs::Unread::Garbled(e)) = read {
-                        return Err(self.protocol_violation(format!(
-                            "the reply names outputs the worker does not hold: {e}"
-                        )));
-                    }
-                    if read.is_err() {
-                        // Holding is off now: measured again, its outputs sent as regions.
-                        let pending = self.pending.take().expect("checked above");
-                        self.transmit(
-                            Pending {
-                                sent: Instant::now(),
-                                ..pending
-                            },
-                            false,
-                        )?;
+                    let pid = worker.pid;
+                    if !self.read_held(&mut response.body, pid)? {
                         continue;
                     }
                     self.answered_sent = self.pending.take().map(|p| (p.sent, p.waits));
@@ -788,6 +772,39 @@ impl TuningProcess {
                          it does not own?); the worker was killed"
                     )));
                 }
+            }
+        }
+    }
+
+    /// Reads the outputs the reply `body` of worker `pid` holds out of its memory
+    /// (`held_outputs`), timing the read for the clock check. Returns `false` when the read was
+    /// refused: holding is off now and the pending request was sent again, its outputs to come
+    /// as regions.
+    ///
+    /// # Errors
+    ///
+    /// [`ProcessError::Protocol`] for a reply naming memory its worker does not hold (the worker
+    /// is killed); the errors of sending the request again.
+    fn read_held(&mut self, body: &mut ResponseBody, pid: u32) -> Result<bool, ProcessError> {
+        let reading = Instant::now();
+        let read = crate::held_outputs::read(body, pid);
+        self.read_time = reading.elapsed();
+        match read {
+            Ok(()) => Ok(true),
+            Err(crate::held_outputs::Unread::Garbled(e)) => Err(self.protocol_violation(format!(
+                "the reply names outputs the worker does not hold: {e}"
+            ))),
+            Err(crate::held_outputs::Unread::Refused) => {
+                let pending = self
+                    .pending
+                    .take()
+                    .expect("a reply answers a pending request");
+                let again = Pending {
+                    sent: Instant::now(),
+                    ..pending
+                };
+                self.transmit(again, false)?;
+                Ok(false)
             }
         }
     }
