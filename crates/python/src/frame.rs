@@ -29,16 +29,34 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Every op, with the name `tunebox._calls` gives it.
+    const ALL: [(Op, &'static str); 6] = [
+        (Op::Call, "CALL"),
+        (Op::Load, "LOAD"),
+        (Op::Run, "RUN"),
+        (Op::Init, "INIT"),
+        (Op::Warm, "WARM"),
+        (Op::Batch, "BATCH"),
+    ];
+
     pub(crate) fn from_byte(byte: u8) -> Option<Op> {
-        Some(match byte {
-            0 => Op::Call,
-            1 => Op::Load,
-            2 => Op::Run,
-            3 => Op::Init,
-            4 => Op::Warm,
-            5 => Op::Batch,
-            _ => return None,
-        })
+        Op::ALL
+            .iter()
+            .find(|(op, _)| *op as u8 == byte)
+            .map(|(op, _)| *op)
+    }
+
+    /// `{name: code}` for Python (`tunebox._native.OPS`), so that `tunebox._calls` takes its op
+    /// codes from here rather than writing them a second time.
+    pub(crate) fn codes(
+        py: pyo3::Python<'_>,
+    ) -> pyo3::PyResult<pyo3::Bound<'_, pyo3::types::PyDict>> {
+        use pyo3::types::PyDictMethods as _;
+        let codes = pyo3::types::PyDict::new(py);
+        for (op, name) in Op::ALL {
+            codes.set_item(name, op as u8)?;
+        }
+        Ok(codes)
     }
 }
 

@@ -56,6 +56,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PROTOCOL_VERSION", tunebox_protocol::PROTOCOL_VERSION)?;
     // The workspace's version (Cargo.toml), which maturin also gives the wheel: `tunebox.__version__`.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The op codes of a Python call's payload (`frame::Op`), which `tunebox._calls` sends and
+    // reads: one list, here.
+    m.add("OPS", frame::Op::codes(m.py())?)?;
     // The engine's strategy names, which `tunebox.kernel_tuner` checks a `strategy=` against.
     m.add(
         "STRATEGIES",

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import cloudpickle
 
+from tunebox import _native
+
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias
 
@@ -23,13 +25,13 @@ if TYPE_CHECKING:
 #: What a worker or a parent receives a buffer as: a copy, or shared memory seen as it is.
 _Received: TypeAlias = Union[bytes, bytearray, memoryview, "SharedView"]
 
-# Op codes of a request (crates/python/src/frame.rs).
-CALL = 0
-LOAD = 1
-RUN = 2
-INIT = 3
-WARM = 4
-BATCH = 5
+# Op codes of a request, as crates/python/src/frame.rs defines them.
+CALL: int = _native.OPS["CALL"]
+LOAD: int = _native.OPS["LOAD"]
+RUN: int = _native.OPS["RUN"]
+INIT: int = _native.OPS["INIT"]
+WARM: int = _native.OPS["WARM"]
+BATCH: int = _native.OPS["BATCH"]
 
 # Status codes of a reply: TVM's StatusKind.
 COMPLETE = 1

@@ -27,12 +27,16 @@ __all__ = [
     "PROTOCOL_VERSION",
     "__version__",
     "STRATEGIES",
+    "OPS",
 ]
 
 #: The package's version: the workspace's, from Cargo.toml (``tunebox.__version__``).
 __version__: str
 #: The version of tunebox's worker protocol this build speaks.
 PROTOCOL_VERSION: int
+#: The op codes of a Python call's payload, by name (``CALL``, ``LOAD``, ``RUN``, ``INIT``,
+#: ``WARM``, ``BATCH``): what ``tunebox._calls`` sends.
+OPS: dict[str, int]
 #: The tuning engine's strategy names (``tune``'s ``strategy``), in the engine's order.
 STRATEGIES: tuple[str, ...]
 
