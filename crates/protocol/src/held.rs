@@ -260,6 +260,17 @@ mod tests {
 mod read_tests {
     use crate::{BenchmarkResult, Bytes, DType, INLINE_LIMIT, TensorData, TimingStats};
 
+    /// Holds the process's holding switch for one test: the tests of this module run in
+    /// parallel, and each turns it on and off.
+    fn holding(on: bool) -> std::sync::MutexGuard<'static, ()> {
+        static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = SWITCH
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        super::hold_outputs_for_request(on);
+        guard
+    }
+
     /// `bytes` as the parent receives them: encoded and decoded, the worker's copy left behind.
     fn sent(bytes: &Bytes) -> Bytes {
         postcard::from_bytes(&postcard::to_allocvec(bytes).unwrap()).unwrap()
@@ -278,10 +289,11 @@ mod read_tests {
     #[test]
     fn held_outputs_are_read_once_per_copy_and_then_read_as_themselves() {
         let data: Vec<u8> = (0..4 * INLINE_LIMIT + 3).map(|i| (i % 253) as u8).collect();
-        super::hold_outputs_for_request(true);
+        let switch = holding(true);
         let held = Bytes::output_copy(&data).unwrap();
         let small = Bytes::output_copy(&data[..8]).unwrap();
         super::hold_outputs_for_request(false);
+        drop(switch);
         assert!(held.is_held() && !small.is_held());
         assert_eq!(&held[..], &data[..], "the worker reads its own copy");
         let received = sent(&held);
@@ -303,10 +315,11 @@ mod read_tests {
     fn a_buffer_handed_over_is_held_without_a_copy_and_reads_back() {
         let data: Vec<u8> = (0..3 * INLINE_LIMIT).map(|i| (i % 7) as u8).collect();
         let at = data.as_ptr() as u64;
-        super::hold_outputs_for_request(true);
+        let switch = holding(true);
         let held = Bytes::output_from_vec(data.clone()).unwrap();
         let moved = Bytes::output_from_vec(data).unwrap();
         super::hold_outputs_for_request(false);
+        drop(switch);
         assert!(held.is_held() && moved.is_held());
         let mut received = sent(&moved);
         assert_eq!(
@@ -321,9 +334,10 @@ mod read_tests {
     #[test]
     fn a_read_that_fails_leaves_the_bytes_held_and_says_why() {
         let data = vec![7u8; 2 * INLINE_LIMIT];
-        super::hold_outputs_for_request(true);
+        let switch = holding(true);
         let held = Bytes::output_copy(&data).unwrap();
         super::hold_outputs_for_request(false);
+        drop(switch);
         let mut received = sent(&held);
         // A pid no process has: the read fails as a worker that is gone would.
         let error = received.read_held(u32::MAX >> 2).unwrap_err();
