@@ -46,10 +46,11 @@ pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> Result<(), Unread> {
     let ResponseBody::Benchmark(Ok(result)) = body else {
         return Ok(());
     };
+    let before = thread_cpu_ms();
     match result.read_held(pid) {
-        Ok(ms) => {
+        Ok(()) => {
             if let Some(cpu) = result.integrity.worker_cpu_ms.as_mut() {
-                *cpu += ms;
+                *cpu += (thread_cpu_ms() - before).max(0.0);
             }
             Ok(())
         }
@@ -63,6 +64,12 @@ pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> Result<(), Unread> {
         }
         Err(e) => Err(Unread::Garbled(e)),
     }
+}
+
+/// The CPU time the calling thread has used, in ms.
+fn thread_cpu_ms() -> f64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    now.tv_sec as f64 * 1e3 + now.tv_nsec as f64 / 1e6
 }
 
 /// Whether a failed read says this process may not read its workers' memory at all (rather

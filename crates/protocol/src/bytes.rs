@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ipc_channel::ipc::IpcSharedMemory;
 use serde::{Deserialize, Serialize};
 
-use crate::held::{self, HeldCopy};
+use crate::held;
 
 /// Payloads up to this many bytes travel inside the message; larger ones as shared memory.
 pub const INLINE_LIMIT: usize = 16 * 1024;
@@ -47,7 +47,7 @@ pub struct Bytes {
     /// The worker's own copy behind a [`Repr::Held`]: what it reads as there, kept alive
     /// until the worker's next request. Never sent.
     #[serde(skip)]
-    held: Option<Arc<HeldCopy>>,
+    held: Option<Arc<Vec<u8>>>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -114,14 +114,7 @@ impl Bytes {
         if bytes.len() <= INLINE_LIMIT || !held::holding() {
             return Bytes::copy_from_slice(bytes);
         }
-        let copy = held::hold(bytes)?;
-        Ok(Bytes {
-            repr: Repr::Held {
-                address: copy.address(),
-                len: bytes.len() as u64,
-            },
-            held: Some(copy),
-        })
+        held::hold(bytes).map(Bytes::held)
     }
 
     /// A worker's output to return, taken as it is: as [`Bytes::from_vec`], except that while
@@ -135,15 +128,7 @@ impl Bytes {
         if bytes.len() <= INLINE_LIMIT || !held::holding() {
             return Bytes::from_vec(bytes);
         }
-        let len = bytes.len() as u64;
-        let held = held::hold_vec(bytes);
-        Ok(Bytes {
-            repr: Repr::Held {
-                address: held.address(),
-                len,
-            },
-            held: Some(held),
-        })
+        Ok(Bytes::held(held::hold_vec(bytes)))
     }
 
     /// Whether these are bytes a worker holds for the parent to read ([`Bytes::read_held`]);
@@ -170,6 +155,18 @@ impl Bytes {
             *self = Bytes::inline(held::read(pid, address, len)?);
         }
         Ok(())
+    }
+
+    /// Bytes the worker holds (`copy`, registered until its next request), sent as where
+    /// they lie.
+    fn held(copy: Arc<Vec<u8>>) -> Bytes {
+        Bytes {
+            repr: Repr::Held {
+                address: copy.as_ptr() as u64,
+                len: copy.len() as u64,
+            },
+            held: Some(copy),
+        }
     }
 
     fn inline(bytes: Vec<u8>) -> Bytes {

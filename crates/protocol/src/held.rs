@@ -16,8 +16,8 @@
 //!
 //! [`Request::hold_outputs`]: crate::Request::hold_outputs
 
+use std::collections::TryReserveError;
 use std::io;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -26,90 +26,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 static HOLDING: AtomicBool = AtomicBool::new(false);
 
 /// The copies held for the parent since the last request began.
-static HELD: Mutex<Vec<Arc<HeldCopy>>> = Mutex::new(Vec::new());
+static HELD: Mutex<Vec<Arc<Vec<u8>>>> = Mutex::new(Vec::new());
 
-/// Mappings this large or larger ask for transparent huge pages (`MADV_HUGEPAGE`): a 2 MiB
-/// page is zeroed in one fault instead of 512.
+/// Transparent huge pages are asked for (`MADV_HUGEPAGE`) for the whole pages of this size
+/// inside a buffer: a 2 MiB page is zeroed in one fault instead of 512.
 const HUGE_PAGE: usize = 2 << 20;
-
-/// Bytes a worker holds for the parent: a copy in a mapping of its own, or a buffer the
-/// backend made and handed over (no copy).
-#[derive(Debug)]
-pub(crate) enum HeldCopy {
-    Mapped(Mapping),
-    Owned(Vec<u8>),
-}
-
-impl HeldCopy {
-    /// The bytes.
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            HeldCopy::Mapped(mapping) => mapping.as_slice(),
-            HeldCopy::Owned(bytes) => bytes,
-        }
-    }
-
-    /// Where the bytes lie in this process, as the parent reads them.
-    pub(crate) fn address(&self) -> u64 {
-        self.as_slice().as_ptr() as u64
-    }
-}
-
-/// A private anonymous mapping holding a copy of some bytes, unmapped when dropped.
-#[derive(Debug)]
-pub(crate) struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is written once, in `Mapping::of`, before the value is shared, and only
-// read afterwards; it belongs to no thread.
-unsafe impl Send for Mapping {}
-// SAFETY: as above: shared references only read.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// A new private mapping holding a copy of `bytes` (non-empty).
-    fn of(bytes: &[u8]) -> io::Result<Mapping> {
-        let len = bytes.len();
-        // SAFETY: a fresh anonymous private mapping of `len` bytes; no existing memory is named.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        if len >= HUGE_PAGE {
-            // SAFETY: the range is the mapping just made. Only advice: a kernel without
-            // transparent huge pages ignores or refuses it, and the copy works either way.
-            unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave 0"))?;
-        // SAFETY: `ptr` is a writable mapping of `len` bytes that nothing else references, and
-        // `bytes` is `len` bytes that cannot overlap a mapping made just now.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), len) };
-        Ok(Mapping { ptr, len })
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes at `ptr`, mapped for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `Mapping::of`, unmapped once, here.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
 
 /// Begins a request in a worker: drops the copies held for the parent's last read (the parent
 /// reads them before it sends anything else) and holds this request's large outputs when
@@ -124,23 +45,21 @@ pub(crate) fn holding() -> bool {
     HOLDING.load(Ordering::Acquire)
 }
 
-/// A held copy of `bytes`, kept alive until the next [`hold_outputs_for_request`].
+/// A held copy of `bytes` (in huge pages where large), kept alive until the next
+/// [`hold_outputs_for_request`].
 ///
 /// # Errors
 ///
-/// The mapping could not be made (out of memory or address space).
-pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<HeldCopy>> {
-    Ok(keep(HeldCopy::Mapped(Mapping::of(bytes)?)))
+/// The copy's memory could not be had.
+pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<Vec<u8>>> {
+    let mut copy = huge_buffer(bytes.len()).map_err(io::Error::other)?;
+    copy.extend_from_slice(bytes);
+    Ok(hold_vec(copy))
 }
 
 /// `bytes` held as they are (no copy), kept alive until the next [`hold_outputs_for_request`].
-pub(crate) fn hold_vec(bytes: Vec<u8>) -> Arc<HeldCopy> {
-    keep(HeldCopy::Owned(bytes))
-}
-
-/// Registers `held` until the next request.
-fn keep(held: HeldCopy) -> Arc<HeldCopy> {
-    let held = Arc::new(held);
+pub(crate) fn hold_vec(bytes: Vec<u8>) -> Arc<Vec<u8>> {
+    let held = Arc::new(bytes);
     HELD.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(held.clone());
@@ -156,15 +75,13 @@ fn keep(held: HeldCopy) -> Arc<HeldCopy> {
 /// `ptrace_scope` of 2 or 3, another user, a non-dumpable process, a seccomp filter), the
 /// range is not mapped there (`EFAULT`), or the read came back short.
 pub(crate) fn read(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buffer = Vec::<u8>::new();
     // The length comes from the worker: one that cannot be had is its error, not the parent's
     // abort.
-    buffer.try_reserve_exact(len).map_err(|e| {
+    let mut buffer = huge_buffer(len).map_err(|e| {
         io::Error::other(format!(
             "cannot hold {len} bytes the worker says it holds at {address:#x}: {e}"
         ))
     })?;
-    advise_huge(&mut buffer);
     let mut done = 0;
     while done < len {
         let local = libc::iovec {
@@ -195,29 +112,14 @@ pub(crate) fn read(pid: u32, address: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buffer)
 }
 
-/// The CPU time the calling thread has used, in ms (`CLOCK_THREAD_CPUTIME_ID`; 0 where the
-/// clock cannot be read).
-pub(crate) fn thread_cpu_ms() -> f64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
-        return 0.0;
-    }
-    now.tv_sec as f64 * 1e3 + now.tv_nsec as f64 / 1e6
-}
-
-/// Asks for transparent huge pages for the whole 2 MiB pages inside `buffer`'s spare capacity
-/// (advice only).
-fn advise_huge(buffer: &mut Vec<u8>) {
-    let (start, end) = (
-        buffer.as_ptr() as usize,
-        buffer.as_ptr() as usize + buffer.capacity(),
-    );
+/// An empty buffer with room for `len` bytes, transparent huge pages asked for the whole 2 MiB
+/// pages inside it (advice only: a kernel without them gives small pages).
+fn huge_buffer(len: usize) -> Result<Vec<u8>, TryReserveError> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(len)?;
+    let start = buffer.as_ptr() as usize;
     let first = start.next_multiple_of(HUGE_PAGE);
-    let last = end / HUGE_PAGE * HUGE_PAGE;
+    let last = (start + buffer.capacity()) / HUGE_PAGE * HUGE_PAGE;
     if last > first {
         // SAFETY: `[first, last)` lies inside the allocation; advice changes no contents.
         unsafe {
@@ -228,6 +130,7 @@ fn advise_huge(buffer: &mut Vec<u8>) {
             )
         };
     }
+    Ok(buffer)
 }
 
 #[cfg(test)]
@@ -237,9 +140,9 @@ mod tests {
     #[test]
     fn a_held_copy_reads_back_through_process_vm_readv() {
         let bytes: Vec<u8> = (0..3 * HUGE_PAGE + 5).map(|i| (i % 251) as u8).collect();
-        let copy = HeldCopy::Mapped(Mapping::of(&bytes).unwrap());
-        assert_eq!(copy.as_slice(), &bytes[..]);
-        let read = read(std::process::id(), copy.address(), bytes.len()).unwrap();
+        let copy = hold(&bytes).unwrap();
+        assert_eq!(&copy[..], &bytes[..]);
+        let read = read(std::process::id(), copy.as_ptr() as u64, bytes.len()).unwrap();
         assert_eq!(read, bytes);
     }
 
@@ -302,8 +205,7 @@ mod read_tests {
         let mut result = BenchmarkResult::new(TimingStats::from_samples(&[1.0], 0))
             .with_outputs(vec![tensor(received.clone())])
             .with_outputs_after_reps(vec![tensor(received)]);
-        let ms = result.read_held(std::process::id()).unwrap();
-        assert!(ms >= 0.0);
+        result.read_held(std::process::id()).unwrap();
         for output in result.outputs.iter().chain(&result.outputs_after_reps) {
             assert!(!output.bytes.is_held());
             assert_eq!(&output.bytes[..], &data[..]);

@@ -346,15 +346,13 @@ impl BenchmarkResult {
 
     /// Reads every output the worker `pid` holds ([`crate::Bytes::read_held`]) out of its
     /// memory, once per copy (the same copy returned twice, as an output the reps left
-    /// unchanged, is read once), and returns the CPU time this thread spent reading, in ms
-    /// (the window's own work, not interference; 0 where nothing was held).
+    /// unchanged, is read once).
     ///
     /// # Errors
     ///
     /// The first read that failed (see [`crate::Bytes::read_held`]); the outputs not read yet
     /// are left held.
-    pub fn read_held(&mut self, pid: u32) -> std::io::Result<f64> {
-        let before = crate::held::thread_cpu_ms();
+    pub fn read_held(&mut self, pid: u32) -> std::io::Result<()> {
         // (as held, as read)
         let mut read: Vec<(Bytes, Bytes)> = Vec::new();
         let integrity = &mut self.integrity;
@@ -380,7 +378,7 @@ impl BenchmarkResult {
                 }
             }
         }
-        Ok((crate::held::thread_cpu_ms() - before).max(0.0))
+        Ok(())
     }
 
     /// How many of the outputs travel as shared memory (at most
