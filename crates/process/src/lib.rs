@@ -62,6 +62,7 @@ mod environment;
 mod error;
 mod exit;
 mod exit_watch;
+mod fresh_dir;
 mod handshake;
 mod held_outputs;
 mod kill_switch;

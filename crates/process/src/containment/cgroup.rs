@@ -20,7 +20,7 @@
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 /// How long to wait for a cgroup to freeze, empty or be removed before giving up.
@@ -189,11 +189,15 @@ struct Cgroup {
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 impl Cgroup {
-    /// Makes `<base>/tunebox-<pid>-<n>`.
+    /// Makes `<base>/tunebox-<pid>-<n>` (the next free `n`: a killed process of the same pid
+    /// may have left some, which [`clean_stale`] leaves to a pid that is alive).
     fn create(base: &Path, hierarchy: Hierarchy) -> std::io::Result<Cgroup> {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!("tunebox-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir)?;
+        let pid = std::process::id();
+        let dir = crate::fresh_dir::create(
+            &NEXT,
+            |n| base.join(format!("tunebox-{pid}-{n}")),
+            |dir| std::fs::create_dir(dir),
+        )?;
         Ok(Cgroup { dir, hierarchy })
     }
 

@@ -132,14 +132,17 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Prepared> {
 }
 
 /// A fresh private folder under the parent's temporary directory (mode 0700): a worker's
-/// scratch folder, its working directory and `TMPDIR`.
+/// scratch folder, its working directory and `TMPDIR`. A folder of the same name that a killed
+/// process of the same pid left is passed over ([`crate::fresh_dir::create`]).
 pub(crate) fn make_scratch() -> io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("tunebox-scratch-{}-{n}", std::process::id()));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    Ok(dir)
+    let (tmp, pid) = (std::env::temp_dir(), std::process::id());
+    crate::fresh_dir::create(
+        &NEXT,
+        |n| tmp.join(format!("tunebox-scratch-{pid}-{n}")),
+        |dir| std::fs::DirBuilder::new().mode(0o700).create(dir),
+    )
 }
 
 /// The Landlock paths: system paths, the worker's folder, tunebox's cache (files by name), the
