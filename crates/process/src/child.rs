@@ -1,6 +1,6 @@
 //! A live worker process: its channels, its process group, and how it ends.
 
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use ipc_channel::ipc::{IpcReceiver, IpcSender};
@@ -31,7 +31,7 @@ const STUCK_GRACE: Duration = Duration::from_millis(250);
 
 /// One running worker process.
 pub(crate) struct Worker {
-    pub(crate) child: Child,
+    pub(crate) child: crate::launch::WorkerChild,
     pub(crate) pid: u32,
     pub(crate) requests: IpcSender<Request>,
     pub(crate) responses: IpcReceiver<Response>,
@@ -146,7 +146,7 @@ impl Worker {
         }
     }
 
-    /// Whether the worker has exited (it stays unreaped: `Child::try_wait` still sees it).
+    /// Whether the worker has exited (it stays unreaped: `WorkerChild::try_wait` still sees it).
     pub(crate) fn has_exited(&self) -> bool {
         has_exited(self.pid)
     }

@@ -1,6 +1,7 @@
-//! Folders named after this process (`…-<pid>-<n>`) that a killed process of the same pid may
-//! have left behind.
+//! Folders named after the process that made them (`<prefix><pid>-<n>`: worker cgroups and
+//! scratch folders), which a killed process may have left behind.
 
+use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,19 @@ pub(crate) fn create(
     Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
 }
 
+/// The pid of the process that made the folder `name`, when it is `<prefix><pid>-<n>`.
+pub(crate) fn maker(name: &OsStr, prefix: &str) -> Option<u32> {
+    let (pid, n) = name.to_str()?.strip_prefix(prefix)?.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Whether `pid` is this process or another living one (in this PID namespace): the maker of a
+/// folder, or a process that took its pid since.
+pub(crate) fn alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +62,16 @@ mod tests {
         let made = create(&next, name, |d| std::fs::create_dir(d)).unwrap();
         assert_eq!(made, name(2));
         assert!(made.is_dir());
+    }
+
+    #[test]
+    fn the_maker_is_read_from_the_name() {
+        let maker = |name: &str| maker(OsStr::new(name), "tunebox-");
+        assert_eq!(maker("tunebox-41-0"), Some(41));
+        assert_eq!(maker("tunebox-41-x"), None);
+        assert_eq!(maker("tunebox-scratch-41-0"), None);
+        assert_eq!(maker("other-41-0"), None);
+        assert!(alive(std::process::id()));
     }
 
     #[test]

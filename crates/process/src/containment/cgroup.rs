@@ -281,16 +281,10 @@ fn clean_stale(base: &Path, hierarchy: Hierarchy) {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(owner) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("tunebox-"))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
-        else {
+        let Some(owner) = crate::fresh_dir::maker(&entry.file_name(), "tunebox-") else {
             continue;
         };
-        if owner == std::process::id() || Path::new(&format!("/proc/{owner}")).exists() {
+        if crate::fresh_dir::alive(owner) {
             continue;
         }
         let stale = Cgroup {
@@ -407,6 +401,18 @@ impl WorkerCgroups {
     /// The `cgroup.procs` files the child joins.
     pub(crate) fn procs(&self) -> &[CString] {
         &self.procs
+    }
+
+    /// The cgroup-v2 folder a child can be made in (`CLONE_INTO_CGROUP`), if there is one.
+    pub(crate) fn birth_dir(&self) -> Option<&Path> {
+        self.birth_procs().map(|i| self.groups[i].dir.as_path())
+    }
+
+    /// The index in [`procs`](Self::procs) of the [`birth_dir`](Self::birth_dir)'s.
+    pub(crate) fn birth_procs(&self) -> Option<usize> {
+        self.groups
+            .iter()
+            .position(|g| g.hierarchy == Hierarchy::V2)
     }
 
     /// The pids of the processes in any of the cgroups now.

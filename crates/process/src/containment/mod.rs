@@ -17,9 +17,10 @@ mod cgroup;
 mod tree;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use crate::scratch::Scratch;
 
 pub(crate) use cgroup::{Bases, KillMethod, WorkerCgroups};
 
@@ -76,14 +77,14 @@ pub(crate) fn bases() -> &'static Bases {
 #[derive(Debug, Default)]
 pub(crate) struct Enclosure {
     cgroups: Option<Arc<WorkerCgroups>>,
-    scratch: Option<PathBuf>,
+    scratch: Option<Scratch>,
     /// Whether it is in the registry of enclosed workers, under this key.
     registered: Option<u64>,
 }
 
 impl Enclosure {
     /// An enclosure of `cgroups` (none: the process tree) and `scratch` (removed with it).
-    pub(crate) fn new(cgroups: Option<WorkerCgroups>, scratch: Option<PathBuf>) -> Self {
+    pub(crate) fn new(cgroups: Option<WorkerCgroups>, scratch: Option<Scratch>) -> Self {
         Enclosure {
             cgroups: cgroups.map(Arc::new),
             scratch,
@@ -97,8 +98,8 @@ impl Enclosure {
     }
 
     /// The worker's scratch folder, if it has one.
-    pub(crate) fn scratch(&self) -> Option<&Path> {
-        self.scratch.as_deref()
+    pub(crate) fn scratch(&self) -> Option<&Scratch> {
+        self.scratch.as_ref()
     }
 
     /// Records the started worker `pid`, so that this process's `exit` ends it too.
@@ -140,9 +141,7 @@ impl Drop for Enclosure {
         // The cgroups first (the registry held the only other reference): killing what is
         // left may free files in the scratch folder.
         drop(self.cgroups.take());
-        if let Some(scratch) = self.scratch.take() {
-            let _ = std::fs::remove_dir_all(scratch);
-        }
+        drop(self.scratch.take());
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::filters::{self, Filters};
 use super::rules::{self, Paths};
-use crate::containment::Enclosure;
+use crate::containment::{Enclosure, WorkerCgroups};
 
 use super::{DEVICES, NVIDIA_DEVICE_PREFIX, SYSTEM_READ, Sandbox, SandboxSupport};
 
@@ -21,6 +21,8 @@ pub(crate) struct Prepared {
     rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
     /// The `cgroup.procs` of each of the worker's cgroups, to write `0` (this process) to.
     cgroup_procs: Vec<CString>,
+    /// Which of them a child born in its cgroup (`CLONE_INTO_CGROUP`) is in already.
+    birth_procs: Option<usize>,
     /// `unshare` flags for the network namespace (0: none).
     unshare: libc::c_int,
     /// `uid_map` and `gid_map` lines, when the namespace is a new user namespace.
@@ -70,6 +72,7 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Prepared> {
     let mut prepared = Prepared {
         rlimits: Vec::new(),
         cgroup_procs: cgroups.map(|c| c.procs().to_vec()).unwrap_or_default(),
+        birth_procs: cgroups.and_then(WorkerCgroups::birth_procs),
         unshare: 0,
         id_maps: None,
         sandboxed: false,
@@ -118,6 +121,7 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Prepared> {
     let scratch = request
         .enclosure
         .scratch()
+        .map(crate::scratch::Scratch::path)
         .ok_or_else(|| io::Error::other("a sandboxed worker needs a scratch folder"))?;
     if support.landlock_abi > 0 {
         let paths = paths(sandbox, request, scratch)?;
@@ -129,20 +133,6 @@ pub(crate) fn prepare(request: &Request<'_>) -> io::Result<Prepared> {
         prepared.filters = Some(FiltersBox(filters));
     }
     Ok(prepared)
-}
-
-/// A fresh private folder under the parent's temporary directory (mode 0700): a worker's
-/// scratch folder, its working directory and `TMPDIR`. A folder of the same name that a killed
-/// process of the same pid left is passed over ([`crate::fresh_dir::create`]).
-pub(crate) fn make_scratch() -> io::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let (tmp, pid) = (std::env::temp_dir(), std::process::id());
-    crate::fresh_dir::create(
-        &NEXT,
-        |n| tmp.join(format!("tunebox-scratch-{pid}-{n}")),
-        |dir| std::fs::DirBuilder::new().mode(0o700).create(dir),
-    )
 }
 
 /// The Landlock paths: system paths, the worker's folder, tunebox's cache (files by name), the
@@ -214,15 +204,17 @@ fn allowed(path: &Path, what: &str) -> io::Result<PathBuf> {
 /// cgroups are joined and the user namespace mapped while `/proc` and the cgroup files are
 /// still writable, Landlock is enforced before seccomp (which would refuse nothing it needs,
 /// but stays last so that every later call is filtered).
-pub(crate) fn apply(prepared: &Prepared) -> io::Result<()> {
+pub(crate) fn apply(prepared: &Prepared, born_in_cgroup: bool) -> io::Result<()> {
     // Kept across `execve`: what the worker starts and orphans is handed to it, not to init
     // (`containment::tree`).
     // SAFETY: `PR_SET_CHILD_SUBREAPER` takes integers only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    for procs in &prepared.cgroup_procs {
-        write_file(procs, b"0")?;
+    for (i, procs) in prepared.cgroup_procs.iter().enumerate() {
+        if !(born_in_cgroup && prepared.birth_procs == Some(i)) {
+            write_file(procs, b"0")?;
+        }
     }
     for &(resource, soft, hard) in &prepared.rlimits {
         let limit = libc::rlimit {

@@ -14,7 +14,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub(crate) use apply::{Request, apply, make_scratch, prepare};
+pub(crate) use apply::{Request, apply, prepare};
 pub(crate) use filters::trapped_name;
 pub use support::SandboxSupport;
 
