@@ -571,8 +571,14 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::NotFound);
     }
 
+    /// Held by the tests that read or turn the process's `clone3` switch.
+    static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_child_is_born_in_its_cgroup_without_joining_it() {
+        let _switch = SWITCH
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let bases = crate::containment::bases();
         let Some(cgroups) = crate::containment::WorkerCgroups::create(bases, None).unwrap() else {
             println!("no cgroup can be made here: nothing to check");
@@ -600,6 +606,59 @@ mod tests {
             .unwrap_or_default();
         assert!(
             v2_line.ends_with(name) || CLONE3_REFUSED.load(Ordering::Relaxed),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn where_clone3_is_refused_the_child_is_forked_and_joins_by_itself() {
+        let _switch = SWITCH
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let bases = crate::containment::bases();
+        let Some(cgroups) = crate::containment::WorkerCgroups::create(bases, None).unwrap() else {
+            println!("no cgroup can be made here: nothing to check");
+            return;
+        };
+        let Some(dir) = cgroups.birth_dir() else {
+            println!("no cgroup-v2 folder here: workers fork and join");
+            return;
+        };
+        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
+        // What a seccomp profile answering ENOSYS, or a kernel before 5.7, leaves.
+        let was = CLONE3_REFUSED.swap(true, Ordering::Relaxed);
+        let mut spec = echo(
+            &["cat /proc/self/cgroup"],
+            Box::new(move |born| {
+                // Told it was forked, it joins; told otherwise, it fails the spawn.
+                if born {
+                    return Err(io::Error::from_raw_os_error(libc::EEXIST));
+                }
+                // SAFETY: `open`/`write`/`close` of a path made before the birth.
+                unsafe {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                }
+                Ok(())
+            }),
+        );
+        spec.cgroup = Some(open_cgroup(dir).unwrap());
+        let launched = launch(spec);
+        CLONE3_REFUSED.store(was, Ordering::Relaxed);
+        let launched = launched.unwrap();
+        let mut out = String::new();
+        std::fs::File::from(launched.stdout.unwrap())
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut child = launched.child;
+        assert!(child.wait().unwrap().success());
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(name)),
             "{out}"
         );
     }
