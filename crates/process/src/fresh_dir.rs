@@ -2,6 +2,7 @@
 //! scratch folders), which a killed process may have left behind.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,72 @@ pub(crate) fn create(
         }
     }
     Err(last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)))
+}
+
+/// Holds a shared `flock` on `dir` (a folder this process made) while the returned file is
+/// open: the kernel drops it when this process dies, in whatever PID namespace, so a sweeper
+/// that cannot see this process's pid still sees the folder is in use ([`left_behind`]).
+/// `None` where the file system has no `flock` (the folder is then judged by its pid only).
+pub(crate) fn hold(dir: &Path) -> Option<File> {
+    lock(dir, rustix::fs::FlockOperation::LockShared)
+}
+
+/// Whether `dir`, named after the process `pid` that made it, was left behind by that process:
+/// the pid is not alive here and no process holds the folder ([`hold`]). The returned lock
+/// keeps another sweeper out while the caller removes it.
+pub(crate) fn left_behind(dir: &Path, pid: u32) -> Option<File> {
+    if alive(pid) {
+        return None;
+    }
+    lock(dir, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+}
+
+/// `dir` opened and locked with `operation`, or `None` when it is held elsewhere (for a
+/// non-blocking one) or cannot be locked.
+fn lock(dir: &Path, operation: rustix::fs::FlockOperation) -> Option<File> {
+    let file = File::open(dir).ok()?;
+    loop {
+        match rustix::fs::flock(&file, operation) {
+            Ok(()) => return Some(file),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Removes `dir` and everything in it, making this user's folders in it writable first where a
+/// process took that away (`chmod 0500` on its own working folder), which would otherwise keep
+/// it for good. Symbolic links are removed, never followed.
+///
+/// # Errors
+///
+/// What removing still fails with after that (another user's files, an immutable file).
+pub(crate) fn remove_all(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            make_writable(dir);
+            std::fs::remove_dir_all(dir)
+        }
+        done => done,
+    }
+}
+
+/// Gives `dir` and the folders under it (not through links) their owner's `rwx`.
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mode = meta.permissions().mode() | 0o700;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            make_writable(&entry.path());
+        }
+    }
 }
 
 /// The pid of the process that made the folder `name`, when it is `<prefix><pid>-<n>`.
@@ -72,6 +139,37 @@ mod tests {
         assert_eq!(maker("tunebox-scratch-41-0"), None);
         assert_eq!(maker("other-41-0"), None);
         assert!(alive(std::process::id()));
+    }
+
+    #[test]
+    fn a_folder_its_worker_made_read_only_is_removed_all_the_same() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("scratch");
+        let locked = dir.join("locked");
+        std::fs::create_dir_all(&locked).unwrap();
+        std::fs::write(locked.join("junk"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc", dir.join("link")).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        remove_all(&dir).unwrap();
+        assert!(!dir.exists());
+        assert!(Path::new("/etc").is_dir(), "a link is not followed");
+    }
+
+    #[test]
+    fn a_folder_held_by_its_maker_is_not_left_behind() {
+        let base = tempfile::tempdir().unwrap();
+        // A pid no process has: above the kernel's `pid_max` limit (2^22).
+        let dead = 4_194_305;
+        let _held = hold(base.path()).unwrap();
+        assert!(
+            left_behind(base.path(), dead).is_none(),
+            "a maker in another PID namespace"
+        );
+        drop(_held);
+        assert!(left_behind(base.path(), dead).is_some());
+        assert!(left_behind(base.path(), std::process::id()).is_none());
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub(crate) fn start(config: &ProcessConfig) -> Result<Worker, ProcessError> {
         path: exe.clone(),
         source,
     };
-    let (server, server_name) = IpcOneShotServer::<Bootstrap>::new().map_err(spawn_error)?;
+    let (server, server_name) = bootstrap_server().map_err(spawn_error)?;
     let mut spawned = spawn_worker(&exe, config, &server_name).map_err(spawn_error)?;
     let acceptor = Acceptor::start(server, server_name);
 
@@ -191,6 +191,29 @@ fn mismatch(exe: &Path, worker: String) -> ProcessError {
         path: exe.to_owned(),
         worker,
         parent: PROTOCOL_VERSION,
+    }
+}
+
+/// The one-shot server a new worker connects to. ipc-channel makes its socket in a new folder
+/// under `TMPDIR`, and panics where that folder cannot be made (its conversion of tempfile's
+/// error asserts an OS error): a `TMPDIR` that does not exist or cannot be written is an error
+/// here that names it.
+fn bootstrap_server() -> std::io::Result<(IpcOneShotServer<Bootstrap>, String)> {
+    match catch_quietly(IpcOneShotServer::<Bootstrap>::new) {
+        Ok(made) => made,
+        Err(panic) => {
+            let tmp = std::env::temp_dir();
+            let why = match std::fs::metadata(&tmp) {
+                Ok(meta) if !meta.is_dir() => "not a folder".to_owned(),
+                Ok(_) => "not writable".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            Err(std::io::Error::other(format!(
+                "cannot make the worker's bootstrap socket under TMPDIR `{}` ({why}; ipc-channel: \
+                 {panic}): point TMPDIR at a folder this user can write, or unset it",
+                tmp.display()
+            )))
+        }
     }
 }
 

@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::sync::atomic::AtomicU64;
 
-use rustix::fs::FlockOperation;
-
 use crate::fresh_dir;
 
 /// The start of every scratch folder's name; the maker's pid and a number follow.
@@ -42,6 +40,9 @@ impl Scratch {
     }
 
     fn create_in(tmp: &Path) -> io::Result<Scratch> {
+        // Absolute: the worker's `TMPDIR` is read from the scratch folder it starts in.
+        let tmp = std::path::absolute(tmp)?;
+        let tmp = tmp.as_path();
         static SWEPT: Once = Once::new();
         static NEXT: AtomicU64 = AtomicU64::new(0);
         SWEPT.call_once(|| sweep(tmp));
@@ -51,7 +52,7 @@ impl Scratch {
             |n| tmp.join(format!("{PREFIX}{pid}-{n}")),
             |dir| std::fs::DirBuilder::new().mode(0o700).create(dir),
         )?;
-        let lock = lock(&path, FlockOperation::LockShared);
+        let lock = fresh_dir::hold(&path);
         Ok(Scratch { path, _lock: lock })
     }
 
@@ -63,20 +64,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// `dir` opened and locked with `operation` (never waiting), or `None` when it is held
-/// elsewhere or cannot be locked.
-fn lock(dir: &Path, operation: FlockOperation) -> Option<File> {
-    let file = File::open(dir).ok()?;
-    loop {
-        match rustix::fs::flock(&file, operation) {
-            Ok(()) => return Some(file),
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return None,
-        }
+        let _ = fresh_dir::remove_all(&self.path);
     }
 }
 
@@ -93,14 +81,11 @@ fn sweep(tmp: &Path) {
         };
         let path = entry.path();
         let mine = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        if !mine || fresh_dir::alive(pid) {
-            continue;
-        }
-        // Held (a live maker in another PID namespace), or no `flock` here: left alone.
-        let Some(_held) = lock(&path, FlockOperation::NonBlockingLockExclusive) else {
+        // A living maker (here, or in another PID namespace: it holds the folder) keeps it.
+        let Some(_held) = mine.then(|| fresh_dir::left_behind(&path, pid)).flatten() else {
             continue;
         };
-        match std::fs::remove_dir_all(&path) {
+        match fresh_dir::remove_all(&path) {
             Ok(()) => log::debug!("removed {}, left by pid {pid}", path.display()),
             Err(e) => log::debug!("cannot remove {}, left by pid {pid}: {e}", path.display()),
         }
@@ -127,7 +112,7 @@ mod tests {
         let dead = left(tmp.path(), DEAD);
         let living = left(tmp.path(), 1);
         let locked = left(tmp.path(), DEAD + 1);
-        let _held = lock(&locked, FlockOperation::LockShared).unwrap();
+        let _held = fresh_dir::hold(&locked).unwrap();
         let other = tmp.path().join("tunebox-scratch-notes");
         std::fs::create_dir(&other).unwrap();
         sweep(tmp.path());
@@ -145,7 +130,7 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o700);
         assert!(
-            lock(&path, FlockOperation::NonBlockingLockExclusive).is_none(),
+            fresh_dir::left_behind(&path, 4_194_305).is_none(),
             "its maker holds it"
         );
         drop(scratch);

@@ -134,3 +134,23 @@ fn the_workers_environment_is_filtered_said_and_passed_on_request() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_tmpdir_that_does_not_exist_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("scale.c"), KERNEL).unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest("")).unwrap();
+    let missing = dir.path().join("no-such-tmp");
+    let out = tunebox_env(
+        dir.path(),
+        &["tune", "m.toml", "--no-cache"],
+        &[("TMPDIR", missing.to_str().unwrap())],
+    );
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(101), "a panic:\n{stderr}");
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("TMPDIR") && stderr.contains("no-such-tmp"),
+        "the variable and its value are named:\n{stderr}"
+    );
+}

@@ -183,6 +183,9 @@ impl Bases {
 struct Cgroup {
     dir: PathBuf,
     hierarchy: Hierarchy,
+    /// The shared `flock` its maker holds on it while it lives ([`crate::fresh_dir::hold`]),
+    /// or the exclusive one of a sweeper removing it; `None` where cgroupfs has no `flock`.
+    _lock: Option<std::fs::File>,
 }
 
 /// Distinguishes the cgroups of one parent's workers.
@@ -198,7 +201,12 @@ impl Cgroup {
             |n| base.join(format!("tunebox-{pid}-{n}")),
             |dir| std::fs::create_dir(dir),
         )?;
-        Ok(Cgroup { dir, hierarchy })
+        let lock = crate::fresh_dir::hold(&dir);
+        Ok(Cgroup {
+            dir,
+            hierarchy,
+            _lock: lock,
+        })
     }
 
     fn procs(&self) -> PathBuf {
@@ -275,7 +283,8 @@ impl Cgroup {
 /// Ends and removes the cgroups under `base` that a tunebox process no longer alive left behind
 /// (`tunebox-<pid>-<n>` whose `<pid>` is gone: it was killed, so neither its destructors nor
 /// its exit hook ran, and what its workers started may still run there). A cgroup whose pid
-/// is alive — its owner, or a process that took the pid since — is left alone.
+/// is alive — its owner, or a process that took the pid since — is left alone, and so is one
+/// whose owner still holds its lock (an owner in another PID namespace).
 fn clean_stale(base: &Path, hierarchy: Hierarchy) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -284,12 +293,15 @@ fn clean_stale(base: &Path, hierarchy: Hierarchy) {
         let Some(owner) = crate::fresh_dir::maker(&entry.file_name(), "tunebox-") else {
             continue;
         };
-        if crate::fresh_dir::alive(owner) {
+        // A living owner keeps it: here, or in another PID namespace sharing this hierarchy
+        // (a container), where its pid means nothing but it holds the cgroup's lock.
+        let Some(lock) = crate::fresh_dir::left_behind(&entry.path(), owner) else {
             continue;
-        }
+        };
         let stale = Cgroup {
             dir: entry.path(),
             hierarchy,
+            _lock: Some(lock),
         };
         if !stale.members().is_empty() {
             log::warn!(
@@ -688,6 +700,39 @@ mod tests {
         assert!(!stale.exists(), "the stale cgroup was removed");
         assert!(alive.exists(), "a cgroup whose owner lives stays");
         std::fs::remove_dir(&alive).unwrap();
+    }
+
+    #[test]
+    fn a_cgroup_its_owner_holds_is_kept_whatever_its_pid_says() {
+        let probed = Bases::probe();
+        let Some((base, hierarchy)) = probed
+            .v2
+            .clone()
+            .map(|b| (b, Hierarchy::V2))
+            .or_else(|| probed.v1_pids.clone().map(|b| (b, Hierarchy::V1Pids)))
+        else {
+            println!("skipped: no cgroup can be made here");
+            return;
+        };
+        // A pid this process cannot see, as a tunebox in another PID namespace's is: above the
+        // kernel's `pid_max` limit (2^22). Its owner holds the cgroup's lock.
+        let held = base.join(format!("tunebox-{}-0", 4_194_305));
+        // Other tests of this binary sweep too, and may remove it before it is held.
+        let lock = (0..100)
+            .find_map(|_| {
+                match std::fs::create_dir(&held) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => panic!("cannot make {}: {e}", held.display()),
+                }
+                crate::fresh_dir::hold(&held)
+            })
+            .expect("the cgroup kept vanishing before it was held");
+        clean_stale(&base, hierarchy);
+        assert!(held.exists(), "a cgroup whose owner holds it stays");
+        drop(lock);
+        clean_stale(&base, hierarchy);
+        assert!(!held.exists(), "once its owner is gone it is removed");
     }
 
     #[test]
