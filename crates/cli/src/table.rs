@@ -621,7 +621,7 @@ fn windows_line(c: &tunebox_tune::RunConditions) -> String {
     }
     if c.settled > 0 {
         windows.push_str(&format!(
-            "; {} settled at screening (more than {:.0} % behind the best, the largest \
+            "; {} settled after two windows (more than {:.0} % behind the best, the largest \
              spread of any choice's windows, with no other choice that close)",
             choices(c.settled),
             c.settle_margin * 100.0

@@ -335,12 +335,13 @@ pub struct RunConditions {
     pub remeasured: usize,
     /// Choices raced for the top (their interval overlapped the best's) after the rounds.
     pub raced: usize,
-    /// Choices settled at screening: measured in one window, which was behind the best by
-    /// more than [`RunConditions::settle_margin`], so that no later window could have made
-    /// them the best (0 in reports made before it was kept).
+    /// Choices settled after two windows (their screening window and their first round's;
+    /// one window before issue 33's ninth session): the faster was behind the best by more
+    /// than [`RunConditions::settle_margin`], with no other choice that close, so that no later
+    /// window could have changed their rank (0 in reports made before it was kept).
     #[serde(default)]
     pub settled: usize,
-    /// How far behind the best a choice's screening window had to be to settle it: the
+    /// How far behind the best a choice's faster window had to be to settle it: the
     /// largest spread between the fastest and the slowest window of any choice the run had
     /// measured twice or more when it decided (0.4: 40 %; 0 when nothing was settled).
     #[serde(default)]

@@ -514,7 +514,7 @@ impl Ledger {
     /// measures it again). A result whose rounds a stop cut short ([`Ledger::unfinished`]) is
     /// cached with the windows it has when it has more than its line, saying that they are not
     /// complete; one whose rounds are done is cached as complete, also when no window was added
-    /// (it settled at screening, or was the only choice).
+    /// (it was the only choice).
     pub(super) fn cache_pending(&mut self, observer: &dyn Observer) {
         for pending in std::mem::take(&mut self.pending) {
             let Some(result) = self

@@ -40,9 +40,16 @@ const CHECK_FASTER_THAN: f64 = 0.5;
 /// A round's probe (the fastest of three) this much slower than the run's fastest says the
 /// machine slowed down by itself (frequency, a host neighbour), whatever /proc/stat says.
 const SLOW_PROBE: f64 = 1.5;
-/// Choices measured in two windows or more that the run needs before it settles any choice at
-/// screening: the largest spread of fewer says too little about how far a window can be off.
+/// Choices measured in two windows or more that the run needs before it settles any choice:
+/// the largest spread of fewer says too little about how far a window can be off.
 const SETTLE_EVIDENCE: usize = 3;
+/// The round in which a choice far behind may be settled, on its fastest of the windows before
+/// it (its screening window and its first round's). Not on the screening window alone: on a
+/// 2-vCPU EPYC guest single screening windows ran 30-60 % slow while the choices measured
+/// twice by then had spread only 6 %, and settling on them put the run's best choice among
+/// the slow ones (worst-pair Spearman 0.83 and 0.88 in 2 of 15 runs of the main job, against
+/// none below 0.95 without). Two windows a round apart are rarely both that slow.
+const SETTLE_ROUND: usize = 2;
 
 /// Whether windows that ended at `first` and `second` lie [`APART_ROUNDS`] rounds apart: that
 /// many windows of the other `choices - 1` choices of the rounds each, of the run's windows
@@ -134,7 +141,7 @@ impl Settling {
         (self.evidence >= needed && self.best_ms.is_finite()).then_some(self.margin)
     }
 
-    /// Whether a choice measured once, in a window of `screening_ms`, is settled: no later
+    /// Whether a choice whose fastest window so far took `screening_ms` is settled: no later
     /// window could change its rank. Interference only slows a window, so as far as this run
     /// can tell the choice's time lies in `[screening_ms / (1 + margin), screening_ms]`: it is
     /// settled when that trails the best by more than the margin and no other choice's
@@ -214,7 +221,7 @@ impl Run<'_> {
                 if due.is_empty() {
                     break;
                 }
-                let settle = (round == 1).then_some(&mut settled[..]);
+                let settle = (round == SETTLE_ROUND).then_some(&mut settled[..]);
                 self.window_round(&due, round, &mut tally, settle);
             }
             tally.settled = settled.iter().filter(|s| **s).count();
@@ -391,10 +398,10 @@ impl Run<'_> {
     }
 
     /// One round: a window of each of `positions`, in an order shuffled for `round`; windows
-    /// found disturbed are measured once more at the round's end. With `settle` (the first
-    /// round), a choice still measured once whose screening window trails the best by more
-    /// than the run's windows have ever differed ([`Settling`]) is settled instead (marked
-    /// there, by position) and not measured again.
+    /// found disturbed are measured once more at the round's end. With `settle` (round
+    /// [`SETTLE_ROUND`]), a choice measured in one window per round so far whose fastest
+    /// window trails the best by more than the run's windows have ever differed
+    /// ([`Settling`]) is settled instead (marked there, by position) and not measured again.
     fn window_round(
         &mut self,
         positions: &[usize],
@@ -425,12 +432,12 @@ impl Run<'_> {
             }
             if let Some(settled) = settle.as_deref_mut()
                 && !settled[p]
-                && let Some(screening) = self.ledger.results[p]
+                && let Some(fastest) = self.ledger.results[p]
                     .windows
                     .as_ref()
-                    .filter(|w| w.medians_ms.len() == 1)
-                    .map(|w| w.medians_ms[0])
-                && settling.settles(screening)
+                    .filter(|w| w.medians_ms.len() == round)
+                    .and_then(|w| w.medians_ms.iter().copied().min_by(f64::total_cmp))
+                && settling.settles(fastest)
             {
                 settled[p] = true;
                 tally.settle_margin = tally.settle_margin.max(settling.margin);
