@@ -172,9 +172,19 @@ pub(crate) fn launch(launch: Launch) -> io::Result<Launched> {
     };
     drop((stdout_write, stderr_write, report_write));
     let mut child = WorkerChild { pid, status: None };
-    if let Some(errno) = read_report(&report_read)? {
-        let _ = child.wait();
-        return Err(io::Error::from_raw_os_error(errno));
+    match read_report(&report_read) {
+        Ok(None) => {}
+        Ok(Some(errno)) => {
+            let _ = child.wait();
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Err(e) => {
+            // Whether it reached `execve` is unknown: it is not left running or unreaped.
+            // SAFETY: `kill` of our own unreaped child's pid.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let _ = child.wait();
+            return Err(e);
+        }
     }
     log::trace!(
         "pid {pid}: started{}",
