@@ -546,19 +546,40 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_child_gets_its_environment_folder_and_streams_only() {
-        let launched = launch(echo(
-            &["echo $GREETING $PWD; ls /proc/self/fd | wc -l; echo $HOME"],
-            Box::new(|_| Ok(())),
-        ))
-        .unwrap();
-        let mut child = launched.child;
+    /// What the child wrote to its stdout; it exited successfully.
+    fn printed(launched: Launched) -> String {
         let mut out = String::new();
         std::fs::File::from(launched.stdout.unwrap())
             .read_to_string(&mut out)
             .unwrap();
-        assert!(child.wait().unwrap().success());
+        let mut child = launched.child;
+        assert!(child.wait().unwrap().success(), "{out}");
+        out
+    }
+
+    /// A worker's cgroups with a v2 one to be born in; `None` (said) where there is none here.
+    fn v2_cgroups() -> Option<crate::containment::WorkerCgroups> {
+        let bases = crate::containment::bases();
+        let Some(cgroups) = crate::containment::WorkerCgroups::create(bases, None).unwrap() else {
+            println!("no cgroup can be made here: nothing to check");
+            return None;
+        };
+        if cgroups.birth_dir().is_none() {
+            println!("no cgroup-v2 folder here: workers fork and join");
+            return None;
+        }
+        Some(cgroups)
+    }
+
+    #[test]
+    fn a_child_gets_its_environment_folder_and_streams_only() {
+        let out = printed(
+            launch(echo(
+                &["echo $GREETING $PWD; ls /proc/self/fd | wc -l; echo $HOME"],
+                Box::new(|_| Ok(())),
+            ))
+            .unwrap(),
+        );
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "hello /");
         // 0, 1, 2 and the descriptor `ls` reads /proc/self/fd through: nothing of this
@@ -589,24 +610,13 @@ mod tests {
         let _switch = SWITCH
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let bases = crate::containment::bases();
-        let Some(cgroups) = crate::containment::WorkerCgroups::create(bases, None).unwrap() else {
-            println!("no cgroup can be made here: nothing to check");
+        let Some(cgroups) = v2_cgroups() else {
             return;
         };
-        let Some(dir) = cgroups.birth_dir() else {
-            println!("no cgroup-v2 folder here: workers fork and join");
-            return;
-        };
+        let dir = cgroups.birth_dir().unwrap();
         let mut spec = echo(&["cat /proc/self/cgroup"], Box::new(|_| Ok(())));
         spec.cgroup = Some(open_cgroup(dir).unwrap());
-        let launched = launch(spec).unwrap();
-        let mut out = String::new();
-        std::fs::File::from(launched.stdout.unwrap())
-            .read_to_string(&mut out)
-            .unwrap();
-        let mut child = launched.child;
-        assert!(child.wait().unwrap().success());
+        let out = printed(launch(spec).unwrap());
         // The hook joined nothing: the child (and `cat`, its child) is in the cgroup only if it
         // was born there, unless `clone3` is refused here (then it forked, outside).
         let name = dir.file_name().unwrap().to_str().unwrap();
@@ -625,15 +635,10 @@ mod tests {
         let _switch = SWITCH
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let bases = crate::containment::bases();
-        let Some(cgroups) = crate::containment::WorkerCgroups::create(bases, None).unwrap() else {
-            println!("no cgroup can be made here: nothing to check");
+        let Some(cgroups) = v2_cgroups() else {
             return;
         };
-        let Some(dir) = cgroups.birth_dir() else {
-            println!("no cgroup-v2 folder here: workers fork and join");
-            return;
-        };
+        let dir = cgroups.birth_dir().unwrap();
         let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
         // What a seccomp profile answering ENOSYS, or a kernel before 5.7, leaves.
         let was = CLONE3_REFUSED.swap(true, Ordering::Relaxed);
@@ -644,27 +649,13 @@ mod tests {
                 if born {
                     return Err(io::Error::from_raw_os_error(libc::EEXIST));
                 }
-                // SAFETY: `open`/`write`/`close` of a path made before the birth.
-                unsafe {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    libc::close(fd);
-                }
-                Ok(())
+                crate::sandbox::write_file(&procs, b"0")
             }),
         );
         spec.cgroup = Some(open_cgroup(dir).unwrap());
         let launched = launch(spec);
         CLONE3_REFUSED.store(was, Ordering::Relaxed);
-        let launched = launched.unwrap();
-        let mut out = String::new();
-        std::fs::File::from(launched.stdout.unwrap())
-            .read_to_string(&mut out)
-            .unwrap();
-        let mut child = launched.child;
-        assert!(child.wait().unwrap().success());
+        let out = printed(launched.unwrap());
         let name = dir.file_name().unwrap().to_str().unwrap();
         assert!(
             out.lines()

@@ -636,18 +636,22 @@ mod tests {
         );
     }
 
+    /// Where this process can make cgroups that hold processes: its v2 folder, else its v1
+    /// `pids` cgroup.
+    fn a_base() -> Option<(PathBuf, Hierarchy)> {
+        let probed = Bases::probe();
+        probed
+            .v2
+            .map(|b| (b, Hierarchy::V2))
+            .or_else(|| probed.v1_pids.map(|b| (b, Hierarchy::V1Pids)))
+    }
+
     /// A cgroup left by a tunebox process that is gone (killed: no destructor, no exit hook)
     /// is ended and removed by the next probe; one whose owner lives is left alone.
     #[test]
     fn the_cgroups_of_a_process_that_is_gone_are_ended_and_removed() {
         use std::os::unix::process::CommandExt;
-        let probed = Bases::probe();
-        let Some((base, hierarchy)) = probed
-            .v2
-            .clone()
-            .map(|b| (b, Hierarchy::V2))
-            .or_else(|| probed.v1_pids.clone().map(|b| (b, Hierarchy::V1Pids)))
-        else {
+        let Some((base, hierarchy)) = a_base() else {
             println!("skipped: no cgroup can be made here");
             return;
         };
@@ -670,16 +674,9 @@ mod tests {
             let procs = CString::new(stale.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
             let mut command = std::process::Command::new("sleep");
             command.arg("30");
-            // SAFETY: `open`/`write`/`close` of a path made before `fork`.
+            // SAFETY: `write_file` is async-signal-safe, on a path made before `fork`.
             unsafe {
-                command.pre_exec(move || {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(fd);
-                    Ok(())
-                });
+                command.pre_exec(move || crate::sandbox::write_file(&procs, b"0"));
             }
             match command.spawn() {
                 Ok(child) => {
@@ -704,13 +701,7 @@ mod tests {
 
     #[test]
     fn a_cgroup_its_owner_holds_is_kept_whatever_its_pid_says() {
-        let probed = Bases::probe();
-        let Some((base, hierarchy)) = probed
-            .v2
-            .clone()
-            .map(|b| (b, Hierarchy::V2))
-            .or_else(|| probed.v1_pids.clone().map(|b| (b, Hierarchy::V1Pids)))
-        else {
+        let Some((base, hierarchy)) = a_base() else {
             println!("skipped: no cgroup can be made here");
             return;
         };

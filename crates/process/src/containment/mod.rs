@@ -329,15 +329,9 @@ mod tests {
             let mark = format!("{how}-{}-{round}", std::process::id());
             let procs = cgroups.procs().to_vec();
             let mut child = start(&mark, move || {
+                // Async-signal-safe, on paths made before `fork`.
                 for path in &procs {
-                    // SAFETY: `open`/`write`/`close` of a path made before `fork`.
-                    unsafe {
-                        let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
-                        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        libc::close(fd);
-                    }
+                    crate::sandbox::write_file(path, b"0")?;
                 }
                 Ok(())
             });

@@ -264,7 +264,7 @@ pub(crate) fn apply(prepared: &Prepared, born_in_cgroup: bool) -> io::Result<()>
 }
 
 /// `open(path, O_WRONLY)`, one `write`, `close`. Async-signal-safe.
-fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
     // SAFETY: `path` is a NUL-terminated string that lives through the call.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {

@@ -14,6 +14,9 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// For tests that join a cgroup the way a worker does.
+#[cfg(test)]
+pub(crate) use apply::write_file;
 pub(crate) use apply::{Request, apply, prepare};
 pub(crate) use filters::trapped_name;
 pub use support::SandboxSupport;
