@@ -41,6 +41,16 @@ pub const STEAL_THRESHOLD: f64 = 0.05;
 /// worker (one tick is 10 ms at the usual `USER_HZ` of 100: a window of 30 ms cannot tell 1
 /// tick from noise); one more for each further CPU the window's own threads kept busy.
 const MIN_TICKS: u64 = 2;
+/// The most ticks tunebox's compiles can have used during a window, from the `nice` ticks of
+/// its CPUs (`delta`): compilers run at a lower priority (nice 19 in the background, nice 1 in
+/// the foreground beside windows), so their user time counts as `nice`; their system time
+/// counts as `system`, with others', and is allowed up to as much again (gcc's is about a
+/// third of its user time); and a tick per CPU for the rounding.
+fn own_cap(delta: &[CpuTicks]) -> u64 {
+    let nice: u64 = delta.iter().map(|d| d.nice).sum();
+    2 * nice + delta.len() as u64
+}
+
 /// Clock ticks per second in `/proc/stat`: `USER_HZ`, 100 on every Linux ABI (whatever the
 /// kernel's own `HZ`).
 const USER_HZ: f64 = 100.0;
@@ -50,6 +60,8 @@ const USER_HZ: f64 = 100.0;
 pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq.
     pub busy: u64,
+    /// nice: user time of processes at a lower priority (tunebox's compiles among them).
+    pub nice: u64,
     /// steal.
     pub steal: u64,
     /// Every field but guest time (already in user): busy + idle + iowait + steal.
@@ -83,6 +95,7 @@ impl CpuTimes {
                 let (idle, steal) = (at(3) + at(4), at(7));
                 CpuTicks {
                     busy,
+                    nice: at(1),
                     steal,
                     total: busy + idle + steal,
                 }
@@ -142,12 +155,16 @@ impl Conditions {
             .zip(&after.0)
             .map(|(b, a)| CpuTicks {
                 busy: a.busy.saturating_sub(b.busy),
+                nice: a.nice.saturating_sub(b.nice),
                 steal: a.steal.saturating_sub(b.steal),
                 total: a.total.saturating_sub(b.total),
             })
             .collect();
-        // Rounded up: a compile that ran for part of a tick may have been charged the tick.
-        let own_ticks = (own.as_secs_f64() * USER_HZ).ceil() as u64;
+        // Rounded up: a compile that ran for part of a tick may have been charged the tick. At
+        // most what the compilers can have used, by the `nice` ticks their user time shows as
+        // ([`own_cap`]): their threads' clock runs whether or not a busy machine gives them a
+        // CPU.
+        let own_ticks = ((own.as_secs_f64() * USER_HZ).ceil() as u64).min(own_cap(&delta));
         let busy: u64 = delta
             .iter()
             .map(|d| d.busy)
@@ -512,11 +529,13 @@ mod tests {
             [
                 CpuTicks {
                     busy: 10 + 1 + 2 + 4 + 5,
+                    nice: 1,
                     steal: 6,
                     total: 22 + 103 + 6
                 },
                 CpuTicks {
                     busy: 6,
+                    nice: 2,
                     steal: 0,
                     total: 6
                 },
@@ -625,6 +644,11 @@ mod tests {
         // else's.
         let c = untimed(Some(&before), Some(&after), ran(25), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 0.7).abs() < 0.01, "{c:?}");
+        // A compile's thread ran all the window, but a busy machine gave its compiler 2 ticks
+        // (its `nice` time): the 8 ticks of someone else's beside it show.
+        let starved = stat(&[(110, 0, 100), (108, 2, 100)]);
+        let c = untimed(Some(&before), Some(&starved), ran(100), Duration::ZERO);
+        assert!(c.disturbed && (c.other_busy - 0.4).abs() < 0.01, "{c:?}");
         // The clock: two threads for a while, then one.
         let work = BackgroundWork::default();
         let start = work.total();
