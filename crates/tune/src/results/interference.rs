@@ -17,9 +17,12 @@
 //! tunebox's own compiles may run beside a window (on the CPUs the workers leave, and in the
 //! background on theirs: [`tunebox_cpu::CompileControl::background`]). They are not
 //! interference: [`BackgroundWork`] knows how long compile threads ran during the window, and
-//! that much is taken off the CPUs' busy time. A compile thread is one CPU-bound process at a
-//! time, so this is about what it used; while compiles run, work of someone else's up to that
-//! much goes unseen (the rounds after the compiles still see it).
+//! that much is taken off the CPUs' busy time, but no more than the compilers can have used:
+//! they run at a lower priority (nice 19 in the background, nice 1 in the foreground), so
+//! their user time shows as `nice` ([`own_cap`]). A thread's clock runs whether or not a busy
+//! machine gives its compiler a CPU; counted whole, it hid four busy loops beside the compiles
+//! and let two slow windows confirm a choice. While compiles run, work of someone else's up
+//! to what they used still goes unseen (the rounds after the compiles see it).
 //!
 //! The CPU topology ([`Topology`], from sysfs `thread_siblings_list`) says which CPUs share a
 //! core, so that compiles stay off every core a worker may measure on. Both sources can be
