@@ -2,8 +2,8 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use tunebox_protocol::{
     BenchError, Bytes, DType, Element, Init, SharedData, TensorData, TensorSpec,
@@ -89,20 +89,6 @@ enum Storage {
 /// whatever their size: the caller chose.)
 const PRIVATE_DATA_MIN: usize = 64 << 20;
 
-/// Huge mappings of at least [`PRIVATE_DATA_MIN`] bytes that dropped tensors handed back, for
-/// the next tensor of the same size ([`HugeMap::kept_or_new`]), least recently kept first: a
-/// worker that serves many requests of one problem zeroes its outputs' pages with a `memset`
-/// (at the speed memory is written) instead of faulting in fresh ones that the kernel zeroes
-/// and unmapping them after every window (on a 2-vCPU EPYC guest, round windows of three
-/// 1 GiB tensors spent ~100 ms less beside their kernel's calls). Only past any
-/// last-level cache (as copy-on-write inputs), where which physical pages back a tensor
-/// averages out over its many pages; smaller tensors get fresh pages every time
-/// ([`HostTensor::allocate`]).
-static KEPT_HUGE: Mutex<Vec<HugeMap>> = Mutex::new(Vec::new());
-
-/// Most huge mappings kept between requests ([`KEPT_HUGE`]).
-const KEPT_HUGE_MAPS: usize = 8;
-
 // SAFETY: the buffer is owned exclusively by this value (like a `Vec<u8>`); moving it to another
 // thread moves that ownership.
 unsafe impl Send for HostTensor {}
@@ -155,7 +141,7 @@ impl HostTensor {
         };
         let size = size.ok_or_else(too_large)?;
         let storage = if len >= HUGE_PAGE_MIN {
-            HugeMap::kept_or_new(size)
+            HugeMap::new(size)
                 .ok_or_else(out_of_memory)
                 .map(Storage::Huge)?
         } else {
@@ -202,14 +188,9 @@ impl HostTensor {
         };
         tensor.front_guard_mut().fill(GUARD_BYTE);
         tensor.back_guard_mut().fill(GUARD_BYTE);
-        // A fresh allocation is zeroed already (fresh pages of a mapping read as zeros);
-        // writing zeros again would only fault in every page. A kept mapping holds what its
-        // last tensor left.
-        let zeroed = match &tensor.storage {
-            Storage::Huge(map) => !map.reused,
-            _ => true,
-        };
-        if !(zeroed && matches!(tensor.init, Init::Zeros)) {
+        // The allocation is zeroed already (fresh pages of a mapping read as zeros); writing
+        // zeros again would only fault in every page.
+        if !matches!(tensor.init, Init::Zeros) {
             tensor.reset();
         }
         Ok(tensor)
@@ -593,48 +574,9 @@ struct HugeMap {
     start: NonNull<u8>,
     mapped: usize,
     base: NonNull<u8>,
-    /// Whether a tensor used it before ([`HugeMap::kept_or_new`]): its bytes are not zeros.
-    reused: bool,
 }
 
-// SAFETY: the mapping is owned by this value alone (as a `Vec<u8>` owns its buffer), and only
-// moves between threads through [`KEPT_HUGE`]'s lock.
-unsafe impl Send for HugeMap {}
-
 impl HugeMap {
-    /// A kept mapping of `size` bytes ([`HugeMap::keep`]), `reused`, else a new one
-    /// ([`HugeMap::new`]). Without one of that size (and at least [`PRIVATE_DATA_MIN`]) the
-    /// kept mappings are unmapped first: the problem's shapes changed, and the memory they
-    /// hold comes back before the new one is mapped.
-    fn kept_or_new(size: usize) -> Option<HugeMap> {
-        if size < PRIVATE_DATA_MIN {
-            return HugeMap::new(size);
-        }
-        let mut kept = KEPT_HUGE.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(at) = kept.iter().rposition(|m| m.mapped == size + HUGE_PAGE) {
-            let mut map = kept.remove(at);
-            map.reused = true;
-            return Some(map);
-        }
-        kept.clear();
-        drop(kept);
-        HugeMap::new(size)
-    }
-
-    /// Keeps this mapping for a later tensor of its size ([`HugeMap::kept_or_new`]) when it
-    /// holds at least [`PRIVATE_DATA_MIN`] bytes, else unmaps it; the least recently kept
-    /// goes beyond [`KEPT_HUGE_MAPS`].
-    fn keep(self) {
-        if self.mapped < PRIVATE_DATA_MIN + HUGE_PAGE {
-            return;
-        }
-        let mut kept = KEPT_HUGE.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.push(self);
-        if kept.len() > KEPT_HUGE_MAPS {
-            kept.remove(0);
-        }
-    }
-
     /// `size` bytes (a multiple of [`HUGE_PAGE`]) of zeros on a huge-page boundary; `None`
     /// when the mapping fails (out of memory or address space).
     fn new(size: usize) -> Option<HugeMap> {
@@ -664,7 +606,6 @@ impl HugeMap {
             start,
             mapped,
             base,
-            reused: false,
         })
     }
 }
@@ -682,14 +623,12 @@ impl Drop for HostTensor {
         match std::mem::replace(&mut self.storage, Storage::Released) {
             // Kept for the next request that maps the same buffer, restored.
             Storage::Private(map) => map.keep(),
-            // A large one kept for the next tensor of its size.
-            Storage::Huge(map) => map.keep(),
             Storage::Owned { base, layout } => {
                 // SAFETY: `base` was returned by `alloc_zeroed(layout)` and is freed only here.
                 unsafe { alloc::dealloc(base.as_ptr(), layout) }
             }
-            // A mapped buffer is the caller's.
-            Storage::Mapped(_) | Storage::Released => {}
+            // A huge mapping unmaps itself; a mapped buffer is the caller's.
+            Storage::Huge(_) | Storage::Mapped(_) | Storage::Released => {}
         }
     }
 }
