@@ -19,9 +19,11 @@
 //! interference: [`BackgroundWork`] knows how long compile threads ran during the window, and
 //! that much is taken off the CPUs' busy time, but no more than the compilers can have used:
 //! they run at a lower priority (nice 19 in the background, nice 1 in the foreground), so
-//! their user time shows as `nice` ([`own_cap`]). A thread's clock runs whether or not a busy
-//! machine gives its compiler a CPU; counted whole, it hid four busy loops beside the compiles
-//! and let two slow windows confirm a choice. While compiles run, work of someone else's up
+//! their user time shows as `nice` ([`own_cap`]); once a window beside them has shown `nice`
+//! time, and only while every compile thread could lower itself ([`BackgroundWork::nice_shows`]:
+//! LXCFS's `/proc/stat` shows none, a seccomp filter may refuse `setpriority`). A thread's
+//! clock runs whether or not a busy machine gives its compiler a CPU; counted whole, it hid
+//! four busy loops beside the compiles and let two slow windows confirm a choice. While compiles run, work of someone else's up
 //! to what they used still goes unseen (the rounds after the compiles see it).
 //!
 //! The CPU topology ([`Topology`], from sysfs `thread_siblings_list`) says which CPUs share a
@@ -30,6 +32,7 @@
 //! `/proc/stat`'s format) and `TUNEBOX_SYSFS_CPU` (a folder shaped as `/sys/devices/system/cpu`).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -107,6 +110,15 @@ impl CpuTimes {
         CpuTimes(cpus)
     }
 
+    /// The `nice` ticks of all CPUs since `before` (0 where the CPUs changed).
+    pub(crate) fn nice_since(&self, before: &CpuTimes) -> u64 {
+        if self.0.len() != before.0.len() {
+            return 0;
+        }
+        let sum = |t: &CpuTimes| t.0.iter().map(|c| c.nice).sum::<u64>();
+        sum(self).saturating_sub(sum(before))
+    }
+
     /// The counters now (`$TUNEBOX_PROC_STAT`, else `/proc/stat`); `None` where unreadable.
     pub(crate) fn now() -> Option<CpuTimes> {
         let path = std::env::var_os("TUNEBOX_PROC_STAT")
@@ -138,11 +150,13 @@ impl Conditions {
     /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
     /// time, [`BackgroundWork`]) in between, and `worker` of CPU time the window's worker
     /// process used (all its threads) over the window's `wall` time (zero: unknown): neither is
-    /// interference.
+    /// interference. With `cap_by_nice`, `own` counts for no more than the compilers' `nice`
+    /// ticks show they got ([`own_cap`]).
     pub(crate) fn between(
         before: Option<&CpuTimes>,
         after: Option<&CpuTimes>,
         own: Duration,
+        cap_by_nice: bool,
         worker: Duration,
         wall: Duration,
     ) -> Conditions {
@@ -167,7 +181,10 @@ impl Conditions {
         // most what the compilers can have used, by the `nice` ticks their user time shows as
         // ([`own_cap`]): their threads' clock runs whether or not a busy machine gives them a
         // CPU.
-        let own_ticks = ((own.as_secs_f64() * USER_HZ).ceil() as u64).min(own_cap(&delta));
+        let mut own_ticks = (own.as_secs_f64() * USER_HZ).ceil() as u64;
+        if cap_by_nice {
+            own_ticks = own_ticks.min(own_cap(&delta));
+        }
         let busy: u64 = delta
             .iter()
             .map(|d| d.busy)
@@ -286,9 +303,18 @@ impl WindowHook for Watch {
             .filter(|ms| ms.is_finite() && *ms > 0.0)
             .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
         let took = before.started.elapsed();
+        let nice = before
+            .cpus
+            .as_ref()
+            .zip(after.as_ref())
+            .map_or(0, |(b, a)| a.nice_since(b));
+        let cap = self
+            .background
+            .as_deref()
+            .is_some_and(|w| w.nice_shows(!own.is_zero() && nice > 0));
         let conditions = Conditions {
             took_s: took.as_secs_f64(),
-            ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, worker, took)
+            ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, cap, worker, took)
         };
         conditions.ended_now()
     }
@@ -316,6 +342,12 @@ fn cpus_kept_busy(cpu: Duration, wall: Duration, one_ticks: u64) -> u64 {
 #[derive(Debug)]
 pub(crate) struct BackgroundWork {
     state: Mutex<Clock>,
+    /// Whether a window beside the compiles saw `nice` time: this machine's `/proc/stat`
+    /// shows it (LXCFS's per-container one never does).
+    nice_seen: AtomicBool,
+    /// Whether a foreground compile thread could not lower its priority, so that its
+    /// compiler's time counts as `user`, not `nice`.
+    not_niced: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -335,6 +367,8 @@ impl Default for BackgroundWork {
                 total: Duration::ZERO,
                 since: Instant::now(),
             }),
+            nice_seen: AtomicBool::new(false),
+            not_niced: AtomicBool::new(false),
         }
     }
 }
@@ -345,6 +379,25 @@ impl BackgroundWork {
         let mut clock = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         clock.advance(Instant::now());
         clock.total
+    }
+
+    /// Whether a window's compile time counts for no more than its `nice` ticks show
+    /// ([`own_cap`]): where every compiler runs niced and this machine's `/proc/stat` has shown
+    /// `nice` time beside the compiles (`seen_now`: this window did). Elsewhere the compile
+    /// threads' clock counts whole, as a window cannot tell what they got.
+    pub(crate) fn nice_shows(&self, seen_now: bool) -> bool {
+        if self.not_niced.load(Ordering::Relaxed) {
+            return false;
+        }
+        if seen_now {
+            self.nice_seen.store(true, Ordering::Relaxed);
+        }
+        self.nice_seen.load(Ordering::Relaxed)
+    }
+
+    /// A compile thread runs at its normal priority: its compiler's time shows as `user`.
+    pub(crate) fn not_niced(&self) {
+        self.not_niced.store(true, Ordering::Relaxed);
     }
 
     /// One more thread runs until the guard is dropped.
@@ -498,7 +551,7 @@ mod tests {
         own: Duration,
         worker: Duration,
     ) -> Conditions {
-        Conditions::between(before, after, own, worker, Duration::ZERO)
+        Conditions::between(before, after, own, true, worker, Duration::ZERO)
     }
 
     fn stat(cpus: &[(u64, u64, u64)]) -> String {
@@ -604,18 +657,18 @@ mod tests {
         let ms = Duration::from_millis;
         let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
         let short = CpuTimes::parse(&stat(&[(103, 100, 0), (103, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&short), ms(0), ms(45), ms(30));
+        let c = Conditions::between(Some(&before), Some(&short), ms(0), true, ms(45), ms(30));
         assert!(!c.disturbed, "{c:?}");
         // Busy loops beside it: the kernel's threads got half the CPUs.
-        let c = Conditions::between(Some(&before), Some(&short), ms(0), ms(30), ms(30));
+        let c = Conditions::between(Some(&before), Some(&short), ms(0), true, ms(30), ms(30));
         assert!(c.disturbed, "{c:?}");
         // A single-threaded window of 20 ms whose worker used 23 ms (its clock read a little
         // apart from the window's): one CPU, and a busy loop on the other is seen.
         let single = CpuTimes::parse(&stat(&[(102, 100, 0), (102, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&single), ms(0), ms(23), ms(20));
+        let c = Conditions::between(Some(&before), Some(&single), ms(0), true, ms(23), ms(20));
         assert!(c.disturbed, "{c:?}");
         // The window's time unknown: its ticks stand for it.
-        let c = Conditions::between(Some(&before), Some(&single), ms(0), ms(23), ms(0));
+        let c = Conditions::between(Some(&before), Some(&single), ms(0), true, ms(23), ms(0));
         assert!(c.disturbed, "{c:?}");
         assert_eq!(cpus_kept_busy(ms(45), ms(30), 3), 2);
         assert_eq!(cpus_kept_busy(ms(23), ms(20), 2), 1);
@@ -652,6 +705,17 @@ mod tests {
         let starved = stat(&[(110, 0, 100), (108, 2, 100)]);
         let c = untimed(Some(&before), Some(&starved), ran(100), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 0.4).abs() < 0.01, "{c:?}");
+        // Not capped (no `nice` seen yet, or a compiler not niced): the clock counts whole.
+        let zero = Duration::ZERO;
+        let c = Conditions::between(Some(&before), Some(&starved), ran(100), false, zero, zero);
+        assert!(!c.disturbed, "{c:?}");
+        // The cap waits for a window beside the compiles to show `nice` time (LXCFS's
+        // /proc/stat never does), and a compile thread that could not lower itself ends it.
+        let work = BackgroundWork::default();
+        assert!(!work.nice_shows(false));
+        assert!(work.nice_shows(true) && work.nice_shows(false));
+        work.not_niced();
+        assert!(!work.nice_shows(true));
         // The clock: two threads for a while, then one.
         let work = BackgroundWork::default();
         let start = work.total();
