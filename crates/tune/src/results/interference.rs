@@ -17,14 +17,9 @@
 //! tunebox's own compiles may run beside a window (on the CPUs the workers leave, and in the
 //! background on theirs: [`tunebox_cpu::CompileControl::background`]). They are not
 //! interference: [`BackgroundWork`] knows how long compile threads ran during the window, and
-//! that much is taken off the CPUs' busy time, but no more than the compilers can have used:
-//! they run at a lower priority (nice 19 in the background, nice 1 in the foreground), so
-//! their user time shows as `nice` ([`own_cap`]); once a window beside them has shown `nice`
-//! time, and only while every compile thread could lower itself ([`BackgroundWork::nice_shows`]:
-//! LXCFS's `/proc/stat` shows none, a seccomp filter may refuse `setpriority`). A thread's
-//! clock runs whether or not a busy machine gives its compiler a CPU; counted whole, it hid
-//! four busy loops beside the compiles and let two slow windows confirm a choice. While compiles run, work of someone else's up
-//! to what they used still goes unseen (the rounds after the compiles see it).
+//! that much is taken off the CPUs' busy time. A compile thread is one CPU-bound process at a
+//! time, so this is about what it used; while compiles run, work of someone else's up to that
+//! much goes unseen (the rounds after the compiles still see it).
 //!
 //! The CPU topology ([`Topology`], from sysfs `thread_siblings_list`) says which CPUs share a
 //! core, so that compiles stay off every core a worker may measure on. Both sources can be
@@ -32,7 +27,6 @@
 //! `/proc/stat`'s format) and `TUNEBOX_SYSFS_CPU` (a folder shaped as `/sys/devices/system/cpu`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -47,16 +41,6 @@ pub const STEAL_THRESHOLD: f64 = 0.05;
 /// worker (one tick is 10 ms at the usual `USER_HZ` of 100: a window of 30 ms cannot tell 1
 /// tick from noise); one more for each further CPU the window's own threads kept busy.
 const MIN_TICKS: u64 = 2;
-/// The most ticks tunebox's compiles can have used during a window, from the `nice` ticks of
-/// its CPUs (`delta`): compilers run at a lower priority (nice 19 in the background, nice 1 in
-/// the foreground beside windows), so their user time counts as `nice`; their system time
-/// counts as `system`, with others', and is allowed up to as much again (gcc's is about a
-/// third of its user time); and a tick per CPU for the rounding.
-fn own_cap(delta: &[CpuTicks]) -> u64 {
-    let nice: u64 = delta.iter().map(|d| d.nice).sum();
-    2 * nice + delta.len() as u64
-}
-
 /// Clock ticks per second in `/proc/stat`: `USER_HZ`, 100 on every Linux ABI (whatever the
 /// kernel's own `HZ`).
 const USER_HZ: f64 = 100.0;
@@ -66,8 +50,6 @@ const USER_HZ: f64 = 100.0;
 pub(crate) struct CpuTicks {
     /// user + nice + system + irq + softirq.
     pub busy: u64,
-    /// nice: user time of processes at a lower priority (tunebox's compiles among them).
-    pub nice: u64,
     /// steal.
     pub steal: u64,
     /// Every field but guest time (already in user): busy + idle + iowait + steal.
@@ -101,22 +83,12 @@ impl CpuTimes {
                 let (idle, steal) = (at(3) + at(4), at(7));
                 CpuTicks {
                     busy,
-                    nice: at(1),
                     steal,
                     total: busy + idle + steal,
                 }
             })
             .collect();
         CpuTimes(cpus)
-    }
-
-    /// The `nice` ticks of all CPUs since `before` (0 where the CPUs changed).
-    pub(crate) fn nice_since(&self, before: &CpuTimes) -> u64 {
-        if self.0.len() != before.0.len() {
-            return 0;
-        }
-        let sum = |t: &CpuTimes| t.0.iter().map(|c| c.nice).sum::<u64>();
-        sum(self).saturating_sub(sum(before))
     }
 
     /// The counters now (`$TUNEBOX_PROC_STAT`, else `/proc/stat`); `None` where unreadable.
@@ -150,13 +122,11 @@ impl Conditions {
     /// changed: unknown, so not disturbed), with `own` of tunebox's own work (compile threads'
     /// time, [`BackgroundWork`]) in between, and `worker` of CPU time the window's worker
     /// process used (all its threads) over the window's `wall` time (zero: unknown): neither is
-    /// interference. With `cap_by_nice`, `own` counts for no more than the compilers' `nice`
-    /// ticks show they got ([`own_cap`]).
+    /// interference.
     pub(crate) fn between(
         before: Option<&CpuTimes>,
         after: Option<&CpuTimes>,
         own: Duration,
-        cap_by_nice: bool,
         worker: Duration,
         wall: Duration,
     ) -> Conditions {
@@ -172,19 +142,12 @@ impl Conditions {
             .zip(&after.0)
             .map(|(b, a)| CpuTicks {
                 busy: a.busy.saturating_sub(b.busy),
-                nice: a.nice.saturating_sub(b.nice),
                 steal: a.steal.saturating_sub(b.steal),
                 total: a.total.saturating_sub(b.total),
             })
             .collect();
-        // Rounded up: a compile that ran for part of a tick may have been charged the tick. At
-        // most what the compilers can have used, by the `nice` ticks their user time shows as
-        // ([`own_cap`]): their threads' clock runs whether or not a busy machine gives them a
-        // CPU.
-        let mut own_ticks = (own.as_secs_f64() * USER_HZ).ceil() as u64;
-        if cap_by_nice {
-            own_ticks = own_ticks.min(own_cap(&delta));
-        }
+        // Rounded up: a compile that ran for part of a tick may have been charged the tick.
+        let own_ticks = (own.as_secs_f64() * USER_HZ).ceil() as u64;
         let busy: u64 = delta
             .iter()
             .map(|d| d.busy)
@@ -303,18 +266,9 @@ impl WindowHook for Watch {
             .filter(|ms| ms.is_finite() && *ms > 0.0)
             .map_or(Duration::ZERO, |ms| Duration::from_secs_f64(ms / 1e3));
         let took = before.started.elapsed();
-        let nice = before
-            .cpus
-            .as_ref()
-            .zip(after.as_ref())
-            .map_or(0, |(b, a)| a.nice_since(b));
-        let cap = self
-            .background
-            .as_deref()
-            .is_some_and(|w| w.nice_shows(!own.is_zero() && nice > 0));
         let conditions = Conditions {
             took_s: took.as_secs_f64(),
-            ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, cap, worker, took)
+            ..Conditions::between(before.cpus.as_ref(), after.as_ref(), own, worker, took)
         };
         conditions.ended_now()
     }
@@ -342,12 +296,6 @@ fn cpus_kept_busy(cpu: Duration, wall: Duration, one_ticks: u64) -> u64 {
 #[derive(Debug)]
 pub(crate) struct BackgroundWork {
     state: Mutex<Clock>,
-    /// Whether a window beside the compiles saw `nice` time: this machine's `/proc/stat`
-    /// shows it (LXCFS's per-container one never does).
-    nice_seen: AtomicBool,
-    /// Whether a foreground compile thread could not lower its priority, so that its
-    /// compiler's time counts as `user`, not `nice`.
-    not_niced: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -367,8 +315,6 @@ impl Default for BackgroundWork {
                 total: Duration::ZERO,
                 since: Instant::now(),
             }),
-            nice_seen: AtomicBool::new(false),
-            not_niced: AtomicBool::new(false),
         }
     }
 }
@@ -379,25 +325,6 @@ impl BackgroundWork {
         let mut clock = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         clock.advance(Instant::now());
         clock.total
-    }
-
-    /// Whether a window's compile time counts for no more than its `nice` ticks show
-    /// ([`own_cap`]): where every compiler runs niced and this machine's `/proc/stat` has shown
-    /// `nice` time beside the compiles (`seen_now`: this window did). Elsewhere the compile
-    /// threads' clock counts whole, as a window cannot tell what they got.
-    pub(crate) fn nice_shows(&self, seen_now: bool) -> bool {
-        if self.not_niced.load(Ordering::Relaxed) {
-            return false;
-        }
-        if seen_now {
-            self.nice_seen.store(true, Ordering::Relaxed);
-        }
-        self.nice_seen.load(Ordering::Relaxed)
-    }
-
-    /// A compile thread runs at its normal priority: its compiler's time shows as `user`.
-    pub(crate) fn not_niced(&self) {
-        self.not_niced.store(true, Ordering::Relaxed);
     }
 
     /// One more thread runs until the guard is dropped.
@@ -551,7 +478,7 @@ mod tests {
         own: Duration,
         worker: Duration,
     ) -> Conditions {
-        Conditions::between(before, after, own, true, worker, Duration::ZERO)
+        Conditions::between(before, after, own, worker, Duration::ZERO)
     }
 
     fn stat(cpus: &[(u64, u64, u64)]) -> String {
@@ -585,13 +512,11 @@ mod tests {
             [
                 CpuTicks {
                     busy: 10 + 1 + 2 + 4 + 5,
-                    nice: 1,
                     steal: 6,
                     total: 22 + 103 + 6
                 },
                 CpuTicks {
                     busy: 6,
-                    nice: 2,
                     steal: 0,
                     total: 6
                 },
@@ -657,18 +582,18 @@ mod tests {
         let ms = Duration::from_millis;
         let before = CpuTimes::parse(&stat(&[(100, 100, 0), (100, 100, 0)]));
         let short = CpuTimes::parse(&stat(&[(103, 100, 0), (103, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&short), ms(0), true, ms(45), ms(30));
+        let c = Conditions::between(Some(&before), Some(&short), ms(0), ms(45), ms(30));
         assert!(!c.disturbed, "{c:?}");
         // Busy loops beside it: the kernel's threads got half the CPUs.
-        let c = Conditions::between(Some(&before), Some(&short), ms(0), true, ms(30), ms(30));
+        let c = Conditions::between(Some(&before), Some(&short), ms(0), ms(30), ms(30));
         assert!(c.disturbed, "{c:?}");
         // A single-threaded window of 20 ms whose worker used 23 ms (its clock read a little
         // apart from the window's): one CPU, and a busy loop on the other is seen.
         let single = CpuTimes::parse(&stat(&[(102, 100, 0), (102, 100, 0)]));
-        let c = Conditions::between(Some(&before), Some(&single), ms(0), true, ms(23), ms(20));
+        let c = Conditions::between(Some(&before), Some(&single), ms(0), ms(23), ms(20));
         assert!(c.disturbed, "{c:?}");
         // The window's time unknown: its ticks stand for it.
-        let c = Conditions::between(Some(&before), Some(&single), ms(0), true, ms(23), ms(0));
+        let c = Conditions::between(Some(&before), Some(&single), ms(0), ms(23), ms(0));
         assert!(c.disturbed, "{c:?}");
         assert_eq!(cpus_kept_busy(ms(45), ms(30), 3), 2);
         assert_eq!(cpus_kept_busy(ms(23), ms(20), 2), 1);
@@ -700,22 +625,6 @@ mod tests {
         // else's.
         let c = untimed(Some(&before), Some(&after), ran(25), Duration::ZERO);
         assert!(c.disturbed && (c.other_busy - 0.7).abs() < 0.01, "{c:?}");
-        // A compile's thread ran all the window, but a busy machine gave its compiler 2 ticks
-        // (its `nice` time): the 8 ticks of someone else's beside it show.
-        let starved = stat(&[(110, 0, 100), (108, 2, 100)]);
-        let c = untimed(Some(&before), Some(&starved), ran(100), Duration::ZERO);
-        assert!(c.disturbed && (c.other_busy - 0.4).abs() < 0.01, "{c:?}");
-        // Not capped (no `nice` seen yet, or a compiler not niced): the clock counts whole.
-        let zero = Duration::ZERO;
-        let c = Conditions::between(Some(&before), Some(&starved), ran(100), false, zero, zero);
-        assert!(!c.disturbed, "{c:?}");
-        // The cap waits for a window beside the compiles to show `nice` time (LXCFS's
-        // /proc/stat never does), and a compile thread that could not lower itself ends it.
-        let work = BackgroundWork::default();
-        assert!(!work.nice_shows(false));
-        assert!(work.nice_shows(true) && work.nice_shows(false));
-        work.not_niced();
-        assert!(!work.nice_shows(true));
         // The clock: two threads for a while, then one.
         let work = BackgroundWork::default();
         let start = work.total();

@@ -40,32 +40,6 @@ pub(crate) struct CompilePlan {
     pub overlap: bool,
 }
 
-/// The nice value of foreground compile threads that run beside windows, which their
-/// compilers inherit: their user time then counts as `nice` in `/proc/stat`, which is how a
-/// window tells how much CPU they really got ([`crate::results::interference::Conditions`]).
-/// Their threads' clock says how long they ran, not how much CPU a busy machine left them, and
-/// counted whole it hid the work of others beside them. Nice 1 costs them little against
-/// work of normal priority (a scheduler weight of 820 against 1024).
-const FOREGROUND_NICE: i32 = 1;
-
-/// Lowers the calling thread's priority to `nice` (Linux: a thread's own; the processes it
-/// starts inherit it), never raising it: a thread already at `nice` or lower keeps its own.
-/// Whether the thread now runs at a positive nice value (its time counts as `nice`).
-fn lower_this_thread(nice: i32) -> bool {
-    // SAFETY: `gettid` has no preconditions; `getpriority` only reads (-1 is also a valid
-    // answer: errno tells, cleared first), `setpriority` only changes this thread's scheduling
-    // and on failure nothing changed.
-    unsafe {
-        let tid = libc::gettid().unsigned_abs();
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if now == -1 && *libc::__errno_location() != 0 {
-            return false;
-        }
-        now >= nice || libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
-    }
-}
-
 impl CompilePlan {
     /// The plan for a machine of `cpus` CPUs shaped as `topology`, `workers` workers measuring:
     ///
@@ -167,9 +141,6 @@ impl<'j> CompileJob<'j> {
     /// A foreground thread: compiles the positions starved in the background, then the next
     /// ones, until none is left and no background compile may still hand one back.
     pub(crate) fn foreground(&self) {
-        if self.compiling.plan.overlap && !lower_this_thread(FOREGROUND_NICE) {
-            self.compiling.clock.not_niced();
-        }
         loop {
             let p = {
                 let mut queue = self.lock_queue();
@@ -303,38 +274,6 @@ mod tests {
         Topology {
             cores: cores.iter().map(|c| c.to_vec()).collect(),
         }
-    }
-
-    #[test]
-    fn a_thread_lowers_its_own_priority_alone_and_never_raises_it() {
-        let nice = |tid: libc::pid_t| {
-            // SAFETY: reads a thread's priority; -1 is also a valid answer, errno aside.
-            unsafe { libc::getpriority(libc::PRIO_PROCESS, tid.unsigned_abs()) }
-        };
-        // SAFETY: `gettid` has no preconditions.
-        let this = unsafe { libc::gettid() };
-        let before = nice(this);
-        let in_thread = move |first: Option<i32>| {
-            std::thread::spawn(move || {
-                // SAFETY: as above.
-                let tid = unsafe { libc::gettid() };
-                if let Some(n) = first {
-                    // SAFETY: changes only the spawned thread's priority.
-                    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid.unsigned_abs(), n) };
-                }
-                let niced = lower_this_thread(FOREGROUND_NICE);
-                (niced, nice(tid))
-            })
-            .join()
-            .unwrap()
-        };
-        let (niced, lowered) = in_thread(None);
-        assert_eq!(lowered, before.max(FOREGROUND_NICE));
-        assert!(niced);
-        // A thread already lower keeps its priority.
-        let (niced, kept) = in_thread(Some(FOREGROUND_NICE + 9));
-        assert_eq!((niced, kept), (true, FOREGROUND_NICE + 9));
-        assert_eq!(nice(this), before, "the calling thread's, no other's");
     }
 
     #[test]
