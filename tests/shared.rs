@@ -132,7 +132,10 @@ fn too_many_buffers_fail_before_sending() {
 /// `y = 2x + 1`, and the bad variant also doubles its input `x` on every call.
 const WRITES_INPUT: &str = "#include <stdint.h>\n\
 void axpy(float *x, float *y, int64_t n) {\n\
-    for (int64_t i = 0; i < n; i++) { y[i] = 2.0f * x[i] + OFFSET; if (SCRIBBLE) x[i] *= 2.0f; }\n\
+    for (int64_t i = 0; i < n; i++) {\n\
+        y[i] = 2.0f * x[i] + OFFSET;\n\
+        if (SCRIBBLE == 1 || (SCRIBBLE == 2 && i == n - 1)) x[i] *= 2.0f;\n\
+    }\n\
 }\n";
 
 fn with_input(request: &mut BenchmarkRequest, input: &SharedBuffer, scribble: bool) {
@@ -144,6 +147,63 @@ fn with_input(request: &mut BenchmarkRequest, input: &SharedBuffer, scribble: bo
         ));
     }
     request.tensors[0].init = Init::Data(input.share());
+}
+
+/// A request of `WRITES_INPUT` on `n` random floats whose contents the caller made once and
+/// shares, as a pool shares a large input (mapped copy-on-write in the worker).
+/// `scribble`: 0 writes nothing, 1 all of `x`, 2 its last element only (in its copied tail).
+fn shared_input_request(n: u64, contents: &SharedBuffer, scribble: u8) -> BenchmarkRequest {
+    let kernel = tunebox_protocol::CKernel::new(WRITES_INPUT, "axpy")
+        .define("OFFSET", "1.0f")
+        .define("SCRIBBLE", scribble.to_string())
+        .flags(["-O2"]);
+    let x = TensorSpec::new("x", DType::F32, [n])
+        .random(5)
+        .contents(contents.share());
+    BenchmarkRequest::new(kernel)
+        .tensor(x)
+        .tensor(TensorSpec::new("y", DType::F32, [n]).output())
+        .scalar("n", n as i64)
+        .timing(
+            tunebox_protocol::TimingConfig::default()
+                .warmup_ms(1.0)
+                .rep_ms(5.0)
+                .flush_cache(false),
+        )
+}
+
+/// Most inputs end within a page: the worker maps their whole pages and copies the rest, and a
+/// kernel that writes all of it (the copied tail too) is caught, restored before every call,
+/// and leaves the caller's contents as they were.
+#[test]
+fn a_shared_input_ending_within_a_page_is_restored_tail_and_all() {
+    let n = 4 * 4096 / 4 + 3;
+    let contents = TensorSpec::new("x", DType::F32, [n])
+        .random(5)
+        .make_contents()
+        .unwrap();
+    let before = checksum(contents.as_slice());
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let reference = worker
+        .benchmark(shared_input_request(n, &contents, 0), LONG)
+        .unwrap();
+    assert!(reference.mutated_inputs.is_empty());
+    let tolerance = Tolerance::new(0.0, 0.0);
+    for scribble in [1, 2] {
+        let scribbled = worker
+            .benchmark(shared_input_request(n, &contents, scribble), LONG)
+            .unwrap();
+        assert_eq!(scribbled.mutated_inputs, ["x"], "scribble {scribble}");
+        let (first, after) = (&scribbled.outputs, &scribbled.outputs_after_reps);
+        assert!(verify_outputs(&reference.outputs, first, tolerance).passed());
+        assert!(verify_outputs(&reference.outputs, after, tolerance).passed());
+        assert_eq!(checksum(contents.as_slice()), before);
+    }
+    let next = worker
+        .benchmark(shared_input_request(n, &contents, 0), LONG)
+        .unwrap();
+    assert!(verify_outputs(&reference.outputs, &next.outputs, tolerance).passed());
+    assert!(next.mutated_inputs.is_empty());
 }
 
 #[test]

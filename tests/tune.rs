@@ -271,6 +271,15 @@ fn statuses(report: &tunebox_tune::Report) -> Vec<(String, Status)> {
     statuses
 }
 
+/// Each choice's error, for an assertion's message.
+fn errors(report: &tunebox_tune::Report) -> Vec<(String, Option<&str>)> {
+    report
+        .results
+        .iter()
+        .map(|r| (r.choice.label(), r.error.as_deref()))
+        .collect()
+}
+
 #[test]
 fn a_manifest_built_in_code_runs_as_its_toml_does() {
     let dir = setup();
@@ -297,7 +306,13 @@ fn a_manifest_built_in_code_runs_as_its_toml_does() {
     options.cache = CacheMode::Off;
     let plan = Plan::new(built(dir.path()), Box::new(BruteForce::new()), None).unwrap();
     let fresh = tunebox_tune::run(plan, &options, &(), &Stop::new()).unwrap();
-    assert_eq!(statuses(&fresh), statuses(&from_toml));
+    assert_eq!(
+        statuses(&fresh),
+        statuses(&from_toml),
+        "{:?}\n{:?}",
+        errors(&fresh),
+        errors(&from_toml)
+    );
     assert!(fresh.results.iter().all(|r| !r.cached));
 }
 

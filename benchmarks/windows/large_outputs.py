@@ -4,7 +4,7 @@ configurations of thread count and vector width) as a tunebox manifest, with `a`
 from files and `c` checked against expected outputs (Kernel Tuner's `answer`), run by one or
 more tunebox binaries in turn, interleaved.
 
-    benchmarks/windows/large_outputs.py [--mi 72] [--runs 3] [--dir DIR] BIN [BIN...]
+    benchmarks/windows/large_outputs.py [--mi 72 | --n N] [--runs 3] [--dir DIR] BIN [BIN...]
 
 Writes the kernel, the manifest and the data (`a.bin`, `b.bin`, expected `c.bin`: three
 tensors of MI Mi float32 each, 288 MiB at 72) into DIR (a temporary folder unless given; the
@@ -86,12 +86,11 @@ reference = {{ outputs = {{ c = "c.bin" }} }}
 """
 
 
-def write_problem(folder, mi):
-    """The kernel, the manifest and the data for `mi` Mi floats in `folder` (data reused when
-    its size matches)."""
+def write_problem(folder, n):
+    """The kernel, the manifest and the data for `n` floats per tensor in `folder` (data
+    reused when its size matches)."""
     import numpy
 
-    n = mi * 1024 * 1024
     with open(os.path.join(folder, "kernel.cpp"), "w") as f:
         f.write(kernel_source())
     with open(os.path.join(folder, "large.toml"), "w") as f:
@@ -154,6 +153,13 @@ def main():
         help="Mi floats per tensor (72); a multiple of 3, or the kernel leaves elements out "
         "for 3, 12 and 24 threads and those choices are wrong",
     )
+    parser.add_argument(
+        "--n",
+        type=int,
+        help="floats per tensor, instead of --mi: a multiple of 1536 (every thread count "
+        "times every vector width divides it); 75495936 (1536 x 49151) ends within a page, "
+        "as most sizes do, where 72 Mi fills whole pages",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs per binary (3)")
     parser.add_argument("--dir", help="folder for the problem (a temporary one by default)")
     args = parser.parse_args()
@@ -161,14 +167,15 @@ def main():
     args.binaries = [os.path.abspath(b) if os.sep in b else b for b in args.binaries]
     folder = args.dir or tempfile.mkdtemp(prefix="tunebox-large-outputs-")
     os.makedirs(folder, exist_ok=True)
-    write_problem(folder, args.mi)
+    n = args.n or args.mi * 1024 * 1024
+    write_problem(folder, n)
     report = os.path.join(folder, "report.json")
     run(args.binaries[0], folder, report)  # fills the kernel cache
     seen = {b: [] for b in args.binaries}
     for _ in range(args.runs):
         for binary in args.binaries:
             seen[binary].append(figures(report, run(binary, folder, report)))
-    print(f"{args.mi} Mi floats per tensor, {args.runs} runs each, interleaved, in {folder}")
+    print(f"{n} floats per tensor, {args.runs} runs each, interleaved, in {folder}")
     for binary, runs in seen.items():
         wall, windows, screening, later, ok = zip(*runs)
         print(

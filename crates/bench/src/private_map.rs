@@ -2,7 +2,9 @@
 //! are the caller's until the process writes one, which then gets a private copy; the caller's
 //! stays as it was. Which pages were written is read from `/proc/self/pagemap` (a written page
 //! is anonymous, an unwritten one the buffer's), so that checking and restoring an input costs
-//! the pages a kernel wrote, not the whole tensor.
+//! the pages a kernel wrote, not the whole tensor. A buffer that ends within a page (most
+//! tensors' sizes) has its whole pages mapped so and its last part page copied into anonymous
+//! memory of its own (the tail), which is checked and restored by copying: less than a page.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -37,14 +39,14 @@ pub(crate) fn page_size() -> usize {
     usize::try_from(size).unwrap_or(4096)
 }
 
-/// `len` bytes of a caller's buffer mapped copy-on-write, after `guard` bytes of anonymous
-/// memory and before as many (the guard zones of a tensor), in one reservation that this
-/// value unmaps on drop.
+/// `len` bytes of a caller's buffer mapped copy-on-write (its whole pages; the tail, past the
+/// last whole page, copied), after `guard` bytes of anonymous memory and before as many (the
+/// guard zones of a tensor), in one reservation that this value unmaps on drop.
 #[derive(Debug)]
 pub(crate) struct PrivateMap {
     /// The reservation's start (the front guard).
     base: NonNull<u8>,
-    /// The reservation's size: `guard + len + guard`.
+    /// The reservation's size: `guard + len` rounded up to a page, `+ guard`.
     size: usize,
     guard: usize,
     len: usize,
@@ -52,6 +54,10 @@ pub(crate) struct PrivateMap {
     /// with. Also keeps the descriptor behind the mapping open.
     source: SharedData,
     page: usize,
+    /// The pages are anonymous memory holding a copy of `source`: mapping a buffer over them
+    /// failed and so did mapping `source` back ([`PrivateMap::remap`]). Checked and restored
+    /// by comparing and copying all of them, and never kept.
+    anonymous: bool,
 }
 
 // SAFETY: the reservation is owned by this value alone (as a `Vec<u8>` owns its buffer); the
@@ -59,18 +65,20 @@ pub(crate) struct PrivateMap {
 unsafe impl Send for PrivateMap {}
 
 impl PrivateMap {
-    /// Maps all of `source` copy-on-write between two `guard`-byte anonymous zones (a
-    /// multiple of the page size), and faults its pages in for reading. `None` when the
-    /// buffer is empty or not a whole number of pages, its descriptor cannot be found
+    /// Maps `source` copy-on-write between two `guard`-byte anonymous zones (a multiple of
+    /// the page size): its whole pages mapped, its tail copied; faults the pages in for
+    /// reading. `None` when the buffer is shorter than a page, its descriptor cannot be found
     /// (`/proc/self/maps` and `/proc/self/fd`), or a mapping fails.
     pub(crate) fn new(source: &SharedData, guard: usize) -> Option<PrivateMap> {
         let page = page_size();
         let len = source.len();
-        if len == 0 || !len.is_multiple_of(page) || !guard.is_multiple_of(page) {
+        if len < page || !guard.is_multiple_of(page) {
             return None;
         }
         let fd = descriptor_of(source.as_ptr() as usize)?;
-        let size = len.checked_add(guard.checked_mul(2)?)?;
+        let size = len
+            .checked_next_multiple_of(page)?
+            .checked_add(guard.checked_mul(2)?)?;
         // SAFETY: a fresh anonymous mapping at an address the kernel picks; nothing else is
         // affected.
         let base = unsafe {
@@ -86,15 +94,16 @@ impl PrivateMap {
         if base == libc::MAP_FAILED {
             return None;
         }
-        // SAFETY: `guard + len <= size`: the data range lies inside the reservation made just
-        // above, which only this function knows of, so `MAP_FIXED` replaces nothing else. `fd`
-        // is the open descriptor of the buffer `source` maps, `len` bytes long, kept open by
-        // `source` (stored below) for as long as the mapping lives; a private mapping never
-        // writes to it.
+        let whole = len - len % page;
+        // SAFETY: `guard + whole <= size`: the data range lies inside the reservation made
+        // just above, which only this function knows of, so `MAP_FIXED` replaces nothing else.
+        // `fd` is the open descriptor of the buffer `source` maps, at least `whole` bytes
+        // long, kept open by `source` (stored below) for as long as the mapping lives; a
+        // private mapping never writes to it.
         let data = unsafe {
             libc::mmap(
                 base.cast::<u8>().add(guard).cast(),
-                len,
+                whole,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_FIXED,
                 fd,
@@ -108,11 +117,13 @@ impl PrivateMap {
             len,
             source: source.clone(),
             page,
+            anonymous: false,
         };
         if data == libc::MAP_FAILED {
             return None; // `map` unmaps the reservation.
         }
-        map.populate(0, len);
+        map.populate(0, whole);
+        map.copy_tail();
         Some(map)
     }
 
@@ -120,14 +131,20 @@ impl PrivateMap {
     /// one with `guard`-byte zones, else a new one ([`PrivateMap::new`]). A worker that serves
     /// many requests (a reused worker measuring window after window) then maps a large input
     /// once: a new mapping faults in every page of it again (some 135 ms per GiB of 4 KiB
-    /// pages), a kept one reads as it did.
+    /// pages), a kept one reads as it did. Its tail is copied again: the caller may have
+    /// written the buffer in place since (a `SharedBuffer` sent again under its id), which the
+    /// mapped pages read through to and a copy does not.
     pub(crate) fn kept_or_new(source: &SharedData, guard: usize) -> Option<PrivateMap> {
         let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
         let found = kept.iter().position(|m| {
             m.source.id() == source.id() && m.len == source.len() && m.guard == guard
         });
         match found {
-            Some(position) => Some(kept.remove(position)),
+            Some(position) => {
+                let map = kept.remove(position);
+                map.copy_tail();
+                Some(map)
+            }
             None => {
                 drop(kept);
                 PrivateMap::new(source, guard)
@@ -139,6 +156,9 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
+        if self.anonymous {
+            return; // Dropped: a later request maps the buffer afresh.
+        }
         self.drop_written();
         let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
         kept.push(self);
@@ -159,61 +179,88 @@ impl PrivateMap {
     }
 
     /// Whether every page still reads as the caller's buffer: the pages the process wrote
-    /// (from the pagemap) are compared with it; without a readable pagemap, all of them.
+    /// (from the pagemap) and the tail are compared with it; without a readable pagemap, all
+    /// of them.
     pub(crate) fn unchanged(&self) -> bool {
         let data = self.bytes();
+        let whole = self.whole();
         match self.written_pages() {
-            Some(pages) => pages.iter().all(|&(start, end)| {
-                let (start, end) = (start * self.page, (end * self.page).min(self.len));
-                data[start..end] == self.source[start..end]
-            }),
+            Some(pages) => {
+                pages.iter().all(|&(start, end)| {
+                    let (start, end) = (start * self.page, end * self.page);
+                    data[start..end] == self.source[start..end]
+                }) && data[whole..] == self.source[whole..]
+            }
             None => data == &self.source[..],
         }
+    }
+
+    /// The bytes of the buffer's whole pages, which are mapped; the rest, the tail, is copied.
+    fn whole(&self) -> usize {
+        self.len - self.len % self.page
+    }
+
+    /// Copies the caller's tail (the bytes past the buffer's last whole page) over this
+    /// mapping's: what restores it, as dropping the copies restores the pages.
+    fn copy_tail(&self) {
+        let whole = self.whole();
+        self.copy_back(whole, self.len - whole);
     }
 
     /// Drops the private copies of every page the process wrote (all pages, without a
     /// readable pagemap), so that they read the caller's buffer again, and faults them back
     /// in for reading; where the kernel refuses the advice, copies the caller's bytes over
-    /// them instead.
+    /// them instead. The tail is copied again.
     pub(crate) fn drop_written(&self) {
+        self.copy_tail();
         let pages = self
             .written_pages()
             .unwrap_or_else(|| vec![(0, self.len / self.page)]);
         for (start, end) in pages {
             let (offset, bytes) = (start * self.page, (end - start) * self.page);
-            // SAFETY: the range lies inside the private mapping (whole pages of `len`); for a
+            // SAFETY: the range lies inside the private mapping (whole pages); for a
             // private file mapping `MADV_DONTNEED` drops the process's copies, and the pages
             // read the file's contents again. No reference into these bytes is live while
             // `&self` is only shared: the tensor hands out slices only through borrows of
             // itself, and the caller holds none across `reset`.
-            let dropped = unsafe {
-                libc::madvise(
-                    self.data().as_ptr().add(offset).cast(),
-                    bytes,
-                    libc::MADV_DONTNEED,
-                )
-            } == 0;
+            let dropped = !self.anonymous
+                && unsafe {
+                    libc::madvise(
+                        self.data().as_ptr().add(offset).cast(),
+                        bytes,
+                        libc::MADV_DONTNEED,
+                    )
+                } == 0;
             if dropped {
                 self.populate(offset, bytes);
             } else {
-                // Advice refused (a filter, another kernel): write the caller's bytes back.
-                // SAFETY: `offset + bytes <= len`, inside both the mapping and `source` (of
-                // the same length), which never overlap; no reference into the mapping is
-                // live (as above).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.source.as_ptr().add(offset),
-                        self.data().as_ptr().add(offset),
-                        bytes,
-                    );
-                }
+                // Advice refused (a filter, another kernel), or anonymous pages (which it
+                // would zero): write the caller's bytes back.
+                self.copy_back(offset, bytes);
             }
+        }
+    }
+
+    /// Copies the caller's `bytes` bytes from `offset` over the mapping's.
+    fn copy_back(&self, offset: usize, bytes: usize) {
+        // SAFETY: `offset + bytes <= len` (the callers' ranges are inside the data), inside both
+        // the reservation and `source` (of the same length), which never overlap; no
+        // reference into the reservation is live (as in `drop_written`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.source.as_ptr().add(offset),
+                self.data().as_ptr().add(offset),
+                bytes,
+            );
         }
     }
 
     /// Maps `source` (of the same length) in place of the current buffer, at the same
     /// addresses, copy-on-write, and faults it in: the private copies of written pages go with
-    /// the old mapping. Returns whether it did; on `false` nothing changed.
+    /// the old mapping; its tail is copied. Returns whether it did. On `false` it reads as the
+    /// current buffer: untouched when `source` cannot be mapped at all, else (the mapping
+    /// failed midway, which may unmap the range) the current buffer mapped again, or, when that
+    /// fails too, copied into anonymous memory (checked and restored by copying all of it).
     pub(crate) fn remap(&mut self, source: &SharedData) -> bool {
         if source.len() != self.len {
             return false;
@@ -221,13 +268,39 @@ impl PrivateMap {
         let Some(fd) = descriptor_of(source.as_ptr() as usize) else {
             return false;
         };
-        // SAFETY: replaces exactly the data range of this reservation (owned by `self`, no
-        // slice of it live: `&mut self`) with a private mapping of `fd`, the open descriptor
-        // of `source` (`len` bytes), kept open by `source` stored below.
+        self.remap_fd(source, fd)
+    }
+
+    /// [`PrivateMap::remap`] with `fd`, the open descriptor of `source`.
+    fn remap_fd(&mut self, source: &SharedData, fd: RawFd) -> bool {
+        if self.map_file(fd) {
+            self.source = source.clone();
+            self.populate(0, self.whole());
+            self.copy_tail();
+            return true;
+        }
+        let mapped_back =
+            descriptor_of(self.source.as_ptr() as usize).is_some_and(|fd| self.map_file(fd));
+        if mapped_back {
+            self.populate(0, self.whole());
+        } else {
+            self.map_anonymous();
+        }
+        self.copy_tail();
+        false
+    }
+
+    /// Maps the file `fd` (at least [`PrivateMap::whole`] bytes) copy-on-write over the mapped
+    /// pages; whether it did (on `false` the range may be unmapped).
+    fn map_file(&mut self, fd: RawFd) -> bool {
+        // SAFETY: replaces exactly the mapped pages of this reservation (owned by `self`, no
+        // slice of it live: `&mut self`) with a private mapping of `fd`, an open descriptor
+        // the caller keeps open for as long as the mapping lives (the `SharedData` it belongs
+        // to is, or becomes, `self.source`).
         let data = unsafe {
             libc::mmap(
                 self.data().as_ptr().cast(),
-                self.len,
+                self.whole(),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_FIXED,
                 fd,
@@ -235,23 +308,33 @@ impl PrivateMap {
             )
         };
         if data == libc::MAP_FAILED {
-            // The old mapping may be gone: never read unmapped memory, read zeros instead.
-            // SAFETY: as above, an anonymous mapping over the same range.
-            unsafe {
-                libc::mmap(
-                    self.data().as_ptr().cast(),
-                    self.len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-            }
             return false;
         }
-        self.source = source.clone();
-        self.populate(0, self.len);
+        self.anonymous = false;
         true
+    }
+
+    /// Anonymous memory over the mapped pages holding a copy of the current buffer: never
+    /// unmapped memory, never zeros where the buffer holds data.
+    fn map_anonymous(&mut self) {
+        let whole = self.whole();
+        // SAFETY: as `map_file`, an anonymous mapping over the same range.
+        let data = unsafe {
+            libc::mmap(
+                self.data().as_ptr().cast(),
+                whole,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            data != libc::MAP_FAILED,
+            "cannot map memory over a tensor's own reservation"
+        );
+        self.anonymous = true;
+        self.copy_back(0, whole);
     }
 
     /// Faults `bytes` bytes from `offset` in for reading (best effort: kernels before 5.14
@@ -272,10 +355,14 @@ impl PrivateMap {
         unsafe { std::slice::from_raw_parts(self.data().as_ptr(), self.len) }
     }
 
-    /// The runs of pages the process wrote, as `(first, end)` page indices, from
+    /// The runs of the mapped pages the process wrote, as `(first, end)` page indices, from
     /// `/proc/self/pagemap`: a present page that is not the file's (a private copy), or one
-    /// swapped out (only private copies are). `None` when the pagemap cannot be read.
+    /// swapped out (only private copies are); the tail's page is not the file's, and never
+    /// among them. `None` when the pagemap cannot be read, or the pages are anonymous.
     fn written_pages(&self) -> Option<Vec<(usize, usize)>> {
+        if self.anonymous {
+            return None; // Every page is anonymous: the pagemap cannot tell the written.
+        }
         let pagemap = File::open("/proc/self/pagemap").ok()?;
         let pages = self.len / self.page;
         let first = self.data().as_ptr() as usize / self.page;
@@ -404,11 +491,104 @@ mod tests {
         );
     }
 
+    /// `len` bytes of a pattern that differs at every offset of a page, and a buffer of them.
+    fn patterned(len: usize) -> (Vec<u8>, SharedBuffer) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let buffer = SharedBuffer::from_slice(&bytes).unwrap();
+        (bytes, buffer)
+    }
+
+    /// Most tensors end within a page (a million floats: 976.56 pages): their whole pages
+    /// are mapped, the tail is a copy that is checked and restored as the pages are.
     #[test]
-    fn buffers_of_part_pages_are_not_mapped() {
-        let buffer = SharedBuffer::new(page_size() + 1).unwrap();
+    fn a_buffer_ending_within_a_page_is_mapped_and_its_tail_copied() {
+        let page = page_size();
+        let len = 3 * page + 100;
+        let (bytes, buffer) = patterned(len);
+        let mut map = PrivateMap::new(&buffer.share(), page).expect("a memfd maps");
+        assert_eq!(map.bytes(), &bytes[..]);
+        assert_eq!(
+            map.written_pages(),
+            Some(vec![]),
+            "the tail is no mapped page"
+        );
+        assert!(map.unchanged());
+        // The tail's last byte, then a mapped page.
+        // SAFETY: inside the data range; no slice of it is live.
+        unsafe { *map.data().as_ptr().add(len - 1) ^= 0xFF };
+        assert_eq!(map.written_pages(), Some(vec![]));
+        assert!(!map.unchanged(), "a write to the tail is found");
+        map.drop_written();
+        assert!(map.unchanged());
+        assert_eq!(map.bytes(), &bytes[..]);
+        // SAFETY: as above.
+        unsafe { *map.data().as_ptr().add(page + 7) ^= 0xFF };
+        assert_eq!(map.written_pages(), Some(vec![(1, 2)]));
+        assert!(!map.unchanged());
+        map.drop_written();
+        assert_eq!(map.bytes(), &bytes[..]);
+        // Another buffer of the same length: its tail comes with it.
+        let other = SharedBuffer::from_slice(&vec![9u8; len]).unwrap();
+        assert!(map.remap(&other.share()));
+        assert_eq!(map.bytes(), other.as_slice());
+        assert!(map.unchanged());
+    }
+
+    /// A remap whose mapping fails leaves the mapping reading the buffer it had (mapped back),
+    /// and pages that could only be anonymous still read, check and restore as that buffer:
+    /// never zeros, never unmapped memory.
+    #[test]
+    fn a_failed_remap_reads_the_buffer_it_had() {
+        let page = page_size();
+        let len = 4 * page + 33;
+        let (bytes, buffer) = patterned(len);
+        let mut map = PrivateMap::new(&buffer.share(), page).unwrap();
+        let other = SharedBuffer::from_slice(&vec![3u8; len]).unwrap();
+        // A descriptor that maps nothing: the new mapping fails.
+        assert!(!map.remap_fd(&other.share(), -1));
+        assert_eq!(map.bytes(), &bytes[..]);
+        assert!(!map.anonymous, "the old buffer mapped back");
+        assert!(map.unchanged());
+        // Were that to fail too: anonymous pages holding a copy.
+        map.map_anonymous();
+        assert_eq!(map.bytes(), &bytes[..]);
+        assert!(map.unchanged());
+        // SAFETY: inside the data range; no slice of it is live.
+        unsafe { *map.data().as_ptr().add(2 * page + 5) ^= 0xFF };
+        assert!(!map.unchanged());
+        map.drop_written();
+        assert_eq!(map.bytes(), &bytes[..], "restored by copying, not zeroed");
+        // A good remap maps a file again.
+        assert!(map.remap(&other.share()));
+        assert!(!map.anonymous);
+        assert_eq!(map.bytes(), other.as_slice());
+    }
+
+    #[test]
+    fn buffers_shorter_than_a_page_are_not_mapped() {
+        let buffer = SharedBuffer::new(page_size() - 1).unwrap();
         assert!(PrivateMap::new(&buffer.share(), page_size()).is_none());
         let empty = SharedBuffer::new(0).unwrap();
         assert!(PrivateMap::new(&empty.share(), page_size()).is_none());
+    }
+
+    /// A caller may write its shared buffer in place between requests (same id, as
+    /// `SharedBuffer::get_mut` allows once no handle is left): a kept mapping must read it as
+    /// it is now, its copied tail too (review of f9203db).
+    #[test]
+    fn a_kept_mapping_reads_a_buffer_written_in_place_tail_too() {
+        let page = page_size();
+        let len = 2 * page + 10;
+        let buffer = SharedBuffer::from_slice(&vec![1u8; len]).unwrap();
+        let shared = buffer.share();
+        PrivateMap::new(&shared, page).expect("a memfd maps").keep();
+        // The caller (another process; here through this process's shared mapping of the
+        // buffer) writes it in place, then sends the same buffer again.
+        // SAFETY: `len` bytes of the buffer's mapping; no slice of it is live.
+        unsafe { std::ptr::write_bytes(shared.as_ptr().cast_mut(), 2, len) };
+        let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
+        let stale = again.bytes().iter().filter(|&&b| b != 2).count();
+        assert_eq!(stale, 0, "bytes still reading the old contents");
+        assert!(again.unchanged());
     }
 }

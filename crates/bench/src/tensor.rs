@@ -96,9 +96,10 @@ unsafe impl Send for HostTensor {}
 impl HostTensor {
     /// Allocates and initializes the tensor described by `spec`.
     ///
-    /// With `contents` (of the spec's length), or `Init::Data` of 64 MiB or more, a whole
-    /// number of pages long, the tensor is instead the caller's buffer mapped copy-on-write
-    /// (Linux): no copy, no generator pass, no fresh pages; a kernel that writes it gets
+    /// With `contents` (of the spec's length), or `Init::Data` of 64 MiB or more, at least a
+    /// page long, the tensor is instead the caller's buffer mapped copy-on-write (Linux): no
+    /// copy, no generator pass, no fresh pages (its part page at the end, if any, is a copy
+    /// of less than a page); a kernel that writes it gets
     /// private copies of the pages it writes, which [`HostTensor::is_pristine`] finds (from
     /// `/proc/self/pagemap`, comparing those pages only) and [`HostTensor::reset`] drops. Its
     /// guard zones are pages of their own around the mapping, checked as any tensor's. Where
@@ -779,15 +780,21 @@ mod tests {
         assert!(t.is_pristine());
     }
 
+    /// A random f32 tensor of `shape`, its contents made once, and the same spec given them.
+    fn random_with_contents(
+        shape: &[u64],
+        seed: u64,
+    ) -> (TensorSpec, tunebox_protocol::SharedBuffer, TensorSpec) {
+        let random = spec(DType::F32, shape, Init::Random { seed });
+        let made = random.make_contents().unwrap();
+        let mut with = random.clone();
+        with.contents = Some(made.share());
+        (random, made, with)
+    }
+
     #[test]
     fn tensors_given_contents_map_them_copy_on_write() {
-        let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 11 });
-        let made = random.make_contents().unwrap();
-        let with = {
-            let mut v = random.clone();
-            v.contents = Some(made.share());
-            v
-        };
+        let (random, made, with) = random_with_contents(&[1 << 16], 11);
         let mut t = HostTensor::allocate(&with).unwrap();
         assert!(t.is_copy_on_write());
         let generated = HostTensor::allocate(&random).unwrap();
@@ -823,18 +830,40 @@ mod tests {
         assert_eq!(t.bytes(), &generated.bytes()[..1 << 17]);
     }
 
+    /// A tensor whose size ends within a page (most do) maps its contents too, its last part
+    /// page a copy: written, it is found and restored; the guard right after it holds.
+    #[test]
+    fn a_tensor_ending_within_a_page_maps_its_contents_too() {
+        let (random, _made, with) = random_with_contents(&[(1 << 16) + 25], 13);
+        let mut t = HostTensor::allocate(&with).unwrap();
+        assert!(t.is_copy_on_write());
+        let generated = HostTensor::allocate(&random).unwrap();
+        assert_eq!(t.bytes(), generated.bytes());
+        assert!(t.is_pristine());
+        t.check_bounds().unwrap();
+        let len = t.len();
+        assert_ne!(len % private_map::page_size(), 0);
+        // SAFETY: the tensor's last byte, in its copied tail.
+        unsafe { *t.as_mut_ptr().add(len - 1) ^= 1 };
+        assert!(!t.is_pristine());
+        t.reset();
+        assert!(t.is_pristine());
+        assert_eq!(t.bytes(), generated.bytes());
+        t.check_bounds().unwrap();
+        // SAFETY: the first byte after the tensor, in its back guard zone.
+        unsafe { *t.as_mut_ptr().add(len) = 0 };
+        assert!(matches!(
+            t.check_bounds(),
+            Err(BenchError::OutOfBounds { .. })
+        ));
+    }
+
     /// A worker that serves many requests maps a large input once: a tensor of the same
     /// contents made after one is dropped reads the kept mapping, as the caller's buffer
     /// again whatever the first one wrote, guards included.
     #[test]
     fn a_dropped_tensors_mapping_serves_the_next_request_restored() {
-        let random = spec(DType::F32, &[1 << 16], Init::Random { seed: 12 });
-        let made = random.make_contents().unwrap();
-        let with = {
-            let mut v = random.clone();
-            v.contents = Some(made.share());
-            v
-        };
+        let (_, made, with) = random_with_contents(&[1 << 16], 12);
         let mut first = HostTensor::allocate(&with).unwrap();
         let address = first.as_mut_ptr();
         let len = first.len();

@@ -222,12 +222,14 @@ struct TuneArgs {
     /// verification call.
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
-    /// Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`).
-    /// The default, 1, gives every choice a fresh process, so that nothing a choice does to its
-    /// process (floating-point modes, signal handlers, leaked threads or memory) can change the
-    /// next choice's result; 0 means unlimited.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    max_process_uses: u64,
+    /// Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`);
+    /// 0 means unlimited. The default for C kernels, 1, gives every choice a fresh process, so
+    /// that nothing a choice does to its process (floating-point modes, signal handlers, leaked
+    /// threads or memory) can change the next choice's result. CUDA kernels run no host code,
+    /// so their workers are kept (0; a sticky fault still replaces one): a fresh process would
+    /// cost a new CUDA context per choice.
+    #[arg(long, value_name = "N")]
+    max_process_uses: Option<u64>,
     /// How to pick the choices: all of them, a random sample of --budget, or an adaptive
     /// search that measures --budget choices. For adaptive search pick `auto`: first of
     /// tunebox's strategies at full and quarter budgets on recorded spaces of six GPUs and two
@@ -639,7 +641,8 @@ fn tune(args: TuneArgs, verbose: bool) -> Result<ExitCode> {
             let options = TuneOptions {
                 workers: args.workers,
                 timeout,
-                max_process_uses: (args.max_process_uses > 0).then_some(args.max_process_uses),
+                // Set from the manifest's kernel in `run_tune` when not given.
+                max_process_uses: args.max_process_uses.filter(|&uses| uses > 0),
                 worker: None,
                 json: None,
                 csv: None,
@@ -782,6 +785,14 @@ fn run_tune(
     let stop = interrupt::stop();
     let progress = Progress::new(args.quiet, verbose);
     let plan = tune_plan(&args.manifest, args.sandbox, &options, &output)?;
+    if args.max_process_uses.is_none() {
+        // Fresh windows are fresh processes: a worker per window, whatever the kernel.
+        options.max_process_uses = if args.fresh_windows {
+            Some(1)
+        } else {
+            plan.manifest().default_max_process_uses()
+        };
+    }
     let report = tunebox_tune::run(plan.with_env(env), &options, &progress, &stop)?;
     // Why results could not be kept, when a warning of the run said it already.
     let reason_said = report

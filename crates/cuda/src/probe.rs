@@ -256,10 +256,11 @@ fn probe_driver() -> Result<Driver, BenchError> {
         return Err(unavailable(
             &opened.library,
             format!(
-                "cuInit failed with {} ({}): {}",
+                "cuInit failed with {} ({}): {}{}",
                 error_name(code).unwrap_or("an unknown error"),
                 code,
-                describe(init)
+                describe(init),
+                visible_devices_hint(init, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
             ),
         ));
     }
@@ -340,9 +341,44 @@ pub(crate) fn describe(result: cu::CUresult) -> String {
     }
 }
 
+/// What to check when `cuInit` fails with `init` under `CUDA_VISIBLE_DEVICES=value`: only for
+/// "no device" (100) and "invalid device" (101), and only with the variable set. The driver
+/// hides every device it names out of range, by an unknown UUID, or more than once, and those
+/// after the first invalid one (an H200 machine answered `1`, `0,0` and `GPU-00000000-bad` with
+/// errors 100 and 101). Other failures (a driver mismatch, 803 and 804) are not the variable's.
+fn visible_devices_hint(init: cu::CUresult, value: Option<&str>) -> String {
+    let hidden = matches!(
+        init,
+        cu::CUresult::CUDA_ERROR_NO_DEVICE | cu::CUresult::CUDA_ERROR_INVALID_DEVICE
+    );
+    match value.filter(|_| hidden) {
+        Some(value) => format!(
+            "; CUDA_VISIBLE_DEVICES={value:?} may hide every GPU: it names GPUs by index from 0 \
+             or by UUID (`nvidia-smi -L` lists them), each once, and one out of range, unknown \
+             or repeated hides it and those after it"
+        ),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_cu_init_names_cuda_visible_devices_when_it_is_set() {
+        let no_device = cu::CUresult::CUDA_ERROR_NO_DEVICE;
+        assert_eq!(visible_devices_hint(no_device, None), "");
+        let mismatch = cu::CUresult::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+        assert_eq!(
+            visible_devices_hint(mismatch, Some("0")),
+            "",
+            "not the variable's"
+        );
+        let hint = visible_devices_hint(cu::CUresult::CUDA_ERROR_INVALID_DEVICE, Some("0,0"));
+        assert!(hint.contains("CUDA_VISIBLE_DEVICES=\"0,0\""), "{hint}");
+        assert!(hint.contains("nvidia-smi -L"), "{hint}");
+    }
 
     /// Every `sys::cu…(` and `nvrtc::nvrtc…(` call in this crate's source is in the probe's lists,
     /// so that no call can reach a missing symbol (and cudarc's panic).

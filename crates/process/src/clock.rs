@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tunebox_protocol::{BenchError, BenchmarkResult, Kernel, RequestBody};
 
+use crate::cpu_times::{CpuTimes, USER_HZ};
+
 /// Slack for what the worker's clock cannot see: the request's transfer and decoding, the
 /// reply's, and the parent's wake-up on a loaded machine.
 const SLACK: Duration = Duration::from_millis(50);
@@ -20,14 +22,14 @@ const RAN_SHARE: f64 = 0.75;
 /// Fails with [`BenchError::Suspicious`] (`clock`) when the worker reports having spent much
 /// less time on the request (`integrity.worker_ms`, its own clock) than the parent saw pass
 /// between sending it and the reply (`parent`), less the time the worker's and the parent's
-/// threads spent waiting for a CPU meanwhile (`waited_ms`, [`WaitMark`]: a busy machine's
-/// delay, which no clock in the worker sees): less than half, beyond 50 ms of slack. Nor may
-/// it see less than 3/4 of the time the worker's main thread ran on a CPU meanwhile (`ran_ms`,
-/// the first `schedstat` field, beyond the same slack): a thread's wall time is never less
-/// than its CPU time, and waits do not enter it, so a busy machine, whose waits excuse the
-/// first check, cannot hide a clock slowed while its thread ran. A result without
-/// `worker_ms` (a backend that does not report it), or a request the parent did not time,
-/// passes.
+/// threads spent waiting for a CPU meanwhile, and the host's steal (`waited_ms`, [`WaitMark`]:
+/// a busy machine's delay, which no clock in the worker sees): less than half, beyond 50 ms of
+/// slack. Nor may it see less than 3/4 of the time the worker's main thread ran on a CPU
+/// meanwhile (`ran_ms`, the first `schedstat` field, beyond the same slack): a thread's wall
+/// time is never less than its CPU time, and waits do not enter it, so a busy machine, whose
+/// waits excuse the first check, cannot hide a clock slowed while its thread ran. A result
+/// without `worker_ms` (a backend that does not report it), or a request the parent did not
+/// time, passes.
 pub(crate) fn check_worker_clock(
     result: BenchmarkResult,
     parent: Option<Duration>,
@@ -65,14 +67,18 @@ pub(crate) struct Sched {
 
 /// How long the worker's main thread and the calling thread of the parent have waited for a
 /// CPU while runnable, from the kernel's scheduler statistics (`/proc/<pid>/schedstat` and
-/// `/proc/thread-self/schedstat`, second field, ns): out of the candidate's reach. Taken when a
-/// request is sent; [`WaitMark::waited_ms`] is what both waited since. Where the kernel keeps
-/// no such statistics (no `CONFIG_SCHED_INFO`), nothing is discounted.
-#[derive(Debug, Clone, Copy)]
+/// `/proc/thread-self/schedstat`, second field, ns), and how long a CPU of the virtual machine
+/// waited for the host's (`steal` in `/proc/stat`, which no thread's statistics count): out of
+/// the candidate's reach. Taken when a request is sent; [`WaitMark::since`] is what they
+/// waited since. Where the kernel keeps no such statistics (no `CONFIG_SCHED_INFO`, no steal
+/// accounting), nothing is discounted for them.
+#[derive(Debug, Clone)]
 pub(crate) struct WaitMark {
     /// The worker's pid and its main thread's [`Stat`].
     worker: Option<(u32, Stat)>,
     parent: Option<u64>,
+    /// Every CPU's counters so far (their steal, in clock ticks).
+    stolen: Option<CpuTimes>,
 }
 
 /// A `schedstat` file's first two fields: ns on a CPU, ns waiting for one.
@@ -99,12 +105,15 @@ impl WaitMark {
         WaitMark {
             worker: read_stat(&format!("/proc/{pid}/schedstat")).map(|s| (pid, s)),
             parent: read_stat("/proc/thread-self/schedstat").map(|s| s.waited_ns),
+            stolen: CpuTimes::now(),
         }
     }
 
-    /// What the scheduler saw since [`WaitMark::now`]: ms both waited, and ms the worker ran;
-    /// the worker only while it is still `pid`, and the parent only when read on the same
-    /// thread (else 0 for that side).
+    /// What the scheduler saw since [`WaitMark::now`]: ms both waited and the host stole (the
+    /// most any one CPU lost: a stall of any CPU may have held either side, but one thread
+    /// stands on one CPU at a time, and a candidate that keeps every CPU busy raises every
+    /// CPU's steal), and ms the worker ran; the worker only while it is still `pid`, and the
+    /// parent only when read on the same thread (else 0 for that side).
     pub(crate) fn since(&self, pid: u32) -> Sched {
         let worker = self
             .worker
@@ -121,12 +130,34 @@ impl WaitMark {
                 .waited_ns
                 .checked_sub(ns)
         });
+        let stolen_ms = self
+            .stolen
+            .as_ref()
+            .zip(CpuTimes::now())
+            .map_or(0.0, |(before, now)| {
+                most_stolen(before, &now) as f64 * 1e3 / USER_HZ
+            });
         let (ran, waited) = worker.unwrap_or((0, 0));
         Sched {
-            waited_ms: (waited + parent.unwrap_or(0)) as f64 / 1e6,
+            waited_ms: (waited + parent.unwrap_or(0)) as f64 / 1e6 + stolen_ms,
             ran_ms: ran as f64 / 1e6,
         }
     }
+}
+
+/// The most ticks any one CPU lost to the host between `before` and `now`; 0 when the CPUs
+/// changed meanwhile.
+fn most_stolen(before: &CpuTimes, now: &CpuTimes) -> u64 {
+    if before.0.len() != now.0.len() {
+        return 0;
+    }
+    before
+        .0
+        .iter()
+        .zip(&now.0)
+        .map(|(b, n)| n.steal.saturating_sub(b.steal))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The first two fields of a `schedstat` file.
@@ -145,6 +176,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu_times::CpuTicks;
     use tunebox_protocol::{Integrity, TimingStats};
 
     fn result(worker_ms: Option<f64>) -> BenchmarkResult {
@@ -246,7 +278,31 @@ mod tests {
                 },
             )),
             parent: None,
+            stolen: None,
         };
         assert_eq!(other.since(2), Sched::default());
+    }
+
+    /// One thread stands on one CPU: however many CPUs the host stalled, and however long,
+    /// the discount is the most one CPU lost (a candidate keeping all eight busy on a crowded
+    /// host must not buy eight times its time).
+    #[test]
+    fn the_steal_discounted_is_the_most_one_cpu_lost() {
+        let steal = |ticks: &[u64]| {
+            CpuTimes(
+                ticks
+                    .iter()
+                    .map(|&steal| CpuTicks {
+                        steal,
+                        ..CpuTicks::default()
+                    })
+                    .collect(),
+            )
+        };
+        let most = |before: &[u64], now: &[u64]| most_stolen(&steal(before), &steal(now));
+        assert_eq!(most(&[10, 20, 30], &[15, 29, 31]), 9);
+        assert_eq!(most(&[10; 8], &[40; 8]), 30);
+        assert_eq!(most(&[10, 20], &[15, 29, 31]), 0, "a CPU came online");
+        assert_eq!(most(&[], &[]), 0);
     }
 }

@@ -57,6 +57,7 @@ mod child;
 mod clock;
 mod config;
 mod containment;
+mod cpu_times;
 mod devices;
 mod environment;
 mod error;
@@ -78,6 +79,8 @@ mod worker_entry;
 
 pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
 pub use containment::Containment;
+#[doc(hidden)]
+pub use cpu_times::{CpuTicks, CpuTimes, USER_HZ};
 pub use devices::{VisibleDevices, parse_visible_devices, visible_devices_from_env};
 pub use environment::{INHERITED_ENV, INHERITED_ENV_PREFIXES, inherited_by_default};
 pub use error::{ProcessError, SandboxStop, SystemCall};

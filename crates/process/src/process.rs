@@ -38,8 +38,8 @@ struct Pending {
     large: bool,
     /// Counts toward `maximum_process_uses` (benchmark requests).
     is_use: bool,
-    /// When it was handed to a worker (again, for a resend): the parent's clock, which the
-    /// worker's is checked against.
+    /// When it was handed to a worker (again, for a resend), after the parent's own work
+    /// before the send: the parent's clock, which the worker's is checked against.
     sent: Instant,
     /// The worker's and this thread's waits for a CPU when it was sent (the clock check).
     waits: Option<crate::clock::WaitMark>,
@@ -110,12 +110,11 @@ pub struct TuningProcess {
     last_pid: u32,
     /// What the last reply said its request left behind in the worker.
     left_behind: Vec<Leftover>,
-    /// When the request of the last reply was sent to the worker that answered it, and the
-    /// waits then (the clock check's start; a request measured again was sent again).
-    answered_sent: Option<(Instant, Option<crate::clock::WaitMark>)>,
-    /// How long reading the outputs the last reply's worker held took (not the worker's time:
-    /// the clock check leaves it out).
-    read_time: Duration,
+    /// How long the parent waited for the last reply, from the send to the worker that
+    /// answered it to the reply's arrival, and the waits for a CPU meanwhile: what the clock
+    /// check holds the worker's clock to. The parent's own work before the send and after the
+    /// reply (reading held outputs, looking for strays) is not the worker's time.
+    answered: Option<(Duration, crate::clock::Sched)>,
     /// The current worker was left damaged (a leftover not restored): replace it before the
     /// next request.
     damaged: bool,
@@ -162,8 +161,7 @@ impl TuningProcess {
             on_exit: None,
             last_pid: 0,
             left_behind: Vec::new(),
-            answered_sent: None,
-            read_time: Duration::ZERO,
+            answered: None,
             damaged: false,
             strays_before: Vec::new(),
         }
@@ -212,19 +210,14 @@ impl TuningProcess {
     ///   (it is killed).
     pub fn get(&mut self, timeout: Duration) -> Result<BenchmarkResult, ProcessError> {
         let response = self.receive(timeout)?;
-        let sent = self.answered_sent.take();
-        // The worker that replied (a fresh one when the request was sent again).
-        let pid = self.last_pid;
+        let answered = self.answered.take();
         match response {
             ResponseBody::Benchmark(result) => {
                 let strays = self.kill_strays(&result);
                 result
                     .and_then(|r| {
-                        let sched = sent
-                            .and_then(|(_, waits)| waits)
-                            .map_or_else(Default::default, |w| w.since(pid));
-                        let parent =
-                            sent.map(|(at, _)| at.elapsed().saturating_sub(self.read_time));
+                        let parent = answered.map(|(took, _)| took);
+                        let sched = answered.map(|(_, sched)| sched).unwrap_or_default();
                         crate::clock::check_worker_clock(r, parent, sched)
                     })
                     .and_then(|r| no_strays(r, &strays))
@@ -627,6 +620,7 @@ impl TuningProcess {
             resend: purpose != Purpose::Init,
             large,
             is_use: purpose == Purpose::Use,
+            // Both set by `transmit`, at the send.
             sent: Instant::now(),
             waits: None,
         };
@@ -640,7 +634,6 @@ impl TuningProcess {
         self.next_id += 1;
         request.id = self.next_id;
         let worker = self.worker.as_mut().expect("started by the caller");
-        request.waits = crate::clock::WaitMark::for_request(&request.body, worker.pid);
         if request.is_use && self.config.check_children_value() {
             // What an earlier request left running (after its reply was checked) is killed
             // before this one runs beside it, and not charged to it.
@@ -656,6 +649,9 @@ impl TuningProcess {
         }
         let message = Request::shared(request.id, request.body.clone())
             .holding_outputs(request.is_use && crate::held_outputs::enabled());
+        // The clock check's start: after the parent's own work for the request.
+        request.waits = crate::clock::WaitMark::for_request(&request.body, worker.pid);
+        request.sent = Instant::now();
         match worker.send(message, guard) {
             Ok(()) => {
                 if request.is_use {
@@ -721,7 +717,6 @@ impl TuningProcess {
         self.transmit(
             Pending {
                 resend: false,
-                sent: Instant::now(),
                 ..pending
             },
             false,
@@ -742,10 +737,20 @@ impl TuningProcess {
             match worker.receive(pending.id, deadline_after(timeout)) {
                 Ok(mut response) => {
                     let pid = worker.pid;
+                    // The parent's clock stops at the reply.
+                    let answered = (
+                        pending.sent.elapsed(),
+                        pending
+                            .waits
+                            .as_ref()
+                            .map(|w| w.since(pid))
+                            .unwrap_or_default(),
+                    );
                     if !self.read_held(&mut response.body, pid)? {
                         continue;
                     }
-                    self.answered_sent = self.pending.take().map(|p| (p.sent, p.waits));
+                    self.pending = None;
+                    self.answered = Some(answered);
                     self.damaged |= response.left_behind.iter().any(|l| !l.restored);
                     self.left_behind = response.left_behind;
                     return Ok(response.body);
@@ -777,19 +782,15 @@ impl TuningProcess {
     }
 
     /// Reads the outputs the reply `body` of worker `pid` holds out of its memory
-    /// (`held_outputs`), timing the read for the clock check. Returns `false` when the read was
-    /// refused: holding is off now and the pending request was sent again, its outputs to come
-    /// as regions.
+    /// (`held_outputs`). Returns `false` when the read was refused: holding is off now and the
+    /// pending request was sent again, its outputs to come as regions.
     ///
     /// # Errors
     ///
     /// [`ProcessError::Protocol`] for a reply naming memory its worker does not hold (the worker
     /// is killed); the errors of sending the request again.
     fn read_held(&mut self, body: &mut ResponseBody, pid: u32) -> Result<bool, ProcessError> {
-        let reading = Instant::now();
-        let read = crate::held_outputs::read(body, pid);
-        self.read_time = reading.elapsed();
-        match read {
+        match crate::held_outputs::read(body, pid) {
             Ok(()) => Ok(true),
             Err(crate::held_outputs::Unread::Garbled(e)) => Err(self.protocol_violation(format!(
                 "the reply names outputs the worker does not hold: {e}"
@@ -799,11 +800,7 @@ impl TuningProcess {
                     .pending
                     .take()
                     .expect("a reply answers a pending request");
-                let again = Pending {
-                    sent: Instant::now(),
-                    ..pending
-                };
-                self.transmit(again, false)?;
+                self.transmit(pending, false)?;
                 Ok(false)
             }
         }

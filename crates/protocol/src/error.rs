@@ -57,7 +57,7 @@ pub enum BenchError {
         message: String,
     },
     /// A library the backend loads at run time is missing (`libcuda.so.1`, …).
-    #[error("{library} could not be loaded: {detail}")]
+    #[error("{library}: {detail}")]
     DriverUnavailable {
         /// The library.
         library: String,

@@ -46,9 +46,10 @@ use tunebox_worker::Registry;
 /// after which no new choice starts, `timeout_s` the per-choice timeout (`None`: the
 /// manifest's). `on_choice` is called as `on_choice(label, status, median_ms)` when a choice
 /// finishes, `on_note(line)` for each of the run's notes; `max_process_uses` the measurements a
-/// worker process makes before it is replaced (1: a fresh process for each, `tunebox tune`'s
-/// default; 0: no limit). The GIL is released while the run goes; Ctrl-C stops it (the choices
-/// being measured are killed) and raises `KeyboardInterrupt`.
+/// worker process makes before it is replaced (1: a fresh process for each; 0: no limit;
+/// `None`: `tunebox tune`'s default for the kernel, 1 for C and no limit for CUDA,
+/// `Manifest::default_max_process_uses`). The GIL is released while the run goes; Ctrl-C
+/// stops it (the choices being measured are killed) and raises `KeyboardInterrupt`.
 ///
 /// # Errors
 ///
@@ -58,7 +59,7 @@ use tunebox_worker::Registry;
 /// `RuntimeError` for a run that cannot go on (no GPU for a CUDA kernel, workers that cannot
 /// start, an unusable cache).
 #[pyfunction]
-#[pyo3(signature = (manifest, path, files, worker, cache=None, strategy="brute-force".to_owned(), budget=None, fraction=None, seed=0, workers=1, max_time_s=None, timeout_s=None, on_choice=None, on_note=None, max_process_uses=1))]
+#[pyo3(signature = (manifest, path, files, worker, cache=None, strategy="brute-force".to_owned(), budget=None, fraction=None, seed=0, workers=1, max_time_s=None, timeout_s=None, on_choice=None, on_note=None, max_process_uses=None))]
 #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one per option
 pub(crate) fn tune(
     py: Python<'_>,
@@ -76,7 +77,7 @@ pub(crate) fn tune(
     timeout_s: Option<f64>,
     on_choice: Option<Py<PyAny>>,
     on_note: Option<Py<PyAny>>,
-    max_process_uses: u64,
+    max_process_uses: Option<u64>,
 ) -> PyResult<Py<PyAny>> {
     if !tunebox_tune::strategies::NAMES.contains(&strategy.as_str()) {
         return Err(PyValueError::new_err(format!(
@@ -95,7 +96,6 @@ pub(crate) fn tune(
         .workers(workers.max(1))
         .strategy(strategy.clone())
         .seed(seed)
-        .max_process_uses((max_process_uses > 0).then_some(max_process_uses))
         .cache(cache.map_or(CacheMode::Off, CacheMode::Path));
     if let Some(max_time) = seconds(max_time_s, "max_time_s")? {
         options = options.max_time(max_time);
@@ -134,7 +134,13 @@ pub(crate) fn tune(
             options.workers,
         )
         .unwrap_or_else(|| Box::new(BruteForce::new()));
-        let plan = Plan::new(parse()?, chosen, None)?;
+        let manifest = parse()?;
+        let uses = match max_process_uses {
+            Some(uses) => (uses > 0).then_some(uses),
+            None => manifest.default_max_process_uses(),
+        };
+        let options = options.max_process_uses(uses);
+        let plan = Plan::new(manifest, chosen, None)?;
         // The manifest holds what it needs of them (tensor data by handle, expected outputs
         // copied): the expected outputs' shared memory goes now, not after the run.
         drop(files);

@@ -38,10 +38,10 @@ fn hanging_compiler(dir: &Path, name: &str, when: &str) -> String {
              [ \"$1\" = --version ] && exec cc \"$@\"\n\
              case \" $* \" in\n\
              {when})\n\
+             echo 'instantiating templates, please wait' >&2\n\
              echo $$ >> '{d}/cc.pids'\n\
              sleep 300 &\n\
              echo $! >> '{d}/child.pids'\n\
-             echo 'instantiating templates, please wait' >&2\n\
              sleep 300\n\
              exit 1;;\n\
              esac\n\
@@ -100,9 +100,10 @@ fn assert_no_compiler_left(dir: &Path) {
 fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("twice.c"), DOUBLE).unwrap();
-    // MODE = 1 hangs; the compiler is named by the manifest.
+    // MODE = 1 hangs; the compiler is named by the manifest. 3 s: under busy loops the
+    // script's first line came after 1 s once, and the error quoted no output.
     let cc = hanging_compiler(dir.path(), "hang-cc", "*' -DMODE=1 '*");
-    let text_of = manifest("compile_timeout_s = 1").replace(
+    let text_of = manifest("compile_timeout_s = 3").replace(
         "flags = [\"-O1\"]",
         &format!("flags = [\"-O1\"]\ncompiler = \"{cc}\""),
     );
@@ -127,7 +128,7 @@ fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
     let error = hung["error"].as_str().unwrap();
     assert!(
         error.starts_with(
-            "compile timed out after 1 s (compile_timeout_s)\nthe compiler was killed (raise \
+            "compile timed out after 3 s (compile_timeout_s)\nthe compiler was killed (raise \
              compile_timeout_s if it is just slow): "
         ) && error.contains("hang-cc")
             && error.ends_with("the compiler's last output:\ninstantiating templates, please wait"),
@@ -138,7 +139,7 @@ fn a_hanging_compile_is_a_timeout_and_the_run_goes_on() {
     assert!(
         stdout
             .lines()
-            .any(|l| l.contains("timeout  compile timed out after 1 s (compile_timeout_s)")),
+            .any(|l| l.contains("timeout  compile timed out after 3 s (compile_timeout_s)")),
         "{stdout}"
     );
     assert_no_compiler_left(dir.path());

@@ -125,9 +125,7 @@ fn tune_help() {
                       Per-choice timeout in seconds (overrides the manifest's `timeout_s`). It covers every call of the choice: the first call, the estimate, warmup and timed reps, and the final verification call
 
                   --max-process-uses <N>
-                      Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`). The default, 1, gives every choice a fresh process, so that nothing a choice does to its process (floating-point modes, signal handlers, leaked threads or memory) can change the next choice's result; 0 means unlimited
-
-                      [default: 1]
+                      Benchmarks a worker process runs before it is replaced (TVM's `maximum_process_uses`); 0 means unlimited. The default for C kernels, 1, gives every choice a fresh process, so that nothing a choice does to its process (floating-point modes, signal handlers, leaked threads or memory) can change the next choice's result. CUDA kernels run no host code, so their workers are kept (0; a sticky fault still replaces one): a fresh process would cost a new CUDA context per choice
 
                   --strategy <STRATEGY>
                       How to pick the choices: all of them, a random sample of --budget, or an adaptive search that measures --budget choices. For adaptive search pick `auto`: first of tunebox's strategies at full and quarter budgets on recorded spaces of six GPUs and two kernels, and not behind `bayes` beyond the noise with any GPU or kernel held out (docs/search.md). [default: brute-force; random with --budget]

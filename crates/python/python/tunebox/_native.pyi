@@ -123,7 +123,7 @@ def tune(
     timeout_s: float | None = None,
     on_choice: Callable[[str, str, float | None], None] | None = None,
     on_note: Callable[[str], None] | None = None,
-    max_process_uses: int = 1,
+    max_process_uses: int | None = None,
 ) -> dict[str, Any]:
     """The run's report as objects (docs/cli.md's JSON schema, as ``json.loads`` gives it)."""
 

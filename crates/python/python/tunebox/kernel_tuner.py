@@ -44,10 +44,12 @@ What it takes from Kernel Tuner:
 - ``cache``: a file name; the engine's results cache goes to ``NAME.tunebox-cache.jsonl``
   (``.json`` dropped), so a second call measures only what is not in it;
 - ``verbose`` and ``quiet``; tunebox's own: ``timeout`` (s per configuration), ``workers``
-  and ``max_process_uses`` (the measurements a worker process makes before it is replaced: 1,
-  the default, gives each a fresh process, so that nothing a configuration does to its
-  process changes the next result; 0 is no limit, faster for many small, well-behaved
-  configurations; ``tunebox tune --max-process-uses``).
+  and ``max_process_uses`` (the measurements a worker process makes before it is replaced: 1
+  gives each a fresh process, so that nothing a configuration does to its process changes the
+  next result; 0 is no limit, faster for many small, well-behaved configurations; the default,
+  ``None``, is ``tunebox tune``'s: 1 for C, no limit for CUDA, whose configurations run no host
+  code and for which a fresh process would cost a new CUDA context each;
+  ``tunebox tune --max-process-uses``).
 
 It returns ``(results, env)`` as Kernel Tuner does: one dict per configuration the run
 finished, in the space's order: the parameters, ``time`` (ms: the median the engine ranks by),
@@ -190,7 +192,7 @@ def tune_kernel(
     objective_higher_is_better: bool | None = None,
     timeout: float = 60.0,
     workers: int = 1,
-    max_process_uses: int = 1,
+    max_process_uses: int | None = None,
     **unsupported: object,
 ) -> tuple[list[Row], dict[str, Any]]:
     """Tunes a kernel as Kernel Tuner's ``tune_kernel`` does, through tunebox's engine; see the
@@ -337,7 +339,9 @@ def _fraction(value: object) -> float:
     return fraction
 
 
-def _uses(max_process_uses: object) -> int:
+def _uses(max_process_uses: object) -> int | None:
+    if max_process_uses is None:
+        return None
     try:
         uses = (
             None if isinstance(max_process_uses, bool) else operator.index(max_process_uses)  # type: ignore[arg-type] # checked here

@@ -159,19 +159,13 @@ const FLOOR_MARGIN: f64 = 4.0;
 /// How many times the bandwidth is measured again before a time is called impossible.
 const FLOOR_REMEASURES: usize = 2;
 
-/// Why `median_ms` cannot be a real time, if it cannot: writing the outputs' bytes (which the
-/// kernel must do on every call, into lines the flush evicted) takes at least
-/// `bytes / bandwidth`, with the bandwidth measured in this process ([`write_bandwidth`]).
-/// Only checked with a cache flush and at least 1 MiB of outputs, and only when the time is a
-/// quarter of the floor or less, by the best bandwidth of up to three measurements (a
-/// measurement taken while other work used the memory bus sees too little).
-pub(crate) fn below_floor(measured: &BenchmarkResult, timing: &TimingConfig) -> Option<String> {
-    let bytes: usize = measured.outputs.iter().map(|t| t.bytes.len()).sum();
-    below_floor_of(measured.stats.median_ms, bytes, timing)
-}
-
-/// [`below_floor`] for a time `median` (ms) of a kernel whose outputs hold `bytes`: for a
-/// window that returns no outputs (a round's), whose request names them.
+/// Why a time `median` (ms) of a kernel whose outputs hold `bytes` cannot be real, if it
+/// cannot: writing the outputs' bytes (which the kernel must do on every call, into lines the
+/// flush evicted) takes at least `bytes / bandwidth`, with the bandwidth measured in this
+/// process ([`write_bandwidth`]). Only checked with a cache flush and at least 1 MiB of
+/// outputs, and only when the time is a quarter of the floor or less, by the best bandwidth of
+/// up to three measurements (a measurement taken while other work used the memory bus sees too
+/// little). `bytes` is [`crate::measure::workers::floor_bytes`]: none for a GPU kernel.
 pub(crate) fn below_floor_of(median: f64, bytes: usize, timing: &TimingConfig) -> Option<String> {
     if !floor_applies(bytes, timing) {
         return None;
@@ -346,12 +340,10 @@ mod tests {
 
     #[test]
     fn a_time_far_below_the_floor_is_named() {
-        let big = vec![tensor("y", &vec![0u8; 4 << 20])];
         let timing = TimingConfig::default();
-        assert!(below_floor(&result(1e-6, big.clone(), Vec::new()), &timing).is_some());
-        assert!(below_floor(&result(1e3, big, Vec::new()), &timing).is_none());
-        let small = vec![tensor("y", &[0u8; 64])];
-        assert!(below_floor(&result(1e-9, small, Vec::new()), &timing).is_none());
+        assert!(below_floor_of(1e-6, 4 << 20, &timing).is_some());
+        assert!(below_floor_of(1e3, 4 << 20, &timing).is_none());
+        assert!(below_floor_of(1e-9, 64, &timing).is_none());
     }
 
     /// Four threads that spin on the measuring thread's CPU take it away for whole time

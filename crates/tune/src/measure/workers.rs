@@ -191,6 +191,8 @@ pub(crate) struct Measuring {
     /// The reference kept running to check candidates' reps on varied inputs
     /// ([`varied_reference`]); `None` when no rep is checked.
     pub varied: Option<VariedReference>,
+    /// Where batches of CUDA choices compile ([`CudaCompilers`]); `None`: on [`Measuring::pool`].
+    pub cuda_compilers: Option<CudaCompilers>,
 }
 
 impl Measuring {
@@ -317,7 +319,7 @@ pub(crate) fn start_pool(
     max_process_uses: Option<u64>,
     (worker, cache_root): (Option<&Path>, Option<&Path>),
 ) -> Result<Arc<TuningProcessPool>> {
-    crate::measure::integrity::prepare_floor(output_bytes(manifest), &manifest.timing);
+    crate::measure::integrity::prepare_floor(floor_bytes(manifest), &manifest.timing);
     let config = pool_config(
         manifest,
         workers,
@@ -327,6 +329,79 @@ pub(crate) fn start_pool(
     );
     let pool = TuningProcessPool::new(config).context("could not start the workers")?;
     Ok(Arc::new(pool))
+}
+
+/// Where a run's CUDA choices compile when there are more of them than workers: NVRTC needs no
+/// GPU time, only CPU, so a batch is prepared (compiled into the kernel cache, loaded, its launch
+/// checked) on up to one worker per CPU ([`CudaCompilers::workers_for`]), rather than on the one
+/// worker per GPU that measures. Each worker compiles for the GPU the measuring workers see (it
+/// inherits the run's `CUDA_VISIBLE_DEVICES`), and the measuring workers then load the cached
+/// cubins. The workers live for one batch: started, given the batch, shut down.
+#[derive(Debug, Clone)]
+pub(crate) struct CudaCompilers {
+    config: PoolConfig,
+    /// The most workers a batch gets.
+    most: usize,
+}
+
+/// The most compile workers a batch of CUDA choices gets, however many CPUs: each holds a CUDA
+/// context on the GPU (a few hundred MiB of its memory) while it compiles.
+const MOST_CUDA_COMPILERS: usize = 16;
+
+/// The fewest CUDA choices a batch needs for compile workers of its own: starting one (a
+/// process and a CUDA context, 0.4 s on an H200) costs about what compiling one choice does
+/// (0.55 s there), so a batch of two or three gains little (an adaptive search's small rounds).
+const MIN_CUDA_BATCH: usize = 4;
+
+impl CudaCompilers {
+    /// The compilers of a CUDA `manifest` (`None` for other kernels, or a machine with one
+    /// CPU), with the pool's per-request `timeout` and `worker` (executable and kernel cache
+    /// root, as [`start_pool`] takes them).
+    pub(crate) fn new(
+        manifest: &Manifest,
+        timeout: Duration,
+        worker: (Option<&Path>, Option<&Path>),
+    ) -> Option<CudaCompilers> {
+        if manifest.kernel.language != Language::Cuda {
+            return None;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let most = cpus.min(MOST_CUDA_COMPILERS);
+        (most > 1).then(|| CudaCompilers {
+            config: pool_config(manifest, 1, timeout, None, worker),
+            most,
+        })
+    }
+
+    /// How many compile workers a batch of `choices` gets beside a measuring pool of
+    /// `measuring` workers: none (prepare on the measuring pool) unless more than it, and none
+    /// for a batch under [`MIN_CUDA_BATCH`].
+    pub(crate) fn workers_for(&self, choices: usize, measuring: usize) -> Option<usize> {
+        let workers = choices.min(self.most);
+        (choices >= MIN_CUDA_BATCH && workers > measuring).then_some(workers)
+    }
+
+    /// Prepares `requests` on `workers` compile workers started for them (watched by `stop`
+    /// while they work), one result per request in input order, as
+    /// [`TuningProcessPool::prepare`].
+    ///
+    /// # Errors
+    ///
+    /// The workers cannot start (the caller prepares on its own pool instead).
+    pub(crate) fn prepare(
+        &self,
+        requests: &[BenchmarkRequest],
+        workers: usize,
+        stop: &crate::base::stop::Stop,
+    ) -> Result<Vec<Result<(), PoolError>>, PoolError> {
+        let pool = Arc::new(TuningProcessPool::new(
+            self.config.clone().max_workers(workers),
+        )?);
+        stop.watch_beside(Arc::clone(&pool));
+        let prepared = pool.prepare(requests);
+        pool.shutdown(Duration::from_millis(200));
+        Ok(prepared)
+    }
 }
 
 /// Starts the pool of `workers` reused workers that measure the later windows of the choices
@@ -617,7 +692,11 @@ pub(crate) fn judge(
         }
     });
     if error.is_none()
-        && let Some(floor) = crate::measure::integrity::below_floor(&measured, &manifest.timing)
+        && let Some(floor) = crate::measure::integrity::below_floor_of(
+            measured.stats.median_ms,
+            floor_bytes(manifest),
+            &manifest.timing,
+        )
     {
         return ChoiceResult::failed(index, choice, Status::Suspicious, floor, device);
     }
@@ -654,9 +733,16 @@ fn returned(manifest: &Manifest, t: &TensorSpec) -> bool {
     t.output && manifest.verify.is_some()
 }
 
-/// The bytes of the outputs a worker returns for `manifest`'s requests ([`request`]): what the
-/// physical floor holds a time to ([`crate::measure::integrity::below_floor_of`]).
-pub(crate) fn output_bytes(manifest: &Manifest) -> usize {
+/// The output bytes the physical floor holds a time of `manifest`'s kernel to
+/// ([`crate::measure::integrity::below_floor_of`]): those of the outputs a worker returns
+/// ([`request`]) for a C kernel; none for a CUDA kernel, since the floor's bandwidth is the
+/// host's (a GPU's memory is 10 to 50 times faster) and a GPU's write-back L2 (50 MiB and more)
+/// takes outputs it holds faster than its memory could. Held to the host's, honest kernels
+/// writing 4 MiB in 7 µs on an H200 were called suspicious.
+pub(crate) fn floor_bytes(manifest: &Manifest) -> usize {
+    if manifest.kernel.language == Language::Cuda {
+        return 0;
+    }
     let bytes: u64 = manifest
         .tensors
         .iter()
@@ -782,6 +868,33 @@ pub(crate) fn cpu_model() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_choices_compile_on_more_workers_only_when_there_are_more_of_them_than_measuring_workers()
+     {
+        let compilers = CudaCompilers {
+            config: PoolConfig::new(),
+            most: 16,
+        };
+        assert_eq!(compilers.workers_for(40, 1), Some(16), "at most `most`");
+        assert_eq!(compilers.workers_for(5, 1), Some(5), "one per choice");
+        assert_eq!(
+            compilers.workers_for(3, 1),
+            None,
+            "too few to pay for new workers"
+        );
+        assert_eq!(
+            compilers.workers_for(1, 1),
+            None,
+            "one choice: the pool's worker"
+        );
+        assert_eq!(
+            compilers.workers_for(40, 16),
+            None,
+            "as many measuring workers"
+        );
+        assert_eq!(compilers.workers_for(0, 1), None);
+    }
 
     #[test]
     fn outputs_are_the_same_only_with_the_same_names_and_bytes() {

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tunebox_pool::{PoolError, WindowHook};
+use tunebox_process::{CpuTicks, CpuTimes, USER_HZ};
 use tunebox_protocol::BenchmarkResult;
 
 /// The other CPUs' busy share (of their time) above which a window counts as disturbed.
@@ -41,65 +42,6 @@ pub const STEAL_THRESHOLD: f64 = 0.05;
 /// worker (one tick is 10 ms at the usual `USER_HZ` of 100: a window of 30 ms cannot tell 1
 /// tick from noise); one more for each further CPU the window's own threads kept busy.
 const MIN_TICKS: u64 = 2;
-/// Clock ticks per second in `/proc/stat`: `USER_HZ`, 100 on every Linux ABI (whatever the
-/// kernel's own `HZ`).
-const USER_HZ: f64 = 100.0;
-
-/// One CPU's counters from `/proc/stat`, in clock ticks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct CpuTicks {
-    /// user + nice + system + irq + softirq.
-    pub busy: u64,
-    /// steal.
-    pub steal: u64,
-    /// Every field but guest time (already in user): busy + idle + iowait + steal.
-    pub total: u64,
-}
-
-/// A snapshot of every CPU's counters (the `cpuN` lines, not the `cpu` sum).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CpuTimes(pub Vec<CpuTicks>);
-
-impl CpuTimes {
-    /// Parses `/proc/stat` text; lines other than `cpuN …` are ignored, and missing fields
-    /// (older kernels have no steal) count as 0. A text of several snapshots, one after the
-    /// other (a named pipe standing for `/proc/stat` read twice as one), counts its last.
-    pub(crate) fn parse(text: &str) -> CpuTimes {
-        let last = text.rfind("\ncpu ").map_or(text, |at| &text[at + 1..]);
-        let cpus = last
-            .lines()
-            .filter(|l| {
-                l.strip_prefix("cpu")
-                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-            })
-            .map(|line| {
-                let f: Vec<u64> = line
-                    .split_whitespace()
-                    .skip(1)
-                    .map(|v| v.parse().unwrap_or(0))
-                    .collect();
-                let at = |i: usize| f.get(i).copied().unwrap_or(0);
-                let busy = at(0) + at(1) + at(2) + at(5) + at(6);
-                let (idle, steal) = (at(3) + at(4), at(7));
-                CpuTicks {
-                    busy,
-                    steal,
-                    total: busy + idle + steal,
-                }
-            })
-            .collect();
-        CpuTimes(cpus)
-    }
-
-    /// The counters now (`$TUNEBOX_PROC_STAT`, else `/proc/stat`); `None` where unreadable.
-    pub(crate) fn now() -> Option<CpuTimes> {
-        let path = std::env::var_os("TUNEBOX_PROC_STAT")
-            .map_or_else(|| PathBuf::from("/proc/stat"), PathBuf::from);
-        let text = std::fs::read_to_string(path).ok()?;
-        Some(CpuTimes::parse(&text))
-    }
-}
-
 /// What else ran while a window was timed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Conditions {
@@ -489,39 +431,6 @@ mod tests {
         }
         text.push_str("intr 1 2 3\nctxt 5\n");
         text
-    }
-
-    #[test]
-    fn of_several_snapshots_the_last_counts() {
-        let one = "cpu  2 0 0 2 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n";
-        let two = "cpu  6 0 0 6 0 0 0 0 0 0\ncpu0 3 0 0 3 0 0 0 0 0 0\n";
-        assert_eq!(
-            CpuTimes::parse(&format!("{one}{two}")),
-            CpuTimes::parse(two)
-        );
-        assert_eq!(CpuTimes::parse(two).0.len(), 1);
-    }
-
-    #[test]
-    fn proc_stat_parses_per_cpu_lines_only() {
-        let t = CpuTimes::parse(
-            "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 10 1 2 100 3 4 5 6 0 0\ncpu1 1 2 3\nintr 7\n",
-        );
-        assert_eq!(
-            t.0,
-            [
-                CpuTicks {
-                    busy: 10 + 1 + 2 + 4 + 5,
-                    steal: 6,
-                    total: 22 + 103 + 6
-                },
-                CpuTicks {
-                    busy: 6,
-                    steal: 0,
-                    total: 6
-                },
-            ]
-        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
 use crate::base::observer::ObserverExt;
-use crate::measure::workers::{self, InOrder};
+use crate::measure::workers::{self, CudaCompilers, InOrder};
 use crate::results::interference::BackgroundWork;
 use crate::results::interference::Topology;
 
@@ -264,6 +264,9 @@ pub(crate) struct Compiling<'c> {
     /// rounds' first windows of choices screened before: [`Spare`]), and the pool they are
     /// measured in (the rounds' own); `None`: it waits.
     pub spare: Option<(&'c Spare, &'c TuningProcessPool)>,
+    /// Where a batch of CUDA choices compiles when it has more choices than the stage has
+    /// workers; `None`: on the stage's workers.
+    pub cuda: Option<&'c CudaCompilers>,
 }
 
 #[cfg(test)]

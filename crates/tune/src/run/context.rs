@@ -588,11 +588,13 @@ pub(super) fn start_measuring(
     if let Some(varied) = &varied {
         stop.watch_beside(std::sync::Arc::clone(varied.pool()));
     }
+    let cuda_compilers = workers::CudaCompilers::new(run.setup.manifest, timeout, worker);
     Ok(Measuring {
         pool,
         warm,
         reference,
         varied,
+        cuda_compilers,
     })
 }
 

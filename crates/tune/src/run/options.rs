@@ -88,12 +88,14 @@ impl Default for Selection {
 }
 
 impl Default for TuneOptions {
-    /// What `tunebox tune` does without options: one worker, a fresh worker process per
-    /// choice (`max_process_uses` 1; the later windows of choices that passed screening in
-    /// reused ones: `warm_windows`), the manifest's `timeout_s`, the worker found as
-    /// [`TuneOptions::worker`] says, the default results cache, brute force, no time limit,
-    /// no refinement, no shard, no JSON or CSV, [`DEFAULT_ROUNDS`] rounds of windows. The
-    /// manifest is [`crate::tune`]'s path, or the [`crate::Plan`]'s.
+    /// What `tunebox tune` does without options for a C kernel: one worker, a fresh worker
+    /// process per choice (`max_process_uses` 1; for a CUDA kernel `tunebox tune` keeps the
+    /// worker instead, [`crate::Manifest::default_max_process_uses`]; the later windows of
+    /// choices that passed screening in reused ones: `warm_windows`), the manifest's
+    /// `timeout_s`, the worker found as [`TuneOptions::worker`] says, the default results
+    /// cache, brute force, no time limit, no refinement, no shard, no JSON or CSV,
+    /// [`DEFAULT_ROUNDS`] rounds of windows. The manifest is [`crate::tune`]'s path, or the
+    /// [`crate::Plan`]'s.
     fn default() -> TuneOptions {
         TuneOptions {
             workers: 1,

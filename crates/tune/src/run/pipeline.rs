@@ -18,7 +18,7 @@ use super::lookup::Todo;
 use super::spare::Spare;
 use super::stage::{Stage, lock};
 use crate::base::observer::{ObserverExt, Phase};
-use crate::measure::workers::{self, InOrder, Next};
+use crate::measure::workers::{self, CudaCompilers, InOrder, Next};
 use crate::results::interference::{Conditions, Watch};
 use crate::results::windows::Windows;
 use crate::results::{ChoiceResult, choices as plural};
@@ -72,7 +72,8 @@ pub(crate) fn pipeline(
     compiling: Option<Compiling<'_>>,
     mut on_measured: impl FnMut(Measured),
 ) {
-    let ready = prepare_cuda(stage, todo, &mut |p, outcome| {
+    let cuda = compiling.as_ref().and_then(|c| c.cuda);
+    let ready = prepare_cuda(stage, todo, cuda, &mut |p, outcome| {
         on_measured(Measured::Choice(p, outcome));
     });
     let (ready, c_todo) = split_c_choices(todo, ready, compiling.is_some());
@@ -356,11 +357,13 @@ fn next_job<'p>(
 /// choice or a spare window (a compile settling wakes it at once).
 const SPARE_POLL: Duration = Duration::from_millis(5);
 
-/// Prepares the CUDA choices of `todo` in the workers (a compiler can crash too), spread over
-/// the pool; those that fail are outcomes at once. Returns the positions left to measure.
+/// Prepares the CUDA choices of `todo` in workers (a compiler can crash too): spread over the
+/// `compilers`' workers when there are more choices than the stage has workers, else over the
+/// stage's pool; those that fail are outcomes at once. Returns the positions left to measure.
 fn prepare_cuda(
     stage: &Stage<'_>,
     todo: &[Todo],
+    compilers: Option<&CudaCompilers>,
     on_outcome: &mut impl FnMut(usize, Outcome),
 ) -> Vec<usize> {
     let mut ready: Vec<usize> = (0..todo.len()).collect();
@@ -370,13 +373,8 @@ fn prepare_cuda(
     if cuda.is_empty() {
         return ready;
     }
-    stage.observer.note(&format!(
-        "compiling {} on {} worker(s)…",
-        plural(cuda.len()),
-        stage.pool.size()
-    ));
     let batch: Vec<BenchmarkRequest> = cuda.iter().map(|&p| todo[p].request.clone()).collect();
-    for (&p, outcome) in cuda.iter().zip(stage.pool.prepare(&batch)) {
+    for (&p, outcome) in cuda.iter().zip(prepare_batch(stage, &batch, compilers)) {
         let Err(e) = outcome else { continue };
         ready.retain(|&q| q != p);
         if workers::is_transient(&e) {
@@ -402,6 +400,51 @@ fn prepare_cuda(
         );
     }
     ready
+}
+
+/// Prepares `batch` on the `compilers`' workers when it has more choices than the stage has
+/// workers, else on the stage's pool; saying where. What fails on the compilers' workers is
+/// prepared again on the stage's pool, whose verdict counts: a compile or launch error comes
+/// back the same, while one of the compilers' own (a GPU out of memory for their contexts, a
+/// device in exclusive-process mode) must not be kept as the choice's result. When they cannot
+/// start, the stage's pool prepares everything.
+fn prepare_batch(
+    stage: &Stage<'_>,
+    batch: &[BenchmarkRequest],
+    compilers: Option<&CudaCompilers>,
+) -> Vec<Result<(), PoolError>> {
+    let say = |workers: usize, why: &str| {
+        stage.observer.note(&format!(
+            "compiling {} on {workers} worker(s){why}…",
+            plural(batch.len())
+        ));
+    };
+    let wide = compilers
+        .filter(|_| !stage.stop.requested())
+        .and_then(|c| Some((c, c.workers_for(batch.len(), stage.pool.size())?)));
+    let Some((compilers, workers)) = wide else {
+        say(stage.pool.size(), "");
+        return stage.pool.prepare(batch);
+    };
+    say(workers, "");
+    let mut prepared = match compilers.prepare(batch, workers, stage.stop) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            say(
+                stage.pool.size(),
+                &format!(" instead (the compile workers could not start: {e})"),
+            );
+            return stage.pool.prepare(batch);
+        }
+    };
+    let failed: Vec<usize> = (0..batch.len()).filter(|&i| prepared[i].is_err()).collect();
+    if !failed.is_empty() {
+        let again: Vec<BenchmarkRequest> = failed.iter().map(|&i| batch[i].clone()).collect();
+        for (i, outcome) in failed.into_iter().zip(stage.pool.prepare(&again)) {
+            prepared[i] = outcome;
+        }
+    }
+    prepared
 }
 
 /// What a measurement of `todo` means: a judged result (not cacheable when the failure says

@@ -553,9 +553,9 @@ impl Run<'_> {
                 &self.setup.device,
             ))))
         };
-        let output_bytes = workers::output_bytes(self.setup.manifest);
+        let floor_bytes = workers::floor_bytes(self.setup.manifest);
         if let Some(why) =
-            crate::measure::integrity::below_floor_of(median_ms, output_bytes, &request.timing)
+            crate::measure::integrity::below_floor_of(median_ms, floor_bytes, &request.timing)
         {
             return failed(Status::Suspicious, why);
         }
@@ -808,7 +808,7 @@ pub(super) fn spare_window(
                 || stats.median_ms < first * CHECK_FASTER_THAN
                 || crate::measure::integrity::below_floor_of(
                     stats.median_ms,
-                    workers::output_bytes(setup.manifest),
+                    workers::floor_bytes(setup.manifest),
                     &timing,
                 )
                 .is_some();

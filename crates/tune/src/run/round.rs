@@ -142,6 +142,7 @@ impl Run<'_> {
             plan,
             clock: &self.compile_clock,
             spare: (rounds && plan.overlap).then_some((&spare, measuring.windows_pool())),
+            cuda: measuring.cuda_compilers.as_ref(),
         };
         let ledger = &mut self.ledger;
         let setup = &self.setup;
