@@ -2,6 +2,7 @@
 //! disturbs says so, ranks by its quiet windows or by a statistic disturbed windows cannot
 //! move, and caches nothing as final that a quiet run should not replace.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -66,16 +67,30 @@ fn busy_proc_stat(path: &Path) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>)
     let writer = std::thread::spawn(move || {
         let mut ticks = 1000u64;
         while !flag.load(Ordering::SeqCst) {
+            // Opened without blocking (ENXIO while no reader has it open), so that the flag is
+            // seen within a millisecond whatever the readers do: a writer blocked in `open`
+            // could only be released by one more read, and a read that came after the writer
+            // had stopped would wait forever.
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path);
+            let mut pipe = match opened {
+                Ok(pipe) => pipe,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                // The test's folder gone: stop.
+                Err(_) => return,
+            };
             ticks += 50;
             let text = format!(
                 "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 {ticks} 0 0 100 0 0 0 0 0 0\n\
                  cpu1 {ticks} 0 0 100 0 0 0 0 0 0\n"
             );
-            // Blocks until a reader opens the pipe; the test's folder gone: stop.
-            let Ok(mut pipe) = std::fs::OpenOptions::new().write(true).open(&path) else {
-                return;
-            };
-            // A reader that went away (EPIPE) is no matter.
+            // A snapshot is far smaller than a pipe's buffer: written at once. A reader that
+            // went away (EPIPE) is no matter.
             let _ = std::io::Write::write_all(&mut pipe, text.as_bytes());
             drop(pipe);
             // Time for the reader to see the end of this snapshot before the pipe is opened
@@ -86,11 +101,9 @@ fn busy_proc_stat(path: &Path) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>)
     (done, writer)
 }
 
-/// Stops [`busy_proc_stat`]'s writer, once nothing else reads `path`: it waits in `open` for a
-/// reader, and this last read releases it.
-fn stop_proc_stat(path: &Path, done: &AtomicBool, writer: std::thread::JoinHandle<()>) {
+/// Stops [`busy_proc_stat`]'s writer (within a millisecond: it never blocks).
+fn stop_proc_stat(done: &AtomicBool, writer: std::thread::JoinHandle<()>) {
     done.store(true, Ordering::SeqCst);
-    let _ = std::fs::read(path);
     writer.join().unwrap();
 }
 
@@ -138,7 +151,7 @@ fn luck_is_never_cached() {
         "{}",
         text(&again.stderr)
     );
-    stop_proc_stat(&stat, &done, writer);
+    stop_proc_stat(&done, writer);
     // Quiet (no interference seen): measured again, and now final.
     let quiet = tunebox_env(dir.path(), &args, &[]);
     check(&quiet);

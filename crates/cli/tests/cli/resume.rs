@@ -294,7 +294,14 @@ fn a_killed_run_loses_nothing_finished() {
 fn a_time_budget_stops_new_choices_and_says_how_many() {
     let dir = tempfile::tempdir().unwrap();
     write_slow(dir.path(), 8);
-    // Compiling and the reference take most of this: few choices, if any, get measured.
+    // Each choice's screening window alone sleeps 20 reps of 4 ms (a quarter of 80): however
+    // fast this machine compiles and starts workers, at most four choices start within the
+    // 0.3 s (not the compile time nor the reference's, which a fast machine can make small).
+    std::fs::write(
+        dir.path().join("slow.toml"),
+        mode_manifest("slow", "10", 8, "warmup_ms = 1\nrep_ms = 5\nmin_reps = 80"),
+    )
+    .unwrap();
     let out = tunebox(
         dir.path(),
         &[

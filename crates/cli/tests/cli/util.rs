@@ -1,7 +1,9 @@
 //! Helpers shared by the CLI tests: running `tunebox`, the test kernels and manifests.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -12,7 +14,74 @@ pub(crate) fn tunebox(dir: &Path, args: &[&str]) -> Output {
 
 /// As [`tunebox`], with extra environment variables.
 pub(crate) fn tunebox_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    command(dir, args, env).output().expect("tunebox runs")
+    output_within(command(dir, args, env), HANG)
+}
+
+/// Longer than any test's run of `tunebox` takes on a loaded machine, by far: a run still going
+/// after it is hung.
+const HANG: Duration = Duration::from_secs(600);
+
+/// `command`'s output, as [`Command::output`], or a panic showing what it printed when it is
+/// still running after `limit` (killed first): a hung run fails its test instead of holding the
+/// whole suite until CI gives up on it, saying nothing.
+pub(crate) fn output_within(mut command: Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tunebox runs");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("tunebox is waited for") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            // The workers may still hold the pipes open: what was printed so far is enough.
+            std::thread::sleep(Duration::from_secs(1));
+            let printed = |h: std::thread::JoinHandle<Vec<u8>>| {
+                if h.is_finished() {
+                    text(&h.join().unwrap_or_default())
+                } else {
+                    "(its pipe is still held open)".to_owned()
+                }
+            };
+            panic!(
+                "{command:?} still running after {limit:?}: killed\nstdout:\n{}\nstderr:\n{}",
+                printed(stdout),
+                printed(stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
 
 /// The command [`tunebox_env`] runs, to spawn it.
