@@ -156,7 +156,14 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        if self.anonymous {
+        let intact = || {
+            maps_file_at(
+                self.data().as_ptr() as usize,
+                self.whole(),
+                self.source.as_ptr() as usize,
+            )
+        };
+        if self.anonymous || !self.restore_protection() || !intact() {
             return; // Dropped: a later request maps the buffer afresh.
         }
         self.drop_written();
@@ -165,6 +172,23 @@ impl PrivateMap {
         if kept.len() > KEPT_MAPS {
             kept.remove(0);
         }
+    }
+
+    /// Makes the whole reservation readable and writable again, as [`PrivateMap::new`] made
+    /// it: a task may have `mprotect`ed its tensor (read-only, or no access), and a kept
+    /// mapping it left so would crash the next task, an innocent one, at its first touch.
+    /// `false` when that fails (the task unmapped part of it): not to be kept.
+    fn restore_protection(&self) -> bool {
+        // SAFETY: the reservation made in `new`, owned by this value; only its protection
+        // changes, to what it was made with.
+        let done = unsafe {
+            libc::mprotect(
+                self.base.as_ptr().cast(),
+                self.size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        done == 0
     }
 
     /// The reservation's start: the front guard zone.
@@ -407,23 +431,10 @@ impl Drop for PrivateMap {
 /// and inode from `/proc/self/maps`, matched against `/proc/self/fd`. The mapping must start
 /// at `address` and at offset 0 (as a shared buffer's does).
 fn descriptor_of(address: usize) -> Option<RawFd> {
-    let maps = BufReader::new(File::open("/proc/self/maps").ok()?);
-    let (dev, inode) = maps.lines().map_while(Result::ok).find_map(|line| {
-        // start-end perms offset major:minor inode path
-        let mut fields = line.split_whitespace();
-        let (start, _) = fields.next()?.split_once('-')?;
-        if usize::from_str_radix(start, 16).ok()? != address {
-            return None;
-        }
-        let offset = u64::from_str_radix(fields.nth(1)?, 16).ok()?;
-        let (major, minor) = fields.next()?.split_once(':')?;
-        let inode: u64 = fields.next()?.parse().ok()?;
-        let dev = (
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        );
-        (offset == 0 && inode != 0).then_some((dev, inode))
-    })?;
+    let (dev, inode) = mappings()?
+        .into_iter()
+        .find(|m| m.start == address && m.offset == 0 && m.inode != 0)
+        .map(|m| (m.dev, m.inode))?;
     std::fs::read_dir("/proc/self/fd")
         .ok()?
         .filter_map(Result::ok)
@@ -433,6 +444,72 @@ fn descriptor_of(address: usize) -> Option<RawFd> {
             let st_dev = meta.dev();
             (meta.ino() == inode && (libc::major(st_dev), libc::minor(st_dev)) == dev).then_some(fd)
         })
+}
+
+/// One line of `/proc/self/maps`: `start-end perms offset major:minor inode path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mapping {
+    start: usize,
+    end: usize,
+    offset: u64,
+    dev: (u32, u32),
+    inode: u64,
+}
+
+impl Mapping {
+    fn parse(line: &str) -> Option<Mapping> {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let offset = u64::from_str_radix(fields.nth(1)?, 16).ok()?;
+        let (major, minor) = fields.next()?.split_once(':')?;
+        Some(Mapping {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+            offset,
+            dev: (
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            ),
+            inode: fields.next()?.parse().ok()?,
+        })
+    }
+}
+
+/// This process's mappings, in address order; `None` without a readable `/proc/self/maps`.
+fn mappings() -> Option<Vec<Mapping>> {
+    let maps = BufReader::new(File::open("/proc/self/maps").ok()?);
+    Some(
+        maps.lines()
+            .map_while(Result::ok)
+            .filter_map(|line| Mapping::parse(&line))
+            .collect(),
+    )
+}
+
+/// Whether `bytes` from `data` are still mapped from the file that `source` (a mapping of it
+/// from offset 0) maps, page for page from its start, as [`PrivateMap::new`] mapped them: a
+/// task may have mapped something else over them (`MAP_FIXED`), which a kept mapping must not
+/// hand the next task as its input. Adjacent lines of one file count as one mapping.
+fn maps_file_at(data: usize, bytes: usize, source: usize) -> bool {
+    let Some(maps) = mappings() else {
+        return false;
+    };
+    let Some(file) = maps.iter().find(|m| m.start == source && m.offset == 0) else {
+        return false;
+    };
+    let (end, mut at) = (data + bytes, data);
+    for m in maps.iter().filter(|m| m.end > data && m.start < end) {
+        let offset = usize::try_from(m.offset).ok();
+        let same = m.start == at
+            && (m.dev, m.inode) == (file.dev, file.inode)
+            && m.inode != 0
+            && offset == Some(at - data);
+        if !same {
+            return false;
+        }
+        at = m.end;
+    }
+    at >= end
 }
 
 #[cfg(test)]

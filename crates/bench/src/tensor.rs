@@ -882,6 +882,70 @@ mod tests {
         again.check_bounds().unwrap();
     }
 
+    /// A task that leaves its input read-only or with no access at all (an `mprotect` in a
+    /// library's destructor, say) does not leave it so for the next request that maps the same
+    /// buffer: the kept mapping is made readable and writable again, guards included.
+    #[test]
+    fn a_kept_mapping_gets_its_protection_back() {
+        let (_, made, with) = random_with_contents(&[(1 << 16) + 7], 14);
+        for protection in [libc::PROT_NONE, libc::PROT_READ] {
+            let mut first = HostTensor::allocate(&with).unwrap();
+            let address = first.as_mut_ptr();
+            let page = private_map::page_size();
+            let start = (address as usize) & !(page - 1);
+            // SAFETY: the pages of the tensor's own reservation (its front guard, data and
+            // tail), which nothing else uses: a task changing their protection.
+            let done =
+                unsafe { libc::mprotect(start as *mut libc::c_void, first.len(), protection) };
+            assert_eq!(done, 0);
+            drop(first);
+            let mut again = HostTensor::allocate(&with).unwrap();
+            assert!(again.is_pristine());
+            assert_eq!(again.bytes(), made.as_slice());
+            again.check_bounds().unwrap();
+            let len = again.len();
+            // SAFETY: inside the tensor: a kernel that writes its input.
+            unsafe { *again.as_mut_ptr().add(len / 2) ^= 1 };
+            again.reset();
+            assert!(again.is_pristine());
+        }
+    }
+
+    /// A task that maps something else over its input (or unmaps part of it) does not hand
+    /// that to the next request of the same buffer: the mapping is not kept.
+    #[test]
+    fn a_mapping_a_task_replaced_or_cut_is_not_kept() {
+        let (_, made, with) = random_with_contents(&[1 << 16], 15);
+        let page = private_map::page_size();
+        for unmap in [false, true] {
+            let mut first = HostTensor::allocate(&with).unwrap();
+            let at = first.as_mut_ptr().wrapping_add(4 * page);
+            // SAFETY: four pages inside the tensor's own reservation, which nothing else
+            // uses: a task replacing them with zeros of its own, or unmapping them.
+            let done = unsafe {
+                if unmap {
+                    libc::munmap(at.cast(), 4 * page)
+                } else {
+                    let m = libc::mmap(
+                        at.cast(),
+                        4 * page,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    );
+                    if m == libc::MAP_FAILED { -1 } else { 0 }
+                }
+            };
+            assert_eq!(done, 0);
+            drop(first);
+            let again = HostTensor::allocate(&with).unwrap();
+            assert!(again.is_pristine(), "unmap {unmap}");
+            assert_eq!(again.bytes(), made.as_slice(), "unmap {unmap}");
+            again.check_bounds().unwrap();
+        }
+    }
+
     #[test]
     fn poison_is_nan_for_floats() {
         let mut t = HostTensor::allocate(&spec(DType::F32, &[4], Init::Ones)).unwrap();
