@@ -697,14 +697,15 @@ mod tests {
             flush_ms: 0,
         };
         assert_eq!(do_bench(&mut cheap, &config).unwrap().reps, 40);
-        // A 5 ms flush caps the reps at 10 x 20 ms / (0.5 + 5) ms = 36 (or a little less when
-        // sleeping overshoots), far more than triton's 20 / 5.5 = 3.
+        // A 5 ms flush caps the reps at 10 x 20 ms / (0.5 + 5) ms = 36 (fewer when sleeping
+        // overshoots: a loaded machine wakes a 5 ms sleep 9 ms or more later, 18 reps seen
+        // with two busy loops per CPU), far more than triton's 20 / 5.5 = 3.
         let mut flushed = Costly {
             kernel_ms: 0.5,
             flush_ms: 5,
         };
         let reps = do_bench(&mut flushed, &config).unwrap().reps;
-        assert!((20..=36).contains(&reps), "{reps}");
+        assert!((9..=36).contains(&reps), "{reps}");
     }
 
     #[test]
