@@ -140,10 +140,16 @@ impl PrivateMap {
             m.source.id() == source.id() && m.len == source.len() && m.guard == guard
         });
         match found {
-            Some(position) => {
+            // Checked again: another task of this worker may have changed it since it was kept.
+            Some(position) if kept[position].usable() => {
                 let map = kept.remove(position);
                 map.copy_tail();
                 Some(map)
+            }
+            Some(position) => {
+                drop(kept.remove(position));
+                drop(kept);
+                PrivateMap::new(source, guard)
             }
             None => {
                 drop(kept);
@@ -156,14 +162,7 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        let intact = || {
-            maps_file_at(
-                self.data().as_ptr() as usize,
-                self.whole(),
-                self.source.as_ptr() as usize,
-            )
-        };
-        if self.anonymous || !self.restore_protection() || !intact() {
+        if self.anonymous || !self.usable() {
             return; // Dropped: a later request maps the buffer afresh.
         }
         self.drop_written();
@@ -174,10 +173,23 @@ impl PrivateMap {
         }
     }
 
+    /// Whether this mapping can serve another request: its protection made readable and
+    /// writable again ([`PrivateMap::restore_protection`]) and its layout as
+    /// [`PrivateMap::new`] made it ([`reservation_intact`]). A task may have changed either
+    /// (an `mprotect` in a library's destructor; a `MAP_FIXED` mapping over its input), and a
+    /// kept mapping left so would crash the next task, an innocent one, or hand it another
+    /// input, or write its writes into the caller's buffer.
+    fn usable(&self) -> bool {
+        self.restore_protection()
+            && reservation_intact(
+                (self.base.as_ptr() as usize, self.size),
+                (self.data().as_ptr() as usize, self.whole()),
+                self.source.as_ptr() as usize,
+            )
+    }
+
     /// Makes the whole reservation readable and writable again, as [`PrivateMap::new`] made
-    /// it: a task may have `mprotect`ed its tensor (read-only, or no access), and a kept
-    /// mapping it left so would crash the next task, an innocent one, at its first touch.
-    /// `false` when that fails (the task unmapped part of it): not to be kept.
+    /// it; `false` when that fails (a task unmapped part of it).
     fn restore_protection(&self) -> bool {
         // SAFETY: the reservation made in `new`, owned by this value; only its protection
         // changes, to what it was made with.
@@ -451,6 +463,8 @@ fn descriptor_of(address: usize) -> Option<RawFd> {
 struct Mapping {
     start: usize,
     end: usize,
+    /// `p` in its permissions (copy-on-write), not `s` (shared).
+    private: bool,
     offset: u64,
     dev: (u32, u32),
     inode: u64,
@@ -460,11 +474,13 @@ impl Mapping {
     fn parse(line: &str) -> Option<Mapping> {
         let mut fields = line.split_whitespace();
         let (start, end) = fields.next()?.split_once('-')?;
-        let offset = u64::from_str_radix(fields.nth(1)?, 16).ok()?;
+        let private = fields.next()?.ends_with('p');
+        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
         let (major, minor) = fields.next()?.split_once(':')?;
         Some(Mapping {
             start: usize::from_str_radix(start, 16).ok()?,
             end: usize::from_str_radix(end, 16).ok()?,
+            private,
             offset,
             dev: (
                 u32::from_str_radix(major, 16).ok()?,
@@ -486,28 +502,40 @@ fn mappings() -> Option<Vec<Mapping>> {
     )
 }
 
-/// Whether `bytes` from `data` are still mapped from the file that `source` (a mapping of it
-/// from offset 0) maps, page for page from its start, as [`PrivateMap::new`] mapped them: a
-/// task may have mapped something else over them (`MAP_FIXED`), which a kept mapping must not
-/// hand the next task as its input. Adjacent lines of one file count as one mapping.
-fn maps_file_at(data: usize, bytes: usize, source: usize) -> bool {
+/// Whether the reservation (`start`, `size` bytes) is laid out as [`PrivateMap::new`] made it,
+/// by `/proc/self/maps`: its `data` range (`bytes` from there) mapped private from the file
+/// that `source` (a mapping of it from offset 0) maps, page for page from its start, and the
+/// rest (the guard zones, the tail's page) private anonymous memory. Adjacent lines of one kind
+/// count as one mapping. A task may have mapped something else over its input (`MAP_FIXED`),
+/// or the caller's own buffer shared (`MAP_SHARED`), whose writes would then reach the caller.
+fn reservation_intact(
+    (start, size): (usize, usize),
+    (data, bytes): (usize, usize),
+    source: usize,
+) -> bool {
     let Some(maps) = mappings() else {
         return false;
     };
     let Some(file) = maps.iter().find(|m| m.start == source && m.offset == 0) else {
         return false;
     };
-    let (end, mut at) = (data + bytes, data);
-    for m in maps.iter().filter(|m| m.end > data && m.start < end) {
-        let offset = usize::try_from(m.offset).ok();
-        let same = m.start == at
-            && (m.dev, m.inode) == (file.dev, file.inode)
-            && m.inode != 0
-            && offset == Some(at - data);
-        if !same {
+    let (end, data_end) = (start + size, data + bytes);
+    let mut at = start;
+    for m in maps.iter().filter(|m| m.end > start && m.start < end) {
+        // An anonymous line may go on past the reservation (merged with a neighbour).
+        let (from, to) = (m.start.max(start), m.end.min(end));
+        let in_data = from >= data && to <= data_end;
+        let expected = if in_data {
+            m.inode != 0
+                && (m.dev, m.inode) == (file.dev, file.inode)
+                && m.start.checked_sub(data) == usize::try_from(m.offset).ok()
+        } else {
+            m.inode == 0 && (to <= data || from >= data_end)
+        };
+        if from != at || !m.private || !expected {
             return false;
         }
-        at = m.end;
+        at = to;
     }
     at >= end
 }
@@ -667,5 +695,91 @@ mod tests {
         let stale = again.bytes().iter().filter(|&&b| b != 2).count();
         assert_eq!(stale, 0, "bytes still reading the old contents");
         assert!(again.unchanged());
+    }
+
+    /// Whether `address` is mapped in this process (`mincore` fails with `ENOMEM` where not).
+    fn mapped(address: usize) -> bool {
+        let mut vec = 0u8;
+        // SAFETY: `mincore` only reports on the page at `address` into `vec`.
+        unsafe { libc::mincore(address as *mut libc::c_void, 1, &mut vec) == 0 }
+    }
+
+    /// Maps `pages` pages of `fd` from `offset` over `at` (`MAP_FIXED`), as a hostile task
+    /// could, shared (`MAP_SHARED`) or private.
+    fn map_over(at: usize, pages: usize, fd: RawFd, offset: usize, shared: bool) {
+        let flags = libc::MAP_FIXED
+            | if shared {
+                libc::MAP_SHARED
+            } else {
+                libc::MAP_PRIVATE
+            };
+        // SAFETY: `at` lies inside a reservation this test made and still holds; `fd` is the
+        // open descriptor of a shared buffer at least `offset + pages` pages long.
+        let m = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                pages * page_size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+    }
+
+    /// A task that maps the caller's own buffer shared over its input (the data, or the
+    /// tail's page), or maps another part of the buffer there, or protects a mapping after it
+    /// was kept: the next request still reads the buffer as it is, a write to it stays
+    /// private, and nothing crashes.
+    #[test]
+    fn a_mapping_a_task_tampered_with_is_not_handed_on() {
+        let page = page_size();
+        let len = 12 * page + 100;
+        for attack in 0..5 {
+            let (bytes, buffer) = patterned(len);
+            let shared = buffer.share();
+            let fd = descriptor_of(shared.as_ptr() as usize).expect("a memfd");
+            let first = PrivateMap::new(&shared, page).expect("maps");
+            let data = first.data().as_ptr() as usize;
+            match attack {
+                // The buffer shared over four of its own pages, at their offset.
+                0 => map_over(data + 4 * page, 4, fd, 4 * page, true),
+                // Shared over the tail's page (the buffer's last page).
+                1 => map_over(data + 12 * page, 1, fd, 12 * page, true),
+                // Shared over the front guard.
+                2 => map_over(data - page, 1, fd, 0, true),
+                // Private, but the wrong part of the buffer.
+                3 => map_over(data + 2 * page, 2, fd, 6 * page, false),
+                // Protected after it was kept (by a later task of the worker).
+                _ => {}
+            }
+            first.keep();
+            if attack == 4 {
+                assert!(mapped(data), "an untouched mapping is kept");
+                // SAFETY: the kept reservation's data pages, which nothing borrows now.
+                let done =
+                    unsafe { libc::mprotect(data as *mut libc::c_void, 4 * page, libc::PROT_NONE) };
+                assert_eq!(done, 0);
+            } else {
+                assert!(!mapped(data), "attack {attack}: not kept");
+            }
+            let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
+            assert_eq!(again.bytes(), &bytes[..], "attack {attack}");
+            assert!(again.unchanged(), "attack {attack}");
+            // SAFETY: inside the mapping's data and its tail; no slice of it is live.
+            unsafe {
+                *again.data().as_ptr().add(5 * page) ^= 1;
+                *again.data().as_ptr().add(len - 1) ^= 1;
+            }
+            assert!(!again.unchanged(), "attack {attack}: the writes are seen");
+            assert_eq!(
+                buffer.as_slice(),
+                &bytes[..],
+                "attack {attack}: the caller's buffer"
+            );
+            again.drop_written();
+            assert!(again.unchanged(), "attack {attack}");
+        }
     }
 }

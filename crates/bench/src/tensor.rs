@@ -892,11 +892,12 @@ mod tests {
             let mut first = HostTensor::allocate(&with).unwrap();
             let address = first.as_mut_ptr();
             let page = private_map::page_size();
-            let start = (address as usize) & !(page - 1);
-            // SAFETY: the pages of the tensor's own reservation (its front guard, data and
-            // tail), which nothing else uses: a task changing their protection.
+            // The whole reservation: front guard, data, tail and back guard.
+            let (start, bytes) = (address as usize - page, first.len().next_multiple_of(page));
+            // SAFETY: the pages of the tensor's own reservation, which nothing else uses: a
+            // task changing their protection.
             let done =
-                unsafe { libc::mprotect(start as *mut libc::c_void, first.len(), protection) };
+                unsafe { libc::mprotect(start as *mut libc::c_void, bytes + 2 * page, protection) };
             assert_eq!(done, 0);
             drop(first);
             let mut again = HostTensor::allocate(&with).unwrap();
