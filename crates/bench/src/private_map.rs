@@ -28,6 +28,7 @@ const MADV_POPULATE_READ: libc::c_int = 22;
 const PAGE_PRESENT: u64 = 1 << 63;
 const PAGE_SWAPPED: u64 = 1 << 62;
 const PAGE_FILE_OR_SHARED: u64 = 1 << 61;
+const PAGE_EXCLUSIVE: u64 = 1 << 56;
 
 /// Pagemap entries read at a time (512 KiB: 1 GiB of 4 KiB pages in four reads).
 const ENTRIES_PER_READ: usize = 1 << 16;
@@ -162,7 +163,7 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        if self.anonymous || !self.usable() {
+        if self.anonymous || !crate::huge_map::keeping() || !self.usable() {
             return; // Dropped: a later request maps the buffer afresh.
         }
         self.drop_written();
@@ -399,34 +400,88 @@ impl PrivateMap {
         if self.anonymous {
             return None; // Every page is anonymous: the pagemap cannot tell the written.
         }
-        let pagemap = File::open("/proc/self/pagemap").ok()?;
-        let pages = self.len / self.page;
-        let first = self.data().as_ptr() as usize / self.page;
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        let mut entries = vec![0u8; ENTRIES_PER_READ.min(pages) * 8];
-        let mut done = 0;
-        while done < pages {
-            let n = (pages - done).min(ENTRIES_PER_READ);
-            let chunk = &mut entries[..n * 8];
-            pagemap
-                .read_exact_at(chunk, ((first + done) * 8) as u64)
-                .ok()?;
-            for (i, entry) in chunk.chunks_exact(8).enumerate() {
-                let entry = u64::from_ne_bytes(entry.try_into().expect("8-byte entries"));
-                let written = (entry & PAGE_PRESENT != 0 && entry & PAGE_FILE_OR_SHARED == 0)
-                    || entry & PAGE_SWAPPED != 0;
-                if written {
-                    let page = done + i;
-                    match runs.last_mut() {
-                        Some((_, end)) if *end == page => *end += 1,
-                        _ => runs.push((page, page + 1)),
-                    }
+        let runs = page_runs(
+            self.data().as_ptr() as usize,
+            self.len / self.page,
+            |entry| {
+                ((entry & PAGE_PRESENT != 0 && entry & PAGE_FILE_OR_SHARED == 0)
+                    || entry & PAGE_SWAPPED != 0)
+                    .then_some(())
+            },
+        )?;
+        Some(
+            runs.into_iter()
+                .map(|(first, end, ())| (first, end))
+                .collect(),
+        )
+    }
+}
+
+/// Unmaps the kept mappings ([`PrivateMap::keep`]).
+pub(crate) fn release_kept() {
+    let released = std::mem::take(&mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner));
+    drop(released);
+}
+
+/// The runs of the `pages` pages from `start` (page-aligned) to which `/proc/self/pagemap`'s
+/// entries give a kind by `pick` (`None`: left out), as `(first, end, kind)` with page indices
+/// from `start`; `None` when the pagemap cannot be read.
+fn page_runs<K: Copy + PartialEq>(
+    start: usize,
+    pages: usize,
+    pick: impl Fn(u64) -> Option<K>,
+) -> Option<Vec<(usize, usize, K)>> {
+    let pagemap = File::open("/proc/self/pagemap").ok()?;
+    let page = page_size();
+    let first = start / page;
+    let mut runs: Vec<(usize, usize, K)> = Vec::new();
+    let mut entries = vec![0u8; ENTRIES_PER_READ.min(pages) * 8];
+    let mut done = 0;
+    while done < pages {
+        let n = (pages - done).min(ENTRIES_PER_READ);
+        let chunk = &mut entries[..n * 8];
+        pagemap
+            .read_exact_at(chunk, ((first + done) * 8) as u64)
+            .ok()?;
+        for (i, entry) in chunk.chunks_exact(8).enumerate() {
+            let entry = u64::from_ne_bytes(entry.try_into().expect("8-byte entries"));
+            if let Some(kind) = pick(entry) {
+                let page = done + i;
+                match runs.last_mut() {
+                    Some((_, end, k)) if *end == page && *k == kind => *end += 1,
+                    _ => runs.push((page, page + 1, kind)),
                 }
             }
-            done += n;
         }
-        Some(runs)
+        done += n;
     }
+    Some(runs)
+}
+
+/// How an anonymous page that holds something holds it ([`resident_pages`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Present and mapped by this process alone, or swapped out: it may hold anything.
+    Own,
+    /// Present but mapped elsewhere too: the shared zero page a read faulted in (zeros), or a
+    /// page a `fork` shares (anything).
+    Shared,
+}
+
+/// The runs of the `pages` pages from `start` (page-aligned) of anonymous memory that hold
+/// anything, as `(first, end, how)` with page indices from `start`: the pages that may not read
+/// as zeros. `None` when the pagemap cannot be read.
+pub(crate) fn resident_pages(start: usize, pages: usize) -> Option<Vec<(usize, usize, Held)>> {
+    let own = PAGE_PRESENT | PAGE_EXCLUSIVE;
+    page_runs(start, pages, |entry| {
+        if entry & PAGE_SWAPPED != 0 || entry & own == own {
+            Some(Held::Own)
+        } else if entry & PAGE_PRESENT != 0 {
+            Some(Held::Shared)
+        } else {
+            None
+        }
+    })
 }
 
 impl Drop for PrivateMap {
@@ -536,6 +591,25 @@ fn reservation_intact(
             return false;
         }
         at = to;
+    }
+    at >= end
+}
+
+/// Whether `size` bytes from `start` are private anonymous memory throughout, by
+/// `/proc/self/maps` (adjacent lines count as one mapping): what a mapping of its own that a
+/// task may have changed (unmapped part of, or mapped a file or shared memory over) must still
+/// be before another task is handed it.
+pub(crate) fn anonymous_at(start: usize, size: usize) -> bool {
+    let Some(maps) = mappings() else {
+        return false;
+    };
+    let end = start + size;
+    let mut at = start;
+    for m in maps.iter().filter(|m| m.end > start && m.start < end) {
+        if m.start.max(start) != at || !m.private || m.inode != 0 {
+            return false;
+        }
+        at = m.end.min(end);
     }
     at >= end
 }

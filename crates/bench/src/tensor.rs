@@ -9,6 +9,7 @@ use tunebox_protocol::{
     BenchError, Bytes, DType, Element, Init, SharedData, TensorData, TensorSpec,
 };
 
+use crate::huge_map::{HUGE_PAGE, HugeMap};
 use crate::private_map::{self, PrivateMap};
 
 /// Alignment of every host tensor in bytes: a cache line, enough for any SIMD load.
@@ -20,9 +21,6 @@ const GUARD: usize = 4096;
 /// Tensors of at least this many bytes live in transparent huge pages (2 MiB, where the kernel
 /// allows them): see [`HostTensor::allocate`].
 const HUGE_PAGE_MIN: usize = 1 << 20;
-
-/// Size and alignment of a transparent huge page on x86-64 and most arm64 kernels.
-const HUGE_PAGE: usize = 2 << 20;
 
 /// What the guard zones hold; a kernel that writes there wrote out of its tensor's bounds.
 const GUARD_BYTE: u8 = 0xDB;
@@ -142,7 +140,7 @@ impl HostTensor {
         };
         let size = size.ok_or_else(too_large)?;
         let storage = if len >= HUGE_PAGE_MIN {
-            HugeMap::new(size)
+            HugeMap::kept_or_new(size)
                 .ok_or_else(out_of_memory)
                 .map(Storage::Huge)?
         } else {
@@ -567,58 +565,6 @@ impl HostTensor {
     }
 }
 
-/// An anonymous private mapping, aligned to a huge page and advised into transparent huge pages
-/// (where the kernel allows them): `size` bytes from `base`, inside the `mapped` bytes from
-/// `start` (up to one huge page more, for the alignment). Unmapped when dropped.
-#[derive(Debug)]
-struct HugeMap {
-    start: NonNull<u8>,
-    mapped: usize,
-    base: NonNull<u8>,
-}
-
-impl HugeMap {
-    /// `size` bytes (a multiple of [`HUGE_PAGE`]) of zeros on a huge-page boundary; `None`
-    /// when the mapping fails (out of memory or address space).
-    fn new(size: usize) -> Option<HugeMap> {
-        let mapped = size.checked_add(HUGE_PAGE)?;
-        // SAFETY: a new anonymous private mapping; no existing memory is touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let start = NonNull::new(raw.cast::<u8>())?;
-        let offset = start.as_ptr().align_offset(HUGE_PAGE);
-        // SAFETY: `offset < HUGE_PAGE`, so `offset + size <= mapped`: inside the mapping.
-        let base = unsafe { start.add(offset) };
-        // SAFETY: `size` bytes from `base` lie inside the mapping just made; the advice only
-        // changes how they are backed, and failing (no THP in this kernel) is harmless.
-        unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
-        Some(HugeMap {
-            start,
-            mapped,
-            base,
-        })
-    }
-}
-
-impl Drop for HugeMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped only here; the tensor that pointed into
-        // it is being dropped.
-        unsafe { libc::munmap(self.start.as_ptr().cast(), self.mapped) };
-    }
-}
-
 impl Drop for HostTensor {
     fn drop(&mut self) {
         match std::mem::replace(&mut self.storage, Storage::Released) {
@@ -628,8 +574,10 @@ impl Drop for HostTensor {
                 // SAFETY: `base` was returned by `alloc_zeroed(layout)` and is freed only here.
                 unsafe { alloc::dealloc(base.as_ptr(), layout) }
             }
-            // A huge mapping unmaps itself; a mapped buffer is the caller's.
-            Storage::Huge(_) | Storage::Mapped(_) | Storage::Released => {}
+            // A large one kept for the next tensor of its size, or unmapped.
+            Storage::Huge(map) => map.keep(),
+            // A mapped buffer is the caller's.
+            Storage::Mapped(_) | Storage::Released => {}
         }
     }
 }

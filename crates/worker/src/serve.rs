@@ -136,6 +136,8 @@ fn benchmark_whole(
     let mut result = dispatch(registry, benchmark, |backend, request| {
         backend.benchmark(request)
     });
+    // The kept mappings this request did not use are released before its growth is counted.
+    tunebox_bench::end_request();
     let left_behind = hygiene.after(before, benchmark, result.as_ref().err());
     if let Ok(result) = &mut result {
         let integrity = &mut result.integrity;

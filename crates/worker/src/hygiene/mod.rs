@@ -95,6 +95,8 @@ impl Hygiene {
         if counts && let Some(left) = &mut self.uses_left {
             *left = left.saturating_sub(1);
             if *left == 0 {
+                // The worker's last request: what it drops serves no later one.
+                tunebox_bench::keep_mappings(false);
                 return None;
             }
         }

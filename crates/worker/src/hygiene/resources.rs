@@ -101,7 +101,8 @@ pub(crate) fn process_name(pid: i32) -> String {
 
 /// Resident memory not backed by a file or shared memory: `resident - shared` of
 /// `/proc/self/statm` (the `RssAnon` of `/proc/self/status`, which costs ten times more to
-/// read), in KiB.
+/// read), in KiB, less what the tensors' kept mappings hold
+/// ([`tunebox_bench::kept_mappings_kib`]: the next request uses it or gives it back).
 fn anon_kib() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let mut fields = statm.split_whitespace().skip(1);
@@ -109,7 +110,8 @@ fn anon_kib() -> Option<u64> {
     let shared: u64 = fields.next()?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
-    Some(resident.saturating_sub(shared) * page / 1024)
+    let anon = resident.saturating_sub(shared) * page / 1024;
+    Some(anon.saturating_sub(tunebox_bench::kept_mappings_kib()))
 }
 
 /// What descriptor `fd` refers to (`/dev/null`, `pipe:[123]`, `socket:[456]`, …); `None` once

@@ -1,0 +1,261 @@
+//! Anonymous mappings in transparent huge pages for large tensors, and the ones a worker keeps
+//! between requests.
+//!
+//! A worker that serves many requests of one problem (a reused worker measuring window after
+//! window) would otherwise map its large outputs afresh for every request: the kernel zeroes
+//! each page at the first call's fault, and the tensor is unmapped before the reply. A dropped
+//! tensor of [`KEPT_MIN`] bytes or more hands its mapping back instead ([`HugeMap::keep`]), and
+//! the next tensor of its size takes it ([`HugeMap::kept_or_new`]) with the pages that held
+//! anything zeroed by a `memset` (at the speed memory is written), as fresh pages would read.
+//! Before another task is handed a kept mapping, its protection is made readable and writable
+//! again and `/proc/self/maps` must show it private anonymous memory throughout (a task may
+//! have `mprotect`ed it, unmapped part of it, or mapped something else over it). A worker's
+//! last request keeps nothing ([`keep_mappings`]); a request that does not use a kept mapping
+//! releases it at its end ([`end_request`]), so a problem that shrank gives its memory back;
+//! an allocation that fails is tried again once the kept mappings are released; the worker's
+//! memory-growth check leaves out what they hold ([`kept_mappings_kib`]).
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use crate::private_map::{self, Held};
+
+/// Size and alignment of a transparent huge page on x86-64 and most arm64 kernels.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// Mappings of at least this many bytes are kept between requests: well past any last-level
+/// cache, where which physical pages back a tensor averages out over its many pages (smaller
+/// tensors get fresh pages every time, see [`crate::HostTensor::allocate`]).
+const KEPT_MIN: usize = 64 << 20;
+
+/// Most mappings kept at once.
+const KEPT_MAPS: usize = 8;
+
+/// A mapping a dropped tensor handed back.
+#[derive(Debug)]
+struct Kept {
+    map: HugeMap,
+    /// The runs of its pages that held anything when it was kept, as page indices from its
+    /// base: what [`kept_mappings_kib`] counts (those of its own).
+    resident: Vec<(usize, usize, Held)>,
+    /// The request it was kept in ([`REQUEST`]).
+    request: u64,
+}
+
+/// The kept mappings, least recently kept first.
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// Whether dropped tensors' mappings are kept ([`keep_mappings`]).
+static KEEPING: AtomicBool = AtomicBool::new(true);
+
+/// The number of the request being served ([`end_request`]).
+static REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the mappings of tensors dropped from now on are kept for a later request of this
+/// process: a worker's last request keeps none. `false` also releases those kept so far (and
+/// the kept copy-on-write input mappings, [`private_map`]).
+pub fn keep_mappings(keep: bool) {
+    KEEPING.store(keep, Ordering::Release);
+    if !keep {
+        release_all();
+        private_map::release_kept();
+    }
+}
+
+/// Ends a request: releases the kept mappings it did not use (kept by an earlier request and
+/// not taken by this one), so that the memory of a problem that shrank comes back after one
+/// request.
+pub fn end_request() {
+    let ended = REQUEST.fetch_add(1, Ordering::AcqRel);
+    lock().retain(|k| k.request >= ended);
+}
+
+/// The resident memory the kept mappings hold, in KiB: anonymous memory a worker's growth
+/// check leaves out (it would be given back, or used, by the next request).
+pub fn kept_mappings_kib() -> u64 {
+    let page = private_map::page_size() as u64;
+    let pages: u64 = lock()
+        .iter()
+        .flat_map(|k| k.resident.iter())
+        .filter(|(_, _, held)| *held == Held::Own)
+        .map(|(first, end, _)| (end - first) as u64)
+        .sum();
+    pages * page / 1024
+}
+
+/// Whether dropped tensors' mappings are kept ([`keep_mappings`]).
+pub(crate) fn keeping() -> bool {
+    KEEPING.load(Ordering::Acquire)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Vec<Kept>> {
+    KEPT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn release_all() {
+    let released = std::mem::take(&mut *lock());
+    drop(released);
+}
+
+/// An anonymous private mapping, aligned to a huge page and advised into transparent huge pages
+/// (where the kernel allows them): `size` bytes from `base`, inside the `mapped` bytes from
+/// `start` (up to one huge page more, for the alignment). Unmapped when dropped, unless kept
+/// ([`HugeMap::keep`]).
+#[derive(Debug)]
+pub(crate) struct HugeMap {
+    start: NonNull<u8>,
+    mapped: usize,
+    pub(crate) base: NonNull<u8>,
+    size: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (as a `Vec<u8>` owns its buffer); it moves
+// between threads only through [`KEPT`]'s lock.
+unsafe impl Send for HugeMap {}
+
+impl HugeMap {
+    /// A kept mapping of `size` bytes that can still serve ([`HugeMap::usable`]), its
+    /// resident pages zeroed, else a new one ([`HugeMap::new`]); when that fails, tried again
+    /// once the kept mappings are released. `None` when it still fails.
+    pub(crate) fn kept_or_new(size: usize) -> Option<HugeMap> {
+        if size >= KEPT_MIN {
+            let found = {
+                let mut kept = lock();
+                let at = kept.iter().rposition(|k| k.map.size == size);
+                at.map(|at| kept.remove(at))
+            };
+            // Checked, and its resident pages read, again: a task of a request that did not
+            // use it may have changed it since it was kept.
+            let resident = found
+                .as_ref()
+                .filter(|k| k.map.usable())
+                .and_then(|k| k.map.resident());
+            if let (Some(kept), Some(resident)) = (found, resident) {
+                kept.map.zero(&resident);
+                return Some(kept.map);
+            }
+        }
+        HugeMap::new(size).or_else(|| {
+            release_all();
+            HugeMap::new(size)
+        })
+    }
+
+    /// Keeps this mapping for a later tensor of its size ([`HugeMap::kept_or_new`]) when it
+    /// holds at least [`KEPT_MIN`] bytes, mappings are being kept ([`keep_mappings`]), it can
+    /// still serve ([`HugeMap::usable`]) and the pagemap says which of its pages hold
+    /// anything; else unmaps it. The least recently kept goes beyond [`KEPT_MAPS`].
+    pub(crate) fn keep(self) {
+        if self.size < KEPT_MIN || !keeping() || !self.usable() {
+            return;
+        }
+        let Some(resident) = self.resident() else {
+            return;
+        };
+        let kept = Kept {
+            map: self,
+            resident,
+            request: REQUEST.load(Ordering::Acquire),
+        };
+        let dropped = {
+            let mut all = lock();
+            all.push(kept);
+            (all.len() > KEPT_MAPS).then(|| all.remove(0))
+        };
+        drop(dropped);
+    }
+
+    /// Whether another task may be handed this mapping: made readable and writable again,
+    /// and private anonymous memory throughout ([`private_map::anonymous_at`]). A task may
+    /// have `mprotect`ed it (the next task would crash at its first touch), unmapped part of
+    /// it, or mapped a file or shared memory over it (the next task's writes would go there).
+    fn usable(&self) -> bool {
+        // SAFETY: the mapping made in `new`, owned by this value; only its protection changes,
+        // to what it was made with.
+        let protected = unsafe {
+            libc::mprotect(
+                self.start.as_ptr().cast(),
+                self.mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        protected == 0 && private_map::anonymous_at(self.start.as_ptr() as usize, self.mapped)
+    }
+
+    /// The runs of its pages that hold anything ([`private_map::resident_pages`]), as page
+    /// indices from `base`; `None` when the pagemap cannot be read.
+    fn resident(&self) -> Option<Vec<(usize, usize, Held)>> {
+        let page = private_map::page_size();
+        private_map::resident_pages(self.base.as_ptr() as usize, self.size / page)
+    }
+
+    /// Zeroes the pages of `resident` (runs from `base`) that may hold anything but zeros, so
+    /// that the whole mapping reads as fresh pages do, and advises it into huge pages again (a
+    /// task may have advised otherwise). A page shared with others is zeroed only where it
+    /// holds something (the zero page a read faulted in does not: writing it would take a page
+    /// of memory for nothing).
+    fn zero(&self, resident: &[(usize, usize, Held)]) {
+        let page = private_map::page_size();
+        for &(first, end, held) in resident {
+            let spans = match held {
+                Held::Own => vec![(first * page, (end - first) * page)],
+                Held::Shared => (first..end).map(|p| (p * page, page)).collect(),
+            };
+            for (at, bytes) in spans {
+                // SAFETY: `at + bytes <= size` (pagemap runs of this mapping's `size` bytes
+                // from `base`), readable and writable (`usable`), owned by this value, and no
+                // slice of it is live.
+                let span =
+                    unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(at), bytes) };
+                if held == Held::Own || span.iter().any(|&b| b != 0) {
+                    span.fill(0);
+                }
+            }
+        }
+        // SAFETY: `size` bytes from `base` lie inside the mapping; the advice only changes how
+        // they are backed.
+        unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_HUGEPAGE) };
+    }
+
+    /// `size` bytes (a multiple of [`HUGE_PAGE`]) of zeros on a huge-page boundary; `None`
+    /// when the mapping fails (out of memory or address space).
+    fn new(size: usize) -> Option<HugeMap> {
+        let mapped = size.checked_add(HUGE_PAGE)?;
+        // SAFETY: a new anonymous private mapping; no existing memory is touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        let start = NonNull::new(raw.cast::<u8>())?;
+        let offset = start.as_ptr().align_offset(HUGE_PAGE);
+        // SAFETY: `offset < HUGE_PAGE`, so `offset + size <= mapped`: inside the mapping.
+        let base = unsafe { start.add(offset) };
+        // SAFETY: `size` bytes from `base` lie inside the mapping just made; the advice only
+        // changes how they are backed, and failing (no THP in this kernel) is harmless.
+        unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
+        Some(HugeMap {
+            start,
+            mapped,
+            base,
+            size,
+        })
+    }
+}
+
+impl Drop for HugeMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped only here (a kept one is moved into
+        // [`KEPT`], not dropped); the tensor that pointed into it is gone.
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.mapped) };
+    }
+}
