@@ -19,8 +19,10 @@
 //! which fits warmup and reps into the request's budget), `stats.rs` ([`summarize`],
 //! [`quantile`] as numpy's), `progress.rs` ([`report_progress`]: each phase and call, to the
 //! worker's progress sink), `rep_clock.rs` (a preempted rep counts its thread's
-//! CPU time), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `task.rs`
-//! ([`TaskBackend`], [`TaskContext`]).
+//! CPU time), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `huge_map.rs`
+//! (large tensors' huge-page mappings, kept between a worker's requests: [`keep_mappings`],
+//! [`end_request`], [`kept_mappings_kib`]), `private_map.rs` (inputs mapped copy-on-write
+//! from the caller's shared buffer), `task.rs` ([`TaskBackend`], [`TaskContext`]).
 //!
 //! # Example
 //!
