@@ -7,9 +7,10 @@
 //! tensor of [`KEPT_MIN`] bytes or more hands its mapping back instead ([`HugeMap::keep`]), and
 //! the next tensor of its size takes it ([`HugeMap::kept_or_new`]) with the pages that held
 //! anything zeroed by a `memset` (at the speed memory is written), as fresh pages would read.
-//! Before another task is handed a kept mapping, its protection is made readable and writable
-//! again and `/proc/self/maps` must show it private anonymous memory throughout (a task may
-//! have `mprotect`ed it, unmapped part of it, or mapped something else over it). A worker's
+//! Before another task is handed a kept mapping, its protection and guard markers are undone
+//! and `/proc/self/maps` must show it one mapping of its own (a task may have `mprotect`ed it,
+//! unmapped part of it, where this process may since have mapped memory it uses, or mapped
+//! something else over it). A worker's
 //! last request keeps nothing ([`keep_mappings`]); a request that does not use a kept mapping
 //! releases it at its end ([`end_request`]), so a problem that shrank gives its memory back;
 //! an allocation that fails is tried again once the kept mappings are released; the worker's
@@ -166,21 +167,16 @@ impl HugeMap {
         drop(dropped);
     }
 
-    /// Whether another task may be handed this mapping: made readable and writable again,
-    /// and private anonymous memory throughout ([`private_map::anonymous_at`]). A task may
-    /// have `mprotect`ed it (the next task would crash at its first touch), unmapped part of
-    /// it, or mapped a file or shared memory over it (the next task's writes would go there).
+    /// Whether another task may be handed this mapping: made readable and writable again
+    /// ([`private_map::restore_access`]), and still one mapping of its own
+    /// ([`private_map::one_anonymous_line`]). A task may have `mprotect`ed it or installed
+    /// guard markers in it (the next task would crash at its first touch), unmapped part of it
+    /// (where this process may since have mapped memory it uses: the next task would zero and
+    /// write it), or mapped a file or shared memory over it (the next task's writes would go
+    /// there).
     fn usable(&self) -> bool {
-        // SAFETY: the mapping made in `new`, owned by this value; only its protection changes,
-        // to what it was made with.
-        let protected = unsafe {
-            libc::mprotect(
-                self.start.as_ptr().cast(),
-                self.mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
-        protected == 0 && private_map::anonymous_at(self.start.as_ptr() as usize, self.mapped)
+        let (base, size) = (self.base.as_ptr() as usize, self.size);
+        private_map::restore_access(base, size) && private_map::one_anonymous_line(base, size)
     }
 
     /// The runs of its pages that hold anything ([`private_map::resident_pages`]), as page
@@ -243,6 +239,12 @@ impl HugeMap {
         // SAFETY: `size` bytes from `base` lie inside the mapping just made; the advice only
         // changes how they are backed, and failing (no THP in this kernel) is harmless.
         unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
+        // With the advice above, what tells it from anonymous memory of this process mapped
+        // into a hole a task made in it (held outputs are advised into huge pages too): memory
+        // of other flags is a line of its own in `/proc/self/maps` ([`HugeMap::usable`]).
+        // (Left out of core dumps, the advice's only other effect.)
+        // SAFETY: as above; the advice changes no contents.
+        unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_DONTDUMP) };
         Some(HugeMap {
             start,
             mapped,

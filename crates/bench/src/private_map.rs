@@ -30,6 +30,9 @@ const PAGE_SWAPPED: u64 = 1 << 62;
 const PAGE_FILE_OR_SHARED: u64 = 1 << 61;
 const PAGE_EXCLUSIVE: u64 = 1 << 56;
 
+/// `madvise` advice that removes guard markers (`MADV_GUARD_INSTALL`, Linux 6.13).
+const MADV_GUARD_REMOVE: libc::c_int = 103;
+
 /// Pagemap entries read at a time (512 KiB: 1 GiB of 4 KiB pages in four reads).
 const ENTRIES_PER_READ: usize = 1 << 16;
 
@@ -95,6 +98,11 @@ impl PrivateMap {
         if base == libc::MAP_FAILED {
             return None;
         }
+        // What tells its guard zones (and tail) from anonymous memory mapped next to them or
+        // into a hole a task made ([`reservation_intact`]): mappings of other flags are never
+        // merged with them. (Left out of core dumps, the advice's only other effect.)
+        // SAFETY: the reservation just made; the advice changes no contents.
+        unsafe { libc::madvise(base, size, libc::MADV_DONTDUMP) };
         let whole = len - len % page;
         // SAFETY: `guard + whole <= size`: the data range lies inside the reservation made
         // just above, which only this function knows of, so `MAP_FIXED` replaces nothing else.
@@ -190,18 +198,9 @@ impl PrivateMap {
     }
 
     /// Makes the whole reservation readable and writable again, as [`PrivateMap::new`] made
-    /// it; `false` when that fails (a task unmapped part of it).
+    /// it ([`restore_access`]); `false` when that fails (a task unmapped part of it).
     fn restore_protection(&self) -> bool {
-        // SAFETY: the reservation made in `new`, owned by this value; only its protection
-        // changes, to what it was made with.
-        let done = unsafe {
-            libc::mprotect(
-                self.base.as_ptr().cast(),
-                self.size,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
-        done == 0
+        restore_access(self.base.as_ptr() as usize, self.size)
     }
 
     /// The reservation's start: the front guard zone.
@@ -560,9 +559,12 @@ fn mappings() -> Option<Vec<Mapping>> {
 /// Whether the reservation (`start`, `size` bytes) is laid out as [`PrivateMap::new`] made it,
 /// by `/proc/self/maps`: its `data` range (`bytes` from there) mapped private from the file
 /// that `source` (a mapping of it from offset 0) maps, page for page from its start, and the
-/// rest (the guard zones, the tail's page) private anonymous memory. Adjacent lines of one kind
-/// count as one mapping. A task may have mapped something else over its input (`MAP_FIXED`),
-/// or the caller's own buffer shared (`MAP_SHARED`), whose writes would then reach the caller.
+/// parts before and after it (the guard zones, the tail's page) each one line of private
+/// anonymous memory (which may go on past the reservation, merged with a neighbour of the same
+/// flags). A task may have mapped something else over its input (`MAP_FIXED`), or the caller's
+/// own buffer shared (`MAP_SHARED`), whose writes would then reach the caller; or unmapped part
+/// of a guard zone, where this process may since have mapped memory of its own (a line of its
+/// own there, since its flags differ: `MADV_DONTDUMP`), which the next task would write.
 fn reservation_intact(
     (start, size): (usize, usize),
     (data, bytes): (usize, usize),
@@ -575,43 +577,62 @@ fn reservation_intact(
         return false;
     };
     let (end, data_end) = (start + size, data + bytes);
-    let mut at = start;
-    for m in maps.iter().filter(|m| m.end > start && m.start < end) {
-        // An anonymous line may go on past the reservation (merged with a neighbour).
-        let (from, to) = (m.start.max(start), m.end.min(end));
-        let in_data = from >= data && to <= data_end;
-        let expected = if in_data {
-            m.inode != 0
-                && (m.dev, m.inode) == (file.dev, file.inode)
-                && m.start.checked_sub(data) == usize::try_from(m.offset).ok()
-        } else {
-            m.inode == 0 && (to <= data || from >= data_end)
-        };
-        if from != at || !m.private || !expected {
+    let one_line = |from: usize, to: usize| {
+        let lines: Vec<&Mapping> = maps
+            .iter()
+            .filter(|m| m.end > from && m.start < to)
+            .collect();
+        matches!(lines[..], [m] if m.start <= from && m.end >= to && m.private && m.inode == 0)
+    };
+    let mut at = data;
+    for m in maps.iter().filter(|m| m.end > data && m.start < data_end) {
+        let same = m.start == at
+            && m.end <= data_end
+            && m.private
+            && m.inode != 0
+            && (m.dev, m.inode) == (file.dev, file.inode)
+            && m.start.checked_sub(data) == usize::try_from(m.offset).ok();
+        if !same {
             return false;
         }
-        at = to;
+        at = m.end;
     }
-    at >= end
+    at == data_end && one_line(start, data) && one_line(data_end, end)
 }
 
-/// Whether `size` bytes from `start` are private anonymous memory throughout, by
-/// `/proc/self/maps` (adjacent lines count as one mapping): what a mapping of its own that a
-/// task may have changed (unmapped part of, or mapped a file or shared memory over) must still
-/// be before another task is handed it.
-pub(crate) fn anonymous_at(start: usize, size: usize) -> bool {
+/// Makes `size` bytes from `start` (page-aligned, a mapping of the caller's own) readable and
+/// writable again, as a task may have left them: guard markers (`MADV_GUARD_INSTALL`, Linux
+/// 6.13) removed, pages unlocked, then `PROT_READ | PROT_WRITE`, which merges the pieces a
+/// task's `mprotect` split back into one mapping. `false` when the protection cannot be set
+/// (part of it is unmapped).
+pub(crate) fn restore_access(start: usize, size: usize) -> bool {
+    let at = start as *mut libc::c_void;
+    // SAFETY: a mapping the caller owns; guard markers and locks go, no contents change.
+    // Either may fail (an older kernel, nothing locked) without harm.
+    unsafe {
+        libc::madvise(at, size, MADV_GUARD_REMOVE);
+        libc::munlock(at, size);
+    }
+    // SAFETY: as above; only its protection changes, to what it was made with.
+    unsafe { libc::mprotect(at, size, libc::PROT_READ | libc::PROT_WRITE) == 0 }
+}
+
+/// Whether `size` bytes from `start` lie within one line of `/proc/self/maps`, private
+/// anonymous memory: a mapping of the caller's own that a task may have changed is one line
+/// again once [`restore_access`] merged the pieces its `mprotect` split, unless something else
+/// lies inside it (a hole a task made, where this process may since have mapped memory of its
+/// own, of other flags) or a task changed its flags. It may go on past `size` bytes, merged
+/// with a neighbour of the same flags.
+pub(crate) fn one_anonymous_line(start: usize, size: usize) -> bool {
     let Some(maps) = mappings() else {
         return false;
     };
     let end = start + size;
-    let mut at = start;
-    for m in maps.iter().filter(|m| m.end > start && m.start < end) {
-        if m.start.max(start) != at || !m.private || m.inode != 0 {
-            return false;
-        }
-        at = m.end.min(end);
-    }
-    at >= end
+    let lines: Vec<&Mapping> = maps
+        .iter()
+        .filter(|m| m.end > start && m.start < end)
+        .collect();
+    matches!(lines[..], [m] if m.start <= start && m.end >= end && m.private && m.inode == 0)
 }
 
 #[cfg(test)]
@@ -800,6 +821,46 @@ mod tests {
             )
         };
         assert_ne!(m, libc::MAP_FAILED);
+    }
+
+    /// A task that unmaps the page after the tail's (the back guard), where this process then
+    /// maps memory of its own: the mapping is not kept, and the next request's writes do not
+    /// reach that memory.
+    #[test]
+    fn a_guard_zone_a_task_unmapped_is_not_handed_on() {
+        let page = page_size();
+        let len = 6 * page + 100;
+        let (bytes, buffer) = patterned(len);
+        let shared = buffer.share();
+        let first = PrivateMap::new(&shared, page).expect("maps");
+        let data = first.data().as_ptr() as usize;
+        let guard = data + 7 * page;
+        // SAFETY: the back guard page of the reservation this test made: a task unmaps it,
+        // then the process maps memory of its own there and fills it.
+        let own = unsafe {
+            assert_eq!(libc::munmap(guard as *mut libc::c_void, page), 0);
+            let own = libc::mmap(
+                guard as *mut libc::c_void,
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            assert_ne!(own, libc::MAP_FAILED);
+            std::slice::from_raw_parts_mut(own.cast::<u8>(), page)
+        };
+        own.fill(0xAA);
+        // Not kept: dropping it unmaps the whole reservation, the process's page with it, so
+        // the page is mapped again for the check below.
+        assert!(!first.usable());
+        std::mem::forget(first);
+        let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
+        assert_eq!(again.bytes(), &bytes[..]);
+        assert!(
+            own.iter().all(|&b| b == 0xAA),
+            "the process's own memory untouched"
+        );
     }
 
     /// A task that maps the caller's own buffer shared over its input (the data, or the

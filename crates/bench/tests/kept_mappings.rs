@@ -6,6 +6,12 @@
 use tunebox_bench::{HostTensor, end_request, keep_mappings, kept_mappings_kib};
 use tunebox_protocol::{DType, TensorSpec};
 
+/// `madvise` advice that installs a guard marker (Linux 6.13).
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// A transparent huge page.
+const HUGE: usize = 2 << 20;
+
 /// Floats in a tensor large enough to be kept (64 MiB and more).
 const FLOATS: u64 = 20 << 20;
 
@@ -73,6 +79,50 @@ fn kept_mappings_read_as_fresh_memory_and_are_given_back() {
     assert_eq!(kept_mappings_kib(), 0, "not kept");
     let untouched = HostTensor::allocate(&zeros()).unwrap();
     assert!(fresh(&untouched));
+
+    // Guard markers a task installed (Linux 6.13; refused elsewhere): removed.
+    let mut guarded = HostTensor::allocate(&zeros()).unwrap();
+    guarded.bytes_mut().fill(5);
+    let page_at = (guarded.as_mut_ptr() as usize & !(page - 1)) + 100 * page;
+    // SAFETY: a page of the tensor's own mapping: a task installs a guard marker there.
+    unsafe { libc::madvise(page_at as *mut libc::c_void, page, MADV_GUARD_INSTALL) };
+    drop(guarded);
+    let after_guard = HostTensor::allocate(&zeros()).unwrap();
+    assert!(fresh(&after_guard));
+
+    // A hole a task made, where this process then mapped memory of its own (held outputs are
+    // advised into huge pages too): never handed on, where the next tensor would zero and
+    // write it.
+    let mut holed = after_guard;
+    let hole = (holed.as_mut_ptr() as usize & !(HUGE - 1)) + 4 * HUGE;
+    // SAFETY: two huge pages inside the tensor's own mapping: a task unmaps them, then the
+    // process maps memory of its own there and fills it.
+    let own = unsafe {
+        assert_eq!(libc::munmap(hole as *mut libc::c_void, 2 * HUGE), 0);
+        let own = libc::mmap(
+            hole as *mut libc::c_void,
+            2 * HUGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+        assert_ne!(own, libc::MAP_FAILED);
+        libc::madvise(own, 2 * HUGE, libc::MADV_HUGEPAGE);
+        std::slice::from_raw_parts_mut(own.cast::<u8>(), 2 * HUGE)
+    };
+    own.fill(0xAA);
+    // (Dropping a mapping not kept unmaps all of it, the process's memory in the hole with
+    // it, as it always did.)
+    drop(holed);
+    assert_eq!(kept_mappings_kib(), 0, "not kept");
+    let next = HostTensor::allocate(&zeros()).unwrap();
+    assert!(fresh(&next));
+    drop(next);
+    // Given back after two requests that did not use it (see below).
+    end_request();
+    end_request();
+    assert_eq!(kept_mappings_kib(), 0);
 
     // A tensor nothing wrote (read, though) holds nothing but the huge pages its guard zones
     // filled, and its reuse writes nothing more.
