@@ -55,7 +55,7 @@ static REQUEST: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the mappings of tensors dropped from now on are kept for a later request of this
 /// process: a worker's last request keeps none. `false` also releases those kept so far (and
-/// the kept copy-on-write input mappings, [`private_map`]).
+/// the kept copy-on-write mappings of inputs the caller shares).
 pub fn keep_mappings(keep: bool) {
     KEEPING.store(keep, Ordering::Release);
     if !keep {
