@@ -176,7 +176,8 @@ impl HugeMap {
     /// there).
     fn usable(&self) -> bool {
         let (base, size) = (self.base.as_ptr() as usize, self.size);
-        private_map::restore_access(base, size) && private_map::one_anonymous_line(base, size)
+        // Removing guard markers from anonymous memory in huge pages costs next to nothing.
+        private_map::restore_access(base, size, true) && private_map::one_anonymous_line(base, size)
     }
 
     /// The runs of its pages that hold anything ([`private_map::resident_pages`]), as page

@@ -150,7 +150,8 @@ impl PrivateMap {
         });
         match found {
             // Checked again: another task of this worker may have changed it since it was kept.
-            Some(position) if kept[position].usable() => {
+            // Checked when kept (guard markers removed then) and again now, cheaply.
+            Some(position) if kept[position].usable(false) => {
                 let map = kept.remove(position);
                 map.copy_tail();
                 Some(map)
@@ -171,7 +172,7 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        if self.anonymous || !crate::huge_map::keeping() || !self.usable() {
+        if self.anonymous || !crate::huge_map::keeping() || !self.usable(true) {
             return; // Dropped: a later request maps the buffer afresh.
         }
         self.drop_written();
@@ -183,24 +184,19 @@ impl PrivateMap {
     }
 
     /// Whether this mapping can serve another request: its protection made readable and
-    /// writable again ([`PrivateMap::restore_protection`]) and its layout as
+    /// writable again (with `unguard`, guard markers removed too, which walks its page tables:
+    /// ~4 ms per GiB of 4 KiB pages) ([`restore_access`]) and its layout as
     /// [`PrivateMap::new`] made it ([`reservation_intact`]). A task may have changed either
     /// (an `mprotect` in a library's destructor; a `MAP_FIXED` mapping over its input), and a
     /// kept mapping left so would crash the next task, an innocent one, or hand it another
     /// input, or write its writes into the caller's buffer.
-    fn usable(&self) -> bool {
-        self.restore_protection()
+    fn usable(&self, unguard: bool) -> bool {
+        restore_access(self.base.as_ptr() as usize, self.size, unguard)
             && reservation_intact(
                 (self.base.as_ptr() as usize, self.size),
                 (self.data().as_ptr() as usize, self.whole()),
                 self.source.as_ptr() as usize,
             )
-    }
-
-    /// Makes the whole reservation readable and writable again, as [`PrivateMap::new`] made
-    /// it ([`restore_access`]); `false` when that fails (a task unmapped part of it).
-    fn restore_protection(&self) -> bool {
-        restore_access(self.base.as_ptr() as usize, self.size)
     }
 
     /// The reservation's start: the front guard zone.
@@ -601,16 +597,18 @@ fn reservation_intact(
 }
 
 /// Makes `size` bytes from `start` (page-aligned, a mapping of the caller's own) readable and
-/// writable again, as a task may have left them: guard markers (`MADV_GUARD_INSTALL`, Linux
-/// 6.13) removed, pages unlocked, then `PROT_READ | PROT_WRITE`, which merges the pieces a
-/// task's `mprotect` split back into one mapping. `false` when the protection cannot be set
-/// (part of it is unmapped).
-pub(crate) fn restore_access(start: usize, size: usize) -> bool {
+/// writable again, as a task may have left them: with `unguard`, guard markers
+/// (`MADV_GUARD_INSTALL`, Linux 6.13) removed; pages unlocked; then `PROT_READ | PROT_WRITE`,
+/// which merges the pieces a task's `mprotect` split back into one mapping. `false` when the
+/// protection cannot be set (part of it is unmapped).
+pub(crate) fn restore_access(start: usize, size: usize, unguard: bool) -> bool {
     let at = start as *mut libc::c_void;
     // SAFETY: a mapping the caller owns; guard markers and locks go, no contents change.
     // Either may fail (an older kernel, nothing locked) without harm.
     unsafe {
-        libc::madvise(at, size, MADV_GUARD_REMOVE);
+        if unguard {
+            libc::madvise(at, size, MADV_GUARD_REMOVE);
+        }
         libc::munlock(at, size);
     }
     // SAFETY: as above; only its protection changes, to what it was made with.
@@ -853,7 +851,7 @@ mod tests {
         own.fill(0xAA);
         // Not kept: dropping it unmaps the whole reservation, the process's page with it, so
         // the page is mapped again for the check below.
-        assert!(!first.usable());
+        assert!(!first.usable(true));
         std::mem::forget(first);
         let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
         assert_eq!(again.bytes(), &bytes[..]);
