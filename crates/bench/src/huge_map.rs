@@ -10,14 +10,14 @@
 //! Before another task is handed a kept mapping, its protection and guard markers are undone
 //! and `/proc/self/maps` must show it one mapping of its own (a task may have `mprotect`ed it,
 //! unmapped part of it, where this process may since have mapped memory it uses, or mapped
-//! something else over it). A worker's
-//! last request keeps nothing ([`keep_mappings`]); a request that does not use a kept mapping
-//! releases it at its end ([`end_request`]), so a problem that shrank gives its memory back;
-//! an allocation that fails is tried again once the kept mappings are released; the worker's
-//! memory-growth check leaves out what they hold ([`kept_mappings_kib`]).
+//! something else over it). A worker's last request keeps nothing ([`keep_mappings`]); a
+//! request that does not use a kept mapping releases it at its end ([`end_request`]), so a
+//! problem that shrank gives its memory back; an allocation that fails is tried again once the
+//! kept mappings are released; the worker's memory-growth check leaves out what they hold
+//! ([`kept_mappings_kib`]).
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::private_map::{self, Held};
@@ -47,9 +47,6 @@ struct Kept {
 /// The kept mappings, least recently kept first.
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
-/// Whether dropped tensors' mappings are kept ([`keep_mappings`]).
-static KEEPING: AtomicBool = AtomicBool::new(true);
-
 /// The number of the request being served ([`end_request`]).
 static REQUEST: AtomicU64 = AtomicU64::new(0);
 
@@ -57,10 +54,9 @@ static REQUEST: AtomicU64 = AtomicU64::new(0);
 /// process: a worker's last request keeps none. `false` also releases those kept so far (and
 /// the kept copy-on-write mappings of inputs the caller shares).
 pub fn keep_mappings(keep: bool) {
-    KEEPING.store(keep, Ordering::Release);
+    private_map::set_keeping(keep);
     if !keep {
         release_all();
-        private_map::release_kept();
     }
 }
 
@@ -83,11 +79,6 @@ pub fn kept_mappings_kib() -> u64 {
         .map(|(first, end, _)| (end - first) as u64)
         .sum();
     pages * page / 1024
-}
-
-/// Whether dropped tensors' mappings are kept ([`keep_mappings`]).
-pub(crate) fn keeping() -> bool {
-    KEEPING.load(Ordering::Acquire)
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Vec<Kept>> {
@@ -148,7 +139,7 @@ impl HugeMap {
     /// still serve ([`HugeMap::usable`]) and the pagemap says which of its pages hold
     /// anything; else unmaps it. The least recently kept goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        if self.size < KEPT_MIN || !keeping() || !self.usable() {
+        if self.size < KEPT_MIN || !private_map::keeping() || !self.usable() {
             return;
         }
         let Some(resident) = self.resident() else {

@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::RawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use tunebox_protocol::SharedData;
@@ -83,26 +84,7 @@ impl PrivateMap {
         let size = len
             .checked_next_multiple_of(page)?
             .checked_add(guard.checked_mul(2)?)?;
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks; nothing else is
-        // affected.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
-        // What tells its guard zones (and tail) from anonymous memory mapped next to them or
-        // into a hole a task made ([`reservation_intact`]): mappings of other flags are never
-        // merged with them. (Left out of core dumps, the advice's only other effect.)
-        // SAFETY: the reservation just made; the advice changes no contents.
-        unsafe { libc::madvise(base, size, libc::MADV_DONTDUMP) };
+        let base = reserve(size)?;
         let whole = len - len % page;
         // SAFETY: `guard + whole <= size`: the data range lies inside the reservation made
         // just above, which only this function knows of, so `MAP_FIXED` replaces nothing else.
@@ -111,7 +93,7 @@ impl PrivateMap {
         // private mapping never writes to it.
         let data = unsafe {
             libc::mmap(
-                base.cast::<u8>().add(guard).cast(),
+                base.as_ptr().add(guard).cast(),
                 whole,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_FIXED,
@@ -120,7 +102,7 @@ impl PrivateMap {
             )
         };
         let map = PrivateMap {
-            base: NonNull::new(base.cast())?,
+            base,
             size,
             guard,
             len,
@@ -172,7 +154,7 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     pub(crate) fn keep(self) {
-        if self.anonymous || !crate::huge_map::keeping() || !self.usable(true) {
+        if self.anonymous || !keeping() || !self.usable(true) {
             return; // Dropped: a later request maps the buffer afresh.
         }
         self.drop_written();
@@ -412,8 +394,51 @@ impl PrivateMap {
     }
 }
 
+/// `size` bytes of anonymous memory at an address the kernel picks, advised `MADV_DONTDUMP`:
+/// what tells a reservation's guard zones (and tail) from anonymous memory mapped next to them
+/// or into a hole a task made ([`reservation_intact`]), since mappings of other flags are never
+/// merged with them (left out of core dumps, the advice's only other effect). `None` when the
+/// mapping fails.
+fn reserve(size: usize) -> Option<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping at an address the kernel picks; nothing else is
+    // affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the mapping just made; the advice changes no contents.
+    unsafe { libc::madvise(base, size, libc::MADV_DONTDUMP) };
+    NonNull::new(base.cast())
+}
+
+/// Whether the mappings of dropped tensors are kept for a later request of this process
+/// (`tunebox_bench::keep_mappings`).
+static KEEPING: AtomicBool = AtomicBool::new(true);
+
+/// Whether dropped tensors' mappings are kept ([`KEEPING`]).
+pub(crate) fn keeping() -> bool {
+    KEEPING.load(Ordering::Acquire)
+}
+
+/// Sets [`KEEPING`]; `false` also unmaps the kept mappings.
+pub(crate) fn set_keeping(keep: bool) {
+    KEEPING.store(keep, Ordering::Release);
+    if !keep {
+        release_kept();
+    }
+}
+
 /// Unmaps the kept mappings ([`PrivateMap::keep`]).
-pub(crate) fn release_kept() {
+fn release_kept() {
     let released = std::mem::take(&mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner));
     drop(released);
 }
