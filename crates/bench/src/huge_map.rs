@@ -210,33 +210,17 @@ impl HugeMap {
     /// when the mapping fails (out of memory or address space).
     fn new(size: usize) -> Option<HugeMap> {
         let mapped = size.checked_add(HUGE_PAGE)?;
-        // SAFETY: a new anonymous private mapping; no existing memory is touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let start = NonNull::new(raw.cast::<u8>())?;
+        // Advised `MADV_DONTDUMP`, and its body `MADV_HUGEPAGE` below: what tells the body from
+        // anonymous memory of this process mapped into a hole a task made in it (held outputs
+        // are advised into huge pages too, copy-on-write inputs' guard zones `MADV_DONTDUMP`):
+        // memory of other flags is a line of its own in `/proc/self/maps` ([`HugeMap::usable`]).
+        let start = private_map::reserve(mapped)?;
         let offset = start.as_ptr().align_offset(HUGE_PAGE);
         // SAFETY: `offset < HUGE_PAGE`, so `offset + size <= mapped`: inside the mapping.
         let base = unsafe { start.add(offset) };
         // SAFETY: `size` bytes from `base` lie inside the mapping just made; the advice only
         // changes how they are backed, and failing (no THP in this kernel) is harmless.
         unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
-        // With the advice above, what tells it from anonymous memory of this process mapped
-        // into a hole a task made in it (held outputs are advised into huge pages too): memory
-        // of other flags is a line of its own in `/proc/self/maps` ([`HugeMap::usable`]).
-        // (Left out of core dumps, the advice's only other effect.)
-        // SAFETY: as above; the advice changes no contents.
-        unsafe { libc::madvise(base.as_ptr().cast(), size, libc::MADV_DONTDUMP) };
         Some(HugeMap {
             start,
             mapped,

@@ -126,27 +126,21 @@ impl PrivateMap {
     /// written the buffer in place since (a `SharedBuffer` sent again under its id), which the
     /// mapped pages read through to and a copy does not.
     pub(crate) fn kept_or_new(source: &SharedData, guard: usize) -> Option<PrivateMap> {
-        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        let found = kept.iter().position(|m| {
-            m.source.id() == source.id() && m.len == source.len() && m.guard == guard
-        });
+        let found = {
+            let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+            let at = kept.iter().position(|m| {
+                m.source.id() == source.id() && m.len == source.len() && m.guard == guard
+            });
+            at.map(|at| kept.remove(at))
+        };
         match found {
-            // Checked again: another task of this worker may have changed it since it was kept.
-            // Checked when kept (guard markers removed then) and again now, cheaply.
-            Some(position) if kept[position].usable(false) => {
-                let map = kept.remove(position);
+            // Checked when kept (guard markers removed then) and again now, cheaply: another
+            // task of this worker may have changed it since. One that fails is unmapped.
+            Some(map) if map.usable(false) => {
                 map.copy_tail();
                 Some(map)
             }
-            Some(position) => {
-                drop(kept.remove(position));
-                drop(kept);
-                PrivateMap::new(source, guard)
-            }
-            None => {
-                drop(kept);
-                PrivateMap::new(source, guard)
-            }
+            _ => PrivateMap::new(source, guard),
         }
     }
 
@@ -399,7 +393,7 @@ impl PrivateMap {
 /// or into a hole a task made ([`reservation_intact`]), since mappings of other flags are never
 /// merged with them (left out of core dumps, the advice's only other effect). `None` when the
 /// mapping fails.
-fn reserve(size: usize) -> Option<NonNull<u8>> {
+pub(crate) fn reserve(size: usize) -> Option<NonNull<u8>> {
     // SAFETY: a fresh anonymous mapping at an address the kernel picks; nothing else is
     // affected.
     let base = unsafe {
@@ -598,13 +592,6 @@ fn reservation_intact(
         return false;
     };
     let (end, data_end) = (start + size, data + bytes);
-    let one_line = |from: usize, to: usize| {
-        let lines: Vec<&Mapping> = maps
-            .iter()
-            .filter(|m| m.end > from && m.start < to)
-            .collect();
-        matches!(lines[..], [m] if m.start <= from && m.end >= to && m.private && m.inode == 0)
-    };
     let mut at = data;
     for m in maps.iter().filter(|m| m.end > data && m.start < data_end) {
         let same = m.start == at
@@ -618,7 +605,9 @@ fn reservation_intact(
         }
         at = m.end;
     }
-    at == data_end && one_line(start, data) && one_line(data_end, end)
+    at == data_end
+        && within_one_anonymous_line(&maps, start, data - start)
+        && within_one_anonymous_line(&maps, data_end, end - data_end)
 }
 
 /// Makes `size` bytes from `start` (page-aligned, a mapping of the caller's own) readable and
@@ -647,9 +636,11 @@ pub(crate) fn restore_access(start: usize, size: usize, unguard: bool) -> bool {
 /// own, of other flags) or a task changed its flags. It may go on past `size` bytes, merged
 /// with a neighbour of the same flags.
 pub(crate) fn one_anonymous_line(start: usize, size: usize) -> bool {
-    let Some(maps) = mappings() else {
-        return false;
-    };
+    mappings().is_some_and(|maps| within_one_anonymous_line(&maps, start, size))
+}
+
+/// [`one_anonymous_line`] of `maps` (lines of `/proc/self/maps`, read once by the caller).
+fn within_one_anonymous_line(maps: &[Mapping], start: usize, size: usize) -> bool {
     let end = start + size;
     let lines: Vec<&Mapping> = maps
         .iter()

@@ -33,6 +33,29 @@ fn protect(t: &mut HostTensor, protection: libc::c_int) {
     assert_eq!(done, 0);
 }
 
+/// Maps `bytes` of anonymous memory (`MAP_PRIVATE` or `MAP_SHARED`) at `at`, over whatever is
+/// there (`MAP_FIXED`), as a task or the worker could.
+///
+/// # Safety
+///
+/// `at` is page-aligned and nothing the caller still uses lies in the `bytes` from it.
+unsafe fn map_anonymous_at(at: usize, bytes: usize, sharing: libc::c_int) -> &'static mut [u8] {
+    // SAFETY: as the caller promises.
+    let mapped = unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            sharing | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED);
+    // SAFETY: `bytes` just mapped, readable and writable, left mapped.
+    unsafe { std::slice::from_raw_parts_mut(mapped.cast::<u8>(), bytes) }
+}
+
 #[test]
 fn kept_mappings_read_as_fresh_memory_and_are_given_back() {
     let kib = FLOATS * 4 / 1024;
@@ -64,17 +87,7 @@ fn kept_mappings_read_as_fresh_memory_and_are_given_back() {
     let page = 4096;
     let at = (again.as_mut_ptr() as usize & !(page - 1)) + 64 * page;
     // SAFETY: pages of the tensor's own mapping: a task maps shared memory over them.
-    let over = unsafe {
-        libc::mmap(
-            at as *mut libc::c_void,
-            4 * page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(over, libc::MAP_FAILED);
+    unsafe { map_anonymous_at(at, 4 * page, libc::MAP_SHARED) };
     drop(again);
     assert_eq!(kept_mappings_kib(), 0, "not kept");
     let untouched = HostTensor::allocate(&zeros()).unwrap();
@@ -99,17 +112,9 @@ fn kept_mappings_read_as_fresh_memory_and_are_given_back() {
     // process maps memory of its own there and fills it.
     let own = unsafe {
         assert_eq!(libc::munmap(hole as *mut libc::c_void, 2 * HUGE), 0);
-        let own = libc::mmap(
-            hole as *mut libc::c_void,
-            2 * HUGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-            -1,
-            0,
-        );
-        assert_ne!(own, libc::MAP_FAILED);
-        libc::madvise(own, 2 * HUGE, libc::MADV_HUGEPAGE);
-        std::slice::from_raw_parts_mut(own.cast::<u8>(), 2 * HUGE)
+        let own = map_anonymous_at(hole, 2 * HUGE, libc::MAP_PRIVATE);
+        libc::madvise(own.as_mut_ptr().cast(), 2 * HUGE, libc::MADV_HUGEPAGE);
+        own
     };
     own.fill(0xAA);
     // (Dropping a mapping not kept unmaps all of it, the process's memory in the hole with

@@ -31,27 +31,8 @@ pub(crate) fn output_within(mut command: Command, limit: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tunebox runs");
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("tunebox is waited for") {
@@ -119,6 +100,17 @@ pub(crate) fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Comman
         command.env(key, value);
     }
     command
+}
+
+/// Reads `pipe` to its end on a thread of its own (nothing for `None`).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 pub(crate) fn text(bytes: &[u8]) -> String {
