@@ -209,6 +209,7 @@ fn order(key: &str) -> usize {
         "orphan_cleanup",
         "cpu_timing_overhead",
         "clean_shutdown",
+        "cold_start_big_parent",
         "exec_worker_no_parent",
         "ping_process_same_core",
         "ping_process_cross_core",

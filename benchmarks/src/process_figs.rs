@@ -58,6 +58,7 @@ pub(crate) fn cold_start(setup: &Setup) -> Result<Vec<Figure>> {
     })?;
     // The warmup runs' shutdowns are in front.
     let shutdowns = &shutdowns[shutdowns.len() - n..];
+    let big_parent = cold_starts_beside(setup, 1 << 30, n / 4)?;
     Ok(vec![
         Figure::from_samples(
             "cold_start",
@@ -78,7 +79,43 @@ pub(crate) fn cold_start(setup: &Setup) -> Result<Vec<Figure>> {
             shutdowns,
         )?
         .note("TuningProcess::shutdown: Shutdown message, wait for the exit, reap"),
+        Figure::from_samples(
+            "cold_start_big_parent",
+            "cold start while this process holds 1 GiB",
+            Kind::Info,
+            Unit::Millis,
+            &big_parent,
+        )?
+        .note(
+            "compare cold_start: 1 GiB of private memory written (a Python process's arrays, a \
+             compiler's heap); a fork would copy its page tables (~16 ms per GiB on a 2-vCPU KVM \
+             guest), a worker born in the parent's memory does not",
+        ),
     ])
+}
+
+/// `n` cold starts (as [`cold_start`]) while this process holds `bytes` of private memory,
+/// every page written.
+fn cold_starts_beside(setup: &Setup, bytes: usize, n: usize) -> Result<Vec<f64>> {
+    eprintln!(
+        "bench: cold start beside {} MiB of this process ({n})",
+        bytes >> 20
+    );
+    let held = vec![1u8; bytes];
+    let starts = collect(2, n.max(3), || {
+        let start = Instant::now();
+        let mut process = TuningProcess::spawn(setup.config()).context("spawn")?;
+        process
+            .benchmark(trivial(), LONG)
+            .context("first request")?;
+        let cold = start.elapsed();
+        process
+            .shutdown(Duration::from_secs(1))
+            .context("shutdown")?;
+        Ok(ms(cold))
+    });
+    std::hint::black_box(&held);
+    starts
 }
 
 /// Time for an aborting task to come back as `WorkerCrashed` (`TuningProcess::benchmark`), with

@@ -65,6 +65,7 @@ pub(crate) fn spawn_worker(
         stderr: stream(&config.stderr)?,
         cgroup: None,
         hook: Box::new(|_| Ok(())),
+        may_share_memory: true,
     };
     let mut enclosure = confine(&mut launch, &mut env, &exe, config)?;
     launch.env = env.0.into_iter().collect();
@@ -149,6 +150,7 @@ fn confine(
     }
     // `sandbox::apply` makes only system calls on memory prepared before the birth
     // (documented there), and neither allocates nor locks.
+    launch.may_share_memory = prepared.may_share_memory();
     launch.hook = Box::new(move |born| sandbox::apply(&prepared, born));
     Ok(enclosure)
 }

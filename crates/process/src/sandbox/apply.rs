@@ -56,6 +56,17 @@ pub(crate) struct Request<'a> {
     pub(crate) enclosure: &'a Enclosure,
 }
 
+impl Prepared {
+    /// Whether [`apply`] may run in a child that shares this process's memory until its
+    /// `execve` (`launch::Launch::may_share_memory`): W^X (`PR_SET_MDWE`) is a flag of the
+    /// memory map, which this process would get too, and the kernel refuses a new namespace's
+    /// `unshare` to a process whose memory another shares. Everything else it sets belongs to
+    /// the child (its credentials, limits, cgroups, seccomp filters).
+    pub(crate) fn may_share_memory(&self) -> bool {
+        !self.write_xor_execute && self.unshare == 0
+    }
+}
+
 /// Builds what the child applies: joining the worker's cgroups, and the sandbox's and memory
 /// limit's steps.
 ///

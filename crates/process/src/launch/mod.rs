@@ -9,39 +9,26 @@
 //! Where `clone3` is refused (kernels before 5.7, seccomp filters that answer `ENOSYS`, as
 //! Docker's default profile does), the child is forked and joins as before
 //! ([`crate::sandbox::apply`]).
+//!
+//! The child is born in this process's memory where its steps allow it ([`shared_memory`]):
+//! a `fork` copies the page tables, which costs in proportion to what this process maps and
+//! blocks its other threads meanwhile.
 
-use std::ffi::{CString, OsStr, OsString};
+mod child;
+mod copy;
+mod shared_memory;
+
+pub(crate) use child::Hook;
+use child::{ChildFds, Image, in_child};
+use copy::{Birth, CLONE3_REFUSED, birth};
+
+use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// `CLONE_INTO_CGROUP` (`linux/sched.h`), not in every libc release.
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// Set once `clone3` into a cgroup has been refused for good (no `clone3`, no
-/// `CLONE_INTO_CGROUP`): later spawns fork at once.
-static CLONE3_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// The kernel's `struct clone_args` (`linux/sched.h`), its size as of Linux 5.7.
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
+use std::sync::atomic::Ordering;
 
 /// Where one of the child's output streams goes.
 #[derive(Debug)]
@@ -56,11 +43,6 @@ pub(crate) enum Stream {
     Pipe,
 }
 
-/// The child's steps between its birth and `execve`, given whether it was born in its cgroup
-/// (then it must not join that one again). They run in a copy of a multi-threaded process, so
-/// they may only make system calls on memory made before the spawn: no allocation, no lock.
-pub(crate) type Hook = Box<dyn Fn(bool) -> io::Result<()> + Send + Sync>;
-
 /// What to start: the program, its arguments and whole environment, its working directory,
 /// its output streams, the cgroup (v2) to be born in, and the steps before `execve`. Stdin is
 /// `/dev/null`, and the child leads a process group of its own.
@@ -74,6 +56,11 @@ pub(crate) struct Launch {
     /// A cgroup-v2 folder the child is made in (`CLONE_INTO_CGROUP`), where the kernel allows.
     pub(crate) cgroup: Option<OwnedFd>,
     pub(crate) hook: Hook,
+    /// Whether `hook` may run in a child that shares this process's memory until its
+    /// `execve` ([`shared_memory`]): it changes nothing that belongs to the memory map rather
+    /// than the process (`PR_SET_MDWE`; `unshare` of a user namespace, which the kernel
+    /// refuses to a process sharing its memory).
+    pub(crate) may_share_memory: bool,
 }
 
 /// A started child and the reading ends of its piped streams.
@@ -150,7 +137,12 @@ impl WorkerChild {
 /// processes), or the first failed step of the child (a cgroup it cannot join, a sandbox step,
 /// `execve`: a missing program), with the child reaped.
 pub(crate) fn launch(launch: Launch) -> io::Result<Launched> {
-    let image = Image::new(&launch)?;
+    let image = Image::new(
+        &launch.program,
+        &launch.args,
+        &launch.env,
+        launch.cwd.as_deref(),
+    )?;
     let null = open_null()?;
     let (stdout_read, stdout_write) = parent_and_child_ends(&launch.stdout, &null)?;
     let (stderr_read, stderr_write) = parent_and_child_ends(&launch.stderr, &null)?;
@@ -162,13 +154,17 @@ pub(crate) fn launch(launch: Launch) -> io::Result<Launched> {
         stderr: stderr_write.as_ref().map(AsRawFd::as_raw_fd),
         report: report_write.as_raw_fd(),
     };
-    let (pid, born) = match birth(launch.cgroup.as_ref())? {
-        Birth::Child { born } => {
-            // SAFETY: this is the new child; `in_child` only makes system calls on what was
-            // made above, and never returns.
-            unsafe { in_child(&image, &fds, &launch.hook, born) }
+    let (pid, born) = if shares_memory(&launch) {
+        shared_memory::birth(&image, &fds, &launch.hook, launch.cgroup.as_ref())?
+    } else {
+        match birth(launch.cgroup.as_ref())? {
+            Birth::Child { born } => {
+                // SAFETY: this is the new child; `in_child` only makes system calls on what
+                // was made above, and never returns.
+                unsafe { in_child(&image, &fds, &launch.hook, born) }
+            }
+            Birth::Parent { pid, born } => (pid, born),
         }
-        Birth::Parent { pid, born } => (pid, born),
     };
     drop((stdout_write, stderr_write, report_write));
     let mut child = WorkerChild { pid, status: None };
@@ -197,65 +193,15 @@ pub(crate) fn launch(launch: Launch) -> io::Result<Launched> {
     })
 }
 
-/// The program, its arguments and environment as C strings, and the pointer arrays `execve`
-/// takes.
-struct Image {
-    program: CString,
-    cwd: Option<CString>,
-    _strings: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-}
-
-impl Image {
-    fn new(launch: &Launch) -> io::Result<Image> {
-        let program = c_string(&launch.program)?;
-        let cwd = launch.cwd.as_deref().map(c_string).transpose()?;
-        let mut strings = vec![program.clone()];
-        for arg in &launch.args {
-            strings.push(c_string(arg)?);
-        }
-        let argc = strings.len();
-        for (key, value) in &launch.env {
-            let mut pair = key.clone();
-            pair.push("=");
-            pair.push(value);
-            strings.push(c_string(&pair)?);
-        }
-        // The pointers stay valid: a `CString`'s bytes do not move when the vector does.
-        let pointers = |s: &[CString]| -> Vec<*const libc::c_char> {
-            s.iter()
-                .map(|c| c.as_ptr())
-                .chain([std::ptr::null()])
-                .collect()
-        };
-        let argv = pointers(&strings[..argc]);
-        let envp = pointers(&strings[argc..]);
-        Ok(Image {
-            program,
-            cwd,
-            _strings: strings,
-            argv,
-            envp,
-        })
-    }
-}
-
-fn c_string(s: &OsStr) -> io::Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{s:?} holds a NUL byte and cannot be passed to a process"),
-        )
-    })
-}
-
-/// The child's descriptors for its standard streams (`None`: inherited) and its report pipe.
-struct ChildFds {
-    stdin: RawFd,
-    stdout: Option<RawFd>,
-    stderr: Option<RawFd>,
-    report: RawFd,
+/// Whether `launch`'s child is born in this process's memory: where its hook allows, unless it
+/// is to be born in a cgroup on a machine where only a copy can be (the birth in shared memory
+/// and a cgroup is written for x86_64; elsewhere joining the cgroup costs an RCU grace
+/// period, ~11 ms, more than copying a small process's page tables).
+fn shares_memory(launch: &Launch) -> bool {
+    launch.may_share_memory
+        && (cfg!(target_arch = "x86_64")
+            || launch.cgroup.is_none()
+            || CLONE3_REFUSED.load(Ordering::Relaxed))
 }
 
 /// A pipe, both ends close-on-exec: (reading, writing).
@@ -313,177 +259,6 @@ fn parent_and_child_ends(
     })
 }
 
-/// Which side of the birth this is, and whether the child was born in its cgroup.
-enum Birth {
-    Child { born: bool },
-    Parent { pid: u32, born: bool },
-}
-
-/// Makes the child: `clone3` into `cgroup` while the kernel allows it, else `fork`.
-fn birth(cgroup: Option<&OwnedFd>) -> io::Result<Birth> {
-    if let Some(cgroup) = cgroup.filter(|_| !CLONE3_REFUSED.load(Ordering::Relaxed)) {
-        let mut args = CloneArgs {
-            flags: CLONE_INTO_CGROUP,
-            exit_signal: libc::SIGCHLD as u64,
-            cgroup: cgroup.as_raw_fd() as u64,
-            ..CloneArgs::default()
-        };
-        // SAFETY: `clone3` without `CLONE_VM` is `fork` with arguments: the child gets a copy of
-        // this thread on a copy of its stack and returns here with 0.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match pid {
-            0 => return Ok(Birth::Child { born: true }),
-            pid if pid > 0 => {
-                return Ok(Birth::Parent {
-                    pid: pid as u32,
-                    born: true,
-                });
-            }
-            _ => {
-                let error = io::Error::last_os_error();
-                // No `clone3`, no `CLONE_INTO_CGROUP` or an older `clone_args`: for good.
-                // Anything else (a cgroup that takes no process): this once, and the fork's
-                // join below names it.
-                if matches!(
-                    error.raw_os_error(),
-                    Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM)
-                ) {
-                    CLONE3_REFUSED.store(true, Ordering::Relaxed);
-                }
-                log::debug!("clone3 into the worker's cgroup refused ({error}); forking");
-            }
-        }
-    }
-    // SAFETY: `fork` in a multi-threaded process: the child only makes system calls
-    // (`in_child`) before `execve`.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Birth::Child { born: false }),
-        pid => Ok(Birth::Parent {
-            pid: pid as u32,
-            born: false,
-        }),
-    }
-}
-
-/// The child: default signal handling, its streams, a process group of its own, its working
-/// directory, the hook, then `execve`. A failed step writes its `errno` to the report pipe
-/// and exits with 127.
-///
-/// # Safety
-///
-/// Only in the child of [`birth`], with `image` and `fds` made before it.
-unsafe fn in_child(image: &Image, fds: &ChildFds, hook: &Hook, born: bool) -> ! {
-    // SAFETY: system calls on descriptors and strings made before the birth.
-    let error = unsafe { prepare_and_exec(image, fds, hook, born) };
-    let errno = error.raw_os_error().unwrap_or(libc::EINVAL).to_ne_bytes();
-    // SAFETY: a write of a local array, then the exit that runs no destructor or handler.
-    unsafe {
-        libc::write(fds.report, errno.as_ptr().cast(), errno.len());
-        libc::_exit(127)
-    }
-}
-
-/// The child's steps up to `execve`; the error of the one that failed.
-///
-/// # Safety
-///
-/// As [`in_child`].
-unsafe fn prepare_and_exec(image: &Image, fds: &ChildFds, hook: &Hook, born: bool) -> io::Error {
-    let step = |ok: bool| {
-        if ok {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    };
-    let steps = || -> io::Result<()> {
-        // SAFETY: each call takes integers, or pointers to locals and to strings made before
-        // the birth; none allocates.
-        unsafe {
-            // As `Command`: no signal blocked, SIGPIPE back to its default (Rust's runtime
-            // ignores it, and an ignored signal stays ignored across `execve`).
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            step(libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) == 0)?;
-            step(libc::signal(libc::SIGPIPE, libc::SIG_DFL) != libc::SIG_ERR)?;
-            step(libc::dup2(fds.stdin, 0) == 0)?;
-            for (fd, target) in [(fds.stdout, 1), (fds.stderr, 2)] {
-                if let Some(fd) = fd {
-                    step(libc::dup2(fd, target) == target)?;
-                }
-            }
-            step(libc::setpgid(0, 0) == 0)?;
-            // Only its standard streams: none of this process's descriptors that lack
-            // close-on-exec (a pipe whose EOF the application waits for, a make jobserver),
-            // nor a sibling's bootstrap socket that ipc-channel accepted without it a moment
-            // ago. Close-on-exec rather than closed: the report pipe stays open until `execve`.
-            mark_close_on_exec_from(3);
-            if let Some(cwd) = &image.cwd {
-                step(libc::chdir(cwd.as_ptr()) == 0)?;
-            }
-        }
-        hook(born)?;
-        // SAFETY: null-terminated arrays of pointers to live C strings.
-        unsafe {
-            libc::execve(
-                image.program.as_ptr(),
-                image.argv.as_ptr(),
-                image.envp.as_ptr(),
-            );
-        }
-        Err(io::Error::last_os_error())
-    };
-    match steps() {
-        Ok(()) => io::Error::from_raw_os_error(libc::EINVAL),
-        Err(e) => e,
-    }
-}
-
-/// Descriptors above this are not examined on kernels without `close_range` (before Linux 5.11),
-/// where each descriptor takes a system call.
-const FALLBACK_FD_LIMIT: u64 = 65_536;
-
-/// Sets close-on-exec on every descriptor from `first` up. Async-signal-safe.
-fn mark_close_on_exec_from(first: libc::c_uint) {
-    // SAFETY: `close_range` with `CLOSE_RANGE_CLOEXEC` only sets a flag on open descriptors
-    // (Linux 5.11); on older kernels it fails with ENOSYS or EINVAL and changes nothing.
-    let marked = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    } == 0;
-    if marked {
-        return;
-    }
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `getrlimit` fills the struct it is given, a live local.
-    let end = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(FALLBACK_FD_LIMIT)
-    } else {
-        1024
-    };
-    for fd in u64::from(first)..end {
-        // SAFETY: `F_SETFD` on a descriptor number only sets its flags (FD_CLOEXEC is the only
-        // one); an unused number fails with EBADF, which is ignored.
-        unsafe {
-            libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC);
-        }
-    }
-}
-
 /// Reads the child's report: `None` when the pipe closed empty (`execve` closed it), else the
 /// `errno` of the step that failed.
 fn read_report(report: &OwnedFd) -> io::Result<Option<i32>> {
@@ -531,7 +306,9 @@ pub(crate) fn open_cgroup(dir: &Path) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CString;
     use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
 
     fn echo(args: &[&str], hook: Hook) -> Launch {
         Launch {
@@ -543,6 +320,7 @@ mod tests {
             stderr: Stream::Null,
             cgroup: None,
             hook,
+            may_share_memory: true,
         }
     }
 
@@ -662,6 +440,48 @@ mod tests {
                 .any(|l| l.starts_with("0::") && l.ends_with(name)),
             "{out}"
         );
+    }
+
+    /// This thread's minor page faults so far.
+    fn minor_faults() -> i64 {
+        // SAFETY: `getrusage` fills a local.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut usage), 0);
+            usage.ru_minflt
+        }
+    }
+
+    /// The page faults of writing every page of 64 MiB this thread wrote before a spawn of
+    /// `spec` (the child has exited by then).
+    fn faults_writing_after(spec: Launch) -> i64 {
+        let mut pages = vec![1u8; 64 << 20];
+        let mut child = launch(spec).unwrap().child;
+        assert!(child.wait().unwrap().success());
+        let before = minor_faults();
+        for byte in pages.iter_mut().step_by(4096) {
+            *byte = 2;
+        }
+        std::hint::black_box(&pages);
+        minor_faults() - before
+    }
+
+    /// Born in this process's memory, the child copies none of it: after a fork every private
+    /// page of this process is write-protected until the child's `execve`, and its next write
+    /// faults (once per page, or per huge page), which is also why a fork's cost grows with
+    /// what this process maps.
+    #[test]
+    fn a_child_born_in_shared_memory_copies_nothing_of_this_process() {
+        let shared = faults_writing_after(echo(&["exit 0"], Box::new(|_| Ok(()))));
+        let mut forked = echo(&["exit 0"], Box::new(|_| Ok(())));
+        forked.may_share_memory = false;
+        let forked = faults_writing_after(forked);
+        // 64 MiB: 16384 pages of 4 KiB, or 32 huge pages.
+        assert!(
+            forked >= 32,
+            "the fork left {forked} faults: the check sees nothing"
+        );
+        assert!(shared < 8, "born in shared memory, yet {shared} faults");
     }
 
     #[test]
