@@ -49,6 +49,16 @@ pub(crate) struct Worker {
     pub(crate) enclosure: crate::containment::Enclosure,
 }
 
+/// A reply and when the receive call that took it began (`polled_at`): the reply arrived at
+/// most [`EXIT_CHECK`] after that instant (the longest one call waits), and its decoding, which
+/// on a loaded machine can wait for this process's own locks (its memory map's, its
+/// allocator's) held by a thread that waits for a CPU, comes after it. The clock check ends the
+/// parent's clock there: that wait is no time of the worker's.
+pub(crate) struct Received {
+    pub(crate) response: Response,
+    pub(crate) polled_at: Instant,
+}
+
 /// Why a send did not complete.
 pub(crate) enum SendFailure {
     /// The worker's end is closed: it died.
@@ -101,7 +111,7 @@ impl Worker {
     /// so a worker that writes a partial or garbled message into its channel could block this
     /// read; the watchdog kills such a worker shortly after the deadline
     /// ([`ReceiveFailure::Stuck`]).
-    pub(crate) fn receive(&self, id: u64, deadline: Instant) -> Result<Response, ReceiveFailure> {
+    pub(crate) fn receive(&self, id: u64, deadline: Instant) -> Result<Received, ReceiveFailure> {
         let armed = watchdog::arm(self.pid, deadline + STUCK_GRACE);
         match self.receive_until(id, deadline) {
             Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if armed.fired() => {
@@ -111,7 +121,7 @@ impl Worker {
         }
     }
 
-    fn receive_until(&self, id: u64, deadline: Instant) -> Result<Response, ReceiveFailure> {
+    fn receive_until(&self, id: u64, deadline: Instant) -> Result<Received, ReceiveFailure> {
         // Look without sleeping for a moment first: a quick reply is then taken without the
         // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
         let spin_until = Instant::now() + RECEIVE_SPIN;
@@ -128,7 +138,12 @@ impl Worker {
             let received = catch_quietly(|| self.responses.try_recv_timeout(wait))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
-                Ok(response) if response.id == id => return Ok(response),
+                Ok(response) if response.id == id => {
+                    return Ok(Received {
+                        response,
+                        polled_at: now,
+                    });
+                }
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 // ipc-channel polls with millisecond granularity: check the clock, not the error.
                 Err(TryRecvError::Empty) if !wait.is_zero() && self.has_exited() => {
@@ -155,13 +170,19 @@ impl Worker {
     /// started (whatever held the channel open) and takes a reply the worker sent before it
     /// died (a sticky device fault is answered, then the worker exits); without one, the worker
     /// crashed.
-    fn last_words(&self, id: u64) -> Result<Response, ReceiveFailure> {
+    fn last_words(&self, id: u64) -> Result<Received, ReceiveFailure> {
         self.enclosure.end(self.pid);
         loop {
+            let polled_at = Instant::now();
             let received = catch_quietly(|| self.responses.try_recv_timeout(Duration::ZERO))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
-                Ok(response) if response.id == id => return Ok(response),
+                Ok(response) if response.id == id => {
+                    return Ok(Received {
+                        response,
+                        polled_at,
+                    });
+                }
                 Ok(stale) => log::debug!("pid {}: discarding stale reply {}", self.pid, stale.id),
                 Err(_) => return Err(ReceiveFailure::Closed),
             }

@@ -8,7 +8,9 @@ use tunebox_protocol::{BenchError, BenchmarkResult, Kernel, RequestBody};
 use crate::cpu_times::{CpuTimes, USER_HZ};
 
 /// Slack for what the worker's clock cannot see: the request's transfer and decoding, the
-/// reply's, and the parent's wake-up on a loaded machine.
+/// reply's encoding and transfer, and the parent's wake-up on a loaded machine. The parent's
+/// clock stops where the receive call that took the reply began, before the reply's decoding:
+/// up to 10 ms before the reply arrived, a leniency well within this slack.
 const SLACK: Duration = Duration::from_millis(50);
 
 /// The share of the parent's time the worker's clock must see at least (after [`SLACK`]).

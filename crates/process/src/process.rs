@@ -9,7 +9,7 @@ use tunebox_protocol::{
     WORKER_USES_ENV, decode_output,
 };
 
-use crate::child::{ReceiveFailure, SendFailure, Worker};
+use crate::child::{ReceiveFailure, Received, SendFailure, Worker};
 use crate::exit::describe_exit;
 use crate::exit_watch::{self, Wake};
 use crate::handshake;
@@ -111,9 +111,11 @@ pub struct TuningProcess {
     /// What the last reply said its request left behind in the worker.
     left_behind: Vec<Leftover>,
     /// How long the parent waited for the last reply, from the send to the worker that
-    /// answered it to the reply's arrival, and the waits for a CPU meanwhile: what the clock
-    /// check holds the worker's clock to. The parent's own work before the send and after the
-    /// reply (reading held outputs, looking for strays) is not the worker's time.
+    /// answered it to the start of the receive call that took the reply
+    /// ([`Received::polled_at`](crate::child::Received)), and the waits for a CPU meanwhile:
+    /// what the clock check holds the worker's clock to. The parent's own work before the send
+    /// and after the reply (decoding it, reading held outputs, looking for strays) is not the
+    /// worker's time.
     answered: Option<(Duration, crate::clock::Sched)>,
     /// The current worker was left damaged (a leftover not restored): replace it before the
     /// next request.
@@ -735,11 +737,14 @@ impl TuningProcess {
                 });
             };
             match worker.receive(pending.id, deadline_after(timeout)) {
-                Ok(mut response) => {
+                Ok(Received {
+                    mut response,
+                    polled_at,
+                }) => {
                     let pid = worker.pid;
-                    // The parent's clock stops at the reply.
+                    // The parent's clock stops at the reply, before its decoding.
                     let answered = (
-                        pending.sent.elapsed(),
+                        polled_at.saturating_duration_since(pending.sent),
                         pending
                             .waits
                             .as_ref()
