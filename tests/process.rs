@@ -1138,3 +1138,57 @@ fn on_worker_exit_wakes_the_owner_when_an_idle_worker_dies() {
     worker.kill();
     worker.ping(LONG).unwrap();
 }
+
+/// Signals `on_signal` handled.
+static HANDLED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    HANDLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A signal the application handles, arriving while the parent waits for a reply, interrupts
+/// the wait (`poll` is never restarted): the wait goes on, and the reply is the task's. A
+/// profiler's `SIGPROF`, a Python process's `SIGCHLD` or `SIGINT` handler do this.
+#[test]
+fn a_handled_signal_during_the_wait_is_no_broken_reply() {
+    // SAFETY: an empty handler for SIGUSR2, which nothing else in these tests uses; only this
+    // thread is sent it (`tgkill`).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_signal as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    // SAFETY: `gettid` takes nothing.
+    let tid = unsafe { libc::gettid() };
+    let pid = std::process::id() as libc::pid_t;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: a signal to one thread of this process, which handles it.
+                unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGUSR2) };
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let replies: Vec<_> = (0..3)
+        .map(|_| worker.benchmark(diag(DiagnosticTask::Sleep { ms: 100 }), LONG))
+        .collect();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sender.join().unwrap();
+    for reply in replies {
+        reply.unwrap();
+    }
+    assert_eq!(worker.restarts(), 0);
+    let handled = HANDLED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        handled >= 3,
+        "{handled} signals handled: the waits were hardly interrupted"
+    );
+}

@@ -154,6 +154,15 @@ impl Worker {
                 Err(TryRecvError::IpcError(IpcError::Disconnected)) => {
                     return Err(ReceiveFailure::Closed);
                 }
+                // A signal this process handles arrived during the wait (`poll` is never
+                // restarted, whatever `SA_RESTART` says): nothing was taken off the channel.
+                Err(TryRecvError::IpcError(IpcError::Io(e)))
+                    if e.kind() == std::io::ErrorKind::Interrupted =>
+                {
+                    if Instant::now() >= deadline {
+                        return Err(ReceiveFailure::TimedOut);
+                    }
+                }
                 Err(TryRecvError::IpcError(e)) => {
                     return Err(ReceiveFailure::Garbled(e.to_string()));
                 }

@@ -10,7 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 /// (then it must not join that one again). They run in a copy of a multi-threaded process, or
 /// in its very memory (`Launch::may_share_memory`), so they may only make system calls on
 /// memory made before the spawn: no allocation, no lock, no write but to their stack and
-/// `errno`.
+/// `errno`, no panic (its unwinding would run in the parent's memory), and no cancellation
+/// point of glibc's (bare system calls: see `sandbox::write_file`).
 pub(crate) type Hook = Box<dyn Fn(bool) -> io::Result<()> + Send + Sync>;
 
 /// The program, its arguments and environment as C strings, and the pointer arrays `execve`
@@ -94,7 +95,9 @@ pub(super) unsafe fn in_child(image: &Image, fds: &ChildFds, hook: &Hook, born: 
     let errno = error.raw_os_error().unwrap_or(libc::EINVAL).to_ne_bytes();
     // SAFETY: a write of a local array, then the exit that runs no destructor or handler.
     unsafe {
-        libc::write(fds.report, errno.as_ptr().cast(), errno.len());
+        // A bare system call, as `sandbox::write_file`'s: glibc's `write` marks the calling
+        // thread's cancellation state, which a child born in the parent's memory shares.
+        libc::syscall(libc::SYS_write, fds.report, errno.as_ptr(), errno.len());
         libc::_exit(127)
     }
 }

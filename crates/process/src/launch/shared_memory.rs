@@ -8,7 +8,7 @@
 //! once (copy-on-write until the child's `execve`). A thread of this process that faults
 //! a page or maps memory meanwhile (a pool sending a request, decoding a reply) is blocked, not
 //! runnable: on a loaded machine a fork preempted in its copy held such threads for tens of
-//! ms, time no scheduler statistic shows as a wait (the clock check's false alarms).
+//! ms, time no scheduler statistic shows as a wait.
 //!
 //! The child runs on a stack of its own ([`ChildStack`]) while the calling thread is suspended
 //! until its `execve` (or its exit): it may write nothing but that stack, which the steps of
@@ -103,7 +103,9 @@ extern "C" fn child_main(start: *mut c_void) -> libc::c_int {
 
 /// Every signal this process handles back to its default in the child (which has its own copy
 /// of the handler table: no `CLONE_SIGHAND`), so that none runs in the shared memory once the
-/// child unblocks them; ignored ones stay ignored, as across `execve`.
+/// child unblocks them; ignored ones stay ignored, as across `execve`. glibc refuses to change
+/// its own two (cancellation, `setxid`), which it sends only by thread id to this process's
+/// threads, never to the child.
 fn default_handlers() {
     for signal in 1..=libc::SIGRTMAX() {
         // SAFETY: reads the disposition into a local; a number that is no signal, or one that
@@ -122,26 +124,62 @@ fn default_handlers() {
     }
 }
 
-/// Every signal blocked on this thread until dropped (then its mask as before).
-struct Blocked(libc::sigset_t);
+/// Every signal blocked on this thread until dropped (then its mask as before), glibc's own
+/// two (cancellation, `setxid`) too, which `pthread_sigmask` leaves out: as `posix_spawn`,
+/// with a bare `rt_sigprocmask` (a 64-signal set, as on x86_64, aarch64 and riscv64; where the
+/// kernel refuses that size, `pthread_sigmask`).
+enum Blocked {
+    Bare(u64),
+    Glibc(libc::sigset_t),
+}
 
 impl Blocked {
     fn all() -> Blocked {
+        let all = u64::MAX;
+        let mut before = 0u64;
+        // SAFETY: reads and fills 8-byte locals, the size passed.
+        let bare = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &raw const all,
+                &raw mut before,
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if bare == 0 {
+            return Blocked::Bare(before);
+        }
         // SAFETY: `sigfillset` and `pthread_sigmask` fill and read locals.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
             let mut before: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-            Blocked(before)
+            Blocked::Glibc(before)
         }
     }
 }
 
 impl Drop for Blocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask read in `all`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        // SAFETY: restores the mask read in `all`, the way it was read.
+        unsafe {
+            match self {
+                Blocked::Bare(before) => {
+                    libc::syscall(
+                        libc::SYS_rt_sigprocmask,
+                        libc::SIG_SETMASK,
+                        &raw const *before,
+                        std::ptr::null_mut::<u64>(),
+                        std::mem::size_of::<u64>(),
+                    );
+                }
+                Blocked::Glibc(before) => {
+                    libc::pthread_sigmask(libc::SIG_SETMASK, before, std::ptr::null_mut());
+                }
+            }
+        }
     }
 }
 

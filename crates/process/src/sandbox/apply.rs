@@ -274,19 +274,29 @@ pub(crate) fn apply(prepared: &Prepared, born_in_cgroup: bool) -> io::Result<()>
     Ok(())
 }
 
-/// `open(path, O_WRONLY)`, one `write`, `close`. Async-signal-safe.
+/// `open(path, O_WRONLY)`, one `write`, `close`. Async-signal-safe, and made as bare system
+/// calls: glibc's wrappers of these are cancellation points, which mark the calling thread's
+/// cancellation state, and in a child born in this process's memory that thread's state is
+/// the spawning thread's (`posix_spawn` uses their `_nocancel` forms for the same reason).
 pub(crate) fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> io::Result<()> {
     // SAFETY: `path` is a NUL-terminated string that lives through the call.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: writes `bytes.len()` bytes from a live slice to the descriptor just opened.
-    let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let written = unsafe { libc::syscall(libc::SYS_write, fd, bytes.as_ptr(), bytes.len()) };
     let error = io::Error::last_os_error();
     // SAFETY: closes the descriptor this function opened.
-    unsafe { libc::close(fd) };
-    if written == bytes.len() as isize {
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    if written == bytes.len() as libc::c_long {
         Ok(())
     } else {
         Err(error)
