@@ -43,18 +43,9 @@ pub(crate) fn cold_start(setup: &Setup) -> Result<Vec<Figure>> {
     eprintln!("bench: cold start ({n})");
     let mut shutdowns = Vec::with_capacity(n);
     let starts = collect(5, n, || {
-        let start = Instant::now();
-        let mut process = TuningProcess::spawn(setup.config()).context("spawn")?;
-        process
-            .benchmark(trivial(), LONG)
-            .context("first request")?;
-        let cold = start.elapsed();
-        let stop = Instant::now();
-        process
-            .shutdown(Duration::from_secs(1))
-            .context("shutdown")?;
-        shutdowns.push(ms(stop.elapsed()));
-        Ok(ms(cold))
+        let (cold, shutdown) = cold_start_once(setup.config())?;
+        shutdowns.push(shutdown);
+        Ok(cold)
     })?;
     // The warmup runs' shutdowns are in front.
     let shutdowns = &shutdowns[shutdowns.len() - n..];
@@ -102,20 +93,29 @@ fn cold_starts_beside(setup: &Setup, bytes: usize, n: usize) -> Result<Vec<f64>>
         bytes >> 20
     );
     let held = vec![1u8; bytes];
-    let starts = collect(2, n.max(3), || {
-        let start = Instant::now();
-        let mut process = TuningProcess::spawn(setup.config()).context("spawn")?;
-        process
-            .benchmark(trivial(), LONG)
-            .context("first request")?;
-        let cold = start.elapsed();
-        process
-            .shutdown(Duration::from_secs(1))
-            .context("shutdown")?;
-        Ok(ms(cold))
-    });
+    let starts = collect(2, n.max(3), || Ok(cold_start_once(setup.config())?.0));
     std::hint::black_box(&held);
     starts
+}
+
+/// One cold start of a worker with `config`: ms from `TuningProcess::spawn` to the first
+/// trivial result, and ms of the clean shutdown after it.
+///
+/// # Errors
+///
+/// The worker fails to start, answer or shut down.
+pub(crate) fn cold_start_once(config: tunebox_process::ProcessConfig) -> Result<(f64, f64)> {
+    let start = Instant::now();
+    let mut process = TuningProcess::spawn(config).context("spawn")?;
+    process
+        .benchmark(trivial(), LONG)
+        .context("first request")?;
+    let cold = start.elapsed();
+    let stop = Instant::now();
+    process
+        .shutdown(Duration::from_secs(1))
+        .context("shutdown")?;
+    Ok((ms(cold), ms(stop.elapsed())))
 }
 
 /// Time for an aborting task to come back as `WorkerCrashed` (`TuningProcess::benchmark`), with

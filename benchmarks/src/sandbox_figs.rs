@@ -1,13 +1,13 @@
 //! What the sandbox costs (issue 28): a worker's start, and a well-behaved kernel's time.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tunebox_process::{ProcessConfig, Sandbox, TuningProcess};
 
-use crate::process_figs::run_spin;
+use crate::process_figs::{cold_start_once, run_spin};
 use crate::report::{Figure, Kind, Unit};
-use crate::setup::{LONG, Setup, ms, trivial};
+use crate::setup::Setup;
 use crate::stats::collect;
 
 /// Cold start with the sandbox (spawn → first trivial result, in a fresh sandboxed worker), and
@@ -59,16 +59,8 @@ fn sandboxed_cold_starts(setup: &Setup) -> Result<Vec<f64>> {
     let n = setup.n(50, 10);
     eprintln!("bench: sandboxed cold start ({n})");
     collect(3, n, || {
-        let start = Instant::now();
-        let mut process = TuningProcess::spawn(sandboxed(setup)).context("sandboxed spawn")?;
-        process
-            .benchmark(trivial(), LONG)
-            .context("first request")?;
-        let cold = start.elapsed();
-        process
-            .shutdown(Duration::from_secs(1))
-            .context("shutdown")?;
-        Ok(ms(cold))
+        let (cold, _) = cold_start_once(sandboxed(setup)).context("a sandboxed worker")?;
+        Ok(cold)
     })
 }
 
