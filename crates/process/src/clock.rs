@@ -10,7 +10,9 @@ use crate::cpu_times::{CpuTimes, USER_HZ};
 /// Slack for what the worker's clock cannot see: the request's transfer and decoding, the
 /// reply's encoding and transfer, and the parent's wake-up on a loaded machine. The parent's
 /// clock stops where the receive call that took the reply began, before the reply's decoding:
-/// up to 10 ms before the reply arrived, a leniency well within this slack.
+/// up to 10 ms before the reply arrived, a leniency well within this slack (the parent's waits
+/// for a CPU are read after the decoding, so a wait during it is discounted too, a leniency of
+/// the same kind).
 const SLACK: Duration = Duration::from_millis(50);
 
 /// The share of the parent's time the worker's clock must see at least (after [`SLACK`]).
