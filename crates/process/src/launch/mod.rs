@@ -383,12 +383,20 @@ mod tests {
     /// Held by the tests that read or turn the process's `clone3` switch.
     static SWITCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    #[test]
-    fn a_child_is_born_in_its_cgroup_without_joining_it() {
-        let _switch = SWITCH
+    /// [`SWITCH`] held, and a worker's cgroups with a v2 one to be born in ([`v2_cgroups`]).
+    fn switch_and_cgroups() -> Option<(
+        std::sync::MutexGuard<'static, ()>,
+        crate::containment::WorkerCgroups,
+    )> {
+        let switch = SWITCH
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(cgroups) = v2_cgroups() else {
+        Some((switch, v2_cgroups()?))
+    }
+
+    #[test]
+    fn a_child_is_born_in_its_cgroup_without_joining_it() {
+        let Some((_switch, cgroups)) = switch_and_cgroups() else {
             return;
         };
         let dir = cgroups.birth_dir().unwrap();
@@ -410,10 +418,7 @@ mod tests {
 
     #[test]
     fn where_clone3_is_refused_the_child_is_forked_and_joins_by_itself() {
-        let _switch = SWITCH
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(cgroups) = v2_cgroups() else {
+        let Some((_switch, cgroups)) = switch_and_cgroups() else {
             return;
         };
         let dir = cgroups.birth_dir().unwrap();

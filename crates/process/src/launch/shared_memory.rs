@@ -126,67 +126,46 @@ fn default_handlers() {
 
 /// Every signal blocked on this thread until dropped (then its mask as before), glibc's own
 /// two (cancellation, `setxid`) too, which `pthread_sigmask` leaves out: as `posix_spawn`,
-/// with a bare `rt_sigprocmask` (a 64-signal set, as on x86_64, aarch64 and riscv64; where the
-/// kernel refuses that size, `pthread_sigmask`).
-enum Blocked {
-    Bare(u64),
-    Glibc(libc::sigset_t),
-}
+/// with a bare `rt_sigprocmask` of a 64-signal set (x86_64, aarch64, riscv64). `None`: the
+/// kernel refused that size (another architecture), and nothing was blocked.
+struct Blocked(Option<u64>);
 
 impl Blocked {
     fn all() -> Blocked {
-        let all = u64::MAX;
         let mut before = 0u64;
-        // SAFETY: reads and fills 8-byte locals, the size passed.
-        let bare = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &raw const all,
-                &raw mut before,
-                std::mem::size_of::<u64>(),
-            )
-        };
-        if bare == 0 {
-            return Blocked::Bare(before);
-        }
-        // SAFETY: `sigfillset` and `pthread_sigmask` fill and read locals.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut before: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
-            Blocked::Glibc(before)
-        }
+        let set = sigprocmask(&u64::MAX, Some(&mut before));
+        Blocked(set.then_some(before))
     }
 }
 
 impl Drop for Blocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask read in `all`, the way it was read.
-        unsafe {
-            match self {
-                Blocked::Bare(before) => {
-                    libc::syscall(
-                        libc::SYS_rt_sigprocmask,
-                        libc::SIG_SETMASK,
-                        &raw const *before,
-                        std::ptr::null_mut::<u64>(),
-                        std::mem::size_of::<u64>(),
-                    );
-                }
-                Blocked::Glibc(before) => {
-                    libc::pthread_sigmask(libc::SIG_SETMASK, before, std::ptr::null_mut());
-                }
-            }
+        if let Some(before) = &self.0 {
+            sigprocmask(before, None);
         }
     }
 }
 
+/// `rt_sigprocmask(SIG_SETMASK, mask, before)` with a 64-signal set; whether it was set.
+fn sigprocmask(mask: &u64, before: Option<&mut u64>) -> bool {
+    let before = before.map_or(std::ptr::null_mut(), |b| b as *mut u64);
+    // SAFETY: reads `mask` and fills `before` (or nothing), both 8 bytes, the size passed.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            mask as *const u64,
+            before,
+            std::mem::size_of::<u64>(),
+        )
+    };
+    done == 0
+}
+
 /// Starts the child in this process's memory and runs `child::in_child` in it: born in
 /// `cgroup` where that is possible here (`clone3`, written for x86_64 only: see
-/// `launch::shares_memory`), else outside it (`clone`; then its hook joins). Returns its pid and whether it was born in `cgroup`, once it has called
-/// `execve` or exited.
+/// `launch::shares_memory`), else outside it (`clone`; then its hook joins). Returns its pid
+/// and whether it was born in `cgroup`, once it has called `execve` or exited.
 ///
 /// # Errors
 ///
@@ -199,15 +178,16 @@ pub(super) fn birth(
 ) -> io::Result<(u32, bool)> {
     let stack = ChildStack::new()?;
     let _blocked = Blocked::all();
-    if let Some(pid) = born_in(cgroup, &stack, image, fds, hook) {
-        return Ok((pid, true));
-    }
     let mut start = Start {
         image,
         fds,
         hook,
-        born: false,
+        born: true,
     };
+    if let Some(pid) = born_in(cgroup, &stack, &mut start) {
+        return Ok((pid, true));
+    }
+    start.born = false;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     // SAFETY: the child runs `child_main` on `stack`, which outlives it (this thread waits
     // until it execs or exits: `CLONE_VFORK`), with `start`, which lives as long.
@@ -218,30 +198,19 @@ pub(super) fn birth(
     Ok((pid as u32, false))
 }
 
-/// The child born in `cgroup` (`Some(pid)`), unless there is none, `clone3` into it is refused
-/// (remembered: `CLONE3_REFUSED`) or this machine is not x86_64 (`None`: born outside it).
+/// The child born in `cgroup` with `start` (`Some(pid)`), unless there is none, `clone3` into
+/// it is refused (remembered: `CLONE3_REFUSED`) or this machine is not x86_64 (`None`: to be
+/// born outside it).
 #[cfg(target_arch = "x86_64")]
-fn born_in(
-    cgroup: Option<&OwnedFd>,
-    stack: &ChildStack,
-    image: &Image,
-    fds: &ChildFds,
-    hook: &Hook,
-) -> Option<u32> {
+fn born_in(cgroup: Option<&OwnedFd>, stack: &ChildStack, start: &mut Start<'_>) -> Option<u32> {
     let cgroup = cgroup.filter(|_| !CLONE3_REFUSED.load(Ordering::Relaxed))?;
-    let mut start = Start {
-        image,
-        fds,
-        hook,
-        born: true,
-    };
-    clone3_in(cgroup, stack, &mut start)
+    clone3_in(cgroup, stack, start)
         .map_err(|error| super::copy::note_clone3_refusal(&error))
         .ok()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn born_in(_: Option<&OwnedFd>, _: &ChildStack, _: &Image, _: &ChildFds, _: &Hook) -> Option<u32> {
+fn born_in(_: Option<&OwnedFd>, _: &ChildStack, _: &mut Start<'_>) -> Option<u32> {
     None
 }
 
