@@ -318,11 +318,7 @@ fn main() -> Result<()> {
     let with_timing = |t: &Todo, window: usize, outputs: bool| {
         let mut t = t.clone();
         t.request.timing = window_timing(&t.request.timing, windows, window);
-        if !outputs {
-            for tensor in &mut t.request.tensors {
-                tensor.output = false;
-            }
-        }
+        t.request.timing.return_outputs = outputs;
         t
     };
     let screening: Vec<Todo> = if options.rounds_only {
