@@ -6,7 +6,8 @@
 //! each page at the first call's fault, and the tensor is unmapped before the reply. A dropped
 //! tensor of [`KEPT_MIN`] bytes or more hands its mapping back instead ([`HugeMap::keep`]), and
 //! the next tensor of its size takes it ([`HugeMap::kept_or_new`]) with the pages that held
-//! anything zeroed by a `memset` (at the speed memory is written), as fresh pages would read.
+//! anything zeroed by a `memset` (at the speed memory is written), as fresh pages would read,
+//! or, for an output nothing reads before the kernel overwrites it, as it was left.
 //! Before another task is handed a kept mapping, its protection and guard markers are undone
 //! and `/proc/self/maps` must show it one mapping of its own (a task may have `mprotect`ed it,
 //! unmapped part of it, where this process may since have mapped memory it uses, or mapped
@@ -32,6 +33,16 @@ const KEPT_MIN: usize = 64 << 20;
 
 /// Most mappings kept at once.
 const KEPT_MAPS: usize = 8;
+
+/// What a kept mapping holds when a tensor takes it ([`HugeMap::kept_or_new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptContents {
+    /// Zeros, as fresh pages read.
+    Zeroed,
+    /// What the request that kept it left there: for an output nothing reads before the kernel
+    /// overwrites it ([`crate::HostTensor::allocate_overwritten`]).
+    AsLeft,
+}
 
 /// A mapping a dropped tensor handed back.
 #[derive(Debug)]
@@ -108,24 +119,31 @@ unsafe impl Send for HugeMap {}
 
 impl HugeMap {
     /// A kept mapping of `size` bytes that can still serve ([`HugeMap::usable`]), its
-    /// resident pages zeroed, else a new one ([`HugeMap::new`]); when that fails, tried again
-    /// once the kept mappings are released. `None` when it still fails.
-    pub(crate) fn kept_or_new(size: usize) -> Option<HugeMap> {
+    /// resident pages zeroed unless `contents` says [`KeptContents::AsLeft`], else a new one
+    /// ([`HugeMap::new`]); when that fails, tried again once the kept mappings are released.
+    /// `None` when it still fails.
+    pub(crate) fn kept_or_new(size: usize, contents: KeptContents) -> Option<HugeMap> {
         if size >= KEPT_MIN {
             let found = {
                 let mut kept = lock();
                 let at = kept.iter().rposition(|k| k.map.size == size);
                 at.map(|at| kept.remove(at))
             };
-            // Checked, and its resident pages read, again: a task of a request that did not
-            // use it may have changed it since it was kept.
-            let resident = found
-                .as_ref()
-                .filter(|k| k.map.usable())
-                .and_then(|k| k.map.resident());
-            if let (Some(kept), Some(resident)) = (found, resident) {
-                kept.map.zero(&resident);
-                return Some(kept.map);
+            // Checked (and, to be zeroed, its resident pages read) again: a task of a request
+            // that did not use it may have changed it since it was kept.
+            if let Some(kept) = found.filter(|k| k.map.usable()) {
+                match contents {
+                    KeptContents::Zeroed => {
+                        if let Some(resident) = kept.map.resident() {
+                            kept.map.zero(&resident);
+                            return Some(kept.map);
+                        }
+                    }
+                    KeptContents::AsLeft => {
+                        kept.map.advise_huge();
+                        return Some(kept.map);
+                    }
+                }
             }
         }
         HugeMap::new(size).or_else(|| {
@@ -201,6 +219,11 @@ impl HugeMap {
                 }
             }
         }
+        self.advise_huge();
+    }
+
+    /// Advises the mapping into huge pages again (a task may have advised otherwise).
+    fn advise_huge(&self) {
         // SAFETY: `size` bytes from `base` lie inside the mapping; the advice only changes how
         // they are backed.
         unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_HUGEPAGE) };

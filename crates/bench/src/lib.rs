@@ -68,6 +68,7 @@ pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_after, do_bench_within};
 pub use fresh::{fresh_input_spec, fresh_inputs};
 pub use huge_map::{end_request, keep_mappings, kept_mappings_kib};
+pub use private_map::note_kernel_call;
 pub use progress::{install_progress_sink, report_progress};
 pub use rep_clock::{process_cpu_ms, thread_count, thread_cpu_ms};
 pub use restore::Restore;

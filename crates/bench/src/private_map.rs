@@ -6,12 +6,13 @@
 //! tensors' sizes) has its whole pages mapped so and its last part page copied into anonymous
 //! memory of its own (the tail), which is checked and restored by copying: less than a page.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::fd::RawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use tunebox_protocol::SharedData;
@@ -22,6 +23,20 @@ const KEPT_MAPS: usize = 8;
 /// Mappings kept for a later request of the same buffers, least recently kept first.
 static KEPT: Mutex<Vec<PrivateMap>> = Mutex::new(Vec::new());
 
+/// How many kernel calls this process has made ([`note_kernel_call`]): a kernel writes through
+/// the pointers it was given, which no method of a tensor sees.
+static KERNEL_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Notes that a kernel is about to be called with the tensors' pointers: what a look at a
+/// mapping found before ([`PrivateMap::unchanged`]) no longer tells what it holds.
+pub fn note_kernel_call() {
+    KERNEL_CALLS.fetch_add(1, Ordering::AcqRel);
+}
+
+fn kernel_calls() -> u64 {
+    KERNEL_CALLS.load(Ordering::Acquire)
+}
+
 /// `madvise` advice that faults pages in for reading without writing them (Linux 5.14).
 const MADV_POPULATE_READ: libc::c_int = 22;
 
@@ -30,12 +45,67 @@ const PAGE_PRESENT: u64 = 1 << 63;
 const PAGE_SWAPPED: u64 = 1 << 62;
 const PAGE_FILE_OR_SHARED: u64 = 1 << 61;
 const PAGE_EXCLUSIVE: u64 = 1 << 56;
+const PAGE_GUARD: u64 = 1 << 58;
 
 /// `madvise` advice that removes guard markers (`MADV_GUARD_INSTALL`, Linux 6.13).
 const MADV_GUARD_REMOVE: libc::c_int = 103;
 
 /// Pagemap entries read at a time (512 KiB: 1 GiB of 4 KiB pages in four reads).
 const ENTRIES_PER_READ: usize = 1 << 16;
+
+/// `madvise` advice that installs guard markers (Linux 6.13).
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// Which guard markers making a mapping usable again removes ([`PrivateMap::usable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unguard {
+    None,
+    /// Those of its guard zones and tail, not of its whole pages (a look found none there).
+    OutsidePages,
+    All,
+}
+
+/// Removes the guard markers of `size` bytes from `start` (page-aligned, a mapping of the
+/// caller's own); harmless where there are none or the kernel has none.
+fn remove_guard_markers(start: usize, size: usize) {
+    // SAFETY: a mapping the caller owns; only guard markers go, no contents change.
+    unsafe { libc::madvise(start as *mut libc::c_void, size, MADV_GUARD_REMOVE) };
+}
+
+/// Whether a look for written pages ([`PrivateMap::written_pages`]) finds a guard marker too:
+/// a marker reads in `/proc/self/pagemap` as a swapped page (and, from Linux 6.15, with its
+/// own bit), which the look counts as written; or this process cannot install one at all (a
+/// kernel without them, a filter refusing the advice). Probed once, on a page of its own.
+fn looks_find_guard_markers() -> bool {
+    static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let page = page_size();
+        // SAFETY: a fresh private anonymous page at an address the kernel picks, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return false;
+        }
+        // SAFETY: the page mapped just above, of this function alone.
+        let installed = unsafe { libc::madvise(at, page, MADV_GUARD_INSTALL) } == 0;
+        let found = !installed
+            || page_runs(at as usize, 1, |entry| {
+                (entry & (PAGE_SWAPPED | PAGE_GUARD) != 0).then_some(())
+            })
+            .is_some_and(|runs| !runs.is_empty());
+        // SAFETY: as above; nothing refers to the page.
+        unsafe { libc::munmap(at, page) };
+        found
+    })
+}
 
 /// The size of a page of this machine.
 pub(crate) fn page_size() -> usize {
@@ -63,6 +133,11 @@ pub(crate) struct PrivateMap {
     /// failed and so did mapping `source` back ([`PrivateMap::remap`]). Checked and restored
     /// by comparing and copying all of them, and never kept.
     anonymous: bool,
+    /// The count of kernel calls ([`note_kernel_call`]) when a look found no page written and
+    /// the tail as the caller's ([`PrivateMap::unchanged`]); `None` once the process may have
+    /// written it otherwise. While the count has not moved, keeping the mapping needs no
+    /// second look ([`PrivateMap::keep`]).
+    unwritten_at: Cell<Option<u64>>,
 }
 
 // SAFETY: the reservation is owned by this value alone (as a `Vec<u8>` owns its buffer); the
@@ -109,6 +184,7 @@ impl PrivateMap {
             source: source.clone(),
             page,
             anonymous: false,
+            unwritten_at: Cell::new(None),
         };
         if data == libc::MAP_FAILED {
             return None; // `map` unmaps the reservation.
@@ -136,7 +212,7 @@ impl PrivateMap {
         match found {
             // Checked when kept (guard markers removed then) and again now, cheaply: another
             // task of this worker may have changed it since. One that fails is unmapped.
-            Some(map) if map.usable(false) => {
+            Some(map) if map.usable(Unguard::None) => {
                 map.copy_tail();
                 Some(map)
             }
@@ -147,11 +223,28 @@ impl PrivateMap {
     /// Keeps this mapping for a later request of the same buffer ([`PrivateMap::kept_or_new`]),
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
+    ///
+    /// A look after the kernel's last call that found no page written
+    /// ([`PrivateMap::unchanged`]) spares the second walk of its page tables that finding the
+    /// written pages takes, and, where a look sees guard markers ([`looks_find_guard_markers`]),
+    /// the one that removing them from its pages takes (those of its guard zones and tail are
+    /// removed all the same).
     pub(crate) fn keep(self) {
-        if self.anonymous || !keeping() || !self.usable(true) {
+        let looked = self.unwritten_at.get() == Some(kernel_calls());
+        let unguard = if looked && looks_find_guard_markers() {
+            Unguard::OutsidePages
+        } else {
+            Unguard::All
+        };
+        if self.anonymous || !keeping() || !self.usable(unguard) {
             return; // Dropped: a later request maps the buffer afresh.
         }
-        self.drop_written();
+        if looked {
+            // Reads as the caller's buffer already but for the tail, which is copied back.
+            self.copy_tail();
+        } else {
+            self.drop_written();
+        }
         let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
         kept.push(self);
         if kept.len() > KEPT_MAPS {
@@ -160,14 +253,20 @@ impl PrivateMap {
     }
 
     /// Whether this mapping can serve another request: its protection made readable and
-    /// writable again (with `unguard`, guard markers removed too, which walks its page tables:
-    /// ~4 ms per GiB of 4 KiB pages) ([`restore_access`]) and its layout as
+    /// writable again, the guard markers `unguard` says removed too (from all of it, which
+    /// walks its page tables: ~4 ms per GiB of 4 KiB pages) ([`restore_access`]) and its layout as
     /// [`PrivateMap::new`] made it ([`reservation_intact`]). A task may have changed either
     /// (an `mprotect` in a library's destructor; a `MAP_FIXED` mapping over its input), and a
     /// kept mapping left so would crash the next task, an innocent one, or hand it another
     /// input, or write its writes into the caller's buffer.
-    fn usable(&self, unguard: bool) -> bool {
-        restore_access(self.base.as_ptr() as usize, self.size, unguard)
+    fn usable(&self, unguard: Unguard) -> bool {
+        let (base, data) = (self.base.as_ptr() as usize, self.data().as_ptr() as usize);
+        if unguard == Unguard::OutsidePages {
+            let pages_end = data + self.whole();
+            remove_guard_markers(base, data - base);
+            remove_guard_markers(pages_end, base + self.size - pages_end);
+        }
+        restore_access(base, self.size, unguard == Unguard::All)
             && reservation_intact(
                 (self.base.as_ptr() as usize, self.size),
                 (self.data().as_ptr() as usize, self.whole()),
@@ -189,18 +288,29 @@ impl PrivateMap {
     /// Whether every page still reads as the caller's buffer: the pages the process wrote
     /// (from the pagemap) and the tail are compared with it; without a readable pagemap, all
     /// of them.
+    /// A look that finds no page written notes it for [`PrivateMap::keep`].
     pub(crate) fn unchanged(&self) -> bool {
         let data = self.bytes();
         let whole = self.whole();
+        let calls = kernel_calls();
         match self.written_pages() {
             Some(pages) => {
-                pages.iter().all(|&(start, end)| {
+                let tail = data[whole..] == self.source[whole..];
+                if pages.is_empty() && tail {
+                    self.unwritten_at.set(Some(calls));
+                }
+                tail && pages.iter().all(|&(start, end)| {
                     let (start, end) = (start * self.page, end * self.page);
                     data[start..end] == self.source[start..end]
-                }) && data[whole..] == self.source[whole..]
+                })
             }
             None => data == &self.source[..],
         }
+    }
+
+    /// Forgets what the last look found: the process is about to write the mapping.
+    pub(crate) fn forget_look(&self) {
+        self.unwritten_at.set(None);
     }
 
     /// The bytes of the buffer's whole pages, which are mapped; the rest, the tail, is copied.
@@ -281,6 +391,7 @@ impl PrivateMap {
 
     /// [`PrivateMap::remap`] with `fd`, the open descriptor of `source`.
     fn remap_fd(&mut self, source: &SharedData, fd: RawFd) -> bool {
+        self.forget_look();
         if self.map_file(fd) {
             self.source = source.clone();
             self.populate(0, self.whole());
@@ -778,6 +889,50 @@ mod tests {
         assert_eq!(map.bytes(), other.as_slice());
     }
 
+    /// Keeping a mapping trusts a look that found nothing written only until a kernel is
+    /// called: a kernel's write after it is found and dropped (and guard markers a task put in
+    /// the tail's page or the guard zones are removed, the pages' own having been looked at);
+    /// without a call, the mapping is kept as the look found it, its pages not walked again.
+    #[test]
+    fn keeping_trusts_a_look_until_a_kernel_is_called() {
+        let page = page_size();
+        let len = 8 * page + 10;
+        let (bytes, buffer) = patterned(len);
+        let shared = buffer.share();
+        let poke = |map: &PrivateMap| {
+            // SAFETY: inside the data range; no slice of it is live.
+            unsafe { *map.data().as_ptr().add(3 * page + 1) ^= 0xFF };
+        };
+
+        let map = PrivateMap::new(&shared, page).expect("a memfd maps");
+        assert!(map.unchanged());
+        note_kernel_call();
+        poke(&map);
+        map.keep();
+        let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
+        assert_eq!(again.bytes(), &bytes[..], "the kernel's write dropped");
+
+        assert!(again.unchanged());
+        let guard_marks = [
+            again.data().as_ptr() as usize + 8 * page, // the tail's page
+            again.data().as_ptr() as usize + 9 * page, // the back guard zone
+            again.base.as_ptr() as usize,              // the front guard zone
+        ];
+        for at in guard_marks {
+            // SAFETY: pages of this mapping's reservation outside its whole pages: a task
+            // installs guard markers there (refused by kernels before 6.13).
+            unsafe { libc::madvise(at as *mut libc::c_void, page, MADV_GUARD_INSTALL) };
+        }
+        // Not the kernel's doing, so not looked for: stays, as the look let it.
+        poke(&again);
+        again.keep();
+        let third = PrivateMap::kept_or_new(&shared, page).expect("maps, its tail copied");
+        assert_ne!(third.bytes(), &bytes[..], "kept without a second look");
+        third.drop_written();
+        assert_eq!(third.bytes(), &bytes[..]);
+        assert!(third.unchanged());
+    }
+
     #[test]
     fn buffers_shorter_than_a_page_are_not_mapped() {
         let buffer = SharedBuffer::new(page_size() - 1).unwrap();
@@ -867,7 +1022,7 @@ mod tests {
         own.fill(0xAA);
         // Not kept: dropping it unmaps the whole reservation, the process's page with it, so
         // the page is mapped again for the check below.
-        assert!(!first.usable(true));
+        assert!(!first.usable(Unguard::All));
         std::mem::forget(first);
         let again = PrivateMap::kept_or_new(&shared, page).expect("maps");
         assert_eq!(again.bytes(), &bytes[..]);

@@ -163,6 +163,25 @@ fn kept_mappings_read_as_fresh_memory_and_are_given_back() {
         "given back after a request that did not use it"
     );
 
+    // An output nothing reads before the kernel overwrites it (a round's window) takes a kept
+    // mapping as the last request left it, not zeroed, made writable again; its guards hold.
+    // One that must read as fresh memory is zeroed as before, and with nothing kept both get
+    // fresh memory.
+    let mut written = HostTensor::allocate(&zeros()).unwrap();
+    written.bytes_mut().fill(9);
+    protect(&mut written, libc::PROT_READ);
+    drop(written);
+    let mut as_left = HostTensor::allocate_overwritten(&zeros()).unwrap();
+    assert!(as_left.bytes().iter().all(|&b| b == 9), "not zeroed");
+    assert!(as_left.check_bounds().is_ok());
+    as_left.bytes_mut()[4321] = 1;
+    drop(as_left);
+    assert!(fresh(&HostTensor::allocate(&zeros()).unwrap()));
+    end_request();
+    end_request();
+    assert_eq!(kept_mappings_kib(), 0);
+    assert!(fresh(&HostTensor::allocate_overwritten(&zeros()).unwrap()));
+
     // A worker's last request keeps nothing.
     keep_mappings(false);
     let mut last = HostTensor::allocate(&zeros()).unwrap();

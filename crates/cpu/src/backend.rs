@@ -10,7 +10,8 @@ use tunebox_bench::{
     report_progress, summarize, vary_with,
 };
 use tunebox_protocol::{
-    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase, TensorData,
+    BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase,
+    TensorData, TensorSpec,
 };
 
 use crate::error::with_sources;
@@ -99,7 +100,7 @@ impl Backend for CpuBackend {
         let mut tensors = request
             .tensors
             .iter()
-            .map(HostTensor::allocate)
+            .map(|spec| allocate(request, spec))
             .collect::<Result<Vec<_>, _>>()?;
         let pointers: Vec<*mut c_void> =
             tensors.iter_mut().map(|t| t.as_mut_ptr().cast()).collect();
@@ -199,6 +200,18 @@ impl CpuBackend {
         };
         let artifact = compile_with(kernel, &Signature::of(request), &self.cache, &control)?;
         KernelLibrary::load(artifact.path(), Language::of(kernel))
+    }
+}
+
+/// The tensor of `spec` for `request`: an output that the request does not return (a round's
+/// window) and that is not `reset` may start with what an earlier request left in its memory
+/// ([`HostTensor::allocate_overwritten`]): the requests that return it check that the kernel
+/// overwrites it, and no rep of any request finds it as initialized.
+fn allocate(request: &BenchmarkRequest, spec: &TensorSpec) -> Result<HostTensor, BenchError> {
+    if spec.output && !spec.reset && !request.returns(spec) {
+        HostTensor::allocate_overwritten(spec)
+    } else {
+        HostTensor::allocate(spec)
     }
 }
 
@@ -316,7 +329,8 @@ impl CpuRunner<'_> {
     /// initialized tensors (its outputs are the ones verified, its time the stats of an
     /// `outputs_only` reference, which then makes only its fresh-input call); then the timed
     /// reps within the request's budget, the call after them ([`CpuRunner::final_call`]) and,
-    /// untimed, a look for work the kernel left running.
+    /// untimed, a look for work the kernel left running. Inputs the kernel wrote are looked
+    /// for after the first call, or, in a request that returns no outputs, after the reps.
     fn measure(&mut self, started: Instant) -> Result<Measured, BenchError> {
         let request = self.request;
         let timing = &request.timing;
@@ -334,13 +348,18 @@ impl CpuRunner<'_> {
         }
         // A kernel too slow for its time budget says so now, rather than being killed later.
         check_budget(timing, started, first_ms, 3)?;
-        // Inputs the kernel wrote are put back before every later call (triton's restore_value).
-        let tensors = &*self.tensors;
-        let mutated_inputs = self.restore.add_written_inputs(&request.tensors, |i| {
-            Ok::<_, BenchError>(!tensors[i].is_pristine())
-        })?;
-
-        let stats = do_bench_after(self, timing, started, Some(first_ms))?;
+        // Inputs the kernel wrote are put back before every later call (triton's
+        // restore_value). A request that returns outputs looks after the first call. One that
+        // returns none (a round's window) has no call after its reps: it looks once, after
+        // them, and that look also spares the second one that keeping an input's mapping for
+        // the worker's next request would take (a walk of its page tables, ~10 ms per GiB).
+        let look_after_reps = outputs.is_empty() && self.varied.is_none();
+        let mut mutated_inputs = if look_after_reps {
+            Vec::new()
+        } else {
+            self.written_inputs()?
+        };
+        let mut stats = do_bench_after(self, timing, started, Some(first_ms))?;
         check_bounds(self.tensors)?;
         let checked_reps = self
             .varied
@@ -348,12 +367,19 @@ impl CpuRunner<'_> {
             .map(VariedReps::into_checked)
             .transpose()?
             .unwrap_or_default();
-        let (outputs_after_reps, fresh_outputs) = self.last_checks(
-            &stats,
-            started,
-            &outputs,
-            (threads_before, &children_before),
-        )?;
+        let before = (threads_before, children_before.as_slice());
+        let (outputs_after_reps, fresh_outputs) =
+            self.last_checks(&stats, started, &outputs, before)?;
+        if look_after_reps {
+            mutated_inputs = self.written_inputs()?;
+            if !mutated_inputs.is_empty() {
+                // Its reps ran on inputs it had changed: measured again, each rep on the
+                // inputs put back, as a request that returns outputs measures them at once.
+                stats = do_bench_after(self, timing, started, Some(first_ms))?;
+                check_bounds(self.tensors)?;
+                self.last_checks(&stats, started, &outputs, before)?;
+            }
+        }
         Ok(Measured {
             stats,
             outputs,
@@ -361,6 +387,15 @@ impl CpuRunner<'_> {
             mutated_inputs,
             fresh_outputs,
             checked_reps,
+        })
+    }
+
+    /// The inputs (neither outputs nor `reset`) the kernel has written so far, added to the
+    /// tensors put back before every later call; their names (the result's `mutated_inputs`).
+    fn written_inputs(&mut self) -> Result<Vec<String>, BenchError> {
+        let tensors = &*self.tensors;
+        self.restore.add_written_inputs(&self.request.tensors, |i| {
+            Ok::<_, BenchError>(!tensors[i].is_pristine())
         })
     }
 
@@ -480,6 +515,8 @@ impl<'a> Flush<'a> {
 
 impl Runner for CpuRunner<'_> {
     fn run(&mut self) -> Result<(), BenchError> {
+        // The kernel may write any tensor through its pointer: a look at one is out of date.
+        tunebox_bench::note_kernel_call();
         // SAFETY: the library was compiled for `Signature::of(request)` (the signature is part of
         // its cache key), so the trampoline reads exactly `pointers.len()` pointers and
         // `scalars.len()` 8-byte scalar slots (each scalar's C type is at most 8 bytes, copied

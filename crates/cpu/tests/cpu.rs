@@ -194,6 +194,70 @@ fn inputs_given_contents_are_read_in_place_and_a_kernel_writing_them_is_reported
     assert_eq!(made.as_slice(), before.as_slice());
 }
 
+/// A kernel that spins 20 ms unless its input `a` reads as it was made (`a[0] == 1`), and
+/// writes `a[0]`: each call after the first finds the input it changed unless the input is put
+/// back before the call.
+const SLOW_ON_ITS_OWN_WRITE: &str = "#include <stdint.h>\n\
+    #include <time.h>\n\
+    static double now_ms(void) {\n\
+    \x20   struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);\n\
+    \x20   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;\n\
+    }\n\
+    void add(float *a, const float *b, float *c, int64_t n) {\n\
+    \x20   if (a[0] != 1.0f) { double t0 = now_ms(); while (now_ms() - t0 < 20.0) {} }\n\
+    \x20   for (int64_t i = 0; i < n; i++) c[i] = b[i];\n\
+    \x20   if (WRITES) a[0] = 2.0f;\n\
+    }\n";
+
+/// A request that returns no outputs (a round's window) looks for written inputs once, after
+/// its reps (that look also serves the input mappings the worker keeps); when it finds the
+/// kernel wrote one, the reps are measured again with the input put back before each, as a
+/// request that returns outputs measures them from its look after the first call. Both for an
+/// input of the worker's own and one mapped copy-on-write from the caller's contents.
+#[test]
+fn a_window_returning_no_outputs_remeasures_a_kernel_that_wrote_its_input() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut backend = CpuBackend::new(CacheDir::new(cache.path()));
+    // 64 pages of floats, so that given contents are mapped copy-on-write.
+    let n = 16 * 4096;
+    for contents in [false, true] {
+        for writes in [false, true] {
+            for return_outputs in [true, false] {
+                let mut request = add_request(n);
+                if let Kernel::C(kernel) = &mut request.kernel {
+                    kernel.source = SLOW_ON_ITS_OWN_WRITE.into();
+                    kernel
+                        .defines
+                        .push(Define::new("WRITES", if writes { "1" } else { "0" }));
+                }
+                request.tensors[0] = tensor("a", DType::F32, n, Init::Ones, false);
+                let made = request.tensors[0].make_contents().unwrap();
+                if contents {
+                    request.tensors[0].contents = Some(made.share());
+                }
+                request.timing = quick_timing()
+                    .min_reps(5)
+                    .max_reps(5)
+                    .return_outputs(return_outputs);
+                request.timing.fresh_seed = None;
+                let case = format!(
+                    "contents {contents}, writes {writes}, returns outputs {return_outputs}"
+                );
+                let result = backend.benchmark(&request).unwrap();
+                let expected: &[&str] = if writes { &["a"] } else { &[] };
+                assert_eq!(result.mutated_inputs, expected, "{case}");
+                // Every rep on the input as made: none spun.
+                assert!(
+                    result.stats.max_ms < 10.0,
+                    "{case}: a rep found the input the kernel changed ({} ms)",
+                    result.stats.max_ms
+                );
+                assert_eq!(result.outputs.is_empty(), !return_outputs, "{case}");
+            }
+        }
+    }
+}
+
 #[test]
 fn many_arguments_and_every_dtype() {
     // 20 arguments: more than any fixed arity table would have held.
