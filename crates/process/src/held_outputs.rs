@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tunebox_protocol::ResponseBody;
+use tunebox_protocol::{ResponseBody, SpareBuffers};
 
 /// The environment variable that turns held outputs off (`off`): every large output then
 /// travels as a shared-memory region, as before protocol 13.
@@ -35,19 +35,19 @@ pub(crate) enum Unread {
     Garbled(std::io::Error),
 }
 
-/// Reads the outputs a benchmark reply holds out of the worker `pid` and counts the CPU time
-/// this took as the worker's (`Integrity::worker_cpu_ms`: the window's own work, not
-/// interference).
+/// Reads the outputs a benchmark reply holds out of the worker `pid` (into buffers of `spare`
+/// where it has them) and counts the CPU time this took as the worker's
+/// (`Integrity::worker_cpu_ms`: the window's own work, not interference).
 ///
 /// # Errors
 ///
 /// [`Unread`]: the read was refused (holding is turned off) or the reply was garbled.
-pub(crate) fn read(body: &mut ResponseBody, pid: u32) -> Result<(), Unread> {
+pub(crate) fn read(body: &mut ResponseBody, pid: u32, spare: &SpareBuffers) -> Result<(), Unread> {
     let ResponseBody::Benchmark(Ok(result)) = body else {
         return Ok(());
     };
     let before = thread_cpu_ms();
-    match result.read_held(pid) {
+    match result.read_held(pid, spare) {
         Ok(()) => {
             if let Some(cpu) = result.integrity.worker_cpu_ms.as_mut() {
                 *cpu += (thread_cpu_ms() - before).max(0.0);
@@ -118,7 +118,7 @@ mod tests {
         };
         assert_ne!(unreadable, libc::MAP_FAILED);
         let mut body = reply_holding(unreadable as usize, len);
-        let error = read(&mut body, std::process::id()).unwrap_err();
+        let error = read(&mut body, std::process::id(), &SpareBuffers::default()).unwrap_err();
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(unreadable, len) };
         assert!(matches!(error, Unread::Garbled(_)), "{error:?}");

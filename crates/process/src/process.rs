@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, Leftover, MAX_INLINE_REQUEST_BYTES,
-    MAX_SHARED_PAYLOADS, Probe, Request, RequestBody, ResponseBody, Task, TaskRequest,
-    WORKER_USES_ENV, decode_output,
+    MAX_SHARED_PAYLOADS, Probe, Request, RequestBody, ResponseBody, SpareBuffers, Task,
+    TaskRequest, WORKER_USES_ENV, decode_output,
 };
 
 use crate::child::{ReceiveFailure, Received, SendFailure, Worker};
@@ -123,6 +123,9 @@ pub struct TuningProcess {
     /// Processes in the sandboxed worker's cgroup when the pending request was sent: left by
     /// an earlier request (killed then), so never charged to this one.
     strays_before: Vec<u32>,
+    /// Buffers large outputs read out of this handle's workers filled, for the next reads
+    /// (they go with the handle).
+    spare_outputs: SpareBuffers,
 }
 
 impl TuningProcess {
@@ -166,6 +169,7 @@ impl TuningProcess {
             answered: None,
             damaged: false,
             strays_before: Vec::new(),
+            spare_outputs: SpareBuffers::default(),
         }
     }
 
@@ -795,7 +799,7 @@ impl TuningProcess {
     /// [`ProcessError::Protocol`] for a reply naming memory its worker does not hold (the worker
     /// is killed); the errors of sending the request again.
     fn read_held(&mut self, body: &mut ResponseBody, pid: u32) -> Result<bool, ProcessError> {
-        match crate::held_outputs::read(body, pid) {
+        match crate::held_outputs::read(body, pid, &self.spare_outputs) {
             Ok(()) => Ok(true),
             Err(crate::held_outputs::Unread::Garbled(e)) => Err(self.protocol_violation(format!(
                 "the reply names outputs the worker does not hold: {e}"

@@ -54,7 +54,7 @@ pub struct Bytes {
 enum Repr {
     /// Shared within the process, so that a clone of a large output the parent read out of a
     /// worker ([`Repr::Held`]) copies nothing.
-    Inline(#[serde(with = "shared_vec")] Arc<Vec<u8>>),
+    Inline(#[serde(with = "shared_vec")] Arc<Owned>),
     Shared(IpcSharedMemory),
     /// `len` bytes at `address` in the worker that sent them, held there until its next
     /// request.
@@ -146,13 +146,23 @@ impl Bytes {
     /// The read failed: the worker is gone, this process may not read its memory (Yama's
     /// `ptrace_scope` 2 or 3, another user, a seccomp filter), or the range is not mapped
     /// there. The bytes are left held.
-    pub fn read_held(&mut self, pid: u32) -> std::io::Result<()> {
+    ///
+    /// The read fills a buffer of `spare` when one of its size is there, and its buffer goes
+    /// back to `spare` when the last clone of these bytes drops (while `spare` lives).
+    pub fn read_held(&mut self, pid: u32, spare: &held::SpareBuffers) -> std::io::Result<()> {
         if self.held.is_some() {
             return Ok(());
         }
         if let Repr::Held { address, len } = self.repr {
             let len = usize::try_from(len).map_err(std::io::Error::other)?;
-            *self = Bytes::inline(held::read(pid, address, len)?);
+            let bytes = held::read(pid, address, len, spare)?;
+            *self = Bytes {
+                repr: Repr::Inline(Arc::new(Owned {
+                    bytes,
+                    back: Some(spare.handle()),
+                })),
+                held: None,
+            };
         }
         Ok(())
     }
@@ -171,7 +181,7 @@ impl Bytes {
 
     fn inline(bytes: Vec<u8>) -> Bytes {
         Bytes {
-            repr: Repr::Inline(Arc::new(bytes)),
+            repr: Repr::Inline(Arc::new(Owned { bytes, back: None })),
             held: None,
         }
     }
@@ -199,7 +209,7 @@ impl Deref for Bytes {
 
     fn deref(&self) -> &[u8] {
         match (&self.repr, &self.held) {
-            (Repr::Inline(bytes), _) => bytes.as_slice(),
+            (Repr::Inline(owned), _) => owned.bytes.as_slice(),
             (Repr::Shared(memory), _) => memory,
             (Repr::Held { .. }, Some(copy)) => copy.as_slice(),
             (Repr::Held { .. }, None) => &[],
@@ -252,19 +262,40 @@ impl Default for Bytes {
     }
 }
 
-/// `Arc<Vec<u8>>` on the wire as a byte string, as `serde_bytes` writes a `Vec<u8>`.
+/// Bytes of this process's own, shared by the clones of a [`Bytes`]. A buffer a read of held
+/// outputs filled goes back to its reader's spare buffers when the last clone drops
+/// ([`held::SpareBuffers`]).
+struct Owned {
+    bytes: Vec<u8>,
+    back: Option<held::SpareHandle>,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(back) = &self.back {
+            held::SpareBuffers::give_back(back, std::mem::take(&mut self.bytes));
+        }
+    }
+}
+
+/// `Arc<Owned>` on the wire as a byte string, as `serde_bytes` writes a `Vec<u8>`.
 mod shared_vec {
     use std::sync::Arc;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(bytes: &Arc<Vec<u8>>, to: S) -> Result<S::Ok, S::Error> {
-        serde_bytes::serialize(bytes.as_slice(), to)
+    use super::Owned;
+
+    pub(super) fn serialize<S: Serializer>(bytes: &Arc<Owned>, to: S) -> Result<S::Ok, S::Error> {
+        serde_bytes::serialize(bytes.bytes.as_slice(), to)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        from: D,
-    ) -> Result<Arc<Vec<u8>>, D::Error> {
-        serde_bytes::ByteBuf::deserialize(from).map(|b| Arc::new(b.into_vec()))
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Arc<Owned>, D::Error> {
+        serde_bytes::ByteBuf::deserialize(from).map(|b| {
+            Arc::new(Owned {
+                bytes: b.into_vec(),
+                back: None,
+            })
+        })
     }
 }

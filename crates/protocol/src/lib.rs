@@ -80,7 +80,7 @@ pub use env::{
 pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 #[doc(hidden)]
-pub use held::hold_outputs_for_request;
+pub use held::{SpareBuffers, hold_outputs_for_request};
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
     Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,

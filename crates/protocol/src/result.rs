@@ -346,13 +346,13 @@ impl BenchmarkResult {
 
     /// Reads every output the worker `pid` holds ([`crate::Bytes::read_held`]) out of its
     /// memory, once per copy (the same copy returned twice, as an output the reps left
-    /// unchanged, is read once).
+    /// unchanged, is read once), into buffers of `spare` where it has them of the right sizes.
     ///
     /// # Errors
     ///
     /// The first read that failed (see [`crate::Bytes::read_held`]); the outputs not read yet
     /// are left held.
-    pub fn read_held(&mut self, pid: u32) -> std::io::Result<()> {
+    pub fn read_held(&mut self, pid: u32, spare: &crate::SpareBuffers) -> std::io::Result<()> {
         // (as held, as read)
         let mut read: Vec<(Bytes, Bytes)> = Vec::new();
         let integrity = &mut self.integrity;
@@ -373,7 +373,7 @@ impl BenchmarkResult {
                 Some((_, done)) => *bytes = done.clone(),
                 None => {
                     let held = bytes.clone();
-                    bytes.read_held(pid)?;
+                    bytes.read_held(pid, spare)?;
                     read.push((held, bytes.clone()));
                 }
             }
