@@ -28,7 +28,8 @@ static KEPT: Mutex<Vec<PrivateMap>> = Mutex::new(Vec::new());
 static KERNEL_CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// Notes that a kernel is about to be called with the tensors' pointers: what a look at a
-/// mapping found before ([`PrivateMap::unchanged`]) no longer tells what it holds.
+/// tensor found before ([`crate::HostTensor::is_pristine`]) no longer tells what it holds, and
+/// keeping its mapping for the next request looks again.
 pub fn note_kernel_call() {
     KERNEL_CALLS.fetch_add(1, Ordering::AcqRel);
 }

@@ -117,10 +117,9 @@ const SPARE_BUFFERS: usize = 4;
 /// Buffers the reads of one reader (a `TuningProcess`) filled, back once the last handle to
 /// their bytes dropped: the next read of as many bytes fills one again, its pages already
 /// there, instead of a new buffer whose every page is faulted in and zeroed first (two reads of
-/// ~288 MiB per screening window of Kernel Tuner's `vector_add`; a 0.5 GiB screening window of
-/// `window_cost` went from ~4.9 s to ~2.7 s on a 2-vCPU EPYC guest, whose host takes the memory
-/// a guest frees back). At most [`SPARE_BUFFERS`], the oldest dropped first; they go with the
-/// reader (clones share them).
+/// ~288 MiB per screening window of Kernel Tuner's `vector_add`; figures in
+/// docs/performance.md, "Issue 33, fifteenth session"). At most four, the oldest dropped
+/// first; they go with the reader (clones share them).
 #[derive(Debug, Clone, Default)]
 pub struct SpareBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
