@@ -53,53 +53,8 @@ pub(crate) fn holding() -> bool {
 /// The copy's memory could not be had.
 pub(crate) fn hold(bytes: &[u8]) -> io::Result<Arc<Vec<u8>>> {
     let mut copy = huge_buffer(bytes.len()).map_err(io::Error::other)?;
-    copy_in_parallel(&mut copy, bytes);
+    copy.extend_from_slice(bytes);
     Ok(hold_vec(copy))
-}
-
-/// Copies of at least this many bytes are made on more than one thread.
-const PARALLEL_COPY_MIN: usize = 64 << 20;
-
-/// The most threads one copy takes.
-const MAX_COPY_THREADS: usize = 4;
-
-/// Appends `bytes` to the empty `copy` (room for them reserved): a large one on up to
-/// [`MAX_COPY_THREADS`] threads, each writing its own huge pages. Most of a copy into new memory
-/// is the kernel faulting in and zeroing its pages, one thread at a time per page: the worker's
-/// other CPUs would idle meanwhile, the parent waiting for the reply (288 MiB into new huge
-/// pages: ~53 ms on one thread, ~33 ms on two, 2-vCPU EPYC guest).
-fn copy_in_parallel(copy: &mut Vec<u8>, bytes: &[u8]) {
-    debug_assert!(copy.is_empty() && copy.capacity() >= bytes.len());
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(MAX_COPY_THREADS);
-    if bytes.len() < PARALLEL_COPY_MIN || threads <= 1 {
-        copy.extend_from_slice(bytes);
-        return;
-    }
-    let step = bytes.len().div_ceil(threads).next_multiple_of(HUGE_PAGE);
-    let start = copy.as_mut_ptr() as usize;
-    std::thread::scope(|scope| {
-        for (i, part) in bytes.chunks(step).enumerate() {
-            let at = start + i * step;
-            let write = move || {
-                // SAFETY: `at` is `i * step` bytes into `copy`'s reserved room, which holds
-                // `bytes.len()` bytes; `part` is `bytes[i * step..]` up to `step` long, so the
-                // writes stay inside it, and the parts never overlap. `bytes` and `copy` are
-                // distinct allocations.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), at as *mut u8, part.len()) };
-            };
-            if std::thread::Builder::new()
-                .spawn_scoped(scope, write)
-                .is_err()
-            {
-                write();
-            }
-        }
-    });
-    // SAFETY: every byte of `bytes.len()` was written above (each part by its thread, or here
-    // when no thread could be had), and the scope joined them all.
-    unsafe { copy.set_len(bytes.len()) };
 }
 
 /// `bytes` held as they are (no copy), kept alive until the next [`hold_outputs_for_request`].
@@ -259,15 +214,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(read, bytes);
-    }
-
-    #[test]
-    fn a_large_copy_made_on_several_threads_is_whole() {
-        let len = PARALLEL_COPY_MIN + 3 * HUGE_PAGE + 7;
-        let bytes: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
-        let copy = hold(&bytes).unwrap();
-        assert_eq!(copy.len(), len);
-        assert!(copy[..] == bytes[..]);
     }
 
     #[test]
