@@ -214,6 +214,8 @@ impl PrivateMap {
             // Checked when kept (guard markers removed then) and again now, cheaply: another
             // task of this worker may have changed it since. One that fails is unmapped.
             Some(map) if map.usable(Unguard::None) => {
+                // A look belongs to the request that made it.
+                map.forget_look();
                 map.copy_tail();
                 Some(map)
             }
@@ -225,8 +227,8 @@ impl PrivateMap {
     /// the pages the process wrote dropped first, so that it reads as the caller's buffer again;
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     ///
-    /// A look after the kernel's last call that found no page written
-    /// ([`PrivateMap::unchanged`]) spares the second walk of its page tables that finding the
+    /// A look made in this request since the kernel was last called that found no page
+    /// written ([`PrivateMap::unchanged`]) spares the second walk of its page tables that finding the
     /// written pages takes, and, where a look sees guard markers ([`looks_find_guard_markers`]),
     /// the one that removing them from its pages takes (those of its guard zones and tail are
     /// removed all the same).
@@ -297,9 +299,8 @@ impl PrivateMap {
         match self.written_pages() {
             Some(pages) => {
                 let tail = data[whole..] == self.source[whole..];
-                if pages.is_empty() && tail {
-                    self.unwritten_at.set(Some(calls));
-                }
+                self.unwritten_at
+                    .set((pages.is_empty() && tail).then_some(calls));
                 tail && pages.iter().all(|&(start, end)| {
                     let (start, end) = (start * self.page, end * self.page);
                     data[start..end] == self.source[start..end]
@@ -476,8 +477,9 @@ impl PrivateMap {
     }
 
     /// The runs of the mapped pages the process wrote, as `(first, end)` page indices, from
-    /// `/proc/self/pagemap`: a present page that is not the file's (a private copy), or one
-    /// swapped out (only private copies are); the tail's page is not the file's, and never
+    /// `/proc/self/pagemap`: a present page that is not the file's (a private copy), one
+    /// swapped out (only private copies are), or one holding a guard marker (read as swapped,
+    /// and from Linux 6.15 with a bit of its own); the tail's page is not the file's, and never
     /// among them. `None` when the pagemap cannot be read, or the pages are anonymous.
     fn written_pages(&self) -> Option<Vec<(usize, usize)>> {
         if self.anonymous {
@@ -488,7 +490,7 @@ impl PrivateMap {
             self.len / self.page,
             |entry| {
                 ((entry & PAGE_PRESENT != 0 && entry & PAGE_FILE_OR_SHARED == 0)
-                    || entry & PAGE_SWAPPED != 0)
+                    || entry & (PAGE_SWAPPED | PAGE_GUARD) != 0)
                     .then_some(())
             },
         )?;
@@ -891,9 +893,11 @@ mod tests {
     }
 
     /// Keeping a mapping trusts a look that found nothing written only until a kernel is
-    /// called: a kernel's write after it is found and dropped (and guard markers a task put in
-    /// the tail's page or the guard zones are removed, the pages' own having been looked at);
-    /// without a call, the mapping is kept as the look found it, its pages not walked again.
+    /// called, and only in the request that looked: a kernel's write after it is found and
+    /// dropped (and guard markers a task put in the tail's page or the guard zones are removed,
+    /// the pages' own having been looked at); without a call, the mapping is kept as the look
+    /// found it, its pages not walked again; handed to the next request, it is looked at again
+    /// when kept.
     #[test]
     fn keeping_trusts_a_look_until_a_kernel_is_called() {
         let page = page_size();
@@ -931,7 +935,21 @@ mod tests {
         assert_ne!(third.bytes(), &bytes[..], "kept without a second look");
         third.drop_written();
         assert_eq!(third.bytes(), &bytes[..]);
+
+        // A look belongs to its request: kept after one, the mapping is handed to the next
+        // without it, and a write there (a task's, no kernel called) is found when kept again.
         assert!(third.unchanged());
+        third.keep();
+        let fourth = PrivateMap::kept_or_new(&shared, page).expect("maps");
+        assert_eq!(fourth.bytes(), &bytes[..]);
+        poke(&fourth);
+        fourth.keep();
+        let fifth = PrivateMap::kept_or_new(&shared, page).expect("maps");
+        assert_eq!(
+            fifth.bytes(),
+            &bytes[..],
+            "the write in a request without a look dropped"
+        );
     }
 
     #[test]

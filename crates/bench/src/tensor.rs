@@ -363,15 +363,15 @@ impl HostTensor {
         if let Some(written) = &self.written {
             written.store(true, Ordering::Relaxed);
         }
-        if let Storage::Private(map) = &self.storage {
-            map.forget_look();
-        }
         if self.is_mapped() {
             let owned = HostTensor::allocate(&self.spec())
                 .unwrap_or_else(|e| panic!("copying mapped tensor `{}`: {e}", self.name));
             let mut owned = owned;
             owned.written = self.written.take();
             *self = owned;
+        }
+        if let Storage::Private(map) = &self.storage {
+            map.forget_look();
         }
     }
 

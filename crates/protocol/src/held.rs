@@ -69,12 +69,37 @@ pub(crate) fn hold_vec(bytes: Vec<u8>) -> Arc<Vec<u8>> {
 /// Most buffers a reader keeps for its next reads ([`SpareBuffers`]).
 const SPARE_BUFFERS: usize = 4;
 
+/// The share of the machine's memory a reader's spare buffers may hold together: a pool of
+/// several workers reading 1 GiB outputs keeps no more than this each.
+const SPARE_MEMORY_SHARE: u64 = 16;
+
+/// The bytes a reader's spare buffers may hold together: [`SPARE_MEMORY_SHARE`] of the
+/// machine's memory (1 GiB where it cannot be read).
+fn spare_bytes_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        // SAFETY: `sysconf` has no preconditions.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let memory = u64::try_from(pages)
+            .ok()
+            .zip(u64::try_from(page).ok())
+            .map_or(16 << 30, |(pages, page)| pages.saturating_mul(page));
+        usize::try_from(memory / SPARE_MEMORY_SHARE).unwrap_or(usize::MAX)
+    })
+}
+
 /// Buffers the reads of one reader (a `TuningProcess`) filled, back once the last handle to
 /// their bytes dropped: the next read of as many bytes fills one again, its pages already
 /// there, instead of a new buffer whose every page is faulted in and zeroed first (two reads of
 /// ~288 MiB per screening window of Kernel Tuner's `vector_add`; figures in
-/// docs/performance.md, "Issue 33, fifteenth session"). At most four, the oldest dropped
-/// first; they go with the reader (clones share them).
+/// docs/performance.md, "Issue 33, fifteenth session"). At most four, holding at most a
+/// sixteenth of the machine's memory together, the oldest dropped first; they go with the
+/// reader (clones share them).
 #[derive(Debug, Clone, Default)]
 pub struct SpareBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
@@ -104,7 +129,8 @@ impl SpareBuffers {
         };
         let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
         spare.push(buffer);
-        if spare.len() > SPARE_BUFFERS {
+        let held = |spare: &[Vec<u8>]| spare.iter().map(Vec::capacity).sum::<usize>();
+        while spare.len() > SPARE_BUFFERS || held(&spare) > spare_bytes_limit() {
             spare.remove(0);
         }
     }

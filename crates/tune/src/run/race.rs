@@ -722,7 +722,11 @@ impl Run<'_> {
 }
 
 /// The request of one window of `result` in `round`: its screening request with the window's
-/// share of `setup`'s timing, returning no outputs (screening verified them) unless `outputs`.
+/// share of `setup`'s timing, returning no outputs (screening verified them) unless `outputs`
+/// or the choice wrote an input in the windows before (`mutated_inputs`): a window that
+/// returns none looks for written inputs only after its reps, and measures them again when it
+/// finds one, which a window whose budget its reps fill has no time for; one that returns
+/// outputs looks after its first call.
 /// Its outputs stay outputs: not restored before every call as inputs the kernel wrote are (a
 /// `memset` of each output per call; docs/performance.md, "Issue 33, seventh session"), nor
 /// mapped from shared contents.
@@ -741,7 +745,7 @@ pub(super) fn window_request(
     )
     .ok()?;
     request.timing = window_timing(&request.timing, setup.windows, round);
-    request.timing.return_outputs = outputs;
+    request.timing.return_outputs = outputs || !result.mutated_inputs.is_empty();
     Some(request)
 }
 
@@ -882,6 +886,41 @@ mod tests {
         let settling = Settling::of(drifting.iter());
         assert!(settling.settles(12.0));
         assert!(!settling.settles(5.3));
+    }
+
+    /// A round's window returns no outputs, unless asked or the choice wrote an input in the
+    /// windows before: then it looks for written inputs after its first call rather than
+    /// measuring its reps again once it finds one after them, which a window whose reps fill
+    /// its budget has no time for.
+    #[test]
+    fn a_choice_that_wrote_an_input_gets_windows_that_return_outputs() {
+        use tunebox_protocol::{DType, TensorSpec};
+        let manifest = crate::Manifest::builder("k")
+            .c_source(
+                "k.c",
+                "void k(float *x, float *y) { y[0] = x[0] * X; }",
+                "k",
+            )
+            .compiler("cc")
+            .tensor(TensorSpec::new("x", DType::F32, [1]))
+            .tensor(TensorSpec::new("y", DType::F32, [1]).output())
+            .param("X", [1, 2])
+            .verify_against_choice([("X", 1)])
+            .build()
+            .unwrap();
+        let setup = Setup::new(&manifest, "test-cpu", None, Some(1));
+        let choice = crate::Choice::new(indexmap::IndexMap::from([("X".into(), 2.into())]));
+        let mut result = ChoiceResult::failed(0, choice, Status::Ok, String::new(), "test-cpu");
+        let returns = |r: &ChoiceResult, outputs: bool| {
+            window_request(&setup, r, 1, outputs)
+                .expect("a request")
+                .timing
+                .return_outputs
+        };
+        assert!(!returns(&result, false));
+        assert!(returns(&result, true));
+        result.mutated_inputs = vec!["x".into()];
+        assert!(returns(&result, false));
     }
 
     /// Two agreeing windows confirm a choice's time only with half a round of the run's other
