@@ -6,7 +6,6 @@
 //! tensors' sizes) has its whole pages mapped so and its last part page copied into anonymous
 //! memory of its own (the tail), which is checked and restored by copying: less than a page.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::fd::RawFd;
@@ -135,11 +134,15 @@ pub(crate) struct PrivateMap {
     /// by comparing and copying all of them, and never kept.
     anonymous: bool,
     /// The count of kernel calls ([`note_kernel_call`]) when a look found no page written and
-    /// the tail as the caller's ([`PrivateMap::unchanged`]); `None` once the process may have
-    /// written it otherwise. While the count has not moved, keeping the mapping needs no
-    /// second look ([`PrivateMap::keep`]).
-    unwritten_at: Cell<Option<u64>>,
+    /// the tail as the caller's ([`PrivateMap::unchanged`]); [`NO_LOOK`] once the process may
+    /// have written it otherwise. While the count has not moved, keeping the mapping needs no
+    /// second look ([`PrivateMap::keep`]). Atomic rather than a `Cell` only so that tensors
+    /// stay `RefUnwindSafe`.
+    unwritten_at: AtomicU64,
 }
+
+/// [`PrivateMap::unwritten_at`] when no look stands (no count of calls reaches it).
+const NO_LOOK: u64 = u64::MAX;
 
 // SAFETY: the reservation is owned by this value alone (as a `Vec<u8>` owns its buffer); the
 // shared buffer is only read through `source`, which is `Send`.
@@ -185,7 +188,7 @@ impl PrivateMap {
             source: source.clone(),
             page,
             anonymous: false,
-            unwritten_at: Cell::new(None),
+            unwritten_at: AtomicU64::new(NO_LOOK),
         };
         if data == libc::MAP_FAILED {
             return None; // `map` unmaps the reservation.
@@ -233,7 +236,7 @@ impl PrivateMap {
     /// the one that removing them from its pages takes (those of its guard zones and tail are
     /// removed all the same).
     pub(crate) fn keep(self) {
-        let looked = self.unwritten_at.get() == Some(kernel_calls());
+        let looked = self.unwritten_at.load(Ordering::Acquire) == kernel_calls();
         let unguard = if looked && looks_find_guard_markers() {
             Unguard::OutsidePages
         } else {
@@ -299,8 +302,12 @@ impl PrivateMap {
         match self.written_pages() {
             Some(pages) => {
                 let tail = data[whole..] == self.source[whole..];
-                self.unwritten_at
-                    .set((pages.is_empty() && tail).then_some(calls));
+                let look = if pages.is_empty() && tail {
+                    calls
+                } else {
+                    NO_LOOK
+                };
+                self.unwritten_at.store(look, Ordering::Release);
                 tail && pages.iter().all(|&(start, end)| {
                     let (start, end) = (start * self.page, end * self.page);
                     data[start..end] == self.source[start..end]
@@ -312,7 +319,7 @@ impl PrivateMap {
 
     /// Forgets what the last look found: the process is about to write the mapping.
     pub(crate) fn forget_look(&self) {
-        self.unwritten_at.set(None);
+        self.unwritten_at.store(NO_LOOK, Ordering::Release);
     }
 
     /// The bytes of the buffer's whole pages, which are mapped; the rest, the tail, is copied.
