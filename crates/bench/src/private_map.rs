@@ -231,10 +231,10 @@ impl PrivateMap {
     /// the least recently kept mapping goes beyond [`KEPT_MAPS`].
     ///
     /// A look made in this request since the kernel was last called that found no page
-    /// written ([`PrivateMap::unchanged`]) spares the second walk of its page tables that finding the
-    /// written pages takes, and, where a look sees guard markers ([`looks_find_guard_markers`]),
-    /// the one that removing them from its pages takes (those of its guard zones and tail are
-    /// removed all the same).
+    /// written ([`PrivateMap::unchanged`]) spares the second walk of its page tables that
+    /// finding the written pages takes, and, where a look sees guard markers
+    /// ([`looks_find_guard_markers`]), the one that removing them from its pages takes (those
+    /// of its guard zones and tail are removed all the same).
     pub(crate) fn keep(self) {
         let looked = self.unwritten_at.load(Ordering::Acquire) == kernel_calls();
         let unguard = if looked && looks_find_guard_markers() {
