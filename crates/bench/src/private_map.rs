@@ -80,20 +80,10 @@ fn looks_find_guard_markers() -> bool {
     static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FOUND.get_or_init(|| {
         let page = page_size();
-        // SAFETY: a fresh private anonymous page at an address the kernel picks, unmapped below.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if at == libc::MAP_FAILED {
+        let Some(at) = reserve(page) else {
             return false;
-        }
+        };
+        let at = at.as_ptr().cast::<libc::c_void>();
         // SAFETY: the page mapped just above, of this function alone.
         let installed = unsafe { libc::madvise(at, page, MADV_GUARD_INSTALL) } == 0;
         let found = !installed

@@ -273,7 +273,7 @@ struct Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         if let Some(back) = &self.back {
-            held::SpareBuffers::give_back(back, std::mem::take(&mut self.bytes));
+            back.give_back(std::mem::take(&mut self.bytes));
         }
     }
 }

@@ -103,9 +103,24 @@ fn spare_bytes_limit() -> usize {
 #[derive(Debug, Clone, Default)]
 pub struct SpareBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
-/// Where a buffer read for a reader goes back ([`SpareBuffers::give_back`]); nowhere once the
+/// Where a buffer read for a reader goes back ([`SpareHandle::give_back`]); nowhere once the
 /// reader is gone.
-pub(crate) type SpareHandle = Weak<Mutex<Vec<Vec<u8>>>>;
+pub(crate) struct SpareHandle(Weak<Mutex<Vec<Vec<u8>>>>);
+
+impl SpareHandle {
+    /// Keeps `buffer` for a later read of its reader, if the reader is still there.
+    pub(crate) fn give_back(&self, buffer: Vec<u8>) {
+        let Some(spare) = self.0.upgrade() else {
+            return;
+        };
+        let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.push(buffer);
+        let held = |spare: &[Vec<u8>]| spare.iter().map(Vec::capacity).sum::<usize>();
+        while spare.len() > SPARE_BUFFERS || held(&spare) > spare_bytes_limit() {
+            spare.remove(0);
+        }
+    }
+}
 
 impl SpareBuffers {
     /// A spare buffer of exactly `len` bytes' room, emptied, if there is one.
@@ -117,22 +132,9 @@ impl SpareBuffers {
         Some(buffer)
     }
 
-    /// Where a buffer read for this reader goes back ([`SpareBuffers::give_back`]).
+    /// Where a buffer read for this reader goes back ([`SpareHandle::give_back`]).
     pub(crate) fn handle(&self) -> SpareHandle {
-        Arc::downgrade(&self.0)
-    }
-
-    /// Keeps `buffer` for a later read of the reader behind `to`, if it is still there.
-    pub(crate) fn give_back(to: &SpareHandle, buffer: Vec<u8>) {
-        let Some(spare) = to.upgrade() else {
-            return;
-        };
-        let mut spare = spare.lock().unwrap_or_else(PoisonError::into_inner);
-        spare.push(buffer);
-        let held = |spare: &[Vec<u8>]| spare.iter().map(Vec::capacity).sum::<usize>();
-        while spare.len() > SPARE_BUFFERS || held(&spare) > spare_bytes_limit() {
-            spare.remove(0);
-        }
+        SpareHandle(Arc::downgrade(&self.0))
     }
 
     /// How many buffers are kept now.
