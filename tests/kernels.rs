@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tunebox_process::{ProcessError, TuningProcess};
 use tunebox_protocol::{BenchError, BenchmarkRequest, CacheFlush, Define, Kernel, TimingConfig};
 
-use crate::util::{AXPY, c_request, config};
+use crate::util::{AXPY, LONG, c_request, config};
 
 /// `y = 2x + OFFSET` split over an OpenMP team: after the call, libgomp's threads stay alive
 /// (spinning, then sleeping) in code of the kernel's libraries.
@@ -37,6 +37,88 @@ fn openmp_kernels_never_crash_their_worker() {
         assert!(result.is_ok(), "request {i}: {:?}", result.err());
     }
     assert_eq!(worker.pid(), pid, "one worker served all 50");
+}
+
+/// `y = 2x + OFFSET` over an OpenMP team of `TEAM` threads.
+const OPENMP_TEAM_AXPY: &str = "#include <stdint.h>\n\
+void axpy(const float *x, float *y, int64_t n) {\n\
+    #pragma omp parallel for num_threads(TEAM)\n\
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+}\n";
+
+/// Tasks whose OpenMP teams grow from one to the next (a tuner's team sizes in shuffled
+/// order) keep their worker: libgomp's idle team is released between tasks, not taken for
+/// threads the task left running. Each task still reports the threads its kernel started.
+#[test]
+fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut pid = None;
+    for team in [2u32, 3, 5, 8, 2, 6] {
+        let mut request = c_request(OPENMP_TEAM_AXPY, "axpy", "1.0f");
+        let Kernel::C(kernel) = &mut request.kernel else {
+            unreachable!("c_request builds a C kernel")
+        };
+        kernel.flags.push("-fopenmp".into());
+        kernel.defines.push(Define::new("TEAM", team.to_string()));
+        request.timing.rep_ms = 2.0;
+        let result = worker.benchmark(request, LONG).unwrap();
+        assert!(
+            worker.left_behind().is_empty(),
+            "team of {team}: {:?}",
+            worker.left_behind()
+        );
+        assert_eq!(
+            result.integrity.threads_started,
+            Some(team - 1),
+            "team of {team}: the kernel's own threads are counted before they are released"
+        );
+        let now = worker.pid();
+        assert_eq!(
+            *pid.get_or_insert(now),
+            now,
+            "team of {team}: the worker was replaced"
+        );
+    }
+}
+
+/// An OpenMP kernel that also leaves a thread of its own (asleep, so no check inside the
+/// request sees it work) still has its worker replaced: only libgomp's idle team is released.
+#[test]
+fn a_thread_an_openmp_kernel_leaves_of_its_own_still_retires_the_worker() {
+    const LEAVES_A_THREAD: &str = "#include <stdint.h>\n#include <pthread.h>\n#include <unistd.h>\n\
+        static void *nap(void *arg) { (void)arg; for (;;) pause(); return 0; }\n\
+        void axpy(const float *x, float *y, int64_t n) {\n\
+            static int started;\n\
+            if (!started) { pthread_t t; pthread_create(&t, 0, nap, 0); started = 1; }\n\
+            #pragma omp parallel for num_threads(4)\n\
+            for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+        }\n";
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let request = |source: &str| {
+        let mut request = c_request(source, "axpy", "1.0f");
+        let Kernel::C(kernel) = &mut request.kernel else {
+            unreachable!("c_request builds a C kernel")
+        };
+        kernel.flags.extend(["-fopenmp".into(), "-pthread".into()]);
+        kernel.defines.push(Define::new("TEAM", "2"));
+        request.timing.rep_ms = 2.0;
+        request
+    };
+    // The first task of a worker may keep what it set up: an honest one goes first.
+    worker.benchmark(request(OPENMP_TEAM_AXPY), LONG).unwrap();
+    let pid = worker.pid();
+    worker.benchmark(request(LEAVES_A_THREAD), LONG).unwrap();
+    let leftover = worker
+        .left_behind()
+        .iter()
+        .find(|l| l.what == "threads")
+        .unwrap_or_else(|| panic!("no threads leftover in {:?}", worker.left_behind()));
+    assert!(
+        !leftover.restored && leftover.detail.contains("left 1 running"),
+        "{leftover}"
+    );
+    worker.benchmark(request(OPENMP_TEAM_AXPY), LONG).unwrap();
+    assert_ne!(worker.pid(), pid, "the worker it was left in was replaced");
 }
 
 /// A kernel whose `min_reps` cannot fit its timeout is measured with fewer reps, not killed:

@@ -136,6 +136,8 @@ fn benchmark_whole(
     let mut result = dispatch(registry, benchmark, |backend, request| {
         backend.benchmark(request)
     });
+    // Counted before the state checks, which release an OpenMP runtime's idle team.
+    let threads_after = tunebox_bench::thread_count();
     // The kept mappings this request did not use are released before its growth is counted.
     tunebox_bench::end_request();
     let left_behind = hygiene.after(before, benchmark, result.as_ref().err());
@@ -150,7 +152,7 @@ fn benchmark_whole(
             .zip(tunebox_bench::process_cpu_ms())
             .map(|(before, after)| (after - before).max(0.0));
         integrity.threads_started = threads_before
-            .zip(tunebox_bench::thread_count())
+            .zip(threads_after)
             .and_then(|(before, after)| u32::try_from(after.saturating_sub(before)).ok());
     }
     (result, left_behind)

@@ -11,7 +11,8 @@
 //! the task may still wait for): a leftover there is reported not `restored`, and the parent
 //! replaces the worker before the next task (its process group, children included, goes with
 //! it), so that what a task leaves is charged to that task, never to the next. Each request's reply carries its
-//! leftovers, so the task that did it is named by its own result.
+//! leftovers, so the task that did it is named by its own result. An OpenMP runtime's idle
+//! team is no leftover: it is released before the threads are compared ([`openmp`]).
 //!
 //! The first request a backend serves in a worker may leave what the backend sets up for
 //! itself (the CUDA driver's threads, device files and event descriptors; a cache-flush buffer):
@@ -21,6 +22,7 @@
 //! worker is replaced.
 
 mod fpenv;
+mod openmp;
 mod resources;
 mod restorable;
 
@@ -118,6 +120,11 @@ impl Hygiene {
             return Vec::new();
         };
         let mut found = self.baseline.check_and_restore();
+        if error.is_none() {
+            // A task that failed keeps whatever its runtime holds: its worker goes anyway if
+            // that is threads, and a runtime whose threads never came back could hang here.
+            openmp::release_idle_threads(before.0.threads.len());
+        }
         let after = Resources::now();
         let first = self.warmed.insert(request.kernel.backend().to_owned());
         let before = before.0;
