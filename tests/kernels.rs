@@ -17,6 +17,19 @@ void axpy(const float *x, float *y, int64_t n) {\n\
     for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
 }\n";
 
+/// A request for `source`'s `axpy(x, y, n)` built with `-fopenmp` (and `-pthread`), `name`
+/// defined as `value`, and a 2 ms rep budget.
+fn openmp_request(source: &str, (name, value): (&str, String)) -> BenchmarkRequest {
+    let mut request = c_request(source, "axpy", "1.0f");
+    let Kernel::C(kernel) = &mut request.kernel else {
+        unreachable!("c_request builds a C kernel")
+    };
+    kernel.flags.extend(["-fopenmp".into(), "-pthread".into()]);
+    kernel.defines.push(Define::new(name, value));
+    request.timing.rep_ms = 2.0;
+    request
+}
+
 /// An OpenMP kernel: 50 requests, each a fresh kernel library (its own define) in a worker that
 /// serves them all, must all succeed. The worker used to unload each library (and libgomp with
 /// it) while the OpenMP threads still ran its code: a SIGSEGV in about one request in five.
@@ -25,14 +38,8 @@ fn openmp_kernels_never_crash_their_worker() {
     let mut worker = TuningProcess::spawn(config().env("OMP_NUM_THREADS", "2")).unwrap();
     let pid = worker.pid();
     for i in 0..50 {
-        let mut request = c_request(OPENMP_AXPY, "axpy", "1.0f");
-        let Kernel::C(kernel) = &mut request.kernel else {
-            unreachable!("c_request builds a C kernel")
-        };
-        kernel.flags.push("-fopenmp".into());
         // A new library every time, so each request loads (and used to unload) its own.
-        kernel.defines.push(Define::new("VARIANT", i.to_string()));
-        request.timing.rep_ms = 2.0;
+        let request = openmp_request(OPENMP_AXPY, ("VARIANT", i.to_string()));
         let result = worker.benchmark(request, Duration::from_secs(60));
         assert!(result.is_ok(), "request {i}: {:?}", result.err());
     }
@@ -54,13 +61,7 @@ fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
     let mut pid = None;
     for team in [2u32, 3, 5, 8, 2, 6] {
-        let mut request = c_request(OPENMP_TEAM_AXPY, "axpy", "1.0f");
-        let Kernel::C(kernel) = &mut request.kernel else {
-            unreachable!("c_request builds a C kernel")
-        };
-        kernel.flags.push("-fopenmp".into());
-        kernel.defines.push(Define::new("TEAM", team.to_string()));
-        request.timing.rep_ms = 2.0;
+        let request = openmp_request(OPENMP_TEAM_AXPY, ("TEAM", team.to_string()));
         let result = worker.benchmark(request, LONG).unwrap();
         assert!(
             worker.left_behind().is_empty(),
@@ -94,16 +95,7 @@ fn a_thread_an_openmp_kernel_leaves_of_its_own_still_retires_the_worker() {
             for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
         }\n";
     let mut worker = TuningProcess::spawn(config()).unwrap();
-    let request = |source: &str| {
-        let mut request = c_request(source, "axpy", "1.0f");
-        let Kernel::C(kernel) = &mut request.kernel else {
-            unreachable!("c_request builds a C kernel")
-        };
-        kernel.flags.extend(["-fopenmp".into(), "-pthread".into()]);
-        kernel.defines.push(Define::new("TEAM", "2"));
-        request.timing.rep_ms = 2.0;
-        request
-    };
+    let request = |source: &str| openmp_request(source, ("TEAM", "2".into()));
     // The first task of a worker may keep what it set up: an honest one goes first.
     worker.benchmark(request(OPENMP_TEAM_AXPY), LONG).unwrap();
     let pid = worker.pid();
