@@ -399,8 +399,12 @@ fn all_close_run<const N: usize>(
 ) -> Option<(f64, f64)> {
     let mut lanes = Maxima::<LANES>::new();
     let mut rest = Maxima::<1>::new();
+    // Equal finite values are close only where the tolerance admits a zero error: not with a
+    // negative or NaN `atol`, nor an infinite `rtol` (times a zero reference: NaN).
+    let zero_is_close =
+        tolerance.atol >= 0.0 && tolerance.rtol >= 0.0 && tolerance.rtol.is_finite();
     for (want, got) in want.chunks(SAME_BYTES_RUN).zip(got.chunks(SAME_BYTES_RUN)) {
-        if want.as_flattened() == got.as_flattened() {
+        if zero_is_close && want.as_flattened() == got.as_flattened() {
             // Equal values: close unless not finite, which the element-by-element account
             // judges (an infinity is close to itself, a NaN only with `equal_nan`).
             if !want.iter().all(|&element| value(element).is_finite()) {
@@ -726,6 +730,12 @@ mod tests {
             ..tol
         };
         assert!(verify_outputs(&nan, &nan, equal_nan).passed());
+        // A tolerance that admits no zero error fails equal outputs, as the arithmetic does.
+        let same = [f32s("y", &[0.0; SAME_BYTES_RUN])];
+        for (atol, rtol) in [(-1.0, 0.0), (f64::NAN, 0.0), (0.0, f64::INFINITY)] {
+            let never = Tolerance { atol, rtol, ..tol };
+            assert!(!verify_outputs(&same, &same, never).passed(), "{never:?}");
+        }
     }
 
     fn f64s(name: &str, values: &[f64]) -> TensorData {

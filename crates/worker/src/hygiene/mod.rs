@@ -12,7 +12,8 @@
 //! replaces the worker before the next task (its process group, children included, goes with
 //! it), so that what a task leaves is charged to that task, never to the next. Each request's reply carries its
 //! leftovers, so the task that did it is named by its own result. An OpenMP runtime's idle
-//! team is no leftover: it is released before the threads are compared ([`openmp`]).
+//! team is no leftover: it is released before the state is checked
+//! ([`tunebox_bench::release_openmp_threads`]).
 //!
 //! The first request a backend serves in a worker may leave what the backend sets up for
 //! itself (the CUDA driver's threads, device files and event descriptors; a cache-flush buffer):
@@ -22,7 +23,6 @@
 //! worker is replaced.
 
 mod fpenv;
-mod openmp;
 mod resources;
 mod restorable;
 
@@ -119,12 +119,14 @@ impl Hygiene {
         let Some(before) = before else {
             return Vec::new();
         };
-        let mut found = self.baseline.check_and_restore();
         if error.is_none() {
-            // A task that failed keeps whatever its runtime holds: its worker goes anyway if
-            // that is threads, and a runtime whose threads never came back could hang here.
-            openmp::release_idle_threads(before.0.threads.len());
+            // What the CPU backend did not release (a reference's call, a prepare). First, so
+            // that what the threads' exit runs (a task's thread-local destructors) is checked
+            // too. A task that failed keeps whatever its runtime holds: its worker goes anyway
+            // if that is threads, and a runtime whose threads never came back could hang here.
+            tunebox_bench::release_openmp_threads(before.0.threads.len());
         }
+        let mut found = self.baseline.check_and_restore();
         let after = Resources::now();
         let first = self.warmed.insert(request.kernel.backend().to_owned());
         let before = before.0;
