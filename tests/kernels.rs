@@ -54,12 +54,19 @@ void axpy(const float *x, float *y, int64_t n) {\n\
 }\n";
 
 /// Tasks whose OpenMP teams grow from one to the next (a tuner's team sizes in shuffled
-/// order) keep their worker: libgomp's idle team is released between tasks, not taken for
-/// threads the task left running. Each task still reports the threads its kernel started.
+/// order) keep their worker: libgomp's pool, which a larger team grows (and a smaller one
+/// shrinks), is not taken for threads the task left running, and stays for the next task as
+/// the last team left it. Each task reports the threads its kernel had to start beyond it.
 #[test]
 fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
     let mut worker = TuningProcess::spawn(config()).unwrap();
+    let threads = |worker: &TuningProcess| {
+        std::fs::read_dir(format!("/proc/{}/task", worker.pid().unwrap()))
+            .map(Iterator::count)
+            .unwrap()
+    };
     let mut pid = None;
+    let mut pool = 0u32;
     for team in [2u32, 3, 5, 8, 2, 6] {
         let request = openmp_request(OPENMP_TEAM_AXPY, ("TEAM", team.to_string()));
         let result = worker.benchmark(request, LONG).unwrap();
@@ -70,14 +77,19 @@ fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
         );
         assert_eq!(
             result.integrity.threads_started,
-            Some(team - 1),
-            "team of {team}: the kernel's own threads are counted before they are released"
+            Some((team - 1).saturating_sub(pool)),
+            "team of {team} after a pool of {pool}"
         );
         let now = worker.pid();
         assert_eq!(
             *pid.get_or_insert(now),
             now,
             "team of {team}: the worker was replaced"
+        );
+        pool = team - 1;
+        assert!(
+            threads(&worker) > pool as usize,
+            "team of {team}: its pool of {pool} is there for the next task"
         );
     }
 }

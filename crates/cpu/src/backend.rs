@@ -126,7 +126,6 @@ impl Backend for CpuBackend {
             flush,
             request,
             varied: VariedReps::new(timing, &request.tensors).filter(|_| !timing.outputs_only),
-            threads_after_calls: None,
         };
         let measured = runner.measure(started)?;
         if timing.outputs_only {
@@ -147,9 +146,6 @@ struct Measured {
     mutated_inputs: Vec<String>,
     fresh_outputs: Vec<TensorData>,
     checked_reps: Vec<tunebox_protocol::CheckedRep>,
-    /// Threads the kernel's calls left beyond those before its first call (`None`: not
-    /// counted).
-    threads_started: Option<u32>,
 }
 
 impl Measured {
@@ -163,7 +159,6 @@ impl Measured {
             mutated_inputs: Vec::new(),
             fresh_outputs,
             checked_reps: Vec::new(),
-            threads_started: None,
         }
     }
 
@@ -178,8 +173,7 @@ impl Measured {
                 Integrity::default()
                     .with_fresh_outputs(self.fresh_outputs)
                     .with_worker_ms(Some(started.elapsed().as_secs_f64() * 1e3))
-                    .with_checked_reps(self.checked_reps)
-                    .with_threads_started(self.threads_started),
+                    .with_checked_reps(self.checked_reps),
             )
     }
 }
@@ -328,9 +322,6 @@ struct CpuRunner<'a> {
     request: &'a BenchmarkRequest,
     /// Timed reps on varied inputs, when the request asks for them.
     varied: Option<VariedReps>,
-    /// The most threads the process had after a last call ([`CpuRunner::last_checks`]), before
-    /// an OpenMP runtime's idle team was released: what tells a kernel that starts threads.
-    threads_after_calls: Option<usize>,
 }
 
 impl CpuRunner<'_> {
@@ -389,10 +380,6 @@ impl CpuRunner<'_> {
                 self.last_checks(&stats, started, &outputs, before)?;
             }
         }
-        let threads_started = self
-            .threads_after_calls
-            .filter(|_| threads_before > 0)
-            .and_then(|after| u32::try_from(after.saturating_sub(threads_before)).ok());
         Ok(Measured {
             stats,
             outputs,
@@ -400,7 +387,6 @@ impl CpuRunner<'_> {
             mutated_inputs,
             fresh_outputs,
             checked_reps,
-            threads_started,
         })
     }
 
@@ -435,11 +421,6 @@ impl CpuRunner<'_> {
         } else {
             &fresh_outputs
         };
-        // An OpenMP runtime's idle team is no work left running: counted, then released, so
-        // that the look below watches only threads the kernel kept of its own.
-        let threads = tunebox_bench::thread_count();
-        self.threads_after_calls = self.threads_after_calls.max(threads);
-        tunebox_bench::release_openmp_threads(before.0);
         integrity::check_deferred_work(self.request, self.tensors, before, last_copies)?;
         Ok((outputs_after_reps, fresh_outputs))
     }

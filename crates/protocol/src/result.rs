@@ -66,10 +66,9 @@ pub struct Integrity {
     /// could not read its clock.
     pub worker_cpu_ms: Option<f64>,
     /// Threads the request left the worker process with beyond those it had when it took it
-    /// (the worker fills it, or the backend, counted after its kernel's last call, where that
-    /// is more): a kernel that starts a team of threads (OpenMP, a thread pool) shows here,
-    /// even when its threads wait for work between calls, or were ended after them (the CPU
-    /// backend releases libgomp's idle team). `None` where neither could count the threads.
+    /// (the worker fills it): a kernel that starts a team of threads (OpenMP, a thread pool)
+    /// on its first call in a fresh worker shows here, even when its threads wait for work
+    /// between calls. `None` where the worker could not count its threads.
     #[serde(default)]
     pub threads_started: Option<u32>,
     /// The timed reps picked for checking ([`TimingConfig::varied_reps`](crate::TimingConfig::varied_reps)),

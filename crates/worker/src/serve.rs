@@ -136,8 +136,7 @@ fn benchmark_whole(
     let mut result = dispatch(registry, benchmark, |backend, request| {
         backend.benchmark(request)
     });
-    // Counted before the state checks, which release an OpenMP runtime's idle team (the CPU
-    // backend released it after its last call, and says what it counted before).
+    // Counted before the state checks, which may release an OpenMP runtime's idle team.
     let threads_after = tunebox_bench::thread_count();
     // The kept mappings this request did not use are released before its growth is counted.
     tunebox_bench::end_request();
@@ -152,10 +151,9 @@ fn benchmark_whole(
         integrity.worker_cpu_ms = cpu_before
             .zip(tunebox_bench::process_cpu_ms())
             .map(|(before, after)| (after - before).max(0.0));
-        let counted = threads_before
+        integrity.threads_started = threads_before
             .zip(threads_after)
             .and_then(|(before, after)| u32::try_from(after.saturating_sub(before)).ok());
-        integrity.threads_started = integrity.threads_started.max(counted);
     }
     (result, left_behind)
 }

@@ -12,8 +12,8 @@
 //! replaces the worker before the next task (its process group, children included, goes with
 //! it), so that what a task leaves is charged to that task, never to the next. Each request's reply carries its
 //! leftovers, so the task that did it is named by its own result. An OpenMP runtime's idle
-//! team is no leftover: it is released before the state is checked
-//! ([`tunebox_bench::release_openmp_threads`]).
+//! team is no leftover: a pool the task grew is ended before the state is checked and started
+//! again after ([`openmp`]).
 //!
 //! The first request a backend serves in a worker may leave what the backend sets up for
 //! itself (the CUDA driver's threads, device files and event descriptors; a cache-flush buffer):
@@ -23,6 +23,7 @@
 //! worker is replaced.
 
 mod fpenv;
+mod openmp;
 mod resources;
 mod restorable;
 
@@ -119,13 +120,17 @@ impl Hygiene {
         let Some(before) = before else {
             return Vec::new();
         };
-        if error.is_none() {
-            // What the CPU backend did not release (a reference's call, a prepare). First, so
-            // that what the threads' exit runs (a task's thread-local destructors) is checked
-            // too. A task that failed keeps whatever its runtime holds: its worker goes anyway
-            // if that is threads, and a runtime whose threads never came back could hang here.
-            tunebox_bench::release_openmp_threads(before.0.threads.len());
-        }
+        // A task that grew the worker's threads may have grown libgomp's pool: ended before the
+        // state is checked (what the threads' exit runs, a task's thread-local destructors, is
+        // checked too), and started again below if the worker is kept. A task that failed
+        // keeps whatever its runtime holds: its worker goes anyway if that is threads, and a
+        // runtime whose threads never came back could hang here.
+        let grew = tunebox_bench::thread_count().is_some_and(|n| n > before.0.threads.len());
+        let pool = if grew && error.is_none() {
+            openmp::end_pool(before.0.threads.len())
+        } else {
+            0
+        };
         let mut found = self.baseline.check_and_restore();
         let after = Resources::now();
         let first = self.warmed.insert(request.kernel.backend().to_owned());
@@ -216,6 +221,9 @@ impl Hygiene {
                     .collect::<Vec<_>>()
                     .join("; ")
             );
+        }
+        if pool > 0 && found.iter().all(|l| l.restored) && !openmp::start_pool(pool) {
+            log::debug!("libgomp's pool of {pool} threads could not be started again");
         }
         found
     }
