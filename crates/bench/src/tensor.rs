@@ -631,12 +631,10 @@ fn checked_len(spec: &TensorSpec) -> Result<usize, BenchError> {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// Total physical memory from `/proc/meminfo`, or `None` where it cannot be read.
+/// Total physical memory from `/proc/meminfo`, or `None` where it cannot be read
+/// ([`tunebox_protocol::physical_memory_bytes`], which the parent's sizes use too).
 pub fn physical_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    tunebox_protocol::physical_memory_bytes()
 }
 
 #[cfg(test)]

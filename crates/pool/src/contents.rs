@@ -68,7 +68,7 @@ impl Contents {
     pub(crate) fn new() -> Contents {
         Contents {
             made: Mutex::default(),
-            max_bytes: physical_memory_bytes().map_or(4 << 30, |m| m / 4),
+            max_bytes: tunebox_protocol::physical_memory_bytes().map_or(4 << 30, |m| m / 4),
         }
     }
 
@@ -152,14 +152,6 @@ impl Contents {
             }
         }
     }
-}
-
-/// Total physical memory from `/proc/meminfo`, or `None` where it cannot be read.
-fn physical_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -155,14 +155,7 @@ impl Bytes {
         }
         if let Repr::Held { address, len } = self.repr {
             let len = usize::try_from(len).map_err(std::io::Error::other)?;
-            let bytes = held::read(pid, address, len, spare)?;
-            *self = Bytes {
-                repr: Repr::Inline(Arc::new(Owned {
-                    bytes,
-                    back: Some(spare.handle()),
-                })),
-                held: None,
-            };
+            *self = Bytes::owned(held::read(pid, address, len, spare)?, Some(spare.handle()));
         }
         Ok(())
     }
@@ -180,8 +173,14 @@ impl Bytes {
     }
 
     fn inline(bytes: Vec<u8>) -> Bytes {
+        Bytes::owned(bytes, None)
+    }
+
+    /// `bytes` of this process, going `back` to a reader's spare buffers when the last clone
+    /// drops.
+    fn owned(bytes: Vec<u8>, back: Option<held::SpareHandle>) -> Bytes {
         Bytes {
-            repr: Repr::Inline(Arc::new(Owned { bytes, back: None })),
+            repr: Repr::Inline(Arc::new(Owned { bytes, back })),
             held: None,
         }
     }

@@ -78,17 +78,7 @@ const SPARE_MEMORY_SHARE: u64 = 16;
 fn spare_bytes_limit() -> usize {
     static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
-        // SAFETY: `sysconf` has no preconditions.
-        let (pages, page) = unsafe {
-            (
-                libc::sysconf(libc::_SC_PHYS_PAGES),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
-        let memory = u64::try_from(pages)
-            .ok()
-            .zip(u64::try_from(page).ok())
-            .map_or(16 << 30, |(pages, page)| pages.saturating_mul(page));
+        let memory = crate::physical_memory_bytes().unwrap_or(16 << 30);
         usize::try_from(memory / SPARE_MEMORY_SHARE).unwrap_or(usize::MAX)
     })
 }

@@ -62,6 +62,7 @@ mod dtype;
 mod env;
 mod error;
 mod held;
+mod machine;
 mod message;
 mod request;
 mod result;
@@ -81,6 +82,7 @@ pub use env::{mark_worker_entry, worker_entry_reached};
 pub use error::BenchError;
 #[doc(hidden)]
 pub use held::{SpareBuffers, hold_outputs_for_request};
+pub use machine::physical_memory_bytes;
 pub use message::{Bootstrap, Hello, Request, RequestBody, Response, ResponseBody};
 pub use request::{
     Arg, BenchmarkRequest, CKernel, CacheFlush, DiagnosticTask, Element, Init, Kernel, RepClock,

@@ -88,7 +88,7 @@ impl Default for Sandbox {
             network: false,
             read: Vec::new(),
             write: Vec::new(),
-            memory: physical_memory(),
+            memory: tunebox_protocol::physical_memory_bytes(),
             cpu_time: None,
             tasks: Some((8 * cpus).max(256)),
             file_size: Some(1 << 30),
@@ -224,14 +224,6 @@ impl Sandbox {
     pub fn write_paths(&self) -> &[PathBuf] {
         &self.write
     }
-}
-
-/// `MemTotal` of `/proc/meminfo`, in bytes.
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// Read-only system paths every sandboxed worker may read and execute, when they exist.

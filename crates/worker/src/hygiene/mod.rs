@@ -125,11 +125,11 @@ impl Hygiene {
         // checked too), and started again below if the worker is kept. A task that failed
         // keeps whatever its runtime holds: its worker goes anyway if that is threads, and a
         // runtime whose threads never came back could hang here.
-        let grew = tunebox_bench::thread_count().is_some_and(|n| n > before.0.threads.len());
-        let pool = if grew && error.is_none() {
-            openmp::end_pool(before.0.threads.len())
-        } else {
-            0
+        let pool = match tunebox_bench::thread_count() {
+            Some(now) if now > before.0.threads.len() && error.is_none() => {
+                openmp::end_pool(before.0.threads.len(), now)
+            }
+            _ => 0,
         };
         let mut found = self.baseline.check_and_restore();
         let after = Resources::now();

@@ -41,13 +41,10 @@ const OMP_PAUSE_HARD: c_int = 2;
 const GONE_WITHIN: Duration = Duration::from_millis(200);
 
 /// Ends the idle team of libgomp if this process has it loaded, then waits until the threads
-/// of this process are no more than `threads`, or at most 200 ms. Returns how many threads
-/// left (the pool's size; 0 where libgomp is not loaded or had no pool). To be called on the
-/// thread that called the kernel, after its last call.
-pub(crate) fn end_pool(threads: usize) -> usize {
-    let Some(before) = tunebox_bench::thread_count() else {
-        return 0;
-    };
+/// of this process (`before` of them now) are no more than `threads`, or at most 200 ms.
+/// Returns how many threads left (the pool's size; 0 where libgomp is not loaded or had no
+/// pool). To be called on the thread that called the kernel, after its last call.
+pub(crate) fn end_pool(threads: usize, before: usize) -> usize {
     if !with_libgomp(|gomp| {
         // SAFETY: OpenMP 5.0 declares `int omp_pause_resource_all(omp_pause_resource_t kind)`,
         // an enum passed as an `int`.
@@ -130,7 +127,7 @@ mod tests {
     fn nothing_happens_where_libgomp_is_not_loaded() {
         // The worker's own tests never load libgomp (and run on threads of their own, so the
         // process's thread count is no measure here: `tests/kernels.rs` checks the pool).
-        assert_eq!(end_pool(usize::MAX), 0);
+        assert_eq!(end_pool(usize::MAX, 1), 0);
         assert!(!start_pool(3));
     }
 }
