@@ -125,6 +125,135 @@ fn a_thread_an_openmp_kernel_leaves_of_its_own_still_retires_the_worker() {
     assert_ne!(worker.pid(), pid, "the worker it was left in was replaced");
 }
 
+/// A GNU OpenMP team told to spin while idle (`OMP_WAIT_POLICY=active`: libgomp's threads never
+/// sleep) is measured, not judged `suspicious`: past the look's deadline its pool is ended and
+/// the process looked at once more. Used to be `threads_after_call`, with advice to use
+/// `passive`.
+#[test]
+fn a_gnu_openmp_team_told_to_spin_is_measured() {
+    let mut worker = TuningProcess::spawn(config().env("OMP_WAIT_POLICY", "active")).unwrap();
+    for team in [2u32, 4] {
+        let result = worker
+            .benchmark(
+                openmp_request(OPENMP_TEAM_AXPY, ("TEAM", team.to_string())),
+                LONG,
+            )
+            .unwrap_or_else(|e| panic!("team of {team}: {e}"));
+        assert!(result.stats.median_ms > 0.0);
+        assert!(
+            worker.left_behind().is_empty(),
+            "team of {team}: {:?}",
+            worker.left_behind()
+        );
+    }
+}
+
+/// Whether `clang -fopenmp` builds and links a program here (clang and LLVM's `libomp`, as
+/// Debian's `clang libomp-dev` give them). Without them the tests of LLVM's runtime say so and
+/// pass, unless `TUNEBOX_REQUIRE_LIBOMP` is set (as `.ci/run` sets it, having installed them),
+/// where they fail instead.
+fn clang_openmp() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("probe.c");
+    std::fs::write(
+        &source,
+        "int main(void) {\n#pragma omp parallel\n{}\nreturn 0;\n}\n",
+    )
+    .unwrap();
+    let built = std::process::Command::new("clang")
+        .arg("-fopenmp")
+        .arg(&source)
+        .arg("-o")
+        .arg(dir.path().join("probe"))
+        .output()
+        .is_ok_and(|out| out.status.success());
+    assert!(
+        built || std::env::var_os("TUNEBOX_REQUIRE_LIBOMP").is_none(),
+        "TUNEBOX_REQUIRE_LIBOMP is set but `clang -fopenmp` cannot build a program (apt-get \
+         install clang libomp-dev)"
+    );
+    if !built {
+        eprintln!(
+            "skipped: no `clang -fopenmp` with LLVM's libomp here (apt-get install clang libomp-dev)"
+        );
+    }
+    built
+}
+
+/// [`openmp_request`] compiled by clang, so that its kernel runs on LLVM's `libomp`, whose
+/// idle threads spin for `KMP_BLOCKTIME` (200 ms by default) after every region.
+fn llvm_openmp_request(source: &str, team: u32) -> BenchmarkRequest {
+    let mut request = openmp_request(source, ("TEAM", team.to_string()));
+    let Kernel::C(kernel) = &mut request.kernel else {
+        unreachable!("c_request builds a C kernel")
+    };
+    kernel.compiler = "clang".into();
+    request
+}
+
+/// Kernels on LLVM's OpenMP runtime (`clang -fopenmp`) are measured, not judged `suspicious`:
+/// its idle team spins for 200 ms after the last call, which the look for work left running
+/// took for work the kernel left (every multi-threaded choice of the histogram built by clang
+/// was `suspicious`). The team is ended before the look, so teams that grow from task to task
+/// keep their worker too, and each task reports the threads its team started.
+#[test]
+fn llvm_openmp_teams_are_measured_and_keep_their_worker() {
+    if !clang_openmp() {
+        return;
+    }
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut pid = None;
+    for team in [2u32, 3, 5, 8, 2, 6] {
+        let result = worker
+            .benchmark(llvm_openmp_request(OPENMP_TEAM_AXPY, team), LONG)
+            .unwrap_or_else(|e| panic!("team of {team}: {e}"));
+        assert!(
+            worker.left_behind().is_empty(),
+            "team of {team}: {:?}",
+            worker.left_behind()
+        );
+        // The runtime's pool was ended after the last task: each team starts afresh.
+        assert_eq!(
+            result.integrity.threads_started,
+            Some(team - 1),
+            "team of {team}"
+        );
+        let now = worker.pid();
+        assert_eq!(
+            *pid.get_or_insert(now),
+            now,
+            "team of {team}: the worker was replaced"
+        );
+    }
+}
+
+/// Ending LLVM's idle team before the look hides no work a kernel left of its own: a thread it
+/// started that keeps spinning after the call is still found, and the worker retired.
+#[test]
+fn a_busy_thread_beside_an_llvm_openmp_team_is_still_work_left_running() {
+    if !clang_openmp() {
+        return;
+    }
+    const SPINS_ON: &str = "#include <stdint.h>\n#include <pthread.h>\n\
+        static volatile int stop;\n\
+        static void *spin(void *arg) { (void)arg; while (!stop) {} return 0; }\n\
+        void axpy(const float *x, float *y, int64_t n) {\n\
+            static int started;\n\
+            if (!started) { pthread_t t; pthread_create(&t, 0, spin, 0); started = 1; }\n\
+            #pragma omp parallel for num_threads(TEAM)\n\
+            for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+        }\n";
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let err = worker
+        .benchmark(llvm_openmp_request(SPINS_ON, 4), LONG)
+        .unwrap_err();
+    let Some(BenchError::Suspicious { check, seen }) = err.bench_error() else {
+        panic!("expected Suspicious, got {err:?}");
+    };
+    assert_eq!(check, "threads_after_call", "{seen}");
+    assert!(seen.contains("1 thread(s) still runnable"), "{seen}");
+}
+
 /// A kernel whose `min_reps` cannot fit its timeout is measured with fewer reps, not killed:
 /// 150 ms a call, at least 10 reps (about 2.5 s with estimate and warmup) within 1.5 s.
 #[test]

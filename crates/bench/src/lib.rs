@@ -21,7 +21,8 @@
 //! worker's progress sink), `rep_clock.rs` (a preempted rep counts its thread's
 //! CPU time), `restore.rs` ([`Restore`]: the tensors put back between calls), `tensor.rs` ([`HostTensor`], [`physical_memory_bytes`]), `huge_map.rs`
 //! (large tensors' huge-page mappings, kept between a worker's requests: [`keep_mappings`],
-//! [`end_request`], [`kept_mappings_kib`]), `private_map.rs` (inputs mapped copy-on-write
+//! [`end_request`], [`kept_mappings_kib`]), `openmp.rs` (the idle threads of the OpenMP runtimes a
+//! kernel loaded: [`end_openmp_pools`], [`start_gnu_openmp_pool`]), `private_map.rs` (inputs mapped copy-on-write
 //! from the caller's shared buffer), `task.rs` ([`TaskBackend`], [`TaskContext`]).
 //!
 //! # Example
@@ -54,6 +55,7 @@ mod cache_dir;
 mod do_bench;
 mod fresh;
 mod huge_map;
+mod openmp;
 mod private_map;
 mod progress;
 mod rep_clock;
@@ -68,6 +70,7 @@ pub use cache_dir::CacheDir;
 pub use do_bench::{Runner, check_budget, do_bench, do_bench_after, do_bench_within};
 pub use fresh::{fresh_input_spec, fresh_inputs};
 pub use huge_map::{end_request, keep_mappings, kept_mappings_kib};
+pub use openmp::{EndedPools, Runtimes, end_openmp_pools, start_gnu_openmp_pool};
 pub use private_map::note_kernel_call;
 pub use progress::{install_progress_sink, report_progress};
 pub use rep_clock::{process_cpu_ms, thread_count, thread_cpu_ms};

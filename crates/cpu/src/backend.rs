@@ -146,6 +146,9 @@ struct Measured {
     mutated_inputs: Vec<String>,
     fresh_outputs: Vec<TensorData>,
     checked_reps: Vec<tunebox_protocol::CheckedRep>,
+    /// Threads the kernel started that were there after its last call (an OpenMP runtime's
+    /// pool among them, which the look for work left running may have ended since).
+    threads_started: Option<u32>,
 }
 
 impl Measured {
@@ -159,6 +162,7 @@ impl Measured {
             mutated_inputs: Vec::new(),
             fresh_outputs,
             checked_reps: Vec::new(),
+            threads_started: None,
         }
     }
 
@@ -173,7 +177,8 @@ impl Measured {
                 Integrity::default()
                     .with_fresh_outputs(self.fresh_outputs)
                     .with_worker_ms(Some(started.elapsed().as_secs_f64() * 1e3))
-                    .with_checked_reps(self.checked_reps),
+                    .with_checked_reps(self.checked_reps)
+                    .with_threads_started(self.threads_started),
             )
     }
 }
@@ -368,7 +373,7 @@ impl CpuRunner<'_> {
             .transpose()?
             .unwrap_or_default();
         let before = (threads_before, children_before.as_slice());
-        let (outputs_after_reps, fresh_outputs) =
+        let (outputs_after_reps, fresh_outputs, mut threads_after) =
             self.last_checks(&stats, started, &outputs, before)?;
         if look_after_reps {
             mutated_inputs = self.written_inputs()?;
@@ -377,7 +382,8 @@ impl CpuRunner<'_> {
                 // inputs put back, as a request that returns outputs measures them at once.
                 stats = do_bench_after(self, timing, started, Some(first_ms))?;
                 check_bounds(self.tensors)?;
-                self.last_checks(&stats, started, &outputs, before)?;
+                let (_, _, again) = self.last_checks(&stats, started, &outputs, before)?;
+                threads_after = threads_after.max(again);
             }
         }
         Ok(Measured {
@@ -387,6 +393,7 @@ impl CpuRunner<'_> {
             mutated_inputs,
             fresh_outputs,
             checked_reps,
+            threads_started: u32::try_from(threads_after.saturating_sub(threads_before)).ok(),
         })
     }
 
@@ -403,14 +410,15 @@ impl CpuRunner<'_> {
     /// call's copies, [`CpuRunner::final_call`]), then, untimed, a look for work the kernel
     /// left running against the copies of the last call's outputs made for the reply
     /// (`before`: the worker's threads and children before the first call). Returns
-    /// `(outputs_after_reps, fresh_outputs)`.
+    /// `(outputs_after_reps, fresh_outputs, threads)`, `threads` the process's after the last
+    /// call ([`integrity::check_deferred_work`]).
     fn last_checks(
         &mut self,
         stats: &tunebox_protocol::TimingStats,
         started: Instant,
         outputs: &[TensorData],
         before: (usize, &[u32]),
-    ) -> Result<(Vec<TensorData>, Vec<TensorData>), BenchError> {
+    ) -> Result<(Vec<TensorData>, Vec<TensorData>, usize), BenchError> {
         let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
             (Vec::new(), Vec::new())
         } else {
@@ -421,8 +429,9 @@ impl CpuRunner<'_> {
         } else {
             &fresh_outputs
         };
-        integrity::check_deferred_work(self.request, self.tensors, before, last_copies)?;
-        Ok((outputs_after_reps, fresh_outputs))
+        let threads =
+            integrity::check_deferred_work(self.request, self.tensors, before, last_copies)?;
+        Ok((outputs_after_reps, fresh_outputs, threads))
     }
 
     /// One more call after the reps (`stats`), on poisoned outputs: a kernel must overwrite

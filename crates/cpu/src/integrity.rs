@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tunebox_bench::HostTensor;
+use tunebox_bench::{HostTensor, Runtimes, end_openmp_pools};
 use tunebox_protocol::{BenchError, BenchmarkRequest, TensorData};
 
 /// The gap between two looks at the threads after the last call, when the kernel started
@@ -116,14 +116,23 @@ pub(crate) fn thread_count() -> usize {
 ///
 /// `copies`: the copies of the last call's outputs the worker made for its reply, if it made
 /// them (else empty); the outputs are compared with them after the watch.
+///
+/// The idle threads of an OpenMP runtime that spin after a region are no work left
+/// ([`tunebox_bench::end_openmp_pools`] ends a runtime's pool, joining its threads): LLVM's
+/// `libomp` and Intel's `libiomp5` spin for `KMP_BLOCKTIME`, 200 ms by default, so their pools
+/// are ended once the first stretch finds the process busy; GNU's `libgomp` spins for well
+/// under a millisecond unless told to spin on (`OMP_WAIT_POLICY=active`), so its pool is kept
+/// for the next task unless the process is still busy at the deadline, when it is ended and
+/// looked at once more. Either way only threads of the kernel's own can keep it busy. Returns
+/// the process's threads when the look began, the pools' included (0 outside a worker).
 pub(crate) fn check_deferred_work(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
     (threads_before, children_before): (usize, &[u32]),
     copies: &[TensorData],
-) -> Result<(), BenchError> {
+) -> Result<usize, BenchError> {
     if !tunebox_protocol::worker_entry_reached() {
-        return Ok(());
+        return Ok(0);
     }
     let new_children = || {
         let mut children = child_processes();
@@ -134,17 +143,25 @@ pub(crate) fn check_deferred_work(
     if !children.is_empty() {
         return Err(lingering_children(&children));
     }
-    if thread_count() <= threads_before {
+    let threads = thread_count();
+    if threads <= threads_before {
         // No thread the kernel started: nothing can be working behind its back but a signal
         // handler, which the outputs would show.
-        return check_outputs_settle(request, tensors, copies, QUICK_WATCH);
+        check_outputs_settle(request, tensors, copies, QUICK_WATCH)?;
+        return Ok(threads);
     }
     let returned = Instant::now();
     let snapshot = Snapshot::take(request, tensors, copies);
+    let mut window = Window::watch();
+    if !window.is_quiet() && end_openmp_pools(Runtimes::SpinningWhenIdle).any() {
+        window = Window::watch();
+    }
     // Busy in every stretch up to the deadline: a runtime's spinning threads fall asleep in
     // one of them, work left running never does.
-    let mut window = Window::watch();
     while !window.is_quiet() && returned.elapsed() < DEADLINE {
+        window = Window::watch();
+    }
+    if !window.is_quiet() && end_openmp_pools(Runtimes::All).any() {
         window = Window::watch();
     }
     let elapsed = returned.elapsed();
@@ -153,7 +170,8 @@ pub(crate) fn check_deferred_work(
         return Err(lingering_children(&children));
     }
     outputs_unchanged(request, tensors, &snapshot, elapsed)?;
-    still_running(&window, elapsed, threads_before)
+    still_running(&window, elapsed, threads_before)?;
+    Ok(threads)
 }
 
 /// Fails with `threads_after_call` when the last `window` watched, `elapsed` after the
@@ -171,8 +189,9 @@ fn still_running(
             format!(
                 "{} thread(s) still runnable {} ms after the kernel's call returned \
                  (thread ids {:?}; {threads} threads, {threads_before} before the first \
-                 call): work is still running outside the timed window (with OpenMP, \
-                 OMP_WAIT_POLICY=active spins like this too; use passive)",
+                 call): work is still running outside the timed window (the OpenMP runtimes' idle \
+                 threads were ended first; a thread pool of another kind that spins while idle \
+                 shows like this too: make it sleep)",
                 window.busy.len(),
                 elapsed.as_millis(),
                 window.busy

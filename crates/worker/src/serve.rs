@@ -151,9 +151,11 @@ fn benchmark_whole(
         integrity.worker_cpu_ms = cpu_before
             .zip(tunebox_bench::process_cpu_ms())
             .map(|(before, after)| (after - before).max(0.0));
-        integrity.threads_started = threads_before
+        // A backend that ended a pool the kernel started counted its threads before that.
+        let counted = threads_before
             .zip(threads_after)
             .and_then(|(before, after)| u32::try_from(after.saturating_sub(before)).ok());
+        integrity.threads_started = integrity.threads_started.max(counted);
     }
     (result, left_behind)
 }

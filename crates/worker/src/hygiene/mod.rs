@@ -120,16 +120,16 @@ impl Hygiene {
         let Some(before) = before else {
             return Vec::new();
         };
-        // A task that grew the worker's threads may have grown libgomp's pool: ended before the
-        // state is checked (what the threads' exit runs, a task's thread-local destructors, is
+        // A task that grew the worker's threads may have grown an OpenMP runtime's pool: ended
+        // before the state is checked (what the threads' exit runs, a task's thread-local destructors, is
         // checked too), and started again below if the worker is kept. A task that failed
         // keeps whatever its runtime holds: its worker goes anyway if that is threads, and a
         // runtime whose threads never came back could hang here.
         let pool = match tunebox_bench::thread_count() {
             Some(now) if now > before.0.threads.len() && error.is_none() => {
-                openmp::end_pool(before.0.threads.len(), now)
+                Some(openmp::end_pools(before.0.threads.len(), now))
             }
-            _ => 0,
+            _ => None,
         };
         let mut found = self.baseline.check_and_restore();
         let after = Resources::now();
@@ -222,8 +222,14 @@ impl Hygiene {
                     .join("; ")
             );
         }
-        if pool > 0 && found.iter().all(|l| l.restored) && !openmp::start_pool(pool) {
-            log::debug!("libgomp's pool of {pool} threads could not be started again");
+        if let Some(pool) = pool.filter(|p| p.left > 0 && p.restartable)
+            && found.iter().all(|l| l.restored)
+            && !openmp::start_pool(pool.left)
+        {
+            log::debug!(
+                "libgomp's pool of {} threads could not be started again",
+                pool.left
+            );
         }
         found
     }
