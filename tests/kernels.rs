@@ -227,6 +227,41 @@ fn llvm_openmp_teams_are_measured_and_keep_their_worker() {
     }
 }
 
+/// The CPU time process `pid` has used so far (its threads', exited ones included).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the name in parentheses: state is field 3, utime 14 and stime 15 (in clock ticks).
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf only reads a constant of the system.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// A reference (`outputs_only`: its outputs returned, with no look for work left running after
+/// its call) built on LLVM's OpenMP leaves no team spinning in its worker, which serves on
+/// beside the candidates' windows: the worker's checks after the request end the pool it grew.
+/// Left alone, the team's idle threads burn every CPU for 200 ms after each of its calls (200 ms
+/// of CPU in the 100 ms watched here, on two cores, with those checks skipped).
+#[test]
+fn an_llvm_openmp_reference_leaves_no_team_spinning() {
+    if !clang_openmp() {
+        return;
+    }
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut request = llvm_openmp_request(OPENMP_TEAM_AXPY, 4);
+    request.timing = request.timing.clone().outputs_only(true);
+    worker.benchmark(request, LONG).unwrap();
+    let pid = worker.pid().unwrap();
+    let before = cpu_time(pid);
+    std::thread::sleep(Duration::from_millis(100));
+    let used = cpu_time(pid) - before;
+    assert!(
+        used < Duration::from_millis(40),
+        "the reference's worker used {used:?} of CPU in the 100 ms after its reply"
+    );
+}
+
 /// Ending LLVM's idle team before the look hides no work a kernel left of its own: a thread it
 /// started that keeps spinning after the call is still found, and the worker retired.
 #[test]
