@@ -132,6 +132,7 @@ fn a_thread_an_openmp_kernel_leaves_of_its_own_still_retires_the_worker() {
 #[test]
 fn a_gnu_openmp_team_told_to_spin_is_measured() {
     let mut worker = TuningProcess::spawn(config().env("OMP_WAIT_POLICY", "active")).unwrap();
+    let pid = worker.pid();
     for team in [2u32, 4] {
         let result = worker
             .benchmark(
@@ -139,13 +140,19 @@ fn a_gnu_openmp_team_told_to_spin_is_measured() {
                 LONG,
             )
             .unwrap_or_else(|e| panic!("team of {team}: {e}"));
-        assert!(result.stats.median_ms > 0.0);
+        // Its pool was ended for the look: each team is started afresh, and counted.
+        assert_eq!(
+            result.integrity.threads_started,
+            Some(team - 1),
+            "team of {team}"
+        );
         assert!(
             worker.left_behind().is_empty(),
             "team of {team}: {:?}",
             worker.left_behind()
         );
     }
+    assert_eq!(worker.pid(), pid, "one worker served both");
 }
 
 /// Whether `clang -fopenmp` builds and links a program here (clang and LLVM's `libomp`, as
@@ -181,7 +188,8 @@ fn clang_openmp() -> bool {
 }
 
 /// [`openmp_request`] compiled by clang, so that its kernel runs on LLVM's `libomp`, whose
-/// idle threads spin for `KMP_BLOCKTIME` (200 ms by default) after every region.
+/// idle threads spin for `KMP_BLOCKTIME` (200 ms by default) after every region; run it in a
+/// worker of [`llvm_config`].
 fn llvm_openmp_request(source: &str, team: u32) -> BenchmarkRequest {
     let mut request = openmp_request(source, ("TEAM", team.to_string()));
     let Kernel::C(kernel) = &mut request.kernel else {
@@ -189,6 +197,13 @@ fn llvm_openmp_request(source: &str, team: u32) -> BenchmarkRequest {
     };
     kernel.compiler = "clang".into();
     request
+}
+
+/// A worker whose LLVM OpenMP teams spin for 200 ms after a region, whatever the machine: the
+/// default, set, since libomp may stop spinning where a team has more threads than the machine
+/// has CPUs unless it is set.
+fn llvm_config() -> tunebox_process::ProcessConfig {
+    config().env("KMP_BLOCKTIME", "200")
 }
 
 /// Kernels on LLVM's OpenMP runtime (`clang -fopenmp`) are measured, not judged `suspicious`:
@@ -201,7 +216,7 @@ fn llvm_openmp_teams_are_measured_and_keep_their_worker() {
     if !clang_openmp() {
         return;
     }
-    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
     let mut pid = None;
     for team in [2u32, 3, 5, 8, 2, 6] {
         let result = worker
@@ -248,7 +263,7 @@ fn an_llvm_openmp_reference_leaves_no_team_spinning() {
     if !clang_openmp() {
         return;
     }
-    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
     let mut request = llvm_openmp_request(OPENMP_TEAM_AXPY, 4);
     request.timing = request.timing.clone().outputs_only(true);
     worker.benchmark(request, LONG).unwrap();
@@ -278,7 +293,7 @@ fn a_busy_thread_beside_an_llvm_openmp_team_is_still_work_left_running() {
             #pragma omp parallel for num_threads(TEAM)\n\
             for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
         }\n";
-    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
     let err = worker
         .benchmark(llvm_openmp_request(SPINS_ON, 4), LONG)
         .unwrap_err();
@@ -287,6 +302,52 @@ fn a_busy_thread_beside_an_llvm_openmp_team_is_still_work_left_running() {
     };
     assert_eq!(check, "threads_after_call", "{seen}");
     assert!(seen.contains("1 thread(s) still runnable"), "{seen}");
+    let pid = worker.pid();
+    worker
+        .benchmark(llvm_openmp_request(OPENMP_TEAM_AXPY, 2), LONG)
+        .unwrap();
+    assert_ne!(
+        worker.pid(),
+        pid,
+        "the worker the thread runs in was retired"
+    );
+}
+
+/// Nor can a kernel hide work in the ending of the team itself: pool threads that run a
+/// thread-local destructor of the kernel's as they exit (here one that takes 300 ms, as one
+/// waiting for work left running would) hold the worker in the runtime's pause, which is timed.
+/// Untimed, the look that followed it found a quiet process and passed the kernel.
+#[test]
+fn work_hidden_in_the_ending_of_an_llvm_openmp_team_is_still_found() {
+    if !clang_openmp() {
+        return;
+    }
+    const LINGERS: &str = "#include <stdint.h>\n#include <pthread.h>\n#include <time.h>\n\
+        static pthread_key_t key;\n\
+        static pthread_once_t once = PTHREAD_ONCE_INIT;\n\
+        static void linger(void *p) { (void)p; struct timespec t = {0, 300000000}; nanosleep(&t, 0); }\n\
+        static void make_key(void) { pthread_key_create(&key, linger); }\n\
+        void axpy(const float *x, float *y, int64_t n) {\n\
+            #pragma omp parallel num_threads(TEAM)\n\
+            {\n\
+                pthread_once(&once, make_key);\n\
+                pthread_setspecific(key, (void *)1);\n\
+                #pragma omp for\n\
+                for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+            }\n\
+        }\n";
+    let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
+    let err = worker
+        .benchmark(llvm_openmp_request(LINGERS, 2), LONG)
+        .unwrap_err();
+    let Some(BenchError::Suspicious { check, seen }) = err.bench_error() else {
+        panic!("expected Suspicious, got {err:?}");
+    };
+    assert_eq!(check, "threads_after_call", "{seen}");
+    assert!(
+        seen.contains("ending the OpenMP runtime's idle threads took"),
+        "{seen}"
+    );
 }
 
 /// A kernel whose `min_reps` cannot fit its timeout is measured with fewer reps, not killed:

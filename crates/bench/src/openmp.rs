@@ -24,10 +24,12 @@
 //! region to start, as its new threads would spin for `KMP_BLOCKTIME` beside whatever the
 //! machine does next.
 //!
-//! Only a runtime's calling thread's pool is ended, and only once its threads are back in it:
-//! after a kernel's call returned they are (a region ends at a barrier that waits for every
-//! thread); a pool thread a hostile kernel kept busy holds the caller in the pause until the
-//! parent's timeout ends the task.
+//! libgomp ends the calling thread's pool, LLVM's family shuts the whole runtime down (it
+//! starts again with the next region, its settings read from the environment afresh). Either
+//! waits for the pool's threads to be back in it, which after a kernel's call returned they are
+//! (a region ends at a barrier that waits for every thread), and for each to exit: a thread
+//! that runs something of the kernel's as it exits (a thread-local destructor) holds the caller
+//! in the pause, which the CPU backend times (past 50 ms it is work left running).
 
 use std::ffi::{CStr, c_int, c_uint, c_void};
 

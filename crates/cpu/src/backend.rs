@@ -258,6 +258,17 @@ fn output_data_after_reps(
         .collect()
 }
 
+/// What [`CpuRunner::last_checks`] found after the reps.
+struct LastChecks {
+    /// The call after the reps' outputs (without a fresh seed).
+    outputs_after_reps: Vec<TensorData>,
+    /// The call on fresh inputs' outputs (with one).
+    fresh_outputs: Vec<TensorData>,
+    /// The process's threads after the last call, where counted
+    /// ([`integrity::check_deferred_work`]).
+    threads: Option<usize>,
+}
+
 /// A loaded artifact and its trampoline. Dropping it closes the handle, but the library stays
 /// mapped (`RTLD_NODELETE`) until the process exits.
 struct KernelLibrary {
@@ -373,8 +384,11 @@ impl CpuRunner<'_> {
             .transpose()?
             .unwrap_or_default();
         let before = (threads_before, children_before.as_slice());
-        let (outputs_after_reps, fresh_outputs, mut threads_after) =
-            self.last_checks(&stats, started, &outputs, before)?;
+        let LastChecks {
+            outputs_after_reps,
+            fresh_outputs,
+            threads: mut threads_after,
+        } = self.last_checks(&stats, started, &outputs, before)?;
         if look_after_reps {
             mutated_inputs = self.written_inputs()?;
             if !mutated_inputs.is_empty() {
@@ -382,8 +396,8 @@ impl CpuRunner<'_> {
                 // inputs put back, as a request that returns outputs measures them at once.
                 stats = do_bench_after(self, timing, started, Some(first_ms))?;
                 check_bounds(self.tensors)?;
-                let (_, _, again) = self.last_checks(&stats, started, &outputs, before)?;
-                threads_after = threads_after.max(again);
+                let again = self.last_checks(&stats, started, &outputs, before)?;
+                threads_after = threads_after.max(again.threads);
             }
         }
         Ok(Measured {
@@ -393,7 +407,8 @@ impl CpuRunner<'_> {
             mutated_inputs,
             fresh_outputs,
             checked_reps,
-            threads_started: u32::try_from(threads_after.saturating_sub(threads_before)).ok(),
+            threads_started: threads_after
+                .and_then(|after| u32::try_from(after.saturating_sub(threads_before)).ok()),
         })
     }
 
@@ -409,16 +424,14 @@ impl CpuRunner<'_> {
     /// After the reps (`stats`): the call after them when there are `outputs` (the first
     /// call's copies, [`CpuRunner::final_call`]), then, untimed, a look for work the kernel
     /// left running against the copies of the last call's outputs made for the reply
-    /// (`before`: the worker's threads and children before the first call). Returns
-    /// `(outputs_after_reps, fresh_outputs, threads)`, `threads` the process's after the last
-    /// call ([`integrity::check_deferred_work`]).
+    /// (`before`: the worker's threads and children before the first call).
     fn last_checks(
         &mut self,
         stats: &tunebox_protocol::TimingStats,
         started: Instant,
         outputs: &[TensorData],
         before: (usize, &[u32]),
-    ) -> Result<(Vec<TensorData>, Vec<TensorData>, usize), BenchError> {
+    ) -> Result<LastChecks, BenchError> {
         let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
             (Vec::new(), Vec::new())
         } else {
@@ -431,7 +444,11 @@ impl CpuRunner<'_> {
         };
         let threads =
             integrity::check_deferred_work(self.request, self.tensors, before, last_copies)?;
-        Ok((outputs_after_reps, fresh_outputs, threads))
+        Ok(LastChecks {
+            outputs_after_reps,
+            fresh_outputs,
+            threads,
+        })
     }
 
     /// One more call after the reps (`stats`), on poisoned outputs: a kernel must overwrite

@@ -23,6 +23,13 @@ const SAMPLES: u32 = 5;
 /// less time to go quiet, while an honest one costs only the stretches its runtime needs.
 const DEADLINE: Duration = Duration::from_millis(130);
 
+/// How long ending an OpenMP runtime's idle team may take ([`end_pools_in_time`]): an honest
+/// one joins its threads in well under a millisecond (0.1-0.2 ms for four on a 2-vCPU guest),
+/// a few ms on a loaded machine. Longer, its threads ran something of the kernel's as they
+/// exited (a thread-local destructor, say, that waits for work left running), which the look
+/// would otherwise not see.
+const PAUSE_GRACE: Duration = Duration::from_millis(50);
+
 /// How long the outputs are watched when the kernel started no thread.
 const QUICK_WATCH: Duration = Duration::from_millis(1);
 
@@ -124,15 +131,17 @@ pub(crate) fn thread_count() -> usize {
 /// under a millisecond unless told to spin on (`OMP_WAIT_POLICY=active`), so its pool is kept
 /// for the next task unless the process is still busy at the deadline, when it is ended and
 /// looked at once more. Either way only threads of the kernel's own can keep it busy. Returns
-/// the process's threads when the look began, the pools' included (0 outside a worker).
+/// the process's threads when the look began, the pools' included (`None` outside a worker, or
+/// where they cannot be counted). Ending a pool that takes longer than [`PAUSE_GRACE`] is
+/// work left running.
 pub(crate) fn check_deferred_work(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
     (threads_before, children_before): (usize, &[u32]),
     copies: &[TensorData],
-) -> Result<usize, BenchError> {
+) -> Result<Option<usize>, BenchError> {
     if !tunebox_protocol::worker_entry_reached() {
-        return Ok(0);
+        return Ok(None);
     }
     let new_children = || {
         let mut children = child_processes();
@@ -143,8 +152,8 @@ pub(crate) fn check_deferred_work(
     if !children.is_empty() {
         return Err(lingering_children(&children));
     }
-    let threads = thread_count();
-    if threads <= threads_before {
+    let threads = tunebox_bench::thread_count();
+    if threads.unwrap_or(0) <= threads_before {
         // No thread the kernel started: nothing can be working behind its back but a signal
         // handler, which the outputs would show.
         check_outputs_settle(request, tensors, copies, QUICK_WATCH)?;
@@ -153,7 +162,9 @@ pub(crate) fn check_deferred_work(
     let returned = Instant::now();
     let snapshot = Snapshot::take(request, tensors, copies);
     let mut window = Window::watch();
-    if !window.is_quiet() && end_openmp_pools(Runtimes::SpinningWhenIdle).any() {
+    let mut ended = false;
+    if !window.is_quiet() && end_pools_in_time(Runtimes::SpinningWhenIdle, returned)? {
+        ended = true;
         window = Window::watch();
     }
     // Busy in every stretch up to the deadline: a runtime's spinning threads fall asleep in
@@ -161,7 +172,8 @@ pub(crate) fn check_deferred_work(
     while !window.is_quiet() && returned.elapsed() < DEADLINE {
         window = Window::watch();
     }
-    if !window.is_quiet() && end_openmp_pools(Runtimes::All).any() {
+    if !window.is_quiet() && end_pools_in_time(Runtimes::All, returned)? {
+        ended = true;
         window = Window::watch();
     }
     let elapsed = returned.elapsed();
@@ -170,28 +182,59 @@ pub(crate) fn check_deferred_work(
         return Err(lingering_children(&children));
     }
     outputs_unchanged(request, tensors, &snapshot, elapsed)?;
-    still_running(&window, elapsed, threads_before)?;
+    still_running(&window, elapsed, threads_before, ended)?;
     Ok(threads)
+}
+
+/// Ends the idle teams of the OpenMP runtimes of `which` ([`end_openmp_pools`]); whether any
+/// was ended. `returned`: when the kernel's last call returned.
+///
+/// # Errors
+///
+/// `threads_after_call` when ending them took longer than [`PAUSE_GRACE`]: the threads ran
+/// something of the kernel's as they exited, and the look would see none of it.
+fn end_pools_in_time(which: Runtimes, returned: Instant) -> Result<bool, BenchError> {
+    let start = Instant::now();
+    let ended = end_openmp_pools(which).any();
+    let took = start.elapsed();
+    if took > PAUSE_GRACE {
+        return Err(suspicious(
+            "threads_after_call",
+            format!(
+                "ending the OpenMP runtime's idle threads took {} ms ({} ms after the kernel's \
+                 call returned): they ran code of the kernel's as they exited, work outside the \
+                 timed window",
+                took.as_millis(),
+                returned.elapsed().as_millis()
+            ),
+        ));
+    }
+    Ok(ended)
 }
 
 /// Fails with `threads_after_call` when the last `window` watched, `elapsed` after the
 /// kernel's call returned, saw threads still runnable, or with `cpu_after_call` when the
-/// worker still used CPU in it (`threads_before`: the threads before the first call).
+/// worker still used CPU in it (`threads_before`: the threads before the first call;
+/// `ended_pools`: an OpenMP runtime's idle team was ended before that window).
 fn still_running(
     window: &Window,
     elapsed: Duration,
     threads_before: usize,
+    ended_pools: bool,
 ) -> Result<(), BenchError> {
     let threads = thread_count();
     if !window.busy.is_empty() {
+        let hint = if ended_pools {
+            "the OpenMP runtime's idle threads were ended first"
+        } else {
+            "a thread pool that spins while idle shows like this too: make it sleep"
+        };
         return Err(suspicious(
             "threads_after_call",
             format!(
                 "{} thread(s) still runnable {} ms after the kernel's call returned \
                  (thread ids {:?}; {threads} threads, {threads_before} before the first \
-                 call): work is still running outside the timed window (the OpenMP runtimes' idle \
-                 threads were ended first; a thread pool of another kind that spins while idle \
-                 shows like this too: make it sleep)",
+                 call): work is still running outside the timed window ({hint})",
                 window.busy.len(),
                 elapsed.as_millis(),
                 window.busy

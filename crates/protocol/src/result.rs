@@ -65,10 +65,12 @@ pub struct Integrity {
     /// machine's busy time as the window's own, not as interference. `None` where the worker
     /// could not read its clock.
     pub worker_cpu_ms: Option<f64>,
-    /// Threads the request left the worker process with beyond those it had when it took it
-    /// (the worker fills it): a kernel that starts a team of threads (OpenMP, a thread pool)
-    /// on its first call in a fresh worker shows here, even when its threads wait for work
-    /// between calls. `None` where the worker could not count its threads.
+    /// Threads the kernel started beyond those the worker process had when it took the
+    /// request, counted after its last call (by the backend, before an OpenMP runtime's idle
+    /// team is ended for its look for work left running, or else by the worker after the
+    /// request): a kernel that starts a team of threads (OpenMP, a thread pool) on its first
+    /// call in a fresh worker shows here, even when its threads wait for work between calls.
+    /// `None` where neither could count threads.
     #[serde(default)]
     pub threads_started: Option<u32>,
     /// The timed reps picked for checking ([`TimingConfig::varied_reps`](crate::TimingConfig::varied_reps)),
