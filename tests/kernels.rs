@@ -53,6 +53,27 @@ void axpy(const float *x, float *y, int64_t n) {\n\
     for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
 }\n";
 
+/// [`OPENMP_TEAM_AXPY`] that also starts a thread of its own on its first call, which spins
+/// on after every call.
+const SPINS_BESIDE_ITS_TEAM: &str = "#include <stdint.h>\n#include <pthread.h>\n\
+    static volatile int stop;\n\
+    static void *spin(void *arg) { (void)arg; while (!stop) {} return 0; }\n\
+    void axpy(const float *x, float *y, int64_t n) {\n\
+        static int started;\n\
+        if (!started) { pthread_t t; pthread_create(&t, 0, spin, 0); started = 1; }\n\
+        #pragma omp parallel for num_threads(TEAM)\n\
+        for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
+    }\n";
+
+/// What a `suspicious (threads_after_call)` error `err` saw; panics on any other error.
+fn work_left_running(err: &ProcessError) -> &str {
+    let Some(BenchError::Suspicious { check, seen }) = err.bench_error() else {
+        panic!("expected Suspicious, got {err:?}");
+    };
+    assert_eq!(check, "threads_after_call", "{seen}");
+    seen
+}
+
 /// Tasks whose OpenMP teams grow from one to the next (a tuner's team sizes in shuffled
 /// order) keep their worker: libgomp's pool, which a larger team grows (and a smaller one
 /// shrinks), is not taken for threads the task left running, and stays for the next task as
@@ -65,11 +86,36 @@ fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
             .map(Iterator::count)
             .unwrap()
     };
+    teams_in_one_worker(
+        &mut worker,
+        |team| openmp_request(OPENMP_TEAM_AXPY, ("TEAM", team.to_string())),
+        |team, pool| (team - 1).saturating_sub(pool),
+        |worker, team| {
+            let pool = team - 1;
+            assert!(
+                threads(worker) > pool as usize,
+                "team of {team}: its pool of {pool} is there for the next task"
+            );
+        },
+    );
+}
+
+/// Tasks of `request(team)` for team sizes that grow and shrink (a tuner's, in shuffled order),
+/// in `worker`: each leaves nothing behind, keeps the worker and reports `started(team, pool)`
+/// threads started (`pool`: the last team's size less one); `after(worker, team)` then checks
+/// what else it should.
+fn teams_in_one_worker(
+    worker: &mut TuningProcess,
+    request: impl Fn(u32) -> BenchmarkRequest,
+    started: impl Fn(u32, u32) -> u32,
+    after: impl Fn(&TuningProcess, u32),
+) {
     let mut pid = None;
     let mut pool = 0u32;
     for team in [2u32, 3, 5, 8, 2, 6] {
-        let request = openmp_request(OPENMP_TEAM_AXPY, ("TEAM", team.to_string()));
-        let result = worker.benchmark(request, LONG).unwrap();
+        let result = worker
+            .benchmark(request(team), LONG)
+            .unwrap_or_else(|e| panic!("team of {team}: {e}"));
         assert!(
             worker.left_behind().is_empty(),
             "team of {team}: {:?}",
@@ -77,7 +123,7 @@ fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
         );
         assert_eq!(
             result.integrity.threads_started,
-            Some((team - 1).saturating_sub(pool)),
+            Some(started(team, pool)),
             "team of {team} after a pool of {pool}"
         );
         let now = worker.pid();
@@ -86,12 +132,26 @@ fn openmp_teams_that_grow_from_task_to_task_keep_their_worker() {
             now,
             "team of {team}: the worker was replaced"
         );
+        after(worker, team);
         pool = team - 1;
-        assert!(
-            threads(&worker) > pool as usize,
-            "team of {team}: its pool of {pool} is there for the next task"
-        );
     }
+}
+
+/// A kernel whose smaller team lets the worker's kept libgomp pool shrink cannot start a thread
+/// of its own unseen in the room that leaves: the look after the last call goes by the ids of
+/// the threads there before, not by their count.
+#[test]
+fn a_thread_started_while_a_smaller_team_shrinks_the_pool_is_still_found() {
+    let mut worker = TuningProcess::spawn(config()).unwrap();
+    let request = |source: &str, team: u32| openmp_request(source, ("TEAM", team.to_string()));
+    // A pool of seven, kept for the next task.
+    worker
+        .benchmark(request(OPENMP_TEAM_AXPY, 8), LONG)
+        .unwrap();
+    let err = worker
+        .benchmark(request(SPINS_BESIDE_ITS_TEAM, 2), LONG)
+        .unwrap_err();
+    work_left_running(&err);
 }
 
 /// An OpenMP kernel that also leaves a thread of its own (asleep, so no check inside the
@@ -217,29 +277,13 @@ fn llvm_openmp_teams_are_measured_and_keep_their_worker() {
         return;
     }
     let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
-    let mut pid = None;
-    for team in [2u32, 3, 5, 8, 2, 6] {
-        let result = worker
-            .benchmark(llvm_openmp_request(OPENMP_TEAM_AXPY, team), LONG)
-            .unwrap_or_else(|e| panic!("team of {team}: {e}"));
-        assert!(
-            worker.left_behind().is_empty(),
-            "team of {team}: {:?}",
-            worker.left_behind()
-        );
-        // The runtime's pool was ended after the last task: each team starts afresh.
-        assert_eq!(
-            result.integrity.threads_started,
-            Some(team - 1),
-            "team of {team}"
-        );
-        let now = worker.pid();
-        assert_eq!(
-            *pid.get_or_insert(now),
-            now,
-            "team of {team}: the worker was replaced"
-        );
-    }
+    // The runtime's pool was ended after the last task: each team starts afresh.
+    teams_in_one_worker(
+        &mut worker,
+        |team| llvm_openmp_request(OPENMP_TEAM_AXPY, team),
+        |team, _| team - 1,
+        |_, _| {},
+    );
 }
 
 /// The CPU time process `pid` has used so far (its threads', exited ones included).
@@ -284,23 +328,11 @@ fn a_busy_thread_beside_an_llvm_openmp_team_is_still_work_left_running() {
     if !clang_openmp() {
         return;
     }
-    const SPINS_ON: &str = "#include <stdint.h>\n#include <pthread.h>\n\
-        static volatile int stop;\n\
-        static void *spin(void *arg) { (void)arg; while (!stop) {} return 0; }\n\
-        void axpy(const float *x, float *y, int64_t n) {\n\
-            static int started;\n\
-            if (!started) { pthread_t t; pthread_create(&t, 0, spin, 0); started = 1; }\n\
-            #pragma omp parallel for num_threads(TEAM)\n\
-            for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + OFFSET;\n\
-        }\n";
     let mut worker = TuningProcess::spawn(llvm_config()).unwrap();
     let err = worker
-        .benchmark(llvm_openmp_request(SPINS_ON, 4), LONG)
+        .benchmark(llvm_openmp_request(SPINS_BESIDE_ITS_TEAM, 4), LONG)
         .unwrap_err();
-    let Some(BenchError::Suspicious { check, seen }) = err.bench_error() else {
-        panic!("expected Suspicious, got {err:?}");
-    };
-    assert_eq!(check, "threads_after_call", "{seen}");
+    let seen = work_left_running(&err);
     assert!(seen.contains("1 thread(s) still runnable"), "{seen}");
     let pid = worker.pid();
     worker
@@ -340,10 +372,7 @@ fn work_hidden_in_the_ending_of_an_llvm_openmp_team_is_still_found() {
     let err = worker
         .benchmark(llvm_openmp_request(LINGERS, 2), LONG)
         .unwrap_err();
-    let Some(BenchError::Suspicious { check, seen }) = err.bench_error() else {
-        panic!("expected Suspicious, got {err:?}");
-    };
-    assert_eq!(check, "threads_after_call", "{seen}");
+    let seen = work_left_running(&err);
     assert!(
         seen.contains("ending the OpenMP runtime's idle threads took"),
         "{seen}"

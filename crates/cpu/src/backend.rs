@@ -264,7 +264,7 @@ struct LastChecks {
     outputs_after_reps: Vec<TensorData>,
     /// The call on fresh inputs' outputs (with one).
     fresh_outputs: Vec<TensorData>,
-    /// The process's threads after the last call, where counted
+    /// Threads there after the last call that were not before the first, where listed
     /// ([`integrity::check_deferred_work`]).
     threads: Option<usize>,
 }
@@ -350,7 +350,7 @@ impl CpuRunner<'_> {
     fn measure(&mut self, started: Instant) -> Result<Measured, BenchError> {
         let request = self.request;
         let timing = &request.timing;
-        let threads_before = integrity::thread_count();
+        let threads_before = integrity::thread_ids().unwrap_or_default();
         // Children an earlier task of a reused worker left are not this choice's.
         let children_before = integrity::child_processes();
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
@@ -383,12 +383,8 @@ impl CpuRunner<'_> {
             .map(VariedReps::into_checked)
             .transpose()?
             .unwrap_or_default();
-        let before = (threads_before, children_before.as_slice());
-        let LastChecks {
-            outputs_after_reps,
-            fresh_outputs,
-            threads: mut threads_after,
-        } = self.last_checks(&stats, started, &outputs, before)?;
+        let before = (threads_before.as_slice(), children_before.as_slice());
+        let mut last = self.last_checks(&stats, started, &outputs, before)?;
         if look_after_reps {
             mutated_inputs = self.written_inputs()?;
             if !mutated_inputs.is_empty() {
@@ -397,18 +393,17 @@ impl CpuRunner<'_> {
                 stats = do_bench_after(self, timing, started, Some(first_ms))?;
                 check_bounds(self.tensors)?;
                 let again = self.last_checks(&stats, started, &outputs, before)?;
-                threads_after = threads_after.max(again.threads);
+                last.threads = last.threads.max(again.threads);
             }
         }
         Ok(Measured {
             stats,
             outputs,
-            outputs_after_reps,
+            outputs_after_reps: last.outputs_after_reps,
             mutated_inputs,
-            fresh_outputs,
+            fresh_outputs: last.fresh_outputs,
             checked_reps,
-            threads_started: threads_after
-                .and_then(|after| u32::try_from(after.saturating_sub(threads_before)).ok()),
+            threads_started: last.threads.and_then(|n| u32::try_from(n).ok()),
         })
     }
 
@@ -430,7 +425,7 @@ impl CpuRunner<'_> {
         stats: &tunebox_protocol::TimingStats,
         started: Instant,
         outputs: &[TensorData],
-        before: (usize, &[u32]),
+        before: (&[u32], &[u32]),
     ) -> Result<LastChecks, BenchError> {
         let (outputs_after_reps, fresh_outputs) = if outputs.is_empty() {
             (Vec::new(), Vec::new())

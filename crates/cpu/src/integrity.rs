@@ -110,12 +110,25 @@ pub(crate) fn thread_count() -> usize {
     tunebox_bench::thread_count().unwrap_or(0)
 }
 
+/// This process's thread ids, sorted; `None` where `/proc/self/task` cannot be read.
+pub(crate) fn thread_ids() -> Option<Vec<u32>> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut ids: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Some(ids)
+}
+
 /// Fails with [`BenchError::Suspicious`] when, after the kernel's last call returned, the
 /// process still has child processes it did not have before the first call
 /// (`children_before`, [`child_processes`]: those belong to an earlier task of a reused worker,
 /// never to this one), still burns CPU, or its outputs still change: work deferred past the
-/// timed window. `threads_before` is [`thread_count`] before the first call, reported as
-/// evidence.
+/// timed window. `threads_before` are the [`thread_ids`] before the first call: the look waits
+/// only where a thread not among them is there after the call (by id, not by count: a kernel
+/// whose smaller team let a kept OpenMP pool shrink could otherwise start a thread of its own
+/// unseen).
 ///
 /// Only in a worker process (one that reached the worker entry point), which runs nothing but
 /// the request: a backend embedded in a program of its own (a test, a tool calling
@@ -131,13 +144,13 @@ pub(crate) fn thread_count() -> usize {
 /// under a millisecond unless told to spin on (`OMP_WAIT_POLICY=active`), so its pool is kept
 /// for the next task unless the process is still busy at the deadline, when it is ended and
 /// looked at once more. Either way only threads of the kernel's own can keep it busy. Returns
-/// the process's threads when the look began, the pools' included (`None` outside a worker, or
-/// where they cannot be counted). Ending a pool that takes longer than [`PAUSE_GRACE`] is
-/// work left running.
+/// how many threads not among `threads_before` were there when the look began, the pools'
+/// included (`None` outside a worker, or where threads cannot be listed). Ending a pool that
+/// takes longer than [`PAUSE_GRACE`] is work left running.
 pub(crate) fn check_deferred_work(
     request: &BenchmarkRequest,
     tensors: &[HostTensor],
-    (threads_before, children_before): (usize, &[u32]),
+    (threads_before, children_before): (&[u32], &[u32]),
     copies: &[TensorData],
 ) -> Result<Option<usize>, BenchError> {
     if !tunebox_protocol::worker_entry_reached() {
@@ -152,12 +165,16 @@ pub(crate) fn check_deferred_work(
     if !children.is_empty() {
         return Err(lingering_children(&children));
     }
-    let threads = tunebox_bench::thread_count();
-    if threads.unwrap_or(0) <= threads_before {
+    let started = thread_ids().map(|now| {
+        now.iter()
+            .filter(|t| threads_before.binary_search(t).is_err())
+            .count()
+    });
+    if started.unwrap_or(0) == 0 {
         // No thread the kernel started: nothing can be working behind its back but a signal
         // handler, which the outputs would show.
         check_outputs_settle(request, tensors, copies, QUICK_WATCH)?;
-        return Ok(threads);
+        return Ok(started);
     }
     let returned = Instant::now();
     let snapshot = Snapshot::take(request, tensors, copies);
@@ -182,8 +199,8 @@ pub(crate) fn check_deferred_work(
         return Err(lingering_children(&children));
     }
     outputs_unchanged(request, tensors, &snapshot, elapsed)?;
-    still_running(&window, elapsed, threads_before, ended)?;
-    Ok(threads)
+    still_running(&window, elapsed, threads_before.len(), ended)?;
+    Ok(started)
 }
 
 /// Ends the idle teams of the OpenMP runtimes of `which` ([`end_openmp_pools`]); whether any
