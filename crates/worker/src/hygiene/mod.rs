@@ -121,10 +121,10 @@ impl Hygiene {
             return Vec::new();
         };
         // A task that grew the worker's threads may have grown an OpenMP runtime's pool: ended
-        // before the state is checked (what the threads' exit runs, a task's thread-local destructors, is
-        // checked too), and started again below if the worker is kept. A task that failed
-        // keeps whatever its runtime holds: its worker goes anyway if that is threads, and a
-        // runtime whose threads never came back could hang here.
+        // before the state is checked (what the threads' exit runs, a task's thread-local
+        // destructors, is checked too), and libgomp's started again below if the worker is
+        // kept. A task that failed keeps whatever its runtime holds: its worker goes anyway if
+        // that is threads, and a runtime whose threads never came back could hang here.
         let pool = match tunebox_bench::thread_count() {
             Some(now) if now > before.0.threads.len() && error.is_none() => {
                 Some(openmp::end_pools(before.0.threads.len(), now))
