@@ -61,7 +61,13 @@ fn tune_reports_every_status_and_writes_json() {
     // Ranked: the ok choice first, with its timing; failures after, with their error.
     assert_eq!(results[0]["status"], "ok");
     assert!(results[0]["median_ms"].as_f64().unwrap() > 0.0);
-    assert!(results[0]["reps"].as_u64().unwrap() >= 5);
+    // The whole result on failure: one clean-checkout CI run on a loaded 2-vCPU guest saw
+    // fewer (never reproduced since); its `stopped` and windows say why.
+    assert!(
+        results[0]["reps"].as_u64().unwrap() >= 5,
+        "{:#}",
+        results[0]
+    );
     assert!(results[0]["error"].is_null());
     assert_eq!(json["best"]["choice"]["MODE"], 0);
     let wrong = results.iter().find(|r| r["status"] == "wrong").unwrap();
