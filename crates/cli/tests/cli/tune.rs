@@ -61,10 +61,13 @@ fn tune_reports_every_status_and_writes_json() {
     // Ranked: the ok choice first, with its timing; failures after, with their error.
     assert_eq!(results[0]["status"], "ok");
     assert!(results[0]["median_ms"].as_f64().unwrap() > 0.0);
-    // The whole result on failure: one clean-checkout CI run on a loaded 2-vCPU guest saw
-    // fewer (never reproduced since); its `stopped` and windows say why.
+    // At least 5 reps, unless the window's budget (80 % of `timeout_s`, 1.6 s here) ended them:
+    // do_bench fits the reps to the budget on the first call's time, and one first call
+    // preempted on a loaded machine leaves a 1 us kernel two or three (seen once in a
+    // clean-checkout CI run). Fewer reps for any other reason fail, with the whole result.
+    let reps = results[0]["reps"].as_u64().unwrap();
     assert!(
-        results[0]["reps"].as_u64().unwrap() >= 5,
+        reps >= 5 || results[0]["stopped"] == "budget",
         "{:#}",
         results[0]
     );
