@@ -220,20 +220,8 @@ fn a_gnu_openmp_team_told_to_spin_is_measured() {
 /// pass, unless `TUNEBOX_REQUIRE_LIBOMP` is set (as `.ci/run` sets it, having installed them),
 /// where they fail instead.
 fn clang_openmp() -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("probe.c");
-    std::fs::write(
-        &source,
-        "int main(void) {\n#pragma omp parallel\n{}\nreturn 0;\n}\n",
-    )
-    .unwrap();
-    let built = std::process::Command::new("clang")
-        .arg("-fopenmp")
-        .arg(&source)
-        .arg("-o")
-        .arg(dir.path().join("probe"))
-        .output()
-        .is_ok_and(|out| out.status.success());
+    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let built = *BUILT.get_or_init(clang_builds_openmp);
     assert!(
         built || std::env::var_os("TUNEBOX_REQUIRE_LIBOMP").is_none(),
         "TUNEBOX_REQUIRE_LIBOMP is set but `clang -fopenmp` cannot build a program (apt-get \
@@ -245,6 +233,24 @@ fn clang_openmp() -> bool {
         );
     }
     built
+}
+
+/// Whether `clang -fopenmp` builds a program with a parallel region (once per test process).
+fn clang_builds_openmp() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("probe.c");
+    std::fs::write(
+        &source,
+        "int main(void) {\n#pragma omp parallel\n{}\nreturn 0;\n}\n",
+    )
+    .unwrap();
+    std::process::Command::new("clang")
+        .arg("-fopenmp")
+        .arg(&source)
+        .arg("-o")
+        .arg(dir.path().join("probe"))
+        .output()
+        .is_ok_and(|out| out.status.success())
 }
 
 /// [`openmp_request`] compiled by clang, so that its kernel runs on LLVM's `libomp`, whose

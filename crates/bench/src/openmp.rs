@@ -78,19 +78,14 @@ impl EndedPools {
 /// called the kernel, after its last call, and only in a process of tunebox's own (a worker):
 /// an embedding program's teams would be ended too.
 pub fn end_openmp_pools(which: Runtimes) -> EndedPools {
-    let mut handles = Vec::new();
-    let ended = EndedPools {
-        gnu: which == Runtimes::All && with_runtime(GNU, &mut handles, pause),
-        llvm: LLVM_FAMILY.iter().fold(false, |any, name| {
-            with_runtime(name, &mut handles, pause) | any
-        }),
-    };
-    for handle in handles {
-        // SAFETY: gives back the reference each `dlopen` counted; the library was loaded
-        // before it (a kernel library's dependency, never unloaded), so it stays loaded.
-        unsafe { libc::dlclose(handle) };
+    let mut opened = Opened::default();
+    EndedPools {
+        gnu: which == Runtimes::All && opened.with(GNU, pause),
+        // Every loaded one is asked (no short cut).
+        llvm: LLVM_FAMILY
+            .iter()
+            .fold(false, |any, name| opened.with(name, pause) | any),
     }
-    ended
 }
 
 /// Starts libgomp's pool again with `threads` idle threads: one empty parallel region of
@@ -100,8 +95,7 @@ pub fn start_gnu_openmp_pool(threads: usize) -> bool {
     let Ok(team) = c_uint::try_from(threads + 1) else {
         return false;
     };
-    let mut handles = Vec::new();
-    let started = with_runtime(GNU, &mut handles, |gomp| {
+    Opened::default().with(GNU, |gomp| {
         // SAFETY: libgomp's `void GOMP_parallel(void (*fn)(void *), void *data, unsigned
         // num_threads, unsigned flags)` (GCC 4.9 on), what `#pragma omp parallel` calls: `fn`
         // runs on every thread of the team with `data`, and it returns once all have.
@@ -111,12 +105,7 @@ pub fn start_gnu_openmp_pool(threads: usize) -> bool {
         parallel
             .map(|parallel| parallel(nothing, std::ptr::null_mut(), team, 0))
             .is_some()
-    });
-    for handle in handles {
-        // SAFETY: as in `end_openmp_pools`.
-        unsafe { libc::dlclose(handle) };
-    }
-    started
+    })
 }
 
 /// `omp_pause_resource_all(omp_pause_hard)` of the runtime `handle`; whether it has the
@@ -132,25 +121,36 @@ fn pause(handle: *mut c_void) -> bool {
 /// The work of the empty region [`start_gnu_openmp_pool`] runs.
 extern "C" fn nothing(_: *mut c_void) {}
 
-/// Runs `with` on a handle of the runtime `name` if this process has it loaded and `with` has
-/// not run on it yet under another name (`seen`: the handles so far, each to be closed by the
-/// caller); `false` otherwise.
-fn with_runtime(
-    name: &CStr,
-    seen: &mut Vec<*mut c_void>,
-    with: impl FnOnce(*mut c_void) -> bool,
-) -> bool {
-    // SAFETY: `name` is NUL-terminated; `RTLD_NOLOAD` only looks the library up among those
-    // loaded (no code of a library not yet loaded runs) and counts a reference to it, which
-    // the caller gives back.
-    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return false;
+/// The handles of the loaded runtimes looked up so far, each given back when this drops.
+#[derive(Default)]
+struct Opened(Vec<*mut c_void>);
+
+impl Opened {
+    /// Runs `with` on a handle of the runtime `name` if this process has it loaded and `with`
+    /// has not run on it yet under another name; `false` otherwise.
+    fn with(&mut self, name: &CStr, with: impl FnOnce(*mut c_void) -> bool) -> bool {
+        // SAFETY: `name` is NUL-terminated; `RTLD_NOLOAD` only looks the library up among
+        // those loaded (no code of a library not yet loaded runs) and counts a reference to
+        // it, given back on drop.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return false;
+        }
+        // One library under two names gives the same handle.
+        let again = self.0.contains(&handle);
+        self.0.push(handle);
+        !again && with(handle)
     }
-    // One library under two names gives the same handle.
-    let again = seen.contains(&handle);
-    seen.push(handle);
-    !again && with(handle)
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        for &handle in &self.0 {
+            // SAFETY: gives back the reference each `dlopen` counted; the library was loaded
+            // before it (a kernel library's dependency, never unloaded), so it stays loaded.
+            unsafe { libc::dlclose(handle) };
+        }
+    }
 }
 
 /// The function `name` of the library `handle` as `F`, if it has one.

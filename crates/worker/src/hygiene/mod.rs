@@ -224,7 +224,7 @@ impl Hygiene {
         }
         if let Some(pool) = pool.filter(|p| p.left > 0 && p.restartable)
             && found.iter().all(|l| l.restored)
-            && !openmp::start_pool(pool.left)
+            && !tunebox_bench::start_gnu_openmp_pool(pool.left)
         {
             log::debug!(
                 "libgomp's pool of {} threads could not be started again",

@@ -37,7 +37,8 @@ const GONE_WITHIN: Duration = Duration::from_millis(200);
 pub(crate) struct Ended {
     /// How many threads left (0 where no runtime is loaded or none had a pool).
     pub(crate) left: usize,
-    /// Whether they were libgomp's alone, which [`start_pool`] starts again at that size.
+    /// Whether they were libgomp's alone, which the worker starts again at that size
+    /// ([`tunebox_bench::start_gnu_openmp_pool`]).
     pub(crate) restartable: bool,
 }
 
@@ -67,12 +68,6 @@ pub(crate) fn end_pools(threads: usize, before: usize) -> Ended {
     }
 }
 
-/// Starts libgomp's pool again with `threads` idle threads ([`Ended::restartable`]); whether it
-/// ran.
-pub(crate) fn start_pool(threads: usize) -> bool {
-    tunebox_bench::start_gnu_openmp_pool(threads)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +79,5 @@ mod tests {
         // the pools).
         let ended = end_pools(usize::MAX, 1);
         assert_eq!((ended.left, ended.restartable), (0, false));
-        assert!(!start_pool(3));
     }
 }
