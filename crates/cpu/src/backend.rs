@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{
-    Backend, HostTensor, Restore, Runner, VariedReps, check_budget, do_bench_after,
-    report_progress, summarize, vary_with,
+    Backend, HostTensor, Restore, Runner, VariedReps, check_first_call, do_bench_after,
+    report_progress, summarize, time_call, vary_with,
 };
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase,
@@ -355,15 +355,16 @@ impl CpuRunner<'_> {
         let children_before = integrity::child_processes();
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         report_progress(started, Phase::FirstCall, (0, 1), None, None);
-        let first_ms = self.run_timed()?;
+        let first_ms = time_call(self, timing.clock)?;
         check_bounds(self.tensors)?;
         let outputs = output_data(request, self.tensors)?;
         if timing.outputs_only {
             let fresh_outputs = self.fresh_call(request)?;
             return Ok(Measured::reference(first_ms, outputs, fresh_outputs));
         }
-        // A kernel too slow for its time budget says so now, rather than being killed later.
-        check_budget(timing, started, first_ms, 3)?;
+        // A kernel too slow for its time budget says so now, rather than being killed later
+        // (after a second call where the first alone did not fit: the estimate to go on with).
+        let estimate_ms = check_first_call(self, timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's
         // restore_value). A request that returns outputs looks after the first call. One that
         // returns none (a round's window) has no call after its reps: it looks once, after
@@ -375,7 +376,7 @@ impl CpuRunner<'_> {
         } else {
             self.written_inputs()?
         };
-        let mut stats = do_bench_after(self, timing, started, Some(first_ms))?;
+        let mut stats = do_bench_after(self, timing, started, Some(estimate_ms))?;
         check_bounds(self.tensors)?;
         let checked_reps = self
             .varied
@@ -390,7 +391,7 @@ impl CpuRunner<'_> {
             if !mutated_inputs.is_empty() {
                 // Its reps ran on inputs it had changed: measured again, each rep on the
                 // inputs put back, as a request that returns outputs measures them at once.
-                stats = do_bench_after(self, timing, started, Some(first_ms))?;
+                stats = do_bench_after(self, timing, started, Some(estimate_ms))?;
                 check_bounds(self.tensors)?;
                 let again = self.last_checks(&stats, started, &outputs, before)?;
                 last.threads = last.threads.max(again.threads);

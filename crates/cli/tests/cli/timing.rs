@@ -113,3 +113,45 @@ fn slow_choices_get_fewer_reps_and_the_reference_is_never_timed() {
         "{stdout}"
     );
 }
+
+/// A fast kernel whose first call in a process is slow (300 ms here, as a first call that
+/// reads its code from a slow disk or is stalled by the machine): that call alone, three times
+/// over, would not fit the 800 ms budget of a 1 s timeout. A second call shows it fast, and it
+/// is `ok` with the reps it asks for, not `timeout`, nor cut to a rep or two by a budget
+/// planned on its first call.
+#[test]
+fn a_slow_first_call_does_not_fail_or_cut_a_fast_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = r#"#include <stdint.h>
+#include <time.h>
+void slow_first(const float *x, float *y, int64_t n) {
+    static int first = 1;
+    if (first) {
+        struct timespec t = {0, 300000000L};
+        first = 0;
+        nanosleep(&t, 0);
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+}
+"#;
+    let manifest = MANIFEST
+        .replace("timeout_s = 1.5", "timeout_s = 1")
+        .replace("\"slow\"", "\"slow_first\"")
+        .replace("SLEEP_MS = [1, 120]", "UNUSED = [0]")
+        .replace(
+            "[verify]\nreference = { source = \"reference.c\", entry = \"reference\" }\n",
+            "",
+        );
+    std::fs::write(dir.path().join("slow.c"), kernel).unwrap();
+    std::fs::write(dir.path().join("slow.toml"), manifest).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &["tune", "slow.toml", "--json", "out.json", "--no-cache"],
+    );
+    check(&out);
+    let report = json(&dir.path().join("out.json"));
+    let result = &report["results"][0];
+    assert_eq!(result["status"], "ok", "{result:#}");
+    assert!(result["reps"].as_u64().unwrap() >= 10, "{result:#}");
+    assert_ne!(result["stopped"], "budget", "{result:#}");
+}
