@@ -584,13 +584,8 @@ pub fn check_budget(
 }
 
 /// Times one call of `runner` with `clock`, as a timed rep is (a rep preempted or robbed by the
-/// hypervisor counts its thread's CPU time; see [`RepClock`]): a backend's first call, whose
-/// time is the estimate of a window's reps and the stats of a reference. ms.
-///
-/// # Errors
-///
-/// Any error of the runner, unchanged.
-pub fn time_call<R: Runner + ?Sized>(runner: &mut R, clock: RepClock) -> Result<f64, BenchError> {
+/// hypervisor counts its thread's CPU time; see [`RepClock`]), in ms; any error of the runner.
+fn time_call<R: Runner + ?Sized>(runner: &mut R, clock: RepClock) -> Result<f64, BenchError> {
     timed_sample(runner, clock, None).map(|(ms, _)| ms)
 }
 

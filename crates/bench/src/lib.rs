@@ -68,7 +68,7 @@ mod varied;
 pub use backend::Backend;
 pub use cache_dir::CacheDir;
 pub use do_bench::{
-    Runner, check_budget, check_first_call, do_bench, do_bench_after, do_bench_within, time_call,
+    Runner, check_budget, check_first_call, do_bench, do_bench_after, do_bench_within,
 };
 pub use fresh::{fresh_input_spec, fresh_inputs};
 pub use huge_map::{end_request, keep_mappings, kept_mappings_kib};

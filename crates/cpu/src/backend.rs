@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use tunebox_bench::{
     Backend, HostTensor, Restore, Runner, VariedReps, check_first_call, do_bench_after,
-    report_progress, summarize, time_call, vary_with,
+    report_progress, summarize, vary_with,
 };
 use tunebox_protocol::{
     BenchError, BenchmarkRequest, BenchmarkResult, CacheFlush, Integrity, Kernel, Phase,
@@ -355,7 +355,7 @@ impl CpuRunner<'_> {
         let children_before = integrity::child_processes();
         // The first call runs on freshly initialized tensors; its outputs are the ones verified.
         report_progress(started, Phase::FirstCall, (0, 1), None, None);
-        let first_ms = time_call(self, timing.clock)?;
+        let first_ms = self.run_timed()?;
         check_bounds(self.tensors)?;
         let outputs = output_data(request, self.tensors)?;
         if timing.outputs_only {

@@ -63,7 +63,7 @@ fn tune_reports_every_status_and_writes_json() {
     assert!(results[0]["median_ms"].as_f64().unwrap() > 0.0);
     // At least 5 reps. (One clean-checkout CI run once gave this 1 us kernel two or three:
     // do_bench had fitted the reps to the window's budget on a first call that a loaded
-    // machine stretched; it now re-fits them on the reps, and times the first call as a rep.)
+    // machine stretched; it now re-fits them on the reps.)
     let reps = results[0]["reps"].as_u64().unwrap();
     assert!(reps >= 5, "{:#}", results[0]);
     assert!(results[0]["error"].is_null());
