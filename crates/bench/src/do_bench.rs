@@ -397,10 +397,13 @@ impl Counts {
 /// Share of a limited budget's time left that the timed reps get (warmup gets the rest).
 const REPS_SHARE: f64 = 0.8;
 
-/// The reps' plan while they run: the count planned, and the call time the budget keeps room
-/// for (the final call's), both from the estimate until the reps show it was far too slow.
+/// The reps' plan while they run: the count planned, hot mode's batch, and the call time the
+/// budget keeps room for (the final call's), all from the estimate until the reps show it was
+/// far too slow.
 struct RepPlan {
     reps: u32,
+    /// Calls in a timed sample: hot mode's batch, `None` otherwise.
+    batch: Option<u32>,
     call_ms: f64,
     refitted: bool,
 }
@@ -408,12 +411,13 @@ struct RepPlan {
 impl RepPlan {
     /// Re-fits the plan once on the reps so far (`samples`: their times per call, ms;
     /// `walls`: their wall times with restore and flush, ms) when their median wall time is
-    /// under half what the plan expected of a rep: the estimate was one slow call (preempted,
-    /// faulting in its pages, reading the kernel's code from disk), and a budget cut made on
-    /// it would leave a fast kernel two or three reps. The call time kept in reserve becomes
-    /// the reps' median, and a count the budget cut becomes what the time left now fits of
-    /// such reps, at most the count asked for (never more reps than `rep_ms` and the bounds
-    /// asked for on the estimate, as without a budget). Whether the plan changed.
+    /// under half what the plan expected of a rep: the estimate was stretched (a first call
+    /// preempted, faulting in its pages, reading the kernel's code from disk), and a budget
+    /// cut made on it would leave a fast kernel two or three reps. The call time kept in
+    /// reserve becomes the reps' median call, hot mode's batch is sized on it, and a count the
+    /// budget cut becomes what the time left now fits of such reps, at most the count asked
+    /// for (never more reps than `rep_ms` and the bounds asked for on the estimate, as without
+    /// a budget). Whether the plan changed.
     fn refit(
         &mut self,
         (samples, walls): (&[f64], &[f64]),
@@ -428,11 +432,19 @@ impl RepPlan {
             return false;
         }
         self.refitted = true;
-        self.call_ms = median(samples) * f64::from(counts.batch);
+        self.call_ms = median(samples);
+        // A rep's wall time at the new batch size: its calls scale, the rest does not matter
+        // at this precision.
+        let mut rep_wall_ms = wall_ms;
+        if let Some(old) = self.batch {
+            let batch = count(HOT_BATCH_MS, self.call_ms, 1, MAX_HOT_BATCH);
+            rep_wall_ms = wall_ms / f64::from(old) * f64::from(batch);
+            self.batch = Some(batch);
+        }
         if let Some(left_ms) = budget.limited_ms()
             && self.reps < counts.asked_reps
         {
-            let more = fit(REPS_SHARE * (left_ms - wall_ms).max(0.0), wall_ms);
+            let more = fit(REPS_SHARE * (left_ms - rep_wall_ms).max(0.0), rep_wall_ms);
             let done = walls.len() as u32;
             self.reps = done
                 .saturating_add(more)
@@ -459,8 +471,9 @@ struct Sampled {
 /// Takes the timed reps `counts` plans (or, with `max_noise`, until the noise is low enough
 /// or `max_time_ms` is spent), each after a restore, the runner's [`Runner::before_rep`] and a
 /// flush, and ended by its [`Runner::after_rep`]; a rep that would not leave room in `budget`
-/// for the final call ends sampling (after at least one rep). Where the budget would end
-/// sampling, the plan is first re-fitted on the reps so far ([`RepPlan::refit`]).
+/// for the final call ends sampling (after at least one rep). Where the budget's cut count is
+/// reached, or the budget would end sampling, the plan is first re-fitted on the reps so far
+/// ([`RepPlan::refit`]).
 fn sample<R: Runner + ?Sized>(
     runner: &mut R,
     config: &TimingConfig,
@@ -483,6 +496,7 @@ fn sample<R: Runner + ?Sized>(
     let mut walls = Vec::with_capacity(counts.reps as usize);
     let mut plan = RepPlan {
         reps: counts.reps,
+        batch: config.hot.then_some(counts.batch),
         call_ms: estimate.call_ms,
         refitted: false,
     };
@@ -515,9 +529,9 @@ fn sample<R: Runner + ?Sized>(
         if !config.hot {
             flush_before(runner, config)?;
         }
-        let calls = config.hot.then_some(counts.batch);
+        let calls = plan.batch;
         let (sample_ms, preempted) = timed_sample(runner, config.clock, calls)?;
-        runner.after_rep(done, counts.reps.max(config.min_reps).max(1))?;
+        runner.after_rep(done, plan.reps.max(config.min_reps).max(1))?;
         samples.push(sample_ms / f64::from(calls.unwrap_or(1)));
         sampled.preempted_reps += u32::from(preempted);
         walls.push(wall.elapsed().as_secs_f64() * 1e3);
@@ -552,10 +566,11 @@ fn sample<R: Runner + ?Sized>(
 }
 
 /// Fails with [`BenchError::DoesNotFit`] when the request begun at `started` has a
-/// `budget_ms` that leaves room for fewer than `calls` more calls of `call_ms` each: a backend
-/// calls it after its first call with `calls = 3` (an estimate run, a timed rep and the final
-/// call), so that a kernel too slow for its timeout gets an error that says what timeout it
-/// needs instead of being killed; [`do_bench_within`] calls it after the estimate with 2.
+/// `budget_ms` that leaves room for fewer than `calls` more calls of `call_ms` each, so that a
+/// kernel too slow for its timeout gets an error that says what timeout it needs instead of
+/// being killed: a backend checks its first call through [`check_first_call`] with
+/// `calls = 3` (an estimate run, a timed rep and the final call); [`do_bench_within`] checks
+/// the estimate with 2.
 ///
 /// # Errors
 ///
@@ -583,6 +598,11 @@ pub fn check_budget(
     })
 }
 
+/// A second opinion on a first call ([`check_first_call`]) is taken only where the time left
+/// holds this many first calls: a second call somewhat slower than the first still ends within
+/// the budget.
+const SECOND_OPINION_ROOM: f64 = 1.25;
+
 /// Times one call of `runner` with `clock`, as a timed rep is (a rep preempted or robbed by the
 /// hypervisor counts its thread's CPU time; see [`RepClock`]), in ms; any error of the runner.
 fn time_call<R: Runner + ?Sized>(runner: &mut R, clock: RepClock) -> Result<f64, BenchError> {
@@ -590,12 +610,14 @@ fn time_call<R: Runner + ?Sized>(runner: &mut R, clock: RepClock) -> Result<f64,
 }
 
 /// [`check_budget`] for a backend's first call, with a second opinion: when `calls` more calls
-/// of `first_ms` would not fit the request's budget but one would, the kernel is called once
-/// more (after a restore and a flush, timed as a rep) and the check is made on the faster of
-/// the two with one call fewer. A first call stretched by something other than the kernel
-/// (preemption the clock cannot see, faulting in its pages, reading its code from disk, loading
-/// a GPU module) then does not fail a fast kernel with [`BenchError::DoesNotFit`]; a kernel as
-/// slow the second time fails as before, one call later. Returns the call time to go on with
+/// of `first_ms` would not fit the request's budget but one would (with a quarter to spare,
+/// [`SECOND_OPINION_ROOM`]), the kernel is called once more (after a restore and a flush,
+/// timed as a rep) and the check is made on the faster of the two with one call fewer. A first
+/// call stretched by something other than the kernel (preemption, faulting in its pages,
+/// reading its code from disk, loading a GPU module) then does not fail a fast kernel with
+/// [`BenchError::DoesNotFit`]; a kernel as slow the second time fails as before, one call (its
+/// cost) later. Call it once the restore set holds the inputs the first call wrote, so that
+/// the second call runs on the inputs the first did. Returns the call time to go on with
 /// (`first_ms`, or the second call's when it was faster), the estimate for
 /// [`do_bench_after`].
 ///
@@ -611,7 +633,7 @@ pub fn check_first_call<R: Runner + ?Sized>(
 ) -> Result<f64, BenchError> {
     let fits = check_budget(config, started, first_ms, calls);
     let left_ms = Budget::new(config.budget_ms, started).left_ms();
-    if fits.is_ok() || calls < 2 || left_ms < first_ms {
+    if fits.is_ok() || calls < 2 || left_ms < SECOND_OPINION_ROOM * first_ms {
         return fits.map(|()| first_ms);
     }
     report_progress(started, Phase::Estimate, (0, 1), None, None);
@@ -931,6 +953,20 @@ mod tests {
         }
     }
 
+    /// A runner whose calls cost next to nothing; counts them.
+    struct Quick(u64);
+
+    impl Runner for Quick {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.0 += 1;
+            std::hint::black_box(self.0);
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn a_first_call_can_stand_for_the_estimate() {
         let config = TimingConfig::default()
@@ -1119,6 +1155,7 @@ mod tests {
         // 800 of the 1250 ms left remain, ~450 ms in. It is the reps' 2 ms now, and sampling
         // runs its 600 ms.
         let noisy = config
+            .clone()
             .max_noise(Some(1e-9))
             .max_time_ms(Some(600.0))
             .budget_ms(Some(1700.0));
@@ -1126,6 +1163,19 @@ mod tests {
         let mut runner = Counting(0);
         let stats = do_bench_after(&mut runner, &noisy, started, Some(400.0)).unwrap();
         assert_eq!(stats.stopped, "time", "{stats:?}");
+
+        // Hot mode: the batch was sized on the 400 ms estimate (one call); refitted, it is
+        // sized on the reps (1 ms of calls), so the reps stop timing one call at a time.
+        let hot = config.clone().hot(true);
+        let started = Instant::now() - Duration::from_millis(450);
+        let mut runner = Quick(0);
+        let stats = do_bench_after(&mut runner, &hot, started, Some(400.0)).unwrap();
+        assert_eq!(
+            (stats.reps, stats.stopped.as_str()),
+            (10, "reps"),
+            "{stats:?}"
+        );
+        assert!(runner.0 > 1000, "{} calls", runner.0);
 
         // Reps as slow as the estimate keep the cut: a 30 ms kernel, 30 ms first call.
         let slow = TimingConfig::default()
@@ -1152,17 +1202,18 @@ mod tests {
         let mut runner = Counting(0);
         let call_ms = check_first_call(&mut runner, &config, Instant::now(), 2.0, 3).unwrap();
         assert_eq!((runner.0, call_ms), (0, 2.0));
-        // A kernel as slow the second time does not fit, one call later.
-        let tight = TimingConfig::default().budget_ms(Some(100.0));
-        let started = Instant::now() - Duration::from_millis(30);
-        let mut runner = Sleeper { ms: 30, calls: 0 };
-        let err = check_first_call(&mut runner, &tight, started, 30.0, 3).unwrap_err();
+        // A kernel as slow the second time does not fit, one call later: 280 of 400 ms left
+        // hold a second 120 ms call (with its quarter to spare), not two more.
+        let tight = TimingConfig::default().budget_ms(Some(400.0));
+        let started = Instant::now() - Duration::from_millis(120);
+        let mut runner = Sleeper { ms: 120, calls: 0 };
+        let err = check_first_call(&mut runner, &tight, started, 120.0, 3).unwrap_err();
         assert!(matches!(err, BenchError::DoesNotFit { .. }), "{err:?}");
         assert_eq!(runner.calls, 1);
-        // Not even one more call fits: no second call.
-        let started = Instant::now() - Duration::from_millis(80);
-        let mut runner = Sleeper { ms: 30, calls: 0 };
-        assert!(check_first_call(&mut runner, &tight, started, 30.0, 3).is_err());
+        // Not even one more call fits (130 ms left, 150 needed): no second call.
+        let started = Instant::now() - Duration::from_millis(270);
+        let mut runner = Sleeper { ms: 120, calls: 0 };
+        assert!(check_first_call(&mut runner, &tight, started, 120.0, 3).is_err());
         assert_eq!(runner.calls, 0);
     }
 

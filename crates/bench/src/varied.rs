@@ -24,8 +24,6 @@ type Saved = (usize, usize, Vec<u8>);
 pub struct VariedReps {
     /// At most this many reps are checked.
     checked: u32,
-    /// The reps picked for checking, once the number of reps is known.
-    picked: Option<Vec<u32>>,
     /// The rep under way: its seed, and for each varied tensor its index, the block's offset
     /// and the bytes the block held before.
     current: Option<(u64, Vec<Saved>)>,
@@ -60,7 +58,6 @@ impl VariedReps {
         };
         Some(VariedReps {
             checked: varied.checked,
-            picked: None,
             current: None,
             slots: (0..=varied.checked).map(|_| set()).collect(),
             filled: vec![None; varied.checked as usize],
@@ -78,20 +75,20 @@ impl VariedReps {
         self.current = Some((seed, saved));
     }
 
-    /// Ends rep `rep` (from 0) of about `planned`: copies the outputs out (into the slot of a
-    /// rep picked for checking, picked at random among the first `planned`, once, at the first
-    /// rep's end; else into the spare: the same work either way), then puts the varied blocks
-    /// back. (Out-of-bounds writes are the caller's to look for, after the reps: looking
-    /// after the checked reps only would set them apart.)
+    /// Ends rep `rep` (from 0): copies the outputs out (into a checked slot when the rep is
+    /// kept for checking, else into the spare: the same work either way), then puts the varied
+    /// blocks back. Which reps are kept is drawn by reservoir sampling as each rep ends
+    /// ([`keep_in_slot`]): however many reps run in the end (a budget can re-plan them while
+    /// they run), each is as likely as any other to be among the `checked` kept, and nothing
+    /// told a kept rep from another while it ran. `planned` (the reps planned when this rep
+    /// ran) is not needed for that and is ignored. (Out-of-bounds writes are the caller's to
+    /// look for, after the reps: looking after the checked reps only would set them apart.)
     pub fn end_rep(&mut self, rep: u32, planned: u32, tensors: &mut [HostTensor]) {
+        let _ = planned;
         let Some((seed, saved)) = self.current.take() else {
             return;
         };
-        let checked = self.checked;
-        let picked = self
-            .picked
-            .get_or_insert_with(|| pick(checked, planned.max(1)));
-        let slot = picked.iter().position(|&p| p == rep);
+        let slot = keep_in_slot(self.checked, rep);
         let spare = self.slots.len() - 1;
         let buffers = &mut self.slots[slot.unwrap_or(spare)];
         for (buffer, (i, _)) in buffers.iter_mut().zip(&self.outputs) {
@@ -181,16 +178,16 @@ pub fn vary_with(specs: &[TensorSpec], tensors: &mut [HostTensor], seed: u64) ->
     saved
 }
 
-/// `checked` distinct reps of `0..planned` (all of them when there are fewer), at random.
-fn pick(checked: u32, planned: u32) -> Vec<u32> {
-    let mut reps: Vec<u32> = (0..planned).collect();
-    let take = (checked as usize).min(reps.len());
-    for i in 0..take {
-        let j = i + (random_u64() % (reps.len() - i) as u64) as usize;
-        reps.swap(i, j);
+/// The checked slot rep `rep` (from 0) goes into, if it is kept: reservoir sampling (Vitter's
+/// algorithm R) over `checked` slots. The first `checked` reps fill them; rep `i` after them
+/// replaces a slot at random with probability `checked / (i + 1)`. After any number of reps,
+/// each is kept with the same probability.
+fn keep_in_slot(checked: u32, rep: u32) -> Option<usize> {
+    if rep < checked {
+        return Some(rep as usize);
     }
-    reps.truncate(take);
-    reps
+    let drawn = random_u64() % (u64::from(rep) + 1);
+    (drawn < u64::from(checked)).then_some(drawn as usize)
 }
 
 /// 64 bits from the operating system's randomness (`getrandom(2)`), or from the clock where
@@ -262,11 +259,34 @@ mod tests {
     }
 
     #[test]
-    fn no_more_reps_are_picked_than_ran() {
-        assert_eq!(pick(2, 1), [0]);
-        let mut three = pick(3, 3);
-        three.sort_unstable();
-        assert_eq!(three, [0, 1, 2]);
-        assert!(pick(0, 10).is_empty());
+    fn no_more_reps_are_kept_than_ran_and_every_rep_is_as_likely_to_be_kept() {
+        // Fewer reps than slots: every one kept, each in its own slot.
+        assert_eq!(keep_in_slot(3, 0), Some(0));
+        assert_eq!(keep_in_slot(3, 2), Some(2));
+        assert_eq!(keep_in_slot(0, 0), None);
+        // 2 of 20 reps kept, 20,000 times: each rep kept ~2,000 times, the late reps (which a
+        // plan made on a slow first call may not have counted) as often as the early ones.
+        let (checked, reps, trials) = (2u32, 20u32, 20_000u32);
+        let mut kept = vec![0u32; reps as usize];
+        for _ in 0..trials {
+            let mut slots = vec![None; checked as usize];
+            for rep in 0..reps {
+                if let Some(slot) = keep_in_slot(checked, rep) {
+                    slots[slot] = Some(rep);
+                }
+            }
+            for rep in slots.into_iter().flatten() {
+                kept[rep as usize] += 1;
+            }
+        }
+        let expected = f64::from(trials * checked) / f64::from(reps);
+        for (rep, &n) in kept.iter().enumerate() {
+            // Binomial(20,000, 0.1): sd ~42, so 20 % is ~9 sd (a right rule fails about never);
+            // a rule that keeps only reps planned early keeps the others 0 times.
+            assert!(
+                (f64::from(n) - expected).abs() < 0.2 * expected,
+                "rep {rep} kept {n} times, expected ~{expected}: {kept:?}"
+            );
+        }
     }
 }

@@ -362,9 +362,6 @@ impl CpuRunner<'_> {
             let fresh_outputs = self.fresh_call(request)?;
             return Ok(Measured::reference(first_ms, outputs, fresh_outputs));
         }
-        // A kernel too slow for its time budget says so now, rather than being killed later
-        // (after a second call where the first alone did not fit: the estimate to go on with).
-        let estimate_ms = check_first_call(self, timing, started, first_ms, 3)?;
         // Inputs the kernel wrote are put back before every later call (triton's
         // restore_value). A request that returns outputs looks after the first call. One that
         // returns none (a round's window) has no call after its reps: it looks once, after
@@ -376,6 +373,9 @@ impl CpuRunner<'_> {
         } else {
             self.written_inputs()?
         };
+        // A kernel too slow for its time budget says so now, rather than being killed later
+        // (after a second call where the first alone did not fit: the estimate to go on with).
+        let estimate_ms = check_first_call(self, timing, started, first_ms, 3)?;
         let mut stats = do_bench_after(self, timing, started, Some(estimate_ms))?;
         check_bounds(self.tensors)?;
         let checked_reps = self
@@ -391,6 +391,7 @@ impl CpuRunner<'_> {
             if !mutated_inputs.is_empty() {
                 // Its reps ran on inputs it had changed: measured again, each rep on the
                 // inputs put back, as a request that returns outputs measures them at once.
+                let estimate_ms = estimate_ms.min(stats.median_ms);
                 stats = do_bench_after(self, timing, started, Some(estimate_ms))?;
                 check_bounds(self.tensors)?;
                 let again = self.last_checks(&stats, started, &outputs, before)?;

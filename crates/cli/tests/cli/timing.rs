@@ -115,32 +115,35 @@ fn slow_choices_get_fewer_reps_and_the_reference_is_never_timed() {
 }
 
 /// A fast kernel whose first call in a process is slow (300 ms here, as a first call that
-/// reads its code from a slow disk or is stalled by the machine): that call alone, three times
-/// over, would not fit the 800 ms budget of a 1 s timeout. A second call shows it fast, and it
-/// is `ok` with the reps it asks for, not `timeout`, nor cut to a rep or two by a budget
-/// planned on its first call.
-#[test]
-fn a_slow_first_call_does_not_fail_or_cut_a_fast_kernel() {
+/// reads its code from a slow disk or is stalled by the machine), and that negates its input
+/// `x` in place on every call, under `timeout_s`, asking for `min_reps`.
+fn slow_first_call(timeout_s: &str, min_reps: u32) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let kernel = r#"#include <stdint.h>
 #include <time.h>
-void slow_first(const float *x, float *y, int64_t n) {
+void slow_first(float *x, float *y, int64_t n) {
     static int first = 1;
     if (first) {
         struct timespec t = {0, 300000000L};
         first = 0;
         nanosleep(&t, 0);
     }
-    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = 2.0f * x[i] + 1.0f;
+        x[i] = -x[i];
+    }
 }
 "#;
     let manifest = MANIFEST
-        .replace("timeout_s = 1.5", "timeout_s = 1")
+        .replace("timeout_s = 1.5", &format!("timeout_s = {timeout_s}"))
         .replace("\"slow\"", "\"slow_first\"")
         .replace("SLEEP_MS = [1, 120]", "UNUSED = [0]")
+        .replace("min_reps = 10", &format!("min_reps = {min_reps}"))
+        // Its own reference: the window returns its outputs, and looks for written inputs
+        // after the first call.
         .replace(
-            "[verify]\nreference = { source = \"reference.c\", entry = \"reference\" }\n",
-            "",
+            "reference = { source = \"reference.c\", entry = \"reference\" }",
+            "reference = { choice = { UNUSED = 0 } }",
         );
     std::fs::write(dir.path().join("slow.c"), kernel).unwrap();
     std::fs::write(dir.path().join("slow.toml"), manifest).unwrap();
@@ -149,8 +152,31 @@ void slow_first(const float *x, float *y, int64_t n) {
         &["tune", "slow.toml", "--json", "out.json", "--no-cache"],
     );
     check(&out);
-    let report = json(&dir.path().join("out.json"));
-    let result = &report["results"][0];
+    json(&dir.path().join("out.json"))["results"][0].clone()
+}
+
+/// With a 1.25 s timeout (a 1 s budget), three more 300 ms calls after the first would not
+/// fit: a second call shows the kernel fast, and it is `ok` with the reps it asks for, not
+/// `timeout`. The second call runs on the input put back, so the write is seen.
+#[test]
+fn a_slow_first_call_gets_a_second_opinion_before_the_choice_fails() {
+    let result = slow_first_call("1.25", 10);
+    assert_eq!(result["status"], "ok", "{result:#}");
+    assert!(result["reps"].as_u64().unwrap() >= 10, "{result:#}");
+    assert_ne!(result["stopped"], "budget", "{result:#}");
+    assert_eq!(
+        result["mutated_inputs"],
+        serde_json::json!(["x"]),
+        "{result:#}"
+    );
+}
+
+/// With a 2.5 s timeout (a 2 s budget) the first call fits, and the reps planned on it are cut
+/// to about three of the screening window's 10 (a quarter of the 40 asked for); they run in
+/// microseconds, and the plan is re-fitted on them: the 10.
+#[test]
+fn reps_cut_on_a_slow_first_call_are_re_fitted_on_the_reps() {
+    let result = slow_first_call("2.5", 40);
     assert_eq!(result["status"], "ok", "{result:#}");
     assert!(result["reps"].as_u64().unwrap() >= 10, "{result:#}");
     assert_ne!(result["stopped"], "budget", "{result:#}");
