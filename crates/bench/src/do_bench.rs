@@ -139,7 +139,9 @@ const FLUSH_WALL_FACTOR: f64 = 10.0;
 ///
 /// 1. Estimate: 5 runs, each after a flush; `estimate_ms` is their mean time as measured by
 ///    [`Runner::run_timed`], and `flush_ms` the mean time of a flush.
-/// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`. When
+/// 2. Warmup: `warmup_ms / estimate_ms` untimed runs, at least one, at most `max_reps`, and
+///    none started once they have taken twice `warmup_ms` (a kernel slow only now and then,
+///    or slower than its estimate, does not warm up for seconds; triton runs them all). When
 ///    the first call is the estimate (`estimate_runs = Some(0)`), it has warmed the kernel
 ///    already and its time counts toward `warmup_ms`: warmup runs only fill what is left (none
 ///    for a kernel slower than `warmup_ms`).
@@ -230,8 +232,30 @@ pub fn do_bench_after<R: Runner + ?Sized>(
         counts.reps,
         counts.batch
     );
-    let call = Some(Duration::from_secs_f64(estimate.call_ms.max(0.0) / 1e3));
+    let warmup_reps = warm_up(runner, &counts, started, estimate.call_ms)?;
+    let sampled = sample(runner, config, &counts, (&budget, started), &estimate)?;
+    let mut stats = summarize(&sampled.samples, warmup_reps);
+    stats.stopped = sampled.stopped.into();
+    stats.preempted_reps = sampled.preempted_reps;
+    Ok(stats)
+}
+
+/// Runs the warmup calls `counts` plans, each after a restore, until their time reaches
+/// `counts.warmup_limit_ms` (after at least one): a kernel slower than its estimate, or slow
+/// only now and then, does not spend the reps' time (or the budget) warming up. The warmup
+/// calls made.
+fn warm_up<R: Runner + ?Sized>(
+    runner: &mut R,
+    counts: &Counts,
+    started: Instant,
+    call_ms: f64,
+) -> Result<u32, BenchError> {
+    let call = Some(Duration::from_secs_f64(call_ms.max(0.0) / 1e3));
+    let warming = Instant::now();
     for done in 0..counts.warmup_reps {
+        if done > 0 && warming.elapsed().as_secs_f64() * 1e3 >= counts.warmup_limit_ms {
+            return Ok(done);
+        }
         report_progress(
             started,
             Phase::Warmup,
@@ -242,11 +266,7 @@ pub fn do_bench_after<R: Runner + ?Sized>(
         runner.restore()?;
         runner.run()?;
     }
-    let sampled = sample(runner, config, &counts, (&budget, started), &estimate)?;
-    let mut stats = summarize(&sampled.samples, counts.warmup_reps);
-    stats.stopped = sampled.stopped.into();
-    stats.preempted_reps = sampled.preempted_reps;
-    Ok(stats)
+    Ok(counts.warmup_reps)
 }
 
 /// Flushes the caches before a call when `config` asks for it; the flush's time in ms.
@@ -337,6 +357,9 @@ struct Counts {
     /// The wall time the budget's fit expects of one timed rep, ms (its call, or hot mode's
     /// batch, and its flush).
     rep_wall_ms: f64,
+    /// Warmup stops once its calls have taken this long, ms: [`WARMUP_OVERRUN`] × `warmup_ms`,
+    /// within warmup's share of a limited budget.
+    warmup_limit_ms: f64,
 }
 
 impl Counts {
@@ -378,11 +401,13 @@ impl Counts {
         } else {
             call_ms + estimate.flush_ms
         };
+        let mut warmup_limit_ms = WARMUP_OVERRUN * config.warmup_ms;
         if let Some(left_ms) = budget.limited_ms() {
             // Keep one call (and its flush) for the backend's final verification call.
             let left_ms = (left_ms - call_ms - estimate.flush_ms).max(0.0);
             reps = reps.min(fit(REPS_SHARE * left_ms, rep_wall_ms)).max(1);
             warmup_reps = warmup_reps.min(fit((1.0 - REPS_SHARE) * left_ms, call_ms));
+            warmup_limit_ms = warmup_limit_ms.min((1.0 - REPS_SHARE) * left_ms);
         }
         Counts {
             batch,
@@ -390,9 +415,14 @@ impl Counts {
             reps,
             asked_reps,
             rep_wall_ms,
+            warmup_limit_ms,
         }
     }
 }
+
+/// Warmup calls planned on the estimate stop once they have taken this many times
+/// `warmup_ms` ([`warm_up`]).
+const WARMUP_OVERRUN: f64 = 2.0;
 
 /// Share of a limited budget's time left that the timed reps get (warmup gets the rest).
 const REPS_SHARE: f64 = 0.8;
@@ -1186,6 +1216,49 @@ mod tests {
         let stats = do_bench_after(&mut runner, &slow, Instant::now(), Some(30.0)).unwrap();
         assert_eq!(stats.stopped, "budget", "{stats:?}");
         assert!((1..10).contains(&stats.reps), "{stats:?}");
+    }
+
+    /// A runner whose every fifth call takes 100 ms and the others nothing.
+    struct Fitful(u32);
+
+    impl Runner for Fitful {
+        fn run(&mut self) -> Result<(), BenchError> {
+            self.0 += 1;
+            if self.0.is_multiple_of(5) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), BenchError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn warmup_stops_at_twice_its_time_whatever_the_estimate_planned() {
+        // A fast first call plans 1000 warmup calls (25 ms of 0.01 ms calls), which take 20 s
+        // at 100 ms every fifth: warmup stops at its first slow call past 50 ms.
+        let config = TimingConfig::default()
+            .warmup_ms(25.0)
+            .rep_ms(0.03)
+            .min_reps(3)
+            .max_reps(1000)
+            .estimate_runs(Some(0));
+        let started = Instant::now();
+        let mut runner = Fitful(0);
+        let stats = do_bench_after(&mut runner, &config, started, Some(0.01)).unwrap();
+        assert!(stats.warmup_reps < 20, "{stats:?}");
+        // Generous: the 3 reps may meet a slow call.
+        let took_ms = started.elapsed().as_secs_f64() * 1e3;
+        assert!(took_ms < 1000.0, "{took_ms} ms: {stats:?}");
+        // Within a budget, warmup keeps to its share: the 2 s budget of a 2.5 s timeout no
+        // longer ends in warmup (the parent's kill, seen as a hang at warmup call 99).
+        let budgeted = config.max_reps(250).budget_ms(Some(2000.0));
+        let mut runner = Fitful(0);
+        let started = Instant::now();
+        do_bench_after(&mut runner, &budgeted, started, Some(0.01)).unwrap();
+        let took_ms = started.elapsed().as_secs_f64() * 1e3;
+        assert!(took_ms < 2000.0, "{took_ms} ms");
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub enum BenchError {
         "one call takes ~{call_ms:.1} ms: measuring it needs ~{needed_ms:.0} ms (the first call, \
          an estimate run, one timed rep and the final call), more than the {budget_ms:.0} ms \
          budget (80 % of the timeout); give it a timeout of at least {:.1} s",
-        needed_ms / 0.8 / 1e3
+        timeout_for(*needed_ms)
     )]
     DoesNotFit {
         /// The duration of one call, as measured so far (ms).
@@ -160,5 +160,40 @@ impl BenchError {
     /// otherwise be charged to the next request.
     pub fn retires_worker(&self) -> bool {
         self.ends_worker() || self.left_work_running()
+    }
+}
+
+/// The timeout, in s, that a measurement needing `needed_ms` fits (at
+/// [`TimingConfig::BUDGET_SHARE`](crate::TimingConfig::BUDGET_SHARE) of it, with a tenth more
+/// for the calls' spread), rounded up to the next tenth of a second: a timeout said to fit must
+/// fit when taken at its word, not miss by the rounding.
+fn timeout_for(needed_ms: f64) -> f64 {
+    let s = needed_ms / crate::TimingConfig::BUDGET_SHARE * 1.1 / 1e3;
+    (s * 10.0).ceil() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_a_does_not_fit_error_suggests_fits_when_taken_at_its_word() {
+        // Needing 2802 ms of a budget that is 80 % of the timeout: 3.50 s would be 2 ms short.
+        let err = BenchError::DoesNotFit {
+            call_ms: 700.0,
+            needed_ms: 2802.0,
+            budget_ms: 1600.0,
+        };
+        let said = err.to_string();
+        assert!(
+            said.ends_with("give it a timeout of at least 3.9 s"),
+            "{said}"
+        );
+        // A microsecond kernel under a 1 ms timeout is told a timeout above 0.
+        assert_eq!(timeout_for(1.0), 0.1);
+        for needed_ms in [1.0, 799.0, 2802.0, 10_000.0] {
+            let budget_ms = timeout_for(needed_ms) * 1e3 * crate::TimingConfig::BUDGET_SHARE;
+            assert!(budget_ms >= needed_ms, "{needed_ms}");
+        }
     }
 }

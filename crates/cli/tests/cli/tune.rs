@@ -447,6 +447,28 @@ reference = {{ outputs = {{ y = "y.bin" }} }}
             "{result}"
         );
     }
+    // Without anything to compare with, the outputs are not sent back, but they stay outputs:
+    // the kernel writing `y` is not writing an input (it was listed as one, and `y` put back
+    // before every call).
+    let unverified = &manifest[..manifest.find("[verify]").unwrap()];
+    std::fs::write(dir.path().join("u.toml"), unverified).unwrap();
+    let out = tunebox(
+        dir.path(),
+        &["tune", "u.toml", "--json", "u.json", "--quiet"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("u.json")).unwrap()).unwrap();
+    for result in json["results"].as_array().unwrap() {
+        assert_eq!(result["status"], "ok", "{result}");
+        let scribbles = result["choice"]["SCRIBBLE"] == 1;
+        let expected = if scribbles {
+            serde_json::json!(["x"])
+        } else {
+            serde_json::json!([])
+        };
+        assert_eq!(result["mutated_inputs"], expected, "{result}");
+    }
     // A file of the wrong size is named with the size it needs.
     std::fs::write(dir.path().join("x.bin"), [0u8; 12]).unwrap();
     let out = tunebox(dir.path(), &["tune", "m.toml"]);

@@ -78,18 +78,13 @@ pub(crate) fn request(
                 verifies_against_kernel(manifest).then(crate::measure::integrity::fresh_seed),
             )
             // And, in a sandbox or when asked, timed reps on varied inputs, some checked.
-            .varied_reps(checked_reps(manifest).map(VariedReps::new)),
+            .varied_reps(checked_reps(manifest).map(VariedReps::new))
+            // Outputs travel back only when there is something to compare them with. They
+            // stay outputs either way: a kernel writing them is not writing an input (listed
+            // in `mutated_inputs` and put back before every call).
+            .return_outputs(manifest.verify.is_some()),
     );
-    request.tensors = manifest
-        .tensors
-        .iter()
-        .map(|t| {
-            let output = returned(manifest, t);
-            let mut t = t.clone();
-            t.output = output;
-            t
-        })
-        .collect();
+    request.tensors = manifest.tensors.clone();
     request.scalars = manifest.scalars.clone();
     request.args = manifest.args.clone();
     Ok(request)
