@@ -902,3 +902,32 @@ fn selection(args: &TuneArgs) -> Result<Selection> {
         seed: args.seed,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// docs/cli.md is "every command and option": each long option of each command is named
+    /// there (as `` `--name``), so that an option added to the CLI and not to the reference fails
+    /// here.
+    #[test]
+    fn the_cli_reference_names_every_option() {
+        let reference =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/cli.md"))
+                .unwrap();
+        let cli = super::Cli::command();
+        let missing: Vec<String> = cli
+            .get_subcommands()
+            .flat_map(|command| {
+                command
+                    .get_arguments()
+                    .filter_map(|arg| arg.get_long())
+                    .filter(|long| !["help", "version"].contains(long))
+                    .filter(|long| !reference.contains(&format!("`--{long}")))
+                    .map(|long| format!("{} --{long}", command.get_name()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(missing.is_empty(), "docs/cli.md does not name {missing:?}");
+    }
+}

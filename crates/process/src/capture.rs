@@ -222,7 +222,7 @@ pub(crate) fn quote_lines(tail: &str, max: usize) -> Vec<String> {
     let start = lines.len() - (max - causes.len());
     let mut quoted: Vec<String> = causes.iter().map(|&i| lines[i].clone()).collect();
     quoted.push(format!(
-        "[… {} earlier lines; the error's `stderr_tail` has them]",
+        "[… {} earlier lines left out]",
         start - causes.len()
     ));
     quoted.extend(lines[start..].iter().cloned());

@@ -486,7 +486,7 @@ mod tests {
             stderr_tail: tail.clone(),
         };
         let message = crashed.to_string();
-        assert!(message.contains("[… 480 earlier lines; the error's `stderr_tail` has them]"));
+        assert!(message.contains("[… 480 earlier lines left out]"));
         assert!(message.ends_with("line 480\nline 481\nline 482\nline 483\nline 484\nline 485\nline 486\nline 487\nline 488\nline 489\nline 490\nline 491\nline 492\nline 493\nline 494\nline 495\nline 496\nline 497\nline 498\nline 499"));
         assert!(!message.contains("line 479\n"));
         let ProcessError::WorkerCrashed { stderr_tail, .. } = crashed else {

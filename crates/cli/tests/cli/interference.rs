@@ -438,6 +438,13 @@ fn a_choice_that_cheats_only_after_screening_is_caught_in_its_round() {
     );
     assert_eq!(by_mode(0)["status"], "ok");
     assert_eq!(report["best"]["choice"]["MODE"], 0, "{}", report["best"]);
+    // Said as a note; the progress counted the choice once, at screening (it read `[3/2]`).
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("MODE=1 failed in round") && stderr.contains("(wrong)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[3/2]"), "{stderr}");
 }
 
 /// `WORK` rounds of arithmetic, and the pid of every process that calls it written once to

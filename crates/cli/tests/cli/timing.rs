@@ -116,8 +116,9 @@ fn slow_choices_get_fewer_reps_and_the_reference_is_never_timed() {
 
 /// A fast kernel whose first call in a process is slow (300 ms here, as a first call that
 /// reads its code from a slow disk or is stalled by the machine), and that negates its input
-/// `x` in place on every call, under `timeout_s`, asking for `min_reps`.
-fn slow_first_call(timeout_s: &str, min_reps: u32) -> serde_json::Value {
+/// `x` in place on every call, under `timeout_s`: the run's one choice (one window, with the
+/// whole timing: at least 10 reps).
+fn slow_first_call(timeout_s: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let kernel = r#"#include <stdint.h>
 #include <time.h>
@@ -138,7 +139,6 @@ void slow_first(float *x, float *y, int64_t n) {
         .replace("timeout_s = 1.5", &format!("timeout_s = {timeout_s}"))
         .replace("\"slow\"", "\"slow_first\"")
         .replace("SLEEP_MS = [1, 120]", "UNUSED = [0]")
-        .replace("min_reps = 10", &format!("min_reps = {min_reps}"))
         // Its own reference: the window returns its outputs, and looks for written inputs
         // after the first call.
         .replace(
@@ -160,7 +160,7 @@ void slow_first(float *x, float *y, int64_t n) {
 /// `timeout`. The second call runs on the input put back, so the write is seen.
 #[test]
 fn a_slow_first_call_gets_a_second_opinion_before_the_choice_fails() {
-    let result = slow_first_call("1.25", 10);
+    let result = slow_first_call("1.25");
     assert_eq!(result["status"], "ok", "{result:#}");
     assert!(result["reps"].as_u64().unwrap() >= 10, "{result:#}");
     assert_ne!(result["stopped"], "budget", "{result:#}");
@@ -172,11 +172,11 @@ fn a_slow_first_call_gets_a_second_opinion_before_the_choice_fails() {
 }
 
 /// With a 2.5 s timeout (a 2 s budget) the first call fits, and the reps planned on it are cut
-/// to about three of the screening window's 10 (a quarter of the 40 asked for); they run in
-/// microseconds, and the plan is re-fitted on them: the 10.
+/// to about three of the 10 asked for; they run in microseconds, and the plan is re-fitted on
+/// them: the 10.
 #[test]
 fn reps_cut_on_a_slow_first_call_are_re_fitted_on_the_reps() {
-    let result = slow_first_call("2.5", 40);
+    let result = slow_first_call("2.5");
     assert_eq!(result["status"], "ok", "{result:#}");
     assert!(result["reps"].as_u64().unwrap() >= 10, "{result:#}");
     assert_ne!(result["stopped"], "budget", "{result:#}");

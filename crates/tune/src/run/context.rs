@@ -145,8 +145,11 @@ impl<'a> Run<'a> {
             Language::C => (workers::cpu_model(), "cpu"),
         };
         check_compilers(manifest)?;
+        // Rounds compare choices: a space of one has none, and its one window gets the whole
+        // timing (`min_reps` and all), not the screening window's share.
+        let rounds = if space.len() > 1 { options.rounds } else { 0 };
         let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
-            .with_rounds(options.rounds);
+            .with_rounds(rounds);
         let header = header(&setup, &space, strategy.name(), (options, shard), backend);
         let mut notes = space_notes;
         notes.extend(source_notes(manifest));
@@ -190,7 +193,7 @@ impl<'a> Run<'a> {
                 timeout: setup.timeout,
                 pending: Vec::new(),
                 unfinished: Vec::new(),
-                rounds_follow: options.rounds > 0,
+                rounds_follow: rounds > 0,
                 written: Default::default(),
                 warnings,
                 resumed: 0,
@@ -750,10 +753,11 @@ fn budget_note(results: &[ChoiceResult], manifest: &Manifest, timeout: Duration)
     let first = cut.first()?;
     let reps = first.stats.as_ref().map_or(0, |s| s.reps);
     Some(format!(
-        "{} measured with fewer reps than the timing asks for (e.g. {}: {reps} reps, min_reps \
+        "{} measured with fewer reps than the timing asks for (e.g. {}: {reps} rep{}, min_reps \
          {}) to fit the {timeout:?} timeout; raise timeout_s (or --timeout) for full measurements",
         plural(cut.len()),
         first.choice.label(),
+        if reps == 1 { "" } else { "s" },
         manifest.timing.min_reps
     ))
 }

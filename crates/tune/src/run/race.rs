@@ -504,8 +504,7 @@ impl Run<'_> {
         {
             match check {
                 WindowCheck::Failed(failed) => {
-                    self.observer
-                        .finished(&failed.choice.label(), failed.status, None);
+                    say_failed_in_round(self.observer, &failed, round);
                     self.ledger.results[p] = *failed;
                     return None;
                 }
@@ -800,8 +799,19 @@ fn fail_in_round(
         format!("in round {round}: {:#}", anyhow::Error::new(error)),
         device,
     );
-    observer.finished(&failed.choice.label(), failed.status, None);
+    say_failed_in_round(observer, &failed, round);
     *r = failed;
+}
+
+/// Tells `observer` that a choice screening had finished failed in round `round`: a note, not
+/// another finished choice (the progress counted it at screening; counting it again read
+/// `[5/4]`).
+fn say_failed_in_round(observer: &dyn Observer, failed: &ChoiceResult, round: usize) {
+    observer.note(&format!(
+        "{} failed in round {round} ({}); that is its result now",
+        failed.choice.label(),
+        failed.status
+    ));
 }
 
 /// A round's window of `r` measured beside the compiles ([`super::spare`]), the next of its
