@@ -483,3 +483,40 @@ def test_what_is_not_supported_is_named():
         )
     with pytest.raises(TypeError, match="float16"):
         tune_kernel("k", src, 4, [x.astype(np.float16)], {"B": [1]})
+
+
+def test_failures_are_said_and_the_best_row_is_env_best_config(capsys):
+    size, a, b, c = vectors()
+    results, env = tune_kernel(
+        "vector_add",
+        FAULTY,
+        size,
+        [c, a, b, np.int32(size)],
+        {"nthreads": [1, 2], "vecsize": [2, 4]},
+        answer=[a + b, None, None, None],
+        compiler_options=["-O3", "-fopenmp"],
+        timeout=3.0,
+    )
+    printed = capsys.readouterr().out
+    # (2, 4) does not compile, (2, 2) computes a wrong answer: not silent without verbose.
+    assert "2 of 4 configurations failed (1 compile_error, 1 wrong)" in printed
+    ok = [r for r in results if r["status"] == "ok"]
+    assert len(ok) == 2
+    assert env["best_config"] == min(ok, key=lambda r: r["time"])
+
+
+def test_an_argument_the_engine_refuses_is_named_as_the_argument():
+    x = np.ones(64, np.float32)
+    with pytest.raises(ValueError) as refused:
+        tune_kernel(
+            "scale",
+            SCALE,
+            64,
+            [x, np.int32(64)],
+            {"F": [1, 2], "G": [0]},
+            restrictions=["H > 2"],
+            quiet=True,
+        )
+    message = str(refused.value)
+    assert message.startswith("tune_kernel: invalid arguments: restrictions[0]"), message
+    assert "kernel_tuner.toml" not in message

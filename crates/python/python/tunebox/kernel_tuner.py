@@ -33,7 +33,10 @@ What it takes from Kernel Tuner:
   (``verify(answer, result, atol=...)``, Kernel Tuner's: each configuration the engine measured
   runs once more in an isolated worker, and its arrays go to the function);
 - ``compiler``, ``compiler_options``, ``defines`` (``-Dname=value``), ``iterations`` (the timed
-  reps per window; ``None``, the default here, lets do_bench size them from its budget);
+  reps of a configuration in all, shared by its windows: 7 over the engine's four windows is 2,
+  2, 2 and 1, and a configuration whose first two windows agree stops with fewer; one measured
+  in one window gets exactly that many; ``None``, the default here, lets do_bench size them
+  from its budget);
 - ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
   engine, or functions of the result dict, evaluated here);
 - ``strategy`` (``brute_force``, ``random_sample``, ``genetic_algorithm``,
@@ -57,8 +60,16 @@ the metrics, and for a failed one ``__error__`` (``CompilationFailedConfig`` or
 ``RuntimeFailedConfig``, Kernel Tuner's classes' names) instead of ``time``; plus tunebox's
 ``status`` (``ok``, ``wrong``, ``compile_error``, ``crashed``, ``timeout``, ``error``),
 ``error``, ``time_mean``, ``time_min``, ``time_max``, ``time_stddev``, ``reps`` and
-``cached``. ``env`` describes the run (Kernel Tuner's keys, ``report``: the engine's JSON
-report as Python objects, and ``worker``: the worker executable the engine started).
+``cached``. Not Kernel Tuner's per-configuration ``times`` (each rep's time) nor its
+``*_time`` accounting keys. ``env`` describes the run: ``best_config`` (the best row, as
+Kernel Tuner's), ``compiler_options`` and ``iterations`` as given, the call's other arguments,
+``report`` (the engine's JSON report as Python objects) and ``worker`` (the worker executable
+the engine started). Unless ``quiet``, a line after the rows says how many configurations
+failed and why (their rows say which).
+
+An argument the engine refuses is a ``ValueError`` naming the argument (``restrictions[0]:
+...``), as the engine names a manifest's field: the call is written in Kernel Tuner's
+spelling.
 
 Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
 ``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
@@ -233,12 +244,13 @@ def tune_kernel(
         None if budget is not None or "fraction" not in options else _fraction(options["fraction"])
     )
     printer = _Printer(list(tune_params), verbose and not quiet)
-    with _worker() as worker:
+    # Named as a file in the current folder (relative paths, the report), which is neither
+    # read nor written.
+    manifest_path = os.path.join(os.getcwd(), "kernel_tuner.toml")
+    with _worker() as worker, _arguments_named(manifest_path):
         report = _native.tune(
             writer.toml(),
-            # Named as a file in the current folder (relative paths, the report), which is
-            # neither read nor written.
-            os.path.join(os.getcwd(), "kernel_tuner.toml"),
+            manifest_path,
             writer.buffers(),
             worker,
             cache=_cache_path(cache),
@@ -258,15 +270,19 @@ def tune_kernel(
     _python_metrics(results, metrics)
     objective = objective or "time"
     higher = bool(objective_higher_is_better)
+    best = _best(results, objective, higher)
     if not quiet:
         for row in results:
             if verbose or "__error__" not in row:
                 print(_line(row, list(tune_params), objective))
-        best = _best(results, objective, higher)
+        failed = _failures(results)
+        if failed:
+            print(failed)
         if best is not None:
             print("best performing configuration:")
             print(_line(best, list(tune_params), objective))
     env = {
+        "best_config": best,
         "kernel_name": kernel_name,
         "kernel_string": source,
         "problem_size": problem_size,
@@ -285,6 +301,34 @@ def tune_kernel(
         "worker": worker,
     }
     return results, env
+
+
+@contextlib.contextmanager
+def _arguments_named(path: str) -> Iterator[None]:
+    """The engine's refusal of the manifest written from the call (named as ``path``), as a
+    refusal of the call's arguments: the manifest is in Kernel Tuner's spelling, so its fields
+    are the arguments' names, and its path names a file the user never wrote."""
+    try:
+        yield
+    except ValueError as error:
+        prefix = f"invalid manifest {path}: "
+        message = str(error)
+        if not message.startswith(prefix):
+            raise
+        raise ValueError(f"tune_kernel: invalid arguments: {message[len(prefix) :]}") from None
+
+
+def _failures(results: list[Row]) -> str | None:
+    """``3 of 9 configurations failed (1 crashed, 1 timeout, 1 wrong); their rows say which
+    and why``, or ``None`` when none did."""
+    statuses = sorted(str(r["status"]) for r in results if "__error__" in r)
+    if not statuses:
+        return None
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+    return (
+        f"{len(statuses)} of {len(results)} configurations failed ({counts}); their rows "
+        "say which and why (status, error)"
+    )
 
 
 def _refuse(**given: object) -> None:
