@@ -142,6 +142,14 @@ fn both_pool_faces_run_task_kinds_in_order() {
     assert_eq!(results[4].value(), Some(&TestOutput::Number(25.0)));
     let handle = executor.submit_task(TestTask::Square(7)).unwrap();
     assert_eq!(handle.wait().unwrap(), TestOutput::Number(49.0));
+    // A task's own timeout, shorter than the executor's 2 s.
+    let started = std::time::Instant::now();
+    let handle = executor
+        .submit_task_with_timeout(TestTask::Hang, Duration::from_millis(300))
+        .unwrap();
+    let err = handle.wait().unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(started.elapsed() < Duration::from_millis(1900), "{err}");
     executor.shutdown(true);
 
     let pool = TuningProcessPool::new(pool_config).unwrap();

@@ -126,8 +126,9 @@ impl PoolError {
     /// - [`Status::CompileError`] when the worker answered `BenchError::Compile`;
     /// - [`Status::Timeout`] when the task timed out (its worker was killed), or one call
     ///   exceeded the request's budget (`BenchError::DoesNotFit`);
-    /// - [`Status::Crashed`] when its worker died, or a sticky `BenchError::DeviceFault` lost
-    ///   the GPU context (the worker exits after answering);
+    /// - [`Status::Crashed`] when its worker died (a signal, an exit, or an allocation its
+    ///   memory limit refused: `ProcessError::OverMemoryLimit`), or a sticky
+    ///   `BenchError::DeviceFault` lost the GPU context (the worker exits after answering);
     /// - [`Status::Error`] for everything else (another task error, a worker that could not
     ///   start, a broken protocol, a shutdown, a cancellation).
     pub fn status(&self) -> Status {
@@ -142,7 +143,9 @@ impl PoolError {
             Some(_) => Status::Error,
             None => match error {
                 ProcessError::Timeout { .. } => Status::Timeout,
-                ProcessError::WorkerCrashed { .. } => Status::Crashed,
+                ProcessError::WorkerCrashed { .. } | ProcessError::OverMemoryLimit { .. } => {
+                    Status::Crashed
+                }
                 ProcessError::SandboxStop { .. } => Status::Suspicious,
                 _ => Status::Error,
             },

@@ -184,8 +184,22 @@ impl PoolExecutor {
         &self,
         task: impl Into<TaskRequest<T>>,
     ) -> Result<TaskHandle<T::Output>, PoolError> {
+        self.submit_task_with_timeout(task, self.engine.timeout())
+    }
+
+    /// [`submit_task`](PoolExecutor::submit_task) with the task's own timeout, as
+    /// [`submit_with_timeout`](PoolExecutor::submit_with_timeout) for a request.
+    ///
+    /// # Errors
+    ///
+    /// As [`submit_task`](PoolExecutor::submit_task).
+    pub fn submit_task_with_timeout<T: Task>(
+        &self,
+        task: impl Into<TaskRequest<T>>,
+        timeout: Duration,
+    ) -> Result<TaskHandle<T::Output>, PoolError> {
         let request = task.into().encode().map_err(ProcessError::Remote)?;
-        self.submit_request(request, self.engine.timeout(), typed::<T>)
+        self.submit_request(request, timeout, typed::<T>)
     }
 
     fn submit_request<O>(

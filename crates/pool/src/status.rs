@@ -149,6 +149,15 @@ mod tests {
                 Status::Crashed,
                 StatusKind::Crashed,
             ),
+            (
+                PoolError::Process(ProcessError::OverMemoryLimit {
+                    pid: 42,
+                    limit: 1 << 30,
+                    stderr_tail: "memory allocation of 2147483648 bytes failed".into(),
+                }),
+                Status::Crashed,
+                StatusKind::Crashed,
+            ),
             (PoolError::ShutDown, Status::Error, StatusKind::Exception),
         ];
         for (error, status, kind) in cases {

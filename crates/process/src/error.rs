@@ -167,7 +167,8 @@ pub enum ProcessError {
     /// (`ProcessConfig::memory_limit`, `Sandbox::memory`): at once, instead of swapping the
     /// machine until the timeout.
     #[error(
-        "worker {pid} ran out of its memory limit ({} of address space, RLIMIT_AS){}; raise          the limit (ProcessConfig::memory_limit, [sandbox] memory) if the kernel needs more",
+        "worker {pid} ran out of its memory limit ({} of address space, RLIMIT_AS); raise the \
+         limit (ProcessConfig::memory_limit, [sandbox] memory) if the kernel needs more{}",
         crate::error::gib(*limit),
         quote(stderr_tail)
     )]
@@ -493,6 +494,20 @@ mod tests {
             unreachable!()
         };
         assert_eq!(stderr_tail, tail, "the field keeps everything");
+    }
+
+    #[test]
+    fn a_memory_limit_death_says_the_fix_before_quoting_stderr() {
+        let message = ProcessError::OverMemoryLimit {
+            pid: 7,
+            limit: 1 << 30,
+            stderr_tail: "memory allocation of 2147483648 bytes failed\n".into(),
+        }
+        .to_string();
+        let advice = "; raise the limit (ProcessConfig::memory_limit, [sandbox] memory) if the \
+                      kernel needs more\n--- worker stderr (tail) ---\nmemory allocation";
+        assert!(message.contains(advice), "{message}");
+        assert!(!message.contains("  "), "{message}");
     }
 
     #[test]
