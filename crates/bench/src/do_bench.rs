@@ -641,7 +641,7 @@ fn time_call<R: Runner + ?Sized>(runner: &mut R, clock: RepClock) -> Result<f64,
 
 /// [`check_budget`] for a backend's first call, with a second opinion: when `calls` more calls
 /// of `first_ms` would not fit the request's budget but one would (with a quarter to spare,
-/// [`SECOND_OPINION_ROOM`]), the kernel is called once more (after a restore and a flush,
+/// `SECOND_OPINION_ROOM`), the kernel is called once more (after a restore and a flush,
 /// timed as a rep) and the check is made on the faster of the two with one call fewer. A first
 /// call stretched by something other than the kernel (preemption, faulting in its pages,
 /// reading its code from disk, loading a GPU module) then does not fail a fast kernel with

@@ -78,7 +78,7 @@ impl VariedReps {
     /// Ends rep `rep` (from 0): copies the outputs out (into a checked slot when the rep is
     /// kept for checking, else into the spare: the same work either way), then puts the varied
     /// blocks back. Which reps are kept is drawn by reservoir sampling as each rep ends
-    /// ([`keep_in_slot`]): however many reps run in the end (a budget can re-plan them while
+    /// (`keep_in_slot`): however many reps run in the end (a budget can re-plan them while
     /// they run), each is as likely as any other to be among the `checked` kept, and nothing
     /// told a kept rep from another while it ran. `planned` (the reps planned when this rep
     /// ran) is not needed for that and is ignored. (Out-of-bounds writes are the caller's to
