@@ -164,11 +164,11 @@ impl BenchError {
 }
 
 /// The timeout, in s, that a measurement needing `needed_ms` fits (at
-/// [`TimingConfig::BUDGET_SHARE`](crate::TimingConfig::BUDGET_SHARE) of it, with a tenth more
+/// [`BUDGET_SHARE`](crate::budget::BUDGET_SHARE) of it, with a tenth more
 /// for the calls' spread), rounded up to the next tenth of a second: a timeout said to fit must
 /// fit when taken at its word, not miss by the rounding.
 fn timeout_for(needed_ms: f64) -> f64 {
-    let s = needed_ms / crate::TimingConfig::BUDGET_SHARE * 1.1 / 1e3;
+    let s = needed_ms / crate::budget::BUDGET_SHARE * 1.1 / 1e3;
     (s * 10.0).ceil() / 10.0
 }
 
@@ -192,7 +192,7 @@ mod tests {
         // A microsecond kernel under a 1 ms timeout is told a timeout above 0.
         assert_eq!(timeout_for(1.0), 0.1);
         for needed_ms in [1.0, 799.0, 2802.0, 10_000.0] {
-            let budget_ms = timeout_for(needed_ms) * 1e3 * crate::TimingConfig::BUDGET_SHARE;
+            let budget_ms = timeout_for(needed_ms) * 1e3 * crate::budget::BUDGET_SHARE;
             assert!(budget_ms >= needed_ms, "{needed_ms}");
         }
     }

@@ -55,6 +55,7 @@ macro_rules! setters {
     };
 }
 
+mod budget;
 mod bytes;
 mod cuda;
 mod define;

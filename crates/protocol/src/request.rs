@@ -1291,7 +1291,7 @@ impl TimingConfig {
     /// Share of a request's timeout that [`TimingConfig::fit_to_timeout`] gives the worker as
     /// `budget_ms`: the rest absorbs what the budget cannot see (the reply, a loaded machine
     /// stretching the final call).
-    pub const BUDGET_SHARE: f64 = 0.8;
+    pub const BUDGET_SHARE: f64 = crate::budget::BUDGET_SHARE;
 
     /// Sets `budget_ms` to [`TimingConfig::BUDGET_SHARE`] of `timeout` unless the caller chose
     /// one: what `TuningProcess::benchmark` and the pools do with their timeout, so that a slow
