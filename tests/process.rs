@@ -580,6 +580,31 @@ fn a_non_executable_worker_fails_at_once() {
     assert!(start.elapsed() < Duration::from_secs(1));
 }
 
+/// A log file that already holds `FILE_OUTPUT_LIMIT` bytes (sparse here: no disk used) takes no
+/// more: the next worker's stream goes to `/dev/null`, and it still runs.
+#[test]
+fn a_log_file_past_its_limit_takes_no_more_from_the_next_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("out.log");
+    std::fs::File::create(&log)
+        .unwrap()
+        .set_len(tunebox_process::FILE_OUTPUT_LIMIT)
+        .unwrap();
+    let mut worker = TuningProcess::spawn(config().stdout(Output::File(log.clone()))).unwrap();
+    worker
+        .benchmark(
+            diag(DiagnosticTask::Print {
+                stdout_bytes: 1 << 20,
+                stderr_bytes: 0,
+            }),
+            LONG,
+        )
+        .unwrap();
+    drop(worker);
+    let len = std::fs::metadata(&log).unwrap().len();
+    assert_eq!(len, tunebox_process::FILE_OUTPUT_LIMIT);
+}
+
 #[test]
 fn floods_of_output_never_block_in_any_mode() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,10 @@ use crate::environment::{Inheritance, locate};
 /// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
 pub const WORKER_PATH_ENV: &str = "TUNEBOX_WORKER";
 
+/// The size past which [`Output::File`] sends the next worker's stream to `/dev/null`:
+/// 1 GiB, far more than any kernel's diagnostics, far less than a disk.
+pub const FILE_OUTPUT_LIMIT: u64 = 1 << 30;
+
 /// Where a worker's stdout or stderr goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -19,7 +23,10 @@ pub enum Output {
     Inherit,
     /// Discarded (`/dev/null`).
     Null,
-    /// Appended to a file (created if missing).
+    /// Appended to a file (created if missing). A worker started once the file holds
+    /// [`FILE_OUTPUT_LIMIT`] bytes or more writes to `/dev/null` instead, so that candidates
+    /// printing without end cannot fill the disk worker after worker (one worker can still
+    /// write until its timeout).
     File(PathBuf),
     /// Read by a parent thread into a ring buffer keeping the last `tail_bytes` bytes, which crash
     /// errors quote. The child can never block on a full pipe.

@@ -77,7 +77,9 @@ mod spawn;
 mod watchdog;
 mod worker_entry;
 
-pub use config::{DeviceToken, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV};
+pub use config::{
+    DeviceToken, FILE_OUTPUT_LIMIT, InitRequest, Output, ProcessConfig, WORKER_PATH_ENV,
+};
 pub use containment::Containment;
 #[doc(hidden)]
 pub use cpu_times::{CpuTicks, CpuTimes, USER_HZ};

@@ -159,13 +159,14 @@ fn stream(output: &Output) -> io::Result<Stream> {
     Ok(match output {
         Output::Inherit => Stream::Inherit,
         Output::Null => Stream::Null,
-        Output::File(path) => Stream::File(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?
-                .into(),
-        ),
+        Output::File(path) => {
+            let file = OpenOptions::new().create(true).append(true).open(path)?;
+            if file.metadata()?.len() >= crate::config::FILE_OUTPUT_LIMIT {
+                Stream::Null
+            } else {
+                Stream::File(file.into())
+            }
+        }
         Output::Capture { .. } => Stream::Pipe,
     })
 }

@@ -3,7 +3,9 @@
 //! this process, `<cache root>/logs/worker-stdout-<pid>.log` (the cache root is the kernel
 //! cache's: `$TUNEBOX_CACHE_DIR`, else `$XDG_CACHE_HOME/tunebox`, else `~/.cache/tunebox`; the
 //! folder is private, mode 0700), and a run whose choices printed anything says so in a note
-//! naming the file. A run that printed nothing leaves no file.
+//! naming the file. A run that printed nothing leaves no file. Once the file holds
+//! [`tunebox_process::FILE_OUTPUT_LIMIT`] (1 GiB), workers started after that write to
+//! `/dev/null`, and the note says so.
 //!
 //! With one worker (the default) the file holds the choices' output in the order they ran;
 //! with several, their lines interleave. C's stdio buffers a file fully: what a kernel
@@ -71,10 +73,15 @@ impl Watch {
             return None;
         }
         let written = after.saturating_sub(self.before);
+        let full = if after >= tunebox_process::FILE_OUTPUT_LIMIT {
+            "; it reached its limit, and workers started after that wrote to /dev/null"
+        } else {
+            ""
+        };
         (written > 0).then(|| {
             format!(
                 "choices wrote {written} bytes on stdout; the workers' stdout is kept out of the \
-                 table, in {} (appended to, one file per tunebox process)",
+                 table, in {} (appended to, one file per tunebox process){full}",
                 path.display()
             )
         })
