@@ -371,11 +371,7 @@ impl Counts {
     /// flush kept for the final verification call).
     fn plan(config: &TimingConfig, estimate: &Estimate, budget: &Budget) -> Counts {
         let call_ms = estimate.call_ms;
-        let batch = if config.hot {
-            count(HOT_BATCH_MS, call_ms, 1, MAX_HOT_BATCH)
-        } else {
-            1
-        };
+        let batch = if config.hot { hot_batch(call_ms) } else { 1 };
         let sample_ms = call_ms * f64::from(batch);
         let mut warmup_reps = if estimate.first_call {
             match config.warmup_ms - call_ms {
@@ -418,6 +414,12 @@ impl Counts {
             warmup_limit_ms,
         }
     }
+}
+
+/// Calls in a hot-mode batch of `call_ms` calls: about [`HOT_BATCH_MS`], within
+/// [`MAX_HOT_BATCH`].
+fn hot_batch(call_ms: f64) -> u32 {
+    count(HOT_BATCH_MS, call_ms, 1, MAX_HOT_BATCH)
 }
 
 /// Warmup calls planned on the estimate stop once they have taken this many times
@@ -467,7 +469,7 @@ impl RepPlan {
         // at this precision.
         let mut rep_wall_ms = wall_ms;
         if let Some(old) = self.batch {
-            let batch = count(HOT_BATCH_MS, self.call_ms, 1, MAX_HOT_BATCH);
+            let batch = hot_batch(self.call_ms);
             rep_wall_ms = wall_ms / f64::from(old) * f64::from(batch);
             self.batch = Some(batch);
         }
@@ -530,13 +532,14 @@ fn sample<R: Runner + ?Sized>(
         call_ms: estimate.call_ms,
         refitted: false,
     };
+    // After a rep, the budget has no room for one more like it (or like the final call).
+    let no_room = |plan: &RepPlan, walls: &[f64]| {
+        walls
+            .last()
+            .is_some_and(|&last| budget.left_ms() < last.max(plan.call_ms) * 2.0)
+    };
     loop {
         let samples = &mut sampled.samples;
-        let no_room = |plan: &RepPlan, walls: &[f64]| {
-            walls
-                .last()
-                .is_some_and(|&last| budget.left_ms() < last.max(plan.call_ms) * 2.0)
-        };
         if no_room(&plan, &walls)
             && (!plan.refit((samples, &walls), counts, budget) || no_room(&plan, &walls))
         {

@@ -429,15 +429,18 @@ atol = 0
 reference = {{ outputs = {{ y = "y.bin" }} }}
 "#
     );
-    std::fs::write(dir.path().join("m.toml"), &manifest).unwrap();
-    let out = tunebox(
-        dir.path(),
-        &["tune", "m.toml", "--json", "r.json", "--quiet"],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
-    for result in json["results"].as_array().unwrap() {
+    // The results of tuning `manifest`, written as `name.toml`.
+    let results_of = |name: &str, manifest: &str| -> Vec<Value> {
+        std::fs::write(dir.path().join(format!("{name}.toml")), manifest).unwrap();
+        let (toml, report) = (format!("{name}.toml"), format!("{name}.json"));
+        let out = tunebox(dir.path(), &["tune", &toml, "--json", &report, "--quiet"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let json: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(&report)).unwrap())
+                .unwrap();
+        json["results"].as_array().unwrap().clone()
+    };
+    for result in &results_of("m", &manifest) {
         // Both are right: the one that writes its input is restored before every call.
         assert_eq!(result["status"], "ok", "{result}");
         let scribbles = result["choice"]["SCRIBBLE"] == 1;
@@ -451,15 +454,7 @@ reference = {{ outputs = {{ y = "y.bin" }} }}
     // the kernel writing `y` is not writing an input (it was listed as one, and `y` put back
     // before every call).
     let unverified = &manifest[..manifest.find("[verify]").unwrap()];
-    std::fs::write(dir.path().join("u.toml"), unverified).unwrap();
-    let out = tunebox(
-        dir.path(),
-        &["tune", "u.toml", "--json", "u.json", "--quiet"],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("u.json")).unwrap()).unwrap();
-    for result in json["results"].as_array().unwrap() {
+    for result in &results_of("u", unverified) {
         assert_eq!(result["status"], "ok", "{result}");
         let scribbles = result["choice"]["SCRIBBLE"] == 1;
         let expected = if scribbles {
