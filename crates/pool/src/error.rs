@@ -127,7 +127,8 @@ impl PoolError {
     /// - [`Status::Timeout`] when the task timed out (its worker was killed), or one call
     ///   exceeded the request's budget (`BenchError::DoesNotFit`);
     /// - [`Status::Crashed`] when its worker died (a signal, an exit, or an allocation its
-    ///   memory limit refused: `ProcessError::OverMemoryLimit`), or a sticky
+    ///   memory limit refused: `ProcessError::OverMemoryLimit`), was killed for writing past
+    ///   its write limit (`ProcessError::WroteTooMuch`), or a sticky
     ///   `BenchError::DeviceFault` lost the GPU context (the worker exits after answering);
     /// - [`Status::Error`] for everything else (another task error, a worker that could not
     ///   start, a broken protocol, a shutdown, a cancellation).
@@ -143,9 +144,9 @@ impl PoolError {
             Some(_) => Status::Error,
             None => match error {
                 ProcessError::Timeout { .. } => Status::Timeout,
-                ProcessError::WorkerCrashed { .. } | ProcessError::OverMemoryLimit { .. } => {
-                    Status::Crashed
-                }
+                ProcessError::WorkerCrashed { .. }
+                | ProcessError::OverMemoryLimit { .. }
+                | ProcessError::WroteTooMuch { .. } => Status::Crashed,
                 ProcessError::SandboxStop { .. } => Status::Suspicious,
                 _ => Status::Error,
             },

@@ -158,6 +158,15 @@ mod tests {
                 Status::Crashed,
                 StatusKind::Crashed,
             ),
+            (
+                PoolError::Process(ProcessError::WroteTooMuch {
+                    pid: 42,
+                    written: 5 << 30,
+                    limit: 1 << 30,
+                }),
+                Status::Crashed,
+                StatusKind::Crashed,
+            ),
             (PoolError::ShutDown, Status::Error, StatusKind::Exception),
         ];
         for (error, status, kind) in cases {

@@ -14,6 +14,7 @@ use crate::exit_watch::Watch;
 use crate::pids::{deadline_after, has_exited, pid};
 use crate::quiet_panic::catch_quietly;
 use crate::watchdog;
+use crate::write_watch::WriteWatch;
 
 /// How long to wait for a dead worker's stderr pipe to reach its end before quoting it.
 const TAIL_GRACE: Duration = Duration::from_millis(100);
@@ -28,6 +29,14 @@ const EXIT_CHECK: Duration = Duration::from_millis(10);
 
 /// How long after a receive deadline the watchdog kills a worker whose read is still blocked.
 const STUCK_GRACE: Duration = Duration::from_millis(250);
+
+/// How long one read of the channel may block before the watchdog kills the worker, at most:
+/// a reply is one packet (large payloads travel as shared memory), read at once, so a read
+/// that blocks is one of a partial or garbled message a kernel wrote into the channel. Its
+/// watch is renewed every half of this, so such a worker is killed 1-2 s after the message came,
+/// not at the request's timeout. Far longer than this process's thread waits for a CPU on a
+/// loaded machine.
+const STUCK_READ: Duration = Duration::from_secs(2);
 
 /// One running worker process.
 pub(crate) struct Worker {
@@ -77,6 +86,8 @@ pub(crate) enum ReceiveFailure {
     Garbled(String),
     /// A read blocked past the deadline on a partial message; the watchdog killed the worker.
     Stuck,
+    /// The worker wrote this many bytes since the receive began, past its write limit.
+    WroteTooMuch(u64),
 }
 
 impl Worker {
@@ -110,22 +121,36 @@ impl Worker {
     /// ipc-channel reads the rest of a message without a timeout once its first bytes arrived,
     /// so a worker that writes a partial or garbled message into its channel could block this
     /// read; the watchdog kills such a worker shortly after the deadline
-    /// ([`ReceiveFailure::Stuck`]).
-    pub(crate) fn receive(&self, id: u64, deadline: Instant) -> Result<Received, ReceiveFailure> {
-        let armed = watchdog::arm(self.pid, deadline + STUCK_GRACE);
-        match self.receive_until(id, deadline) {
-            Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if armed.fired() => {
+    /// ([`ReceiveFailure::Stuck`]). A worker that writes more than `write_limit` bytes
+    /// meanwhile ([`WriteWatch`]) fails the wait ([`ReceiveFailure::WroteTooMuch`]).
+    pub(crate) fn receive(
+        &self,
+        id: u64,
+        deadline: Instant,
+        write_limit: Option<u64>,
+    ) -> Result<Received, ReceiveFailure> {
+        let mut stuck = StuckWatch::arm(self.pid, deadline);
+        let mut writes = WriteWatch::start(self.pid, write_limit);
+        match self.receive_until(id, deadline, &mut stuck, &mut writes) {
+            Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if stuck.fired() => {
                 Err(ReceiveFailure::Stuck)
             }
             other => other,
         }
     }
 
-    fn receive_until(&self, id: u64, deadline: Instant) -> Result<Received, ReceiveFailure> {
+    fn receive_until(
+        &self,
+        id: u64,
+        deadline: Instant,
+        stuck: &mut StuckWatch,
+        writes: &mut WriteWatch,
+    ) -> Result<Received, ReceiveFailure> {
         // Look without sleeping for a moment first: a quick reply is then taken without the
         // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
         let spin_until = Instant::now() + RECEIVE_SPIN;
         loop {
+            stuck.renew();
             let now = Instant::now();
             let wait = if now < spin_until {
                 Duration::ZERO
@@ -148,6 +173,9 @@ impl Worker {
                 // ipc-channel polls with millisecond granularity: check the clock, not the error.
                 Err(TryRecvError::Empty) if !wait.is_zero() && self.has_exited() => {
                     return self.last_words(id);
+                }
+                Err(TryRecvError::Empty) if let Some(written) = writes.over_limit() => {
+                    return Err(ReceiveFailure::WroteTooMuch(written));
                 }
                 Err(TryRecvError::Empty) if Instant::now() < deadline => {}
                 Err(TryRecvError::Empty) => return Err(ReceiveFailure::TimedOut),
@@ -241,6 +269,51 @@ impl Worker {
             .as_ref()
             .map(|t| t.text(TAIL_GRACE))
             .unwrap_or_default()
+    }
+}
+
+/// The watchdog's kill of a worker whose read of the channel blocks: at most [`STUCK_READ`]
+/// after the read began (renewed every half of it while reads return), and never later than
+/// [`STUCK_GRACE`] after the receive's deadline.
+struct StuckWatch {
+    pid: u32,
+    deadline: Instant,
+    armed: watchdog::Armed,
+    renew_at: Instant,
+}
+
+impl StuckWatch {
+    fn arm(pid: u32, deadline: Instant) -> StuckWatch {
+        let (armed, renew_at) = Self::arm_from_now(pid, deadline);
+        StuckWatch {
+            pid,
+            deadline,
+            armed,
+            renew_at,
+        }
+    }
+
+    fn arm_from_now(pid: u32, deadline: Instant) -> (watchdog::Armed, Instant) {
+        let now = Instant::now();
+        let kill_at = (now + STUCK_READ).min(deadline + STUCK_GRACE);
+        (watchdog::arm(pid, kill_at), now + STUCK_READ / 2)
+    }
+
+    /// Moves the kill later when half its time has passed (a read that returned is not
+    /// stuck). The new timer is armed before the old is dropped, so the watchdog's thread,
+    /// asleep until the old one, is not woken for it.
+    fn renew(&mut self) {
+        if Instant::now() < self.renew_at || self.fired() {
+            return;
+        }
+        let (armed, renew_at) = Self::arm_from_now(self.pid, self.deadline);
+        self.armed = armed;
+        self.renew_at = renew_at;
+    }
+
+    /// Whether the watchdog killed the worker.
+    fn fired(&self) -> bool {
+        self.armed.fired()
     }
 }
 

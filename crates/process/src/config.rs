@@ -12,8 +12,9 @@ use crate::environment::{Inheritance, locate};
 /// Environment variable naming the worker executable when [`ProcessConfig::worker`] is not set.
 pub const WORKER_PATH_ENV: &str = "TUNEBOX_WORKER";
 
-/// The size past which [`Output::File`] sends the next worker's stream to `/dev/null`:
-/// 1 GiB, far more than any kernel's diagnostics, far less than a disk.
+/// The size past which [`Output::File`] sends the next worker's stream to `/dev/null`, and the
+/// default [`ProcessConfig::write_limit`] of one request: 1 GiB, far more than any kernel's
+/// diagnostics, far less than a disk.
 pub const FILE_OUTPUT_LIMIT: u64 = 1 << 30;
 
 /// Where a worker's stdout or stderr goes.
@@ -25,8 +26,8 @@ pub enum Output {
     Null,
     /// Appended to a file (created if missing). A worker started once the file holds
     /// [`FILE_OUTPUT_LIMIT`] bytes or more writes to `/dev/null` instead, so that candidates
-    /// printing without end cannot fill the disk worker after worker (one worker can still
-    /// write until its timeout).
+    /// printing without end cannot fill the disk worker after worker; one worker is killed
+    /// once a request of its wrote past [`ProcessConfig::write_limit`].
     File(PathBuf),
     /// Read by a parent thread into a ring buffer keeping the last `tail_bytes` bytes, which crash
     /// errors quote. The child can never block on a full pipe.
@@ -124,6 +125,7 @@ pub struct ProcessConfig {
     pub(crate) memory_limit: Option<u64>,
     pub(crate) scratch: bool,
     pub(crate) check_children: Option<bool>,
+    pub(crate) write_limit: Option<u64>,
 }
 
 impl Default for ProcessConfig {
@@ -146,6 +148,7 @@ impl Default for ProcessConfig {
             memory_limit: None,
             scratch: false,
             check_children: None,
+            write_limit: Some(FILE_OUTPUT_LIMIT),
         }
     }
 }
@@ -219,6 +222,23 @@ impl ProcessConfig {
     pub fn stderr(mut self, output: Output) -> Self {
         self.stderr = output;
         self
+    }
+
+    /// The bytes a worker may write while it serves one request (`write` and its kin, to any
+    /// descriptor: its stdout and stderr, a file, a pipe) before the parent kills it
+    /// ([`ProcessError::WroteTooMuch`](crate::ProcessError::WroteTooMuch)): a kernel printing
+    /// in a loop ends then, not at its timeout, and fills no disk. Default
+    /// [`FILE_OUTPUT_LIMIT`] (1 GiB); `None`: no limit. Read from the worker's `/proc/<pid>/io`
+    /// every 100 ms while the parent waits, so a flood overshoots it by what 100 ms write;
+    /// where that file cannot be read, nothing is limited.
+    pub fn write_limit(mut self, bytes: Option<u64>) -> Self {
+        self.write_limit = bytes;
+        self
+    }
+
+    /// The bytes a worker may write while it serves one request ([`ProcessConfig::write_limit`]).
+    pub fn write_limit_value(&self) -> Option<u64> {
+        self.write_limit
     }
 
     /// How long a starting worker may take to connect (default 30 s).

@@ -180,6 +180,25 @@ pub enum ProcessError {
         /// The end of what it wrote to stderr since the request was sent, when captured.
         stderr_tail: String,
     },
+    /// The worker wrote more than its write limit while serving one request
+    /// ([`ProcessConfig::write_limit`](crate::ProcessConfig::write_limit): to its stdout or
+    /// stderr, a file or a pipe); it was killed then, rather than at the timeout. A kernel
+    /// printing in a loop.
+    #[error(
+        "worker {pid} wrote {} MiB during one task, past its limit of {} MiB, and was killed: \
+         the kernel prints or writes without end (a print in a loop?); print less, or raise \
+         the limit (ProcessConfig::write_limit) if it must write that much",
+        written >> 20,
+        limit >> 20
+    )]
+    WroteTooMuch {
+        /// The pid the worker had.
+        pid: u32,
+        /// The bytes it wrote in the request (read every 100 ms: more than the limit).
+        written: u64,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// The worker sent something the protocol does not allow, or the channel broke; the worker
     /// was killed.
     #[error("protocol error{}: {detail}", pid.map(|p| format!(" (worker {p})")).unwrap_or_default())]

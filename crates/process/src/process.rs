@@ -740,7 +740,11 @@ impl TuningProcess {
                     pid: None,
                 });
             };
-            match worker.receive(pending.id, deadline_after(timeout)) {
+            match worker.receive(
+                pending.id,
+                deadline_after(timeout),
+                self.config.write_limit_value(),
+            ) {
                 Ok(Received {
                     mut response,
                     polled_at,
@@ -779,12 +783,22 @@ impl TuningProcess {
                 Err(ReceiveFailure::Garbled(e)) => {
                     return Err(self.protocol_violation(format!("unreadable reply: {e}")));
                 }
+                Err(ReceiveFailure::WroteTooMuch(written)) => {
+                    let pid = worker.pid;
+                    self.kill();
+                    return Err(ProcessError::WroteTooMuch {
+                        pid,
+                        written,
+                        limit: self.config.write_limit_value().unwrap_or(u64::MAX),
+                    });
+                }
                 Err(ReceiveFailure::Stuck) => {
-                    return Err(self.protocol_violation(format!(
-                        "no complete reply within {timeout:?}: the worker's channel holds a \
-                         partial or garbled message (did the kernel write to file descriptors \
-                         it does not own?); the worker was killed"
-                    )));
+                    return Err(self.protocol_violation(
+                        "a partial or garbled message stayed in the worker's channel (did the \
+                         kernel write to file descriptors it does not own?); the worker was \
+                         killed"
+                            .into(),
+                    ));
                 }
             }
         }

@@ -113,7 +113,11 @@ impl Worker {
             .args(args)
             .inherit_all_env(true)
             .stdout(output(stdout)?)
-            .stderr(output(stderr)?);
+            .stderr(output(stderr)?)
+            // A general-purpose worker, as TVM's PopenWorker: its functions may write files of
+            // any size (a saved dataset, a build's archive); no candidate kernel prints here
+            // unseen.
+            .write_limit(None);
         for (key, value) in env {
             // A device is pinned through tunebox-process, which owns CUDA_VISIBLE_DEVICES.
             config = if key == "CUDA_VISIBLE_DEVICES" {
@@ -375,7 +379,10 @@ impl Worker {
     fn failed(&self, error: ProcessError) -> PyErr {
         let gone = matches!(
             error,
-            ProcessError::Timeout { .. } | ProcessError::WorkerCrashed { .. }
+            ProcessError::Timeout { .. }
+                | ProcessError::WorkerCrashed { .. }
+                | ProcessError::OverMemoryLimit { .. }
+                | ProcessError::WroteTooMuch { .. }
         );
         if gone {
             self.shared.keep_spare.store(true, Ordering::Relaxed);
@@ -618,6 +625,7 @@ fn to_python(error: ProcessError) -> PyErr {
             "the call ran past its timeout; worker {pid} ended itself and was replaced"
         )),
         ProcessError::WorkerCrashed { .. }
+        | ProcessError::WroteTooMuch { .. }
         | ProcessError::ExitedBeforeHandshake { .. }
         | ProcessError::HandshakeTimeout { .. }
         | ProcessError::SendTimeout { .. }
