@@ -31,12 +31,14 @@ const EXIT_CHECK: Duration = Duration::from_millis(10);
 const STUCK_GRACE: Duration = Duration::from_millis(250);
 
 /// How long one read of the channel may block before the watchdog kills the worker, at most:
-/// a reply is one packet (large payloads travel as shared memory), read at once, so a read
-/// that blocks is one of a partial or garbled message a kernel wrote into the channel. Its
-/// watch is renewed every half of this, so such a worker is killed 1-2 s after the message came,
-/// not at the request's timeout. Far longer than this process's thread waits for a CPU on a
-/// loaded machine.
-const STUCK_READ: Duration = Duration::from_secs(2);
+/// the fragments of a reply (one packet unless it carries more inline bytes than the socket
+/// buffer holds; large payloads travel as shared memory) follow one another at once, so a read
+/// that blocks this long is one of a partial or garbled message a kernel wrote into the
+/// channel. Its timer is renewed every half of this while reads return, so such a worker is
+/// killed 2.5-5 s after the message came, not at the request's timeout; far longer than a
+/// thread of this process waits for a CPU on a loaded machine (a watchdog that was stopped
+/// itself, Ctrl-Z, gives the waits it guards time to run first: `watchdog.rs`).
+const STUCK_READ: Duration = Duration::from_secs(5);
 
 /// One running worker process.
 pub(crate) struct Worker {
@@ -120,8 +122,8 @@ impl Worker {
     ///
     /// ipc-channel reads the rest of a message without a timeout once its first bytes arrived,
     /// so a worker that writes a partial or garbled message into its channel could block this
-    /// read; the watchdog kills such a worker shortly after the deadline
-    /// ([`ReceiveFailure::Stuck`]). A worker that writes more than `write_limit` bytes
+    /// read; the watchdog kills such a worker once a read blocked [`STUCK_READ`], or shortly
+    /// after the deadline ([`ReceiveFailure::Stuck`], [`StuckWatch`]). A worker that writes more than `write_limit` bytes
     /// meanwhile ([`WriteWatch`]) fails the wait ([`ReceiveFailure::WroteTooMuch`]).
     pub(crate) fn receive(
         &self,
@@ -174,7 +176,11 @@ impl Worker {
                 Err(TryRecvError::Empty) if !wait.is_zero() && self.has_exited() => {
                     return self.last_words(id);
                 }
-                Err(TryRecvError::Empty) if let Some(written) = writes.over_limit() => {
+                // Read once a wait began: a reply taken while spinning reads no `/proc` file.
+                Err(TryRecvError::Empty)
+                    if !wait.is_zero()
+                        && let Some(written) = writes.over_limit() =>
+                {
                     return Err(ReceiveFailure::WroteTooMuch(written));
                 }
                 Err(TryRecvError::Empty) if Instant::now() < deadline => {}
@@ -274,7 +280,8 @@ impl Worker {
 
 /// The watchdog's kill of a worker whose read of the channel blocks: at most [`STUCK_READ`]
 /// after the read began (renewed every half of it while reads return), and never later than
-/// [`STUCK_GRACE`] after the receive's deadline.
+/// [`STUCK_GRACE`] after the receive's deadline. Its timers share one `fired` flag, so a kill
+/// by a timer being replaced is still seen.
 struct StuckWatch {
     pid: u32,
     deadline: Instant,
@@ -284,7 +291,8 @@ struct StuckWatch {
 
 impl StuckWatch {
     fn arm(pid: u32, deadline: Instant) -> StuckWatch {
-        let (armed, renew_at) = Self::arm_from_now(pid, deadline);
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (armed, renew_at) = Self::arm_from_now(pid, deadline, fired);
         StuckWatch {
             pid,
             deadline,
@@ -293,20 +301,27 @@ impl StuckWatch {
         }
     }
 
-    fn arm_from_now(pid: u32, deadline: Instant) -> (watchdog::Armed, Instant) {
+    fn arm_from_now(
+        pid: u32,
+        deadline: Instant,
+        fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> (watchdog::Armed, Instant) {
         let now = Instant::now();
         let kill_at = (now + STUCK_READ).min(deadline + STUCK_GRACE);
-        (watchdog::arm(pid, kill_at), now + STUCK_READ / 2)
+        (
+            watchdog::arm_with(pid, kill_at, fired),
+            now + STUCK_READ / 2,
+        )
     }
 
-    /// Moves the kill later when half its time has passed (a read that returned is not
+    /// Moves the kill later once half its time has passed (a read that returned is not
     /// stuck). The new timer is armed before the old is dropped, so the watchdog's thread,
     /// asleep until the old one, is not woken for it.
     fn renew(&mut self) {
         if Instant::now() < self.renew_at || self.fired() {
             return;
         }
-        let (armed, renew_at) = Self::arm_from_now(self.pid, self.deadline);
+        let (armed, renew_at) = Self::arm_from_now(self.pid, self.deadline, self.armed.flag());
         self.armed = armed;
         self.renew_at = renew_at;
     }

@@ -185,16 +185,17 @@ pub enum ProcessError {
     /// stderr, a file or a pipe); it was killed then, rather than at the timeout. A kernel
     /// printing in a loop.
     #[error(
-        "worker {pid} wrote {} MiB during one task, past its limit of {} MiB, and was killed: \
-         the kernel prints or writes without end (a print in a loop?); print less, or raise \
-         the limit (ProcessConfig::write_limit) if it must write that much",
-        written >> 20,
-        limit >> 20
+        "worker {pid} wrote {} during one task, past its limit of {}, and was killed: the \
+         kernel prints or writes without end (a print in a loop?); print less, or raise the \
+         limit (ProcessConfig::write_limit) if it must write that much",
+        mib(*written),
+        mib(*limit)
     )]
     WroteTooMuch {
         /// The pid the worker had.
         pid: u32,
-        /// The bytes it wrote in the request (read every 100 ms: more than the limit).
+        /// The bytes it wrote in the request, with the processes it ran and reaped meanwhile (a
+        /// compiler's output counts; read every 100 ms: more than the limit).
         written: u64,
         /// The limit, in bytes.
         limit: u64,
@@ -293,6 +294,11 @@ impl std::fmt::Display for SandboxStop {
 }
 
 /// `4 GiB`, `512 MiB`.
+/// `bytes` in MiB with one decimal (`1026.3 MiB`): two sizes near each other stay apart.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
 pub(crate) fn gib(bytes: u64) -> String {
     if bytes >= 1 << 30 {
         format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
@@ -389,7 +395,8 @@ impl ProcessError {
             | ProcessError::SendTimeout { pid, .. }
             | ProcessError::WorkerCrashed { pid, .. }
             | ProcessError::SandboxStop { pid, .. }
-            | ProcessError::OverMemoryLimit { pid, .. } => Some(*pid),
+            | ProcessError::OverMemoryLimit { pid, .. }
+            | ProcessError::WroteTooMuch { pid, .. } => Some(*pid),
             ProcessError::Protocol { pid, .. } => *pid,
             _ => None,
         }

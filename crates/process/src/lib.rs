@@ -30,7 +30,7 @@
 //! - replies are matched to requests by id, so a late reply is never taken for another's;
 //! - a worker that writes more than [`ProcessConfig::write_limit`] (1 GiB) while it serves one
 //!   request is killed then ([`ProcessError::WroteTooMuch`]), and one whose channel holds a
-//!   partial message blocking the parent's read is killed within 2 s of it, not at the timeout;
+//!   partial message blocking the parent's read is killed within 5 s of it, not at the timeout;
 //! - a program started as a worker that never reached the worker entry point (its `main`
 //!   forgot `tunebox_worker::run_if_worker`) neither starts workers of its own nor runs on: it
 //!   exits with `EXIT_NO_WORKER_ENTRY`, which the parent reports as

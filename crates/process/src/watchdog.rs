@@ -10,7 +10,15 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A wake-up this much after the deadline it slept until says the watchdog itself was stopped
+/// or starved; the timers due then are moved [`REPRIEVE`] later instead of killing.
+const LATE: Duration = Duration::from_millis(500);
+
+/// How long past a late wake-up the timers due then get ([`LATE`]): the waits they guard run
+/// again and end their own timers well within it.
+const REPRIEVE: Duration = Duration::from_secs(1);
 
 /// The armed timers, by deadline then arming order.
 #[derive(Default)]
@@ -33,7 +41,8 @@ struct Watchdog {
 
 /// A pending kill; dropping it disarms the watchdog.
 pub(crate) struct Armed {
-    key: Option<(Instant, u64)>,
+    /// The timer's arming number (its key's second half: a late watchdog moves its deadline).
+    id: Option<u64>,
     fired: Arc<AtomicBool>,
 }
 
@@ -42,14 +51,20 @@ impl Armed {
     pub(crate) fn fired(&self) -> bool {
         self.fired.load(Ordering::Acquire)
     }
+
+    /// The flag [`Armed::fired`] reads, for the next timer of the same wait ([`arm_with`]).
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.fired)
+    }
 }
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        if let (Some(key), Some(watchdog)) = (self.key, WATCHDOG.get()) {
+        if let (Some(id), Some(watchdog)) = (self.id, WATCHDOG.get()) {
             // Under the lock: once this returns, the watchdog can no longer signal `pid`, so the
-            // caller may reap it (and the pid may be reused) safely.
-            watchdog.lock().armed.remove(&key);
+            // caller may reap it (and the pid may be reused) safely. A handful of timers are
+            // armed at a time: a scan finds this one wherever its deadline moved.
+            watchdog.lock().armed.retain(|key, _| key.1 != id);
         }
     }
 }
@@ -62,9 +77,14 @@ static WATCHDOG: OnceLock<Watchdog> = OnceLock::new();
 /// safe). If the watchdog thread cannot be started, the guard is inert: the wait it protects
 /// still has its own timeout in all but the pathological cases above.
 pub(crate) fn arm(pid: u32, deadline: Instant) -> Armed {
-    let fired = Arc::new(AtomicBool::new(false));
+    arm_with(pid, deadline, Arc::new(AtomicBool::new(false)))
+}
+
+/// As [`arm`], with the flag [`Armed::fired`] reads: timers armed one after another for the same
+/// wait share one, so that a kill by the one being replaced is not lost.
+pub(crate) fn arm_with(pid: u32, deadline: Instant, fired: Arc<AtomicBool>) -> Armed {
     let Some(watchdog) = watchdog() else {
-        return Armed { key: None, fired };
+        return Armed { id: None, fired };
     };
     let mut timers = watchdog.lock();
     timers.next += 1;
@@ -82,7 +102,7 @@ pub(crate) fn arm(pid: u32, deadline: Instant) -> Armed {
         watchdog.wake.notify_one();
     }
     Armed {
-        key: Some(key),
+        id: Some(key.1),
         fired,
     }
 }
@@ -106,6 +126,22 @@ fn watchdog() -> Option<&'static Watchdog> {
     started.then_some(watchdog)
 }
 
+impl Timers {
+    /// Moves every timer due by `until` to `until` (keeping their order).
+    fn reprieve(&mut self, until: Instant) {
+        let due: Vec<(Instant, u64)> = self
+            .armed
+            .range(..(until, 0))
+            .map(|(key, _)| *key)
+            .collect();
+        for key in due {
+            if let Some(target) = self.armed.remove(&key) {
+                self.armed.insert((until, key.1), target);
+            }
+        }
+    }
+}
+
 impl Watchdog {
     fn lock(&self) -> MutexGuard<'_, Timers> {
         self.timers.lock().unwrap_or_else(PoisonError::into_inner)
@@ -115,6 +151,15 @@ impl Watchdog {
         let mut timers = self.lock();
         loop {
             let now = Instant::now();
+            if timers
+                .sleeping_until
+                .is_some_and(|until| now.saturating_duration_since(until) > LATE)
+            {
+                // This thread was stopped or starved itself (Ctrl-Z, a debugger, a machine
+                // swapping): so were, most likely, the threads whose waits these timers guard,
+                // which have not had the time to end them. They get it now.
+                timers.reprieve(now + REPRIEVE);
+            }
             while let Some(entry) = timers.armed.first_entry() {
                 if entry.key().0 > now {
                     break;
@@ -171,6 +216,62 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(100));
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(!status.success());
+    }
+
+    #[test]
+    fn a_reprieve_moves_the_due_timers_and_keeps_the_later_ones() {
+        let now = Instant::now();
+        let mut timers = Timers::default();
+        let target = || Target {
+            pid: 1,
+            fired: Arc::new(AtomicBool::new(false)),
+        };
+        for (i, after_ms) in [(1u64, 0u64), (2, 300), (3, 5000)] {
+            timers
+                .armed
+                .insert((now + Duration::from_millis(after_ms), i), target());
+        }
+        let until = now + Duration::from_secs(1);
+        timers.reprieve(until);
+        let keys: Vec<(Instant, u64)> = timers.armed.keys().copied().collect();
+        assert_eq!(
+            keys,
+            vec![(until, 1), (until, 2), (now + Duration::from_secs(5), 3)],
+            "the two due by `until` moved to it in their order, the third kept"
+        );
+    }
+
+    #[test]
+    fn a_dropped_guard_disarms_its_timer_wherever_its_deadline_moved() {
+        let mut sleeper = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = sleeper.id();
+        let armed = arm(pid, Instant::now() + Duration::from_secs(60));
+        let watchdog = WATCHDOG.get().expect("armed above");
+        {
+            // As a reprieve moves it (only this timer: other tests' share the watchdog).
+            let mut timers = watchdog.lock();
+            let key = *timers
+                .armed
+                .iter()
+                .find(|(_, t)| t.pid == pid)
+                .expect("armed")
+                .0;
+            let target = timers.armed.remove(&key).expect("there");
+            timers
+                .armed
+                .insert((key.0 + Duration::from_secs(60), key.1), target);
+        }
+        drop(armed);
+        assert!(
+            !watchdog.lock().armed.values().any(|t| t.pid == pid),
+            "the moved timer is gone with its guard"
+        );
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
     }
 
     use std::os::unix::process::CommandExt;

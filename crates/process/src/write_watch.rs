@@ -6,9 +6,12 @@
 //! pipe or `/dev/null`) while it waits for the reply, and kills the worker once the request
 //! wrote more than [`ProcessConfig::write_limit`](crate::ProcessConfig::write_limit).
 //!
-//! What it does not see: a process the kernel forked (its own count), and a worker whose
-//! `/proc/<pid>/io` this process may not read (a kernel without I/O accounting, a
-//! non-dumpable worker of another user): then the request runs to its timeout, as before.
+//! The count includes what the processes the worker ran and reaped wrote (Linux adds a reaped
+//! child's count to its parent's): a compiler run inside a request counts, a few MiB for a
+//! kernel's source. What it does not see: a process the kernel forked and left running (its
+//! own count), and a worker whose `/proc/<pid>/io` this process may not read (a kernel without
+//! I/O accounting, a non-dumpable worker of another user): then the request runs to its
+//! timeout, as before.
 
 use std::time::{Duration, Instant};
 
@@ -30,36 +33,55 @@ fn wchar(io: &str) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// A worker's writes during one request, against a limit.
+/// A worker's writes during one request, against a limit. The count it starts from is read at
+/// the first look ([`WriteWatch::over_limit`]), which a waiting receive makes once it has
+/// waited: a reply taken at once (a ping) costs no read of `/proc`.
 pub(crate) struct WriteWatch {
     pid: u32,
-    limit: u64,
-    /// The worker's count when the watch began (`None`: unreadable, nothing is watched).
-    start: Option<u64>,
+    /// `None`: nothing is watched.
+    limit: Option<u64>,
+    start: Start,
     checked: Instant,
 }
 
+/// The count a [`WriteWatch`] starts from.
+enum Start {
+    NotRead,
+    Read(u64),
+    /// `/proc/<pid>/io` could not be read: nothing is watched.
+    Unreadable,
+}
+
 impl WriteWatch {
-    /// Watches worker `pid` from now on; `limit` `None` watches nothing.
+    /// Watches worker `pid` from the first look on; `limit` `None` watches nothing.
     pub(crate) fn start(pid: u32, limit: Option<u64>) -> WriteWatch {
         WriteWatch {
             pid,
-            limit: limit.unwrap_or(u64::MAX),
-            start: limit.and_then(|_| written_bytes(pid)),
+            limit,
+            start: Start::NotRead,
             checked: Instant::now(),
         }
     }
 
-    /// The bytes written since the watch began, when more than the limit; read at most every
+    /// The bytes written since the first look, when more than the limit; read at most every
     /// [`WRITE_CHECK`].
     pub(crate) fn over_limit(&mut self) -> Option<u64> {
-        let start = self.start?;
+        let limit = self.limit?;
+        let start = match self.start {
+            Start::Read(start) => start,
+            Start::Unreadable => return None,
+            Start::NotRead => {
+                self.start = written_bytes(self.pid).map_or(Start::Unreadable, Start::Read);
+                self.checked = Instant::now();
+                return None;
+            }
+        };
         if self.checked.elapsed() < WRITE_CHECK {
             return None;
         }
         self.checked = Instant::now();
         let written = written_bytes(self.pid)?.saturating_sub(start);
-        (written > self.limit).then_some(written)
+        (written > limit).then_some(written)
     }
 }
 
@@ -97,6 +119,11 @@ mod tests {
         }
         // Other tests of this process write too, but not 64 MiB in a moment.
         let mut watch = WriteWatch::start(pid, Some(64 << 20));
+        assert_eq!(
+            watch.over_limit(),
+            None,
+            "the first look reads the count to start from"
+        );
         watch.checked -= WRITE_CHECK;
         assert_eq!(watch.over_limit(), None, "nothing written yet");
         let mut sink = std::fs::OpenOptions::new()
