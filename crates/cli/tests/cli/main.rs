@@ -3,6 +3,7 @@
 mod careful;
 mod compile_deadline;
 mod fair_formats;
+mod floor;
 mod full_disk;
 mod html;
 mod interference;

@@ -182,7 +182,9 @@ pub(crate) fn below_floor_of(median: f64, bytes: usize, timing: &TimingConfig) -
         format!(
             "{median:.4} ms is below the physical floor: writing its {bytes} output bytes takes \
              at least {:.4} ms at this machine's measured write bandwidth ({:.1} GB/s); the time \
-             cannot be real",
+             cannot be real (a kernel that updates only some elements of an output on each \
+             call, a histogram's, is held to no floor for it once the output is marked `reset = \
+             true`)",
             bytes as f64 / bandwidth * 1e3,
             bandwidth / 1e9
         )
