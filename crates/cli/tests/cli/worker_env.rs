@@ -154,3 +154,27 @@ fn a_tmpdir_that_does_not_exist_is_a_clear_error_not_a_panic() {
         "the variable and its value are named:\n{stderr}"
     );
 }
+
+/// The variables the workers inherit that change how a kernel runs (`OMP_NUM_THREADS`, here)
+/// are part of the results-cache key: a result measured with one team size is not given back
+/// for another.
+#[test]
+fn inherited_threading_variables_are_part_of_the_cache_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("scale.c"), KERNEL).unwrap();
+    std::fs::write(dir.path().join("m.toml"), manifest("")).unwrap();
+    let cached = |threads: &str| {
+        let out = tunebox_env(
+            dir.path(),
+            &["tune", "m.toml", "-q", "--json", "r.json"],
+            &[("OMP_NUM_THREADS", threads)],
+        );
+        check(&out);
+        let report = crate::util::json(&dir.path().join("r.json"));
+        report["results"][0]["cached"].as_bool().unwrap()
+    };
+    assert!(!cached("1"), "the first run measures");
+    assert!(cached("1"), "the same environment: from the cache");
+    assert!(!cached("2"), "another team size: measured again");
+    assert!(cached("1"), "each environment keeps its own result");
+}

@@ -123,6 +123,46 @@ impl WorkerEnv {
     }
 }
 
+/// Prefixes of the variables a worker inherits by default that change how a kernel runs: the
+/// team sizes, schedules and spinning of OpenMP runtimes (GNU's, LLVM's, Intel's), the threading
+/// of BLAS libraries, and the CUDA and NVIDIA drivers' settings (`CUDA_LAUNCH_BLOCKING`,
+/// `NVIDIA_TF32_OVERRIDE`, the toolkit a kernel is built with). Measured with
+/// `OMP_NUM_THREADS=1` in the shell, an OpenMP kernel's 11.6 ms came back from the results
+/// cache for a run with all cores (5.97 ms).
+const TIMING_ENV_PREFIXES: &[&str] = &[
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUDA_",
+    "NVIDIA_",
+];
+
+/// Variables a worker inherits by default, by name, that change what a kernel runs: the
+/// libraries the loader finds (another libgomp, another libcuda).
+const TIMING_ENV_NAMES: &[&str] = &["LD_LIBRARY_PATH"];
+
+/// The user's variables that reach the workers by default and change how a kernel runs
+/// ([`TIMING_ENV_PREFIXES`], [`TIMING_ENV_NAMES`]), as `NAME=value`, sorted: part of the
+/// results-cache key beside [`WorkerEnv::identity`]. Empty when none is set, so that keys made
+/// in a shell without them hold. `environment` is the parent's (`std::env::vars_os()`).
+pub(crate) fn inherited_timing_identity(
+    environment: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<String> {
+    let mut parts: Vec<String> = environment
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+        .filter(|(name, _)| {
+            TIMING_ENV_NAMES.contains(&name.as_str())
+                || TIMING_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+        })
+        .filter(|(name, _)| tunebox_process::inherited_by_default(name))
+        .map(|(name, value)| format!("{name}={}", value.to_string_lossy()))
+        .collect();
+    parts.sort();
+    parts
+}
+
 fn options(error: anyhow::Error) -> crate::TuneError {
     crate::TuneError::invalid_options(error)
 }
@@ -205,6 +245,29 @@ pub(crate) fn dropped_notes(source_name: &str, source: &str, env: &WorkerEnv) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inherited_variables_that_change_a_kernel_are_its_identity() {
+        let shell = [
+            ("SECRET_TOKEN", "x"),
+            ("OMP_NUM_THREADS", "4"),
+            ("PATH", "/usr/bin"),
+            ("LD_LIBRARY_PATH", "/opt/lib"),
+            ("CUDA_LAUNCH_BLOCKING", "1"),
+            ("KMP_BLOCKTIME", "0"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        assert_eq!(
+            inherited_timing_identity(shell.into_iter()),
+            [
+                "CUDA_LAUNCH_BLOCKING=1",
+                "KMP_BLOCKTIME=0",
+                "LD_LIBRARY_PATH=/opt/lib",
+                "OMP_NUM_THREADS=4"
+            ]
+        );
+        assert!(inherited_timing_identity(std::iter::empty()).is_empty());
+    }
 
     #[test]
     fn getenv_calls_are_found() {

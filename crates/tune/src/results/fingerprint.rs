@@ -71,6 +71,11 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     for part in manifest.env.identity() {
         h.text("env").text(&part);
     }
+    // And what they inherit that changes how a kernel runs (OMP_NUM_THREADS; none set adds
+    // nothing).
+    for part in crate::manifest::env::inherited_timing_identity(std::env::vars_os()) {
+        h.text("inherited").text(&part);
+    }
     match &manifest.verify {
         None => {
             h.text("no verify");
