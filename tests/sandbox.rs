@@ -188,11 +188,16 @@ cpu_time_s = 2
 "#;
 
 /// The last hostile candidate of `zoo/zoo.c` (the innocent 98 and 99 come after it).
-const LAST_CHEAT: u32 = 33;
+const LAST_CHEAT: u32 = 34;
 
 /// The candidates that skip work on the timed reps and are caught only because some timed reps
 /// run on varied inputs and are checked (`verify.checked_reps`).
-const CAUGHT_BY_CHECKED_REPS: [u32; 5] = [29, 30, 31, 32, 33];
+const CAUGHT_BY_CHECKED_REPS: [u32; 3] = [30, 32, 33];
+
+/// The candidates that skip work when a call's inputs repeat an earlier call's (in part or in a
+/// sample), right on every call: on timed reps whose every input element is drawn again they do
+/// all the work, and gain nothing.
+const DEFEATED_BY_VARIED_REPS: [u32; 3] = [29, 31, 34];
 
 /// How a zoo candidate must end: its status, and words its message must hold, on a machine
 /// whose kernel has W^X (`wx`) or not.
@@ -216,7 +221,10 @@ fn expected(cheat: u32, wx: bool) -> (Status, &'static str) {
         // Refused attacks: the honest answer stands (a successful one writes LEAKED).
         11..=16 | 21 | 26..=28 => (Status::Ok, ""),
         // Caught only on a timed rep whose inputs were varied, and checked (verify.checked_reps).
-        29..=33 => (Status::Wrong, "wrong on a timed rep"),
+        30 | 32 | 33 => (Status::Wrong, "wrong on a timed rep"),
+        // Right on every call, doing all the work on varied reps; what they gain is judged by
+        // `the_cheats_varied_reps_defeat_gain_nothing_on_them`.
+        29 | 31 | 34 => (Status::Ok, ""),
         17 => (Status::Timeout, ""),
         18 => (Status::Crashed, ""),
         19 => (Status::Suspicious, "file-size limit"),
@@ -314,12 +322,13 @@ fn every_hostile_candidate_is_caught_and_the_innocent_are_not() {
     );
 }
 
-/// The defence off: the cheats that only checked reps on varied inputs catch win a plain run
-/// without them (`checked_reps = 0`): each is `ok` and faster than the innocent CHEAT=0, whose
-/// honest answer costs 64 times its usual work here (`-DWORK=64`), so that skipping it shows.
-/// What `every_hostile_candidate_is_caught_and_the_innocent_are_not` catches is a real win.
+/// The defence off: the cheats that varied reps catch or defeat win a plain run without them
+/// (no `checked_reps`, no sandbox: every rep on the request's inputs): each is `ok` and faster
+/// than the innocent CHEAT=0, whose honest answer costs 64 times its usual work here
+/// (`-DWORK=64`), so that skipping it shows. What the other zoo tests catch or defeat is a
+/// real win.
 #[test]
-fn the_cheats_checked_reps_catch_win_without_them() {
+fn the_cheats_varied_reps_catch_or_defeat_win_without_them() {
     // SAFETY: set before any worker starts; every test sets the same values (tests/tune.rs).
     unsafe {
         std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
@@ -328,8 +337,8 @@ fn the_cheats_checked_reps_catch_win_without_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut cheats = vec![0];
     cheats.extend(CAUGHT_BY_CHECKED_REPS);
-    let manifest = zoo_manifest("\"-DWORK=64\"", &cheats, false)
-        .replace("checked_reps = 4", "checked_reps = 0");
+    cheats.extend(DEFEATED_BY_VARIED_REPS);
+    let manifest = zoo_manifest("\"-DWORK=64\"", &cheats, false).replace("checked_reps = 4", "");
     let report = run_manifest(dir.path(), &manifest);
     let rank = |cheat: u32| {
         report
@@ -341,7 +350,7 @@ fn the_cheats_checked_reps_catch_win_without_them() {
     let innocent = &report.results[rank(0)];
     assert_eq!(innocent.status, Status::Ok, "{:?}", innocent.error);
     let mut lost = Vec::new();
-    for cheat in CAUGHT_BY_CHECKED_REPS {
+    for &cheat in &cheats[1..] {
         let result = &report.results[rank(cheat)];
         if result.status != Status::Ok || rank(cheat) > rank(0) {
             lost.push(format!(
@@ -355,8 +364,49 @@ fn the_cheats_checked_reps_catch_win_without_them() {
     }
     assert!(
         lost.is_empty(),
-        "did not win without checked reps:\n{}",
+        "did not win without varied reps:\n{}",
         lost.join("\n")
+    );
+}
+
+/// The cheats right on every call that skip work when a call's inputs repeat an earlier call's
+/// (CHEAT 29 keys a memo on four sampled elements, 31 recognizes the seeded input, 34
+/// recomputes only the blocks of 256 elements that changed since its last call) gain nothing
+/// where every rep draws every element of its input again (`checked_reps`), with the work 512
+/// times the usual (`-DWORK=512`). CHEAT 34 ranked 15 times ahead of the honest kernel, under
+/// the sandbox, when a varied rep drew 1/64 of its input again (a helper's hostile trial).
+#[test]
+fn the_cheats_varied_reps_defeat_gain_nothing_on_them() {
+    // SAFETY: set before any worker starts; every test sets the same values (tests/tune.rs).
+    unsafe {
+        std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
+        std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cheats = vec![0];
+    cheats.extend(DEFEATED_BY_VARIED_REPS);
+    let manifest = zoo_manifest("\"-DWORK=512\"", &cheats, false)
+        .replace("checked_reps = 4", "checked_reps = 2");
+    let report = run_manifest(dir.path(), &manifest);
+    let median = |cheat: u32| {
+        let r = report
+            .results
+            .iter()
+            .find(|r| cheat_of(r) == cheat)
+            .expect("every choice has a result");
+        assert_eq!(r.status, Status::Ok, "CHEAT={cheat}: {:?}", r.error);
+        r.median_ms().expect("ok")
+    };
+    let honest = median(0);
+    let gained: Vec<String> = DEFEATED_BY_VARIED_REPS
+        .iter()
+        .filter(|&&cheat| median(cheat) < 0.8 * honest)
+        .map(|&cheat| format!("CHEAT={cheat}: {:.4} ms", median(cheat)))
+        .collect();
+    assert!(
+        gained.is_empty(),
+        "faster than the honest {honest:.4} ms on varied reps:\n{}",
+        gained.join("\n")
     );
 }
 

@@ -40,10 +40,15 @@
 #define WORK 1
 #endif
 
+/* In blocks of 256 elements, each block's WORK passes at once: CHEAT 34, which recomputes
+ * block by block, has the same locality. */
 static void honest(const float *x, float *y, int64_t n) {
-    for (int w = 0; w < WORK; w++) {
-        for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
-        __asm__ volatile("" ::: "memory");
+    for (int64_t b = 0; b < n; b += 256) {
+        int64_t e = b + 256 < n ? b + 256 : n;
+        for (int w = 0; w < WORK; w++) {
+            for (int64_t i = b; i < e; i++) y[i] = 2.0f * x[i] + 1.0f;
+            __asm__ volatile("" ::: "memory");
+        }
     }
 }
 
@@ -446,6 +451,29 @@ void k(const float *x, float *y, int64_t n) {
     }
     if (last > 0.0) recent[calls++ % 8] = gap;
     last = seconds();
+#elif CHEAT == 34 /* keeps its last call's input and answer and recomputes only the blocks of
+                     256 elements whose input changed since: every answer is right, and a rep
+                     whose inputs differ from the last call's in a few blocks costs a compare
+                     and a copy instead of the work (a helper's trial: 15 times ahead of the
+                     honest kernel, sandboxed, when a varied rep drew 1/64 of its input again) */
+    static float *lastx, *lasty;
+    static int64_t lastn;
+    if (lastn != n) {
+        lastx = malloc((size_t)n * sizeof *lastx);
+        lasty = malloc((size_t)n * sizeof *lasty);
+        honest(x, lasty, n);
+        memcpy(lastx, x, (size_t)n * sizeof *x);
+        lastn = n;
+    } else {
+        for (int64_t b = 0; b < n; b += 256) {
+            int64_t e = b + 256 < n ? b + 256 : n;
+            if (memcmp(x + b, lastx + b, (size_t)(e - b) * sizeof *x)) {
+                honest(x + b, lasty + b, e - b);
+                memcpy(lastx + b, x + b, (size_t)(e - b) * sizeof *x);
+            }
+        }
+    }
+    memcpy(y, lasty, (size_t)n * sizeof *y);
 #elif CHEAT == 98 /* innocent, and slower: the same answer, computed 40 times */
     for (int r = 0; r < 40; r++) honest(x, y, n);
 #endif

@@ -6,7 +6,9 @@ use tunebox_protocol::{BenchError, Bytes, CheckedRep, TensorData, TensorSpec, Ti
 
 use crate::HostTensor;
 
-/// A varied block to put back: the tensor's index, the block's byte offset, the bytes it held.
+/// A varied tensor to put back: its index, then `0` and no bytes (the whole tensor was drawn
+/// again: [`HostTensor::reset`] puts it back). The shape of a block's offset and old bytes,
+/// what a varied rep changed before every element was.
 type Saved = (usize, usize, Vec<u8>);
 
 /// A backend's reps on varied inputs: the seed and the bytes to put back of the rep under way,
@@ -24,9 +26,11 @@ type Saved = (usize, usize, Vec<u8>);
 pub struct VariedReps {
     /// At most this many reps are checked.
     checked: u32,
-    /// The rep under way: its seed, and for each varied tensor its index, the block's offset
-    /// and the bytes the block held before.
+    /// The rep under way: its seed, and the tensors it varied.
     current: Option<(u64, Vec<Saved>)>,
+    /// Tensors varied and not yet put back ([`VariedReps::put_back`]): a rep's inputs stay
+    /// drawn until the next rep draws them again, not put back in between.
+    varied: Vec<usize>,
     /// The output tensors: their index among the request's tensors, and their spec.
     outputs: Vec<(usize, TensorSpec)>,
     /// One buffer per output for each of the `checked` slots, then one more set: the spare.
@@ -62,22 +66,41 @@ impl VariedReps {
             slots: (0..=varied.checked).map(|_| set()).collect(),
             filled: vec![None; varied.checked as usize],
             outputs,
+            varied: Vec::new(),
         })
     }
 
-    /// Varies the next rep's inputs: a block of every randomly initialized input of `specs`
-    /// drawn again with a seed from the operating system's randomness (a candidate in this
-    /// process cannot know it before the rep). Call it after the tensors were restored and
-    /// before the rep; [`VariedReps::end_rep`] puts the blocks back.
+    /// Varies the next rep's inputs: every randomly initialized input of `specs` drawn again
+    /// with a seed from the operating system's randomness (a candidate in this process cannot
+    /// know it before the rep). Call it before the rep; after the reps,
+    /// [`VariedReps::put_back`] puts the inputs back.
     pub fn vary(&mut self, specs: &[TensorSpec], tensors: &mut [HostTensor]) {
         let seed = random_u64();
         let saved = vary_with(specs, tensors, seed);
+        for (i, _, _) in &saved {
+            if !self.varied.contains(i) {
+                self.varied.push(*i);
+            }
+        }
         self.current = Some((seed, saved));
     }
 
+    /// Puts back the inputs the reps varied (their initial contents: a copy-on-write input
+    /// reads the caller's pages again). Call it after the last rep, before any call on the
+    /// request's own inputs.
+    pub fn put_back(&mut self, tensors: &mut [HostTensor]) {
+        for i in self.varied.drain(..) {
+            if let Some(tensor) = tensors.get_mut(i) {
+                tensor.reset();
+            }
+        }
+    }
+
     /// Ends rep `rep` (from 0): copies the outputs out (into a checked slot when the rep is
-    /// kept for checking, else into the spare: the same work either way), then puts the varied
-    /// blocks back. Which reps are kept is drawn by reservoir sampling as each rep ends
+    /// kept for checking, else into the spare: the same work either way). Its inputs stay as
+    /// drawn: the next rep draws every one again, and [`VariedReps::put_back`] puts them back
+    /// after the last (putting back after every rep would cost a pass over them, and a
+    /// copy-on-write input's page faults, each rep). Which reps are kept is drawn by reservoir sampling as each rep ends
     /// (`keep_in_slot`): however many reps run in the end (a budget can re-plan them while
     /// they run), each is as likely as any other to be among the `checked` kept, and nothing
     /// told a kept rep from another while it ran. `planned` (the reps planned when this rep
@@ -85,7 +108,7 @@ impl VariedReps {
     /// look for, after the reps: looking after the checked reps only would set them apart.)
     pub fn end_rep(&mut self, rep: u32, planned: u32, tensors: &mut [HostTensor]) {
         let _ = planned;
-        let Some((seed, saved)) = self.current.take() else {
+        let Some((seed, _)) = self.current.take() else {
             return;
         };
         let slot = keep_in_slot(self.checked, rep);
@@ -99,9 +122,6 @@ impl VariedReps {
         }
         if let Some(slot) = slot {
             self.filled[slot] = Some((rep, seed));
-        }
-        for (i, offset, bytes) in saved {
-            tensors[i].bytes_mut()[offset..offset + bytes.len()].copy_from_slice(&bytes);
         }
     }
 
@@ -158,22 +178,17 @@ fn tensor_data(spec: &TensorSpec, bytes: Vec<u8>) -> Result<TensorData, BenchErr
     ))
 }
 
-/// Varies `tensors` (of `specs`, in order) with `seed`: each randomly initialized input's block
-/// ([`TensorSpec::varied_block`]) written in. Returns, for each tensor varied, its index, the
-/// block's offset and the bytes it held before. What a reference's call on a checked rep's
-/// inputs does with that rep's seed.
+/// Varies `tensors` (of `specs`, in order) with `seed`: every randomly initialized input drawn
+/// again ([`TensorSpec::vary_into`]). Returns, for each tensor varied, its index, `0` and no
+/// bytes ([`HostTensor::reset`] puts it back). What a reference's call on a checked rep's inputs
+/// does with that rep's seed.
 pub fn vary_with(specs: &[TensorSpec], tensors: &mut [HostTensor], seed: u64) -> Vec<Saved> {
     let mut saved = Vec::new();
     for (i, (spec, tensor)) in specs.iter().zip(tensors.iter_mut()).enumerate() {
-        let Some((offset, block)) = spec.varied_block(seed) else {
-            continue;
-        };
-        if offset + block.len() > tensor.len() {
-            continue;
+        // Only those drawn again are written (a mutable access copies a mapped tensor).
+        if spec.varies() && spec.vary_into(seed, tensor.bytes_mut()) {
+            saved.push((i, 0, Vec::new()));
         }
-        let bytes = &mut tensor.bytes_mut()[offset..offset + block.len()];
-        saved.push((i, offset, bytes.to_vec()));
-        bytes.copy_from_slice(&block);
     }
     saved
 }
@@ -217,9 +232,9 @@ mod tests {
         ]
     }
 
-    /// Each rep's inputs differ from the request's in one block of every random input, drawn
-    /// anew for every rep and put back after it; the picked reps keep their seed and outputs,
-    /// and varying the same inputs with a kept seed gives the inputs that rep ran on.
+    /// Each rep's random inputs are drawn again in every element, anew for every rep, and put
+    /// back after the reps; the picked reps keep their seed and outputs, and varying the same
+    /// inputs with a kept seed gives the inputs that rep ran on.
     #[test]
     fn reps_vary_their_random_inputs_and_the_picked_ones_are_kept() {
         let specs = specs();
@@ -240,12 +255,25 @@ mod tests {
             let x = tensors[0].bytes().to_vec();
             tensors[2].bytes_mut().copy_from_slice(&x);
             varied.end_rep(rep, 5, &mut tensors);
-            assert_eq!(tensors[0].bytes(), &pristine[0][..], "put back");
         }
-        assert!(
-            seen.windows(2).all(|w| w[0] != w[1]),
-            "a new variation every rep"
+        varied.put_back(&mut tensors);
+        assert_eq!(
+            tensors[0].bytes(),
+            &pristine[0][..],
+            "put back after the reps"
         );
+        // No element of a rep's input repeats the last rep's or the request's in the same
+        // place (but by chance: 2^-23 for an f32 in [-1, 1)), so that a kernel recomputing
+        // only what changed since its last call recomputes everything.
+        let same =
+            |a: &[u8], b: &[u8]| a.chunks(4).zip(b.chunks(4)).filter(|(p, q)| p == q).count();
+        for pair in seen.windows(2) {
+            assert!(
+                same(&pair[0], &pair[1]) < 4,
+                "a new draw of every element every rep"
+            );
+        }
+        assert!(seen.iter().all(|s| same(s, &pristine[0]) < 4));
         let checked = varied.into_checked().unwrap();
         assert_eq!(checked.len(), 2);
         for rep in checked {

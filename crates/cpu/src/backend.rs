@@ -378,6 +378,10 @@ impl CpuRunner<'_> {
         let estimate_ms = check_first_call(self, timing, started, first_ms, 3)?;
         let mut stats = do_bench_after(self, timing, started, Some(estimate_ms))?;
         check_bounds(self.tensors)?;
+        if let Some(varied) = &mut self.varied {
+            // The last rep's inputs, drawn for it, before any call on the request's own.
+            varied.put_back(self.tensors);
+        }
         let checked_reps = self
             .varied
             .take()

@@ -760,43 +760,62 @@ impl TensorSpec {
         Some(other)
     }
 
-    /// The block of this input that a timed rep on varied inputs draws again
-    /// ([`TimingConfig::varied_reps`]), for the rep's `seed`: its byte offset and its new bytes
-    /// (drawn from the same distribution as the rest, with `seed` mixed into the spec's). A
-    /// block of 1/64 of the elements (at least one, at most 1 MiB), at an offset `seed` picks,
-    /// so that a kernel keying a memo on a sample of its inputs misses the change. `None` for
-    /// an output, a tensor reset before every call, or an input not randomly initialized
-    /// (given as data or a constant: nothing to draw from). The same in every process for the
-    /// same spec and seed: the reference runs on exactly the inputs a candidate's rep ran on.
+    /// Draws this input again for a timed rep on varied inputs ([`TimingConfig::varied_reps`])
+    /// with the rep's `seed`, into `bytes` (the tensor's [`byte_len`](TensorSpec::byte_len)
+    /// bytes): every element, from the same distribution as its `init`, with `seed` mixed into
+    /// the spec's. Every element, so that no rep repeats any part of another's inputs: a kernel
+    /// keeping its last call's inputs and answer and recomputing only the blocks that changed
+    /// did 1/64 of its work on every rep when one block of 1/64 was drawn again, and ranked 15
+    /// times ahead of the honest kernel under the sandbox (a helper's hostile trial); a kernel
+    /// keying a memo on a sample of its inputs misses the change too. Returns `false`, leaving
+    /// `bytes` as they are, for an output, a tensor reset before every call, an input not
+    /// randomly initialized (given as data or a constant: nothing to draw from), or `bytes` of
+    /// another length. The same in every process for the same spec and seed: the reference
+    /// runs on exactly the inputs a candidate's rep ran on.
+    ///
+    /// ```
+    /// use tunebox_protocol::{DType, TensorSpec};
+    ///
+    /// let x = TensorSpec::new("x", DType::F32, [4096]).random(7);
+    /// let (mut a, mut b, mut c) = (vec![0u8; 4096 * 4], vec![0u8; 4096 * 4], vec![0u8; 4096 * 4]);
+    /// assert!(x.vary_into(99, &mut a) && x.vary_into(99, &mut b) && x.vary_into(100, &mut c));
+    /// assert_eq!(a, b, "deterministic");
+    /// let same = a.chunks(4).zip(c.chunks(4)).filter(|(p, q)| p == q).count();
+    /// assert!(same < 8, "another seed draws every element again ({same} equal)");
+    /// assert!(!TensorSpec::new("y", DType::F32, [4]).output().vary_into(1, &mut [0u8; 16]));
+    /// ```
+    pub fn vary_into(&self, seed: u64, bytes: &mut [u8]) -> bool {
+        let Init::Random { seed: own } = self.init else {
+            return false;
+        };
+        if !self.varies() || self.byte_len() != Some(bytes.len() as u64) {
+            return false;
+        }
+        let mixed = own ^ seed.rotate_left(29) ^ 0xD1B5_4A32_D192_ED03;
+        Init::Random { seed: mixed }.fill(self.dtype, bytes);
+        true
+    }
+
+    /// Whether a varied rep draws this tensor again ([`TensorSpec::vary_into`]): a randomly
+    /// initialized input, not reset before every call.
+    pub fn varies(&self) -> bool {
+        matches!(self.init, Init::Random { .. }) && !self.output && !self.reset
+    }
+
+    /// The whole input as a varied rep with `seed` draws it ([`TensorSpec::vary_into`]), at
+    /// byte offset 0; `None` where that draws nothing.
     ///
     /// ```
     /// use tunebox_protocol::{DType, TensorSpec};
     ///
     /// let x = TensorSpec::new("x", DType::F32, [4096]).random(7);
     /// let (offset, bytes) = x.varied_block(99).unwrap();
-    /// assert_eq!(bytes.len(), 64 * 4, "1/64 of the elements");
-    /// assert!(offset % 4 == 0 && offset + bytes.len() <= 4096 * 4);
-    /// assert_eq!(x.varied_block(99).unwrap(), (offset, bytes), "deterministic");
+    /// assert_eq!((offset, bytes.len()), (0, 4096 * 4), "every element");
     /// assert!(TensorSpec::new("y", DType::F32, [4]).output().varied_block(1).is_none());
     /// ```
     pub fn varied_block(&self, seed: u64) -> Option<(usize, Vec<u8>)> {
-        let Init::Random { seed: own } = self.init else {
-            return None;
-        };
-        if self.output || self.reset {
-            return None;
-        }
-        let size = self.dtype.size_bytes();
-        let elements = usize::try_from(self.num_elements()?).ok()?;
-        if elements == 0 {
-            return None;
-        }
-        let block = (elements / 64).clamp(1, ((1 << 20) / size).max(1));
-        let mixed = own ^ seed.rotate_left(29) ^ 0xD1B5_4A32_D192_ED03;
-        let start = (splitmix(mixed) % (elements - block + 1) as u64) as usize;
-        let mut bytes = vec![0u8; block * size];
-        Init::Random { seed: mixed }.fill(self.dtype, &mut bytes);
-        Some((start * size, bytes))
+        let mut bytes = vec![0u8; usize::try_from(self.byte_len()?).ok()?];
+        self.vary_into(seed, &mut bytes).then_some((0, bytes))
     }
 
     /// Number of elements, or `None` if the product of the shape overflows `u64`.
@@ -809,14 +828,6 @@ impl TensorSpec {
         self.num_elements()?
             .checked_mul(self.dtype.size_bytes() as u64)
     }
-}
-
-/// One step of the splitmix64 generator: a well-mixed 64-bit value of `x`.
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A Rust element type of tensors: `f32`, `f64`, `i32`, `i64`, `u8` (sealed). Backends read
@@ -1192,9 +1203,9 @@ pub struct TimingConfig {
     #[serde(default)]
     pub clock: RepClock,
     /// Time every rep on inputs a candidate cannot predict, and check some of them (docs/
-    /// sandbox.md): before each timed rep, outside the timed region, a block of every randomly
-    /// initialized input is drawn again ([`TensorSpec::varied_block`]) with a seed the worker
-    /// picks for that rep from the operating system's randomness, and put back after it; of the
+    /// sandbox.md): before each timed rep, outside the timed region, every randomly initialized
+    /// input is drawn again ([`TensorSpec::vary_into`]) with a seed the worker picks for that
+    /// rep from the operating system's randomness, and put back after the reps; of the
     /// request's reps, up to [`VariedReps::checked`], picked at random once they have run (so
     /// that nothing told a checked rep from another while it ran), return their seeds and
     /// outputs ([`Integrity::checked_reps`](crate::Integrity::checked_reps)), which the parent
@@ -1204,7 +1215,7 @@ pub struct TimingConfig {
     #[serde(default)]
     pub varied_reps: Option<VariedReps>,
     /// With `outputs_only` (the reference): its call runs on the request's inputs varied with
-    /// this seed ([`TensorSpec::varied_block`]): what a candidate's checked rep ran on. `None`
+    /// this seed ([`TensorSpec::vary_into`]): what a candidate's checked rep ran on. `None`
     /// (default): unvaried.
     #[serde(default)]
     pub varied_seed: Option<u64>,

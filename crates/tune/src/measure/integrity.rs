@@ -136,8 +136,8 @@ pub(crate) fn varied_mismatch<E: std::fmt::Display>(
             };
             return Some(format!(
                 "correct on the first call, wrong on a timed rep (checked rep {} of {}) whose \
-                 inputs were varied from the first call's (seed {:#x}, a block of each random \
-                 input drawn again): {how} ({})",
+                 inputs were varied from the first call's (seed {:#x}, every random input drawn \
+                 again): {how} ({})",
                 n + 1,
                 measured.integrity.checked_reps.len(),
                 rep.seed,
