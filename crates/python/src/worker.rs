@@ -20,7 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use tunebox_process::{
-    DeviceToken, InitRequest, Output, ProcessConfig, ProcessError, TuningProcess,
+    DeviceToken, InitRequest, KillSwitch, Output, ProcessConfig, ProcessError, TuningProcess,
 };
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, Bytes, DType, Kernel, SharedBuffer, SharedData, TaskKernel,
@@ -64,6 +64,11 @@ struct Shared {
     spare_starting: AtomicBool,
     /// Modules of the calls seen so far, imported by every fresh process.
     preload: Mutex<Vec<String>>,
+    /// The kill switch of the process a call is waiting on (its reply, its unpickling, a
+    /// benchmark), which holds `state` until then: `kill` ends that wait through it instead of
+    /// waiting for the lock (a watchdog thread killing a hung call, `shutdown(wait=False)`, the
+    /// pool's finalizer at exit after Ctrl-C).
+    waiting: Mutex<Option<KillSwitch>>,
     /// The last batch's results region: the worker writes it (its mapping is shared), the
     /// parent reads it after the reply or the worker's death.
     region: Mutex<Option<SharedData>>,
@@ -144,6 +149,7 @@ impl Worker {
                 keep_spare: AtomicBool::new(maximum_uses.is_some()),
                 spare_starting: AtomicBool::new(false),
                 preload: Mutex::new(Vec::new()),
+                waiting: Mutex::new(None),
                 region: Mutex::new(None),
                 sent: Mutex::new(Vec::new()),
                 regions: Mutex::new(Vec::new()),
@@ -205,7 +211,9 @@ impl Worker {
         let maximum_uses = self.shared.maximum_uses;
         let (result, used_up) = py.detach(|| {
             let mut state = self.shared.lock_state();
-            let result = state.process.get(wait);
+            let result = self
+                .shared
+                .waiting_on(&mut state, |process| process.get(wait));
             state.uses += 1;
             (result, maximum_uses.is_some_and(|max| state.uses >= max))
         });
@@ -241,7 +249,8 @@ impl Worker {
         py.detach(|| {
             let mut state = self.shared.lock_state();
             self.shared.prepare_for_call(&mut state);
-            state.process.prepare(request, wait)
+            self.shared
+                .waiting_on(&mut state, |process| process.prepare(request, wait))
         })
         .map_err(|e| self.failed(e))
     }
@@ -302,7 +311,9 @@ impl Worker {
             .detach(|| {
                 let mut state = self.shared.lock_state();
                 self.shared.prepare_for_call(&mut state);
-                state.process.benchmark(request, seconds(timeout))
+                self.shared.waiting_on(&mut state, |process| {
+                    process.benchmark(request, seconds(timeout))
+                })
             })
             .map_err(|e| self.failed(e))?;
         ckernel::result(py, &result)
@@ -316,11 +327,15 @@ impl Worker {
 
     /// SIGKILLs the worker's process group and reaps it; the next call starts a new one, or,
     /// with `respawn`, a helper thread starts it now (the spare takes over, if there is one).
+    /// A call another thread is waiting on ends at once (its `get` raises `ChildProcessError`).
     #[pyo3(signature = (respawn=false))]
     fn kill(&self, py: Python<'_>, respawn: bool) {
         py.detach(|| {
+            self.shared.kill_waiting();
             let mut state = self.shared.lock_state();
             state.process.kill();
+            // A kill that no waiting call reported is no error of the next call's.
+            state.process.kill_switch().take_killed();
             state.uses = 0;
         });
         if respawn {
@@ -329,9 +344,11 @@ impl Worker {
         }
     }
 
-    /// Asks the worker (and the spare) to exit, kills them after a short grace, reaps them.
+    /// Asks the worker (and the spare) to exit, kills them after a short grace, reaps them. A
+    /// call another thread is waiting on is killed first.
     fn shutdown(&self, py: Python<'_>) {
         py.detach(|| {
+            self.shared.kill_waiting();
             let mut state = self.shared.lock_state();
             let _ = state.process.shutdown(SHUTDOWN_GRACE);
             state.uses = 0;
@@ -395,6 +412,23 @@ impl Worker {
 impl Shared {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Runs `wait` (a call that waits on the worker) with the worker's kill switch offered to
+    /// [`Shared::kill_waiting`] meanwhile.
+    fn waiting_on<T>(&self, state: &mut State, wait: impl FnOnce(&mut TuningProcess) -> T) -> T {
+        *lock(&self.waiting) = Some(state.process.kill_switch());
+        let result = wait(&mut state.process);
+        *lock(&self.waiting) = None;
+        result
+    }
+
+    /// Kills the worker a call is waiting on, if one is: the wait ends (reporting the kill as
+    /// the worker's death) and frees the state.
+    fn kill_waiting(&self) {
+        if let Some(switch) = lock(&self.waiting).as_ref() {
+            switch.kill();
+        }
     }
 
     /// Drops this side's handles on the last call's buffers, so that their regions can be

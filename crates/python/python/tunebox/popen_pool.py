@@ -174,7 +174,8 @@ class PopenWorker:
             native.kill()
 
     def kill(self) -> None:
-        """Kills the worker's process group and reaps it; the next ``send`` starts a new one."""
+        """Kills the worker's process group and reaps it; the next ``send`` starts a new one. A
+        ``recv`` another thread is waiting in ends at once, raising ``ChildProcessError``."""
         self._pending = None
         self._native.kill()
 
