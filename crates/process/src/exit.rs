@@ -3,6 +3,11 @@
 /// Human description of an exit: `exited with code 3`, `killed by signal 11 (SIGSEGV)`.
 pub(crate) fn describe_exit(exit_code: Option<i32>, signal: Option<i32>) -> String {
     match (exit_code, signal) {
+        (_, Some(signal)) if sent_from_outside(signal) => format!(
+            "killed by signal {signal} ({}), which another process sends (the system's \
+             out-of-memory killer, a person, a script) unless the kernel sent it to itself",
+            signal_name(signal).unwrap_or("?")
+        ),
         (_, Some(signal)) => match signal_name(signal) {
             Some(name) => format!("killed by signal {signal} ({name})"),
             None => format!("killed by signal {signal}"),
@@ -10,6 +15,17 @@ pub(crate) fn describe_exit(exit_code: Option<i32>, signal: Option<i32>) -> Stri
         (Some(code), None) => format!("exited with code {code}"),
         (None, None) => "ended for an unknown reason".to_owned(),
     }
+}
+
+/// Whether `signal` is one that another process sends to end a process (SIGKILL, SIGTERM,
+/// SIGHUP, SIGINT; the out-of-memory killer's is SIGKILL), not one a fault of the candidate's
+/// raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, …). tunebox's own kills (a timeout, a
+/// stop) are reported otherwise.
+pub(crate) fn sent_from_outside(signal: i32) -> bool {
+    matches!(
+        signal,
+        libc::SIGKILL | libc::SIGTERM | libc::SIGHUP | libc::SIGINT
+    )
 }
 
 /// The name of the signals a crashing candidate typically dies of.

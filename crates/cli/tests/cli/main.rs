@@ -2,6 +2,7 @@
 
 mod careful;
 mod compile_deadline;
+mod crashes;
 mod fair_formats;
 mod floor;
 mod full_disk;

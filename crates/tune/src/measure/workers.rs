@@ -597,11 +597,14 @@ impl InOrder {
     }
 }
 
-/// Whether a pool error says nothing about the choice (the run was stopped, or its worker could
-/// not start): such a result is not cached, so a re-run tries the choice again.
+/// Whether a pool error says nothing sure about the choice (the run was stopped, its worker
+/// could not start, or another process killed it: the out-of-memory killer, a person): such a
+/// result is not cached, so a re-run tries the choice again. A worker killed with `kill -9`
+/// from a shell was cached as the choice's `crashed` for good.
 pub(crate) fn is_transient(error: &PoolError) -> bool {
     match error {
         PoolError::ShutDown | PoolError::Cancelled | PoolError::Unavailable { .. } => true,
+        PoolError::Process(e) if e.killed_from_outside() => true,
         PoolError::Process(e) => matches!(
             e,
             ProcessError::Spawn { .. }
