@@ -137,7 +137,12 @@ pub enum ProcessError {
     },
     /// The worker died while serving a request. `stderr_tail` holds only what the worker
     /// wrote while serving it (from the moment it was sent), not an earlier task's output.
-    #[error("worker {pid} crashed: {}{}", describe_exit(*exit_code, *signal), quote(stderr_tail))]
+    #[error(
+        "worker {pid} crashed: {}{}{}",
+        describe_exit(*exit_code, *signal),
+        lost_channel_hint(stderr_tail),
+        quote(stderr_tail)
+    )]
     WorkerCrashed {
         /// The pid the worker had.
         pid: u32,
@@ -434,6 +439,19 @@ impl ProcessError {
     }
 }
 
+/// What a worker that panicked in ipc-channel (its channel's descriptors closed or replaced
+/// under it: `close(3)`, `dup2` over them, a closed stdout that the next shared-memory region
+/// took the number of) died of, when its stderr says so; empty otherwise. Such a crash quoted
+/// only an assertion in ipc-channel's source, which reads as a fault of tunebox's.
+fn lost_channel_hint(tail: &str) -> &'static str {
+    if tail.contains("ipc-channel") || tail.contains("ipc_channel") {
+        ": it lost its channel to tunebox (did the kernel close or replace file descriptors \
+         it does not own, its standard streams included?)"
+    } else {
+        ""
+    }
+}
+
 /// ` — stderr:\n<tail>` when there is a tail.
 ///
 /// At most [`QUOTED_LINES`] lines are quoted, the last ones (a worker may write thousands before
@@ -487,6 +505,51 @@ fn describe_timeout(after: Duration, pid: u32, progress: Option<&Progress>) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_in_the_channel_says_the_kernel_broke_its_descriptors() {
+        let panicked = |tail: &str| ProcessError::WorkerCrashed {
+            pid: 7,
+            exit_code: Some(101),
+            signal: None,
+            stderr_tail: tail.into(),
+        };
+        let lost = panicked(
+            "tunebox-worker: panicked at /r/ipc-channel-0.23.1/src/platform/unix/mod.rs:193:13:\n\
+             assertion failed: thread::panicking() || result == 0",
+        )
+        .to_string();
+        assert!(
+            lost.starts_with(
+                "worker 7 crashed: exited with code 101: it lost its channel to tunebox (did the \
+                 kernel close or replace file descriptors it does not own"
+            ),
+            "{lost}"
+        );
+        let other = panicked("thread 'main' panicked at src/kernel.rs:1:1").to_string();
+        assert!(!other.contains("lost its channel"), "{other}");
+    }
+
+    #[test]
+    fn a_signal_another_process_sends_is_said_and_told_apart() {
+        let killed = |signal| ProcessError::WorkerCrashed {
+            pid: 7,
+            exit_code: None,
+            signal: Some(signal),
+            stderr_tail: String::new(),
+        };
+        assert!(killed(libc::SIGKILL).killed_from_outside());
+        assert!(killed(libc::SIGTERM).killed_from_outside());
+        assert!(!killed(libc::SIGSEGV).killed_from_outside());
+        assert!(!killed(libc::SIGABRT).killed_from_outside());
+        assert!(
+            killed(libc::SIGKILL)
+                .to_string()
+                .contains("out-of-memory killer"),
+            "{}",
+            killed(libc::SIGKILL)
+        );
+    }
 
     #[test]
     fn errors_about_a_worker_name_its_pid() {
