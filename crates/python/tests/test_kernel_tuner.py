@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 np = pytest.importorskip("numpy")
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+pytestmark = pytest.mark.skipif(
+    shutil.which("g++") is None, reason="needs g++ (C kernels compile as C++)"
+)
 
 from tunebox.kernel_tuner import (  # noqa: E402
     CompilationFailedConfig,
@@ -254,9 +256,10 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     assert len(results) == 8
     assert {(r["nthreads"], r["vecsize"]): r["status"] for r in results}[(2, 2)] == "wrong"
     # c (zeros) travels as `init = "zeros"`: no buffer, and fresh zero pages in each worker;
-    # the source (extern "C": C++) as text named with C++'s suffix.
+    # the source (C++, as Kernel Tuner compiles C) as text named with C++'s suffix, the
+    # trampoline's names undefined after it.
     assert seen["files"] == {
-        "kernel.cpp": source,
+        "kernel.cpp": source + kt._CXX_EPILOGUE,
         **{name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")},
     }
     assert seen["manifest"].count('init = "zeros"') == 1
@@ -316,7 +319,8 @@ def test_the_workers_are_the_rust_worker_not_python(tmp_path):
         1024,
         [x, np.int32(1024)],
         {"F": [1, 2, 3]},
-        defines={"LOG": f'"{log}"'},
+        # As Kernel Tuner: with defines, a param is defined only when named among them.
+        defines={"LOG": f'"{log}"', "F": "F"},
         quiet=True,
     )
     assert [r["status"] for r in results] == ["ok"] * 3

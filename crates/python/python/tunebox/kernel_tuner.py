@@ -19,24 +19,38 @@ dies with it).
 
 What it takes from Kernel Tuner:
 
-- ``kernel_name``, ``kernel_source`` (text, or a file name), ``lang`` (``C``, ``C++``, ``CUDA``;
-  ``None`` tells them apart as Kernel Tuner does: ``__global__`` is CUDA, ``extern "C"`` C++),
-  ``problem_size`` (an int or a tuple of ints and param names), ``grid_div_x/y/z``;
+- ``kernel_name``, ``kernel_source`` (text, or a file name: one line that looks like one, ending
+  in a source suffix or holding a path separator, and names no file is a ``FileNotFoundError``),
+  ``lang`` (``C``, ``C++``, ``CUDA``; ``None``: ``__global__`` or ``.cu`` is CUDA, else C),
+  ``problem_size`` (an int, numpy's too, or a tuple of ints and param names),
+  ``grid_div_x/y/z``. Without ``compiler``, a C kernel is compiled as C++ by ``$CXX`` or
+  ``g++``, as Kernel Tuner's C backend compiles every C kernel with ``g++`` (its entry need
+  not be ``extern "C"``); with one, C stays C unless the source says ``extern "C"``, has a
+  C++ suffix, or the compiler is a C++ driver;
 - ``arguments``: numpy arrays (``float32``, ``float64``, ``int32``, ``int64``, ``uint8``; C
   kernels get them untyped, as Kernel Tuner passes them, so vector types work) and numpy scalars
   (``int32``, ``int64``, ``float32``, ``float64``; a Python int is ``int64``, a float
   ``float64``), by value;
-- ``tune_params`` (each defined for the compiler, ``-Dname=value``), ``restrictions`` (strings,
-  Python expressions evaluated by the engine; a function of the parameter dict, or a list
-  mixing both, evaluated here over the space and handed to the engine as one expression);
+- ``tune_params`` (each defined for the compiler, ``-Dname=value``, unless ``defines`` is
+  given), ``restrictions`` (strings, Python expressions evaluated by the engine; functions,
+  called as Kernel Tuner calls them: with the params as keyword arguments when theirs are
+  named after params, ``lambda BX, BY: BX * BY <= 1024``, else with the parameter dict; or
+  ``(function, [names])``; a list may mix them; each function is evaluated here over the space,
+  in the list's order, and handed to the engine at its index as an expression; an error in
+  one names ``restrictions[i]``, the configuration and the exception);
 - ``answer`` (one entry per argument, ``None`` for those not checked) with ``atol``; ``verify``
   (``verify(answer, result, atol=...)``, Kernel Tuner's: each configuration the engine measured
   runs once more in an isolated worker, and its arrays go to the function);
-- ``compiler``, ``compiler_options``, ``defines`` (``-Dname=value``), ``iterations`` (the timed
-  reps of a configuration in all, shared by its windows: 7 over the engine's four windows is 2,
-  2, 2 and 1, and a configuration whose first two windows agree stops with fewer; one measured
-  in one window gets exactly that many; ``None``, the default here, lets do_bench size them
-  from its budget);
+- ``compiler``, ``compiler_options`` (a list of strings; one string is a ``TypeError``),
+  ``defines`` (Kernel Tuner's: a constant, a string in which each param's name is replaced by
+  its value, or a function of the parameter dict; when given, the params are not defined,
+  only these: written before the source as ``#define`` lines, a value that changes with the
+  configuration chosen by ``#if`` on the params that decide it, which must hold integers,
+  booleans or C identifiers, else ``NotImplementedError``; then the params are undefined),
+  ``iterations`` (the timed reps of a configuration in all, shared by its windows: 7 over the
+  engine's four windows is 2, 2, 2 and 1, and a configuration whose first two windows agree
+  stops with fewer; one measured in one window gets exactly that many; ``None``, the default
+  here, lets do_bench size them from its budget);
 - ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
   engine, or functions of the result dict, evaluated here);
 - ``strategy`` (``brute_force``, ``random_sample``, ``genetic_algorithm``,
@@ -67,9 +81,10 @@ Kernel Tuner's), ``compiler_options`` and ``iterations`` as given, the call's ot
 the engine started). Unless ``quiet``, a line after the rows says how many configurations
 failed and why (their rows say which).
 
-An argument the engine refuses is a ``ValueError`` naming the argument (``restrictions[0]:
-...``), as the engine names a manifest's field: the call is written in Kernel Tuner's
-spelling.
+An argument the engine refuses is a ``ValueError`` naming the argument (``tune_kernel: invalid
+arguments: restrictions[0]: ...``, ``tune_params['U'][1]``), as the engine names a manifest's
+field: the call is written in Kernel Tuner's spelling, and the engine's own names of its fields
+(``params``, ``kernel.entry``) are given as the arguments'.
 
 Refused with an error naming the argument: OpenCL, HIP and Fortran, ``smem_args``,
 ``cmem_args``, ``texmem_args``, ``block_size_names``, ``observers``, ``simulation_mode``,
@@ -80,12 +95,16 @@ callables as ``problem_size``, and Kernel Tuner's strategies the engine does not
 from __future__ import annotations
 
 import contextlib
+import errno
+import inspect
 import itertools
 import json
 import logging
 import math
 import operator
 import os
+import re
+import shlex
 import shutil
 import stat
 import sys
@@ -102,8 +121,14 @@ if TYPE_CHECKING:
     #: A configuration as the functions of ``restrictions`` and ``metrics`` get it: parameter
     #: name -> value (with the results so far, for a metric).
     Config: TypeAlias = dict[str, Any]
-    #: A restriction: a Python expression over the parameters, or a function of the config.
-    Restriction: TypeAlias = Union[str, Callable[[Config], object]]
+    #: A restriction, as Kernel Tuner takes it: a Python expression over the parameters; a
+    #: function of the parameters by name (``lambda BX, BY: BX * BY <= 1024``) or of the config
+    #: dict (``lambda p: ...``); or ``(function, [names])``, called with those params' values.
+    Restriction: TypeAlias = Union[
+        str, Callable[..., object], tuple[Callable[..., object], Sequence[str]]
+    ]
+    #: A problem size's entry: an integer (numpy's too), or an expression over the parameters.
+    Size: TypeAlias = Union[int, "np.integer[Any]", str]
     #: A metric: an expression the engine evaluates, or a function of the result's row.
     Metric: TypeAlias = Union[str, Callable[[Config], Any]]
     #: One configuration's result: its parameters, ``time`` or ``__error__``, the metrics, ...
@@ -169,7 +194,7 @@ _SCALARS = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 def tune_kernel(
     kernel_name: str,
     kernel_source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    problem_size: int | str | Sequence[int | str],
+    problem_size: Size | Sequence[Size],
     arguments: Sequence[Any],
     tune_params: Mapping[str, Sequence[Any]],
     grid_div_x: str | Sequence[str] | None = None,
@@ -227,11 +252,14 @@ def tune_kernel(
     metrics = dict(metrics or {})
     engine_strategy, options = _strategy(strategy, strategy_options or {})
     writer = _Manifest()
-    source, language = writer.kernel(kernel_name, kernel_source, lang, compiler)
-    writer.flags(compiler_options, defines, language, source)
+    source, language = writer.kernel(
+        kernel_name, kernel_source, lang, compiler, in_memory=defines is not None
+    )
+    writer.flags(compiler_options, language, source)
     writer.arguments(arguments, language)
     writer.params(tune_params)
     writer.restrictions(restrictions, tune_params)
+    writer.defines(defines, tune_params)
     writer.answer(answer, arguments, atol, verify)
     writer.launch(problem_size, grid_div_x, grid_div_y, grid_div_z)
     writer.timing(iterations, timeout)
@@ -266,7 +294,7 @@ def tune_kernel(
         )
     results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
     if verify is not None:
-        _verify_again(results, writer, kernel_name, source, arguments, answer, atol, verify)
+        _verify_again(results, writer, kernel_name, arguments, answer, atol, verify)
     _python_metrics(results, metrics)
     objective = objective or "time"
     higher = bool(objective_higher_is_better)
@@ -289,7 +317,7 @@ def tune_kernel(
         "tune_params": tune_params,
         "compiler_options": compiler_options,
         "iterations": iterations,
-        "lang": language,
+        "lang": "CUDA" if language == "CUDA" else "C",  # Kernel Tuner's names
         "device_name": report.get("device"),
         "strategy": strategy or "brute_force",
         "strategy_options": strategy_options or {},
@@ -305,17 +333,46 @@ def tune_kernel(
 
 @contextlib.contextmanager
 def _arguments_named(path: str) -> Iterator[None]:
-    """The engine's refusal of the manifest written from the call (named as ``path``), as a
-    refusal of the call's arguments: the manifest is in Kernel Tuner's spelling, so its fields
-    are the arguments' names, and its path names a file the user never wrote."""
+    """The engine's errors about the manifest written from the call (named as ``path``) in
+    the caller's terms: the manifest is in Kernel Tuner's spelling, so most of its fields are
+    the arguments' names; its path names a file the user never wrote, and the fields the
+    engine names by its own spelling (``params.X``, ``kernel.entry``) are the arguments'."""
     try:
         yield
-    except ValueError as error:
-        prefix = f"invalid manifest {path}: "
+    except (ValueError, RuntimeError) as error:
         message = str(error)
-        if not message.startswith(prefix):
+        if path not in message:
             raise
-        raise ValueError(f"tune_kernel: invalid arguments: {message[len(prefix) :]}") from None
+        raise type(error)(_in_callers_terms(message, path)) from None
+
+
+# The engine's names of manifest fields, as the arguments of tune_kernel that give them.
+_FIELDS = (
+    (re.compile(r"\bparams\.(\w+)"), r"tune_params['\1']"),
+    (re.compile(r"`params`|\[params\]"), "`tune_params`"),
+    (re.compile(r"\(params: "), "(tune_params: "),
+    (re.compile(r"\bkernel\.entry\b"), "kernel_name"),
+    (re.compile(r"\bkernel\.source\b"), "kernel_source"),
+    (re.compile(r"\bkernel\.(?:flags|options)\b"), "compiler_options"),
+    (re.compile(r"\bkernel\.compiler\b"), "compiler"),
+)
+
+
+def _in_callers_terms(message: str, path: str) -> str:
+    """``invalid manifest PATH: restrictions[0]: ...`` as ``tune_kernel: invalid arguments:
+    restrictions[0]: ...``, ``PATH: no choice ... to `params``` as ``tune_kernel: no choice ...
+    to `tune_params```: the manifest's path and its fields as the call's arguments."""
+    for prefix, said in ((f"invalid manifest {path}: ", "invalid arguments: "), (f"{path}: ", "")):
+        if message.startswith(prefix):
+            message = f"tune_kernel: {said}{message[len(prefix) :]}"
+            break
+    else:
+        message = f"tune_kernel: {message}"
+    message = message.replace(f"invalid manifest {path}: ", "").replace(f"{path}: ", "")
+    message = message.replace(path, "tune_kernel's arguments")
+    for pattern, name in _FIELDS:
+        message = pattern.sub(name, message)
+    return message
 
 
 def _failures(results: list[Row]) -> str | None:
@@ -494,6 +551,15 @@ class _Manifest:
         self.arrays: list[tuple[int, np.ndarray[Any, Any]]] = []
         # where the user's source was, when it is copied here
         self.include_dir: str | None = None
+        # the user's source text, and its name in `files` when it goes in memory
+        self.text = ""
+        self.source_name: str | None = None
+        # lines after the user's text in memory (see _CXX_EPILOGUE)
+        self.epilogue = ""
+        # the restrictions given as strings (Python expressions), and the configurations
+        # (tuples of values, in tune_params' order) that the functions among them reject
+        self.restriction_strings: list[str] = []
+        self.rejected: set[tuple[Any, ...]] = set()
 
     def kernel(
         self,
@@ -501,7 +567,11 @@ class _Manifest:
         kernel_source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         lang: str | None,
         compiler: str | None,
+        in_memory: bool = False,
     ) -> tuple[str, str]:
+        """The kernel's entries, and its source in memory unless the engine can read the
+        user's file as it is (a C++ or CUDA file, and ``in_memory`` false: nothing to prepend).
+        Returns the source text and the language (``C``, ``C++`` or ``CUDA``)."""
         if isinstance(kernel_source, (list, tuple)):
             if len(kernel_source) != 1:
                 raise NotImplementedError(
@@ -509,29 +579,31 @@ class _Manifest:
                     "#include the others from the first"
                 )
             kernel_source = kernel_source[0]
-        file_name = None
-        if isinstance(kernel_source, os.PathLike) or (
-            isinstance(kernel_source, str)
-            and "\n" not in kernel_source
-            and os.path.isfile(kernel_source)
-        ):
-            file_name = os.path.abspath(os.fspath(kernel_source))
+        file_name = _source_file(kernel_source)
+        if file_name is not None:
             with open(file_name) as f:
                 text = f.read()
         elif isinstance(kernel_source, str):
             text = kernel_source
         else:
             raise TypeError(f"kernel_source={kernel_source!r}: give the source text or a file name")
-        language = _language(lang, text, file_name)
+        language = _language(lang, text, file_name, compiler)
         self.language = language
-        if file_name is not None and language == "C++" and not file_name.endswith(_CXX_SUFFIXES):
-            # Kernel Tuner compiles every C source as C++ (g++); the engine goes by the suffix.
+        if file_name is not None and (
+            in_memory or (language == "C++" and not file_name.endswith(_CXX_SUFFIXES))
+        ):
+            # Kernel Tuner compiles every C source as C++ (g++), and the engine goes by the
+            # suffix; defines are written before the text. Its #include "..." are the file's.
             self.include_dir = os.path.dirname(file_name)
             file_name = None
+        self.text = text
         if file_name is None:
             # In memory, under a name whose suffix tells the engine the language.
             file_name = "kernel" + {"C": ".c", "C++": ".cpp", "CUDA": ".cu"}[language]
-            self.files[file_name] = text
+            if language == "C++":
+                self.epilogue = _CXX_EPILOGUE
+            self.source_name = file_name
+            self.files[file_name] = text + self.epilogue
         self.top.append(("kernel_name", kernel_name))
         self.top.append(("kernel_source", file_name))
         self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
@@ -541,24 +613,41 @@ class _Manifest:
                     "tunebox.kernel_tuner: CUDA kernels compile with NVRTC; drop compiler="
                 )
             self.table("kernel").append(("compiler", compiler))
-        self.text = text
         return text, language
+
+    def compiled_text(self) -> str:
+        """The source the engine compiles: the user's, after the defines' lines if any."""
+        if self.source_name is None:
+            return self.text
+        text = self.files[self.source_name]
+        assert isinstance(text, str)
+        return text
 
     def flags(
         self,
         compiler_options: Sequence[str] | None,
-        defines: Mapping[str, object] | None,
         language: str,
         source: str,
     ) -> None:
-        flags = [str(f) for f in compiler_options] if compiler_options else []
+        if isinstance(compiler_options, (str, bytes)):
+            text = os.fsdecode(compiler_options)
+            raise TypeError(
+                f"tune_kernel: compiler_options={compiler_options!r} is one string, which would "
+                f"be read as one flag a character: give a list of strings, one flag each, e.g. "
+                f"compiler_options={shlex.split(text)!r}"
+            )
+        flags: list[str] = []
+        for i, flag in enumerate(compiler_options or ()):
+            if not isinstance(flag, (str, os.PathLike)):
+                raise TypeError(
+                    f"tune_kernel: compiler_options[{i}] = {flag!r}: give each flag as a string"
+                )
+            flags.append(os.fspath(flag))
         if language != "CUDA":
             if not compiler_options:
                 flags = ["-O3"]
             if '#include "' in source:
                 flags.append("-I" + (self.include_dir or os.getcwd()))
-        for name, value in (defines or {}).items():
-            flags.append(f"-D{name}={value}")
         if flags or compiler_options is not None:
             self.top.append(("compiler_options", flags))
 
@@ -630,19 +719,79 @@ class _Manifest:
         restrictions: Restriction | Sequence[Restriction] | None,
         tune_params: Mapping[str, Sequence[Any]],
     ) -> None:
+        """The restrictions, each at its index: a string as it is (the engine evaluates it),
+        a function evaluated here over the space and handed to the engine as the expression
+        of the configurations it rejects (``not (...)``) or keeps, whichever is shorter."""
         if restrictions is None:
             return
-        if callable(restrictions) or isinstance(restrictions, str):
-            restrictions = [restrictions]
-        strings = [r for r in restrictions if isinstance(r, str)]
-        functions = [r for r in restrictions if callable(r)]
-        if len(strings) + len(functions) != len(restrictions):
-            raise TypeError(
-                "restrictions: give strings (Python expressions) or functions of the parameter dict"
-            )
+        names = list(tune_params)
+        entries: list[str] = []
+        functions: list[tuple[int, str, Callable[[Config], object]]] = []
+        for i, (label, item) in enumerate(_restriction_items(restrictions)):
+            if isinstance(item, str):
+                entries.append(item)
+                self.restriction_strings.append(item)
+            else:
+                functions.append((i, label, _restriction_call(item, label, names)))
+                entries.append("True")  # its expression, once the functions have run
         if functions:
-            strings.append(_as_expression(tune_params, functions))
-        self.top.append(("restrictions", strings))
+            rejected = self._reject(tune_params, functions)
+            values = [[_plain(v) for v in tune_params[n]] for n in names]
+            for i, _, _ in functions:
+                entries[i] = _not_in(names, values, rejected[i])
+        self.top.append(("restrictions", entries))
+
+    def _reject(
+        self,
+        tune_params: Mapping[str, Sequence[Any]],
+        functions: list[tuple[int, str, Callable[[Config], object]]],
+    ) -> dict[int, list[tuple[Any, ...]]]:
+        """The configurations each function rejects, called in the list's order on those the
+        ones before it kept (as Kernel Tuner checks them in turn): restriction index -> the
+        rejected configurations' values. A function that raises is an error naming it and the
+        configuration, unless a string restriction leaves that configuration out anyway."""
+        rejected: dict[int, list[tuple[Any, ...]]] = {i: [] for i, _, _ in functions}
+        kept = 0
+        for key, config in _configs(tune_params):
+            for i, label, call in functions:
+                try:
+                    ok = bool(call(config))
+                except Exception as error:  # noqa: BLE001 (the user's function: any error)
+                    if _strings_exclude(self.restriction_strings, config):
+                        ok = False
+                    else:
+                        raise ValueError(
+                            f"tune_kernel: {label} failed for {_config_text(config)}: "
+                            f"{type(error).__name__}: {error}"
+                        ) from error
+                if not ok:
+                    rejected[i].append(tuple(_plain(v) for v in key))
+                    self.rejected.add(key)
+                    break
+            else:
+                kept += 1
+        if not kept:
+            labels = ", ".join(label for _, label, _ in functions)
+            verb = "rejects" if len(functions) == 1 else "reject"
+            raise ValueError(
+                f"tune_kernel: no configuration of tune_params satisfies the restrictions "
+                f"({labels} {verb} them all); loosen `restrictions` or add values to "
+                "`tune_params`"
+            )
+        return rejected
+
+    def defines(
+        self, defines: Mapping[str, object] | None, tune_params: Mapping[str, Sequence[Any]]
+    ) -> None:
+        """Kernel Tuner's ``defines``: when given, they are the kernel's macros and the params
+        are not (Kernel Tuner's ``prepare_kernel_string``). The engine defines every param for
+        the compiler (``-DNAME=VALUE``), so the source starts with lines that choose each
+        define's value from the params (``#if``), then undefine the params."""
+        if defines is None:
+            return
+        assert self.source_name is not None, "kernel(in_memory=True) keeps the source in memory"
+        prelude = _define_lines(defines, tune_params, self.rejected, self.restriction_strings)
+        self.files[self.source_name] = prelude + self.text + self.epilogue
 
     def answer(
         self,
@@ -686,7 +835,7 @@ class _Manifest:
 
     def launch(
         self,
-        problem_size: int | str | Sequence[int | str],
+        problem_size: Size | Sequence[Size],
         grid_div_x: str | Sequence[str] | None,
         grid_div_y: str | Sequence[str] | None,
         grid_div_z: str | Sequence[str] | None,
@@ -695,8 +844,23 @@ class _Manifest:
             raise NotImplementedError(
                 "tunebox.kernel_tuner: problem_size as a function is not supported"
             )
-        sizes = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
-        self.top.append(("problem_size", [_plain(s) for s in sizes]))
+        sizes = (
+            [problem_size]
+            if isinstance(problem_size, (str, int)) or not isinstance(problem_size, Iterable)
+            else list(problem_size)
+        )
+        entries: list[int | str] = []
+        for size in sizes:
+            if isinstance(size, str):
+                entries.append(size)
+            elif isinstance(size, bool) or not hasattr(size, "__index__"):
+                raise TypeError(
+                    f"tune_kernel: problem_size={problem_size!r}: give an int (a numpy integer "
+                    "too), a param name or expression, or a tuple of them"
+                )
+            else:
+                entries.append(operator.index(size))
+        self.top.append(("problem_size", entries))
         for name, value in (
             ("grid_div_x", grid_div_x),
             ("grid_div_y", grid_div_y),
@@ -756,37 +920,383 @@ class _Manifest:
         }
 
 
-def _language(lang: str | None, text: str, file_name: str | None) -> str:
-    if lang is None:
-        if file_name is not None and file_name.endswith(".cu") or "__global__" in text:
+def _language(lang: str | None, text: str, file_name: str | None, compiler: str | None) -> str:
+    """``CUDA``, ``C++`` or ``C``. Kernel Tuner's C backend compiles every C kernel with
+    ``g++`` (a file under its own suffix, text as ``.cc``; the entry wrapped in ``extern "C"``
+    unless the text says ``extern "C"``): without ``compiler``, so does tunebox (as C++, from
+    a ``.cpp``, by ``$CXX`` or ``g++``; the engine's trampoline calls the entry with either
+    linkage). A ``compiler`` given compiles C as C (``kernel.c``) unless the source is C++ by
+    its suffix or its ``extern "C"``, or the compiler is a C++ driver (``g++``)."""
+    name = None if lang is None else str(lang).lower()
+    if name is None:
+        if file_name is not None and file_name.endswith((".cu", ".cuh")) or "__global__" in text:
             return "CUDA"
-        if file_name is not None and file_name.endswith(_CXX_SUFFIXES):
-            return "C++"
-        return "C++" if 'extern "C"' in text else "C"
-    name = str(lang).lower()
-    if name == "cuda":
+    elif name == "cuda":
         return "CUDA"
-    if name in ("c", "c++", "cpp"):
-        return "C++" if name != "c" or 'extern "C"' in text else "C"
-    raise NotImplementedError(
-        f"tunebox.kernel_tuner: lang={lang!r} is not supported; use 'C', 'C++' or 'CUDA'"
+    elif name not in ("c", "c++", "cpp"):
+        raise NotImplementedError(
+            f"tunebox.kernel_tuner: lang={lang!r} is not supported; use 'C', 'C++' or 'CUDA'"
+        )
+    if compiler is None or name in ("c++", "cpp"):
+        return "C++"
+    if file_name is not None and file_name.endswith(_CXX_SUFFIXES):
+        return "C++"
+    return "C++" if 'extern "C"' in text else "C"
+
+
+# After a C++ kernel's text in memory: the engine's trampoline, which follows the text in the
+# same translation unit, names `T` and `pointer` (its conversion of an untyped tensor, as every
+# array of tune_kernel's is, to the entry's pointer type) and `tensors` and `scalars`; a macro
+# of the user's of one of these names (a param `T`, defined for the compiler) would break it,
+# where Kernel Tuner's g++ has no trampoline. Undefined after the user's code, which is done.
+_CXX_EPILOGUE = "\n#undef T\n#undef pointer\n#undef tensors\n#undef scalars\n"
+
+
+# The suffixes of a file name given as kernel_source (Kernel Tuner's C, C++, CUDA, OpenCL,
+# Fortran and Julia sources and headers): a one-line string ending in one that names no file
+# is a missing file, not source text.
+_SOURCE_SUFFIXES = (
+    ".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh",
+    ".cl", ".F90", ".f90", ".jl",
+)  # fmt: skip
+
+
+def _source_file(kernel_source: object) -> str | None:
+    """The absolute path of the file ``kernel_source`` names, or ``None`` for source text.
+    Raises ``FileNotFoundError`` naming it when it names a file that is not there: a path
+    object, or one line that looks like a file name (it ends in a source suffix, or holds a
+    path separator and nothing of code: no ``(``, ``{`` or ``;``), as Kernel Tuner's
+    ``open`` of it does."""
+    if isinstance(kernel_source, os.PathLike):
+        path = os.fspath(kernel_source)
+    elif isinstance(kernel_source, str) and "\n" not in kernel_source:
+        path = kernel_source
+        if not os.path.isfile(path) and not _looks_like_a_path(path):
+            return None
+    else:
+        return None
+    if not isinstance(path, str):
+        raise TypeError(f"kernel_source={kernel_source!r}: give the source text or a file name")
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            errno.EISDIR, "tune_kernel: kernel_source is a folder, not a source file", path
+        )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"tune_kernel: kernel_source names no file (from {os.getcwd()}); give the source "
+            "file's path, or the source text",
+            path,
+        )
+    return os.path.abspath(path)
+
+
+def _looks_like_a_path(text: str) -> bool:
+    text = text.strip()
+    if not text or any(c in text for c in "(){};") or text.startswith(("//", "/*", "#")):
+        return False
+    return text.endswith(_SOURCE_SUFFIXES) or os.sep in text or "/" in text
+
+
+def _restriction_items(restrictions: object) -> list[tuple[str, object]]:
+    """``(label, restriction)`` for each restriction: ``restrictions[i]``, or ``restrictions``
+    for one given alone."""
+    if isinstance(restrictions, str) or callable(restrictions) or _is_pair(restrictions):
+        return [("restrictions", restrictions)]
+    if not isinstance(restrictions, (list, tuple)):
+        raise TypeError(
+            f"tune_kernel: restrictions={restrictions!r}: give a list of strings (Python "
+            "expressions over tune_params) and functions of the params"
+        )
+    return [(f"restrictions[{i}]", r) for i, r in enumerate(restrictions)]
+
+
+def _is_pair(item: object) -> bool:
+    """Kernel Tuner's ``(function, [param names])`` (or ``(function, names, source)``)."""
+    return (
+        isinstance(item, tuple)
+        and len(item) in (2, 3)
+        and callable(item[0])
+        and isinstance(item[1], (list, tuple))
     )
 
 
-def _as_expression(
-    tune_params: Mapping[str, Sequence[Any]], functions: Sequence[Callable[[Config], object]]
-) -> str:
-    """The configurations the functions allow, as one expression the engine evaluates: nested
-    by parameter, `name == value and (...)`, the last parameter as `name in [...]`."""
+def _restriction_call(item: object, label: str, names: list[str]) -> Callable[[Config], object]:
+    """The restriction function ``item`` as a function of the config dict, called as Kernel
+    Tuner calls it (``check_restriction`` and its constraint solver): with the params as
+    keyword arguments when its arguments are named after params (``lambda BX, BY: ...``) or
+    it takes ``**params``; with their values in order for ``*args`` or a ``(function,
+    [names])`` pair; else with the dict (``lambda p: p["BX"] ...``). A function whose
+    arguments fit none of these is a ``TypeError`` naming it, before any call."""
+    known = ", ".join(names)
+    if _is_pair(item):
+        assert isinstance(item, tuple)
+        function, selected = item[0], [str(n) for n in item[1]]
+        unknown = [n for n in selected if n not in names]
+        if unknown:
+            raise TypeError(
+                f"tune_kernel: {label}: {', '.join(unknown)} not in tune_params ({known})"
+            )
+        return lambda config: function(*(config[n] for n in selected))
+    if not callable(item):
+        raise TypeError(
+            f"tune_kernel: {label} = {item!r}: give a string (a Python expression over "
+            "tune_params), a function of the params, or (function, [param names])"
+        )
+    function = item
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without one: Kernel Tuner's dict
+        return lambda config: function(dict(config))
+    kind = inspect.Parameter
+    parameters = list(signature.parameters.values())
+    named = [
+        p.name for p in parameters if p.kind in (kind.POSITIONAL_OR_KEYWORD, kind.KEYWORD_ONLY)
+    ]
+    required = [
+        p.name
+        for p in parameters
+        if p.default is kind.empty and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)
+    ]
+    takes_all = any(p.kind is kind.VAR_KEYWORD for p in parameters)
+    by_name = [n for n in named if n in names]
+    if by_name or (takes_all and not required):
+        missing = [n for n in required if n not in names]
+        if missing:
+            raise TypeError(
+                f"tune_kernel: {label}: its argument{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} {'are' if len(missing) > 1 else 'is'} not in tune_params "
+                f"({known}): name a function's arguments after tune_params, or give it one "
+                "argument, the parameter dict"
+            )
+        passed = names if takes_all else by_name
+        return lambda config: function(**{n: config[n] for n in passed})
+    if not required and any(p.kind is kind.VAR_POSITIONAL for p in parameters):
+        return lambda config: function(*config.values())
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(
+            f"tune_kernel: {label}: a function of {', '.join(required) or 'no arguments'}, "
+            f"none of them in tune_params ({known}): name its arguments after tune_params, or "
+            "give it one argument, the parameter dict"
+        ) from None
+    return lambda config: function(dict(config))
+
+
+def _configs(tune_params: Mapping[str, Sequence[Any]]) -> Iterator[tuple[tuple[Any, ...], Config]]:
+    """Every configuration of the product, the first param varying slowest (the engine's
+    order): its values as given, and as the dict the user's functions get."""
     names = list(tune_params)
-    allowed: list[tuple[Any, ...]] = []
     for values in itertools.product(*(tune_params[n] for n in names)):
-        config = dict(zip(names, values))
-        if all(f(dict(config)) for f in functions):
-            allowed.append(tuple(_plain(v) for v in values))
-    if not allowed:
-        raise ValueError("no configuration satisfies the restrictions")
-    return _nest(names, [[_plain(v) for v in tune_params[n]] for n in names], allowed)
+        yield values, dict(zip(names, values))
+
+
+def _strings_exclude(strings: Sequence[str], config: Config) -> bool:
+    """Whether a restriction string leaves the configuration out, evaluated as Kernel Tuner
+    does (Python's ``eval`` over the params; the engine's evaluator has Python's meaning); one
+    that raises leaves nothing out here."""
+    for text in strings:
+        try:
+            if not eval(text, {"math": math}, dict(config)):
+                return True
+        except Exception:  # noqa: BLE001 (the engine says what is wrong with it)
+            continue
+    return False
+
+
+def _config_text(config: Config) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in config.items())
+
+
+def _not_in(names: list[str], values: list[list[Any]], rejected: list[tuple[Any, ...]]) -> str:
+    """An expression true for every configuration but the rejected ones: the rejected ones'
+    expression negated, or the kept ones' where they are fewer."""
+    total = math.prod(len(v) for v in values)
+    if not rejected:
+        return "True"
+    if len(rejected) == total:
+        return "False"
+    if total - len(rejected) < len(rejected):
+        out = set(rejected)
+        return _nest(names, values, [t for t in itertools.product(*values) if t not in out])
+    return f"not ({_nest(names, values, rejected)})"
+
+
+def _define_lines(
+    defines: Mapping[str, object],
+    tune_params: Mapping[str, Sequence[Any]],
+    rejected: set[tuple[Any, ...]],
+    strings: Sequence[str],
+) -> str:
+    """The lines that start the source when ``defines`` is given, as Kernel Tuner's
+    ``prepare_kernel_string`` (``#define NAME VALUE`` for each define, the params not
+    defined): a value that is a function of the params (called with their dict), or a string
+    naming params (each name replaced by its value), is evaluated here for every valid
+    configuration and chosen with ``#if`` on the params that decide it, as the engine defines
+    them (see :class:`_Tests`); then every param is undefined, and the constants defined;
+    ``#line 1`` gives the user's lines their numbers."""
+    names = list(tune_params)
+    values = [[_plain(v) for v in tune_params[n]] for n in names]
+    valid: list[tuple[tuple[Any, ...], Config]] | None = None
+    constant: dict[str, str] = {}
+    varying: dict[str, dict[tuple[Any, ...], str]] = {}
+    for key, value in defines.items():
+        label = f"defines[{key!r}]"
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(
+                f"tune_kernel: {label}: a define's name must be a C identifier (Kernel Tuner "
+                "refuses it too)"
+            )
+        if not callable(value) and not (isinstance(value, str) and _mentions(value, names)):
+            constant[key] = _define_text(value)
+            continue
+        if valid is None:
+            valid = [
+                (tuple(_plain(v) for v in k), config)
+                for k, config in _configs(tune_params)
+                if k not in rejected and not (strings and _strings_exclude(strings, config))
+            ]
+        texts: dict[tuple[Any, ...], str] = {}
+        for k, config in valid:
+            try:
+                result = value(dict(config)) if callable(value) else _with_params(value, config)
+            except Exception as error:  # noqa: BLE001 (the user's function: any error)
+                raise ValueError(
+                    f"tune_kernel: {label} failed for {_config_text(config)}: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+            texts[k] = _define_text(result)
+        if len(set(texts.values())) == 1:
+            constant[key] = next(iter(texts.values()))
+        elif texts:
+            varying[key] = texts
+    tests = _Tests(names, values)
+    chains: list[str] = []
+    deciding = {key: tests.deciding(key, texts) for key, texts in varying.items()}
+    for key, texts in varying.items():
+        if key not in names:
+            kept = deciding[key]
+            branches: dict[tuple[Any, ...], list[str]] = {}
+            for k, text in texts.items():
+                branches[tuple(k[j] for j in kept)] = [f"#define {key} {text}"]
+            chains += tests.chain(kept, branches)
+    redefined = [key for key in varying if key in names]
+    if redefined:
+        # A define named as a param is chosen by the params (its own among them) in one
+        # chain, whose taken branch undefines them before defining it.
+        kept = sorted({j for key in redefined for j in deciding[key]})
+        branches = {}
+        for k in varying[redefined[0]]:
+            body = [f"#undef {key}" for key in redefined]
+            body += [f"#define {key} {varying[key][k]}" for key in redefined]
+            branches[tuple(k[j] for j in kept)] = body
+        chains += tests.chain(kept, branches)
+    lines = ["// tune_kernel: Kernel Tuner's defines (the params are not defined)"]
+    lines += tests.helpers() + chains + tests.helpers_undone()
+    lines += [f"#undef {name}" for name in names if name not in redefined]
+    lines += [f"#define {key} {text}" for key, text in constant.items()]
+    lines.append("#line 1")
+    return "\n".join(lines) + "\n"
+
+
+class _Tests:
+    """The ``#if`` tests of a configuration, on the params as the engine defines them
+    (``-DNAME=VALUE``): an integer param (booleans are 1 and 0) is compared as it is; a
+    string param whose values are C identifiers (``float4``) through a table of its values
+    (``TUNEBOX_KT_VEC_float4`` is 2) that token pasting looks the value up in. Float params
+    and other strings cannot be compared by the preprocessor."""
+
+    def __init__(self, names: list[str], values: list[list[Any]]) -> None:
+        self.names = names
+        self.values = values
+        self.tabled: list[int] = []  # the string params the tests look up
+
+    def deciding(self, key: str, texts: dict[tuple[Any, ...], str]) -> list[int]:
+        """The indices of the params that decide a define's value (as few as the greedy drop
+        of one at a time leaves), each one the preprocessor can compare."""
+        kept = list(range(len(self.names)))
+        for j in reversed(range(len(self.names))):
+            trial = [i for i in kept if i != j]
+            seen: dict[tuple[Any, ...], str] = {}
+            if all(seen.setdefault(tuple(k[i] for i in trial), t) == t for k, t in texts.items()):
+                kept = trial
+        for j in kept:
+            if all(isinstance(v, int) for v in self.values[j]):
+                continue
+            if all(isinstance(v, str) and v.isidentifier() for v in self.values[j]):
+                if j not in self.tabled:
+                    self.tabled.append(j)
+                continue
+            name = self.names[j]
+            shown = ", ".join(repr(v) for v in self.values[j])
+            raise NotImplementedError(
+                f"tunebox.kernel_tuner: defines[{key!r}] changes with the param {name}, whose "
+                f"values ({shown}) the C preprocessor cannot tell apart: tunebox compiles one "
+                f"source with the params defined for the compiler (-D{name}=...) and chooses "
+                "each define's value with #if, which compares integers (and identifiers, "
+                "looked up). Make the value depend only on integer, boolean or identifier "
+                f"tune_params, or make {key} a param of tune_params (with a restriction tying "
+                f"it to {name})"
+            )
+        return kept
+
+    def chain(self, kept: list[int], branches: dict[tuple[Any, ...], list[str]]) -> list[str]:
+        """``#if A == 1 && B == 0`` ... ``#elif`` ... ``#endif``, one branch a combination
+        of the kept params' values."""
+        lines = []
+        for i, (combination, body) in enumerate(branches.items()):
+            test = " && ".join(self.test(j, v) for j, v in zip(kept, combination)) or "1"
+            lines.append(("#if " if i == 0 else "#elif ") + test)
+            lines.extend(body)
+        lines.append("#endif")
+        return lines
+
+    def test(self, j: int, value: Any) -> str:
+        name = self.names[j]
+        if isinstance(value, str):
+            position = self.values[j].index(value) + 1
+            return f"TUNEBOX_KT_CAT(TUNEBOX_KT_{name}_, {name}) == {position}"
+        return f"{name} == {int(value)}"
+
+    def helpers(self) -> list[str]:
+        if not self.tabled:
+            return []
+        lines = [
+            "#define TUNEBOX_KT_CAT_(a, b) a##b",
+            "#define TUNEBOX_KT_CAT(a, b) TUNEBOX_KT_CAT_(a, b)",
+        ]
+        for j in self.tabled:
+            lines += [
+                f"#define TUNEBOX_KT_{self.names[j]}_{v} {i + 1}"
+                for i, v in enumerate(self.values[j])
+            ]
+        return lines
+
+    def helpers_undone(self) -> list[str]:
+        if not self.tabled:
+            return []
+        lines = ["#undef TUNEBOX_KT_CAT_", "#undef TUNEBOX_KT_CAT"]
+        for j in self.tabled:
+            lines += [f"#undef TUNEBOX_KT_{self.names[j]}_{v}" for v in self.values[j]]
+        return lines
+
+
+def _mentions(text: str, names: Sequence[str]) -> bool:
+    return any(part in names for part in re.split(r"([a-zA-Z0-9_]+)", text))
+
+
+def _with_params(text: str, config: Config) -> str:
+    """Kernel Tuner's ``replace_param_occurrences``: each word that is a param's name, as its
+    value."""
+    return "".join(
+        str(config[part]) if part in config else part for part in re.split(r"([a-zA-Z0-9_]+)", text)
+    )
+
+
+def _define_text(value: object) -> str:
+    """A define's value as Kernel Tuner writes it: ``str``, newlines continued."""
+    return str(value).replace("\n", "\\\n")
 
 
 def _nest(names: list[str], values: list[list[Any]], allowed: list[tuple[Any, ...]]) -> str:
@@ -887,7 +1397,6 @@ def _verify_again(
     results: list[Row],
     writer: _Manifest,
     kernel_name: str,
-    source: str,
     arguments: Sequence[Any],
     answer: Sequence[Any] | None,
     atol: float,
@@ -911,6 +1420,7 @@ def _verify_again(
         "g++" if writer.language == "C++" else "cc"
     )
     params = [k for k, _ in writer.tables["tune_params"]]
+    source = writer.compiled_text()  # after the lines of `defines`, as the engine compiled it
     choices = [
         CKernelChoice(
             source,
