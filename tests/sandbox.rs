@@ -410,6 +410,35 @@ fn the_cheats_varied_reps_defeat_gain_nothing_on_them() {
     );
 }
 
+/// A clock slowed only a little (to 0.6 of real time: CHEAT 8 with `-DCLOCK_SLOWDOWN=1.67`),
+/// over requests of ~100 ms (`rep_ms = 100`), is caught: the worker's main thread ran longer
+/// than its clock saw. A helper's trial ranked such a kernel 1.9 times ahead of the honest one
+/// at 0.52, under the sandbox, before the check held the clock to 95 % of the thread's time.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_clock_slowed_to_six_tenths_is_caught() {
+    // SAFETY: set before any worker starts; every test sets the same values (tests/tune.rs).
+    unsafe {
+        std::env::set_var("TUNEBOX_CACHE_DIR", cache_root());
+        std::env::set_var("TUNEBOX_PROC_STAT", "/dev/null");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = zoo_manifest("\"-DCLOCK_SLOWDOWN=1.67\"", &[0, 8], true)
+        .replace("rep_ms = 5", "rep_ms = 100");
+    let report = run_manifest(dir.path(), &manifest);
+    for result in &report.results {
+        let error = result.error.clone().unwrap_or_default();
+        match cheat_of(result) {
+            0 => assert_eq!(result.status, Status::Ok, "{error}"),
+            _ => assert!(
+                result.status == Status::Suspicious && error.contains("clock"),
+                "{}: {error}",
+                result.status
+            ),
+        }
+    }
+}
+
 /// The zoo's manifest for `cheats`, sandboxed or not.
 fn zoo_manifest(flags: &str, cheats: &[u32], sandboxed: bool) -> String {
     let mut manifest = ZOO_MANIFEST

@@ -123,13 +123,17 @@ static void swallow(int signal) { (void)signal; }
 #endif
 
 #if CHEAT == 8 && defined(__x86_64__)
-/* A clock that runs a thousand times slower than time, from the moment it is installed. */
+/* A clock that runs CLOCK_SLOWDOWN (default a thousand) times slower than time, from the moment
+ * it is installed. */
+#ifndef CLOCK_SLOWDOWN
+#define CLOCK_SLOWDOWN 1000.0
+#endif
 static struct timespec base;
 static int fake_clock(clockid_t id, struct timespec *ts) {
     struct timespec now;
     syscall(SYS_clock_gettime, id, &now);
     double dt = (double)(now.tv_sec - base.tv_sec) + (now.tv_nsec - base.tv_nsec) * 1e-9;
-    dt /= 1000.0;
+    dt /= CLOCK_SLOWDOWN;
     long long ns = (long long)base.tv_nsec + (long long)((dt - (long long)dt) * 1e9);
     ts->tv_sec = base.tv_sec + (time_t)dt + ns / 1000000000LL;
     ts->tv_nsec = ns % 1000000000LL;
