@@ -21,7 +21,7 @@ use crate::trampoline::TRAMPOLINE_SYMBOL;
 use crate::{CacheDir, CacheFlusher, CompileControl, CpuError, Language, Signature, compile_with};
 
 /// The one C signature every artifact is called through:
-/// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
+/// `void tunebox_trampoline(void *const *tunebox_tensors, const int64_t *tunebox_scalars)`.
 type Trampoline = unsafe extern "C" fn(*const *mut c_void, *const i64);
 
 /// Runs [`Kernel::C`] requests on the CPU; its [`Backend::name`] is `"cpu"`.

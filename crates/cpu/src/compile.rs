@@ -35,7 +35,7 @@ pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 const BUILD_ATTEMPTS: usize = 3;
 
 /// A compiled kernel in the cache: a shared object exporting
-/// `void tunebox_trampoline(void *const *tensors, const int64_t *scalars)`.
+/// `void tunebox_trampoline(void *const *tunebox_tensors, const int64_t *tunebox_scalars)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
     path: PathBuf,
@@ -177,16 +177,17 @@ impl CompileControl<'_> {
 /// trampoline (under `#line 1 "<tunebox trampoline>"`):
 ///
 /// ```c
-/// void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {
-///     entry((float *)tensors[0], (double *)tensors[1], scalars[0]);
+/// void tunebox_trampoline(void *const *tunebox_tensors, const int64_t *tunebox_scalars) {
+///     entry((float *)tunebox_tensors[0], (double *)tunebox_tensors[1], tunebox_scalars[0]);
 /// }
 /// ```
 ///
 /// The arguments follow the signature's order ([`Signature::args`]: Kernel Tuner's argument
 /// list, scalars before tensors included). Each scalar travels in an 8-byte slot and is passed
-/// as its C type: `scalars[i]` (`int64_t`), `(int32_t)scalars[i]`, or a `float` / `double`
-/// copied out of the slot; an [`Arg::Untyped`](tunebox_protocol::Arg::Untyped) tensor is passed
-/// as `tensors[i]` (`void *`).
+/// as its C type: `tunebox_scalars[i]` (`int64_t`), `(int32_t)tunebox_scalars[i]`, or a
+/// `float` / `double` copied out of the slot; an [`Arg::Untyped`](tunebox_protocol::Arg::Untyped) tensor is passed
+/// as `tunebox_tensors[i]` (`void *`). The trampoline names only `tunebox_` identifiers, so
+/// that no macro or param of the kernel's (`-DT=4`) reaches into it.
 ///
 /// The trampoline calls the entry through the entry's own prototype, so C's argument conversions
 /// apply (a `const float *` parameter accepts a `float *`, a `double` scalar becomes a `float`

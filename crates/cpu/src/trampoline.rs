@@ -104,14 +104,17 @@ pub(crate) fn trampoline(
         let _ = match arg {
             Arg::Tensor(_) => write!(
                 args,
-                "{sep}\n        ({} *)tensors[{i}]",
+                "{sep}\n        ({} *)tunebox_tensors[{i}]",
                 c_type(signature.tensors[i])
             ),
             Arg::Untyped(_) if language == Language::Cxx => {
                 untyped = true;
-                write!(args, "{sep}\n        tunebox_untyped{{tensors[{i}]}}")
+                write!(
+                    args,
+                    "{sep}\n        tunebox_untyped{{tunebox_tensors[{i}]}}"
+                )
             }
-            Arg::Untyped(_) => write!(args, "{sep}\n        tensors[{i}]"),
+            Arg::Untyped(_) => write!(args, "{sep}\n        tunebox_tensors[{i}]"),
             Arg::Scalar(_) => scalar_argument(signature.scalars[i], i, sep, &mut args, &mut locals),
         };
     }
@@ -124,10 +127,11 @@ pub(crate) fn trampoline(
          #include <stdint.h>\n\
          {helper}\
          {linkage}__attribute__((visibility(\"default\")))\n\
-         void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars);\n\
-         {linkage}void {TRAMPOLINE_SYMBOL}(void *const *tensors, const int64_t *scalars) {{\n    \
-             (void)tensors;\n    \
-             (void)scalars;\n\
+         void {TRAMPOLINE_SYMBOL}(void *const *tunebox_tensors, const int64_t *tunebox_scalars);\n\
+         {linkage}void {TRAMPOLINE_SYMBOL}(void *const *tunebox_tensors, \
+         const int64_t *tunebox_scalars) {{\n    \
+             (void)tunebox_tensors;\n    \
+             (void)tunebox_scalars;\n\
          {locals}    \
              {entry}({args});\n\
          }}\n"
@@ -145,13 +149,13 @@ fn scalar_argument(
     locals: &mut String,
 ) -> std::fmt::Result {
     match kind {
-        ScalarKind::I64 => write!(args, "{sep}\n        scalars[{i}]"),
-        ScalarKind::I32 => write!(args, "{sep}\n        (int32_t)scalars[{i}]"),
+        ScalarKind::I64 => write!(args, "{sep}\n        tunebox_scalars[{i}]"),
+        ScalarKind::I32 => write!(args, "{sep}\n        (int32_t)tunebox_scalars[{i}]"),
         ScalarKind::F32 | ScalarKind::F64 => {
             let _ = write!(
                 locals,
                 "    {c} tunebox_scalar_{i};\n    \
-                 __builtin_memcpy(&tunebox_scalar_{i}, &scalars[{i}], sizeof \
+                 __builtin_memcpy(&tunebox_scalar_{i}, &tunebox_scalars[{i}], sizeof \
                  tunebox_scalar_{i});\n",
                 c = kind.c_type()
             );
@@ -163,8 +167,10 @@ fn scalar_argument(
 /// C++ has no implicit conversion from `void *`: an untyped tensor converts to whatever pointer
 /// type the parameter has through this template.
 const CXX_UNTYPED: &str = "struct tunebox_untyped {\n    \
-    void *pointer;\n    \
-    template <typename T> operator T *() const { return static_cast<T *>(pointer); }\n\
+    void *tunebox_pointer;\n    \
+    template <typename TuneboxT> operator TuneboxT *() const {\n        \
+        return static_cast<TuneboxT *>(tunebox_pointer);\n    \
+    }\n\
 };\n";
 
 /// The translation unit: the user's source under its own name and line numbers, then the
@@ -208,12 +214,12 @@ mod tests {
         .unwrap();
         assert!(
             text.contains(
-                "void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {"
+                "void tunebox_trampoline(void *const *tunebox_tensors, const int64_t *tunebox_scalars) {"
             )
         );
         assert!(text.contains(
-            "    add(\n        (float *)tensors[0],\n        (uint8_t *)tensors[1],\n        \
-             scalars[0],\n        scalars[1]);\n"
+            "    add(\n        (float *)tunebox_tensors[0],\n        (uint8_t *)tunebox_tensors[1],\n        \
+             tunebox_scalars[0],\n        tunebox_scalars[1]);\n"
         ));
         assert!(
             trampoline("nop", &Signature::new([], 0), Language::C)
@@ -222,26 +228,30 @@ mod tests {
         );
     }
 
-    /// The text of tunebox 0.x's trampoline (before argument orders and scalar kinds), which
-    /// existing cache keys hash: the default order must still give it byte for byte.
+    /// The default order's text (the kernel cache's keys hash it): the same for the order
+    /// given explicitly. Its names are tunebox's own, so that no macro or param of the
+    /// kernel's (`-DT=4`, a `tensors` define) reaches into it; the names of tunebox 0.x
+    /// (`tensors`, `scalars`, and `T` and `pointer` in C++) broke such kernels' compile.
     #[test]
-    fn default_order_keeps_the_old_trampoline_text() {
-        let old = "#line 1 \"<tunebox trampoline>\"\n#include <stdint.h>\n\
-                   __attribute__((visibility(\"default\")))\n\
-                   void tunebox_trampoline(void *const *tensors, const int64_t *scalars);\n\
-                   void tunebox_trampoline(void *const *tensors, const int64_t *scalars) {\n    \
-                   (void)tensors;\n    (void)scalars;\n    add(\n        (float *)tensors[0],\n        \
-                   (uint8_t *)tensors[1],\n        scalars[0],\n        scalars[1]);\n}\n";
+    fn the_default_order_gives_one_text_of_tunebox_names() {
+        let text = "#line 1 \"<tunebox trampoline>\"\n#include <stdint.h>\n\
+                    __attribute__((visibility(\"default\")))\n\
+                    void tunebox_trampoline(void *const *tunebox_tensors, const int64_t \
+                    *tunebox_scalars);\n\
+                    void tunebox_trampoline(void *const *tunebox_tensors, const int64_t \
+                    *tunebox_scalars) {\n    (void)tunebox_tensors;\n    (void)tunebox_scalars;\n    \
+                    add(\n        (float *)tunebox_tensors[0],\n        \
+                    (uint8_t *)tunebox_tensors[1],\n        tunebox_scalars[0],\n        \
+                    tunebox_scalars[1]);\n}\n";
         let signature = Signature::new([DType::F32, DType::U8], 2);
-        assert_eq!(trampoline("add", &signature, Language::C).unwrap(), old);
-        // The default order given explicitly is the same signature's text, so the same key.
+        assert_eq!(trampoline("add", &signature, Language::C).unwrap(), text);
         let explicit = signature.clone().args([
             Arg::Tensor(0),
             Arg::Tensor(1),
             Arg::Scalar(0),
             Arg::Scalar(1),
         ]);
-        assert_eq!(trampoline("add", &explicit, Language::C).unwrap(), old);
+        assert_eq!(trampoline("add", &explicit, Language::C).unwrap(), text);
     }
 
     #[test]
@@ -267,15 +277,15 @@ mod tests {
         assert!(
             text.contains(
                 "    float tunebox_scalar_1;\n    __builtin_memcpy(&tunebox_scalar_1, \
-                 &scalars[1], sizeof tunebox_scalar_1);\n"
+                 &tunebox_scalars[1], sizeof tunebox_scalar_1);\n"
             ) && text.contains("    double tunebox_scalar_2;\n"),
             "{text}"
         );
         assert!(
             text.contains(
-                "    k(\n        (int32_t)scalars[0],\n        (double *)tensors[1],\n        \
-                 tunebox_scalar_1,\n        tensors[0],\n        tunebox_scalar_2,\n        \
-                 scalars[3]);\n"
+                "    k(\n        (int32_t)tunebox_scalars[0],\n        \
+                 (double *)tunebox_tensors[1],\n        tunebox_scalar_1,\n        \
+                 tunebox_tensors[0],\n        tunebox_scalar_2,\n        tunebox_scalars[3]);\n"
             ),
             "{text}"
         );
@@ -284,7 +294,7 @@ mod tests {
         assert!(
             cxx.contains("extern \"C\" void tunebox_trampoline(")
                 && cxx.contains("struct tunebox_untyped {")
-                && cxx.contains("        tunebox_untyped{tensors[0]},\n"),
+                && cxx.contains("        tunebox_untyped{tunebox_tensors[0]},\n"),
             "{cxx}"
         );
     }

@@ -272,3 +272,32 @@ fn openmp_parallel_for_in_c() {
     let want: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
     assert_eq!(floats(&result.outputs[0].bytes), want);
 }
+
+/// Params and macros of the kernel's named as the trampoline's variables once were (`T`,
+/// `pointer`, `tensors`, `scalars`: a param `T` is common) do not reach into it, in C and in
+/// C++ with untyped tensors: every such kernel failed to compile.
+#[test]
+fn the_kernels_macros_do_not_reach_into_the_trampoline() {
+    const SOURCE: &str = "void scale(float *y, const float *x, int n) {\n\
+        \x20   for (int i = 0; i < n; i++) y[i] = T * x[i] + pointer + tensors + scalars;\n\
+        }\n";
+    for compiler in ["cc", "g++"] {
+        let request =
+            BenchmarkRequest::new(CKernel::new(SOURCE, "scale").compiler(compiler).flags([
+                "-DT=2",
+                "-Dpointer=0",
+                "-Dtensors=0",
+                "-Dscalars=1",
+            ]))
+            .tensor(TensorSpec::new("y", DType::F32, [4]).output())
+            .tensor(TensorSpec::from_values("x", &[1.0f32, 2.0, 3.0, 4.0]).unwrap())
+            .typed_scalar(Scalar::i32("n", 4))
+            .args([Arg::Untyped(0), Arg::Untyped(1), Arg::Scalar(0)]);
+        let result = run(request).unwrap_or_else(|e| panic!("{compiler}: {e}"));
+        assert_eq!(
+            floats(&result.outputs[0].bytes),
+            [3.0, 5.0, 7.0, 9.0],
+            "{compiler}"
+        );
+    }
+}

@@ -256,10 +256,9 @@ def test_each_array_goes_to_the_engine_once_whatever_the_number_of_configuration
     assert len(results) == 8
     assert {(r["nthreads"], r["vecsize"]): r["status"] for r in results}[(2, 2)] == "wrong"
     # c (zeros) travels as `init = "zeros"`: no buffer, and fresh zero pages in each worker;
-    # the source (C++, as Kernel Tuner compiles C) as text named with C++'s suffix, the
-    # trampoline's names undefined after it.
+    # the source (C++, as Kernel Tuner compiles C) as text named with C++'s suffix.
     assert seen["files"] == {
-        "kernel.cpp": source + kt._CXX_EPILOGUE,
+        "kernel.cpp": source,
         **{name: 4 * size for name in ("arg1.bin", "arg2.bin", "answer0.bin")},
     }
     assert seen["manifest"].count('init = "zeros"') == 1

@@ -554,8 +554,6 @@ class _Manifest:
         # the user's source text, and its name in `files` when it goes in memory
         self.text = ""
         self.source_name: str | None = None
-        # lines after the user's text in memory (see _CXX_EPILOGUE)
-        self.epilogue = ""
         # the restrictions given as strings (Python expressions), and the configurations
         # (tuples of values, in tune_params' order) that the functions among them reject
         self.restriction_strings: list[str] = []
@@ -600,10 +598,8 @@ class _Manifest:
         if file_name is None:
             # In memory, under a name whose suffix tells the engine the language.
             file_name = "kernel" + {"C": ".c", "C++": ".cpp", "CUDA": ".cu"}[language]
-            if language == "C++":
-                self.epilogue = _CXX_EPILOGUE
             self.source_name = file_name
-            self.files[file_name] = text + self.epilogue
+            self.files[file_name] = text
         self.top.append(("kernel_name", kernel_name))
         self.top.append(("kernel_source", file_name))
         self.top.append(("lang", "CUDA" if language == "CUDA" else "C"))
@@ -791,7 +787,7 @@ class _Manifest:
             return
         assert self.source_name is not None, "kernel(in_memory=True) keeps the source in memory"
         prelude = _define_lines(defines, tune_params, self.rejected, self.restriction_strings)
-        self.files[self.source_name] = prelude + self.text + self.epilogue
+        self.files[self.source_name] = prelude + self.text
 
     def answer(
         self,
@@ -942,14 +938,6 @@ def _language(lang: str | None, text: str, file_name: str | None, compiler: str 
     if file_name is not None and file_name.endswith(_CXX_SUFFIXES):
         return "C++"
     return "C++" if 'extern "C"' in text else "C"
-
-
-# After a C++ kernel's text in memory: the engine's trampoline, which follows the text in the
-# same translation unit, names `T` and `pointer` (its conversion of an untyped tensor, as every
-# array of tune_kernel's is, to the entry's pointer type) and `tensors` and `scalars`; a macro
-# of the user's of one of these names (a param `T`, defined for the compiler) would break it,
-# where Kernel Tuner's g++ has no trampoline. Undefined after the user's code, which is done.
-_CXX_EPILOGUE = "\n#undef T\n#undef pointer\n#undef tensors\n#undef scalars\n"
 
 
 # The suffixes of a file name given as kernel_source (Kernel Tuner's C, C++, CUDA, OpenCL,
