@@ -154,14 +154,7 @@ impl Worker {
         loop {
             stuck.renew();
             let now = Instant::now();
-            let wait = if now < spin_until {
-                Duration::ZERO
-            } else {
-                deadline.saturating_duration_since(now).min(EXIT_CHECK)
-            };
-            if wait.is_zero() && now < spin_until {
-                std::thread::yield_now();
-            }
+            let wait = next_wait(now, spin_until, deadline);
             let received = catch_quietly(|| self.responses.try_recv_timeout(wait))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
             match received {
@@ -276,6 +269,16 @@ impl Worker {
             .map(|t| t.text(TAIL_GRACE))
             .unwrap_or_default()
     }
+}
+
+/// How long the next look at the channel at `now` waits: none while spinning (after yielding
+/// the CPU once), then up to [`EXIT_CHECK`], never past `deadline`.
+fn next_wait(now: Instant, spin_until: Instant, deadline: Instant) -> Duration {
+    if now < spin_until {
+        std::thread::yield_now();
+        return Duration::ZERO;
+    }
+    deadline.saturating_duration_since(now).min(EXIT_CHECK)
 }
 
 /// The watchdog's kill of a worker whose read of the channel blocks: at most [`STUCK_READ`]

@@ -768,39 +768,45 @@ impl TuningProcess {
                     self.left_behind = response.left_behind;
                     return Ok(response.body);
                 }
-                Err(ReceiveFailure::TimedOut) => {
-                    let progress = worker.started.progress(pending.id);
-                    let pid = worker.pid;
-                    self.kill();
-                    return Err(ProcessError::Timeout {
-                        pid,
-                        after: timeout,
-                        progress,
-                    });
-                }
                 // Resent to a fresh worker when the dead one never began it: wait again.
                 Err(ReceiveFailure::Closed) => self.recover()?,
-                Err(ReceiveFailure::Garbled(e)) => {
-                    return Err(self.protocol_violation(format!("unreadable reply: {e}")));
-                }
-                Err(ReceiveFailure::WroteTooMuch(written)) => {
-                    let pid = worker.pid;
-                    self.kill();
-                    return Err(ProcessError::WroteTooMuch {
-                        pid,
-                        written,
-                        limit: self.config.write_limit_value().unwrap_or(u64::MAX),
-                    });
-                }
-                Err(ReceiveFailure::Stuck) => {
-                    return Err(self.protocol_violation(
-                        "a partial or garbled message stayed in the worker's channel (did the \
-                         kernel write to file descriptors it does not own?); the worker was \
-                         killed"
-                            .into(),
-                    ));
+                Err(failure) => return Err(self.wait_failed(failure, timeout)),
+            }
+        }
+    }
+
+    /// The error of a wait for a reply that ended without one (`failure`, not `Closed`: a
+    /// timeout, a garbled or stuck message, a worker writing past its limit); the worker is
+    /// killed.
+    fn wait_failed(&mut self, failure: ReceiveFailure, timeout: Duration) -> ProcessError {
+        let pid = self.worker.as_ref().map_or(0, |w| w.pid);
+        match failure {
+            ReceiveFailure::TimedOut => {
+                let progress = match (self.worker.as_ref(), self.pending.as_ref()) {
+                    (Some(worker), Some(pending)) => worker.started.progress(pending.id),
+                    _ => None,
+                };
+                self.kill();
+                ProcessError::Timeout {
+                    pid,
+                    after: timeout,
+                    progress,
                 }
             }
+            ReceiveFailure::WroteTooMuch(written) => {
+                self.kill();
+                ProcessError::WroteTooMuch {
+                    pid,
+                    written,
+                    limit: self.config.write_limit_value().unwrap_or(u64::MAX),
+                }
+            }
+            ReceiveFailure::Garbled(e) => self.protocol_violation(format!("unreadable reply: {e}")),
+            ReceiveFailure::Stuck | ReceiveFailure::Closed => self.protocol_violation(
+                "a partial or garbled message stayed in the worker's channel (did the kernel \
+                 write to file descriptors it does not own?); the worker was killed"
+                    .into(),
+            ),
         }
     }
 
