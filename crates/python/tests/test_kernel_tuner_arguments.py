@@ -324,3 +324,45 @@ def test_params_named_as_the_engines_trampoline_names_do_not_break_a_cxx_kernel(
             quiet=True,
         )
         assert [r["status"] for r in results] == ["ok", "wrong"], [r.get("error") for r in results]
+
+
+def test_kernel_tuner_is_defined_beside_the_params_without_defines():
+    """Kernel Tuner defines ``kernel_tuner`` (1) when ``defines`` is not given; a kernel may
+    test it (``#ifdef kernel_tuner``)."""
+    source = (
+        "void mark(float *x) {\n#ifdef kernel_tuner\n x[0] = kernel_tuner;\n#else\n"
+        " x[0] = 7;\n#endif\n}\n"
+    )
+    x = np.zeros(4, np.float32)
+    results, _ = tune_kernel(
+        "mark", source, 4, [x], {"V": [1]}, answer=[np.array([1, 0, 0, 0], np.float32)], quiet=True
+    )
+    assert [r["status"] for r in results] == ["ok"], [r.get("error") for r in results]
+
+
+def test_verify_gets_each_configuration_s_arrays_with_a_bool_param():
+    """The verify function's re-run defines a bool param as the engine does (1 or 0): written
+    as ``-DU=True`` it read as 0 in ``#if``, and a define chosen on it took the other
+    configuration's value, silently."""
+    x = np.arange(1, 5, dtype=np.float32)
+    seen = []
+
+    def verify(answer, result, atol=None):
+        seen.append(result[0])
+        return True
+
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        4,
+        [x, np.int32(4)],
+        {"U": [True, False]},
+        defines={"FACTOR": lambda p: 3 if p["U"] else 1, "BIAS": 0},
+        answer=[x, None],
+        verify=verify,
+        quiet=True,
+    )
+    assert [r["status"] for r in results] == ["ok", "ok"], [r.get("error") for r in results]
+    assert len(seen) == 2
+    for row, out in zip(results, seen):
+        np.testing.assert_array_equal(out, x * (3 if row["U"] else 1))

@@ -639,11 +639,11 @@ class _Manifest:
                     f"tune_kernel: compiler_options[{i}] = {flag!r}: give each flag as a string"
                 )
             flags.append(os.fspath(flag))
-        if language != "CUDA":
-            if not compiler_options:
-                flags = ["-O3"]
-            if '#include "' in source:
-                flags.append("-I" + (self.include_dir or os.getcwd()))
+        if language != "CUDA" and not compiler_options:
+            flags = ["-O3"]
+        # A file copied into memory (with `defines`) keeps its folder's headers, CUDA's too.
+        if '#include "' in source and (language != "CUDA" or self.include_dir):
+            flags.append("-I" + (self.include_dir or os.getcwd()))
         if flags or compiler_options is not None:
             self.top.append(("compiler_options", flags))
 
@@ -784,10 +784,20 @@ class _Manifest:
         the compiler (``-DNAME=VALUE``), so the source starts with lines that choose each
         define's value from the params (``#if``), then undefine the params."""
         if defines is None:
+            # And `kernel_tuner` (1), which Kernel Tuner defines beside the params then.
+            self.add_flag("-Dkernel_tuner=1")
             return
         assert self.source_name is not None, "kernel(in_memory=True) keeps the source in memory"
         prelude = _define_lines(defines, tune_params, self.rejected, self.restriction_strings)
         self.files[self.source_name] = prelude + self.text
+
+    def add_flag(self, flag: str) -> None:
+        """Adds ``flag`` to the compiler options written so far."""
+        for i, (key, value) in enumerate(self.top):
+            if key == "compiler_options" and isinstance(value, list):
+                self.top[i] = (key, [*value, flag])
+                return
+        self.top.append(("compiler_options", [flag]))
 
     def answer(
         self,
@@ -1405,7 +1415,7 @@ def _verify_again(
     array_indices = [i for i, _ in writer.arrays]
     flags = dict(writer.top).get("compiler_options")
     compiler = dict(writer.tables.get("kernel", [])).get("compiler") or (
-        "g++" if writer.language == "C++" else "cc"
+        (os.environ.get("CXX") or "g++") if writer.language == "C++" else "cc"
     )
     params = [k for k, _ in writer.tables["tune_params"]]
     source = writer.compiled_text()  # after the lines of `defines`, as the engine compiled it
@@ -1416,7 +1426,8 @@ def _verify_again(
             arguments,
             compiler_options=flags,
             compiler=compiler,
-            defines={p: row[p] for p in params},
+            # As the engine defines them: a bool as 1 or 0 (`-DU=True` read as 0 by `#if`).
+            defines={p: int(row[p]) if isinstance(row[p], bool) else row[p] for p in params},
             outputs=array_indices,
         )
         for row in ok
