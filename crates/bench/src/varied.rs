@@ -100,12 +100,13 @@ impl VariedReps {
     /// kept for checking, else into the spare: the same work either way). Its inputs stay as
     /// drawn: the next rep draws every one again, and [`VariedReps::put_back`] puts them back
     /// after the last (putting back after every rep would cost a pass over them, and a
-    /// copy-on-write input's page faults, each rep). Which reps are kept is drawn by reservoir sampling as each rep ends
-    /// (`keep_in_slot`): however many reps run in the end (a budget can re-plan them while
-    /// they run), each is as likely as any other to be among the `checked` kept, and nothing
-    /// told a kept rep from another while it ran. `planned` (the reps planned when this rep
-    /// ran) is not needed for that and is ignored. (Out-of-bounds writes are the caller's to
-    /// look for, after the reps: looking after the checked reps only would set them apart.)
+    /// copy-on-write input's page faults, each rep). Which reps are kept is drawn by reservoir
+    /// sampling as each rep ends (`keep_in_slot`): however many reps run in the end (a budget
+    /// can re-plan them while they run), each is as likely as any other to be among the
+    /// `checked` kept, and nothing told a kept rep from another while it ran. `planned` (the
+    /// reps planned when this rep ran) is not needed for that and is ignored. (Out-of-bounds
+    /// writes are the caller's to look for, after the reps: looking after the checked reps only
+    /// would set them apart.)
     pub fn end_rep(&mut self, rep: u32, planned: u32, tensors: &mut [HostTensor]) {
         let _ = planned;
         let Some((seed, _)) = self.current.take() else {

@@ -185,9 +185,10 @@ impl CompileControl<'_> {
 /// The arguments follow the signature's order ([`Signature::args`]: Kernel Tuner's argument
 /// list, scalars before tensors included). Each scalar travels in an 8-byte slot and is passed
 /// as its C type: `tunebox_scalars[i]` (`int64_t`), `(int32_t)tunebox_scalars[i]`, or a
-/// `float` / `double` copied out of the slot; an [`Arg::Untyped`](tunebox_protocol::Arg::Untyped) tensor is passed
-/// as `tunebox_tensors[i]` (`void *`). The trampoline names only `tunebox_` identifiers, so
-/// that no macro or param of the kernel's (`-DT=4`) reaches into it.
+/// `float` / `double` copied out of the slot; an
+/// [`Arg::Untyped`](tunebox_protocol::Arg::Untyped) tensor is passed as `tunebox_tensors[i]`
+/// (`void *`). The trampoline names only `tunebox_` identifiers, so that no macro or param of
+/// the kernel's (`-DT=4`) reaches into it.
 ///
 /// The trampoline calls the entry through the entry's own prototype, so C's argument conversions
 /// apply (a `const float *` parameter accepts a `float *`, a `double` scalar becomes a `float`

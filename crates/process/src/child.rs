@@ -123,8 +123,9 @@ impl Worker {
     /// ipc-channel reads the rest of a message without a timeout once its first bytes arrived,
     /// so a worker that writes a partial or garbled message into its channel could block this
     /// read; the watchdog kills such a worker once a read blocked [`STUCK_READ`], or shortly
-    /// after the deadline ([`ReceiveFailure::Stuck`], [`StuckWatch`]). A worker that writes more than `write_limit` bytes
-    /// meanwhile ([`WriteWatch`]) fails the wait ([`ReceiveFailure::WroteTooMuch`]).
+    /// after the deadline ([`ReceiveFailure::Stuck`], [`StuckWatch`]). A worker that writes
+    /// more than `write_limit` bytes meanwhile ([`WriteWatch`]) fails the wait
+    /// ([`ReceiveFailure::WroteTooMuch`]).
     pub(crate) fn receive(
         &self,
         id: u64,

@@ -735,10 +735,10 @@ fn returned(manifest: &Manifest, t: &TensorSpec) -> bool {
 /// ([`crate::measure::integrity::below_floor_of`]): those of the outputs a worker returns
 /// ([`request`]) for a C kernel, but for `reset` ones (put back before every call, so a kernel
 /// may update a few of their elements, a histogram's or a scatter's: honest kernels writing
-/// 16 KiB of a 4 MiB `reset` output were called impossible); none for a CUDA kernel, since the floor's bandwidth is the
-/// host's (a GPU's memory is 10 to 50 times faster) and a GPU's write-back L2 (50 MiB and more)
-/// takes outputs it holds faster than its memory could. Held to the host's, honest kernels
-/// writing 4 MiB in 7 µs on an H200 were called suspicious.
+/// 16 KiB of a 4 MiB `reset` output were called impossible); none for a CUDA kernel, since
+/// the floor's bandwidth is the host's (a GPU's memory is 10 to 50 times faster) and a GPU's
+/// write-back L2 (50 MiB and more) takes outputs it holds faster than its memory could. Held
+/// to the host's, honest kernels writing 4 MiB in 7 µs on an H200 were called suspicious.
 pub(crate) fn floor_bytes(manifest: &Manifest) -> usize {
     if manifest.kernel.language == Language::Cuda {
         return 0;
