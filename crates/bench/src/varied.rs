@@ -26,10 +26,11 @@ type Saved = (usize, usize, Vec<u8>);
 pub struct VariedReps {
     /// At most this many reps are checked.
     checked: u32,
-    /// The rep under way: its seed, and the tensors it varied.
-    current: Option<(u64, Vec<Saved>)>,
+    /// The seed of the rep under way.
+    current: Option<u64>,
     /// Tensors varied and not yet put back ([`VariedReps::put_back`]): a rep's inputs stay
-    /// drawn until the next rep draws them again, not put back in between.
+    /// drawn until the next rep draws them again (the same tensors: those of `specs` that
+    /// vary), not put back in between.
     varied: Vec<usize>,
     /// The output tensors: their index among the request's tensors, and their spec.
     outputs: Vec<(usize, TensorSpec)>,
@@ -76,13 +77,11 @@ impl VariedReps {
     /// [`VariedReps::put_back`] puts the inputs back.
     pub fn vary(&mut self, specs: &[TensorSpec], tensors: &mut [HostTensor]) {
         let seed = random_u64();
-        let saved = vary_with(specs, tensors, seed);
-        for (i, _, _) in &saved {
-            if !self.varied.contains(i) {
-                self.varied.push(*i);
-            }
-        }
-        self.current = Some((seed, saved));
+        self.varied = vary_with(specs, tensors, seed)
+            .into_iter()
+            .map(|(i, _, _)| i)
+            .collect();
+        self.current = Some(seed);
     }
 
     /// Puts back the inputs the reps varied (their initial contents: a copy-on-write input
@@ -109,7 +108,7 @@ impl VariedReps {
     /// would set them apart.)
     pub fn end_rep(&mut self, rep: u32, planned: u32, tensors: &mut [HostTensor]) {
         let _ = planned;
-        let Some((seed, _)) = self.current.take() else {
+        let Some(seed) = self.current.take() else {
             return;
         };
         let slot = keep_in_slot(self.checked, rep);

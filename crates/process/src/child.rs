@@ -153,8 +153,8 @@ impl Worker {
         // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
         let spin_until = Instant::now() + RECEIVE_SPIN;
         loop {
-            stuck.renew();
             let now = Instant::now();
+            stuck.renew(now);
             let wait = next_wait(now, spin_until, deadline);
             let received = catch_quietly(|| self.responses.try_recv_timeout(wait))
                 .map_err(|panic| ReceiveFailure::Garbled(format!("malformed message: {panic}")))?;
@@ -318,11 +318,11 @@ impl StuckWatch {
         )
     }
 
-    /// Moves the kill later once half its time has passed (a read that returned is not
+    /// Moves the kill later once half its time has passed by `now` (a read that returned is not
     /// stuck). The new timer is armed before the old is dropped, so the watchdog's thread,
     /// asleep until the old one, is not woken for it.
-    fn renew(&mut self) {
-        if Instant::now() < self.renew_at || self.fired() {
+    fn renew(&mut self, now: Instant) {
+        if now < self.renew_at || self.fired() {
             return;
         }
         let (armed, renew_at) = Self::arm_from_now(self.pid, self.deadline, self.armed.flag());

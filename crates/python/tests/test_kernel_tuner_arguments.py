@@ -21,6 +21,18 @@ def ones(n=256):
     return np.ones(n, np.float32)
 
 
+def recording_verify():
+    """A ``verify`` function that passes every configuration, and the list of the first
+    output it was given for each, in the order it was called."""
+    seen = []
+
+    def verify(answer, result, atol=None):
+        seen.append(result[0])
+        return True
+
+    return seen, verify
+
+
 # 1. Restriction functions, as Kernel Tuner calls them.
 
 
@@ -124,11 +136,7 @@ def test_a_define_may_be_a_function_of_the_params_or_an_expression_over_them():
     param's name is replaced by its value; here each configuration computes x * F + 2 * F
     with F its FACTOR, so x + 2 for every one once divided (by the verify function)."""
     x = np.arange(1, 257, dtype=np.float32)
-    seen = []
-
-    def verify(answer, result, atol=None):
-        seen.append(result[0])
-        return True
+    seen, verify = recording_verify()
 
     for defines in (
         {"FACTOR": lambda p: p["FACTOR"], "BIAS": lambda p: 2 * p["FACTOR"]},
@@ -163,11 +171,7 @@ def test_a_define_may_be_a_function_of_the_params_or_an_expression_over_them():
 def test_a_define_may_change_with_a_param_of_identifiers():
     """A string param whose values are C identifiers is told apart by ``#if`` too."""
     x = np.arange(1, 9, dtype=np.float32)
-    seen = []
-
-    def verify(answer, result, atol=None):
-        seen.append(result[0])
-        return True
+    seen, verify = recording_verify()
 
     results, _ = tune_kernel(
         "affine",
@@ -345,11 +349,7 @@ def test_verify_gets_each_configuration_s_arrays_with_a_bool_param():
     as ``-DU=True`` it read as 0 in ``#if``, and a define chosen on it took the other
     configuration's value, silently."""
     x = np.arange(1, 5, dtype=np.float32)
-    seen = []
-
-    def verify(answer, result, atol=None):
-        seen.append(result[0])
-        return True
+    seen, verify = recording_verify()
 
     results, _ = tune_kernel(
         "affine",

@@ -138,8 +138,9 @@ class CKernelChoice:
     """A C kernel as a choice: ``kernel_source`` (text), ``kernel_name`` (the function),
     ``arguments`` (numpy arrays, passed as pointers, and numpy scalars, by value, in the
     function's order), ``compiler_options`` (replacing ``-O3 -march=native``), ``compiler``
-    (default ``cc``), ``defines`` (``{"BLOCK": 64}`` as ``-DBLOCK=64``) and ``outputs`` (the
-    indices of the arrays to return; default: every array)."""
+    (default ``cc``), ``defines`` (``{"BLOCK": 64}`` as ``-DBLOCK=64``, a bool as 1 or 0, as
+    the engine defines a manifest's params: ``-DU=True`` reads as 0 in ``#if``) and
+    ``outputs`` (the indices of the arrays to return; default: every array)."""
 
     def __init__(
         self,
@@ -157,7 +158,10 @@ class CKernelChoice:
         self.kernel_name = kernel_name
         self.compiler_options = list(compiler_options) if compiler_options is not None else None
         self.compiler = compiler
-        self.defines = [(str(k), str(v)) for k, v in (defines or {}).items()]
+        self.defines = [
+            (str(k), str(int(v)) if isinstance(v, bool) else str(v))
+            for k, v in (defines or {}).items()
+        ]
         # ("array", name, dtype, shape, bytes, returned) or (scalar type, name, value).
         self._args: list[tuple[Any, ...]] = []
         for i, arg in enumerate(arguments):

@@ -757,10 +757,7 @@ class _Manifest:
                     if _strings_exclude(self.restriction_strings, config):
                         ok = False
                     else:
-                        raise ValueError(
-                            f"tune_kernel: {label} failed for {_config_text(config)}: "
-                            f"{type(error).__name__}: {error}"
-                        ) from error
+                        raise _failed(label, config, error) from error
                 if not ok:
                     rejected[i].append(tuple(_plain(v) for v in key))
                     self.rejected.add(key)
@@ -1119,8 +1116,10 @@ def _compiled(strings: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _config_text(config: Config) -> str:
-    return ", ".join(f"{name}={value!r}" for name, value in config.items())
+def _failed(label: str, config: Config, error: Exception) -> ValueError:
+    """A user's function (``restrictions[i]``, ``defines[...]``) raising on ``config``."""
+    text = ", ".join(f"{name}={value!r}" for name, value in config.items())
+    return ValueError(f"tune_kernel: {label} failed for {text}: {type(error).__name__}: {error}")
 
 
 def _not_in(names: list[str], values: list[list[Any]], rejected: list[tuple[Any, ...]]) -> str:
@@ -1176,10 +1175,7 @@ def _define_lines(
             try:
                 result = value(dict(config)) if callable(value) else _with_params(value, config)
             except Exception as error:  # noqa: BLE001 (the user's function: any error)
-                raise ValueError(
-                    f"tune_kernel: {label} failed for {_config_text(config)}: "
-                    f"{type(error).__name__}: {error}"
-                ) from error
+                raise _failed(label, config, error) from error
             texts[k] = _define_text(result)
         if len(set(texts.values())) == 1:
             constant[key] = next(iter(texts.values()))
@@ -1442,8 +1438,7 @@ def _verify_again(
             arguments,
             compiler_options=flags,
             compiler=compiler,
-            # As the engine defines them: a bool as 1 or 0 (`-DU=True` read as 0 by `#if`).
-            defines={p: int(row[p]) if isinstance(row[p], bool) else row[p] for p in params},
+            defines={p: row[p] for p in params},
             outputs=array_indices,
         )
         for row in ok
