@@ -1034,10 +1034,45 @@ mod tests {
         assert_eq!(runner.0, 9);
     }
 
+    /// Set in the child that [`alone_in_a_process`] starts.
+    const ALONE_ENV: &str = "TUNEBOX_TEST_ALONE";
+
+    /// Whether this is the child of [`alone_in_a_process`]; in the parent, runs the test `name`
+    /// of this executable in a child process and fails when it fails. The thread-time
+    /// correction takes a rep during which other threads of the process ran for a
+    /// multi-threaded kernel's (its wall time counts): the other tests' threads would make it so.
+    fn alone_in_a_process(name: &str) -> bool {
+        if std::env::var_os(ALONE_ENV).is_some() {
+            return true;
+        }
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ALONE_ENV, "1")
+            .output()
+            .expect("the test executable runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "{name} failed alone:\n{text}");
+        assert!(
+            text.contains("1 passed"),
+            "{name} did not run alone:\n{text}"
+        );
+        false
+    }
+
     /// A busy loop on the kernel's own CPU takes its CPU away for whole time slices: the wall
     /// times of the reps it preempted grow by the hog's slices, their thread CPU times do not.
+    /// Run alone in a process: the other tests' threads must not make the reps look threaded.
     #[test]
     fn a_rep_preempted_by_a_busy_loop_on_its_cpu_counts_its_cpu_time() {
+        if !alone_in_a_process(
+            "do_bench::tests::a_rep_preempted_by_a_busy_loop_on_its_cpu_counts_its_cpu_time",
+        ) {
+            return;
+        }
         // SAFETY: sched_getcpu takes nothing and only reads the calling thread's CPU.
         let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
         pin_this_thread(Some(cpu));
