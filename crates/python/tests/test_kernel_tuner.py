@@ -523,3 +523,52 @@ def test_an_argument_the_engine_refuses_is_named_as_the_argument():
     message = str(refused.value)
     assert message.startswith("tune_kernel: invalid arguments: restrictions[0]"), message
     assert "kernel_tuner.toml" not in message
+
+
+# Every integer width Kernel Tuner's C backend takes, each array written by the kernel from
+# the scalars: out[i] = in[i] + s, with the scalars at their type's extremes.
+WIDTHS = """
+#include <stdint.h>
+void widths(int8_t *a, int16_t *b, uint16_t *c, uint32_t *d, uint64_t *e,
+            int8_t sa, int16_t sb, uint16_t sc, uint32_t sd, uint64_t se, int n) {
+    for (int i = 0; i < n; i++) {
+        a[i] = (int8_t)(a[i] + sa); b[i] = (int16_t)(b[i] + sb * K);
+        c[i] = (uint16_t)(c[i] + sc); d[i] = d[i] + sd; e[i] = e[i] + se;
+    }
+}
+"""
+
+
+def test_every_integer_width_kernel_tuners_c_backend_takes_travels_unchanged():
+    n = 1000
+    types = [np.int8, np.int16, np.uint16, np.uint32, np.uint64]
+    arrays = [np.arange(n).astype(t) for t in types]
+    scalars = [
+        np.int8(-3),
+        np.int16(-30000),
+        np.uint16(65000),
+        np.uint32(4_000_000_000),
+        np.uint64(2**64 - 5),
+    ]
+    expected = [(arr + s).astype(arr.dtype) for arr, s in zip(arrays, scalars)]
+    answer = [*expected, *([None] * 6)]
+    arguments = [a.copy() for a in arrays] + scalars + [np.int32(n)]
+    results, _ = tune_kernel(
+        "widths", WIDTHS, n, arguments, {"K": [1, 2]}, answer=answer, quiet=True
+    )
+    # K=2 doubles int16's scalar: that array alone is wrong, said in its own elements.
+    assert [r["status"] for r in results] == ["ok", "wrong"], results
+    assert "arg1 is int16, compared byte for byte" in results[1]["error"], results[1]
+    assert "of element 0)" in results[1]["error"], results[1]
+    seen = []
+
+    def verify(answer, result, atol=None):
+        seen.append(result)
+        return all(np.array_equal(want, got) for want, got in zip(answer[:5], result[:5]))
+
+    results, _ = tune_kernel(
+        "widths", WIDTHS, n, arguments, {"K": [1, 2]}, answer=answer, verify=verify, quiet=True
+    )
+    assert [r["status"] for r in results] == ["ok", "wrong"], results
+    assert [r.dtype for r in seen[0][:5]] == [np.dtype(t) for t in types]
+    assert [r.shape for r in seen[0][:5]] == [(n,)] * 5

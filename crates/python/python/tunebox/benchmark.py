@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Union, cast, overload
 
+from tunebox import _dtypes
 from tunebox.popen_pool import PopenWorker
 
 if TYPE_CHECKING:
@@ -130,10 +131,6 @@ def _time_in_worker(fn: Callable[[], object], warmup: float, rep: float) -> Benc
     return do_bench(fn, warmup, rep, return_mode="all")
 
 
-_SCALAR_KINDS = {"int64": "i64", "int32": "i32", "float32": "f32", "float64": "f64"}
-_ARRAY_KINDS = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8"}
-
-
 class CKernelChoice:
     """A C kernel as a choice: ``kernel_source`` (text), ``kernel_name`` (the function),
     ``arguments`` (numpy arrays, passed as pointers, and numpy scalars, by value, in the
@@ -164,24 +161,28 @@ class CKernelChoice:
         ]
         # ("array", name, dtype, shape, bytes, returned) or (scalar type, name, value).
         self._args: list[tuple[Any, ...]] = []
+        # Each array's numpy dtype and shape, by argument index: its output comes back as it.
+        self._arrays: dict[int, tuple[Any, tuple[int, ...]]] = {}
         for i, arg in enumerate(arguments):
+            typed = _dtypes.scalar(arg)
             if isinstance(arg, np.ndarray):
-                kind = _ARRAY_KINDS.get(arg.dtype.name)
+                kind = _dtypes.array_kind(arg.dtype)
                 if kind is None:
                     raise ValueError(
-                        f"argument {i} of {kernel_name} is a {arg.dtype} array: use float32, "
-                        "float64, int32, int64 or uint8"
+                        f"argument {i} of {kernel_name} is a {arg.dtype} array: use "
+                        f"{_dtypes.ARRAY_TYPES}"
                     )
                 output = outputs is None or i in outputs
                 data = np.ascontiguousarray(arg).tobytes()
-                self._args.append(("array", f"arg{i}", kind, list(arg.shape), data, output))
-            elif isinstance(arg, np.generic) and arg.dtype.name in _SCALAR_KINDS:
-                self._args.append((_SCALAR_KINDS[arg.dtype.name], f"arg{i}", arg.item()))
+                shape = [int(arg.size) * kind[1]]
+                self._args.append(("array", f"arg{i}", kind[0], shape, data, output))
+                self._arrays[i] = (arg.dtype, arg.shape)
+            elif typed is not None:
+                self._args.append((typed[0], f"arg{i}", typed[1]))
             else:
                 raise TypeError(
                     f"argument {i} of {kernel_name} is {type(arg).__name__}: use a numpy array "
-                    "or a numpy scalar (np.int32, np.int64, np.float32, np.float64), as Kernel "
-                    "Tuner does"
+                    f"or a numpy scalar ({_dtypes.SCALAR_TYPES}), as Kernel Tuner does"
                 )
 
     def _run(
@@ -201,10 +202,10 @@ class CKernelChoice:
             timeout=float(timeout),
         )
         outputs: dict[int, np.ndarray[Any, Any]] = {}
-        for name, dtype, shape, data in stats["outputs"]:
-            kind = {v: k for k, v in _ARRAY_KINDS.items()}[dtype]
+        for name, _dtype, _shape, data in stats["outputs"]:
             index = int(name[3:])
-            outputs[index] = np.frombuffer(bytearray(data), dtype=kind).reshape(shape)
+            dtype, shape = self._arrays[index]
+            outputs[index] = np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
         return BenchmarkResult(
             stats["median_ms"],
             stats["mean_ms"],

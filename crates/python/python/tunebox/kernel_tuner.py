@@ -27,10 +27,11 @@ What it takes from Kernel Tuner:
   ``g++``, as Kernel Tuner's C backend compiles every C kernel with ``g++`` (its entry need
   not be ``extern "C"``); with one, C stays C unless the source says ``extern "C"``, has a
   C++ suffix, or the compiler is a C++ driver;
-- ``arguments``: numpy arrays (``float32``, ``float64``, ``int32``, ``int64``, ``uint8``; C
-  kernels get them untyped, as Kernel Tuner passes them, so vector types work) and numpy scalars
-  (``int32``, ``int64``, ``float32``, ``float64``; a Python int is ``int64``, a float
-  ``float64``), by value;
+- ``arguments``: numpy arrays (``float32``, ``float64``, and the integers Kernel Tuner's C
+  backend takes: ``int8`` to ``int64``, ``uint8`` to ``uint64``; C kernels get them untyped, as
+  Kernel Tuner passes them, so vector types work) and numpy scalars of those types (a Python
+  int is ``int64``, a float ``float64``), by value; an integer array is checked exactly, and a
+  wrong ``int16`` or ``uint16`` element is reported at its byte (``tunebox._dtypes``);
 - ``tune_params`` (each defined for the compiler, ``-Dname=value``, unless ``defines`` is
   given), ``restrictions`` (strings, Python expressions evaluated by the engine; functions,
   called as Kernel Tuner calls them: with the params as keyword arguments when theirs are
@@ -115,6 +116,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+from tunebox import _dtypes
+
 if TYPE_CHECKING:
     import numpy as np
     from typing_extensions import Self, TypeAlias
@@ -187,9 +190,7 @@ _KERNEL_TUNER_ONLY = (
     "pso",
 )
 
-_DTYPES = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "uint8": "u8"}
 _CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".hpp")
-_SCALARS = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
 
 def tune_kernel(
@@ -293,7 +294,9 @@ def tune_kernel(
             on_choice=printer.choice,
             on_note=printer.note,
         )
-    results = [_row(r, tune_params) for r in sorted(report["results"], key=lambda r: r["index"])]
+    results = [
+        _row(r, tune_params, arguments) for r in sorted(report["results"], key=lambda r: r["index"])
+    ]
     if verify is not None:
         _verify_again(results, writer, kernel_name, arguments, answer, atol, verify)
     _python_metrics(results, metrics)
@@ -654,16 +657,17 @@ class _Manifest:
         for i, arg in enumerate(arguments):
             name = f"arg{i}"
             if isinstance(arg, np.ndarray):
-                dtype = _DTYPES.get(arg.dtype.name)
-                if dtype is None:
+                kind = _dtypes.array_kind(arg.dtype)
+                if kind is None:
                     raise TypeError(
                         f"arguments[{i}]: numpy arrays of {arg.dtype.name} are not supported; use "
-                        f"one of {', '.join(_DTYPES)}"
+                        f"one of {_dtypes.ARRAY_TYPES}"
                     )
+                dtype, per_element = kind
                 table: list[Entry] = [
                     ("name", name),
                     ("dtype", dtype),
-                    ("shape", [int(arg.size)]),
+                    ("shape", [int(arg.size) * per_element]),
                     ("init", self.contents(name, arg)),
                 ]
                 if language != "CUDA":
@@ -672,18 +676,16 @@ class _Manifest:
             elif isinstance(arg, (np.generic, int, float)) and not isinstance(
                 arg, (bool, np.bool_)
             ):
-                kind = (
-                    _SCALARS.get(np.asarray(arg).dtype.name)
+                typed = (
+                    _dtypes.scalar(arg)
                     if isinstance(arg, np.generic)
-                    else ("i64" if isinstance(arg, int) else "f64")
+                    else ("i64" if isinstance(arg, int) else "f64", arg)
                 )
-                if kind is None:
+                if typed is None:
                     raise TypeError(
-                        f"arguments[{i}] = {arg!r}: use numpy.int32, numpy.int64, numpy.float32 "
-                        "or numpy.float64 scalars"
+                        f"arguments[{i}] = {arg!r}: use scalars of {_dtypes.SCALAR_TYPES}"
                     )
-                value = arg.item() if isinstance(arg, np.generic) else arg
-                table = [("name", name), ("type", kind), ("value", value)]
+                table = [("name", name), ("type", typed[0]), ("value", typed[1])]
             else:
                 raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
             self.argument_tables.append(table)
@@ -1383,7 +1385,7 @@ class _Printer:
             print(f"tunebox: {line}", flush=True)
 
 
-def _row(result: Mapping[str, Any], tune_params: Iterable[str]) -> Row:
+def _row(result: Mapping[str, Any], tune_params: Iterable[str], arguments: Sequence[Any]) -> Row:
     row: Row = {name: result["choice"].get(name) for name in tune_params}
     status = result["status"]
     row["status"] = status
@@ -1397,8 +1399,9 @@ def _row(result: Mapping[str, Any], tune_params: Iterable[str]) -> Row:
         row.update(result.get("metrics") or {})
     else:
         failure = CompilationFailedConfig if status == "compile_error" else RuntimeFailedConfig
-        row["__error__"] = failure(result.get("error") or status)
-        row["error"] = result.get("error")
+        error = _dtypes.in_numpy_terms(result.get("error"), arguments)
+        row["__error__"] = failure(error or status)
+        row["error"] = error
     row["cached"] = result.get("cached", False)
     return row
 
