@@ -572,3 +572,53 @@ def test_every_integer_width_kernel_tuners_c_backend_takes_travels_unchanged():
     assert [r["status"] for r in results] == ["ok", "wrong"], results
     assert [r.dtype for r in seen[0][:5]] == [np.dtype(t) for t in types]
     assert [r.shape for r in seen[0][:5]] == [(n,)] * 5
+
+
+# Kernel Tuner's macros beside the params, written out by the kernel.
+GEOMETRY = """
+void geometry(int *out) {
+    int values[] = {grid_size_x, grid_size_y, grid_size_z, block_size_x, block_size_y,
+                    block_size_z, kernel_tuner};
+    for (int i = 0; i < 7; i++) out[i] = values[i];
+}
+"""
+
+
+def test_kernel_tuners_grid_and_block_macros_are_defined_for_a_c_kernel():
+    out = np.zeros(7, np.int32)
+    # Kernel Tuner 1.5's util.setup_block_and_grid((1000, 64), (None, ["block_size_y"], None),
+    # {"block_size_y": 2}): block (256, 2, 1), grid (1000, 32, 1): without a block_size_x
+    # param nothing divides x.
+    expected = np.array([1000, 32, 1, 256, 2, 1, 1], np.int32)
+    results, _ = tune_kernel(
+        "geometry",
+        GEOMETRY,
+        (1000, 64),
+        [out],
+        {"block_size_y": [2, 4]},
+        grid_div_y=["block_size_y"],
+        answer=[expected],
+        quiet=True,
+    )
+    # block_size_y = 4 halves grid_size_y: its macros differ from the answer.
+    assert [r["status"] for r in results] == ["ok", "wrong"], results
+    # With `defines`, Kernel Tuner defines only those: the grid and block macros are gone.
+    results, _ = tune_kernel(
+        "geometry",
+        GEOMETRY.replace("int values", "#ifdef grid_size_x\n#error defined\n#endif\nint values"),
+        (1000, 64),
+        [out],
+        {"block_size_y": [2]},
+        defines={
+            "grid_size_x": 1000,
+            "grid_size_y": 32,
+            "grid_size_z": 1,
+            "block_size_x": 256,
+            "block_size_y": "block_size_y",
+            "block_size_z": 1,
+            "kernel_tuner": 1,
+        },
+        answer=[expected],
+        quiet=True,
+    )
+    assert results[0]["status"] == "compile_error", results

@@ -190,6 +190,17 @@ _KERNEL_TUNER_ONLY = (
     "pso",
 )
 
+# The macros Kernel Tuner defines before a kernel without `defines` beside the params (the
+# engine defines them from the problem size, `grid_div_*` and the block-size params).
+_GEOMETRY_MACROS = (
+    "grid_size_x",
+    "grid_size_y",
+    "grid_size_z",
+    "block_size_x",
+    "block_size_y",
+    "block_size_z",
+)
+
 _CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++", ".C", ".hpp")
 
 
@@ -263,7 +274,7 @@ def tune_kernel(
     writer.restrictions(restrictions, tune_params)
     writer.defines(defines, tune_params)
     writer.answer(answer, arguments, atol, verify)
-    writer.launch(problem_size, grid_div_x, grid_div_y, grid_div_z)
+    writer.launch(problem_size, (grid_div_x, grid_div_y, grid_div_z), tune_params)
     writer.timing(iterations, timeout)
     writer.metrics(metrics)
     writer.objective(objective, objective_higher_is_better, metrics)
@@ -842,10 +853,10 @@ class _Manifest:
     def launch(
         self,
         problem_size: Size | Sequence[Size],
-        grid_div_x: str | Sequence[str] | None,
-        grid_div_y: str | Sequence[str] | None,
-        grid_div_z: str | Sequence[str] | None,
+        grid_divs: tuple[str | Sequence[str] | None, ...],
+        tune_params: Mapping[str, Sequence[Any]],
     ) -> None:
+        grid_div_x, grid_div_y, grid_div_z = grid_divs
         if callable(problem_size):
             raise NotImplementedError(
                 "tunebox.kernel_tuner: problem_size as a function is not supported"
@@ -867,14 +878,17 @@ class _Manifest:
             else:
                 entries.append(operator.index(size))
         self.top.append(("problem_size", entries))
-        for name, value in (
-            ("grid_div_x", grid_div_x),
-            ("grid_div_y", grid_div_y),
-            ("grid_div_z", grid_div_z),
+        for name, value, block in (
+            ("grid_div_x", grid_div_x, "block_size_x"),
+            ("grid_div_y", grid_div_y, "block_size_y"),
+            ("grid_div_z", grid_div_z, "block_size_z"),
         ):
+            if value is None and block not in tune_params:
+                # Kernel Tuner divides by the block-size param, and without one by nothing
+                # (the engine's x would be divided by its 256-wide block).
+                value = []
             if value is not None:
-                if self.language != "CUDA":
-                    continue  # Kernel Tuner ignores it for C kernels
+                # For a C kernel too: Kernel Tuner's grid_size_* macros divide by it.
                 self.top.append((name, [value] if isinstance(value, str) else list(value)))
 
     def timing(self, iterations: int | None, timeout: float) -> None:
@@ -1207,6 +1221,11 @@ def _define_lines(
     lines = ["// tune_kernel: Kernel Tuner's defines (the params are not defined)"]
     lines += tests.helpers() + chains + tests.helpers_undone()
     lines += [f"#undef {name}" for name in names if name not in redefined]
+    # Nor the grid and block macros the engine defines from the problem size, as Kernel Tuner
+    # defines them only without `defines`.
+    lines += [
+        f"#undef {name}" for name in _GEOMETRY_MACROS if name not in defines and name not in names
+    ]
     lines += [f"#define {key} {text}" for key, text in constant.items()]
     lines.append("#line 1")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail, ensure};
 use indexmap::IndexMap;
 use serde::Deserialize;
 use tunebox_expr::{Compiled, Expr, Value};
-use tunebox_protocol::LaunchConfig;
+use tunebox_protocol::{Define, LaunchConfig};
 
 use crate::space::{Choice, ParamValue};
 
@@ -19,6 +19,8 @@ const BLOCK_PARAMS: [&str; 3] = ["block_size_x", "block_size_y", "block_size_z"]
 const PROBLEM_VARS: [&str; 3] = ["problem_size_x", "problem_size_y", "problem_size_z"];
 /// Block x when neither `[launch] block` nor a `block_size_x` param says (Kernel Tuner's).
 const DEFAULT_BLOCK_X: i64 = 256;
+/// The macros Kernel Tuner defines with the grid's size ([`Launch::kernel_tuner_defines`]).
+const GRID_MACROS: [&str; 3] = ["grid_size_x", "grid_size_y", "grid_size_z"];
 
 /// `[launch]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -158,7 +160,8 @@ impl Launch {
     /// Reads `[launch]` and the top-level `problem_size` (one to three integers or expressions),
     /// applying Kernel Tuner's defaults: block from the `block_size_x/y/z` params (x defaults to
     /// 256, y and z to 1), grid from the problem size divided by `grid_div_x/y/z` (by default the
-    /// block size of that dimension), no dynamic shared memory.
+    /// block size of that dimension; an empty list divides by nothing), no dynamic shared
+    /// memory.
     ///
     /// # Errors
     ///
@@ -221,6 +224,9 @@ impl Launch {
                             )
                             .expect("a param name parses"),
                         ],
+                        // The block's width, one thread per element. Not Kernel Tuner's,
+                        // which divides by nothing here (`params.get("block_size_x", 1)`):
+                        // `tune_kernel` writes `grid_div_x = []` for that.
                         None if d == 0 => vec![IntExpr::constant(DEFAULT_BLOCK_X)],
                         None => Vec::new(),
                     };
@@ -276,6 +282,31 @@ impl Launch {
             )
         })?;
         Ok(config)
+    }
+
+    /// The macros Kernel Tuner defines before every kernel when its grid comes from the
+    /// problem size (its `prepare_kernel_string` without `defines`): `grid_size_x/y/z` (the
+    /// grid) and `block_size_x/y/z` (the block) of `choice`, less those that are params of it
+    /// (already defined, with the same values). None for an explicit `grid`, which is not
+    /// Kernel Tuner's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Launch::config`]: an expression fails for this choice.
+    pub(crate) fn kernel_tuner_defines(&self, choice: &Choice) -> Result<Vec<Define>> {
+        if matches!(self.grid, Grid::Explicit(_)) {
+            return Ok(Vec::new());
+        }
+        let (block, grid, _) = self.evaluate(choice)?;
+        let is_param = |name: &str| choice.values().any(|(k, _)| k == name);
+        let named = BLOCK_PARAMS
+            .iter()
+            .zip(block)
+            .chain(GRID_MACROS.iter().zip(grid));
+        Ok(named
+            .filter(|(name, _)| !is_param(name))
+            .map(|(name, value)| Define::new(*name, value.to_string()))
+            .collect())
     }
 
     /// Block, grid and shared memory of `choice`, unchecked.
@@ -392,6 +423,46 @@ mod tests {
         assert_eq!(c.block, [64, 4, 1]);
         assert_eq!(c.grid, [16, 16, 1]); // ceil(1000 / 64), 64 / 4
         assert_eq!(c.shared_mem_bytes, 0);
+    }
+
+    #[test]
+    fn without_a_block_size_param_x_is_divided_by_the_block_unless_told_otherwise() {
+        let p = params(&[("U", &[1, 2])]);
+        let l = launch("", Some("[1024]"), &p).unwrap();
+        let c = l.config(&choice(&[("U", 1)])).unwrap();
+        assert_eq!((c.block, c.grid), ([256, 1, 1], [4, 1, 1]));
+        // Kernel Tuner 1.5's setup_block_and_grid(1024, (None,) * 3, {}) is block (256, 1, 1),
+        // grid (1024, 1, 1): what an empty grid_div_x (tune_kernel's) gives.
+        let l = launch("grid_div_x = []", Some("[1024]"), &p).unwrap();
+        let c = l.config(&choice(&[("U", 1)])).unwrap();
+        assert_eq!((c.block, c.grid), ([256, 1, 1], [1024, 1, 1]));
+    }
+
+    #[test]
+    fn kernel_tuners_macros_are_the_grid_and_the_block_less_the_params() {
+        let p = params(&[("block_size_x", &[32, 64]), ("U", &[2])]);
+        let l = launch("grid_div_y = [\"U\"]", Some("[1000, 64]"), &p).unwrap();
+        let defines = l
+            .kernel_tuner_defines(&choice(&[("block_size_x", 64), ("U", 2)]))
+            .unwrap();
+        let text: Vec<String> = defines
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.value))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "block_size_y=1",
+                "block_size_z=1",
+                "grid_size_x=16",
+                "grid_size_y=32",
+                "grid_size_z=1"
+            ]
+        );
+        // An explicit grid is not Kernel Tuner's: no macros.
+        let l = launch("grid = [1, 1, 1]", None, &p).unwrap();
+        let none = l.kernel_tuner_defines(&choice(&[("block_size_x", 64), ("U", 2)]));
+        assert!(none.unwrap().is_empty());
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub struct Manifest {
     /// killed: `compile_timeout_s`, else [`tunebox_cpu::DEFAULT_COMPILE_TIMEOUT`].
     pub(crate) compile_timeout: Duration,
     pub(crate) verify: Option<Verify>,
-    /// Grid, block and shared memory (CUDA kernels only).
+    /// Grid, block and shared memory of a CUDA kernel; for a C kernel with a `problem_size`,
+    /// Kernel Tuner's grid and block, which only give its `grid_size_*` and `block_size_*`
+    /// macros ([`Launch::kernel_tuner_defines`]).
     pub(crate) launch: Option<Launch>,
     /// Named expressions over params, scalars and time, reported per choice.
     pub(crate) metrics: Metrics,
@@ -375,10 +377,11 @@ fn space_of_file<T>(
         .map_err(crate::TuneError::manifest)
 }
 
-/// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel; a C kernel
-/// takes none. Kernel Tuner's `grid_div_x/y/z` (`from_aliases`, when they alone made the
-/// launch) mean nothing to a C kernel and are ignored with a note, as Kernel Tuner ignores
-/// them.
+/// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel. A C
+/// kernel is launched by no grid, but with a `problem_size` (Kernel Tuner's names) it gets
+/// Kernel Tuner's grid and block, with `grid_div_x/y/z` (`from_aliases`), for the
+/// `grid_size_*` and `block_size_*` macros Kernel Tuner defines before every kernel, C
+/// included; `grid_div_x/y/z` without a `problem_size` are ignored with a note.
 fn launch(
     language: Language,
     raw: Option<RawLaunch>,
@@ -391,16 +394,18 @@ fn launch(
         (Language::Cuda, launch) => Ok(Some(
             Launch::from_raw(launch.unwrap_or_default(), problem_size, params).context("launch")?,
         )),
+        // Only Kernel Tuner's fields made it (no `[launch]` of its own).
+        (Language::C, launch)
+            if problem_size.is_some() && (launch.is_none() || !from_aliases.is_empty()) =>
+        {
+            let launch = Launch::from_raw(launch.unwrap_or_default(), problem_size, params);
+            Ok(Some(launch.context("problem_size")?))
+        }
         (Language::C, Some(_)) if !from_aliases.is_empty() => {
             notes.push(format!(
-                "{} ignored: a C kernel has no grid to divide (Kernel Tuner ignores {} for C \
-                 too)",
+                "{} ignored: without a problem_size a C kernel has no grid to divide (its \
+                 grid_size_* macros, as Kernel Tuner defines them, need one)",
                 from_aliases.join(", "),
-                if from_aliases.len() == 1 {
-                    "it"
-                } else {
-                    "them"
-                }
             ));
             Ok(None)
         }
@@ -1088,11 +1093,8 @@ mod tests {
     }
 
     #[test]
-    fn grid_div_of_a_c_kernel_is_ignored_as_kernel_tuner_does() {
-        let m = load(&kt_like(
-            "grid_div_x = [\"BX\"]\nproblem_size = [\"2 ** 14\"]",
-        ))
-        .unwrap();
+    fn grid_div_of_a_c_kernel_without_a_problem_size_is_ignored() {
+        let m = load(&kt_like("grid_div_x = [\"BX\"]")).unwrap();
         assert!(m.launch.is_none());
         assert!(
             m.notes.iter().any(|n| n.contains("grid_div_x ignored")),
@@ -1102,6 +1104,32 @@ mod tests {
         // A [launch] the user wrote is still refused, saying what to do.
         let message = error(&kt_like("[launch]\nblock = [32, 1, 1]"));
         assert!(message.contains("remove [launch]"), "{message}");
+    }
+
+    #[test]
+    fn a_c_kernel_with_a_problem_size_gets_kernel_tuners_grid_and_block_macros() {
+        let m = load(&kt_like(
+            "grid_div_x = [\"BX\"]\nproblem_size = [\"2 ** 14\", 3]",
+        ))
+        .unwrap();
+        assert!(m.notes.is_empty(), "{:?}", m.notes);
+        let choice = crate::space::Choice::new([("BX".to_owned(), ParamValue::Int(2))].into());
+        let defines = m.launch.unwrap().kernel_tuner_defines(&choice).unwrap();
+        let text: Vec<String> = defines
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.value))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "block_size_x=256",
+                "block_size_y=1",
+                "block_size_z=1",
+                "grid_size_x=8192",
+                "grid_size_y=3",
+                "grid_size_z=1"
+            ]
+        );
     }
 
     #[test]

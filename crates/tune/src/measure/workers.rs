@@ -44,6 +44,11 @@ pub(crate) fn request(
                 .source_name(source.source_name.clone())
                 .compiler(source.compiler.clone());
             kernel.defines = choice.defines();
+            // Kernel Tuner's grid and block macros, when its problem size gives them.
+            if let Some(geometry) = launch {
+                let defines = geometry.kernel_tuner_defines(choice);
+                kernel.defines.extend(defines.context("problem_size")?);
+            }
             kernel.flags = flags;
             // The parent compiled the choice before a worker runs it: the identity it found
             // spares each fresh worker the compiler's `--version` (a worker per window).
@@ -65,6 +70,11 @@ pub(crate) fn request(
                     .context("launch")?,
             );
             kernel.defines = choice.defines();
+            if let Some(geometry) = launch {
+                kernel
+                    .defines
+                    .extend(geometry.kernel_tuner_defines(choice).context("launch")?);
+            }
             kernel.options = flags;
             Kernel::Cuda(kernel)
         }
@@ -158,7 +168,12 @@ pub(crate) fn reference_request(manifest: &Manifest) -> Result<Option<(String, B
         )),
         Some(Reference::Source(source, launch)) => {
             let label = format!("{} ({})", source.entry, source.source_name);
-            let launch = launch.as_deref().or(manifest.launch.as_ref());
+            // The kernel's geometry is a CUDA reference's default; a C reference has none
+            // (a C kernel's is only its macros, over the choice's params).
+            let kernels = manifest.launch.as_ref();
+            let launch = launch
+                .as_deref()
+                .or(kernels.filter(|_| source.language == Language::Cuda));
             let request = request(manifest, source, launch, &Choice::new(Default::default()))
                 .with_context(|| {
                     format!(

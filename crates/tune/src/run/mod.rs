@@ -16,7 +16,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::base::observer::Observer;
 use crate::base::stop::Stop;
-use crate::manifest::{Manifest, WorkerEnv, compiler};
+use crate::manifest::{Language, Manifest, WorkerEnv, compiler};
 use crate::results::{Report, Selection, ShardInfo, choices as plural};
 use crate::search::strategies;
 use crate::search::strategy::Strategy;
@@ -90,7 +90,9 @@ impl Plan {
                 .into_iter()
                 .collect();
         // As Kernel Tuner: a block of more threads than the device allows is not a choice.
-        if let Some(launch) = &manifest.launch {
+        if let Some(launch) = &manifest.launch
+            && manifest.kernel.language == Language::Cuda
+        {
             let removed = space.retain(|choice| {
                 launch.config(choice).map_or(true, |c| {
                     c.block.iter().map(|&d| u64::from(d)).product::<u64>()
