@@ -602,6 +602,21 @@ def test_kernel_tuners_grid_and_block_macros_are_defined_for_a_c_kernel():
     )
     # block_size_y = 4 halves grid_size_y: its macros differ from the answer.
     assert [r["status"] for r in results] == ["ok", "wrong"], results
+    # A verify function's run compiles the configuration again, with the same macros.
+    seen = []
+    results, _ = tune_kernel(
+        "geometry",
+        GEOMETRY,
+        (1000, 64),
+        [out],
+        {"block_size_y": [2]},
+        grid_div_y=["block_size_y"],
+        answer=[expected],
+        verify=lambda answer, result, atol=None: seen.append(result[0]) or True,
+        quiet=True,
+    )
+    assert results[0]["status"] == "ok", results
+    assert seen[0].tolist() == expected.tolist()
     # With `defines`, Kernel Tuner defines only those: the grid and block macros are gone.
     results, _ = tune_kernel(
         "geometry",

@@ -573,6 +573,11 @@ class _Manifest:
         # (tuples of values, in tune_params' order) that the functions among them reject
         self.restriction_strings: list[str] = []
         self.rejected: set[tuple[Any, ...]] = set()
+        # the problem size and grid divisors as written (`launch`), and whether the kernel
+        # gets Kernel Tuner's grid and block macros (no `defines`)
+        self.problem_size: list[int | str] = []
+        self.grid_divs: list[Any] = [None, None, None]
+        self.geometry_macros = True
 
     def kernel(
         self,
@@ -795,9 +800,11 @@ class _Manifest:
         the compiler (``-DNAME=VALUE``), so the source starts with lines that choose each
         define's value from the params (``#if``), then undefine the params."""
         if defines is None:
-            # And `kernel_tuner` (1), which Kernel Tuner defines beside the params then.
+            # And `kernel_tuner` (1), which Kernel Tuner defines beside the params then (the
+            # engine defines the grid and block macros).
             self.add_flag("-Dkernel_tuner=1")
             return
+        self.geometry_macros = False
         assert self.source_name is not None, "kernel(in_memory=True) keeps the source in memory"
         prelude = _define_lines(defines, tune_params, self.rejected, self.restriction_strings)
         self.files[self.source_name] = prelude + self.text
@@ -878,6 +885,8 @@ class _Manifest:
             else:
                 entries.append(operator.index(size))
         self.top.append(("problem_size", entries))
+        self.problem_size = entries
+        self.grid_divs = [grid_div_x, grid_div_y, grid_div_z]
         for name, value, block in (
             ("grid_div_x", grid_div_x, "block_size_x"),
             ("grid_div_y", grid_div_y, "block_size_y"),
@@ -1453,6 +1462,15 @@ def _verify_again(
     )
     params = [k for k, _ in writer.tables["tune_params"]]
     source = writer.compiled_text()  # after the lines of `defines`, as the engine compiled it
+
+    def defines(row: Row) -> dict[str, object]:
+        config = {p: row[p] for p in params}
+        if not writer.geometry_macros:
+            return config
+        # The macros the engine defined beside the params, as Kernel Tuner computes them.
+        geometry = _geometry(writer.problem_size, writer.grid_divs, config)
+        return {**{k: v for k, v in geometry.items() if k not in config}, **config}
+
     choices = [
         CKernelChoice(
             source,
@@ -1460,7 +1478,7 @@ def _verify_again(
             arguments,
             compiler_options=flags,
             compiler=compiler,
-            defines={p: row[p] for p in params},
+            defines=defines(row),
             outputs=array_indices,
         )
         for row in ok
@@ -1479,6 +1497,33 @@ def _verify_again(
             result[i] = outcome.outputs[i].reshape(arguments[i].shape)
         if not bool(verify(answer, result, atol=atol)):
             _fail(row, "wrong", "verify returned False")
+
+
+def _geometry(
+    problem_size: Sequence[int | str], grid_divs: Sequence[Any], config: Config
+) -> dict[str, int]:
+    """Kernel Tuner's ``grid_size_x/y/z`` and ``block_size_x/y/z`` of a configuration, as its
+    ``util.setup_block_and_grid`` computes them: the block from the block-size params (else
+    256, 1, 1); the problem size (a string evaluated with the params' values) divided, rounded
+    up, by the product of ``grid_div_*`` (strings evaluated so, ints, functions of the
+    configuration; without one, the block-size param, else 1)."""
+
+    def value(item: Any, default: int) -> int:
+        if item is None:
+            return int(default)
+        if isinstance(item, int):
+            return item
+        if callable(item):
+            return int(item(dict(config)))
+        if isinstance(item, str):
+            return int(eval(_with_params(item, config)))  # noqa: S307 (Kernel Tuner's eval)
+        return math.prod(value(part, 1) for part in item)
+
+    names = ("block_size_x", "block_size_y", "block_size_z")
+    block = [int(config.get(name, 256 if d == 0 else 1)) for d, name in enumerate(names)]
+    sizes = [*(value(size, 1) for size in problem_size), 1, 1, 1][:3]
+    grid = [math.ceil(sizes[d] / value(grid_divs[d], config.get(names[d], 1))) for d in range(3)]
+    return dict(zip(_GEOMETRY_MACROS, grid + block))
 
 
 def _fail(row: Row, status: str, error: str) -> None:
