@@ -128,7 +128,8 @@ impl PoolError {
     ///   exceeded the request's budget (`BenchError::DoesNotFit`);
     /// - [`Status::Crashed`] when its worker died (a signal, an exit, or an allocation its
     ///   memory limit refused: `ProcessError::OverMemoryLimit`), was killed for writing past
-    ///   its write limit (`ProcessError::WroteTooMuch`), or a sticky
+    ///   its write limit (`ProcessError::WroteTooMuch`) or for staying stopped by job control
+    ///   (`ProcessError::Stopped`), or a sticky
     ///   `BenchError::DeviceFault` lost the GPU context (the worker exits after answering);
     /// - [`Status::Error`] for everything else (another task error, a worker that could not
     ///   start, a broken protocol, a shutdown, a cancellation).
@@ -146,7 +147,8 @@ impl PoolError {
                 ProcessError::Timeout { .. } => Status::Timeout,
                 ProcessError::WorkerCrashed { .. }
                 | ProcessError::OverMemoryLimit { .. }
-                | ProcessError::WroteTooMuch { .. } => Status::Crashed,
+                | ProcessError::WroteTooMuch { .. }
+                | ProcessError::Stopped { .. } => Status::Crashed,
                 ProcessError::SandboxStop { .. } => Status::Suspicious,
                 _ => Status::Error,
             },

@@ -167,6 +167,14 @@ mod tests {
                 Status::Crashed,
                 StatusKind::Crashed,
             ),
+            (
+                PoolError::Process(ProcessError::Stopped {
+                    pid: 42,
+                    signal: 19, // SIGSTOP
+                }),
+                Status::Crashed,
+                StatusKind::Crashed,
+            ),
             (PoolError::ShutDown, Status::Error, StatusKind::Exception),
         ];
         for (error, status, kind) in cases {

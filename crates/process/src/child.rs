@@ -13,6 +13,7 @@ use crate::capture::Tail;
 use crate::exit_watch::Watch;
 use crate::pids::{deadline_after, has_exited, pid};
 use crate::quiet_panic::catch_quietly;
+use crate::stop_watch::StopWatch;
 use crate::watchdog;
 use crate::write_watch::WriteWatch;
 
@@ -78,6 +79,24 @@ pub(crate) enum SendFailure {
     TimedOut,
 }
 
+/// What a waiting receive looks at besides the channel: the worker's writes and its stops.
+struct Watches {
+    writes: WriteWatch,
+    stops: StopWatch,
+}
+
+impl Watches {
+    /// Why the wait must end now (`now`), if it must.
+    fn failure(&mut self, now: Instant) -> Option<ReceiveFailure> {
+        if let Some(written) = self.writes.over_limit() {
+            return Some(ReceiveFailure::WroteTooMuch(written));
+        }
+        self.stops
+            .stopped_too_long(now)
+            .map(ReceiveFailure::Stopped)
+    }
+}
+
 /// Why no awaited response arrived.
 pub(crate) enum ReceiveFailure {
     /// The deadline passed.
@@ -90,6 +109,9 @@ pub(crate) enum ReceiveFailure {
     Stuck,
     /// The worker wrote this many bytes since the receive began, past its write limit.
     WroteTooMuch(u64),
+    /// The worker stayed stopped by this signal (job control) for
+    /// [`STOPPED_GRACE`](crate::stop_watch::STOPPED_GRACE).
+    Stopped(i32),
 }
 
 impl Worker {
@@ -133,8 +155,11 @@ impl Worker {
         write_limit: Option<u64>,
     ) -> Result<Received, ReceiveFailure> {
         let mut stuck = StuckWatch::arm(self.pid, deadline);
-        let mut writes = WriteWatch::start(self.pid, write_limit);
-        match self.receive_until(id, deadline, &mut stuck, &mut writes) {
+        let mut watches = Watches {
+            writes: WriteWatch::start(self.pid, write_limit),
+            stops: StopWatch::start(self.pid),
+        };
+        match self.receive_until(id, deadline, &mut stuck, &mut watches) {
             Err(ReceiveFailure::Closed | ReceiveFailure::Garbled(_)) if stuck.fired() => {
                 Err(ReceiveFailure::Stuck)
             }
@@ -147,7 +172,7 @@ impl Worker {
         id: u64,
         deadline: Instant,
         stuck: &mut StuckWatch,
-        writes: &mut WriteWatch,
+        watches: &mut Watches,
     ) -> Result<Received, ReceiveFailure> {
         // Look without sleeping for a moment first: a quick reply is then taken without the
         // cost of waking this thread, which is 50-90 µs across CPUs on some VMs.
@@ -173,9 +198,9 @@ impl Worker {
                 // Read once a wait began: a reply taken while spinning reads no `/proc` file.
                 Err(TryRecvError::Empty)
                     if !wait.is_zero()
-                        && let Some(written) = writes.over_limit() =>
+                        && let Some(failure) = watches.failure(now) =>
                 {
-                    return Err(ReceiveFailure::WroteTooMuch(written));
+                    return Err(failure);
                 }
                 Err(TryRecvError::Empty) if Instant::now() < deadline => {}
                 Err(TryRecvError::Empty) => return Err(ReceiveFailure::TimedOut),

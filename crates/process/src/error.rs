@@ -205,6 +205,20 @@ pub enum ProcessError {
         /// The limit, in bytes.
         limit: u64,
     },
+    /// The worker was stopped by job control (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) while it
+    /// served a request and stayed stopped for a second: a kernel that calls `raise(SIGSTOP)`,
+    /// or reads the terminal. It was killed then, rather than at the timeout.
+    #[error(
+        "worker {pid} was stopped by {} and stayed stopped, so it was killed: did the kernel \
+         raise the signal itself (raise(SIGSTOP), kill(0, ...)) or read the terminal (SIGTTIN)?",
+        crate::exit::signal_name(*signal).map_or_else(|| format!("signal {signal}"), str::to_owned)
+    )]
+    Stopped {
+        /// The pid the worker had.
+        pid: u32,
+        /// The signal that stopped it.
+        signal: i32,
+    },
     /// The worker sent something the protocol does not allow, or the channel broke; the worker
     /// was killed.
     #[error("protocol error{}: {detail}", pid.map(|p| format!(" (worker {p})")).unwrap_or_default())]
@@ -401,7 +415,8 @@ impl ProcessError {
             | ProcessError::WorkerCrashed { pid, .. }
             | ProcessError::SandboxStop { pid, .. }
             | ProcessError::OverMemoryLimit { pid, .. }
-            | ProcessError::WroteTooMuch { pid, .. } => Some(*pid),
+            | ProcessError::WroteTooMuch { pid, .. }
+            | ProcessError::Stopped { pid, .. } => Some(*pid),
             ProcessError::Protocol { pid, .. } => *pid,
             _ => None,
         }

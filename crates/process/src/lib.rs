@@ -77,6 +77,7 @@ mod quiet_panic;
 mod sandbox;
 mod scratch;
 mod spawn;
+mod stop_watch;
 mod watchdog;
 mod worker_entry;
 mod write_watch;

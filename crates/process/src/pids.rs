@@ -30,6 +30,17 @@ pub(crate) fn has_exited(raw: u32) -> bool {
     })
 }
 
+/// The signal that stopped child `raw` (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU), while it stays
+/// stopped; `None` while it runs, after it exited, or when it is no child of this process. A
+/// ptrace stop (a debugger) is not reported. Leaves the stop to be reported again (`NOWAIT`).
+pub(crate) fn stop_signal(raw: u32) -> Option<i32> {
+    let options = WaitIdOptions::STOPPED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    rustix::process::waitid(WaitId::Pid(pid(raw)?), options)
+        .ok()
+        .flatten()
+        .and_then(|status| status.stopping_signal())
+}
+
 /// Sends `signal` to the process group led by `leader`.
 pub(crate) fn signal_group(leader: u32, signal: Signal) {
     if let Some(pid) = pid(leader) {

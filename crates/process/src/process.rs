@@ -801,6 +801,10 @@ impl TuningProcess {
                     limit: self.config.write_limit_value().unwrap_or(u64::MAX),
                 }
             }
+            ReceiveFailure::Stopped(signal) => {
+                self.kill();
+                ProcessError::Stopped { pid, signal }
+            }
             ReceiveFailure::Garbled(e) => self.protocol_violation(format!("unreadable reply: {e}")),
             ReceiveFailure::Stuck | ReceiveFailure::Closed => self.protocol_violation(
                 "a partial or garbled message stayed in the worker's channel (did the kernel \

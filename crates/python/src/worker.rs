@@ -400,6 +400,7 @@ impl Worker {
                 | ProcessError::WorkerCrashed { .. }
                 | ProcessError::OverMemoryLimit { .. }
                 | ProcessError::WroteTooMuch { .. }
+                | ProcessError::Stopped { .. }
         );
         if gone {
             self.shared.keep_spare.store(true, Ordering::Relaxed);
@@ -660,6 +661,7 @@ fn to_python(error: ProcessError) -> PyErr {
         )),
         ProcessError::WorkerCrashed { .. }
         | ProcessError::WroteTooMuch { .. }
+        | ProcessError::Stopped { .. }
         | ProcessError::ExitedBeforeHandshake { .. }
         | ProcessError::HandshakeTimeout { .. }
         | ProcessError::SendTimeout { .. }

@@ -53,3 +53,42 @@ fn a_worker_killed_by_another_s_signal_is_measured_again_by_the_next_run() {
         "a fault of its own is kept: {faulted}"
     );
 }
+
+/// MODE 1 stops itself (SIGSTOP), MODE 2 as a terminal's Ctrl-Z would (SIGTSTP, sent to
+/// itself alone).
+const STOPPED: &str = r#"#include <signal.h>
+#include <stdint.h>
+#include <unistd.h>
+void stopped(const float *x, float *y, int64_t n) {
+    if (MODE == 1) raise(SIGSTOP);
+    if (MODE == 2) kill(getpid(), SIGTSTP);
+    for (int64_t i = 0; i < n; i++) y[i] = 2.0f * x[i] + 1.0f;
+}
+"#;
+
+#[test]
+fn a_worker_that_stops_itself_is_killed_and_named_long_before_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stopped.c"), STOPPED).unwrap();
+    let manifest = mode_manifest("stopped", "120", 3, "warmup_ms = 1\nrep_ms = 5");
+    std::fs::write(dir.path().join("m.toml"), manifest).unwrap();
+    let started = std::time::Instant::now();
+    let out = tunebox(dir.path(), &["tune", "m.toml", "-q", "--json", "r.json"]);
+    check(&out);
+    let elapsed = started.elapsed();
+    let report = json(&dir.path().join("r.json"));
+    let results = report["results"].as_array().unwrap();
+    for (mode, signal) in [(1, "SIGSTOP"), (2, "SIGTSTP")] {
+        let result = results
+            .iter()
+            .find(|r| r["choice"]["MODE"] == mode)
+            .unwrap();
+        assert_eq!(result["status"], "crashed", "{result}");
+        let error = result["error"].as_str().unwrap();
+        assert!(error.contains(&format!("stopped by {signal}")), "{error}");
+    }
+    let honest = results.iter().find(|r| r["choice"]["MODE"] == 0).unwrap();
+    assert_eq!(honest["status"], "ok", "{honest}");
+    // Each stop costs about a second, not the 120 s timeout (generous: a busy machine).
+    assert!(elapsed.as_secs() < 60, "took {elapsed:?}");
+}
