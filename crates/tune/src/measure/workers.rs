@@ -25,7 +25,8 @@ use crate::space::Choice;
 /// How long the probe worker may take (creating a CUDA context can take seconds).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The request measuring `choice` of `source`, launched as `launch` says (CUDA).
+/// The request measuring `choice` of `source`, launched as `launch` says (CUDA), with Kernel
+/// Tuner's grid and block macros from it (C and CUDA, [`Launch::kernel_tuner_defines`]).
 ///
 /// # Errors
 ///
@@ -38,17 +39,17 @@ pub(crate) fn request(
 ) -> Result<BenchmarkRequest> {
     let mut flags = source.flags.clone();
     flags.push(format!("-I{}", source.dir.display()));
+    // The params, and Kernel Tuner's grid and block macros when its problem size gives them.
+    let mut defines = choice.defines();
+    if let Some(geometry) = launch {
+        defines.extend(geometry.kernel_tuner_defines(choice).context("launch")?);
+    }
     let kernel = match source.language {
         Language::C => {
             let mut kernel = CKernel::new(source.text.clone(), source.entry.clone())
                 .source_name(source.source_name.clone())
                 .compiler(source.compiler.clone());
-            kernel.defines = choice.defines();
-            // Kernel Tuner's grid and block macros, when its problem size gives them.
-            if let Some(geometry) = launch {
-                let defines = geometry.kernel_tuner_defines(choice);
-                kernel.defines.extend(defines.context("problem_size")?);
-            }
+            kernel.defines = defines;
             kernel.flags = flags;
             // The parent compiled the choice before a worker runs it: the identity it found
             // spares each fresh worker the compiler's `--version` (a worker per window).
@@ -69,12 +70,7 @@ pub(crate) fn request(
                     .config(choice)
                     .context("launch")?,
             );
-            kernel.defines = choice.defines();
-            if let Some(geometry) = launch {
-                kernel
-                    .defines
-                    .extend(geometry.kernel_tuner_defines(choice).context("launch")?);
-            }
+            kernel.defines = defines;
             kernel.options = flags;
             Kernel::Cuda(kernel)
         }
