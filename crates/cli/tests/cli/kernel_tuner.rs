@@ -50,6 +50,40 @@ value = 1000
 "#;
 
 #[test]
+fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
+    let dir = tempfile::tempdir().unwrap();
+    let x: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25).collect();
+    let y: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
+    std::fs::write(dir.path().join("x.bin"), bytes(&x)).unwrap();
+    std::fs::write(dir.path().join("y.bin"), bytes(&y)).unwrap();
+    std::fs::write(dir.path().join("axpb.c"), AXPB).unwrap();
+    for iterations in [1, 2] {
+        let manifest = KT_MANIFEST.replace("iterations = 3", &format!("iterations = {iterations}"));
+        std::fs::write(dir.path().join("kt.toml"), manifest).unwrap();
+        // The default rounds: Kernel Tuner's iterations = 1 is one window of one rep.
+        let out = tunebox(
+            dir.path(),
+            &["tune", "kt.toml", "--json", "r.json", "--no-cache"],
+        );
+        check(&out);
+        let report = json(&dir.path().join("r.json"));
+        for r in report["results"].as_array().unwrap() {
+            if r["status"] != "ok" {
+                continue;
+            }
+            let windows = r["windows"]["medians_ms"].as_array().map_or(1, Vec::len);
+            // The reps in all (a window takes one at least), fewer when windows agree early.
+            let reps = r["reps"].as_u64().unwrap() as usize;
+            assert!(
+                windows <= iterations && windows <= reps && reps <= iterations,
+                "iterations = {iterations}: {r}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_kernel_tuner_manifest_tunes() {
     let dir = tempfile::tempdir().unwrap();
     let x: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25).collect();

@@ -50,7 +50,8 @@ What it takes from Kernel Tuner:
   booleans or C identifiers, else ``NotImplementedError``; then the params are undefined),
   ``iterations`` (the timed reps of a configuration in all, shared by its windows: 7 over the
   engine's four windows is 2, 2, 2 and 1, and a configuration whose first two windows agree
-  stops with fewer; one measured in one window gets exactly that many; ``None``, the default
+  stops with fewer; one measured in one window gets exactly that many; no more windows than
+  reps, so 1 is one window of one rep; ``None``, the default
   here, lets do_bench size them from its budget);
 - ``objective`` and ``objective_higher_is_better``, ``metrics`` (expressions, evaluated by the
   engine, or functions of the result dict, evaluated here);

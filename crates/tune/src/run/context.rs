@@ -146,8 +146,15 @@ impl<'a> Run<'a> {
         };
         check_compilers(manifest)?;
         // Rounds compare choices: a space of one has none, and its one window gets the whole
-        // timing (`min_reps` and all), not the screening window's share.
-        let rounds = if space.len() > 1 { options.rounds } else { 0 };
+        // timing (`min_reps` and all), not the screening window's share. The windows share the
+        // timed reps, each window one at least: no more windows than `max_reps` (Kernel
+        // Tuner's `iterations = 1` is one window of one rep, not one rep in each of four).
+        let most = usize::try_from(manifest.timing.max_reps.max(1) - 1).unwrap_or(usize::MAX);
+        let rounds = if space.len() > 1 {
+            options.rounds.min(most)
+        } else {
+            0
+        };
         let setup = Setup::new(manifest, device, options.timeout, options.max_process_uses)
             .with_rounds(rounds);
         let header = header(&setup, &space, strategy.name(), (options, shard), backend);
