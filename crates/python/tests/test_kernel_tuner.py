@@ -432,8 +432,13 @@ def test_cuda_kernels_go_to_the_engine_and_without_a_gpu_say_so():
         pytest.skip("a GPU is present: tests/gpu covers CUDA")
     x = np.ones(1024, np.float32)
     kernel = 'extern "C" __global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
-    with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver"):
+    with pytest.raises(RuntimeError, match="(?i)cuda|gpu|driver") as refused:
         tune_kernel("k", kernel, 1024, [x, np.int32(1024)], {"block_size_x": [32, 64]}, quiet=True)
+    # In the call's terms: not the command line's manifest and flags.
+    message = str(refused.value)
+    if "needs a GPU" in message:
+        assert message.startswith("tune_kernel: a CUDA kernel needs a GPU"), message
+        assert "manifest" not in message and "--list" not in message, message
 
 
 def test_an_unknown_strategy_is_an_error_naming_the_known_ones():
@@ -604,6 +609,11 @@ def test_kernel_tuners_grid_and_block_macros_are_defined_for_a_c_kernel():
     assert [r["status"] for r in results] == ["ok", "wrong"], results
     # A verify function's run compiles the configuration again, with the same macros.
     seen = []
+
+    def verify(answer, result, atol=None):
+        seen.append(result[0])
+        return True
+
     results, _ = tune_kernel(
         "geometry",
         GEOMETRY,
@@ -612,7 +622,7 @@ def test_kernel_tuners_grid_and_block_macros_are_defined_for_a_c_kernel():
         {"block_size_y": [2]},
         grid_div_y=["block_size_y"],
         answer=[expected],
-        verify=lambda answer, result, atol=None: seen.append(result[0]) or True,
+        verify=verify,
         quiet=True,
     )
     assert results[0]["status"] == "ok", results

@@ -366,3 +366,137 @@ def test_verify_gets_each_configuration_s_arrays_with_a_bool_param():
     assert len(seen) == 2
     for row, out in zip(results, seen):
         np.testing.assert_array_equal(out, x * (3 if row["U"] else 1))
+
+
+# 7. What a trial of Kernel Tuner's own examples found (its values, answers, options).
+
+COPY = (
+    "void copy(float *out, const float *in, int n) { for (int i = 0; i < n; i++) out[i] = in[i]; }"
+)
+
+
+def test_tune_params_may_be_numpy_arrays_and_bad_ones_are_named():
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        [ones(), np.int32(256)],
+        {"FACTOR": np.arange(1, 3), "BIAS": [0]},
+        quiet=True,
+    )
+    assert [r["FACTOR"] for r in results] == [1, 2]
+    assert all(type(r["FACTOR"]) is int for r in results)
+    with pytest.raises(ValueError, match=r"tune_params\['FACTOR'\] is empty"):
+        tune_kernel("affine", AFFINE, 256, [ones(), np.int32(256)], {"FACTOR": [], "BIAS": [0]})
+    with pytest.raises(ValueError, match=r"tune_params\['FACTOR'\] = '12': give a list"):
+        tune_kernel("affine", AFFINE, 256, [ones(), np.int32(256)], {"FACTOR": "12", "BIAS": [0]})
+
+
+def test_an_answer_of_a_type_the_output_casts_to_is_taken_as_kernel_tuner_takes_it():
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros_like(x)
+    args = [out, x, np.int32(8)]
+    results, _ = tune_kernel(
+        "copy", COPY, 8, args, {"U": [1]}, answer=[x.astype(np.float64), None, None], quiet=True
+    )
+    assert results[0]["status"] == "ok", results
+    with pytest.raises(TypeError, match=r"answer\[0\]: int32 for an argument of float32"):
+        tune_kernel("copy", COPY, 8, args, {"U": [1]}, answer=[x.astype(np.int32), None, None])
+    ints = np.arange(8, dtype=np.int32)
+    with pytest.raises(TypeError, match="that no int32 equals"):
+        tune_kernel(
+            "copy",
+            COPY,
+            8,
+            [ints, ints, np.int32(8)],
+            {"U": [1]},
+            answer=[ints + 0.5, None, None],
+        )
+
+
+def test_a_nan_where_the_answer_has_one_is_equal_as_in_kernel_tuner():
+    x = np.arange(8, dtype=np.float32)
+    x[3] = np.nan
+    args = [np.zeros_like(x), x, np.int32(8)]
+    with pytest.warns(UserWarning, match="1 NaN"):
+        results, _ = tune_kernel(
+            "copy", COPY, 8, args, {"U": [1]}, answer=[x.copy(), None, None], quiet=True
+        )
+    assert results[0]["status"] == "ok", results
+    # A NaN where the answer has a number is still wrong.
+    answer = x.copy()
+    answer[3] = 3.0
+    results, _ = tune_kernel("copy", COPY, 8, args, {"U": [1]}, answer=[answer, None, None])
+    assert results[0]["status"] == "wrong", results
+
+
+def test_a_metric_that_cannot_be_computed_fails_before_the_run_naming_it():
+    def typo(p):
+        return p["tme"]
+
+    with pytest.raises(ValueError, match=r"metrics\['GB/s'\] raises KeyError: 'tme'"):
+        tune_kernel(
+            "affine",
+            AFFINE,
+            256,
+            [ones(), np.int32(256)],
+            {"FACTOR": [1], "BIAS": [0]},
+            metrics={"GB/s": typo},
+        )
+
+    # One that fails on made-up times only is left to the measured rows.
+    def needs_real_time(p):
+        assert p["time"] != 1.0
+        return 1.0 / p["time"]
+
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        [ones(), np.int32(256)],
+        {"FACTOR": [1], "BIAS": [0]},
+        metrics={"per_ms": needs_real_time},
+        quiet=True,
+    )
+    assert results[0]["per_ms"] > 0
+
+
+def test_a_long_argument_of_the_wrong_type_is_named_briefly():
+    with pytest.raises(TypeError) as refused:
+        tune_kernel("k", NOTHING, 4, [list(range(100_000))], {"B": [1]})
+    message = str(refused.value)
+    assert message.startswith("arguments[0] is a list (") and len(message) < 300, message
+
+
+def test_strategy_budgets_as_kernel_tuner_bounds_them():
+    params = {"FACTOR": list(range(10)), "BIAS": list(range(10))}
+    args = [ones(), np.int32(256)]
+    with pytest.raises(ValueError, match="brute force measures every configuration"):
+        tune_kernel(
+            "affine",
+            AFFINE,
+            256,
+            args,
+            params,
+            strategy="brute_force",
+            strategy_options={"max_fevals": 5},
+        )
+    # Kernel Tuner's genetic algorithm evaluates at most popsize x maxiter configurations.
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        args,
+        params,
+        strategy="genetic_algorithm",
+        strategy_options={"popsize": 4, "maxiter": 2},
+        quiet=True,
+    )
+    assert 1 <= len(results) <= 8, len(results)
+
+
+def test_when_every_configuration_fails_the_first_error_is_said(capsys):
+    tune_kernel("k", "void k(float *x) { x[0] = 1 }", 4, [ones(4)], {"B": [1, 2]})
+    printed = capsys.readouterr().out
+    assert "2 of 2 configurations failed (2 compile_error)" in printed, printed
+    assert "; the first: " in printed and "error:" in printed, printed

@@ -107,6 +107,7 @@ import math
 import operator
 import os
 import re
+import reprlib
 import shlex
 import shutil
 import stat
@@ -264,7 +265,10 @@ def tune_kernel(
         )
     uses = _uses(max_process_uses)
     metrics = dict(metrics or {})
-    engine_strategy, options = _strategy(strategy, strategy_options or {})
+    tune_params = _tune_params(tune_params)
+    engine_strategy, options = _strategy(
+        strategy, strategy_options or {}, math.prod(len(v) for v in tune_params.values())
+    )
     writer = _Manifest()
     source, language = writer.kernel(
         kernel_name, kernel_source, lang, compiler, in_memory=defines is not None
@@ -275,9 +279,16 @@ def tune_kernel(
     writer.restrictions(restrictions, tune_params)
     writer.defines(defines, tune_params)
     writer.answer(answer, arguments, atol, verify)
+    if nans := writer.nan_answers():
+        warnings.warn(
+            f"tunebox.kernel_tuner: the answer holds {nans} NaN(s): an output's NaN where the "
+            "answer has one counts as equal (as Kernel Tuner compares it)",
+            stacklevel=2,
+        )
     writer.launch(problem_size, (grid_div_x, grid_div_y, grid_div_z), tune_params)
     writer.timing(iterations, timeout)
     writer.metrics(metrics)
+    _check_metrics(metrics, tune_params)
     writer.objective(objective, objective_higher_is_better, metrics)
     from tunebox import _native
 
@@ -311,7 +322,7 @@ def tune_kernel(
     ]
     if verify is not None:
         _verify_again(results, writer, kernel_name, arguments, answer, atol, verify)
-    _python_metrics(results, metrics)
+    _python_metrics(results, metrics, list(tune_params))
     objective = objective or "time"
     higher = bool(objective_higher_is_better)
     best = _best(results, objective, higher)
@@ -357,9 +368,18 @@ def _arguments_named(path: str) -> Iterator[None]:
         yield
     except (ValueError, RuntimeError) as error:
         message = str(error)
+        if message.startswith(_NEEDS_GPU):
+            # The command line's advice (its flags) is no use here.
+            message = message.split("\nTune it on a machine", 1)[0]
+            said = f"tune_kernel: a CUDA kernel needs a GPU{message[len(_NEEDS_GPU) :]}"
+            raise type(error)(said) from None
         if path not in message:
             raise
         raise type(error)(_in_callers_terms(message, path)) from None
+
+
+# How the engine begins to say that no GPU is there for a CUDA kernel.
+_NEEDS_GPU = "this manifest needs a GPU"
 
 
 # The engine's names of manifest fields, as the arguments of tune_kernel that give them.
@@ -391,6 +411,64 @@ def _in_callers_terms(message: str, path: str) -> str:
     return message
 
 
+def _in_argument_terms(error: str | None, arguments: Sequence[Any]) -> str | None:
+    """A configuration's error as the call's arguments say it: an array that travelled as
+    another type in its own terms (:func:`tunebox._dtypes.in_numpy_terms`), the timeout as
+    the ``timeout`` argument."""
+    error = _dtypes.in_numpy_terms(error, arguments)
+    if error is not None:
+        error = re.sub(r"(give it a timeout of at least ([0-9.]+) s)", r"\1 (timeout=\2)", error)
+    return error
+
+
+def _answer_as(i: int, expected: np.ndarray[Any, Any], arg: np.ndarray[Any, Any]) -> Any:
+    """``answer[i]`` as the engine compares it with argument ``i``: of the argument's type, as
+    Kernel Tuner accepts an answer of any type the argument's casts to (a ``float64`` answer
+    for a ``float32`` output); an integer output's answer must hold integers of its range."""
+    import numpy as np
+
+    if expected.size != arg.size:
+        raise ValueError(
+            f"answer[{i}] has {expected.size} elements and argument {i} {arg.size}: give one "
+            "per element"
+        )
+    if expected.dtype == arg.dtype:
+        return expected
+    if not np.can_cast(arg.dtype, expected.dtype):
+        raise TypeError(
+            f"answer[{i}]: {expected.dtype.name} for an argument of {arg.dtype.name}, which "
+            f"does not cast to it (Kernel Tuner refuses it too): give a {arg.dtype.name} answer"
+        )
+    with np.errstate(all="ignore"):
+        converted = expected.astype(arg.dtype)
+    if arg.dtype.kind in "iub" and not np.array_equal(converted.astype(expected.dtype), expected):
+        raise TypeError(
+            f"answer[{i}]: {expected.dtype.name} values that no {arg.dtype.name} equals (the "
+            f"output is compared exactly): give the answer as {arg.dtype.name}"
+        )
+    return converted
+
+
+def _tune_params(tune_params: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """``tune_params`` with each param's values as a list of plain Python values (a list, a
+    tuple, a range or a numpy array, as Kernel Tuner takes them)."""
+    if not isinstance(tune_params, Mapping):
+        raise TypeError(
+            f"tune_params = {reprlib.repr(tune_params)}: give a dict of param name -> values"
+        )
+    plain: dict[str, list[Any]] = {}
+    for name, values in tune_params.items():
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+            raise ValueError(
+                f"tune_params[{name!r}] = {reprlib.repr(values)}: give a list of values"
+            )
+        listed = [_plain(v) for v in values]
+        if not listed:
+            raise ValueError(f"tune_params[{name!r}] is empty: give one value at least")
+        plain[str(name)] = listed
+    return plain
+
+
 def _failures(results: list[Row]) -> str | None:
     """``3 of 9 configurations failed (1 crashed, 1 timeout, 1 wrong); their rows say which
     and why``, or ``None`` when none did."""
@@ -398,10 +476,23 @@ def _failures(results: list[Row]) -> str | None:
     if not statuses:
         return None
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
-    return (
+    said = (
         f"{len(statuses)} of {len(results)} configurations failed ({counts}); their rows "
         "say which and why (status, error)"
     )
+    if len(statuses) == len(results):
+        # Nothing ran: the first error is likely every configuration's.
+        first = str(results[0].get("error") or results[0]["status"])
+        said += f"; the first: {_first_lines(first)}"
+    return said
+
+
+def _first_lines(error: str, lines: int = 6) -> str:
+    """The lines of ``error`` that say most: a compiler's first diagnostics (after the
+    command), else its first lines."""
+    all_lines = error.splitlines()
+    start = next((i for i, line in enumerate(all_lines) if "error:" in line), 0)
+    return "\n".join(all_lines[start : start + lines])
 
 
 def _refuse(**given: object) -> None:
@@ -410,9 +501,13 @@ def _refuse(**given: object) -> None:
             raise NotImplementedError(f"tunebox.kernel_tuner: {name} is not supported yet")
 
 
-def _strategy(strategy: str | None, options: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+def _strategy(
+    strategy: str | None, options: Mapping[str, Any], size: int
+) -> tuple[str, Mapping[str, Any]]:
     """The engine's name for ``strategy`` (Kernel Tuner's name or the engine's own), and the
-    options it runs with.
+    options it runs with: Kernel Tuner's genetic algorithm without ``max_fevals`` measures at
+    most its population size times its generations (:func:`_generations_budget`; of a space of
+    ``size`` configurations).
 
     Raises ``NotImplementedError`` for Kernel Tuner's strategies tunebox has no counterpart of,
     ``ValueError`` for any other name the engine does not know; both name the known ones."""
@@ -433,7 +528,16 @@ def _strategy(strategy: str | None, options: Mapping[str, Any]) -> tuple[str, Ma
         raise ValueError(f"tunebox.kernel_tuner: strategy={strategy!r} is unknown; {known}")
     if engine == "random" and "max_fevals" not in options and "fraction" not in options:
         options = {**options, "fraction": 0.1}  # Kernel Tuner's random_sample default
+    if name == "brute_force" and "max_fevals" in options:
+        raise ValueError(
+            "strategy_options['max_fevals'] with strategy brute_force: brute force measures "
+            "every configuration (Kernel Tuner refuses it too); to measure a sample, use "
+            "strategy='random_sample' with max_fevals"
+        )
+    if name == "genetic_algorithm" and "max_fevals" not in options:
+        options = {**options, "max_fevals": _generations_budget(options, size)}
     ignored = sorted(set(options) - {"max_fevals", "fraction", "time_limit", "seed"})
+    ignored = [o for o in ignored if not (name == "genetic_algorithm" and o in _GA_BUDGET)]
     if ignored:
         warnings.warn(
             f"tunebox.kernel_tuner: strategy_options {', '.join(ignored)} are not used: tunebox's "
@@ -441,6 +545,28 @@ def _strategy(strategy: str | None, options: Mapping[str, Any]) -> tuple[str, Ma
             stacklevel=3,
         )
     return engine, options
+
+
+# Kernel Tuner 1.5's genetic_algorithm options that bound its evaluations, and their defaults.
+_GA_BUDGET = {"popsize": 26, "maxiter": 90}
+
+
+def _generations_budget(options: Mapping[str, Any], size: int) -> int:
+    """The most configurations Kernel Tuner's genetic algorithm evaluates: ``popsize`` (its
+    population, made smaller for a small space as Kernel Tuner makes it) times ``maxiter`` (its
+    generations)."""
+    values = {}
+    for key, default in _GA_BUDGET.items():
+        value = options.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"strategy_options[{key!r}] = {value!r}: give a whole number, 1 or more"
+            )
+        values[key] = value
+    popsize, generations = values["popsize"], values["maxiter"]
+    if popsize < 2 or popsize > size // 2:
+        popsize = min(max(round(size / generations * 3), 2), popsize)
+    return popsize * generations
 
 
 def _fraction(value: object) -> float:
@@ -700,11 +826,15 @@ class _Manifest:
                 )
                 if typed is None:
                     raise TypeError(
-                        f"arguments[{i}] = {arg!r}: use scalars of {_dtypes.SCALAR_TYPES}"
+                        f"arguments[{i}] = {reprlib.repr(arg)}: use scalars of "
+                        f"{_dtypes.SCALAR_TYPES}"
                     )
                 table = [("name", name), ("type", typed[0]), ("value", typed[1])]
             else:
-                raise TypeError(f"arguments[{i}] = {arg!r}: give numpy arrays and numpy scalars")
+                raise TypeError(
+                    f"arguments[{i}] is a {type(arg).__name__} ({reprlib.repr(arg)}): give numpy "
+                    "arrays and numpy scalars"
+                )
             self.argument_tables.append(table)
 
     def contents(self, name: str, arg: np.ndarray[Any, Any]) -> str | dict[str, str]:
@@ -724,11 +854,7 @@ class _Manifest:
     def params(self, tune_params: Mapping[str, Sequence[Any]]) -> None:
         table = self.table("tune_params")
         for name, values in tune_params.items():
-            if not isinstance(values, (list, tuple, range)) or len(values) == 0:
-                raise ValueError(
-                    f"tune_params[{name!r}] = {values!r}: give a non-empty list of values"
-                )
-            table.append((name, [_plain(v) for v in values]))
+            table.append((name, list(values)))
 
     def restrictions(
         self,
@@ -841,12 +967,7 @@ class _Manifest:
                 continue
             if not isinstance(arg, np.ndarray):
                 raise TypeError(f"answer[{i}]: argument {i} is a scalar; give None")
-            expected = np.asarray(expected)
-            if expected.dtype != arg.dtype or expected.size != arg.size:
-                raise TypeError(
-                    f"answer[{i}]: {expected.dtype.name} × {expected.size} for an argument of "
-                    f"{arg.dtype.name} × {arg.size}: give the same type and size"
-                )
+            expected = _answer_as(i, np.asarray(expected), arg)
             data = f"answer{i}.bin"
             self.files[data] = np.ascontiguousarray(expected)
             entries.append(data)
@@ -857,6 +978,16 @@ class _Manifest:
             return
         self.top.append(("answer", entries))
         self.top.append(("atol", float(atol)))
+
+    def nan_answers(self) -> int:
+        """How many NaNs the answer arrays hold (Kernel Tuner warns of them)."""
+        import numpy as np
+
+        return sum(
+            int(np.isnan(a).sum())
+            for name, a in self.files.items()
+            if name.startswith("answer") and not isinstance(a, str) and a.dtype.kind == "f"
+        )
 
     def launch(
         self,
@@ -1428,7 +1559,7 @@ def _row(result: Mapping[str, Any], tune_params: Iterable[str], arguments: Seque
         row.update(result.get("metrics") or {})
     else:
         failure = CompilationFailedConfig if status == "compile_error" else RuntimeFailedConfig
-        error = _dtypes.in_numpy_terms(result.get("error"), arguments)
+        error = _in_argument_terms(result.get("error"), arguments)
         row["__error__"] = failure(error or status)
         row["error"] = error
     row["cached"] = result.get("cached", False)
@@ -1535,7 +1666,10 @@ def _fail(row: Row, status: str, error: str) -> None:
     row["error"] = error
 
 
-def _python_metrics(results: list[Row], metrics: Mapping[str, Metric]) -> None:
+def _python_metrics(results: list[Row], metrics: Mapping[str, Metric], names: list[str]) -> None:
+    """Each metric function (called with the row, the metrics before it included, as Kernel
+    Tuner calls them) into each measured row; one that raises is a ``ValueError`` naming it,
+    the exception and the configuration."""
     functions = [(name, m) for name, m in metrics.items() if callable(m)]
     for row in results:
         if "__error__" in row:
@@ -1543,8 +1677,37 @@ def _python_metrics(results: list[Row], metrics: Mapping[str, Metric]) -> None:
         for name, metric in functions:
             try:
                 row[name] = metric(dict(row))
-            except Exception as error:  # noqa: BLE001
-                raise ValueError(f"metric {name!r} cannot be computed: {error}") from None
+            except Exception as error:  # noqa: BLE001 (the user's function: any error)
+                config = ", ".join(f"{n}={row[n]!r}" for n in names)
+                raise ValueError(
+                    f"metrics[{name!r}] raised {type(error).__name__}: {error} (for {config}, "
+                    f"whose row has {', '.join(map(repr, row))})"
+                ) from None
+
+
+def _check_metrics(metrics: Mapping[str, Metric], tune_params: Mapping[str, list[Any]]) -> None:
+    """Calls each metric function once before the run, on the first configuration with the
+    keys a measured row has (times of 1 ms), so that one that cannot be computed (a name
+    misspelled) fails now, naming it, rather than after every configuration was measured. A
+    function that fails only on these made-up times is left to the real rows."""
+    functions = [(name, m) for name, m in metrics.items() if callable(m)]
+    if not functions:
+        return
+    row: Row = {name: values[0] for name, values in tune_params.items()}
+    row.update(status="ok", time=1.0, time_mean=1.0, time_min=1.0, time_max=1.0)
+    row.update(time_stddev=0.0, reps=1, cached=False)
+    # The engine's metrics (expressions) are in the row before the functions are called.
+    row.update({name: 1.0 for name, m in metrics.items() if not callable(m)})
+    for name, metric in functions:
+        try:
+            row[name] = metric(dict(row))
+        except (KeyError, NameError, AttributeError, TypeError) as error:
+            raise ValueError(
+                f"metrics[{name!r}] raises {type(error).__name__}: {error}, called as Kernel "
+                f"Tuner calls it (with a row of {', '.join(map(repr, row))})"
+            ) from None
+        except Exception:  # noqa: BLE001 (made-up times: the real rows decide)
+            row[name] = 1.0
 
 
 def _best(results: list[Row], objective: str, higher_is_better: bool) -> Row | None:

@@ -187,7 +187,9 @@ fn answer(raw: &mut RawManifest) -> Result<()> {
             raw.verify = Some(RawVerify {
                 rtol: None,
                 atol: Some(atol),
-                equal_nan: None,
+                // Kernel Tuner's `equal_nan` is whether the answer holds a NaN: the same as
+                // always, since it matters only where the answer is NaN.
+                equal_nan: Some(true),
                 timeout_s: None,
                 checked_reps: None,
                 reference,
