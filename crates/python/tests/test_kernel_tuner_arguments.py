@@ -2,6 +2,7 @@
 functions, ``defines``, C kernels as C++, file names, the engine's errors in the caller's terms,
 argument types)."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -500,3 +501,20 @@ def test_when_every_configuration_fails_the_first_error_is_said(capsys):
     printed = capsys.readouterr().out
     assert "2 of 2 configurations failed (2 compile_error)" in printed, printed
     assert "; the first: " in printed and "error:" in printed, printed
+
+
+def test_each_configuration_is_printed_with_its_time_and_metrics(capsys):
+    tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        [ones(), np.int32(256)],
+        {"FACTOR": [2], "BIAS": [0]},
+        metrics={"GB/s": "8 * 256 / (time / 1e3) / 1e9", "half": lambda p: p["time"] / 2},
+        objective="GB/s",
+        objective_higher_is_better=True,
+    )
+    printed = capsys.readouterr().out
+    assert re.search(
+        r"^FACTOR=2, BIAS=0, time=[0-9.]+, GB/s=[0-9.]+, half=[0-9.]+$", printed, re.M
+    ), printed

@@ -325,17 +325,19 @@ def tune_kernel(
     _python_metrics(results, metrics, list(tune_params))
     objective = objective or "time"
     higher = bool(objective_higher_is_better)
+    # As Kernel Tuner prints a configuration: its time, then its metrics.
+    shown = ["time", *metrics]
     best = _best(results, objective, higher)
     if not quiet:
         for row in results:
             if verbose or "__error__" not in row:
-                print(_line(row, list(tune_params), objective))
+                print(_line(row, list(tune_params), shown))
         failed = _failures(results)
         if failed:
             print(failed)
         if best is not None:
             print("best performing configuration:")
-            print(_line(best, list(tune_params), objective))
+            print(_line(best, list(tune_params), shown))
     env = {
         "best_config": best,
         "kernel_name": kernel_name,
@@ -1717,9 +1719,11 @@ def _best(results: list[Row], objective: str, higher_is_better: bool) -> Row | N
     return (max if higher_is_better else min)(ok, key=lambda r: r[objective])
 
 
-def _line(row: Row, names: list[str], objective: str) -> str:
-
+def _line(row: Row, names: list[str], shown: list[str]) -> str:
+    """A configuration as Kernel Tuner prints it: its params, then ``shown`` (its time and
+    metrics), or its status when it failed."""
     params = ", ".join(f"{n}={row[n]}" for n in names)
     if "__error__" in row:
         return f"{params}, {row['status']}"
-    return f"{params}, {objective}={row.get(objective, math.nan):.3f}"
+    values = ", ".join(f"{key}={row.get(key, math.nan):.3f}" for key in shown)
+    return f"{params}, {values}"
