@@ -424,9 +424,11 @@ impl ProcessError {
 
     /// Whether the worker died of a signal that another process sends to end a process
     /// (SIGKILL, SIGTERM, SIGHUP, SIGINT: the system's out-of-memory killer, a person, a script)
-    /// rather than of a fault of its own: what such a crash says about the candidate is
-    /// unsure (a results cache keeps it not, so that a later run measures it again). tunebox's
-    /// own kills are `Timeout` or a pool's cancellation, not this.
+    /// rather than of a fault of its own, or stayed stopped by job control (`Stopped`: a
+    /// kernel's `raise(SIGSTOP)` looks the same as a person's `kill -STOP` or a scheduler
+    /// suspending the job): what such a crash says about the candidate is unsure (a results
+    /// cache keeps it not, so that a later run measures it again). tunebox's own kills are
+    /// `Timeout` or a pool's cancellation, not this.
     pub fn killed_from_outside(&self) -> bool {
         matches!(
             self,
@@ -434,7 +436,7 @@ impl ProcessError {
                 signal: Some(signal),
                 ..
             } if crate::exit::sent_from_outside(*signal)
-        )
+        ) || matches!(self, ProcessError::Stopped { .. })
     }
 
     /// Whether the worker is gone after this error (it crashed, timed out or broke the protocol),

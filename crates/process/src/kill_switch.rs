@@ -51,6 +51,11 @@ impl KillSwitch {
         self.killed.swap(false, Ordering::AcqRel)
     }
 
+    /// Whether a kill is yet to be reported by the handle (without clearing it).
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
     /// Records the running worker's pid (`None`: no worker, or about to be reaped).
     pub(crate) fn set(&self, pid: Option<u32>) {
         *self.pid.lock().unwrap_or_else(PoisonError::into_inner) = pid;

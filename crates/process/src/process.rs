@@ -768,8 +768,11 @@ impl TuningProcess {
                     self.left_behind = response.left_behind;
                     return Ok(response.body);
                 }
-                // Resent to a fresh worker when the dead one never began it: wait again.
+                // Resent to a fresh worker when the dead one never began it: wait again. A
+                // worker the kill switch froze (SIGSTOP, then SIGKILL) is that kill, not a
+                // stop of its own.
                 Err(ReceiveFailure::Closed) => self.recover()?,
+                Err(ReceiveFailure::Stopped(_)) if self.switch.is_killed() => self.recover()?,
                 Err(failure) => return Err(self.wait_failed(failure, timeout)),
             }
         }

@@ -2,8 +2,12 @@
 //! or reads a terminal from the background: SIGTTIN) sits stopped until its timeout, 30-60 s
 //! later, reported as a hang. The parent asks the kernel for the worker's stop while it waits
 //! for the reply, and a worker still stopped [`STOPPED_GRACE`] after it was first seen so is
-//! killed, its stop named. A job-control stop of the whole session (Ctrl-Z in the terminal)
-//! stops the parent too, which then does not look; the `SIGCONT` of `fg` continues both.
+//! killed, its stop named; as a stop sent from outside (a person's `kill -STOP`, a scheduler
+//! suspending the job) looks the same, the error is not kept by a results cache
+//! (`ProcessError::killed_from_outside`). Ctrl-Z in the terminal stops the parent, not the
+//! worker (it leads its own process group), and the parent does not look while stopped. The
+//! kill switch freezes a worker with SIGSTOP before it kills it: that stop is the kill's
+//! (`TuningProcess` reports the kill).
 
 use std::time::{Duration, Instant};
 
@@ -12,8 +16,8 @@ use crate::pids::stop_signal;
 /// How often a waiting receive asks whether the worker is stopped.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
-/// How long a worker may stay stopped before it is killed: a stop that another process means
-/// to end (a person's `kill -STOP` then `-CONT`, a supervisor) ends sooner than a timeout.
+/// How long a worker may stay stopped before it is killed: a stop shorter than this (a
+/// supervisor's pause) is forgotten.
 pub(crate) const STOPPED_GRACE: Duration = Duration::from_secs(1);
 
 /// Whether a worker stayed stopped, looked at every [`STOP_CHECK`] while a receive waits.

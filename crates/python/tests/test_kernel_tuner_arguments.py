@@ -460,6 +460,19 @@ def test_a_metric_that_cannot_be_computed_fails_before_the_run_naming_it():
         quiet=True,
     )
     assert results[0]["per_ms"] > 0
+    # Nor one whose own table lacks the first configuration, which the restrictions leave out.
+    table = {2: 20.0, 3: 30.0}
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        [ones(), np.int32(256)],
+        {"FACTOR": [1, 2, 3], "BIAS": [0]},
+        restrictions=["FACTOR >= 2"],
+        metrics={"looked_up": lambda p: table[p["FACTOR"]]},
+        quiet=True,
+    )
+    assert [r["looked_up"] for r in results] == [20.0, 30.0]
 
 
 def test_a_long_argument_of_the_wrong_type_is_named_briefly():
@@ -494,6 +507,18 @@ def test_strategy_budgets_as_kernel_tuner_bounds_them():
         quiet=True,
     )
     assert 1 <= len(results) <= 8, len(results)
+    # With max_fevals too: the smaller bound.
+    results, _ = tune_kernel(
+        "affine",
+        AFFINE,
+        256,
+        args,
+        params,
+        strategy="genetic_algorithm",
+        strategy_options={"popsize": 4, "maxiter": 2, "max_fevals": 50},
+        quiet=True,
+    )
+    assert 1 <= len(results) <= 8, len(results)
 
 
 def test_when_every_configuration_fails_the_first_error_is_said(capsys):
@@ -510,11 +535,15 @@ def test_each_configuration_is_printed_with_its_time_and_metrics(capsys):
         256,
         [ones(), np.int32(256)],
         {"FACTOR": [2], "BIAS": [0]},
-        metrics={"GB/s": "8 * 256 / (time / 1e3) / 1e9", "half": lambda p: p["time"] / 2},
+        metrics={
+            "GB/s": "8 * 256 / (time / 1e3) / 1e9",
+            "half": lambda p: p["time"] / 2,
+            "kind": lambda p: "fast",
+        },
         objective="GB/s",
         objective_higher_is_better=True,
     )
     printed = capsys.readouterr().out
     assert re.search(
-        r"^FACTOR=2, BIAS=0, time=[0-9.]+, GB/s=[0-9.]+, half=[0-9.]+$", printed, re.M
+        r"^FACTOR=2, BIAS=0, time=[0-9.]+, GB/s=[0-9.]+, half=[0-9.]+, kind=fast$", printed, re.M
     ), printed

@@ -91,4 +91,13 @@ fn a_worker_that_stops_itself_is_killed_and_named_long_before_its_timeout() {
     assert_eq!(honest["status"], "ok", "{honest}");
     // Each stop costs about a second, not the 120 s timeout (generous: a busy machine).
     assert!(elapsed.as_secs() < 60, "took {elapsed:?}");
+    // A stop may have come from outside (a person's kill -STOP): measured again next run.
+    let out = tunebox(dir.path(), &["tune", "m.toml", "-q", "--json", "r.json"]);
+    check(&out);
+    let report = json(&dir.path().join("r.json"));
+    for result in report["results"].as_array().unwrap() {
+        if result["choice"]["MODE"] != 0 {
+            assert_eq!(result["cached"], false, "{result}");
+        }
+    }
 }

@@ -7,7 +7,8 @@ engine's type of their size with their bits unchanged (``uint32`` as ``i32``, ``
 ``u8``), which changes nothing the engine does with them, as it compares every integer tensor
 byte for byte and a C kernel gets its arrays untyped. A wrong answer in such an array is
 reported at the engine's element: for ``int16`` and ``uint16``, the byte (element = byte // 2),
-and a ``uint32``'s or ``uint64``'s value as the signed integer of the same bits; the
+an ``int8``'s value as the unsigned byte, a ``uint32``'s or ``uint64``'s as the signed
+integer of the same bits; the
 message then says so in the array's own terms (:func:`in_numpy_terms`).
 """
 
@@ -97,6 +98,10 @@ def in_numpy_terms(error: str | None, arguments: Sequence[Any]) -> str | None:
             f"{error} (arg{index} is {dtype.name}, compared byte for byte: that is byte "
             f"{element % kind[1]} of element {element // kind[1]})"
         )
-    if dtype.name in ("uint32", "uint64"):
+    if dtype.name in _REINTERPRETED:
         return f"{error} (arg{index} is {dtype.name}: the values are its bits read as {kind[0]})"
     return error
+
+
+# The arrays that travel as an engine type of their size whose values read otherwise.
+_REINTERPRETED = ("int8", "uint32", "uint64")

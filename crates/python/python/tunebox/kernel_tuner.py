@@ -285,7 +285,7 @@ def tune_kernel(
             "answer has one counts as equal (as Kernel Tuner compares it)",
             stacklevel=2,
         )
-    writer.launch(problem_size, (grid_div_x, grid_div_y, grid_div_z), tune_params)
+    writer.launch(problem_size, (grid_div_x, grid_div_y, grid_div_z))
     writer.timing(iterations, timeout)
     writer.metrics(metrics)
     _check_metrics(metrics, tune_params)
@@ -507,9 +507,9 @@ def _strategy(
     strategy: str | None, options: Mapping[str, Any], size: int
 ) -> tuple[str, Mapping[str, Any]]:
     """The engine's name for ``strategy`` (Kernel Tuner's name or the engine's own), and the
-    options it runs with: Kernel Tuner's genetic algorithm without ``max_fevals`` measures at
-    most its population size times its generations (:func:`_generations_budget`; of a space of
-    ``size`` configurations).
+    options it runs with: Kernel Tuner's genetic algorithm measures at most its population size
+    times its generations (:func:`_generations_budget`; of a space of ``size`` configurations),
+    and at most ``max_fevals``.
 
     Raises ``NotImplementedError`` for Kernel Tuner's strategies tunebox has no counterpart of,
     ``ValueError`` for any other name the engine does not know; both name the known ones."""
@@ -536,8 +536,11 @@ def _strategy(
             "every configuration (Kernel Tuner refuses it too); to measure a sample, use "
             "strategy='random_sample' with max_fevals"
         )
-    if name == "genetic_algorithm" and "max_fevals" not in options:
-        options = {**options, "max_fevals": _generations_budget(options, size)}
+    if name == "genetic_algorithm":
+        # Kernel Tuner's bound, with max_fevals or without.
+        budget = _generations_budget(options, size)
+        given = options.get("max_fevals")
+        options = {**options, "max_fevals": budget if given is None else min(given, budget)}
     ignored = sorted(set(options) - {"max_fevals", "fraction", "time_limit", "seed"})
     ignored = [o for o in ignored if not (name == "genetic_algorithm" and o in _GA_BUDGET)]
     if ignored:
@@ -995,7 +998,6 @@ class _Manifest:
         self,
         problem_size: Size | Sequence[Size],
         grid_divs: tuple[str | Sequence[str] | None, ...],
-        tune_params: Mapping[str, Sequence[Any]],
     ) -> None:
         grid_div_x, grid_div_y, grid_div_z = grid_divs
         if callable(problem_size):
@@ -1021,15 +1023,11 @@ class _Manifest:
         self.top.append(("problem_size", entries))
         self.problem_size = entries
         self.grid_divs = [grid_div_x, grid_div_y, grid_div_z]
-        for name, value, block in (
-            ("grid_div_x", grid_div_x, "block_size_x"),
-            ("grid_div_y", grid_div_y, "block_size_y"),
-            ("grid_div_z", grid_div_z, "block_size_z"),
+        for name, value in (
+            ("grid_div_x", grid_div_x),
+            ("grid_div_y", grid_div_y),
+            ("grid_div_z", grid_div_z),
         ):
-            if value is None and block not in tune_params:
-                # Kernel Tuner divides by the block-size param, and without one by nothing
-                # (the engine's x would be divided by its 256-wide block).
-                value = []
             if value is not None:
                 # For a C kernel too: Kernel Tuner's grid_size_* macros divide by it.
                 self.top.append((name, [value] if isinstance(value, str) else list(value)))
@@ -1691,7 +1689,8 @@ def _check_metrics(metrics: Mapping[str, Metric], tune_params: Mapping[str, list
     """Calls each metric function once before the run, on the first configuration with the
     keys a measured row has (times of 1 ms), so that one that cannot be computed (a name
     misspelled) fails now, naming it, rather than after every configuration was measured. A
-    function that fails only on these made-up times is left to the real rows."""
+    function that fails otherwise (on these made-up values, or on a configuration the
+    restrictions leave out) is left to the real rows."""
     functions = [(name, m) for name, m in metrics.items() if callable(m)]
     if not functions:
         return
@@ -1701,15 +1700,31 @@ def _check_metrics(metrics: Mapping[str, Metric], tune_params: Mapping[str, list
     # The engine's metrics (expressions) are in the row before the functions are called.
     row.update({name: 1.0 for name, m in metrics.items() if not callable(m)})
     for name, metric in functions:
+        looked_up = _Lookups(row)
         try:
-            row[name] = metric(dict(row))
-        except (KeyError, NameError, AttributeError, TypeError) as error:
-            raise ValueError(
-                f"metrics[{name!r}] raises {type(error).__name__}: {error}, called as Kernel "
-                f"Tuner calls it (with a row of {', '.join(map(repr, row))})"
-            ) from None
-        except Exception:  # noqa: BLE001 (made-up times: the real rows decide)
+            row[name] = metric(looked_up)
+        except (KeyError, NameError) as error:
+            # A key no row has (not a key of the user's own tables), or a misspelt name.
+            if isinstance(error, NameError) or error.args[:1] in [(k,) for k in looked_up.missed]:
+                raise ValueError(
+                    f"metrics[{name!r}] raises {type(error).__name__}: {error}, called as "
+                    f"Kernel Tuner calls it (with a row of {', '.join(map(repr, row))})"
+                ) from None
             row[name] = 1.0
+        except Exception:  # noqa: BLE001 (made-up values: the real rows decide)
+            row[name] = 1.0
+
+
+class _Lookups(dict[str, Any]):
+    """A row that records the keys looked up and not found in it."""
+
+    def __init__(self, row: Row) -> None:
+        super().__init__(row)
+        self.missed: list[object] = []
+
+    def __missing__(self, key: object) -> Any:
+        self.missed.append(key)
+        raise KeyError(key)
 
 
 def _best(results: list[Row], objective: str, higher_is_better: bool) -> Row | None:
@@ -1725,5 +1740,12 @@ def _line(row: Row, names: list[str], shown: list[str]) -> str:
     params = ", ".join(f"{n}={row[n]}" for n in names)
     if "__error__" in row:
         return f"{params}, {row['status']}"
-    values = ", ".join(f"{key}={row.get(key, math.nan):.3f}" for key in shown)
+    values = ", ".join(f"{key}={_shown(row.get(key, math.nan))}" for key in shown)
     return f"{params}, {values}"
+
+
+def _shown(value: object) -> str:
+    """A time or metric as Kernel Tuner prints it: a number with 3 decimals, else as it is."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.3f}"
+    return str(value)

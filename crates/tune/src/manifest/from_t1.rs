@@ -90,6 +90,7 @@ pub(super) fn to_raw(path: &Path) -> Result<RawManifest> {
         grid_div_y,
         grid_div_z,
         launch_from_aliases: Vec::new(),
+        kernel_tuner_macros: true,
         t1: Some(Box::new(x)),
     })
 }

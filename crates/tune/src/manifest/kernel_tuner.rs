@@ -22,6 +22,7 @@ pub(super) fn aliases(mut raw: RawManifest) -> Result<RawManifest> {
              for params)"
         );
         raw.params = Some(tune_params);
+        raw.kernel_tuner_macros = true;
     }
     kernel_fields(&mut raw)?;
     launch_fields(&mut raw)?;

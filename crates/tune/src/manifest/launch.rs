@@ -160,8 +160,9 @@ impl Launch {
     /// Reads `[launch]` and the top-level `problem_size` (one to three integers or expressions),
     /// applying Kernel Tuner's defaults: block from the `block_size_x/y/z` params (x defaults to
     /// 256, y and z to 1), grid from the problem size divided by `grid_div_x/y/z` (by default the
-    /// block size of that dimension; an empty list divides by nothing), no dynamic shared
-    /// memory.
+    /// `block_size_x/y/z` param of that dimension; without one, x by its 256-wide block, or with
+    /// `kernel_tuner` by nothing, as Kernel Tuner; an empty list divides by nothing), no dynamic
+    /// shared memory.
     ///
     /// # Errors
     ///
@@ -171,6 +172,7 @@ impl Launch {
         raw: RawLaunch,
         problem_size: Option<&[toml::Value]>,
         params: &IndexMap<String, Vec<ParamValue>>,
+        kernel_tuner: bool,
     ) -> Result<Launch> {
         let param_names: Vec<String> = params.keys().cloned().collect();
         let all_names: Vec<String> = param_names
@@ -224,10 +226,11 @@ impl Launch {
                             )
                             .expect("a param name parses"),
                         ],
-                        // The block's width, one thread per element. Not Kernel Tuner's,
-                        // which divides by nothing here (`params.get("block_size_x", 1)`):
-                        // `tune_kernel` writes `grid_div_x = []` for that.
-                        None if d == 0 => vec![IntExpr::constant(DEFAULT_BLOCK_X)],
+                        // The block's width, one thread per element; Kernel Tuner divides by
+                        // nothing here (`params.get("block_size_x", 1)`).
+                        None if d == 0 && !kernel_tuner => {
+                            vec![IntExpr::constant(DEFAULT_BLOCK_X)]
+                        }
                         None => Vec::new(),
                     };
                 }
@@ -410,7 +413,7 @@ mod tests {
                 .unwrap()
                 .clone()
         });
-        Launch::from_raw(raw, problem.as_deref(), p)
+        Launch::from_raw(raw, problem.as_deref(), p, false)
     }
 
     #[test]
@@ -432,8 +435,13 @@ mod tests {
         let c = l.config(&choice(&[("U", 1)])).unwrap();
         assert_eq!((c.block, c.grid), ([256, 1, 1], [4, 1, 1]));
         // Kernel Tuner 1.5's setup_block_and_grid(1024, (None,) * 3, {}) is block (256, 1, 1),
-        // grid (1024, 1, 1): what an empty grid_div_x (tune_kernel's) gives.
+        // grid (1024, 1, 1): what an empty grid_div_x gives, and Kernel Tuner's names.
         let l = launch("grid_div_x = []", Some("[1024]"), &p).unwrap();
+        let c = l.config(&choice(&[("U", 1)])).unwrap();
+        assert_eq!((c.block, c.grid), ([256, 1, 1], [1024, 1, 1]));
+        let raw: RawLaunch = toml::from_str("").unwrap();
+        let problem = [toml::Value::Integer(1024)];
+        let l = Launch::from_raw(raw, Some(&problem), &p, true).unwrap();
         let c = l.config(&choice(&[("U", 1)])).unwrap();
         assert_eq!((c.block, c.grid), ([256, 1, 1], [1024, 1, 1]));
     }

@@ -75,10 +75,15 @@ pub struct Manifest {
     /// killed: `compile_timeout_s`, else [`tunebox_cpu::DEFAULT_COMPILE_TIMEOUT`].
     pub(crate) compile_timeout: Duration,
     pub(crate) verify: Option<Verify>,
-    /// Grid, block and shared memory of a CUDA kernel; for a C kernel with a `problem_size`,
-    /// Kernel Tuner's grid and block, which only give its `grid_size_*` and `block_size_*`
-    /// macros ([`Launch::kernel_tuner_defines`]).
+    /// Grid, block and shared memory of a CUDA kernel; for a C kernel in Kernel Tuner's names
+    /// with a `problem_size`, Kernel Tuner's grid and block, which only give its `grid_size_*`
+    /// and `block_size_*` macros ([`Launch::kernel_tuner_defines`]).
     pub(crate) launch: Option<Launch>,
+    /// Written with Kernel Tuner's `tune_params` (or read from a T1 file): with a problem size,
+    /// each choice's kernel gets Kernel Tuner's grid and block macros
+    /// ([`Launch::kernel_tuner_defines`]), as Kernel Tuner's `prepare_kernel_string` defines
+    /// them, and its grid is Kernel Tuner's.
+    pub(crate) kernel_tuner_macros: bool,
     /// Named expressions over params, scalars and time, reported per choice.
     pub(crate) metrics: Metrics,
     /// What ranks the choices: the time, or a metric (`objective`).
@@ -265,12 +270,12 @@ impl Manifest {
         let timing = timing::timing(raw.timing.take(), raw.iterations)?;
         let (timeout, compile_timeout) = timing::timeouts(raw.timeout_s, raw.compile_timeout_s)?;
         let problem_size = raw.problem_size.as_deref();
+        let kernel_tuner_macros = raw.kernel_tuner_macros;
         let launch = launch(
             kernel.language,
-            raw.launch.take(),
-            &raw.launch_from_aliases,
+            (raw.launch.take(), &raw.launch_from_aliases),
             problem_size,
-            &params,
+            (&params, kernel_tuner_macros),
             &mut notes,
         )?;
         let metrics = Metrics::parse(&raw.metrics, &params, &scalars, problem_size)?;
@@ -307,6 +312,7 @@ impl Manifest {
             compile_timeout,
             verify,
             launch,
+            kernel_tuner_macros,
             metrics,
             objective,
             notes,
@@ -378,33 +384,47 @@ fn space_of_file<T>(
 }
 
 /// The kernel's launch geometry: `[launch]` (with `problem_size`) for a CUDA kernel. A C
-/// kernel is launched by no grid, but with a `problem_size` (Kernel Tuner's names) it gets
-/// Kernel Tuner's grid and block, with `grid_div_x/y/z` (`from_aliases`), for the
-/// `grid_size_*` and `block_size_*` macros Kernel Tuner defines before every kernel, C
-/// included; `grid_div_x/y/z` without a `problem_size` are ignored with a note.
+/// kernel is launched by no grid, but written in Kernel Tuner's names (`kernel_tuner`) with a
+/// `problem_size` it gets Kernel Tuner's grid and block, with `grid_div_x/y/z`
+/// (`from_aliases`), for the `grid_size_*` and `block_size_*` macros Kernel Tuner defines
+/// before every kernel, C included (a problem size they cannot be computed from leaves them
+/// out, with a note); otherwise `grid_div_x/y/z` are ignored with a note.
 fn launch(
     language: Language,
-    raw: Option<RawLaunch>,
-    from_aliases: &[&str],
+    (raw, from_aliases): (Option<RawLaunch>, &[&str]),
     problem_size: Option<&[toml::Value]>,
-    params: &IndexMap<String, Vec<ParamValue>>,
+    (params, kernel_tuner): (&IndexMap<String, Vec<ParamValue>>, bool),
     notes: &mut Vec<String>,
 ) -> Result<Option<Launch>> {
+    let from = |launch: Option<RawLaunch>| {
+        Launch::from_raw(
+            launch.unwrap_or_default(),
+            problem_size,
+            params,
+            kernel_tuner,
+        )
+    };
     match (language, raw) {
-        (Language::Cuda, launch) => Ok(Some(
-            Launch::from_raw(launch.unwrap_or_default(), problem_size, params).context("launch")?,
-        )),
+        (Language::Cuda, launch) => Ok(Some(from(launch).context("launch")?)),
         // Only Kernel Tuner's fields made it (no `[launch]` of its own).
         (Language::C, launch)
-            if problem_size.is_some() && (launch.is_none() || !from_aliases.is_empty()) =>
+            if kernel_tuner
+                && problem_size.is_some()
+                && (launch.is_none() || !from_aliases.is_empty()) =>
         {
-            let launch = Launch::from_raw(launch.unwrap_or_default(), problem_size, params);
-            Ok(Some(launch.context("problem_size")?))
+            Ok(from(launch)
+                .map_err(|e| {
+                    notes.push(format!(
+                        "Kernel Tuner's grid_size_* and block_size_* macros are not defined: \
+                         {e:#}"
+                    ));
+                })
+                .ok())
         }
         (Language::C, Some(_)) if !from_aliases.is_empty() => {
             notes.push(format!(
-                "{} ignored: without a problem_size a C kernel has no grid to divide (its \
-                 grid_size_* macros, as Kernel Tuner defines them, need one)",
+                "{} ignored: a C kernel has no grid (with Kernel Tuner's tune_params and a \
+                 problem_size, they give its grid_size_* macros, as Kernel Tuner defines them)",
                 from_aliases.join(", "),
             ));
             Ok(None)
@@ -1109,11 +1129,13 @@ mod tests {
     }
 
     #[test]
-    fn a_c_kernel_with_a_problem_size_gets_kernel_tuners_grid_and_block_macros() {
-        let m = load(&kt_like(
-            "grid_div_x = [\"BX\"]\nproblem_size = [\"2 ** 14\", 3]",
-        ))
-        .unwrap();
+    fn a_c_kernel_in_kernel_tuners_names_gets_its_grid_and_block_macros() {
+        let fields = "grid_div_x = [\"BX\"]\nproblem_size = [\"2 ** 14\", 3]";
+        // In tunebox's own names (`params`), a C kernel has no grid: nothing is defined.
+        let native = load(&kt_like(fields)).unwrap();
+        assert!(native.launch.is_none() && !native.kernel_tuner_macros);
+        let m = load(&kt_like(fields).replace("[params]", "[tune_params]")).unwrap();
+        assert!(m.kernel_tuner_macros);
         assert!(m.notes.is_empty(), "{:?}", m.notes);
         let choice = crate::space::Choice::new([("BX".to_owned(), ParamValue::Int(2))].into());
         let defines = m.launch.unwrap().kernel_tuner_defines(&choice).unwrap();
@@ -1131,6 +1153,15 @@ mod tests {
                 "grid_size_y=3",
                 "grid_size_z=1"
             ]
+        );
+        // A problem size over a scalar is no grid Kernel Tuner computes: no macros, a note.
+        let m = load(&kt_like("problem_size = [\"n // 2\"]").replace("[params]", "[tune_params]"))
+            .unwrap();
+        assert!(m.launch.is_none());
+        assert!(
+            m.notes.iter().any(|n| n.contains("macros are not defined")),
+            "{:?}",
+            m.notes
         );
     }
 

@@ -70,6 +70,11 @@ pub(super) struct RawManifest {
     /// table was written): a C kernel ignores them, as Kernel Tuner does.
     #[serde(skip)]
     pub(super) launch_from_aliases: Vec<&'static str>,
+    /// Written with Kernel Tuner's `tune_params`, or read from a T1 file: the kernel gets Kernel
+    /// Tuner's grid and block macros, and x is divided by nothing without a `block_size_x`
+    /// param, as Kernel Tuner computes the grid.
+    #[serde(skip)]
+    pub(super) kernel_tuner_macros: bool,
     /// What a T1 file adds that TOML cannot say (never in a TOML manifest).
     #[serde(skip)]
     pub(super) t1: Option<Box<Extras>>,

@@ -250,7 +250,7 @@ impl Surroundings<'_> {
         )?;
         let launch = match (language, launch) {
             (Language::Cuda, Some(raw)) => Some(Box::new(
-                Launch::from_raw(raw, self.problem_size, &IndexMap::new())
+                Launch::from_raw(raw, self.problem_size, &IndexMap::new(), false)
                     .context("verify.reference.launch")?,
             )),
             (Language::Cuda, None) => None,

@@ -26,7 +26,8 @@ use crate::space::Choice;
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request measuring `choice` of `source`, launched as `launch` says (CUDA), with Kernel
-/// Tuner's grid and block macros from it (C and CUDA, [`Launch::kernel_tuner_defines`]).
+/// Tuner's grid and block macros from it in a manifest of Kernel Tuner's names (C and CUDA,
+/// [`Launch::kernel_tuner_defines`]).
 ///
 /// # Errors
 ///
@@ -39,9 +40,9 @@ pub(crate) fn request(
 ) -> Result<BenchmarkRequest> {
     let mut flags = source.flags.clone();
     flags.push(format!("-I{}", source.dir.display()));
-    // The params, and Kernel Tuner's grid and block macros when its problem size gives them.
+    // The params, and Kernel Tuner's grid and block macros in its names.
     let mut defines = choice.defines();
-    if let Some(geometry) = launch {
+    if let Some(geometry) = launch.filter(|_| manifest.kernel_tuner_macros) {
         defines.extend(geometry.kernel_tuner_defines(choice).context("launch")?);
     }
     let kernel = match source.language {

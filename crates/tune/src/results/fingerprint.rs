@@ -71,6 +71,15 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     for part in manifest.env.identity() {
         h.text("env").text(&part);
     }
+    // And Kernel Tuner's grid and block macros of a C kernel, which the problem size and the
+    // grid divisors decide beside the choice (a CUDA kernel's launch is in each choice's key;
+    // a manifest without them adds nothing).
+    if manifest.kernel_tuner_macros
+        && manifest.kernel.language == Language::C
+        && let Some(launch) = &manifest.launch
+    {
+        h.text("kernel tuner macros").text(&format!("{launch:?}"));
+    }
     // And what they inherit that changes how a kernel runs (OMP_NUM_THREADS; none set adds
     // nothing).
     for part in crate::manifest::env::inherited_timing_identity(std::env::vars_os()) {
