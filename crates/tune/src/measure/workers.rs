@@ -14,7 +14,7 @@ use tunebox_pool::{PoolConfig, PoolError, Status, TuningProcessPool, verify_outp
 use tunebox_process::{Output, ProcessConfig, ProcessError, TuningProcess};
 use tunebox_protocol::{
     BenchmarkRequest, BenchmarkResult, CKernel, CudaCode, CudaKernel, Kernel, TensorData,
-    TensorSpec, TimingStats, VariedReps,
+    TensorSpec, TimingConfig, TimingStats, VariedReps,
 };
 
 use crate::manifest::launch::Launch;
@@ -76,25 +76,26 @@ pub(crate) fn request(
             Kernel::Cuda(kernel)
         }
     };
-    let mut request = BenchmarkRequest::new(kernel).timing(
-        manifest
-            .timing
-            .clone()
-            // Against a reference kernel, one last call on fresh inputs (crate::measure::integrity).
-            .fresh_seed(
-                verifies_against_kernel(manifest).then(crate::measure::integrity::fresh_seed),
-            )
-            // And, in a sandbox or when asked, timed reps on varied inputs, some checked.
-            .varied_reps(checked_reps(manifest).map(VariedReps::new))
-            // Outputs travel back only when there is something to compare them with. They
-            // stay outputs either way: a kernel writing them is not writing an input (listed
-            // in `mutated_inputs` and put back before every call).
-            .return_outputs(manifest.verify.is_some()),
-    );
+    let mut request = BenchmarkRequest::new(kernel).timing(timing(manifest));
     request.tensors = manifest.tensors.clone();
     request.scalars = manifest.scalars.clone();
     request.args = manifest.args.clone();
     Ok(request)
+}
+
+/// The timing of every request of `manifest`'s run.
+fn timing(manifest: &Manifest) -> TimingConfig {
+    manifest
+        .timing
+        .clone()
+        // Against a reference kernel, one last call on fresh inputs (crate::measure::integrity).
+        .fresh_seed(verifies_against_kernel(manifest).then(crate::measure::integrity::fresh_seed))
+        // And, in a sandbox or when asked, timed reps on varied inputs, some checked.
+        .varied_reps(checked_reps(manifest).map(VariedReps::new))
+        // Outputs travel back only when there is something to compare them with. They stay
+        // outputs either way: a kernel writing them is not writing an input (listed in
+        // `mutated_inputs` and put back before every call).
+        .return_outputs(manifest.verify.is_some())
 }
 
 /// How many timed reps of each verified window are checked on varied inputs

@@ -85,30 +85,32 @@ pub(crate) fn setup_hash(manifest: &Manifest) -> String {
     for part in crate::manifest::env::inherited_timing_identity(std::env::vars_os()) {
         h.text("inherited").text(&part);
     }
-    match &manifest.verify {
-        None => {
-            h.text("no verify");
+    verify(&mut h, manifest);
+    h.finish()
+}
+
+/// What a manifest's verification decides: the tolerance and the reference.
+fn verify(h: &mut Hasher, manifest: &Manifest) {
+    let Some(v) = &manifest.verify else {
+        h.text("no verify");
+        return;
+    };
+    h.text(&format!("{:?}", v.tolerance));
+    match &v.reference {
+        Reference::Choice(choice) => {
+            h.text("choice").text(&choice.label());
         }
-        Some(v) => {
-            h.text(&format!("{:?}", v.tolerance));
-            match &v.reference {
-                Reference::Choice(choice) => {
-                    h.text("choice").text(&choice.label());
-                }
-                Reference::Source(reference, launch) => {
-                    h.text("source").text(&format!("{launch:?}"));
-                    source(&mut h, reference, manifest.compile_timeout);
-                }
-                Reference::Outputs(outputs) => {
-                    h.text("outputs");
-                    for o in outputs {
-                        h.text(&o.name).field(&o.bytes);
-                    }
-                }
+        Reference::Source(reference, launch) => {
+            h.text("source").text(&format!("{launch:?}"));
+            source(h, reference, manifest.compile_timeout);
+        }
+        Reference::Outputs(outputs) => {
+            h.text("outputs");
+            for o in outputs {
+                h.text(&o.name).field(&o.bytes);
             }
         }
     }
-    h.finish()
 }
 
 /// The manifest hash: the setup, the timing, and every choice after restrictions (with its
