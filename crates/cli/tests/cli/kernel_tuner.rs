@@ -49,8 +49,8 @@ name = "n"
 value = 1000
 "#;
 
-#[test]
-fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
+/// A folder with `axpb.c`, its input `x.bin` and its answer `y.bin` (1000 floats each).
+fn axpb_folder() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let x: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25).collect();
     let y: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
@@ -58,6 +58,12 @@ fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
     std::fs::write(dir.path().join("x.bin"), bytes(&x)).unwrap();
     std::fs::write(dir.path().join("y.bin"), bytes(&y)).unwrap();
     std::fs::write(dir.path().join("axpb.c"), AXPB).unwrap();
+    dir
+}
+
+#[test]
+fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
+    let dir = axpb_folder();
     for iterations in [1, 2] {
         let manifest = KT_MANIFEST.replace("iterations = 3", &format!("iterations = {iterations}"));
         std::fs::write(dir.path().join("kt.toml"), manifest).unwrap();
@@ -85,13 +91,7 @@ fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
 
 #[test]
 fn a_kernel_tuner_manifest_tunes() {
-    let dir = tempfile::tempdir().unwrap();
-    let x: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25).collect();
-    let y: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
-    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
-    std::fs::write(dir.path().join("x.bin"), bytes(&x)).unwrap();
-    std::fs::write(dir.path().join("y.bin"), bytes(&y)).unwrap();
-    std::fs::write(dir.path().join("axpb.c"), AXPB).unwrap();
+    let dir = axpb_folder();
     std::fs::write(dir.path().join("kt.toml"), KT_MANIFEST).unwrap();
     let out = tunebox(
         dir.path(),
