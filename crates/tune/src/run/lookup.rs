@@ -261,10 +261,16 @@ pub(crate) fn cached(
 /// `max_reps` split so that the windows' reps add up to the manifest's (Kernel Tuner's
 /// `iterations = 7` over 3 windows: 3, 2 and 2 reps), at least one each; a window runs no
 /// estimate runs of its own (`estimate_runs = 0`: the backend's first call is the estimate).
-/// One window: `timing`.
+/// One window: `timing`, with no estimate runs either when its reps are fixed (`min_reps ==
+/// max_reps`, Kernel Tuner's `iterations`): nothing is sized from the estimate but the warmup,
+/// and Kernel Tuner's `iterations = 1` is then 3 calls (the first, a warmup, the rep), not 8.
 pub(crate) fn window_timing(timing: &TimingConfig, windows: usize, window: usize) -> TimingConfig {
     if windows <= 1 {
-        return timing.clone();
+        let mut one = timing.clone();
+        if timing.min_reps == timing.max_reps {
+            one.estimate_runs = Some(0);
+        }
+        return one;
     }
     let n = windows as u32;
     let i = window.min(windows - 1) as u32;
@@ -331,8 +337,14 @@ mod tests {
             w.iter().map(|t| t.warmup_ms).collect::<Vec<_>>(),
             [4.0, 0.0, 0.0, 0.0]
         );
-        // One window: the manifest's timing as it is.
-        assert_eq!(window_timing(&timing, 1, 0), timing);
+        // One window: the manifest's timing as it is, but for the estimate runs, which fixed
+        // reps do not need.
+        assert_eq!(
+            window_timing(&timing, 1, 0),
+            timing.clone().estimate_runs(Some(0))
+        );
+        let sized = timing.clone().min_reps(5).max_reps(100);
+        assert_eq!(window_timing(&sized, 1, 0), sized);
     }
 
     /// 10 reps of exactly 0.5 ms.
