@@ -79,10 +79,12 @@ fn iterations_bound_the_windows_each_of_which_takes_a_rep() {
                 continue;
             }
             let windows = r["windows"]["medians_ms"].as_array().map_or(1, Vec::len);
-            // The reps in all (a window takes one at least), fewer when windows agree early.
+            // The reps in all (a window takes one at least), fewer when windows agree early;
+            // no race adds windows, but a window a busy machine disturbed is measured again.
+            let again = r["windows"]["remeasured"].as_u64().unwrap_or(0) as usize;
             let reps = r["reps"].as_u64().unwrap() as usize;
             assert!(
-                windows <= iterations && windows <= reps && reps <= iterations,
+                windows <= iterations + again && windows <= reps && reps <= iterations + again,
                 "iterations = {iterations}: {r}"
             );
         }

@@ -255,7 +255,12 @@ impl Run<'_> {
                     .mul_f64(RACE_SHARE)
                     .min(DEFAULT_RACE_LIMIT)
             });
-            self.race_for_the_top(budget, &mut tally);
+            // Fixed reps (Kernel Tuner's `iterations`) are a choice's reps in all, which the
+            // rounds' windows share: a race would add more.
+            let timing = &self.setup.manifest().timing;
+            if timing.min_reps != timing.max_reps {
+                self.race_for_the_top(budget, &mut tally);
+            }
         }
         self.ledger.unfinished = self.rounds_cut_short(&contenders, &settled);
         self.mark_ties();
