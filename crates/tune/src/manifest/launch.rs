@@ -312,6 +312,16 @@ impl Launch {
             .collect())
     }
 
+    /// [`Launch::kernel_tuner_defines`] as `NAME=VALUE` texts, for tests.
+    #[cfg(test)]
+    pub(crate) fn kernel_tuner_define_texts(&self, choice: &Choice) -> Vec<String> {
+        let defines = self.kernel_tuner_defines(choice).unwrap();
+        defines
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.value))
+            .collect()
+    }
+
     /// Block, grid and shared memory of `choice`, unchecked.
     fn evaluate(&self, choice: &Choice) -> Result<([i64; 3], [i64; 3], i64)> {
         let mut block = [0i64; 3];
@@ -450,13 +460,7 @@ mod tests {
     fn kernel_tuners_macros_are_the_grid_and_the_block_less_the_params() {
         let p = params(&[("block_size_x", &[32, 64]), ("U", &[2])]);
         let l = launch("grid_div_y = [\"U\"]", Some("[1000, 64]"), &p).unwrap();
-        let defines = l
-            .kernel_tuner_defines(&choice(&[("block_size_x", 64), ("U", 2)]))
-            .unwrap();
-        let text: Vec<String> = defines
-            .iter()
-            .map(|d| format!("{}={}", d.name, d.value))
-            .collect();
+        let text = l.kernel_tuner_define_texts(&choice(&[("block_size_x", 64), ("U", 2)]));
         assert_eq!(
             text,
             [

@@ -1138,11 +1138,7 @@ mod tests {
         assert!(m.kernel_tuner_macros);
         assert!(m.notes.is_empty(), "{:?}", m.notes);
         let choice = crate::space::Choice::new([("BX".to_owned(), ParamValue::Int(2))].into());
-        let defines = m.launch.unwrap().kernel_tuner_defines(&choice).unwrap();
-        let text: Vec<String> = defines
-            .iter()
-            .map(|d| format!("{}={}", d.name, d.value))
-            .collect();
+        let text = m.launch.unwrap().kernel_tuner_define_texts(&choice);
         assert_eq!(
             text,
             [
